@@ -1,0 +1,468 @@
+"""Turning a transport plan into an alignment: maximum-expected-accuracy (MEA) decoding.
+
+Conventions (used by every function here and by the writers):
+
+* An alignment of a query of length ``m`` and a target of length ``n`` is ``pairs``, an
+  integer array ``[k, 2]`` of 0-based ``(i, j)`` aligned residue indices, strictly
+  increasing in both columns. Every residue not in ``pairs`` is gapped.
+* Spans are 0-based half-open ``[start, end)``.
+* Between two aligned pairs (and at the ends), the query-only columns are laid out
+  before the target-only columns. This fixes the column order used by
+  :func:`alignment_columns`, :func:`to_gapped` and :func:`cigar`; it is a layout choice
+  only (the pair set, not the order, defines the alignment).
+
+The plan produced by the aligner is ``P [m+1, n+1]``: ``P[:m, :n]`` is the transport
+between residues, ``P[:m, n]`` the mass of each query residue sent to the dustbin (gap
+evidence for query residues), ``P[m, :n]`` the mass of each target residue sent to the
+dustbin (gap evidence for target residues); ``P[m, n]`` is ignored.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+__all__ = [
+    "Alignment",
+    "AlignmentStats",
+    "Posteriors",
+    "alignment_columns",
+    "alignment_stats",
+    "as_pairs",
+    "check_pairs",
+    "cigar",
+    "mea_align",
+    "mea_from_posteriors",
+    "plan_posteriors",
+    "to_gapped",
+]
+
+logger = logging.getLogger(__name__)
+
+NORMALISE = ("row", "none")
+
+
+# --------------------------------------------------------------------------- pairs
+
+
+def check_pairs(pairs: Any, m: int | None = None, n: int | None = None, *, name: str = "pairs") -> np.ndarray:
+    """Validate an alignment given as aligned residue pairs and return it as ``int64 [k, 2]``.
+
+    ``pairs`` must be ``[k, 2]`` (``k`` may be 0) of integers, strictly increasing in
+    both columns, with ``0 <= i < m`` and ``0 <= j < n`` when ``m`` / ``n`` are given.
+    Raises ``ValueError`` naming the first offending row.
+    """
+    arr = np.asarray(pairs)
+    if arr.size == 0:
+        arr = arr.reshape(0, 2)
+    if arr.ndim != 2 or arr.shape[1] != 2:
+        raise ValueError(f"{name} must have shape [k, 2], got {arr.shape}")
+    if arr.dtype.kind == "f":
+        if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
+            raise ValueError(f"{name} must hold integer indices, got non-integer values")
+    elif arr.dtype.kind not in "iu":
+        raise ValueError(f"{name} must hold integer indices, got dtype {arr.dtype}")
+    arr = arr.astype(np.int64, copy=False)
+    if arr.shape[0] == 0:
+        return arr
+    neg = np.flatnonzero((arr < 0).any(axis=1))
+    if neg.size:
+        raise ValueError(f"{name}[{neg[0]}]={arr[neg[0]].tolist()} has a negative index")
+    for col, bound, label in ((0, m, "m (query length)"), (1, n, "n (target length)")):
+        if bound is not None:
+            bad = np.flatnonzero(arr[:, col] >= bound)
+            if bad.size:
+                raise ValueError(f"{name}[{bad[0]}]={arr[bad[0]].tolist()} is out of range for {label}={bound}")
+    steps = np.diff(arr, axis=0)
+    bad = np.flatnonzero((steps <= 0).any(axis=1))
+    if bad.size:
+        r = bad[0] + 1
+        raise ValueError(
+            f"{name} must be strictly increasing in both columns: "
+            f"{name}[{r - 1}]={arr[r - 1].tolist()} is followed by {name}[{r}]={arr[r].tolist()}"
+        )
+    return arr
+
+
+def as_pairs(alignment: Any, m: int | None = None, n: int | None = None) -> np.ndarray:
+    """Pairs ``int64 [k, 2]`` of an :class:`Alignment`, any object with ``.pairs``, or an array."""
+    if isinstance(alignment, Alignment):
+        if m is not None and m != alignment.m:
+            raise ValueError(f"{m=} does not match the alignment's query length {alignment.m}")
+        if n is not None and n != alignment.n:
+            raise ValueError(f"{n=} does not match the alignment's target length {alignment.n}")
+        return alignment.pairs
+    pairs = getattr(alignment, "pairs", alignment)
+    return check_pairs(pairs, m, n)
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True, eq=False)
+class Alignment:
+    """An MEA alignment with its posteriors.
+
+    Attributes:
+        pairs: ``int64 [k, 2]`` aligned ``(query i, target j)``, strictly increasing.
+        match_posterior: ``float64 [k]`` posterior of each aligned pair (column confidence).
+        query_gap_posterior: ``float64 [m]`` posterior that each query residue is unaligned.
+        target_gap_posterior: ``float64 [n]`` posterior that each target residue is unaligned.
+        expected_accuracy: expected fraction of the ``m + n`` residues whose alignment state
+            (partner or gap) is correct, ``(2 * sum(match_posterior) + sum of the gap
+            posteriors of the unaligned residues) / (m + n)``; in ``[0, 1]``.
+        score: the maximised objective ``sum(match_posterior) + gap_weight * (sum of gap
+            posteriors of unaligned residues)``.
+    """
+
+    pairs: np.ndarray
+    match_posterior: np.ndarray
+    query_gap_posterior: np.ndarray
+    target_gap_posterior: np.ndarray
+    expected_accuracy: float
+    score: float
+
+    def __post_init__(self) -> None:
+        qg = np.asarray(self.query_gap_posterior, dtype=np.float64)
+        tg = np.asarray(self.target_gap_posterior, dtype=np.float64)
+        if qg.ndim != 1 or tg.ndim != 1:
+            raise ValueError(
+                f"gap posteriors must be 1-D, got query {qg.shape} and target {tg.shape}"
+            )
+        pairs = check_pairs(self.pairs, qg.shape[0], tg.shape[0])
+        mp = np.asarray(self.match_posterior, dtype=np.float64)
+        if mp.shape != (pairs.shape[0],):
+            raise ValueError(f"match_posterior must have shape [{pairs.shape[0]}], got {mp.shape}")
+        object.__setattr__(self, "pairs", pairs)
+        object.__setattr__(self, "match_posterior", mp)
+        object.__setattr__(self, "query_gap_posterior", qg)
+        object.__setattr__(self, "target_gap_posterior", tg)
+        object.__setattr__(self, "expected_accuracy", float(self.expected_accuracy))
+        object.__setattr__(self, "score", float(self.score))
+
+    @property
+    def m(self) -> int:
+        """Query length."""
+        return int(self.query_gap_posterior.shape[0])
+
+    @property
+    def n(self) -> int:
+        """Target length."""
+        return int(self.target_gap_posterior.shape[0])
+
+    @property
+    def mean_posterior(self) -> float:
+        """Mean match posterior over aligned pairs (NaN when nothing is aligned)."""
+        return float(self.match_posterior.mean()) if self.match_posterior.size else float("nan")
+
+    def __repr__(self) -> str:
+        return (
+            f"Alignment(m={self.m}, n={self.n}, k={self.pairs.shape[0]}, "
+            f"expected_accuracy={self.expected_accuracy:.4f}, score={self.score:.4f})"
+        )
+
+
+class Posteriors(NamedTuple):
+    """Posteriors read off a transport plan.
+
+    match: ``[m, n]`` posterior that query ``i`` is aligned to target ``j``.
+    query_gap: ``[m]`` posterior that query ``i`` is unaligned.
+    target_gap: ``[n]`` posterior that target ``j`` is unaligned.
+    """
+
+    match: np.ndarray
+    query_gap: np.ndarray
+    target_gap: np.ndarray
+
+
+# --------------------------------------------------------------------------- plan -> posteriors
+
+
+def _to_numpy(x: Any, name: str) -> np.ndarray:
+    if hasattr(x, "detach"):  # torch tensor
+        x = x.detach().cpu().numpy()
+    arr = np.asarray(x, dtype=np.float64)
+    return arr
+
+
+def plan_posteriors(plan: Any, *, normalise: str = "row") -> Posteriors:
+    """Posterior match and gap probabilities from a dustbin transport plan ``P [m+1, n+1]``.
+
+    ``normalise="row"`` (default): query residue ``i`` has total mass
+    ``r_i = sum_j P[i, :n] + P[i, n]`` and target residue ``j`` total mass
+    ``c_j = sum_i P[:m, j] + P[m, j]``. Row posteriors ``P[i, j] / r_i`` (with the gap
+    posterior ``P[i, n] / r_i``) form a distribution over the partners of query ``i``, and
+    column posteriors ``P[i, j] / c_j`` likewise for target ``j``. The match posterior is
+    their geometric mean ``M_ij = P[i, j] / sqrt(r_i c_j)``. We take the geometric rather
+    than the arithmetic mean because (a) it is near zero unless *both* residues put mass on
+    the pair (the arithmetic mean gives 0.5 to a pair one side rejects outright), (b) it is
+    symmetric in query/target and invariant to rescaling the plan or its marginals (uniform
+    ``1/m`` vs ``1/n`` marginals give the same ``M``), and (c) it stays in ``[0, 1]``. The
+    gap posteriors are ``P[i, n] / r_i`` and ``P[m, j] / c_j``. A residue with zero total
+    mass gets zero posteriors everywhere.
+
+    ``normalise="none"``: the plan is already on the posterior scale (each residue carries
+    unit mass): ``M = P[:m, :n]``, gaps ``P[:m, n]`` and ``P[m, :n]``.
+
+    Args:
+        plan: ``[m+1, n+1]`` non-negative, finite (numpy, jax, or torch array).
+        normalise: ``"row"`` or ``"none"``.
+
+    Returns:
+        :class:`Posteriors` with ``match [m, n]``, ``query_gap [m]``, ``target_gap [n]``.
+    """
+    if normalise not in NORMALISE:
+        raise ValueError(f"{normalise=} is not one of {NORMALISE}")
+    P = _to_numpy(plan, "plan")
+    if P.ndim != 2 or P.shape[0] < 2 or P.shape[1] < 2:
+        raise ValueError(f"plan must have shape [m+1, n+1] with m, n >= 1, got {P.shape}")
+    if not np.all(np.isfinite(P)):
+        i, j = np.argwhere(~np.isfinite(P))[0]
+        raise ValueError(f"plan must be finite, got plan[{i}, {j}]={P[i, j]}")
+    if np.any(P < 0):
+        i, j = np.argwhere(P < 0)[0]
+        raise ValueError(f"plan must be non-negative, got plan[{i}, {j}]={P[i, j]}")
+    m, n = P.shape[0] - 1, P.shape[1] - 1
+    R = P[:m, :n]
+    qd = P[:m, n]
+    td = P[m, :n]
+    if normalise == "none":
+        return Posteriors(R.copy(), qd.copy(), td.copy())
+    r = R.sum(axis=1) + qd  # [m]
+    c = R.sum(axis=0) + td  # [n]
+    inv_r = np.divide(1.0, r, out=np.zeros_like(r), where=r > 0)
+    inv_c = np.divide(1.0, c, out=np.zeros_like(c), where=c > 0)
+    match = R * np.sqrt(inv_r)[:, None] * np.sqrt(inv_c)[None, :]
+    # Guard the last ulp: sqrt rounding may push an isolated pair a hair above 1.
+    np.minimum(match, 1.0, out=match)
+    return Posteriors(match, qd * inv_r, td * inv_c)
+
+
+# --------------------------------------------------------------------------- MEA
+
+
+def _mea_table(W: np.ndarray) -> np.ndarray:
+    """``S [m+1, n+1]``: best sum of ``W`` over monotone pair chains in each prefix.
+
+    ``S[i, j] = max(S[i-1, j], S[i, j-1], S[i-1, j-1] + W[i-1, j-1])``, computed one row at
+    a time: the diagonal/vertical candidates are a vectorised max and the horizontal moves
+    (free) are a running maximum along the row.
+    """
+    m, n = W.shape
+    S = np.zeros((m + 1, n + 1), dtype=np.float64)
+    for i in range(1, m + 1):
+        prev = S[i - 1]
+        row = S[i]
+        np.maximum(prev[1:], prev[:-1] + W[i - 1], out=row[1:])  # [n]
+        np.maximum.accumulate(row, out=row)  # horizontal moves; row[0] = 0
+    return S
+
+
+def _traceback(S: np.ndarray) -> np.ndarray:
+    """Pairs of one optimal chain in ``S`` (ties go to gaps, so no zero-gain match is taken)."""
+    i, j = S.shape[0] - 1, S.shape[1] - 1
+    Sl = S  # local name for speed
+    out: list[tuple[int, int]] = []
+    while i > 0 and j > 0:
+        s = Sl[i, j]
+        if s == Sl[i - 1, j]:
+            i -= 1
+        elif s == Sl[i, j - 1]:
+            j -= 1
+        else:  # s was set by the diagonal candidate (bitwise-identical recomputation)
+            out.append((i - 1, j - 1))
+            i -= 1
+            j -= 1
+    if not out:
+        return np.zeros((0, 2), dtype=np.int64)
+    return np.asarray(out[::-1], dtype=np.int64)
+
+
+def mea_from_posteriors(
+    match: Any, query_gap: Any, target_gap: Any, *, gap_weight: float = 1.0
+) -> Alignment:
+    """Maximum-expected-accuracy alignment from posteriors (Holmes & Durbin 1998).
+
+    Maximises, over monotone alignments ``A``,
+    ``sum_{(i,j) in A} match[i, j] + gap_weight * (sum_{i unaligned} query_gap[i]
+    + sum_{j unaligned} target_gap[j])``. With ``W_ij = match[i, j] - gap_weight *
+    (query_gap[i] + target_gap[j])`` this is ``sum_A W + gap_weight * (sum(query_gap) +
+    sum(target_gap))``, i.e. a heaviest monotone chain in ``W`` (no gap penalties), solved
+    exactly by an ``O(m n)`` time and memory dynamic programme vectorised along rows.
+    ``gap_weight=1`` is the Holmes-Durbin expected accuracy; ``gap_weight=0`` is the
+    ProbCons-style objective that only rewards matches.
+
+    Args:
+        match: ``[m, n]`` match posteriors, finite.
+        query_gap: ``[m]`` query gap posteriors, finite.
+        target_gap: ``[n]`` target gap posteriors, finite.
+        gap_weight: weight of the gap posteriors, finite and ``>= 0``.
+    """
+    if not np.isfinite(gap_weight) or gap_weight < 0:
+        raise ValueError(f"{gap_weight=} must be finite and >= 0")
+    M = _to_numpy(match, "match")
+    qg = _to_numpy(query_gap, "query_gap")
+    tg = _to_numpy(target_gap, "target_gap")
+    if M.ndim != 2:
+        raise ValueError(f"match must be [m, n], got shape {M.shape}")
+    m, n = M.shape
+    if qg.shape != (m,):
+        raise ValueError(f"query_gap must have shape [{m}], got {qg.shape}")
+    if tg.shape != (n,):
+        raise ValueError(f"target_gap must have shape [{n}], got {tg.shape}")
+    for name, arr in (("match", M), ("query_gap", qg), ("target_gap", tg)):
+        if not np.all(np.isfinite(arr)):
+            raise ValueError(f"{name} must be finite, found {int((~np.isfinite(arr)).sum())} non-finite values")
+    W = M - gap_weight * (qg[:, None] + tg[None, :])  # [m, n]
+    S = _mea_table(W)
+    pairs = _traceback(S)
+    mp = M[pairs[:, 0], pairs[:, 1]] if pairs.size else np.zeros(0)
+    q_un = np.ones(m, dtype=bool)
+    t_un = np.ones(n, dtype=bool)
+    q_un[pairs[:, 0]] = False
+    t_un[pairs[:, 1]] = False
+    gaps = qg[q_un].sum() + tg[t_un].sum()
+    score = float(S[m, n] + gap_weight * (qg.sum() + tg.sum()))
+    ea = float((2.0 * mp.sum() + gaps) / (m + n)) if m + n else float("nan")
+    return Alignment(pairs, mp, qg, tg, ea, score)
+
+
+def mea_align(plan: Any, *, gap_weight: float = 1.0, normalise: str = "row") -> Alignment:
+    """MEA alignment of a dustbin transport plan ``P [m+1, n+1]``.
+
+    Posteriors come from :func:`plan_posteriors` (``normalise``), the alignment from
+    :func:`mea_from_posteriors` (``gap_weight``). See those for the definitions.
+    """
+    post = plan_posteriors(plan, normalise=normalise)
+    return mea_from_posteriors(post.match, post.query_gap, post.target_gap, gap_weight=gap_weight)
+
+
+# --------------------------------------------------------------------------- layout
+
+
+def _check_len(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"{name}={value!r} must be a non-negative integer")
+    return int(value)
+
+
+def alignment_columns(alignment: Any, m: int, n: int) -> list[tuple[int | None, int | None]]:
+    """Columns ``(i or None, j or None)`` of the global layout of an alignment.
+
+    Every residue of both sequences appears once; between aligned pairs (and at both
+    ends) query-only columns come before target-only ones.
+    """
+    m = _check_len("m", m)
+    n = _check_len("n", n)
+    pairs = as_pairs(alignment, m, n)
+    cols: list[tuple[int | None, int | None]] = []
+    pi = pj = 0
+    for i, j in pairs.tolist():
+        cols.extend((q, None) for q in range(pi, i))
+        cols.extend((None, t) for t in range(pj, j))
+        cols.append((i, j))
+        pi, pj = i + 1, j + 1
+    cols.extend((q, None) for q in range(pi, m))
+    cols.extend((None, t) for t in range(pj, n))
+    return cols
+
+
+def to_gapped(query: str, target: str, alignment: Any, *, gap: str = "-") -> tuple[str, str]:
+    """Gapped strings ``(query_row, target_row)`` of the global layout (equal lengths)."""
+    if len(gap) != 1:
+        raise ValueError(f"{gap=} must be a single character")
+    cols = alignment_columns(alignment, len(query), len(target))
+    q = "".join(gap if i is None else query[i] for i, _ in cols)
+    t = "".join(gap if j is None else target[j] for _, j in cols)
+    return q, t
+
+
+def _run_length(ops: list[str]) -> str:
+    out: list[str] = []
+    prev, count = "", 0
+    for op in ops:
+        if op == prev:
+            count += 1
+        else:
+            if count:
+                out.append(f"{count}{prev}")
+            prev, count = op, 1
+    if count:
+        out.append(f"{count}{prev}")
+    return "".join(out)
+
+
+def cigar(alignment: Any, m: int, n: int, *, local: bool = False) -> str:
+    """CIGAR of an alignment with the query as the read and the target as the reference.
+
+    ``M`` aligned pair (match or mismatch), ``I`` query residue absent from the target,
+    ``D`` target residue absent from the query. ``local=False``: the global layout (every
+    residue of both sequences, end gaps as ``I``/``D``). ``local=True`` (SAM style): query
+    residues before the first / after the last aligned pair become soft clips ``S`` and
+    unaligned target ends are left out (the record's position gives the target start);
+    an alignment without pairs is ``f"{m}S"``. An empty layout gives ``""``.
+    """
+    cols = alignment_columns(alignment, m, n)
+    ops = ["M" if i is not None and j is not None else ("I" if j is None else "D") for i, j in cols]
+    if not local:
+        return _run_length(ops)
+    pairs = as_pairs(alignment, m, n)
+    if pairs.shape[0] == 0:
+        return f"{m}S" if m else ""
+    first = ops.index("M")
+    last = len(ops) - 1 - ops[::-1].index("M")
+    lead = int(pairs[0, 0])
+    trail = m - 1 - int(pairs[-1, 0])
+    core = _run_length(ops[first : last + 1])
+    return (f"{lead}S" if lead else "") + core + (f"{trail}S" if trail else "")
+
+
+@dataclass(frozen=True)
+class AlignmentStats:
+    """Summary of one alignment (0-based half-open spans of the aligned region).
+
+    identity: percent (0-100) of aligned pairs whose residues are identical (case-
+        insensitive); NaN when nothing is aligned.
+    aligned_length: number of aligned residue pairs ``k``.
+    n_identical: number of identical aligned pairs.
+    query_start, query_end, target_start, target_end: span from the first to the last
+        aligned pair (all 0 when nothing is aligned).
+    mean_posterior: mean match posterior of the aligned pairs; NaN when unknown or empty.
+    """
+
+    identity: float
+    aligned_length: int
+    n_identical: int
+    query_start: int
+    query_end: int
+    target_start: int
+    target_end: int
+    mean_posterior: float
+
+
+def alignment_stats(query: str, target: str, alignment: Any) -> AlignmentStats:
+    """:class:`AlignmentStats` of ``alignment`` (an :class:`Alignment`, object with ``.pairs``, or pairs)."""
+    for name, seq in (("query", query), ("target", target)):
+        if not isinstance(seq, str) or not seq.isascii():
+            raise ValueError(f"{name} must be an ASCII string")
+    pairs = as_pairs(alignment, len(query), len(target))
+    k = int(pairs.shape[0])
+    if k == 0:
+        return AlignmentStats(float("nan"), 0, 0, 0, 0, 0, 0, float("nan"))
+    qa = np.frombuffer(query.upper().encode("ascii"), dtype=np.uint8)
+    ta = np.frombuffer(target.upper().encode("ascii"), dtype=np.uint8)
+    same = int(np.count_nonzero(qa[pairs[:, 0]] == ta[pairs[:, 1]]))
+    mean_post = alignment.mean_posterior if isinstance(alignment, Alignment) else float("nan")
+    return AlignmentStats(
+        identity=100.0 * same / k,
+        aligned_length=k,
+        n_identical=same,
+        query_start=int(pairs[0, 0]),
+        query_end=int(pairs[-1, 0]) + 1,
+        target_start=int(pairs[0, 1]),
+        target_end=int(pairs[-1, 1]) + 1,
+        mean_posterior=mean_post,
+    )

@@ -1,0 +1,374 @@
+"""Validated, streaming FASTA input and atomic FASTA output.
+
+``read_fasta`` parses with Biopython (``Bio.SeqIO.parse(handle, "fasta")``), reads
+gzip-compressed files transparently (detected by their magic bytes, whatever the
+suffix) and yields one :class:`Sequence` per record, in file order, checking each
+record as it goes. Every problem raises :class:`SequenceFormatError` (a
+``ValueError``) whose message names the file, the record id and its ordinal number
+in the file (``record #3``, counted from 1) and, for a bad character, its 0-based
+position in the record's residue string (FASTA line breaks and spaces removed) and
+the character itself.
+
+Alphabets (all checks are made on upper-cased letters):
+
+=========  ===========================  ==================================================
+alphabet   standard letters             ambiguous / non-standard (``allow_ambiguous``)
+=========  ===========================  ==================================================
+protein    ``ACDEFGHIKLMNPQRSTVWY``     ``X B Z J U O`` (unknown, Asx, Glx, Leu/Ile,
+                                        selenocysteine, pyrrolysine)
+dna        ``ACGT`` and ``U``           ``N`` and the IUPAC codes ``R Y S W K M B D H V``
+=========  ===========================  ==================================================
+
+* ``alphabet="auto"`` decides per record: ``dna`` when every letter is a nucleotide
+  code (``ACGTUN`` or an IUPAC code) and at least half of them are ``ACGTUN``,
+  otherwise ``protein``. A short peptide made only of nucleotide letters (``"GAGA"``)
+  is read as DNA; pass the alphabet explicitly when that matters.
+* Stop codons: one trailing ``*`` on a protein record (a translated ORF) is removed;
+  a ``*`` anywhere else, or in DNA, is an illegal character.
+* Gaps (``-`` and ``.``) are illegal here: aligned input belongs to
+  :mod:`sinkalign.io.alignments`.
+* Lower case (soft-masking) is upper-cased when ``uppercase=True`` (the default) and
+  rejected when ``uppercase=False``.
+* Duplicate record ids, records with no id, records with no residues and files with
+  no records are errors.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Iterable, Iterator
+
+from Bio import SeqIO
+from Bio.SeqRecord import SeqRecord
+
+from sinkalign.utils import atomic_write
+
+__all__ = [
+    "ALPHABETS",
+    "AMBIGUOUS",
+    "STANDARD",
+    "Sequence",
+    "SequenceFormatError",
+    "detect_alphabet",
+    "open_text",
+    "read_fasta",
+    "validate_residues",
+    "write_fasta",
+]
+
+logger = logging.getLogger(__name__)
+
+ALPHABETS = ("protein", "dna", "auto")
+
+#: Standard letters per alphabet.
+STANDARD = {"protein": frozenset("ACDEFGHIKLMNPQRSTVWY"), "dna": frozenset("ACGTU")}
+#: Letters accepted only with ``allow_ambiguous=True``.
+AMBIGUOUS = {"protein": frozenset("XBZJUO"), "dna": frozenset("NRYSWKMBDHV")}
+# U (selenocysteine) is listed as non-standard for protein; for DNA it is standard.
+_NUCLEOTIDE_CODES = STANDARD["dna"] | AMBIGUOUS["dna"]
+_CORE_NUCLEOTIDES = frozenset("ACGTUN")
+_GAPS = frozenset("-.")
+
+
+class SequenceFormatError(ValueError):
+    """A sequence or alignment file that cannot be read as promised.
+
+    Attributes (``None`` where they do not apply): ``path``, ``record_id``,
+    ``record_number`` (1-based ordinal in the file), ``position`` (0-based) and ``char``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | os.PathLike | None = None,
+        record_id: str | None = None,
+        record_number: int | None = None,
+        position: int | None = None,
+        char: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.path = None if path is None else str(path)
+        self.record_id = record_id
+        self.record_number = record_number
+        self.position = position
+        self.char = char
+
+
+@dataclass(frozen=True)
+class Sequence:
+    """One validated sequence record.
+
+    Attributes:
+        id: the record id (first word of the FASTA header).
+        description: the rest of the header after the id ("" when there is none).
+        seq: the residues, upper case, no gaps or whitespace; residue ``k`` is
+            ``seq[k]`` (0-based).
+        alphabet: ``"protein"`` or ``"dna"`` (resolved when reading with ``"auto"``).
+    """
+
+    id: str
+    description: str
+    seq: str
+    alphabet: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not self.id or any(c.isspace() for c in self.id):
+            raise ValueError(f"id={self.id!r} must be a non-empty string without whitespace")
+        if not isinstance(self.description, str) or "\n" in self.description or "\r" in self.description:
+            raise ValueError(f"description={self.description!r} must be a single-line string")
+        if not isinstance(self.seq, str) or not self.seq:
+            raise ValueError(f"seq={self.seq!r} of record {self.id!r} must be a non-empty string")
+        if self.alphabet not in ("protein", "dna"):
+            raise ValueError(f"alphabet={self.alphabet!r} is not one of ('protein', 'dna')")
+
+    def __len__(self) -> int:
+        return len(self.seq)
+
+
+def open_text(path: str | os.PathLike) -> IO[str]:
+    """Open ``path`` for reading text, decompressing gzip (detected by magic bytes)."""
+    path = Path(path)
+    with open(path, "rb") as raw:
+        magic = raw.read(2)
+    if magic == b"\x1f\x8b":
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline=None)
+    return open(path, encoding="utf-8", newline=None)
+
+
+def detect_alphabet(seq: str) -> str:
+    """``"dna"`` if every letter of ``seq`` is a nucleotide code and >= half are ACGTUN, else ``"protein"``."""
+    letters = seq.upper()
+    if letters and set(letters) <= _NUCLEOTIDE_CODES:
+        core = sum(letters.count(c) for c in _CORE_NUCLEOTIDES)
+        if 2 * core >= len(letters):
+            return "dna"
+    return "protein"
+
+
+def validate_residues(
+    seq: str,
+    alphabet: str,
+    *,
+    allow_ambiguous: bool = True,
+    where: str,
+    path: str | os.PathLike | None = None,
+    record_id: str | None = None,
+    record_number: int | None = None,
+    offset_of=None,
+) -> None:
+    """Raise :class:`SequenceFormatError` at the first residue of ``seq`` not allowed in ``alphabet``.
+
+    ``seq`` must already be upper case. ``where`` prefixes the message (file and
+    record). ``offset_of(k)`` maps a residue index to the position reported (default:
+    the index itself), so alignment readers can report alignment columns.
+    """
+    if alphabet not in ("protein", "dna"):
+        raise ValueError(f"alphabet={alphabet!r} is not one of ('protein', 'dna')")
+    standard = STANDARD[alphabet]
+    allowed = standard | AMBIGUOUS[alphabet] if allow_ambiguous else standard
+    if set(seq) <= allowed:
+        return
+    for k, c in enumerate(seq):
+        if c in allowed:
+            continue
+        pos = k if offset_of is None else offset_of(k)
+        if c in AMBIGUOUS[alphabet]:
+            why = f"ambiguous/non-standard {alphabet} residue {c!r} (allow_ambiguous=False)"
+        elif c in _GAPS:
+            why = f"gap character {c!r} in unaligned input (use sinkalign.io.alignments for alignments)"
+        elif c == "*":
+            why = "stop '*' inside the sequence (only one trailing '*' on a protein is accepted)"
+        else:
+            why = f"illegal character {c!r} for alphabet {alphabet!r}"
+        raise SequenceFormatError(
+            f"{where}: {why} at position {pos} (0-based)",
+            path=path,
+            record_id=record_id,
+            record_number=record_number,
+            position=pos,
+            char=c,
+        )
+
+
+def _seek_first_header(handle: IO[str], path: Path) -> None:
+    """Skip leading blank lines; raise unless the first non-blank line is a '>' header."""
+    line_no = 0
+    while True:
+        pos = handle.tell()
+        line = handle.readline()
+        line_no += 1
+        if not line:
+            raise SequenceFormatError(f"{path}: empty file, no FASTA records", path=path)
+        if line.strip():
+            break
+    if not line.startswith(">"):
+        raise SequenceFormatError(
+            f"{path}: line {line_no}: expected a '>' header before any sequence, found {line.strip()[:40]!r}",
+            path=path,
+        )
+    handle.seek(pos)
+
+
+def read_fasta(
+    path: str | os.PathLike,
+    alphabet: str = "protein",
+    *,
+    allow_ambiguous: bool = True,
+    uppercase: bool = True,
+) -> Iterator[Sequence]:
+    """Stream validated records from a (possibly gzipped) FASTA file, in file order.
+
+    Args:
+        path: FASTA file; gzip is detected from the content.
+        alphabet: ``"protein"``, ``"dna"`` or ``"auto"`` (decided per record, see the
+            module docstring).
+        allow_ambiguous: accept ambiguous / non-standard letters (protein
+            ``XBZJUO``, DNA ``N`` and IUPAC codes); reject them when False.
+        uppercase: upper-case soft-masked (lower-case) letters; when False a
+            lower-case letter is an error.
+
+    Yields:
+        :class:`Sequence` records. Errors are raised when the bad record is reached.
+
+    Raises:
+        SequenceFormatError: naming file, record id, record number and, for a bad
+            residue, its 0-based position and the character.
+        ValueError: for a bad ``alphabet`` value (before the file is opened).
+    """
+    if alphabet not in ALPHABETS:
+        raise ValueError(f"alphabet={alphabet!r} is not one of {ALPHABETS}")
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such FASTA file")
+    return _read_fasta(path, alphabet, allow_ambiguous, uppercase)
+
+
+def _read_fasta(path: Path, alphabet: str, allow_ambiguous: bool, uppercase: bool) -> Iterator[Sequence]:
+    seen: dict[str, int] = {}
+    n = 0
+    with open_text(path) as handle:
+        _seek_first_header(handle, path)
+        try:
+            for n, rec in enumerate(SeqIO.parse(handle, "fasta"), start=1):
+                yield _check_record(rec, n, path, alphabet, allow_ambiguous, uppercase, seen)
+        except SequenceFormatError:
+            raise
+        except (ValueError, UnicodeDecodeError) as err:  # Biopython / decoding errors, with the file named
+            raise SequenceFormatError(f"{path}: record #{n + 1}: cannot parse FASTA: {err}", path=path) from err
+    if n == 0:
+        raise SequenceFormatError(f"{path}: no FASTA records", path=path)
+    logger.debug("read %d records from %s", n, path)
+
+
+def _check_record(
+    rec: SeqRecord,
+    n: int,
+    path: Path,
+    alphabet: str,
+    allow_ambiguous: bool,
+    uppercase: bool,
+    seen: dict[str, int],
+) -> Sequence:
+    rid = rec.id
+    if not rid:
+        raise SequenceFormatError(f"{path}: record #{n}: empty header (no record id)", path=path, record_number=n)
+    where = f"{path}: record {rid!r} (#{n})"
+    if rid in seen:
+        raise SequenceFormatError(
+            f"{where}: duplicate record id (first seen as record #{seen[rid]})",
+            path=path,
+            record_id=rid,
+            record_number=n,
+        )
+    seen[rid] = n
+    seq = str(rec.seq)
+    if not seq:
+        raise SequenceFormatError(f"{where}: empty record (no residues)", path=path, record_id=rid, record_number=n)
+    if not uppercase:
+        for k, c in enumerate(seq):
+            if c.islower():
+                raise SequenceFormatError(
+                    f"{where}: lower-case letter {c!r} at position {k} (0-based) with uppercase=False",
+                    path=path,
+                    record_id=rid,
+                    record_number=n,
+                    position=k,
+                    char=c,
+                )
+    seq = seq.upper()
+    resolved = detect_alphabet(seq.rstrip("*")) if alphabet == "auto" else alphabet
+    if resolved == "protein" and seq.endswith("*"):
+        seq = seq[:-1]
+        if not seq:
+            raise SequenceFormatError(f"{where}: empty record (only a stop '*')", path=path, record_id=rid, record_number=n)
+    validate_residues(
+        seq, resolved, allow_ambiguous=allow_ambiguous, where=where, path=path, record_id=rid, record_number=n
+    )
+    # SeqIO's description is the whole header; keep only what follows the id.
+    desc = rec.description
+    desc = desc[len(rid):].strip() if desc.startswith(rid) else desc.strip()
+    return Sequence(id=rid, description=desc, seq=seq, alphabet=resolved)
+
+
+def write_fasta(
+    records: Iterable[Sequence | SeqRecord] | Sequence | SeqRecord,
+    path: str | os.PathLike,
+    *,
+    line_width: int = 60,
+) -> int:
+    """Write records to ``path`` atomically (temp file + rename); gzip when ``path`` ends in ``.gz``.
+
+    Args:
+        records: one or many :class:`Sequence` or Biopython ``SeqRecord`` objects.
+        path: output file.
+        line_width: residues per line (``0`` writes each sequence on one line).
+
+    Returns:
+        The number of records written.
+
+    Raises:
+        ValueError: for a non-positive ``line_width``, an empty or whitespace-containing
+            id, an empty sequence or a duplicate id (nothing is written).
+    """
+    if not isinstance(line_width, int) or line_width < 0:
+        raise ValueError(f"line_width={line_width!r} must be a non-negative integer (0 = no wrapping)")
+    if isinstance(records, (Sequence, SeqRecord)):
+        records = [records]
+    path = Path(path)
+    seen: set[str] = set()
+    count = 0
+    with atomic_write(path, "wb") as raw:
+        stream = gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) if path.suffix == ".gz" else raw
+        for rec in records:
+            if isinstance(rec, SeqRecord):
+                rid, seq = rec.id, str(rec.seq)
+                desc = rec.description
+                desc = desc[len(rid):].strip() if desc.startswith(rid) else desc.strip()
+                if desc == "<unknown description>":
+                    desc = ""
+            elif isinstance(rec, Sequence):
+                rid, desc, seq = rec.id, rec.description, rec.seq
+            else:
+                raise ValueError(f"record {rec!r} must be a Sequence or a Bio.SeqRecord.SeqRecord")
+            if not rid or any(c.isspace() for c in rid):
+                raise ValueError(f"record id {rid!r} (#{count + 1}) must be non-empty and contain no whitespace")
+            if not seq:
+                raise ValueError(f"record {rid!r} (#{count + 1}) has an empty sequence")
+            if rid in seen:
+                raise ValueError(f"duplicate record id {rid!r} (#{count + 1})")
+            seen.add(rid)
+            header = f">{rid} {desc}" if desc else f">{rid}"
+            step = line_width or len(seq)
+            body = "\n".join(seq[k : k + step] for k in range(0, len(seq), step))
+            stream.write(f"{header}\n{body}\n".encode("utf-8"))
+            count += 1
+        if stream is not raw:
+            stream.close()
+    logger.debug("wrote %d records to %s", count, path)
+    return count

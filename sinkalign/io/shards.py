@@ -1,0 +1,839 @@
+"""Pfam pair shards: reference-aligned sequence pairs on disk, split by family.
+
+Format (version 1; the full description is ``data_manifests/shards_format.md``)
+-------------------------------------------------------------------------------
+A shard directory holds::
+
+    index.json                      written last; the only entry point
+    train-00000.npz                 pair shards, one split per file
+    train-00000.emb.safetensors     optional per-residue embeddings of that shard
+    valid-00000.npz ...
+
+``<split>-<k>.npz`` is a NumPy ``.npz`` archive readable with ``allow_pickle=False``.
+Strings live in one JSON document stored as bytes; numbers are plain arrays
+(P pairs in the shard, S sequences, N aligned residue pairs in all):
+
+=====================  ==========  ========================================================
+key                    dtype       shape / meaning
+=====================  ==========  ========================================================
+``header``             uint8       UTF-8 JSON: ``format_version``, ``split``, ``seq_ids`` [S],
+                                   ``seqs`` [S], ``families``, ``sources``, ``meta`` [P]
+``query``              int32       [P] query row in the sequence table
+``target``             int32       [P] target row in the sequence table
+``family``             int32       [P] index into ``header.families``
+``source``             int32       [P] index into ``header.sources``
+``pair_offsets``       int64       [P + 1] pair p owns ``pairs[pair_offsets[p]:pair_offsets[p+1]]``
+``pairs``              int32       [N, 2] 0-based (i, j) residue indices, ungapped sequences
+``percent_identity``   float32     [P] see :func:`sinkalign.io.alignments.percent_identity`
+=====================  ==========  ========================================================
+
+``<split>-<k>.emb.safetensors`` maps each sequence id of the shard to a
+``[L, D]`` float16/float32 array (safetensors metadata ``name`` and ``dtype``).
+
+``index.json`` records ``format`` / ``format_version``, the build parameters and the
+sha256 of every input file, and per split the families, counts and the shard list
+(file, sha256, byte size, pair count, embeddings file and sha256), plus per-family
+details and the embedding description (``name``, ``dim``, ``dtype``) or ``null``.
+
+Split convention
+----------------
+Whole families go to ``train`` / ``valid`` / ``test`` (never single pairs). Family
+names are sorted, permuted with ``numpy.random.default_rng(seed)`` and cut by
+counts: ``round(fraction * F)`` families per split (largest remainder). When there
+are at least 3 families every split with a positive fraction gets at least one
+family (taken from the largest split). The split depends only on the family names,
+the fractions and the seed (not on input order). Within a split, pairs are stored
+family by family (sorted names), rows ``a < b`` in alignment order.
+
+Atomicity: every file is written to a temporary name and renamed; ``index.json``
+is written last and removed first when a directory is rebuilt, so an interrupted
+build or embedding run never leaves an index that points at missing or
+half-written shards. Readers verify each file's sha256 against the index.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import hashlib
+import io
+import json
+import logging
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, Sequence
+
+import numpy as np
+import safetensors.numpy
+from tqdm.auto import tqdm
+
+from sinkalign.io.alignments import MSA, ReferencePair, msa_to_pairs, percent_identity, read_stockholm
+from sinkalign.utils import atomic_write_bytes, atomic_write_text
+
+__all__ = [
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "INDEX_NAME",
+    "SPLITS",
+    "ShardDataset",
+    "ShardExample",
+    "add_embeddings",
+    "build_shards",
+    "read_index",
+    "shard_summary",
+    "split_families",
+    "verify_shards",
+]
+
+logger = logging.getLogger(__name__)
+
+FORMAT_NAME = "sinkalign-pair-shards"
+FORMAT_VERSION = 1
+INDEX_NAME = "index.json"
+SPLITS = ("train", "valid", "test")
+EMBEDDING_DTYPES = ("float16", "float32")
+_ARRAY_KEYS = ("header", "query", "target", "family", "source", "pair_offsets", "pairs", "percent_identity")
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _check_split(split: Sequence[float]) -> tuple[float, float, float]:
+    try:
+        fractions = tuple(float(x) for x in split)
+    except (TypeError, ValueError):
+        raise ValueError(f"split={split!r} must be three fractions (train, valid, test)") from None
+    if len(fractions) != 3 or any(not math.isfinite(f) or f < 0 for f in fractions):
+        raise ValueError(f"split={split!r} must be three non-negative finite fractions (train, valid, test)")
+    if abs(sum(fractions) - 1.0) > 1e-6:
+        raise ValueError(f"split={split!r} must sum to 1 (sums to {sum(fractions):.6g})")
+    if fractions[0] <= 0:
+        raise ValueError(f"split={split!r}: the train fraction must be positive")
+    return fractions  # type: ignore[return-value]
+
+
+def split_families(
+    families: Iterable[str], split: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0
+) -> dict[str, list[str]]:
+    """Assign whole families to ``train`` / ``valid`` / ``test`` (see the module docstring).
+
+    Returns:
+        ``{"train": [...], "valid": [...], "test": [...]}``, each list sorted.
+    """
+    fractions = _check_split(split)
+    if not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed={seed!r} must be a non-negative integer")
+    names = sorted(set(families))
+    n = len(names)
+    ideal = [f * n for f in fractions]
+    counts = [math.floor(x) for x in ideal]
+    by_remainder = sorted(range(3), key=lambda k: (-(ideal[k] - counts[k]), k))
+    for k in by_remainder[: n - sum(counts)]:
+        counts[k] += 1
+    if n >= 3:
+        for k in range(3):
+            if fractions[k] > 0 and counts[k] == 0:
+                donor = max(range(3), key=lambda m: (counts[m], -m))
+                counts[donor] -= 1
+                counts[k] += 1
+    elif n > 0 and counts[0] == 0:
+        donor = max(range(3), key=lambda m: counts[m])
+        counts[donor] -= 1
+        counts[0] += 1
+    order = np.random.default_rng(int(seed)).permutation(n)
+    shuffled = [names[k] for k in order]
+    out, start = {}, 0
+    for name, count in zip(SPLITS, counts):
+        out[name] = sorted(shuffled[start : start + count])
+        start += count
+    return out
+
+
+def _family_rng(seed: int, family: str) -> np.random.Generator:
+    key = int.from_bytes(hashlib.sha256(family.encode("utf-8")).digest()[:8], "little")
+    return np.random.default_rng([int(seed), key])
+
+
+@dataclass(frozen=True)
+class _Family:
+    name: str
+    msa: MSA
+    n_in_file: int
+
+
+def _subset(msa: MSA, keep: list[int]) -> MSA:
+    return MSA(
+        ids=tuple(msa.ids[k] for k in keep),
+        rows=tuple(msa.rows[k] for k in keep),
+        source=msa.source,
+        format=msa.format,
+        alphabet=msa.alphabet,
+        family=msa.family,
+        accession=msa.accession,
+        index=msa.index,
+    )
+
+
+def _load_families(
+    paths: list[Path], min_length: int, max_length: int | None, alphabet: str | None
+) -> tuple[list[_Family], dict[str, str]]:
+    families: dict[str, _Family] = {}
+    skipped: dict[str, str] = {}
+    seq_owner: dict[str, tuple[str, str]] = {}
+    for path in paths:
+        for msa in read_stockholm(path):
+            name = msa.family or (path.stem if msa.index == 0 else f"{path.stem}#{msa.index + 1}")
+            if name in families or name in skipped:
+                other = families[name].msa.source if name in families else "an earlier input"
+                raise ValueError(f"family {name!r} appears twice: {other} and {path} (alignment #{msa.index + 1})")
+            if alphabet is not None and msa.alphabet != alphabet:
+                skipped[name] = f"alphabet {msa.alphabet} (kept only {alphabet})"
+                logger.info("skipping family %s from %s: %s", name, path, skipped[name])
+                continue
+            keep = [
+                k
+                for k in range(len(msa))
+                if len(msa.ungapped(k)) >= min_length and (max_length is None or len(msa.ungapped(k)) <= max_length)
+            ]
+            if len(keep) < 2:
+                skipped[name] = f"{len(keep)} of {len(msa)} sequences within the length limits"
+                logger.warning("skipping family %s from %s: %s", name, path, skipped[name])
+                continue
+            sub = _subset(msa, keep)
+            for k, sid in enumerate(sub.ids):
+                seq = sub.ungapped(k)
+                if sid in seq_owner and seq_owner[sid][1] != seq:
+                    raise ValueError(
+                        f"sequence id {sid!r} has different sequences in families {seq_owner[sid][0]!r} "
+                        f"and {name!r}; ids must identify sequences (embeddings are keyed by id)"
+                    )
+                seq_owner.setdefault(sid, (name, seq))
+            families[name] = _Family(name=name, msa=sub, n_in_file=len(msa))
+    return list(families.values()), skipped
+
+
+def _encode_shard(pairs: list[ReferencePair], split: str, pids: list[float]) -> bytes:
+    seq_index: dict[str, int] = {}
+    seq_ids: list[str] = []
+    seqs: list[str] = []
+    fam_index: dict[str | None, int] = {}
+    src_index: dict[str, int] = {}
+
+    def seq_row(sid: str, seq: str) -> int:
+        if sid not in seq_index:
+            seq_index[sid] = len(seq_ids)
+            seq_ids.append(sid)
+            seqs.append(seq)
+        return seq_index[sid]
+
+    query = np.empty(len(pairs), dtype=np.int32)
+    target = np.empty(len(pairs), dtype=np.int32)
+    family = np.empty(len(pairs), dtype=np.int32)
+    source = np.empty(len(pairs), dtype=np.int32)
+    offsets = np.zeros(len(pairs) + 1, dtype=np.int64)
+    for p, pair in enumerate(pairs):
+        query[p] = seq_row(pair.query_id, pair.query_seq)
+        target[p] = seq_row(pair.target_id, pair.target_seq)
+        family[p] = fam_index.setdefault(pair.family, len(fam_index))
+        source[p] = src_index.setdefault(pair.source, len(src_index))
+        offsets[p + 1] = offsets[p] + pair.n_aligned
+    header = {
+        "format_version": FORMAT_VERSION,
+        "split": split,
+        "seq_ids": seq_ids,
+        "seqs": seqs,
+        "families": list(fam_index),
+        "sources": list(src_index),
+        "meta": [pair.meta for pair in pairs],
+    }
+    arrays = {
+        "header": np.frombuffer(json.dumps(header, separators=(",", ":")).encode("utf-8"), dtype=np.uint8),
+        "query": query,
+        "target": target,
+        "family": family,
+        "source": source,
+        "pair_offsets": offsets,
+        "pairs": np.concatenate([p.pairs for p in pairs]).astype(np.int32) if pairs else np.zeros((0, 2), np.int32),
+        "percent_identity": np.asarray(pids, dtype=np.float32),
+    }
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    return buf.getvalue()
+
+
+def _write_shard(directory: Path, name: str, data: bytes) -> dict:
+    """Write one shard file atomically; return its index entry."""
+    atomic_write_bytes(directory / name, data)
+    return {"file": name, "sha256": _sha256(data), "bytes": len(data)}
+
+
+def _remove_old_build(directory: Path) -> list[str]:
+    """Remove ``index.json`` first (so no index can point at replaced files); return the files it listed."""
+    index_path = directory / INDEX_NAME
+    old_files: list[str] = []
+    if index_path.exists():
+        try:
+            old = json.loads(index_path.read_text(encoding="utf-8"))
+            for info in old.get("splits", {}).values():
+                for shard in info.get("shards", []):
+                    old_files.append(shard["file"])
+                    if shard.get("embeddings"):
+                        old_files.append(shard["embeddings"]["file"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            logger.warning("could not read the old %s; leaving its files in place", index_path)
+        index_path.unlink()
+    return old_files
+
+
+def build_shards(
+    stockholm_paths: str | os.PathLike | Iterable[str | os.PathLike],
+    out_dir: str | os.PathLike,
+    *,
+    split: Sequence[float] = (0.8, 0.1, 0.1),
+    seed: int = 0,
+    pairs_per_shard: int = 4096,
+    max_pairs_per_family: int | None = None,
+    min_length: int = 10,
+    max_length: int | None = None,
+    alphabet: str | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
+) -> dict:
+    """Build a family-disjoint pair-shard directory from Stockholm alignments.
+
+    Every alignment in every file is one family (name: ``#=GF ID``, else the file
+    stem, with ``#k`` for the k-th alignment of a file after the first). Sequences
+    outside ``[min_length, max_length]`` residues (ungapped) are dropped; a family left
+    with fewer than 2 sequences is skipped (recorded under ``skipped_families``).
+    Then every pair of the remaining sequences (or ``max_pairs_per_family`` of them,
+    drawn with a per-family generator seeded by ``seed`` and the family name) is
+    stored with its aligned residue pairs (:func:`msa_to_pairs`).
+
+    Args:
+        stockholm_paths: one Stockholm file or many.
+        out_dir: output directory; created if needed. A directory that already has an
+            ``index.json`` needs ``overwrite=True``.
+        split: (train, valid, test) fractions of families, summing to 1.
+        seed: split and subsampling seed.
+        pairs_per_shard: pairs per shard file (the last shard of a split may be smaller).
+        max_pairs_per_family: cap on pairs per family (``None``: all N(N-1)/2).
+        min_length, max_length: ungapped sequence length limits (inclusive;
+            ``max_length=None``: no upper limit).
+        alphabet: keep only ``"protein"`` or ``"dna"`` families (``None``: all).
+        overwrite: replace an existing shard directory.
+        progress: show a tqdm progress bar.
+
+    Returns:
+        The index (the parsed content of ``index.json``).
+
+    Raises:
+        ValueError: bad arguments, the same family twice, a sequence id with two
+            different sequences, no family left after filtering, an existing index
+            without ``overwrite``.
+        SequenceFormatError: unreadable alignments (file, alignment, row, column).
+    """
+    if isinstance(stockholm_paths, (str, os.PathLike)):
+        stockholm_paths = [stockholm_paths]
+    paths = [Path(p) for p in stockholm_paths]
+    if not paths:
+        raise ValueError("stockholm_paths is empty: give at least one Stockholm file")
+    for p in paths:
+        if not p.is_file():
+            raise FileNotFoundError(f"{p}: no such Stockholm file")
+    fractions = _check_split(split)
+    if not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed={seed!r} must be a non-negative integer")
+    if not isinstance(pairs_per_shard, (int, np.integer)) or pairs_per_shard < 1:
+        raise ValueError(f"pairs_per_shard={pairs_per_shard!r} must be a positive integer")
+    if max_pairs_per_family is not None and (
+        not isinstance(max_pairs_per_family, (int, np.integer)) or max_pairs_per_family < 1
+    ):
+        raise ValueError(f"max_pairs_per_family={max_pairs_per_family!r} must be a positive integer or None")
+    if not isinstance(min_length, (int, np.integer)) or min_length < 1:
+        raise ValueError(f"min_length={min_length!r} must be a positive integer")
+    if max_length is not None and (not isinstance(max_length, (int, np.integer)) or max_length < min_length):
+        raise ValueError(f"max_length={max_length!r} must be an integer >= min_length={min_length} or None")
+    if alphabet not in (None, "protein", "dna"):
+        raise ValueError(f"alphabet={alphabet!r} is not one of (None, 'protein', 'dna')")
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out_dir={str(out)!r} exists and is not a directory")
+    if (out / INDEX_NAME).exists() and not overwrite:
+        raise ValueError(f"{out / INDEX_NAME} already exists; pass overwrite=True to rebuild")
+
+    families, skipped = _load_families(paths, int(min_length), max_length, alphabet)
+    if not families:
+        raise ValueError(f"no family left to shard (skipped: {skipped})")
+    assignment = split_families([f.name for f in families], fractions, int(seed))
+    by_name = {f.name: f for f in families}
+    if len(families) < 3:
+        logger.warning("only %d families: some splits are empty", len(families))
+
+    out.mkdir(parents=True, exist_ok=True)
+    old_files = _remove_old_build(out)
+
+    index: dict = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "build": {
+            "seed": int(seed),
+            "split_fractions": list(fractions),
+            "pairs_per_shard": int(pairs_per_shard),
+            "max_pairs_per_family": None if max_pairs_per_family is None else int(max_pairs_per_family),
+            "min_length": int(min_length),
+            "max_length": None if max_length is None else int(max_length),
+            "alphabet": alphabet,
+            "inputs": [{"path": str(p), "sha256": _file_sha256(p)} for p in paths],
+        },
+        "splits": {},
+        "families": {},
+        "skipped_families": skipped,
+        "embeddings": None,
+    }
+    total = sum(
+        (len(f.msa) * (len(f.msa) - 1) // 2)
+        if max_pairs_per_family is None
+        else min(max_pairs_per_family, len(f.msa) * (len(f.msa) - 1) // 2)
+        for f in families
+    )
+    bar = tqdm(total=total, unit="pair", desc="shards", disable=not progress)
+    try:
+        for split_name in SPLITS:
+            shards: list[dict] = []
+            buffer: list[ReferencePair] = []
+            pids: list[float] = []
+            seq_ids: set[str] = set()
+            n_aligned = 0
+
+            def flush() -> None:
+                name = f"{split_name}-{len(shards):05d}.npz"
+                entry = _write_shard(out, name, _encode_shard(buffer, split_name, pids))
+                entry["n_pairs"] = len(buffer)
+                entry["embeddings"] = None
+                shards.append(entry)
+                buffer.clear()
+                pids.clear()
+
+            for fam_name in assignment[split_name]:
+                fam = by_name[fam_name]
+                pairs = msa_to_pairs(fam.msa, max_pairs=max_pairs_per_family, rng=_family_rng(seed, fam_name))
+                fam_pids = [percent_identity(p) for p in pairs]
+                finite = [x for x in fam_pids if not math.isnan(x)]
+                index["families"][fam_name] = {
+                    "split": split_name,
+                    "accession": fam.msa.accession,
+                    "source": fam.msa.source,
+                    "alignment_index": fam.msa.index,
+                    "alphabet": fam.msa.alphabet,
+                    "n_sequences_in_file": fam.n_in_file,
+                    "n_sequences": len(fam.msa),
+                    "n_pairs": len(pairs),
+                    "mean_percent_identity": round(float(np.mean(finite)), 4) if finite else None,
+                }
+                seq_ids.update(fam.msa.ids)
+                for pair, pid in zip(pairs, fam_pids):
+                    if pair.family != fam_name:  # alignments without #=GF ID are named after their file
+                        pair = dataclasses.replace(pair, family=fam_name)
+                    buffer.append(pair)
+                    pids.append(pid)
+                    n_aligned += pair.n_aligned
+                    if len(buffer) == pairs_per_shard:
+                        flush()
+                bar.update(len(pairs))
+            if buffer:
+                flush()
+            index["splits"][split_name] = {
+                "families": assignment[split_name],
+                "n_families": len(assignment[split_name]),
+                "n_sequences": len(seq_ids),
+                "n_pairs": sum(s["n_pairs"] for s in shards),
+                "n_aligned_residue_pairs": n_aligned,
+                "shards": shards,
+            }
+    finally:
+        bar.close()
+    atomic_write_text(out / INDEX_NAME, json.dumps(index, indent=1) + "\n")
+    new_files = {s["file"] for info in index["splits"].values() for s in info["shards"]}
+    for name in old_files:
+        if name not in new_files and "/" not in name and (out / name).is_file():
+            (out / name).unlink()
+    logger.info(
+        "wrote %s: %s",
+        out,
+        ", ".join(f"{k} {v['n_families']} families / {v['n_pairs']} pairs" for k, v in index["splits"].items()),
+    )
+    return index
+
+
+def read_index(directory: str | os.PathLike) -> dict:
+    """Read and check ``index.json`` of a shard directory.
+
+    Raises:
+        FileNotFoundError: no index (not a shard directory, or an interrupted build).
+        ValueError: unknown format or version.
+    """
+    directory = Path(directory)
+    path = directory / INDEX_NAME
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} not found: {directory} is not a shard directory (or its build was interrupted)"
+        )
+    try:
+        index = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as err:
+        raise ValueError(f"{path}: not valid JSON: {err}") from err
+    if not isinstance(index, dict) or index.get("format") != FORMAT_NAME:
+        raise ValueError(f"{path}: format={index.get('format') if isinstance(index, dict) else None!r}, expected {FORMAT_NAME!r}")
+    if index.get("format_version") != FORMAT_VERSION:
+        raise ValueError(
+            f"{path}: format_version={index.get('format_version')!r}, this sinkalign reads {FORMAT_VERSION}"
+        )
+    return index
+
+
+def _read_verified(path: Path, sha256: str) -> bytes:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: listed in {INDEX_NAME} but missing")
+    data = path.read_bytes()
+    got = _sha256(data)
+    if got != sha256:
+        raise ValueError(f"{path}: sha256 {got} does not match {INDEX_NAME} ({sha256}); the file is corrupt or stale")
+    return data
+
+
+@dataclass(frozen=True)
+class _Shard:
+    header: dict
+    arrays: dict[str, np.ndarray]
+    embeddings: dict[str, np.ndarray] | None
+
+
+def _load_shard(directory: Path, entry: dict, load_embeddings: bool) -> _Shard:
+    data = _read_verified(directory / entry["file"], entry["sha256"])
+    with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+        missing = [k for k in _ARRAY_KEYS if k not in npz.files]
+        if missing:
+            raise ValueError(f"{directory / entry['file']}: missing arrays {missing}")
+        arrays = {k: npz[k] for k in _ARRAY_KEYS}
+    header = json.loads(arrays.pop("header").tobytes().decode("utf-8"))
+    if header.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{directory / entry['file']}: format_version={header.get('format_version')!r}")
+    embeddings = None
+    if load_embeddings and entry.get("embeddings"):
+        emb = entry["embeddings"]
+        embeddings = safetensors.numpy.load(_read_verified(directory / emb["file"], emb["sha256"]))
+    return _Shard(header=header, arrays=arrays, embeddings=embeddings)
+
+
+def _shard_pair(shard: _Shard, p: int) -> ReferencePair:
+    h, a = shard.header, shard.arrays
+    q, t = int(a["query"][p]), int(a["target"][p])
+    lo, hi = int(a["pair_offsets"][p]), int(a["pair_offsets"][p + 1])
+    return ReferencePair(
+        query_id=h["seq_ids"][q],
+        target_id=h["seq_ids"][t],
+        query_seq=h["seqs"][q],
+        target_seq=h["seqs"][t],
+        pairs=a["pairs"][lo:hi],
+        source=h["sources"][int(a["source"][p])],
+        family=h["families"][int(a["family"][p])],
+        meta=h["meta"][p],
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class ShardExample:
+    """One stored pair, with its per-residue embeddings when the shards have them.
+
+    Attributes:
+        pair: the reference pair.
+        percent_identity: as stored (:func:`~sinkalign.io.alignments.percent_identity`).
+        query_embedding: ``[Lq, D]`` array or ``None``.
+        target_embedding: ``[Lt, D]`` array or ``None``.
+    """
+
+    pair: ReferencePair
+    percent_identity: float
+    query_embedding: np.ndarray | None = None
+    target_embedding: np.ndarray | None = None
+
+
+class ShardDataset:
+    """Random-access, iterable view of one split of a shard directory.
+
+    ``dataset[k]`` is the k-th pair (storage order); iteration goes in storage
+    order; :meth:`iter_batches` gives a deterministic shuffle per (seed, epoch).
+    Shard files are loaded on demand, checked against their sha256, and kept in a
+    small LRU cache (``cache_shards`` files).
+
+    Args:
+        directory: a directory made by :func:`build_shards`.
+        split: ``"train"``, ``"valid"`` or ``"test"``.
+        load_embeddings: attach embeddings when the directory has them.
+        cache_shards: how many decoded shards to keep in memory.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        split: str,
+        *,
+        load_embeddings: bool = True,
+        cache_shards: int = 8,
+    ) -> None:
+        if not isinstance(cache_shards, int) or cache_shards < 1:
+            raise ValueError(f"cache_shards={cache_shards!r} must be a positive integer")
+        self.directory = Path(directory)
+        self.index = read_index(self.directory)
+        if split not in self.index["splits"]:
+            raise ValueError(f"split={split!r} is not one of {tuple(self.index['splits'])}")
+        self.split = split
+        info = self.index["splits"][split]
+        self.families: list[str] = list(info["families"])
+        self._entries: list[dict] = list(info["shards"])
+        for entry in self._entries:
+            for name in [entry["file"]] + ([entry["embeddings"]["file"]] if entry.get("embeddings") else []):
+                if not (self.directory / name).is_file():
+                    raise FileNotFoundError(f"{self.directory / name}: listed in {INDEX_NAME} but missing")
+        self.embeddings_info: dict | None = self.index.get("embeddings")
+        self._load_embeddings = bool(load_embeddings and self.embeddings_info)
+        self._starts = np.cumsum([0] + [int(e["n_pairs"]) for e in self._entries])
+        self._cache: collections.OrderedDict[int, _Shard] = collections.OrderedDict()
+        self._cache_size = cache_shards
+
+    @property
+    def has_embeddings(self) -> bool:
+        return self._load_embeddings
+
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    def _shard(self, s: int) -> _Shard:
+        if s in self._cache:
+            self._cache.move_to_end(s)
+            return self._cache[s]
+        shard = _load_shard(self.directory, self._entries[s], self._load_embeddings)
+        n = len(shard.arrays["query"])
+        if n != int(self._entries[s]["n_pairs"]):
+            raise ValueError(f"{self.directory / self._entries[s]['file']}: {n} pairs, index says {self._entries[s]['n_pairs']}")
+        self._cache[s] = shard
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return shard
+
+    def __getitem__(self, k: int) -> ShardExample:
+        if not isinstance(k, (int, np.integer)):
+            raise TypeError(f"index {k!r} must be an integer")
+        n = len(self)
+        if k < 0:
+            k += n
+        if not 0 <= k < n:
+            raise IndexError(f"index {k} out of range for split {self.split!r} with {n} pairs")
+        s = int(np.searchsorted(self._starts, k, side="right") - 1)
+        shard = self._shard(s)
+        p = int(k - self._starts[s])
+        pair = _shard_pair(shard, p)
+        q_emb = t_emb = None
+        if shard.embeddings is not None:
+            q_emb = shard.embeddings[pair.query_id]
+            t_emb = shard.embeddings[pair.target_id]
+        return ShardExample(
+            pair=pair,
+            percent_identity=float(shard.arrays["percent_identity"][p]),
+            query_embedding=q_emb,
+            target_embedding=t_emb,
+        )
+
+    def __iter__(self) -> Iterator[ShardExample]:
+        for k in range(len(self)):
+            yield self[k]
+
+    def iter_batches(
+        self, batch_size: int, seed: int = 0, epoch: int = 0, *, shuffle: bool = True, drop_last: bool = False
+    ) -> Iterator[list[ShardExample]]:
+        """Yield lists of ``batch_size`` examples in a deterministic order.
+
+        The order is ``numpy.random.default_rng([seed, epoch]).permutation(len(self))``
+        (storage order when ``shuffle=False``): the same (seed, epoch) gives the same
+        batches, another epoch a different order. The last batch is shorter unless
+        ``drop_last``.
+        """
+        if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise ValueError(f"batch_size={batch_size!r} must be a positive integer")
+        for name, value in (("seed", seed), ("epoch", epoch)):
+            if not isinstance(value, (int, np.integer)) or value < 0:
+                raise ValueError(f"{name}={value!r} must be a non-negative integer")
+        n = len(self)
+        order = np.random.default_rng([int(seed), int(epoch)]).permutation(n) if shuffle else np.arange(n)
+        stop = n - n % batch_size if drop_last else n
+        for lo in range(0, stop, batch_size):
+            yield [self[int(k)] for k in order[lo : min(lo + batch_size, stop)]]
+
+
+def _to_numpy(x) -> np.ndarray:
+    if hasattr(x, "detach"):  # torch tensor
+        x = x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def add_embeddings(
+    directory: str | os.PathLike,
+    embed_fn: Callable[[str], np.ndarray],
+    *,
+    name: str,
+    dtype: str = "float16",
+    overwrite: bool = False,
+    progress: bool = False,
+) -> dict:
+    """Compute per-residue embeddings of every stored sequence and add them to the shards.
+
+    ``embed_fn(seq)`` gets an ungapped sequence of length L and returns a ``[L, D]``
+    array (NumPy, or anything ``numpy.asarray`` or ``.detach().cpu().numpy()``
+    converts); D must be the same for every sequence and the values finite. One
+    ``<shard>.emb.safetensors`` file per shard holds the embeddings of that shard's
+    sequences keyed by id. The index is removed while the files are written and
+    rewritten last, so an interrupted run leaves either no index entry for
+    embeddings or a complete one.
+
+    Args:
+        directory: shard directory.
+        embed_fn: the embedding function.
+        name: what made the embeddings (e.g. ``"esm2_t6_8M_UR50D layer 6"``), stored.
+        dtype: ``"float16"`` or ``"float32"`` storage type.
+        overwrite: replace existing embeddings.
+        progress: show a tqdm progress bar.
+
+    Returns:
+        The updated index.
+    """
+    if dtype not in EMBEDDING_DTYPES:
+        raise ValueError(f"dtype={dtype!r} is not one of {EMBEDDING_DTYPES}")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name={name!r} must be a non-empty string")
+    if not callable(embed_fn):
+        raise ValueError(f"embed_fn={embed_fn!r} must be callable")
+    directory = Path(directory)
+    index = read_index(directory)
+    if index.get("embeddings") and not overwrite:
+        raise ValueError(f"{directory} already has embeddings ({index['embeddings']['name']!r}); pass overwrite=True")
+    # Validate every shard before touching anything, then drop the embeddings from the index
+    # while their files are (re)written.
+    entries = [(s, e) for s, info in index["splits"].items() for e in info["shards"]]
+    for _, entry in entries:
+        _read_verified(directory / entry["file"], entry["sha256"])
+    stripped = json.loads(json.dumps(index))
+    stripped["embeddings"] = None
+    for info in stripped["splits"].values():
+        for entry in info["shards"]:
+            entry["embeddings"] = None
+    atomic_write_text(directory / INDEX_NAME, json.dumps(stripped, indent=1) + "\n")
+
+    dim: int | None = None
+    previous: dict[str, np.ndarray] = {}
+    n_seqs = 0
+    bar = tqdm(total=len(entries), unit="shard", desc="embeddings", disable=not progress)
+    try:
+        for split_name, entry in entries:
+            shard = _load_shard(directory, {**entry, "embeddings": None}, load_embeddings=False)
+            current: dict[str, np.ndarray] = {}
+            for sid, seq in zip(shard.header["seq_ids"], shard.header["seqs"]):
+                if sid in previous:
+                    current[sid] = previous[sid]
+                    continue
+                emb = _to_numpy(embed_fn(seq))
+                if emb.ndim != 2 or emb.shape[0] != len(seq):
+                    raise ValueError(
+                        f"embed_fn returned shape {emb.shape} for sequence {sid!r} of length {len(seq)}; expected [L, D]"
+                    )
+                if dim is None:
+                    dim = int(emb.shape[1])
+                elif emb.shape[1] != dim:
+                    raise ValueError(f"embed_fn returned D={emb.shape[1]} for {sid!r}, earlier sequences had D={dim}")
+                if not np.issubdtype(emb.dtype, np.number) or not np.all(np.isfinite(emb)):
+                    raise ValueError(f"embed_fn returned non-finite or non-numeric values for {sid!r}")
+                cast = np.ascontiguousarray(emb, dtype=dtype)
+                if not np.all(np.isfinite(cast)):
+                    raise ValueError(f"embedding of {sid!r} overflows {dtype}")
+                current[sid] = cast
+                n_seqs += 1
+            data = safetensors.numpy.save(current, metadata={"name": name, "dtype": dtype})
+            emb_name = entry["file"].removesuffix(".npz") + ".emb.safetensors"
+            atomic_write_bytes(directory / emb_name, data)
+            entry["embeddings"] = {"file": emb_name, "sha256": _sha256(data), "bytes": len(data)}
+            previous = current
+            bar.update(1)
+    finally:
+        bar.close()
+    index["embeddings"] = {"name": name, "dim": dim, "dtype": dtype}
+    atomic_write_text(directory / INDEX_NAME, json.dumps(index, indent=1) + "\n")
+    logger.info("added %s embeddings (D=%s, %s) of %d sequences to %s", name, dim, dtype, n_seqs, directory)
+    return index
+
+
+def verify_shards(directory: str | os.PathLike) -> int:
+    """Check every file listed in the index against its sha256; return how many were checked."""
+    directory = Path(directory)
+    index = read_index(directory)
+    n = 0
+    for info in index["splits"].values():
+        for entry in info["shards"]:
+            _read_verified(directory / entry["file"], entry["sha256"])
+            n += 1
+            if entry.get("embeddings"):
+                _read_verified(directory / entry["embeddings"]["file"], entry["embeddings"]["sha256"])
+                n += 1
+    return n
+
+
+def shard_summary(directory: str | os.PathLike) -> dict:
+    """Counts per split and per family, read from the index (no shard is opened).
+
+    Returns:
+        ``{"splits": [{"split", "n_families", "n_sequences", "n_pairs", "n_shards", "bytes"}],
+        "families": [{"family", "split", "accession", "alphabet", "n_sequences", "n_pairs",
+        "mean_percent_identity"}], "embeddings": ..., "skipped_families": ...}``
+    """
+    index = read_index(directory)
+    splits = []
+    for name, info in index["splits"].items():
+        splits.append(
+            {
+                "split": name,
+                "n_families": info["n_families"],
+                "n_sequences": info["n_sequences"],
+                "n_pairs": info["n_pairs"],
+                "n_shards": len(info["shards"]),
+                "bytes": sum(
+                    s["bytes"] + (s["embeddings"]["bytes"] if s.get("embeddings") else 0) for s in info["shards"]
+                ),
+            }
+        )
+    families = [
+        {
+            "family": fam,
+            "split": f["split"],
+            "accession": f["accession"],
+            "alphabet": f["alphabet"],
+            "n_sequences": f["n_sequences"],
+            "n_pairs": f["n_pairs"],
+            "mean_percent_identity": f["mean_percent_identity"],
+        }
+        for fam, f in sorted(index["families"].items(), key=lambda kv: (SPLITS.index(kv[1]["split"]), kv[0]))
+    ]
+    return {
+        "splits": splits,
+        "families": families,
+        "embeddings": index.get("embeddings"),
+        "skipped_families": index.get("skipped_families", {}),
+    }

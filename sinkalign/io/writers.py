@@ -1,0 +1,464 @@
+"""Writers for pairwise alignments: FASTA, TSV, SAM, BAM, Stockholm, JSON Lines.
+
+Input is a stream of records ``(query_id, query, target_id, target, alignment, score)``
+(:class:`AlignedPair` or any 6-tuple). ``alignment`` is an
+:class:`~sinkalign.align.decode.Alignment` (posteriors known), any object with ``.pairs``
+(e.g. a baseline result), or a pair array ``[k, 2]`` of 0-based aligned residue indices.
+``score=None`` takes ``alignment.score`` when there is one, else it is missing (NaN).
+Every output is written atomically (temporary file beside the destination, then rename).
+
+Formats (:data:`FORMATS`):
+
+* ``fasta``: each pair as two gapped records (query then target, global layout), in input
+  order; descriptions ``aligned_to=<other id> score=<score>``.
+* ``tsv``: one row per pair, header ``query target score identity aligned_length
+  query_start query_end target_start target_end cigar mean_posterior``. Spans are 0-based
+  half-open; identity is percent of aligned pairs that are identical; the CIGAR is the
+  SAM-style local one (soft clips for unaligned query ends, target span from
+  ``target_start``); ``*`` / ``NA`` when nothing is aligned or a value is unknown.
+* ``sam`` / ``bam`` (pysam): targets are the references (``@SQ`` with their lengths, in
+  first-seen order; one id must always carry the same sequence), the query is the read.
+  POS = first aligned target residue, CIGAR local with soft clips, MAPQ =
+  ``min(60, round(-10 log10(1 - mean posterior)))`` (255 = unavailable when the posterior
+  is unknown), tags ``AS`` (score: ``i`` when integral, else ``f``), ``XP:f`` (mean
+  posterior), ``NM:i`` (mismatches + inserted + deleted residues). A pair without aligned
+  residues is written unmapped (flag 4). BAM stores SEQ in a 4-bit nucleotide code, so a
+  query that is not entirely in ``=ACMGRSVTWYHKDBN`` (a protein) gets SEQ ``*`` and its
+  residues in the ``XQ:Z`` tag (same rule in SAM so the two round-trip identically). SAM and
+  BAM need every reference before the first record: these two formats read the whole stream.
+* ``stockholm``: each pair as a 2-sequence Stockholm block (Biopython ``Bio.Align``), ``#=GF
+  ID <query>_vs_<target>``, ``#=GF CC score=...``, and, when posteriors are known, ``#=GC
+  PP_cons`` with HMMER-style digits per column (``0`` < 5%, ``k`` in [10k-5, 10k+5)%,
+  ``*`` >= 95%): the match posterior on aligned columns, the residue's gap posterior on
+  gap columns. The two ids of a pair must differ.
+* ``json``: JSON Lines, one object per pair (keys: see :func:`_json_object`); NaN is null.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import logging
+import math
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, NamedTuple
+
+import numpy as np
+
+from sinkalign.align.decode import (
+    Alignment,
+    alignment_columns,
+    alignment_stats,
+    check_pairs,
+    cigar,
+    to_gapped,
+)
+from sinkalign.utils import atomic_write
+
+__all__ = ["FORMATS", "TSV_COLUMNS", "AlignedPair", "write_alignments"]
+
+logger = logging.getLogger(__name__)
+
+FORMATS = ("fasta", "tsv", "sam", "bam", "stockholm", "json")
+TSV_COLUMNS = (
+    "query",
+    "target",
+    "score",
+    "identity",
+    "aligned_length",
+    "query_start",
+    "query_end",
+    "target_start",
+    "target_end",
+    "cigar",
+    "mean_posterior",
+)
+_SEQ_RE = re.compile(r"[A-Za-z*]+")
+_QNAME_RE = re.compile(r"[!-?A-~]{1,254}")
+_RNAME_RE = re.compile(r"[0-9A-Za-z!#$%&+./:;?@^_|~-][0-9A-Za-z!#$%&*+./:;=?@^_|~-]*")
+_BAM_SEQ = frozenset("=ACMGRSVTWYHKDBN")
+_MAX_MAPQ = 60
+
+
+class AlignedPair(NamedTuple):
+    """One aligned pair to write (``alignment``: Alignment, object with ``.pairs``, or ``[k, 2]``)."""
+
+    query_id: str
+    query: str
+    target_id: str
+    target: str
+    alignment: Any
+    score: float | None = None
+
+
+class _Record(NamedTuple):
+    index: int
+    query_id: str
+    query: str
+    target_id: str
+    target: str
+    pairs: np.ndarray
+    posterior: Alignment | None
+    score: float
+
+    @property
+    def where(self) -> str:
+        return f"record {self.index} ({self.query_id} vs {self.target_id})"
+
+
+def _prepare(records: Iterable[Any]) -> Iterator[_Record]:
+    """Validate and normalise the input stream (ValueError naming the record)."""
+    for index, rec in enumerate(records):
+        try:
+            qid, q, tid, t, aln, *rest = rec
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"record {index}: expected (query_id, query, target_id, target, alignment[, score])"
+            ) from None
+        if len(rest) > 1:
+            raise ValueError(f"record {index}: expected at most 6 fields, got {5 + len(rest)}")
+        for name, value in (("query_id", qid), ("target_id", tid)):
+            if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+                raise ValueError(f"record {index}: {name}={value!r} must be a non-empty string without whitespace")
+        where = f"record {index} ({qid} vs {tid})"
+        for name, seq in (("query", q), ("target", t)):
+            if not isinstance(seq, str) or not _SEQ_RE.fullmatch(seq):
+                bad = next((p for p, c in enumerate(seq) if not re.fullmatch(r"[A-Za-z*]", c)), None) if isinstance(seq, str) else None
+                detail = "is empty" if isinstance(seq, str) and not seq else (
+                    f"has {seq[bad]!r} at position {bad}" if bad is not None else f"is a {type(seq).__name__}")
+                raise ValueError(f"{where}: {name} sequence {detail}; expected letters or '*'")
+        try:
+            if isinstance(aln, Alignment):
+                if (aln.m, aln.n) != (len(q), len(t)):
+                    raise ValueError(
+                        f"alignment is for lengths ({aln.m}, {aln.n}) but the sequences have ({len(q)}, {len(t)})"
+                    )
+                pairs, posterior = aln.pairs, aln
+            else:
+                pairs, posterior = check_pairs(getattr(aln, "pairs", aln), len(q), len(t)), None
+        except ValueError as err:
+            raise ValueError(f"{where}: {err}") from None
+        score = rest[0] if rest and rest[0] is not None else getattr(aln, "score", float("nan"))
+        try:
+            score = float(score)
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}: score={score!r} is not a number") from None
+        yield _Record(index, qid, q, tid, t, pairs, posterior, score)
+
+
+# --------------------------------------------------------------------------- formatting helpers
+
+
+def _fmt(x: float, spec: str = ".6g") -> str:
+    if x is None or not math.isfinite(x):
+        return "NA"
+    if float(x).is_integer() and abs(x) < 2**53:
+        return str(int(x))
+    return format(x, spec)
+
+
+def _mean_posterior(rec: _Record) -> float:
+    return rec.posterior.mean_posterior if rec.posterior is not None else float("nan")
+
+
+def _mapq(mean_posterior: float) -> int:
+    if not math.isfinite(mean_posterior):
+        return 255
+    err = max(1.0 - mean_posterior, 10 ** (-_MAX_MAPQ / 10))
+    return int(min(_MAX_MAPQ, max(0, round(-10.0 * math.log10(err)))))
+
+
+def _pp_char(p: float) -> str:
+    """HMMER posterior digit: 0 < 0.05, k in [k/10 - 0.05, k/10 + 0.05), * >= 0.95."""
+    if p >= 0.95:
+        return "*"
+    return str(min(9, max(0, int(math.floor(p * 10 + 0.5)))))
+
+
+def _pp_line(rec: _Record) -> str | None:
+    if rec.posterior is None:
+        return None
+    post = rec.posterior
+    mp = iter(post.match_posterior.tolist())
+    chars = []
+    for i, j in alignment_columns(rec.pairs, len(rec.query), len(rec.target)):
+        if i is not None and j is not None:
+            chars.append(_pp_char(next(mp)))
+        elif j is None:
+            chars.append(_pp_char(float(post.query_gap_posterior[i])))
+        else:
+            chars.append(_pp_char(float(post.target_gap_posterior[j])))
+    return "".join(chars)
+
+
+def _nm(rec: _Record) -> int:
+    """Edit distance of the local alignment: mismatched pairs + internal gap residues."""
+    p = rec.pairs
+    q = np.array(list(rec.query.upper()))
+    t = np.array(list(rec.target.upper()))
+    mismatches = int(np.count_nonzero(q[p[:, 0]] != t[p[:, 1]]))
+    internal = int((p[-1, 0] - p[0, 0] + 1 - len(p)) + (p[-1, 1] - p[0, 1] + 1 - len(p)))
+    return mismatches + internal
+
+
+# --------------------------------------------------------------------------- writers
+
+
+def _write_fasta(records: Iterable[_Record], path: Path) -> int:
+    from Bio import SeqIO
+    from Bio.Seq import Seq
+    from Bio.SeqRecord import SeqRecord
+
+    count = 0
+
+    def seq_records() -> Iterator[SeqRecord]:
+        nonlocal count
+        for rec in records:
+            qg, tg = to_gapped(rec.query, rec.target, rec.pairs)
+            score = _fmt(rec.score, ".10g")
+            yield SeqRecord(Seq(qg), id=rec.query_id, description=f"aligned_to={rec.target_id} score={score}")
+            yield SeqRecord(Seq(tg), id=rec.target_id, description=f"aligned_to={rec.query_id} score={score}")
+            count += 1
+
+    with atomic_write(path, "w") as handle:
+        SeqIO.write(seq_records(), handle, "fasta")
+    return count
+
+
+def _tsv_row(rec: _Record) -> list[str]:
+    st = alignment_stats(rec.query, rec.target, rec.pairs)
+    empty = st.aligned_length == 0
+    return [
+        rec.query_id,
+        rec.target_id,
+        _fmt(rec.score, ".10g"),
+        _fmt(st.identity),
+        str(st.aligned_length),
+        str(st.query_start),
+        str(st.query_end),
+        str(st.target_start),
+        str(st.target_end),
+        "*" if empty else cigar(rec.pairs, len(rec.query), len(rec.target), local=True),
+        _fmt(_mean_posterior(rec)),
+    ]
+
+
+def _write_tsv(records: Iterable[_Record], path: Path) -> int:
+    count = 0
+    with atomic_write(path, "w") as handle:
+        writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
+        writer.writerow(TSV_COLUMNS)
+        for rec in records:
+            writer.writerow(_tsv_row(rec))
+            count += 1
+    return count
+
+
+def _json_object(rec: _Record) -> dict[str, Any]:
+    """Keys: index, query_id, target_id, query_length, target_length, score, identity,
+    aligned_length, query_start, query_end, target_start, target_end, cigar (local, SAM
+    style; null when empty), mean_posterior, expected_accuracy, pairs ([[i, j], ...]),
+    match_posterior (list or null), query_gapped, target_gapped."""
+    st = alignment_stats(rec.query, rec.target, rec.pairs)
+    qg, tg = to_gapped(rec.query, rec.target, rec.pairs)
+
+    def num(x: float) -> float | None:
+        return float(x) if x is not None and math.isfinite(x) else None
+
+    post = rec.posterior
+    return {
+        "index": rec.index,
+        "query_id": rec.query_id,
+        "target_id": rec.target_id,
+        "query_length": len(rec.query),
+        "target_length": len(rec.target),
+        "score": num(rec.score),
+        "identity": num(st.identity),
+        "aligned_length": st.aligned_length,
+        "query_start": st.query_start,
+        "query_end": st.query_end,
+        "target_start": st.target_start,
+        "target_end": st.target_end,
+        "cigar": cigar(rec.pairs, len(rec.query), len(rec.target), local=True) if st.aligned_length else None,
+        "mean_posterior": num(_mean_posterior(rec)),
+        "expected_accuracy": num(post.expected_accuracy) if post is not None else None,
+        "pairs": rec.pairs.tolist(),
+        "match_posterior": [num(x) for x in post.match_posterior.tolist()] if post is not None else None,
+        "query_gapped": qg,
+        "target_gapped": tg,
+    }
+
+
+def _write_json(records: Iterable[_Record], path: Path) -> int:
+    count = 0
+    with atomic_write(path, "w") as handle:
+        for rec in records:
+            handle.write(json.dumps(_json_object(rec), allow_nan=False) + "\n")
+            count += 1
+    return count
+
+
+def _write_stockholm(records: Iterable[_Record], path: Path) -> int:
+    from Bio import Align
+    from Bio.Seq import Seq
+    from Bio.SeqRecord import SeqRecord
+
+    count = 0
+
+    def blocks() -> Iterator[Align.Alignment]:
+        nonlocal count
+        for rec in records:
+            if rec.query_id == rec.target_id:
+                raise ValueError(f"{rec.where}: Stockholm needs distinct sequence names within a block")
+            cols = alignment_columns(rec.pairs, len(rec.query), len(rec.target))
+            coords = _coordinates(cols)
+            seqs = [
+                SeqRecord(Seq(rec.query), id=rec.query_id, description=""),
+                SeqRecord(Seq(rec.target), id=rec.target_id, description=""),
+            ]
+            block = Align.Alignment(seqs, coords)
+            block.annotations = {
+                "identifier": f"{rec.query_id}_vs_{rec.target_id}",
+                "comment": f"score={_fmt(rec.score, '.10g')}",
+            }
+            pp = _pp_line(rec)
+            if pp is not None:
+                block.column_annotations = {"consensus posterior probability": pp}
+            count += 1
+            yield block
+
+    with atomic_write(path, "w") as handle:
+        Align.write(blocks(), handle, "stockholm")
+    return count
+
+
+def _coordinates(cols: list[tuple[int | None, int | None]]) -> np.ndarray:
+    """Biopython ``coordinates [2, steps+1]`` of a column list (a point where the column kind changes)."""
+    qpos = tpos = 0
+    points = [(0, 0)]
+    prev = None
+    for i, j in cols:
+        kind = (i is not None, j is not None)
+        if prev is not None and kind != prev:
+            points.append((qpos, tpos))
+        qpos += i is not None
+        tpos += j is not None
+        prev = kind
+    if cols:
+        points.append((qpos, tpos))
+    return np.array(points, dtype=np.int64).T
+
+
+@contextlib.contextmanager
+def _atomic_path(path: Path) -> Iterator[str]:
+    """A temporary path beside ``path``, renamed over it when the block succeeds."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _sam_header(records: list[_Record]) -> tuple[dict[str, Any], dict[str, int]]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    refs: dict[str, str] = {}
+    for rec in records:
+        if not _QNAME_RE.fullmatch(rec.query_id):
+            raise ValueError(f"{rec.where}: query_id is not a valid SAM QNAME ([!-?A-~]{{1,254}})")
+        if not _RNAME_RE.fullmatch(rec.target_id):
+            raise ValueError(f"{rec.where}: target_id is not a valid SAM reference name")
+        seen = refs.setdefault(rec.target_id, rec.target)
+        if seen != rec.target:
+            raise ValueError(f"{rec.where}: target_id {rec.target_id!r} was given two different sequences")
+    try:
+        vn = version("sinkalign")
+    except PackageNotFoundError:  # pragma: no cover - the package is installed in development
+        vn = "unknown"
+    header = {
+        "HD": {"VN": "1.6", "SO": "unsorted"},
+        "SQ": [{"SN": name, "LN": len(seq)} for name, seq in refs.items()],
+        "PG": [{"ID": "sinkalign", "PN": "sinkalign", "VN": vn}],
+    }
+    return header, {name: k for k, name in enumerate(refs)}
+
+
+def _write_sam_or_bam(records: Iterable[_Record], path: Path, binary: bool) -> int:
+    import pysam
+
+    recs = list(records)
+    header, ref_index = _sam_header(recs)
+    with _atomic_path(path) as tmp:
+        with pysam.AlignmentFile(tmp, "wb" if binary else "w", header=header) as out:
+            for rec in recs:
+                seg = pysam.AlignedSegment(out.header)
+                seg.query_name = rec.query_id
+                if set(rec.query) <= _BAM_SEQ:
+                    seg.query_sequence = rec.query
+                else:
+                    seg.query_sequence = None
+                    seg.set_tag("XQ", rec.query, "Z")
+                if rec.pairs.shape[0] == 0:
+                    seg.flag = 4
+                    seg.reference_id = -1
+                    seg.reference_start = -1
+                    seg.mapping_quality = 0
+                else:
+                    seg.flag = 0
+                    seg.reference_id = ref_index[rec.target_id]
+                    seg.reference_start = int(rec.pairs[0, 1])
+                    seg.cigarstring = cigar(rec.pairs, len(rec.query), len(rec.target), local=True)
+                    mean_post = _mean_posterior(rec)
+                    seg.mapping_quality = _mapq(mean_post)
+                    if math.isfinite(rec.score):
+                        if rec.score.is_integer() and abs(rec.score) < 2**31:
+                            seg.set_tag("AS", int(rec.score), "i")
+                        else:
+                            seg.set_tag("AS", rec.score, "f")
+                    if math.isfinite(mean_post):
+                        seg.set_tag("XP", mean_post, "f")
+                    seg.set_tag("NM", _nm(rec), "i")
+                out.write(seg)
+    return len(recs)
+
+
+_WRITERS: dict[str, Callable[[Iterable[_Record], Path], int]] = {
+    "fasta": _write_fasta,
+    "tsv": _write_tsv,
+    "sam": lambda recs, path: _write_sam_or_bam(recs, path, binary=False),
+    "bam": lambda recs, path: _write_sam_or_bam(recs, path, binary=True),
+    "stockholm": _write_stockholm,
+    "json": _write_json,
+}
+
+
+def write_alignments(records: Iterable[Any], path: str | os.PathLike, fmt: str) -> int:
+    """Write aligned pairs to ``path`` in ``fmt`` (one of :data:`FORMATS`); returns the count.
+
+    Args:
+        records: iterable of :class:`AlignedPair` or 6-tuples ``(query_id, query, target_id,
+            target, alignment, score)`` (``score`` may be omitted or None); ids without
+            whitespace, sequences of letters or ``*``.
+        path: destination; written atomically, any previous file is kept on error.
+        fmt: output format (see the module docstring).
+
+    Raises:
+        ValueError: unknown ``fmt`` (listing the valid ones) or a malformed record (naming
+            its index and ids).
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"{fmt=} is not one of {FORMATS}")
+    count = _WRITERS[fmt](_prepare(records), Path(path))
+    logger.info("wrote %d alignments to %s (%s)", count, path, fmt)
+    return count

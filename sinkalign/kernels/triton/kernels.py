@@ -1,0 +1,403 @@
+"""Blockwise Triton kernels for banded, masked, log-domain Sinkhorn attention (R = 2 tail).
+
+Every kernel is a grid ``(cdiv(L_own, BLOCK_OWN), B * H)``: one program owns a block of
+rows (queries) or columns (keys) of one (batch, head) and loops over the tiles of the other
+side that intersect the band ``|i - j| <= W``; the score tile ``S = Q K^T / (sqrt(d) eps)``
+is recomputed from Q and K in every sweep, so nothing of size [Lq, Lk] is ever stored.
+For an owned block ``[x0, x0 + BLOCK_X)`` the loop runs over
+``[floor(max(0, x0 - W) / BLOCK_Y) * BLOCK_Y, min(Ly, min(Lx, x0 + BLOCK_X) + W))``; a dense
+problem passes ``W >= max(Lq, Lk)``. Lengths that are not block multiples are masked, the
+head dimension is padded to ``BLOCK_D`` (power of two >= 16) with zeros, and all
+accumulation is float32. Inputs may be float32 (dots at ``PREC="ieee"``) or bfloat16 /
+float16 (dots on the native type with float32 accumulation, as in flash attention).
+
+Tensors are contiguous: tokens [B*H, L, D], dual/cotangent vectors [B*H, L] float32,
+masks [B, L] int8 (1 = real token), log marginals [B, L] float32. The support is
+``mask_i & mask_j & |i - j| <= W`` and is applied *after* adding potentials
+(``where(active, s + pot, -inf)``), never via a sentinel.
+
+Kernels (no nested ``@triton.jit`` helpers, so that :func:`compiled` can build either a
+native or an interpreted launcher from the same source in one process):
+
+* :func:`half_step_kernel` -- ``out_x = logm_x - LSE_y (S_xy + pot_y)`` with an online LSE.
+  Row half-step: X = Q, Y = K; column half-step: X = K, Y = Q (``S^T = K Q^T * scale``).
+* :func:`output_kernel` -- ``O = P V`` with ``P = exp(S + u_i + v_j)`` on the support.
+* :func:`plan_matvec_kernel` -- ``out_x = sum_y P_xy w_y`` (either orientation).
+* :func:`bwd_col_gv_dv_kernel` -- column owner: ``g_v = colsum(P * Z)``, ``dV = P^T G``.
+* :func:`bwd_row_ubar2_kernel` -- row owner: ``ubar2 = rowsum(P * (Z - w2_j))``.
+* :func:`bwd_row_dq_kernel` -- row owner: ``ubar1`` and ``dQ`` in one sweep.
+* :func:`bwd_col_dk_kernel` -- column owner: ``dK = Sbar^T Q``.
+
+Here ``P = P^(2,2)`` (the one reference tile), ``Z = G V^T`` and
+``Sbar = P * (Z - w2_j - beta_j x2_i - alpha_i beta_j w1_j - alpha_i delta_j x1_i)``;
+see :mod:`sinkalign.kernels.triton.op` for the vector recurrences between the sweeps.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import triton
+import triton.language as tl
+
+__all__ = [
+    "bwd_col_dk_kernel",
+    "bwd_col_gv_dv_kernel",
+    "bwd_row_dq_kernel",
+    "bwd_row_ubar2_kernel",
+    "compiled",
+    "half_step_kernel",
+    "output_kernel",
+    "plan_matvec_kernel",
+]
+
+
+@triton.jit
+def half_step_kernel(
+    X, Y, POT_Y, MASK_X, MASK_Y, LOGM_X, OUT,  # X [BH, Lx, D], Y [BH, Ly, D], POT_Y [BH, Ly], OUT [BH, Lx]
+    Lx, Ly, H, W, scale,
+    D: tl.constexpr, BLOCK_X: tl.constexpr, BLOCK_Y: tl.constexpr, BLOCK_D: tl.constexpr, PREC: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    b = bh // H
+    x0 = pid * BLOCK_X
+    offs_x = x0 + tl.arange(0, BLOCK_X)
+    offs_d = tl.arange(0, BLOCK_D)
+    in_x = offs_x < Lx
+    mx = tl.load(MASK_X + b * Lx + offs_x, mask=in_x, other=0) != 0
+    x = tl.load(X + bh * Lx * D + offs_x[:, None] * D + offs_d[None, :],
+                mask=in_x[:, None] & (offs_d[None, :] < D), other=0.0)  # [BX, BD]
+    m_run = tl.full([BLOCK_X], float("-inf"), tl.float32)
+    l_run = tl.zeros([BLOCK_X], tl.float32)
+    lo = tl.maximum(x0 - W, 0) // BLOCK_Y * BLOCK_Y
+    hi = tl.minimum(tl.minimum(x0 + BLOCK_X, Lx) + W, Ly)
+    for y0 in range(lo, hi, BLOCK_Y):
+        offs_y = y0 + tl.arange(0, BLOCK_Y)
+        in_y = offs_y < Ly
+        my = tl.load(MASK_Y + b * Ly + offs_y, mask=in_y, other=0) != 0
+        y = tl.load(Y + bh * Ly * D + offs_y[:, None] * D + offs_d[None, :],
+                    mask=in_y[:, None] & (offs_d[None, :] < D), other=0.0)  # [BY, BD]
+        pot = tl.load(POT_Y + bh * Ly + offs_y, mask=in_y, other=0.0)  # [BY]
+        s = tl.dot(x, tl.trans(y), input_precision=PREC) * scale  # [BX, BY]
+        diff = offs_x[:, None] - offs_y[None, :]
+        active = mx[:, None] & my[None, :] & (diff <= W) & (diff >= -W)
+        z = tl.where(active, s + pot[None, :], float("-inf"))
+        m_new = tl.maximum(m_run, tl.max(z, axis=1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        l_run = l_run * tl.exp(m_run - m_safe) + tl.sum(tl.exp(z - m_safe[:, None]), axis=1)
+        m_run = m_new
+    logm = tl.load(LOGM_X + b * Lx + offs_x, mask=in_x, other=0.0)
+    on = l_run > 0.0
+    lse = tl.where(on, m_run, 0.0) + tl.log(tl.where(on, l_run, 1.0))
+    tl.store(OUT + bh * Lx + offs_x, tl.where(on, logm - lse, 0.0), mask=in_x)
+
+
+@triton.jit
+def output_kernel(
+    Q, K, V, U, VP, QM, KM, O,  # Q [BH, Lq, D], K [BH, Lk, D], V [BH, Lk, DV], U [BH, Lq], VP [BH, Lk], O [BH, Lq, DV]
+    Lq, Lk, H, W, scale,
+    D: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr, PREC: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    b = bh // H
+    m0 = pid * BLOCK_M
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_e = tl.arange(0, BLOCK_DV)
+    in_m = offs_m < Lq
+    qm = tl.load(QM + b * Lq + offs_m, mask=in_m, other=0) != 0
+    q = tl.load(Q + bh * Lq * D + offs_m[:, None] * D + offs_d[None, :],
+                mask=in_m[:, None] & (offs_d[None, :] < D), other=0.0)  # [BM, BD]
+    u = tl.load(U + bh * Lq + offs_m, mask=in_m, other=0.0)  # [BM]
+    acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
+    lo = tl.maximum(m0 - W, 0) // BLOCK_N * BLOCK_N
+    hi = tl.minimum(tl.minimum(m0 + BLOCK_M, Lq) + W, Lk)
+    for n0 in range(lo, hi, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        in_n = offs_n < Lk
+        km = tl.load(KM + b * Lk + offs_n, mask=in_n, other=0) != 0
+        k = tl.load(K + bh * Lk * D + offs_n[:, None] * D + offs_d[None, :],
+                    mask=in_n[:, None] & (offs_d[None, :] < D), other=0.0)  # [BN, BD]
+        val = tl.load(V + bh * Lk * DV + offs_n[:, None] * DV + offs_e[None, :],
+                      mask=in_n[:, None] & (offs_e[None, :] < DV), other=0.0)  # [BN, BDV]
+        vp = tl.load(VP + bh * Lk + offs_n, mask=in_n, other=0.0)  # [BN]
+        s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale  # [BM, BN]
+        diff = offs_m[:, None] - offs_n[None, :]
+        active = qm[:, None] & km[None, :] & (diff <= W) & (diff >= -W)
+        p = tl.exp(tl.where(active, s + u[:, None] + vp[None, :], float("-inf")))  # P^(2,2) tile
+        acc += tl.dot(p.to(val.dtype), val, input_precision=PREC)
+    tl.store(O + bh * Lq * DV + offs_m[:, None] * DV + offs_e[None, :], acc.to(O.dtype.element_ty),
+             mask=in_m[:, None] & (offs_e[None, :] < DV))
+
+
+@triton.jit
+def plan_matvec_kernel(
+    X, Y, PX, PY, WY, MASK_X, MASK_Y, OUT,  # X [BH, Lx, D], Y [BH, Ly, D], PX [BH, Lx], PY/WY [BH, Ly], OUT [BH, Lx]
+    Lx, Ly, H, W, scale,
+    D: tl.constexpr, BLOCK_X: tl.constexpr, BLOCK_Y: tl.constexpr, BLOCK_D: tl.constexpr, PREC: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    b = bh // H
+    x0 = pid * BLOCK_X
+    offs_x = x0 + tl.arange(0, BLOCK_X)
+    offs_d = tl.arange(0, BLOCK_D)
+    in_x = offs_x < Lx
+    mx = tl.load(MASK_X + b * Lx + offs_x, mask=in_x, other=0) != 0
+    x = tl.load(X + bh * Lx * D + offs_x[:, None] * D + offs_d[None, :],
+                mask=in_x[:, None] & (offs_d[None, :] < D), other=0.0)  # [BX, BD]
+    px = tl.load(PX + bh * Lx + offs_x, mask=in_x, other=0.0)
+    acc = tl.zeros([BLOCK_X], tl.float32)
+    lo = tl.maximum(x0 - W, 0) // BLOCK_Y * BLOCK_Y
+    hi = tl.minimum(tl.minimum(x0 + BLOCK_X, Lx) + W, Ly)
+    for y0 in range(lo, hi, BLOCK_Y):
+        offs_y = y0 + tl.arange(0, BLOCK_Y)
+        in_y = offs_y < Ly
+        my = tl.load(MASK_Y + b * Ly + offs_y, mask=in_y, other=0) != 0
+        y = tl.load(Y + bh * Ly * D + offs_y[:, None] * D + offs_d[None, :],
+                    mask=in_y[:, None] & (offs_d[None, :] < D), other=0.0)  # [BY, BD]
+        py = tl.load(PY + bh * Ly + offs_y, mask=in_y, other=0.0)
+        wy = tl.load(WY + bh * Ly + offs_y, mask=in_y, other=0.0)
+        s = tl.dot(x, tl.trans(y), input_precision=PREC) * scale  # [BX, BY]
+        diff = offs_x[:, None] - offs_y[None, :]
+        active = mx[:, None] & my[None, :] & (diff <= W) & (diff >= -W)
+        p = tl.exp(tl.where(active, s + px[:, None] + py[None, :], float("-inf")))
+        acc += tl.sum(p * wy[None, :], axis=1)
+    tl.store(OUT + bh * Lx + offs_x, acc, mask=in_x)
+
+
+@triton.jit
+def bwd_col_gv_dv_kernel(
+    Q, K, V, G, U2, V2, QM, KM, GV, DVAL,  # G [BH, Lq, DV]; GV [BH, Lk] fp32; DVAL [BH, Lk, DV]
+    Lq, Lk, H, W, scale,
+    D: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr, PREC: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    b = bh // H
+    n0 = pid * BLOCK_N
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_e = tl.arange(0, BLOCK_DV)
+    in_n = offs_n < Lk
+    km = tl.load(KM + b * Lk + offs_n, mask=in_n, other=0) != 0
+    k = tl.load(K + bh * Lk * D + offs_n[:, None] * D + offs_d[None, :],
+                mask=in_n[:, None] & (offs_d[None, :] < D), other=0.0)  # [BN, BD]
+    val = tl.load(V + bh * Lk * DV + offs_n[:, None] * DV + offs_e[None, :],
+                  mask=in_n[:, None] & (offs_e[None, :] < DV), other=0.0)  # [BN, BDV]
+    v2 = tl.load(V2 + bh * Lk + offs_n, mask=in_n, other=0.0)
+    gv = tl.zeros([BLOCK_N], tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_DV], tl.float32)
+    lo = tl.maximum(n0 - W, 0) // BLOCK_M * BLOCK_M
+    hi = tl.minimum(tl.minimum(n0 + BLOCK_N, Lk) + W, Lq)
+    for m0 in range(lo, hi, BLOCK_M):
+        offs_m = m0 + tl.arange(0, BLOCK_M)
+        in_m = offs_m < Lq
+        qm = tl.load(QM + b * Lq + offs_m, mask=in_m, other=0) != 0
+        q = tl.load(Q + bh * Lq * D + offs_m[:, None] * D + offs_d[None, :],
+                    mask=in_m[:, None] & (offs_d[None, :] < D), other=0.0)  # [BM, BD]
+        g = tl.load(G + bh * Lq * DV + offs_m[:, None] * DV + offs_e[None, :],
+                    mask=in_m[:, None] & (offs_e[None, :] < DV), other=0.0)  # [BM, BDV]
+        u2 = tl.load(U2 + bh * Lq + offs_m, mask=in_m, other=0.0)
+        st = tl.dot(k, tl.trans(q), input_precision=PREC) * scale  # [BN, BM] = S^T tile
+        diff = offs_n[:, None] - offs_m[None, :]
+        active = km[:, None] & qm[None, :] & (diff <= W) & (diff >= -W)
+        pt = tl.exp(tl.where(active, st + v2[:, None] + u2[None, :], float("-inf")))  # P^T
+        zt = tl.dot(val, tl.trans(g), input_precision=PREC)  # [BN, BM] = Z^T
+        gv += tl.sum(pt * zt, axis=1)
+        dv += tl.dot(pt.to(g.dtype), g, input_precision=PREC)
+    tl.store(GV + bh * Lk + offs_n, gv, mask=in_n)
+    tl.store(DVAL + bh * Lk * DV + offs_n[:, None] * DV + offs_e[None, :], dv.to(DVAL.dtype.element_ty),
+             mask=in_n[:, None] & (offs_e[None, :] < DV))
+
+
+@triton.jit
+def bwd_row_ubar2_kernel(
+    Q, K, V, G, U2, V2, W2, QM, KM, UBAR2,  # W2 [BH, Lk] = vbar2 / b; UBAR2 [BH, Lq]
+    Lq, Lk, H, W, scale,
+    D: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr, PREC: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    b = bh // H
+    m0 = pid * BLOCK_M
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_e = tl.arange(0, BLOCK_DV)
+    in_m = offs_m < Lq
+    qm = tl.load(QM + b * Lq + offs_m, mask=in_m, other=0) != 0
+    q = tl.load(Q + bh * Lq * D + offs_m[:, None] * D + offs_d[None, :],
+                mask=in_m[:, None] & (offs_d[None, :] < D), other=0.0)  # [BM, BD]
+    g = tl.load(G + bh * Lq * DV + offs_m[:, None] * DV + offs_e[None, :],
+                mask=in_m[:, None] & (offs_e[None, :] < DV), other=0.0)  # [BM, BDV]
+    u2 = tl.load(U2 + bh * Lq + offs_m, mask=in_m, other=0.0)
+    acc = tl.zeros([BLOCK_M], tl.float32)
+    lo = tl.maximum(m0 - W, 0) // BLOCK_N * BLOCK_N
+    hi = tl.minimum(tl.minimum(m0 + BLOCK_M, Lq) + W, Lk)
+    for n0 in range(lo, hi, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        in_n = offs_n < Lk
+        km = tl.load(KM + b * Lk + offs_n, mask=in_n, other=0) != 0
+        k = tl.load(K + bh * Lk * D + offs_n[:, None] * D + offs_d[None, :],
+                    mask=in_n[:, None] & (offs_d[None, :] < D), other=0.0)  # [BN, BD]
+        val = tl.load(V + bh * Lk * DV + offs_n[:, None] * DV + offs_e[None, :],
+                      mask=in_n[:, None] & (offs_e[None, :] < DV), other=0.0)  # [BN, BDV]
+        v2 = tl.load(V2 + bh * Lk + offs_n, mask=in_n, other=0.0)
+        w2 = tl.load(W2 + bh * Lk + offs_n, mask=in_n, other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale  # [BM, BN]
+        diff = offs_m[:, None] - offs_n[None, :]
+        active = qm[:, None] & km[None, :] & (diff <= W) & (diff >= -W)
+        p = tl.exp(tl.where(active, s + u2[:, None] + v2[None, :], float("-inf")))
+        z = tl.dot(g, tl.trans(val), input_precision=PREC)  # [BM, BN]
+        acc += tl.sum(p * (z - w2[None, :]), axis=1)
+    tl.store(UBAR2 + bh * Lq + offs_m, acc, mask=in_m)
+
+
+@triton.jit
+def bwd_row_dq_kernel(
+    Q, K, V, G, U2, V2, W2, ALPHA, X2, BETA, W1, DELTA, INV_A, QM, KM, X1, DQ,
+    # ALPHA/X2/X1 [BH, Lq]; V2/W2/BETA/W1/DELTA [BH, Lk]; INV_A [B, Lq]; DQ [BH, Lq, D]
+    Lq, Lk, H, W, scale,
+    D: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr, PREC: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    b = bh // H
+    m0 = pid * BLOCK_M
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_e = tl.arange(0, BLOCK_DV)
+    in_m = offs_m < Lq
+    qm = tl.load(QM + b * Lq + offs_m, mask=in_m, other=0) != 0
+    q = tl.load(Q + bh * Lq * D + offs_m[:, None] * D + offs_d[None, :],
+                mask=in_m[:, None] & (offs_d[None, :] < D), other=0.0)  # [BM, BD]
+    g = tl.load(G + bh * Lq * DV + offs_m[:, None] * DV + offs_e[None, :],
+                mask=in_m[:, None] & (offs_e[None, :] < DV), other=0.0)  # [BM, BDV]
+    u2 = tl.load(U2 + bh * Lq + offs_m, mask=in_m, other=0.0)
+    alpha = tl.load(ALPHA + bh * Lq + offs_m, mask=in_m, other=0.0)
+    x2 = tl.load(X2 + bh * Lq + offs_m, mask=in_m, other=0.0)
+    r = tl.zeros([BLOCK_M], tl.float32)  # sum_j P_ij beta_j w1_j
+    acc_a = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)  # sum_j P_ij (Z_ij - w2_j - beta_j x2_i - alpha_i beta_j w1_j) K_j
+    acc_c = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)  # sum_j P_ij delta_j K_j
+    lo = tl.maximum(m0 - W, 0) // BLOCK_N * BLOCK_N
+    hi = tl.minimum(tl.minimum(m0 + BLOCK_M, Lq) + W, Lk)
+    for n0 in range(lo, hi, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        in_n = offs_n < Lk
+        km = tl.load(KM + b * Lk + offs_n, mask=in_n, other=0) != 0
+        k = tl.load(K + bh * Lk * D + offs_n[:, None] * D + offs_d[None, :],
+                    mask=in_n[:, None] & (offs_d[None, :] < D), other=0.0)  # [BN, BD]
+        val = tl.load(V + bh * Lk * DV + offs_n[:, None] * DV + offs_e[None, :],
+                      mask=in_n[:, None] & (offs_e[None, :] < DV), other=0.0)  # [BN, BDV]
+        v2 = tl.load(V2 + bh * Lk + offs_n, mask=in_n, other=0.0)
+        w2 = tl.load(W2 + bh * Lk + offs_n, mask=in_n, other=0.0)
+        beta = tl.load(BETA + bh * Lk + offs_n, mask=in_n, other=0.0)
+        w1 = tl.load(W1 + bh * Lk + offs_n, mask=in_n, other=0.0)
+        delta = tl.load(DELTA + bh * Lk + offs_n, mask=in_n, other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale  # [BM, BN]
+        diff = offs_m[:, None] - offs_n[None, :]
+        active = qm[:, None] & km[None, :] & (diff <= W) & (diff >= -W)
+        p = tl.exp(tl.where(active, s + u2[:, None] + v2[None, :], float("-inf")))
+        z = tl.dot(g, tl.trans(val), input_precision=PREC)  # [BM, BN]
+        bw1 = beta * w1
+        r += tl.sum(p * bw1[None, :], axis=1)
+        sb = p * (z - w2[None, :] - x2[:, None] * beta[None, :] - alpha[:, None] * bw1[None, :])
+        acc_a += tl.dot(sb.to(k.dtype), k, input_precision=PREC)
+        acc_c += tl.dot((p * delta[None, :]).to(k.dtype), k, input_precision=PREC)
+    inv_a = tl.load(INV_A + b * Lq + offs_m, mask=in_m, other=0.0)
+    x1 = -alpha * r * inv_a  # ubar1 / a
+    dq = (acc_a - (alpha * x1)[:, None] * acc_c) * scale
+    tl.store(X1 + bh * Lq + offs_m, x1, mask=in_m)
+    tl.store(DQ + bh * Lq * D + offs_m[:, None] * D + offs_d[None, :], dq.to(DQ.dtype.element_ty),
+             mask=in_m[:, None] & (offs_d[None, :] < D))
+
+
+@triton.jit
+def bwd_col_dk_kernel(
+    Q, K, V, G, U2, V2, W2, ALPHA, X2, BETA, W1, DELTA, X1, QM, KM, DK,  # DK [BH, Lk, D]
+    Lq, Lk, H, W, scale,
+    D: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr, PREC: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    b = bh // H
+    n0 = pid * BLOCK_N
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_e = tl.arange(0, BLOCK_DV)
+    in_n = offs_n < Lk
+    km = tl.load(KM + b * Lk + offs_n, mask=in_n, other=0) != 0
+    k = tl.load(K + bh * Lk * D + offs_n[:, None] * D + offs_d[None, :],
+                mask=in_n[:, None] & (offs_d[None, :] < D), other=0.0)  # [BN, BD]
+    val = tl.load(V + bh * Lk * DV + offs_n[:, None] * DV + offs_e[None, :],
+                  mask=in_n[:, None] & (offs_e[None, :] < DV), other=0.0)  # [BN, BDV]
+    v2 = tl.load(V2 + bh * Lk + offs_n, mask=in_n, other=0.0)
+    w2 = tl.load(W2 + bh * Lk + offs_n, mask=in_n, other=0.0)
+    beta = tl.load(BETA + bh * Lk + offs_n, mask=in_n, other=0.0)
+    w1 = tl.load(W1 + bh * Lk + offs_n, mask=in_n, other=0.0)
+    delta = tl.load(DELTA + bh * Lk + offs_n, mask=in_n, other=0.0)
+    bw1 = beta * w1
+    dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    lo = tl.maximum(n0 - W, 0) // BLOCK_M * BLOCK_M
+    hi = tl.minimum(tl.minimum(n0 + BLOCK_N, Lk) + W, Lq)
+    for m0 in range(lo, hi, BLOCK_M):
+        offs_m = m0 + tl.arange(0, BLOCK_M)
+        in_m = offs_m < Lq
+        qm = tl.load(QM + b * Lq + offs_m, mask=in_m, other=0) != 0
+        q = tl.load(Q + bh * Lq * D + offs_m[:, None] * D + offs_d[None, :],
+                    mask=in_m[:, None] & (offs_d[None, :] < D), other=0.0)  # [BM, BD]
+        g = tl.load(G + bh * Lq * DV + offs_m[:, None] * DV + offs_e[None, :],
+                    mask=in_m[:, None] & (offs_e[None, :] < DV), other=0.0)  # [BM, BDV]
+        u2 = tl.load(U2 + bh * Lq + offs_m, mask=in_m, other=0.0)
+        alpha = tl.load(ALPHA + bh * Lq + offs_m, mask=in_m, other=0.0)
+        x2 = tl.load(X2 + bh * Lq + offs_m, mask=in_m, other=0.0)
+        x1 = tl.load(X1 + bh * Lq + offs_m, mask=in_m, other=0.0)
+        st = tl.dot(k, tl.trans(q), input_precision=PREC) * scale  # [BN, BM]
+        diff = offs_n[:, None] - offs_m[None, :]
+        active = km[:, None] & qm[None, :] & (diff <= W) & (diff >= -W)
+        pt = tl.exp(tl.where(active, st + v2[:, None] + u2[None, :], float("-inf")))
+        zt = tl.dot(val, tl.trans(g), input_precision=PREC)  # [BN, BM]
+        sbt = pt * (zt - w2[:, None] - beta[:, None] * x2[None, :] - bw1[:, None] * alpha[None, :]
+                    - delta[:, None] * (alpha * x1)[None, :])
+        dk += tl.dot(sbt.to(q.dtype), q, input_precision=PREC)
+    tl.store(DK + bh * Lk * D + offs_n[:, None] * D + offs_d[None, :], (dk * scale).to(DK.dtype.element_ty),
+             mask=in_n[:, None] & (offs_d[None, :] < D))
+
+
+_ALL = {
+    "half_step": half_step_kernel,
+    "output": output_kernel,
+    "plan_matvec": plan_matvec_kernel,
+    "bwd_col_gv_dv": bwd_col_gv_dv_kernel,
+    "bwd_row_ubar2": bwd_row_ubar2_kernel,
+    "bwd_row_dq": bwd_row_dq_kernel,
+    "bwd_col_dk": bwd_col_dk_kernel,
+}
+
+
+@functools.cache
+def compiled(name: str, interpret: bool):
+    """The launcher for kernel ``name``: native JIT, or the Triton interpreter (CPU, numpy).
+
+    ``triton.jit`` picks one mode from ``TRITON_INTERPRET`` when this module is imported;
+    building both launchers from the same Python function lets one process run interpreted
+    kernels on CPU tensors and native kernels on CUDA tensors. Valid names:
+    ``sorted(_ALL)``.
+    """
+    if name not in _ALL:
+        raise ValueError(f"unknown kernel {name!r}; valid: {sorted(_ALL)}")
+    fn = _ALL[name].fn
+    if interpret:
+        from triton.runtime.interpreter import InterpretedFunction
+
+        return InterpretedFunction(fn)
+    from triton.runtime.jit import JITFunction
+
+    return JITFunction(fn)

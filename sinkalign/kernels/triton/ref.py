@@ -1,0 +1,374 @@
+"""Plain PyTorch reference of banded, masked, log-domain balanced Sinkhorn attention.
+
+This is the ground truth that the Triton kernels in :mod:`sinkalign.kernels.triton.kernels`
+are tested against, and the PyTorch twin of the JAX operator :mod:`sinkalign.sinkhorn`.
+Everything here is dense ([B, H, Lq, Lk] score tensors) and works in any floating dtype,
+float64 included; it is meant for small problems and tests, not for long sequences.
+
+Operator (``shared/design/sinkhorn_tail.md``):
+
+* active support ``Omega_ij = q_mask_i & k_mask_j & |i - j| <= band`` (``band`` is the
+  half-width; ``None`` means dense), shared by all heads;
+* scores ``S_ij = <q_i, k_j> / (sqrt(d) * eps)``;
+* row half-step ``u_i = log a_i - LSE_{j in Omega_i} (S_ij + v_j)``, column half-step
+  ``v_j = log b_j - LSE_{i in Omega_j} (S_ij + u_i)``, masked *after* adding the potential;
+  inactive rows / columns get ``u = 0`` / ``v = 0``;
+* base: ``n_iters`` full steps from ``v = 0`` (u then v), each followed by centering
+  ``c = mean of u over valid queries; u -= c; v += c``, all under ``torch.no_grad``;
+* tail: ``tail`` raw steps ``u^(t) = row(v^(t-1)), v^(t) = col(u^(t))`` from the stopped
+  ``v^(0)``, differentiable;
+* output ``O = P^(R,R) V`` with ``P^(a,b)_ij = exp(S_ij + u^(a)_i + v^(b)_j)`` on ``Omega``.
+
+Besides the autograd path, :func:`direct_backward_ref` (Proposition 1, any R, four
+separately formed plans for R = 2) and :func:`one_reference_backward_ref` (Proposition 2,
+R = 2, only ``P^(2,2)`` formed) give the explicit surrogate backward in dense torch.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import NamedTuple
+
+import torch
+
+__all__ = [
+    "OneReferenceGrads",
+    "TailDuals",
+    "band_support",
+    "check_support",
+    "direct_backward_ref",
+    "one_reference_backward_ref",
+    "prepare_inputs",
+    "sinkhorn_attention_ref",
+    "sinkhorn_tail_duals_ref",
+]
+
+
+class TailDuals(NamedTuple):
+    """Dual potentials of one solve.
+
+    ``u[t]`` is ``u^(t)`` [B, H, Lq] and ``v[t]`` is ``v^(t)`` [B, H, Lk] for ``t = 0..R``;
+    ``(u[0], v[0])`` is the centered stopped base pair, the rest are raw tail iterates.
+    ``support`` is the active support [B, 1, Lq, Lk] (bool) and ``scores`` the scaled
+    scores ``S`` [B, H, Lq, Lk].
+    """
+
+    u: list[torch.Tensor]
+    v: list[torch.Tensor]
+    support: torch.Tensor
+    scores: torch.Tensor
+
+
+class OneReferenceGrads(NamedTuple):
+    """Explicit backward of the R-step surrogate.
+
+    ``dq`` [B, H, Lq, d], ``dk`` [B, H, Lk, d], ``dv`` [B, H, Lk, dv]; the vector
+    cotangents ``ubar[t]`` [B, H, Lq] and ``vbar[t]`` [B, H, Lk] for ``t = 0..R``
+    (``ubar[0]`` is unused and zero; ``vbar[0]`` is ``eta``, the cotangent the
+    stop-gradient discards, Proposition 5); ``g_u``/``g_v`` are the row/column sums of
+    ``P^(R,R) * Z``.
+    """
+
+    dq: torch.Tensor
+    dk: torch.Tensor
+    dv: torch.Tensor
+    ubar: list[torch.Tensor]
+    vbar: list[torch.Tensor]
+    g_u: torch.Tensor
+    g_v: torch.Tensor
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _check_int(name: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
+    if value < minimum:
+        raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
+    return int(value)
+
+
+def _check_mask(name: str, mask, batch: int, length: int, device) -> torch.Tensor:
+    if mask is None:
+        return torch.ones(batch, length, dtype=torch.bool, device=device)
+    if not isinstance(mask, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor of shape [{batch}, {length}], got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        raise ValueError(f"{name} must have dtype torch.bool, got {mask.dtype}")
+    if tuple(mask.shape) != (batch, length):
+        raise ValueError(f"{name} has shape {tuple(mask.shape)}, expected [B, L] = [{batch}, {length}]")
+    if mask.device != device:
+        raise ValueError(f"{name} is on {mask.device}, expected {device} like q")
+    return mask
+
+
+def _check_log_marginal(name: str, log_m, mask: torch.Tensor, device) -> torch.Tensor:
+    batch, length = mask.shape
+    if log_m is None:
+        return torch.zeros(batch, length, dtype=torch.float32, device=device)
+    if not isinstance(log_m, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor of shape [{batch}, {length}], got {type(log_m).__name__}")
+    if not log_m.is_floating_point():
+        raise ValueError(f"{name} must be a floating tensor, got {log_m.dtype}")
+    if tuple(log_m.shape) != (batch, length):
+        raise ValueError(f"{name} has shape {tuple(log_m.shape)}, expected [B, L] = [{batch}, {length}]")
+    if log_m.device != device:
+        raise ValueError(f"{name} is on {log_m.device}, expected {device} like q")
+    bad = mask & ~torch.isfinite(log_m)
+    if bool(bad.any()):
+        b, i = (int(x) for x in bad.nonzero()[0])
+        raise ValueError(f"{name} is not finite at batch {b}, position {i} ({float(log_m[b, i])}); "
+                         "valid positions need finite log masses")
+    return log_m
+
+
+def check_support(q_mask: torch.Tensor, k_mask: torch.Tensor, band: int | None) -> None:
+    """Raise ``ValueError`` if a valid query row or key column has no active partner.
+
+    ``q_mask`` [B, Lq] and ``k_mask`` [B, Lk] are bool (True = real token); ``band`` is the
+    half-width (``None`` = dense). Uses prefix sums, so it needs O(B L) memory, never the
+    [Lq, Lk] support.
+    """
+    for side, own, other in (("query", q_mask, k_mask), ("key", k_mask, q_mask)):
+        length, other_len = own.shape[1], other.shape[1]
+        csum = torch.zeros(other.shape[0], other_len + 1, dtype=torch.int64, device=other.device)
+        csum[:, 1:] = torch.cumsum(other.to(torch.int64), dim=1)
+        if band is None:
+            counts = csum[:, -1:].expand(-1, length)
+        else:
+            pos = torch.arange(length, device=own.device)
+            lo = (pos - band).clamp(0, other_len)
+            hi = (pos + band + 1).clamp(0, other_len)
+            counts = csum[:, hi] - csum[:, lo]
+        empty = own & (counts == 0)
+        if bool(empty.any()):
+            b, i = (int(x) for x in empty.nonzero()[0])
+            partner = "key" if side == "query" else "query"
+            where = "at all" if band is None else f"within band={band} (|i - j| <= {band})"
+            raise ValueError(f"batch {b}: valid {side} position {i} has no active {partner} {where}; "
+                             f"every valid row and column needs at least one active entry")
+
+
+def prepare_inputs(q, k, v, *, q_mask, k_mask, log_a, log_b, eps, n_iters, tail, band):
+    """Validate the operator's inputs; return ``(q_mask, k_mask, log_a, log_b)`` filled in.
+
+    Shapes: q [B, H, Lq, d], k [B, H, Lk, d], v [B, H, Lk, dv], q_mask/log_a [B, Lq],
+    k_mask/log_b [B, Lk]. Missing masks become all-True, missing log marginals zeros
+    (float32). Raises ``ValueError`` naming the bad value; nothing is computed before.
+    """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.ndim != 4:
+            raise ValueError(f"{name} must have shape [B, H, L, d], got {tuple(t.shape)}")
+        if not t.is_floating_point():
+            raise ValueError(f"{name} must be a floating tensor, got {t.dtype}")
+    batch, heads, lq, dim = q.shape
+    if tuple(k.shape[:2]) != (batch, heads) or k.shape[3] != dim:
+        raise ValueError(f"k has shape {tuple(k.shape)}, expected [B, H, Lk, d] = [{batch}, {heads}, Lk, {dim}] like q "
+                         f"{tuple(q.shape)}")
+    lk = k.shape[2]
+    if tuple(v.shape[:3]) != (batch, heads, lk):
+        raise ValueError(f"v has shape {tuple(v.shape)}, expected [B, H, Lk, dv] = [{batch}, {heads}, {lk}, dv]")
+    if min(batch, heads, lq, lk, dim, v.shape[3]) == 0:
+        raise ValueError(f"empty input: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps) or eps <= 0:
+        raise ValueError(f"eps={eps!r} must be a finite number > 0")
+    _check_int("n_iters", n_iters, 0)
+    _check_int("tail", tail, 0)
+    if band is not None:
+        _check_int("band", band, 1)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        finite = torch.isfinite(t)
+        if not bool(finite.all()):
+            idx = tuple(int(x) for x in (~finite).nonzero()[0])
+            raise ValueError(f"{name} has a non-finite value at index {idx} (batch {idx[0]}, head {idx[1]}, "
+                             f"position {idx[2]})")
+    q_mask = _check_mask("q_mask", q_mask, batch, lq, q.device)
+    k_mask = _check_mask("k_mask", k_mask, batch, lk, q.device)
+    log_a = _check_log_marginal("log_a", log_a, q_mask, q.device)
+    log_b = _check_log_marginal("log_b", log_b, k_mask, q.device)
+    check_support(q_mask, k_mask, band)
+    return q_mask, k_mask, log_a, log_b
+
+
+# --------------------------------------------------------------------------- operator
+
+
+def band_support(q_mask: torch.Tensor, k_mask: torch.Tensor, band: int | None) -> torch.Tensor:
+    """Dense active support [B, 1, Lq, Lk] (bool): band AND q_mask AND k_mask."""
+    lq, lk = q_mask.shape[1], k_mask.shape[1]
+    support = q_mask[:, None, :, None] & k_mask[:, None, None, :]
+    if band is not None:
+        i = torch.arange(lq, device=q_mask.device)[:, None]
+        j = torch.arange(lk, device=q_mask.device)[None, :]
+        support = support & ((i - j).abs() <= band)
+    return support
+
+
+def _row_step(scores, v, support, row_on, log_a):
+    """u_i = log a_i - LSE_j over the support of (S_ij + v_j); 0 on inactive rows. [B, H, Lq]"""
+    x = torch.where(support, scores + v[..., None, :], float("-inf"))
+    x = torch.where(row_on[..., None], x, 0.0)  # all -inf rows would give NaN gradients
+    return torch.where(row_on, log_a[:, None, :].to(scores.dtype) - torch.logsumexp(x, dim=-1), 0.0)
+
+
+def _col_step(scores, u, support, col_on, log_b):
+    """v_j = log b_j - LSE_i over the support of (S_ij + u_i); 0 on inactive columns. [B, H, Lk]"""
+    x = torch.where(support, scores + u[..., :, None], float("-inf"))
+    x = torch.where(col_on[..., None, :], x, 0.0)
+    return torch.where(col_on, log_b[:, None, :].to(scores.dtype) - torch.logsumexp(x, dim=-2), 0.0)
+
+
+def sinkhorn_tail_duals_ref(q, k, *, q_mask=None, k_mask=None, log_a=None, log_b=None, eps=1.0, n_iters=15,
+                            tail=2, band=None, _validated=False) -> TailDuals:
+    """Base solve (stopped) plus ``tail`` raw steps; differentiable through the tail only.
+
+    q [B, H, Lq, d], k [B, H, Lk, d]; computes in q's dtype. See the module docstring for
+    the recurrences and :class:`TailDuals` for the result.
+    """
+    if not _validated:
+        v_dummy = k[..., :1]
+        q_mask, k_mask, log_a, log_b = prepare_inputs(q, k, v_dummy, q_mask=q_mask, k_mask=k_mask, log_a=log_a,
+                                                      log_b=log_b, eps=eps, n_iters=n_iters, tail=tail, band=band)
+    dim = q.shape[-1]
+    support = band_support(q_mask, k_mask, band)  # [B, 1, Lq, Lk]
+    row_on = support.any(-1)  # [B, 1, Lq]
+    col_on = support.any(-2)  # [B, 1, Lk]
+    scores = torch.einsum("bhid,bhjd->bhij", q, k) / (math.sqrt(dim) * eps)
+    n_rows = row_on.sum(-1, keepdim=True).clamp(min=1).to(scores.dtype)  # [B, 1, 1]
+    with torch.no_grad():
+        s0 = scores.detach()
+        u = torch.zeros(q.shape[:3], dtype=q.dtype, device=q.device)
+        v = torch.zeros(k.shape[:3], dtype=q.dtype, device=q.device)
+        for _ in range(n_iters):
+            u = _row_step(s0, v, support, row_on, log_a)
+            v = _col_step(s0, u, support, col_on, log_b)
+            c = u.sum(-1, keepdim=True) / n_rows  # [B, H, 1]
+            u = torch.where(row_on, u - c, 0.0)
+            v = torch.where(col_on, v + c, 0.0)
+    us, vs = [u], [v]
+    for _ in range(tail):
+        us.append(_row_step(scores, vs[-1], support, row_on, log_a))
+        vs.append(_col_step(scores, us[-1], support, col_on, log_b))
+    return TailDuals(us, vs, support, scores)
+
+
+def _plan(duals: TailDuals, a: int, b: int) -> torch.Tensor:
+    """P^(a,b) [B, H, Lq, Lk] = exp(S + u^(a) + v^(b)) on the support, 0 elsewhere."""
+    x = duals.scores + duals.u[a][..., :, None] + duals.v[b][..., None, :]
+    return torch.exp(torch.where(duals.support, x, float("-inf")))
+
+
+def sinkhorn_attention_ref(q, k, v, *, q_mask=None, k_mask=None, log_a=None, log_b=None, eps=1.0, n_iters=15,
+                           tail=2, band=None) -> torch.Tensor:
+    """Reference operator ``O = P^(R,R) V`` [B, H, Lq, dv], differentiable in q, k, v.
+
+    q [B, H, Lq, d], k [B, H, Lk, d], v [B, H, Lk, dv]; q_mask [B, Lq], k_mask [B, Lk]
+    (bool, True = real token); log_a [B, Lq], log_b [B, Lk] log marginals (default 0);
+    ``band`` is the half-width W (key j active for query i iff |i - j| <= W), ``None`` for
+    dense. Computes in the inputs' dtype. Inactive query rows of O are 0. Raises
+    ``ValueError`` on bad input, including a valid row/column with no active entry.
+    """
+    q_mask, k_mask, log_a, log_b = prepare_inputs(q, k, v, q_mask=q_mask, k_mask=k_mask, log_a=log_a, log_b=log_b,
+                                                  eps=eps, n_iters=n_iters, tail=tail, band=band)
+    duals = sinkhorn_tail_duals_ref(q, k, q_mask=q_mask, k_mask=k_mask, log_a=log_a, log_b=log_b, eps=eps,
+                                    n_iters=n_iters, tail=tail, band=band, _validated=True)
+    return _plan(duals, tail, tail) @ v
+
+
+# --------------------------------------------------------------------------- explicit backward
+
+
+def _inverse_mass(log_m, mask, dtype):
+    """1 / a (or 1 / b) on valid positions, 0 elsewhere, broadcast over heads: [B, 1, L]."""
+    return torch.where(mask, torch.exp(-log_m.to(dtype)), 0.0)[:, None, :]
+
+
+def _vjp_scores(sbar, q, k, eps):
+    scale = 1.0 / (math.sqrt(q.shape[-1]) * eps)
+    return sbar @ k * scale, sbar.transpose(-1, -2) @ q * scale
+
+
+def direct_backward_ref(q, k, v, grad_out, *, q_mask=None, k_mask=None, log_a=None, log_b=None, eps=1.0,
+                        n_iters=15, tail=2, band=None) -> OneReferenceGrads:
+    """Proposition 1: exact backward of the R-step surrogate, every staircase plan formed.
+
+    ``grad_out`` [B, H, Lq, dv] is dL/dO. Returns dq, dk, dv and the vector cotangents.
+    """
+    q_mask, k_mask, log_a, log_b = prepare_inputs(q, k, v, q_mask=q_mask, k_mask=k_mask, log_a=log_a, log_b=log_b,
+                                                  eps=eps, n_iters=n_iters, tail=tail, band=band)
+    with torch.no_grad():
+        d = sinkhorn_tail_duals_ref(q, k, q_mask=q_mask, k_mask=k_mask, log_a=log_a, log_b=log_b, eps=eps,
+                                    n_iters=n_iters, tail=tail, band=band, _validated=True)
+        inv_a, inv_b = _inverse_mass(log_a, q_mask, q.dtype), _inverse_mass(log_b, k_mask, q.dtype)
+        r = tail
+        p_rr = _plan(d, r, r)
+        pz = p_rr * (grad_out @ v.transpose(-1, -2))  # P^(R,R) * Z
+        g_u, g_v = pz.sum(-1), pz.sum(-2)
+        ubar = [torch.zeros_like(g_u) for _ in range(r + 1)]
+        vbar = [torch.zeros_like(g_v) for _ in range(r + 1)]
+        if r > 0:
+            vbar[r] = g_v
+            ubar[r] = g_u - (p_rr @ (vbar[r] * inv_b)[..., None])[..., 0]
+            for t in range(r, 0, -1):
+                vbar[t - 1] = -(_plan(d, t, t - 1).transpose(-1, -2) @ (ubar[t] * inv_a)[..., None])[..., 0]
+                if t >= 2:
+                    ubar[t - 1] = -(_plan(d, t - 1, t - 1) @ (vbar[t - 1] * inv_b)[..., None])[..., 0]
+        sbar = pz.clone()
+        for t in range(1, r + 1):
+            sbar -= (_plan(d, t, t) * (vbar[t] * inv_b)[..., None, :]
+                     + _plan(d, t, t - 1) * (ubar[t] * inv_a)[..., :, None])
+        dq, dk = _vjp_scores(sbar, q, k, eps)
+        dv = p_rr.transpose(-1, -2) @ grad_out
+    return OneReferenceGrads(dq, dk, dv, ubar, vbar, g_u, g_v)
+
+
+def one_reference_backward_ref(q, k, v, grad_out, *, q_mask=None, k_mask=None, log_a=None, log_b=None, eps=1.0,
+                               n_iters=15, band=None) -> OneReferenceGrads:
+    """Proposition 2: the R = 2 backward with only ``P^(2,2)`` formed (dense torch).
+
+    ``alpha = exp(u1 - u2)``, ``beta = exp(v1 - v2)``, ``delta = exp(v0 - v2)``;
+    ``Sbar = P22 * (Z - vbar2_j - beta_j ubar2_i - alpha_i beta_j vbar1_j - alpha_i delta_j ubar1_i)``.
+    ``grad_out`` [B, H, Lq, dv]. Returns dq, dk, dv and the vector cotangents.
+    """
+    q_mask, k_mask, log_a, log_b = prepare_inputs(q, k, v, q_mask=q_mask, k_mask=k_mask, log_a=log_a, log_b=log_b,
+                                                  eps=eps, n_iters=n_iters, tail=2, band=band)
+    with torch.no_grad():
+        d = sinkhorn_tail_duals_ref(q, k, q_mask=q_mask, k_mask=k_mask, log_a=log_a, log_b=log_b, eps=eps,
+                                    n_iters=n_iters, tail=2, band=band, _validated=True)
+        (_, u1, u2), (v0, v1, v2) = d.u, d.v
+        inv_a, inv_b = _inverse_mass(log_a, q_mask, q.dtype), _inverse_mass(log_b, k_mask, q.dtype)
+        p22 = _plan(d, 2, 2)  # the one reference tile
+        z = grad_out @ v.transpose(-1, -2)  # [B, H, Lq, Lk]
+        pz = p22 * z
+        g_u, g_v = pz.sum(-1), pz.sum(-2)
+        alpha, beta, delta = torch.exp(u1 - u2), torch.exp(v1 - v2), torch.exp(v0 - v2)
+
+        def rowsum(w_col):  # sum_j P22_ij w_j  [B, H, Lq]
+            return (p22 @ w_col[..., None])[..., 0]
+
+        def colsum(w_row):  # sum_i P22_ij w_i  [B, H, Lk]
+            return (p22.transpose(-1, -2) @ w_row[..., None])[..., 0]
+
+        vbar2 = g_v
+        w2 = vbar2 * inv_b
+        ubar2 = g_u - rowsum(w2)
+        x2 = ubar2 * inv_a
+        vbar1 = -beta * colsum(x2)
+        w1 = vbar1 * inv_b
+        ubar1 = -alpha * rowsum(beta * w1)
+        x1 = ubar1 * inv_a
+        vbar0 = -delta * colsum(alpha * x1)
+        sbar = p22 * (z - w2[..., None, :] - beta[..., None, :] * x2[..., :, None]
+                      - alpha[..., :, None] * (beta * w1)[..., None, :]
+                      - alpha[..., :, None] * delta[..., None, :] * x1[..., :, None])
+        dq, dk = _vjp_scores(sbar, q, k, eps)
+        dv = p22.transpose(-1, -2) @ grad_out
+    return OneReferenceGrads(dq, dk, dv, [torch.zeros_like(ubar1), ubar1, ubar2], [vbar0, vbar1, vbar2], g_u, g_v)

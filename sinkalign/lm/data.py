@@ -1,0 +1,264 @@
+"""Genome data for DNA language models: FASTA reading, train/validation split, window sampling.
+
+Token mapping used throughout (``encode`` / ``decode`` / ``GenomeWindows``)::
+
+    A=0  C=1  G=2  T=3  N=4
+
+Tokens are ``numpy.int8``. The language models map these five ids onto their own
+tokenizer; this module stays free of torch so that the Markov baseline and the GC-profile
+pipeline can use it without the PyTorch extra.
+
+Coordinates are 0-based and half-open throughout.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import math
+import os
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+from Bio import SeqIO
+
+__all__ = [
+    "ALPHABET",
+    "GenomeRecord",
+    "GenomeWindows",
+    "decode",
+    "encode",
+    "read_genome",
+    "read_genome_records",
+    "train_val_split",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Token alphabet: index i of this string is token id i (A=0, C=1, G=2, T=3, N=4).
+ALPHABET = "ACGTN"
+
+# IUPAC ambiguity codes (besides N) that read_genome maps to N.
+_IUPAC_AMBIGUOUS = "RYSWKMBDHV"
+_TO_N = str.maketrans({c: "N" for c in _IUPAC_AMBIGUOUS})
+_INVALID = re.compile(r"[^ACGTN]")
+
+# Byte -> token lookup; every byte outside ACGTN maps to 255 (invalid).
+_ENCODE_LUT = np.full(256, 255, dtype=np.uint8)
+for _i, _c in enumerate(ALPHABET):
+    _ENCODE_LUT[ord(_c)] = _i
+_DECODE_LUT = np.frombuffer(ALPHABET.encode("ascii"), dtype=np.uint8)
+
+
+@dataclass(frozen=True)
+class GenomeRecord:
+    """One FASTA record: ``id`` (first word of the header), full ``description``, ``seq``.
+
+    ``seq`` is uppercase over ``ACGTN`` (IUPAC ambiguity codes already mapped to N).
+    """
+
+    id: str
+    description: str
+    seq: str
+
+
+def _open_text(path: Path):
+    """Open plain or gzip-compressed text; gzip is recognised by its magic bytes."""
+    with open(path, "rb") as raw:
+        magic = raw.read(2)
+    if magic == b"\x1f\x8b":
+        return gzip.open(path, "rt", encoding="ascii", errors="replace")
+    return open(path, "rt", encoding="ascii", errors="replace")
+
+
+def read_genome_records(path: str | os.PathLike) -> list[GenomeRecord]:
+    """Read every record of a FASTA file (plain or gzip), validated, in file order.
+
+    Sequences are uppercased; the IUPAC ambiguity codes ``RYSWKMBDHV`` become ``N``.
+    Any other character (gap ``-``, stop ``*``, ``U``, digits, ...) raises ``ValueError``
+    naming the file, the record and the 0-based position in that record.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ValueError: not FASTA, no records, an empty record, a duplicate record id, or an
+            invalid character.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"FASTA file not found: {path}")
+    records: list[GenomeRecord] = []
+    seen: set[str] = set()
+    try:
+        with _open_text(path) as handle:
+            for rec in SeqIO.parse(handle, "fasta"):
+                seq = str(rec.seq).upper().translate(_TO_N)
+                if not seq:
+                    raise ValueError(f"{path}: record {rec.id!r} is empty")
+                bad = _INVALID.search(seq)
+                if bad is not None:
+                    raise ValueError(
+                        f"{path}: record {rec.id!r} has invalid character {bad.group()!r} at "
+                        f"0-based position {bad.start()} (allowed: ACGTN and IUPAC codes "
+                        f"{_IUPAC_AMBIGUOUS}, which are read as N)"
+                    )
+                if rec.id in seen:
+                    raise ValueError(f"{path}: duplicate record id {rec.id!r}")
+                seen.add(rec.id)
+                records.append(GenomeRecord(rec.id, rec.description, seq))
+    except (gzip.BadGzipFile, EOFError) as exc:
+        raise ValueError(f"{path}: corrupt gzip file ({exc})") from exc
+    except ValueError as exc:
+        if str(exc).startswith(f"{path}:"):
+            raise
+        # Biopython's own parse errors (e.g. text before the first '>').
+        raise ValueError(f"{path}: not a valid FASTA file: {exc}") from exc
+    if not records:
+        raise ValueError(f"{path}: no FASTA records found")
+    logger.info("read %d record(s), %d nt from %s", len(records), sum(len(r.seq) for r in records), path)
+    return records
+
+
+def read_genome(path: str | os.PathLike) -> list[tuple[str, str]]:
+    """Read a FASTA genome (plain or ``.gz``) as ``[(id, seq), ...]`` in file order.
+
+    See :func:`read_genome_records` for validation and the errors raised.
+    """
+    return [(r.id, r.seq) for r in read_genome_records(path)]
+
+
+def train_val_split(seq: str, val_fraction: float = 0.1) -> tuple[str, str]:
+    """Split ``seq`` into ``(train, val)``; the validation split is the *last* part.
+
+    Rounding: ``n_val = ceil(n * val_fraction)`` computed exactly with the fraction
+    ``Fraction(val_fraction).limit_denominator(10**9)`` (so 0.1 is exactly 1/10, free of
+    float error), and ``train = seq[:n - n_val]``, ``val = seq[n - n_val:]``. The
+    validation split is therefore never smaller than the requested fraction. For the
+    C. diphtheriae chromosome (n = 2,463,666) this gives train = ``seq[:2217299]`` and
+    val = ``seq[2217299:]`` (246,367 nt).
+
+    Raises:
+        ValueError: ``val_fraction`` not in (0, 1), or either split would be empty.
+    """
+    if not (0.0 < val_fraction < 1.0):
+        raise ValueError(f"{val_fraction=} must be in (0, 1)")
+    n = len(seq)
+    frac = Fraction(val_fraction).limit_denominator(10**9)
+    n_val = math.ceil(n * frac)
+    if n_val >= n or n_val == 0:
+        raise ValueError(f"sequence of length {n} is too short for {val_fraction=}: a split would be empty")
+    return seq[: n - n_val], seq[n - n_val :]
+
+
+def encode(seq: str) -> np.ndarray:
+    """Encode a DNA string into int8 tokens ``[L]`` (A=0, C=1, G=2, T=3, N=4).
+
+    Lower case is accepted. Raises ``ValueError`` with the 0-based position of the first
+    character outside ACGTN.
+    """
+    raw = np.frombuffer(seq.upper().encode("ascii", errors="replace"), dtype=np.uint8)
+    tokens = _ENCODE_LUT[raw]
+    bad = np.flatnonzero(tokens == 255)
+    if bad.size:
+        pos = int(bad[0])
+        raise ValueError(f"invalid character {seq[pos]!r} at 0-based position {pos} (expected ACGTN)")
+    return tokens.astype(np.int8)
+
+
+def decode(tokens: np.ndarray) -> str:
+    """Decode int8 tokens ``[L]`` (values 0..4) back into a string over ``ACGTN``."""
+    tokens = np.asarray(tokens)
+    if tokens.ndim != 1:
+        raise ValueError(f"tokens must be 1-D, got shape {tokens.shape}")
+    if tokens.size and (tokens.min() < 0 or tokens.max() > 4):
+        raise ValueError(f"tokens must lie in 0..4, got range [{tokens.min()}, {tokens.max()}]")
+    return _DECODE_LUT[tokens.astype(np.intp)].tobytes().decode("ascii")
+
+
+class GenomeWindows:
+    """Seeded sampler of fixed-length windows ``[B, L]`` (int8 tokens) from one or more sequences.
+
+    Random starts are uniform over every position ``s`` with ``s + length <= len(record)``
+    across all records (so a record is picked in proportion to its number of valid starts);
+    windows never cross record boundaries. Records shorter than ``length`` are skipped
+    (an error if all are). With ``max_n_fraction`` a window holding a larger fraction of N
+    is redrawn.
+
+    Args:
+        seqs: one sequence (str) or a sequence of strings (e.g. the training split, or
+            ``[seq for _, seq in read_genome(path)]``).
+        length: window length L.
+        seed: seed of the ``numpy.random.Generator``; equal seeds give equal batches.
+        max_n_fraction: windows with a larger fraction of N are rejected (default 1.0:
+            keep everything).
+    """
+
+    def __init__(
+        self, seqs: str | Sequence[str], length: int, *, seed: int = 0, max_n_fraction: float = 1.0
+    ) -> None:
+        if isinstance(seqs, str):
+            seqs = [seqs]
+        if isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length <= 0:
+            raise ValueError(f"{length=} must be a positive integer")
+        if not (0.0 <= max_n_fraction <= 1.0):
+            raise ValueError(f"{max_n_fraction=} must be in [0, 1]")
+        self.length = int(length)
+        self.max_n_fraction = float(max_n_fraction)
+        self._tokens = [encode(s) for s in seqs if len(s) >= self.length]
+        if not self._tokens:
+            longest = max((len(s) for s in seqs), default=0)
+            raise ValueError(f"no sequence is at least {length=} long (longest is {longest})")
+        n_starts = np.array([t.size - self.length + 1 for t in self._tokens], dtype=np.int64)
+        self._offsets = np.concatenate([[0], np.cumsum(n_starts)])  # [R + 1]
+        self.n_windows = int(self._offsets[-1])
+        self._rng = np.random.default_rng(seed)
+
+    def _window(self, flat_start: int) -> np.ndarray:
+        r = int(np.searchsorted(self._offsets, flat_start, side="right") - 1)
+        s = flat_start - int(self._offsets[r])
+        return self._tokens[r][s : s + self.length]
+
+    def sample(self, batch_size: int) -> np.ndarray:
+        """Draw ``batch_size`` windows at random starts: int8 ``[B, L]``."""
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size <= 0:
+            raise ValueError(f"{batch_size=} must be a positive integer")
+        out = np.empty((batch_size, self.length), dtype=np.int8)
+        filled, tries = 0, 0
+        max_n = self.max_n_fraction * self.length
+        while filled < batch_size:
+            tries += 1
+            if tries > 1000:
+                raise RuntimeError(
+                    f"could not find windows with at most {self.max_n_fraction=} N after 1000 draws"
+                )
+            starts = self._rng.integers(0, self.n_windows, size=batch_size - filled)
+            for flat in starts:
+                w = self._window(int(flat))
+                if self.max_n_fraction < 1.0 and np.count_nonzero(w == 4) > max_n:
+                    continue
+                out[filled] = w
+                filled += 1
+        return out
+
+    def sequential(self, batch_size: int) -> Iterator[np.ndarray]:
+        """Deterministic non-overlapping tiling for evaluation: yields int8 ``[b, L]`` batches.
+
+        Windows start at 0, L, 2L, ... in each record (record order kept); a trailing
+        remainder shorter than L is dropped. The last batch may hold fewer than
+        ``batch_size`` windows. ``max_n_fraction`` does not apply.
+        """
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size <= 0:
+            raise ValueError(f"{batch_size=} must be a positive integer")
+        buf: list[np.ndarray] = []
+        for tokens in self._tokens:
+            n = tokens.size // self.length
+            for w in tokens[: n * self.length].reshape(n, self.length):
+                buf.append(w)
+                if len(buf) == batch_size:
+                    yield np.stack(buf)
+                    buf = []
+        if buf:
+            yield np.stack(buf)

@@ -1,0 +1,613 @@
+"""GC profile of genomes: windowed GC content, GC skew, cumulative skew; reports and overlays.
+
+Definitions (per window, counts taken over the window's bases):
+
+* ``gc = (G + C) / (A + C + G + T)``; N bases are excluded from the denominator, so a
+  window that is half N but otherwise all G/C has ``gc = 1``. NaN when the window is all N.
+* ``gc_skew = (G - C) / (G + C)``; NaN when the window has no G or C.
+* ``cumulative_gc_skew``: running sum of ``gc_skew`` over the windows of one record, in
+  order, NaN windows adding 0 (Grigoriev 1998; as in GenSkew). With overlapping windows
+  (``step < window``) the sum grows by about ``window / step`` times but its minimum
+  and maximum stay where they are.
+* ``n_fraction = N / (end - start)``.
+
+Windows are 0-based half-open ``[start, end)``: starts ``0, step, 2*step, ...`` while the
+window fits (``start + window <= len``). If the last full window ends before the record
+does, one final *partial* window ``[last_start + step, len)`` (shorter than ``window``)
+covers the tail; a record shorter than ``window`` is a single partial window
+``[0, len)``. Every base is therefore covered, and ``step <= window`` is required (larger
+steps would leave gaps that the cumulative skew cannot account for).
+
+Origin/terminus prediction: on the leading strand G exceeds C, so the cumulative skew
+falls from the terminus to the origin and rises from the origin to the terminus; its
+minimum marks the origin and its maximum the terminus. The cumulative curve starts at 0
+at position 0; the value after window ``i`` is placed at ``midpoint_i + step / 2``, the
+boundary between window ``i`` and window ``i + 1`` (exactly the window end when
+``step == window``). The prediction is only meaningful for complete circular chromosomes.
+
+Overlay mode compares generated continuations with the true genome: see
+:func:`gc_trajectory`, :func:`trajectory_correlation` and :func:`compare_continuations`.
+A generated FASTA record names the true sequence it continues with ``key=value`` tags
+in its header (:func:`continuation_description`): ``chrom=<record id>`` (optional when the
+genome has a single record) and ``start=<0-based position where the continuation
+begins>``, i.e. the end of the prompt.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, NamedTuple, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from tqdm.auto import tqdm  # noqa: E402
+
+from sinkalign.lm.data import GenomeRecord, encode, read_genome_records  # noqa: E402
+from sinkalign.utils import atomic_write, atomic_write_bytes, atomic_write_text  # noqa: E402
+
+__all__ = [
+    "ContinuationComparison",
+    "GCProfile",
+    "GCProfileOutputs",
+    "RecordSummary",
+    "compare_continuations",
+    "continuation_description",
+    "gc_profile",
+    "gc_trajectory",
+    "parse_continuation_description",
+    "plot_overlay",
+    "plot_profile",
+    "run_gc_profile",
+    "trajectory_correlation",
+    "window_bounds",
+    "write_overlay_tsv",
+    "write_report",
+    "write_tsv",
+]
+
+logger = logging.getLogger(__name__)
+
+TSV_COLUMNS = ("chrom", "start", "end", "gc", "gc_skew", "cumulative_gc_skew", "n_fraction")
+_A, _C, _G, _T, _N = range(5)
+
+
+def _check_positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+        raise ValueError(f"{name}={value!r} must be a positive integer")
+    return int(value)
+
+
+def window_bounds(length: int, window: int, step: int) -> tuple[np.ndarray, np.ndarray]:
+    """0-based half-open window bounds ``(starts [W], ends [W])`` for a record of ``length``.
+
+    Full windows at ``0, step, ...`` plus at most one final partial window covering the
+    tail (see the module docstring). Requires ``0 < step <= window``.
+    """
+    window = _check_positive_int("window", window)
+    step = _check_positive_int("step", step)
+    if step > window:
+        raise ValueError(f"step={step} must not exceed window={window} (windows would leave gaps)")
+    if length <= 0:
+        raise ValueError(f"{length=} must be positive")
+    if length < window:
+        return np.array([0], dtype=np.int64), np.array([length], dtype=np.int64)
+    starts = np.arange(0, length - window + 1, step, dtype=np.int64)
+    ends = starts + window
+    if ends[-1] < length:
+        starts = np.append(starts, starts[-1] + step)
+        ends = np.append(ends, length)
+    return starts, ends
+
+
+@dataclass(frozen=True)
+class RecordSummary:
+    """Whole-record statistics. ``origin``/``terminus`` are 0-based positions (None if no G/C)."""
+
+    chrom: str
+    length: int
+    gc: float  # over all non-N bases of the record
+    n_fraction: float
+    n_windows: int
+    min_window_gc: float
+    max_window_gc: float
+    origin: int | None
+    terminus: int | None
+
+
+@dataclass(frozen=True)
+class GCProfile:
+    """Column table of windows over one or more records, ``W`` rows in record order.
+
+    Columns: ``chrom [W]`` (str), ``start``/``end [W]`` (int64, 0-based half-open), ``gc``,
+    ``gc_skew``, ``cumulative_gc_skew``, ``n_fraction [W]`` (float64). ``summaries`` holds
+    one :class:`RecordSummary` per record.
+    """
+
+    window: int
+    step: int
+    chrom: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    gc: np.ndarray
+    gc_skew: np.ndarray
+    cumulative_gc_skew: np.ndarray
+    n_fraction: np.ndarray
+    summaries: tuple[RecordSummary, ...] = field(default_factory=tuple)
+
+    def __len__(self) -> int:
+        return int(self.start.size)
+
+    def record(self, chrom: str) -> GCProfile:
+        """The rows of one record (``KeyError`` if absent)."""
+        sel = self.chrom == chrom
+        if not sel.any():
+            raise KeyError(f"no record {chrom!r} in profile (records: {[s.chrom for s in self.summaries]})")
+        cols = {c: getattr(self, c)[sel] for c in TSV_COLUMNS}
+        return GCProfile(
+            self.window, self.step, summaries=tuple(s for s in self.summaries if s.chrom == chrom), **cols
+        )
+
+
+def _as_records(records) -> list[tuple[str, str]]:
+    """Accept one ``(id, seq)`` / GenomeRecord or an iterable of them."""
+    if isinstance(records, GenomeRecord) or (
+        isinstance(records, tuple) and len(records) == 2 and all(isinstance(x, str) for x in records)
+    ):
+        records = [records]
+    out = []
+    for r in records:
+        out.append((r.id, r.seq) if isinstance(r, GenomeRecord) else (str(r[0]), r[1]))
+    if not out:
+        raise ValueError("no records given")
+    ids = [r[0] for r in out]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise ValueError(f"duplicate record ids: {dupes}")
+    return out
+
+
+def gc_profile(records, window: int = 1000, step: int = 500, *, progress: bool = False) -> GCProfile:
+    """Windowed GC content and GC skew of ``records`` (one ``(id, seq)`` or many).
+
+    Args:
+        records: ``(id, seq)`` pairs or :class:`~sinkalign.lm.data.GenomeRecord` s; seq
+            over ACGTN (any case).
+        window: window length (bases), > 0.
+        step: distance between window starts, ``0 < step <= window``.
+        progress: show a tqdm bar (bases processed) on stderr when it is a terminal.
+
+    Returns:
+        :class:`GCProfile` with ``W`` rows (see module docstring for definitions).
+    """
+    window = _check_positive_int("window", window)
+    step = _check_positive_int("step", step)
+    if step > window:
+        raise ValueError(f"step={step} must not exceed window={window} (windows would leave gaps)")
+    recs = _as_records(records)
+    cols: dict[str, list[np.ndarray]] = {c: [] for c in TSV_COLUMNS}
+    summaries = []
+    with tqdm(total=sum(len(s) for _, s in recs), unit="nt", unit_scale=True, disable=None if progress else True,
+              desc="GC profile") as bar:
+        for chrom, seq in recs:
+            if len(seq) == 0:
+                raise ValueError(f"record {chrom!r} is empty")
+            try:
+                tokens = encode(seq)
+            except ValueError as exc:
+                raise ValueError(f"record {chrom!r}: {exc}") from None
+            starts, ends = window_bounds(tokens.size, window, step)
+            dtype = np.int32 if tokens.size < 2**31 - 1 else np.int64
+            cum = {b: np.concatenate([[0], np.cumsum(tokens == b, dtype=dtype)]) for b in (_C, _G, _N)}
+            g = (cum[_G][ends] - cum[_G][starts]).astype(np.float64)
+            c = (cum[_C][ends] - cum[_C][starts]).astype(np.float64)
+            n = (cum[_N][ends] - cum[_N][starts]).astype(np.float64)
+            acgt = (ends - starts) - n
+            with np.errstate(invalid="ignore", divide="ignore"):
+                gc = np.where(acgt > 0, (g + c) / acgt, np.nan)
+                skew = np.where(g + c > 0, (g - c) / (g + c), np.nan)
+            cumskew = np.cumsum(np.nan_to_num(skew, nan=0.0))
+            total_gc = int(cum[_G][-1] + cum[_C][-1])
+            total_n = int(cum[_N][-1])
+            origin = terminus = None
+            if np.isfinite(skew).any():
+                pos = np.concatenate([[0.0], (starts + ends) / 2 + step / 2])
+                pos = np.minimum(np.floor(pos), tokens.size).astype(np.int64)
+                curve = np.concatenate([[0.0], cumskew])
+                origin, terminus = int(pos[np.argmin(curve)]), int(pos[np.argmax(curve)])
+            n_acgt = tokens.size - total_n
+            summaries.append(
+                RecordSummary(
+                    chrom=chrom,
+                    length=int(tokens.size),
+                    gc=total_gc / n_acgt if n_acgt else math.nan,
+                    n_fraction=total_n / tokens.size,
+                    n_windows=int(starts.size),
+                    min_window_gc=float(np.nanmin(gc)) if np.isfinite(gc).any() else math.nan,
+                    max_window_gc=float(np.nanmax(gc)) if np.isfinite(gc).any() else math.nan,
+                    origin=origin,
+                    terminus=terminus,
+                )
+            )
+            cols["chrom"].append(np.full(starts.size, chrom, dtype=object))
+            cols["start"].append(starts)
+            cols["end"].append(ends)
+            cols["gc"].append(gc)
+            cols["gc_skew"].append(skew)
+            cols["cumulative_gc_skew"].append(cumskew)
+            cols["n_fraction"].append(n / (ends - starts))
+            bar.update(tokens.size)
+    return GCProfile(window, step, summaries=tuple(summaries), **{k: np.concatenate(v) for k, v in cols.items()})
+
+
+def _fmt(x: float) -> str:
+    return "nan" if math.isnan(x) else f"{x:.6f}"
+
+
+def write_tsv(profile: GCProfile, path: str | os.PathLike) -> Path:
+    """Write the profile as TSV (header ``chrom start end gc gc_skew cumulative_gc_skew n_fraction``), atomically."""
+    path = Path(path)
+    with atomic_write(path, "w") as fh:
+        fh.write("\t".join(TSV_COLUMNS) + "\n")
+        for i in range(len(profile)):
+            fh.write(
+                f"{profile.chrom[i]}\t{profile.start[i]}\t{profile.end[i]}\t{_fmt(profile.gc[i])}\t"
+                f"{_fmt(profile.gc_skew[i])}\t{_fmt(profile.cumulative_gc_skew[i])}\t"
+                f"{_fmt(profile.n_fraction[i])}\n"
+            )
+    return path
+
+
+def _save_png(fig, path: Path) -> Path:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+    return path
+
+
+def plot_profile(profile: GCProfile, path: str | os.PathLike, *, max_records: int = 4) -> Path:
+    """PNG of GC, GC skew and cumulative skew (with predicted origin/terminus) per record.
+
+    Three stacked panels per record, for at most ``max_records`` records (the longest
+    ones, in file order). Written atomically; returns the path.
+    """
+    max_records = _check_positive_int("max_records", max_records)
+    shown = sorted(sorted(profile.summaries, key=lambda s: -s.length)[:max_records],
+                   key=lambda s: profile.summaries.index(s))
+    fig, axes = plt.subplots(3 * len(shown), 1, figsize=(10, 2.2 * 3 * len(shown)), squeeze=False)
+    for r, summ in enumerate(shown):
+        sub = profile.record(summ.chrom)
+        mid = (sub.start + sub.end) / 2
+        ax_gc, ax_skew, ax_cum = axes[3 * r : 3 * r + 3, 0]
+        ax_gc.plot(mid, sub.gc, lw=0.8, color="tab:blue")
+        ax_gc.axhline(summ.gc, color="grey", ls="--", lw=0.8, label=f"overall GC {summ.gc:.3f}")
+        ax_gc.set_ylabel("GC")
+        ax_gc.set_title(f"{summ.chrom} ({summ.length:,} nt; window {profile.window}, step {profile.step})")
+        ax_gc.legend(loc="upper right", fontsize=8)
+        ax_skew.plot(mid, sub.gc_skew, lw=0.6, color="tab:green")
+        ax_skew.axhline(0, color="grey", lw=0.6)
+        ax_skew.set_ylabel("GC skew")
+        ax_cum.plot(mid, sub.cumulative_gc_skew, lw=0.9, color="tab:purple")
+        if summ.origin is not None:
+            ax_cum.axvline(summ.origin, color="tab:red", ls=":", label=f"origin? {summ.origin:,}")
+            ax_cum.axvline(summ.terminus, color="tab:orange", ls=":", label=f"terminus? {summ.terminus:,}")
+            ax_cum.legend(loc="best", fontsize=8)
+        ax_cum.set_ylabel("cumulative skew")
+        ax_cum.set_xlabel("position (0-based, window midpoint)")
+    fig.tight_layout()
+    return _save_png(fig, Path(path))
+
+
+# ----------------------------------------------------------------------------- overlay
+
+
+def gc_trajectory(seq: str, window: int = 25) -> np.ndarray:
+    """Sliding-window (step 1) GC fraction of ``seq``: float64 ``[len(seq) - window + 1]``.
+
+    Entry ``i`` is the GC fraction of ``seq[i : i + window]`` with N excluded from the
+    denominator (NaN where the window is all N). Raises ``ValueError`` if ``window`` is not
+    positive or exceeds ``len(seq)``.
+    """
+    window = _check_positive_int("window", window)
+    if window > len(seq):
+        raise ValueError(f"window={window} exceeds the sequence length {len(seq)}")
+    t = encode(seq)
+    gc = np.concatenate([[0], np.cumsum((t == _C) | (t == _G), dtype=np.int64)])
+    n = np.concatenate([[0], np.cumsum(t == _N, dtype=np.int64)])
+    gcw = (gc[window:] - gc[:-window]).astype(np.float64)
+    acgt = window - (n[window:] - n[:-window])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(acgt > 0, gcw / acgt, np.nan)
+
+
+def trajectory_correlation(a: np.ndarray, b: np.ndarray) -> float:
+    """Pearson correlation of two equal-length trajectories ``[T]`` over positions finite in both.
+
+    Returns NaN when fewer than 2 such positions exist or either side is constant there
+    (the correlation is undefined). Raises ``ValueError`` on unequal lengths.
+    """
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.ndim != 1 or b.ndim != 1:
+        raise ValueError(f"trajectories must be 1-D, got shapes {a.shape} and {b.shape}")
+    if a.size != b.size:
+        raise ValueError(f"trajectories differ in length: {a.size} != {b.size}")
+    ok = np.isfinite(a) & np.isfinite(b)
+    if ok.sum() < 2:
+        return math.nan
+    x, y = a[ok] - a[ok].mean(), b[ok] - b[ok].mean()
+    den = math.sqrt(float(x @ x) * float(y @ y))
+    if den == 0.0:
+        return math.nan
+    return float(np.clip((x @ y) / den, -1.0, 1.0))
+
+
+def continuation_description(record_id: str, chrom: str, start: int) -> str:
+    """FASTA header (without ``>``) for a generated continuation of ``chrom`` from ``start``."""
+    return f"{record_id} chrom={chrom} start={int(start)}"
+
+
+def parse_continuation_description(description: str) -> tuple[str | None, int]:
+    """``(chrom or None, start)`` from the ``chrom=`` / ``start=`` header tags.
+
+    Raises ``ValueError`` if ``start=`` is missing or not a non-negative integer.
+    """
+    tags = dict(tok.split("=", 1) for tok in description.split()[1:] if "=" in tok)
+    if "start" not in tags:
+        raise ValueError(f"header {description!r} lacks a start=<0-based position> tag")
+    try:
+        start = int(tags["start"])
+    except ValueError:
+        raise ValueError(f"header {description!r}: start={tags['start']!r} is not an integer") from None
+    if start < 0:
+        raise ValueError(f"header {description!r}: start={start} must be >= 0")
+    return tags.get("chrom"), start
+
+
+class ContinuationComparison(NamedTuple):
+    """One generated continuation against the true sequence at the same coordinates."""
+
+    id: str
+    chrom: str
+    start: int
+    length: int  # bases compared (generated length, cut at the end of the true record)
+    true_gc: float
+    generated_gc: float
+    pearson_r: float  # of the two gc_trajectory curves
+    true_trajectory: np.ndarray  # [length - window + 1]
+    generated_trajectory: np.ndarray  # [length - window + 1]
+
+
+def _overall_gc(seq: str) -> float:
+    t = encode(seq)
+    acgt = np.count_nonzero(t != _N)
+    return float(np.count_nonzero((t == _C) | (t == _G)) / acgt) if acgt else math.nan
+
+
+def compare_continuations(
+    genome: Iterable, generated: Iterable[GenomeRecord], *, window: int = 25
+) -> list[ContinuationComparison]:
+    """Compare generated continuations with the genome at the coordinates in their headers.
+
+    Args:
+        genome: the true records (``(id, seq)`` pairs or GenomeRecords).
+        generated: GenomeRecords whose descriptions carry ``chrom=``/``start=`` tags (see
+            :func:`continuation_description`); ``chrom`` may be omitted for a
+            single-record genome.
+        window: sliding window of :func:`gc_trajectory`.
+
+    A continuation running past the end of its true record is compared over the bases
+    that exist (with a warning). Raises ``ValueError`` naming the generated record for a
+    missing/unknown chrom, a start beyond the record, or fewer than ``window`` bases to
+    compare.
+    """
+    window = _check_positive_int("window", window)
+    true = dict(_as_records(genome))
+    out = []
+    for rec in generated:
+        try:
+            chrom, start = parse_continuation_description(rec.description)
+        except ValueError as exc:
+            raise ValueError(f"generated record {rec.id!r}: {exc}") from None
+        if chrom is None:
+            if len(true) != 1:
+                raise ValueError(
+                    f"generated record {rec.id!r} has no chrom= tag and the genome has {len(true)} records"
+                )
+            chrom = next(iter(true))
+        if chrom not in true:
+            raise ValueError(f"generated record {rec.id!r}: chrom={chrom!r} is not in the genome ({sorted(true)})")
+        ref = true[chrom]
+        if start >= len(ref):
+            raise ValueError(f"generated record {rec.id!r}: start={start} is beyond {chrom!r} (length {len(ref)})")
+        length = min(len(rec.seq), len(ref) - start)
+        if length < len(rec.seq):
+            logger.warning("%s runs past the end of %s; comparing its first %d bases", rec.id, chrom, length)
+        if length < window:
+            raise ValueError(
+                f"generated record {rec.id!r}: only {length} bases to compare, fewer than window={window}"
+            )
+        t_seq, g_seq = ref[start : start + length], rec.seq[:length]
+        t_traj, g_traj = gc_trajectory(t_seq, window), gc_trajectory(g_seq, window)
+        out.append(
+            ContinuationComparison(
+                rec.id, chrom, start, length, _overall_gc(t_seq), _overall_gc(g_seq),
+                trajectory_correlation(t_traj, g_traj), t_traj, g_traj,
+            )
+        )
+    if not out:
+        raise ValueError("no generated records to compare")
+    return out
+
+
+def plot_overlay(
+    comparisons: Sequence[ContinuationComparison], path: str | os.PathLike, *, window: int = 25, max_panels: int = 6
+) -> Path:
+    """PNG: per prompt (chrom, start), the true GC trajectory and every generated one on one axes.
+
+    One panel per distinct prompt, the first ``max_panels`` in input order.
+    """
+    max_panels = _check_positive_int("max_panels", max_panels)
+    if not comparisons:
+        raise ValueError("no comparisons to plot")
+    groups: dict[tuple[str, int], list[ContinuationComparison]] = {}
+    for c in comparisons:
+        key = (c.chrom, c.start)
+        if key in groups or len(groups) < max_panels:
+            groups.setdefault(key, []).append(c)
+    fig, axes = plt.subplots(len(groups), 1, figsize=(10, 3 * len(groups)), squeeze=False)
+    for ax, ((chrom, start), comps) in zip(axes[:, 0], groups.items()):
+        longest = max(comps, key=lambda c: c.length)
+        ax.plot(longest.true_trajectory, color="black", lw=1.4, label="true")
+        for c in comps:
+            ax.plot(c.generated_trajectory, lw=0.8, alpha=0.8, label=f"{c.id} (r={c.pearson_r:.2f})")
+        ax.set_title(f"{chrom} from {start:,} (GC, sliding window {window})")
+        ax.set_xlabel("offset from continuation start")
+        ax.set_ylabel("GC")
+        ax.legend(loc="best", fontsize=7)
+    fig.tight_layout()
+    return _save_png(fig, Path(path))
+
+
+def write_overlay_tsv(comparisons: Sequence[ContinuationComparison], path: str | os.PathLike) -> Path:
+    """TSV ``id chrom start length true_gc generated_gc pearson_r``, atomically."""
+    path = Path(path)
+    with atomic_write(path, "w") as fh:
+        fh.write("id\tchrom\tstart\tlength\ttrue_gc\tgenerated_gc\tpearson_r\n")
+        for c in comparisons:
+            fh.write(
+                f"{c.id}\t{c.chrom}\t{c.start}\t{c.length}\t{_fmt(c.true_gc)}\t{_fmt(c.generated_gc)}\t"
+                f"{_fmt(c.pearson_r)}\n"
+            )
+    return path
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def _f(x: float, digits: int = 4) -> str:
+    return "NA" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def write_report(
+    profile: GCProfile,
+    path: str | os.PathLike,
+    *,
+    source: str = "",
+    png_name: str | None = "gc_profile.png",
+    tsv_name: str | None = "gc_profile.tsv",
+    overlay: Sequence[ContinuationComparison] | None = None,
+    overlay_png_name: str | None = None,
+    overlay_window: int = 25,
+) -> Path:
+    """Markdown report: per-record summary table, linked TSV, embedded PNG(s), overlay table.
+
+    PNG/TSV names are written as relative links, so keep the report beside them.
+    """
+    lines = ["# GC profile", ""]
+    if source:
+        lines += [f"Input: `{source}`", ""]
+    lines += [
+        f"Window {profile.window} nt, step {profile.step} nt; 0-based half-open coordinates. "
+        "GC excludes N from the denominator; skew = (G-C)/(G+C). Origin/terminus are the "
+        "minimum/maximum of the cumulative GC skew (meaningful for complete circular chromosomes only).",
+        "",
+        "| record | length | GC | N fraction | windows | min window GC | max window GC | predicted origin | predicted terminus |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for s in profile.summaries:
+        ori = "NA" if s.origin is None else f"{s.origin:,}"
+        ter = "NA" if s.terminus is None else f"{s.terminus:,}"
+        lines.append(
+            f"| {s.chrom} | {s.length:,} | {_f(s.gc)} | {_f(s.n_fraction)} | {s.n_windows} | "
+            f"{_f(s.min_window_gc)} | {_f(s.max_window_gc)} | {ori} | {ter} |"
+        )
+    lines.append("")
+    if tsv_name:
+        lines += [f"Window table: [{tsv_name}]({tsv_name})", ""]
+    if png_name:
+        lines += [f"![GC profile]({png_name})", ""]
+    if overlay:
+        lines += [
+            "## Generated continuations",
+            "",
+            f"Pearson r of the sliding-window GC trajectories (window {overlay_window}) of each "
+            "continuation against the true sequence at the same coordinates.",
+            "",
+            "| id | chrom | start | length | true GC | generated GC | Pearson r |",
+            "|---|---|---:|---:|---:|---:|---:|",
+        ]
+        for c in overlay:
+            lines.append(
+                f"| {c.id} | {c.chrom} | {c.start:,} | {c.length:,} | {_f(c.true_gc)} | "
+                f"{_f(c.generated_gc)} | {_f(c.pearson_r, 3)} |"
+            )
+        rs = np.array([c.pearson_r for c in overlay])
+        if np.isfinite(rs).any():
+            lines += ["", f"Mean Pearson r: {np.nanmean(rs):.3f} over {np.isfinite(rs).sum()} continuation(s)."]
+        lines.append("")
+        if overlay_png_name:
+            lines += [f"![GC trajectories]({overlay_png_name})", ""]
+    path = Path(path)
+    atomic_write_text(path, "\n".join(lines))
+    return path
+
+
+class GCProfileOutputs(NamedTuple):
+    """Files written by :func:`run_gc_profile` (overlay paths are None without an overlay)."""
+
+    profile: GCProfile
+    tsv: Path
+    png: Path
+    report: Path
+    overlay: list[ContinuationComparison] | None
+    overlay_tsv: Path | None
+    overlay_png: Path | None
+
+
+def run_gc_profile(
+    fasta: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    window: int = 1000,
+    step: int = 500,
+    overlay: str | os.PathLike | None = None,
+    overlay_window: int = 25,
+    progress: bool = False,
+) -> GCProfileOutputs:
+    """Full pipeline: read ``fasta``, profile it, write TSV + PNG + ``report.md`` into ``out_dir``.
+
+    With ``overlay`` (a FASTA of generated continuations with ``chrom=``/``start=`` header
+    tags) also writes ``overlay.tsv`` and ``overlay.png`` and adds them to the report.
+    Every file is written atomically; ``out_dir`` is created if needed.
+    """
+    window = _check_positive_int("window", window)
+    step = _check_positive_int("step", step)
+    overlay_window = _check_positive_int("overlay_window", overlay_window)
+    if step > window:
+        raise ValueError(f"step={step} must not exceed window={window} (windows would leave gaps)")
+    out = Path(out_dir)
+    records = read_genome_records(fasta)
+    generated = read_genome_records(overlay) if overlay is not None else None
+    profile = gc_profile(records, window, step, progress=progress)
+    comps = compare_continuations(records, generated, window=overlay_window) if generated else None
+    out.mkdir(parents=True, exist_ok=True)
+    tsv = write_tsv(profile, out / "gc_profile.tsv")
+    png = plot_profile(profile, out / "gc_profile.png")
+    ov_tsv = ov_png = None
+    if comps:
+        ov_tsv = write_overlay_tsv(comps, out / "overlay.tsv")
+        ov_png = plot_overlay(comps, out / "overlay.png", window=overlay_window)
+    report = write_report(
+        profile, out / "report.md", source=str(fasta), overlay=comps,
+        overlay_png_name=ov_png.name if ov_png else None, overlay_window=overlay_window,
+    )
+    logger.info("wrote %s, %s, %s", tsv, png, report)
+    return GCProfileOutputs(profile, tsv, png, report, comps, ov_tsv, ov_png)

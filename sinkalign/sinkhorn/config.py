@@ -1,0 +1,99 @@
+"""Typed configuration of the Sinkhorn tail-refinement operator."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+__all__ = ["BACKWARD_MODES", "DUSTBIN_VARIANTS", "DUSTBIN_MASSES", "IMPLS", "SinkhornConfig", "DustbinConfig"]
+
+BACKWARD_MODES = ("one_reference", "staircase", "direct", "autodiff")
+IMPLS = ("reference", "pallas")
+DUSTBIN_VARIANTS = ("paper", "banded")
+DUSTBIN_MASSES = ("unit", "length")
+
+# Backward modes and the tail depths they implement.
+_MODE_DEPTHS = {"one_reference": (2,), "staircase": None, "direct": None, "autodiff": None}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SinkhornConfig:
+    """Settings of the stopped-base, fixed-depth tail-refinement Sinkhorn operator.
+
+    Attributes:
+        eps: entropic temperature; scores are ``<q_i, k_j> / (sqrt(d) * eps)``.
+        n_iters: T, full Sinkhorn steps (row then column half-step, then centering)
+            of the stopped base solve, started from ``v = 0``.
+        tail: R, differentiable full steps recomputed from the stopped base duals.
+        band: half-width W of the band: key j is active for query i iff
+            ``|i - j| <= band`` (a row has up to ``2W + 1`` keys). ``None`` is dense.
+        backward: ``one_reference`` (Proposition 2, R = 2 only), ``staircase``
+            (Proposition 1, any R), ``direct`` (all 2R staircase plans materialised,
+            the paper's baseline) or ``autodiff`` (JAX differentiation of the unrolled
+            surrogate: the ground truth).
+        block: query rows per block of the blockwise layout.
+        impl: ``reference`` (pure JAX) or ``pallas`` (blockwise kernels, issue 3).
+    """
+
+    eps: float = 1.0
+    n_iters: int = 15
+    tail: int = 2
+    band: int | None = None
+    backward: str = "one_reference"
+    block: int = 128
+    impl: str = "reference"
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.eps, (int, float)) and self.eps > 0 and self.eps != float("inf")):
+            raise ValueError(f"eps={self.eps!r} must be a positive finite number")
+        if not isinstance(self.n_iters, int) or self.n_iters < 0:
+            raise ValueError(f"n_iters={self.n_iters!r} must be a non-negative integer")
+        if not isinstance(self.tail, int) or self.tail < 0:
+            raise ValueError(f"tail={self.tail!r} must be a non-negative integer")
+        if self.band is not None and (not isinstance(self.band, int) or self.band < 1):
+            raise ValueError(f"band={self.band!r} must be a positive integer (half-width) or None for dense")
+        if self.backward not in BACKWARD_MODES:
+            raise ValueError(f"backward={self.backward!r} is not one of {BACKWARD_MODES}")
+        depths = _MODE_DEPTHS[self.backward]
+        if depths is not None and self.tail not in depths:
+            raise ValueError(
+                f"backward={self.backward!r} supports tail (R) in {depths}, got tail={self.tail}; "
+                "use backward='staircase' for other depths"
+            )
+        if not isinstance(self.block, int) or self.block < 1:
+            raise ValueError(f"block={self.block!r} must be a positive integer")
+        if self.impl not in IMPLS:
+            raise ValueError(f"impl={self.impl!r} is not one of {IMPLS}")
+
+    def replace(self, **changes) -> "SinkhornConfig":
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DustbinConfig:
+    """How learned dustbin tokens are attached (Proposition 3 and a band-preserving variant).
+
+    Attributes:
+        variant: ``paper`` appends one active dustbin token plus ``filler - 1``
+            inactive fillers per side, unit mass everywhere, and runs the solver with
+            band ``max(W, Lq, Lk)`` (dense): exactly the paper's augmentation.
+            ``banded`` keeps the band and adds one always-active dustbin row and
+            column (every valid token reaches the other side's dustbin): O(L W).
+        mass: dustbin marginal for ``banded``: ``unit`` (1) or ``length`` (the number
+            of valid tokens on the other side, SuperGlue-style, so a dustbin can
+            absorb every residue of the other sequence). ``paper`` requires ``unit``.
+        filler: the paper's dustbin block size B (1 active + B-1 fillers).
+    """
+
+    variant: str = "banded"
+    mass: str = "length"
+    filler: int = 128
+
+    def __post_init__(self) -> None:
+        if self.variant not in DUSTBIN_VARIANTS:
+            raise ValueError(f"variant={self.variant!r} is not one of {DUSTBIN_VARIANTS}")
+        if self.mass not in DUSTBIN_MASSES:
+            raise ValueError(f"mass={self.mass!r} is not one of {DUSTBIN_MASSES}")
+        if self.variant == "paper" and self.mass != "unit":
+            raise ValueError("variant='paper' uses unit dustbin mass; set mass='unit'")
+        if not isinstance(self.filler, int) or self.filler < 1:
+            raise ValueError(f"filler={self.filler!r} must be a positive integer")

@@ -1,0 +1,505 @@
+"""The banded, masked, log-domain balanced Sinkhorn tail-refinement operator (pure JAX).
+
+Forward (``../design/sinkhorn_tail.md``): scores ``S = q k^T / (sqrt(d) eps)`` on the
+active support; a stopped base solve of T full steps from ``v = 0``, each followed by
+centering; then R differentiable full steps from the base column duals; output
+``O = P^(R,R) V`` with ``P^(a,b)_ij = exp(S_ij + u^(a)_i + v^(b)_j)`` on the support.
+
+Backward: the exact adjoint of that surrogate, selected by ``SinkhornConfig.backward``:
+``one_reference`` (Proposition 2: every plan is a row/column rescaling of ``P^(2,2)``),
+``staircase`` (Proposition 1, any R, each plan formed when needed), ``direct`` (all
+2R plans formed up front, the paper's baseline) and ``autodiff`` (JAX differentiates the
+unrolled surrogate). The first three are one ``jax.custom_vjp``.
+
+Everything is stored blockwise on the support (see :mod:`sinkalign.sinkhorn.support`),
+so a band of half-width W costs O(L W) memory, never O(Lq Lk).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from sinkalign.sinkhorn.config import SinkhornConfig
+from sinkalign.sinkhorn.support import Support
+
+__all__ = [
+    "SinkhornResult",
+    "TailAdjoint",
+    "sinkhorn_attention",
+    "sinkhorn_solve",
+    "transport_plan",
+    "tail_operator",
+    "tail_adjoint",
+    "base_solve",
+    "prepare",
+]
+
+
+# --------------------------------------------------------------------------------------
+# half-steps on a support
+# --------------------------------------------------------------------------------------
+def _masked(xs, masks):
+    return [jnp.where(m, x, -jnp.inf) for x, m in zip(xs, masks)]
+
+
+def _lse(support: Support, xs, masks, axis: str) -> jnp.ndarray:
+    """Masked log-sum-exp over keys (``axis='row'``) or over queries (``axis='col'``).
+
+    Empty rows/columns give 0 (callers zero them out). The shift is stop-gradient:
+    LSE does not depend on it, so this is exact and keeps ties out of the gradient.
+    """
+    xm = _masked(xs, masks)
+    if axis == "row":
+        mx = jax.lax.stop_gradient(support.row_max(xm))
+        mx = jnp.where(jnp.isfinite(mx), mx, 0.0)
+        s = support.row_sum([jnp.exp(x - r) for x, r in zip(xm, support.rows(mx))])
+    else:
+        mx = jax.lax.stop_gradient(support.col_max(xm))
+        mx = jnp.where(jnp.isfinite(mx), mx, 0.0)
+        s = support.col_sum([jnp.exp(x - c) for x, c in zip(xm, support.cols(mx))])
+    return mx + jnp.log(jnp.where(s > 0, s, 1.0))
+
+
+def _row_step(support, S, masks, v, log_a, row_active):
+    """u_i = log a_i - LSE_j (S_ij + v_j) over the active support."""
+    lse = _lse(support, [s + c for s, c in zip(S, support.cols(v))], masks, "row")
+    return jnp.where(row_active, log_a - lse, 0.0)
+
+
+def _col_step(support, S, masks, u, log_b, col_active):
+    """v_j = log b_j - LSE_i (S_ij + u_i) over the active support."""
+    lse = _lse(support, [s + r for s, r in zip(S, support.rows(u))], masks, "col")
+    return jnp.where(col_active, log_b - lse, 0.0)
+
+
+def _plan(support, S, masks, u, v):
+    """P_ij = exp(S_ij + u_i + v_j) on the support, 0 elsewhere (mask after adding)."""
+    return [
+        jnp.exp(jnp.where(m, s + r + c, -jnp.inf))
+        for s, m, r, c in zip(S, masks, support.rows(u), support.cols(v))
+    ]
+
+
+class _Problem(NamedTuple):
+    """Everything about one solve that is not differentiated: masks and marginals."""
+
+    masks: list
+    row_active: jnp.ndarray  # [..., lq] bool
+    col_active: jnp.ndarray  # [..., lk] bool
+    log_a: jnp.ndarray  # [..., lq]
+    log_b: jnp.ndarray  # [..., lk]
+
+
+def _problem(support, q_valid, k_valid, log_a, log_b, dtype) -> _Problem:
+    masks = support.masks(q_valid, k_valid)
+    ones = [m.astype(dtype) for m in masks]
+    row_active = support.row_sum(ones) > 0
+    col_active = support.col_sum(ones) > 0
+    return _Problem(masks, row_active, col_active, log_a.astype(dtype), log_b.astype(dtype))
+
+
+def base_solve(support: Support, S, prob: _Problem, n_iters: int, *, return_history: bool = False):
+    """T centered Sinkhorn steps from v = 0. Returns (u0, v0) [..., lq], [..., lk].
+
+    With ``return_history`` also returns every half-step's duals (for the orbit check):
+    lists ``us[t]``, ``vs[t]`` for t = 0..T (index 0 = the starting v = 0).
+    """
+    batch = S[0].shape[:-3]
+    dtype = S[0].dtype
+    u = jnp.zeros(batch + (support.lq,), dtype)
+    v = jnp.zeros(batch + (support.lk,), dtype)
+    n_rows = jnp.maximum(prob.row_active.sum(-1, keepdims=True), 1).astype(dtype)
+
+    def step(uv):
+        _, v = uv
+        u = _row_step(support, S, prob.masks, v, prob.log_a, prob.row_active)
+        v = _col_step(support, S, prob.masks, u, prob.log_b, prob.col_active)
+        c = jnp.sum(jnp.where(prob.row_active, u, 0.0), -1, keepdims=True) / n_rows
+        return jnp.where(prob.row_active, u - c, 0.0), jnp.where(prob.col_active, v + c, 0.0)
+
+    if return_history:
+        us, vs = [u], [v]
+        for _ in range(n_iters):
+            u, v = step((u, v))
+            us.append(u)
+            vs.append(v)
+        return us, vs
+    return jax.lax.fori_loop(0, n_iters, lambda _, uv: step(uv), (u, v))
+
+
+def _tail(support, S, prob, v0, n_tail):
+    """R raw (uncentered) differentiable steps. Returns us [u^(1..R)], vs [v^(0..R)]."""
+    us, vs = [], [v0]
+    for _ in range(n_tail):
+        u = _row_step(support, S, prob.masks, vs[-1], prob.log_a, prob.row_active)
+        us.append(u)
+        vs.append(_col_step(support, S, prob.masks, u, prob.log_b, prob.col_active))
+    return us, vs
+
+
+def _scale(d: int, eps: float) -> float:
+    return 1.0 / (math.sqrt(d) * eps)
+
+
+def _forward(q, k, v, q_valid, k_valid, log_a, log_b, support, cfg, *, stop_base=True):
+    scale = _scale(q.shape[-1], cfg.eps)
+    S = support.scores(q, k, scale)
+    prob = _problem(support, q_valid, k_valid, log_a, log_b, q.dtype)
+    S_base = [jax.lax.stop_gradient(s) for s in S] if stop_base else S
+    u0, v0 = base_solve(support, S_base, prob, cfg.n_iters)
+    if stop_base:
+        u0, v0 = jax.lax.stop_gradient(u0), jax.lax.stop_gradient(v0)
+    us, vs = _tail(support, S, prob, v0, cfg.tail)
+    u_last = us[-1] if us else u0
+    plan = _plan(support, S, prob.masks, u_last, vs[-1])
+    out = support.matmul(plan, v)
+    return out, ([u0] + us, vs)
+
+
+# --------------------------------------------------------------------------------------
+# exact adjoint of the surrogate
+# --------------------------------------------------------------------------------------
+class TailAdjoint(NamedTuple):
+    """Result of the tail reverse pass.
+
+    Attributes:
+        dq, dk, dv: gradients of the loss w.r.t. q [..., lq, d], k [..., lk, d], v [..., lk, dv].
+        u_bar: cotangents of u^(0..R) (u_bar[0] is the discarded base cotangent; it
+            is nonzero only for R = 0).
+        v_bar: cotangents of v^(0..R); v_bar[0] is eta, the base-state cotangent that
+            the stop-gradient throws away (Proposition 5).
+    """
+
+    dq: jnp.ndarray
+    dk: jnp.ndarray
+    dv: jnp.ndarray
+    u_bar: list
+    v_bar: list
+
+
+def _adjoint(q, k, v, prob, us, vs, g, support, cfg, mode) -> TailAdjoint:
+    """Propositions 1 and 2. ``us`` = [u^(0..R)], ``vs`` = [v^(0..R)] (raw tail duals)."""
+    R = cfg.tail
+    scale = _scale(q.shape[-1], cfg.eps)
+    S = support.scores(q, k, scale)
+    masks = prob.masks
+    Z = [
+        jnp.einsum("...bqe,...bwe->...bqw", p.row_blocks_mat(g), p.col_windows_mat(v))
+        for p in support.pieces
+    ]
+
+    def mul(xs, ys):
+        return [x * y for x, y in zip(xs, ys)]
+
+    def plan(a, b):
+        return _plan(support, S, masks, us[a], vs[b])
+
+    P_RR = plan(R, R)
+    PZ = mul(P_RR, Z)
+    g_u, g_v = support.row_sum(PZ), support.col_sum(PZ)
+    u_bar = [jnp.zeros_like(us[0]) for _ in range(R + 1)]
+    v_bar = [jnp.zeros_like(vs[0]) for _ in range(R + 1)]
+
+    if R == 0:
+        # O = P^(0,0) V with both base duals stopped: S receives P * Z only.
+        u_bar[0], v_bar[0] = g_u, g_v
+        S_bar = PZ
+    elif mode == "one_reference":
+        # Proposition 2: P21 = P22 b_j, P11 = P22 a_i b_j, P10 = P22 a_i d_j.
+        alpha = jnp.exp(us[1] - us[2])
+        beta = jnp.exp(vs[1] - vs[2])
+        delta = jnp.exp(vs[0] - vs[2])
+        v_bar[2] = g_v
+        u_bar[2] = g_u - support.row_sum(mul(P_RR, support.cols(v_bar[2])))
+        v_bar[1] = -beta * support.col_sum(mul(P_RR, support.rows(u_bar[2])))
+        u_bar[1] = -alpha * support.row_sum(mul(P_RR, support.cols(beta * v_bar[1])))
+        v_bar[0] = -delta * support.col_sum(mul(P_RR, support.rows(alpha * u_bar[1])))
+        S_bar = [
+            p * (z - vb2 - bj * ub2 - ai * bvb1 - ai * dj * ub1)
+            for p, z, vb2, bj, ub2, ai, bvb1, dj, ub1 in zip(
+                P_RR,
+                Z,
+                support.cols(v_bar[2]),
+                support.cols(beta),
+                support.rows(u_bar[2]),
+                support.rows(alpha),
+                support.cols(beta * v_bar[1]),
+                support.cols(delta),
+                support.rows(u_bar[1]),
+            )
+        ]
+    else:
+        if mode == "direct":
+            # The baseline: all 2R staircase plans are formed (and held) up front.
+            stored = {(R, R): P_RR}
+            for t in range(1, R + 1):
+                stored[(t, t - 1)] = plan(t, t - 1)
+                stored[(t, t)] = stored.get((t, t)) or plan(t, t)
+            get = stored.__getitem__
+        else:  # staircase: each plan formed when the recurrence needs it
+            get = lambda ab: P_RR if ab == (R, R) else plan(*ab)  # noqa: E731
+        v_bar[R] = g_v
+        term = mul(P_RR, support.cols(v_bar[R]))
+        u_bar[R] = g_u - support.row_sum(term)
+        S_bar = [pz - t for pz, t in zip(PZ, term)]
+        for t in range(R, 0, -1):
+            term = mul(get((t, t - 1)), support.rows(u_bar[t]))
+            v_bar[t - 1] = -support.col_sum(term)
+            S_bar = [s - x for s, x in zip(S_bar, term)]
+            if t >= 2:
+                term = mul(get((t - 1, t - 1)), support.cols(v_bar[t - 1]))
+                u_bar[t - 1] = -support.row_sum(term)
+                S_bar = [s - x for s, x in zip(S_bar, term)]
+
+    dq = support.matmul(S_bar, k) * scale
+    dk = support.matmul_t(S_bar, q) * scale
+    dv = support.matmul_t(P_RR, g)
+    return TailAdjoint(dq, dk, dv, u_bar, v_bar)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8))
+def _tail_op(q, k, v, q_valid, k_valid, log_a, log_b, support, cfg):
+    return _forward(q, k, v, q_valid, k_valid, log_a, log_b, support, cfg)[0]
+
+
+def _tail_op_fwd(q, k, v, q_valid, k_valid, log_a, log_b, support, cfg):
+    out, (us, vs) = _forward(q, k, v, q_valid, k_valid, log_a, log_b, support, cfg)
+    # Residuals: the O(L d) inputs and O(L) dual vectors only; plans are recomputed.
+    return out, (q, k, v, q_valid, k_valid, log_a, log_b, us, vs)
+
+
+def _tail_op_bwd(support, cfg, res, g):
+    q, k, v, q_valid, k_valid, log_a, log_b, us, vs = res
+    prob = _problem(support, q_valid, k_valid, log_a, log_b, q.dtype)
+    adj = _adjoint(q, k, v, prob, us, vs, g, support, cfg, cfg.backward)
+    return adj.dq, adj.dk, adj.dv, None, None, None, None
+
+
+_tail_op.defvjp(_tail_op_fwd, _tail_op_bwd)
+
+
+@functools.partial(jax.jit, static_argnums=(7, 8))
+def _tail_operator_jit(q, k, v, q_valid, k_valid, log_a, log_b, support, cfg):
+    if cfg.backward == "autodiff":
+        return _forward(q, k, v, q_valid, k_valid, log_a, log_b, support, cfg)[0]
+    return _tail_op(q, k, v, q_valid, k_valid, log_a, log_b, support, cfg)
+
+
+def tail_operator(q, k, v, q_valid, k_valid, log_a, log_b, support: Support, cfg: SinkhornConfig):
+    """O = P^(R,R) V on an explicit support (inputs already validated; see :func:`prepare`).
+
+    Differentiable in q, k, v with the backward selected by ``cfg.backward``.
+    """
+    if cfg.impl == "pallas":
+        from sinkalign.kernels.pallas import tail_operator as pallas_op  # noqa: PLC0415
+
+        return pallas_op(q, k, v, q_valid, k_valid, log_a, log_b, support, cfg)
+    return _tail_operator_jit(q, k, v, q_valid, k_valid, log_a, log_b, support, cfg)
+
+
+def tail_adjoint(q, k, v, q_valid, k_valid, log_a, log_b, g, support, cfg, *, mode=None) -> TailAdjoint:
+    """Run the forward, then the exact tail reverse pass for output cotangent ``g``.
+
+    Exposes the intermediate cotangents (``v_bar[0]`` is Proposition 5's eta).
+    ``mode`` defaults to ``cfg.backward`` (``autodiff`` falls back to ``staircase``).
+    """
+    mode = mode or cfg.backward
+    if mode == "autodiff":
+        mode = "staircase"
+    _, (us, vs) = _forward(q, k, v, q_valid, k_valid, log_a, log_b, support, cfg)
+    prob = _problem(support, q_valid, k_valid, log_a, log_b, q.dtype)
+    return _adjoint(q, k, v, prob, us, vs, g, support, cfg, mode)
+
+
+# --------------------------------------------------------------------------------------
+# the public boundary: validation before any tracing
+# --------------------------------------------------------------------------------------
+def _is_concrete(x) -> bool:
+    return not isinstance(x, jax.core.Tracer)
+
+
+def _compute_dtype(*arrays):
+    dts = [jnp.asarray(a).dtype for a in arrays]
+    for name, dt in zip("qkv", dts):
+        if not jnp.issubdtype(dt, jnp.floating):
+            raise ValueError(f"{name} must be a floating-point array, got dtype {dt}")
+    return jnp.float64 if any(dt == jnp.float64 for dt in dts) else jnp.float32
+
+
+def _norm_mask(mask, batch, length, name):
+    if mask is None:
+        return jnp.ones(batch + (length,), bool)
+    mask = jnp.asarray(mask)
+    if mask.dtype != bool:
+        raise ValueError(f"{name} must be a boolean array (True = real token), got dtype {mask.dtype}")
+    if mask.ndim == 2 and len(batch) == 2 and mask.shape[0] == batch[0] and mask.shape[1] == length:
+        mask = mask[:, None, :]  # [B, L] for [B, H, L, d] inputs
+    try:
+        return jnp.broadcast_to(mask, batch + (length,))
+    except ValueError:
+        raise ValueError(
+            f"{name} of shape {tuple(mask.shape)} does not broadcast to {batch + (length,)}"
+        ) from None
+
+
+def _norm_marginal(x, batch, length, name, dtype):
+    if x is None:
+        return jnp.zeros(batch + (length,), dtype)
+    x = jnp.asarray(x, dtype)
+    try:
+        return jnp.broadcast_to(x, batch + (length,))
+    except ValueError:
+        raise ValueError(f"{name} of shape {tuple(x.shape)} does not broadcast to {batch + (length,)}") from None
+
+
+def _check_finite(name, x):
+    if _is_concrete(x) and not bool(np.all(np.isfinite(np.asarray(x, dtype=np.float64)))):
+        bad = np.argwhere(~np.isfinite(np.asarray(x, dtype=np.float64)))[0]
+        raise ValueError(f"{name} has a non-finite value at index {tuple(int(i) for i in bad)}")
+
+
+def _band_counts(valid: np.ndarray, n_self: int, band: int | None) -> np.ndarray:
+    """For each of n_self positions, how many valid partners lie within the band."""
+    if band is None:
+        return np.broadcast_to(valid.sum(-1, keepdims=True), valid.shape[:-1] + (n_self,))
+    cs = np.concatenate([np.zeros(valid.shape[:-1] + (1,), np.int64), np.cumsum(valid, -1)], -1)
+    pos = np.arange(n_self)
+    lo = np.clip(pos - band, 0, valid.shape[-1])
+    hi = np.clip(pos + band + 1, 0, valid.shape[-1])
+    return np.take(cs, hi, -1) - np.take(cs, lo, -1)
+
+
+def check_nonempty(q_valid, k_valid, band: int | None) -> None:
+    """ValueError if a valid query has no active key or a valid key no active query."""
+    if not (_is_concrete(q_valid) and _is_concrete(k_valid)):
+        return
+    qv, kv = np.asarray(q_valid, bool), np.asarray(k_valid, bool)
+    for name, mine, other, partner in (("query", qv, kv, "key"), ("key", kv, qv, "query")):
+        counts = _band_counts(other, mine.shape[-1], band)
+        bad = np.argwhere(mine & (counts == 0))
+        if bad.size:
+            where = tuple(int(i) for i in bad[0])
+            raise ValueError(
+                f"{name} {where[-1]} (batch index {where[:-1]}) is valid but has no active {partner} "
+                f"(band={band}); mask it out or widen the band"
+            )
+
+
+def prepare(q, k, v, q_mask=None, k_mask=None, log_a=None, log_b=None, *, band=None, check_empty=True):
+    """Validate and normalise operator inputs. Returns (q, k, v, q_valid, k_valid, log_a, log_b).
+
+    q [..., Lq, d], k [..., Lk, d], v [..., Lk, dv] with equal leading (batch) dims;
+    masks broadcastable to [..., L] (a [B, L] mask is accepted for [B, H, L, d] inputs);
+    log marginals broadcastable to [..., L] (default 0: unit mass).
+    """
+    q, k, v = (jnp.asarray(x) for x in (q, k, v))
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if x.ndim < 2:
+            raise ValueError(f"{name} must have shape [..., L, d], got {tuple(x.shape)}")
+    if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]):
+        raise ValueError(
+            f"batch dims differ: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k feature dims differ: {q.shape[-1]} vs {k.shape[-1]}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"k and v lengths differ: {k.shape[-2]} vs {v.shape[-2]}")
+    if min(q.shape[-2], k.shape[-2], q.shape[-1]) < 1:
+        raise ValueError(f"empty input: q {tuple(q.shape)}, k {tuple(k.shape)}")
+    dtype = _compute_dtype(q, k, v)
+    q, k, v = q.astype(dtype), k.astype(dtype), v.astype(dtype)
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        _check_finite(name, x)
+    batch, lq, lk = q.shape[:-2], q.shape[-2], k.shape[-2]
+    q_valid = _norm_mask(q_mask, batch, lq, "q_mask")
+    k_valid = _norm_mask(k_mask, batch, lk, "k_mask")
+    log_a = _norm_marginal(log_a, batch, lq, "log_a", dtype)
+    log_b = _norm_marginal(log_b, batch, lk, "log_b", dtype)
+    _check_finite("log_a", log_a)
+    _check_finite("log_b", log_b)
+    if check_empty:
+        check_nonempty(q_valid, k_valid, band)
+    return q, k, v, q_valid, k_valid, log_a, log_b
+
+
+class SinkhornResult(NamedTuple):
+    """What one solve produced.
+
+    Attributes:
+        output: O = P^(R,R) V, [..., Lq, dv].
+        u, v: tail duals u^(R) [..., Lq] and v^(R) [..., Lk] (raw, uncentered).
+        u_base, v_base: the stopped, centered base duals u^(0), v^(0).
+        row_marginal_error: max over active rows of |sum_j P_ij - a_i| (the column
+            marginals are exact after the final column half-step).
+    """
+
+    output: jnp.ndarray
+    u: jnp.ndarray
+    v: jnp.ndarray
+    u_base: jnp.ndarray
+    v_base: jnp.ndarray
+    row_marginal_error: jnp.ndarray
+
+
+def _config(config, overrides) -> SinkhornConfig:
+    config = config or SinkhornConfig()
+    return config.replace(**overrides) if overrides else config
+
+
+def sinkhorn_attention(q, k, v, *, q_mask=None, k_mask=None, log_a=None, log_b=None, config=None, **overrides):
+    """Sinkhorn attention O = P^(R,R) V with the exact tail-refinement gradient.
+
+    Args:
+        q: queries [..., Lq, d] (e.g. [B, H, Lq, d]); k: keys [..., Lk, d]; v: values [..., Lk, dv].
+        q_mask, k_mask: True for real tokens, broadcastable to [..., L] ([B, L] accepted).
+        log_a, log_b: log row/column marginals (default 0: unit mass per token).
+        config: :class:`SinkhornConfig`; keyword overrides (``eps=0.5, band=64``) apply on top.
+
+    Returns: O [..., Lq, dv] in float32 (float64 if any input is float64). Rows of
+    padded queries are 0.
+    """
+    cfg = _config(config, overrides)
+    q, k, v, qv, kv, la, lb = prepare(q, k, v, q_mask, k_mask, log_a, log_b, band=cfg.band)
+    support = Support.single(q.shape[-2], k.shape[-2], cfg.band, cfg.block)
+    return tail_operator(q, k, v, qv, kv, la, lb, support, cfg)
+
+
+def sinkhorn_solve(q, k, v, *, q_mask=None, k_mask=None, log_a=None, log_b=None, config=None, **overrides):
+    """Like :func:`sinkhorn_attention` but returns a :class:`SinkhornResult` (no gradient)."""
+    cfg = _config(config, overrides)
+    q, k, v, qv, kv, la, lb = prepare(q, k, v, q_mask, k_mask, log_a, log_b, band=cfg.band)
+    support = Support.single(q.shape[-2], k.shape[-2], cfg.band, cfg.block)
+    return _solve_on(support, cfg, q, k, v, qv, kv, la, lb)
+
+
+def _solve_on(support, cfg, q, k, v, qv, kv, la, lb) -> SinkhornResult:
+    out, (us, vs) = _forward(q, k, v, qv, kv, la, lb, support, cfg)
+    S = support.scores(q, k, _scale(q.shape[-1], cfg.eps))
+    prob = _problem(support, qv, kv, la, lb, q.dtype)
+    plan = _plan(support, S, prob.masks, us[-1], vs[-1])
+    row_err = jnp.where(prob.row_active, jnp.abs(support.row_sum(plan) - jnp.exp(prob.log_a)), 0.0).max(-1)
+    return SinkhornResult(out, us[-1], vs[-1], us[0], vs[0], row_err)
+
+
+def transport_plan(q, k, *, q_mask=None, k_mask=None, log_a=None, log_b=None, config=None, **overrides):
+    """The final plan P^(R,R) as a dense [..., Lq, Lk] array (for decoding small problems)."""
+    cfg = _config(config, overrides)
+    v = jnp.zeros(jnp.asarray(k).shape[:-1] + (1,), jnp.asarray(k).dtype)
+    q, k, v, qv, kv, la, lb = prepare(q, k, v, q_mask, k_mask, log_a, log_b, band=cfg.band)
+    support = Support.single(q.shape[-2], k.shape[-2], cfg.band, cfg.block)
+    return plan_on(support, cfg, q, k, qv, kv, la, lb)
+
+
+def plan_on(support, cfg, q, k, qv, kv, la, lb):
+    """Dense P^(R,R) on an explicit support."""
+    v = jnp.zeros(k.shape[:-1] + (1,), k.dtype)
+    _, (us, vs) = _forward(q, k, v, qv, kv, la, lb, support, cfg)
+    S = support.scores(q, k, _scale(q.shape[-1], cfg.eps))
+    prob = _problem(support, qv, kv, la, lb, q.dtype)
+    return support.densify(_plan(support, S, prob.masks, us[-1], vs[-1]))

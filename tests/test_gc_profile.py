@@ -1,0 +1,354 @@
+"""GC-profile pipeline (sinkalign.pipelines.gc_profile) and the ``gc-profile`` command."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import matplotlib.image as mpimg
+import numpy as np
+import pytest
+from Bio.SeqUtils import GC_skew, gc_fraction
+from click.testing import CliRunner
+from scipy.stats import pearsonr
+
+from sinkalign.cli.gc_profile import gc_profile as gc_profile_cmd
+from sinkalign.lm.data import GenomeRecord, read_genome
+from sinkalign.pipelines.gc_profile import (
+    TSV_COLUMNS,
+    compare_continuations,
+    continuation_description,
+    gc_profile,
+    gc_trajectory,
+    parse_continuation_description,
+    plot_overlay,
+    plot_profile,
+    run_gc_profile,
+    trajectory_correlation,
+    window_bounds,
+    write_report,
+    write_tsv,
+)
+
+ECOLI = "genomes/MIIJ01000039.fna.gz"
+
+
+def _random_dna(rng, n, n_rate=0.0):
+    s = rng.choice(list("ACGT"), size=n)
+    if n_rate:
+        s[rng.random(n) < n_rate] = "N"
+    return "".join(s)
+
+
+def _read_tsv(path: Path) -> list[dict]:
+    with open(path) as fh:
+        return list(csv.DictReader(fh, delimiter="\t"))
+
+
+# ----------------------------------------------------------------------------- values
+
+
+def test_hand_computed_windows():
+    #        0123456789A
+    seq = "GGGCATNNATC"  # 11 nt, window 4, step 2: full windows at 0,2,4,6 + partial [8, 11)
+    p = gc_profile([("r", seq)], window=4, step=2)
+    np.testing.assert_array_equal(p.start, [0, 2, 4, 6, 8])
+    np.testing.assert_array_equal(p.end, [4, 6, 8, 10, 11])
+    # GGGC: G3 C1 | GCAT: G1 C1 | ATNN: no G/C | NNAT: no G/C | ATC: C1 (3 ACGT)
+    np.testing.assert_allclose(p.gc, [1.0, 0.5, 0.0, 0.0, 1 / 3])
+    np.testing.assert_allclose(p.gc_skew, [0.5, 0.0, np.nan, np.nan, -1.0])
+    np.testing.assert_allclose(p.cumulative_gc_skew, [0.5, 0.5, 0.5, 0.5, -0.5])
+    np.testing.assert_allclose(p.n_fraction, [0, 0, 0.5, 0.5, 0])
+    (s,) = p.summaries
+    assert (s.length, s.n_windows) == (11, 5)
+    assert s.gc == pytest.approx(5 / 9) and s.n_fraction == pytest.approx(2 / 11)
+    assert (s.min_window_gc, s.max_window_gc) == (0.0, 1.0)
+    # curve [0 @0, .5 @ mid0 + step/2 = 3, ..., -.5 @ min(floor(9.5 + 1), 11) = 10]
+    assert (s.origin, s.terminus) == (10, 3)
+
+
+def test_all_n_window_and_record_shorter_than_window():
+    p = gc_profile([("a", "NNNNACNN"), ("b", "ATAT")], window=4, step=4)
+    np.testing.assert_array_equal(p.chrom, ["a", "a", "b"])
+    assert math.isnan(p.gc[0]) and math.isnan(p.gc_skew[0]) and p.n_fraction[0] == 1.0
+    assert p.gc[1] == 0.5 and p.gc_skew[1] == -1.0 and p.n_fraction[1] == 0.5
+    assert p.gc[2] == 0.0 and math.isnan(p.gc_skew[2])
+    assert p.summaries[1].origin is None and p.summaries[1].terminus is None
+    short = gc_profile(("c", "GGC"), window=100, step=50)  # a single (id, seq) is accepted
+    np.testing.assert_array_equal([short.start[0], short.end[0]], [0, 3])
+    assert short.gc_skew[0] == pytest.approx(1 / 3)
+    np.testing.assert_array_equal(p.record("b").start, [0])
+
+
+@pytest.mark.parametrize("window, step", [(100, 100), (100, 37), (64, 1), (250, 250)])
+def test_against_biopython_gc_fraction_and_gc_skew(window, step):
+    rng = np.random.default_rng(window + step)
+    seq = _random_dna(rng, 2003, 0.05).lower()  # lower case is accepted
+    p = gc_profile([("r", seq)], window=window, step=step)
+    up = seq.upper()
+    for s, e, gc in zip(p.start, p.end, p.gc):
+        assert gc == pytest.approx(gc_fraction(up[s:e], ambiguous="remove"), abs=1e-12)
+    if step == window:  # Biopython's GC_skew tiles with step == window, partial tail included
+        np.testing.assert_allclose(np.nan_to_num(p.gc_skew, nan=0.0), GC_skew(up, window), atol=1e-12)
+    np.testing.assert_allclose(p.cumulative_gc_skew, np.cumsum(np.nan_to_num(p.gc_skew)))
+
+
+@pytest.mark.parametrize("length", [1, 99, 100, 101, 1000, 1049, 1050, 1051])
+@pytest.mark.parametrize("window, step", [(100, 100), (100, 50), (100, 33), (7, 1)])
+def test_window_bounds_cover_every_base_once_at_the_tail(length, window, step):
+    starts, ends = window_bounds(length, window, step)
+    assert starts[0] == 0 and ends[-1] == length
+    lengths = ends - starts
+    assert np.all(lengths[:-1] == window) and 0 < lengths[-1] <= window
+    assert np.all(np.diff(starts) == step)
+    covered = np.zeros(length, bool)
+    for s, e in zip(starts, ends):
+        covered[s:e] = True
+    assert covered.all()
+
+
+def test_bad_profile_inputs():
+    with pytest.raises(ValueError, match="window=0 must be a positive integer"):
+        gc_profile([("r", "ACGT")], window=0, step=1)
+    with pytest.raises(ValueError, match="step=-1 must be a positive integer"):
+        gc_profile([("r", "ACGT")], window=4, step=-1)
+    with pytest.raises(ValueError, match="step=5 must not exceed window=4"):
+        gc_profile([("r", "ACGT")], window=4, step=5)
+    with pytest.raises(ValueError, match="record 'r': invalid character 'X' at 0-based position 2"):
+        gc_profile([("r", "ACXT")], window=2, step=1)
+    with pytest.raises(ValueError, match="record 'e' is empty"):
+        gc_profile([("e", "")], window=2, step=1)
+    with pytest.raises(ValueError, match=r"duplicate record ids: \['a'\]"):
+        gc_profile([("a", "ACGT"), ("a", "GG")], window=2, step=1)
+    with pytest.raises(ValueError, match="no records given"):
+        gc_profile([], window=2, step=1)
+    with pytest.raises(KeyError, match="no record 'zz' in profile"):
+        gc_profile([("a", "ACGT")], window=2, step=1).record("zz")
+
+
+# ----------------------------------------------------------------------------- trajectories
+
+
+def test_gc_trajectory_and_correlation():
+    rng = np.random.default_rng(0)
+    seq = _random_dna(rng, 500, 0.05)
+    traj = gc_trajectory(seq, 25)
+    assert traj.shape == (476,)
+    want = [gc_fraction(seq[i : i + 25], ambiguous="remove") for i in range(476)]
+    np.testing.assert_allclose(traj, want, atol=1e-12)
+    other = gc_trajectory(_random_dna(rng, 500), 25)
+    assert trajectory_correlation(traj, other) == pytest.approx(pearsonr(traj, other)[0], abs=1e-12)
+    assert trajectory_correlation(traj, traj) == pytest.approx(1.0)
+    assert trajectory_correlation(traj, 1 - traj) == pytest.approx(-1.0)
+    # NaN positions (all-N windows) are dropped pairwise
+    a = gc_trajectory("ACGG" * 10 + "N" * 10 + "GCAT" * 10, 5)
+    b = gc_trajectory("AGGC" * 10 + "TTTTTTTTTT" + "ACCC" * 10, 5)
+    ok = np.isfinite(a)
+    assert (~ok).sum() == 6
+    assert trajectory_correlation(a, b) == pytest.approx(pearsonr(a[ok], b[ok])[0], abs=1e-12)
+    assert math.isnan(trajectory_correlation(np.full(10, 0.5), other[:10]))  # constant: undefined
+    assert math.isnan(trajectory_correlation([np.nan, 1.0], [1.0, np.nan]))
+
+
+def test_trajectory_bad_inputs():
+    with pytest.raises(ValueError, match="window=30 exceeds the sequence length 20"):
+        gc_trajectory("A" * 20, 30)
+    with pytest.raises(ValueError, match="window=0 must be a positive integer"):
+        gc_trajectory("ACGT", 0)
+    with pytest.raises(ValueError, match="trajectories differ in length: 3 != 4"):
+        trajectory_correlation(np.zeros(3), np.zeros(4))
+    with pytest.raises(ValueError, match="trajectories must be 1-D"):
+        trajectory_correlation(np.zeros((2, 2)), np.zeros((2, 2)))
+
+
+def _genome_and_continuations(rng):
+    genome = [GenomeRecord("chr1", "chr1", _random_dna(rng, 3000)), GenomeRecord("chr2", "chr2", _random_dna(rng, 800))]
+    true = genome[0].seq[1000:1300]
+    gen = [
+        GenomeRecord("copy", continuation_description("copy", "chr1", 1000), true),
+        GenomeRecord("rand", continuation_description("rand", "chr1", 1000), _random_dna(rng, 300)),
+        GenomeRecord("tail", continuation_description("tail", "chr2", 700), _random_dna(rng, 300)),
+    ]
+    return genome, gen
+
+
+def test_compare_continuations():
+    rng = np.random.default_rng(1)
+    genome, gen = _genome_and_continuations(rng)
+    comps = compare_continuations(genome, gen, window=25)
+    assert [c.id for c in comps] == ["copy", "rand", "tail"]
+    assert comps[0].pearson_r == pytest.approx(1.0) and comps[0].true_gc == comps[0].generated_gc
+    t = gc_trajectory(genome[0].seq[1000:1300], 25)
+    np.testing.assert_array_equal(comps[1].true_trajectory, t)
+    assert comps[1].pearson_r == pytest.approx(pearsonr(t, gc_trajectory(gen[1].seq, 25))[0])
+    assert comps[2].length == 100  # runs past the end of chr2: compared over the 100 bases there
+    assert parse_continuation_description("x chrom=c1 start=5 temp=0.7") == ("c1", 5)
+    # a single-record genome needs no chrom= tag
+    single = compare_continuations([genome[0]], [GenomeRecord("s", "s start=1000", genome[0].seq[1000:1100])])
+    assert single[0].chrom == "chr1" and single[0].pearson_r == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    "desc, seq, msg",
+    [
+        ("g chrom=chr1", "A" * 50, "generated record 'g': header 'g chrom=chr1' lacks a start="),
+        ("g start=x1", "A" * 50, "start='x1' is not an integer"),
+        ("g start=-3 chrom=chr1", "A" * 50, "start=-3 must be >= 0"),
+        ("g start=5", "A" * 50, "generated record 'g' has no chrom= tag and the genome has 2 records"),
+        ("g chrom=chrX start=5", "A" * 50, r"chrom='chrX' is not in the genome \(\['chr1', 'chr2'\]\)"),
+        ("g chrom=chr2 start=800", "A" * 50, r"start=800 is beyond 'chr2' \(length 800\)"),
+        ("g chrom=chr2 start=790", "A" * 50, "only 10 bases to compare, fewer than window=25"),
+    ],
+)
+def test_compare_continuations_errors(desc, seq, msg):
+    genome, _ = _genome_and_continuations(np.random.default_rng(2))
+    with pytest.raises(ValueError, match=msg):
+        compare_continuations(genome, [GenomeRecord(desc.split()[0], desc, seq)], window=25)
+
+
+# ----------------------------------------------------------------------------- outputs
+
+
+def test_tsv_png_report(tmp_path):
+    rng = np.random.default_rng(3)
+    recs = [("chrA", _random_dna(rng, 5000, 0.01)), ("chrB", "GGGGCCCC" * 100 + "N" * 300)]
+    p = gc_profile(recs, window=200, step=100)
+    tsv = write_tsv(p, tmp_path / "out" / "gc.tsv")
+    rows = _read_tsv(tsv)
+    assert tuple(rows[0]) == TSV_COLUMNS and len(rows) == len(p)
+    for i, r in enumerate(rows):
+        assert (r["chrom"], int(r["start"]), int(r["end"])) == (p.chrom[i], p.start[i], p.end[i])
+        for col in ("gc", "gc_skew", "cumulative_gc_skew", "n_fraction"):
+            np.testing.assert_allclose(float(r[col]), getattr(p, col)[i], atol=1e-6, equal_nan=True)
+    assert rows[-1]["gc"] == "nan" and rows[-1]["n_fraction"] == "1.000000"
+
+    png = plot_profile(p, tmp_path / "out" / "gc.png")
+    img = mpimg.imread(png)
+    assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 100
+    report = write_report(p, tmp_path / "out" / "report.md", source="in.fa", png_name="gc.png", tsv_name="gc.tsv")
+    text = report.read_text()
+    assert "![GC profile](gc.png)" in text and "[gc.tsv](gc.tsv)" in text
+    assert "| chrA | 5,000 |" in text and "| chrB | 1,100 |" in text
+    s = p.summaries[0]
+    assert f"{s.gc:.4f}" in text and f"{s.origin:,}" in text and f"{s.terminus:,}" in text
+    assert sorted(x.name for x in (tmp_path / "out").iterdir()) == ["gc.png", "gc.tsv", "report.md"]  # no temp files
+
+
+def test_overlay_plot_is_valid_png(tmp_path):
+    genome, gen = _genome_and_continuations(np.random.default_rng(4))
+    comps = compare_continuations(genome, gen)
+    img = mpimg.imread(plot_overlay(comps, tmp_path / "ov.png"))
+    assert img.ndim == 3 and img.shape[0] > 100
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def _write_inputs(rng):
+    chr1 = _random_dna(rng, 6000, 0.01)
+    chr2 = _random_dna(rng, 2500)
+    Path("genome.fa").write_text(f">chr1 test\n{chr1}\n>chr2\n{chr2}\n")
+    gen = _random_dna(rng, 400)
+    Path("gen.fa").write_text(
+        f">{continuation_description('s0', 'chr1', 3000)}\n{chr1[3000:3400]}\n"
+        f">{continuation_description('s1', 'chr1', 3000)}\n{gen}\n"
+    )
+    return chr1, chr2, gen
+
+
+def test_cli_end_to_end():
+    runner = CliRunner()
+    with runner.isolated_filesystem():
+        chr1, chr2, gen = _write_inputs(np.random.default_rng(5))
+        res = runner.invoke(gc_profile_cmd, ["genome.fa", "--window", "500", "--step", "250",
+                                             "--overlay", "gen.fa", "-o", "out"])
+        assert res.exit_code == 0, res.output
+        assert "wrote out/report.md" in res.output
+        out = Path("out")
+        assert sorted(p.name for p in out.iterdir()) == [
+            "gc_profile.png", "gc_profile.tsv", "overlay.png", "overlay.tsv", "report.md"]
+        want = gc_profile([("chr1", chr1), ("chr2", chr2)], window=500, step=250)
+        rows = _read_tsv(out / "gc_profile.tsv")
+        assert len(rows) == len(want)
+        np.testing.assert_allclose([float(r["gc"]) for r in rows], want.gc, atol=1e-6)
+        for name in ("gc_profile.png", "overlay.png"):
+            assert mpimg.imread(out / name).ndim == 3
+        ov = _read_tsv(out / "overlay.tsv")
+        assert [r["id"] for r in ov] == ["s0", "s1"]
+        assert float(ov[0]["pearson_r"]) == pytest.approx(1.0)
+        r1 = trajectory_correlation(gc_trajectory(chr1[3000:3400], 25), gc_trajectory(gen, 25))
+        assert float(ov[1]["pearson_r"]) == pytest.approx(r1, abs=1e-6)
+        report = (out / "report.md").read_text()
+        assert "![GC trajectories](overlay.png)" in report and "| s1 | chr1 | 3,000 | 400 |" in report
+
+
+@pytest.mark.parametrize(
+    "args, msg",
+    [
+        (["--window", "0"], "Invalid value for '--window': must be a positive integer, got 0"),
+        (["--window", "-5"], "Invalid value for '--window': must be a positive integer, got -5"),
+        (["--step", "0"], "Invalid value for '--step': must be a positive integer, got 0"),
+        (["--window", "100", "--step", "101"], "Invalid value for '--step': 101 exceeds --window 100"),
+        (["--overlay-window", "0"], "Invalid value for '--overlay-window': must be a positive integer"),
+        (["--overlay", "missing.fa"], "Invalid value for '--overlay': File 'missing.fa' does not exist"),
+    ],
+)
+def test_cli_bad_parameters(args, msg):
+    runner = CliRunner()
+    with runner.isolated_filesystem():
+        _write_inputs(np.random.default_rng(6))
+        res = runner.invoke(gc_profile_cmd, ["genome.fa", "-o", "out", *args])
+        assert res.exit_code == 2
+        assert msg in " ".join(res.output.split())
+        assert not Path("out").exists()
+
+
+def test_cli_missing_and_invalid_inputs():
+    runner = CliRunner()
+    with runner.isolated_filesystem():
+        res = runner.invoke(gc_profile_cmd, ["nope.fa", "-o", "out"])
+        assert res.exit_code == 2 and "File 'nope.fa' does not exist" in res.output
+        _write_inputs(np.random.default_rng(7))
+        res = runner.invoke(gc_profile_cmd, ["genome.fa"])
+        assert res.exit_code == 2 and "Missing option '-o' / '--out-dir'" in res.output
+        Path("bad.fa").write_text(">r1\nACGT\n>r2\nACGTACXT\n")
+        res = runner.invoke(gc_profile_cmd, ["bad.fa", "-o", "out"])
+        assert res.exit_code == 1
+        assert "bad.fa: record 'r2' has invalid character 'X' at 0-based position 6" in res.output
+        Path("gen_bad.fa").write_text(">g chrom=chr9 start=0\n" + "A" * 100 + "\n")
+        res = runner.invoke(gc_profile_cmd, ["genome.fa", "--overlay", "gen_bad.fa", "-o", "out"])
+        assert res.exit_code == 1 and "generated record 'g': chrom='chr9' is not in the genome" in res.output
+        assert not Path("out").exists()  # inputs are validated before anything is written
+
+
+def test_registered_in_main_cli():
+    pytest.importorskip("sinkalign.cli.validate", reason="main CLI imports the validate command (other helper)")
+    from sinkalign.cli.main import cli
+
+    assert cli.get_command(None, "gc-profile") is gc_profile_cmd
+
+
+# ----------------------------------------------------------------------------- real genome
+
+
+def test_ecoli_contig_large_window(shared_data, tmp_path):
+    ((chrom, seq),) = read_genome(shared_data / ECOLI)
+    assert len(seq) == 869782
+    res = run_gc_profile(shared_data / ECOLI, tmp_path / "out", window=50000, step=50000)
+    p = res.profile
+    assert len(p) == math.ceil(869782 / 50000) and p.end[-1] == 869782
+    for s, e, gc, nf in zip(p.start, p.end, p.gc, p.n_fraction):
+        w = seq[s:e]
+        assert nf == pytest.approx(w.count("N") / len(w))
+        if nf < 1:
+            assert gc == pytest.approx(gc_fraction(w, ambiguous="remove"), abs=1e-12)
+        else:  # the contig holds one 432,770-nt run of N
+            assert math.isnan(gc)
+    np.testing.assert_allclose(np.nan_to_num(p.gc_skew), GC_skew(seq, 50000), atol=1e-12)
+    (summ,) = p.summaries
+    assert summ.gc == pytest.approx(gc_fraction(seq, ambiguous="remove"))
+    assert summ.n_fraction == pytest.approx(seq.count("N") / len(seq))
+    assert 0.45 < summ.gc < 0.55  # E. coli is ~50.8% GC
+    assert mpimg.imread(res.png).ndim == 3
+    assert f"| {chrom} | 869,782 |" in res.report.read_text()
