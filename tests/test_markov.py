@@ -253,6 +253,8 @@ def test_read_genome_errors_name_file_record_position(tmp_path, text, msg):
 def test_read_genome_missing_and_corrupt_gzip(tmp_path):
     with pytest.raises(FileNotFoundError, match="FASTA file not found: .*nope.fa"):
         read_genome(tmp_path / "nope.fa")
+    with pytest.raises(ValueError, match="not a regular file"):
+        read_genome(tmp_path)
     p = tmp_path / "trunc.fa.gz"
     p.write_bytes(gzip.compress(b">a\n" + b"ACGT" * 1000)[:40])
     with pytest.raises(ValueError, match="trunc.fa.gz: corrupt gzip file"):

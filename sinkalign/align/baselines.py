@@ -254,7 +254,9 @@ def _parasail_align(q: str, t: str, method: str, scoring: Scoring) -> tuple[np.n
     # parasail's vectorised tracebacks have had bugs (parasail-python #22, #59): check that
     # the pairs really achieve the reported score, else use the plain reference kernel.
     if score_pairs(q, t, pairs, method=method, scoring=scoring) != score:
-        logger.warning("parasail %s traceback does not reach its score %g; using the non-vectorised kernel", method, score)
+        logger.warning(
+            "parasail %s traceback does not reach its score %g; using the non-vectorised kernel", method, score
+        )
         plain = parasail.nw_trace if method == "nw" else parasail.sw_trace
         res = plain(q, t, o, e, matrix)
         pairs = _pairs_from_cigar(res.cigar.decode, int(res.cigar.beg_query), int(res.cigar.beg_ref))

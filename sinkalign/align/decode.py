@@ -19,7 +19,6 @@ dustbin (gap evidence for target residues); ``P[m, n]`` is ignored.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -39,8 +38,6 @@ __all__ = [
     "plan_posteriors",
     "to_gapped",
 ]
-
-logger = logging.getLogger(__name__)
 
 NORMALISE = ("row", "none")
 
@@ -181,7 +178,7 @@ class Posteriors(NamedTuple):
 # --------------------------------------------------------------------------- plan -> posteriors
 
 
-def _to_numpy(x: Any, name: str) -> np.ndarray:
+def _to_numpy(x: Any) -> np.ndarray:
     if hasattr(x, "detach"):  # torch tensor
         x = x.detach().cpu().numpy()
     arr = np.asarray(x, dtype=np.float64)
@@ -199,8 +196,8 @@ def plan_posteriors(plan: Any, *, normalise: str = "row") -> Posteriors:
     their geometric mean ``M_ij = P[i, j] / sqrt(r_i c_j)``. We take the geometric rather
     than the arithmetic mean because (a) it is near zero unless *both* residues put mass on
     the pair (the arithmetic mean gives 0.5 to a pair one side rejects outright), (b) it is
-    symmetric in query/target and invariant to rescaling the plan or its marginals (uniform
-    ``1/m`` vs ``1/n`` marginals give the same ``M``), and (c) it stays in ``[0, 1]``. The
+    symmetric in query/target and invariant to a global rescaling of the plan (total mass 1
+    or one unit per residue give the same ``M``), and (c) it stays in ``[0, 1]``. The
     gap posteriors are ``P[i, n] / r_i`` and ``P[m, j] / c_j``. A residue with zero total
     mass gets zero posteriors everywhere.
 
@@ -216,7 +213,7 @@ def plan_posteriors(plan: Any, *, normalise: str = "row") -> Posteriors:
     """
     if normalise not in NORMALISE:
         raise ValueError(f"{normalise=} is not one of {NORMALISE}")
-    P = _to_numpy(plan, "plan")
+    P = _to_numpy(plan)
     if P.ndim != 2 or P.shape[0] < 2 or P.shape[1] < 2:
         raise ValueError(f"plan must have shape [m+1, n+1] with m, n >= 1, got {P.shape}")
     if not np.all(np.isfinite(P)):
@@ -303,9 +300,9 @@ def mea_from_posteriors(
     """
     if not np.isfinite(gap_weight) or gap_weight < 0:
         raise ValueError(f"{gap_weight=} must be finite and >= 0")
-    M = _to_numpy(match, "match")
-    qg = _to_numpy(query_gap, "query_gap")
-    tg = _to_numpy(target_gap, "target_gap")
+    M = _to_numpy(match)
+    qg = _to_numpy(query_gap)
+    tg = _to_numpy(target_gap)
     if M.ndim != 2:
         raise ValueError(f"match must be [m, n], got shape {M.shape}")
     m, n = M.shape

@@ -25,6 +25,9 @@ def _register() -> None:
     from sinkalign.cli.gc_profile import gc_profile
 
     cli.add_command(gc_profile)
+    from sinkalign.cli.shards import shards
+
+    cli.add_command(shards)
 
 
 _register()

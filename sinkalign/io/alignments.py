@@ -111,20 +111,22 @@ class ReferencePair:
             raw = raw.reshape(0, 2)
         if raw.ndim != 2 or raw.shape[1] != 2:
             raise ValueError(f"pairs.shape={raw.shape} must be [n, 2] for ({self.query_id}, {self.target_id})")
-        if raw.size and not np.issubdtype(raw.dtype, np.integer):
+        if raw.size and raw.dtype.kind not in "iu":
             raise ValueError(f"pairs.dtype={raw.dtype} must be an integer type")
         pairs = np.array(raw, dtype=np.int32, copy=True, order="C")
         if len(pairs):
-            lq, lt = len(self.query_seq), len(self.target_seq)
-            if pairs.min() < 0 or pairs[:, 0].max() >= lq or pairs[:, 1].max() >= lt:
-                raise ValueError(
-                    f"pairs of ({self.query_id}, {self.target_id}) out of range for lengths ({lq}, {lt})"
-                )
-            if np.any(np.diff(pairs, axis=0) <= 0):
-                k = int(np.nonzero(np.any(np.diff(pairs, axis=0) <= 0, axis=1))[0][0])
+            steps = pairs[1:] - pairs[:-1]
+            if steps.size and steps.min() <= 0:
+                k = int(np.nonzero((steps <= 0).any(axis=1))[0][0])
                 raise ValueError(
                     f"pairs of ({self.query_id}, {self.target_id}) are not strictly increasing in both columns "
                     f"at rows {k}, {k + 1}: {pairs[k].tolist()} -> {pairs[k + 1].tolist()}"
+                )
+            # increasing columns: the first and last rows bound all the others
+            lq, lt = len(self.query_seq), len(self.target_seq)
+            if pairs[0, 0] < 0 or pairs[0, 1] < 0 or pairs[-1, 0] >= lq or pairs[-1, 1] >= lt:
+                raise ValueError(
+                    f"pairs of ({self.query_id}, {self.target_id}) out of range for lengths ({lq}, {lt})"
                 )
         pairs.setflags(write=False)
         object.__setattr__(self, "pairs", pairs)
@@ -342,19 +344,35 @@ def _read_stockholm(path: Path, alphabet: str) -> Iterator[MSA]:
     block: list[str] = []
     start = 1
     gf: dict[str, str] = {}
+    paragraph: dict[str, int] = {}  # row ids of the current interleaved paragraph -> line
     with open_text(path) as handle:
         for line_no, line in enumerate(handle, start=1):
             if not block and not line.strip():
                 start = line_no + 1
                 continue
             block.append(line)
-            m = _GF.match(line)
-            if m and m.group(1) not in gf:
-                gf[m.group(1)] = m.group(2)
-            if line.rstrip("\r\n") == "//":
+            stripped = line.strip()
+            if not stripped:
+                paragraph = {}
+            elif stripped == "//":
                 yield _parse_stockholm_block(block, path, index, start, alphabet, gf)
                 index += 1
-                block, gf, start = [], {}, line_no + 1
+                block, gf, paragraph, start = [], {}, {}, line_no + 1
+            elif stripped.startswith("#"):
+                m = _GF.match(line)
+                if m and m.group(1) not in gf:
+                    gf[m.group(1)] = m.group(2)
+            else:
+                # Biopython silently concatenates a repeated id, so catch it here.
+                rid = stripped.split()[0]
+                if rid in paragraph:
+                    raise SequenceFormatError(
+                        f"{path}: alignment #{index + 1}: line {line_no}: duplicate row id {rid!r} "
+                        f"(also on line {paragraph[rid]})",
+                        path=path,
+                        record_id=rid,
+                    )
+                paragraph[rid] = line_no
     if block:
         raise SequenceFormatError(
             f"{path}: alignment #{index + 1} starting at line {start} has no '//' terminator", path=path
@@ -550,7 +568,9 @@ def msa_to_pairs(
     out = []
     for a, b in zip(a_idx.tolist(), b_idx.tolist()):
         cols = np.nonzero(upper[a] & upper[b])[0]
-        pairs = np.stack([residue_index[a, cols], residue_index[b, cols]], axis=1)
+        pairs = np.empty((len(cols), 2), dtype=np.int32)
+        pairs[:, 0] = residue_index[a, cols]
+        pairs[:, 1] = residue_index[b, cols]
         out.append(
             ReferencePair(
                 query_id=msa.ids[a],

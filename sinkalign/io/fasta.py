@@ -182,7 +182,7 @@ def validate_residues(
             why = f"ambiguous/non-standard {alphabet} residue {c!r} (allow_ambiguous=False)"
         elif c in _GAPS:
             why = f"gap character {c!r} in unaligned input (use sinkalign.io.alignments for alignments)"
-        elif c == "*":
+        elif c == "*" and alphabet == "protein":
             why = "stop '*' inside the sequence (only one trailing '*' on a protein is accepted)"
         else:
             why = f"illegal character {c!r} for alphabet {alphabet!r}"
@@ -306,7 +306,9 @@ def _check_record(
     if resolved == "protein" and seq.endswith("*"):
         seq = seq[:-1]
         if not seq:
-            raise SequenceFormatError(f"{where}: empty record (only a stop '*')", path=path, record_id=rid, record_number=n)
+            raise SequenceFormatError(
+                f"{where}: empty record (only a stop '*')", path=path, record_id=rid, record_number=n
+            )
     validate_residues(
         seq, resolved, allow_ambiguous=allow_ambiguous, where=where, path=path, record_id=rid, record_number=n
     )

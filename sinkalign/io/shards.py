@@ -81,6 +81,7 @@ __all__ = [
     "ShardExample",
     "add_embeddings",
     "build_shards",
+    "check_split",
     "read_index",
     "shard_summary",
     "split_families",
@@ -109,7 +110,11 @@ def _file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _check_split(split: Sequence[float]) -> tuple[float, float, float]:
+def check_split(split: Sequence[float]) -> tuple[float, float, float]:
+    """Return ``split`` as three floats (train, valid, test) or raise ``ValueError``.
+
+    They must be finite, non-negative, sum to 1 (within 1e-6) and give train a positive share.
+    """
     try:
         fractions = tuple(float(x) for x in split)
     except (TypeError, ValueError):
@@ -131,7 +136,7 @@ def split_families(
     Returns:
         ``{"train": [...], "valid": [...], "test": [...]}``, each list sorted.
     """
-    fractions = _check_split(split)
+    fractions = check_split(split)
     if not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed={seed!r} must be a non-negative integer")
     names = sorted(set(families))
@@ -351,7 +356,7 @@ def build_shards(
     for p in paths:
         if not p.is_file():
             raise FileNotFoundError(f"{p}: no such Stockholm file")
-    fractions = _check_split(split)
+    fractions = check_split(split)
     if not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed={seed!r} must be a non-negative integer")
     if not isinstance(pairs_per_shard, (int, np.integer)) or pairs_per_shard < 1:
@@ -494,7 +499,8 @@ def read_index(directory: str | os.PathLike) -> dict:
     except ValueError as err:
         raise ValueError(f"{path}: not valid JSON: {err}") from err
     if not isinstance(index, dict) or index.get("format") != FORMAT_NAME:
-        raise ValueError(f"{path}: format={index.get('format') if isinstance(index, dict) else None!r}, expected {FORMAT_NAME!r}")
+        found = index.get("format") if isinstance(index, dict) else None
+        raise ValueError(f"{path}: format={found!r}, expected {FORMAT_NAME!r}")
     if index.get("format_version") != FORMAT_VERSION:
         raise ValueError(
             f"{path}: format_version={index.get('format_version')!r}, this sinkalign reads {FORMAT_VERSION}"
@@ -626,7 +632,8 @@ class ShardDataset:
         shard = _load_shard(self.directory, self._entries[s], self._load_embeddings)
         n = len(shard.arrays["query"])
         if n != int(self._entries[s]["n_pairs"]):
-            raise ValueError(f"{self.directory / self._entries[s]['file']}: {n} pairs, index says {self._entries[s]['n_pairs']}")
+            entry = self._entries[s]
+            raise ValueError(f"{self.directory / entry['file']}: {n} pairs, {INDEX_NAME} says {entry['n_pairs']}")
         self._cache[s] = shard
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
@@ -754,7 +761,8 @@ def add_embeddings(
                 emb = _to_numpy(embed_fn(seq))
                 if emb.ndim != 2 or emb.shape[0] != len(seq):
                     raise ValueError(
-                        f"embed_fn returned shape {emb.shape} for sequence {sid!r} of length {len(seq)}; expected [L, D]"
+                        f"embed_fn returned shape {emb.shape} for sequence {sid!r} of length {len(seq)}; "
+                        "expected [L, D]"
                     )
                 if dim is None:
                     dim = int(emb.shape[1])
@@ -762,7 +770,8 @@ def add_embeddings(
                     raise ValueError(f"embed_fn returned D={emb.shape[1]} for {sid!r}, earlier sequences had D={dim}")
                 if not np.issubdtype(emb.dtype, np.number) or not np.all(np.isfinite(emb)):
                     raise ValueError(f"embed_fn returned non-finite or non-numeric values for {sid!r}")
-                cast = np.ascontiguousarray(emb, dtype=dtype)
+                with np.errstate(over="ignore"):
+                    cast = np.ascontiguousarray(emb, dtype=dtype)
                 if not np.all(np.isfinite(cast)):
                     raise ValueError(f"embedding of {sid!r} overflows {dtype}")
                 current[sid] = cast

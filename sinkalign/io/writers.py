@@ -77,7 +77,7 @@ TSV_COLUMNS = (
     "cigar",
     "mean_posterior",
 )
-_SEQ_RE = re.compile(r"[A-Za-z*]+")
+_BAD_SEQ_RE = re.compile(r"[^A-Za-z*]")
 _QNAME_RE = re.compile(r"[!-?A-~]{1,254}")
 _RNAME_RE = re.compile(r"[0-9A-Za-z!#$%&+./:;?@^_|~-][0-9A-Za-z!#$%&*+./:;=?@^_|~-]*")
 _BAM_SEQ = frozenset("=ACMGRSVTWYHKDBN")
@@ -126,11 +126,15 @@ def _prepare(records: Iterable[Any]) -> Iterator[_Record]:
                 raise ValueError(f"record {index}: {name}={value!r} must be a non-empty string without whitespace")
         where = f"record {index} ({qid} vs {tid})"
         for name, seq in (("query", q), ("target", t)):
-            if not isinstance(seq, str) or not _SEQ_RE.fullmatch(seq):
-                bad = next((p for p, c in enumerate(seq) if not re.fullmatch(r"[A-Za-z*]", c)), None) if isinstance(seq, str) else None
-                detail = "is empty" if isinstance(seq, str) and not seq else (
-                    f"has {seq[bad]!r} at position {bad}" if bad is not None else f"is a {type(seq).__name__}")
-                raise ValueError(f"{where}: {name} sequence {detail}; expected letters or '*'")
+            if not isinstance(seq, str):
+                raise ValueError(f"{where}: {name} sequence must be a str, got {type(seq).__name__}")
+            if not seq:
+                raise ValueError(f"{where}: {name} sequence is empty")
+            bad = _BAD_SEQ_RE.search(seq)
+            if bad:
+                raise ValueError(
+                    f"{where}: {name} sequence has {bad.group()!r} at position {bad.start()}; expected letters or '*'"
+                )
         try:
             if isinstance(aln, Alignment):
                 if (aln.m, aln.n) != (len(q), len(t)):
@@ -326,8 +330,7 @@ def _write_stockholm(records: Iterable[_Record], path: Path) -> int:
                 "comment": f"score={_fmt(rec.score, '.10g')}",
             }
             pp = _pp_line(rec)
-            if pp is not None:
-                block.column_annotations = {"consensus posterior probability": pp}
+            block.column_annotations = {} if pp is None else {"consensus posterior probability": pp}
             count += 1
             yield block
 

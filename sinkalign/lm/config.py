@@ -18,7 +18,7 @@ __all__ = ["ATTENTION_NAMES", "LMConfig"]
 #: The attention variants (keys of ``sinkalign.lm.attention.ATTENTIONS``).
 ATTENTION_NAMES: tuple[str, ...] = ("goat", "bam", "sla", "rope", "alibi", "nope")
 
-_GOAT_INITS = ("uniform", "alibi")
+_GOAT_INITS = ("uniform", "alibi", "alibi_sink")
 _BAM_INITS = ("uniform", "alibi")
 _BAM_IMPLS = ("auto", "chunked", "flex")
 _SLA_BACKBONES = ("gla", "retnet")
@@ -73,10 +73,10 @@ class LMConfig:
     GOAT (``attention="goat"``): ``goat_n_freqs`` Fourier frequencies R (the positional
     subspace takes ``2R + 1`` of the ``d_h`` query/key dims, content keeps
     ``d_c = d_h - 2R - 1 >= 1``); periods geometric from ``goat_min_period`` to
-    ``goat_max_period`` (``None``: ``4 * max_train_len``); ``goat_init`` "uniform" (zero
-    prior) or "alibi" (Fourier weights least-squares fitted to ALiBi slopes over
-    ``max_train_len`` lags); sink MLP width ``goat_sink_hidden`` over ``goat_sink_n_freqs``
-    sinusoid pairs.
+    ``goat_max_period`` (``None``: ``16 * max_train_len``); ``goat_init`` "uniform" (zero
+    prior), "alibi" (Fourier weights least-squares fitted to ALiBi slopes over
+    ``max_train_len`` lags) or "alibi_sink" (exact ALiBi through the sink's key-linear
+    decay); sink MLP width ``goat_sink_hidden`` over ``goat_sink_n_freqs`` sinusoid pairs.
 
     BAM (``attention="bam"``): prior ``-exp(theta_a) * (|j - i - mu| + bam_eps) ** theta_b``
     per head; ``bam_init`` "uniform" (theta_b = 0) or "alibi" (theta_b = 1, exp(theta_a) =
@@ -184,7 +184,7 @@ class LMConfig:
     @property
     def goat_periods(self) -> tuple[float, float]:
         """``(min_period, max_period)`` of GOAT's geometric Fourier frequencies."""
-        hi = self.goat_max_period if self.goat_max_period is not None else 4.0 * self.max_train_len
+        hi = self.goat_max_period if self.goat_max_period is not None else 16.0 * self.max_train_len
         return float(self.goat_min_period), float(max(hi, self.goat_min_period))
 
     def to_dict(self) -> dict[str, Any]:

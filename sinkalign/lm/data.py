@@ -88,8 +88,10 @@ def read_genome_records(path: str | os.PathLike) -> list[GenomeRecord]:
             invalid character.
     """
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"FASTA file not found: {path}")
+    if not path.is_file():
+        raise ValueError(f"{path}: not a regular file")
     records: list[GenomeRecord] = []
     seen: set[str] = set()
     try:

@@ -104,33 +104,43 @@ def _problem(support, q_valid, k_valid, log_a, log_b, dtype) -> _Problem:
     return _Problem(masks, row_active, col_active, log_a.astype(dtype), log_b.astype(dtype))
 
 
-def base_solve(support: Support, S, prob: _Problem, n_iters: int, *, return_history: bool = False):
-    """T centered Sinkhorn steps from v = 0. Returns (u0, v0) [..., lq], [..., lk].
+def base_solve(support: Support, S, prob: _Problem, n_iters: int):
+    """T centered Sinkhorn steps from v = 0. Returns the base duals (u0, v0), [..., lq], [..., lk]."""
+    u, v, n_rows = _base_init(support, S, prob)
+    return jax.lax.fori_loop(0, n_iters, lambda _, uv: _base_step(support, S, prob, n_rows, uv)[:2], (u, v))
 
-    With ``return_history`` also returns every half-step's duals (for the orbit check):
-    lists ``us[t]``, ``vs[t]`` for t = 0..T (index 0 = the starting v = 0).
-    """
-    batch = S[0].shape[:-3]
-    dtype = S[0].dtype
-    u = jnp.zeros(batch + (support.lq,), dtype)
-    v = jnp.zeros(batch + (support.lk,), dtype)
+
+def _base_init(support, S, prob):
+    batch, dtype = S[0].shape[:-3], S[0].dtype
     n_rows = jnp.maximum(prob.row_active.sum(-1, keepdims=True), 1).astype(dtype)
+    return jnp.zeros(batch + (support.lq,), dtype), jnp.zeros(batch + (support.lk,), dtype), n_rows
 
-    def step(uv):
-        _, v = uv
-        u = _row_step(support, S, prob.masks, v, prob.log_a, prob.row_active)
-        v = _col_step(support, S, prob.masks, u, prob.log_b, prob.col_active)
-        c = jnp.sum(jnp.where(prob.row_active, u, 0.0), -1, keepdims=True) / n_rows
-        return jnp.where(prob.row_active, u - c, 0.0), jnp.where(prob.col_active, v + c, 0.0)
 
-    if return_history:
-        us, vs = [u], [v]
-        for _ in range(n_iters):
-            u, v = step((u, v))
-            us.append(u)
-            vs.append(v)
-        return us, vs
-    return jax.lax.fori_loop(0, n_iters, lambda _, uv: step(uv), (u, v))
+def _base_step(support, S, prob, n_rows, uv):
+    """One full base step; returns (centered u, centered v, raw u, raw v)."""
+    _, v = uv
+    u_raw = _row_step(support, S, prob.masks, v, prob.log_a, prob.row_active)
+    v_raw = _col_step(support, S, prob.masks, u_raw, prob.log_b, prob.col_active)
+    c = jnp.sum(jnp.where(prob.row_active, u_raw, 0.0), -1, keepdims=True) / n_rows
+    u = jnp.where(prob.row_active, u_raw - c, 0.0)
+    v = jnp.where(prob.col_active, v_raw + c, 0.0)
+    return u, v, u_raw, v_raw
+
+
+def base_history(support: Support, S, prob: _Problem, n_iters: int):
+    """Every base half-step's duals, for plan reconstruction (Proposition 6).
+
+    Returns a list over t = 1..T of (u_raw^(t), v_in^(t-1), v_raw^(t)): the row half-step
+    plan is P^(t,t-1) = exp(S + u_raw^(t) + v_in^(t-1)) and the column half-step plan is
+    P^(t,t) = exp(S + u_raw^(t) + v_raw^(t)) (centering is a gauge change: plans unchanged).
+    """
+    u, v, n_rows = _base_init(support, S, prob)
+    out = []
+    for _ in range(n_iters):
+        v_in = v
+        u, v, u_raw, v_raw = _base_step(support, S, prob, n_rows, (u, v))
+        out.append((u_raw, v_in, v_raw))
+    return out, (u, v)
 
 
 def _tail(support, S, prob, v0, n_tail):
@@ -200,6 +210,10 @@ def _adjoint(q, k, v, prob, us, vs, g, support, cfg, mode) -> TailAdjoint:
     def plan(a, b):
         return _plan(support, S, masks, us[a], vs[b])
 
+    # With marginals a, b the half-step Jacobians are -P/a_i (row) and -P/b_j (column)
+    # (Lemma 3 has a = b = 1), so plans always meet cotangents divided by the marginal.
+    inv_a = jnp.where(prob.row_active, jnp.exp(-prob.log_a), 0.0)
+    inv_b = jnp.where(prob.col_active, jnp.exp(-prob.log_b), 0.0)
     P_RR = plan(R, R)
     PZ = mul(P_RR, Z)
     g_u, g_v = support.row_sum(PZ), support.col_sum(PZ)
@@ -216,22 +230,26 @@ def _adjoint(q, k, v, prob, us, vs, g, support, cfg, mode) -> TailAdjoint:
         beta = jnp.exp(vs[1] - vs[2])
         delta = jnp.exp(vs[0] - vs[2])
         v_bar[2] = g_v
-        u_bar[2] = g_u - support.row_sum(mul(P_RR, support.cols(v_bar[2])))
-        v_bar[1] = -beta * support.col_sum(mul(P_RR, support.rows(u_bar[2])))
-        u_bar[1] = -alpha * support.row_sum(mul(P_RR, support.cols(beta * v_bar[1])))
-        v_bar[0] = -delta * support.col_sum(mul(P_RR, support.rows(alpha * u_bar[1])))
+        vb2 = inv_b * v_bar[2]
+        u_bar[2] = g_u - support.row_sum(mul(P_RR, support.cols(vb2)))
+        ub2 = inv_a * u_bar[2]
+        v_bar[1] = -beta * support.col_sum(mul(P_RR, support.rows(ub2)))
+        bvb1 = beta * inv_b * v_bar[1]
+        u_bar[1] = -alpha * support.row_sum(mul(P_RR, support.cols(bvb1)))
+        aub1 = alpha * inv_a * u_bar[1]
+        v_bar[0] = -delta * support.col_sum(mul(P_RR, support.rows(aub1)))
         S_bar = [
-            p * (z - vb2 - bj * ub2 - ai * bvb1 - ai * dj * ub1)
-            for p, z, vb2, bj, ub2, ai, bvb1, dj, ub1 in zip(
+            p * (z - c_vb2 - bj * r_ub2 - ai * c_bvb1 - dj * r_aub1)
+            for p, z, c_vb2, bj, r_ub2, ai, c_bvb1, dj, r_aub1 in zip(
                 P_RR,
                 Z,
-                support.cols(v_bar[2]),
+                support.cols(vb2),
                 support.cols(beta),
-                support.rows(u_bar[2]),
+                support.rows(ub2),
                 support.rows(alpha),
-                support.cols(beta * v_bar[1]),
+                support.cols(bvb1),
                 support.cols(delta),
-                support.rows(u_bar[1]),
+                support.rows(aub1),
             )
         ]
     else:
@@ -240,20 +258,21 @@ def _adjoint(q, k, v, prob, us, vs, g, support, cfg, mode) -> TailAdjoint:
             stored = {(R, R): P_RR}
             for t in range(1, R + 1):
                 stored[(t, t - 1)] = plan(t, t - 1)
-                stored[(t, t)] = stored.get((t, t)) or plan(t, t)
+                if (t, t) not in stored:
+                    stored[(t, t)] = plan(t, t)
             get = stored.__getitem__
         else:  # staircase: each plan formed when the recurrence needs it
             get = lambda ab: P_RR if ab == (R, R) else plan(*ab)  # noqa: E731
         v_bar[R] = g_v
-        term = mul(P_RR, support.cols(v_bar[R]))
+        term = mul(P_RR, support.cols(inv_b * v_bar[R]))
         u_bar[R] = g_u - support.row_sum(term)
         S_bar = [pz - t for pz, t in zip(PZ, term)]
         for t in range(R, 0, -1):
-            term = mul(get((t, t - 1)), support.rows(u_bar[t]))
+            term = mul(get((t, t - 1)), support.rows(inv_a * u_bar[t]))
             v_bar[t - 1] = -support.col_sum(term)
             S_bar = [s - x for s, x in zip(S_bar, term)]
             if t >= 2:
-                term = mul(get((t - 1, t - 1)), support.cols(v_bar[t - 1]))
+                term = mul(get((t - 1, t - 1)), support.cols(inv_b * v_bar[t - 1]))
                 u_bar[t - 1] = -support.row_sum(term)
                 S_bar = [s - x for s, x in zip(S_bar, term)]
 

@@ -51,7 +51,10 @@ class Piece:
     # ---- static geometry (numpy, computed once per piece) -------------------------
     @property
     def dense(self) -> bool:
-        return self.band is None or self.band >= max(self.nr, self.nc) - 1
+        if self.band is None or self.band >= max(self.nr, self.nc) - 1:
+            return True
+        # A band wider than the piece costs more as windows than as one dense block.
+        return min(self.block, self.nr) + 2 * self.band >= self.nc
 
     @property
     def bq(self) -> int:

@@ -9,15 +9,22 @@ For an owned block ``[x0, x0 + BLOCK_X)`` the loop runs over
 problem passes ``W >= max(Lq, Lk)``. Lengths that are not block multiples are masked, the
 head dimension is padded to ``BLOCK_D`` (power of two >= 16) with zeros, and all
 accumulation is float32. Inputs may be float32 (dots at ``PREC="ieee"``) or bfloat16 /
-float16 (dots on the native type with float32 accumulation, as in flash attention).
+float16: then plan and cotangent tiles are rounded to the input type before their dots and
+every dot accumulates in float32, as in flash attention. Token tiles are cast to ``DOT_T``
+after loading: the input type natively (a no-op), float32 in the interpreter, whose
+``tl.dot`` mishandles bfloat16 (it multiplies the raw uint16 storage); since a product of two
+bfloat16 numbers is exact in float32 the two give the same result up to summation order.
 
 Tensors are contiguous: tokens [B*H, L, D], dual/cotangent vectors [B*H, L] float32,
 masks [B, L] int8 (1 = real token), log marginals [B, L] float32. The support is
 ``mask_i & mask_j & |i - j| <= W`` and is applied *after* adding potentials
 (``where(active, s + pot, -inf)``), never via a sentinel.
 
-Kernels (no nested ``@triton.jit`` helpers, so that :func:`compiled` can build either a
-native or an interpreted launcher from the same source in one process):
+Interpreter: Triton decides between native compilation and its CPU interpreter once, when
+it is first imported (``TRITON_INTERPRET=1`` in the environment before ``import triton``);
+:func:`interpreter_mode` reports the mode this process runs in.
+
+Kernels:
 
 * :func:`half_step_kernel` -- ``out_x = logm_x - LSE_y (S_xy + pot_y)`` with an online LSE.
   Row half-step: X = Q, Y = K; column half-step: X = K, Y = Q (``S^T = K Q^T * scale``).
@@ -35,8 +42,6 @@ see :mod:`sinkalign.kernels.triton.op` for the vector recurrences between the sw
 
 from __future__ import annotations
 
-import functools
-
 import triton
 import triton.language as tl
 
@@ -45,8 +50,8 @@ __all__ = [
     "bwd_col_gv_dv_kernel",
     "bwd_row_dq_kernel",
     "bwd_row_ubar2_kernel",
-    "compiled",
     "half_step_kernel",
+    "interpreter_mode",
     "output_kernel",
     "plan_matvec_kernel",
 ]
@@ -56,32 +61,33 @@ __all__ = [
 def half_step_kernel(
     X, Y, POT_Y, MASK_X, MASK_Y, LOGM_X, OUT,  # X [BH, Lx, D], Y [BH, Ly, D], POT_Y [BH, Ly], OUT [BH, Lx]
     Lx, Ly, H, W, scale,
-    D: tl.constexpr, BLOCK_X: tl.constexpr, BLOCK_Y: tl.constexpr, BLOCK_D: tl.constexpr, PREC: tl.constexpr,
+    D: tl.constexpr, BLOCK_X: tl.constexpr, BLOCK_Y: tl.constexpr, BLOCK_D: tl.constexpr, PREC: tl.constexpr, DOT_T: tl.constexpr,
 ):
     pid = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     b = bh // H
     x0 = pid * BLOCK_X
-    offs_x = x0 + tl.arange(0, BLOCK_X)
-    offs_d = tl.arange(0, BLOCK_D)
+    offs_x = (x0 + tl.arange(0, BLOCK_X)).to(tl.int64)
+    offs_d = tl.arange(0, BLOCK_D).to(tl.int64)
     in_x = offs_x < Lx
     mx = tl.load(MASK_X + b * Lx + offs_x, mask=in_x, other=0) != 0
     x = tl.load(X + bh * Lx * D + offs_x[:, None] * D + offs_d[None, :],
-                mask=in_x[:, None] & (offs_d[None, :] < D), other=0.0)  # [BX, BD]
+                mask=in_x[:, None] & (offs_d[None, :] < D), other=0.0).to(DOT_T)  # [BX, BD]
     m_run = tl.full([BLOCK_X], float("-inf"), tl.float32)
     l_run = tl.zeros([BLOCK_X], tl.float32)
+    ar_y = tl.arange(0, BLOCK_Y).to(tl.int64)
     lo = tl.maximum(x0 - W, 0) // BLOCK_Y * BLOCK_Y
     hi = tl.minimum(tl.minimum(x0 + BLOCK_X, Lx) + W, Ly)
     for y0 in range(lo, hi, BLOCK_Y):
-        offs_y = y0 + tl.arange(0, BLOCK_Y)
+        offs_y = y0 + ar_y
         in_y = offs_y < Ly
         my = tl.load(MASK_Y + b * Ly + offs_y, mask=in_y, other=0) != 0
         y = tl.load(Y + bh * Ly * D + offs_y[:, None] * D + offs_d[None, :],
-                    mask=in_y[:, None] & (offs_d[None, :] < D), other=0.0)  # [BY, BD]
+                    mask=in_y[:, None] & (offs_d[None, :] < D), other=0.0).to(DOT_T)  # [BY, BD]
         pot = tl.load(POT_Y + bh * Ly + offs_y, mask=in_y, other=0.0)  # [BY]
         s = tl.dot(x, tl.trans(y), input_precision=PREC) * scale  # [BX, BY]
         diff = offs_x[:, None] - offs_y[None, :]
-        active = mx[:, None] & my[None, :] & (diff <= W) & (diff >= -W)
+        active = mx[:, None] & my[None, :] & (tl.abs(diff) <= W)
         z = tl.where(active, s + pot[None, :], float("-inf"))
         m_new = tl.maximum(m_run, tl.max(z, axis=1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -98,37 +104,38 @@ def output_kernel(
     Q, K, V, U, VP, QM, KM, O,  # Q [BH, Lq, D], K [BH, Lk, D], V [BH, Lk, DV], U [BH, Lq], VP [BH, Lk], O [BH, Lq, DV]
     Lq, Lk, H, W, scale,
     D: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_DV: tl.constexpr, PREC: tl.constexpr,
+    BLOCK_DV: tl.constexpr, PREC: tl.constexpr, DOT_T: tl.constexpr,
 ):
     pid = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     b = bh // H
     m0 = pid * BLOCK_M
-    offs_m = m0 + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    offs_e = tl.arange(0, BLOCK_DV)
+    offs_m = (m0 + tl.arange(0, BLOCK_M)).to(tl.int64)
+    offs_d = tl.arange(0, BLOCK_D).to(tl.int64)
+    offs_e = tl.arange(0, BLOCK_DV).to(tl.int64)
     in_m = offs_m < Lq
     qm = tl.load(QM + b * Lq + offs_m, mask=in_m, other=0) != 0
     q = tl.load(Q + bh * Lq * D + offs_m[:, None] * D + offs_d[None, :],
-                mask=in_m[:, None] & (offs_d[None, :] < D), other=0.0)  # [BM, BD]
+                mask=in_m[:, None] & (offs_d[None, :] < D), other=0.0).to(DOT_T)  # [BM, BD]
     u = tl.load(U + bh * Lq + offs_m, mask=in_m, other=0.0)  # [BM]
     acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
+    ar_n = tl.arange(0, BLOCK_N).to(tl.int64)
     lo = tl.maximum(m0 - W, 0) // BLOCK_N * BLOCK_N
     hi = tl.minimum(tl.minimum(m0 + BLOCK_M, Lq) + W, Lk)
     for n0 in range(lo, hi, BLOCK_N):
-        offs_n = n0 + tl.arange(0, BLOCK_N)
+        offs_n = n0 + ar_n
         in_n = offs_n < Lk
         km = tl.load(KM + b * Lk + offs_n, mask=in_n, other=0) != 0
         k = tl.load(K + bh * Lk * D + offs_n[:, None] * D + offs_d[None, :],
-                    mask=in_n[:, None] & (offs_d[None, :] < D), other=0.0)  # [BN, BD]
+                    mask=in_n[:, None] & (offs_d[None, :] < D), other=0.0).to(DOT_T)  # [BN, BD]
         val = tl.load(V + bh * Lk * DV + offs_n[:, None] * DV + offs_e[None, :],
-                      mask=in_n[:, None] & (offs_e[None, :] < DV), other=0.0)  # [BN, BDV]
+                      mask=in_n[:, None] & (offs_e[None, :] < DV), other=0.0).to(DOT_T)  # [BN, BDV]
         vp = tl.load(VP + bh * Lk + offs_n, mask=in_n, other=0.0)  # [BN]
         s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale  # [BM, BN]
         diff = offs_m[:, None] - offs_n[None, :]
-        active = qm[:, None] & km[None, :] & (diff <= W) & (diff >= -W)
+        active = qm[:, None] & km[None, :] & (tl.abs(diff) <= W)
         p = tl.exp(tl.where(active, s + u[:, None] + vp[None, :], float("-inf")))  # P^(2,2) tile
-        acc += tl.dot(p.to(val.dtype), val, input_precision=PREC)
+        acc += tl.dot(p.to(V.dtype.element_ty).to(DOT_T), val, input_precision=PREC)
     tl.store(O + bh * Lq * DV + offs_m[:, None] * DV + offs_e[None, :], acc.to(O.dtype.element_ty),
              mask=in_m[:, None] & (offs_e[None, :] < DV))
 
@@ -137,33 +144,34 @@ def output_kernel(
 def plan_matvec_kernel(
     X, Y, PX, PY, WY, MASK_X, MASK_Y, OUT,  # X [BH, Lx, D], Y [BH, Ly, D], PX [BH, Lx], PY/WY [BH, Ly], OUT [BH, Lx]
     Lx, Ly, H, W, scale,
-    D: tl.constexpr, BLOCK_X: tl.constexpr, BLOCK_Y: tl.constexpr, BLOCK_D: tl.constexpr, PREC: tl.constexpr,
+    D: tl.constexpr, BLOCK_X: tl.constexpr, BLOCK_Y: tl.constexpr, BLOCK_D: tl.constexpr, PREC: tl.constexpr, DOT_T: tl.constexpr,
 ):
     pid = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     b = bh // H
     x0 = pid * BLOCK_X
-    offs_x = x0 + tl.arange(0, BLOCK_X)
-    offs_d = tl.arange(0, BLOCK_D)
+    offs_x = (x0 + tl.arange(0, BLOCK_X)).to(tl.int64)
+    offs_d = tl.arange(0, BLOCK_D).to(tl.int64)
     in_x = offs_x < Lx
     mx = tl.load(MASK_X + b * Lx + offs_x, mask=in_x, other=0) != 0
     x = tl.load(X + bh * Lx * D + offs_x[:, None] * D + offs_d[None, :],
-                mask=in_x[:, None] & (offs_d[None, :] < D), other=0.0)  # [BX, BD]
+                mask=in_x[:, None] & (offs_d[None, :] < D), other=0.0).to(DOT_T)  # [BX, BD]
     px = tl.load(PX + bh * Lx + offs_x, mask=in_x, other=0.0)
     acc = tl.zeros([BLOCK_X], tl.float32)
+    ar_y = tl.arange(0, BLOCK_Y).to(tl.int64)
     lo = tl.maximum(x0 - W, 0) // BLOCK_Y * BLOCK_Y
     hi = tl.minimum(tl.minimum(x0 + BLOCK_X, Lx) + W, Ly)
     for y0 in range(lo, hi, BLOCK_Y):
-        offs_y = y0 + tl.arange(0, BLOCK_Y)
+        offs_y = y0 + ar_y
         in_y = offs_y < Ly
         my = tl.load(MASK_Y + b * Ly + offs_y, mask=in_y, other=0) != 0
         y = tl.load(Y + bh * Ly * D + offs_y[:, None] * D + offs_d[None, :],
-                    mask=in_y[:, None] & (offs_d[None, :] < D), other=0.0)  # [BY, BD]
+                    mask=in_y[:, None] & (offs_d[None, :] < D), other=0.0).to(DOT_T)  # [BY, BD]
         py = tl.load(PY + bh * Ly + offs_y, mask=in_y, other=0.0)
         wy = tl.load(WY + bh * Ly + offs_y, mask=in_y, other=0.0)
         s = tl.dot(x, tl.trans(y), input_precision=PREC) * scale  # [BX, BY]
         diff = offs_x[:, None] - offs_y[None, :]
-        active = mx[:, None] & my[None, :] & (diff <= W) & (diff >= -W)
+        active = mx[:, None] & my[None, :] & (tl.abs(diff) <= W)
         p = tl.exp(tl.where(active, s + px[:, None] + py[None, :], float("-inf")))
         acc += tl.sum(p * wy[None, :], axis=1)
     tl.store(OUT + bh * Lx + offs_x, acc, mask=in_x)
@@ -174,42 +182,43 @@ def bwd_col_gv_dv_kernel(
     Q, K, V, G, U2, V2, QM, KM, GV, DVAL,  # G [BH, Lq, DV]; GV [BH, Lk] fp32; DVAL [BH, Lk, DV]
     Lq, Lk, H, W, scale,
     D: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_DV: tl.constexpr, PREC: tl.constexpr,
+    BLOCK_DV: tl.constexpr, PREC: tl.constexpr, DOT_T: tl.constexpr,
 ):
     pid = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     b = bh // H
     n0 = pid * BLOCK_N
-    offs_n = n0 + tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BLOCK_D)
-    offs_e = tl.arange(0, BLOCK_DV)
+    offs_n = (n0 + tl.arange(0, BLOCK_N)).to(tl.int64)
+    offs_d = tl.arange(0, BLOCK_D).to(tl.int64)
+    offs_e = tl.arange(0, BLOCK_DV).to(tl.int64)
     in_n = offs_n < Lk
     km = tl.load(KM + b * Lk + offs_n, mask=in_n, other=0) != 0
     k = tl.load(K + bh * Lk * D + offs_n[:, None] * D + offs_d[None, :],
-                mask=in_n[:, None] & (offs_d[None, :] < D), other=0.0)  # [BN, BD]
+                mask=in_n[:, None] & (offs_d[None, :] < D), other=0.0).to(DOT_T)  # [BN, BD]
     val = tl.load(V + bh * Lk * DV + offs_n[:, None] * DV + offs_e[None, :],
-                  mask=in_n[:, None] & (offs_e[None, :] < DV), other=0.0)  # [BN, BDV]
+                  mask=in_n[:, None] & (offs_e[None, :] < DV), other=0.0).to(DOT_T)  # [BN, BDV]
     v2 = tl.load(V2 + bh * Lk + offs_n, mask=in_n, other=0.0)
     gv = tl.zeros([BLOCK_N], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_DV], tl.float32)
+    ar_m = tl.arange(0, BLOCK_M).to(tl.int64)
     lo = tl.maximum(n0 - W, 0) // BLOCK_M * BLOCK_M
     hi = tl.minimum(tl.minimum(n0 + BLOCK_N, Lk) + W, Lq)
     for m0 in range(lo, hi, BLOCK_M):
-        offs_m = m0 + tl.arange(0, BLOCK_M)
+        offs_m = m0 + ar_m
         in_m = offs_m < Lq
         qm = tl.load(QM + b * Lq + offs_m, mask=in_m, other=0) != 0
         q = tl.load(Q + bh * Lq * D + offs_m[:, None] * D + offs_d[None, :],
-                    mask=in_m[:, None] & (offs_d[None, :] < D), other=0.0)  # [BM, BD]
+                    mask=in_m[:, None] & (offs_d[None, :] < D), other=0.0).to(DOT_T)  # [BM, BD]
         g = tl.load(G + bh * Lq * DV + offs_m[:, None] * DV + offs_e[None, :],
-                    mask=in_m[:, None] & (offs_e[None, :] < DV), other=0.0)  # [BM, BDV]
+                    mask=in_m[:, None] & (offs_e[None, :] < DV), other=0.0).to(DOT_T)  # [BM, BDV]
         u2 = tl.load(U2 + bh * Lq + offs_m, mask=in_m, other=0.0)
         st = tl.dot(k, tl.trans(q), input_precision=PREC) * scale  # [BN, BM] = S^T tile
         diff = offs_n[:, None] - offs_m[None, :]
-        active = km[:, None] & qm[None, :] & (diff <= W) & (diff >= -W)
+        active = km[:, None] & qm[None, :] & (tl.abs(diff) <= W)
         pt = tl.exp(tl.where(active, st + v2[:, None] + u2[None, :], float("-inf")))  # P^T
         zt = tl.dot(val, tl.trans(g), input_precision=PREC)  # [BN, BM] = Z^T
         gv += tl.sum(pt * zt, axis=1)
-        dv += tl.dot(pt.to(g.dtype), g, input_precision=PREC)
+        dv += tl.dot(pt.to(G.dtype.element_ty).to(DOT_T), g, input_precision=PREC)
     tl.store(GV + bh * Lk + offs_n, gv, mask=in_n)
     tl.store(DVAL + bh * Lk * DV + offs_n[:, None] * DV + offs_e[None, :], dv.to(DVAL.dtype.element_ty),
              mask=in_n[:, None] & (offs_e[None, :] < DV))
@@ -220,38 +229,39 @@ def bwd_row_ubar2_kernel(
     Q, K, V, G, U2, V2, W2, QM, KM, UBAR2,  # W2 [BH, Lk] = vbar2 / b; UBAR2 [BH, Lq]
     Lq, Lk, H, W, scale,
     D: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_DV: tl.constexpr, PREC: tl.constexpr,
+    BLOCK_DV: tl.constexpr, PREC: tl.constexpr, DOT_T: tl.constexpr,
 ):
     pid = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     b = bh // H
     m0 = pid * BLOCK_M
-    offs_m = m0 + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    offs_e = tl.arange(0, BLOCK_DV)
+    offs_m = (m0 + tl.arange(0, BLOCK_M)).to(tl.int64)
+    offs_d = tl.arange(0, BLOCK_D).to(tl.int64)
+    offs_e = tl.arange(0, BLOCK_DV).to(tl.int64)
     in_m = offs_m < Lq
     qm = tl.load(QM + b * Lq + offs_m, mask=in_m, other=0) != 0
     q = tl.load(Q + bh * Lq * D + offs_m[:, None] * D + offs_d[None, :],
-                mask=in_m[:, None] & (offs_d[None, :] < D), other=0.0)  # [BM, BD]
+                mask=in_m[:, None] & (offs_d[None, :] < D), other=0.0).to(DOT_T)  # [BM, BD]
     g = tl.load(G + bh * Lq * DV + offs_m[:, None] * DV + offs_e[None, :],
-                mask=in_m[:, None] & (offs_e[None, :] < DV), other=0.0)  # [BM, BDV]
+                mask=in_m[:, None] & (offs_e[None, :] < DV), other=0.0).to(DOT_T)  # [BM, BDV]
     u2 = tl.load(U2 + bh * Lq + offs_m, mask=in_m, other=0.0)
     acc = tl.zeros([BLOCK_M], tl.float32)
+    ar_n = tl.arange(0, BLOCK_N).to(tl.int64)
     lo = tl.maximum(m0 - W, 0) // BLOCK_N * BLOCK_N
     hi = tl.minimum(tl.minimum(m0 + BLOCK_M, Lq) + W, Lk)
     for n0 in range(lo, hi, BLOCK_N):
-        offs_n = n0 + tl.arange(0, BLOCK_N)
+        offs_n = n0 + ar_n
         in_n = offs_n < Lk
         km = tl.load(KM + b * Lk + offs_n, mask=in_n, other=0) != 0
         k = tl.load(K + bh * Lk * D + offs_n[:, None] * D + offs_d[None, :],
-                    mask=in_n[:, None] & (offs_d[None, :] < D), other=0.0)  # [BN, BD]
+                    mask=in_n[:, None] & (offs_d[None, :] < D), other=0.0).to(DOT_T)  # [BN, BD]
         val = tl.load(V + bh * Lk * DV + offs_n[:, None] * DV + offs_e[None, :],
-                      mask=in_n[:, None] & (offs_e[None, :] < DV), other=0.0)  # [BN, BDV]
+                      mask=in_n[:, None] & (offs_e[None, :] < DV), other=0.0).to(DOT_T)  # [BN, BDV]
         v2 = tl.load(V2 + bh * Lk + offs_n, mask=in_n, other=0.0)
         w2 = tl.load(W2 + bh * Lk + offs_n, mask=in_n, other=0.0)
         s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale  # [BM, BN]
         diff = offs_m[:, None] - offs_n[None, :]
-        active = qm[:, None] & km[None, :] & (diff <= W) & (diff >= -W)
+        active = qm[:, None] & km[None, :] & (tl.abs(diff) <= W)
         p = tl.exp(tl.where(active, s + u2[:, None] + v2[None, :], float("-inf")))
         z = tl.dot(g, tl.trans(val), input_precision=PREC)  # [BM, BN]
         acc += tl.sum(p * (z - w2[None, :]), axis=1)
@@ -264,37 +274,38 @@ def bwd_row_dq_kernel(
     # ALPHA/X2/X1 [BH, Lq]; V2/W2/BETA/W1/DELTA [BH, Lk]; INV_A [B, Lq]; DQ [BH, Lq, D]
     Lq, Lk, H, W, scale,
     D: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_DV: tl.constexpr, PREC: tl.constexpr,
+    BLOCK_DV: tl.constexpr, PREC: tl.constexpr, DOT_T: tl.constexpr,
 ):
     pid = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     b = bh // H
     m0 = pid * BLOCK_M
-    offs_m = m0 + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    offs_e = tl.arange(0, BLOCK_DV)
+    offs_m = (m0 + tl.arange(0, BLOCK_M)).to(tl.int64)
+    offs_d = tl.arange(0, BLOCK_D).to(tl.int64)
+    offs_e = tl.arange(0, BLOCK_DV).to(tl.int64)
     in_m = offs_m < Lq
     qm = tl.load(QM + b * Lq + offs_m, mask=in_m, other=0) != 0
     q = tl.load(Q + bh * Lq * D + offs_m[:, None] * D + offs_d[None, :],
-                mask=in_m[:, None] & (offs_d[None, :] < D), other=0.0)  # [BM, BD]
+                mask=in_m[:, None] & (offs_d[None, :] < D), other=0.0).to(DOT_T)  # [BM, BD]
     g = tl.load(G + bh * Lq * DV + offs_m[:, None] * DV + offs_e[None, :],
-                mask=in_m[:, None] & (offs_e[None, :] < DV), other=0.0)  # [BM, BDV]
+                mask=in_m[:, None] & (offs_e[None, :] < DV), other=0.0).to(DOT_T)  # [BM, BDV]
     u2 = tl.load(U2 + bh * Lq + offs_m, mask=in_m, other=0.0)
     alpha = tl.load(ALPHA + bh * Lq + offs_m, mask=in_m, other=0.0)
     x2 = tl.load(X2 + bh * Lq + offs_m, mask=in_m, other=0.0)
     r = tl.zeros([BLOCK_M], tl.float32)  # sum_j P_ij beta_j w1_j
     acc_a = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)  # sum_j P_ij (Z_ij - w2_j - beta_j x2_i - alpha_i beta_j w1_j) K_j
     acc_c = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)  # sum_j P_ij delta_j K_j
+    ar_n = tl.arange(0, BLOCK_N).to(tl.int64)
     lo = tl.maximum(m0 - W, 0) // BLOCK_N * BLOCK_N
     hi = tl.minimum(tl.minimum(m0 + BLOCK_M, Lq) + W, Lk)
     for n0 in range(lo, hi, BLOCK_N):
-        offs_n = n0 + tl.arange(0, BLOCK_N)
+        offs_n = n0 + ar_n
         in_n = offs_n < Lk
         km = tl.load(KM + b * Lk + offs_n, mask=in_n, other=0) != 0
         k = tl.load(K + bh * Lk * D + offs_n[:, None] * D + offs_d[None, :],
-                    mask=in_n[:, None] & (offs_d[None, :] < D), other=0.0)  # [BN, BD]
+                    mask=in_n[:, None] & (offs_d[None, :] < D), other=0.0).to(DOT_T)  # [BN, BD]
         val = tl.load(V + bh * Lk * DV + offs_n[:, None] * DV + offs_e[None, :],
-                      mask=in_n[:, None] & (offs_e[None, :] < DV), other=0.0)  # [BN, BDV]
+                      mask=in_n[:, None] & (offs_e[None, :] < DV), other=0.0).to(DOT_T)  # [BN, BDV]
         v2 = tl.load(V2 + bh * Lk + offs_n, mask=in_n, other=0.0)
         w2 = tl.load(W2 + bh * Lk + offs_n, mask=in_n, other=0.0)
         beta = tl.load(BETA + bh * Lk + offs_n, mask=in_n, other=0.0)
@@ -302,14 +313,14 @@ def bwd_row_dq_kernel(
         delta = tl.load(DELTA + bh * Lk + offs_n, mask=in_n, other=0.0)
         s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale  # [BM, BN]
         diff = offs_m[:, None] - offs_n[None, :]
-        active = qm[:, None] & km[None, :] & (diff <= W) & (diff >= -W)
+        active = qm[:, None] & km[None, :] & (tl.abs(diff) <= W)
         p = tl.exp(tl.where(active, s + u2[:, None] + v2[None, :], float("-inf")))
         z = tl.dot(g, tl.trans(val), input_precision=PREC)  # [BM, BN]
         bw1 = beta * w1
         r += tl.sum(p * bw1[None, :], axis=1)
         sb = p * (z - w2[None, :] - x2[:, None] * beta[None, :] - alpha[:, None] * bw1[None, :])
-        acc_a += tl.dot(sb.to(k.dtype), k, input_precision=PREC)
-        acc_c += tl.dot((p * delta[None, :]).to(k.dtype), k, input_precision=PREC)
+        acc_a += tl.dot(sb.to(K.dtype.element_ty).to(DOT_T), k, input_precision=PREC)
+        acc_c += tl.dot((p * delta[None, :]).to(K.dtype.element_ty).to(DOT_T), k, input_precision=PREC)
     inv_a = tl.load(INV_A + b * Lq + offs_m, mask=in_m, other=0.0)
     x1 = -alpha * r * inv_a  # ubar1 / a
     dq = (acc_a - (alpha * x1)[:, None] * acc_c) * scale
@@ -323,21 +334,21 @@ def bwd_col_dk_kernel(
     Q, K, V, G, U2, V2, W2, ALPHA, X2, BETA, W1, DELTA, X1, QM, KM, DK,  # DK [BH, Lk, D]
     Lq, Lk, H, W, scale,
     D: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_DV: tl.constexpr, PREC: tl.constexpr,
+    BLOCK_DV: tl.constexpr, PREC: tl.constexpr, DOT_T: tl.constexpr,
 ):
     pid = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     b = bh // H
     n0 = pid * BLOCK_N
-    offs_n = n0 + tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BLOCK_D)
-    offs_e = tl.arange(0, BLOCK_DV)
+    offs_n = (n0 + tl.arange(0, BLOCK_N)).to(tl.int64)
+    offs_d = tl.arange(0, BLOCK_D).to(tl.int64)
+    offs_e = tl.arange(0, BLOCK_DV).to(tl.int64)
     in_n = offs_n < Lk
     km = tl.load(KM + b * Lk + offs_n, mask=in_n, other=0) != 0
     k = tl.load(K + bh * Lk * D + offs_n[:, None] * D + offs_d[None, :],
-                mask=in_n[:, None] & (offs_d[None, :] < D), other=0.0)  # [BN, BD]
+                mask=in_n[:, None] & (offs_d[None, :] < D), other=0.0).to(DOT_T)  # [BN, BD]
     val = tl.load(V + bh * Lk * DV + offs_n[:, None] * DV + offs_e[None, :],
-                  mask=in_n[:, None] & (offs_e[None, :] < DV), other=0.0)  # [BN, BDV]
+                  mask=in_n[:, None] & (offs_e[None, :] < DV), other=0.0).to(DOT_T)  # [BN, BDV]
     v2 = tl.load(V2 + bh * Lk + offs_n, mask=in_n, other=0.0)
     w2 = tl.load(W2 + bh * Lk + offs_n, mask=in_n, other=0.0)
     beta = tl.load(BETA + bh * Lk + offs_n, mask=in_n, other=0.0)
@@ -345,59 +356,47 @@ def bwd_col_dk_kernel(
     delta = tl.load(DELTA + bh * Lk + offs_n, mask=in_n, other=0.0)
     bw1 = beta * w1
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    ar_m = tl.arange(0, BLOCK_M).to(tl.int64)
     lo = tl.maximum(n0 - W, 0) // BLOCK_M * BLOCK_M
     hi = tl.minimum(tl.minimum(n0 + BLOCK_N, Lk) + W, Lq)
     for m0 in range(lo, hi, BLOCK_M):
-        offs_m = m0 + tl.arange(0, BLOCK_M)
+        offs_m = m0 + ar_m
         in_m = offs_m < Lq
         qm = tl.load(QM + b * Lq + offs_m, mask=in_m, other=0) != 0
         q = tl.load(Q + bh * Lq * D + offs_m[:, None] * D + offs_d[None, :],
-                    mask=in_m[:, None] & (offs_d[None, :] < D), other=0.0)  # [BM, BD]
+                    mask=in_m[:, None] & (offs_d[None, :] < D), other=0.0).to(DOT_T)  # [BM, BD]
         g = tl.load(G + bh * Lq * DV + offs_m[:, None] * DV + offs_e[None, :],
-                    mask=in_m[:, None] & (offs_e[None, :] < DV), other=0.0)  # [BM, BDV]
+                    mask=in_m[:, None] & (offs_e[None, :] < DV), other=0.0).to(DOT_T)  # [BM, BDV]
         u2 = tl.load(U2 + bh * Lq + offs_m, mask=in_m, other=0.0)
         alpha = tl.load(ALPHA + bh * Lq + offs_m, mask=in_m, other=0.0)
         x2 = tl.load(X2 + bh * Lq + offs_m, mask=in_m, other=0.0)
         x1 = tl.load(X1 + bh * Lq + offs_m, mask=in_m, other=0.0)
         st = tl.dot(k, tl.trans(q), input_precision=PREC) * scale  # [BN, BM]
         diff = offs_n[:, None] - offs_m[None, :]
-        active = km[:, None] & qm[None, :] & (diff <= W) & (diff >= -W)
+        active = km[:, None] & qm[None, :] & (tl.abs(diff) <= W)
         pt = tl.exp(tl.where(active, st + v2[:, None] + u2[None, :], float("-inf")))
         zt = tl.dot(val, tl.trans(g), input_precision=PREC)  # [BN, BM]
         sbt = pt * (zt - w2[:, None] - beta[:, None] * x2[None, :] - bw1[:, None] * alpha[None, :]
                     - delta[:, None] * (alpha * x1)[None, :])
-        dk += tl.dot(sbt.to(q.dtype), q, input_precision=PREC)
+        dk += tl.dot(sbt.to(Q.dtype.element_ty).to(DOT_T), q, input_precision=PREC)
     tl.store(DK + bh * Lk * D + offs_n[:, None] * D + offs_d[None, :], (dk * scale).to(DK.dtype.element_ty),
              mask=in_n[:, None] & (offs_d[None, :] < D))
 
 
-_ALL = {
-    "half_step": half_step_kernel,
-    "output": output_kernel,
-    "plan_matvec": plan_matvec_kernel,
-    "bwd_col_gv_dv": bwd_col_gv_dv_kernel,
-    "bwd_row_ubar2": bwd_row_ubar2_kernel,
-    "bwd_row_dq": bwd_row_dq_kernel,
-    "bwd_col_dk": bwd_col_dk_kernel,
-}
+def interpreter_mode() -> bool:
+    """True if these kernels run in the Triton interpreter, False if they compile natively.
 
-
-@functools.cache
-def compiled(name: str, interpret: bool):
-    """The launcher for kernel ``name``: native JIT, or the Triton interpreter (CPU, numpy).
-
-    ``triton.jit`` picks one mode from ``TRITON_INTERPRET`` when this module is imported;
-    building both launchers from the same Python function lets one process run interpreted
-    kernels on CPU tensors and native kernels on CUDA tensors. Valid names:
-    ``sorted(_ALL)``.
+    Triton fixes the mode when it is imported (``TRITON_INTERPRET=1`` in the environment
+    before ``import triton``): the ``@triton.jit`` functions of ``triton.language`` itself are
+    built for one mode only. Raises ``RuntimeError`` if this module and ``triton.language``
+    were imported under different settings (the environment variable was changed in between).
     """
-    if name not in _ALL:
-        raise ValueError(f"unknown kernel {name!r}; valid: {sorted(_ALL)}")
-    fn = _ALL[name].fn
-    if interpret:
-        from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.interpreter import InterpretedFunction
 
-        return InterpretedFunction(fn)
-    from triton.runtime.jit import JITFunction
-
-    return JITFunction(fn)
+    ours = isinstance(half_step_kernel, InterpretedFunction)
+    lang = isinstance(tl.zeros, InterpretedFunction)
+    if ours != lang:
+        raise RuntimeError(
+            f"triton.language was imported with interpreter={lang} but {__name__} with interpreter={ours}: "
+            "set TRITON_INTERPRET before the first `import triton` and do not change it afterwards")
+    return ours

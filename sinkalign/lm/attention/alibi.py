@@ -22,8 +22,8 @@ class ALiBiAttention(SoftmaxAttention):
     def __init__(self, config: LMConfig) -> None:
         super().__init__(config)
         self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=False)
-        self.register_buffer("slopes", torch.tensor(alibi_slopes(config.n_heads), dtype=torch.float64),
-                             persistent=False)
+        # float64 on the CPU, deliberately not a buffer: ``model.to(bfloat16)`` must not round it
+        self.slopes = torch.tensor(alibi_slopes(config.n_heads), dtype=torch.float64)
         self.reset_parameters()
 
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

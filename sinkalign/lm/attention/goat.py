@@ -30,11 +30,21 @@ so ``<q~_i, k~_j> / sqrt(d_h) = z_ij``. Queries, keys and values all have ``d_h`
 there is no bias tensor, so the flash kernel runs it (``is_causal=True``) with no dense
 ``L x L`` term; cached keys are stored augmented.
 
-Initialisation (``goat_init``): "uniform" sets ``alpha = beta = 0`` (uniform prior: the
-layer starts as NoPE); "alibi" fits, per head, ``alpha, beta`` (and a free constant,
-dropped since softmax ignores it) by ridge least squares to the ALiBi recency ``-m_h d``
-over the causal lags ``d = 0 .. max_train_len - 1``; see :func:`fit_alibi_fourier`. The
-sink starts at zero in both (``lambda = 0``, last MLP layer zero).
+Initialisation (``goat_init``); the sink MLP output layer starts at zero in every mode:
+
+* "uniform": ``alpha = beta = 0``, ``lambda = 0``: a uniform prior, the layer starts as NoPE.
+* "alibi": per head, ``alpha, beta`` (and a free constant, dropped since softmax ignores
+  it) are ridge-least-squares fitted to the ALiBi recency ``-m_h d`` over the causal lags
+  ``d = 0 .. max_train_len - 1`` (:func:`fit_alibi_fourier`); ``lambda = 0``. With the
+  default periods (3 .. 16 x ``max_train_len``) the RMS residual is about 1% of the
+  ramp's range for R = 4 and 0.2% for R = 8 (``max_train_len`` 128). Past the training
+  window the fit is a bounded trigonometric polynomial, not a ramp: it does not keep
+  decreasing and can rise again at long lags (the bounded-prior behaviour the paper
+  argues for; the longest period, 16x the window, keeps it from wrapping round within
+  8x). For ALiBi's unbounded recency at every length use "alibi_sink".
+* "alibi_sink": ``alpha = beta = 0`` and ``lambda_h = m_h * max_train_len``, so that
+  ``u(j) = m_h j``: under the causal mask a key-linear bias equals ALiBi's ``-m_h (i - j)``
+  exactly, at every length (paper, Prop. F.6), with the Fourier part free to learn.
 
 Precision note: ``u(j)`` enters the key in the working dtype; in bf16 keep ``|u|`` small
 (a large learned ``lambda`` at long lengths loses absolute precision).
@@ -105,14 +115,15 @@ class SinkBias(nn.Module):
                  min_period: float, max_period: float) -> None:
         super().__init__()
         self.max_train_len = int(max_train_len)
-        self.register_buffer("omega", geometric_frequencies(n_freqs, min_period, max_period), persistent=False)
+        # float64 on the CPU, deliberately not a buffer: ``model.to(bfloat16)`` must not round it
+        self.omega = geometric_frequencies(n_freqs, min_period, max_period)
         self.slope = nn.Parameter(torch.zeros(n_heads))
         self.fc1 = nn.Linear(2 * n_freqs + 1, hidden)
         self.fc2 = nn.Linear(hidden, n_heads)
 
     def features(self, pos: torch.Tensor) -> torch.Tensor:
         """``[L, 2 n_freqs + 1]`` float64 features of float64 positions ``[L]``."""
-        ang = pos[:, None] * self.omega.to(torch.float64)[None, :]
+        ang = pos[:, None] * self.omega.to(pos.device)[None, :]
         norm = torch.log1p(pos) / math.log1p(self.max_train_len)
         return torch.cat([ang.sin(), ang.cos(), norm[:, None]], dim=1)
 
@@ -137,7 +148,8 @@ class GoatAttention(SoftmaxAttention):
         self.wk = nn.Linear(config.d_model, h * self.content_dim, bias=False)
         self.wv = nn.Linear(config.d_model, config.d_model, bias=False)
         pmin, pmax = config.goat_periods
-        self.register_buffer("omega", geometric_frequencies(r, pmin, pmax), persistent=False)
+        # float64 on the CPU, deliberately not a buffer: ``model.to(bfloat16)`` must not round it
+        self.omega = geometric_frequencies(r, pmin, pmax)
         self.alpha = nn.Parameter(torch.zeros(h, r))
         self.beta = nn.Parameter(torch.zeros(h, r))
         self.sink = SinkBias(h, config.max_train_len, config.goat_sink_hidden, config.goat_sink_n_freqs, pmin, pmax)
@@ -145,26 +157,30 @@ class GoatAttention(SoftmaxAttention):
 
     @torch.no_grad()
     def reset_special_parameters(self) -> None:
-        """Fourier weights per ``goat_init``; sink MLP: default ``nn.Linear`` init for the
-        hidden layer, zeros for the output layer and the linear decay (so ``u = 0``)."""
-        self.init_prior(self.config.goat_init)
+        """Sink MLP: default ``nn.Linear`` init for the hidden layer, zeros for the output
+        layer; then :meth:`init_prior` with ``goat_init``."""
         self.sink.fc1.reset_parameters()
         nn.init.zeros_(self.sink.fc2.weight)
         nn.init.zeros_(self.sink.fc2.bias)
-        nn.init.zeros_(self.sink.slope)
+        self.init_prior(self.config.goat_init)
 
     @torch.no_grad()
     def init_prior(self, mode: str) -> None:
-        """Set ``alpha, beta``: "uniform" (zeros) or "alibi" (:func:`fit_alibi_fourier`)."""
-        if mode == "uniform":
-            self.alpha.zero_()
-            self.beta.zero_()
-        elif mode == "alibi":
+        """Set ``alpha, beta`` and the sink slope per ``mode`` (see the module docstring)."""
+        if mode not in ("uniform", "alibi", "alibi_sink"):
+            raise ValueError(f"goat init {mode!r} is not one of 'uniform', 'alibi', 'alibi_sink'")
+        if mode == "alibi":
             a, b, _ = fit_alibi_fourier(self.omega, alibi_slopes(self.n_heads), self.config.max_train_len)
             self.alpha.copy_(a)
             self.beta.copy_(b)
         else:
-            raise ValueError(f"goat init {mode!r} is not one of 'uniform', 'alibi'")
+            self.alpha.zero_()
+            self.beta.zero_()
+        if mode == "alibi_sink":
+            slopes = torch.tensor(alibi_slopes(self.n_heads), dtype=torch.float64)
+            self.sink.slope.copy_(slopes * self.config.max_train_len)
+        else:
+            self.sink.slope.zero_()
 
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Content ``q_c, k_c [B, H, L, d_c]`` and values ``[B, H, L, d_h]``."""
@@ -172,7 +188,7 @@ class GoatAttention(SoftmaxAttention):
 
     def fourier_features(self, pos: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """``(q_rel [H, L, 2R], k_rel [L, 2R])`` at float64 positions ``pos [L]``."""
-        ang = pos[:, None] * self.omega.to(torch.float64)[None, :]  # [L, R]
+        ang = pos[:, None] * self.omega.to(pos.device)[None, :]  # [L, R]
         cos, sin = ang.cos().to(dtype), ang.sin().to(dtype)
         a = self.alpha.to(dtype)[:, None, :]  # [H, 1, R]
         b = self.beta.to(dtype)[:, None, :]
@@ -206,7 +222,7 @@ class GoatAttention(SoftmaxAttention):
         q_pos = q_pos.to(torch.float64)
         k_pos = k_pos.to(torch.float64)
         lag = q_pos[:, None] - k_pos[None, :]
-        ang = lag[..., None] * self.omega.to(torch.float64)
+        ang = lag[..., None] * self.omega.to(lag.device)
         rel = (ang.cos() * self.alpha.double()[:, None, None, :]
                + ang.sin() * self.beta.double()[:, None, None, :]).sum(-1)
         return rel + self.sink(k_pos, self.alpha.dtype).double()[:, None, :]

@@ -1,0 +1,131 @@
+"""``sinkalign shards``: build and inspect Pfam pair shards (thin over :mod:`sinkalign.io.shards`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+__all__ = ["shards"]
+
+
+def _parse_split(ctx: click.Context, param: click.Parameter, value: str) -> tuple[float, float, float]:
+    try:
+        parts = tuple(float(x) for x in value.split(","))
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not three comma-separated numbers, e.g. 0.8,0.1,0.1") from None
+    if len(parts) != 3:
+        raise click.BadParameter(f"{value!r} has {len(parts)} fields; give train,valid,test e.g. 0.8,0.1,0.1")
+    from sinkalign.io.shards import check_split
+
+    try:
+        return check_split(parts)
+    except ValueError as err:
+        raise click.BadParameter(str(err)) from None
+
+
+@click.group("shards")
+def shards() -> None:
+    """Pfam pair shards: family-disjoint train/valid/test pairs with reference alignments."""
+
+
+@shards.command("build")
+@click.argument("stockholm", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--out", "-o", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Output directory.")
+@click.option("--split", "split", default="0.8,0.1,0.1", show_default=True, callback=_parse_split,
+              help="Fractions of families for train,valid,test.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Split and subsampling seed.")
+@click.option("--max-pairs-per-family", type=click.IntRange(min=1), default=None,
+              help="Keep at most N pairs per family (default: all).")
+@click.option("--pairs-per-shard", default=4096, show_default=True, type=click.IntRange(min=1))
+@click.option("--min-length", default=10, show_default=True, type=click.IntRange(min=1),
+              help="Drop sequences shorter than this (ungapped residues).")
+@click.option("--max-length", default=None, type=click.IntRange(min=1),
+              help="Drop sequences longer than this (default: no limit).")
+@click.option("--alphabet", type=click.Choice(["protein", "dna"]), default=None,
+              help="Keep only families of this alphabet (default: all).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing shard directory.")
+def build(
+    stockholm: tuple[Path, ...],
+    out: Path,
+    split: tuple[float, float, float],
+    seed: int,
+    max_pairs_per_family: int | None,
+    pairs_per_shard: int,
+    min_length: int,
+    max_length: int | None,
+    alphabet: str | None,
+    overwrite: bool,
+) -> None:
+    """Build shards from Stockholm alignments STOCKHOLM... into --out."""
+    from sinkalign.io.shards import build_shards
+
+    if max_length is not None and max_length < min_length:
+        raise click.BadParameter(
+            f"--max-length {max_length} is below --min-length {min_length}", param_hint="--max-length"
+        )
+    try:
+        index = build_shards(
+            list(stockholm),
+            out,
+            split=split,
+            seed=seed,
+            pairs_per_shard=pairs_per_shard,
+            max_pairs_per_family=max_pairs_per_family,
+            min_length=min_length,
+            max_length=max_length,
+            alphabet=alphabet,
+            overwrite=overwrite,
+            progress=True,
+        )
+    except ValueError as err:  # includes SequenceFormatError
+        raise click.ClickException(str(err)) from err
+    for name, info in index["splits"].items():
+        click.echo(f"{name}: {info['n_families']} families, {info['n_pairs']} pairs, {len(info['shards'])} shards")
+    click.echo(f"wrote {out}")
+
+
+@shards.command("info")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--families/--no-families", default=True, show_default=True, help="Also list every family.")
+@click.option("--verify", is_flag=True, help="Check every shard file against its sha256.")
+def info(directory: Path, families: bool, verify: bool) -> None:
+    """Print splits, families and pair counts of a shard DIRECTORY."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from sinkalign.io.shards import shard_summary, verify_shards
+
+    try:
+        summary = shard_summary(directory)
+        checked = verify_shards(directory) if verify else None
+    except (ValueError, FileNotFoundError) as err:
+        raise click.ClickException(str(err)) from err
+    console = Console(width=120)
+    table = Table(title=f"shards in {directory}")
+    for col in ("split", "families", "sequences", "pairs", "shards", "MB"):
+        table.add_column(col, justify="left" if col == "split" else "right")
+    for row in summary["splits"]:
+        table.add_row(
+            row["split"], str(row["n_families"]), str(row["n_sequences"]), str(row["n_pairs"]),
+            str(row["n_shards"]), f"{row['bytes'] / 1e6:.2f}",
+        )
+    console.print(table)
+    if families:
+        fam_table = Table(title="families")
+        for col in ("family", "split", "accession", "alphabet", "sequences", "pairs", "mean %id"):
+            fam_table.add_column(col, justify="right" if col in ("sequences", "pairs", "mean %id") else "left")
+        for row in summary["families"]:
+            pid = row["mean_percent_identity"]
+            fam_table.add_row(
+                row["family"], row["split"], row["accession"] or "-", row["alphabet"], str(row["n_sequences"]),
+                str(row["n_pairs"]), "-" if pid is None else f"{pid:.1f}",
+            )
+        console.print(fam_table)
+    emb = summary["embeddings"]
+    console.print(f"embeddings: {emb['name']} (D={emb['dim']}, {emb['dtype']})" if emb else "embeddings: none")
+    for fam, why in summary["skipped_families"].items():
+        console.print(f"skipped family {fam}: {why}")
+    if checked is not None:
+        console.print(f"verified {checked} files against their sha256")

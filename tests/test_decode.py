@@ -1,0 +1,340 @@
+"""MEA decoding of transport plans, alignment layout, CIGAR and statistics."""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import numpy as np
+import pysam
+import pytest
+
+from sinkalign.align.decode import (
+    Alignment,
+    alignment_columns,
+    alignment_stats,
+    check_pairs,
+    cigar,
+    mea_align,
+    mea_from_posteriors,
+    plan_posteriors,
+    to_gapped,
+)
+
+
+def all_monotone_alignments(m: int, n: int):
+    """Every set of strictly increasing (i, j) pairs: C(m + n, m) of them."""
+    for k in range(min(m, n) + 1):
+        for rows in itertools.combinations(range(m), k):
+            for cols in itertools.combinations(range(n), k):
+                yield list(zip(rows, cols))
+
+
+def objective(pairs, M, qg, tg, gap_weight):
+    qi = {i for i, _ in pairs}
+    tj = {j for _, j in pairs}
+    total = sum(M[i, j] for i, j in pairs)
+    q_gaps = sum(qg[i] for i in range(len(qg)) if i not in qi)
+    t_gaps = sum(tg[j] for j in range(len(tg)) if j not in tj)
+    total += gap_weight * (q_gaps + t_gaps)
+    return total
+
+
+def brute_force(M, qg, tg, gap_weight):
+    m, n = M.shape
+    return max(objective(p, M, qg, tg, gap_weight) for p in all_monotone_alignments(m, n))
+
+
+def random_plan(rng, m, n, sharp=4.0):
+    return rng.random((m + 1, n + 1)) ** sharp
+
+
+# --------------------------------------------------------------------------- MEA optimality
+
+
+def test_enumeration_counts_all_alignments():
+    # The brute force must really be exhaustive: C(m + n, m) monotone alignments.
+    for m, n in [(1, 1), (2, 3), (4, 4), (5, 5), (3, 5)]:
+        assert sum(1 for _ in all_monotone_alignments(m, n)) == len(list(itertools.combinations(range(m + n), m)))
+
+
+@pytest.mark.parametrize("gap_weight", [0.0, 0.5, 1.0, 2.0])
+def test_mea_exact_optimum_matches_brute_force_dyadic(gap_weight):
+    # Dyadic posteriors (k / 64) make every sum exact in float64, so the optimum must be
+    # equal bit for bit, whatever the summation order.
+    rng = np.random.default_rng(1234)
+    for _ in range(60):
+        m, n = rng.integers(1, 6, size=2)
+        plan = rng.integers(0, 65, size=(m + 1, n + 1)) / 64.0
+        aln = mea_align(plan, gap_weight=gap_weight, normalise="none")
+        M, qg, tg = plan[:m, :n], plan[:m, n], plan[m, :n]
+        best = brute_force(M, qg, tg, gap_weight)
+        assert aln.score == best
+        assert objective([tuple(p) for p in aln.pairs.tolist()], M, qg, tg, gap_weight) == best
+        np.testing.assert_array_equal(aln.match_posterior, M[aln.pairs[:, 0], aln.pairs[:, 1]])
+
+
+def test_mea_optimum_matches_brute_force_row_normalised():
+    rng = np.random.default_rng(7)
+    for _ in range(60):
+        m, n = rng.integers(1, 6, size=2)
+        plan = random_plan(rng, m, n)
+        gw = float(rng.choice([0.0, 0.3, 1.0]))
+        post = plan_posteriors(plan)
+        aln = mea_align(plan, gap_weight=gw)
+        best = brute_force(post.match, post.query_gap, post.target_gap, gw)
+        assert aln.score == pytest.approx(best, rel=0, abs=1e-12)
+        got = objective([tuple(p) for p in aln.pairs.tolist()], post.match, post.query_gap, post.target_gap, gw)
+        assert got == pytest.approx(best, rel=0, abs=1e-12)
+
+
+def test_expected_accuracy_definition():
+    rng = np.random.default_rng(3)
+    plan = random_plan(rng, 6, 4, sharp=2.0)
+    aln = mea_align(plan, gap_weight=0.7)
+    post = plan_posteriors(plan)
+    q_un = np.setdiff1d(np.arange(6), aln.pairs[:, 0])
+    t_un = np.setdiff1d(np.arange(4), aln.pairs[:, 1])
+    expect = (2 * aln.match_posterior.sum() + post.query_gap[q_un].sum() + post.target_gap[t_un].sum()) / 10
+    assert aln.expected_accuracy == pytest.approx(expect, abs=1e-14)
+    assert 0.0 <= aln.expected_accuracy <= 1.0
+
+
+# --------------------------------------------------------------------------- known cases
+
+
+def test_diagonal_plan_gives_identity_alignment():
+    m = 7
+    plan = np.full((m + 1, m + 1), 1e-4)
+    plan[np.arange(m), np.arange(m)] = 1.0
+    aln = mea_align(plan)
+    np.testing.assert_array_equal(aln.pairs, np.stack([np.arange(m)] * 2, axis=1))
+    assert aln.match_posterior.min() > 0.99
+    assert aln.expected_accuracy > 0.99
+
+
+def test_shifted_diagonal_with_gaps_in_dustbin():
+    # Query i sits opposite target i + 2; target residues 0, 1 are gaps, as are the last
+    # two query residues (beyond the target's end).
+    m, n = 6, 6
+    plan = np.full((m + 1, n + 1), 1e-6)
+    for i in range(m - 2):
+        plan[i, i + 2] = 1.0
+    plan[m, 0] = plan[m, 1] = 1.0
+    plan[4, n] = plan[5, n] = 1.0
+    aln = mea_align(plan)
+    np.testing.assert_array_equal(aln.pairs, [[0, 2], [1, 3], [2, 4], [3, 5]])
+    assert aln.query_gap_posterior[4] > 0.99 and aln.target_gap_posterior[0] > 0.99
+
+
+def test_all_mass_in_dustbins_aligns_nothing():
+    plan = np.zeros((5, 4))
+    plan[:4, 3] = 1.0
+    plan[4, :3] = 1.0
+    plan[:4, :3] = 1e-3
+    aln = mea_align(plan)
+    assert aln.pairs.shape == (0, 2)
+    assert aln.match_posterior.shape == (0,)
+    assert np.isnan(aln.mean_posterior)
+    # gap_weight 0 rewards any positive match, so the same plan now aligns min(m, n) pairs.
+    assert mea_align(plan, gap_weight=0.0).pairs.shape == (3, 2)
+
+
+def test_crossing_mass_picks_heavier_monotone_chain():
+    # Query 0 -> target 2 (heavy) conflicts with query 1 -> target 0 and 2 -> 1 (two light).
+    plan = np.full((4, 4), 1e-6)
+    plan[0, 2] = 1.0
+    plan[1, 0] = plan[2, 1] = 0.4
+    post = plan_posteriors(plan, normalise="none")
+    aln = mea_from_posteriors(post.match, post.query_gap, post.target_gap, gap_weight=0.0)
+    np.testing.assert_array_equal(aln.pairs, [[0, 2]])
+    plan[1, 0] = plan[2, 1] = 0.6
+    aln = mea_align(plan, gap_weight=0.0, normalise="none")
+    np.testing.assert_array_equal(aln.pairs, [[1, 0], [2, 1]])
+
+
+def test_row_posteriors_geometric_mean_and_symmetry():
+    rng = np.random.default_rng(5)
+    plan = random_plan(rng, 5, 8)
+    post = plan_posteriors(plan)
+    R = plan[:5, :8]
+    r = R.sum(1) + plan[:5, 8]
+    c = R.sum(0) + plan[5, :8]
+    np.testing.assert_allclose(post.match, np.sqrt((R / r[:, None]) * (R / c[None, :])), rtol=1e-14)
+    np.testing.assert_allclose(post.query_gap, plan[:5, 8] / r, rtol=1e-14)
+    # Row posteriors plus the gap posterior form a distribution over partners.
+    np.testing.assert_allclose((R / r[:, None]).sum(1) + post.query_gap, 1.0, rtol=1e-14)
+    swapped = plan_posteriors(plan.T)
+    np.testing.assert_allclose(swapped.match, post.match.T, rtol=1e-14)
+    np.testing.assert_allclose(swapped.query_gap, post.target_gap, rtol=1e-14)
+    # A global rescaling changes nothing.
+    a, b = mea_align(plan), mea_align(plan * 37.5)
+    np.testing.assert_array_equal(a.pairs, b.pairs)
+    assert a.score == pytest.approx(b.score, rel=1e-12)
+    assert np.all((post.match >= 0) & (post.match <= 1))
+
+
+def test_zero_mass_residue_gets_zero_posteriors():
+    plan = np.ones((4, 4))
+    plan[1, :] = 0.0
+    post = plan_posteriors(plan)
+    assert np.all(post.match[1] == 0) and post.query_gap[1] == 0
+    aln = mea_align(plan)
+    assert 1 not in aln.pairs[:, 0]
+
+
+def test_accepts_jax_and_torch_arrays():
+    rng = np.random.default_rng(0)
+    plan = random_plan(rng, 9, 6)
+    ref = mea_align(plan)
+    import jax.numpy as jnp
+
+    np.testing.assert_array_equal(mea_align(jnp.asarray(plan)).pairs, ref.pairs)
+    torch = pytest.importorskip("torch")
+    t = torch.tensor(plan, requires_grad=True)
+    np.testing.assert_array_equal(mea_align(t).pairs, ref.pairs)
+
+
+def test_single_residue_sequences():
+    aln = mea_align(np.array([[0.9, 0.1], [0.1, 0.0]]))
+    np.testing.assert_array_equal(aln.pairs, [[0, 0]])
+    aln = mea_align(np.array([[0.1, 0.9], [0.9, 0.0]]))
+    assert aln.pairs.shape == (0, 2)
+
+
+def test_mea_300x300_under_50ms():
+    rng = np.random.default_rng(0)
+    plan = random_plan(rng, 300, 300, sharp=8.0)
+    mea_align(plan)
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        mea_align(plan)
+        best = min(best, time.perf_counter() - t0)
+    assert best < 0.050, f"MEA 300x300 took {best * 1e3:.1f} ms"
+
+
+# --------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize(
+    "plan, match",
+    [
+        (np.ones(5), r"plan must have shape \[m\+1, n\+1\]"),
+        (np.ones((1, 4)), r"m, n >= 1, got \(1, 4\)"),
+        (np.array([[1.0, -0.5], [0.1, 0.1]]), r"non-negative, got plan\[0, 1\]=-0.5"),
+        (np.array([[1.0, np.nan], [0.1, 0.1]]), r"finite, got plan\[0, 1\]=nan"),
+    ],
+)
+def test_bad_plans_raise(plan, match):
+    with pytest.raises(ValueError, match=match):
+        mea_align(plan)
+
+
+def test_bad_options_raise():
+    plan = np.ones((3, 3))
+    with pytest.raises(ValueError, match=r"normalise='col' is not one of \('row', 'none'\)"):
+        mea_align(plan, normalise="col")
+    with pytest.raises(ValueError, match=r"gap_weight=-1.0 must be finite and >= 0"):
+        mea_align(plan, gap_weight=-1.0)
+    with pytest.raises(ValueError, match=r"query_gap must have shape \[2\]"):
+        mea_from_posteriors(np.ones((2, 2)), np.ones(3), np.ones(2))
+    with pytest.raises(ValueError, match="match must be finite"):
+        mea_from_posteriors(np.full((2, 2), np.inf), np.ones(2), np.ones(2))
+
+
+@pytest.mark.parametrize(
+    "pairs, match",
+    [
+        (np.zeros((3, 3), int), r"pairs must have shape \[k, 2\], got \(3, 3\)"),
+        ([[0, 0], [1.5, 2]], "integer indices"),
+        ([["a", "b"]], "integer indices, got dtype"),
+        ([[0, 0], [-1, 2]], r"pairs\[1\]=\[-1, 2\] has a negative index"),
+        ([[0, 0], [4, 1]], r"pairs\[1\]=\[4, 1\] is out of range for m \(query length\)=4"),
+        ([[0, 0], [1, 5]], r"out of range for n \(target length\)=5"),
+        (
+            [[0, 1], [1, 1]],
+            r"strictly increasing in both columns: pairs\[0\]=\[0, 1\] is followed by pairs\[1\]=\[1, 1\]",
+        ),
+        ([[2, 0], [1, 1]], "strictly increasing"),
+    ],
+)
+def test_check_pairs_errors(pairs, match):
+    with pytest.raises(ValueError, match=match):
+        check_pairs(pairs, 4, 5)
+
+
+def test_alignment_result_validation():
+    with pytest.raises(ValueError, match=r"match_posterior must have shape \[1\]"):
+        Alignment(np.array([[0, 0]]), np.ones(2), np.zeros(2), np.zeros(2), 0.0, 0.0)
+    with pytest.raises(ValueError, match="strictly increasing"):
+        Alignment(np.array([[0, 0], [0, 1]]), np.ones(2), np.zeros(2), np.zeros(2), 0.0, 0.0)
+    aln = Alignment(np.array([[0, 1]]), [0.5], np.zeros(2), np.zeros(3), 0.1, 0.2)
+    with pytest.raises(ValueError, match="m=3 does not match the alignment's query length 2"):
+        alignment_columns(aln, 3, 3)
+
+
+# --------------------------------------------------------------------------- layout
+
+
+def test_columns_gapped_cigar_known_example():
+    pairs = np.array([[1, 0], [2, 2]])
+    assert alignment_columns(pairs, 4, 3) == [(0, None), (1, 0), (None, 1), (2, 2), (3, None)]
+    assert to_gapped("ABCD", "XYZ", pairs) == ("AB-CD", "-XYZ-")
+    assert cigar(pairs, 4, 3) == "1I1M1D1M1I"
+    assert cigar(pairs, 4, 3, local=True) == "1S1M1D1M1S"
+    # Query-only columns come before target-only ones between pairs.
+    q, t = to_gapped("ABC", "XYZW", np.array([[0, 0], [2, 3]]))
+    assert (q, t) == ("AB--C", "X-YZW")
+
+
+def test_empty_alignment_layout():
+    empty = np.zeros((0, 2), int)
+    assert to_gapped("AB", "XYZ", empty) == ("AB---", "--XYZ")
+    assert cigar(empty, 2, 3) == "2I3D"
+    assert cigar(empty, 2, 3, local=True) == "2S"
+
+
+def test_local_cigar_agrees_with_pysam_aligned_pairs():
+    # pysam (htslib) walks the CIGAR independently: its aligned pairs must be ours.
+    rng = np.random.default_rng(11)
+    header = pysam.AlignmentHeader.from_dict({"SQ": [{"SN": "t", "LN": 200}]})
+    for _ in range(50):
+        m, n = rng.integers(1, 40, size=2)
+        k = int(rng.integers(1, min(m, n) + 1))
+        pairs = np.stack([np.sort(rng.choice(m, k, replace=False)), np.sort(rng.choice(n, k, replace=False))], axis=1)
+        seg = pysam.AlignedSegment(header)
+        seg.query_name = "q"
+        seg.query_sequence = "A" * m
+        seg.reference_id = 0
+        seg.reference_start = int(pairs[0, 1])
+        seg.cigarstring = cigar(pairs, m, n, local=True)
+        assert seg.infer_query_length() == m
+        assert seg.get_aligned_pairs(matches_only=True) == [tuple(p) for p in pairs.tolist()]
+        assert seg.reference_end == pairs[-1, 1] + 1
+        # Global CIGAR consumes every residue of both sequences.
+        ops = pysam.AlignedSegment(header)
+        ops.cigarstring = cigar(pairs, m, n)
+        lengths = {op: 0 for op in range(10)}
+        for op, length in ops.cigartuples:
+            lengths[op] += length
+        assert lengths[0] + lengths[1] == m and lengths[0] + lengths[2] == n
+        q, t = to_gapped("Q" * m, "T" * n, pairs)
+        assert len(q) == len(t) and q.replace("-", "") == "Q" * m and t.replace("-", "") == "T" * n
+
+
+def test_alignment_stats():
+    pairs = np.array([[1, 0], [2, 1], [4, 3]])
+    st = alignment_stats("MKVLA", "kvxa", pairs)
+    assert st.aligned_length == 3 and st.n_identical == 3
+    assert st.identity == pytest.approx(100.0)
+    assert (st.query_start, st.query_end, st.target_start, st.target_end) == (1, 5, 0, 4)
+    assert np.isnan(st.mean_posterior)
+    st = alignment_stats("MKVLA", "KVXW", pairs)
+    assert st.n_identical == 2 and st.identity == pytest.approx(200 / 3)
+    aln = Alignment(pairs, [0.5, 0.7, 0.9], np.zeros(5), np.zeros(4), 0.5, 1.0)
+    assert alignment_stats("MKVLA", "KVXW", aln).mean_posterior == pytest.approx(0.7)
+    empty = alignment_stats("MK", "KV", np.zeros((0, 2), int))
+    assert empty.aligned_length == 0 and np.isnan(empty.identity)
+    with pytest.raises(ValueError, match="query must be an ASCII string"):
+        alignment_stats("MKß", "KV", pairs[:1])

@@ -1,0 +1,483 @@
+"""Triton Sinkhorn tail-refinement kernels against the plain PyTorch reference.
+
+Triton picks native compilation or its CPU interpreter once, when ``triton`` is first
+imported, from ``TRITON_INTERPRET``. On a machine without CUDA this module requests the
+interpreter before anything imports triton; if another module imported triton natively first,
+the interpreted tests skip with that reason (run this file alone, or export
+``TRITON_INTERPRET=1``). With CUDA and no ``TRITON_INTERPRET`` the same suite runs natively
+on the GPU (``-m gpu``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from sinkalign.kernels.triton import (  # noqa: E402
+    direct_backward_ref,
+    one_reference_backward_ref,
+    sinkhorn_attention_ref,
+    sinkhorn_attention_triton,
+    sinkhorn_tail_duals_ref,
+)
+from sinkalign.kernels.triton.ref import band_support, check_support  # noqa: E402
+
+
+def _triton_mode() -> bool | None:
+    """True: interpreter, False: native, None: triton unusable in this process."""
+    try:
+        from sinkalign.kernels.triton.kernels import interpreter_mode
+
+        return interpreter_mode()
+    except (ImportError, RuntimeError):
+        return None
+
+
+MODE = _triton_mode()
+
+
+# --------------------------------------------------------------------------- cases
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    B: int
+    H: int
+    Lq: int
+    Lk: int
+    d: int
+    dv: int
+    band: int | None
+    n_iters: int = 2
+    eps: float = 1.0
+    pad: bool = False  # padded query rows / key columns
+    marginals: bool = False  # random log marginals instead of unit masses
+
+
+FAST_CASES = [
+    Case("unequal_band_pad", B=2, H=1, Lq=33, Lk=17, d=8, dv=8, band=20, pad=True, marginals=True),
+    Case("dense_pad_bh2", B=1, H=2, Lq=50, Lk=50, d=16, dv=8, band=None, n_iters=1, pad=True),
+    Case("narrow_band", B=2, H=1, Lq=50, Lk=47, d=16, dv=16, band=3, n_iters=2, eps=0.5),
+    Case("len1_dense", B=2, H=1, Lq=1, Lk=17, d=8, dv=4, band=None, n_iters=3),
+    Case("len1x1", B=1, H=2, Lq=1, Lk=1, d=8, dv=4, band=1, n_iters=2),
+    Case("cold_start", B=1, H=2, Lq=17, Lk=33, d=8, dv=8, band=16, n_iters=0, eps=0.7, marginals=True),
+]
+
+SLOW_CASES = [
+    Case("long_band_pad", B=2, H=2, Lq=100, Lk=97, d=16, dv=16, band=10, n_iters=5, pad=True, marginals=True),
+    Case("long_dense", B=1, H=3, Lq=64, Lk=90, d=12, dv=20, band=None, n_iters=4, eps=2.0, pad=True),
+    Case("band_wider_than_block", B=2, H=1, Lq=80, Lk=80, d=16, dv=8, band=37, n_iters=3, eps=0.5),
+]
+
+
+def make_inputs(case: Case, seed: int = 0):
+    """float64 CPU inputs for ``case``: q, k, v and the keyword arguments of the operator."""
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(case.B, case.H, case.Lq, case.d, generator=gen, dtype=torch.float64)
+    k = torch.randn(case.B, case.H, case.Lk, case.d, generator=gen, dtype=torch.float64)
+    v = torch.randn(case.B, case.H, case.Lk, case.dv, generator=gen, dtype=torch.float64)
+    q_mask = torch.ones(case.B, case.Lq, dtype=torch.bool)
+    k_mask = torch.ones(case.B, case.Lk, dtype=torch.bool)
+    if case.pad:  # batch b > 0 loses a tail of queries and keys; batch 0 loses one inner key
+        k_mask[0, case.Lk // 2] = False
+        for b in range(1, case.B):
+            q_mask[b, case.Lq - 3 * b:] = False
+            k_mask[b, case.Lk - 2 * b:] = False
+    kwargs = dict(q_mask=q_mask, k_mask=k_mask, eps=case.eps, n_iters=case.n_iters, tail=2, band=case.band)
+    if case.marginals:
+        kwargs["log_a"] = 0.3 * torch.randn(case.B, case.Lq, generator=gen, dtype=torch.float64)
+        kwargs["log_b"] = 0.3 * torch.randn(case.B, case.Lk, generator=gen, dtype=torch.float64)
+    grad_out = torch.randn(case.B, case.H, case.Lq, case.dv, generator=gen, dtype=torch.float64)
+    return (q, k, v), kwargs, grad_out
+
+
+def _forward_backward(fn, tensors, kwargs, grad_out, dtype, device, **extra):
+    leaves = [t.to(device=device, dtype=dtype).requires_grad_() for t in tensors]
+    kw = {key: (val.to(device) if isinstance(val, torch.Tensor) else val) for key, val in kwargs.items()}
+    out = fn(*leaves, **kw, **extra)
+    grads = torch.autograd.grad(out, leaves, grad_out.to(device=device, dtype=out.dtype))
+    return [t.detach().to("cpu", torch.float64) for t in (out, *grads)]
+
+
+def tolerances(dtype: torch.dtype) -> dict:
+    """Error budget relative to max|reference| (float64 reference)."""
+    if dtype == torch.float32:
+        return dict(rel=1e-4)
+    # half types: at most 2x the error of a same-precision reference run, plus this atol
+    return dict(factor=2.0, rel_atol=2e-3)
+
+
+def _max_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max()) if a.numel() else 0.0
+
+
+NAMES = ("O", "dQ", "dK", "dV")
+
+
+# --------------------------------------------------------------------------- kernel suite
+
+
+class KernelSuite:
+    """Kernel vs reference; subclasses choose the device and block size."""
+
+    DEVICE = "cpu"
+    BLOCK: int | None = 16
+
+    def run_kernel(self, case, dtype, seed=0):
+        tensors, kwargs, grad_out = make_inputs(case, seed)
+        return _forward_backward(sinkhorn_attention_triton, tensors, kwargs, grad_out, dtype, self.DEVICE,
+                                 block_m=self.BLOCK, block_n=self.BLOCK)
+
+    @pytest.mark.parametrize("case", FAST_CASES, ids=lambda c: c.name)
+    def test_float32_matches_float64_reference(self, case):
+        self._check_float32(case)
+
+    @pytest.mark.slow
+    @pytest.mark.parametrize("case", SLOW_CASES, ids=lambda c: c.name)
+    def test_float32_matches_float64_reference_slow(self, case):
+        self._check_float32(case)
+
+    def _check_float32(self, case):
+        tensors, kwargs, grad_out = make_inputs(case)
+        ref = _forward_backward(sinkhorn_attention_ref, tensors, kwargs, grad_out, torch.float64, "cpu")
+        got = self.run_kernel(case, torch.float32)
+        tol = tolerances(torch.float32)
+        for name, g, r in zip(NAMES, got, ref):
+            scale = max(float(r.abs().max()), 1e-6)
+            assert _max_err(g, r) <= tol["rel"] * scale, f"{case.name} {name}: {_max_err(g, r):.3e} vs scale {scale:.3e}"
+        # padded query rows give zero output / dQ; padded key columns zero dK / dV
+        qm, km = kwargs["q_mask"], kwargs["k_mask"]
+        out, dq, dk, dv = got
+        assert torch.all(out[~qm[:, None, :].expand(-1, case.H, -1)] == 0)
+        assert torch.all(dq[~qm[:, None, :].expand(-1, case.H, -1)] == 0)
+        assert torch.all(dk[~km[:, None, :].expand(-1, case.H, -1)] == 0)
+        assert torch.all(dv[~km[:, None, :].expand(-1, case.H, -1)] == 0)
+
+    @pytest.mark.parametrize("case", [FAST_CASES[0], FAST_CASES[2]], ids=lambda c: c.name)
+    def test_bfloat16_within_twice_reference_error(self, case):
+        self._check_half(case, torch.bfloat16)
+
+    @pytest.mark.slow
+    @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+    @pytest.mark.parametrize("case", SLOW_CASES[:2], ids=lambda c: c.name)
+    def test_half_types_slow(self, case, dtype):
+        self._check_half(case, dtype)
+
+    def _check_half(self, case, dtype):
+        tensors, kwargs, grad_out = make_inputs(case)
+        rounded = [t.to(dtype).to(torch.float64) for t in tensors]  # the values the kernel sees
+        ref64 = _forward_backward(sinkhorn_attention_ref, rounded, kwargs, grad_out, torch.float64, "cpu")
+        ref_low = _forward_backward(sinkhorn_attention_ref, rounded, kwargs, grad_out, dtype, "cpu")
+        got = self.run_kernel(case, dtype)
+        tol = tolerances(dtype)
+        for name, g, r, lo in zip(NAMES, got, ref64, ref_low):
+            scale = float(r.abs().max())
+            bound = tol["factor"] * _max_err(lo, r) + tol["rel_atol"] * scale
+            assert _max_err(g, r) <= bound, f"{case.name} {name}: kernel {_max_err(g, r):.3e}, bound {bound:.3e}"
+            assert torch.isfinite(g).all()
+
+    def test_block_sizes_agree(self):
+        """Different tile shapes (BLOCK_M != BLOCK_N) give the same result."""
+        case = Case("blocks", B=1, H=1, Lq=40, Lk=33, d=8, dv=8, band=9, n_iters=1, pad=False)
+        tensors, kwargs, grad_out = make_inputs(case, seed=3)
+        a = _forward_backward(sinkhorn_attention_triton, tensors, kwargs, grad_out, torch.float32, self.DEVICE,
+                              block_m=16, block_n=32)
+        b = self.run_kernel(case, torch.float32, seed=3)
+        for name, x, y in zip(NAMES, a, b):
+            assert _max_err(x, y) <= 1e-5 * float(y.abs().max()), name
+
+    def test_huge_padded_values_do_not_leak(self):
+        """Masking trap: padded keys with enormous scores must stay inactive."""
+        case = Case("trap", B=1, H=1, Lq=20, Lk=20, d=8, dv=4, band=4, n_iters=2)
+        (q, k, v), kwargs, grad_out = make_inputs(case, seed=5)
+        k_mask = kwargs["k_mask"].clone()
+        k_mask[0, 7] = False
+        k = k.clone()
+        k[0, 0, 7] = 40.0 * q[0, 0, 7]  # would dominate row 7 if it leaked
+        kwargs = {**kwargs, "k_mask": k_mask}
+        got = _forward_backward(sinkhorn_attention_triton, (q, k, v), kwargs, grad_out, torch.float32, self.DEVICE,
+                                block_m=self.BLOCK, block_n=self.BLOCK)
+        ref = _forward_backward(sinkhorn_attention_ref, (q, k, v), kwargs, grad_out, torch.float64, "cpu")
+        for name, g, r in zip(NAMES, got, ref):
+            assert torch.isfinite(g).all(), name
+            assert _max_err(g, r) <= 1e-4 * float(r.abs().max()), name
+
+
+@pytest.mark.skipif(MODE is not True, reason="triton is not in interpreter mode in this process "
+                    "(it was imported before TRITON_INTERPRET=1 was set, or a CUDA GPU is present)")
+class TestInterpreted(KernelSuite):
+    DEVICE = "cpu"
+    BLOCK = 16
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or MODE is not False,
+                    reason="needs a CUDA GPU and native (non-interpreted) triton")
+class TestNativeGPU(KernelSuite):
+    DEVICE = "cuda"
+    BLOCK = 32
+
+    def test_long_banded_problem(self):
+        case = Case("gpu_long", B=2, H=2, Lq=1000, Lk=900, d=32, dv=32, band=64, n_iters=15, pad=True,
+                    marginals=True)
+        self._check_float32(case)
+
+    def test_default_blocks_bfloat16(self):
+        case = Case("gpu_bf16", B=2, H=2, Lq=300, Lk=257, d=64, dv=64, band=40, n_iters=15, pad=True)
+        tensors, kwargs, grad_out = make_inputs(case)
+        got = _forward_backward(sinkhorn_attention_triton, tensors, kwargs, grad_out, torch.bfloat16, "cuda")
+        rounded = [t.to(torch.bfloat16).to(torch.float64) for t in tensors]
+        ref64 = _forward_backward(sinkhorn_attention_ref, rounded, kwargs, grad_out, torch.float64, "cuda")
+        ref_low = _forward_backward(sinkhorn_attention_ref, rounded, kwargs, grad_out, torch.bfloat16, "cuda")
+        for name, g, r, lo in zip(NAMES, got, ref64, ref_low):
+            bound = 2.0 * _max_err(lo, r) + 2e-3 * float(r.abs().max())
+            assert _max_err(g, r) <= bound, name
+
+
+# --------------------------------------------------------------------------- reference
+
+
+def _ref_kwargs_variety():
+    case = Case("ref", B=2, H=2, Lq=13, Lk=11, d=8, dv=5, band=3, n_iters=4, eps=0.7, pad=True, marginals=True)
+    return make_inputs(case, seed=1)
+
+
+@pytest.mark.parametrize("tail", [1, 2, 3])
+def test_ref_autograd_matches_direct_backward(tail):
+    (q, k, v), kwargs, grad_out = _ref_kwargs_variety()
+    kwargs = {**kwargs, "tail": tail}
+    auto = _forward_backward(sinkhorn_attention_ref, (q, k, v), kwargs, grad_out, torch.float64, "cpu")
+    explicit = direct_backward_ref(q, k, v, grad_out, **kwargs)
+    for name, a, b in zip(NAMES[1:], auto[1:], explicit[:3]):
+        assert _max_err(a, b) <= 1e-10, name
+
+
+@pytest.mark.parametrize("band", [3, None])
+def test_ref_autograd_matches_one_reference_backward(band):
+    (q, k, v), kwargs, grad_out = _ref_kwargs_variety()
+    kwargs = {**kwargs, "band": band}
+    auto = _forward_backward(sinkhorn_attention_ref, (q, k, v), kwargs, grad_out, torch.float64, "cpu")
+    kw = {key: val for key, val in kwargs.items() if key != "tail"}
+    one = one_reference_backward_ref(q, k, v, grad_out, **kw)
+    direct = direct_backward_ref(q, k, v, grad_out, **kwargs)
+    for name, a, b in zip(NAMES[1:], auto[1:], one[:3]):
+        assert _max_err(a, b) <= 1e-10, name
+    for t in range(3):  # the vector cotangents of both schedules agree, eta = vbar0 included
+        assert _max_err(one.vbar[t], direct.vbar[t]) <= 1e-10
+        assert _max_err(one.ubar[t], direct.ubar[t]) <= 1e-10
+
+
+def test_ref_unit_marginal_formulas_of_the_design_note():
+    """With a = b = 1 the 1/a, 1/b weights vanish and Prop. 2 reads exactly as in the note."""
+    (q, k, v), kwargs, grad_out = _ref_kwargs_variety()
+    kwargs = {key: val for key, val in kwargs.items() if key not in ("log_a", "log_b", "tail")}
+    d = sinkhorn_tail_duals_ref(q, k, **kwargs, tail=2)
+    (_, u1, u2), (v0, v1, v2) = d.u, d.v
+    p22 = torch.exp(torch.where(d.support, d.scores + u2[..., :, None] + v2[..., None, :], -math.inf))
+    z = grad_out @ v.transpose(-1, -2)
+    g_u, g_v = (p22 * z).sum(-1), (p22 * z).sum(-2)
+    alpha, beta, delta = torch.exp(u1 - u2), torch.exp(v1 - v2), torch.exp(v0 - v2)
+    ubar2 = g_u - (p22 @ g_v[..., None])[..., 0]
+    vbar1 = -beta * (p22.transpose(-1, -2) @ ubar2[..., None])[..., 0]
+    ubar1 = -alpha * (p22 @ (beta * vbar1)[..., None])[..., 0]
+    sbar = p22 * (z - g_v[..., None, :] - beta[..., None, :] * ubar2[..., :, None]
+                  - alpha[..., :, None] * beta[..., None, :] * vbar1[..., None, :]
+                  - alpha[..., :, None] * delta[..., None, :] * ubar1[..., :, None])
+    dq = sbar @ k / (math.sqrt(q.shape[-1]) * kwargs["eps"])
+    auto = _forward_backward(sinkhorn_attention_ref, (q, k, v), {**kwargs, "tail": 2}, grad_out, torch.float64, "cpu")
+    assert _max_err(dq, auto[1]) <= 1e-10
+
+
+def test_ref_converges_to_marginals():
+    """Many base steps on a balanced problem: P^(2,2) has column sums b and row sums ~ a."""
+    gen = torch.Generator().manual_seed(2)
+    B, H, L, d = 1, 2, 12, 4
+    q, k = torch.randn(B, H, L, d, generator=gen, dtype=torch.float64), torch.randn(B, H, L, d, generator=gen,
+                                                                                     dtype=torch.float64)
+    log_a = torch.log_softmax(torch.randn(B, L, generator=gen, dtype=torch.float64), -1)
+    log_b = torch.log_softmax(torch.randn(B, L, generator=gen, dtype=torch.float64), -1)
+    d_ = sinkhorn_tail_duals_ref(q, k, log_a=log_a, log_b=log_b, n_iters=500, tail=2, band=4)
+    p = torch.exp(torch.where(d_.support, d_.scores + d_.u[2][..., :, None] + d_.v[2][..., None, :], -math.inf))
+    assert _max_err(p.sum(-2), log_b.exp()[:, None]) <= 1e-12
+    assert _max_err(p.sum(-1), log_a.exp()[:, None]) <= 1e-9
+    # the base pair is centered: mean of u^(0) over valid queries is 0
+    assert float(d_.u[0].mean(-1).abs().max()) <= 1e-12
+
+
+def test_ref_padding_invariance_and_band_cover():
+    """A padded problem equals the cropped one; a band covering everything equals dense."""
+    (q, k, v), kwargs, grad_out = make_inputs(Case("p", B=1, H=2, Lq=9, Lk=12, d=4, dv=3, band=None), seed=4)
+    q_mask = torch.zeros(1, 9, dtype=torch.bool)
+    q_mask[0, :6] = True
+    k_mask = torch.zeros(1, 12, dtype=torch.bool)
+    k_mask[0, :8] = True
+    q_pad, k_pad = q.clone(), k.clone()
+    q_pad[..., 6:, :] = 1e4  # garbage in padding
+    k_pad[..., 8:, :] = -1e4
+    full = sinkhorn_attention_ref(q_pad, k_pad, v, q_mask=q_mask, k_mask=k_mask, n_iters=5)
+    crop = sinkhorn_attention_ref(q[..., :6, :], k[..., :8, :], v[..., :8, :], n_iters=5)
+    assert _max_err(full[..., :6, :], crop) <= 1e-12
+    assert torch.all(full[..., 6:, :] == 0)
+    dense = sinkhorn_attention_ref(q, k, v, n_iters=3)
+    covered = sinkhorn_attention_ref(q, k, v, n_iters=3, band=11)
+    assert _max_err(dense, covered) <= 1e-12
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_check_support_matches_dense_support(seed):
+    gen = torch.Generator().manual_seed(seed)
+    B, Lq, Lk = 3, 11, 7
+    q_mask = torch.rand(B, Lq, generator=gen) < 0.7
+    k_mask = torch.rand(B, Lk, generator=gen) < 0.7
+    for band in (1, 2, 4, None):
+        sup = band_support(q_mask, k_mask, band)[:, 0]
+        bad_rows = q_mask & ~sup.any(-1)
+        bad_cols = k_mask & ~sup.any(-2)
+        if bool(bad_rows.any()):
+            b, i = (int(x) for x in bad_rows.nonzero()[0])
+            with pytest.raises(ValueError, match=f"batch {b}: valid query position {i} has no active key"):
+                check_support(q_mask, k_mask, band)
+        elif bool(bad_cols.any()):
+            b, j = (int(x) for x in bad_cols.nonzero()[0])
+            with pytest.raises(ValueError, match=f"batch {b}: valid key position {j} has no active query"):
+                check_support(q_mask, k_mask, band)
+        else:
+            check_support(q_mask, k_mask, band)
+
+
+# --------------------------------------------------------------------------- input errors
+
+
+def _small():
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 1, 6, 4, generator=gen)
+    k = torch.randn(2, 1, 5, 4, generator=gen)
+    v = torch.randn(2, 1, 5, 3, generator=gen)
+    return q, k, v
+
+
+BAD_INPUTS = [
+    (lambda q, k, v: ((q[0], k, v), {}), r"q must have shape \[B, H, L, d\]"),
+    (lambda q, k, v: ((q, k[..., :3], v), {}), r"k has shape \(2, 1, 5, 3\), expected"),
+    (lambda q, k, v: ((q, k, v[:, :, :4]), {}), r"v has shape \(2, 1, 4, 3\), expected"),
+    (lambda q, k, v: ((q, k.double(), v), {}), "q, k, v must share a dtype"),
+    (lambda q, k, v: ((q, k, v.long()), {}), "v must be a floating tensor"),
+    (lambda q, k, v: ((q[:, :, :0], k, v), {}), "empty input"),
+    (lambda q, k, v: ((q.numpy(), k, v), {}), "q must be a torch.Tensor"),
+    (lambda q, k, v: ((q, k, v), {"eps": 0.0}), "eps=0.0 must be a finite number > 0"),
+    (lambda q, k, v: ((q, k, v), {"eps": -1.0}), "eps=-1.0 must be"),
+    (lambda q, k, v: ((q, k, v), {"eps": float("nan")}), "eps=nan must be"),
+    (lambda q, k, v: ((q, k, v), {"eps": True}), "eps=True must be"),
+    (lambda q, k, v: ((q, k, v), {"n_iters": -1}), "n_iters=-1 must be an integer >= 0"),
+    (lambda q, k, v: ((q, k, v), {"n_iters": 2.5}), "n_iters=2.5 must be an integer"),
+    (lambda q, k, v: ((q, k, v), {"band": 0}), "band=0 must be an integer >= 1"),
+    (lambda q, k, v: ((q, k, v), {"band": -2}), "band=-2 must be an integer >= 1"),
+    (lambda q, k, v: ((q, k, v), {"band": 2.0}), "band=2.0 must be an integer"),
+    (lambda q, k, v: ((q, k, v), {"band": True}), "band=True must be an integer"),
+    (lambda q, k, v: ((q.index_put((torch.tensor(1), torch.tensor(0), torch.tensor(2), torch.tensor(3)),
+                                   torch.tensor(float("nan"))), k, v), {}),
+     r"q has a non-finite value at index \(1, 0, 2, 3\) \(batch 1, head 0, position 2\)"),
+    (lambda q, k, v: ((q, k, v.index_put((torch.tensor(0), torch.tensor(0), torch.tensor(4), torch.tensor(0)),
+                                         torch.tensor(float("inf")))), {}),
+     r"v has a non-finite value at index \(0, 0, 4, 0\)"),
+    (lambda q, k, v: ((q, k, v), {"q_mask": torch.ones(2, 6)}), "q_mask must have dtype torch.bool"),
+    (lambda q, k, v: ((q, k, v), {"k_mask": torch.ones(2, 4, dtype=torch.bool)}),
+     r"k_mask has shape \(2, 4\), expected \[B, L\] = \[2, 5\]"),
+    (lambda q, k, v: ((q, k, v), {"log_a": torch.zeros(2, 5)}), r"log_a has shape \(2, 5\), expected"),
+    (lambda q, k, v: ((q, k, v), {"log_b": torch.tensor([[0.0, 0, -math.inf, 0, 0], [0.0] * 5])}),
+     r"log_b is not finite at batch 0, position 2"),
+    (lambda q, k, v: ((q, k, v), {"band": 1, "q_mask": torch.tensor([[True] * 6, [True] * 6]),
+                                  "k_mask": torch.tensor([[True] * 5, [True, True, True, False, False]])}),
+     r"batch 1: valid query position 4 has no active key within band=1"),
+    (lambda q, k, v: ((q, k, v), {"q_mask": torch.tensor([[True] * 6, [False] * 6])}),
+     "batch 1: valid key position 0 has no active query at all"),
+    (lambda q, k, v: ((q, k, v), {"band": 1, "q_mask": torch.tensor([[True] * 6, [False, False] + [True] * 4])}),
+     r"batch 1: valid key position 0 has no active query within band=1"),
+]
+
+
+@pytest.mark.parametrize("impl", ["ref", "triton"])
+@pytest.mark.parametrize("make_bad,message", BAD_INPUTS)
+def test_bad_inputs_raise_before_any_launch(impl, make_bad, message):
+    (q, k, v), kwargs = make_bad(*_small())
+    fn = sinkhorn_attention_ref if impl == "ref" else sinkhorn_attention_triton
+    with pytest.raises(ValueError, match=message):
+        fn(q, k, v, **kwargs)
+
+
+def test_triton_specific_errors():
+    q, k, v = _small()
+    with pytest.raises(ValueError, match="tail=3: the Triton operator implements the R = 2"):
+        sinkhorn_attention_triton(q, k, v, tail=3)
+    with pytest.raises(ValueError, match="tail=1"):
+        sinkhorn_attention_triton(q, k, v, tail=1)
+    with pytest.raises(ValueError, match="q.dtype=torch.float64 is not supported by the Triton kernels"):
+        sinkhorn_attention_triton(q.double(), k.double(), v.double())
+    with pytest.raises(ValueError, match="interpret='yes' must be True, False or None"):
+        sinkhorn_attention_triton(q, k, v, interpret="yes")
+    with pytest.raises(ValueError, match="tail=-1 must be an integer >= 0"):
+        sinkhorn_attention_ref(q, k, v, tail=-1)
+
+
+@pytest.mark.skipif(MODE is None, reason="triton unusable in this process")
+def test_block_and_mode_errors():
+    q, k, v = _small()
+    with pytest.raises(ValueError, match="block_m=24 must be a power of two >= 16"):
+        sinkhorn_attention_triton(q, k, v, block_m=24)
+    with pytest.raises(ValueError, match="block_n=8 must be a power of two >= 16"):
+        sinkhorn_attention_triton(q, k, v, block_n=8)
+    with pytest.raises(ValueError, match=f"interpret={not MODE} but this process runs Triton with "
+                                         f"interpreter={MODE}"):
+        sinkhorn_attention_triton(q, k, v, interpret=not MODE)
+    if MODE is False:
+        with pytest.raises(ValueError, match="native Triton kernels need CUDA tensors, got device cpu"):
+            sinkhorn_attention_triton(q, k, v)
+
+
+@pytest.mark.skipif(MODE is not True, reason="needs the Triton interpreter")
+def test_no_gradient_needed_and_autograd_function_shapes():
+    """Plain forward without grad works; output dtype/shape follow v; dims not multiple of 16."""
+    case = Case("shape", B=1, H=1, Lq=17, Lk=5, d=5, dv=3, band=None, n_iters=1)
+    (q, k, v), kwargs, _ = make_inputs(case)
+    out = sinkhorn_attention_triton(q.float(), k.float(), v.float(), **kwargs)
+    assert out.shape == (1, 1, 17, 3) and out.dtype == torch.float32 and not out.requires_grad
+    ref = sinkhorn_attention_ref(q, k, v, **kwargs)
+    assert _max_err(out.double(), ref) <= 1e-5 * float(ref.abs().max())
+
+
+# --------------------------------------------------------------------------- JAX operator
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sinkalign.sinkhorn") is None, reason="sinkalign.sinkhorn absent")
+def test_reference_agrees_with_jax_operator():
+    """The torch reference and the lead's JAX operator compute the same O and gradients (float64)."""
+    import jax
+    import jax.numpy as jnp
+
+    sk = pytest.importorskip("sinkalign.sinkhorn")
+    if not hasattr(sk, "sinkhorn_attention") or not hasattr(sk, "SinkhornConfig"):
+        pytest.skip("sinkalign.sinkhorn has no sinkhorn_attention / SinkhornConfig yet")
+    case = Case("jax", B=2, H=2, Lq=13, Lk=11, d=8, dv=5, band=3, n_iters=4, eps=0.7, pad=True)
+    (q, k, v), kwargs, grad_out = make_inputs(case, seed=7)
+    ref = _forward_backward(sinkhorn_attention_ref, (q, k, v), kwargs, grad_out, torch.float64, "cpu")
+    config = sk.SinkhornConfig(eps=case.eps, n_iters=case.n_iters, tail=2, band=case.band)
+    qm, km = jnp.asarray(kwargs["q_mask"].numpy()), jnp.asarray(kwargs["k_mask"].numpy())
+
+    def loss(qj, kj, vj):
+        out = sk.sinkhorn_attention(qj, kj, vj, q_mask=qm, k_mask=km, config=config)
+        return jnp.sum(out * jnp.asarray(grad_out.numpy())), out
+
+    (_, out), grads = jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True)(
+        *(jnp.asarray(t.numpy()) for t in (q, k, v)))
+    for name, j, r in zip(NAMES, (out, *grads), ref):
+        assert np.max(np.abs(np.asarray(j) - r.numpy())) <= 1e-9 * max(1.0, float(r.abs().max())), name

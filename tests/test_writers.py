@@ -1,0 +1,275 @@
+"""Alignment writers: every format is read back with Biopython / pysam and checked."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import numpy as np
+import pysam
+import pytest
+from Bio import Align, SeqIO
+
+from sinkalign.align.baselines import Scoring, align_pair
+from sinkalign.align.decode import Alignment, alignment_stats, cigar, mea_align, to_gapped
+from sinkalign.io.writers import FORMATS, TSV_COLUMNS, AlignedPair, write_alignments
+
+PROT_Q = "MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQAPILSRVGDGTQDNLSGAEKAVQVKVKALPDAQ"
+PROT_T = "MKTAYIAKQRQISFVKSHFSRQDILDLWIYHTQGYFPDWQNYTPGPGVRYPLTFGWCYKLVPV"
+DNA_Q = "ACGTTGCAACGTAGCTAGCTAGGCTTACG"
+DNA_T = "TTACGTTGCAACGAAGCTAGCTAGCTTACGAA"
+
+
+def mea_record():
+    """An MEA alignment of two proteins from a plan concentrated on their SW alignment."""
+    base = align_pair(PROT_Q, PROT_T, "sw")
+    m, n = len(PROT_Q), len(PROT_T)
+    rng = np.random.default_rng(0)
+    plan = rng.random((m + 1, n + 1)) * 0.001
+    plan[base.pairs[:, 0], base.pairs[:, 1]] = rng.uniform(1.0, 3.0, base.pairs.shape[0])
+    plan[m, :] += 0.05
+    plan[:, n] += 0.05
+    aln = mea_align(plan)
+    assert aln.pairs.shape[0] > 10
+    return AlignedPair("prot_q", PROT_Q, "prot_t", PROT_T, aln)
+
+
+@pytest.fixture(scope="module")
+def records():
+    dna = align_pair(DNA_Q, DNA_T, "sw", scoring=Scoring.dna())
+    return [
+        mea_record(),
+        AlignedPair("prot_q2", PROT_Q, "prot_t", PROT_T, align_pair(PROT_Q, PROT_T, "nw")),
+        ("dna_q", DNA_Q, "dna_t", DNA_T, dna.pairs, 12.5),
+        ("lonely", "MKV", "prot_t", PROT_T, np.zeros((0, 2), int)),
+    ]
+
+
+def as_pairs(rec):
+    aln = rec[4]
+    return np.asarray(getattr(aln, "pairs", aln))
+
+
+def score_of(rec):
+    if len(rec) > 5 and rec[5] is not None:
+        return float(rec[5])
+    return float(getattr(rec[4], "score", float("nan")))
+
+
+# --------------------------------------------------------------------------- formats
+
+
+def test_fasta_round_trip(tmp_path, records):
+    path = tmp_path / "out.fasta"
+    assert write_alignments(records, path, "fasta") == 4
+    got = list(SeqIO.parse(path, "fasta"))
+    assert len(got) == 8
+    for k, rec in enumerate(records):
+        qrec, trec = got[2 * k], got[2 * k + 1]
+        assert (qrec.id, trec.id) == (rec[0], rec[2])
+        assert (str(qrec.seq), str(trec.seq)) == to_gapped(rec[1], rec[3], as_pairs(rec))
+        assert str(qrec.seq).replace("-", "") == rec[1]
+        assert f"aligned_to={rec[2]}" in qrec.description
+    assert "score=12.5" in got[4].description and "score=NA" in got[6].description
+
+
+def test_tsv_round_trip(tmp_path, records):
+    path = tmp_path / "out.tsv"
+    write_alignments(records, path, "tsv")
+    with open(path, newline="") as handle:
+        reader = csv.DictReader(handle, delimiter="\t")
+        assert tuple(reader.fieldnames) == TSV_COLUMNS
+        rows = list(reader)
+    assert len(rows) == 4
+    for rec, row in zip(records, rows):
+        pairs = as_pairs(rec)
+        st = alignment_stats(rec[1], rec[3], pairs)
+        assert (row["query"], row["target"]) == (rec[0], rec[2])
+        assert int(row["aligned_length"]) == pairs.shape[0]
+        if pairs.shape[0]:
+            assert float(row["score"]) == pytest.approx(score_of(rec), rel=1e-9)
+            assert float(row["identity"]) == pytest.approx(st.identity, rel=1e-5)
+            got_span = tuple(int(row[k]) for k in ("query_start", "query_end", "target_start", "target_end"))
+            assert got_span == (st.query_start, st.query_end, st.target_start, st.target_end)
+            assert row["cigar"] == cigar(pairs, len(rec[1]), len(rec[3]), local=True)
+    assert float(rows[0]["mean_posterior"]) == pytest.approx(records[0][4].mean_posterior, rel=1e-5)
+    assert rows[1]["mean_posterior"] == "NA"
+    assert (rows[3]["cigar"], rows[3]["identity"], rows[3]["score"]) == ("*", "NA", "NA")
+
+
+def check_sam_records(path, records, mode):
+    with pysam.AlignmentFile(str(path), mode) as handle:
+        refs = dict(zip(handle.references, handle.lengths))
+        assert refs == {"prot_t": len(PROT_T), "dna_t": len(DNA_T)}
+        segs = list(handle)
+    assert [s.query_name for s in segs] == [r[0] for r in records]
+    for rec, seg in zip(records, segs):
+        pairs = as_pairs(rec)
+        if pairs.shape[0] == 0:
+            assert seg.is_unmapped
+            continue
+        assert not seg.is_unmapped
+        assert seg.reference_name == rec[2]
+        assert seg.reference_start == pairs[0, 1]
+        # htslib walks our CIGAR: the aligned pairs must be exactly ours.
+        assert seg.get_aligned_pairs(matches_only=True) == [tuple(p) for p in pairs.tolist()]
+        assert seg.infer_query_length() == len(rec[1])
+        mismatches = sum(rec[1][i] != rec[3][j] for i, j in pairs.tolist())
+        internal = (pairs[-1] - pairs[0] + 1 - len(pairs)).sum()
+        assert seg.get_tag("NM") == mismatches + internal
+        assert seg.get_tag("AS") == pytest.approx(score_of(rec), rel=1e-6)
+    prot, nw, dna = segs[0], segs[1], segs[2]
+    # Protein residues do not fit BAM's 4-bit code: SEQ '*' and the residues in XQ:Z.
+    assert prot.query_sequence is None and prot.get_tag("XQ") == PROT_Q
+    assert dna.query_sequence == DNA_Q and not dna.has_tag("XQ")
+    mean_post = records[0][4].mean_posterior
+    assert prot.get_tag("XP") == pytest.approx(mean_post, rel=1e-6)
+    assert prot.mapping_quality == min(60, round(-10 * math.log10(1 - mean_post)))
+    assert nw.mapping_quality == 255 and not nw.has_tag("XP")  # posterior unknown
+    # AS is an integer for integral scores (htslib picks the smallest integer width), else a float.
+    assert nw.get_tag("AS", with_value_type=True)[1] in "cCsSiI"
+    assert dna.get_tag("AS", with_value_type=True) == (12.5, "f")
+
+
+def test_sam_round_trip(tmp_path, records):
+    path = tmp_path / "out.sam"
+    write_alignments(records, path, "sam")
+    check_sam_records(path, records, "r")
+    header = [line for line in path.read_text().splitlines() if line.startswith("@")]
+    assert header[0].startswith("@HD") and any(line.startswith("@PG") and "ID:sinkalign" in line for line in header)
+
+
+def test_bam_round_trip_and_samtools_view(tmp_path, records):
+    bam, sam = tmp_path / "out.bam", tmp_path / "out.sam"
+    write_alignments(records, bam, "bam")
+    write_alignments(records, sam, "sam")
+    assert bam.read_bytes()[:2] == b"\x1f\x8b"  # BGZF
+    check_sam_records(bam, records, "rb")
+    # samtools view of the BAM gives exactly the records of our SAM.
+    body = [line for line in pysam.view(str(bam)).splitlines() if line]
+    ours = [line for line in sam.read_text().splitlines() if line and not line.startswith("@")]
+    assert body == ours
+    # ... and samtools can convert our SAM to a BAM it reads back identically.
+    again = tmp_path / "again.bam"
+    pysam.view("-b", "-o", str(again), str(sam), catch_stdout=False)
+    assert [line for line in pysam.view(str(again)).splitlines() if line] == ours
+
+
+def test_mapq_from_mean_posterior(tmp_path):
+    recs = []
+    for k, p in enumerate([0.0, 0.5, 0.9, 0.999, 1.0]):
+        aln = Alignment(np.array([[0, 0], [1, 1]]), [p, p], np.zeros(3), np.zeros(3), p, 2 * p)
+        recs.append((f"q{k}", "ACG", "t", "ACG", aln))
+    path = tmp_path / "mapq.sam"
+    write_alignments(recs, path, "sam")
+    with pysam.AlignmentFile(str(path)) as handle:
+        assert [s.mapping_quality for s in handle] == [0, 3, 10, 30, 60]
+
+
+def test_stockholm_round_trip(tmp_path, records):
+    path = tmp_path / "out.sto"
+    write_alignments(records, path, "stockholm")
+    blocks = list(Align.parse(path, "stockholm"))
+    assert len(blocks) == 4
+    for rec, block in zip(records, blocks):
+        assert [s.id for s in block.sequences] == [rec[0], rec[2]]
+        assert (block[0], block[1]) == to_gapped(rec[1], rec[3], as_pairs(rec))
+        assert block.annotations["identifier"] == f"{rec[0]}_vs_{rec[2]}"
+    assert blocks[2].annotations["comment"] == "score=12.5"
+    # Posterior line: HMMER digits per column from the MEA posteriors.
+    aln = records[0][4]
+    pp = blocks[0].column_annotations["consensus posterior probability"]
+    qrow, trow = blocks[0][0], blocks[0][1]
+    assert len(pp) == len(qrow)
+    mp = iter(aln.match_posterior)
+    qi = tj = 0
+    for col, char in enumerate(pp):
+        if qrow[col] != "-" and trow[col] != "-":
+            p = next(mp)
+        elif trow[col] == "-":
+            p = aln.query_gap_posterior[qi]
+        else:
+            p = aln.target_gap_posterior[tj]
+        qi += qrow[col] != "-"
+        tj += trow[col] != "-"
+        expect = "*" if p >= 0.95 else str(int(math.floor(p * 10 + 0.5)))
+        assert char == expect, (col, p)
+    assert "*" in pp  # confident aligned columns
+    assert not getattr(blocks[1], "column_annotations", None)  # no posteriors for a baseline
+    assert "#=GC PP_cons" in path.read_text().split("//")[0]
+
+
+def test_json_lines_round_trip(tmp_path, records):
+    path = tmp_path / "out.jsonl"
+    write_alignments(records, path, "json")
+    objs = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(objs) == 4
+    for k, (rec, obj) in enumerate(zip(records, objs)):
+        assert obj["index"] == k and (obj["query_id"], obj["target_id"]) == (rec[0], rec[2])
+        assert obj["pairs"] == as_pairs(rec).tolist()
+        assert (obj["query_gapped"], obj["target_gapped"]) == to_gapped(rec[1], rec[3], as_pairs(rec))
+    aln = records[0][4]
+    assert objs[0]["match_posterior"] == pytest.approx(aln.match_posterior.tolist())
+    assert objs[0]["expected_accuracy"] == pytest.approx(aln.expected_accuracy)
+    assert objs[1]["match_posterior"] is None and objs[1]["score"] == records[1][4].score
+    assert objs[3]["score"] is None and objs[3]["identity"] is None and objs[3]["cigar"] is None
+
+
+def test_empty_stream(tmp_path):
+    write_alignments([], tmp_path / "e.tsv", "tsv")
+    assert (tmp_path / "e.tsv").read_text() == "\t".join(TSV_COLUMNS) + "\n"
+    write_alignments(iter([]), tmp_path / "e.bam", "bam")
+    with pysam.AlignmentFile(str(tmp_path / "e.bam"), "rb", check_sq=False) as handle:
+        assert list(handle) == []
+
+
+# --------------------------------------------------------------------------- atomicity and errors
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_failure_keeps_previous_file_and_leaves_no_temp(tmp_path, records, fmt):
+    path = tmp_path / f"out.{fmt}"
+    path.write_text("previous\n")
+    bad = list(records[:2]) + [("bad", "MKV", "prot_t", PROT_T, np.array([[5, 0]]))]
+    with pytest.raises(ValueError, match=r"record 2 \(bad vs prot_t\): pairs\[0\]=\[5, 0\] is out of range"):
+        write_alignments(bad, path, fmt)
+    assert path.read_text() == "previous\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+
+
+def test_unknown_format():
+    valid = r"\('fasta', 'tsv', 'sam', 'bam', 'stockholm', 'json'\)"
+    with pytest.raises(ValueError, match=rf"fmt='maf' is not one of {valid}"):
+        write_alignments([], "x.maf", "maf")
+
+
+@pytest.mark.parametrize(
+    "record, fmt, match",
+    [
+        (("q 1", "MK", "t", "MK", [[0, 0]]), "tsv", r"record 0: query_id='q 1' must be a non-empty string without"),
+        (("q", "MK", "", "MK", [[0, 0]]), "tsv", r"target_id='' must be"),
+        (("q", "M-K", "t", "MK", [[0, 0]]), "fasta", r"record 0 \(q vs t\): query sequence has '-' at position 1"),
+        (("q", "MK", "t", "", [[0, 0]]), "fasta", r"target sequence is empty"),
+        (("q", "MK", "t", 5, [[0, 0]]), "fasta", r"target sequence must be a str, got int"),
+        (("q", "MK", "t", "MK", [[1, 0], [0, 1]]), "json", r"record 0 \(q vs t\): pairs must be strictly increasing"),
+        (("q", "MK", "t", "MK", [[0, 0]], "high"), "json", r"score='high' is not a number"),
+        (("q", "MK"), "json", r"record 0: expected \(query_id, query, target_id, target, alignment\[, score\]\)"),
+        (("q", "MK", "q", "MK", [[0, 0]]), "stockholm", r"Stockholm needs distinct sequence names"),
+        (("q@x", "MK", "t", "MK", [[0, 0]]), "sam", r"query_id is not a valid SAM QNAME"),
+        (("q", "MK", "*t", "MK", [[0, 0]]), "bam", r"target_id is not a valid SAM reference name"),
+    ],
+)
+def test_bad_records(tmp_path, record, fmt, match):
+    with pytest.raises(ValueError, match=match):
+        write_alignments([record], tmp_path / f"x.{fmt}", fmt)
+
+
+def test_alignment_length_mismatch_and_conflicting_references(tmp_path):
+    aln = Alignment(np.array([[0, 0]]), [0.9], np.zeros(2), np.zeros(2), 0.9, 0.9)
+    msg = r"record 0 \(q vs t\): alignment is for lengths \(2, 2\) but the sequences have \(3, 2\)"
+    with pytest.raises(ValueError, match=msg):
+        write_alignments([("q", "MKV", "t", "MK", aln)], tmp_path / "x.json", "json")
+    recs = [("q1", "MK", "t", "MK", [[0, 0]]), ("q2", "MK", "t", "MW", [[0, 0]])]
+    with pytest.raises(ValueError, match=r"record 1 \(q2 vs t\): target_id 't' was given two different sequences"):
+        write_alignments(recs, tmp_path / "x.sam", "sam")
