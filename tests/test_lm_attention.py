@@ -123,7 +123,8 @@ def test_incremental_decoding_matches_full_forward(variant):
     pieces = [(0, 5)] + [(t, t + 1) for t in range(5, 20)] + [(20, 33), (33, 34), (34, 40)]
     cache, outs = None, []
     for t0, t1 in pieces:
-        before = None if cache is None else {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in vars(cache).items()}
+        before = None if cache is None else {
+            k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in vars(cache).items()}
         y, new_cache = layer(x[:, t0:t1], cache=cache, return_cache=True)
         if before is not None:  # the given cache is left untouched
             for a, b in zip(before.values(), vars(cache).values()):
@@ -380,3 +381,14 @@ def test_bam_flex_compiled_forward_backward_on_cuda():
     torch.testing.assert_close(gx, gx_ref, rtol=2e-3, atol=2e-3)
     for name in gp:
         torch.testing.assert_close(gp[name], gp_ref[name], rtol=5e-3, atol=5e-3, msg=lambda m: f"{name}: {m}")
+
+
+@pytest.mark.parametrize("variant", ["goat", "alibi", "sla_retnet"])
+def test_low_precision_cast_keeps_positional_constants_exact(variant):
+    """``.to(bfloat16)`` casts parameters, never the float64 frequencies/slopes/decays."""
+    layer = build_variant(variant, dtype=torch.float32).to(torch.bfloat16)
+    consts = {"goat": lambda m: (m.omega, m.sink.omega), "alibi": lambda m: (m.slopes,),
+              "sla_retnet": lambda m: (m.log_gamma,)}[variant](layer)
+    assert all(c.dtype == torch.float64 for c in consts)
+    x = torch.randn(1, 9, 32, dtype=torch.bfloat16)
+    assert torch.isfinite(layer(x).float()).all()

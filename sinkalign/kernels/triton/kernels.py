@@ -18,7 +18,8 @@ bfloat16 numbers is exact in float32 the two give the same result up to summatio
 Tensors are contiguous: tokens [B*H, L, D], dual/cotangent vectors [B*H, L] float32,
 masks [B, L] int8 (1 = real token), log marginals [B, L] float32. The support is
 ``mask_i & mask_j & |i - j| <= W`` and is applied *after* adding potentials
-(``where(active, s + pot, -inf)``), never via a sentinel.
+(``where(active, s + pot, -inf)``), never via a sentinel. Index arithmetic is int64 (large
+B*H*L*D is safe, and the interpreter skips its per-op int32 overflow checks).
 
 Interpreter: Triton decides between native compilation and its CPU interpreter once, when
 it is first imported (``TRITON_INTERPRET=1`` in the environment before ``import triton``);
@@ -50,6 +51,7 @@ __all__ = [
     "bwd_col_gv_dv_kernel",
     "bwd_row_dq_kernel",
     "bwd_row_ubar2_kernel",
+    "compile_native",
     "half_step_kernel",
     "interpreter_mode",
     "output_kernel",
@@ -61,7 +63,8 @@ __all__ = [
 def half_step_kernel(
     X, Y, POT_Y, MASK_X, MASK_Y, LOGM_X, OUT,  # X [BH, Lx, D], Y [BH, Ly, D], POT_Y [BH, Ly], OUT [BH, Lx]
     Lx, Ly, H, W, scale,
-    D: tl.constexpr, BLOCK_X: tl.constexpr, BLOCK_Y: tl.constexpr, BLOCK_D: tl.constexpr, PREC: tl.constexpr, DOT_T: tl.constexpr,
+    D: tl.constexpr, BLOCK_X: tl.constexpr, BLOCK_Y: tl.constexpr, BLOCK_D: tl.constexpr, PREC: tl.constexpr,
+    DOT_T: tl.constexpr,
 ):
     pid = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
@@ -144,7 +147,8 @@ def output_kernel(
 def plan_matvec_kernel(
     X, Y, PX, PY, WY, MASK_X, MASK_Y, OUT,  # X [BH, Lx, D], Y [BH, Ly, D], PX [BH, Lx], PY/WY [BH, Ly], OUT [BH, Lx]
     Lx, Ly, H, W, scale,
-    D: tl.constexpr, BLOCK_X: tl.constexpr, BLOCK_Y: tl.constexpr, BLOCK_D: tl.constexpr, PREC: tl.constexpr, DOT_T: tl.constexpr,
+    D: tl.constexpr, BLOCK_X: tl.constexpr, BLOCK_Y: tl.constexpr, BLOCK_D: tl.constexpr, PREC: tl.constexpr,
+    DOT_T: tl.constexpr,
 ):
     pid = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
@@ -400,3 +404,55 @@ def interpreter_mode() -> bool:
             f"triton.language was imported with interpreter={lang} but {__name__} with interpreter={ours}: "
             "set TRITON_INTERPRET before the first `import triton` and do not change it afterwards")
     return ours
+
+
+_KERNELS = ("half_step_kernel", "output_kernel", "plan_matvec_kernel", "bwd_col_gv_dv_kernel",
+            "bwd_row_ubar2_kernel", "bwd_row_dq_kernel", "bwd_col_dk_kernel")
+_TOKEN_PTRS = {"X", "Y", "Q", "K", "V", "G", "O", "DVAL", "DQ", "DK"}
+_MASK_PTRS = {"MASK_X", "MASK_Y", "QM", "KM"}
+_INT_ARGS = {"Lx", "Ly", "Lq", "Lk", "H", "W"}
+
+
+def compile_native(capability: int = 90, dtype: str = "bf16", *, block: int = 64, head_dim: int = 64) -> dict:
+    """Compile every kernel ahead of time for an NVIDIA target; no GPU needed (ptxas only).
+
+    ``capability`` is the SM version (80 = A100, 90 = H100), ``dtype`` the token type
+    (``"fp32"``, ``"bf16"`` or ``"fp16"``), ``block`` the tile size, ``head_dim`` d = dv.
+    Returns ``{kernel name: shared memory bytes}``; raises on a compilation error.
+    Needs a process where triton is not in interpreter mode.
+    """
+    import inspect
+
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    if interpreter_mode():
+        raise RuntimeError("compile_native needs triton in native mode (TRITON_INTERPRET unset)")
+    valid = {"fp32": tl.float32, "bf16": tl.bfloat16, "fp16": tl.float16}
+    if dtype not in valid:
+        raise ValueError(f"{dtype=} must be one of {sorted(valid)}")
+    pad_d = max(16, 1 << (head_dim - 1).bit_length())
+    out = {}
+    for name in _KERNELS:
+        fn = globals()[name]
+        signature, constants = {}, {}
+        for arg in inspect.signature(fn.fn).parameters:
+            if arg in _TOKEN_PTRS:
+                signature[arg] = "*" + dtype
+            elif arg in _MASK_PTRS:
+                signature[arg] = "*i8"
+            elif arg in _INT_ARGS:
+                signature[arg] = "i32"
+            elif arg == "scale":
+                signature[arg] = "fp32"
+            elif arg in ("D", "DV", "BLOCK_D", "BLOCK_DV", "BLOCK_X", "BLOCK_Y", "BLOCK_M", "BLOCK_N", "PREC",
+                         "DOT_T"):
+                signature[arg] = "constexpr"
+                constants[arg] = {"D": head_dim, "DV": head_dim, "BLOCK_D": pad_d, "BLOCK_DV": pad_d,
+                                  "PREC": "ieee" if dtype == "fp32" else "tf32", "DOT_T": valid[dtype]}.get(arg, block)
+            else:
+                signature[arg] = "*fp32"  # dual and cotangent vectors, log marginals
+        names = list(signature)
+        src = ASTSource(fn=fn, signature=signature, constexprs={(names.index(k),): v for k, v in constants.items()})
+        out[name] = triton.compile(src, target=GPUTarget("cuda", capability, 32)).metadata.shared
+    return out

@@ -183,7 +183,7 @@ def sinkhorn_attention_triton(q, k, v, *, q_mask=None, k_mask=None, log_a=None, 
         interpret: expected Triton mode; None accepts the process's mode (the interpreter iff
             TRITON_INTERPRET=1 was set before triton was imported), True/False assert it.
         block_m, block_n: query / key tile sizes (powers of two >= 16; default 16 in the
-            interpreter, 64 natively).
+            interpreter; natively 64, or 32 for float32 with d or dv > 64).
 
     Returns:
         O = P^(2,2) V [B, H, Lq, dv] in v's dtype; rows of padded queries are 0.
@@ -215,8 +215,13 @@ def sinkhorn_attention_triton(q, k, v, *, q_mask=None, k_mask=None, log_a=None, 
     if not interpret and q.device.type != "cuda":
         raise ValueError(f"native Triton kernels need CUDA tensors, got device {q.device}; to run on CPU set "
                          "TRITON_INTERPRET=1 in the environment before triton is imported")
-    block_m = _block("block_m", block_m, 16 if interpret else 64)
-    block_n = _block("block_n", block_n, 16 if interpret else 64)
+    if interpret:
+        default_block = 16
+    else:  # float32 tiles with a wide head need ~215 KB of shared memory at 64: too much for sm_80
+        wide = max(q.shape[-1], v.shape[-1]) > 64 and q.dtype == torch.float32
+        default_block = 32 if wide else 64
+    block_m = _block("block_m", block_m, default_block)
+    block_n = _block("block_n", block_n, default_block)
     lc = _Launch(q, k, v, band, float(eps), interpret, block_m, block_n)
     log.debug("sinkhorn_attention_triton B=%d H=%d Lq=%d Lk=%d d=%d W=%d blocks=%dx%d interpret=%s",
               lc.B, lc.H, lc.Lq, lc.Lk, lc.D, lc.W, block_m, block_n, interpret)

@@ -300,7 +300,9 @@ def direct_backward_ref(q, k, v, grad_out, *, q_mask=None, k_mask=None, log_a=No
                         n_iters=15, tail=2, band=None) -> OneReferenceGrads:
     """Proposition 1: exact backward of the R-step surrogate, every staircase plan formed.
 
-    ``grad_out`` [B, H, Lq, dv] is dL/dO. Returns dq, dk, dv and the vector cotangents.
+    ``grad_out`` [B, H, Lq, dv] is dL/dO. Plans meet cotangents divided by the marginals
+    (``vbar / b``, ``ubar / a``; see :func:`one_reference_backward_ref`). Returns dq, dk, dv
+    and the vector cotangents.
     """
     q_mask, k_mask, log_a, log_b = prepare_inputs(q, k, v, q_mask=q_mask, k_mask=k_mask, log_a=log_a, log_b=log_b,
                                                   eps=eps, n_iters=n_iters, tail=tail, band=band)
@@ -334,8 +336,12 @@ def one_reference_backward_ref(q, k, v, grad_out, *, q_mask=None, k_mask=None, l
                                n_iters=15, band=None) -> OneReferenceGrads:
     """Proposition 2: the R = 2 backward with only ``P^(2,2)`` formed (dense torch).
 
-    ``alpha = exp(u1 - u2)``, ``beta = exp(v1 - v2)``, ``delta = exp(v0 - v2)``;
-    ``Sbar = P22 * (Z - vbar2_j - beta_j ubar2_i - alpha_i beta_j vbar1_j - alpha_i delta_j ubar1_i)``.
+    ``alpha = exp(u1 - u2)``, ``beta = exp(v1 - v2)``, ``delta = exp(v0 - v2)``. With
+    marginals a, b the half-step Jacobians are ``-P / a_i`` (row) and ``-P / b_j`` (column),
+    so every plan meets a cotangent divided by its marginal: ``w = vbar / b``, ``x = ubar / a``,
+    ``ubar2 = g_u - P22 w2``, ``vbar1 = -beta P22^T x2``, ``ubar1 = -alpha P22 (beta w1)``,
+    ``Sbar = P22 * (Z - w2_j - beta_j x2_i - alpha_i beta_j w1_j - alpha_i delta_j x1_i)``
+    (the design note's formulas are the unit-mass case a = b = 1).
     ``grad_out`` [B, H, Lq, dv]. Returns dq, dk, dv and the vector cotangents.
     """
     q_mask, k_mask, log_a, log_b = prepare_inputs(q, k, v, q_mask=q_mask, k_mask=k_mask, log_a=log_a, log_b=log_b,

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 
 import torch
 import torch.utils.checkpoint
@@ -112,6 +111,7 @@ def bam_attention_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, the
 def _compiled_flex():
     from torch.nn.attention.flex_attention import flex_attention
 
+    logger.info("compiling FlexAttention for BAM (first call only)")
     return torch.compile(flex_attention)
 
 

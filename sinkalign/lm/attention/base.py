@@ -124,10 +124,10 @@ def causal_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: flo
     if lq > lk:
         raise ValueError(f"queries ({lq}) cannot outnumber keys ({lk}) in causal attention")
     if attn_bias is None:
-        if lq == lk and lq > 1:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
-        if lq == 1 or lq == lk:
+        if lq == 1:  # the newest token sees every key
             return F.scaled_dot_product_attention(q, k, v, scale=scale)
+        if lq == lk:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
     qpos = torch.arange(lk - lq, lk, device=q.device)
     kpos = torch.arange(lk, device=q.device)
     allowed = kpos[None, :] <= qpos[:, None]  # [Lq, Lk]

@@ -1,0 +1,102 @@
+"""Bad input gets a ValueError that says what is wrong, before any tracing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sinkalign.sinkhorn import DustbinConfig, SinkhornConfig, sinkhorn_attention
+from sinkalign.sinkhorn.dustbin import dustbin_attention
+
+rng = np.random.default_rng(0)
+Q = rng.normal(size=(2, 10, 4))
+K = rng.normal(size=(2, 12, 4))
+V = rng.normal(size=(2, 12, 3))
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"eps": 0.0}, "eps=0.0 must be a positive finite number"),
+        ({"eps": -1.0}, "eps=-1.0 must be a positive"),
+        ({"eps": float("inf")}, "eps=inf must be a positive finite"),
+        ({"band": 0}, "band=0 must be a positive integer"),
+        ({"n_iters": -1}, "n_iters=-1 must be a non-negative integer"),
+        ({"tail": 3, "backward": "one_reference"}, r"supports tail \(R\) in \(2,\), got tail=3"),
+        ({"backward": "adjoint"}, "backward='adjoint' is not one of"),
+        ({"impl": "cuda"}, "impl='cuda' is not one of"),
+        ({"block": 0}, "block=0 must be a positive integer"),
+    ],
+)
+def test_config_errors(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SinkhornConfig(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"variant": "superglue"}, "variant='superglue' is not one of"),
+        ({"mass": "two"}, "mass='two' is not one of"),
+        ({"variant": "paper", "mass": "length"}, "variant='paper' uses unit dustbin mass"),
+        ({"filler": 0}, "filler=0 must be a positive integer"),
+    ],
+)
+def test_dustbin_config_errors(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        DustbinConfig(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "args,kwargs,message",
+    [
+        ((Q, K[:1], V[:1]), {}, "batch dims differ"),
+        ((Q, K[..., :3], V), {}, "q and k feature dims differ: 4 vs 3"),
+        ((Q, K, V[:, :11]), {}, "k and v lengths differ: 12 vs 11"),
+        ((Q[0, 0], K, V), {}, r"q must have shape \[..., L, d\]"),
+        ((Q[:, :0], K, V), {}, "empty input"),
+        ((Q.astype(np.int32), K, V), {}, "q must be a floating-point array"),
+        ((np.where(np.arange(4) == 2, np.nan, Q), K, V), {}, r"q has a non-finite value at index \(0, 0, 2\)"),
+        ((Q, K, np.where(np.arange(3) == 1, np.inf, V)), {}, r"v has a non-finite value at index \(0, 0, 1\)"),
+        ((Q, K, V), {"log_a": np.full((2, 10), np.nan)}, "log_a has a non-finite value"),
+        ((Q, K, V), {"q_mask": np.ones((2, 10), int)}, "q_mask must be a boolean array"),
+        ((Q, K, V), {"k_mask": np.ones((3, 12), bool)}, r"k_mask of shape \(3, 12\) does not broadcast to \(2, 12\)"),
+        ((Q, K, V), {"log_b": np.zeros(5)}, r"log_b of shape \(5,\) does not broadcast"),
+        ((Q, K, V), {"band": 1, "k_mask": np.arange(12)[None, :].repeat(2, 0) < 3},
+         r"query 4 \(batch index \(0,\)\) is valid but has no active key \(band=1\)"),
+        ((Q, K, V), {"band": 1}, r"key 11 \(batch index \(0,\)\) is valid but has no active query \(band=1\)"),
+    ],
+)
+def test_input_errors(args, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        sinkhorn_attention(*args, **kwargs)
+
+
+def test_empty_row_is_fine_when_the_query_is_masked():
+    qm = np.ones((2, 10), bool)
+    km = np.arange(12)[None, :].repeat(2, 0) < 3
+    qm[:, 5:] = False  # queries 5.. cannot reach keys 0..2 with band 1, but they are masked
+    km[:, 5:] = False
+    qm[:, 4] = False
+    out = sinkhorn_attention(Q, K, V, q_mask=qm, k_mask=km, band=1)
+    assert np.isfinite(np.asarray(out)).all()
+
+
+@pytest.mark.parametrize(
+    "tokens,message",
+    [
+        ((np.zeros(3), np.zeros(4)), r"q_dustbin must have last dimension 4, got shape \(3,\)"),
+        ((np.zeros(4), np.full(4, np.nan)), "k_dustbin has a non-finite value"),
+        ((np.zeros((3, 4)), np.zeros(4)), r"q_dustbin of shape \(3, 4\) does not broadcast to \(2, 4\)"),
+    ],
+)
+def test_dustbin_token_errors(tokens, message):
+    with pytest.raises(ValueError, match=message):
+        dustbin_attention(Q, K, V, *tokens)
+
+
+def test_banded_dustbin_tolerates_rows_outside_the_band():
+    # With a dustbin every valid token has somewhere to send its mass.
+    km = np.arange(12)[None, :].repeat(2, 0) < 3
+    out = dustbin_attention(Q, K, V, np.zeros(4), np.zeros(4), k_mask=km, config=SinkhornConfig(band=1))
+    assert np.isfinite(np.asarray(out)).all()
