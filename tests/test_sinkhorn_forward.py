@@ -74,3 +74,18 @@ def test_padded_rows_give_zero_output_and_float32_inputs_stay_float32():
     out = sinkhorn_attention(q, q, q, q_mask=qm, k_mask=qm)
     assert out.dtype == np.float32
     assert np.all(np.asarray(out)[0, 7:] == 0)
+
+
+def test_per_batch_masks_and_marginals_apply_to_every_head():
+    rng = np.random.default_rng(5)
+    b, h, lq, lk = 2, 3, 11, 9
+    q, k, v = rng.normal(size=(b, h, lq, 4)), rng.normal(size=(b, h, lk, 4)), rng.normal(size=(b, h, lk, 2))
+    la, lb = rng.uniform(-1, 1, (b, lq)), rng.uniform(-1, 1, (b, lk))
+    km = np.ones((b, lk), bool)
+    km[0, -2:] = False
+    out = np.asarray(sinkhorn_attention(q, k, v, k_mask=km, log_a=la, log_b=lb, n_iters=4))
+    for bi in range(b):
+        for hi in range(h):
+            ref, _ = reference_forward(q[bi, hi], k[bi, hi], v[bi, hi], np.ones(lq, bool), km[bi],
+                                       eps=1.0, T=4, R=2, band=None, log_a=la[bi], log_b=lb[bi])
+            np.testing.assert_allclose(out[bi, hi], ref, atol=1e-12)

@@ -351,14 +351,20 @@ def _compute_dtype(*arrays):
     return jnp.float64 if any(dt == jnp.float64 for dt in dts) else jnp.float32
 
 
+def _per_batch(x, batch, length):
+    """A [B, L] mask or marginal for [B, H, L, d] inputs means the same for every head."""
+    if x.ndim == 2 and len(batch) == 2 and x.shape == (batch[0], length):
+        return x[:, None, :]
+    return x
+
+
 def _norm_mask(mask, batch, length, name):
     if mask is None:
         return jnp.ones(batch + (length,), bool)
     mask = jnp.asarray(mask)
     if mask.dtype != bool:
         raise ValueError(f"{name} must be a boolean array (True = real token), got dtype {mask.dtype}")
-    if mask.ndim == 2 and len(batch) == 2 and mask.shape[0] == batch[0] and mask.shape[1] == length:
-        mask = mask[:, None, :]  # [B, L] for [B, H, L, d] inputs
+    mask = _per_batch(mask, batch, length)
     try:
         return jnp.broadcast_to(mask, batch + (length,))
     except ValueError:
@@ -370,7 +376,7 @@ def _norm_mask(mask, batch, length, name):
 def _norm_marginal(x, batch, length, name, dtype):
     if x is None:
         return jnp.zeros(batch + (length,), dtype)
-    x = jnp.asarray(x, dtype)
+    x = _per_batch(jnp.asarray(x, dtype), batch, length)
     try:
         return jnp.broadcast_to(x, batch + (length,))
     except ValueError:

@@ -1,0 +1,73 @@
+"""Shared helpers for the benchmark scripts: machine description, timing, JSON output."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sinkalign.utils import atomic_write_text  # noqa: E402
+
+
+def machine() -> dict:
+    import jax
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "jax_backend": jax.default_backend(),
+        "devices": [str(d) for d in jax.devices()],
+    }
+
+
+def time_fn(fn, *args, reps: int = 10, warmup: int = 1) -> dict:
+    """Mean and median wall time (s) of fn(*args) after compilation/warmup."""
+    import jax
+
+    for _ in range(warmup):
+        jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - t0)
+    return {"mean_s": statistics.fmean(times), "median_s": statistics.median(times), "reps": reps}
+
+
+def xla_memory(jitted, *args) -> dict:
+    """Peak-memory figures from XLA's buffer assignment of the compiled program (bytes)."""
+    compiled = jitted.lower(*args).compile()
+    m = compiled.memory_analysis()
+    if m is None:
+        return {}
+    return {
+        "temp_bytes": int(m.temp_size_in_bytes),
+        "argument_bytes": int(m.argument_size_in_bytes),
+        "output_bytes": int(m.output_size_in_bytes),
+        "peak_bytes": int(m.temp_size_in_bytes + m.argument_size_in_bytes + m.output_size_in_bytes),
+    }
+
+
+def write_json(path: str | Path, payload: dict) -> None:
+    atomic_write_text(path, json.dumps(payload, indent=2) + "\n")
+
+
+def mib(x: float | None) -> str:
+    return "-" if x is None else f"{x / 2**20:.1f}"
