@@ -28,6 +28,12 @@ def _register() -> None:
     from sinkalign.cli.shards import shards
 
     cli.add_command(shards)
+    from sinkalign.cli.lm import lm
+
+    cli.add_command(lm)
+    from sinkalign.cli.generate import generate_dna
+
+    cli.add_command(generate_dna)
 
 
 _register()

@@ -1,0 +1,394 @@
+"""The optimal-transport aligner: features -> Q/K/V -> dustbin Sinkhorn -> transport plan.
+
+Scores. A pair (query a, target b) is scored by ``S = Q K^T / eps`` with two parts
+concatenated along the feature axis:
+
+* a *diagonal substitution* part: ``Q_sub[i] = concat_k onehot(a[i+k])`` and
+  ``K_sub[j] = concat_k M_k onehot(b[j+k])`` for offsets ``k = -K..K``, so that
+  ``S_sub[i, j] = sum_k M_k[a[i+k], b[j+k]]``: a learned, position-specific substitution
+  score summed along the diagonal. Initialised to BLOSUM62 / 16 with triangular weights
+  ``1 - |k| / (K + 1)`` (protein) or +2/-3 / 16 (DNA): the hand-made score that already
+  matches Needleman-Wunsch on this data (``../design/sinkhorn_tail.md``); per-residue scores
+  alone lose half of the accuracy because transport has no sense of order.
+* a *learned context* part from the embedder's features (built-in or ESM-2): a
+  position-wise projection plus residual dilated 1-D convolutions, then linear maps to Q
+  and K (initialised small, so training starts from the substitution score).
+
+Gaps. A learned dustbin token per side (the band-preserving variant, dustbin mass = the
+other side's length by default) takes the mass of residues that align to nothing.
+
+Outputs. The operator returns ``O = P V`` with the exact tail-refinement gradient. With
+``V = [I | X_b]`` (identity over target positions and the dustbin, then target features),
+``O`` holds each query row of the plan, including its dustbin column, and the
+transported target features, so every loss below is a function of ``O``:
+
+* ``ce`` (sparse cross-entropy): ``-log P[i, t(i)]`` for each valid query residue, where
+  ``t(i)`` is its reference partner or the dustbin, and likewise ``-log P[s(j), j]`` for each
+  target residue (the target-side dustbin mass is ``1 - sum_i P[i, j]``, exact because the
+  last half-step is a column step). Averaged over residues. Without dustbins only aligned
+  residues contribute.
+* ``recon`` (reconstruction): ``|| sum_j P[i, j] x_b[j] + P[i, db] v_db - x_a[i] ||^2``
+  averaged over query residues: the target, transported onto the query, should reproduce
+  the query's features.
+* ``mono`` (monotonicity): with ``c_i`` the expected target position of query ``i``
+  (``sum_j j P[i, j] / sum_j P[i, j]``), ``mean_i relu(c_i - c_{i+1}) / Lk``: the expected
+  alignment path should not run backwards.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from sinkalign.sinkhorn import DustbinConfig, SinkhornConfig
+from sinkalign.sinkhorn import core as sk_core
+from sinkalign.sinkhorn.dustbin import augment
+
+__all__ = [
+    "ALPHABETS",
+    "PRESETS",
+    "AlignerConfig",
+    "Batch",
+    "encode_residues",
+    "init_params",
+    "forward",
+    "loss_fn",
+    "loss_from_outputs",
+    "make_batch",
+    "plans",
+    "preset",
+]
+
+ALPHABETS = {"protein": "ARNDCQEGHILKMFPSTWYVX", "dna": "ACGTN"}
+LOSSES = ("ce", "recon", "mono")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlignerConfig:
+    """Architecture, solver and loss settings of the aligner (JSON round-trippable)."""
+
+    alphabet: str = "protein"
+    embedder: dict = field(default_factory=lambda: {"name": "builtin"})
+    feature_dim: int = 0
+    window: int = 8
+    ctx_dim: int = 32
+    ctx_layers: int = 2
+    ctx_kernel: int = 5
+    qk_ctx_dim: int = 32
+    eps: float = 1.0
+    n_iters: int = 15
+    tail: int = 2
+    band: int | None = None
+    backward: str = "one_reference"
+    dustbin: str = "banded"  # "banded" | "paper" | "none"
+    dustbin_mass: str = "length"
+    losses: dict = field(default_factory=lambda: {"ce": 1.0, "recon": 0.0, "mono": 0.1})
+
+    def __post_init__(self) -> None:
+        if self.alphabet not in ALPHABETS:
+            raise ValueError(f"alphabet={self.alphabet!r} is not one of {tuple(ALPHABETS)}")
+        if self.feature_dim < 0:
+            raise ValueError(f"feature_dim={self.feature_dim} must be >= 0")
+        if self.window < 0:
+            raise ValueError(f"window={self.window} must be >= 0")
+        if self.dustbin not in ("banded", "paper", "none"):
+            raise ValueError(f"dustbin={self.dustbin!r} is not one of ('banded', 'paper', 'none')")
+        unknown = set(self.losses) - set(LOSSES)
+        if unknown:
+            raise ValueError(f"unknown loss terms {sorted(unknown)}; valid: {LOSSES}")
+        if not any(w > 0 for w in self.losses.values()):
+            raise ValueError(f"losses={self.losses} has no positive weight")
+        self.solver  # validates eps, n_iters, tail, band, backward  # noqa: B018
+        if self.dustbin != "none":
+            self.dustbin_config  # noqa: B018
+
+    @property
+    def solver(self) -> SinkhornConfig:
+        return SinkhornConfig(eps=self.eps, n_iters=self.n_iters, tail=self.tail, band=self.band,
+                              backward=self.backward)
+
+    @property
+    def dustbin_config(self) -> DustbinConfig | None:
+        if self.dustbin == "none":
+            return None
+        return DustbinConfig(variant=self.dustbin, mass=self.dustbin_mass if self.dustbin == "banded" else "unit")
+
+    @property
+    def n_symbols(self) -> int:
+        return len(ALPHABETS[self.alphabet])
+
+    @property
+    def sub_dim(self) -> int:
+        return (2 * self.window + 1) * self.n_symbols
+
+    @property
+    def qk_dim(self) -> int:
+        return self.sub_dim + (self.qk_ctx_dim if self.feature_dim else 0)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "AlignerConfig":
+        known = set(cls.__dataclass_fields__)
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown AlignerConfig keys {sorted(unknown)}")
+        return cls(**data)
+
+    def replace(self, **changes) -> "AlignerConfig":
+        return replace(self, **changes)
+
+
+# The paper's four screen configurations, and the shipped default.
+PRESETS: dict[str, dict] = {
+    "k2_eps1": {"tail": 2, "eps": 1.0, "backward": "one_reference", "dustbin": "none",
+                "losses": {"recon": 1.0}},
+    "k4_eps1": {"tail": 4, "eps": 1.0, "backward": "staircase", "dustbin": "none", "losses": {"recon": 1.0}},
+    "muot_dustbin_mono": {"tail": 2, "eps": 1.0, "dustbin": "paper", "losses": {"recon": 1.0, "mono": 1.0}},
+    "muot_dustbin_hybrid": {"tail": 2, "eps": 1.0, "dustbin": "paper",
+                            "losses": {"recon": 1.0, "ce": 1.0, "mono": 1.0}},
+    "default": {"tail": 2, "eps": 1.0, "dustbin": "banded", "dustbin_mass": "length",
+                "losses": {"ce": 1.0, "mono": 0.1}},
+}
+
+
+def preset(name: str, **overrides) -> AlignerConfig:
+    """An :class:`AlignerConfig` from a named preset (see ``PRESETS``) plus overrides."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; valid: {sorted(PRESETS)}")
+    return AlignerConfig(**{**PRESETS[name], **overrides})
+
+
+# --------------------------------------------------------------------------------------
+# parameters
+# --------------------------------------------------------------------------------------
+def _substitution_init(alphabet: str) -> np.ndarray:
+    symbols = ALPHABETS[alphabet]
+    if alphabet == "protein":
+        from Bio.Align import substitution_matrices  # noqa: PLC0415
+
+        blosum = substitution_matrices.load("BLOSUM62")
+        m = np.array([[blosum[a, b] for b in symbols] for a in symbols], dtype=np.float64)
+    else:
+        m = np.where(np.eye(len(symbols), dtype=bool), 2.0, -3.0)
+        m[-1, :] = m[:, -1] = 0.0  # N matches nothing in particular
+    return m / 16.0
+
+
+def init_params(config: AlignerConfig, seed: int = 0) -> dict:
+    """Initial parameters: BLOSUM62-diagonal substitution, small learned context part."""
+    rng = np.random.default_rng(seed)
+    K = config.window
+    w = 1.0 - np.abs(np.arange(-K, K + 1)) / (K + 1)
+    sub = w[:, None, None] * _substitution_init(config.alphabet)[None]
+    params = {"sub": sub.astype(np.float32)}
+    if config.feature_dim:
+        C, F = config.ctx_dim, config.feature_dim
+        params["ctx_in"] = (rng.normal(size=(F, C)) / math.sqrt(F)).astype(np.float32)
+        params["ctx_conv"] = (rng.normal(size=(config.ctx_layers, config.ctx_kernel, C, C))
+                              / math.sqrt(C * config.ctx_kernel)).astype(np.float32)
+        params["ctx_scale"] = np.ones((config.ctx_layers, C), np.float32)
+        params["wq"] = (0.01 * rng.normal(size=(C, config.qk_ctx_dim))).astype(np.float32)
+        params["wk"] = (0.01 * rng.normal(size=(C, config.qk_ctx_dim))).astype(np.float32)
+    if config.dustbin != "none":
+        params["q_dustbin"] = np.zeros(config.qk_dim, np.float32)
+        params["k_dustbin"] = np.zeros(config.qk_dim, np.float32)
+        params["v_dustbin"] = np.zeros(config.feature_dim, np.float32)
+    return jax.tree_util.tree_map(jnp.asarray, params)
+
+
+# --------------------------------------------------------------------------------------
+# batches
+# --------------------------------------------------------------------------------------
+def encode_residues(seq: str, alphabet: str) -> np.ndarray:
+    """Residue indices into ``ALPHABETS[alphabet]``; unknown/ambiguous symbols map to X / N."""
+    symbols = ALPHABETS[alphabet]
+    table = np.full(256, len(symbols) - 1, np.int32)
+    for i, c in enumerate(symbols):
+        table[ord(c)] = i
+        table[ord(c.lower())] = i
+    if alphabet == "dna":
+        table[ord("U")] = table[ord("u")] = symbols.index("T")
+    return table[np.frombuffer(seq.encode("ascii", "replace"), np.uint8)]
+
+
+class Batch(NamedTuple):
+    """A padded batch of pairs. Shapes: B pairs, query length Lq, target length Lk.
+
+    Attributes:
+        a, b: residue indices [B, Lq], [B, Lk] (padding 0, masked).
+        xa, xb: embedder features [B, Lq, F], [B, Lk, F] (F may be 0).
+        ma, mb: validity masks [B, Lq], [B, Lk].
+        ta: reference partner of each query residue [B, Lq]: target index, ``Lk`` for a
+            gap (dustbin), -1 for padding or unknown. tb: the same for targets [B, Lk].
+    """
+
+    a: np.ndarray
+    b: np.ndarray
+    xa: np.ndarray
+    xb: np.ndarray
+    ma: np.ndarray
+    mb: np.ndarray
+    ta: np.ndarray
+    tb: np.ndarray
+
+
+def make_batch(items, config: AlignerConfig, lq: int, lk: int) -> Batch:
+    """Pad ``items`` (each ``(seq_a, seq_b, feats_a | None, feats_b | None, pairs | None)``)."""
+    B, F = len(items), config.feature_dim
+    a = np.zeros((B, lq), np.int32)
+    b = np.zeros((B, lk), np.int32)
+    xa = np.zeros((B, lq, F), np.float32)
+    xb = np.zeros((B, lk, F), np.float32)
+    ma = np.zeros((B, lq), bool)
+    mb = np.zeros((B, lk), bool)
+    ta = np.full((B, lq), -1, np.int32)
+    tb = np.full((B, lk), -1, np.int32)
+    for n, (sa, sb, fa, fb, pairs) in enumerate(items):
+        la, lb = len(sa), len(sb)
+        if la > lq or lb > lk:
+            raise ValueError(f"pair {n} ({la} x {lb}) does not fit the batch shape {lq} x {lk}")
+        a[n, :la] = encode_residues(sa, config.alphabet)
+        b[n, :lb] = encode_residues(sb, config.alphabet)
+        ma[n, :la] = True
+        mb[n, :lb] = True
+        if F:
+            xa[n, :la] = fa
+            xb[n, :lb] = fb
+        if pairs is not None:
+            pairs = np.asarray(pairs, np.int64).reshape(-1, 2)
+            ta[n, :la] = lk
+            tb[n, :lb] = lq
+            ta[n, pairs[:, 0]] = pairs[:, 1]
+            tb[n, pairs[:, 1]] = pairs[:, 0]
+    return Batch(a, b, xa, xb, ma, mb, ta, tb)
+
+
+# --------------------------------------------------------------------------------------
+# the forward pass
+# --------------------------------------------------------------------------------------
+def _windows(onehot: jnp.ndarray, K: int) -> jnp.ndarray:
+    """[B, L, A] -> [B, L, 2K+1, A]: the one-hots at offsets -K..K (zero beyond the ends)."""
+    L = onehot.shape[-2]
+    padded = jnp.pad(onehot, ((0, 0), (K, K), (0, 0)))
+    return jnp.stack([padded[:, k : k + L] for k in range(2 * K + 1)], axis=-2)
+
+
+def _context(params, x, mask, config):
+    """Position-wise projection + residual dilated convolutions: [B, L, F] -> [B, L, C]."""
+    h = jax.nn.gelu(x @ params["ctx_in"]) * mask[..., None]
+    for layer in range(config.ctx_layers):
+        dil = 2**layer
+        kern = params["ctx_conv"][layer]  # [k, C, C]
+        y = jax.lax.conv_general_dilated(
+            h, kern, window_strides=(1,), padding="SAME", rhs_dilation=(dil,),
+            dimension_numbers=("NWC", "WIO", "NWC"),
+        )
+        y = y / jnp.sqrt(jnp.mean(y * y, -1, keepdims=True) + 1e-6) * params["ctx_scale"][layer]
+        h = (h + jax.nn.gelu(y)) * mask[..., None]
+    return h
+
+
+def queries_keys(params, batch: Batch, config: AlignerConfig):
+    """Q [B, Lq, D] and K [B, Lk, D], pre-scaled so that the operator's S = Q K^T / eps."""
+    A, K = config.n_symbols, config.window
+    oa = jax.nn.one_hot(batch.a, A) * batch.ma[..., None]
+    ob = jax.nn.one_hot(batch.b, A) * batch.mb[..., None]
+    wa = _windows(oa, K)  # [B, Lq, 2K+1, A]
+    wb = _windows(ob, K)
+    q = wa.reshape(wa.shape[:2] + (-1,))
+    k = jnp.einsum("blka,kca->blkc", wb, params["sub"]).reshape(wb.shape[:2] + (-1,))
+    if config.feature_dim:
+        ha = _context(params, batch.xa, batch.ma, config)
+        hb = _context(params, batch.xb, batch.mb, config)
+        q = jnp.concatenate([q, ha @ params["wq"]], -1)
+        k = jnp.concatenate([k, hb @ params["wk"]], -1)
+    return q * math.sqrt(config.qk_dim), k
+
+
+def forward(params, batch: Batch, config: AlignerConfig):
+    """O = P V with V = [I | X_b]: returns (plan_rows [B, Lq, Lk+1], transported [B, Lq, F]).
+
+    ``plan_rows[:, i, :Lk]`` is the plan between residues, ``plan_rows[:, i, Lk]`` the
+    mass query residue i sends to the target-side dustbin (0 without dustbins).
+    """
+    q, k = queries_keys(params, batch, config)
+    B, lk = batch.b.shape
+    F = config.feature_dim
+    eye = jnp.broadcast_to(jnp.eye(lk, dtype=q.dtype), (B, lk, lk))
+    v = jnp.concatenate([eye, jnp.zeros((B, lk, 1), q.dtype), batch.xb.astype(q.dtype)], -1)
+    cfg = config.solver
+    if config.dustbin == "none":
+        qq, kk, vv, qv, kv, la, lb = sk_core.prepare(q, k, v, batch.ma, batch.mb, band=cfg.band,
+                                                     check_empty=False)
+        support = sk_core.Support.single(q.shape[1], lk, cfg.band, cfg.block)
+        out = sk_core.tail_operator(qq, kk, vv, qv, kv, la, lb, support, cfg)
+    else:
+        v_db = jnp.concatenate([jnp.zeros((lk,), q.dtype), jnp.ones((1,), q.dtype),
+                                params["v_dustbin"].astype(q.dtype)])
+        aug = augment(q, k, v, params["q_dustbin"], params["k_dustbin"], v_db, q_mask=batch.ma,
+                      k_mask=batch.mb, config=cfg, dustbin=config.dustbin_config)
+        out = sk_core.tail_operator(aug.q, aug.k, aug.v, aug.q_valid, aug.k_valid, aug.log_a, aug.log_b,
+                                    aug.support, aug.config)[:, : aug.lq]
+    return out[..., : lk + 1], out[..., lk + 1 :]
+
+
+def loss_fn(params, batch: Batch, config: AlignerConfig):
+    """Weighted sum of the configured loss terms; returns (loss, dict of every term)."""
+    rows, transported = forward(params, batch, config)
+    return loss_from_outputs(rows, transported, batch, config)
+
+
+def loss_from_outputs(rows, transported, batch: Batch, config: AlignerConfig):
+    """The loss terms as functions of the operator's output (see the module docstring)."""
+    ma, mb = batch.ma.astype(rows.dtype), batch.mb.astype(rows.dtype)
+    lq, lk = batch.a.shape[1], batch.b.shape[1]
+    tiny = 1e-9
+    terms = {}
+    # sparse cross-entropy, both directions
+    has_db = config.dustbin != "none"
+    ta_ok = (batch.ta >= 0) & batch.ma & (has_db | (batch.ta < lk))
+    p_a = jnp.take_along_axis(rows, jnp.clip(batch.ta, 0, lk)[..., None], -1)[..., 0]
+    ce_a = -jnp.sum(jnp.where(ta_ok, jnp.log(jnp.maximum(p_a, tiny)), 0.0)) / jnp.maximum(ta_ok.sum(), 1)
+    col_mass = jnp.einsum("bij,bi->bj", rows[..., :lk], ma)
+    gap_b = 1.0 - col_mass
+    tb_ok = (batch.tb >= 0) & batch.mb & (has_db | (batch.tb < lq))
+    p_b_pair = jnp.take_along_axis(rows[..., :lk], jnp.clip(batch.tb, 0, lq - 1)[:, None, :], 1)[:, 0]
+    p_b = jnp.where(batch.tb >= lq, gap_b, p_b_pair)
+    ce_b = -jnp.sum(jnp.where(tb_ok, jnp.log(jnp.maximum(p_b, tiny)), 0.0)) / jnp.maximum(tb_ok.sum(), 1)
+    terms["ce"] = 0.5 * (ce_a + ce_b)
+    # reconstruction of the query features (or one-hots when there are no features)
+    if config.feature_dim:
+        target, recon = batch.xa, transported
+    else:
+        target = jax.nn.one_hot(batch.a, config.n_symbols)
+        recon = jnp.einsum("bij,bja->bia", rows[..., :lk], jax.nn.one_hot(batch.b, config.n_symbols))
+    err = jnp.sum((recon - target) ** 2, -1)
+    terms["recon"] = jnp.sum(err * ma) / jnp.maximum(ma.sum(), 1)
+    # monotonicity of the expected path
+    real = rows[..., :lk]
+    mass = real.sum(-1)
+    pos = jnp.einsum("bij,j->bi", real, jnp.arange(lk, dtype=rows.dtype)) / jnp.maximum(mass, tiny)
+    pair_ok = ma[:, :-1] * ma[:, 1:] * jnp.minimum(mass[:, :-1], mass[:, 1:])
+    back = jax.nn.relu(pos[:, :-1] - pos[:, 1:]) / lk
+    terms["mono"] = jnp.sum(back * pair_ok) / jnp.maximum(jnp.sum(ma[:, 1:]), 1)
+    loss = sum(config.losses.get(name, 0.0) * terms[name] for name in LOSSES)
+    return loss, terms
+
+
+def plans(params, batch: Batch, config: AlignerConfig) -> np.ndarray:
+    """Dense plans [B, Lq+1, Lk+1] with the dustbin row/column (for decoding)."""
+    rows, _ = forward(params, batch, config)
+    rows = np.asarray(rows, np.float64)
+    lq, lk = batch.a.shape[1], batch.b.shape[1]
+    out = np.zeros((rows.shape[0], lq + 1, lk + 1))
+    out[:, :lq, :] = rows * batch.ma[..., None]
+    col = np.einsum("bij,bi->bj", rows[..., :lk], batch.ma)
+    out[:, lq, :lk] = np.clip(1.0 - col, 0.0, None) * batch.mb
+    return out

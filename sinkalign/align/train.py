@@ -1,0 +1,363 @@
+"""Training the aligner on Pfam pair shards: optax, data parallel, atomic checkpoints, resume.
+
+Data parallelism: the batch axis is sharded over every local device with
+``jax.sharding`` (a 1-D mesh named ``data``); parameters and optimiser state are
+replicated, and XLA inserts the gradient all-reduce. For several hosts call
+:func:`init_distributed` first (``jax.distributed.initialize``), then every host runs
+the same loop on its own slice of the data.
+
+Checkpoints: ``OUT/checkpoints/step_00000100/`` holds ``params.safetensors``,
+``opt_state.safetensors`` (leaves of the optax state, in tree order) and ``state.json``
+(step, config, data position). A checkpoint is written to a temporary directory and
+renamed into place, then ``OUT/checkpoints/latest`` is replaced atomically, so an
+interrupted run always resumes from a complete checkpoint. Metrics are JSON lines in
+``OUT/metrics.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from sinkalign.align import model as M
+from sinkalign.utils import atomic_write_text
+
+__all__ = ["TrainConfig", "TrainResult", "train", "save_checkpoint", "load_checkpoint", "init_distributed",
+           "evaluate_split", "BUCKETS"]
+
+log = logging.getLogger(__name__)
+
+BUCKETS = (64, 128, 192, 256, 384, 512)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """Settings of one training run (the model's settings live in ``model``)."""
+
+    shards: str
+    out: str
+    model: M.AlignerConfig = field(default_factory=M.AlignerConfig)
+    steps: int = 1000
+    batch_size: int = 8
+    lr: float = 3e-3
+    warmup: int = 50
+    weight_decay: float = 1e-4
+    clip_norm: float = 1.0
+    seed: int = 0
+    checkpoint_every: int = 100
+    eval_every: int = 100
+    eval_pairs: int = 64
+    certify_every: int = 0
+    certify_tau: float = 1e-3
+    max_length: int = 512
+    keep_checkpoints: int = 3
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "checkpoint_every", "eval_every", "keep_checkpoints"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        if self.lr <= 0:
+            raise ValueError(f"lr={self.lr} must be positive")
+        if self.max_length > BUCKETS[-1]:
+            raise ValueError(f"max_length={self.max_length} must be <= {BUCKETS[-1]}")
+
+
+@dataclass
+class TrainResult:
+    step: int
+    params: dict
+    last_metrics: dict
+    out: Path
+
+
+def init_distributed() -> None:
+    """Multi-host setup (``jax.distributed.initialize`` reads the coordinator from the env)."""
+    jax.distributed.initialize()
+
+
+# --------------------------------------------------------------------------------------
+# checkpoints
+# --------------------------------------------------------------------------------------
+def _flatten(tree) -> dict[str, np.ndarray]:
+    leaves = jax.tree_util.tree_leaves(tree)
+    return {f"{i:05d}": np.asarray(x) for i, x in enumerate(leaves)}
+
+
+def save_checkpoint(out: Path, step: int, params: dict, opt_state, state: dict, keep: int = 3) -> Path:
+    """Write ``step_{step}`` atomically (temp dir + rename) and point ``latest`` at it."""
+    from safetensors.numpy import save_file  # noqa: PLC0415
+
+    root = Path(out) / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step_{step:08d}"
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp_step_", dir=root))
+    try:
+        save_file({k: np.asarray(v) for k, v in params.items()}, tmp / "params.safetensors")
+        save_file(_flatten(opt_state), tmp / "opt_state.safetensors")
+        (tmp / "state.json").write_text(json.dumps({**state, "step": step}, indent=1))
+        for f in tmp.iterdir():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    atomic_write_text(root / "latest", final.name + "\n")
+    old = sorted(p for p in root.glob("step_*") if p.is_dir())
+    for p in old[:-keep]:
+        shutil.rmtree(p, ignore_errors=True)
+    return final
+
+
+def load_checkpoint(path: str | os.PathLike) -> tuple[dict, dict, dict | None]:
+    """(params, state, flat opt_state or None) from a checkpoint dir, a run dir or a model dir."""
+    from safetensors.numpy import load_file  # noqa: PLC0415
+
+    path = Path(path)
+    if (path / "checkpoints" / "latest").is_file():
+        path = path / "checkpoints" / (path / "checkpoints" / "latest").read_text().strip()
+    if not (path / "params.safetensors").is_file() or not (path / "state.json").is_file():
+        raise FileNotFoundError(f"{path} is not an aligner checkpoint (needs params.safetensors and state.json)")
+    try:
+        params = {k: jnp.asarray(v) for k, v in load_file(path / "params.safetensors").items()}
+        state = json.loads((path / "state.json").read_text())
+    except Exception as exc:  # corrupt files
+        raise ValueError(f"cannot read checkpoint {path}: {exc}") from exc
+    opt = load_file(path / "opt_state.safetensors") if (path / "opt_state.safetensors").is_file() else None
+    return params, state, opt
+
+
+# --------------------------------------------------------------------------------------
+# data
+# --------------------------------------------------------------------------------------
+def _bucket(n: int) -> int:
+    for b in BUCKETS:
+        if n <= b:
+            return b
+    raise ValueError(f"length {n} exceeds the largest bucket {BUCKETS[-1]}")
+
+
+def _fits(example, max_length: int) -> bool:
+    return max(len(example.pair.query_seq), len(example.pair.target_seq)) <= max_length
+
+
+def examples_to_batch(examples, config: M.AlignerConfig, size: int | None = None) -> M.Batch:
+    """Pad a list of ShardExample (or ReferencePair) into one square bucket."""
+    items = []
+    for ex in examples:
+        pair = getattr(ex, "pair", ex)
+        fa = getattr(ex, "query_embedding", None)
+        fb = getattr(ex, "target_embedding", None)
+        if config.feature_dim and (fa is None or fb is None):
+            raise ValueError(f"pair {pair.query_id}/{pair.target_id} has no embeddings but the model needs "
+                             f"{config.feature_dim}-dim features; run `sinkalign shards embed` first")
+        items.append((pair.query_seq, pair.target_seq, fa, fb, pair.pairs))
+    longest = max(max(len(a), len(b)) for a, b, *_ in items)
+    L = size or _bucket(longest)
+    return M.make_batch(items, config, L, L)
+
+
+def _batches(dataset, cfg: TrainConfig, start_step: int):
+    """Deterministic stream of (step, examples): epoch e uses seed (cfg.seed, e)."""
+    per_epoch = max(1, len(dataset) // cfg.batch_size)
+    # skip whole epochs, then batches, to reach start_step without touching data
+    epoch, skip = divmod(start_step, per_epoch)
+    step = start_step
+    while True:
+        for n, items in enumerate(dataset.iter_batches(cfg.batch_size, seed=cfg.seed, epoch=epoch, drop_last=True)):
+            if n < skip:
+                continue
+            items = [ex for ex in items if _fits(ex, cfg.max_length)]
+            if not items:
+                continue
+            while len(items) < cfg.batch_size:  # keep shapes static: repeat to fill
+                items = items + items[: cfg.batch_size - len(items)]
+            yield step, items
+            step += 1
+        skip = 0
+        epoch += 1
+
+
+# --------------------------------------------------------------------------------------
+# evaluation
+# --------------------------------------------------------------------------------------
+def evaluate_split(params, dataset, config: M.AlignerConfig, *, n_pairs: int = 64, batch_size: int = 8,
+                   gap_weight: float = 0.0) -> dict:
+    """Held-out loss terms and alignment F1 (MEA decoding) over the first ``n_pairs`` pairs."""
+    from sinkalign.align.decode import mea_align  # noqa: PLC0415
+    from sinkalign.align.metrics import micro_average, pair_scores  # noqa: PLC0415
+
+    examples = [dataset[i] for i in range(min(n_pairs, len(dataset)))]
+    examples = [ex for ex in examples if _fits(ex, BUCKETS[-1])]
+    sums: dict[str, float] = {}
+    scores = []
+    loss_jit = jax.jit(lambda p, b: M.loss_fn(p, b, config)[1])
+    for lo in range(0, len(examples), batch_size):
+        chunk = examples[lo : lo + batch_size]
+        batch = examples_to_batch(chunk, config)
+        for name, value in loss_jit(params, batch).items():
+            sums[name] = sums.get(name, 0.0) + float(value) * len(chunk)
+        plans = M.plans(params, batch, config)
+        L = batch.a.shape[1]
+        for n, ex in enumerate(chunk):
+            m, k = len(ex.pair.query_seq), len(ex.pair.target_seq)
+            plan = np.zeros((m + 1, k + 1))
+            plan[:m, :k] = plans[n, :m, :k]
+            plan[:m, k] = plans[n, :m, L]
+            plan[m, :k] = plans[n, L, :k]
+            scores.append(pair_scores(mea_align(plan, gap_weight=gap_weight).pairs, ex.pair.pairs))
+    n = max(len(examples), 1)
+    out = {f"val_{k}": v / n for k, v in sums.items()}
+    # Monotonicity violation, reported as the mono term; alignment F1 micro-averaged.
+    out["val_f1"] = micro_average(scores)["f1"] if scores else float("nan")
+    out["val_pairs"] = len(examples)
+    return out
+
+
+def certified_depth(params, batch: M.Batch, config: M.AlignerConfig, *, tau: float, r_max: int = 4):
+    """Corollary 2 on a training batch: the smallest tail depth whose omitted gradient <= tau."""
+    from sinkalign.sinkhorn import certificates  # noqa: PLC0415
+    from sinkalign.sinkhorn.dustbin import augment  # noqa: PLC0415
+
+    if config.dustbin == "none":
+        return None
+    q, k = M.queries_keys(params, batch, config)
+    B, lk = batch.b.shape
+    v = jnp.concatenate([jnp.broadcast_to(jnp.eye(lk, dtype=q.dtype), (B, lk, lk)), jnp.zeros((B, lk, 1), q.dtype),
+                         batch.xb.astype(q.dtype)], -1)
+    v_db = jnp.concatenate([jnp.zeros((lk,), q.dtype), jnp.ones((1,), q.dtype), params["v_dustbin"].astype(q.dtype)])
+    aug = augment(q, k, v, params["q_dustbin"], params["k_dustbin"], v_db, q_mask=batch.ma, k_mask=batch.mb,
+                  config=config.solver, dustbin=config.dustbin_config)
+    out_len = v.shape[-1]
+    lq = batch.a.shape[1]
+
+    def loss_of_output(out):
+        rows, transported = out[:, :lq, : lk + 1], out[:, :lq, lk + 1 :]
+        return M.loss_from_outputs(rows, transported, batch, config)[0]
+
+    out = jax.jit(lambda *a: M.sk_core.tail_operator(*a, aug.support, aug.config))(
+        aug.q, aug.k, aug.v, aug.q_valid, aug.k_valid, aug.log_a, aug.log_b)
+    g = jax.grad(loss_of_output)(out)
+    del out_len
+    return certificates.select_tail_depth(aug.q, aug.k, aug.v, aug.q_valid, aug.k_valid, aug.log_a, aug.log_b, g,
+                                          aug.support, aug.config, tau=tau, r_max=r_max)
+
+
+# --------------------------------------------------------------------------------------
+# the loop
+# --------------------------------------------------------------------------------------
+def _optimizer(cfg: TrainConfig):
+    schedule = optax.warmup_cosine_decay_schedule(0.0, cfg.lr, max(1, min(cfg.warmup, cfg.steps - 1)), cfg.steps,
+                                                  end_value=cfg.lr * 0.05)
+    return optax.chain(optax.clip_by_global_norm(cfg.clip_norm),
+                       optax.adamw(schedule, weight_decay=cfg.weight_decay)), schedule
+
+
+def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, stop_after: int | None = None) -> TrainResult:
+    """Train (or resume) and return the final parameters. ``stop_after`` ends early (tests)."""
+    from sinkalign.io.shards import ShardDataset  # noqa: PLC0415
+
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    train_set = ShardDataset(cfg.shards, "train", load_embeddings=bool(cfg.model.feature_dim))
+    if len(train_set) == 0:
+        raise ValueError(f"{cfg.shards}: the train split is empty")
+    try:
+        val_set = ShardDataset(cfg.shards, "valid", load_embeddings=bool(cfg.model.feature_dim))
+    except (KeyError, ValueError, FileNotFoundError):
+        val_set = None
+
+    devices = jax.local_devices()
+    n_dev = len(devices)
+    if cfg.batch_size % n_dev:
+        raise ValueError(f"batch_size={cfg.batch_size} must be a multiple of the {n_dev} local devices")
+    mesh = Mesh(np.asarray(devices), ("data",))
+    data_sharding = NamedSharding(mesh, PartitionSpec("data"))
+    replicated = NamedSharding(mesh, PartitionSpec())
+
+    tx, schedule = _optimizer(cfg)
+    params = M.init_params(cfg.model, seed=cfg.seed)
+    opt_state = tx.init(params)
+    start = 0
+    if resume and (out / "checkpoints" / "latest").is_file():
+        params, state, flat = load_checkpoint(out)
+        if state.get("model") != cfg.model.to_dict():
+            raise ValueError(f"{out}: the checkpoint's model config differs from this run's; use a new --out")
+        leaves, treedef = jax.tree_util.tree_flatten(opt_state)
+        opt_state = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(flat[f"{i:05d}"]) for i in range(len(leaves))])
+        start = int(state["step"])
+        log.info("resumed from step %d", start)
+    params = jax.device_put(params, replicated)
+    opt_state = jax.device_put(opt_state, replicated)
+
+    @jax.jit
+    def step_fn(params, opt_state, batch):
+        (loss, terms), grads = jax.value_and_grad(M.loss_fn, has_aux=True)(params, batch, cfg.model)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss, terms, optax.global_norm(grads)
+
+    metrics_path = out / "metrics.jsonl"
+    if not resume and metrics_path.exists():
+        metrics_path.unlink()
+    last: dict = {}
+    from tqdm import tqdm  # noqa: PLC0415
+
+    bar = tqdm(total=cfg.steps, initial=start, disable=not progress, desc="train", unit="step")
+    t_window, n_window = time.perf_counter(), 0
+    end = cfg.steps if stop_after is None else min(cfg.steps, start + stop_after)
+    stream = _batches(train_set, cfg, start)
+    step = start
+    with open(metrics_path, "a") as metrics_file:
+        while step < end:
+            step, items = next(stream)
+            batch = examples_to_batch(items, cfg.model)
+            batch = jax.device_put(batch, data_sharding)
+            params, opt_state, loss, terms, gnorm = step_fn(params, opt_state, batch)
+            step += 1
+            n_window += len(items)
+            record = {"step": step, "loss": float(loss), **{k: float(v) for k, v in terms.items()},
+                      "grad_norm": float(gnorm), "lr": float(schedule(step))}
+            if not math.isfinite(record["loss"]):
+                raise FloatingPointError(f"non-finite loss at step {step}: {record}")
+            if step % cfg.eval_every == 0 or step == end:
+                dt = time.perf_counter() - t_window
+                record["examples_per_s"] = n_window / dt if dt > 0 else None
+                t_window, n_window = time.perf_counter(), 0
+                if val_set is not None and len(val_set):
+                    record.update(evaluate_split(params, val_set, cfg.model, n_pairs=cfg.eval_pairs))
+            if cfg.certify_every and step % cfg.certify_every == 0:
+                sel = certified_depth(params, batch, cfg.model, tau=cfg.certify_tau)
+                if sel is not None:
+                    record["certified_depth"] = sel.depth
+                    record["certificate_norms"] = {str(k): v for k, v in sel.norms.items()}
+            metrics_file.write(json.dumps(record) + "\n")
+            metrics_file.flush()
+            last = record
+            bar.update(1)
+            bar.set_postfix(loss=f"{record['loss']:.3f}")
+            if step % cfg.checkpoint_every == 0 or step == end:
+                save_checkpoint(out, step, params, opt_state,
+                                {"model": cfg.model.to_dict(), "train": _train_dict(cfg)}, keep=cfg.keep_checkpoints)
+    bar.close()
+    return TrainResult(step, params, last, out)
+
+
+def _train_dict(cfg: TrainConfig) -> dict:
+    d = asdict(cfg)
+    d["model"] = cfg.model.to_dict()
+    return d

@@ -1,0 +1,91 @@
+"""``sinkalign generate-dna``: continue a DNA prompt with a genome language model."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from sinkalign.lm.generate import generate, load_model
+from sinkalign.pipelines.gc_profile import continuation_description
+from sinkalign.utils import atomic_write_text
+
+_LINE = 60  # FASTA line width
+
+
+def _fasta(header: str, seq: str) -> str:
+    body = "\n".join(seq[i : i + _LINE] for i in range(0, len(seq), _LINE))
+    return f">{header}\n{body}\n"
+
+
+@click.command("generate-dna")
+@click.option("--prompt", required=True, help="Bases to continue (A, C, G, T, N; either case).")
+@click.option("--length", required=True, type=int, help="Number of bases to generate (> 0).")
+@click.option("--temperature", default=1.0, show_default=True, type=float,
+              help="Sampling temperature; 0 = greedy.")
+@click.option("--top-k", default=None, type=int, help="Sample among the k most likely bases.")
+@click.option("--top-p", default=None, type=float, help="Nucleus sampling mass in (0, 1].")
+@click.option("--seed", default=None, type=int, help="Random seed (same seed, same output).")
+@click.option("--model", "model_path", default=None, type=click.Path(),
+              help="Checkpoint directory or training run directory [default: the shipped model].")
+@click.option("--format", "fmt", type=click.Choice(["plain", "fasta"]), default="plain", show_default=True)
+@click.option("--id", "record_id", default="generated", show_default=True, help="FASTA record id.")
+@click.option("--chrom", default=None,
+              help="FASTA: the record the prompt comes from (header tag chrom=, for gc-profile --overlay).")
+@click.option("--start", default=None, type=int,
+              help="FASTA: 0-based position where the continuation begins in --chrom (the prompt's end).")
+@click.option("--include-prompt", is_flag=True, help="Write the prompt followed by the new bases.")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("-o", "--output", default=None, type=click.Path(dir_okay=False),
+              help="Output file (written atomically) [default: stdout].")
+def generate_dna(prompt: str, length: int, temperature: float, top_k: int | None, top_p: float | None,
+                 seed: int | None, model_path: str | None, fmt: str, record_id: str, chrom: str | None,
+                 start: int | None, include_prompt: bool, device: str, output: str | None) -> None:
+    """Continue PROMPT by LENGTH bases, sampled from a DNA language model.
+
+    Decoding uses the KV cache (softmax attentions) or the recurrent state (SLA). Only the
+    new bases are written unless --include-prompt is given. With --format fasta and
+    --chrom/--start the header follows the gc-profile overlay convention
+    ">ID chrom=<id> start=<0-based>".
+    """
+    if (chrom is None) != (start is None):
+        raise click.UsageError("--chrom and --start go together")
+    if start is not None and start < 0:
+        raise click.BadParameter(f"must be >= 0, got {start}", param_hint="'--start'")
+    if include_prompt and start is not None and start < len(prompt):
+        raise click.BadParameter(f"{start} is smaller than the prompt length {len(prompt)}; with "
+                                 f"--include-prompt the record would begin before position 0",
+                                 param_hint="'--start'")
+    if length <= 0:
+        raise click.BadParameter(f"must be a positive integer, got {length}", param_hint="'--length'")
+    if fmt == "plain" and chrom is not None:
+        raise click.UsageError("--chrom/--start only apply to --format fasta")
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise click.UsageError("--device cuda: CUDA is not available")
+    try:
+        ckpt = load_model(model_path, device=device)
+    except (FileNotFoundError, ValueError) as exc:
+        raise click.ClickException(f"cannot load the model: {exc}") from exc
+    try:
+        new = generate(ckpt.model, prompt, length, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
+    seq = prompt.upper() + new if include_prompt else new
+    if fmt == "fasta":
+        if chrom is not None:
+            header = continuation_description(record_id, chrom, start - (len(prompt) if include_prompt else 0))
+        else:
+            header = record_id
+        header += f" length={len(seq)} prompt_length={len(prompt)} prompt_included={str(include_prompt).lower()}"
+        if seed is not None:
+            header += f" seed={seed}"
+        text = _fasta(header, seq)
+    else:
+        text = seq + "\n"
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        atomic_write_text(output, text)

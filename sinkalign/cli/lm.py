@@ -1,0 +1,201 @@
+"""``sinkalign lm``: train and evaluate the genome language models."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import click
+
+from sinkalign.lm.config import ATTENTION_NAMES
+
+logger = logging.getLogger(__name__)
+
+
+def _parse_value(text: str):
+    """``key=value`` option values: JSON if it parses (numbers, true/false, null), else a string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _model_options(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]):
+    out = []
+    for item in values:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", ctx=ctx, param=param)
+        out.append((key.strip(), _parse_value(raw)))
+    return tuple(out)
+
+
+def _int_tuple(ctx: click.Context, param: click.Parameter, value: str | None):
+    if value is None:
+        return None
+    try:
+        vals = tuple(int(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a comma-separated list of integers", ctx=ctx,
+                                 param=param) from None
+    if not vals:
+        raise click.BadParameter("empty list", ctx=ctx, param=param)
+    return vals
+
+
+@click.group("lm")
+def lm() -> None:
+    """Genome language models: train, evaluate (see also `sinkalign generate-dna`)."""
+
+
+@lm.command("train")
+@click.option("--fasta", required=True, type=click.Path(exists=True, dir_okay=False, readable=True),
+              help="Genome FASTA (plain or .gz); the last --val-fraction of each record is held out.")
+@click.option("--attention", required=True, type=click.Choice(ATTENTION_NAMES))
+@click.option("--out", "out_dir", default="runs/lm", show_default=True, type=click.Path(file_okay=False),
+              help="Run directory: metrics.jsonl and checkpoints/.")
+@click.option("--steps", default=2000, show_default=True, type=int)
+@click.option("--batch-size", default=16, show_default=True, type=int, help="Windows per step per process.")
+@click.option("--seq-len", default=256, show_default=True, type=int, help="Training context length.")
+@click.option("--lr", default=2e-3, show_default=True, type=float, help="Peak learning rate.")
+@click.option("--min-lr-ratio", default=0.1, show_default=True, type=float)
+@click.option("--warmup-steps", default=100, show_default=True, type=int)
+@click.option("--weight-decay", default=0.1, show_default=True, type=float)
+@click.option("--grad-clip", default=1.0, show_default=True, type=float, help="0 disables clipping.")
+@click.option("--d-model", default=128, show_default=True, type=int)
+@click.option("--n-layers", default=4, show_default=True, type=int)
+@click.option("--n-heads", default=4, show_default=True, type=int)
+@click.option("--dropout", default=0.0, show_default=True, type=float)
+@click.option("--model-option", "model_options", multiple=True, callback=_model_options,
+              help="Further LMConfig field as KEY=VALUE, e.g. goat_init=alibi (repeatable).")
+@click.option("--val-fraction", default=0.1, show_default=True, type=float)
+@click.option("--eval-every", default=500, show_default=True, type=int, help="0: only at the end.")
+@click.option("--eval-max-bases", default=None, type=int, help="Held-out bases per evaluation [default: all].")
+@click.option("--save-every", default=500, show_default=True, type=int, help="0: only at the end.")
+@click.option("--keep-checkpoints", default=2, show_default=True, type=int)
+@click.option("--log-every", default=10, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("--threads", "num_threads", default=None, type=int, help="torch.set_num_threads per process.")
+@click.option("--nproc", default=1, show_default=True, type=int,
+              help="Processes for DDP (spawned here; gloo on CPU, nccl on CUDA). Under torchrun leave at 1.")
+@click.option("--resume", is_flag=True, help="Continue from the newest checkpoint in --out.")
+@click.option("--progress/--no-progress", default=True, show_default=True)
+def train(fasta, attention, out_dir, steps, batch_size, seq_len, lr, min_lr_ratio, warmup_steps, weight_decay,
+          grad_clip, d_model, n_layers, n_heads, dropout, model_options, val_fraction, eval_every, eval_max_bases,
+          save_every, keep_checkpoints, log_every, seed, device, num_threads, nproc, resume, progress) -> None:
+    """Train a DNA language model on FASTA with the chosen attention."""
+    from sinkalign.lm.train import TrainConfig, train_lm, train_lm_ddp
+
+    if nproc < 1:
+        raise click.BadParameter(f"must be >= 1, got {nproc}", param_hint="'--nproc'")
+    try:
+        config = TrainConfig(
+            fasta=fasta, attention=attention, out_dir=out_dir, steps=steps, batch_size=batch_size, seq_len=seq_len,
+            lr=lr, min_lr_ratio=min_lr_ratio, warmup_steps=warmup_steps, weight_decay=weight_decay,
+            grad_clip=grad_clip, d_model=d_model, n_layers=n_layers, n_heads=n_heads, dropout=dropout,
+            model_options=model_options, val_fraction=val_fraction, eval_every=eval_every,
+            eval_max_bases=eval_max_bases, save_every=save_every, keep_checkpoints=keep_checkpoints,
+            log_every=log_every, seed=seed, device=device, num_threads=num_threads, resume=resume,
+            progress=progress)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    try:
+        result = train_lm(config) if nproc == 1 else train_lm_ddp(config, nproc)[0]
+    except (ValueError, FileNotFoundError, RuntimeError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    if result.rank == 0:
+        val = "n/a" if result.val_bits_per_base is None else f"{result.val_bits_per_base:.4f}"
+        click.echo(f"step {result.step}: train {result.train_loss / 0.6931471805599453:.4f} bits/base, "
+                   f"held-out {val} bits/base; checkpoint {result.checkpoint_dir}")
+
+
+@lm.command("eval")
+@click.option("--model", "model_path", default=None, type=click.Path(),
+              help="Checkpoint or training run directory [default: the shipped model].")
+@click.option("--fasta", required=True, type=click.Path(exists=True, dir_okay=False, readable=True))
+@click.option("--json", "json_out", default=None, type=click.Path(dir_okay=False),
+              help="Write the full report as JSON here (atomically).")
+@click.option("--val-fraction", default=0.1, show_default=True, type=float)
+@click.option("--context", default=None, type=int, help="Evaluation window [default: training length].")
+@click.option("--stride", default=None, type=int, help="New targets per window [default: context/2].")
+@click.option("--max-bases", default=None, type=int, help="Score only the first N held-out bases per record.")
+@click.option("--markov-order", default=None, type=int,
+              help="Fixed Markov order [default: best of 0..12 on the training split's tail].")
+@click.option("--lengths", "length_multipliers", default="1,2,4,8,16", show_default=True, callback=_int_tuple,
+              help="Extrapolation: multiples of the training length.")
+@click.option("--extrapolation-bases", default=32768, show_default=True, type=int)
+@click.option("--passkey-lengths", "passkey_multipliers", default="1,2,4", show_default=True,
+              callback=_int_tuple, help="Passkey contexts: multiples of the training length.")
+@click.option("--passkey-trials", default=50, show_default=True, type=int)
+@click.option("--prompts", "completion_prompts", default=100, show_default=True, type=int,
+              help="Completion prompts from the held-out split.")
+@click.option("--prompt-len", default=None, type=int, help="[default: training length]")
+@click.option("--completion-len", default=200, show_default=True, type=int)
+@click.option("--temperature", default=1.0, show_default=True, type=float)
+@click.option("--top-k", default=None, type=int)
+@click.option("--top-p", default=None, type=float)
+@click.option("--sections", default="heldout,extrapolation,passkey,completion", show_default=True,
+              help="Comma-separated subset of the evaluation sections.")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--batch-size", default=16, show_default=True, type=int)
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+def eval_cmd(model_path, fasta, json_out, val_fraction, context, stride, max_bases, markov_order,
+             length_multipliers, extrapolation_bases, passkey_multipliers, passkey_trials, completion_prompts,
+             prompt_len, completion_len, temperature, top_k, top_p, sections, seed, batch_size, device) -> None:
+    """Held-out bits/base vs an order-k Markov chain, length extrapolation, passkey and completions."""
+    from sinkalign.lm.evaluate import EvalConfig, evaluate_lm
+    from sinkalign.lm.generate import load_model, resolve_model_path
+    from sinkalign.utils import atomic_write_text
+
+    try:
+        config = EvalConfig(
+            fasta=fasta, val_fraction=val_fraction, context=context, stride=stride, max_bases=max_bases,
+            markov_order=markov_order, length_multipliers=length_multipliers,
+            extrapolation_bases=extrapolation_bases, passkey_multipliers=passkey_multipliers,
+            passkey_trials=passkey_trials, completion_prompts=completion_prompts, prompt_len=prompt_len,
+            completion_len=completion_len, temperature=temperature, top_k=top_k, top_p=top_p,
+            sections=tuple(s.strip() for s in sections.split(",") if s.strip()), seed=seed,
+            batch_size=batch_size, device=device)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    try:
+        path = resolve_model_path(model_path)
+        ckpt = load_model(path, device=device)
+    except (FileNotFoundError, ValueError) as exc:
+        raise click.ClickException(f"cannot load the model: {exc}") from exc
+    try:
+        report = evaluate_lm(ckpt.model, config, model_path=str(path))
+    except (ValueError, RuntimeError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    doc = report.to_dict()
+    if json_out is not None:
+        atomic_write_text(json_out, json.dumps(doc, indent=2) + "\n")
+    _echo_summary(doc)
+
+
+def _echo_summary(doc: dict) -> None:
+    h = doc.get("heldout")
+    if h:
+        m = h["markov"]
+        click.echo(f"held-out bits/base: LM {h['bits_per_base']:.4f} ({h['n_scored']} bases, context "
+                   f"{h['context']}, stride {h['stride']}); Markov order {m['order']} ({m['order_selection']}) "
+                   f"{m['bits_per_base']:.4f}; delta {h['delta_vs_markov']:+.4f}")
+    x = doc.get("extrapolation")
+    if x:
+        for r in x["rows"]:
+            delta = "" if r["delta_vs_1x"] is None else f" (delta vs 1x {r['delta_vs_1x']:+.4f})"
+            click.echo(f"length {r['multiplier']:>2}x = {r['length']:>6}: {r['bits_per_base']:.4f} bits/base{delta}")
+    p = doc.get("passkey")
+    if p:
+        for r in p["rows"]:
+            a = r["base_accuracy"]
+            click.echo(f"passkey {r['multiplier']}x = {r['length']}: base accuracy {a['mean']:.3f} "
+                       f"[{a['ci_low']:.3f}, {a['ci_high']:.3f}], exact {r['exact_match_rate']:.3f}")
+    c = doc.get("completion")
+    if c:
+        for who in ("lm", "markov"):
+            if who in c:
+                i, g = c[who]["identity"], c[who]["gc_pearson_r"]
+                click.echo(f"completion ({who}): identity {i['mean']:.3f} [{i['ci_low']:.3f}, {i['ci_high']:.3f}], "
+                           f"GC r {g['mean']:.3f} [{g['ci_low']:.3f}, {g['ci_high']:.3f}] (n={g['n']})")

@@ -1,0 +1,429 @@
+"""Pallas kernels for the banded, masked, log-domain Sinkhorn tail-refinement operator.
+
+Every kernel is a ``pl.pallas_call`` over the grid ``(B*H, n_x)``: program ``(h, i)`` owns
+the ``i``-th block of ``bx`` rows of one side (queries for row-owner kernels, keys for
+column-owner kernels) of batch-head ``h``, and loops with ``lax.fori_loop`` over the tiles
+of ``by`` positions of the other side that intersect the band ``|i - j| <= W``:
+``[max(0, x0 - W) // by, min((x0 + bx - 1 + W) // by + 1, n_y))`` (all tiles when dense).
+Each tile recomputes ``S = X Y^T * scale`` from the token tiles, so nothing of size
+``Lx x Ly`` is ever stored: a sweep costs O(L W d) time and O(L d) memory. Accumulation is
+float32; float32 dots run at ``Precision.HIGHEST``, bfloat16 dots take bfloat16 operands
+(plan/cotangent tiles are rounded to the input type before their dot, as in flash
+attention) and accumulate in float32.
+
+Layout (prepared by :mod:`sinkalign.kernels.pallas.op`): tokens ``[BH, L, e]`` with L a
+multiple of the block; per-position vectors stacked as ``[BH, n, L]`` float32 (slot 0 is the
+validity mask as 1.0 / 0.0, slot 1 the dual potential, further slots kernel-specific);
+padded positions have mask 0. The support is ``mask_x & mask_y & |i - j| <= W`` and is
+applied *after* adding potentials (``where(active, s + pot, -inf)``), never via a sentinel.
+Vector outputs are ``[BH, 1, L]`` so that every block's last two dimensions are either
+full or (block, 1)-shaped, as Mosaic (TPU) requires.
+
+The owned side's block arrives through a BlockSpec; the other side is passed whole for
+each batch-head (block = full length, like the key/value blocks of Pallas' GPU flash
+attention), and the kernel slices the tiles it needs with ``pl.ds``. On a TPU this keeps a
+whole ``[L, d]`` slice in VMEM, which limits L per call; on GPUs it is a pointer.
+
+Kernels (``P = exp(S + pot_x + pot_y)`` on the support; ``Z_xy = <G_x, V_y>``):
+
+* :func:`lse`       x-owner: ``LSE_y (S_xy + pot_y)`` (-inf for empty rows), online LSE.
+* :func:`output`    row owner: ``O = P V``.
+* :func:`matvec`    x-owner: ``sum_y P_xy w_y`` (either orientation).
+* :func:`col_gv_dv` column owner: ``g_v = colsum(P * Z)``, ``dV = P^T G``.
+* :func:`row_ubar2` row owner: ``rowsum(P * (Z - w2_y))``.
+* :func:`row_dq`    row owner, two passes: ``ubar1 = -alpha (P (beta w1) + extra)``, then
+  ``dQ = Sbar K * scale``.
+* :func:`col_dk`    column owner: ``dK = Sbar^T Q * scale``.
+
+with ``Sbar = P * (Z - c1_j - c2_j r1_i - r2_i c3_j - c4_j r3_i)``; see :mod:`.op` for the
+vector recurrences between the sweeps.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+
+__all__ = [
+    "BlockSizes",
+    "Launch",
+    "col_dk",
+    "col_gv_dv",
+    "lse",
+    "matvec",
+    "output",
+    "row_dq",
+    "row_ubar2",
+]
+
+_NEG_INF = float("-inf")
+
+# Vector-stack slots (see the module docstring).
+MASK, POT = 0, 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class BlockSizes:
+    """Tile sizes of the Pallas kernels (like ``pallas.ops.gpu.attention.BlockSizes``).
+
+    Attributes:
+        block_q: queries per tile (rows owned by a row-owner program, rows per inner
+            tile of a column-owner program).
+        block_k: keys per tile (likewise for keys).
+
+    Both must be powers of two >= 8. Sequences are padded to block multiples; a block
+    larger than the (padded to a power of two, at least 16) length is shrunk to it.
+    """
+
+    block_q: int = 128
+    block_k: int = 128
+
+    def __post_init__(self) -> None:
+        for name in ("block_q", "block_k"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 8 or value & (value - 1):
+                raise ValueError(f"{name}={value!r} must be a power of two >= 8")
+
+    @classmethod
+    def get_default(cls, interpret: bool) -> "BlockSizes":
+        """128 x 128 in the interpreter (fewer grid steps), 64 x 64 natively (GPU registers)."""
+        return cls(block_q=128, block_k=128) if interpret else cls(block_q=64, block_k=64)
+
+    def effective(self, lq: int, lk: int) -> tuple[int, int]:
+        """The tile sizes used for lengths (lq, lk): each shrunk to max(16, next_pow2(L))."""
+        return (min(self.block_q, max(16, pl.next_power_of_2(lq))),
+                min(self.block_k, max(16, pl.next_power_of_2(lk))))
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Static description of one orientation of a sweep.
+
+    ``bx``/``by``: owned / looped tile sizes; ``nx``/``ny``: tile counts of the padded
+    lengths; ``band``: half-width W or None (dense); ``scale``: ``1 / (sqrt(d) eps)``;
+    ``low``: inputs are a low-precision type (bfloat16 / float16).
+    """
+
+    bx: int
+    by: int
+    nx: int
+    ny: int
+    band: int | None
+    scale: float
+    low: bool
+    interpret: bool
+
+    def swap(self) -> "Launch":
+        return Launch(self.by, self.bx, self.ny, self.nx, self.band, self.scale, self.low, self.interpret)
+
+    @property
+    def precision(self):
+        return lax.Precision.DEFAULT if self.low else lax.Precision.HIGHEST
+
+
+# --------------------------------------------------------------------------- tile helpers
+
+
+def _dot_nt(a, b, ln: Launch):
+    """a [m, e] . b [n, e]^T -> [m, n] float32."""
+    return lax.dot_general(a, b, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32,
+                           precision=ln.precision)
+
+
+def _dot_nn(a, b, ln: Launch):
+    """a [m, n] @ b [n, e] -> [m, e] float32 (a is rounded to b's type first)."""
+    return lax.dot_general(a.astype(b.dtype), b, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32,
+                           precision=ln.precision)
+
+
+def _dot_tn(a, b, ln: Launch):
+    """a [n, m]^T @ b [n, e] -> [m, e] float32 (a is rounded to b's type first)."""
+    return lax.dot_general(a.astype(b.dtype), b, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32,
+                           precision=ln.precision)
+
+
+def _tile_range(ln: Launch, x0):
+    """First and one-past-last y tile that intersects the band of the x block starting at x0."""
+    if ln.band is None:
+        return 0, ln.ny
+    lo = jnp.maximum(x0 - ln.band, 0) // ln.by
+    hi = jnp.minimum((x0 + ln.bx - 1 + ln.band) // ln.by + 1, ln.ny)
+    return lo, hi
+
+
+class _Tile:
+    """One (x block, y tile) pair: scores, support and plan recomputed from the tokens."""
+
+    def __init__(self, ln: Launch, x0, t, x, xv, y_ref, yv_ref):
+        self.y0 = pl.multiple_of(t * ln.by, ln.by)
+        self.sl = pl.ds(self.y0, ln.by)
+        self.yv = yv_ref[:, self.sl]  # [n_y, by]
+        self.s = _dot_nt(x, y_ref[self.sl, :], ln) * ln.scale  # [bx, by]
+        xi = x0 + lax.broadcasted_iota(jnp.int32, (ln.bx, ln.by), 0)
+        yi = self.y0 + lax.broadcasted_iota(jnp.int32, (ln.bx, ln.by), 1)
+        active = (xv[MASK][:, None] > 0) & (self.yv[MASK][None, :] > 0)
+        if ln.band is not None:
+            active = active & (jnp.abs(xi - yi) <= ln.band)
+        self.active = active
+
+    def logits(self, pot_x=None):
+        z = self.s + self.yv[POT][None, :]
+        if pot_x is not None:
+            z = z + pot_x[:, None]
+        return jnp.where(self.active, z, _NEG_INF)  # mask after adding the potentials
+
+    def plan(self, pot_x):
+        return jnp.exp(self.logits(pot_x))  # [bx, by], 0 off the support
+
+
+# --------------------------------------------------------------------------- kernel bodies
+
+
+def _lse_kernel(x_ref, xv_ref, y_ref, yv_ref, out_ref, *, ln: Launch):
+    x, xv = x_ref[...], xv_ref[...]
+    x0 = pl.program_id(1) * ln.bx  # program_id at kernel top level (not inside loops)
+
+    def body(t, carry):
+        m, l = carry
+        z = _Tile(ln, x0, t, x, xv, y_ref, yv_ref).logits()
+        m_new = jnp.maximum(m, z.max(axis=1))
+        m_safe = jnp.where(m_new == _NEG_INF, 0.0, m_new)
+        l = l * jnp.exp(m - m_safe) + jnp.exp(z - m_safe[:, None]).sum(axis=1)
+        return m_new, l
+
+    init = (jnp.full((ln.bx,), _NEG_INF, jnp.float32), jnp.zeros((ln.bx,), jnp.float32))
+    m, l = lax.fori_loop(*_tile_range(ln, x0), body, init)
+    on = l > 0
+    out_ref[...] = jnp.where(on, m + jnp.log(jnp.where(on, l, 1.0)), _NEG_INF)[None, :]
+
+
+def _output_kernel(x_ref, xv_ref, y_ref, yv_ref, val_ref, out_ref, *, ln: Launch):
+    x, xv = x_ref[...], xv_ref[...]
+    x0 = pl.program_id(1) * ln.bx  # program_id at kernel top level (not inside loops)
+
+    def body(t, acc):
+        tile = _Tile(ln, x0, t, x, xv, y_ref, yv_ref)
+        return acc + _dot_nn(tile.plan(xv[POT]), val_ref[tile.sl, :], ln)  # [bx, e]
+
+    out_ref[...] = lax.fori_loop(*_tile_range(ln, x0), body, jnp.zeros(out_ref.shape, jnp.float32))
+
+
+W_SLOT = 2  # matvec: y-side weights
+
+
+def _matvec_kernel(x_ref, xv_ref, y_ref, yv_ref, out_ref, *, ln: Launch):
+    x, xv = x_ref[...], xv_ref[...]
+    x0 = pl.program_id(1) * ln.bx  # program_id at kernel top level (not inside loops)
+
+    def body(t, acc):
+        tile = _Tile(ln, x0, t, x, xv, y_ref, yv_ref)
+        return acc + (tile.plan(xv[POT]) * tile.yv[W_SLOT][None, :]).sum(axis=1)
+
+    out_ref[...] = lax.fori_loop(*_tile_range(ln, x0), body, jnp.zeros((ln.bx,), jnp.float32))[None, :]
+
+
+def _col_gv_dv_kernel(x_ref, xv_ref, xm_ref, y_ref, yv_ref, ym_ref, gv_ref, dv_ref, *, ln: Launch):
+    # x = keys (own V block in xm), y = queries (G in ym): P^T tile, Z^T = V_x G_y^T.
+    x, xv, xm = x_ref[...], xv_ref[...], xm_ref[...]
+    x0 = pl.program_id(1) * ln.bx
+
+    def body(t, carry):
+        gv, dv = carry
+        tile = _Tile(ln, x0, t, x, xv, y_ref, yv_ref)
+        p = tile.plan(xv[POT])  # [bk, bq]
+        gy = ym_ref[tile.sl, :]  # [bq, e]
+        z = _dot_nt(xm, gy, ln)  # [bk, bq]
+        return gv + (p * z).sum(axis=1), dv + _dot_nn(p, gy, ln)
+
+    init = (jnp.zeros((ln.bx,), jnp.float32), jnp.zeros(dv_ref.shape, jnp.float32))
+    gv, dv = lax.fori_loop(*_tile_range(ln, x0), body, init)
+    gv_ref[...] = gv[None, :]
+    dv_ref[...] = dv
+
+
+C1 = 2  # row_ubar2: y-side w2
+
+
+def _row_ubar2_kernel(x_ref, xv_ref, xm_ref, y_ref, yv_ref, ym_ref, out_ref, *, ln: Launch):
+    # x = queries (own G block in xm), y = keys (V in ym).
+    x, xv, xm = x_ref[...], xv_ref[...], xm_ref[...]
+    x0 = pl.program_id(1) * ln.bx
+
+    def body(t, acc):
+        tile = _Tile(ln, x0, t, x, xv, y_ref, yv_ref)
+        z = _dot_nt(xm, ym_ref[tile.sl, :], ln)  # [bq, bk]
+        return acc + (tile.plan(xv[POT]) * (z - tile.yv[C1][None, :])).sum(axis=1)
+
+    out_ref[...] = lax.fori_loop(*_tile_range(ln, x0), body, jnp.zeros((ln.bx,), jnp.float32))[None, :]
+
+
+# Slots of the Sbar vectors. Row side (queries): R1 = x2 = ubar2 / a, R2 = alpha,
+# R3 = alpha * ubar1 / a; dq kernel inputs INV_A, EXTRA in R3's and the next slot.
+# Column side (keys): C1 = w2 = g_v / b, C2 = beta, C3 = beta * vbar1 / b, C4 = delta.
+R1, R2, R3 = 2, 3, 4
+INV_A, EXTRA = 4, 5
+C2, C3, C4 = 3, 4, 5
+
+
+def _sbar(p, z, c, r):
+    """P * (Z - c1_j - c2_j r1_i - r2_i c3_j - c4_j r3_i) in the row-owner orientation;
+    c: the column vector stack of the tile (slots C1..C4), r: (r1, r2, r3) each [bx]."""
+    r1, r2, r3 = (x[:, None] for x in r)
+    return p * (z - c[C1][None, :] - c[C2][None, :] * r1 - r2 * c[C3][None, :] - c[C4][None, :] * r3)
+
+
+def _row_dq_kernel(x_ref, xv_ref, xm_ref, y_ref, yv_ref, ym_ref, dq_ref, ub1_ref, *, ln: Launch):
+    # x = queries (G block in xm), y = keys (K in y_ref, V in ym).
+    x, xv, xm = x_ref[...], xv_ref[...], xm_ref[...]
+    x0 = pl.program_id(1) * ln.bx
+    lo, hi = _tile_range(ln, x0)
+
+    def pass1(t, acc):  # P (beta w1), the band part of ubar1
+        tile = _Tile(ln, x0, t, x, xv, y_ref, yv_ref)
+        return acc + (tile.plan(xv[POT]) * tile.yv[C3][None, :]).sum(axis=1)
+
+    t1 = lax.fori_loop(lo, hi, pass1, jnp.zeros((ln.bx,), jnp.float32))
+    alpha = xv[R2]
+    ubar1 = -alpha * (t1 + xv[EXTRA])
+    r = (xv[R1], alpha, alpha * xv[INV_A] * ubar1)
+
+    def pass2(t, acc):
+        tile = _Tile(ln, x0, t, x, xv, y_ref, yv_ref)
+        z = _dot_nt(xm, ym_ref[tile.sl, :], ln)
+        sbar = _sbar(tile.plan(xv[POT]), z, tile.yv, r)
+        return acc + _dot_nn(sbar, y_ref[tile.sl, :], ln)
+
+    dq = lax.fori_loop(lo, hi, pass2, jnp.zeros(dq_ref.shape, jnp.float32))
+    dq_ref[...] = dq * ln.scale
+    ub1_ref[...] = ubar1[None, :]
+
+
+def _col_dk_kernel(x_ref, xv_ref, xm_ref, y_ref, yv_ref, ym_ref, dk_ref, *, ln: Launch):
+    # x = keys (V block in xm; vector slots C1..C4), y = queries (G in ym; slots R1..R3).
+    x, xv, xm = x_ref[...], xv_ref[...], xm_ref[...]
+    x0 = pl.program_id(1) * ln.bx
+
+    def body(t, acc):
+        tile = _Tile(ln, x0, t, x, xv, y_ref, yv_ref)
+        p = tile.plan(xv[POT])  # [bk, bq] = P^T
+        z = _dot_nt(xm, ym_ref[tile.sl, :], ln)  # Z^T
+        yv = tile.yv
+        sbar_t = p * (z - xv[C1][:, None] - xv[C2][:, None] * yv[R1][None, :] - yv[R2][None, :] * xv[C3][:, None]
+                      - xv[C4][:, None] * yv[R3][None, :])
+        return acc + _dot_nn(sbar_t, y_ref[tile.sl, :], ln)
+
+    dk_ref[...] = lax.fori_loop(*_tile_range(ln, x0), body, jnp.zeros(dk_ref.shape, jnp.float32)) * ln.scale
+
+
+# --------------------------------------------------------------------------- launches
+
+
+def _own(block, width):
+    return pl.BlockSpec((None, block, width), lambda h, i: (h, i, 0))
+
+
+def _whole(length, width):
+    return pl.BlockSpec((None, length, width), lambda h, i: (h, 0, 0))
+
+
+def _own_vec(n, block):
+    return pl.BlockSpec((None, n, block), lambda h, i: (h, 0, i))
+
+
+def _whole_vec(n, length):
+    return pl.BlockSpec((None, n, length), lambda h, i: (h, 0, 0))
+
+
+def _call(body, ln: Launch, name: str, ins: list, outs: list):
+    """ins: (array, 'x'|'y', 'tok'|'vec'); outs: ('tok', width) [BH, Lx, width] or ('vec',) [BH, 1, Lx]."""
+    bh = ins[0][0].shape[0]
+    lx = ln.nx * ln.bx
+    in_specs = []
+    for arr, side, kind in ins:
+        if kind == "tok":
+            in_specs.append(_own(ln.bx, arr.shape[2]) if side == "x" else _whole(arr.shape[1], arr.shape[2]))
+        else:
+            in_specs.append(_own_vec(arr.shape[1], ln.bx) if side == "x" else _whole_vec(arr.shape[1], arr.shape[2]))
+    out_specs, out_shape = [], []
+    for out in outs:
+        if out[0] == "tok":
+            out_specs.append(_own(ln.bx, out[1]))
+            out_shape.append(jax.ShapeDtypeStruct((bh, lx, out[1]), jnp.float32))
+        else:
+            out_specs.append(_own_vec(1, ln.bx))
+            out_shape.append(jax.ShapeDtypeStruct((bh, 1, lx), jnp.float32))
+    res = pl.pallas_call(
+        functools.partial(body, ln=ln),
+        grid=(bh, ln.nx),
+        in_specs=in_specs,
+        out_specs=out_specs,
+        out_shape=out_shape,
+        interpret=ln.interpret,
+        name=f"sinkhorn_{name}",
+    )(*(a for a, _, _ in ins))
+    return res
+
+
+def lse(ln: Launch, x, xv, y, yv):
+    """x [BH, Lx, d], xv [BH, >=1, Lx] (mask), y [BH, Ly, d], yv [BH, >=2, Ly] (mask, pot)
+    -> LSE_y (S_xy + pot_y) [BH, Lx] (-inf where x has no active partner)."""
+    (out,) = _call(_lse_kernel, ln, "lse", [(x, "x", "tok"), (xv, "x", "vec"), (y, "y", "tok"), (yv, "y", "vec")],
+                   [("vec",)])
+    return out[:, 0]
+
+
+def output(ln: Launch, q, qv, k, kv, v):
+    """O = P V, P = exp(S + u + v) on the support. qv [BH, 2, Lq] (mask, u), kv [BH, 2, Lk]
+    (mask, v), v [BH, Lk, e] -> [BH, Lq, e] float32."""
+    (out,) = _call(_output_kernel, ln, "output",
+                   [(q, "x", "tok"), (qv, "x", "vec"), (k, "y", "tok"), (kv, "y", "vec"), (v, "y", "tok")],
+                   [("tok", v.shape[2])])
+    return out
+
+
+def matvec(ln: Launch, x, xv, y, yv):
+    """sum_y P_xy w_y. xv [BH, 2, Lx] (mask, pot), yv [BH, 3, Ly] (mask, pot, w) -> [BH, Lx]."""
+    (out,) = _call(_matvec_kernel, ln, "matvec", [(x, "x", "tok"), (xv, "x", "vec"), (y, "y", "tok"),
+                                                  (yv, "y", "vec")], [("vec",)])
+    return out[:, 0]
+
+
+def col_gv_dv(ln: Launch, k, kv, v, q, qv, g):
+    """Column owner (ln oriented keys x queries). kv [BH, 2, Lk] (mask, v2), qv [BH, 2, Lq]
+    (mask, u2), v [BH, Lk, e], g [BH, Lq, e] -> (g_v [BH, Lk], dV [BH, Lk, e]) float32."""
+    gv, dv = _call(_col_gv_dv_kernel, ln, "col_gv_dv",
+                   [(k, "x", "tok"), (kv, "x", "vec"), (v, "x", "tok"), (q, "y", "tok"), (qv, "y", "vec"),
+                    (g, "y", "tok")], [("vec",), ("tok", g.shape[2])])
+    return gv[:, 0], dv
+
+
+def row_ubar2(ln: Launch, q, qv, g, k, kv, v):
+    """rowsum(P * (Z - w2_j)). qv [BH, 2, Lq] (mask, u2), kv [BH, 3, Lk] (mask, v2, w2) -> [BH, Lq]."""
+    (out,) = _call(_row_ubar2_kernel, ln, "row_ubar2",
+                   [(q, "x", "tok"), (qv, "x", "vec"), (g, "x", "tok"), (k, "y", "tok"), (kv, "y", "vec"),
+                    (v, "y", "tok")], [("vec",)])
+    return out[:, 0]
+
+
+def row_dq(ln: Launch, q, qv, g, k, kv, v):
+    """Row owner: ubar1 and dQ. qv [BH, 6, Lq] (mask, u2, x2, alpha, 1/a, extra), kv [BH, 6, Lk]
+    (mask, v2, w2, beta, beta w1, delta) -> (dQ [BH, Lq, d] float32, ubar1 [BH, Lq])."""
+    dq, ub1 = _call(_row_dq_kernel, ln, "row_dq",
+                    [(q, "x", "tok"), (qv, "x", "vec"), (g, "x", "tok"), (k, "y", "tok"), (kv, "y", "vec"),
+                     (v, "y", "tok")], [("tok", q.shape[2]), ("vec",)])
+    return dq, ub1[:, 0]
+
+
+def col_dk(ln: Launch, k, kv, v, q, qv, g):
+    """Column owner: dK. kv [BH, 6, Lk] (mask, v2, w2, beta, beta w1, delta), qv [BH, 5, Lq]
+    (mask, u2, x2, alpha, x1) -> dK [BH, Lk, d] float32."""
+    (dk,) = _call(_col_dk_kernel, ln, "col_dk",
+                  [(k, "x", "tok"), (kv, "x", "vec"), (v, "x", "tok"), (q, "y", "tok"), (qv, "y", "vec"),
+                   (g, "y", "tok")], [("tok", k.shape[2])])
+    return dk
+

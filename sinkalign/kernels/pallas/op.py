@@ -1,0 +1,517 @@
+"""The Pallas tail-refinement operator: ``impl="pallas"`` of :func:`sinkalign.sinkhorn.core.tail_operator`.
+
+Same operator, conventions and gradient as the JAX reference (``../design/sinkhorn_tail.md``):
+a stopped, centered base solve of T full steps from ``v = 0``, two raw tail steps, output
+``O = P^(2,2) V``; the backward is the exact one-reference R = 2 adjoint (Proposition 2)
+generalised to marginals a, b (every plan meets a cotangent divided by its mass). The forward
+stores only q, k, v, the masks, the log marginals and the float32 dual vectors
+``v^(0), u^(1), v^(1), u^(2), v^(2)``: O(L d + L) memory; every sweep recomputes the score
+tiles from q and k.
+
+Backward sweeps (``P = P^(2,2)``, ``Z = G V^T``, ``alpha = exp(u1 - u2)``,
+``beta = exp(v1 - v2)``, ``delta = exp(v0 - v2)``; row owners and column owners each write
+their own outputs, so there are no atomics):
+
+1. column owner: ``g_v = colsum(P * Z)``, ``dV = P^T G``;            ``w2 = g_v / b``
+2. row owner:    ``ubar2 = rowsum(P * (Z - w2_j))`` (= g_u - P w2);   ``x2 = ubar2 / a``
+3. column owner: ``vbar1 = -beta * P^T x2``;                          ``c3 = beta vbar1 / b``
+4. row owner:    ``ubar1 = -alpha * P c3`` then, in the same program, ``x1 = alpha ubar1 / a``
+   and ``dQ = Sbar K / (sqrt(d) eps)``
+5. column owner: ``dK = Sbar^T Q / (sqrt(d) eps)``
+
+with ``Sbar = P * (Z - w2_j - beta_j x2_i - alpha_i c3_j - delta_j x1_i)``.
+
+Supports. The largest piece of the :class:`~sinkalign.sinkhorn.support.Support` (the band,
+or the single dense piece of the balanced problem and of the ``paper`` dustbin variant, a
+length-1 problem included) runs through the Pallas kernels. Every other piece must be one
+row or one column wide: the banded dustbin variant's always-active dustbin column and row.
+Those are computed with plain jnp as dense ``[BH, L, 1]`` / ``[BH, 1, L]`` pieces (O(L d)
+work) and combined with the kernel results between sweeps: log-sum-exps by ``logaddexp``,
+sums by addition; the dQ sweep receives their share of ``P c3`` as an extra row vector, so
+``ubar1`` is complete before ``Sbar`` is formed.
+
+Lowerings: ``interpret=True`` (the default whenever JAX's default backend is the CPU) runs
+the kernels in the Pallas interpreter; this is the only mode that has run for real in this
+project so far. ``interpret=False`` lowers them for the current backend (Triton on NVIDIA
+GPUs, Mosaic on TPUs); see the package docstring for what has been checked.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import pallas as pl
+
+from sinkalign.kernels.pallas import kernels as K
+from sinkalign.kernels.pallas.kernels import BlockSizes, Launch
+from sinkalign.sinkhorn.config import SinkhornConfig
+from sinkalign.sinkhorn.support import Piece, Support
+
+__all__ = ["sinkhorn_attention_pallas", "tail_duals", "tail_operator"]
+
+log = logging.getLogger(__name__)
+
+_KERNEL_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+_NEG_INF = float("-inf")
+_F32 = jnp.float32
+_HI = jax.lax.Precision.HIGHEST
+
+
+# --------------------------------------------------------------------------- static plan
+
+
+@dataclass(frozen=True)
+class _Static:
+    """Everything static about one call (hashable: the jit / custom_vjp key)."""
+
+    support: Support
+    main: int  # index of the kernel piece
+    eps: float
+    n_iters: int
+    blocks: BlockSizes
+    interpret: bool
+
+    @property
+    def piece(self) -> Piece:
+        return self.support.pieces[self.main]
+
+    @property
+    def thin(self) -> tuple[Piece, ...]:
+        return tuple(p for i, p in enumerate(self.support.pieces) if i != self.main)
+
+    def launch(self, d: int, low: bool) -> Launch:
+        p = self.piece
+        bq, bk = self.blocks.effective(p.nr, p.nc)
+        return Launch(bq, bk, -(-p.nr // bq), -(-p.nc // bk), p.band, 1.0 / (math.sqrt(d) * self.eps), low,
+                      self.interpret)
+
+
+def _choose_main(support: Support) -> int:
+    sizes = [p.nr * p.nc for p in support.pieces]
+    main = int(np.argmax(sizes))
+    for i, p in enumerate(support.pieces):
+        if i != main and p.nr != 1 and p.nc != 1:
+            raise ValueError(
+                f"support piece {p} is neither the kernel piece nor one row/column wide; the Pallas operator runs "
+                "one band/dense piece in its kernels plus dustbin rows/columns (use impl='reference' for others)"
+            )
+    return main
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _window_count(m, n_self: int, band: int | None):
+    """For each of n_self positions, the number of True entries of m [BH, n] within the band."""
+    m = m.astype(jnp.int32)
+    if band is None:
+        return jnp.broadcast_to(m.sum(-1, keepdims=True, dtype=jnp.int32), m.shape[:-1] + (n_self,))
+    cs = jnp.concatenate([jnp.zeros(m.shape[:-1] + (1,), jnp.int32), jnp.cumsum(m, -1, dtype=jnp.int32)], -1)
+    pos = np.arange(n_self)
+    lo = np.clip(pos - band, 0, m.shape[-1])
+    hi = np.clip(pos + band + 1, 0, m.shape[-1])
+    return cs[..., hi] - cs[..., lo]
+
+
+def _activity(support: Support, qv, kv):
+    """Rows / columns with at least one active entry: (row_active [BH, Lq], col_active [BH, Lk])."""
+    rows = jnp.zeros(qv.shape, jnp.int32)
+    cols = jnp.zeros(kv.shape, jnp.int32)
+    for p in support.pieces:
+        qm, km = qv[:, p.r0 : p.r0 + p.nr], kv[:, p.c0 : p.c0 + p.nc]
+        rc = qm * _window_count(km, p.nr, p.band)
+        cc = km * _window_count(qm, p.nc, p.band)
+        rows = rows.at[:, p.r0 : p.r0 + p.nr].add(rc)
+        cols = cols.at[:, p.c0 : p.c0 + p.nc].add(cc)
+    return rows > 0, cols > 0
+
+
+def _place(part, start: int, length: int, fill=0.0):
+    """[BH, n] piece-local -> [BH, length] with the piece at [start, start + n)."""
+    n = part.shape[1]
+    widths = [(0, 0), (start, length - start - n)] + [(0, 0)] * (part.ndim - 2)
+    return jnp.pad(part, widths, constant_values=fill)
+
+
+def _logaddexp(a, b):
+    m = jnp.maximum(a, b)
+    m_safe = jnp.where(m == _NEG_INF, 0.0, m)
+    s = jnp.exp(a - m_safe) + jnp.exp(b - m_safe)
+    return jnp.where(s > 0, m_safe + jnp.log(jnp.where(s > 0, s, 1.0)), _NEG_INF)
+
+
+def _masked_lse(z, axis):
+    m = z.max(axis)
+    m_safe = jnp.where(m == _NEG_INF, 0.0, m)
+    s = jnp.exp(z - jnp.expand_dims(m_safe, axis)).sum(axis)
+    return jnp.where(s > 0, m_safe + jnp.log(jnp.where(s > 0, s, 1.0)), _NEG_INF)
+
+
+class _Main:
+    """The kernel piece: padded piece-local tokens and masks, and the sweeps over it."""
+
+    def __init__(self, st: _Static, q, k, v, qv, kv, g=None):
+        # v (values) and g (output cotangent) are optional: the dual sweeps need neither.
+        p = self.p = st.piece
+        low = q.dtype != jnp.float32
+        self.ln = st.launch(q.shape[-1], low)
+        self.lq_pad, self.lk_pad = self.ln.nx * self.ln.bx, self.ln.ny * self.ln.by
+        fpad = (lambda n: n) if st.interpret else (lambda n: max(16, pl.next_power_of_2(n)))
+        self.q = self._tok(q[:, p.r0 : p.r0 + p.nr], self.lq_pad, fpad)
+        self.k = self._tok(k[:, p.c0 : p.c0 + p.nc], self.lk_pad, fpad)
+        self.v = None if v is None else self._tok(v[:, p.c0 : p.c0 + p.nc], self.lk_pad, fpad)
+        self.g = None if g is None else self._tok(g[:, p.r0 : p.r0 + p.nr].astype(q.dtype), self.lq_pad, fpad)
+        self.mq = self.rows(qv.astype(_F32))
+        self.mk = self.cols(kv.astype(_F32))
+
+    @staticmethod
+    def _tok(x, length, fpad):
+        return jnp.pad(x, [(0, 0), (0, length - x.shape[1]), (0, fpad(x.shape[2]) - x.shape[2])])
+
+    def rows(self, x):
+        """Full [BH, Lq] -> piece-local padded [BH, lq_pad]."""
+        part = x[:, self.p.r0 : self.p.r0 + self.p.nr]
+        return jnp.pad(part, [(0, 0), (0, self.lq_pad - self.p.nr)])
+
+    def cols(self, x):
+        part = x[:, self.p.c0 : self.p.c0 + self.p.nc]
+        return jnp.pad(part, [(0, 0), (0, self.lk_pad - self.p.nc)])
+
+    def put_rows(self, x, lq, fill=0.0):
+        return _place(x[:, : self.p.nr], self.p.r0, lq, fill)
+
+    def put_cols(self, x, lk, fill=0.0):
+        return _place(x[:, : self.p.nc], self.p.c0, lk, fill)
+
+    def qvec(self, *xs):
+        return jnp.stack([self.mq] + [self.rows(x) for x in xs], 1)  # [BH, n, lq_pad]
+
+    def kvec(self, *xs):
+        return jnp.stack([self.mk] + [self.cols(x) for x in xs], 1)  # [BH, n, lk_pad]
+
+    # ---- sweeps (full-length float32 vectors in, piece-local padded results out) ----
+    def row_lse(self, v):
+        return K.lse(self.ln, self.q, self.qvec(), self.k, self.kvec(v))
+
+    def col_lse(self, u):
+        return K.lse(self.ln.swap(), self.k, self.kvec(), self.q, self.qvec(u))
+
+    def output(self, u, v):
+        return K.output(self.ln, self.q, self.qvec(u), self.k, self.kvec(v), self.v)
+
+    def gv_dv(self, u, v):
+        return K.col_gv_dv(self.ln.swap(), self.k, self.kvec(v), self.v, self.q, self.qvec(u), self.g)
+
+    def ubar2(self, u, v, w2):
+        return K.row_ubar2(self.ln, self.q, self.qvec(u), self.g, self.k, self.kvec(v, w2), self.v)
+
+    def col_matvec(self, u, v, x):
+        return K.matvec(self.ln.swap(), self.k, self.kvec(v), self.q, self.qvec(u, x))
+
+    def dq(self, u, v, x2, alpha, inv_a, extra, w2, beta, c3, delta):
+        return K.row_dq(self.ln, self.q, self.qvec(u, x2, alpha, inv_a, extra), self.g, self.k,
+                        self.kvec(v, w2, beta, c3, delta), self.v)
+
+    def dk(self, u, v, x2, alpha, x1, w2, beta, c3, delta):
+        return K.col_dk(self.ln.swap(), self.k, self.kvec(v, w2, beta, c3, delta), self.v, self.q,
+                        self.qvec(u, x2, alpha, x1), self.g)
+
+
+class _Thin:
+    """A one-row / one-column piece (a dustbin), dense in plain jnp: O(L d) work."""
+
+    def __init__(self, p: Piece, q, k, qv, kv, scale):
+        self.p = p
+        self.qs = q[:, p.r0 : p.r0 + p.nr].astype(_F32)  # [BH, nr, d]
+        self.ks = k[:, p.c0 : p.c0 + p.nc].astype(_F32)  # [BH, nc, d]
+        self.s = jnp.einsum("hid,hjd->hij", self.qs, self.ks, precision=_HI) * scale
+        mask = qv[:, p.r0 : p.r0 + p.nr, None] & kv[:, None, p.c0 : p.c0 + p.nc]
+        if p.band is not None:
+            i, j = np.arange(p.nr)[:, None], np.arange(p.nc)[None, :]
+            mask = mask & jnp.asarray(np.abs(i - j) <= p.band)
+        self.mask = mask
+
+    def r(self, x):  # full row vector -> [BH, nr, 1]
+        return x[:, self.p.r0 : self.p.r0 + self.p.nr, None]
+
+    def c(self, x):  # full column vector -> [BH, 1, nc]
+        return x[:, None, self.p.c0 : self.p.c0 + self.p.nc]
+
+    def row_lse(self, v, lq):
+        z = jnp.where(self.mask, self.s + self.c(v), _NEG_INF)
+        return _place(_masked_lse(z, 2), self.p.r0, lq, _NEG_INF)
+
+    def col_lse(self, u, lk):
+        z = jnp.where(self.mask, self.s + self.r(u), _NEG_INF)
+        return _place(_masked_lse(z, 1), self.p.c0, lk, _NEG_INF)
+
+    def plan(self, u, v):
+        return jnp.exp(jnp.where(self.mask, self.s + self.r(u) + self.c(v), _NEG_INF))
+
+    def rowsum(self, x, lq):
+        return _place(x.sum(2), self.p.r0, lq)
+
+    def colsum(self, x, lk):
+        return _place(x.sum(1), self.p.c0, lk)
+
+
+# --------------------------------------------------------------------------- forward
+
+
+def _forward_duals(st: _Static, q, k, qv, kv, la, lb):
+    """Base solve then two raw tail steps. Returns (v0, u1, v1, u2, v2), float32 [BH, L]."""
+    lq, lk = q.shape[1], k.shape[1]
+    row_active, col_active = _activity(st.support, qv, kv)
+    main = _Main(st, q, k, None, qv, kv)
+    thin = [_Thin(p, q, k, qv, kv, main.ln.scale) for p in st.thin]
+    la, lb = la.astype(_F32), lb.astype(_F32)
+
+    def row_step(v):
+        lse = main.put_rows(main.row_lse(v), lq, _NEG_INF)
+        for t in thin:
+            lse = _logaddexp(lse, t.row_lse(v, lq))
+        return jnp.where(row_active, la - lse, 0.0)
+
+    def col_step(u):
+        lse = main.put_cols(main.col_lse(u), lk, _NEG_INF)
+        for t in thin:
+            lse = _logaddexp(lse, t.col_lse(u, lk))
+        return jnp.where(col_active, lb - lse, 0.0)
+
+    n_rows = jnp.maximum(row_active.sum(-1, keepdims=True), 1).astype(_F32)
+    T = st.n_iters
+
+    def step(uv, i):
+        # Steps 0..T-1 are the centered base; steps T, T+1 the raw tail (c = 0 leaves u_raw,
+        # v_raw unchanged: both are already 0 off the active rows / columns). One scan keeps
+        # a single copy of each kernel in the compiled program.
+        v_in = uv[1]
+        u_raw = row_step(v_in)
+        v_raw = col_step(u_raw)
+        c = jnp.sum(jnp.where(row_active, u_raw, 0.0), -1, keepdims=True) / n_rows
+        c = jnp.where(i < T, c, 0.0)
+        uv = jnp.where(row_active, u_raw - c, 0.0), jnp.where(col_active, v_raw + c, 0.0)
+        return uv, (v_in, u_raw, v_raw)
+
+    zeros = (jnp.zeros((q.shape[0], lq), _F32), jnp.zeros((q.shape[0], lk), _F32))
+    _, (v_in, u_raw, v_raw) = jax.lax.scan(step, zeros, jnp.arange(T + 2))
+    v0, u1, v1, u2, v2 = v_in[T], u_raw[T], v_raw[T], u_raw[T + 1], v_raw[T + 1]
+    return v0, u1, v1, u2, v2
+
+
+def _output(st: _Static, q, k, v, qv, kv, u2, v2):
+    lq, dv = q.shape[1], v.shape[2]
+    main = _Main(st, q, k, v, qv, kv)
+    out = main.put_rows(main.output(u2, v2)[..., :dv], lq)
+    for p in st.thin:
+        t = _Thin(p, q, k, qv, kv, main.ln.scale)
+        part = jnp.einsum("hij,hje->hie", t.plan(u2, v2), v[:, p.c0 : p.c0 + p.nc].astype(_F32), precision=_HI)
+        out = out + _place(part, p.r0, lq)
+    return out.astype(v.dtype)
+
+
+# --------------------------------------------------------------------------- backward
+
+
+def _backward(st: _Static, q, k, v, qv, kv, la, lb, duals, g):
+    v0, u1, v1, u2, v2 = duals
+    lq, lk, d, dv = q.shape[1], k.shape[1], q.shape[2], v.shape[2]
+    row_active, col_active = _activity(st.support, qv, kv)
+    inv_a = jnp.where(row_active, jnp.exp(-la.astype(_F32)), 0.0)
+    inv_b = jnp.where(col_active, jnp.exp(-lb.astype(_F32)), 0.0)
+    alpha, beta, delta = jnp.exp(u1 - u2), jnp.exp(v1 - v2), jnp.exp(v0 - v2)
+    main = _Main(st, q, k, v, qv, kv, g)
+    thin = []
+    for p in st.thin:
+        t = _Thin(p, q, k, qv, kv, main.ln.scale)
+        gt = g[:, p.r0 : p.r0 + p.nr].astype(_F32)
+        vt = v[:, p.c0 : p.c0 + p.nc].astype(_F32)
+        thin.append((t, t.plan(u2, v2), jnp.einsum("hie,hje->hij", gt, vt, precision=_HI), gt))
+
+    # 1. g_v = colsum(P * Z), dV = P^T G
+    gv_m, dv_m = main.gv_dv(u2, v2)
+    g_v = main.put_cols(gv_m, lk)
+    d_v = main.put_cols(dv_m[..., :dv], lk)
+    for t, P, Z, gt in thin:
+        g_v = g_v + t.colsum(P * Z, lk)
+        d_v = d_v + _place(jnp.einsum("hij,hie->hje", P, gt, precision=_HI), t.p.c0, lk)
+    w2 = inv_b * g_v
+    # 2. ubar2 = rowsum(P * (Z - w2_j))
+    ubar2 = main.put_rows(main.ubar2(u2, v2, w2), lq)
+    for t, P, Z, _ in thin:
+        ubar2 = ubar2 + t.rowsum(P * (Z - t.c(w2)), lq)
+    x2 = inv_a * ubar2
+    # 3. vbar1 = -beta * P^T x2
+    pt_x2 = main.put_cols(main.col_matvec(u2, v2, x2), lk)
+    for t, P, _, _ in thin:
+        pt_x2 = pt_x2 + t.colsum(P * t.r(x2), lk)
+    c3 = beta * inv_b * (-beta * pt_x2)
+    # 4. ubar1 = -alpha * P c3 (dustbin share passed in as `extra`), then dQ
+    extra = jnp.zeros_like(u2)
+    for t, P, _, _ in thin:
+        extra = extra + t.rowsum(P * t.c(c3), lq)
+    dq_m, ub1_m = main.dq(u2, v2, x2, alpha, inv_a, extra, w2, beta, c3, delta)
+    in_main = np.zeros(lq, bool)
+    in_main[main.p.r0 : main.p.r0 + main.p.nr] = True
+    ubar1 = jnp.where(jnp.asarray(in_main), main.put_rows(ub1_m, lq), -alpha * extra)
+    x1 = alpha * inv_a * ubar1
+    d_q = main.put_rows(dq_m[..., :d], lq)
+    # 5. dK
+    d_k = main.put_cols(main.dk(u2, v2, x2, alpha, x1, w2, beta, c3, delta)[..., :d], lk)
+    for t, P, Z, _ in thin:
+        sbar = P * (Z - t.c(w2) - t.c(beta) * t.r(x2) - t.r(alpha) * t.c(c3) - t.c(delta) * t.r(x1))
+        d_q = d_q + _place(jnp.einsum("hij,hjd->hid", sbar, t.ks, precision=_HI) * main.ln.scale, t.p.r0, lq)
+        d_k = d_k + _place(jnp.einsum("hij,hid->hjd", sbar, t.qs, precision=_HI) * main.ln.scale, t.p.c0, lk)
+    return d_q.astype(q.dtype), d_k.astype(k.dtype), d_v.astype(v.dtype)
+
+
+# --------------------------------------------------------------------------- custom_vjp
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(7,))
+def _op(q, k, v, qv, kv, la, lb, st):
+    duals = _forward_duals(st, q, k, qv, kv, la, lb)
+    return _output(st, q, k, v, qv, kv, duals[3], duals[4])
+
+
+def _op_fwd(q, k, v, qv, kv, la, lb, st):
+    duals = _forward_duals(st, q, k, qv, kv, la, lb)
+    out = _output(st, q, k, v, qv, kv, duals[3], duals[4])
+    # Residuals: O(L d) inputs and five O(L) float32 dual vectors; no plan is stored.
+    return out, (q, k, v, qv, kv, la, lb, duals)
+
+
+def _op_bwd(st, res, g):
+    q, k, v, qv, kv, la, lb, duals = res
+    dq, dk, dv = _backward(st, q, k, v, qv, kv, la, lb, duals, g)
+    return dq, dk, dv, None, None, None, None
+
+
+_op.defvjp(_op_fwd, _op_bwd)
+_op_jit = jax.jit(_op, static_argnums=(7,))
+_duals_jit = jax.jit(_forward_duals, static_argnums=(0,))
+
+
+# --------------------------------------------------------------------------- public boundary
+
+
+def _check(q, k, v, q_valid, k_valid, log_a, log_b, support, cfg) -> None:
+    if not isinstance(cfg, SinkhornConfig):
+        raise ValueError(f"cfg must be a SinkhornConfig, got {type(cfg).__name__}")
+    if cfg.tail != 2:
+        raise ValueError(f"tail={cfg.tail}: the Pallas operator implements the R = 2 one-reference backward only; "
+                         "use impl='reference' for other tail depths")
+    if cfg.backward != "one_reference":
+        raise ValueError(f"backward={cfg.backward!r}: the Pallas operator implements backward='one_reference' "
+                         "only; use impl='reference' for the other modes")
+    if not isinstance(support, Support):
+        raise ValueError(f"support must be a Support, got {type(support).__name__}")
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if x.ndim < 2:
+            raise ValueError(f"{name} must have shape [..., L, d], got {tuple(x.shape)}")
+    if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]):
+        raise ValueError(f"batch dims differ: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k feature dims differ: {q.shape[-1]} vs {k.shape[-1]}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"k and v lengths differ: {k.shape[-2]} vs {v.shape[-2]}")
+    if (support.lq, support.lk) != (q.shape[-2], k.shape[-2]):
+        raise ValueError(f"support is {support.lq} x {support.lk} but q, k have lengths {q.shape[-2]}, {k.shape[-2]}")
+    dts = {jnp.dtype(x.dtype) for x in (q, k, v)}
+    if len(dts) != 1:
+        raise ValueError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    (dt,) = dts
+    if dt not in _KERNEL_DTYPES:
+        raise ValueError(f"dtype {dt} is not supported by the Pallas kernels (valid: float32, bfloat16, float16); "
+                         "use impl='reference' for float64")
+    batch = q.shape[:-2]
+    for name, x, n in (("q_valid", q_valid, q.shape[-2]), ("k_valid", k_valid, k.shape[-2])):
+        if tuple(x.shape) != batch + (n,) or x.dtype != jnp.bool_:
+            raise ValueError(f"{name} must be a bool array of shape {batch + (n,)}, got {x.dtype}{tuple(x.shape)}")
+    for name, x, n in (("log_a", log_a, q.shape[-2]), ("log_b", log_b, k.shape[-2])):
+        if tuple(x.shape) != batch + (n,):
+            raise ValueError(f"{name} must have shape {batch + (n,)}, got {tuple(x.shape)}")
+
+
+def _static(support, cfg, block_sizes, interpret) -> _Static:
+    if interpret is None:
+        interpret = jax.default_backend() == "cpu"
+    if not isinstance(interpret, bool):
+        raise ValueError(f"interpret={interpret!r} must be True, False or None (auto: True on CPU)")
+    if block_sizes is None:
+        block_sizes = BlockSizes.get_default(interpret)
+    if not isinstance(block_sizes, BlockSizes):
+        raise ValueError(f"block_sizes must be a BlockSizes, got {type(block_sizes).__name__}")
+    return _Static(support, _choose_main(support), float(cfg.eps), cfg.n_iters, block_sizes, interpret)
+
+
+def _flat(x, n_tail):
+    return x.reshape((-1,) + x.shape[x.ndim - n_tail :])
+
+
+def tail_operator(q, k, v, q_valid, k_valid, log_a, log_b, support: Support, cfg: SinkhornConfig, *,
+                  block_sizes: BlockSizes | None = None, interpret: bool | None = None):
+    """O = P^(2,2) V on an explicit support, computed by the Pallas kernels.
+
+    Args:
+        q [..., Lq, d], k [..., Lk, d], v [..., Lk, dv]: one dtype among float32, bfloat16,
+            float16 (accumulation is float32); leading dims are flattened into one batch.
+        q_valid [..., Lq], k_valid [..., Lk]: bool, True = real token.
+        log_a [..., Lq], log_b [..., Lk]: log marginals.
+        support: the active support (one band/dense piece plus optional dustbin rows/columns).
+        cfg: needs ``tail == 2`` and ``backward == 'one_reference'``; uses ``eps`` and ``n_iters``.
+        block_sizes: kernel tile sizes (default :meth:`BlockSizes.get_default`).
+        interpret: run the Pallas interpreter; None = when JAX's default backend is the CPU.
+
+    Returns O [..., Lq, dv] in v's dtype. Differentiable in q, k, v (not in masks or marginals).
+    Inputs are expected validated (see :func:`sinkalign.sinkhorn.core.prepare`); shapes,
+    dtypes and the configuration are checked here, before any tracing.
+    """
+    q, k, v = (jnp.asarray(x) for x in (q, k, v))
+    q_valid, k_valid, log_a, log_b = (jnp.asarray(x) for x in (q_valid, k_valid, log_a, log_b))
+    _check(q, k, v, q_valid, k_valid, log_a, log_b, support, cfg)
+    st = _static(support, cfg, block_sizes, interpret)
+    log.debug("pallas tail_operator q%s k%s support=%s blocks=%s interpret=%s", q.shape, k.shape,
+              support.pieces, st.blocks, st.interpret)
+    batch, lq, dv = q.shape[:-2], q.shape[-2], v.shape[-1]
+    out = _op_jit(_flat(q, 2), _flat(k, 2), _flat(v, 2), _flat(q_valid, 1), _flat(k_valid, 1), _flat(log_a, 1),
+                  _flat(log_b, 1), st)
+    return out.reshape(batch + (lq, dv))
+
+
+def tail_duals(q, k, v, q_valid, k_valid, log_a, log_b, support: Support, cfg: SinkhornConfig, *,
+               block_sizes: BlockSizes | None = None, interpret: bool | None = None) -> dict:
+    """The kernels' dual vectors ``{"v0", "u1", "v1", "u2", "v2"}`` (float32 [..., L]), for checks."""
+    q, k, v = (jnp.asarray(x) for x in (q, k, v))
+    q_valid, k_valid, log_a, log_b = (jnp.asarray(x) for x in (q_valid, k_valid, log_a, log_b))
+    _check(q, k, v, q_valid, k_valid, log_a, log_b, support, cfg)
+    st = _static(support, cfg, block_sizes, interpret)
+    duals = _duals_jit(st, _flat(q, 2), _flat(k, 2), _flat(q_valid, 1), _flat(k_valid, 1), _flat(log_a, 1),
+                       _flat(log_b, 1))
+    batch = q.shape[:-2]
+    names = ("v0", "u1", "v1", "u2", "v2")
+    return {n: x.reshape(batch + x.shape[1:]) for n, x in zip(names, duals)}
+
+
+def sinkhorn_attention_pallas(q, k, v, *, q_mask=None, k_mask=None, log_a=None, log_b=None,
+                              config: SinkhornConfig | None = None, block_sizes: BlockSizes | None = None,
+                              interpret: bool | None = None, **overrides):
+    """:func:`sinkalign.sinkhorn.sinkhorn_attention` on the Pallas kernels, with tile/interpret control.
+
+    Same arguments as the reference (``q`` [..., Lq, d], ``k`` [..., Lk, d], ``v`` [..., Lk, dv],
+    masks and log marginals broadcastable to [..., L]); validation is the reference's
+    :func:`~sinkalign.sinkhorn.core.prepare` (which computes in float32 unless an input is
+    float64). To run bfloat16 tiles call :func:`tail_operator` with bfloat16 arrays.
+    """
+    from sinkalign.sinkhorn import core  # noqa: PLC0415
+
+    cfg = (config or SinkhornConfig()).replace(impl="pallas", **overrides)
+    q, k, v, qv, kv, la, lb = core.prepare(q, k, v, q_mask, k_mask, log_a, log_b, band=cfg.band)
+    support = Support.single(q.shape[-2], k.shape[-2], cfg.band, cfg.block)
+    return tail_operator(q, k, v, qv, kv, la, lb, support, cfg, block_sizes=block_sizes, interpret=interpret)

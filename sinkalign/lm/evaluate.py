@@ -1,0 +1,567 @@
+"""Evaluation of the DNA language models: held-out bits/base (with an order-k Markov
+baseline computed in the same run), length extrapolation, a DNA passkey test, and
+completion quality (identity and GC-trajectory correlation with bootstrap intervals).
+
+Scoring conventions (every function here):
+
+* Bits/base is the mean of ``-log2 P(x_j | x_<j)`` over the *scored* bases. Only A/C/G/T
+  targets are scored; an ``N`` target is skipped (the Markov baseline likewise skips every
+  k-mer holding an N, so both average over the same kind of bases). Contexts may contain N.
+* Held-out split: ``train_val_split`` of every record (the last ``val_fraction``); the
+  first validation bases are conditioned on the end of the training split that precedes
+  them, as the Markov reference figure (1.952 bits/base at order 6) is.
+* Coordinates are 0-based, half-open.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Iterator, NamedTuple, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from sinkalign.lm.data import read_genome, train_val_split
+from sinkalign.lm.generate import generate_batch
+from sinkalign.lm.markov import MarkovModel
+from sinkalign.lm.model import DNALanguageModel
+from sinkalign.lm.tokenizer import NucleotideTokenizer
+from sinkalign.pipelines.gc_profile import gc_trajectory, trajectory_correlation
+
+__all__ = [
+    "SECTIONS",
+    "BitsPerBase",
+    "Estimate",
+    "EvalConfig",
+    "EvalReport",
+    "bootstrap_ci",
+    "evaluate_lm",
+    "heldout_bits_per_base",
+]
+
+logger = logging.getLogger(__name__)
+
+_LN2 = math.log(2.0)
+_N_ID = 4
+
+
+class BitsPerBase(NamedTuple):
+    """Result of :func:`heldout_bits_per_base`: mean bits over ``n_scored`` A/C/G/T targets."""
+
+    bits_per_base: float
+    n_scored: int
+    context: int
+    stride: int
+
+
+def _check_pos_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+        raise ValueError(f"{name}={value!r} must be a positive integer")
+    return int(value)
+
+
+def _strided_windows(first: int, n: int, context: int, stride: int) -> Iterator[tuple[int, int, int]]:
+    """Windows ``(s, a, b)``: input ``T[s : b-1]`` scores targets ``T[a : b]``.
+
+    Targets ``first .. n-1`` are covered once, in blocks of ``stride``; each target ``j``
+    is predicted from ``j - s >= context - stride + 1`` preceding tokens (fewer only at
+    the start of ``T``).
+    """
+    for a in range(first, n, stride):
+        b = min(a + stride, n)
+        yield max(0, b - 1 - context), a, b
+
+
+
+def _target_bits(model: DNALanguageModel, tokens: torch.Tensor, first: int, *, context: int, stride: int,
+                 batch_size: int, device: torch.device, autocast_bf16: bool) -> np.ndarray:
+    """Bits ``-log2 P(T[j] | T[s:j])`` for every target ``j >= first`` of ``tokens [n]``.
+
+    Returns float64 ``[n]``: NaN before ``first`` and at N targets. Windows as in
+    :func:`_strided_windows`; equal-length windows are batched.
+    """
+    n = tokens.numel()
+    out = torch.full((n,), float("nan"), dtype=torch.float64)
+    tokens = tokens.to(device)
+
+    def run(windows: list[tuple[int, int, int]]) -> None:
+        inputs = torch.stack([tokens[s : b - 1] for s, _, b in windows])  # [w, Lw]
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16,
+                            enabled=autocast_bf16 and device.type == "cuda"):
+            logits = model(inputs)  # [w, Lw, V]
+        for row, (s, a, b) in enumerate(windows):
+            lp = F.log_softmax(logits[row, a - 1 - s : b - 1 - s].float(), dim=-1)  # [b-a, V]
+            nll = -lp.gather(1, tokens[a:b, None]).squeeze(1).double() / _LN2
+            out[a:b] = nll.cpu()
+
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            batch: list[tuple[int, int, int]] = []
+            for win in _strided_windows(first, n, context, stride):
+                s, _, b = win
+                if batch and (b - 1 - s) != (batch[0][2] - 1 - batch[0][0]):
+                    run(batch)
+                    batch = []
+                batch.append(win)
+                if len(batch) == batch_size:
+                    run(batch)
+                    batch = []
+            if batch:
+                run(batch)
+    finally:
+        model.train(was_training)
+    bits = out.numpy()
+    bits[(tokens == _N_ID).cpu().numpy()] = np.nan
+    return bits
+
+
+def _encode(seq: str, what: str) -> torch.Tensor:
+    try:
+        return NucleotideTokenizer().encode(seq)
+    except ValueError as exc:
+        raise ValueError(f"{what}: {exc}") from None
+
+
+def heldout_bits_per_base(
+    model: DNALanguageModel,
+    seq: str,
+    *,
+    context: int,
+    stride: int | None = None,
+    prefix: str = "",
+    batch_size: int = 16,
+    max_bases: int | None = None,
+    device: str | torch.device | None = None,
+    autocast_bf16: bool = False,
+) -> BitsPerBase:
+    """Sliding-window bits/base of ``model`` on ``seq`` (strided evaluation).
+
+    Every base of ``seq`` (the first ``max_bases`` of it, if given) is scored once; N
+    targets are skipped. Targets are taken in blocks of ``stride`` bases; a block is
+    predicted by one forward pass over the (at most) ``context`` tokens that end just
+    before its last base, so every scored base sees at least ``context - stride + 1``
+    bases of context (fewer only where the available sequence is shorter). ``prefix``
+    (e.g. the training split that directly precedes a validation split) supplies the
+    context of the first bases; without it the first base of ``seq`` is not scored.
+
+    Args:
+        model: the language model (evaluated in eval mode; its mode is restored).
+        seq: bases over ``ACGTN`` (either case).
+        context: tokens per forward pass (usually the training length).
+        stride: new targets per window, ``1 <= stride <= context`` (default ``context // 2``).
+        prefix: preceding sequence; only its last ``context`` bases are used.
+        batch_size: windows per forward pass.
+        max_bases: score only ``seq[:max_bases]``.
+        device: where to run (default: the model's device).
+        autocast_bf16: bf16 autocast (CUDA only).
+
+    Raises:
+        ValueError: a bad argument, a non-ACGTN character (with its position), or nothing
+            to score.
+    """
+    context = _check_pos_int("context", context)
+    stride = max(1, context // 2) if stride is None else _check_pos_int("stride", stride)
+    if stride > context:
+        raise ValueError(f"stride={stride} must not exceed context={context}")
+    batch_size = _check_pos_int("batch_size", batch_size)
+    if max_bases is not None:
+        seq = seq[: _check_pos_int("max_bases", max_bases)]
+    tail = prefix[len(prefix) - context :] if prefix else ""
+    tail_ids = _encode(tail, f"prefix (its last {len(tail)} bases)")
+    tokens = torch.cat([tail_ids, _encode(seq, "evaluation sequence")])  # [n]
+    n, m = tokens.numel(), tail_ids.numel()
+    first = max(m, 1)
+    if first >= n:
+        raise ValueError(f"nothing to score: sequence of length {len(seq)} with {m} prefix bases")
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    bits = _target_bits(model, tokens, first, context=context, stride=stride, batch_size=batch_size,
+                        device=device, autocast_bf16=autocast_bf16)
+    scored = bits[np.isfinite(bits)]
+    if scored.size == 0:
+        raise ValueError("nothing to score: every target base is N")
+    return BitsPerBase(float(scored.mean()), int(scored.size), context, stride)
+
+
+# ----------------------------------------------------------------------------- statistics
+
+
+class Estimate(NamedTuple):
+    """Mean of ``n`` per-item values with a percentile-bootstrap confidence interval."""
+
+    mean: float
+    ci_low: float
+    ci_high: float
+    n: int
+
+
+def bootstrap_ci(values: Sequence[float] | np.ndarray, *, n_boot: int = 1000, level: float = 0.95,
+                 seed: int = 0) -> Estimate:
+    """Mean of the finite ``values`` and its percentile-bootstrap ``level`` interval.
+
+    NaN / inf entries are dropped first (``n`` counts the rest). With fewer than two
+    values the interval is ``(mean, mean)`` (NaN for none).
+    """
+    _check_pos_int("n_boot", n_boot)
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"{level=} must be in (0, 1)")
+    x = np.asarray(values, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        return Estimate(math.nan, math.nan, math.nan, 0)
+    mean = float(x.mean())
+    if x.size < 2:
+        return Estimate(mean, mean, mean, int(x.size))
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, x.size, size=(n_boot, x.size))].mean(axis=1)
+    lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    return Estimate(mean, float(lo), float(hi), int(x.size))
+
+
+# ----------------------------------------------------------------------------- configuration
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalConfig:
+    """Configuration of :func:`evaluate_lm`.
+
+    Held-out split: the last ``val_fraction`` of every record of ``fasta``.
+
+    * Bits/base: windows of ``context`` tokens (None: the model's training length)
+      advancing by ``stride`` (None: ``context // 2``), over the first ``max_bases``
+      held-out bases of each record (None: all). Markov baseline of order
+      ``markov_order``, or (None) the best of ``markov_orders`` chosen on the tail of the
+      training split (its last ``val_fraction``, after fitting on the rest), then refitted
+      on the whole training split; scored on exactly the same bases.
+    * Extrapolation: for each multiple ``m`` in ``length_multipliers`` non-overlapping
+      windows of ``m * train_len`` tokens over the same ``extrapolation_bases`` held-out
+      targets (rounded down to a multiple of the longest window; at least one window).
+    * Passkey: ``passkey_trials`` contexts of ``m * train_len`` real held-out bases for
+      each ``m`` in ``passkey_multipliers``; at 10% of the context a random cue
+      (``passkey_cue_len`` bases) and a random key (``passkey_k`` bases) are planted; the
+      context ends with the cue again, and the key must be reproduced by greedy decoding.
+    * Completion: ``completion_prompts`` prompts of ``prompt_len`` (None: the training
+      length) held-out bases at random starts, continued by ``completion_len`` bases
+      (sampling ``temperature``, ``top_k``, ``top_p``); per prompt the identity to the true
+      continuation and the Pearson r of the GC trajectories (window ``gc_window``); the
+      Markov baseline continues the same prompts.
+    * Intervals: percentile bootstrap, ``n_boot`` resamples at level ``ci_level``.
+    """
+
+    fasta: str
+    val_fraction: float = 0.1
+    context: int | None = None
+    stride: int | None = None
+    max_bases: int | None = None
+    markov_order: int | None = None
+    markov_orders: tuple[int, ...] = tuple(range(13))
+    length_multipliers: tuple[int, ...] = (1, 2, 4, 8, 16)
+    extrapolation_bases: int = 32768
+    passkey_multipliers: tuple[int, ...] = (1, 2, 4)
+    passkey_trials: int = 50
+    passkey_k: int = 16
+    passkey_cue_len: int = 16
+    completion_prompts: int = 100
+    prompt_len: int | None = None
+    completion_len: int = 200
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    gc_window: int = 25
+    n_boot: int = 1000
+    ci_level: float = 0.95
+    seed: int = 0
+    batch_size: int = 16
+    device: str = "cpu"
+    sections: tuple[str, ...] = ("heldout", "extrapolation", "passkey", "completion")
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.fasta, str) or not self.fasta:
+            raise ValueError(f"fasta={self.fasta!r} must be a non-empty path string")
+        if not 0.0 < self.val_fraction < 1.0:
+            raise ValueError(f"val_fraction={self.val_fraction!r} must be in (0, 1)")
+        for name in ("context", "stride", "max_bases", "prompt_len", "top_k"):
+            if getattr(self, name) is not None:
+                _check_pos_int(name, getattr(self, name))
+        for name in ("extrapolation_bases", "passkey_trials", "passkey_k", "passkey_cue_len",
+                     "completion_prompts", "gc_window", "n_boot", "batch_size"):
+            _check_pos_int(name, getattr(self, name))
+        if self.markov_order is not None and (isinstance(self.markov_order, bool)
+                                              or not isinstance(self.markov_order, int)
+                                              or not 0 <= self.markov_order <= 30):
+            raise ValueError(f"markov_order={self.markov_order!r} must be an integer in [0, 30]")
+        if not self.markov_orders or any(isinstance(o, bool) or not isinstance(o, int) or not 0 <= o <= 30
+                                         for o in self.markov_orders):
+            raise ValueError(f"markov_orders={self.markov_orders!r} must be a non-empty tuple of ints in [0, 30]")
+        for name in ("length_multipliers", "passkey_multipliers"):
+            vals = getattr(self, name)
+            if not isinstance(vals, tuple) or not vals or any(
+                    isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in vals):
+                raise ValueError(f"{name}={vals!r} must be a non-empty tuple of positive ints")
+        if self.completion_len <= self.gc_window:
+            raise ValueError(f"completion_len={self.completion_len} must exceed gc_window={self.gc_window}")
+        if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) \
+                or not 0 <= self.temperature < math.inf:
+            raise ValueError(f"temperature={self.temperature!r} must be a finite number >= 0")
+        if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p={self.top_p!r} must be in (0, 1]")
+        if not 0.0 < self.ci_level < 1.0:
+            raise ValueError(f"ci_level={self.ci_level!r} must be in (0, 1)")
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(f"device={self.device!r} is not one of 'cpu', 'cuda'")
+        bad = sorted(set(self.sections) - set(SECTIONS))
+        if bad or not self.sections:
+            raise ValueError(f"sections={self.sections!r}: valid sections are {', '.join(SECTIONS)}")
+
+
+SECTIONS = ("heldout", "extrapolation", "passkey", "completion")
+
+
+@dataclass(frozen=True)
+class EvalReport:
+    """Everything :func:`evaluate_lm` measured; ``to_dict()`` gives the JSON document.
+
+    ``heldout``, ``extrapolation``, ``passkey`` and ``completion`` are ``None`` for a
+    section that was not run.
+    """
+
+    model: dict[str, Any]
+    data: dict[str, Any]
+    heldout: dict[str, Any] | None
+    extrapolation: dict[str, Any] | None
+    passkey: dict[str, Any] | None
+    completion: dict[str, Any] | None
+    elapsed_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# ----------------------------------------------------------------------------- sections
+
+
+class _Split(NamedTuple):
+    chrom: str
+    train: str
+    val: str
+
+
+def _splits(config: EvalConfig) -> list[_Split]:
+    out = []
+    for rid, seq in read_genome(config.fasta):
+        try:
+            tr, va = train_val_split(seq, config.val_fraction)
+        except ValueError as exc:
+            raise ValueError(f"{config.fasta}: record {rid!r}: {exc}") from None
+        out.append(_Split(rid, tr, va))
+    return out
+
+
+def _markov_section(splits: list[_Split], config: EvalConfig, max_bases: int | None) -> tuple[dict[str, Any],
+                                                                                               MarkovModel]:
+    """Order choice (fixed, or best on the training split's tail) and held-out bits/base."""
+    sweep: dict[int, float] | None = None
+    if config.markov_order is not None:
+        order, selection = config.markov_order, "fixed"
+    else:
+        selection = "train-tail"
+        fit_part, tune_part = [], []
+        for sp in splits:
+            if len(sp.train) >= 2:
+                a, b = train_val_split(sp.train, config.val_fraction)
+                fit_part.append(a)
+                tune_part.append((b, a))
+        sweep = {}
+        for k in config.markov_orders:
+            model = MarkovModel(k).fit(fit_part)
+            lps = np.concatenate([model.log2_probs(b, prefix=a) for b, a in tune_part])
+            sweep[int(k)] = float(-np.nanmean(lps))
+        order = min(sweep, key=lambda o: (sweep[o], o))
+    model = MarkovModel(order).fit([sp.train for sp in splits])
+    lps = np.concatenate([model.log2_probs(sp.val[:max_bases] if max_bases else sp.val, prefix=sp.train)
+                          for sp in splits])
+    scored = lps[np.isfinite(lps)]
+    res = {"order": order, "order_selection": selection, "bits_per_base": float(-scored.mean()),
+           "n_scored": int(scored.size), "pseudocount": model.pseudocount}
+    if sweep is not None:
+        res["train_tail_sweep"] = {str(k): v for k, v in sweep.items()}
+    return res, model
+
+
+def _heldout_section(model: DNALanguageModel, splits: list[_Split], config: EvalConfig, context: int,
+                     device: torch.device) -> tuple[dict[str, Any], MarkovModel]:
+    stride = config.stride if config.stride is not None else max(1, context // 2)
+    if stride > context:
+        raise ValueError(f"stride={stride} must not exceed context={context}")
+    total, n = 0.0, 0
+    for sp in splits:
+        res = heldout_bits_per_base(model, sp.val, context=context, stride=stride, prefix=sp.train,
+                                    batch_size=config.batch_size, max_bases=config.max_bases, device=device,
+                                    autocast_bf16=device.type == "cuda")
+        total += res.bits_per_base * res.n_scored
+        n += res.n_scored
+    markov, mm = _markov_section(splits, config, config.max_bases)
+    lm_bpb = total / n
+    return {"bits_per_base": lm_bpb, "n_scored": n, "context": context, "stride": stride,
+            "min_context": context - stride + 1, "markov": markov,
+            "delta_vs_markov": lm_bpb - markov["bits_per_base"]}, mm
+
+
+def _extrapolation_section(model: DNALanguageModel, splits: list[_Split], config: EvalConfig, train_len: int,
+                           device: torch.device) -> dict[str, Any]:
+    wmax = max(config.length_multipliers) * train_len
+    val = max((sp.val for sp in splits), key=len)
+    n_targets = min(config.extrapolation_bases, len(val) - 1) // wmax * wmax
+    if n_targets < wmax:
+        raise ValueError(f"the longest held-out split ({len(val)} bases) is too short for a window of "
+                         f"{wmax} (= {max(config.length_multipliers)} x training length {train_len})")
+    tokens = _encode(val[: n_targets + 1], "held-out sequence")
+    rows = []
+    for mult in config.length_multipliers:
+        w = mult * train_len
+        bits = _target_bits(model, tokens, 1, context=w, stride=w, batch_size=max(1, config.batch_size // mult),
+                            device=device, autocast_bf16=device.type == "cuda")[1:]  # [n_targets]
+        offset = np.arange(n_targets) % w  # 0-based position of the target's predictor in its window
+        ok = np.isfinite(bits)
+        tail = ok & (offset >= w // 2)
+        rows.append({"multiplier": mult, "length": w, "bits_per_base": float(bits[ok].mean()),
+                     "bits_per_base_second_half": float(bits[tail].mean()), "n_scored": int(ok.sum())})
+        logger.info("extrapolation %dx (%d): %.4f bits/base", mult, w, rows[-1]["bits_per_base"])
+    ref = next((r for r in rows if r["multiplier"] == 1), None)
+    for r in rows:
+        r["delta_vs_1x"] = None if ref is None else r["bits_per_base"] - ref["bits_per_base"]
+        r["delta_second_half_vs_1x"] = (None if ref is None else
+                                        r["bits_per_base_second_half"] - ref["bits_per_base_second_half"])
+    return {"train_len": train_len, "n_targets": n_targets,
+            "windows": "non-overlapping, every target scored once with context 1..length", "rows": rows}
+
+
+def _random_bases(rng: np.random.Generator, k: int) -> str:
+    return "".join("ACGT"[i] for i in rng.integers(0, 4, size=k))
+
+
+def _passkey_section(model: DNALanguageModel, splits: list[_Split], config: EvalConfig, train_len: int) -> dict:
+    rng = np.random.default_rng([config.seed, 1])
+    k, cue_len = config.passkey_k, config.passkey_cue_len
+    rows = []
+    for mult in config.passkey_multipliers:
+        length = mult * train_len
+        p = length // 10
+        if p + 2 * cue_len + k > length:
+            raise ValueError(f"passkey context {length} is too short for cue {cue_len} + key {k} (twice)")
+        pool = [sp.val for sp in splits if len(sp.val) >= length]
+        if not pool:
+            raise ValueError(f"no held-out split holds a passkey context of {length} bases")
+        prompts, keys = [], []
+        for _ in range(config.passkey_trials):
+            src = pool[int(rng.integers(len(pool)))]
+            s = int(rng.integers(0, len(src) - length + 1))
+            ctx = src[s : s + length]
+            cue, key = _random_bases(rng, cue_len), _random_bases(rng, k)
+            filler = ctx[p : length - 2 * cue_len - k]
+            prompts.append(ctx[:p] + cue + key + filler + cue)
+            keys.append(key)
+        got: list[str] = []
+        for i in range(0, len(prompts), config.batch_size):
+            got += generate_batch(model, prompts[i : i + config.batch_size], k, temperature=0.0)
+        per_base = np.array([np.mean([a == b for a, b in zip(g, key)]) for g, key in zip(got, keys)])
+        exact = np.array([float(g == key) for g, key in zip(got, keys)])
+        acc = bootstrap_ci(per_base, n_boot=config.n_boot, level=config.ci_level, seed=config.seed)
+        rows.append({"multiplier": mult, "length": length, "key_position": p + cue_len,
+                     "distance": length - (p + cue_len), "base_accuracy": acc._asdict(),
+                     "exact_match_rate": float(exact.mean()), "trials": len(prompts)})
+        logger.info("passkey %dx: base accuracy %.3f, exact %.3f", mult, acc.mean, exact.mean())
+    return {"k": k, "cue_len": cue_len, "chance_base_accuracy": 0.25, "decoding": "greedy", "rows": rows}
+
+
+def _completion_section(model: DNALanguageModel, splits: list[_Split], config: EvalConfig, prompt_len: int,
+                        markov: MarkovModel | None) -> dict[str, Any]:
+    rng = np.random.default_rng([config.seed, 2])
+    span = prompt_len + config.completion_len
+    pool = [sp for sp in splits if len(sp.val) >= span]
+    if not pool:
+        raise ValueError(f"no held-out split holds a prompt + completion of {span} bases")
+    weights = np.array([len(sp.val) - span + 1 for sp in pool], dtype=np.float64)
+    prompts, truths = [], []
+    for _ in range(config.completion_prompts):
+        sp = pool[int(rng.choice(len(pool), p=weights / weights.sum()))]
+        s = int(rng.integers(0, len(sp.val) - span + 1))
+        prompts.append(sp.val[s : s + prompt_len])
+        truths.append(sp.val[s + prompt_len : s + span])
+    gen: list[str] = []
+    for bi, i in enumerate(range(0, len(prompts), config.batch_size)):
+        gen += generate_batch(model, prompts[i : i + config.batch_size], config.completion_len,
+                              temperature=config.temperature, top_k=config.top_k, top_p=config.top_p,
+                              seed=config.seed * 100_003 + bi)
+
+    def score(outputs: list[str]) -> dict[str, Any]:
+        ident = [np.mean(np.frombuffer(o.encode(), np.uint8) == np.frombuffer(t.encode(), np.uint8))
+                 for o, t in zip(outputs, truths)]
+        corr = [trajectory_correlation(gc_trajectory(t, config.gc_window), gc_trajectory(o, config.gc_window))
+                for o, t in zip(outputs, truths)]
+        return {"identity": bootstrap_ci(ident, n_boot=config.n_boot, level=config.ci_level,
+                                         seed=config.seed)._asdict(),
+                "gc_pearson_r": bootstrap_ci(corr, n_boot=config.n_boot, level=config.ci_level,
+                                             seed=config.seed)._asdict()}
+
+    res: dict[str, Any] = {"n_prompts": len(prompts), "prompt_len": prompt_len, "length": config.completion_len,
+                           "temperature": config.temperature, "top_k": config.top_k, "top_p": config.top_p,
+                           "gc_window": config.gc_window, "lm": score(gen)}
+    if markov is not None:
+        mrng = np.random.default_rng([config.seed, 3])
+        try:
+            res["markov"] = {"order": markov.order,
+                             **score([markov.sample(config.completion_len, prompt=p, seed=mrng) for p in prompts])}
+        except ValueError as exc:  # e.g. a prompt ending in N
+            logger.warning("Markov completions skipped: %s", exc)
+    return res
+
+
+def evaluate_lm(model: DNALanguageModel, config: EvalConfig, *, model_path: str | None = None) -> EvalReport:
+    """Run the evaluation sections of ``config.sections`` on ``model``; see :class:`EvalConfig`.
+
+    Raises:
+        ValueError: bad FASTA (naming file, record and position) or held-out splits too
+            short for the requested windows.
+    """
+    if not isinstance(config, EvalConfig):
+        raise ValueError(f"config must be an EvalConfig, got {type(config).__name__}")
+    if not isinstance(model, DNALanguageModel):
+        raise ValueError(f"model must be a DNALanguageModel, got {type(model).__name__}")
+    if config.device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device='cuda' requested but CUDA is not available")
+    t0 = time.perf_counter()
+    device = torch.device(config.device)
+    model = model.to(device)
+    train_len = model.config.max_train_len
+    context = config.context or train_len
+    splits = _splits(config)
+    heldout = extrap = passkey = completion = None
+    markov: MarkovModel | None = None
+    if "heldout" in config.sections:
+        heldout, markov = _heldout_section(model, splits, config, context, device)
+        logger.info("held-out: LM %.4f vs Markov order %d %.4f bits/base", heldout["bits_per_base"],
+                    heldout["markov"]["order"], heldout["markov"]["bits_per_base"])
+    if "extrapolation" in config.sections:
+        extrap = _extrapolation_section(model, splits, config, train_len, device)
+    if "passkey" in config.sections:
+        passkey = _passkey_section(model, splits, config, train_len)
+    if "completion" in config.sections:
+        if markov is None:
+            order = config.markov_order if config.markov_order is not None else 6
+            markov = MarkovModel(order).fit([sp.train for sp in splits])
+        completion = _completion_section(model, splits, config, config.prompt_len or train_len, markov)
+    return EvalReport(
+        model={"path": model_path, "attention": model.config.attention, "max_train_len": train_len,
+               "n_parameters": model.num_parameters(), "config": model.config.to_dict()},
+        data={"fasta": config.fasta, "val_fraction": config.val_fraction,
+              "records": [{"id": sp.chrom, "train_bases": len(sp.train), "val_bases": len(sp.val)}
+                          for sp in splits]},
+        heldout=heldout, extrapolation=extrap, passkey=passkey, completion=completion,
+        elapsed_s=time.perf_counter() - t0)

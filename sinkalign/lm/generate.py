@@ -1,0 +1,229 @@
+"""DNA generation with the language models: cached / recurrent decoding and sampling.
+
+``generate(model, prompt, length, ...)`` continues ``prompt`` by ``length`` bases. Decoding
+is incremental through :meth:`DNALanguageModel.step`: softmax attentions keep a KV cache
+and SLA a constant-size recurrent state, so each new base costs one single-token forward
+pass. ``use_cache=False`` recomputes the whole sequence for every base instead (the
+reference the cached path is tested against).
+
+Sampling is over the four bases A, C, G, T only (N and the special tokens are never
+generated): logits / ``temperature`` (``temperature == 0``: greedy argmax), then top-k,
+then nucleus (top-p) filtering, then a draw from a ``torch.Generator`` seeded with
+``seed``, so equal seeds give equal output on the same device.
+
+The default model is the checkpoint shipped in ``sinkalign/data/lm_default``
+(:func:`default_model_path`); :func:`load_model` also accepts a training run directory
+(it follows ``checkpoints/latest.json``).
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from sinkalign.lm.model import CHECKPOINT_CONFIG, Checkpoint, DNALanguageModel, load_checkpoint
+from sinkalign.lm.tokenizer import NucleotideTokenizer
+
+__all__ = [
+    "DEFAULT_MODEL_DIR",
+    "SamplingConfig",
+    "default_model_path",
+    "generate",
+    "generate_batch",
+    "load_model",
+    "resolve_model_path",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Package-relative location of the shipped default checkpoint.
+DEFAULT_MODEL_DIR = "data/lm_default"
+_N_BASES = 4  # A, C, G, T: the ids that may be generated
+
+
+def default_model_path() -> Path:
+    """Filesystem path of the shipped default checkpoint (``sinkalign/data/lm_default``)."""
+    return Path(str(importlib.resources.files("sinkalign").joinpath(DEFAULT_MODEL_DIR)))
+
+
+def resolve_model_path(path: str | os.PathLike | None) -> Path:
+    """A checkpoint directory for ``path``: itself, or the newest checkpoint of a run directory.
+
+    ``None`` gives :func:`default_model_path`. A directory holding ``config.json`` is a
+    checkpoint; one holding ``checkpoints/`` is a training run (``latest.json`` is followed).
+    Raises ``FileNotFoundError`` naming the path when neither exists.
+    """
+    if path is None:
+        p = default_model_path()
+        if not (p / CHECKPOINT_CONFIG).is_file():
+            raise FileNotFoundError(f"the default model checkpoint is missing from the installation: {p}")
+        return p
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"model path not found: {p}")
+    if p.is_dir() and not (p / CHECKPOINT_CONFIG).exists() and (p / "checkpoints").is_dir():
+        from sinkalign.lm.train import find_latest_checkpoint
+
+        latest = find_latest_checkpoint(p)
+        if latest is None:
+            raise FileNotFoundError(f"training run {p} holds no complete checkpoint")
+        return latest
+    return p
+
+
+def load_model(path: str | os.PathLike | None = None, *, device: str | torch.device = "cpu") -> Checkpoint:
+    """Load a checkpoint (see :func:`resolve_model_path`) in eval mode on ``device``.
+
+    Raises ``FileNotFoundError`` / ``ValueError`` naming the missing or corrupt path.
+    """
+    ckpt = load_checkpoint(resolve_model_path(path), map_location=device)
+    ckpt.model.eval()
+    return ckpt
+
+
+def _check_sampling(length: int, temperature: float, top_k: int | None, top_p: float | None) -> None:
+    if isinstance(length, bool) or not isinstance(length, int) or length <= 0:
+        raise ValueError(f"length={length!r} must be a positive integer")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0 \
+            or temperature == float("inf"):
+        raise ValueError(f"temperature={temperature!r} must be a finite number >= 0 (0 = greedy)")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k={top_k!r} must be a positive integer (or None)")
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float))
+                              or not 0.0 < top_p <= 1.0):
+        raise ValueError(f"top_p={top_p!r} must be in (0, 1] (or None)")
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """Validated sampling options: ``temperature`` (0 = greedy), ``top_k``, ``top_p``."""
+
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+
+    def __post_init__(self) -> None:
+        _check_sampling(1, self.temperature, self.top_k, self.top_p)
+
+    def next_tokens(self, logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        """``logits [B, V]`` of the next position -> sampled base ids ``[B, 1]`` (0..3)."""
+        logits = logits[:, :_N_BASES].float()  # [B, 4]: only A, C, G, T may be generated
+        if self.temperature == 0.0:
+            return logits.argmax(dim=-1, keepdim=True)
+        logits = logits / self.temperature
+        if self.top_k is not None and self.top_k < _N_BASES:
+            kth = logits.topk(self.top_k, dim=-1).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        if self.top_p is not None and self.top_p < 1.0:
+            probs_sorted, order = torch.softmax(logits, dim=-1).sort(dim=-1, descending=True)
+            # keep the smallest prefix whose mass reaches top_p (always the most likely base)
+            drop_sorted = probs_sorted.cumsum(dim=-1) - probs_sorted >= self.top_p
+            drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
+            logits = logits.masked_fill(drop, float("-inf"))
+        probs = torch.softmax(logits, dim=-1)
+        return torch.multinomial(probs, 1, generator=generator)
+
+
+def _encode_prompt(prompt: str, index: int | None = None) -> torch.Tensor:
+    what = "prompt" if index is None else f"prompt {index}"
+    if not isinstance(prompt, str):
+        raise ValueError(f"{what} must be a str, got {type(prompt).__name__}")
+    if not prompt:
+        raise ValueError(f"{what} is empty: give at least one base (A, C, G, T or N)")
+    try:
+        return NucleotideTokenizer().encode(prompt)
+    except ValueError as exc:
+        raise ValueError(f"{what}: {exc}") from None
+
+
+@torch.inference_mode()
+def _decode(model: DNALanguageModel, ids: torch.Tensor, length: int, sampling: SamplingConfig,
+            generator: torch.Generator | None, use_cache: bool) -> torch.Tensor:
+    """``ids [B, P]`` -> new ids ``[B, length]``."""
+    out = torch.empty(ids.shape[0], length, dtype=torch.long, device=ids.device)
+    if use_cache:
+        logits, cache = model.step(ids)
+        for t in range(length):
+            nxt = sampling.next_tokens(logits[:, -1], generator)
+            out[:, t : t + 1] = nxt
+            if t + 1 < length:
+                logits, cache = model.step(nxt, cache)
+    else:
+        seq = ids
+        for t in range(length):
+            nxt = sampling.next_tokens(model(seq)[:, -1], generator)
+            out[:, t : t + 1] = nxt
+            seq = torch.cat([seq, nxt], dim=1)
+    return out
+
+
+def generate_batch(model: DNALanguageModel, prompts: Sequence[str], length: int, *, temperature: float = 1.0,
+                   top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
+                   use_cache: bool = True) -> list[str]:
+    """Continue several equal-length prompts at once (one batch); see :func:`generate`.
+
+    Returns the ``length`` new bases of each prompt, in input order. The draws for a given
+    ``seed`` depend on the batch (a prompt's continuation differs from a single-prompt call).
+    """
+    _check_sampling(length, temperature, top_k, top_p)
+    if isinstance(prompts, str) or not len(prompts):
+        raise ValueError("prompts must be a non-empty sequence of strings")
+    ids = [_encode_prompt(p, i if len(prompts) > 1 else None) for i, p in enumerate(prompts)]
+    if len({t.numel() for t in ids}) != 1:
+        raise ValueError(f"prompts must have equal lengths, got {sorted({t.numel() for t in ids})}")
+    if not isinstance(model, DNALanguageModel):
+        raise ValueError(f"model must be a DNALanguageModel, got {type(model).__name__}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ValueError(f"seed={seed!r} must be an integer or None")
+    device = next(model.parameters()).device
+    generator = None
+    if temperature > 0:
+        generator = torch.Generator(device=device)
+        if seed is None:
+            generator.seed()
+        else:
+            generator.manual_seed(seed)
+    batch = torch.stack(ids).to(device)  # [B, P]
+    total = batch.shape[1] + length
+    if total > 16 * model.config.max_train_len:
+        logger.info("generating to length %d, %.0fx the training length %d", total,
+                    total / model.config.max_train_len, model.config.max_train_len)
+    was_training = model.training
+    model.eval()
+    try:
+        new = _decode(model, batch, length, SamplingConfig(temperature, top_k, top_p), generator, use_cache)
+    finally:
+        model.train(was_training)
+    tok = NucleotideTokenizer()
+    return [tok.decode(row) for row in new.cpu()]
+
+
+def generate(model: DNALanguageModel, prompt: str, length: int, *, temperature: float = 1.0,
+             top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
+             use_cache: bool = True) -> str:
+    """Continue ``prompt`` by ``length`` bases; returns only the new bases (A/C/G/T).
+
+    Args:
+        model: a :class:`DNALanguageModel` (evaluated in eval mode; its mode is restored).
+        prompt: the bases to continue, over ``ACGTN`` (either case), at least one.
+        length: number of bases to generate, > 0.
+        temperature: softmax temperature; 0 = greedy (argmax, no randomness).
+        top_k: keep the ``top_k`` most likely bases (None: all four).
+        top_p: nucleus sampling: keep the smallest set of bases whose probability reaches
+            ``top_p`` (None or 1: all).
+        seed: seed of the ``torch.Generator`` (None: fresh entropy, not reproducible).
+        use_cache: decode with the KV cache / recurrent state (True) or recompute the
+            whole sequence for every base (False; slow, for testing).
+
+    Raises:
+        ValueError: empty prompt, a character outside ACGTN (naming it and its 0-based
+            position), ``length <= 0``, or bad sampling options.
+    """
+    return generate_batch(model, [prompt], length, temperature=temperature, top_k=top_k, top_p=top_p,
+                          seed=seed, use_cache=use_cache)[0]

@@ -1,0 +1,744 @@
+"""Training loop of the DNA language models: AdamW, warmup + cosine schedule, JSON-lines
+metrics, atomic resumable checkpoints and torch DDP.
+
+Entry points::
+
+    result = train_lm(TrainConfig(fasta="genome.fna.gz", attention="goat", out_dir="runs/goat"))
+    results = train_lm_ddp(config, nprocs=2)        # spawn 2 processes (gloo on CPU, nccl on CUDA)
+
+``train_lm`` also runs under ``torchrun`` (it reads ``RANK`` / ``WORLD_SIZE`` /
+``MASTER_ADDR`` / ``MASTER_PORT``) or inside a process group that the caller initialised.
+
+Data: every record of the FASTA is split with :func:`sinkalign.lm.data.train_val_split`
+(the last ``val_fraction`` is held out). Training windows of ``seq_len + 1`` bases are
+drawn uniformly from the training splits by :class:`WindowSampler`, whose draws for a
+step are a pure function of ``(seed, rank, step)``, so its whole state is the step
+counter and a resumed run sees exactly the batches it would have seen.
+
+Output directory layout (only rank 0 writes)::
+
+    out_dir/metrics.jsonl                 one JSON object per logged step
+    out_dir/checkpoints/latest.json       {"step": N, "dir": "step-0000000N"} (atomic)
+    out_dir/checkpoints/step-0000000N/    model.safetensors + config.json (load_checkpoint),
+                                          optimizer.safetensors (AdamW moments, RNG states),
+                                          trainer_state.json (step, param groups, scheduler,
+                                          sampler, train config)
+
+A checkpoint is written into a hidden temporary directory and renamed into place when it
+is complete; ``latest.json`` is then replaced atomically. A process killed at any moment
+leaves the previous checkpoint intact, and ``resume=True`` restarts from the newest
+complete one (temporary leftovers are removed). Nothing is pickled: tensors go to
+safetensors, everything else to JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import os
+import shutil
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, NamedTuple, Sequence
+
+import numpy as np
+import safetensors.torch
+import torch
+import torch.distributed as dist
+from torch import nn
+from tqdm.auto import tqdm
+
+from sinkalign.lm.config import ATTENTION_NAMES, LMConfig
+from sinkalign.lm.data import encode, read_genome, train_val_split
+from sinkalign.lm.evaluate import heldout_bits_per_base
+from sinkalign.lm.model import DNALanguageModel, load_checkpoint, save_checkpoint
+from sinkalign.lm.tokenizer import NucleotideTokenizer
+from sinkalign.utils import atomic_write_bytes, atomic_write_text
+
+__all__ = [
+    "TrainConfig",
+    "TrainResult",
+    "WindowSampler",
+    "find_latest_checkpoint",
+    "lr_multiplier",
+    "train_lm",
+    "train_lm_ddp",
+]
+
+logger = logging.getLogger(__name__)
+
+_STATE_FORMAT = "sinkalign.lm.train/1"
+TRAINER_STATE = "trainer_state.json"
+OPTIMIZER_STATE = "optimizer.safetensors"
+LATEST = "latest.json"
+METRICS = "metrics.jsonl"
+_LN2 = math.log(2.0)
+
+# Fields that may change between a run and its resumption (they do not alter the
+# optimisation trajectory); every other field must match the checkpoint.
+_RESUMABLE_CHANGES = frozenset({
+    "out_dir", "resume", "eval_every", "eval_max_bases", "save_every", "keep_checkpoints",
+    "log_every", "num_threads", "progress", "device", "eval_batch_size",
+})
+
+
+def _check_int(name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name}={value!r} must be an int")
+    if value < minimum:
+        raise ValueError(f"{name}={value!r} must be >= {minimum}")
+
+
+def _check_float(name: str, value: Any, lo: float, hi: float | None = None, *, lo_open: bool = False,
+                 hi_open: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name}={value!r} must be a finite number")
+    if value < lo or (lo_open and value == lo):
+        raise ValueError(f"{name}={value!r} must be {'>' if lo_open else '>='} {lo}")
+    if hi is not None and (value > hi or (hi_open and value == hi)):
+        raise ValueError(f"{name}={value!r} must be {'<' if hi_open else '<='} {hi}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """Configuration of :func:`train_lm`.
+
+    Data: ``fasta`` (plain or gzip); ``val_fraction`` held out at the end of every record;
+    training windows with more than ``max_n_fraction`` N are redrawn.
+
+    Model: ``attention`` (one of ``ATTENTION_NAMES``), ``d_model``, ``n_layers``,
+    ``n_heads``, ``mlp_ratio``, ``dropout``; ``seq_len`` is the training context (the
+    model's ``max_train_len``); ``model_options`` holds further :class:`LMConfig` fields as
+    ``(name, value)`` pairs, e.g. ``(("goat_init", "alibi"),)``.
+
+    Optimisation: ``steps`` optimizer steps of ``batch_size`` windows per process (the
+    global batch is ``batch_size * world_size``); AdamW (``lr``, ``beta1``, ``beta2``,
+    ``weight_decay`` on linear-layer weights only); linear warmup over ``warmup_steps``
+    then cosine decay to ``min_lr_ratio * lr`` at ``steps``; gradient-norm clipping at
+    ``grad_clip`` (0 disables); ``seed`` fixes initialisation, data and dropout.
+
+    Bookkeeping: metrics every ``log_every`` steps; held-out bits/base every
+    ``eval_every`` steps and at the end (0: only at the end) on the first
+    ``eval_max_bases`` validation bases (``None``: all); checkpoints every ``save_every``
+    steps and at the end, keeping the newest ``keep_checkpoints``; ``resume`` continues
+    from the newest checkpoint in ``out_dir``.
+
+    Execution: ``device`` "cpu" | "cuda" (bf16 autocast on CUDA only);
+    ``num_threads`` sets ``torch.set_num_threads`` for the process (``None``: unchanged);
+    ``progress`` shows a tqdm bar on rank 0.
+    """
+
+    fasta: str
+    attention: str
+    out_dir: str = "runs/lm"
+    steps: int = 2000
+    batch_size: int = 16
+    seq_len: int = 256
+    lr: float = 2e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    d_model: int = 128
+    n_layers: int = 4
+    n_heads: int = 4
+    mlp_ratio: float = 4.0
+    dropout: float = 0.0
+    model_options: tuple[tuple[str, Any], ...] = ()
+    val_fraction: float = 0.1
+    max_n_fraction: float = 0.05
+    eval_every: int = 500
+    eval_max_bases: int | None = None
+    eval_batch_size: int = 16
+    save_every: int = 500
+    keep_checkpoints: int = 2
+    log_every: int = 10
+    seed: int = 0
+    device: str = "cpu"
+    num_threads: int | None = None
+    resume: bool = False
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.fasta, str) or not self.fasta:
+            raise ValueError(f"fasta={self.fasta!r} must be a non-empty path string")
+        if self.attention not in ATTENTION_NAMES:
+            raise ValueError(f"attention={self.attention!r} is not one of {', '.join(ATTENTION_NAMES)}")
+        if not isinstance(self.out_dir, str) or not self.out_dir:
+            raise ValueError(f"out_dir={self.out_dir!r} must be a non-empty path string")
+        for name in ("steps", "batch_size", "eval_batch_size", "log_every", "keep_checkpoints"):
+            _check_int(name, getattr(self, name), 1)
+        _check_int("seq_len", self.seq_len, 2)
+        for name in ("warmup_steps", "eval_every", "save_every", "seed"):
+            _check_int(name, getattr(self, name), 0)
+        if self.eval_max_bases is not None:
+            _check_int("eval_max_bases", self.eval_max_bases, 1)
+        if self.num_threads is not None:
+            _check_int("num_threads", self.num_threads, 1)
+        _check_float("lr", self.lr, 0.0, lo_open=True)
+        _check_float("min_lr_ratio", self.min_lr_ratio, 0.0, 1.0)
+        _check_float("weight_decay", self.weight_decay, 0.0)
+        _check_float("beta1", self.beta1, 0.0, 1.0, hi_open=True)
+        _check_float("beta2", self.beta2, 0.0, 1.0, hi_open=True)
+        _check_float("grad_clip", self.grad_clip, 0.0)
+        _check_float("val_fraction", self.val_fraction, 0.0, 1.0, lo_open=True, hi_open=True)
+        _check_float("max_n_fraction", self.max_n_fraction, 0.0, 1.0)
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(f"device={self.device!r} is not one of 'cpu', 'cuda'")
+        for name in ("resume", "progress"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}={getattr(self, name)!r} must be a bool")
+        opts = self.model_options
+        if not isinstance(opts, tuple) or not all(isinstance(o, tuple) and len(o) == 2 and isinstance(o[0], str)
+                                                  for o in opts):
+            raise ValueError(f"model_options={opts!r} must be a tuple of (name, value) pairs")
+        reserved = {"vocab_size", "d_model", "n_layers", "n_heads", "attention", "max_train_len", "mlp_ratio",
+                    "dropout", "pad_id"}
+        clash = sorted({k for k, _ in opts} & reserved)
+        if clash:
+            raise ValueError(f"model_options may not set {clash}: use the TrainConfig fields")
+        self.model_config()  # validates d_model / n_heads / the options now, before any work
+
+    def model_config(self) -> LMConfig:
+        """The :class:`LMConfig` of the model this run trains."""
+        tok = NucleotideTokenizer()
+        fields = {f.name for f in dataclasses.fields(LMConfig)}
+        unknown = sorted(k for k, _ in self.model_options if k not in fields)
+        if unknown:
+            raise ValueError(f"unknown model_options {unknown}; valid LMConfig fields: {sorted(fields)}")
+        return LMConfig(vocab_size=tok.vocab_size, d_model=self.d_model, n_layers=self.n_layers,
+                        n_heads=self.n_heads, attention=self.attention, max_train_len=self.seq_len,
+                        mlp_ratio=float(self.mlp_ratio), dropout=float(self.dropout), pad_id=tok.pad_id,
+                        **dict(self.model_options))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable dict (``model_options`` as a list of pairs)."""
+        d = dataclasses.asdict(self)
+        d["model_options"] = [list(p) for p in self.model_options]
+        return d
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "TrainConfig":
+        """Inverse of :meth:`to_dict`; unknown keys raise ``ValueError``."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - fields)
+        if unknown:
+            raise ValueError(f"unknown TrainConfig keys {unknown}")
+        kw = dict(data)
+        kw["model_options"] = tuple(tuple(p) for p in kw.get("model_options", ()))
+        return cls(**kw)
+
+
+class TrainResult(NamedTuple):
+    """What :func:`train_lm` did (one per process under DDP).
+
+    ``step``: optimizer steps completed; ``start_step``: where this invocation began
+    (> 0 after a resume); ``train_loss``: mean loss (nats/token) over the last logging
+    interval; ``val_bits_per_base``: final held-out bits/base (rank 0; ``None`` elsewhere);
+    ``checkpoint_dir``: the final checkpoint (``load_checkpoint``-compatible);
+    ``weights_sha256``: digest of the final weights (equal on every DDP rank).
+    """
+
+    step: int
+    start_step: int
+    train_loss: float
+    val_bits_per_base: float | None
+    tokens_seen: int
+    elapsed_s: float
+    checkpoint_dir: str
+    metrics_path: str
+    rank: int
+    world_size: int
+    weights_sha256: str
+
+
+def lr_multiplier(step: int, *, steps: int, warmup_steps: int, min_lr_ratio: float) -> float:
+    """LR factor for the update taken at 0-based ``step``: linear warmup then cosine decay.
+
+    ``(step + 1) / warmup_steps`` while ``step < warmup_steps``; afterwards
+    ``min + (1 - min) * (1 + cos(pi * p)) / 2`` with ``p`` going from 0 (end of warmup) to
+    1 (the last step).
+    """
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    span = max(1, steps - 1 - warmup_steps)
+    p = min(1.0, (step - warmup_steps) / span)
+    return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * p))
+
+
+class WindowSampler:
+    """Uniform random windows ``[B, length]`` (int64 token ids) from training sequences.
+
+    Starts are uniform over every position ``s`` with ``s + length <= len(record)`` across
+    records (windows never cross records); a window with more than ``max_n_fraction`` N is
+    redrawn. The draw for ``(seed, rank, step)`` comes from ``numpy.random.default_rng``
+    seeded with exactly that triple: it does not depend on earlier draws, so the sampler
+    needs no state beyond the step to resume, and DDP ranks see independent streams.
+    """
+
+    def __init__(self, seqs: Sequence[str], length: int, *, seed: int, rank: int = 0,
+                 max_n_fraction: float = 1.0) -> None:
+        if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+            raise ValueError(f"{length=} must be a positive integer")
+        self.length, self.seed, self.rank = length, int(seed), int(rank)
+        self.max_n = max_n_fraction * length
+        self._tokens = [encode(s) for s in seqs if len(s) >= length]
+        if not self._tokens:
+            longest = max((len(s) for s in seqs), default=0)
+            raise ValueError(f"no training sequence holds a window of {length} bases (longest is {longest})")
+        n_starts = np.array([t.size - length + 1 for t in self._tokens], dtype=np.int64)
+        self._offsets = np.concatenate([[0], np.cumsum(n_starts)])  # [R + 1]
+        self._n_cum = [np.concatenate([[0], np.cumsum(t == 4, dtype=np.int64)]) for t in self._tokens]
+
+    def state(self, step: int) -> dict[str, Any]:
+        """JSON state of the sampler before ``step`` (everything :meth:`batch` depends on)."""
+        return {"kind": "counter", "seed": self.seed, "length": self.length, "next_step": int(step)}
+
+    def batch(self, step: int, batch_size: int) -> torch.Tensor:
+        """The ``[batch_size, length]`` int64 windows of ``step`` for this rank."""
+        rng = np.random.default_rng([self.seed, self.rank, int(step)])
+        out = np.empty((batch_size, self.length), dtype=np.int64)
+        filled = 0
+        for _ in range(1000):
+            for flat in rng.integers(0, int(self._offsets[-1]), size=batch_size - filled):
+                r = int(np.searchsorted(self._offsets, flat, side="right") - 1)
+                s = int(flat - self._offsets[r])
+                if self._n_cum[r][s + self.length] - self._n_cum[r][s] > self.max_n:
+                    continue
+                out[filled] = self._tokens[r][s : s + self.length]
+                filled += 1
+            if filled == batch_size:
+                return torch.from_numpy(out)
+        raise RuntimeError(f"could not draw windows with at most {self.max_n:.0f} N bases after 1000 rounds")
+
+
+# ----------------------------------------------------------------------------- distributed
+
+
+class _Dist(NamedTuple):
+    rank: int
+    world_size: int
+    owns_group: bool  # we initialised the process group (and destroy it at the end)
+
+
+def _setup_distributed(device: torch.device) -> _Dist:
+    if dist.is_available() and dist.is_initialized():
+        return _Dist(dist.get_rank(), dist.get_world_size(), False)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return _Dist(0, 1, False)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend=backend)
+    return _Dist(dist.get_rank(), dist.get_world_size(), True)
+
+
+class _LossModule(nn.Module):
+    """Wraps the model so that DDP's forward computes the loss (DDP must own the forward)."""
+
+    def __init__(self, model: DNALanguageModel) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.model.loss(tokens)
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+
+def _step_dir_name(step: int) -> str:
+    return f"step-{step:08d}"
+
+
+def find_latest_checkpoint(out_dir: str | os.PathLike) -> Path | None:
+    """The newest complete checkpoint directory under ``out_dir/checkpoints`` (or ``None``).
+
+    ``latest.json`` names it; if that pointer is missing or stale, the complete
+    ``step-*`` directory with the highest step is taken.
+    """
+    root = Path(out_dir) / "checkpoints"
+    if not root.is_dir():
+        return None
+    pointer = root / LATEST
+    if pointer.is_file():
+        try:
+            target = root / json.loads(pointer.read_text(encoding="utf-8"))["dir"]
+            if (target / TRAINER_STATE).is_file():
+                return target
+        except (json.JSONDecodeError, KeyError, TypeError):
+            logger.warning("%s is unreadable; looking for step directories", pointer)
+    done = sorted(p for p in root.glob("step-*") if (p / TRAINER_STATE).is_file())
+    return done[-1] if done else None
+
+
+def _weights_digest(model: nn.Module) -> str:
+    h = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(t.detach().to("cpu").contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _optimizer_tensors(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    sd = opt.state_dict()
+    tensors = {}
+    for idx, st in sd["state"].items():
+        for key, val in st.items():
+            if not isinstance(val, torch.Tensor):
+                raise TypeError(f"optimizer state {idx}.{key} is not a tensor")
+            tensors[f"state.{idx}.{key}"] = val.detach().to("cpu").contiguous()
+    groups = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()} for g in sd["param_groups"]]
+    return tensors, {"param_groups": groups}
+
+
+def _load_optimizer(opt: torch.optim.Optimizer, tensors: Mapping[str, torch.Tensor], meta: Mapping[str, Any],
+                    device: torch.device) -> None:
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for name, val in tensors.items():
+        if not name.startswith("state."):
+            continue
+        _, idx, key = name.split(".", 2)
+        # "step" stays on the CPU (AdamW's default for non-capturable, non-fused steps)
+        state.setdefault(int(idx), {})[key] = val if key == "step" else val.to(device)
+    groups = [{k: (tuple(v) if k == "betas" else v) for k, v in g.items()} for g in meta["param_groups"]]
+    opt.load_state_dict({"state": state, "param_groups": groups})
+
+
+def _save_training_checkpoint(out_dir: Path, step: int, model: DNALanguageModel, opt: torch.optim.Optimizer,
+                              sched: torch.optim.lr_scheduler.LRScheduler, sampler_state: dict[str, Any],
+                              rng_states: list[torch.Tensor], cuda_rng_states: list[torch.Tensor],
+                              config: TrainConfig, tokens_seen: int, world_size: int, keep: int) -> Path:
+    """Write a complete checkpoint for ``step`` (see the module docstring). Rank 0 only."""
+    root = out_dir / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / _step_dir_name(step)
+    tmp = root / f".tmp-{_step_dir_name(step)}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    save_checkpoint(tmp, model, extra={"step": step, "train_config": config.to_dict()})
+    opt_tensors, opt_meta = _optimizer_tensors(opt)
+    for r, st in enumerate(rng_states):
+        opt_tensors[f"rng.torch.rank{r}"] = st
+    for r, st in enumerate(cuda_rng_states):
+        opt_tensors[f"rng.cuda.rank{r}"] = st
+    atomic_write_bytes(tmp / OPTIMIZER_STATE, safetensors.torch.save(opt_tensors))
+    state = {
+        "format": _STATE_FORMAT,
+        "step": step,
+        "tokens_seen": tokens_seen,
+        "world_size": world_size,
+        "optimizer": opt_meta,
+        "scheduler": sched.state_dict(),
+        "sampler": sampler_state,
+        "train_config": config.to_dict(),
+    }
+    atomic_write_text(tmp / TRAINER_STATE, json.dumps(state, indent=2, sort_keys=True) + "\n")  # written last
+    _fsync_dir(tmp)
+    if final.exists():  # re-saving a step (e.g. a resumed run that stops where it started)
+        shutil.rmtree(final)
+    os.rename(tmp, final)
+    _fsync_dir(root)
+    atomic_write_text(root / LATEST, json.dumps({"step": step, "dir": final.name}) + "\n")
+    done = sorted(p for p in root.glob("step-*") if p.is_dir())
+    for old in done[: max(0, len(done) - keep)]:
+        if old != final:
+            shutil.rmtree(old, ignore_errors=True)
+    logger.info("checkpoint step %d -> %s", step, final)
+    return final
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def _check_resume_config(saved: Mapping[str, Any], config: TrainConfig, path: Path) -> None:
+    now = config.to_dict()
+    diffs = sorted(k for k in set(saved) | set(now)
+                   if k not in _RESUMABLE_CHANGES and saved.get(k) != now.get(k))
+    if diffs:
+        detail = "; ".join(f"{k}: checkpoint {saved.get(k)!r} vs now {now.get(k)!r}" for k in diffs)
+        raise ValueError(f"cannot resume from {path}: the run's settings differ ({detail})")
+
+
+def _rewrite_metrics(path: Path, upto_step: int) -> None:
+    """Drop metric lines past ``upto_step`` (logged after the checkpoint we resume from)."""
+    if not path.is_file():
+        return
+    keep = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            if json.loads(line)["step"] <= upto_step:
+                keep.append(line)
+        except (json.JSONDecodeError, KeyError, TypeError):
+            continue  # a torn last line from a killed process
+    atomic_write_text(path, "".join(x + "\n" for x in keep))
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def _load_data(config: TrainConfig) -> tuple[list[str], list[tuple[str, str]]]:
+    """``(train_seqs, [(val_seq, preceding_train_seq)])`` from every record of the FASTA."""
+    train, val = [], []
+    for rid, seq in read_genome(config.fasta):
+        try:
+            tr, va = train_val_split(seq, config.val_fraction)
+        except ValueError as exc:
+            raise ValueError(f"{config.fasta}: record {rid!r}: {exc}") from None
+        train.append(tr)
+        val.append((va, tr))
+    return train, val
+
+
+def _validate(model: DNALanguageModel, val: list[tuple[str, str]], config: TrainConfig,
+              device: torch.device) -> float:
+    """Held-out bits/base over every record's validation split (first ``eval_max_bases``)."""
+    total, n = 0.0, 0
+    budget = config.eval_max_bases
+    for seq, prefix in val:
+        if budget is not None and budget <= 0:
+            break
+        res = heldout_bits_per_base(model, seq, context=config.seq_len, stride=max(1, config.seq_len // 2),
+                                    prefix=prefix, batch_size=config.eval_batch_size, max_bases=budget,
+                                    device=device, autocast_bf16=device.type == "cuda")
+        total += res.bits_per_base * res.n_scored
+        n += res.n_scored
+        if budget is not None:
+            budget -= len(seq)
+    return total / n
+
+
+def _param_groups(model: DNALanguageModel, weight_decay: float) -> list[dict[str, Any]]:
+    """Weight decay on ``nn.Linear`` weights only (not embeddings, norms, biases or priors)."""
+    decay_ids = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
+    decay, no_decay = [], []
+    for p in model.parameters():
+        if p.requires_grad:
+            (decay if id(p) in decay_ids else no_decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def train_lm(config: TrainConfig) -> TrainResult:
+    """Train (or resume training) a DNA language model; see the module docstring.
+
+    Raises:
+        ValueError: unreadable / invalid FASTA (naming the file and record), a sequence
+            too short for ``seq_len``, an ``out_dir`` that already holds checkpoints without
+            ``resume``, or a resume whose settings differ from the checkpoint's.
+        RuntimeError: ``device="cuda"`` without CUDA.
+    """
+    if not isinstance(config, TrainConfig):
+        raise ValueError(f"config must be a TrainConfig, got {type(config).__name__}")
+    if config.device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device='cuda' requested but CUDA is not available")
+    if config.num_threads is not None:
+        torch.set_num_threads(config.num_threads)
+    device = torch.device(config.device)
+    dinfo = _setup_distributed(device)
+    rank, world = dinfo.rank, dinfo.world_size
+    if device.type == "cuda" and world > 1:
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    try:
+        return _train(config, device, rank, world)
+    finally:
+        if dinfo.owns_group:
+            dist.destroy_process_group()
+
+
+def _train(config: TrainConfig, device: torch.device, rank: int, world: int) -> TrainResult:
+    out_dir = Path(config.out_dir)
+    is_main = rank == 0
+    train_seqs, val = _load_data(config)
+    sampler = WindowSampler(train_seqs, config.seq_len + 1, seed=config.seed, rank=rank,
+                            max_n_fraction=config.max_n_fraction)
+
+    latest = find_latest_checkpoint(out_dir)
+    if latest is not None and not config.resume:
+        raise ValueError(f"{out_dir} already holds checkpoints ({latest.name}); pass resume=True (--resume) "
+                         f"to continue, or choose another out_dir")
+    if config.resume and latest is None:
+        logger.warning("resume requested but %s holds no checkpoint; starting from scratch", out_dir)
+
+    torch.manual_seed(config.seed)  # identical initialisation on every rank
+    model_cfg = config.model_config()
+    model = DNALanguageModel(model_cfg).to(device)
+    opt = torch.optim.AdamW(_param_groups(model, config.weight_decay), lr=config.lr,
+                            betas=(config.beta1, config.beta2))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: lr_multiplier(s, steps=config.steps, warmup_steps=config.warmup_steps,
+                                     min_lr_ratio=config.min_lr_ratio))
+    torch.manual_seed(config.seed * 1_000_003 + 7919 * (rank + 1))  # per-rank dropout stream
+    start_step, tokens_seen = 0, 0
+
+    if config.resume and latest is not None:
+        state = json.loads((latest / TRAINER_STATE).read_text(encoding="utf-8"))
+        if state.get("format") != _STATE_FORMAT:
+            raise ValueError(f"{latest / TRAINER_STATE}: not a sinkalign.lm training state")
+        _check_resume_config(state["train_config"], config, latest)
+        ckpt = load_checkpoint(latest, map_location=device)
+        model.load_state_dict(ckpt.model.state_dict())
+        tensors = safetensors.torch.load(Path(latest / OPTIMIZER_STATE).read_bytes())
+        _load_optimizer(opt, tensors, state["optimizer"], device)
+        sched.load_state_dict(state["scheduler"])
+        start_step, tokens_seen = int(state["step"]), int(state["tokens_seen"])
+        if int(state["world_size"]) == world and f"rng.torch.rank{rank}" in tensors:
+            torch.set_rng_state(tensors[f"rng.torch.rank{rank}"])
+            if device.type == "cuda" and f"rng.cuda.rank{rank}" in tensors:
+                torch.cuda.set_rng_state(tensors[f"rng.cuda.rank{rank}"], device)
+        else:
+            logger.warning("checkpoint was written by %s process(es), now %d: dropout RNG reseeded",
+                           state["world_size"], world)
+        if is_main:
+            _rewrite_metrics(out_dir / METRICS, start_step)
+            for leftover in (out_dir / "checkpoints").glob(".tmp-*"):
+                shutil.rmtree(leftover, ignore_errors=True)
+        logger.info("resumed from %s at step %d", latest, start_step)
+
+    if world > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        runner: nn.Module = DistributedDataParallel(_LossModule(model),
+                                                    device_ids=[device] if device.type == "cuda" else None)
+    else:
+        runner = _LossModule(model)
+
+    if is_main:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        logger.info("training %s: %d parameters, %d process(es), steps %d..%d", config.attention,
+                    model.num_parameters(), world, start_step, config.steps)
+    metrics_path = out_dir / METRICS
+    use_bf16 = device.type == "cuda"
+    tokens_per_step = config.batch_size * config.seq_len * world
+    t_start = time.perf_counter()
+    interval_loss, interval_steps, interval_time = 0.0, 0, 0.0
+    last_loss = float("nan")
+    val_bpb: float | None = None
+    ckpt_dir = latest if latest is not None and config.resume else None
+    bar = tqdm(total=config.steps, initial=start_step, disable=not (is_main and config.progress),
+               desc=f"train {config.attention}", unit="step", dynamic_ncols=True)
+    model.train()
+    try:
+        for step in range(start_step, config.steps):
+            t0 = time.perf_counter()
+            tokens = sampler.batch(step, config.batch_size).to(device, non_blocking=True)
+            with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use_bf16):
+                loss = runner(tokens)
+            loss.backward()
+            if config.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+            lr_now = opt.param_groups[0]["lr"]
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            if not math.isfinite(loss_value := float(loss.detach())):
+                raise FloatingPointError(f"loss became {loss_value} at step {step + 1}")
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            interval_time += time.perf_counter() - t0
+            interval_loss += loss_value
+            interval_steps += 1
+            tokens_seen += tokens_per_step
+            done = step + 1
+            bar.update(1)
+
+            record: dict[str, Any] | None = None
+            if done % config.log_every == 0 or done == config.steps:
+                mean = torch.tensor([interval_loss, float(interval_steps)], dtype=torch.float64)
+                if world > 1:
+                    dist.all_reduce(mean)  # sum over ranks; each rank ran the same number of steps
+                last_loss = float(mean[0] / mean[1])
+                record = {"step": done, "loss": last_loss, "bits_per_base": last_loss / _LN2, "lr": lr_now,
+                          "tokens_per_s": interval_steps * tokens_per_step / max(interval_time, 1e-9),
+                          "tokens_seen": tokens_seen, "elapsed_s": time.perf_counter() - t_start}
+                interval_loss, interval_steps, interval_time = 0.0, 0, 0.0
+            if (config.eval_every and done % config.eval_every == 0) or done == config.steps:
+                if is_main:
+                    val_bpb = _validate(model, val, config, device)
+                    record = record or {"step": done}
+                    record["val_bits_per_base"] = val_bpb
+                    bar.set_postfix(val_bpb=f"{val_bpb:.4f}")
+                if world > 1:
+                    dist.barrier()
+            if record is not None and is_main:
+                with open(metrics_path, "a", encoding="utf-8") as fh:
+                    fh.write(json.dumps(record) + "\n")
+                bar.set_postfix(loss_bpb=f"{record.get('bits_per_base', float('nan')):.4f}",
+                                **({"val_bpb": f"{val_bpb:.4f}"} if val_bpb is not None else {}))
+            if (config.save_every and done % config.save_every == 0) or done == config.steps:
+                rng = [torch.get_rng_state()]
+                cuda_rng = [torch.cuda.get_rng_state(device)] if device.type == "cuda" else []
+                if world > 1:
+                    gathered: list[Any] = [None] * world
+                    dist.all_gather_object(gathered, (rng[0], cuda_rng[0] if cuda_rng else None))
+                    rng = [g[0] for g in gathered]
+                    cuda_rng = [g[1] for g in gathered] if cuda_rng else []
+                if is_main:
+                    ckpt_dir = _save_training_checkpoint(
+                        out_dir, done, model, opt, sched, sampler.state(done), rng, cuda_rng, config,
+                        tokens_seen, world, config.keep_checkpoints)
+                if world > 1:
+                    dist.barrier()
+    finally:
+        bar.close()
+
+    if ckpt_dir is None:  # steps already complete at resume time and nothing was re-saved
+        ckpt_dir = find_latest_checkpoint(out_dir)
+    return TrainResult(
+        step=max(start_step, config.steps), start_step=start_step, train_loss=last_loss,
+        val_bits_per_base=val_bpb, tokens_seen=tokens_seen, elapsed_s=time.perf_counter() - t_start,
+        checkpoint_dir=str(ckpt_dir) if ckpt_dir is not None else "", metrics_path=str(metrics_path),
+        rank=rank, world_size=world, weights_sha256=_weights_digest(model))
+
+
+# ----------------------------------------------------------------------------- DDP launcher
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _ddp_worker(rank: int, config_dict: dict[str, Any], world: int, port: int, queue: Any) -> None:
+    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
+                       "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world)})
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.WARNING)
+    result = train_lm(TrainConfig.from_dict(config_dict))
+    queue.put(tuple(result))
+
+
+def train_lm_ddp(config: TrainConfig, nprocs: int) -> list[TrainResult]:
+    """Run :func:`train_lm` in ``nprocs`` spawned processes joined by DDP (gloo on CPU).
+
+    Returns the per-rank results in rank order. Each process takes ``batch_size`` windows
+    per step; rank 0 alone writes metrics and checkpoints.
+    """
+    if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
+        raise ValueError(f"{nprocs=} must be a positive integer")
+    if config.device == "cuda" and torch.cuda.device_count() < nprocs:
+        raise ValueError(f"{nprocs=} exceeds the {torch.cuda.device_count()} visible CUDA device(s)")
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    mp.spawn(_ddp_worker, args=(config.to_dict(), nprocs, _free_port(), queue), nprocs=nprocs, join=True)
+    results = [TrainResult(*queue.get()) for _ in range(nprocs)]
+    return sorted(results, key=lambda r: r.rank)
