@@ -88,6 +88,8 @@ class AlignerConfig:
     dustbin: str = "banded"  # "banded" | "paper" | "none"
     dustbin_mass: str = "length"
     losses: dict = field(default_factory=lambda: {"ce": 1.0, "recon": 0.0, "mono": 0.1})
+    decode_gap_weight: float = 0.0
+    impl: str = "reference"
 
     def __post_init__(self) -> None:
         if self.alphabet not in ALPHABETS:
@@ -110,7 +112,7 @@ class AlignerConfig:
     @property
     def solver(self) -> SinkhornConfig:
         return SinkhornConfig(eps=self.eps, n_iters=self.n_iters, tail=self.tail, band=self.band,
-                              backward=self.backward)
+                              backward=self.backward, impl=self.impl)
 
     @property
     def dustbin_config(self) -> DustbinConfig | None:

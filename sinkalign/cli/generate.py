@@ -41,7 +41,7 @@ def _fasta(header: str, seq: str) -> str:
 def generate_dna(prompt: str, length: int, temperature: float, top_k: int | None, top_p: float | None,
                  seed: int | None, model_path: str | None, fmt: str, record_id: str, chrom: str | None,
                  start: int | None, include_prompt: bool, device: str, output: str | None) -> None:
-    """Continue PROMPT by LENGTH bases, sampled from a DNA language model.
+    """Continue --prompt by --length bases sampled from a DNA language model.
 
     Decoding uses the KV cache (softmax attentions) or the recurrent state (SLA). Only the
     new bases are written unless --include-prompt is given. With --format fasta and

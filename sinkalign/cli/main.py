@@ -28,6 +28,13 @@ def _register() -> None:
     from sinkalign.cli.shards import shards
 
     cli.add_command(shards)
+    from sinkalign.cli.align import align
+    from sinkalign.cli.evaluate import evaluate
+    from sinkalign.cli.train import train
+
+    cli.add_command(align)
+    cli.add_command(evaluate)
+    cli.add_command(train)
     from sinkalign.cli.lm import lm
 
     cli.add_command(lm)

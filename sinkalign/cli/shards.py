@@ -129,3 +129,23 @@ def info(directory: Path, families: bool, verify: bool) -> None:
         console.print(f"skipped family {fam}: {why}")
     if checked is not None:
         console.print(f"verified {checked} files against their sha256")
+
+
+@shards.command("embed")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--embedder", type=click.Choice(["builtin", "esm2"]), default="builtin", show_default=True)
+@click.option("--esm-model", default="esm2_t6_8M_UR50D", show_default=True, help="ESM-2 model name.")
+@click.option("--esm-weights", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Local ESM-2 weights (.pt); default: the torch hub cache.")
+@click.option("--dtype", type=click.Choice(["float16", "float32"]), default="float32", show_default=True)
+@click.option("--overwrite", is_flag=True, help="Replace embeddings already stored.")
+def embed(directory: Path, embedder: str, esm_model: str, esm_weights: Path | None, dtype: str, overwrite: bool) -> None:
+    """Precompute per-residue embeddings for every sequence in the shards."""
+    from sinkalign.align.embed import embed_shards, get_embedder  # noqa: PLC0415
+
+    try:
+        options = {"model": esm_model, "weights": str(esm_weights) if esm_weights else None} if embedder == "esm2" else {}
+        index = embed_shards(directory, get_embedder(embedder, **options), dtype=dtype, overwrite=overwrite, progress=True)
+    except (ValueError, FileNotFoundError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"embedded {directory} ({index['embeddings']['dim']}-dim, {dtype})")

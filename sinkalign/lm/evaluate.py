@@ -95,8 +95,8 @@ def _target_bits(model: DNALanguageModel, tokens: torch.Tensor, first: int, *, c
                             enabled=autocast_bf16 and device.type == "cuda"):
             logits = model(inputs)  # [w, Lw, V]
         for row, (s, a, b) in enumerate(windows):
-            lp = F.log_softmax(logits[row, a - 1 - s : b - 1 - s].float(), dim=-1)  # [b-a, V]
-            nll = -lp.gather(1, tokens[a:b, None]).squeeze(1).double() / _LN2
+            lp = F.log_softmax(logits[row, a - 1 - s : b - 1 - s].double(), dim=-1)  # [b-a, V]
+            nll = -lp.gather(1, tokens[a:b, None]).squeeze(1) / _LN2
             out[a:b] = nll.cpu()
 
     was_training = model.training
@@ -363,9 +363,18 @@ def _splits(config: EvalConfig) -> list[_Split]:
     return out
 
 
-def _markov_section(splits: list[_Split], config: EvalConfig, max_bases: int | None) -> tuple[dict[str, Any],
-                                                                                               MarkovModel]:
-    """Order choice (fixed, or best on the training split's tail) and held-out bits/base."""
+class _Markov(NamedTuple):
+    model: MarkovModel
+    selection: str  # "fixed" | "train-tail"
+    sweep: dict[int, float] | None  # bits/base on the training tail per order (train-tail only)
+
+
+def _fit_markov(splits: list[_Split], config: EvalConfig) -> _Markov:
+    """Fixed order, or the best of ``markov_orders`` on the training split's tail; refit on all training data.
+
+    For the choice, each record's training split is split again (its last ``val_fraction``
+    is the tuning part, conditioned on what precedes it); no held-out base is looked at.
+    """
     sweep: dict[int, float] | None = None
     if config.markov_order is not None:
         order, selection = config.markov_order, "fixed"
@@ -383,19 +392,12 @@ def _markov_section(splits: list[_Split], config: EvalConfig, max_bases: int | N
             lps = np.concatenate([model.log2_probs(b, prefix=a) for b, a in tune_part])
             sweep[int(k)] = float(-np.nanmean(lps))
         order = min(sweep, key=lambda o: (sweep[o], o))
-    model = MarkovModel(order).fit([sp.train for sp in splits])
-    lps = np.concatenate([model.log2_probs(sp.val[:max_bases] if max_bases else sp.val, prefix=sp.train)
-                          for sp in splits])
-    scored = lps[np.isfinite(lps)]
-    res = {"order": order, "order_selection": selection, "bits_per_base": float(-scored.mean()),
-           "n_scored": int(scored.size), "pseudocount": model.pseudocount}
-    if sweep is not None:
-        res["train_tail_sweep"] = {str(k): v for k, v in sweep.items()}
-    return res, model
+        logger.info("Markov order %d chosen on the training tail", order)
+    return _Markov(MarkovModel(order).fit([sp.train for sp in splits]), selection, sweep)
 
 
 def _heldout_section(model: DNALanguageModel, splits: list[_Split], config: EvalConfig, context: int,
-                     device: torch.device) -> tuple[dict[str, Any], MarkovModel]:
+                     device: torch.device, markov: _Markov) -> dict[str, Any]:
     stride = config.stride if config.stride is not None else max(1, context // 2)
     if stride > context:
         raise ValueError(f"stride={stride} must not exceed context={context}")
@@ -406,11 +408,18 @@ def _heldout_section(model: DNALanguageModel, splits: list[_Split], config: Eval
                                     autocast_bf16=device.type == "cuda")
         total += res.bits_per_base * res.n_scored
         n += res.n_scored
-    markov, mm = _markov_section(splits, config, config.max_bases)
+    # the Markov chain is scored on exactly the same held-out bases
+    lps = np.concatenate([markov.model.log2_probs(sp.val[: config.max_bases] if config.max_bases else sp.val,
+                                                  prefix=sp.train) for sp in splits])
+    scored = lps[np.isfinite(lps)]
+    mk: dict[str, Any] = {"order": markov.model.order, "order_selection": markov.selection,
+                          "bits_per_base": float(-scored.mean()), "n_scored": int(scored.size),
+                          "pseudocount": markov.model.pseudocount}
+    if markov.sweep is not None:
+        mk["train_tail_sweep"] = {str(k): v for k, v in markov.sweep.items()}
     lm_bpb = total / n
     return {"bits_per_base": lm_bpb, "n_scored": n, "context": context, "stride": stride,
-            "min_context": context - stride + 1, "markov": markov,
-            "delta_vs_markov": lm_bpb - markov["bits_per_base"]}, mm
+            "min_context": context - stride + 1, "markov": mk, "delta_vs_markov": lm_bpb - mk["bits_per_base"]}
 
 
 def _extrapolation_section(model: DNALanguageModel, splits: list[_Split], config: EvalConfig, train_len: int,
@@ -543,9 +552,9 @@ def evaluate_lm(model: DNALanguageModel, config: EvalConfig, *, model_path: str 
     context = config.context or train_len
     splits = _splits(config)
     heldout = extrap = passkey = completion = None
-    markov: MarkovModel | None = None
+    markov = _fit_markov(splits, config) if {"heldout", "completion"} & set(config.sections) else None
     if "heldout" in config.sections:
-        heldout, markov = _heldout_section(model, splits, config, context, device)
+        heldout = _heldout_section(model, splits, config, context, device, markov)
         logger.info("held-out: LM %.4f vs Markov order %d %.4f bits/base", heldout["bits_per_base"],
                     heldout["markov"]["order"], heldout["markov"]["bits_per_base"])
     if "extrapolation" in config.sections:
@@ -553,10 +562,7 @@ def evaluate_lm(model: DNALanguageModel, config: EvalConfig, *, model_path: str 
     if "passkey" in config.sections:
         passkey = _passkey_section(model, splits, config, train_len)
     if "completion" in config.sections:
-        if markov is None:
-            order = config.markov_order if config.markov_order is not None else 6
-            markov = MarkovModel(order).fit([sp.train for sp in splits])
-        completion = _completion_section(model, splits, config, config.prompt_len or train_len, markov)
+        completion = _completion_section(model, splits, config, config.prompt_len or train_len, markov.model)
     return EvalReport(
         model={"path": model_path, "attention": model.config.attention, "max_train_len": train_len,
                "n_parameters": model.num_parameters(), "config": model.config.to_dict()},

@@ -1,0 +1,141 @@
+"""The user-facing aligner: load a trained model, align pairs, decode with confidences."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import jax
+import numpy as np
+
+from sinkalign.align import model as M
+from sinkalign.align.decode import Alignment, mea_align
+from sinkalign.align.train import BUCKETS, load_checkpoint
+
+__all__ = ["Aligner", "PairResult", "default_model_path"]
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("reference", "pallas")
+
+
+def default_model_path() -> Path:
+    """The checkpoint shipped inside the package (trained on ../shared/data Pfam shards)."""
+    return Path(str(resources.files("sinkalign") / "data" / "aligner_default"))
+
+
+@dataclass(frozen=True)
+class PairResult:
+    """One aligned pair: ids, sequences, the decoded alignment and (optionally) the plan."""
+
+    query_id: str
+    query: str
+    target_id: str
+    target: str
+    alignment: Alignment
+    plan: np.ndarray | None = None
+
+    def as_record(self):
+        return (self.query_id, self.query, self.target_id, self.target, self.alignment, self.alignment.score)
+
+
+class Aligner:
+    """A trained OT aligner.
+
+    Args:
+        params: model parameters; config: its :class:`~sinkalign.align.model.AlignerConfig`.
+        embedder: the feature embedder (built from ``config.embedder`` when omitted).
+        backend: ``reference`` (pure JAX) or ``pallas`` (blockwise kernels).
+        gap_weight: MEA gap weight (0 = gaps free, the decoding the model was tuned with).
+    """
+
+    def __init__(self, params: dict, config: M.AlignerConfig, *, embedder=None, backend: str = "reference",
+                 gap_weight: float | None = None):
+        if backend not in BACKENDS:
+            raise ValueError(f"backend={backend!r} is not one of {BACKENDS}")
+        self.config = config
+        self.params = params
+        self.backend = backend
+        self.gap_weight = config.decode_gap_weight if gap_weight is None else float(gap_weight)
+        if self.gap_weight < 0:
+            raise ValueError(f"gap_weight={self.gap_weight} must be >= 0")
+        self._embedder = embedder
+        run_cfg = config.replace(impl=backend)
+        self._plans = jax.jit(lambda p, b: M.forward(p, b, run_cfg)[0])
+
+    @classmethod
+    def load(cls, path: str | os.PathLike | None = None, **kwargs) -> "Aligner":
+        """Load a checkpoint (a training run directory or a model directory); default: shipped."""
+        path = Path(path) if path is not None else default_model_path()
+        if not path.exists():
+            raise FileNotFoundError(f"model {path} does not exist")
+        params, state, _ = load_checkpoint(path)
+        if "model" not in state:
+            raise ValueError(f"{path}/state.json has no 'model' config")
+        return cls(params, M.AlignerConfig.from_dict(state["model"]), **kwargs)
+
+    @property
+    def embedder(self):
+        if self._embedder is None and self.config.feature_dim:
+            from sinkalign.align.embed import embedder_from_config  # noqa: PLC0415
+
+            self._embedder = embedder_from_config(self.config.embedder)
+        return self._embedder
+
+    def _features(self, seqs: list[str]):
+        if not self.config.feature_dim:
+            return [None] * len(seqs)
+        feats = self.embedder.embed(seqs)
+        if feats and feats[0].shape[-1] != self.config.feature_dim:
+            raise ValueError(f"embedder gives {feats[0].shape[-1]}-dim features, the model expects "
+                             f"{self.config.feature_dim}")
+        return feats
+
+    def align(self, query: str, target: str, *, query_id: str = "query", target_id: str = "target",
+              keep_plan: bool = False) -> PairResult:
+        """Align one pair of sequences."""
+        return next(self.align_many([(query_id, query, target_id, target)], keep_plan=keep_plan))
+
+    def align_many(self, pairs: Iterable[tuple[str, str, str, str]], *, batch_size: int = 8,
+                   keep_plan: bool = False) -> Iterator[PairResult]:
+        """Align ``(query_id, query, target_id, target)`` tuples; results come in input order.
+
+        Pairs are processed in chunks of ``batch_size`` padded to a common length bucket,
+        so a long stream runs in bounded memory.
+        """
+        if batch_size < 1:
+            raise ValueError(f"{batch_size=} must be >= 1")
+        chunk: list = []
+        for item in pairs:
+            chunk.append(item)
+            if len(chunk) == batch_size:
+                yield from self._align_chunk(chunk, keep_plan)
+                chunk = []
+        if chunk:
+            yield from self._align_chunk(chunk, keep_plan)
+
+    def _align_chunk(self, chunk, keep_plan):
+        longest = max(max(len(q), len(t)) for _, q, _, t in chunk)
+        if longest > BUCKETS[-1]:
+            raise ValueError(f"sequences longer than {BUCKETS[-1]} residues are not supported yet "
+                             f"(got {longest} in {[c[0] for c in chunk]})")
+        L = next(b for b in BUCKETS if longest <= b)
+        feats = self._features([q for _, q, _, _ in chunk] + [t for _, _, _, t in chunk])
+        n = len(chunk)
+        items = [(q, t, feats[i], feats[n + i], None) for i, (_, q, _, t) in enumerate(chunk)]
+        while len(items) < len(chunk):
+            items.append(items[-1])
+        batch = M.make_batch(items, self.config, L, L)
+        rows = np.asarray(self._plans(self.params, batch), np.float64)
+        for i, (qid, q, tid, t) in enumerate(chunk):
+            m, k = len(q), len(t)
+            plan = np.zeros((m + 1, k + 1))
+            plan[:m, :k] = rows[i, :m, :k]
+            plan[:m, k] = rows[i, :m, L]
+            plan[m, :k] = np.clip(1.0 - rows[i, :m, :k].sum(0), 0.0, None)
+            aln = mea_align(plan, gap_weight=self.gap_weight)
+            yield PairResult(qid, q, tid, t, aln, plan if keep_plan else None)

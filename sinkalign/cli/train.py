@@ -1,0 +1,62 @@
+"""``sinkalign train``: train the OT aligner on Pfam pair shards."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.option("--pfam-shards", "shards", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Shard directory from `sinkalign shards build` (with `sinkalign shards embed` for features).")
+@click.option("--config", "preset_name", default="default", show_default=True,
+              help="Preset: default, k2_eps1, k4_eps1, muot_dustbin_mono, muot_dustbin_hybrid.")
+@click.option("--embedder", type=click.Choice(["builtin", "esm2", "none"]), default="builtin", show_default=True,
+              help="Features the shards were embedded with (none: substitution part only).")
+@click.option("--steps", type=click.IntRange(min=1), default=1000, show_default=True)
+@click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Global batch; split over all local devices.")
+@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=3e-3, show_default=True)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/aligner"), show_default=True)
+@click.option("--resume", is_flag=True, help="Continue from the latest checkpoint in --out.")
+@click.option("--checkpoint-every", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("--eval-every", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("--certify-every", type=click.IntRange(min=0), default=500, show_default=True,
+              help="Certified tail-depth check every N steps (0: never).")
+@click.option("--max-length", type=click.IntRange(min=8, max=512), default=384, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--distributed", is_flag=True, help="Multi-host: call jax.distributed.initialize() first.")
+@click.option("--progress/--no-progress", default=True)
+def train(shards, preset_name, embedder, steps, batch_size, lr, out, resume, checkpoint_every, eval_every,
+          certify_every, max_length, seed, distributed, progress):
+    """Train the aligner; metrics go to OUT/metrics.jsonl, checkpoints to OUT/checkpoints."""
+    from sinkalign.align import model as M  # noqa: PLC0415
+    from sinkalign.align import train as T  # noqa: PLC0415
+    from sinkalign.io.shards import read_index  # noqa: PLC0415
+
+    if distributed:
+        T.init_distributed()
+    try:
+        feature_dim, emb_config = 0, {"name": "none"}
+        if embedder != "none":
+            import json  # noqa: PLC0415
+
+            emb = read_index(shards).get("embeddings")
+            if not emb:
+                raise click.BadParameter(f"{shards} has no embeddings; run `sinkalign shards embed {shards}`",
+                                         param_hint="--pfam-shards")
+            emb_config = json.loads(emb["name"])
+            if emb_config.get("name") != embedder:
+                raise click.BadParameter(f"{shards} holds {emb_config.get('name')!r} embeddings, not {embedder!r}",
+                                         param_hint="--embedder")
+            feature_dim = int(emb["dim"])
+        model = M.preset(preset_name, feature_dim=feature_dim, embedder=emb_config)
+        cfg = T.TrainConfig(shards=str(shards), out=str(out), model=model, steps=steps, batch_size=batch_size, lr=lr,
+                            seed=seed, checkpoint_every=checkpoint_every, eval_every=eval_every,
+                            certify_every=certify_every, max_length=max_length)
+        result = T.train(cfg, resume=resume, progress=progress)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"step {result.step}: " + ", ".join(f"{k}={v:.4g}" for k, v in result.last_metrics.items()
+                                                    if isinstance(v, float)))

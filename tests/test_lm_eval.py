@@ -1,0 +1,211 @@
+"""Evaluation of the DNA language models (sinkalign.lm.evaluate, `sinkalign lm eval`)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from sinkalign.cli.main import cli
+from sinkalign.lm import DNALanguageModel, LMConfig, save_checkpoint
+from sinkalign.lm.data import read_genome, train_val_split
+from sinkalign.lm.evaluate import EvalConfig, bootstrap_ci, evaluate_lm, heldout_bits_per_base
+from sinkalign.lm.generate import load_model
+from sinkalign.lm.markov import MarkovModel
+
+CDIPH = "genomes/GCF_001457455.1_NCTC11397_genomic.fna.gz"
+
+
+def tiny_model(attention: str = "rope", train_len: int = 16, seed: int = 0) -> DNALanguageModel:
+    torch.manual_seed(seed)
+    cfg = LMConfig(vocab_size=8, d_model=32, n_layers=2, n_heads=2, attention=attention, max_train_len=train_len,
+                   goat_n_freqs=3, bam_chunk_size=8, sla_chunk_size=8, init_std=0.2)
+    return DNALanguageModel(cfg).double().eval()
+
+
+def _random_dna(n: int, seed: int = 0) -> str:
+    return "".join(np.random.default_rng(seed).choice(list("ACGT"), size=n))
+
+
+@pytest.fixture(scope="module")
+def fasta(tmp_path_factory):
+    path = tmp_path_factory.mktemp("lm_eval") / "toy.fa"
+    path.write_text(f">chrA\n{_random_dna(9000, 1)}\n>chrB\n{_random_dna(4000, 2)}\n")
+    return path
+
+
+def _naive_bits(model: DNALanguageModel, tokens: list[int], j: int, start: int) -> float:
+    """-log2 P(tokens[j] | tokens[start:j]) by one plain forward pass."""
+    with torch.no_grad():
+        logits = model(torch.tensor([tokens[start:j]]))[0, -1]
+    return float(-torch.log_softmax(logits, -1)[tokens[j]] / math.log(2))
+
+
+def test_heldout_bits_stride_one_is_a_fixed_context_sliding_window():
+    model = tiny_model("goat")
+    prefix, seq = _random_dna(10, 5), _random_dna(30, 6)
+    res = heldout_bits_per_base(model, seq, context=8, stride=1, prefix=prefix, batch_size=4)
+    full = [("ACGT".index(c)) for c in prefix[-8:] + seq]
+    ref = [_naive_bits(model, full, j, j - 8) for j in range(8, len(full))]
+    assert res.n_scored == 30 and (res.context, res.stride) == (8, 1)
+    assert res.bits_per_base == pytest.approx(np.mean(ref), rel=1e-10)
+
+
+def test_heldout_bits_non_overlapping_windows_equal_model_loss():
+    """stride == context, no prefix: the mean of model.loss over windows that overlap by one token."""
+    model = tiny_model("bam")
+    seq = _random_dna(4 * 12 + 1, 7)
+    res = heldout_bits_per_base(model, seq, context=12, stride=12)
+    ids = torch.tensor([["ACGT".index(c) for c in seq]])
+    with torch.no_grad():
+        losses = [float(model.loss(ids[:, s : s + 13])) for s in range(0, 48, 12)]
+    assert res.n_scored == 48
+    # model.loss takes its cross-entropy in float32
+    assert res.bits_per_base == pytest.approx(np.mean(losses) / math.log(2), rel=1e-6)
+
+
+def test_heldout_bits_strided_windows_and_n_targets():
+    model = tiny_model("sla")
+    seq = _random_dna(50, 8)
+    seq = seq[:20] + "NN" + seq[22:]
+    res = heldout_bits_per_base(model, seq, context=10, stride=4, batch_size=3)
+    # reference: targets 1..49 in blocks of 4; a block ending at b (exclusive) is predicted from
+    # tokens max(0, b - 1 - 10) .. b - 2; N targets are skipped
+    full = ["ACGTN".index(c) for c in seq]
+    ref = []
+    for a in range(1, 50, 4):
+        b = min(a + 4, 50)
+        ref += [_naive_bits(model, full, j, max(0, b - 1 - 10)) for j in range(a, b) if seq[j] != "N"]
+    assert res.n_scored == 47 == len(ref)
+    assert res.bits_per_base == pytest.approx(np.mean(ref), rel=1e-10)
+    assert heldout_bits_per_base(model, seq, context=10, stride=4, max_bases=30).n_scored == 27
+
+
+def test_heldout_bits_bad_inputs():
+    model = tiny_model()
+    with pytest.raises(ValueError, match=r"stride=9 must not exceed context=8"):
+        heldout_bits_per_base(model, "ACGTACGT", context=8, stride=9)
+    with pytest.raises(ValueError, match=r"context=0 must be a positive integer"):
+        heldout_bits_per_base(model, "ACGTACGT", context=0)
+    with pytest.raises(ValueError, match=r"evaluation sequence: invalid character 'Z' at 0-based position 2"):
+        heldout_bits_per_base(model, "ACZT", context=8)
+    with pytest.raises(ValueError, match=r"nothing to score: sequence of length 1 with 0 prefix bases"):
+        heldout_bits_per_base(model, "A", context=8)
+    with pytest.raises(ValueError, match=r"nothing to score: every target base is N"):
+        heldout_bits_per_base(model, "ANNNN", context=8)
+
+
+def test_bootstrap_ci():
+    x = np.random.default_rng(0).normal(3.0, 2.0, size=400)
+    est = bootstrap_ci(np.concatenate([x, [np.nan, np.inf]]), n_boot=2000, seed=1)
+    assert est.n == 400 and est.mean == pytest.approx(x.mean())
+    half = 1.96 * x.std(ddof=1) / math.sqrt(400)  # normal-theory half-width
+    assert est.ci_low < est.mean < est.ci_high
+    assert (est.ci_high - est.ci_low) / 2 == pytest.approx(half, rel=0.15)
+    assert bootstrap_ci([np.nan]).n == 0 and math.isnan(bootstrap_ci([]).mean)
+    assert bootstrap_ci([2.0]) == (2.0, 2.0, 2.0, 1)
+
+
+def test_eval_config_validation(fasta):
+    with pytest.raises(ValueError, match=r"sections=\('heldout', 'bogus'\): valid sections are"):
+        EvalConfig(fasta=str(fasta), sections=("heldout", "bogus"))
+    with pytest.raises(ValueError, match=r"length_multipliers=\(1, 0\) must be a non-empty tuple of positive ints"):
+        EvalConfig(fasta=str(fasta), length_multipliers=(1, 0))
+    with pytest.raises(ValueError, match=r"completion_len=20 must exceed gc_window=25"):
+        EvalConfig(fasta=str(fasta), completion_len=20)
+    with pytest.raises(ValueError, match=r"markov_order=31 must be an integer in \[0, 30\]"):
+        EvalConfig(fasta=str(fasta), markov_order=31)
+
+
+def test_evaluate_lm_report(fasta):
+    model = tiny_model("alibi")
+    cfg = EvalConfig(fasta=str(fasta), length_multipliers=(1, 2, 4), extrapolation_bases=256,
+                     passkey_multipliers=(4,), passkey_trials=6, passkey_k=4, passkey_cue_len=4,
+                     completion_prompts=12, completion_len=40, n_boot=200, markov_orders=(0, 1, 2, 3))
+    rep = evaluate_lm(model, cfg, model_path="toy")
+    doc = json.loads(json.dumps(rep.to_dict()))  # JSON-serialisable
+    recs = read_genome(fasta)
+    # held-out: both records' last 10%, every base scored, Markov scored on the same bases
+    h = doc["heldout"]
+    assert h["n_scored"] == sum(len(train_val_split(s)[1]) for _, s in recs) == 1300
+    m = h["markov"]
+    assert m["order_selection"] == "train-tail" and set(m["train_tail_sweep"]) == {"0", "1", "2", "3"}
+    assert str(m["order"]) == min(m["train_tail_sweep"], key=m["train_tail_sweep"].get)
+    # the order was chosen on the training tail, then refitted on all training data
+    splits = [train_val_split(s) for _, s in recs]
+    mm = MarkovModel(m["order"]).fit([t for t, _ in splits])
+    lps = np.concatenate([mm.log2_probs(v, prefix=t) for t, v in splits])
+    assert m["bits_per_base"] == pytest.approx(-lps.mean()) and m["n_scored"] == 1300
+    assert h["delta_vs_markov"] == pytest.approx(h["bits_per_base"] - m["bits_per_base"])
+    # a random i.i.d. genome: nothing beats ~2 bits/base by much
+    assert 1.9 < m["bits_per_base"] < 2.1
+    # extrapolation: the same targets at every length
+    x = doc["extrapolation"]
+    assert [r["length"] for r in x["rows"]] == [16, 32, 64]
+    assert x["n_targets"] == 256 and {r["n_scored"] for r in x["rows"]} == {256}
+    assert x["rows"][0]["delta_vs_1x"] == 0.0
+    one = heldout_bits_per_base(model, read_genome(fasta)[0][1][-900:][:257], context=16, stride=16)
+    assert x["rows"][0]["bits_per_base"] == pytest.approx(one.bits_per_base)
+    # passkey and completion: well-formed estimates in range
+    (p,) = doc["passkey"]["rows"]
+    assert p["length"] == 64 and p["trials"] == 6 and 0 <= p["base_accuracy"]["mean"] <= 1
+    c = doc["completion"]
+    assert c["n_prompts"] == 12 and c["prompt_len"] == 16
+    for who in ("lm", "markov"):
+        ident = c[who]["identity"]
+        assert ident["n"] == 12 and ident["ci_low"] <= ident["mean"] <= ident["ci_high"]
+        assert 0.0 <= ident["mean"] <= 1.0 and -1.0 <= c[who]["gc_pearson_r"]["mean"] <= 1.0
+    # completion draws are reproducible for a seed
+    again = evaluate_lm(model, EvalConfig(**{**cfg.__dict__, "sections": ("completion",)}))
+    assert again.completion == rep.to_dict()["completion"] and again.heldout is None
+
+
+def test_evaluate_errors(fasta, tmp_path):
+    model = tiny_model(train_len=1024)
+    with pytest.raises(ValueError, match=r"too short for a window of 16384"):
+        evaluate_lm(model, EvalConfig(fasta=str(fasta), sections=("extrapolation",)))
+    with pytest.raises(ValueError, match=r"no held-out split holds a passkey context of 4096 bases"):
+        evaluate_lm(model, EvalConfig(fasta=str(fasta), sections=("passkey",), passkey_multipliers=(4,)))
+    bad = tmp_path / "bad.fa"
+    bad.write_text(">x\nACGT\n>y\nAC*T\n")
+    with pytest.raises(ValueError, match=r"bad.fa: record 'y' has invalid character '\*' at 0-based position 2"):
+        evaluate_lm(model, EvalConfig(fasta=str(bad)))
+
+
+def test_cli_eval(fasta, tmp_path):
+    ck = tmp_path / "ck"
+    save_checkpoint(ck, tiny_model("nope").float())
+    out = tmp_path / "report.json"
+    runner = CliRunner()
+    res = runner.invoke(cli, ["lm", "eval", "--model", str(ck), "--fasta", str(fasta), "--json", str(out),
+                              "--lengths", "1,2", "--extrapolation-bases", "64", "--passkey-lengths", "4",
+                              "--passkey-trials", "3", "--prompts", "4", "--completion-len", "30",
+                              "--markov-order", "2"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert doc["model"]["path"] == str(ck) and doc["model"]["attention"] == "nope"
+    assert doc["heldout"]["markov"]["order"] == 2 and doc["heldout"]["markov"]["order_selection"] == "fixed"
+    assert f"LM {doc['heldout']['bits_per_base']:.4f}" in res.output
+    assert "Markov order 2 (fixed)" in res.output and "length  2x =     32" in res.output
+    res = runner.invoke(cli, ["lm", "eval", "--model", str(tmp_path / "nope"), "--fasta", str(fasta)])
+    assert res.exit_code == 1 and f"cannot load the model: model path not found: {tmp_path / 'nope'}" in res.output
+    res = runner.invoke(cli, ["lm", "eval", "--model", str(ck), "--fasta", str(fasta), "--sections", "heldout,x"])
+    assert res.exit_code == 2 and "valid sections are heldout, extrapolation, passkey, completion" in res.output
+    res = runner.invoke(cli, ["lm", "eval", "--model", str(ck), "--fasta", str(fasta), "--lengths", "1,a"])
+    assert res.exit_code == 2 and "'1,a' is not a comma-separated list of integers" in res.output
+
+
+def test_shipped_model_beats_markov_on_cdiph(shared_data):
+    """The shipped default checkpoint, scored on held-out C. diphtheriae against order 6 on the same bases."""
+    ((_, seq),) = read_genome(shared_data / CDIPH)
+    train, val = train_val_split(seq)
+    model = load_model().model
+    n = 20_000
+    lm = heldout_bits_per_base(model, val, context=model.config.max_train_len, prefix=train, max_bases=n)
+    markov = MarkovModel(6).fit(train).bits_per_base(val[:n], prefix=train)
+    assert lm.n_scored == n
+    assert lm.bits_per_base < markov, (lm.bits_per_base, markov)

@@ -1,0 +1,190 @@
+"""DNA generation (sinkalign.lm.generate, `sinkalign generate-dna`)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from sinkalign.cli.main import cli
+from sinkalign.lm import ATTENTION_NAMES, DNALanguageModel, LMConfig, save_checkpoint
+from sinkalign.lm.data import read_genome_records
+from sinkalign.lm.generate import (
+    SamplingConfig,
+    default_model_path,
+    generate,
+    generate_batch,
+    load_model,
+    resolve_model_path,
+)
+from sinkalign.lm.model import CHECKPOINT_WEIGHTS
+from sinkalign.pipelines.gc_profile import parse_continuation_description
+
+PROMPT = "ACGTTGCANNGATTACAGGCT"
+
+
+def tiny_model(attention: str, *, dtype=torch.float64, seed: int = 0) -> DNALanguageModel:
+    """Random tiny model; a large init_std makes its predictions far from uniform (no near-ties)."""
+    torch.manual_seed(seed)
+    cfg = LMConfig(vocab_size=8, d_model=32, n_layers=2, n_heads=2, attention=attention, max_train_len=16,
+                   goat_n_freqs=3, bam_chunk_size=8, sla_chunk_size=8, init_std=0.3)
+    return DNALanguageModel(cfg).to(dtype).eval()
+
+
+@pytest.mark.parametrize("attention", ATTENTION_NAMES)
+def test_cached_generation_equals_full_recompute(attention):
+    """KV cache (softmax) / recurrent state (SLA) decode == recomputing the whole sequence."""
+    model = tiny_model(attention)
+    greedy = generate(model, PROMPT, 48, temperature=0)  # prompt 21 + 48 > 4x training length 16
+    assert greedy == generate(model, PROMPT, 48, temperature=0, use_cache=False)
+    assert len(greedy) == 48 and set(greedy) <= set("ACGT")
+    sampled = generate(model, PROMPT, 40, temperature=1.3, top_k=3, seed=11)
+    assert sampled == generate(model, PROMPT, 40, temperature=1.3, top_k=3, seed=11, use_cache=False)
+    batch = generate_batch(model, [PROMPT, PROMPT[::-1]], 24, temperature=0)
+    assert batch == [generate(model, p, 24, temperature=0) for p in (PROMPT, PROMPT[::-1])]
+
+
+def test_seeded_reproducibility_and_restored_mode():
+    model = tiny_model("goat", dtype=torch.float32)
+    model.train()
+    a = generate(model, "acgtac", 64, seed=5)
+    assert model.training  # mode restored
+    assert a == generate(model, "ACGTAC", 64, seed=5)  # lowercase prompt is the same prompt
+    assert a != generate(model, "ACGTAC", 64, seed=6)
+    assert generate(model, "ACGTAC", 64, top_k=1, seed=1) == generate(model, "ACGTAC", 64, temperature=0)
+    assert generate(model, "ACGTAC", 64, top_p=1e-6, seed=2) == generate(model, "ACGTAC", 64, temperature=0)
+
+
+def test_sampling_follows_the_model_distribution():
+    """First-base frequencies over many draws match softmax(logits / T) restricted to ACGT."""
+    model = tiny_model("rope")
+    with torch.no_grad():
+        logits = model(torch.tensor([[0, 1, 2, 3, 3, 0]]))[0, -1, :4]
+    n = 6000
+    for temperature, top_k, top_p in [(1.0, None, None), (0.5, None, None), (1.0, 2, None), (1.0, None, 0.7)]:
+        z = logits / temperature
+        probs = torch.softmax(z, -1)
+        if top_k is not None:
+            keep = torch.zeros(4, dtype=torch.bool)
+            keep[z.topk(top_k).indices] = True
+        elif top_p is not None:
+            p_sorted, order = probs.sort(descending=True)
+            keep = torch.zeros(4, dtype=torch.bool)
+            keep[order[(p_sorted.cumsum(0) - p_sorted) < top_p]] = True
+        else:
+            keep = torch.ones(4, dtype=torch.bool)
+        expect = torch.where(keep, probs, torch.zeros(())).numpy()
+        expect /= expect.sum()
+        out = generate_batch(model, ["ACGTTA"] * n, 1, temperature=temperature, top_k=top_k, top_p=top_p, seed=3)
+        freq = np.array([sum(o == b for o in out) for b in "ACGT"]) / n
+        assert freq[expect == 0].sum() == 0
+        assert np.abs(freq - expect).max() < 4 * np.sqrt(0.25 / n) + 1e-3, (temperature, top_k, top_p)
+
+
+def test_generation_bad_inputs():
+    model = tiny_model("nope", dtype=torch.float32)
+    with pytest.raises(ValueError, match=r"prompt is empty"):
+        generate(model, "", 10)
+    with pytest.raises(ValueError, match=r"prompt: invalid character 'X' at 0-based position 4"):
+        generate(model, "ACGTXACGT", 10)
+    with pytest.raises(ValueError, match=r"prompt: invalid character 'U' at 0-based position 0"):
+        generate(model, "UACG", 10)
+    with pytest.raises(ValueError, match=r"length=0 must be a positive integer"):
+        generate(model, "ACGT", 0)
+    with pytest.raises(ValueError, match=r"length=-3 must be a positive integer"):
+        generate(model, "ACGT", -3)
+    with pytest.raises(ValueError, match=r"temperature=-1.0 must be a finite number >= 0"):
+        generate(model, "ACGT", 5, temperature=-1.0)
+    with pytest.raises(ValueError, match=r"top_k=0 must be a positive integer"):
+        generate(model, "ACGT", 5, top_k=0)
+    with pytest.raises(ValueError, match=r"top_p=1.5 must be in \(0, 1\]"):
+        generate(model, "ACGT", 5, top_p=1.5)
+    with pytest.raises(ValueError, match=r"prompts must have equal lengths, got \[3, 4\]"):
+        generate_batch(model, ["ACG", "ACGT"], 5)
+    with pytest.raises(ValueError, match=r"prompt 1: invalid character '-' at 0-based position 2"):
+        generate_batch(model, ["ACGT", "AC-T"], 5)
+    with pytest.raises(ValueError, match=r"top_p=0 must be in"):
+        SamplingConfig(top_p=0)
+
+
+def test_load_model_errors_name_the_path(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"model path not found: .*nowhere"):
+        load_model(tmp_path / "nowhere")
+    ck = tmp_path / "ck"
+    save_checkpoint(ck, tiny_model("alibi", dtype=torch.float32))
+    assert load_model(ck).model.config.attention == "alibi"
+    (ck / CHECKPOINT_WEIGHTS).write_bytes(b"\x00garbage")
+    with pytest.raises(ValueError, match=r"ck/model.safetensors: corrupt safetensors file"):
+        load_model(ck)
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match=r"training run .*run holds no complete checkpoint"):
+        resolve_model_path(run)
+
+
+def test_shipped_default_model():
+    path = default_model_path()
+    assert resolve_model_path(None) == path
+    size = sum(p.stat().st_size for p in path.iterdir())
+    assert size < 5 * 2**20, f"shipped checkpoint is {size} bytes"
+    ckpt = load_model()
+    meta = json.loads((path / "config.json").read_text())
+    assert meta["extra"]["heldout_bits_per_base"] < 1.952  # beats the order-6 Markov chain (data README)
+    out = generate(ckpt.model, "ATGACCGGTTTAGCC", 30, seed=0)
+    assert len(out) == 30 and set(out) <= set("ACGT")
+
+
+def test_cli_generate_dna(tmp_path):
+    ck = tmp_path / "ck"
+    save_checkpoint(ck, tiny_model("sla", dtype=torch.float32))
+    runner = CliRunner()
+    base = ["generate-dna", "--model", str(ck), "--prompt", "ACGTACGGTA", "--length", "70", "--seed", "4"]
+    plain = runner.invoke(cli, base)
+    assert plain.exit_code == 0, plain.output
+    assert plain.output.strip() == generate(load_model(ck).model, "ACGTACGGTA", 70, seed=4)
+    out = tmp_path / "gen.fa"
+    res = runner.invoke(cli, base + ["--format", "fasta", "--id", "g1", "--chrom", "chr1", "--start", "100",
+                                     "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    (rec,) = read_genome_records(out)
+    assert rec.id == "g1" and rec.seq == plain.output.strip()
+    assert parse_continuation_description(rec.description) == ("chr1", 100)
+    assert max(len(line) for line in out.read_text().splitlines()[1:]) == 60
+    res = runner.invoke(cli, base + ["--format", "fasta", "--include-prompt", "--chrom", "c", "--start", "10",
+                                     "-o", str(out)])
+    (rec,) = read_genome_records(out)
+    assert rec.seq == "ACGTACGGTA" + plain.output.strip()
+    assert parse_continuation_description(rec.description) == ("c", 0)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--prompt", "ACGRT", "--length", "5"], "invalid character 'R' at 0-based position 3"),
+        (["--prompt", "", "--length", "5"], "prompt is empty"),
+        (["--prompt", "ACGT", "--length", "0"], "Invalid value for '--length': must be a positive integer, got 0"),
+        (["--prompt", "ACGT", "--length", "5", "--top-p", "2"], "top_p=2.0 must be in (0, 1]"),
+        (["--prompt", "ACGT", "--length", "5", "--chrom", "c"], "--chrom and --start go together"),
+    ],
+)
+def test_cli_generate_dna_errors(tmp_path, args, message):
+    ck = tmp_path / "ck"
+    save_checkpoint(ck, tiny_model("rope", dtype=torch.float32))
+    res = CliRunner().invoke(cli, ["generate-dna", "--model", str(ck), *args])
+    assert res.exit_code != 0
+    assert message in res.output
+
+
+def test_cli_generate_dna_missing_or_corrupt_model(tmp_path):
+    runner = CliRunner()
+    res = runner.invoke(cli, ["generate-dna", "--model", str(tmp_path / "absent"), "--prompt", "ACGT",
+                              "--length", "5"])
+    assert res.exit_code == 1 and f"cannot load the model: model path not found: {tmp_path / 'absent'}" in res.output
+    ck = tmp_path / "ck"
+    save_checkpoint(ck, tiny_model("rope", dtype=torch.float32))
+    (ck / "config.json").write_text("{not json")
+    res = runner.invoke(cli, ["generate-dna", "--model", str(ck), "--prompt", "ACGT", "--length", "5"])
+    assert res.exit_code == 1 and f"{ck / 'config.json'}: corrupt checkpoint config" in res.output

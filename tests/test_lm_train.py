@@ -1,0 +1,278 @@
+"""Training loop of the DNA language models (sinkalign.lm.train, `sinkalign lm train`)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import safetensors.torch
+import torch
+from click.testing import CliRunner
+
+from sinkalign.cli.main import cli
+from sinkalign.lm import load_checkpoint
+from sinkalign.lm.data import encode, train_val_split
+from sinkalign.lm.train import (
+    OPTIMIZER_STATE,
+    TRAINER_STATE,
+    TrainConfig,
+    WindowSampler,
+    find_latest_checkpoint,
+    lr_multiplier,
+    train_lm,
+    train_lm_ddp,
+)
+
+
+def _markov_chain_dna(n: int, seed: int = 0) -> str:
+    """Order-2 chain with peaked transitions (about 1.1 bits/base): learnable in a few steps."""
+    rng = np.random.default_rng(seed)
+    probs = rng.dirichlet(np.full(4, 0.3), size=16)  # [context, next]
+    out = list(rng.integers(0, 4, size=2))
+    u = rng.random(n)
+    for i in range(n - 2):
+        cdf = np.cumsum(probs[out[-2] * 4 + out[-1]])
+        out.append(min(int(np.searchsorted(cdf, u[i])), 3))
+    return "".join("ACGT"[x] for x in out)
+
+
+@pytest.fixture(scope="module")
+def fasta(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("lm_train") / "toy.fa"
+    seq = _markov_chain_dna(12_000)
+    path.write_text(">toy description\n" + "\n".join(seq[i : i + 70] for i in range(0, len(seq), 70)) + "\n")
+    return path
+
+
+def _config(fasta: Path, out: Path, **kw) -> TrainConfig:
+    base = dict(fasta=str(fasta), attention="rope", out_dir=str(out), steps=12, batch_size=4, seq_len=32,
+                d_model=32, n_layers=2, n_heads=2, lr=3e-3, warmup_steps=3, eval_every=6, eval_max_bases=512,
+                save_every=6, log_every=3, num_threads=1, progress=False)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def _metric_steps(path: Path) -> list[int]:
+    return [json.loads(line)["step"] for line in path.read_text().splitlines()]
+
+
+# ----------------------------------------------------------------------------- config, schedule, sampler
+
+
+def test_train_config_validation(fasta, tmp_path):
+    with pytest.raises(ValueError, match=r"attention='flash' is not one of goat, bam, sla, rope, alibi, nope"):
+        _config(fasta, tmp_path, attention="flash")
+    with pytest.raises(ValueError, match=r"steps=0 must be >= 1"):
+        _config(fasta, tmp_path, steps=0)
+    with pytest.raises(ValueError, match=r"lr=0.0 must be > 0"):
+        _config(fasta, tmp_path, lr=0.0)
+    with pytest.raises(ValueError, match=r"d_model=30 must be divisible by n_heads=4"):
+        _config(fasta, tmp_path, d_model=30, n_heads=4)
+    with pytest.raises(ValueError, match=r"unknown model_options \['goat_bogus'\]"):
+        _config(fasta, tmp_path, model_options=(("goat_bogus", 1),))
+    with pytest.raises(ValueError, match=r"model_options may not set \['d_model'\]"):
+        _config(fasta, tmp_path, model_options=(("d_model", 64),))
+    with pytest.raises(ValueError, match=r"goat_init='wild' is not one of"):
+        _config(fasta, tmp_path, attention="goat", model_options=(("goat_init", "wild"),))
+    with pytest.raises(ValueError, match=r"device='tpu' is not one of 'cpu', 'cuda'"):
+        _config(fasta, tmp_path, device="tpu")
+    cfg = _config(fasta, tmp_path, attention="goat", model_options=(("goat_n_freqs", 3),))
+    assert TrainConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    assert cfg.model_config().max_train_len == 32 and cfg.model_config().goat_n_freqs == 3
+
+
+def test_lr_schedule_warmup_then_cosine():
+    kw = dict(steps=100, warmup_steps=10, min_lr_ratio=0.1)
+    mult = [lr_multiplier(s, **kw) for s in range(100)]
+    assert mult[:10] == pytest.approx([(s + 1) / 10 for s in range(10)])
+    assert mult[10] == pytest.approx(1.0) and mult[99] == pytest.approx(0.1)
+    assert all(a >= b for a, b in zip(mult[10:], mult[11:]))  # monotone decay after warmup
+    assert mult[10 + 89 // 2] == pytest.approx(0.55, abs=0.02)  # cosine midpoint
+    assert lr_multiplier(0, steps=5, warmup_steps=0, min_lr_ratio=0.0) == pytest.approx(1.0)
+
+
+def test_window_sampler_is_a_function_of_seed_rank_step():
+    rng = np.random.default_rng(1)
+    seqs = ["".join(rng.choice(list("ACGT"), 500)), "ACGT" * 10, "NNNNNNNNNN" + "".join(rng.choice(list("ACGT"), 300))]
+    s0 = WindowSampler(seqs, 20, seed=3, rank=0, max_n_fraction=0.0)
+    again = WindowSampler(seqs, 20, seed=3, rank=0, max_n_fraction=0.0)
+    other_rank = WindowSampler(seqs, 20, seed=3, rank=1, max_n_fraction=0.0)
+    b5 = s0.batch(5, 64)
+    assert b5.shape == (64, 20) and b5.dtype == torch.int64
+    assert torch.equal(b5, again.batch(5, 64))  # no hidden state: same step, same batch
+    s0.batch(6, 64)
+    assert torch.equal(b5, s0.batch(5, 64))
+    assert not torch.equal(b5, s0.batch(6, 64))
+    assert not torch.equal(b5, other_rank.batch(5, 64))
+    assert int((b5 == 4).sum()) == 0  # windows holding N were redrawn
+    tokens = [encode(s) for s in seqs]
+    for row in b5.numpy():  # every window is a substring of one record
+        assert any(any(np.array_equal(t[i : i + 20], row) for i in range(t.size - 19)) for t in tokens)
+    assert s0.state(7) == {"kind": "counter", "seed": 3, "length": 20, "next_step": 7}
+    with pytest.raises(ValueError, match=r"no training sequence holds a window of 1000 bases \(longest is 500\)"):
+        WindowSampler(seqs, 1000, seed=0)
+
+
+# ----------------------------------------------------------------------------- training runs
+
+
+def test_train_learns_writes_metrics_and_checkpoints(fasta, tmp_path):
+    out = tmp_path / "run"
+    res = train_lm(_config(fasta, out, steps=60, eval_every=30, save_every=20, log_every=10, lr=1e-2,
+                           warmup_steps=5, eval_max_bases=None))
+    assert (res.step, res.start_step, res.rank, res.world_size) == (60, 0, 0, 1)
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines] == [10, 20, 30, 40, 50, 60]
+    for x in lines:
+        assert {"step", "loss", "bits_per_base", "lr", "tokens_per_s"} <= set(x)
+        assert x["bits_per_base"] == pytest.approx(x["loss"] / math.log(2))
+    assert [x["step"] for x in lines if "val_bits_per_base" in x] == [30, 60]
+    # the toy chain has ~1.1 bits/base of entropy and ~1.9 bits of composition: the model
+    # must have learned context, and the final figure is the one returned
+    assert lines[-1]["val_bits_per_base"] == res.val_bits_per_base
+    assert res.val_bits_per_base < 1.6
+    assert lines[-1]["bits_per_base"] < lines[0]["bits_per_base"]
+    # checkpoints: the newest keep_checkpoints=2 survive, latest.json names the last
+    ckdir = out / "checkpoints"
+    assert sorted(p.name for p in ckdir.iterdir()) == ["latest.json", "step-00000040", "step-00000060"]
+    assert json.loads((ckdir / "latest.json").read_text()) == {"step": 60, "dir": "step-00000060"}
+    assert find_latest_checkpoint(out) == ckdir / "step-00000060" == Path(res.checkpoint_dir)
+    ckpt = load_checkpoint(res.checkpoint_dir)
+    assert ckpt.extra["step"] == 60 and ckpt.config.attention == "rope"
+    state = json.loads((ckdir / "step-00000060" / TRAINER_STATE).read_text())
+    assert state["step"] == 60 and state["sampler"]["next_step"] == 60 and state["world_size"] == 1
+    opt = safetensors.torch.load_file(str(ckdir / "step-00000060" / OPTIMIZER_STATE))
+    assert "rng.torch.rank0" in opt and any(k.endswith(".exp_avg_sq") for k in opt)
+    # an existing run is not silently overwritten
+    with pytest.raises(ValueError, match=r"already holds checkpoints \(step-00000060\); pass resume=True"):
+        train_lm(_config(fasta, out, steps=60))
+
+
+def test_resume_matches_uninterrupted_run(fasta, tmp_path):
+    """2N steps straight == N steps, then resume from the step-N checkpoint for N more."""
+    cfg = dict(steps=16, save_every=8, eval_every=8, dropout=0.1, attention="goat",
+               model_options=(("goat_n_freqs", 3),))
+    straight = train_lm(_config(fasta, tmp_path / "a", **cfg))
+    # reconstruct the state "killed right after step 8": copy the run, drop the step-16 checkpoint
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    ck = tmp_path / "b" / "checkpoints"
+    shutil.rmtree(ck / "step-00000016")
+    (ck / "latest.json").write_text(json.dumps({"step": 8, "dir": "step-00000008"}))
+    resumed = train_lm(_config(fasta, tmp_path / "b", resume=True, **cfg))
+    assert (resumed.start_step, resumed.step) == (8, 16)
+    assert resumed.weights_sha256 == straight.weights_sha256  # bit-identical weights (dropout RNG restored)
+    assert resumed.train_loss == pytest.approx(straight.train_loss, rel=1e-6)
+    assert resumed.val_bits_per_base == pytest.approx(straight.val_bits_per_base, rel=1e-6)
+    assert _metric_steps(tmp_path / "b" / "metrics.jsonl") == _metric_steps(tmp_path / "a" / "metrics.jsonl")
+    # settings that change the trajectory cannot differ on resume
+    with pytest.raises(ValueError, match=r"cannot resume from .*step-00000016: the run's settings differ "
+                                         r"\(lr: checkpoint 0.003 vs now 0.001\)"):
+        train_lm(_config(fasta, tmp_path / "b", resume=True, **{**cfg, "lr": 1e-3}))
+
+
+def test_killed_subprocess_resumes_to_the_same_weights(fasta, tmp_path):
+    """SIGKILL a CLI training run after its first checkpoint, resume, compare with a clean run."""
+    out = tmp_path / "killed"
+    args = ["lm", "train", "--fasta", str(fasta), "--attention", "alibi", "--out", str(out), "--steps", "150",
+            "--batch-size", "4", "--seq-len", "32", "--d-model", "32", "--n-layers", "2", "--n-heads", "2",
+            "--lr", "0.003", "--warmup-steps", "3", "--eval-every", "0", "--eval-max-bases", "512",
+            "--save-every", "5", "--keep-checkpoints", "3", "--log-every", "5", "--threads", "1",
+            "--no-progress"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", "from sinkalign.cli.main import cli; cli()", *args],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "checkpoints" / "latest.json").exists():
+            assert proc.poll() is None, proc.stderr.read().decode()
+            assert time.monotonic() < deadline, "no checkpoint within 120 s"
+            time.sleep(0.05)
+        time.sleep(0.3)  # let it run on into later steps / checkpoint writes
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    ckdir = out / "checkpoints"
+    latest = find_latest_checkpoint(out)
+    killed_at = json.loads((latest / TRAINER_STATE).read_text())["step"]
+    assert 5 <= killed_at < 150, "the run must have been killed mid-way"
+    # no visible checkpoint directory is ever half-written (only hidden .tmp-* may be)
+    for d in ckdir.glob("step-*"):
+        assert {p.name for p in d.iterdir()} == {"model.safetensors", "config.json", OPTIMIZER_STATE,
+                                                TRAINER_STATE}, d
+        assert load_checkpoint(d).extra["step"] == int(d.name.split("-")[1])
+    cfg = dict(attention="alibi", steps=150, eval_every=0, save_every=5, keep_checkpoints=3, log_every=5)
+    resumed = train_lm(_config(fasta, out, resume=True, **cfg))
+    assert (resumed.start_step, resumed.step) == (killed_at, 150)
+    assert not list(ckdir.glob(".tmp-*"))  # leftovers of the killed write are cleaned up
+    steps = _metric_steps(out / "metrics.jsonl")
+    assert steps == list(range(5, 151, 5))  # lines logged after the checkpoint were replaced, none doubled
+    clean = train_lm(_config(fasta, tmp_path / "clean", **cfg))
+    assert resumed.weights_sha256 == clean.weights_sha256
+
+
+def test_ddp_two_cpu_processes(fasta, tmp_path):
+    out = tmp_path / "ddp"
+    cfg = _config(fasta, out, steps=6, save_every=3, eval_every=6, log_every=3, attention="bam",
+                  model_options=(("bam_chunk_size", 16),))
+    results = train_lm_ddp(cfg, nprocs=2)
+    assert [r.rank for r in results] == [0, 1] and {r.world_size for r in results} == {2}
+    assert all(r.step == 6 for r in results)
+    # the ranks draw different batches, so equal weights mean the gradients were averaged
+    assert results[0].weights_sha256 == results[1].weights_sha256
+    assert results[0].tokens_seen == 6 * 2 * 4 * 32
+    assert results[0].val_bits_per_base is not None and results[1].val_bits_per_base is None
+    # rank 0 alone writes: one metrics line per logged step, one set of checkpoints
+    assert _metric_steps(out / "metrics.jsonl") == [3, 6]
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["latest.json", "step-00000003",
+                                                                      "step-00000006"]
+    state = json.loads((out / "checkpoints" / "step-00000006" / TRAINER_STATE).read_text())
+    assert state["world_size"] == 2
+    opt = safetensors.torch.load_file(str(out / "checkpoints" / "step-00000006" / OPTIMIZER_STATE))
+    assert {"rng.torch.rank0", "rng.torch.rank1"} <= set(opt)
+    assert load_checkpoint(results[0].checkpoint_dir).config.attention == "bam"
+
+
+def test_bad_data_errors(tmp_path):
+    bad = tmp_path / "bad.fa"
+    bad.write_text(">r1\nACGTACGTXACGT\n")
+    with pytest.raises(ValueError, match=r"bad.fa: record 'r1' has invalid character 'X' at 0-based position 8"):
+        train_lm(_config(bad, tmp_path / "o"))
+    short = tmp_path / "short.fa"
+    short.write_text(">r1\n" + "ACGT" * 5 + "\n")
+    with pytest.raises(ValueError, match=r"no training sequence holds a window of 33 bases \(longest is 18\)"):
+        train_lm(_config(short, tmp_path / "o2"))
+    with pytest.raises(FileNotFoundError, match=r"FASTA file not found: .*missing.fa"):
+        train_lm(_config(tmp_path / "missing.fa", tmp_path / "o3"))
+
+
+def test_cli_train(fasta, tmp_path):
+    runner = CliRunner()
+    out = tmp_path / "cli"
+    args = ["lm", "train", "--fasta", str(fasta), "--attention", "goat", "--out", str(out), "--steps", "4",
+            "--batch-size", "2", "--seq-len", "32", "--d-model", "32", "--n-layers", "1", "--n-heads", "2",
+            "--model-option", "goat_n_freqs=3", "--model-option", "goat_init=alibi", "--eval-max-bases", "256",
+            "--threads", "1", "--no-progress"]
+    res = runner.invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    assert "step 4:" in res.output and "held-out" in res.output
+    cfg = load_checkpoint(out / "checkpoints" / "step-00000004").config
+    assert (cfg.goat_n_freqs, cfg.goat_init, cfg.n_layers) == (3, "alibi", 1)
+    again = runner.invoke(cli, args)
+    assert again.exit_code != 0 and "pass resume=True (--resume)" in again.output
+    resumed = runner.invoke(cli, args + ["--resume"])  # nothing left to do: returns the final checkpoint
+    assert resumed.exit_code == 0 and "step 4:" in resumed.output
+    bad = runner.invoke(cli, args + ["--model-option", "goat_n_freqs"])
+    assert bad.exit_code == 2 and "'goat_n_freqs' is not KEY=VALUE" in bad.output
+    bad = runner.invoke(cli, ["lm", "train", "--fasta", str(fasta), "--attention", "goat", "--steps", "0",
+                              "--out", str(tmp_path / "x")])
+    assert bad.exit_code == 2 and "steps=0 must be >= 1" in bad.output
