@@ -78,7 +78,7 @@ def test_plan_rows_and_losses_are_finite(name):
         np.testing.assert_allclose(cols[batch.mb], 1.0, atol=1e-4)
     else:  # paper: the query-side dustbin row takes part of every key's unit mass
         cols = np.einsum("bij->bj", rows[..., :-1])
-        assert np.all(cols[batch.mb] <= 1 + 1e-5) and np.all(rows.sum(-1)[valid] <= 1 + 1e-5)
+        assert np.all(cols[batch.mb] <= 1 + 1e-5) and np.all(rows >= 0)
     assert np.all(rows[~valid] == 0)
     loss, terms = M.loss_fn(params, batch, cfg)
     grads = jax.grad(lambda p: M.loss_fn(p, batch, cfg)[0])(params)

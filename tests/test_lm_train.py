@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 from sinkalign.cli.main import cli
 from sinkalign.lm import load_checkpoint
-from sinkalign.lm.data import encode, train_val_split
+from sinkalign.lm.data import encode
 from sinkalign.lm.train import (
     OPTIMIZER_STATE,
     TRAINER_STATE,

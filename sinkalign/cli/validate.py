@@ -146,3 +146,57 @@ def contraction(dtype: str, json_path: Path | None) -> None:
     _console.print(_table(f"per-128-row blocks, L={b['L']}, W={b['W']}, eps=1 (synthetic)", [b],
                           ["n_blocks", "median_rho_h", "max_rho_h", "median_rho_range", "max_rho_range"]))
     _emit(result, json_path)
+
+
+@validate.command("kernels")
+@click.option("--backend", type=click.Choice(["pallas", "triton"]), required=True, help="Kernel family to check.")
+@click.option("--interpret", is_flag=True,
+              help="Run the kernels in the Pallas / Triton interpreter on the CPU (sets TRITON_INTERPRET=1 "
+                   "before triton is imported). Without it the kernels run natively (needs a GPU/TPU).")
+@_json_option
+@click.option("--quick", is_flag=True, help="Only the first three cases (a smoke test).")
+@click.option("--block", type=click.IntRange(min=8), default=None,
+              help="Tile size (queries and keys); default 16 in the interpreter, the backend's default natively.")
+@click.option("--long", "long_", is_flag=True,
+              help="Also check forward agreement of the blockwise reference and the Pallas kernels with a plain "
+                   "dense computation at long lengths (pallas only).")
+@click.option("--long-lengths", type=click.IntRange(min=1), multiple=True, default=(512, 2048, 8192, 16384),
+              show_default=True, help="Lengths of the --long check (repeat the option).")
+@click.option("--long-band", type=click.IntRange(min=1), default=256, show_default=True,
+              help="Band half-width W of the --long check.")
+def kernels(backend: str, interpret: bool, json_path: Path | None, quick: bool, block: int | None, long_: bool,
+            long_lengths: tuple[int, ...], long_band: int) -> None:
+    """Pallas or Triton kernels (float32) vs the float64 JAX reference: forward and gradients."""
+    if long_ and backend != "pallas":
+        raise click.UsageError("--long is implemented for --backend pallas")
+    if block is not None and block & (block - 1):
+        raise click.BadParameter(f"{block=} must be a power of two", param_hint="--block")
+    _enable_x64()
+    from sinkalign.kernels import validation as kval  # noqa: PLC0415
+
+    try:
+        kval.check_backend(backend, interpret)
+    except ValueError as err:
+        raise click.UsageError(str(err)) from None
+    cases = kval.KERNEL_CASES[:3] if quick else kval.KERNEL_CASES
+    mode = "interpreter" if interpret else "native"
+    with _console.status(f"{backend} ({mode}) vs reference") as status:
+        result = kval.kernels(backend, interpret, cases=cases, block=block,
+                              progress=lambda r: status.update(f"{r['case']}: {r['max_abs_deviation']:.2e}"))
+    _console.print(_table(f"{backend} ({mode}, float32) vs JAX reference (float64, autodiff)", result["rows"],
+                          ["case", "O", "dq", "dk", "dv", "d_dustbin", "max_abs_deviation", "seconds"]),
+                   width=max(_console.width, 150))
+    if result["skipped"]:
+        _console.print(f"skipped (no dustbin support in the {backend} operator): {', '.join(result['skipped'])}")
+    _console.print(f"max_abs_deviation = {result['max_abs_deviation']:.3e}")
+    if long_:
+        with _console.status("long-length forward agreement") as status:
+            long_result = kval.long_forward(tuple(long_lengths), band=long_band, interpret=interpret,
+                                            progress=lambda r: status.update(f"L={r['L']} done"))
+        _console.print(_table(f"forward vs dense computation (W={long_band}, d=16, T=15, float32; dense "
+                              f"{long_result['dense_dtype']})", long_result["rows"],
+                              ["L", "reference_vs_dense", "kernel_vs_dense", "dense_seconds", "reference_seconds",
+                               "kernel_seconds"]), width=max(_console.width, 150))
+        _console.print(f"long: worst deviation = {long_result['max_abs_deviation']:.3e}")
+        result["long"] = long_result
+    _emit(result, json_path)

@@ -28,7 +28,7 @@ import numpy as np
 
 from sinkalign.sinkhorn.config import DustbinConfig
 
-__all__ = ["KERNEL_CASES", "KernelCase", "kernels", "long_forward", "dense_forward"]
+__all__ = ["KERNEL_CASES", "KernelCase", "check_backend", "dense_forward", "kernels", "long_forward"]
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +171,8 @@ def _prepare_triton(interpret: bool) -> None:
         )
 
 
-def _check_backend(backend: str, interpret: bool) -> None:
+def check_backend(backend: str, interpret: bool) -> None:
+    """ValueError unless ``backend`` can run in the requested mode (Triton: selects its interpreter)."""
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r} is not one of {BACKENDS}")
     if not isinstance(interpret, bool):
@@ -209,7 +210,7 @@ def kernels(backend: str = "pallas", interpret: bool = True, *, cases=KERNEL_CAS
     scales, seconds) and the headline ``max_abs_deviation`` (float32 kernel vs float64
     reference, max over every case and output).
     """
-    _check_backend(backend, interpret)
+    check_backend(backend, interpret)
     import jax  # noqa: PLC0415
     import jax.numpy as jnp  # noqa: PLC0415
 

@@ -49,7 +49,12 @@ _N_BASES = 4  # A, C, G, T: the ids that may be generated
 
 def default_model_path() -> Path:
     """Filesystem path of the shipped default checkpoint (``sinkalign/data/lm_default``)."""
-    return Path(str(importlib.resources.files("sinkalign").joinpath(DEFAULT_MODEL_DIR)))
+    try:
+        return Path(str(importlib.resources.files("sinkalign").joinpath(DEFAULT_MODEL_DIR)))
+    except NotADirectoryError:
+        # an editable install made before sinkalign/__init__.py existed exposes `sinkalign` as a
+        # namespace package, which importlib.resources cannot read; its subpackages are regular
+        return Path(str(importlib.resources.files("sinkalign.lm"))).parent / DEFAULT_MODEL_DIR
 
 
 def resolve_model_path(path: str | os.PathLike | None) -> Path:

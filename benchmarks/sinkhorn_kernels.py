@@ -1,0 +1,379 @@
+"""Sinkhorn tail-refinement operator: forward + backward time and peak memory vs L, W.
+
+Methods, all on the same scores S = Q K^T / sqrt(d) (eps = 1), band |i - j| <= W, unit
+masses, T = 15 base steps, R = 2 tail steps, gradient of <O, G> w.r.t. Q, K, V:
+
+* ``blockwise``      the JAX reference operator (``impl="reference"``), banded block layout,
+                     one-reference R = 2 backward: O(L W) time and memory.
+* ``direct``         the same layout with the paper's ``direct`` backward (four plans formed).
+* ``dense_autodiff`` plain dense JAX (all L x L scores, band as a mask) differentiated by
+                     autodiff through all T + R steps: memory ~ L^2 (T + R).
+* ``ott``            OTT-JAX ``Sinkhorn`` (17 iterations, implicit differentiation) on the
+                     dense geometry with cost -S (+1e4 off the band), marginals 1/L.
+* ``pallas``         the Pallas kernels, native lowering (GPU only; the interpreter is far too
+                     slow to benchmark and is skipped on CPU).
+* ``triton``         the Triton kernels (CUDA only; skipped on CPU).
+
+Peak memory of JAX programs is XLA's buffer assignment of the compiled fwd+bwd program
+(``memory_analysis()``: temporaries + arguments + outputs); for Triton it is
+``torch.cuda.max_memory_allocated``. Times are post-compilation medians over ``--reps`` runs.
+Ratios are taken within this run. ``--roofline h100|h200`` derives a roofline for one
+half-step and for the whole fwd+bwd (tensor-core FLOPs, exp throughput, HBM bytes) and, on a
+GPU, the fraction of it that the kernels reach.
+
+    python benchmarks/sinkhorn_kernels.py [--lengths 512 1024 2048 4096] [--bands 256 1024]
+        [--dense-max 4096] [--reps 3] [--roofline h100] [--json benchmarks/results/sinkhorn_kernels.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from _common import machine, mib, time_fn, write_json, xla_memory
+
+from sinkalign.sinkhorn import SinkhornConfig, core
+from sinkalign.sinkhorn.support import Support
+
+ON_GPU = jax.default_backend() == "gpu"
+JAX_METHODS = ("blockwise", "direct", "dense_autodiff", "ott")
+GPU_METHODS = ("pallas", "triton")
+
+# Peak rates per GPU (dense, no sparsity). MUFU exp throughput from the FlashAttention-3 paper
+# (H100 SXM5: 989 TFLOPS FP16/BF16 matmul, 3.9 TFLOPS special functions); H200 has the H100
+# compute die with faster, larger HBM3e.
+GPUS = {
+    "h100": {"name": "H100 SXM5 80GB", "bf16_flops": 989e12, "tf32_flops": 495e12, "fp32_flops": 67e12,
+             "exp_per_s": 3.9e12, "hbm_bytes_per_s": 3.35e12},
+    "h200": {"name": "H200 SXM 141GB", "bf16_flops": 989e12, "tf32_flops": 495e12, "fp32_flops": 67e12,
+             "exp_per_s": 3.9e12, "hbm_bytes_per_s": 4.8e12},
+}
+
+
+# --------------------------------------------------------------------------- methods
+
+
+def _inputs(L, d, seed=0):
+    rng = np.random.default_rng(seed)
+    return tuple(jnp.asarray(rng.normal(size=(1, L, d)), jnp.float32) for _ in range(4))  # q, k, v, g
+
+
+def blockwise_loss(L, W, T, R, backward):
+    cfg = SinkhornConfig(n_iters=T, tail=R, band=W, backward=backward, block=128)
+    support = Support.single(L, L, W, cfg.block)
+    qv, kv = jnp.ones((1, L), bool), jnp.ones((1, L), bool)
+    la, lb = jnp.zeros((1, L), jnp.float32), jnp.zeros((1, L), jnp.float32)
+
+    def out(q, k, v):
+        return core.tail_operator(q, k, v, qv, kv, la, lb, support, cfg)
+
+    return out
+
+
+def _band_mask(L, W):
+    idx = jnp.arange(L)
+    return jnp.abs(idx[:, None] - idx[None, :]) <= W
+
+
+def dense_autodiff_loss(L, W, T, R):
+    """Dense masked log-domain Sinkhorn, differentiated through every one of the T + R steps."""
+
+    def out(q, k, v):
+        q, k, v = q[0], k[0], v[0]
+        mask = _band_mask(L, W)
+        S = q @ k.T / math.sqrt(q.shape[-1])
+
+        def row(vv):
+            return -jax.nn.logsumexp(jnp.where(mask, S + vv[None, :], -jnp.inf), axis=1)
+
+        def col(u):
+            return -jax.nn.logsumexp(jnp.where(mask, S + u[:, None], -jnp.inf), axis=0)
+
+        def step(uv, _):
+            u = row(uv[1])
+            vv = col(u)
+            c = u.mean()
+            return (u - c, vv + c), None
+
+        (u, vv), _ = jax.lax.scan(step, (jnp.zeros(L), jnp.zeros(L)), None, length=T)
+        for _ in range(R):
+            u = row(vv)
+            vv = col(u)
+        P = jnp.exp(jnp.where(mask, S + u[:, None] + vv[None, :], -jnp.inf))
+        return (P @ v)[None]
+
+    return out
+
+
+def ott_loss(L, W, T, R):
+    from ott.geometry import geometry
+    from ott.problems.linear import linear_problem
+    from ott.solvers.linear import implicit_differentiation, sinkhorn
+
+    solver = sinkhorn.Sinkhorn(threshold=-1.0, min_iterations=T + R, max_iterations=T + R, inner_iterations=1,
+                               implicit_diff=implicit_differentiation.ImplicitDiff())
+
+    def out(q, k, v):
+        q, k, v = q[0], k[0], v[0]
+        S = q @ k.T / math.sqrt(q.shape[-1])
+        geom = geometry.Geometry(cost_matrix=jnp.where(_band_mask(L, W), -S, 1e4), epsilon=1.0)
+        prob = linear_problem.LinearProblem(geom, a=jnp.full(L, 1.0 / L), b=jnp.full(L, 1.0 / L))
+        return ((solver(prob).matrix * L) @ v)[None]
+
+    return out
+
+
+def pallas_loss(L, W, T, R):
+    from sinkalign.kernels import pallas
+
+    cfg = SinkhornConfig(n_iters=T, tail=R, band=W, impl="pallas")
+    support = Support.single(L, L, W, cfg.block)
+    qv, kv = jnp.ones((1, L), bool), jnp.ones((1, L), bool)
+    la, lb = jnp.zeros((1, L), jnp.float32), jnp.zeros((1, L), jnp.float32)
+
+    def out(q, k, v):
+        return pallas.tail_operator(q, k, v, qv, kv, la, lb, support, cfg, interpret=False)
+
+    return out
+
+
+def _jax_method(name, L, W, T, R):
+    if name in ("blockwise", "direct"):
+        return blockwise_loss(L, W, T, R, "one_reference" if name == "blockwise" else "direct")
+    if name == "dense_autodiff":
+        return dense_autodiff_loss(L, W, T, R)
+    if name == "ott":
+        return ott_loss(L, W, T, R)
+    if name == "pallas":
+        return pallas_loss(L, W, T, R)
+    raise ValueError(name)
+
+
+def bench_jax(name, L, W, d, T, R, reps):
+    q, k, v, g = _inputs(L, d)
+    out = _jax_method(name, L, W, T, R)
+    fwd = jax.jit(out)
+    fwd_bwd = jax.jit(jax.value_and_grad(lambda q, k, v: jnp.sum(out(q, k, v) * g), argnums=(0, 1, 2)))
+    t0 = time.perf_counter()
+    o = jax.block_until_ready(fwd(q, k, v))
+    compile_s = time.perf_counter() - t0
+    row = {"method": name, "L": L, "W": W, "forward_ms": 1e3 * time_fn(fwd, q, k, v, reps=reps)["median_s"],
+           "fwd_bwd_ms": 1e3 * time_fn(fwd_bwd, q, k, v, reps=reps)["median_s"], "first_call_s": compile_s}
+    mem = xla_memory(fwd_bwd, q, k, v)
+    row["temp_bytes"], row["peak_bytes"] = mem.get("temp_bytes"), mem.get("peak_bytes")
+    return row, np.asarray(o)
+
+
+def bench_triton(L, W, d, T, R, reps):
+    import torch
+
+    from sinkalign.kernels.triton import sinkhorn_attention_triton
+
+    rng = np.random.default_rng(0)
+    q, k, v, g = (torch.tensor(rng.normal(size=(1, 1, L, d)), dtype=torch.float32, device="cuda") for _ in range(4))
+    q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
+
+    def fwd():
+        with torch.no_grad():
+            return sinkhorn_attention_triton(q, k, v, n_iters=T, tail=R, band=W)
+
+    def fwd_bwd():
+        o = sinkhorn_attention_triton(q, k, v, n_iters=T, tail=R, band=W)
+        return torch.autograd.grad((o * g).sum(), (q, k, v))
+
+    def timed(fn):
+        fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+        return 1e3 * (time.perf_counter() - t0) / reps  # mean (one synchronisation per batch of reps)
+
+    row = {"method": "triton", "L": L, "W": W, "forward_ms": timed(fwd)}
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    row["fwd_bwd_ms"] = timed(fwd_bwd)
+    row["peak_bytes"] = int(torch.cuda.max_memory_allocated())
+    row["temp_bytes"] = int(torch.cuda.max_memory_allocated() - base)
+    return row, fwd()[0].cpu().numpy()
+
+
+# --------------------------------------------------------------------------- roofline
+
+
+def roofline(L, W, d, T, R, gpu: str, dtype="bfloat16", block=64) -> dict:
+    """Roofline of the blockwise operator (fwd + bwd) on ``gpu``, from one half-step.
+
+    A half-step is one pass over the band: each program (``block`` rows) recomputes its score
+    tiles from Q and K over a key window of ``min(L, block + 2W)`` columns, so a pass visits
+    ``n = L * min(L, block + 2W)`` scores. Per score: ``2d`` matmul FLOPs (QK^T; tensor cores
+    for bfloat16, FP32 units for float32), ``ALU`` ~ 6 FP32 ops (scale, add potential, mask,
+    running max, subtract, accumulate) and one exp (MUFU). Ideal HBM traffic (band tiles
+    re-read from L2, not HBM): Q and K once, O(L) vectors in and out. The ceiling of a pass is
+    ``max(matmul, alu, exp, memory)`` (the units overlap); float32 matmul and ALU share the
+    FP32 units. Passes: forward ``2 (T + R)`` half-steps + 1 output pass (+ ``2 dv`` per
+    score for P V, V read once); backward 6 passes (5 sweeps, the dQ sweep makes two) with
+    ``2 dv`` for Z = G V^T where needed and ``2 d``/``2 dv`` for the dQ, dK, dV products.
+    """
+    spec = GPUS[gpu]
+    low = dtype == "bfloat16"
+    esize = 2 if low else 4
+    dv = d
+    window = min(L, block + 2 * W)
+    scores = L * window
+    ALU = 6
+
+    def pass_time(mm_per_score, alu_per_score, n_tokens):
+        t_mm = scores * mm_per_score / (spec["bf16_flops"] if low else spec["fp32_flops"])
+        t_alu = scores * (alu_per_score + (0 if low else mm_per_score)) / spec["fp32_flops"]
+        t_exp = scores / spec["exp_per_s"]
+        t_mem = (n_tokens * L * d * esize + 8 * 4 * L) / spec["hbm_bytes_per_s"]
+        parts = ({"tensor_core": t_mm, "fp32_alu": t_alu} if low else {"fp32_units": t_alu}) | {"exp": t_exp,
+                                                                                               "memory": t_mem}
+        return max(parts.values()), parts
+
+    half, parts = pass_time(2 * d, ALU, 2)
+    fwd = 2 * (T + R) * half + pass_time(2 * d + 2 * dv, ALU, 3)[0]
+    bwd = (pass_time(2 * d + 4 * dv, ALU + 2, 5)[0]  # g_v, dV   (reads Q K V G, writes dV)
+           + pass_time(2 * d + 2 * dv, ALU + 2, 4)[0]  # ubar2
+           + pass_time(2 * d, ALU + 1, 2)[0]  # vbar1
+           + pass_time(2 * d, ALU + 1, 2)[0] + pass_time(4 * d + 2 * dv, ALU + 8, 5)[0]  # ubar1, dQ
+           + pass_time(4 * d + 2 * dv, ALU + 8, 5)[0])  # dK
+    return {"gpu": spec["name"], "dtype": dtype, "L": L, "W": W, "d": d, "block": block, "scores_per_pass": scores,
+            "half_step_flops": scores * (2 * d + ALU), "half_step_exps": scores,
+            "half_step_hbm_bytes": 2 * L * d * esize + 32 * L, "half_step_s": half,
+            "half_step_bound": max(parts, key=parts.get), "half_step_parts_s": parts,
+            "forward_s": fwd, "fwd_bwd_s": fwd + bwd}
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def _slope(rows, key):
+    pts = [(r["L"], r[key]) for r in rows if r.get(key)]
+    if len(pts) < 2:
+        return None
+    x, y = np.log([p[0] for p in pts]), np.log([p[1] for p in pts])
+    return float(np.polyfit(x, y, 1)[0])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--lengths", type=int, nargs="+",
+                    default=[512, 1024, 2048, 4096, 8192, 16384, 32768, 65536] if ON_GPU else [512, 1024, 2048, 4096, 8192, 16384])
+    ap.add_argument("--bands", type=int, nargs="+", default=[256, 1024])
+    ap.add_argument("--d", type=int, default=64)
+    ap.add_argument("--T", type=int, default=15)
+    ap.add_argument("--R", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--dense-max", type=int, default=16384 if ON_GPU else 2048,
+                    help="Largest L for the O(L^2) methods (dense_autodiff, ott).")
+    ap.add_argument("--direct-max", type=int, default=None, help="Largest L for the direct backward.")
+    ap.add_argument("--methods", nargs="+", default=list(JAX_METHODS + GPU_METHODS),
+                    choices=list(JAX_METHODS + GPU_METHODS))
+    ap.add_argument("--roofline", choices=sorted(GPUS), default=None)
+    ap.add_argument("--json", default="benchmarks/results/sinkhorn_kernels.json")
+    args = ap.parse_args()
+
+    notes = []
+    methods = list(args.methods)
+    if not ON_GPU:
+        skipped = [m for m in methods if m in GPU_METHODS]
+        methods = [m for m in methods if m not in GPU_METHODS]
+        if skipped:
+            notes.append(f"no GPU: skipped {skipped} (native Pallas/Triton need a GPU; the Pallas interpreter is "
+                         "far too slow to benchmark, so the blockwise JAX reference stands in for the O(L W) path)")
+    if "triton" in methods:
+        import torch
+
+        if not torch.cuda.is_available():
+            methods.remove("triton")
+            notes.append("torch has no CUDA: skipped triton")
+    for n in notes:
+        print("NOTE:", n)
+    print(f"d={args.d} T={args.T} R={args.R} float32, batch 1; backend {jax.default_backend()}")
+    rows = []
+    t_start = time.perf_counter()
+    for W in args.bands:
+        for L in args.lengths:
+            ref_out = None
+            for m in methods:
+                if m in ("dense_autodiff", "ott") and L > args.dense_max:
+                    continue
+                if m == "direct" and args.direct_max is not None and L > args.direct_max:
+                    continue
+                if m == "triton":
+                    row, out = bench_triton(L, W, args.d, args.T, args.R, args.reps)
+                else:
+                    row, out = bench_jax(m, L, W, args.d, args.T, args.R, args.reps)
+                if m == "blockwise":
+                    ref_out = out
+                elif ref_out is not None and m != "ott":  # ott solves a differently initialised problem
+                    row["forward_vs_blockwise"] = float(np.abs(out - ref_out).max())
+                rows.append(row)
+                print(f"W={W:5d} L={L:6d} {m:15s} fwd {row['forward_ms']:10.2f} ms  fwd+bwd {row['fwd_bwd_ms']:10.2f} ms"
+                      f"  peak {mib(row.get('peak_bytes')):>9s} MiB  temp {mib(row.get('temp_bytes')):>9s} MiB"
+                      + (f"  |dO| {row['forward_vs_blockwise']:.1e}" if "forward_vs_blockwise" in row else ""),
+                      flush=True)
+    # ratios within this run, against the blockwise one-reference operator at the same (L, W)
+    base = {(r["L"], r["W"]): r for r in rows if r["method"] == "blockwise"}
+    for r in rows:
+        b = base.get((r["L"], r["W"]))
+        if b is not None and r["method"] != "blockwise":
+            r["time_ratio_vs_blockwise"] = r["fwd_bwd_ms"] / b["fwd_bwd_ms"]
+            if r.get("temp_bytes") and b.get("temp_bytes"):
+                r["temp_ratio_vs_blockwise"] = r["temp_bytes"] / b["temp_bytes"]
+    growth = []
+    for W in args.bands:
+        for m in methods:
+            sel = [r for r in rows if r["method"] == m and r["W"] == W]
+            growth.append({"method": m, "W": W, "lengths": [r["L"] for r in sel],
+                           "temp_bytes": [r.get("temp_bytes") for r in sel],
+                           "loglog_slope_temp_vs_L": _slope(sel, "temp_bytes"),
+                           "loglog_slope_temp_last_two": _slope(sel[-2:], "temp_bytes"),
+                           "loglog_slope_time_vs_L": _slope(sel, "fwd_bwd_ms")})
+    print("\nratios vs blockwise (fwd+bwd time, XLA temp memory):")
+    for r in rows:
+        if "time_ratio_vs_blockwise" in r:
+            print(f"  W={r['W']:5d} L={r['L']:6d} {r['method']:15s} time x{r['time_ratio_vs_blockwise']:8.2f}"
+                  + (f"  temp x{r['temp_ratio_vs_blockwise']:8.2f}" if "temp_ratio_vs_blockwise" in r else ""))
+    print("\nmemory growth vs L at fixed W (log-log slope of XLA temp bytes; 1 = linear, 2 = quadratic):")
+    for gr in growth:
+        if gr["loglog_slope_temp_vs_L"] is not None:
+            print(f"  W={gr['W']:5d} {gr['method']:15s} slope {gr['loglog_slope_temp_vs_L']:.2f} "
+                  f"(largest two L: {gr['loglog_slope_temp_last_two']:.2f})  "
+                  f"temp MiB {[mib(x) for x in gr['temp_bytes']]}")
+    roof = None
+    if args.roofline:
+        roof = [roofline(L, W, args.d, args.T, args.R, args.roofline, dtype="float32")
+                for W in args.bands for L in args.lengths]
+        roof += [roofline(L, W, args.d, args.T, args.R, args.roofline, dtype="bfloat16")
+                 for W in args.bands for L in args.lengths]
+        print(f"\nroofline ({GPUS[args.roofline]['name']}):")
+        measured = {(r["method"], r["L"], r["W"]): r for r in rows}
+        for rf in roof:
+            line = (f"  {rf['dtype']:8s} W={rf['W']:5d} L={rf['L']:6d} half-step {1e6 * rf['half_step_s']:9.2f} us "
+                    f"({rf['half_step_bound']}-bound)  forward {1e3 * rf['forward_s']:8.3f} ms  "
+                    f"fwd+bwd {1e3 * rf['fwd_bwd_s']:8.3f} ms")
+            for m in GPU_METHODS:
+                got = measured.get((m, rf["L"], rf["W"]))
+                if got is not None and rf["dtype"] == "float32":
+                    rf[f"{m}_fraction_of_roofline"] = 1e3 * rf["fwd_bwd_s"] / got["fwd_bwd_ms"]
+                    line += f"  {m}: {100 * rf[f'{m}_fraction_of_roofline']:.1f}% of roofline"
+            print(line)
+        if not ON_GPU:
+            print("  (derived only: no GPU in this run, so no fraction of the roofline was measured)")
+    payload = {"benchmark": "sinkhorn_kernels", "machine": machine(), "d": args.d, "T": args.T, "R": args.R,
+               "dtype": "float32", "methods": methods, "notes": notes, "rows": rows, "memory_growth": growth,
+               "roofline": roof, "wall_s": time.perf_counter() - t_start}
+    write_json(args.json, payload)
+    print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,434 @@
+"""Pallas Sinkhorn tail-refinement kernels against the JAX reference operator.
+
+``KernelSuite`` compares ``impl="pallas"`` with the float64 reference differentiated by
+``backward="autodiff"`` (the ground truth): the output O and dQ, dK, dV of ``<O, G>`` (and
+the dustbin tokens' gradients), over shapes that include Lq != Lk, length 1, lengths that
+are not block multiples, padding, band and dense, B*H > 1 and both dustbin variants.
+``TestInterpreted`` runs it in the Pallas interpreter on the CPU with 16 x 16 tiles (several
+tiles per row even on these small shapes); ``TestNativeGPU`` runs it natively and skips
+without a GPU. The interpreter compiles each kernel for every new shape (~1 s each), so the
+default cases are few and small; larger sweeps are marked ``slow``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from sinkalign.kernels import pallas
+from sinkalign.kernels.pallas import BlockSizes
+from sinkalign.sinkhorn import DustbinConfig, SinkhornConfig, core, sinkhorn_attention
+from sinkalign.sinkhorn.dustbin import augment, dustbin_attention
+from sinkalign.sinkhorn.support import Piece, Support
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    B: int
+    H: int
+    lq: int
+    lk: int
+    band: int | None
+    d: int = 8
+    dv: int = 4
+    n_iters: int = 3
+    eps: float = 1.0
+    pad: bool = False  # batch 1 loses 3 trailing queries and 2 trailing keys; batch 0 one inner key
+    marginals: bool = False
+
+
+FAST_CASES = [  # each compiles the forward and 5 backward kernels (~8 s on a loaded 2-core CPU)
+    Case("unequal_band_pad_marginals_bh4", 2, 2, 33, 17, 20, pad=True, marginals=True),
+    Case("len1_dense_bh2", 1, 2, 1, 17, None, n_iters=2),
+]
+
+SLOW_CASES = [
+    Case("band1_unequal_bh2", 1, 2, 50, 49, 1, d=16, dv=16, eps=0.5),
+    Case("dense_pad_bh4", 2, 2, 50, 50, None, d=16, pad=True),
+    Case("band16_97x120_pad", 2, 2, 97, 120, 24, pad=True, marginals=True),
+    Case("dense_64x90_cold", 1, 3, 64, 90, None, d=12, dv=20, n_iters=0, pad=True),
+    Case("band_wider_than_block", 2, 1, 80, 80, 37, d=16, dv=8, eps=0.5),
+    Case("len1x1", 1, 2, 1, 1, 1),
+    Case("odd_257", 1, 1, 257, 257, 16, n_iters=15, pad=False),
+]
+
+
+def make_inputs(case: Case, seed: int = 0):
+    """float32-representable inputs (as float64 numpy) and the masks / marginals of ``case``."""
+    rng = np.random.default_rng(seed)
+    r32 = lambda a: np.asarray(np.asarray(a, np.float32), np.float64)  # noqa: E731
+    x = {"q": r32(rng.normal(size=(case.B, case.H, case.lq, case.d))),
+         "k": r32(rng.normal(size=(case.B, case.H, case.lk, case.d))),
+         "v": r32(rng.normal(size=(case.B, case.H, case.lk, case.dv)))}
+    g = r32(rng.normal(size=(case.B, case.H, case.lq, case.dv)))
+    qm = np.ones((case.B, case.lq), bool)
+    km = np.ones((case.B, case.lk), bool)
+    if case.pad:
+        km[0, case.lk // 2] = False
+        if case.B > 1:
+            qm[1, -3:] = False
+            km[1, -2:] = False
+    la = lb = None
+    if case.marginals:
+        la = r32(rng.uniform(-0.5, 0.5, size=(case.B, case.lq)))
+        lb = r32(rng.uniform(-0.5, 0.5, size=(case.B, case.lk)))
+    return x, g, qm, km, la, lb
+
+
+def _value_and_grads(fn, x: dict, g, dtype):
+    """O = fn(x) and d<O, G>/dx for every entry of x, as float64 numpy."""
+    xs = {n: jnp.asarray(a, dtype) for n, a in x.items()}
+
+    def loss(xs):
+        out = fn(xs)
+        return jnp.sum(out.astype(jnp.float64) * g), out
+
+    (_, out), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(xs)
+    return {"O": np.asarray(out, np.float64), **{f"d{n}": np.asarray(a, np.float64) for n, a in grads.items()}}
+
+
+def _operator(case: Case, qm, km, la, lb, impl, **kw):
+    cfg = SinkhornConfig(eps=case.eps, n_iters=case.n_iters, band=case.band,
+                         backward="autodiff" if impl == "reference" else "one_reference", impl=impl)
+
+    def fn(xs):
+        q, k, v, qv, kv, la_, lb_ = core.prepare(xs["q"], xs["k"], xs["v"], qm, km, la, lb, band=case.band)
+        q, k, v = (t.astype(xs["q"].dtype) for t in (q, k, v))  # keep bfloat16 tiles bfloat16
+        support = Support.single(case.lq, case.lk, case.band, cfg.block)
+        if impl == "reference":
+            return core.tail_operator(q, k, v, qv, kv, la_.astype(q.dtype), lb_.astype(q.dtype), support, cfg)
+        return pallas.tail_operator(q, k, v, qv, kv, la_, lb_, support, cfg, **kw)
+
+    return fn
+
+
+def _max_err(a, b) -> float:
+    return float(np.abs(a - b).max()) if a.size else 0.0
+
+
+def tolerances(dtype) -> dict:
+    """float32: absolute 1e-5 (relative to max(1, scale)); bfloat16: at most 2x the error of a
+    same-precision (bfloat16) reference run plus 2e-3 * scale (flash-attention's rule)."""
+    if dtype == jnp.float32:
+        return {"abs": 1e-5}
+    return {"factor": 2.0, "rel_atol": 2e-3}
+
+
+class KernelSuite:
+    INTERPRET = True
+    BLOCKS = BlockSizes(block_q=16, block_k=16)
+
+    def kernel(self, case, x, g, qm, km, la, lb, dtype=jnp.float32, blocks=None):
+        fn = _operator(case, qm, km, la, lb, "pallas", block_sizes=blocks or self.BLOCKS, interpret=self.INTERPRET)
+        return _value_and_grads(fn, x, g, dtype)
+
+    def check_float32(self, case):
+        x, g, qm, km, la, lb = make_inputs(case)
+        core.prepare(x["q"], x["k"], x["v"], qm, km, la, lb, band=case.band)  # the case is a valid problem
+        ref = _value_and_grads(_operator(case, qm, km, la, lb, "reference"), x, g, jnp.float64)
+        got = self.kernel(case, x, g, qm, km, la, lb)
+        for name in ("O", "dq", "dk", "dv"):
+            scale = max(1.0, float(np.abs(ref[name]).max()))
+            err = _max_err(got[name], ref[name])
+            assert err <= tolerances(jnp.float32)["abs"] * scale, f"{case.name} {name}: {err:.3e}"
+        # padded queries: zero output and dQ; padded keys: zero dK and dV
+        q_pad = np.broadcast_to(~qm[:, None, :], got["O"].shape[:-1])
+        k_pad = np.broadcast_to(~km[:, None, :], got["dk"].shape[:-1])
+        assert np.all(got["O"][q_pad] == 0) and np.all(got["dq"][q_pad] == 0)
+        assert np.all(got["dk"][k_pad] == 0) and np.all(got["dv"][k_pad] == 0)
+
+    @pytest.mark.parametrize("case", FAST_CASES, ids=lambda c: c.name)
+    def test_float32_matches_reference(self, case):
+        self.check_float32(case)
+
+    @pytest.mark.slow
+    @pytest.mark.parametrize("case", SLOW_CASES, ids=lambda c: c.name)
+    def test_float32_matches_reference_slow(self, case):
+        self.check_float32(case)
+
+    def test_bfloat16_within_twice_reference_error(self):
+        case = Case("bf16", 2, 1, 33, 40, 12, d=16, dv=8, n_iters=5, pad=True)
+        x, g, qm, km, la, lb = make_inputs(case)
+        x = {n: np.asarray(jnp.asarray(a, jnp.bfloat16), np.float64) for n, a in x.items()}  # what the kernel sees
+        ref64 = _value_and_grads(_operator(case, qm, km, la, lb, "reference"), x, g, jnp.float64)
+        ref_low = _value_and_grads(_operator(case, qm, km, la, lb, "reference"), x, g, jnp.bfloat16)
+        got = self.kernel(case, x, g, qm, km, la, lb, dtype=jnp.bfloat16)
+        tol = tolerances(jnp.bfloat16)
+        for name in ("O", "dq", "dk", "dv"):
+            scale = float(np.abs(ref64[name]).max())
+            bound = tol["factor"] * _max_err(ref_low[name], ref64[name]) + tol["rel_atol"] * scale
+            err = _max_err(got[name], ref64[name])
+            assert np.all(np.isfinite(got[name]))
+            assert err <= bound, f"{name}: kernel {err:.3e}, bound {bound:.3e}"
+            assert err <= 1e-2 * scale, f"{name}: kernel {err:.3e} vs scale {scale:.3e}"
+
+    @pytest.mark.parametrize("variant", ["banded", pytest.param("paper", marks=pytest.mark.slow)])
+    def test_dustbin_attention_token_gradients(self, variant):
+        """Both dustbin variants through ``dustbin_attention(config=SinkhornConfig(impl="pallas"))``
+        (default tiles), gradients w.r.t. real and dustbin tokens. The banded variant adds an
+        always-active dustbin row and column: thin jnp pieces beside the kernel band."""
+        self._check_dustbin(variant, blocks=None)
+
+    @pytest.mark.slow
+    @pytest.mark.parametrize("variant", ["banded", "paper"])
+    def test_dustbin_small_tiles(self, variant):
+        """The same through ``augment`` + :func:`pallas.tail_operator` with the suite's small tiles."""
+        self._check_dustbin(variant, blocks=self.BLOCKS)
+
+    def _check_dustbin(self, variant, blocks):
+        lq, lk, band, B, H, d, dv = 33, 20, 6, 2, 2, 8, 4
+        db = (DustbinConfig(variant="banded", mass="length") if variant == "banded"
+              else DustbinConfig(variant="paper", mass="unit", filler=16))
+        rng = np.random.default_rng(3)
+        x = {"q": rng.normal(size=(B, H, lq, d)), "k": rng.normal(size=(B, H, lk, d)),
+             "v": rng.normal(size=(B, H, lk, dv)), "qd": rng.normal(size=(d,)), "kd": rng.normal(size=(d,)),
+             "vd": rng.normal(size=(dv,))}
+        x = {n: np.asarray(np.asarray(a, np.float32), np.float64) for n, a in x.items()}
+        g = rng.normal(size=(B, H, lq, dv))
+        qm = np.ones((B, lq), bool)
+        km = np.ones((B, lk), bool)
+        qm[0, -2:] = False
+        km[1, -3:] = False
+
+        def op(impl):
+            cfg = SinkhornConfig(n_iters=3, band=band, impl=impl,
+                                 backward="autodiff" if impl == "reference" else "one_reference")
+            if impl == "reference" or (blocks is None and self.INTERPRET):
+                return lambda xs: dustbin_attention(xs["q"], xs["k"], xs["v"], xs["qd"], xs["kd"], xs["vd"],
+                                                    q_mask=qm, k_mask=km, config=cfg, dustbin=db)
+
+            def fn(xs):
+                a = augment(xs["q"], xs["k"], xs["v"], xs["qd"], xs["kd"], xs["vd"], q_mask=qm, k_mask=km,
+                            config=cfg, dustbin=db)
+                out = pallas.tail_operator(a.q, a.k, a.v, a.q_valid, a.k_valid, a.log_a, a.log_b, a.support,
+                                           a.config, block_sizes=blocks or self.BLOCKS, interpret=self.INTERPRET)
+                return out[..., :lq, :]
+
+            return fn
+
+        ref = _value_and_grads(op("reference"), x, g, jnp.float64)
+        got = _value_and_grads(op("pallas"), x, g, jnp.float32)
+        assert set(got) == {"O", "dq", "dk", "dv", "dqd", "dkd", "dvd"}
+        for name in ref:
+            err = _max_err(got[name], ref[name])
+            assert err <= 1e-5 * max(1.0, float(np.abs(ref[name]).max())), f"{variant} {name}: {err:.3e}"
+
+    @pytest.mark.slow
+    def test_block_sizes_agree(self):
+        case = Case("blocks", 1, 1, 40, 33, 9)
+        x, g, qm, km, la, lb = make_inputs(case, seed=3)
+        a = self.kernel(case, x, g, qm, km, la, lb, blocks=BlockSizes(block_q=16, block_k=32))
+        b = self.kernel(case, x, g, qm, km, la, lb, blocks=BlockSizes(block_q=32, block_k=16))
+        for name in a:
+            assert _max_err(a[name], b[name]) <= 1e-5 * max(1.0, float(np.abs(b[name]).max())), name
+
+
+def _forward_ref(case, x, qm, km, la, lb, dtype=jnp.float64):
+    cfg = SinkhornConfig(eps=case.eps, n_iters=case.n_iters, band=case.band)
+    args = core.prepare(*(jnp.asarray(x[n], dtype) for n in "qkv"), qm, km, la, lb, band=case.band)
+    support = Support.single(case.lq, case.lk, case.band, cfg.block)
+    return args, support, cfg
+
+
+class TestInterpreted(KernelSuite):
+    INTERPRET = True
+
+    def test_duals_and_output_match_reference(self):
+        """Forward only, a larger padded problem: the dual vectors themselves agree."""
+        case = Case("duals", 2, 2, 57, 50, 8, n_iters=6, pad=True, marginals=True)
+        x, _, qm, km, la, lb = make_inputs(case)
+        (q, k, v, qv, kv, la_, lb_), support, cfg = _forward_ref(case, x, qm, km, la, lb)
+        _, (us, vs) = core._forward(q, k, v, qv, kv, la_, lb_, support, cfg)
+        args32 = [t.astype(jnp.float32) if t.dtype == jnp.float64 else t for t in (q, k, v, qv, kv, la_, lb_)]
+        duals = pallas.tail_duals(*args32, support, cfg.replace(impl="pallas"), block_sizes=self.BLOCKS)
+        want = {"v0": vs[0], "u1": us[1], "v1": vs[1], "u2": us[2], "v2": vs[2]}
+        for name, ref in want.items():
+            assert _max_err(np.asarray(duals[name]), np.asarray(ref)) <= 1e-5, name
+
+    def test_public_api_dispatch(self):
+        """impl='pallas' through sinkhorn_attention (default tiles, [B, L, d] inputs)."""
+        rng = np.random.default_rng(7)
+        q, k, v = (jnp.asarray(rng.normal(size=(2, 30, 8)), jnp.float32) for _ in range(3))
+        qm = np.ones((2, 30), bool)
+        qm[1, -4:] = False
+        ref = sinkhorn_attention(q, k, v, q_mask=qm, band=5, n_iters=4)
+        got = sinkhorn_attention(q, k, v, q_mask=qm, band=5, n_iters=4, impl="pallas")
+        assert _max_err(np.asarray(got), np.asarray(ref)) <= 1e-5
+
+    def test_huge_padded_values_do_not_leak(self):
+        """Masking trap: a padded key with an enormous score must stay inactive."""
+        case = Case("trap", 1, 1, 20, 20, 4, n_iters=3)
+        x, _, qm, km, la, lb = make_inputs(case, seed=5)
+        km = km.copy()
+        km[0, 7] = False
+        x = dict(x)
+        x["k"] = x["k"].copy()
+        x["k"][0, 0, 7] = 40.0 * x["q"][0, 0, 7]
+        (q, k, v, qv, kv, la_, lb_), support, cfg = _forward_ref(case, x, qm, km, la, lb)
+        ref = core.tail_operator(q, k, v, qv, kv, la_, lb_, support, cfg)
+        args32 = [t.astype(jnp.float32) if t.dtype == jnp.float64 else t for t in (q, k, v, qv, kv, la_, lb_)]
+        got = pallas.tail_operator(*args32, support, cfg, block_sizes=self.BLOCKS)
+        assert np.all(np.isfinite(np.asarray(got)))
+        assert _max_err(np.asarray(got), np.asarray(ref)) <= 1e-5
+
+    @pytest.mark.slow
+    def test_validate_kernels_cli_quick(self, tmp_path):
+        from sinkalign.cli.main import cli
+
+        out = tmp_path / "k.json"
+        res = CliRunner().invoke(cli, ["validate", "kernels", "--backend", "pallas", "--interpret", "--quick",
+                                       "--json", str(out)])
+        assert res.exit_code == 0, res.output
+        import json
+
+        data = json.loads(out.read_text())
+        assert data["backend"] == "pallas" and len(data["rows"]) == 3
+        assert data["max_abs_deviation"] <= 1e-4
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU JAX backend (native Pallas lowering)")
+class TestNativeGPU(KernelSuite):
+    INTERPRET = False
+    BLOCKS = BlockSizes(block_q=32, block_k=32)
+
+    def test_long_banded_problem(self):
+        self.check_float32(Case("gpu_long", 2, 2, 1000, 900, 64, d=32, dv=32, n_iters=15, pad=True, marginals=True))
+
+
+# --------------------------------------------------------------------------- the validation function
+
+
+@pytest.mark.slow
+def test_validation_kernels_reports_max_abs_deviation():
+    from sinkalign.kernels.validation import KernelCase, kernels
+
+    res = kernels("pallas", True, cases=(KernelCase("tiny", 1, 2, 9, 12, 3, n_iters=2),))
+    assert set(res["rows"][0]) >= {"O", "dq", "dk", "dv", "max_abs_deviation"}
+    assert res["max_abs_deviation"] == res["rows"][0]["max_abs_deviation"] <= 1e-5
+
+
+def test_dense_forward_matches_reference():
+    from sinkalign.kernels.validation import dense_forward
+
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.normal(size=(1, n, 4)) for n in (40, 37, 37))
+    for band in (5,):
+        (qq, kk, vv, qv, kv, la, lb) = core.prepare(q, k, v, band=band)
+        cfg = SinkhornConfig(n_iters=5, band=band)
+        ref = core.tail_operator(qq, kk, vv, qv, kv, la, lb, Support.single(40, 37, band), cfg)[0]
+        got = dense_forward(jnp.asarray(q[0]), jnp.asarray(k[0]), jnp.asarray(v[0]), band=band, eps=1.0, n_iters=5,
+                            chunk=16)
+        assert _max_err(np.asarray(got), np.asarray(ref)) <= 1e-12
+
+
+# --------------------------------------------------------------------------- bad inputs
+
+
+def _args(lq=6, lk=5, dtype=jnp.float32, band=None):
+    rng = np.random.default_rng(0)
+    q = jnp.asarray(rng.normal(size=(2, lq, 4)), dtype)
+    k = jnp.asarray(rng.normal(size=(2, lk, 4)), dtype)
+    v = jnp.asarray(rng.normal(size=(2, lk, 3)), dtype)
+    return [q, k, v, jnp.ones((2, lq), bool), jnp.ones((2, lk), bool), jnp.zeros((2, lq), dtype),
+            jnp.zeros((2, lk), dtype), Support.single(lq, lk, band), SinkhornConfig(impl="pallas")]
+
+
+def _replace(args, i, value):
+    args = list(args)
+    args[i] = value
+    return args
+
+
+BAD = [
+    (lambda a: _replace(a, 8, SinkhornConfig(tail=3, backward="staircase")), r"tail=3: the Pallas operator"),
+    (lambda a: _replace(a, 8, SinkhornConfig(backward="direct")), r"backward='direct': the Pallas operator"),
+    (lambda a: _replace(a, 8, SinkhornConfig(backward="autodiff")), r"backward='autodiff'"),
+    (lambda a: _replace(a, 8, {"eps": 1.0}), "cfg must be a SinkhornConfig, got dict"),
+    (lambda a: _replace(a, 7, (6, 5)), "support must be a Support, got tuple"),
+    (lambda a: _replace(a, 7, Support.single(6, 7, None)), r"support is 6 x 7 but q, k have lengths 6, 5"),
+    (lambda a: _replace(a, 0, a[0][0, 0]), r"q must have shape \[..., L, d\], got \(4,\)"),
+    (lambda a: _replace(a, 1, a[1][:1]), r"batch dims differ"),
+    (lambda a: _replace(a, 1, a[1][..., :2]), "q and k feature dims differ: 4 vs 2"),
+    (lambda a: _replace(a, 2, a[2][:, :4]), "k and v lengths differ: 5 vs 4"),
+    (lambda a: _replace(a, 2, a[2].astype(jnp.bfloat16)), "q, k, v must share a dtype"),
+    (lambda a: [x.astype(jnp.float64) if i < 3 else x for i, x in enumerate(a)],
+     r"dtype float64 is not supported by the Pallas kernels"),
+    (lambda a: _replace(a, 3, jnp.ones((2, 6), jnp.int32)), r"q_valid must be a bool array of shape \(2, 6\)"),
+    (lambda a: _replace(a, 4, jnp.ones((2, 4), bool)), r"k_valid must be a bool array of shape \(2, 5\)"),
+    (lambda a: _replace(a, 5, jnp.zeros((6,))), r"log_a must have shape \(2, 6\), got \(6,\)"),
+    (lambda a: _replace(a, 6, jnp.zeros((2, 6))), r"log_b must have shape \(2, 5\), got \(2, 6\)"),
+]
+
+
+@pytest.mark.parametrize("make, message", BAD, ids=[m for _, m in BAD])
+def test_bad_inputs_raise_before_tracing(make, message):
+    with pytest.raises(ValueError, match=message):
+        pallas.tail_operator(*make(_args()))
+
+
+def test_bad_options():
+    args = _args()
+    with pytest.raises(ValueError, match="interpret='yes' must be True, False or None"):
+        pallas.tail_operator(*args, interpret="yes")
+    with pytest.raises(ValueError, match="block_sizes must be a BlockSizes, got int"):
+        pallas.tail_operator(*args, block_sizes=16)
+    two_bands = Support(12, 12, (Piece(0, 6, 0, 6, 2), Piece(6, 6, 6, 6, 2)))
+    with pytest.raises(ValueError, match="neither the kernel piece nor one row/column wide"):
+        pallas.tail_operator(*_replace(_args(12, 12), 7, two_bands))
+
+
+@pytest.mark.parametrize("value", [12, 4, 0, True, 16.0, None])
+def test_block_sizes_validation(value):
+    with pytest.raises(ValueError, match=rf"block_q={value!r} must be a power of two >= 8"):
+        BlockSizes(block_q=value)
+
+
+def test_block_sizes_effective_and_defaults():
+    assert BlockSizes(block_q=128, block_k=64).effective(1, 300) == (16, 64)
+    assert BlockSizes(block_q=8, block_k=8).effective(100, 5) == (8, 8)
+    assert BlockSizes.get_default(True) == BlockSizes(block_q=128, block_k=128)
+    assert BlockSizes.get_default(False) == BlockSizes(block_q=64, block_k=64)
+
+
+def test_dispatch_from_reference_operator_checks_config():
+    q = jnp.ones((5, 4), jnp.float32)
+    with pytest.raises(ValueError, match="tail=1: the Pallas operator"):
+        sinkhorn_attention(q, q, q, impl="pallas", tail=1, backward="staircase")
+    with pytest.raises(ValueError, match="dtype float64 is not supported by the Pallas kernels"):
+        sinkhorn_attention(q.astype(jnp.float64), q, q, impl="pallas")
+
+
+def test_validation_bad_backend_and_mode():
+    from sinkalign.kernels.validation import check_backend, long_forward
+
+    with pytest.raises(ValueError, match="backend='cuda' is not one of"):
+        check_backend("cuda", True)
+    with pytest.raises(ValueError, match="interpret=1 must be True or False"):
+        check_backend("pallas", 1)
+    if jax.default_backend() == "cpu":
+        with pytest.raises(ValueError, match="native Pallas kernels need a GPU or TPU backend"):
+            check_backend("pallas", False)
+    with pytest.raises(ValueError, match="dense_dtype='float16' must be"):
+        long_forward((8,), dense_dtype="float16")
+    with pytest.raises(ValueError, match="length 0 must be a positive integer"):
+        long_forward((0,))
+
+
+def test_validate_kernels_cli_usage_errors():
+    from sinkalign.cli.main import cli
+
+    runner = CliRunner()
+    res = runner.invoke(cli, ["validate", "kernels", "--backend", "triton", "--long", "--interpret"])
+    assert res.exit_code == 2 and "--long is implemented for --backend pallas" in res.output
+    res = runner.invoke(cli, ["validate", "kernels", "--backend", "pallas", "--interpret", "--block", "12"])
+    assert res.exit_code == 2 and "block=12 must be a power of two" in res.output
+    if jax.default_backend() == "cpu":
+        res = runner.invoke(cli, ["validate", "kernels", "--backend", "pallas"])
+        assert res.exit_code == 2 and "use interpret=True (--interpret)" in res.output
