@@ -4,7 +4,10 @@ For each attention type and each sequence length L, one fresh subprocess builds 
 small model (``--d-model``, ``--n-layers``, ``--n-heads``, max_train_len = L) and measures
 
 * training tokens/s: from the median time of ``--train-steps`` AdamW steps (forward +
-  backward) on random tokens ``[batch, L]`` after one warm-up step;
+  backward) on random tokens ``[batch, L]`` after one warm-up step. Time on the CPU is the
+  process's own CPU time (``time.process_time``; with ``--threads 1`` it equals the
+  compute time and is insensitive to other load on a shared machine; the median wall time
+  is stored too); on CUDA it is wall time after ``torch.cuda.synchronize``;
 * training peak memory: on CUDA ``torch.cuda.max_memory_allocated`` over the timed steps;
   on CPU the growth of the process's peak resident set size (``resource.getrusage``
   ``ru_maxrss``) from just before the first training step to after the last one. The
@@ -12,8 +15,8 @@ small model (``--d-model``, ``--n-layers``, ``--n-heads``, max_train_len = L) an
   not tracemalloc's Python-heap view, which cannot see tensor memory;
 * generation ms/token: a prompt of ``L - gen_tokens`` bases is prefilled (not timed),
   then ``--gen-tokens`` single-token ``model.step`` calls with the KV cache / recurrent
-  state are timed one by one (one warm-up step first) and the median is reported, so the
-  decode position runs up to L. Medians keep the figures usable on a shared, loaded machine.
+  state are timed one by one (one warm-up step first, same clock as training) and the
+  median is reported, so the decode position runs up to L.
 
 Ratios are against RoPE measured in the same run (tokens/s: attention / RoPE, higher is
 faster; memory and ms/token: attention / RoPE, lower is better). Prints a table and
@@ -68,12 +71,15 @@ def worker(args: argparse.Namespace) -> dict:
     train_step()  # warm-up (allocates optimizer state, compiles FlexAttention on CUDA)
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    step_s = []
+    step_s, step_cpu = [], []
     for _ in range(args.train_steps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         train_step()
         step_s.append(time.perf_counter() - t0)
-    train_s = statistics.median(step_s)
+        step_cpu.append(time.process_time() - c0)
+    # on the CPU the process's own CPU time is the measure (the machine may be shared and
+    # loaded; wall time is kept for reference); on CUDA, wall time after synchronize
+    train_s = statistics.median(step_cpu if dev.type == "cpu" else step_s)
     if dev.type == "cuda":
         peak_bytes, peak_kind = torch.cuda.max_memory_allocated(), "cuda_max_memory_allocated"
     else:
@@ -87,21 +93,25 @@ def worker(args: argparse.Namespace) -> dict:
         logits, cache = model.step(prompt)
         nxt = logits[:, -1:].argmax(-1)
         logits, cache = model.step(nxt, cache)  # warm-up single-token step
-        tok_ms = []
+        tok_ms, tok_cpu_ms = [], []
         for _ in range(gen):
             if dev.type == "cuda":
                 torch.cuda.synchronize()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             nxt = logits[:, -1:, :4].argmax(-1)
             logits, cache = model.step(nxt, cache)
             if dev.type == "cuda":
                 torch.cuda.synchronize()
             tok_ms.append((time.perf_counter() - t0) * 1e3)
-        gen_ms = statistics.median(tok_ms)
+            tok_cpu_ms.append((time.process_time() - c0) * 1e3)
+        gen_ms = statistics.median(tok_cpu_ms if dev.type == "cpu" else tok_ms)
     return {"attention": args.attention, "length": L, "train_tokens_per_s": args.batch_size * L / train_s,
-            "train_step_s": train_s, "peak_bytes": int(peak_bytes), "peak_kind": peak_kind,
+            "train_step_s": train_s,
+            "train_step_wall_s_median": statistics.median(step_s), "timing": "process_cpu_time" if dev.type == "cpu"
+            else "wall_after_synchronize", "peak_bytes": int(peak_bytes), "peak_kind": peak_kind,
             "train_steps_timed": len(step_s),
-            "gen_ms_per_token": gen_ms, "final_cache_offset": int(cache.offset)}
+            "gen_ms_per_token": gen_ms,
+            "gen_wall_ms_per_token_median": statistics.median(tok_ms), "final_cache_offset": int(cache.offset)}
 
 
 def main() -> None:
@@ -155,7 +165,8 @@ def main() -> None:
         flat[att] = by_len[max(by_len)] / by_len[min(by_len)]
     mem_kind = rows[0]["peak_kind"]
     print(f"\nLM attention benchmark: d_model {args.d_model}, {args.n_layers} layers, {args.n_heads} heads, batch "
-          f"{args.batch_size}, {args.device}, {args.threads} thread(s); memory = {mem_kind}; ratios vs RoPE")
+          f"{args.batch_size}, {args.device}, {args.threads} thread(s); time = {rows[0]['timing']}; "
+          f"memory = {mem_kind}; ratios vs RoPE")
     print(f"{'attention':9s} {'L':>5s} {'train tok/s':>11s} {'x RoPE':>7s} {'peak MiB':>9s} {'x RoPE':>7s} "
           f"{'gen ms/tok':>10s} {'x RoPE':>7s}")
     for r in rows:
@@ -171,6 +182,7 @@ def main() -> None:
         "benchmark": "lm_attention",
         "settings": {k: v for k, v in vars(args).items() if k not in ("worker", "attention", "length", "json")},
         "memory_measure": mem_kind,
+        "time_measure": rows[0]["timing"],
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
                     "torch": torch.__version__, "python": platform.python_version(),
                     "cuda_device": torch.cuda.get_device_name() if args.device == "cuda" else None,

@@ -16,7 +16,8 @@ masses, T = 15 base steps, R = 2 tail steps, gradient of <O, G> w.r.t. Q, K, V:
 
 Peak memory of JAX programs is XLA's buffer assignment of the compiled fwd+bwd program
 (``memory_analysis()``: temporaries + arguments + outputs); for Triton it is
-``torch.cuda.max_memory_allocated``. Times are post-compilation medians over ``--reps`` runs.
+``torch.cuda.max_memory_allocated``. Times are post-compilation minima over ``--reps`` runs
+(the minimum is the robust statistic on a machine shared with other jobs).
 Ratios are taken within this run. ``--roofline h100|h200`` derives a roofline for one
 half-step and for the whole fwd+bwd (tensor-core FLOPs, exp throughput, HBM bytes) and, on a
 GPU, the fraction of it that the kernels reach.
@@ -34,7 +35,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _common import machine, mib, time_fn, write_json, xla_memory
+from _common import machine, mib, write_json, xla_memory
 
 from sinkalign.sinkhorn import SinkhornConfig, core
 from sinkalign.sinkhorn.support import Support
@@ -153,6 +154,17 @@ def _jax_method(name, L, W, T, R):
     raise ValueError(name)
 
 
+def _best(fn, *args, reps):
+    """Minimum wall time (s) of fn(*args) over reps runs after one warm-up."""
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
 def bench_jax(name, L, W, d, T, R, reps):
     q, k, v, g = _inputs(L, d)
     out = _jax_method(name, L, W, T, R)
@@ -161,8 +173,8 @@ def bench_jax(name, L, W, d, T, R, reps):
     t0 = time.perf_counter()
     o = jax.block_until_ready(fwd(q, k, v))
     compile_s = time.perf_counter() - t0
-    row = {"method": name, "L": L, "W": W, "forward_ms": 1e3 * time_fn(fwd, q, k, v, reps=reps)["median_s"],
-           "fwd_bwd_ms": 1e3 * time_fn(fwd_bwd, q, k, v, reps=reps)["median_s"], "first_call_s": compile_s}
+    row = {"method": name, "L": L, "W": W, "forward_ms": 1e3 * _best(fwd, q, k, v, reps=reps),
+           "fwd_bwd_ms": 1e3 * _best(fwd_bwd, q, k, v, reps=reps), "first_call_s": compile_s}
     mem = xla_memory(fwd_bwd, q, k, v)
     row["temp_bytes"], row["peak_bytes"] = mem.get("temp_bytes"), mem.get("peak_bytes")
     return row, np.asarray(o)
@@ -188,11 +200,13 @@ def bench_triton(L, W, d, T, R, reps):
     def timed(fn):
         fn()
         torch.cuda.synchronize()
-        t0 = time.perf_counter()
+        times = []
         for _ in range(reps):
+            t0 = time.perf_counter()
             fn()
-        torch.cuda.synchronize()
-        return 1e3 * (time.perf_counter() - t0) / reps  # mean (one synchronisation per batch of reps)
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        return 1e3 * min(times)
 
     row = {"method": "triton", "L": L, "W": W, "forward_ms": timed(fwd)}
     torch.cuda.reset_peak_memory_stats()
@@ -270,7 +284,7 @@ def main():
     ap.add_argument("--d", type=int, default=64)
     ap.add_argument("--T", type=int, default=15)
     ap.add_argument("--R", type=int, default=2)
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--dense-max", type=int, default=16384 if ON_GPU else 2048,
                     help="Largest L for the O(L^2) methods (dense_autodiff, ott).")
     ap.add_argument("--direct-max", type=int, default=None, help="Largest L for the direct backward.")

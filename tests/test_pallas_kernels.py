@@ -239,6 +239,7 @@ def _forward_ref(case, x, qm, km, la, lb, dtype=jnp.float64):
 class TestInterpreted(KernelSuite):
     INTERPRET = True
 
+    @pytest.mark.slow
     def test_duals_and_output_match_reference(self):
         """Forward only, a larger padded problem: the dual vectors themselves agree."""
         case = Case("duals", 2, 2, 57, 50, 8, n_iters=6, pad=True, marginals=True)
@@ -393,8 +394,28 @@ def test_block_sizes_validation(value):
 def test_block_sizes_effective_and_defaults():
     assert BlockSizes(block_q=128, block_k=64).effective(1, 300) == (16, 64)
     assert BlockSizes(block_q=8, block_k=8).effective(100, 5) == (8, 8)
-    assert BlockSizes.get_default(True) == BlockSizes(block_q=128, block_k=128)
-    assert BlockSizes.get_default(False) == BlockSizes(block_q=64, block_k=64)
+    assert BlockSizes.get_default("interpret") == BlockSizes.get_default("tpu") == BlockSizes(block_q=128, block_k=128)
+    assert BlockSizes.get_default("gpu") == BlockSizes(block_q=64, block_k=64)
+    with pytest.raises(ValueError, match="target='cuda' is not one of"):
+        BlockSizes.get_default("cuda")
+
+
+@pytest.mark.parametrize("platform, dustbin", [("cuda", False), ("tpu", False), ("tpu", True)])
+def test_native_lowering_without_hardware(platform, dustbin):
+    """Every kernel of the fwd + bwd program lowers to Triton IR (cuda) / Mosaic (tpu) from a CPU
+    process: 2 half-steps + output + 5 backward sweeps = 8 kernel calls. (Lowering only; the
+    device compilers are not run.)"""
+    res = pallas.lower_native(platform, dtype=jnp.bfloat16, lq=200, lk=157, d=64, dv=32, band=40, dustbin=dustbin)
+    assert res["kernels"] == 8, res
+
+
+def test_native_target():
+    assert pallas.native_target("cuda") == "gpu" and pallas.native_target("tpu") == "tpu"
+    with pytest.raises(ValueError, match="native Pallas kernels need a GPU or TPU, and the platform is 'cpu'"):
+        pallas.native_target("cpu")
+    if jax.default_backend() == "cpu":
+        with pytest.raises(ValueError, match="pass interpret=True"):
+            pallas.tail_operator(*_args(), interpret=False)
 
 
 def test_dispatch_from_reference_operator_checks_config():

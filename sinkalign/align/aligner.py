@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -25,7 +24,7 @@ BACKENDS = ("reference", "pallas")
 
 def default_model_path() -> Path:
     """The checkpoint shipped inside the package (trained on ../shared/data Pfam shards)."""
-    return Path(str(resources.files("sinkalign") / "data" / "aligner_default"))
+    return Path(__file__).resolve().parents[1] / "data" / "aligner_default"
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from sinkalign.align import model as M
 from sinkalign.utils import atomic_write_text
 
 __all__ = ["TrainConfig", "TrainResult", "train", "save_checkpoint", "load_checkpoint", "init_distributed",
-           "evaluate_split", "BUCKETS"]
+           "evaluate_split", "export_model", "BUCKETS"]
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +122,28 @@ def save_checkpoint(out: Path, step: int, params: dict, opt_state, state: dict, 
     for p in old[:-keep]:
         shutil.rmtree(p, ignore_errors=True)
     return final
+
+
+def export_model(out_dir: str | os.PathLike, params: dict, config: M.AlignerConfig, *, provenance: str) -> Path:
+    """Write a standalone model directory (params.safetensors + state.json), atomically."""
+    from safetensors.numpy import save_file  # noqa: PLC0415
+
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        save_file({k: np.asarray(v) for k, v in params.items()}, tmp / "params.safetensors")
+        (tmp / "state.json").write_text(json.dumps({"model": config.to_dict(), "provenance": provenance}, indent=1) + "\n")
+        for f in tmp.iterdir():
+            f.chmod(0o644)
+        tmp.chmod(0o755)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
 
 
 def load_checkpoint(path: str | os.PathLike) -> tuple[dict, dict, dict | None]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import logging
 from pathlib import Path
 
@@ -11,17 +10,14 @@ import click
 log = logging.getLogger(__name__)
 
 
-def _pairs(queries, targets, pairing):
-    if pairing == "zip":
-        if len(queries) != len(targets):
-            raise click.UsageError(f"--pairing zip needs equal record counts, got {len(queries)} and {len(targets)}")
-        return zip(queries, targets), len(queries)
-    return itertools.product(queries, targets), len(queries) * len(targets)
+EXAMPLES = Path(__file__).resolve().parents[1] / "data" / "examples"
 
 
 @click.command()
-@click.argument("query_fasta", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.argument("target_fasta", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("query_fasta", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=False)
+@click.argument("target_fasta", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=False)
+@click.option("--example", is_flag=True, help="Align the built-in example (human alpha globin and myoglobin "
+              "against beta globin).")
 @click.option("--pairing", type=click.Choice(["all", "zip"]), default="all", show_default=True,
               help="all: every query against every target; zip: record i with record i.")
 @click.option("--format", "fmt", type=click.Choice(["fasta", "tsv", "sam", "bam", "stockholm", "json"]),
@@ -39,11 +35,17 @@ def _pairs(queries, targets, pairing):
 @click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True)
 @click.option("--gap-weight", type=click.FloatRange(min=0), help="MEA gap weight (default: the model's).")
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar on stderr.")
-def align(query_fasta, target_fasta, pairing, fmt, output, model, embedder, esm_weights, backend, plan_out,
+def align(query_fasta, target_fasta, example, pairing, fmt, output, model, embedder, esm_weights, backend, plan_out,
           batch_size, gap_weight, progress):
     """Align the records of QUERY_FASTA against those of TARGET_FASTA (protein or DNA)."""
     from sinkalign.pipelines.align import align_fasta  # noqa: PLC0415
 
+    if example:
+        if query_fasta or target_fasta:
+            raise click.UsageError("--example takes no FASTA arguments")
+        query_fasta, target_fasta = EXAMPLES / "globins_query.fasta", EXAMPLES / "globins_target.fasta"
+    elif not (query_fasta and target_fasta):
+        raise click.UsageError("give QUERY_FASTA and TARGET_FASTA (or --example)")
     if fmt == "bam" and output is None:
         raise click.UsageError("--format bam needs -o FILE")
     try:

@@ -6,12 +6,19 @@ operator with the exact R = 2 one-reference backward, in O(L W) time per sweep a
 extra memory; :func:`sinkhorn_attention_pallas` is the convenience entry point with tile
 and interpreter control; :class:`BlockSizes` sets the tiles.
 
-Lowerings run for real so far: the Pallas interpreter (``interpret=True``) on CPU only.
-Native lowering (Triton on NVIDIA GPUs, Mosaic on TPUs) is written for but unverified
-on hardware; see ``sinkalign validate kernels`` and ``tests/test_pallas_kernels.py``.
+What has run for real: the Pallas interpreter (``interpret=True``) on CPU, only. Native
+lowering was checked without hardware (:func:`lower_native`: every kernel of the forward +
+backward program lowers to Triton IR for 'cuda' and to Mosaic MLIR for 'tpu'); the device
+compilers and GPU/TPU execution are unverified. See ``sinkalign validate kernels``.
 """
 
 from sinkalign.kernels.pallas.kernels import BlockSizes
-from sinkalign.kernels.pallas.op import sinkhorn_attention_pallas, tail_duals, tail_operator
+from sinkalign.kernels.pallas.op import (
+    lower_native,
+    native_target,
+    sinkhorn_attention_pallas,
+    tail_duals,
+    tail_operator,
+)
 
-__all__ = ["BlockSizes", "sinkhorn_attention_pallas", "tail_duals", "tail_operator"]
+__all__ = ["BlockSizes", "lower_native", "native_target", "sinkhorn_attention_pallas", "tail_duals", "tail_operator"]

@@ -16,8 +16,10 @@ multiple of the block; per-position vectors stacked as ``[BH, n, L]`` float32 (s
 validity mask as 1.0 / 0.0, slot 1 the dual potential, further slots kernel-specific);
 padded positions have mask 0. The support is ``mask_x & mask_y & |i - j| <= W`` and is
 applied *after* adding potentials (``where(active, s + pot, -inf)``), never via a sentinel.
-Vector outputs are ``[BH, 1, L]`` so that every block's last two dimensions are either
-full or (block, 1)-shaped, as Mosaic (TPU) requires.
+Vector outputs are ``[BH, 1, L]``: every vector block is ``(n, bx)`` with ``n`` the full
+stack height, as Mosaic (TPU) requires (``bx`` a multiple of 128 or the whole length).
+Vector slots are loaded row by row from the refs (``ref[slot, tile]``): the Triton lowering
+has no ``slice`` of a loaded value.
 
 The owned side's block arrives through a BlockSpec; the other side is passed whole for
 each batch-head (block = full length, like the key/value blocks of Pallas' GPU flash
@@ -50,6 +52,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 __all__ = [
+    "TARGETS",
     "BlockSizes",
     "Launch",
     "col_dk",
@@ -62,6 +65,10 @@ __all__ = [
 ]
 
 _NEG_INF = float("-inf")
+
+# Where a pallas_call runs: the Pallas interpreter (any backend), Triton on NVIDIA GPUs,
+# Mosaic on TPUs.
+TARGETS = ("interpret", "gpu", "tpu")
 
 # Vector-stack slots (see the module docstring).
 MASK, POT = 0, 1
@@ -90,9 +97,12 @@ class BlockSizes:
                 raise ValueError(f"{name}={value!r} must be a power of two >= 8")
 
     @classmethod
-    def get_default(cls, interpret: bool) -> "BlockSizes":
-        """128 x 128 in the interpreter (fewer grid steps), 64 x 64 natively (GPU registers)."""
-        return cls(block_q=128, block_k=128) if interpret else cls(block_q=64, block_k=64)
+    def get_default(cls, target: str = "interpret") -> "BlockSizes":
+        """64 x 64 on GPUs (registers / shared memory); 128 x 128 in the interpreter (fewer grid
+        steps) and on TPUs (vector blocks need 128 lanes)."""
+        if target not in TARGETS:
+            raise ValueError(f"target={target!r} is not one of {TARGETS}")
+        return cls(block_q=64, block_k=64) if target == "gpu" else cls(block_q=128, block_k=128)
 
     def effective(self, lq: int, lk: int) -> tuple[int, int]:
         """The tile sizes used for lengths (lq, lk): each shrunk to max(16, next_pow2(L))."""
@@ -106,7 +116,8 @@ class Launch:
 
     ``bx``/``by``: owned / looped tile sizes; ``nx``/``ny``: tile counts of the padded
     lengths; ``band``: half-width W or None (dense); ``scale``: ``1 / (sqrt(d) eps)``;
-    ``low``: inputs are a low-precision type (bfloat16 / float16).
+    ``low``: inputs are a low-precision type (bfloat16 / float16); ``target``: one of
+    :data:`TARGETS`.
     """
 
     bx: int
@@ -116,10 +127,21 @@ class Launch:
     band: int | None
     scale: float
     low: bool
-    interpret: bool
+    target: str
 
     def swap(self) -> "Launch":
-        return Launch(self.by, self.bx, self.ny, self.nx, self.band, self.scale, self.low, self.interpret)
+        return Launch(self.by, self.bx, self.ny, self.nx, self.band, self.scale, self.low, self.target)
+
+    def compiler_params(self):
+        if self.target == "gpu":
+            from jax.experimental.pallas import triton as plgpu  # noqa: PLC0415
+
+            return plgpu.CompilerParams(num_warps=4, num_stages=2)
+        if self.target == "tpu":
+            from jax.experimental.pallas import tpu as pltpu  # noqa: PLC0415
+
+            return pltpu.CompilerParams(dimension_semantics=("parallel", "parallel"))
+        return None
 
     @property
     def precision(self):
@@ -156,13 +178,24 @@ def _tile_range(ln: Launch, x0):
     return lo, hi
 
 
+class _Slots:
+    """Rows of a vector-stack ref, each loaded on access (``ref[slot, sl]``, 1-D): indexing a
+    loaded 2-D value instead would need a ``slice`` that the Triton lowering lacks."""
+
+    def __init__(self, ref, sl=None):
+        self.ref, self.sl = ref, sl
+
+    def __getitem__(self, slot):
+        return self.ref[slot, :] if self.sl is None else self.ref[slot, self.sl]
+
+
 class _Tile:
     """One (x block, y tile) pair: scores, support and plan recomputed from the tokens."""
 
     def __init__(self, ln: Launch, x0, t, x, xv, y_ref, yv_ref):
         self.y0 = pl.multiple_of(t * ln.by, ln.by)
         self.sl = pl.ds(self.y0, ln.by)
-        self.yv = yv_ref[:, self.sl]  # [n_y, by]
+        self.yv = _Slots(yv_ref, self.sl)  # slot -> [by]
         self.s = _dot_nt(x, y_ref[self.sl, :], ln) * ln.scale  # [bx, by]
         xi = x0 + lax.broadcasted_iota(jnp.int32, (ln.bx, ln.by), 0)
         yi = self.y0 + lax.broadcasted_iota(jnp.int32, (ln.bx, ln.by), 1)
@@ -185,7 +218,7 @@ class _Tile:
 
 
 def _lse_kernel(x_ref, xv_ref, y_ref, yv_ref, out_ref, *, ln: Launch):
-    x, xv = x_ref[...], xv_ref[...]
+    x, xv = x_ref[...], _Slots(xv_ref)
     x0 = pl.program_id(1) * ln.bx  # program_id at kernel top level (not inside loops)
 
     def body(t, carry):
@@ -199,11 +232,11 @@ def _lse_kernel(x_ref, xv_ref, y_ref, yv_ref, out_ref, *, ln: Launch):
     init = (jnp.full((ln.bx,), _NEG_INF, jnp.float32), jnp.zeros((ln.bx,), jnp.float32))
     m, l = lax.fori_loop(*_tile_range(ln, x0), body, init)
     on = l > 0
-    out_ref[...] = jnp.where(on, m + jnp.log(jnp.where(on, l, 1.0)), _NEG_INF)[None, :]
+    out_ref[0, :] = jnp.where(on, m + jnp.log(jnp.where(on, l, 1.0)), _NEG_INF)
 
 
 def _output_kernel(x_ref, xv_ref, y_ref, yv_ref, val_ref, out_ref, *, ln: Launch):
-    x, xv = x_ref[...], xv_ref[...]
+    x, xv = x_ref[...], _Slots(xv_ref)
     x0 = pl.program_id(1) * ln.bx  # program_id at kernel top level (not inside loops)
 
     def body(t, acc):
@@ -217,19 +250,19 @@ W_SLOT = 2  # matvec: y-side weights
 
 
 def _matvec_kernel(x_ref, xv_ref, y_ref, yv_ref, out_ref, *, ln: Launch):
-    x, xv = x_ref[...], xv_ref[...]
+    x, xv = x_ref[...], _Slots(xv_ref)
     x0 = pl.program_id(1) * ln.bx  # program_id at kernel top level (not inside loops)
 
     def body(t, acc):
         tile = _Tile(ln, x0, t, x, xv, y_ref, yv_ref)
         return acc + (tile.plan(xv[POT]) * tile.yv[W_SLOT][None, :]).sum(axis=1)
 
-    out_ref[...] = lax.fori_loop(*_tile_range(ln, x0), body, jnp.zeros((ln.bx,), jnp.float32))[None, :]
+    out_ref[0, :] = lax.fori_loop(*_tile_range(ln, x0), body, jnp.zeros((ln.bx,), jnp.float32))
 
 
 def _col_gv_dv_kernel(x_ref, xv_ref, xm_ref, y_ref, yv_ref, ym_ref, gv_ref, dv_ref, *, ln: Launch):
     # x = keys (own V block in xm), y = queries (G in ym): P^T tile, Z^T = V_x G_y^T.
-    x, xv, xm = x_ref[...], xv_ref[...], xm_ref[...]
+    x, xv, xm = x_ref[...], _Slots(xv_ref), xm_ref[...]
     x0 = pl.program_id(1) * ln.bx
 
     def body(t, carry):
@@ -242,7 +275,7 @@ def _col_gv_dv_kernel(x_ref, xv_ref, xm_ref, y_ref, yv_ref, ym_ref, gv_ref, dv_r
 
     init = (jnp.zeros((ln.bx,), jnp.float32), jnp.zeros(dv_ref.shape, jnp.float32))
     gv, dv = lax.fori_loop(*_tile_range(ln, x0), body, init)
-    gv_ref[...] = gv[None, :]
+    gv_ref[0, :] = gv
     dv_ref[...] = dv
 
 
@@ -251,7 +284,7 @@ C1 = 2  # row_ubar2: y-side w2
 
 def _row_ubar2_kernel(x_ref, xv_ref, xm_ref, y_ref, yv_ref, ym_ref, out_ref, *, ln: Launch):
     # x = queries (own G block in xm), y = keys (V in ym).
-    x, xv, xm = x_ref[...], xv_ref[...], xm_ref[...]
+    x, xv, xm = x_ref[...], _Slots(xv_ref), xm_ref[...]
     x0 = pl.program_id(1) * ln.bx
 
     def body(t, acc):
@@ -259,7 +292,7 @@ def _row_ubar2_kernel(x_ref, xv_ref, xm_ref, y_ref, yv_ref, ym_ref, out_ref, *, 
         z = _dot_nt(xm, ym_ref[tile.sl, :], ln)  # [bq, bk]
         return acc + (tile.plan(xv[POT]) * (z - tile.yv[C1][None, :])).sum(axis=1)
 
-    out_ref[...] = lax.fori_loop(*_tile_range(ln, x0), body, jnp.zeros((ln.bx,), jnp.float32))[None, :]
+    out_ref[0, :] = lax.fori_loop(*_tile_range(ln, x0), body, jnp.zeros((ln.bx,), jnp.float32))
 
 
 # Slots of the Sbar vectors. Row side (queries): R1 = x2 = ubar2 / a, R2 = alpha,
@@ -279,7 +312,7 @@ def _sbar(p, z, c, r):
 
 def _row_dq_kernel(x_ref, xv_ref, xm_ref, y_ref, yv_ref, ym_ref, dq_ref, ub1_ref, *, ln: Launch):
     # x = queries (G block in xm), y = keys (K in y_ref, V in ym).
-    x, xv, xm = x_ref[...], xv_ref[...], xm_ref[...]
+    x, xv, xm = x_ref[...], _Slots(xv_ref), xm_ref[...]
     x0 = pl.program_id(1) * ln.bx
     lo, hi = _tile_range(ln, x0)
 
@@ -300,12 +333,12 @@ def _row_dq_kernel(x_ref, xv_ref, xm_ref, y_ref, yv_ref, ym_ref, dq_ref, ub1_ref
 
     dq = lax.fori_loop(lo, hi, pass2, jnp.zeros(dq_ref.shape, jnp.float32))
     dq_ref[...] = dq * ln.scale
-    ub1_ref[...] = ubar1[None, :]
+    ub1_ref[0, :] = ubar1
 
 
 def _col_dk_kernel(x_ref, xv_ref, xm_ref, y_ref, yv_ref, ym_ref, dk_ref, *, ln: Launch):
     # x = keys (V block in xm; vector slots C1..C4), y = queries (G in ym; slots R1..R3).
-    x, xv, xm = x_ref[...], xv_ref[...], xm_ref[...]
+    x, xv, xm = x_ref[...], _Slots(xv_ref), xm_ref[...]
     x0 = pl.program_id(1) * ln.bx
 
     def body(t, acc):
@@ -363,7 +396,8 @@ def _call(body, ln: Launch, name: str, ins: list, outs: list):
         in_specs=in_specs,
         out_specs=out_specs,
         out_shape=out_shape,
-        interpret=ln.interpret,
+        interpret=ln.target == "interpret",
+        compiler_params=ln.compiler_params(),
         name=f"sinkhorn_{name}",
     )(*(a for a, _, _ in ins))
     return res

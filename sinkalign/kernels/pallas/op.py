@@ -31,9 +31,14 @@ sums by addition; the dQ sweep receives their share of ``P c3`` as an extra row 
 ``ubar1`` is complete before ``Sbar`` is formed.
 
 Lowerings: ``interpret=True`` (the default whenever JAX's default backend is the CPU) runs
-the kernels in the Pallas interpreter; this is the only mode that has run for real in this
-project so far. ``interpret=False`` lowers them for the current backend (Triton on NVIDIA
-GPUs, Mosaic on TPUs); see the package docstring for what has been checked.
+the kernels in the Pallas interpreter; this is the only mode that has *run* in this project
+so far (CPU). ``interpret=False`` lowers them for the default backend: Triton on NVIDIA GPUs
+(``target="gpu"``, head dims zero-padded to a power of two >= 16), Mosaic on TPUs
+(``target="tpu"``, head dims padded to 128 lanes). :func:`lower_native` lowers the whole
+forward + backward program for 'cuda' or 'tpu' from a CPU process: all 8 kernels lower
+(Pallas -> Triton IR, Pallas -> Mosaic MLIR), but the device compilers (Triton -> PTX in
+XLA:GPU, Mosaic in libtpu) have not been run, and nothing has executed on a GPU or TPU.
+On a TPU the whole other-side ``[L, d]`` slice of a batch-head sits in VMEM, which bounds L.
 """
 
 from __future__ import annotations
@@ -53,7 +58,7 @@ from sinkalign.kernels.pallas.kernels import BlockSizes, Launch
 from sinkalign.sinkhorn.config import SinkhornConfig
 from sinkalign.sinkhorn.support import Piece, Support
 
-__all__ = ["sinkhorn_attention_pallas", "tail_duals", "tail_operator"]
+__all__ = ["lower_native", "native_target", "sinkhorn_attention_pallas", "tail_duals", "tail_operator"]
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +80,7 @@ class _Static:
     eps: float
     n_iters: int
     blocks: BlockSizes
-    interpret: bool
+    target: str  # kernels.TARGETS
 
     @property
     def piece(self) -> Piece:
@@ -89,7 +94,15 @@ class _Static:
         p = self.piece
         bq, bk = self.blocks.effective(p.nr, p.nc)
         return Launch(bq, bk, -(-p.nr // bq), -(-p.nc // bk), p.band, 1.0 / (math.sqrt(d) * self.eps), low,
-                      self.interpret)
+                      self.target)
+
+    def feature_pad(self, n: int) -> int:
+        """Head dims are zero-padded natively: a power of two >= 16 (Triton dots), 128 lanes (TPU)."""
+        if self.target == "gpu":
+            return max(16, pl.next_power_of_2(n))
+        if self.target == "tpu":
+            return -(-n // 128) * 128
+        return n
 
 
 def _choose_main(support: Support) -> int:
@@ -162,7 +175,7 @@ class _Main:
         low = q.dtype != jnp.float32
         self.ln = st.launch(q.shape[-1], low)
         self.lq_pad, self.lk_pad = self.ln.nx * self.ln.bx, self.ln.ny * self.ln.by
-        fpad = (lambda n: n) if st.interpret else (lambda n: max(16, pl.next_power_of_2(n)))
+        fpad = st.feature_pad
         self.q = self._tok(q[:, p.r0 : p.r0 + p.nr], self.lq_pad, fpad)
         self.k = self._tok(k[:, p.c0 : p.c0 + p.nc], self.lk_pad, fpad)
         self.v = None if v is None else self._tok(v[:, p.c0 : p.c0 + p.nc], self.lk_pad, fpad)
@@ -439,16 +452,30 @@ def _check(q, k, v, q_valid, k_valid, log_a, log_b, support, cfg) -> None:
             raise ValueError(f"{name} must have shape {batch + (n,)}, got {tuple(x.shape)}")
 
 
-def _static(support, cfg, block_sizes, interpret) -> _Static:
+def native_target(platform: str | None = None) -> str:
+    """The kernel target for a JAX platform (default: the default backend): ``gpu`` (Triton
+    lowering) for cuda/rocm/gpu, ``tpu`` (Mosaic); ValueError for the CPU."""
+    platform = platform or jax.default_backend()
+    if platform in ("gpu", "cuda", "rocm"):
+        return "gpu"
+    if platform == "tpu":
+        return "tpu"
+    raise ValueError(f"native Pallas kernels need a GPU or TPU, and the platform is {platform!r}; "
+                     "pass interpret=True to run them in the Pallas interpreter")
+
+
+def _static(support, cfg, block_sizes, interpret, target=None) -> _Static:
     if interpret is None:
         interpret = jax.default_backend() == "cpu"
     if not isinstance(interpret, bool):
         raise ValueError(f"interpret={interpret!r} must be True, False or None (auto: True on CPU)")
+    if target is None:
+        target = "interpret" if interpret else native_target()
     if block_sizes is None:
-        block_sizes = BlockSizes.get_default(interpret)
+        block_sizes = BlockSizes.get_default(target)
     if not isinstance(block_sizes, BlockSizes):
         raise ValueError(f"block_sizes must be a BlockSizes, got {type(block_sizes).__name__}")
-    return _Static(support, _choose_main(support), float(cfg.eps), cfg.n_iters, block_sizes, interpret)
+    return _Static(support, _choose_main(support), float(cfg.eps), cfg.n_iters, block_sizes, target)
 
 
 def _flat(x, n_tail):
@@ -477,8 +504,8 @@ def tail_operator(q, k, v, q_valid, k_valid, log_a, log_b, support: Support, cfg
     q_valid, k_valid, log_a, log_b = (jnp.asarray(x) for x in (q_valid, k_valid, log_a, log_b))
     _check(q, k, v, q_valid, k_valid, log_a, log_b, support, cfg)
     st = _static(support, cfg, block_sizes, interpret)
-    log.debug("pallas tail_operator q%s k%s support=%s blocks=%s interpret=%s", q.shape, k.shape,
-              support.pieces, st.blocks, st.interpret)
+    log.debug("pallas tail_operator q%s k%s support=%s blocks=%s target=%s", q.shape, k.shape,
+              support.pieces, st.blocks, st.target)
     batch, lq, dv = q.shape[:-2], q.shape[-2], v.shape[-1]
     out = _op_jit(_flat(q, 2), _flat(k, 2), _flat(v, 2), _flat(q_valid, 1), _flat(k_valid, 1), _flat(log_a, 1),
                   _flat(log_b, 1), st)
@@ -515,3 +542,44 @@ def sinkhorn_attention_pallas(q, k, v, *, q_mask=None, k_mask=None, log_a=None, 
     q, k, v, qv, kv, la, lb = core.prepare(q, k, v, q_mask, k_mask, log_a, log_b, band=cfg.band)
     support = Support.single(q.shape[-2], k.shape[-2], cfg.band, cfg.block)
     return tail_operator(q, k, v, qv, kv, la, lb, support, cfg, block_sizes=block_sizes, interpret=interpret)
+
+
+def lower_native(platform: str, *, dtype=jnp.bfloat16, lq: int = 300, lk: int = 257, d: int = 64, dv: int = 64,
+                 band: int | None = 64, dustbin: bool = False, block_sizes: BlockSizes | None = None) -> dict:
+    """Lower the forward + backward program for ``platform`` ('cuda' -> Triton, 'tpu' -> Mosaic)
+    without that hardware, and count the kernel custom calls in the result.
+
+    This runs the Pallas lowering of every kernel (jaxpr -> Triton IR / Mosaic MLIR) on any
+    machine; it does not run the backend compilers (Triton -> PTX inside XLA:GPU, Mosaic in
+    libtpu), so a kernel that lowers may still fail to compile on the device. TPU lowering
+    uses an abstract 'TPU v5 lite' device. ``dustbin=True`` uses the banded dustbin support
+    (band + dustbin row and column). Returns {'platform', 'target', 'kernels', 'hlo_chars'}.
+    """
+    target = native_target(platform)
+    if dustbin:
+        support = Support(lq + 1, lk + 1, (Piece(0, lq, 0, lk, band), Piece(0, lq + 1, lk, 1, None),
+                                           Piece(lq, 1, 0, lk, None)))
+    else:
+        support = Support.single(lq, lk, band)
+    lq_, lk_ = support.lq, support.lk
+    st = _Static(support, _choose_main(support), 1.0, 15, block_sizes or BlockSizes.get_default(target), target)
+    bh = 2
+    q = jnp.zeros((bh, lq_, d), dtype)
+    k = jnp.zeros((bh, lk_, d), dtype)
+    v = jnp.zeros((bh, lk_, dv), dtype)
+    qv, kv = jnp.ones((bh, lq_), bool), jnp.ones((bh, lk_), bool)
+    la, lb = jnp.zeros((bh, lq_), _F32), jnp.zeros((bh, lk_), _F32)
+
+    def loss(q, k, v):
+        return jnp.sum(_op(q, k, v, qv, kv, la, lb, st).astype(_F32))
+
+    fn = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2)))
+    if target == "tpu":
+        device = jax.sharding.AbstractDevice(device_kind="TPU v5 lite", num_cores=1, platform="tpu")
+        with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((1,), ("x",), abstract_device=device)):
+            text = fn.trace(q, k, v).lower(lowering_platforms=("tpu",)).as_text()
+        marker = "tpu_custom_call"
+    else:
+        text = fn.trace(q, k, v).lower(lowering_platforms=(platform,)).as_text()
+        marker = "xla.gpu.triton"
+    return {"platform": platform, "target": target, "kernels": text.count(marker), "hlo_chars": len(text)}

@@ -1,0 +1,112 @@
+"""`sinkalign align` and `sinkalign evaluate` end to end, checked through the library."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pysam
+import pytest
+from Bio import SeqIO
+from click.testing import CliRunner
+
+from sinkalign.align.aligner import Aligner, default_model_path
+from sinkalign.cli.main import cli
+
+Q = ">q1 first\nMKVLAAGHWERTYLLKPQ\n>q2\nMSTNPKPQRKTKRNTNRRPQDVKFPGG\n"
+T = ">t1\nMKILSAGHWERTLLKPQ\n>t2\nMSNPKPQRKTRRNTNRRPQDVKFPG\n"
+
+
+@pytest.fixture()
+def fastas(tmp_path):
+    (tmp_path / "a.fa").write_text(Q)
+    (tmp_path / "b.fa").write_text(T)
+    return tmp_path / "a.fa", tmp_path / "b.fa"
+
+
+def test_shipped_model_loads_and_aligns_identical_sequences_exactly():
+    aligner = Aligner.load()
+    assert default_model_path().is_dir()
+    seq = "MKVLAAGHWERTYLLKPQDESTRIVNG"
+    res = aligner.align(seq, seq)
+    np.testing.assert_array_equal(res.alignment.pairs, np.stack([np.arange(len(seq))] * 2, 1))
+
+
+def test_all_vs_all_tsv_in_input_order(fastas, tmp_path):
+    out = tmp_path / "x.tsv"
+    r = CliRunner().invoke(cli, ["align", str(fastas[0]), str(fastas[1]), "-o", str(out), "--no-progress"])
+    assert r.exit_code == 0, r.output
+    rows = [line.split("\t") for line in out.read_text().splitlines()]
+    assert rows[0][:3] == ["query", "target", "score"]
+    assert [(x[0], x[1]) for x in rows[1:]] == [("q1", "t1"), ("q1", "t2"), ("q2", "t1"), ("q2", "t2")]
+    # homologous pairs score higher than the swapped ones
+    score = {(x[0], x[1]): float(x[2]) for x in rows[1:]}
+    assert score["q1", "t1"] > score["q1", "t2"] and score["q2", "t2"] > score["q2", "t1"]
+
+
+@pytest.mark.parametrize("fmt", ["fasta", "sam", "bam", "stockholm", "json"])
+def test_formats_zip(fastas, tmp_path, fmt):
+    out = tmp_path / f"x.{fmt}"
+    plans = tmp_path / "plans.npz"
+    r = CliRunner().invoke(cli, ["align", str(fastas[0]), str(fastas[1]), "--pairing", "zip", "--format", fmt,
+                                 "-o", str(out), "--plan-out", str(plans), "--no-progress"])
+    assert r.exit_code == 0, r.output
+    if fmt == "fasta":
+        recs = list(SeqIO.parse(out, "fasta"))
+        assert [x.id for x in recs] == ["q1", "t1", "q2", "t2"]
+        assert str(recs[0].seq).replace("-", "") == "MKVLAAGHWERTYLLKPQ"
+        assert len(recs[0].seq) == len(recs[1].seq)
+    elif fmt in ("sam", "bam"):
+        with pysam.AlignmentFile(str(out), "r" if fmt == "sam" else "rb") as fh:
+            assert fh.references == ("t1", "t2")
+            assert [a.query_name for a in fh] == ["q1", "q2"]
+    elif fmt == "json":
+        objs = [json.loads(line) for line in out.read_text().splitlines()]
+        assert [o["query_id"] for o in objs] == ["q1", "q2"]
+    else:
+        assert out.read_text().count("# STOCKHOLM 1.0") == 2
+    with np.load(plans) as z:
+        shapes = sorted(z[k].shape for k in z.files)
+    assert shapes == [(19, 18), (28, 26)]
+
+
+def test_example_runs():
+    r = CliRunner().invoke(cli, ["align", "--example", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    assert "HBA_HUMAN\tHBB_HUMAN" in r.output and "MYG_HUMAN\tHBB_HUMAN" in r.output
+
+
+def test_align_errors(fastas, tmp_path):
+    runner = CliRunner()
+    (tmp_path / "one.fa").write_text(">x\nMKV\n")
+    r = runner.invoke(cli, ["align", str(fastas[0]), str(tmp_path / "one.fa"), "--pairing", "zip"])
+    assert r.exit_code == 1 and "needs equal record counts" in r.output
+    r = runner.invoke(cli, ["align", str(fastas[0]), str(fastas[1]), "--format", "bam"])
+    assert r.exit_code == 2 and "--format bam needs -o FILE" in r.output
+    (tmp_path / "bad.fa").write_text(">ok\nMKV\n>bad\nMK1V\n")
+    r = runner.invoke(cli, ["align", str(tmp_path / "bad.fa"), str(fastas[1]), "--no-progress"])
+    assert r.exit_code == 1 and "bad.fa" in r.output and "bad" in r.output and "position 2" in r.output
+    r = runner.invoke(cli, ["align", "--example", str(fastas[0])])
+    assert r.exit_code == 2 and "--example takes no FASTA arguments" in r.output
+    r = runner.invoke(cli, ["align", str(fastas[0]), str(fastas[1]), "--model", str(tmp_path)])
+    assert r.exit_code == 1 and "is not an aligner checkpoint" in r.output
+    out = tmp_path / "keep.tsv"
+    out.write_text("previous\n")
+    r = runner.invoke(cli, ["align", str(tmp_path / "bad.fa"), str(fastas[1]), "-o", str(out), "--no-progress"])
+    assert r.exit_code == 1 and out.read_text() == "previous\n"  # nothing half-written
+
+
+def test_evaluate_against_needleman_wunsch(tmp_path):
+    from tests.aligner_fixtures import write_family
+
+    sto = write_family(tmp_path / "fam.sto", "famX", 5, 50, seed=3)
+    out = tmp_path / "eval.json"
+    r = CliRunner().invoke(cli, ["evaluate", "--reference", str(sto), "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    data = json.loads(out.read_text())
+    methods = data["sets"]["fam.sto"]["methods"]
+    assert set(methods) == {"sinkalign", "nw", "sw"}
+    for m in methods.values():
+        assert 0.0 <= m["micro"]["f1"] <= 1.0 and m["pairs_per_s"] > 0
+        assert m["bins"][-1]["bin"] == "all" and m["bins"][-1]["n"] == 10
+    assert methods["nw"]["micro"]["f1"] > 0.5  # a real alignment problem, not noise
