@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from Bio.Align import substitution_matrices
 
@@ -93,8 +94,6 @@ def test_make_batch_rejects_long_pairs():
 
 
 def test_a_few_steps_reduce_the_cross_entropy():
-    import optax
-
     cfg = M.preset("default", feature_dim=0, n_iters=8)
     params = M.init_params(cfg)
     batch = _batch(cfg, n=4, seed=1)

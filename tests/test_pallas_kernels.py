@@ -315,6 +315,24 @@ def test_validation_kernels_reports_max_abs_deviation():
     assert res["max_abs_deviation"] == res["rows"][0]["max_abs_deviation"] <= 1e-5
 
 
+@pytest.mark.slow
+def test_validation_kernels_triton_interpreted():
+    """The same harness drives the Triton kernels (interpreter; skips if triton was already
+    imported natively in this process)."""
+    pytest.importorskip("triton")
+    from sinkalign.kernels.validation import KernelCase, check_backend, kernels
+
+    try:
+        check_backend("triton", True)
+    except ValueError as err:
+        pytest.skip(str(err))
+    cases = (KernelCase("tiny", 1, 2, 9, 12, 3, n_iters=2),
+             KernelCase("dustbin", 1, 1, 9, 12, 3, dustbin=DustbinConfig(variant="paper", mass="unit", filler=8)))
+    res = kernels("triton", True, cases=cases)
+    assert res["skipped"] == ["dustbin"] and len(res["rows"]) == 1
+    assert res["max_abs_deviation"] <= 1e-5
+
+
 def test_dense_forward_matches_reference():
     from sinkalign.kernels.validation import dense_forward
 

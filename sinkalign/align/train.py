@@ -40,7 +40,7 @@ __all__ = ["TrainConfig", "TrainResult", "train", "save_checkpoint", "load_check
 
 log = logging.getLogger(__name__)
 
-BUCKETS = (64, 128, 192, 256, 384, 512)
+BUCKETS = (64, 128, 192, 256, 384, 512, 768, 1024)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -24,7 +24,7 @@ import click
 @click.option("--eval-every", type=click.IntRange(min=1), default=100, show_default=True)
 @click.option("--certify-every", type=click.IntRange(min=0), default=500, show_default=True,
               help="Certified tail-depth check every N steps (0: never).")
-@click.option("--max-length", type=click.IntRange(min=8, max=512), default=384, show_default=True)
+@click.option("--max-length", type=click.IntRange(min=8, max=1024), default=384, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--distributed", is_flag=True, help="Multi-host: call jax.distributed.initialize() first.")
 @click.option("--progress/--no-progress", default=True)

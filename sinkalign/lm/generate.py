@@ -118,7 +118,9 @@ class SamplingConfig:
 
     def next_tokens(self, logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         """``logits [B, V]`` of the next position -> sampled base ids ``[B, 1]`` (0..3)."""
-        logits = logits[:, :_N_BASES].float()  # [B, 4]: only A, C, G, T may be generated
+        logits = logits[:, :_N_BASES]  # [B, 4]: only A, C, G, T may be generated
+        if logits.dtype in (torch.float16, torch.bfloat16):
+            logits = logits.float()
         if self.temperature == 0.0:
             return logits.argmax(dim=-1, keepdim=True)
         logits = logits / self.temperature
