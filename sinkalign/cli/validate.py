@@ -180,12 +180,12 @@ def kernels(backend: str, interpret: bool, json_path: Path | None, quick: bool, 
         raise click.UsageError(str(err)) from None
     cases = kval.KERNEL_CASES[:3] if quick else kval.KERNEL_CASES
     mode = "interpreter" if interpret else "native"
+    wide = Console(width=max(_console.width, 150))  # the tables have many columns
     with _console.status(f"{backend} ({mode}) vs reference") as status:
         result = kval.kernels(backend, interpret, cases=cases, block=block,
                               progress=lambda r: status.update(f"{r['case']}: {r['max_abs_deviation']:.2e}"))
-    _console.print(_table(f"{backend} ({mode}, float32) vs JAX reference (float64, autodiff)", result["rows"],
-                          ["case", "O", "dq", "dk", "dv", "d_dustbin", "max_abs_deviation", "seconds"]),
-                   width=max(_console.width, 150))
+    wide.print(_table(f"{backend} ({mode}, float32) vs JAX reference (float64, autodiff)", result["rows"],
+                      ["case", "O", "dq", "dk", "dv", "d_dustbin", "max_abs_deviation", "seconds"]))
     if result["skipped"]:
         _console.print(f"skipped (no dustbin support in the {backend} operator): {', '.join(result['skipped'])}")
     _console.print(f"max_abs_deviation = {result['max_abs_deviation']:.3e}")
@@ -193,10 +193,10 @@ def kernels(backend: str, interpret: bool, json_path: Path | None, quick: bool, 
         with _console.status("long-length forward agreement") as status:
             long_result = kval.long_forward(tuple(long_lengths), band=long_band, interpret=interpret,
                                             progress=lambda r: status.update(f"L={r['L']} done"))
-        _console.print(_table(f"forward vs dense computation (W={long_band}, d=16, T=15, float32; dense "
-                              f"{long_result['dense_dtype']})", long_result["rows"],
-                              ["L", "reference_vs_dense", "kernel_vs_dense", "dense_seconds", "reference_seconds",
-                               "kernel_seconds"]), width=max(_console.width, 150))
+        wide.print(_table(f"forward vs dense computation (W={long_band}, d=16, T=15, float32; dense "
+                          f"{long_result['dense_dtype']})", long_result["rows"],
+                          ["L", "reference_vs_dense", "kernel_vs_dense", "dense_seconds", "reference_seconds",
+                           "kernel_seconds"]))
         _console.print(f"long: worst deviation = {long_result['max_abs_deviation']:.3e}")
         result["long"] = long_result
     _emit(result, json_path)
