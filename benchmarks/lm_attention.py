@@ -123,7 +123,7 @@ def main() -> None:
     ap.add_argument("--n-heads", type=int, default=4)
     ap.add_argument("--batch-size", type=int, default=1)
     ap.add_argument("--train-steps", type=int, default=3)
-    ap.add_argument("--gen-tokens", type=int, default=32)
+    ap.add_argument("--gen-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--json", default=str(Path(__file__).resolve().parent / "results" / "lm_attention.json"))

@@ -39,7 +39,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _common import machine, mib, write_json, xla_memory
+from _common import machine, mib, time_fn, write_json, xla_memory
 
 from sinkalign.sinkhorn import SinkhornConfig, core
 from sinkalign.sinkhorn.support import Support
@@ -160,13 +160,7 @@ def _jax_method(name, L, W, T, R):
 
 def _best(fn, *args, reps):
     """Minimum wall time (s) of fn(*args) over reps runs after one warm-up."""
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t0)
-    return min(times)
+    return time_fn(fn, *args, reps=reps)["min_s"]
 
 
 def bench_jax(name, L, W, d, T, R, reps):
