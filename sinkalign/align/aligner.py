@@ -132,9 +132,6 @@ class Aligner:
         rows = np.asarray(self._plans(self.params, batch), np.float64)
         for i, (qid, q, tid, t) in enumerate(chunk):
             m, k = len(q), len(t)
-            plan = np.zeros((m + 1, k + 1))
-            plan[:m, :k] = rows[i, :m, :k]
-            plan[:m, k] = rows[i, :m, L]
-            plan[m, :k] = np.clip(1.0 - rows[i, :m, :k].sum(0), 0.0, None)
+            plan = M.pair_plan(rows[i], m, k)
             aln = mea_align(plan, gap_weight=self.gap_weight)
             yield PairResult(qid, q, tid, t, aln, plan if keep_plan else None)

@@ -60,6 +60,7 @@ __all__ = [
     "loss_fn",
     "loss_from_outputs",
     "make_batch",
+    "pair_plan",
     "plans",
     "preset",
 ]
@@ -382,6 +383,20 @@ def loss_from_outputs(rows, transported, batch: Batch, config: AlignerConfig):
     terms["mono"] = jnp.sum(back * pair_ok) / jnp.maximum(jnp.sum(ma[:, 1:]), 1)
     loss = sum(config.losses.get(name, 0.0) * terms[name] for name in LOSSES)
     return loss, terms
+
+
+def pair_plan(rows: np.ndarray, m: int, k: int) -> np.ndarray:
+    """One pair's plan [m+1, k+1] from its padded output rows [Lq, Lk+1] (see :func:`forward`).
+
+    The last column is each query residue's dustbin mass; the last row each target residue's,
+    ``1 - sum_i P[i, j]`` (exact: the last half-step is a column step).
+    """
+    width = rows.shape[-1] - 1
+    plan = np.zeros((m + 1, k + 1))
+    plan[:m, :k] = rows[:m, :k]
+    plan[:m, k] = rows[:m, width]
+    plan[m, :k] = np.clip(1.0 - rows[:m, :k].sum(0), 0.0, None)
+    return plan
 
 
 def plans(params, batch: Batch, config: AlignerConfig) -> np.ndarray:

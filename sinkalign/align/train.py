@@ -236,14 +236,9 @@ def evaluate_split(params, dataset, config: M.AlignerConfig, *, n_pairs: int = 6
         batch = examples_to_batch(chunk, config)
         for name, value in loss_jit(params, batch).items():
             sums[name] = sums.get(name, 0.0) + float(value) * len(chunk)
-        plans = M.plans(params, batch, config)
-        L = batch.a.shape[1]
+        rows = np.asarray(M.forward(params, batch, config)[0], np.float64)
         for n, ex in enumerate(chunk):
-            m, k = len(ex.pair.query_seq), len(ex.pair.target_seq)
-            plan = np.zeros((m + 1, k + 1))
-            plan[:m, :k] = plans[n, :m, :k]
-            plan[:m, k] = plans[n, :m, L]
-            plan[m, :k] = plans[n, L, :k]
+            plan = M.pair_plan(rows[n], len(ex.pair.query_seq), len(ex.pair.target_seq))
             scores.append(pair_scores(mea_align(plan, gap_weight=gap_weight).pairs, ex.pair.pairs))
     n = max(len(examples), 1)
     out = {f"val_{k}": v / n for k, v in sums.items()}
