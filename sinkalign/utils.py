@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import IO, Iterator
 
-__all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_text"]
+__all__ = ["atomic_dir", "atomic_write", "atomic_write_bytes", "atomic_write_text", "file_sha256"]
 
 
 @contextlib.contextmanager
@@ -54,3 +56,36 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` atomically (temp file + rename)."""
     with atomic_write(path, "w") as handle:
         handle.write(text)
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """Hex sha256 of a file, read in 4 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary directory beside ``path``; on success fsync its files and rename it
+    over ``path`` (replacing an old one). On error the temporary directory is removed and any
+    previous ``path`` is left as it was."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+        mode = 0o666 & ~_umask()
+        for f in tmp.iterdir():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+            f.chmod(mode)
+        tmp.chmod(mode | 0o111 & ~_umask())  # mkdtemp creates 0700; give the usual mode
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -20,3 +20,18 @@ def test_atomic_write_rejects_bad_mode(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="mode='a'"):
         with atomic_write(tmp_path / "x", mode="a"):
             pass
+
+
+def test_atomic_dir_replaces_only_on_success(tmp_path: Path) -> None:
+    from sinkalign.utils import atomic_dir, file_sha256
+
+    target = tmp_path / "model"
+    with atomic_dir(target) as tmp:
+        (tmp / "a.txt").write_text("one")
+    with pytest.raises(RuntimeError, match="boom"):
+        with atomic_dir(target) as tmp:
+            (tmp / "a.txt").write_text("two")
+            raise RuntimeError("boom")
+    assert (target / "a.txt").read_text() == "one"
+    assert [p.name for p in tmp_path.iterdir()] == ["model"]
+    assert file_sha256(target / "a.txt") == "7692c3ad3540bb803c020b3aee66cd8887123234ea0c6e7143c0add73ff431ed"

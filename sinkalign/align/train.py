@@ -21,7 +21,6 @@ import logging
 import math
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,7 +32,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from sinkalign.align import model as M
-from sinkalign.utils import atomic_write_text
+from sinkalign.utils import atomic_dir, atomic_write_text
 
 __all__ = ["TrainConfig", "TrainResult", "train", "save_checkpoint", "load_checkpoint", "init_distributed",
            "evaluate_split", "export_model", "BUCKETS"]
@@ -103,20 +102,10 @@ def save_checkpoint(out: Path, step: int, params: dict, opt_state, state: dict, 
     root = Path(out) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:08d}"
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp_step_", dir=root))
-    try:
+    with atomic_dir(final) as tmp:
         save_file({k: np.asarray(v) for k, v in params.items()}, tmp / "params.safetensors")
         save_file(_flatten(opt_state), tmp / "opt_state.safetensors")
         (tmp / "state.json").write_text(json.dumps({**state, "step": step}, indent=1))
-        for f in tmp.iterdir():
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     atomic_write_text(root / "latest", final.name + "\n")
     old = sorted(p for p in root.glob("step_*") if p.is_dir())
     for p in old[:-keep]:
@@ -128,22 +117,10 @@ def export_model(out_dir: str | os.PathLike, params: dict, config: M.AlignerConf
     """Write a standalone model directory (params.safetensors + state.json), atomically."""
     from safetensors.numpy import save_file  # noqa: PLC0415
 
-    out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
+    with atomic_dir(out_dir) as tmp:
         save_file({k: np.asarray(v) for k, v in params.items()}, tmp / "params.safetensors")
         (tmp / "state.json").write_text(json.dumps({"model": config.to_dict(), "provenance": provenance}, indent=1) + "\n")
-        for f in tmp.iterdir():
-            f.chmod(0o644)
-        tmp.chmod(0o755)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out_dir
+    return Path(out_dir)
 
 
 def load_checkpoint(path: str | os.PathLike) -> tuple[dict, dict, dict | None]:

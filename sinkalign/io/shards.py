@@ -70,7 +70,7 @@ import safetensors.numpy
 from tqdm.auto import tqdm
 
 from sinkalign.io.alignments import MSA, ReferencePair, msa_to_pairs, percent_identity, read_stockholm
-from sinkalign.utils import atomic_write_bytes, atomic_write_text
+from sinkalign.utils import atomic_write_bytes, atomic_write_text, file_sha256
 
 __all__ = [
     "FORMAT_NAME",
@@ -100,14 +100,6 @@ _ARRAY_KEYS = ("header", "query", "target", "family", "source", "pair_offsets", 
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def check_split(split: Sequence[float]) -> tuple[float, float, float]:
@@ -399,7 +391,7 @@ def build_shards(
             "min_length": int(min_length),
             "max_length": None if max_length is None else int(max_length),
             "alphabet": alphabet,
-            "inputs": [{"path": str(p), "sha256": _file_sha256(p)} for p in paths],
+            "inputs": [{"path": str(p), "sha256": file_sha256(p)} for p in paths],
         },
         "splits": {},
         "families": {},

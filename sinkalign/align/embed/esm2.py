@@ -56,7 +56,6 @@ Computation
 from __future__ import annotations
 
 import argparse
-import hashlib
 import logging
 import os
 import re
@@ -68,6 +67,7 @@ from typing import Sequence as SequenceT
 import numpy as np
 
 from sinkalign.align.embed.base import EmbeddingCache, SequenceLike, as_records, default_cache_dir
+from sinkalign.utils import file_sha256
 
 __all__ = ["DEFAULT_ESM2_MODEL", "ESM2_DIMS", "ESM2Config", "ESM2Embedder", "load_esm2", "plan_windows"]
 
@@ -247,14 +247,6 @@ def load_esm2(path: str | os.PathLike, name: str | None = None):
     return model, alphabet
 
 
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 class ESM2Embedder:
     """ESM-2 per-residue representations (see the module docstring).
 
@@ -358,7 +350,7 @@ class ESM2Embedder:
         and cache settings are left out: they change results only by float rounding.
         """
         if self._sha256 is None:
-            self._sha256 = _file_sha256(self.weights_path)
+            self._sha256 = file_sha256(self.weights_path)
         return {
             "name": self.name,
             "model": self.model_name,
