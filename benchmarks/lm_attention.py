@@ -16,7 +16,11 @@ small model (``--d-model``, ``--n-layers``, ``--n-heads``, max_train_len = L) an
 * generation ms/token: a prompt of ``L - gen_tokens`` bases is prefilled (not timed),
   then ``--gen-tokens`` single-token ``model.step`` calls with the KV cache / recurrent
   state are timed one by one (one warm-up step first, same clock as training) and the
-  median is reported, so the decode position runs up to L.
+  median is reported, so the decode position runs up to L. For contrast, the cost of the
+  same next token without a cache (one forward over the ``L - 1`` positions so far) is
+  measured too. With a cache the per-token cost is a constant (projections, MLP, cache
+  append: amortised O(1), see :class:`sinkalign.lm.attention.KVCache`) plus, for softmax
+  attention, one read of the ``L`` cached keys and values; SLA's state has constant size.
 
 Ratios are against RoPE measured in the same run (tokens/s: attention / RoPE, higher is
 faster; memory and ms/token: attention / RoPE, lower is better). Prints a table and
@@ -105,12 +109,24 @@ def worker(args: argparse.Namespace) -> dict:
             tok_ms.append((time.perf_counter() - t0) * 1e3)
             tok_cpu_ms.append((time.process_time() - c0) * 1e3)
         gen_ms = statistics.median(tok_cpu_ms if dev.type == "cpu" else tok_ms)
+        # the same next token without a cache: one forward over all L - 1 positions so far
+        full = torch.randint(0, 4, (1, L - 1), device=dev)
+        model(full)  # warm-up
+        nocache = []
+        for _ in range(3):
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            t0, c0 = time.perf_counter(), time.process_time()
+            model(full)
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            nocache.append((time.process_time() - c0 if dev.type == "cpu" else time.perf_counter() - t0) * 1e3)
     return {"attention": args.attention, "length": L, "train_tokens_per_s": args.batch_size * L / train_s,
             "train_step_s": train_s,
             "train_step_wall_s_median": statistics.median(step_s), "timing": "process_cpu_time" if dev.type == "cpu"
             else "wall_after_synchronize", "peak_bytes": int(peak_bytes), "peak_kind": peak_kind,
             "train_steps_timed": len(step_s),
-            "gen_ms_per_token": gen_ms,
+            "gen_ms_per_token": gen_ms, "nocache_ms_per_token": statistics.median(nocache),
             "gen_wall_ms_per_token_median": statistics.median(tok_ms), "final_cache_offset": int(cache.offset)}
 
 
@@ -159,10 +175,12 @@ def main() -> None:
         r["peak_memory_vs_rope"] = r["peak_bytes"] / base["peak_bytes"] if base["peak_bytes"] > 0 else None
         r["gen_ms_per_token_vs_rope"] = r["gen_ms_per_token"] / base["gen_ms_per_token"]
     # flatness of decode cost: ms/token at the longest length / at the shortest, per attention
-    flat = {}
+    flat, flat_nocache = {}, {}
     for att in args.attentions:
-        by_len = {r["length"]: r["gen_ms_per_token"] for r in rows if r["attention"] == att}
-        flat[att] = by_len[max(by_len)] / by_len[min(by_len)]
+        by_len = {r["length"]: r for r in rows if r["attention"] == att}
+        lo, hi = by_len[min(by_len)], by_len[max(by_len)]
+        flat[att] = hi["gen_ms_per_token"] / lo["gen_ms_per_token"]
+        flat_nocache[att] = hi["nocache_ms_per_token"] / lo["nocache_ms_per_token"]
     mem_kind = rows[0]["peak_kind"]
     print(f"\nLM attention benchmark: d_model {args.d_model}, {args.n_layers} layers, {args.n_heads} heads, batch "
           f"{args.batch_size}, {args.device}, {args.threads} thread(s); time = {rows[0]['timing']}; "
@@ -174,8 +192,9 @@ def main() -> None:
         print(f"{r['attention']:9s} {r['length']:5d} {r['train_tokens_per_s']:11.0f} "
               f"{r['train_tokens_per_s_vs_rope']:7.2f} {r['peak_bytes'] / 2**20:9.1f} {mem:>7s} "
               f"{r['gen_ms_per_token']:10.2f} {r['gen_ms_per_token_vs_rope']:7.2f}")
-    print("decode ms/token at L=%d / at L=%d: %s" % (max(args.lengths), min(args.lengths),
-                                                    ", ".join(f"{a} {v:.2f}" for a, v in flat.items())))
+    print("decode ms/token at L=%d / at L=%d, cached (uncached): %s" % (
+        max(args.lengths), min(args.lengths),
+        ", ".join(f"{a} {v:.2f} ({flat_nocache[a]:.1f})" for a, v in flat.items())))
     import torch
 
     write_json(args.json, {
@@ -189,6 +208,7 @@ def main() -> None:
                     "load_average_at_end": os.getloadavg()},
         "rows": rows,
         "decode_cost_ratio_longest_vs_shortest": flat,
+        "uncached_cost_ratio_longest_vs_shortest": flat_nocache,
         "wall_s": time.perf_counter() - t_all,
     })
     print(f"wrote {args.json}")

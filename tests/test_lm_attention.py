@@ -123,11 +123,13 @@ def test_incremental_decoding_matches_full_forward(variant):
     pieces = [(0, 5)] + [(t, t + 1) for t in range(5, 20)] + [(20, 33), (33, 34), (34, 40)]
     cache, outs = None, []
     for t0, t1 in pieces:
-        before = None if cache is None else {
-            k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in vars(cache).items()}
+        before = None if cache is None else _cache_contents(cache)
         y, new_cache = layer(x[:, t0:t1], cache=cache, return_cache=True)
         if before is not None:  # the given cache is left untouched
-            for a, b in zip(before.values(), vars(cache).values()):
+            after = _cache_contents(cache)
+            assert before.keys() == after.keys()
+            for key in before:
+                a, b = before[key], after[key]
                 assert torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
         assert new_cache.offset == t1
         outs.append(y)
@@ -139,6 +141,49 @@ def test_incremental_decoding_matches_full_forward(variant):
     else:
         assert isinstance(cache, RecurrentState) and cache.offset == full_cache.offset == length
         torch.testing.assert_close(cache.state, full_cache.state, rtol=1e-10, atol=1e-12)
+
+
+def _cache_contents(cache):
+    """What a cache shows its holder, copied (tensors cloned)."""
+    if isinstance(cache, KVCache):
+        return {"k": cache.k.clone(), "v": cache.v.clone(), "offset": cache.offset}
+    return {"state": cache.state.clone(), "offset": cache.offset}
+
+
+@pytest.mark.parametrize("variant", ["rope", "goat", "bam_ssmax_mu", "alibi"])
+def test_preallocated_cache_decoding_and_branching(variant):
+    """Without autograd the KV cache appends in place into grown storage: token-by-token
+    decoding still matches the full forward, storage grows geometrically (not per token),
+    and two continuations of one cached prefix do not overwrite each other."""
+    layer = build_variant(variant)
+    length = 150
+    x = torch.randn(1, length, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    alt = torch.randn(1, 10, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        full, full_cache = layer(x, return_cache=True)
+        prefix_y, prefix = layer(x[:, :20], return_cache=True)
+        cache, outs, capacities = prefix, [prefix_y], set()
+        for t in range(20, length):
+            y, cache = layer(x[:, t : t + 1], cache=cache, return_cache=True)
+            outs.append(y)
+            capacities.add(cache.capacity)
+        # a second continuation of the same prefix, written after the first one
+        y_alt, alt_cache = layer(alt, cache=prefix, return_cache=True)
+        ref_alt = layer(torch.cat([x[:, :20], alt], dim=1))[:, 20:]
+    torch.testing.assert_close(torch.cat(outs, dim=1), full, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(cache.k, full_cache.k, rtol=1e-12, atol=1e-12)  # first branch intact
+    torch.testing.assert_close(cache.v, full_cache.v, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(y_alt, ref_alt, rtol=1e-10, atol=1e-12)
+    assert prefix.offset == 20 and alt_cache.offset == 30 and cache.offset == length
+    assert len(capacities) <= 3, capacities  # 64 -> 128 -> 256: doubling, not one copy per token
+
+
+def test_kv_cache_rejects_mismatched_appends():
+    cache = KVCache(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 5))
+    with pytest.raises(ValueError, match="cannot append"):
+        cache.append(torch.zeros(1, 2, 1, 4, dtype=torch.float64), torch.zeros(1, 2, 1, 5))
+    with pytest.raises(ValueError, match="same B, H, T"):
+        KVCache(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 4, 4))
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))

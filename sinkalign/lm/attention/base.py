@@ -48,7 +48,18 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+class _KVStore:
+    """Growable key/value storage shared by the caches of one decoding lineage.
+
+    ``k``/``v`` are ``[B, H, capacity, d]``; positions ``0 .. used - 1`` are written.
+    """
+
+    __slots__ = ("k", "v", "used")
+
+    def __init__(self, k: torch.Tensor, v: torch.Tensor, used: int) -> None:
+        self.k, self.v, self.used = k, v, used
+
+
 class KVCache:
     """Keys and values of every position seen so far by one softmax attention layer.
 
@@ -56,14 +67,73 @@ class KVCache:
         k: ``[B, H, T, d_k]`` keys as given to the kernel (RoPE-rotated, GOAT-augmented, ...).
         v: ``[B, H, T, d_v]`` values.
     ``offset`` (= ``T``) is the absolute position of the next token.
+
+    Storage is preallocated and grown geometrically (capacity doubles), so appending a
+    token costs O(1) amortised instead of the O(T) copy of a ``torch.cat``: the cost of
+    a decoding step does not grow with the cached length beyond attention itself.
+    A cache is still immutable to its holder: :meth:`append` writes only past this
+    cache's ``T`` positions, and when another cache of the same lineage has already
+    written there (the caller branched, e.g. two continuations of one prompt) it copies
+    first. Under autograd (inputs that require grad) it falls back to ``torch.cat``, so
+    no tensor in a graph is modified in place.
     """
 
-    k: torch.Tensor
-    v: torch.Tensor
+    __slots__ = ("_store", "_length")
+
+    def __init__(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        if k.ndim != 4 or v.ndim != 4 or k.shape[:3] != v.shape[:3]:
+            raise ValueError(f"KVCache needs k [B, H, T, d_k] and v [B, H, T, d_v] with the same "
+                             f"B, H, T; got k {tuple(k.shape)}, v {tuple(v.shape)}")
+        self._store = _KVStore(k, v, int(k.shape[-2]))
+        self._length = int(k.shape[-2])
+
+    @classmethod
+    def _of(cls, store: _KVStore, length: int) -> "KVCache":
+        cache = cls.__new__(cls)
+        cache._store, cache._length = store, length
+        return cache
+
+    @property
+    def k(self) -> torch.Tensor:
+        return self._store.k[:, :, : self._length]
+
+    @property
+    def v(self) -> torch.Tensor:
+        return self._store.v[:, :, : self._length]
 
     @property
     def offset(self) -> int:
-        return int(self.k.shape[-2])
+        return self._length
+
+    @property
+    def capacity(self) -> int:
+        """Positions the current storage holds before it must grow."""
+        return int(self._store.k.shape[-2])
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> "KVCache":
+        """A new cache holding this cache's positions followed by ``k [B, H, n, d_k]``, ``v``."""
+        store, length, n = self._store, self._length, int(k.shape[-2])
+        if torch.is_grad_enabled() and any(t.requires_grad for t in (k, v, store.k, store.v)):
+            return KVCache(torch.cat([self.k, k], dim=-2), torch.cat([self.v, v], dim=-2))
+        if (k.dtype != store.k.dtype or v.dtype != store.v.dtype or k.device != store.k.device
+                or k.shape[:2] != store.k.shape[:2] or k.shape[-1] != store.k.shape[-1]
+                or v.shape[-1] != store.v.shape[-1]):
+            raise ValueError(f"cannot append k {tuple(k.shape)} {k.dtype}, v {tuple(v.shape)} {v.dtype} "
+                             f"to a cache of k {tuple(self.k.shape)} {store.k.dtype}, "
+                             f"v {tuple(self.v.shape)} {store.v.dtype}")
+        need = length + n
+        if store.used != length or need > store.k.shape[-2]:
+            # branched (positions past ``length`` belong to another cache) or full: new storage
+            cap = max(need, 2 * store.k.shape[-2], 64) if store.used == length else max(need, store.k.shape[-2])
+            new_k = store.k.new_empty(*store.k.shape[:2], cap, store.k.shape[-1])
+            new_v = store.v.new_empty(*store.v.shape[:2], cap, store.v.shape[-1])
+            new_k[:, :, :length] = store.k[:, :, :length]
+            new_v[:, :, :length] = store.v[:, :, :length]
+            store = _KVStore(new_k, new_v, length)
+        store.k[:, :, length:need] = k
+        store.v[:, :, length:need] = v
+        store.used = need
+        return KVCache._of(store, need)
 
 
 @dataclass(frozen=True)
@@ -238,10 +308,8 @@ class SoftmaxAttention(CausalSelfAttention):
         offset = self._check_input(x, cache, KVCache)
         q, k, v = self.project(x)
         q, k = self.position(q, k, offset)
-        if cache is not None:
-            k = torch.cat([cache.k, k], dim=-2)
-            v = torch.cat([cache.v, v], dim=-2)
-        y = self.out(self._merge_heads(self.attend(q, k, v, offset)))
+        new_cache = KVCache(k, v) if cache is None else cache.append(k, v)
+        y = self.out(self._merge_heads(self.attend(q, new_cache.k, new_cache.v, offset)))
         if return_cache:
-            return y, KVCache(k=k, v=v)
+            return y, new_cache
         return y
