@@ -203,7 +203,8 @@ def test_eight_times_training_length_float32(variant):
 
 @pytest.mark.parametrize("length", LENGTHS)
 @pytest.mark.parametrize("chunk", (1, 16, 64))
-def test_sla_chunkwise_recurrent_naive_agree(length, chunk):
+@pytest.mark.parametrize("form", (None, True, False), ids=("auto", "factorised", "pairwise"))
+def test_sla_chunkwise_recurrent_naive_agree(length, chunk, form):
     g = torch.Generator().manual_seed(10 * length + chunk)
     b, h, dk, dv = 2, 3, 5, 4
 
@@ -225,12 +226,28 @@ def test_sla_chunkwise_recurrent_naive_agree(length, chunk):
 
     o_n, s_n, g_n = run(naive_linear_attention)
     o_r, s_r, g_r = run(recurrent_linear_attention)
-    o_c, s_c, g_c = run(lambda *a: chunk_linear_attention(*a, chunk_size=chunk))
+    o_c, s_c, g_c = run(lambda *a: chunk_linear_attention(*a, chunk_size=chunk, factorised=form))
     for o, s, gr in ((o_r, s_r, g_r), (o_c, s_c, g_c)):
         torch.testing.assert_close(o, o_n, rtol=1e-10, atol=1e-10)
         torch.testing.assert_close(s, s_n, rtol=1e-10, atol=1e-10)
         for a, ref in zip(gr, g_n):
             torch.testing.assert_close(a, ref, rtol=1e-9, atol=1e-9)
+
+
+def test_sla_chunk_form_falls_back_to_pairwise_for_extreme_decay_float32():
+    """A chunk whose total decay exceeds the factorised range (exp(-b) would overflow in
+    float32) is computed pairwise: finite, and equal to the float64 naive form."""
+    g = torch.Generator().manual_seed(5)
+    b, h, length, dk, dv = 1, 2, 48, 4, 3
+    q, k, v = (torch.randn(b, h, length, d, dtype=torch.float64, generator=g) for d in (dk, dk, dv))
+    log_decay = -torch.full((b, h, length, dk), 4.0, dtype=torch.float64)  # span 4 * 32 = 128 > 60
+    ref, ref_state = naive_linear_attention(q, k, v, log_decay)
+    args32 = [t.float() for t in (q, k, v, log_decay)]
+    o, state = chunk_linear_attention(*args32, chunk_size=32)
+    torch.testing.assert_close(o.double(), ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(state.double(), ref_state, rtol=1e-5, atol=1e-5)
+    forced, _ = chunk_linear_attention(*args32, chunk_size=32, factorised=True)
+    assert not torch.isfinite(forced).all()  # what the fallback avoids
 
 
 def test_sla_forms_reject_bad_shapes():

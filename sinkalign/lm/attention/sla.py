@@ -71,9 +71,14 @@ def recurrent_linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     return torch.stack(outs, dim=2), state
 
 
+# Largest within-chunk log-decay span for which the factorised intra-chunk form is used:
+# its factors exp(b_t) and exp(-b_s) then stay far from under/overflow in the working dtype.
+_FACTORISED_SPAN = {torch.float32: 60.0, torch.float64: 600.0}
+
+
 def chunk_linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, log_decay: torch.Tensor,
                            initial_state: torch.Tensor | None = None, *,
-                           chunk_size: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+                           chunk_size: int = 32, factorised: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Chunkwise-parallel form of :func:`recurrent_linear_attention` (same arguments/result).
 
     Within a chunk with inclusive cumulative log-decay ``b_t`` (relative to the chunk
@@ -82,15 +87,33 @@ def chunk_linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo
         o_t   = (q_t * exp(b_t)) S  +  sum_{s <= t} [sum_c q_tc k_sc exp(b_tc - b_sc)] v_s
         S_out = exp(b_last)[:, None] * S + sum_s (k_s * exp(b_last - b_s))^T v_s
 
-    Every exponent is ``<= 0`` (the intra-chunk decay is formed pairwise, ``[C, C, d_k]``,
-    and masked before ``exp``), so no ``exp(-b)`` overflow can occur for strong decays.
-    The last chunk may be shorter.
+    The intra-chunk scores are formed in one of two exact ways:
+
+    * factorised: ``(q_t * exp(b_t)) . (k_s * exp(-b_s))``, one ``[C, d_k] x [d_k, C]``
+      matmul per chunk, then the causal mask. ``exp(-b_s) <= exp(span)`` where ``span`` is
+      the chunk's total log decay, so this is used only when every chunk's span is at most
+      60 (float32) / 600 (float64): the factors stay within range and each product
+      carries the same relative rounding as the direct form.
+    * pairwise: the decay ``exp(b_t - b_s)`` is formed per pair, ``[C, C, d_k]``, masked
+      before ``exp``; every exponent is ``<= 0``, safe for any decay, ``C`` times the work.
+
+    ``factorised=None`` chooses per call (one reduction over ``log_decay``); ``True`` /
+    ``False`` force a form (tests). float16/bfloat16 inputs are computed in float32. The
+    last chunk may be shorter.
     """
     _check_linear_inputs(q, k, v, log_decay, initial_state)
     if chunk_size < 1:
         raise ValueError(f"{chunk_size=} must be positive")
+    out_dtype = q.dtype
+    work = q.dtype if q.dtype in _FACTORISED_SPAN else torch.float32
+    q, k, v, log_decay = (t.to(work) for t in (q, k, v, log_decay))
     b, h, length, dk = q.shape
-    state = initial_state if initial_state is not None else q.new_zeros(b, h, dk, v.shape[-1])
+    state = initial_state.to(work) if initial_state is not None else q.new_zeros(b, h, dk, v.shape[-1])
+    if factorised is None:
+        n_chunks = -(-length // chunk_size)
+        padded = torch.nn.functional.pad(log_decay.detach(), (0, 0, 0, n_chunks * chunk_size - length))
+        span = -float(padded.view(b, h, n_chunks, chunk_size, dk).sum(dim=3).min())
+        factorised = span <= _FACTORISED_SPAN[work]
     outs = []
     for t0 in range(0, length, chunk_size):
         t1 = min(t0 + chunk_size, length)
@@ -98,14 +121,18 @@ def chunk_linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo
         cum = log_decay[:, :, t0:t1].cumsum(dim=2)  # [B, H, C, d_k], b_t
         c = t1 - t0
         causal = torch.ones(c, c, dtype=torch.bool, device=q.device).tril()  # [t, s]: s <= t
-        diff = cum[:, :, :, None, :] - cum[:, :, None, :, :]  # [B, H, C, C, d_k], b_t - b_s
-        decay = torch.where(causal[:, :, None], diff, diff.new_full((), float("-inf"))).exp()
-        scores = torch.einsum("bhtk,bhsk,bhtsk->bhts", qc, kc, decay)
-        o = torch.matmul(scores, vc) + torch.matmul(qc * cum.exp(), state)
+        q_dec = qc * cum.exp()
+        if factorised:
+            scores = torch.matmul(q_dec, (kc * (-cum).exp()).transpose(-1, -2)).masked_fill(~causal, 0.0)
+        else:
+            diff = cum[:, :, :, None, :] - cum[:, :, None, :, :]  # [B, H, C, C, d_k], b_t - b_s
+            decay = torch.where(causal[:, :, None], diff, diff.new_full((), float("-inf"))).exp()
+            scores = torch.einsum("bhtk,bhsk,bhtsk->bhts", qc, kc, decay)
+        o = torch.matmul(scores, vc) + torch.matmul(q_dec, state)
         last = cum[:, :, -1:, :]  # [B, H, 1, d_k]
         state = last.transpose(-1, -2).exp() * state + torch.matmul((kc * (last - cum).exp()).transpose(-1, -2), vc)
         outs.append(o)
-    return torch.cat(outs, dim=2), state
+    return torch.cat(outs, dim=2).to(out_dtype), state.to(out_dtype)
 
 
 class SLAAttention(CausalSelfAttention):
