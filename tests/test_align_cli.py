@@ -32,6 +32,28 @@ def test_shipped_model_loads_and_aligns_identical_sequences_exactly():
     np.testing.assert_array_equal(res.alignment.pairs, np.stack([np.arange(len(seq))] * 2, 1))
 
 
+def test_pairs_longer_than_the_largest_bucket_align_in_input_order(monkeypatch):
+    """A pair past 1024 residues is aligned alone at a multiple of 512, between the others,
+    and a sequence past MAX_LENGTH gets an error naming the pair."""
+    import sinkalign.align.aligner as A
+
+    rng = np.random.default_rng(0)
+    long_q = "".join(rng.choice(list("ACDEFGHIKLMNPQRSTVWY"), 1100))
+    long_t = long_q[:500] + long_q[503:]  # a 3-residue deletion
+    aligner = Aligner.load()
+    items = [("s1", "MKVLAAGHWER", "s2", "MKVLAGHWER"), ("L1", long_q, "L2", long_t),
+             ("s3", "PQDESTRIV", "s4", "PQDESTRIV")]
+    results = list(aligner.align_many(items, batch_size=2))
+    assert [(r.query_id, r.target_id) for r in results] == [("s1", "s2"), ("L1", "L2"), ("s3", "s4")]
+    expect = np.array([(i, i) for i in range(500)] + [(i, i - 3) for i in range(503, 1100)])
+    got = {tuple(x) for x in results[1].alignment.pairs.tolist()}
+    assert len(got & {tuple(x) for x in expect.tolist()}) >= 0.99 * len(expect)
+    assert A.padded_length(1100) == 1536 and A.padded_length(1024) == 1024 and A.padded_length(300) == 384
+    monkeypatch.setattr(A, "MAX_LENGTH", 1050)
+    with pytest.raises(ValueError, match="pair L1 / L2: a sequence of 1100 residues is longer than the 1050"):
+        list(aligner.align_many(items))
+
+
 def test_all_vs_all_tsv_in_input_order(fastas, tmp_path):
     out = tmp_path / "x.tsv"
     r = CliRunner().invoke(cli, ["align", str(fastas[0]), str(fastas[1]), "-o", str(out), "--no-progress"])

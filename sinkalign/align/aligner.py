@@ -20,6 +20,16 @@ __all__ = ["Aligner", "PairResult", "default_model_path"]
 log = logging.getLogger(__name__)
 
 BACKENDS = ("reference", "pallas")
+MAX_LENGTH = 8192  # residues per sequence; the plan is dense, [L + 1, L + 1] per pair
+LONG_STEP = 512
+
+
+def padded_length(longest: int) -> int:
+    """The padded length a chunk is computed at: the training buckets up to 1024 residues,
+    then multiples of 512 (pairs that long are aligned one at a time)."""
+    if longest <= BUCKETS[-1]:
+        return next(b for b in BUCKETS if longest <= b)
+    return -(-longest // LONG_STEP) * LONG_STEP
 
 
 def default_model_path() -> Path:
@@ -110,6 +120,17 @@ class Aligner:
             raise ValueError(f"{batch_size=} must be >= 1")
         chunk: list = []
         for item in pairs:
+            longest = max(len(item[1]), len(item[3]))
+            if longest > MAX_LENGTH:
+                raise ValueError(f"pair {item[0]} / {item[2]}: a sequence of {longest} residues is longer than "
+                                 f"the {MAX_LENGTH} the aligner takes (its plan is dense: O(L^2) memory); "
+                                 "split the sequence into domains first")
+            if longest > BUCKETS[-1]:  # long pairs go one at a time, in input order
+                if chunk:
+                    yield from self._align_chunk(chunk, keep_plan)
+                    chunk = []
+                yield from self._align_chunk([item], keep_plan)
+                continue
             chunk.append(item)
             if len(chunk) == batch_size:
                 yield from self._align_chunk(chunk, keep_plan)
@@ -118,16 +139,10 @@ class Aligner:
             yield from self._align_chunk(chunk, keep_plan)
 
     def _align_chunk(self, chunk, keep_plan):
-        longest = max(max(len(q), len(t)) for _, q, _, t in chunk)
-        if longest > BUCKETS[-1]:
-            raise ValueError(f"sequences longer than {BUCKETS[-1]} residues are not supported yet "
-                             f"(got {longest} in {[c[0] for c in chunk]})")
-        L = next(b for b in BUCKETS if longest <= b)
+        L = padded_length(max(max(len(q), len(t)) for _, q, _, t in chunk))
         feats = self._features([q for _, q, _, _ in chunk] + [t for _, _, _, t in chunk])
         n = len(chunk)
         items = [(q, t, feats[i], feats[n + i], None) for i, (_, q, _, t) in enumerate(chunk)]
-        while len(items) < len(chunk):
-            items.append(items[-1])
         batch = M.make_batch(items, self.config, L, L)
         rows = np.asarray(self._plans(self.params, batch), np.float64)
         for i, (qid, q, tid, t) in enumerate(chunk):
