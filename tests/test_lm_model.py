@@ -92,6 +92,7 @@ def test_config_json_roundtrip():
     ({"pad_id": 8}, "pad_id=8 must be < vocab_size=8"),
     ({"goat_min_period": 1.0}, "goat_min_period=1.0 must be >= 2.0"),
     ({"max_train_len": 0}, "max_train_len=0 must be >= 1"),
+    ({"input_kmer": 0}, "input_kmer=0 must be >= 1"),
 ])
 def test_config_validation(kw, msg):
     base = dict(vocab_size=8, d_model=32, n_layers=2, n_heads=2, attention="goat", max_train_len=16)
@@ -146,6 +147,34 @@ def test_step_matches_forward(attention):
         assert logits.shape == (2, 1, 8)
         outs.append(logits)
     assert isinstance(cache, ModelCache) and cache.offset == 30 and len(cache.layers) == 2
+    torch.testing.assert_close(torch.cat(outs, dim=1), full, rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("attention", ["nope", "sla"])
+@torch.no_grad()
+def test_kmer_input_embedding_sums_lag_tables_and_steps_match_forward(attention):
+    torch.manual_seed(3)
+    model = DNALanguageModel(tiny_config(attention, init_std=0.2, input_kmer=3)).double().eval()
+    assert len(model.lag_embed) == 2
+    tokens = torch.randint(0, 5, (2, 20))
+    # the embedding by hand: lag s reads token t - s, the pad id before the start
+    pad = model.config.pad_id
+    ext = torch.cat([torch.full((2, 2), pad), tokens], dim=1)
+    by_hand = (model.embed(tokens) + model.lag_embed[0](ext[:, 1:21]) + model.lag_embed[1](ext[:, 0:20]))
+    torch.testing.assert_close(model._embed(tokens, model._start_history(tokens)), by_hand)
+    # changing a token changes the logits of exactly the next input_kmer positions' inputs
+    # (and, through attention, later ones), never earlier ones
+    other = tokens.clone()
+    other[:, 10] = (other[:, 10] + 1) % 4
+    diff = (model(other) - model(tokens)).abs().amax(dim=(0, 2))
+    assert diff[:10].max() == 0 and diff[10:13].min() > 0
+    full = model(tokens)
+    logits, cache = model.step(tokens[:, :1])
+    outs = [logits]
+    for t0, t1 in ((1, 2), (2, 9), (9, 10), (10, 20)):
+        logits, cache = model.step(tokens[:, t0:t1], cache)
+        outs.append(logits)
+    assert cache.history.tolist() == tokens[:, 18:20].tolist()
     torch.testing.assert_close(torch.cat(outs, dim=1), full, rtol=1e-9, atol=1e-10)
 
 

@@ -69,6 +69,12 @@ class LMConfig:
         tie_embeddings: output projection shares the token-embedding matrix.
         norm_eps: RMSNorm epsilon. init_std: std of the normal weight initialisation.
         pad_id: target id ignored by ``loss`` (``None``: no target is ignored).
+        input_kmer: the input embedding of position ``t`` is the sum of learned embeddings of
+            the ``input_kmer`` tokens ``t, t-1, ..`` (one table per lag; positions before the
+            sequence start read ``pad_id``, or id 0 when ``pad_id`` is None). ``1`` is the plain
+            token embedding. A k-mer input hands every layer the local order of the last
+            few bases whatever the attention, which NoPE otherwise has to infer; attention
+            stays the only carrier of position beyond ``input_kmer - 1`` lags.
 
     GOAT (``attention="goat"``): ``goat_n_freqs`` Fourier frequencies R (the positional
     subspace takes ``2R + 1`` of the ``d_h`` query/key dims, content keeps
@@ -102,6 +108,7 @@ class LMConfig:
     norm_eps: float = 1e-5
     init_std: float = 0.02
     pad_id: int | None = 5
+    input_kmer: int = 1
     # GOAT
     goat_n_freqs: int = 4
     goat_min_period: float = 3.0
@@ -142,6 +149,7 @@ class LMConfig:
             _check_int("pad_id", self.pad_id, 0)
             if self.pad_id >= self.vocab_size:
                 raise ValueError(f"pad_id={self.pad_id} must be < vocab_size={self.vocab_size}")
+        _check_int("input_kmer", self.input_kmer, 1)
         # GOAT
         _check_int("goat_n_freqs", self.goat_n_freqs, 1)
         if self.attention == "goat" and self.head_dim - 2 * self.goat_n_freqs - 1 < 1:

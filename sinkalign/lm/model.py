@@ -1,6 +1,7 @@
 """Decoder-only DNA language model and its checkpoints.
 
-Architecture (pre-norm): token embedding -> dropout -> ``n_layers`` x [x + drop(attn(norm(x))),
+Architecture (pre-norm): token embedding (summed over the last ``input_kmer`` tokens, one
+table per lag) -> dropout -> ``n_layers`` x [x + drop(attn(norm(x))),
 x + drop(SwiGLU(norm(x)))] -> RMSNorm -> output projection (tied to the embedding when
 ``tie_embeddings``). There is no absolute position embedding: position enters only through
 the attention layer chosen by ``config.attention``.
@@ -57,10 +58,15 @@ _FORMAT = "sinkalign.lm/1"
 
 @dataclass(frozen=True)
 class ModelCache:
-    """Per-layer attention caches after ``offset`` tokens (immutable; ``step`` returns a new one)."""
+    """Per-layer attention caches after ``offset`` tokens (immutable; ``step`` returns a new one).
+
+    ``history`` holds the last ``input_kmer - 1`` token ids ``[B, input_kmer - 1]`` (start
+    padding included) for the k-mer input embedding.
+    """
 
     layers: tuple[AttentionCache, ...]
     offset: int
+    history: torch.Tensor | None = None
 
 
 class SwiGLU(nn.Module):
@@ -106,6 +112,9 @@ class DNALanguageModel(nn.Module):
             raise ValueError(f"config must be an LMConfig, got {type(config).__name__}")
         self.config = config
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
+        # lag s = 1 .. input_kmer - 1: the embedding of the token s positions back
+        self.lag_embed = nn.ModuleList(nn.Embedding(config.vocab_size, config.d_model)
+                                       for _ in range(config.input_kmer - 1))
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
@@ -118,6 +127,8 @@ class DNALanguageModel(nn.Module):
         norms 1. Attention layers initialise themselves (their ``reset_parameters``)."""
         std = self.config.init_std
         nn.init.normal_(self.embed.weight, std=std)
+        for table in self.lag_embed:
+            nn.init.normal_(table.weight, std=std)
         if self.lm_head is not None:
             nn.init.normal_(self.lm_head.weight, std=std)
         for block in self.blocks:
@@ -147,10 +158,27 @@ class DNALanguageModel(nn.Module):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """``tokens [B, L]`` (ids, positions ``0 .. L-1``) -> ``logits [B, L, V]``."""
         self._check_tokens(tokens)
-        h = self.drop(self.embed(tokens.long()))
+        h = self.drop(self._embed(tokens.long(), self._start_history(tokens)))
         for block in self.blocks:
             h, _ = block(h)
         return self._logits(h)
+
+    def _start_history(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The ``[B, input_kmer - 1]`` ids before position 0: the pad id (0 without one)."""
+        fill = self.config.pad_id if self.config.pad_id is not None else 0
+        return torch.full((tokens.shape[0], self.config.input_kmer - 1), fill, dtype=torch.long,
+                          device=tokens.device)
+
+    def _embed(self, tokens: torch.Tensor, history: torch.Tensor) -> torch.Tensor:
+        """``tokens [B, L]`` after ``history [B, k - 1]`` -> ``[B, L, D]``: the sum over lags
+        ``s = 0 .. k - 1`` of the lag-``s`` table at the token ``s`` positions back."""
+        h = self.embed(tokens)
+        if self.lag_embed:
+            ext = torch.cat([history, tokens], dim=1)  # [B, k - 1 + L]
+            k1, length = history.shape[1], tokens.shape[1]
+            for s, table in enumerate(self.lag_embed, start=1):
+                h = h + table(ext[:, k1 - s : k1 - s + length])
+        return h
 
     def loss(self, tokens: torch.Tensor) -> torch.Tensor:
         """Mean next-token cross-entropy (nats) of ``tokens [B, L]`` (``L >= 2``).
@@ -182,13 +210,20 @@ class DNALanguageModel(nn.Module):
         if cache is not None:
             if not isinstance(cache, ModelCache) or len(cache.layers) != len(self.blocks):
                 raise ValueError("cache must be the ModelCache returned by step() of this model")
-        h = self.drop(self.embed(tokens.long()))
+        tokens = tokens.long()
+        history = self._start_history(tokens) if cache is None or cache.history is None else cache.history
+        if history.shape != (tokens.shape[0], self.config.input_kmer - 1):
+            raise ValueError(f"cache history {tuple(history.shape)} does not fit a batch of {tokens.shape[0]} "
+                             f"with input_kmer={self.config.input_kmer}")
+        h = self.drop(self._embed(tokens, history))
         new_layers = []
         for i, block in enumerate(self.blocks):
             h, c = block(h, None if cache is None else cache.layers[i], return_cache=True)
             new_layers.append(c)
         offset = (0 if cache is None else cache.offset) + tokens.shape[1]
-        return self._logits(h), ModelCache(layers=tuple(new_layers), offset=offset)
+        k1 = self.config.input_kmer - 1
+        new_history = torch.cat([history, tokens], dim=1)[:, tokens.shape[1]:] if k1 else history
+        return self._logits(h), ModelCache(layers=tuple(new_layers), offset=offset, history=new_history)
 
     def num_parameters(self, *, trainable_only: bool = False) -> int:
         """Number of parameters (a tied embedding counted once)."""
