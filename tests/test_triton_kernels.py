@@ -29,6 +29,8 @@ from sinkalign.kernels.triton import (  # noqa: E402
     one_reference_backward_ref,
     sinkhorn_attention_ref,
     sinkhorn_attention_triton,
+    sinkhorn_dustbin_attention_ref,
+    sinkhorn_dustbin_attention_triton,
     sinkhorn_tail_duals_ref,
 )
 from sinkalign.kernels.triton.ref import band_support, check_support  # noqa: E402
@@ -126,6 +128,72 @@ def _max_err(a: torch.Tensor, b: torch.Tensor) -> float:
 NAMES = ("O", "dQ", "dK", "dV")
 
 
+@dataclass(frozen=True)
+class DustbinCase:
+    name: str
+    B: int
+    H: int
+    Lq: int
+    Lk: int
+    d: int
+    dv: int
+    band: int | None
+    variant: str = "banded"
+    mass: str = "length"
+    filler: int = 128
+    n_iters: int = 2
+    eps: float = 1.0
+    per_head_tokens: bool = False  # dustbin tokens [H, d] instead of [d]
+    empty_batch: bool = False  # the last batch element has no valid query at all
+
+    @property
+    def options(self) -> dict:
+        return dict(variant=self.variant, mass=self.mass, filler=self.filler)
+
+
+# Lq != Lk, lengths (and Lq + 1, Lk + 1) not multiples of the tiles, band W below the lengths;
+# padding in every case, and in batch 0 a valid query whose whole band is padding (it reaches
+# only the dustbin).
+DUSTBIN_CASES = [
+    DustbinCase("banded_length_band3", B=2, H=1, Lq=21, Lk=34, d=8, dv=4, band=3),
+    DustbinCase("banded_unit_band5_heads", B=1, H=2, Lq=37, Lk=19, d=8, dv=8, band=5, mass="unit", eps=0.7,
+                per_head_tokens=True),
+    DustbinCase("banded_length_dense_empty", B=2, H=1, Lq=17, Lk=12, d=8, dv=4, band=None, n_iters=3,
+                empty_batch=True),
+    DustbinCase("banded_unit_len1", B=2, H=1, Lq=1, Lk=17, d=8, dv=4, band=1, mass="unit"),
+    DustbinCase("paper_band2", B=2, H=1, Lq=19, Lk=14, d=8, dv=4, band=2, variant="paper", mass="unit", filler=6),
+    DustbinCase("paper_dense_heads", B=1, H=2, Lq=9, Lk=23, d=16, dv=4, band=None, variant="paper", mass="unit",
+                filler=3, eps=0.5, per_head_tokens=True),
+]
+
+DUSTBIN_NAMES = ("O", "dQ", "dK", "dV", "dQ_dustbin", "dK_dustbin", "dV_dustbin")
+
+
+def make_dustbin_inputs(case: DustbinCase, seed: int = 0):
+    """float64 CPU inputs: (q, k, v, q_dustbin, k_dustbin, v_dustbin), keyword arguments, dL/dO."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen, dtype=torch.float64)
+
+    q, k, v = randn(case.B, case.H, case.Lq, case.d), randn(case.B, case.H, case.Lk, case.d), randn(
+        case.B, case.H, case.Lk, case.dv)
+    lead = (case.H,) if case.per_head_tokens else ()
+    tokens = (randn(*lead, case.d), randn(*lead, case.d), randn(*lead, case.dv))
+    q_mask = torch.ones(case.B, case.Lq, dtype=torch.bool)
+    k_mask = torch.ones(case.B, case.Lk, dtype=torch.bool)
+    c = min(case.Lq, case.Lk) // 2
+    w = 1 if case.band is None else case.band
+    k_mask[0, max(0, c - w) : c + w + 1] = False  # query c of batch 0: no valid key in its band
+    for b in range(1, case.B):
+        q_mask[b, case.Lq - min(3, case.Lq - 1) :] = False
+        k_mask[b, case.Lk - 2 :] = False
+    if case.empty_batch:
+        q_mask[-1] = False
+    kwargs = dict(q_mask=q_mask, k_mask=k_mask, eps=case.eps, n_iters=case.n_iters, band=case.band, **case.options)
+    return (q, k, v, *tokens), kwargs, randn(case.B, case.H, case.Lq, case.dv)
+
+
 # --------------------------------------------------------------------------- kernel suite
 
 
@@ -199,6 +267,54 @@ class KernelSuite:
         for name, x, y in zip(NAMES, a, b):
             assert _max_err(x, y) <= 1e-5 * float(y.abs().max()), name
 
+    # ---- dustbins
+    def run_dustbin_kernel(self, case, dtype, seed=0):
+        tensors, kwargs, grad_out = make_dustbin_inputs(case, seed)
+        return _forward_backward(sinkhorn_dustbin_attention_triton, tensors, kwargs, grad_out, dtype, self.DEVICE,
+                                 block_m=self.BLOCK, block_n=self.BLOCK)
+
+    @pytest.mark.parametrize("case", DUSTBIN_CASES, ids=lambda c: c.name)
+    def test_dustbin_float32_matches_float64_reference(self, case):
+        """Forward and gradients in q, k, v and the three dustbin tokens, both variants, both masses."""
+        tensors, kwargs, grad_out = make_dustbin_inputs(case)
+        ref = _forward_backward(sinkhorn_dustbin_attention_ref, tensors, kwargs, grad_out, torch.float64, "cpu")
+        got = self.run_dustbin_kernel(case, torch.float32)
+        for name, g, r in zip(DUSTBIN_NAMES, got, ref):
+            assert g.shape == r.shape, name
+            scale = max(float(r.abs().max()), 1.0)
+            err = _max_err(g, r)
+            assert err <= 1e-4 * scale, f"{case.name} {name}: {err:.3e} vs scale {scale:.3e}"
+        qm, km = kwargs["q_mask"], kwargs["k_mask"]
+        out, dq, dk, dv = got[:4]
+        assert torch.all(out[~qm[:, None, :].expand(-1, case.H, -1)] == 0)
+        assert torch.all(dq[~qm[:, None, :].expand(-1, case.H, -1)] == 0)
+        assert torch.all(dk[~km[:, None, :].expand(-1, case.H, -1)] == 0)
+        assert torch.all(dv[~km[:, None, :].expand(-1, case.H, -1)] == 0)
+
+    @pytest.mark.parametrize("case", [DUSTBIN_CASES[0], DUSTBIN_CASES[4]], ids=lambda c: c.name)
+    def test_dustbin_bfloat16_within_twice_reference_error(self, case):
+        tensors, kwargs, grad_out = make_dustbin_inputs(case)
+        rounded = [t.to(torch.bfloat16).to(torch.float64) for t in tensors]  # the values the kernel sees
+        ref64 = _forward_backward(sinkhorn_dustbin_attention_ref, rounded, kwargs, grad_out, torch.float64, "cpu")
+        ref_low = _forward_backward(sinkhorn_dustbin_attention_ref, rounded, kwargs, grad_out, torch.bfloat16, "cpu")
+        got = self.run_dustbin_kernel(case, torch.bfloat16)
+        tol = tolerances(torch.bfloat16)
+        for name, g, r, lo in zip(DUSTBIN_NAMES, got, ref64, ref_low):
+            scale = float(r.abs().max())
+            bound = tol["factor"] * _max_err(lo, r) + tol["rel_atol"] * scale
+            assert _max_err(g, r) <= bound, f"{case.name} {name}: kernel {_max_err(g, r):.3e}, bound {bound:.3e}"
+            assert torch.isfinite(g).all()
+
+    def test_dustbin_block_sizes_agree(self):
+        """BLOCK_M != BLOCK_N on the banded dustbin problem gives the same result."""
+        case = DUSTBIN_CASES[0]
+        tensors, kwargs, grad_out = make_dustbin_inputs(case, seed=3)
+        a = _forward_backward(sinkhorn_dustbin_attention_triton, tensors, kwargs, grad_out, torch.float32,
+                              self.DEVICE, block_m=32, block_n=16)
+        b = self.run_dustbin_kernel(case, torch.float32, seed=3)
+        for name, x, y in zip(DUSTBIN_NAMES, a, b):
+            assert _max_err(x, y) <= 1e-5 * max(float(y.abs().max()), 1.0), name
+
     def test_huge_padded_values_do_not_leak(self):
         """Masking trap: padded keys with enormous scores must stay inactive."""
         case = Case("trap", B=1, H=1, Lq=20, Lk=20, d=8, dv=4, band=4, n_iters=2)
@@ -257,7 +373,7 @@ def test_native_kernels_compile_for_nvidia_targets(tmp_path):
             "a = compile_native(80, 'fp32', block=32, head_dim=128)\n"
             "b = compile_native(90, 'bf16', block=64, head_dim=64)\n"
             "assert max(a.values()) <= 163 * 1024, a\n"
-            "assert len(a) == len(b) == 7\n")
+            "assert len(a) == len(b) == 8\n")  # 7 kernels + the RAW half-step
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
 
@@ -505,3 +621,156 @@ def test_reference_agrees_with_jax_operator(tail, backward):
     for name, j, r in zip(NAMES, (out, *grads), ref):
         err = float(np.max(np.abs(np.asarray(j) - r.numpy())))
         assert err <= 1e-10 * max(1.0, float(r.abs().max())), f"{name}: {err:.3e}"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sinkalign.sinkhorn") is None, reason="sinkalign.sinkhorn absent")
+@pytest.mark.parametrize("case,tail,backward", [
+    (DUSTBIN_CASES[0], 2, "autodiff"),
+    (DUSTBIN_CASES[1], 2, "one_reference"),
+    (DUSTBIN_CASES[2], 3, "staircase"),
+    (DUSTBIN_CASES[4], 2, "autodiff"),
+], ids=lambda x: getattr(x, "name", str(x)))
+def test_dustbin_reference_agrees_with_jax_operator(case, tail, backward):
+    """The torch dustbin reference and sinkalign.sinkhorn.dustbin.dustbin_attention give the
+    same O and gradients in q, k, v and the dustbin tokens (float64)."""
+    import jax
+    import jax.numpy as jnp
+
+    from sinkalign.sinkhorn import DustbinConfig, SinkhornConfig
+    from sinkalign.sinkhorn.dustbin import dustbin_attention
+
+    tensors, kwargs, grad_out = make_dustbin_inputs(case, seed=11)
+    ref = _forward_backward(sinkhorn_dustbin_attention_ref, tensors, {**kwargs, "tail": tail}, grad_out,
+                            torch.float64, "cpu")
+    config = SinkhornConfig(eps=case.eps, n_iters=case.n_iters, tail=tail, band=case.band, backward=backward)
+    masks = {name: jnp.asarray(kwargs[name].numpy()) for name in ("q_mask", "k_mask")}
+    g = jnp.asarray(grad_out.numpy())
+
+    def loss(*xs):
+        out = dustbin_attention(*xs, **masks, config=config, dustbin=DustbinConfig(**case.options))
+        return jnp.sum(out * g), out
+
+    (_, out), grads = jax.value_and_grad(loss, argnums=tuple(range(6)), has_aux=True)(
+        *(jnp.asarray(t.numpy()) for t in tensors))
+    assert out.dtype == jnp.float64
+    for name, j, r in zip(DUSTBIN_NAMES, (out, *grads), ref):
+        assert j.shape == tuple(r.shape), name
+        err = float(np.max(np.abs(np.asarray(j) - r.numpy())))
+        assert err <= 1e-10 * max(1.0, float(r.abs().max())), f"{name}: {err:.3e}"
+
+
+def test_dustbin_reference_paper_equals_dense_banded_unit():
+    """Inactive fillers change nothing: ``paper`` (any band, any filler) is the dense ``banded``
+    problem with unit masses; with a band W < L the banded variant differs."""
+    case = DustbinCase("eq", B=2, H=2, Lq=11, Lk=8, d=4, dv=3, band=2, variant="paper", mass="unit", filler=4)
+    tensors, kwargs, grad_out = make_dustbin_inputs(case, seed=2)
+    paper = _forward_backward(sinkhorn_dustbin_attention_ref, tensors, kwargs, grad_out, torch.float64, "cpu")
+    dense = {**kwargs, "variant": "banded", "band": None}
+    banded = _forward_backward(sinkhorn_dustbin_attention_ref, tensors, dense, grad_out, torch.float64, "cpu")
+    for name, a, b in zip(DUSTBIN_NAMES, paper, banded):
+        assert _max_err(a, b) <= 1e-12, name
+    narrow = sinkhorn_dustbin_attention_ref(*tensors, **{**kwargs, "variant": "banded"})
+    assert _max_err(narrow, paper[0]) > 1e-3
+
+
+def test_dustbin_defaults_match_dustbin_config():
+    import inspect
+
+    from sinkalign.sinkhorn import DustbinConfig
+
+    default = DustbinConfig()
+    for fn in (sinkhorn_dustbin_attention_triton, sinkhorn_dustbin_attention_ref):
+        params = inspect.signature(fn).parameters
+        for name in ("variant", "mass", "filler"):
+            assert params[name].default == getattr(default, name), (fn.__name__, name)
+        assert params["eps"].default == 1.0 and params["n_iters"].default == 15 and params["band"].default is None
+
+
+def _small_dustbin():
+    q, k, v = _small()  # [2, 1, 6, 4], [2, 1, 5, 4], [2, 1, 5, 3]
+    gen = torch.Generator().manual_seed(1)
+    return q, k, v, torch.randn(4, generator=gen), torch.randn(4, generator=gen), torch.randn(3, generator=gen)
+
+
+def _with(args, i, value):
+    args = list(args)
+    args[i] = value
+    return args
+
+
+BAD_DUSTBIN_INPUTS = [
+    (lambda a: (a, {"variant": "dense"}), r"variant='dense' is not one of \('paper', 'banded'\)"),
+    (lambda a: (a, {"mass": "half"}), r"mass='half' is not one of \('unit', 'length'\)"),
+    (lambda a: (a, {"variant": "paper"}), "variant='paper' uses unit dustbin mass; set mass='unit'"),
+    (lambda a: (a, {"variant": "paper", "mass": "unit", "filler": 0}), "filler=0 must be a positive integer"),
+    (lambda a: (a, {"filler": True}), "filler=True must be a positive integer"),
+    (lambda a: (_with(a, 3, torch.zeros(5)), {}), r"q_dustbin must have last dimension 4, got shape \(5,\)"),
+    (lambda a: (_with(a, 4, torch.zeros(3, 4)), {}), r"k_dustbin of shape \(3, 4\) does not broadcast to \(2, 1, 4\)"),
+    (lambda a: (_with(a, 4, torch.zeros(1, 2, 1, 4)), {}), r"k_dustbin of shape \(1, 2, 1, 4\) does not broadcast"),
+    (lambda a: (_with(a, 5, torch.zeros(4)), {}), r"v_dustbin must have last dimension 3, got shape \(4,\)"),
+    (lambda a: (_with(a, 3, torch.zeros(4, dtype=torch.long)), {}), "q_dustbin must be a floating tensor"),
+    (lambda a: (_with(a, 3, a[3].numpy()), {}), "q_dustbin must be a torch.Tensor"),
+    (lambda a: (_with(a, 4, torch.tensor(2.0)), {}), r"k_dustbin must have last dimension 4, got shape \(\)"),
+    (lambda a: (_with(a, 4, torch.tensor([0.0, 0.0, math.inf, 0.0])), {}),
+     r"k_dustbin has a non-finite value at index \(2,\)"),
+    (lambda a: (_with(a, 5, torch.tensor([0.0, math.nan, 0.0])), {}), "v_dustbin has a non-finite value"),
+    (lambda a: (_with(a, 0, a[0][0]), {}), r"q must have shape \[B, H, L, d\]"),
+    (lambda a: (_with(a, 2, a[2][:, :, :4]), {}), r"v has shape \(2, 1, 4, 3\), expected"),
+    (lambda a: (_with(a, 1, a[1].double()), {}), "q, k, v must share a dtype"),
+    (lambda a: (a, {"q_mask": torch.ones(2, 6)}), "q_mask must have dtype torch.bool"),
+    (lambda a: (a, {"k_mask": torch.ones(2, 4, dtype=torch.bool)}), r"k_mask has shape \(2, 4\), expected"),
+    (lambda a: (a, {"band": 0}), "band=0 must be an integer >= 1"),
+    (lambda a: (a, {"eps": -1.0}), "eps=-1.0 must be"),
+    (lambda a: (a, {"n_iters": -2}), "n_iters=-2 must be an integer >= 0"),
+]
+
+
+@pytest.mark.parametrize("impl", ["ref", "triton"])
+@pytest.mark.parametrize("make_bad,message", BAD_DUSTBIN_INPUTS)
+def test_dustbin_bad_inputs_raise_before_any_launch(impl, make_bad, message, monkeypatch):
+    from sinkalign.kernels.triton import op
+
+    def no_launch(*_args, **_kw):
+        raise AssertionError("a kernel was launched")
+
+    monkeypatch.setattr(op._Launch, "kernel", no_launch)
+    args, kwargs = make_bad(_small_dustbin())
+    fn = sinkhorn_dustbin_attention_ref if impl == "ref" else sinkhorn_dustbin_attention_triton
+    with pytest.raises(ValueError, match=message):
+        fn(*args, **kwargs)
+
+
+@pytest.mark.skipif(MODE is None, reason="triton unusable in this process")
+def test_dustbin_triton_specific_errors(monkeypatch):
+    from sinkalign.kernels.triton import op
+
+    def no_launch(*_args, **_kw):
+        raise AssertionError("a kernel was launched")
+
+    monkeypatch.setattr(op._Launch, "kernel", no_launch)
+    args = _small_dustbin()
+    with pytest.raises(ValueError, match="q.dtype=torch.float64 is not supported by the Triton kernels.*"
+                                         "use sinkhorn_dustbin_attention_ref for float64"):
+        sinkhorn_dustbin_attention_triton(*(t.double() for t in args))
+    for variant, mass in (("banded", "length"), ("paper", "unit")):
+        with pytest.raises(ValueError, match="block_m=24 must be a power of two >= 16"):
+            sinkhorn_dustbin_attention_triton(*args, variant=variant, mass=mass, block_m=24)
+        with pytest.raises(ValueError, match=f"interpret={not MODE} but this process runs Triton"):
+            sinkhorn_dustbin_attention_triton(*args, variant=variant, mass=mass, interpret=not MODE)
+    with pytest.raises(ValueError, match="interpret='yes' must be True, False or None"):
+        sinkhorn_dustbin_attention_triton(*args, interpret="yes")
+
+
+def test_dustbin_reference_accepts_rows_without_band_partners():
+    """The plain operator rejects a valid query with no key in its band; with dustbins it is
+    legal (the query reaches the key dustbin) and its output is the dustbin value."""
+    q, k, v, qd, kd, vd = _small_dustbin()
+    k_mask = torch.tensor([[True, True, True, False, False]] * 2)
+    with pytest.raises(ValueError, match="has no active key within band=1"):
+        sinkhorn_attention_ref(q, k, v, k_mask=k_mask, band=1)
+    out = sinkhorn_dustbin_attention_ref(q.double(), k.double(), v.double(), qd.double(), kd.double(), vd.double(),
+                                         k_mask=k_mask, band=1, mass="unit")
+    # query 5 reaches only the key dustbin: its row of P has one nonzero entry, O_5 = c v_dustbin
+    c = out[:, :, 5, :1] / vd[0].double()
+    assert bool((c > 0).all()) and torch.isfinite(out).all()
+    assert _max_err(out[:, :, 5], c * vd.double()) <= 1e-12

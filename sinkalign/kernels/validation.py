@@ -140,20 +140,29 @@ def _jax_grads(case: KernelCase, inp: dict, *, impl: str, dtype, blocks=None, in
 def _triton_grads(case: KernelCase, inp: dict, *, interpret: bool, block: int | None) -> dict:
     import torch  # noqa: PLC0415
 
-    from sinkalign.kernels.triton import sinkhorn_attention_triton  # noqa: PLC0415
+    from sinkalign.kernels.triton import (  # noqa: PLC0415
+        sinkhorn_attention_triton,
+        sinkhorn_dustbin_attention_triton,
+    )
 
     device = "cpu" if interpret else "cuda"
-    leaves = [torch.tensor(inp["x"][n], device=device, requires_grad=True) for n in ("q", "k", "v")]
-    kw = {}
-    for name, key in (("log_a", "la"), ("log_b", "lb")):
-        if inp[key] is not None:
-            kw[name] = torch.tensor(inp[key], device=device)
-    out = sinkhorn_attention_triton(*leaves, q_mask=torch.tensor(inp["qm"], device=device),
-                                    k_mask=torch.tensor(inp["km"], device=device), eps=case.eps,
-                                    n_iters=case.n_iters, tail=2, band=case.band, interpret=interpret,
-                                    block_m=block, block_n=block, **kw)
+    names = ("q", "k", "v") + (("qd", "kd", "vd") if case.dustbin else ())
+    leaves = [torch.tensor(inp["x"][n], device=device, requires_grad=True) for n in names]
+    common = dict(q_mask=torch.tensor(inp["qm"], device=device), k_mask=torch.tensor(inp["km"], device=device),
+                  eps=case.eps, n_iters=case.n_iters, band=case.band, interpret=interpret, block_m=block,
+                  block_n=block)
+    if case.dustbin is None:
+        kw = {}
+        for name, key in (("log_a", "la"), ("log_b", "lb")):
+            if inp[key] is not None:
+                kw[name] = torch.tensor(inp[key], device=device)
+        out = sinkhorn_attention_triton(*leaves, tail=2, **common, **kw)
+    else:
+        db = case.dustbin
+        out = sinkhorn_dustbin_attention_triton(*leaves, variant=db.variant, mass=db.mass, filler=db.filler,
+                                                **common)
     grads = torch.autograd.grad(out, leaves, torch.tensor(inp["g"], device=device))
-    res = {"O": out, "dq": grads[0], "dk": grads[1], "dv": grads[2]}
+    res = {"O": out, **{f"d{n}": g for n, g in zip(names, grads)}}
     return {n: t.detach().to("cpu", torch.float64).numpy() for n, t in res.items()}
 
 
@@ -200,8 +209,9 @@ def kernels(backend: str = "pallas", interpret: bool = True, *, cases=KERNEL_CAS
         backend: ``pallas`` or ``triton``.
         interpret: run the Pallas / Triton interpreter on the CPU (Triton: sets
             ``TRITON_INTERPRET=1`` before triton is imported); False runs natively (GPU/TPU).
-        cases: the sweep (default :data:`KERNEL_CASES`). The Triton operator has no dustbin
-            support: dustbin cases are skipped for it (and listed under ``skipped``).
+        cases: the sweep (default :data:`KERNEL_CASES`). Both backends run the dustbin cases
+            (Triton through :func:`~sinkalign.kernels.triton.sinkhorn_dustbin_attention_triton`);
+            ``skipped`` stays in the result (empty) for compatibility.
         block: tile size (query and key); default 16 in the interpreter (several tiles per
             row even on small shapes), the backend's default natively.
         progress: optional callable receiving each finished row.
@@ -225,9 +235,6 @@ def kernels(backend: str = "pallas", interpret: bool = True, *, cases=KERNEL_CAS
         blocks = BlockSizes(block_q=block, block_k=block)
     rows, skipped = [], []
     for case in cases:
-        if backend == "triton" and case.dustbin is not None:
-            skipped.append(case.name)
-            continue
         inp = _inputs(case)
         t0 = time.perf_counter()
         ref = _jax_grads(case, inp, impl="reference", dtype=jnp.float64)

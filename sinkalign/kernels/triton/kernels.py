@@ -27,13 +27,16 @@ it is first imported (``TRITON_INTERPRET=1`` in the environment before ``import 
 
 Kernels:
 
-* :func:`half_step_kernel` -- ``out_x = logm_x - LSE_y (S_xy + pot_y)`` with an online LSE.
-  Row half-step: X = Q, Y = K; column half-step: X = K, Y = Q (``S^T = K Q^T * scale``).
+* :func:`half_step_kernel` -- ``out_x = logm_x - LSE_y (S_xy + pot_y)`` with an online LSE
+  (0 on rows with no active entry). Row half-step: X = Q, Y = K; column half-step: X = K,
+  Y = Q (``S^T = K Q^T * scale``). With ``RAW=True`` it stores ``LSE_y`` itself (``-inf``
+  on rows with no active entry), for callers that merge other support pieces (dustbins).
 * :func:`output_kernel` -- ``O = P V`` with ``P = exp(S + u_i + v_j)`` on the support.
 * :func:`plan_matvec_kernel` -- ``out_x = sum_y P_xy w_y`` (either orientation).
 * :func:`bwd_col_gv_dv_kernel` -- column owner: ``g_v = colsum(P * Z)``, ``dV = P^T G``.
 * :func:`bwd_row_ubar2_kernel` -- row owner: ``ubar2 = rowsum(P * (Z - w2_j))``.
-* :func:`bwd_row_dq_kernel` -- row owner: ``ubar1`` and ``dQ`` in one sweep.
+* :func:`bwd_row_dq_kernel` -- row owner: ``ubar1`` and ``dQ`` in one sweep; an extra row
+  vector (``EXTRA``, zeros without dustbins) is added to ``P (beta w1)`` before ``x1`` is formed.
 * :func:`bwd_col_dk_kernel` -- column owner: ``dK = Sbar^T Q``.
 
 Here ``P = P^(2,2)`` (the one reference tile), ``Z = G V^T`` and
@@ -64,7 +67,7 @@ def half_step_kernel(
     X, Y, POT_Y, MASK_X, MASK_Y, LOGM_X, OUT,  # X [BH, Lx, D], Y [BH, Ly, D], POT_Y [BH, Ly], OUT [BH, Lx]
     Lx, Ly, H, W, scale,
     D: tl.constexpr, BLOCK_X: tl.constexpr, BLOCK_Y: tl.constexpr, BLOCK_D: tl.constexpr, PREC: tl.constexpr,
-    DOT_T: tl.constexpr,
+    DOT_T: tl.constexpr, RAW: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
@@ -96,10 +99,13 @@ def half_step_kernel(
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         l_run = l_run * tl.exp(m_run - m_safe) + tl.sum(tl.exp(z - m_safe[:, None]), axis=1)
         m_run = m_new
-    logm = tl.load(LOGM_X + b * Lx + offs_x, mask=in_x, other=0.0)
     on = l_run > 0.0
     lse = tl.where(on, m_run, 0.0) + tl.log(tl.where(on, l_run, 1.0))
-    tl.store(OUT + bh * Lx + offs_x, tl.where(on, logm - lse, 0.0), mask=in_x)
+    if RAW:  # the LSE itself, -inf where the row has no active entry (merged with dustbin terms outside)
+        tl.store(OUT + bh * Lx + offs_x, tl.where(on, lse, float("-inf")), mask=in_x)
+    else:
+        logm = tl.load(LOGM_X + b * Lx + offs_x, mask=in_x, other=0.0)
+        tl.store(OUT + bh * Lx + offs_x, tl.where(on, logm - lse, 0.0), mask=in_x)
 
 
 @triton.jit
@@ -274,8 +280,8 @@ def bwd_row_ubar2_kernel(
 
 @triton.jit
 def bwd_row_dq_kernel(
-    Q, K, V, G, U2, V2, W2, ALPHA, X2, BETA, W1, DELTA, INV_A, QM, KM, X1, DQ,
-    # ALPHA/X2/X1 [BH, Lq]; V2/W2/BETA/W1/DELTA [BH, Lk]; INV_A [B, Lq]; DQ [BH, Lq, D]
+    Q, K, V, G, U2, V2, W2, ALPHA, X2, BETA, W1, DELTA, INV_A, EXTRA, QM, KM, X1, DQ,
+    # ALPHA/X2/X1/EXTRA [BH, Lq]; V2/W2/BETA/W1/DELTA [BH, Lk]; INV_A [B, Lq]; DQ [BH, Lq, D]
     Lq, Lk, H, W, scale,
     D: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr, PREC: tl.constexpr, DOT_T: tl.constexpr,
@@ -296,7 +302,9 @@ def bwd_row_dq_kernel(
     u2 = tl.load(U2 + bh * Lq + offs_m, mask=in_m, other=0.0)
     alpha = tl.load(ALPHA + bh * Lq + offs_m, mask=in_m, other=0.0)
     x2 = tl.load(X2 + bh * Lq + offs_m, mask=in_m, other=0.0)
-    r = tl.zeros([BLOCK_M], tl.float32)  # sum_j P_ij beta_j w1_j
+    # sum_j P_ij beta_j w1_j, started from EXTRA: the share of support pieces outside the kernel
+    # (dustbin columns), so that x1 is complete before Sbar is formed below (0 without them)
+    r = tl.load(EXTRA + bh * Lq + offs_m, mask=in_m, other=0.0)
     acc_a = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)  # sum_j P_ij (Z_ij - w2_j - beta_j x2_i - alpha_i beta_j w1_j) K_j
     acc_c = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)  # sum_j P_ij delta_j K_j
     ar_n = tl.arange(0, BLOCK_N).to(tl.int64)
@@ -418,7 +426,8 @@ def compile_native(capability: int = 90, dtype: str = "bf16", *, block: int = 64
 
     ``capability`` is the SM version (80 = A100, 90 = H100), ``dtype`` the token type
     (``"fp32"``, ``"bf16"`` or ``"fp16"``), ``block`` the tile size, ``head_dim`` d = dv.
-    Returns ``{kernel name: shared memory bytes}``; raises on a compilation error.
+    Returns ``{kernel name: shared memory bytes}`` (the half-step twice: ``half_step_kernel`` and
+    ``half_step_kernel[raw]``, its ``RAW=True`` variant); raises on a compilation error.
     Needs a process where triton is not in interpreter mode.
     """
     import inspect
@@ -433,7 +442,9 @@ def compile_native(capability: int = 90, dtype: str = "bf16", *, block: int = 64
         raise ValueError(f"{dtype=} must be one of {sorted(valid)}")
     pad_d = max(16, 1 << (head_dim - 1).bit_length())
     out = {}
-    for name in _KERNELS:
+    variants = [(name, name, {}) for name in _KERNELS] + [("half_step_kernel[raw]", "half_step_kernel",
+                                                           {"RAW": True})]
+    for label, name, extra in variants:
         fn = globals()[name]
         signature, constants = {}, {}
         for arg in inspect.signature(fn.fn).parameters:
@@ -450,9 +461,12 @@ def compile_native(capability: int = 90, dtype: str = "bf16", *, block: int = 64
                 signature[arg] = "constexpr"
                 constants[arg] = {"D": head_dim, "DV": head_dim, "BLOCK_D": pad_d, "BLOCK_DV": pad_d,
                                   "PREC": "ieee" if dtype == "fp32" else "tf32", "DOT_T": valid[dtype]}.get(arg, block)
+            elif arg == "RAW":
+                signature[arg] = "constexpr"
+                constants[arg] = extra.get("RAW", False)
             else:
                 signature[arg] = "*fp32"  # dual and cotangent vectors, log marginals
         names = list(signature)
         src = ASTSource(fn=fn, signature=signature, constexprs={(names.index(k),): v for k, v in constants.items()})
-        out[name] = triton.compile(src, target=GPUTarget("cuda", capability, 32)).metadata.shared
+        out[label] = triton.compile(src, target=GPUTarget("cuda", capability, 32)).metadata.shared
     return out

@@ -1,4 +1,5 @@
-"""``sinkhorn_attention_triton``: the blockwise Triton operator with the R = 2 backward.
+"""``sinkhorn_attention_triton`` and ``sinkhorn_dustbin_attention_triton``: the blockwise
+Triton operator with the R = 2 backward, without and with learned dustbins.
 
 Same operator and conventions as :func:`sinkalign.kernels.triton.ref.sinkhorn_attention_ref`
 (and the JAX ``sinkalign.sinkhorn``), computed in O(B H (Lq + Lk) W) time per sweep and
@@ -20,6 +21,24 @@ Backward (Proposition 2 of the paper, generalised to non-unit marginals a, b): w
 with ``Sbar = P * (Z - w2_j - beta_j x2_i - alpha_i beta_j w1_j - alpha_i delta_j x1_i)``.
 Row-owner and column-owner programs each write their own outputs: no atomics.
 
+Supports: the band ``|i - j| <= W`` (or dense) on masked tokens, with any log marginals, and
+both dustbin variants of ``sinkalign.sinkhorn.dustbin``:
+
+* ``paper``: q, k, v are augmented in torch to ``L + filler`` (one active dustbin token,
+  ``filler - 1`` inactive fillers), unit marginals, band ``max(W, Lq, Lk)`` (dense), and run
+  through the operator above unchanged.
+* ``banded``: the problem is augmented to ``(Lq + 1) x (Lk + 1)``; the kernels run the band
+  on the real tokens (the dustbin row and column are masked out of their masks), while the
+  always-active dustbin column (rows ``0..Lq``, the corner included) and dustbin row
+  (columns ``0..Lk - 1``) are computed in plain float32 torch (:class:`_Thin`, O(L d)) and
+  merged between the sweeps: the half-step kernel returns the raw band LSE (``-inf`` on rows
+  without a band entry; ``RAW=True``), which is ``logaddexp``-ed with the dustbin LSE before
+  ``u = where(active, log a - LSE, 0)``; row / column sums are added; in sweep 4 the dustbin
+  share of ``P (beta w1)`` is passed into the kernel as an extra row vector, because ``x1``
+  is used inside that same sweep. Token-shaped results (O, dQ, dK, dV) stay float32 until
+  the dustbin parts are added, then take the input dtype. Dustbin masses: ``unit`` (log 1)
+  or ``length`` (log of the number of valid tokens on the other side, at least 1).
+
 Interpreter: Triton chooses between native compilation and its CPU interpreter once per
 process, when ``triton`` is first imported, from ``TRITON_INTERPRET``. To run on CPU tensors
 set ``TRITON_INTERPRET=1`` in the environment (shell, or ``os.environ`` before anything
@@ -35,9 +54,9 @@ import numbers
 
 import torch
 
-from sinkalign.kernels.triton.ref import prepare_inputs
+from sinkalign.kernels.triton.ref import prepare_dustbin, prepare_inputs
 
-__all__ = ["sinkhorn_attention_triton"]
+__all__ = ["sinkhorn_attention_triton", "sinkhorn_dustbin_attention_triton"]
 
 log = logging.getLogger(__name__)
 
@@ -83,12 +102,13 @@ class _Launch:
     def cols(self, block):
         return (-(-self.Lk // block), self.B * self.H)
 
-    def half_step(self, x, y, pot_y, mask_x, mask_y, logm_x, lx, ly, bx, by):
+    def half_step(self, x, y, pot_y, mask_x, mask_y, logm_x, lx, ly, bx, by, raw=False):
+        """``logm_x - LSE`` (0 on rows with no active entry); ``raw=True``: the LSE (-inf there)."""
         out = torch.empty(self.B * self.H, lx, dtype=torch.float32, device=x.device)
         grid = (-(-lx // bx), self.B * self.H)
         self.kernel("half_step")[grid](x, y, pot_y, mask_x, mask_y, logm_x, out, lx, ly, self.H, self.W, self.scale,
                                        D=self.D, BLOCK_X=bx, BLOCK_Y=by, BLOCK_D=self.BD, PREC=self.prec,
-                                       DOT_T=self.dot_t)
+                                       DOT_T=self.dot_t, RAW=raw)
         return out
 
     def dims(self):
@@ -99,17 +119,114 @@ class _Launch:
         return (self.Lq, self.Lk, self.H, self.W, self.scale)
 
 
-def _forward_duals(lc: _Launch, q, k, qm, km, log_a, log_b, n_iters):
-    """Base solve (centered) then two raw tail steps; returns (v0, u1, v1, u2, v2), fp32 [BH, L]."""
+class _Thin:
+    """A one-row / one-column support piece (a dustbin) in dense float32 torch: O(L d) work.
+
+    Rows ``[r0, r0 + nr)`` x columns ``[c0, c0 + nc)`` of the (augmented) problem, active where
+    both tokens are valid; one of ``nr``, ``nc`` is 1, so the products below (broadcast
+    multiply and sum, no matmul: no TF32 on a GPU) are [BH, L, d] at most.
+    """
+
+    def __init__(self, piece, q, k, qv, kv, scale):
+        # q [BH, Lq, D], k [BH, Lk, D] (kernel dtype); qv [BH, Lq], kv [BH, Lk] bool
+        self.r0, self.nr, self.c0, self.nc = piece
+        self.lq, self.lk = q.shape[1], k.shape[1]
+        self.qs = q[:, self.r0 : self.r0 + self.nr].float()  # [BH, nr, D]
+        self.ks = k[:, self.c0 : self.c0 + self.nc].float()  # [BH, nc, D]
+        self.s = (self.qs[:, :, None, :] * self.ks[:, None, :, :]).sum(-1) * scale  # [BH, nr, nc]
+        self.mask = qv[:, self.r0 : self.r0 + self.nr, None] & kv[:, None, self.c0 : self.c0 + self.nc]
+
+    def r(self, x):  # full row vector [BH, Lq] -> [BH, nr, 1]
+        return x[:, self.r0 : self.r0 + self.nr, None]
+
+    def c(self, x):  # full column vector [BH, Lk] -> [BH, 1, nc]
+        return x[:, None, self.c0 : self.c0 + self.nc]
+
+    def _place(self, part, start, length, fill):
+        out = part.new_full((part.shape[0], length), fill)
+        out[:, start : start + part.shape[1]] = part
+        return out
+
+    def row_lse(self, v):
+        z = torch.where(self.mask, self.s + self.c(v), float("-inf"))
+        return self._place(torch.logsumexp(z, 2), self.r0, self.lq, float("-inf"))
+
+    def col_lse(self, u):
+        z = torch.where(self.mask, self.s + self.r(u), float("-inf"))
+        return self._place(torch.logsumexp(z, 1), self.c0, self.lk, float("-inf"))
+
+    def plan(self, u, v):
+        return torch.exp(torch.where(self.mask, self.s + self.r(u) + self.c(v), float("-inf")))
+
+    def rowsum(self, x):  # [BH, nr, nc] -> full [BH, Lq]
+        return self._place(x.sum(2), self.r0, self.lq, 0.0)
+
+    def colsum(self, x):
+        return self._place(x.sum(1), self.c0, self.lk, 0.0)
+
+    def add_rows(self, acc, x, y):  # acc[:, rows] += sum_j x_ij y_j; x [BH, nr, nc], y [BH, nc, E]
+        acc[:, self.r0 : self.r0 + self.nr] += (x[..., None] * y[:, None, :, :]).sum(2)
+
+    def add_cols(self, acc, x, y):  # acc[:, cols] += sum_i x_ij y_i; y [BH, nr, E]
+        acc[:, self.c0 : self.c0 + self.nc] += (x[..., None] * y[:, :, None, :]).sum(1)
+
+
+class _Dustbins:
+    """The banded dustbin support outside the kernels: the dustbin column (rows ``0..lq``, the
+    corner included) and row (columns ``0..lk - 1``) of a problem augmented to ``lq + 1`` x
+    ``lk + 1``. The kernels run the band on the same augmented tensors with the dustbin row
+    and column masked out. Every valid row and column is active (it reaches a dustbin)."""
+
+    def __init__(self, q_valid, k_valid, heads):
+        # q_valid [B, lq + 1], k_valid [B, lk + 1] bool (dustbins valid)
+        lq, lk = q_valid.shape[1] - 1, k_valid.shape[1] - 1
+        self.pieces = ((0, lq + 1, lk, 1), (lq, 1, 0, lk))
+        self.row_on, self.col_on = q_valid, k_valid  # [B, L]
+        self.row_on_bh = q_valid.repeat_interleave(heads, dim=0)  # [BH, L]
+        self.col_on_bh = k_valid.repeat_interleave(heads, dim=0)
+
+    def thin(self, q, k, scale):
+        return [_Thin(p, q, k, self.row_on_bh, self.col_on_bh, scale) for p in self.pieces]
+
+
+def _flat(x):
+    """[B, H, L, E] -> [BH, L, E] view."""
+    return x.view(-1, x.shape[2], x.shape[3])
+
+
+def _forward_duals(lc: _Launch, q, k, qm, km, log_a, log_b, n_iters, db: _Dustbins | None = None):
+    """Base solve (centered) then two raw tail steps; returns (v0, u1, v1, u2, v2), fp32 [BH, L].
+
+    With dustbins (``db``) the kernels return raw band LSEs, merged with the dustbin pieces'
+    LSEs by ``logaddexp`` before ``where(active, log m - LSE, 0)``.
+    """
     bh = lc.B * lc.H
-    n_rows = qm.sum(-1).clamp(min=1).to(torch.float32).repeat_interleave(lc.H)[:, None]  # [BH, 1]
-    col_on = km.bool().repeat_interleave(lc.H, dim=0)  # [BH, Lk]
+    if db is None:
+        n_rows = qm.sum(-1).clamp(min=1).to(torch.float32).repeat_interleave(lc.H)[:, None]  # [BH, 1]
+        col_on = km.bool().repeat_interleave(lc.H, dim=0)  # [BH, Lk]
 
-    def row(v):
-        return lc.half_step(q, k, v, qm, km, log_a, lc.Lq, lc.Lk, lc.BM, lc.BN)
+        def row(v):
+            return lc.half_step(q, k, v, qm, km, log_a, lc.Lq, lc.Lk, lc.BM, lc.BN)
 
-    def col(u):
-        return lc.half_step(k, q, u, km, qm, log_b, lc.Lk, lc.Lq, lc.BN, lc.BM)
+        def col(u):
+            return lc.half_step(k, q, u, km, qm, log_b, lc.Lk, lc.Lq, lc.BN, lc.BM)
+    else:
+        thin = db.thin(_flat(q), _flat(k), lc.scale)
+        row_on, col_on = db.row_on_bh, db.col_on_bh
+        n_rows = row_on.sum(-1, keepdim=True).clamp(min=1).to(torch.float32)
+        la, lb = log_a.repeat_interleave(lc.H, dim=0), log_b.repeat_interleave(lc.H, dim=0)
+
+        def row(v):
+            lse = lc.half_step(q, k, v, qm, km, log_a, lc.Lq, lc.Lk, lc.BM, lc.BN, raw=True)
+            for t in thin:
+                lse = torch.logaddexp(lse, t.row_lse(v))
+            return torch.where(row_on, la - lse, 0.0)
+
+        def col(u):
+            lse = lc.half_step(k, q, u, km, qm, log_b, lc.Lk, lc.Lq, lc.BN, lc.BM, raw=True)
+            for t in thin:
+                lse = torch.logaddexp(lse, t.col_lse(u))
+            return torch.where(col_on, lb - lse, 0.0)
 
     v = torch.zeros(bh, lc.Lk, dtype=torch.float32, device=q.device)
     for _ in range(n_iters):
@@ -126,45 +243,112 @@ def _forward_duals(lc: _Launch, q, k, qm, km, log_a, log_b, n_iters):
 
 class _SinkhornTail2(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, qm, km, log_a, log_b, lc, n_iters):
-        v0, u1, v1, u2, v2 = _forward_duals(lc, q, k, qm, km, log_a, log_b, n_iters)
-        out = torch.empty(lc.B, lc.H, lc.Lq, lc.DV, dtype=v.dtype, device=v.device)
+    def forward(ctx, q, k, v, qm, km, log_a, log_b, lc, n_iters, db):
+        v0, u1, v1, u2, v2 = _forward_duals(lc, q, k, qm, km, log_a, log_b, n_iters, db)
+        # with dustbins the band part is kept in float32 until the dustbin part is added
+        out = torch.empty(lc.B, lc.H, lc.Lq, lc.DV, dtype=v.dtype if db is None else torch.float32,
+                          device=v.device)
         lc.kernel("output")[lc.rows(lc.BM)](q, k, v, u2, v2, qm, km, out, *lc.sizes(), **lc.dims())
+        if db is not None:
+            for t in db.thin(_flat(q), _flat(k), lc.scale):
+                t.add_rows(_flat(out), t.plan(u2, v2), _flat(v)[:, t.c0 : t.c0 + t.nc].float())
+            out = out.to(v.dtype)
         ctx.save_for_backward(q, k, v, qm, km, log_a, log_b, v0, u1, v1, u2, v2)
-        ctx.lc = lc
+        ctx.lc, ctx.db = lc, db
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
         q, k, v, qm, km, log_a, log_b, v0, u1, v1, u2, v2 = ctx.saved_tensors
         lc: _Launch = ctx.lc
+        db: _Dustbins | None = ctx.db
         g = grad_out.to(v.dtype).contiguous()
         sizes, dims = lc.sizes(), lc.dims()
-        inv_a = torch.where(qm.bool(), torch.exp(-log_a), 0.0)  # [B, Lq]
-        inv_b = torch.where(km.bool(), torch.exp(-log_b), 0.0).repeat_interleave(lc.H, dim=0)  # [BH, Lk]
+        row_on = qm.bool() if db is None else db.row_on  # [B, Lq]
+        col_on = km.bool() if db is None else db.col_on  # [B, Lk]
+        inv_a = torch.where(row_on, torch.exp(-log_a), 0.0)  # [B, Lq]
+        inv_b = torch.where(col_on, torch.exp(-log_b), 0.0).repeat_interleave(lc.H, dim=0)  # [BH, Lk]
         inv_a_bh = inv_a.repeat_interleave(lc.H, dim=0)  # [BH, Lq]
         alpha, beta, delta = torch.exp(u1 - u2), torch.exp(v1 - v2), torch.exp(v0 - v2)
+        # token-shaped results: in the input dtype, or float32 until the dustbin parts are added
+        acc_t = None if db is None else torch.float32
+        thin = []
+        if db is not None:
+            for t in db.thin(_flat(q), _flat(k), lc.scale):
+                gt = _flat(g)[:, t.r0 : t.r0 + t.nr].float()  # [BH, nr, DV]
+                vt = _flat(v)[:, t.c0 : t.c0 + t.nc].float()  # [BH, nc, DV]
+                thin.append((t, t.plan(u2, v2), (gt[:, :, None, :] * vt[:, None, :, :]).sum(-1), gt))
 
+        # 1. g_v = colsum(P * Z), dV = P^T G
         g_v = torch.empty_like(v2)
-        dv = torch.empty_like(v)
+        dv = torch.empty_like(v, dtype=acc_t)
         lc.kernel("bwd_col_gv_dv")[lc.cols(lc.BN)](q, k, v, g, u2, v2, qm, km, g_v, dv, *sizes, **dims)
+        for t, P, Z, gt in thin:
+            g_v += t.colsum(P * Z)
+            t.add_cols(_flat(dv), P, gt)
         w2 = g_v * inv_b
+        # 2. ubar2 = rowsum(P * (Z - w2_j))
         ubar2 = torch.empty_like(u2)
         lc.kernel("bwd_row_ubar2")[lc.rows(lc.BM)](q, k, v, g, u2, v2, w2, qm, km, ubar2, *sizes, **dims)
+        for t, P, Z, _ in thin:
+            ubar2 += t.rowsum(P * (Z - t.c(w2)))
         x2 = ubar2 * inv_a_bh
+        # 3. vbar1 = -beta * P^T x2
         p_t_x2 = torch.empty_like(v2)
         lc.kernel("plan_matvec")[lc.cols(lc.BN)](k, q, v2, u2, x2, km, qm, p_t_x2, lc.Lk, lc.Lq, lc.H, lc.W,
                                                  lc.scale, D=lc.D, BLOCK_X=lc.BN, BLOCK_Y=lc.BM, BLOCK_D=lc.BD,
                                                  PREC=lc.prec, DOT_T=lc.dot_t)
+        for t, P, _, _ in thin:
+            p_t_x2 += t.colsum(P * t.r(x2))
         w1 = -beta * p_t_x2 * inv_b
+        # 4. ubar1 = -alpha * P (beta w1) -> x1 and dQ in one sweep; the dustbins' share of
+        #    P (beta w1) goes in as `extra` so that x1 is complete inside the sweep
+        extra = torch.zeros_like(u2)
+        for t, P, _, _ in thin:
+            extra += t.rowsum(P * t.c(beta * w1))
         x1 = torch.empty_like(u2)
-        dq = torch.empty_like(q)
-        lc.kernel("bwd_row_dq")[lc.rows(lc.BM)](q, k, v, g, u2, v2, w2, alpha, x2, beta, w1, delta, inv_a, qm, km,
-                                                x1, dq, *sizes, **dims)
-        dk = torch.empty_like(k)
+        dq = torch.empty_like(q, dtype=acc_t)
+        lc.kernel("bwd_row_dq")[lc.rows(lc.BM)](q, k, v, g, u2, v2, w2, alpha, x2, beta, w1, delta, inv_a, extra,
+                                                qm, km, x1, dq, *sizes, **dims)
+        # 5. dK = Sbar^T Q
+        dk = torch.empty_like(k, dtype=acc_t)
         lc.kernel("bwd_col_dk")[lc.cols(lc.BN)](q, k, v, g, u2, v2, w2, alpha, x2, beta, w1, delta, x1, qm, km,
                                                 dk, *sizes, **dims)
-        return dq, dk, dv, None, None, None, None, None, None
+        if thin:
+            bw1 = beta * w1
+            for t, P, Z, _ in thin:
+                sbar = P * (Z - t.c(w2) - t.c(beta) * t.r(x2) - t.r(alpha) * t.c(bw1)
+                            - t.r(alpha) * t.c(delta) * t.r(x1))
+                t.add_rows(_flat(dq), sbar * lc.scale, t.ks)
+                t.add_cols(_flat(dk), sbar * lc.scale, t.qs)
+            dq, dk, dv = dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+        return dq, dk, dv, None, None, None, None, None, None, None
+
+
+def _kernel_setup(q, v, interpret, block_m, block_n, ref_name):
+    """Kernel dtype, Triton mode, device and tile checks; returns (interpret, block_m, block_n)."""
+    if q.dtype not in _KERNEL_DTYPES:
+        raise ValueError(f"q.dtype={q.dtype} is not supported by the Triton kernels (valid: "
+                         f"{[str(t) for t in _KERNEL_DTYPES]}); use {ref_name} for float64")
+    if interpret is not None and not isinstance(interpret, bool):
+        raise ValueError(f"interpret={interpret!r} must be True, False or None")
+    from sinkalign.kernels.triton.kernels import interpreter_mode  # first import of triton happens here
+
+    mode = interpreter_mode()
+    if interpret is not None and interpret != mode:
+        raise ValueError(f"{interpret=} but this process runs Triton with interpreter={mode}: the mode is fixed "
+                         "when triton is first imported; set TRITON_INTERPRET=1 (or leave it unset) in the "
+                         "environment before that import")
+    interpret = mode
+    if not interpret and q.device.type != "cuda":
+        raise ValueError(f"native Triton kernels need CUDA tensors, got device {q.device}; to run on CPU set "
+                         "TRITON_INTERPRET=1 in the environment before triton is imported")
+    if interpret:
+        default_block = 16
+    else:  # float32 tiles with a wide head need ~215 KB of shared memory at 64: too much for sm_80
+        wide = max(q.shape[-1], v.shape[-1]) > 64 and q.dtype == torch.float32
+        default_block = 32 if wide else 64
+    return interpret, _block("block_m", block_m, default_block), _block("block_n", block_n, default_block)
 
 
 def sinkhorn_attention_triton(q, k, v, *, q_mask=None, k_mask=None, log_a=None, log_b=None, eps=1.0, n_iters=15,
@@ -199,29 +383,7 @@ def sinkhorn_attention_triton(q, k, v, *, q_mask=None, k_mask=None, log_a=None, 
                          "use sinkhorn_attention_ref for other tail depths")
     q_mask, k_mask, log_a, log_b = prepare_inputs(q, k, v, q_mask=q_mask, k_mask=k_mask, log_a=log_a, log_b=log_b,
                                                   eps=eps, n_iters=n_iters, tail=tail, band=band)
-    if q.dtype not in _KERNEL_DTYPES:
-        raise ValueError(f"q.dtype={q.dtype} is not supported by the Triton kernels (valid: "
-                         f"{[str(t) for t in _KERNEL_DTYPES]}); use sinkhorn_attention_ref for float64")
-    if interpret is not None and not isinstance(interpret, bool):
-        raise ValueError(f"interpret={interpret!r} must be True, False or None")
-    from sinkalign.kernels.triton.kernels import interpreter_mode  # first import of triton happens here
-
-    mode = interpreter_mode()
-    if interpret is not None and interpret != mode:
-        raise ValueError(f"{interpret=} but this process runs Triton with interpreter={mode}: the mode is fixed "
-                         "when triton is first imported; set TRITON_INTERPRET=1 (or leave it unset) in the "
-                         "environment before that import")
-    interpret = mode
-    if not interpret and q.device.type != "cuda":
-        raise ValueError(f"native Triton kernels need CUDA tensors, got device {q.device}; to run on CPU set "
-                         "TRITON_INTERPRET=1 in the environment before triton is imported")
-    if interpret:
-        default_block = 16
-    else:  # float32 tiles with a wide head need ~215 KB of shared memory at 64: too much for sm_80
-        wide = max(q.shape[-1], v.shape[-1]) > 64 and q.dtype == torch.float32
-        default_block = 32 if wide else 64
-    block_m = _block("block_m", block_m, default_block)
-    block_n = _block("block_n", block_n, default_block)
+    interpret, block_m, block_n = _kernel_setup(q, v, interpret, block_m, block_n, "sinkhorn_attention_ref")
     lc = _Launch(q, k, v, band, float(eps), interpret, block_m, block_n)
     log.debug("sinkhorn_attention_triton B=%d H=%d Lq=%d Lk=%d d=%d W=%d blocks=%dx%d interpret=%s",
               lc.B, lc.H, lc.Lq, lc.Lk, lc.D, lc.W, block_m, block_n, interpret)
@@ -230,4 +392,62 @@ def sinkhorn_attention_triton(q, k, v, *, q_mask=None, k_mask=None, log_a=None, 
     log_a = log_a.to(torch.float32).contiguous()
     log_b = log_b.to(torch.float32).contiguous()
     return _SinkhornTail2.apply(q.contiguous(), k.contiguous(), v.contiguous(), qm, km, log_a, log_b, lc,
-                                int(n_iters))
+                                int(n_iters), None)
+
+
+def sinkhorn_dustbin_attention_triton(q, k, v, q_dustbin, k_dustbin, v_dustbin=None, *, q_mask=None, k_mask=None,
+                                      eps=1.0, n_iters=15, band=None, variant="banded", mass="length", filler=128,
+                                      interpret=None, block_m=None, block_n=None) -> torch.Tensor:
+    """Sinkhorn attention with learned dustbins (Triton, R = 2): O [B, H, Lq, dv] of the real queries.
+
+    The operator of ``sinkalign.sinkhorn.dustbin.dustbin_attention`` (``backward`` R = 2
+    one-reference; options and defaults of ``DustbinConfig``) and of
+    :func:`~sinkalign.kernels.triton.ref.sinkhorn_dustbin_attention_ref`.
+
+    Args:
+        q [B, H, Lq, d], k [B, H, Lk, d], v [B, H, Lk, dv]: real tokens, one dtype among
+            float32, bfloat16, float16 (use the reference for float64).
+        q_dustbin, k_dustbin [d] and v_dustbin [dv] (default 0), or broadcastable to
+            [B, H, d] / [B, H, dv]: the query-side dustbin (a row that absorbs unmatched keys),
+            the key-side dustbin (a column that absorbs unmatched queries) and its value; cast
+            to q's dtype.
+        q_mask [B, Lq], k_mask [B, Lk]: bool, True = real token (default all True).
+        eps, n_iters, band: as :func:`sinkhorn_attention_triton` (band = half-width W on the
+            real tokens; a valid token with no partner in its band is allowed).
+        variant: ``banded`` (O(L W): the band runs in the kernels; the always-active dustbin
+            column and row, with the corner, are computed in plain torch, O(L d), and merged
+            between the sweeps) or ``paper`` (tensors augmented to L + ``filler`` with one active
+            dustbin and ``filler - 1`` inactive fillers, unit masses, band ``max(W, Lq, Lk)``,
+            i.e. dense, through :func:`sinkhorn_attention_triton`).
+        mass: dustbin marginal for ``banded``: ``unit`` (1) or ``length`` (the number of valid
+            tokens on the other side, at least 1); ``paper`` requires ``unit``.
+        filler: the paper's dustbin block size (>= 1).
+        interpret, block_m, block_n: as :func:`sinkhorn_attention_triton`.
+
+    Returns:
+        O [B, H, Lq, dv] in v's dtype (padded query rows 0), differentiable in q, k, v and the
+        three dustbin tokens.
+
+    Raises:
+        ValueError: before any kernel launch, on bad options (variant, mass, filler), shapes,
+            dtypes, devices, eps, band, n_iters or non-finite inputs.
+    """
+    prob = prepare_dustbin(q, k, v, q_dustbin, k_dustbin, v_dustbin, q_mask=q_mask, k_mask=k_mask, eps=eps,
+                           n_iters=n_iters, tail=2, band=band, variant=variant, mass=mass, filler=filler)
+    interpret, block_m, block_n = _kernel_setup(q, v, interpret, block_m, block_n, "sinkhorn_dustbin_attention_ref")
+    if variant == "paper":
+        out = sinkhorn_attention_triton(prob.q, prob.k, prob.v, q_mask=prob.q_valid, k_mask=prob.k_valid,
+                                        log_a=prob.log_a, log_b=prob.log_b, eps=eps, n_iters=n_iters, tail=2,
+                                        band=prob.band, interpret=interpret, block_m=block_m, block_n=block_n)
+        return out[:, :, : prob.lq]
+    lc = _Launch(prob.q, prob.k, prob.v, band, float(eps), interpret, block_m, block_n)
+    log.debug("sinkhorn_dustbin_attention_triton banded/%s B=%d H=%d Lq=%d Lk=%d d=%d W=%d blocks=%dx%d", mass,
+              lc.B, lc.H, prob.lq, prob.lk, lc.D, lc.W, block_m, block_n)
+    db = _Dustbins(prob.q_valid, prob.k_valid, lc.H)
+    # the kernels see the augmented tensors with the dustbin row / column masked out (band only)
+    qm = torch.cat([prob.q_valid[:, :-1], torch.zeros_like(prob.q_valid[:, :1])], 1).to(torch.int8).contiguous()
+    km = torch.cat([prob.k_valid[:, :-1], torch.zeros_like(prob.k_valid[:, :1])], 1).to(torch.int8).contiguous()
+    out = _SinkhornTail2.apply(prob.q.contiguous(), prob.k.contiguous(), prob.v.contiguous(), qm, km,
+                               prob.log_a.to(torch.float32).contiguous(), prob.log_b.to(torch.float32).contiguous(),
+                               lc, int(n_iters), db)
+    return out[:, :, : prob.lq]

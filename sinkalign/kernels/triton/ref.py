@@ -19,6 +19,12 @@ Operator (``shared/design/sinkhorn_tail.md``):
   ``v^(0)``, differentiable;
 * output ``O = P^(R,R) V`` with ``P^(a,b)_ij = exp(S_ij + u^(a)_i + v^(b)_j)`` on ``Omega``.
 
+Dustbins: :func:`sinkhorn_dustbin_attention_ref` runs the same dense solve on the augmented
+support of ``sinkalign.sinkhorn.dustbin`` (:func:`prepare_dustbin` builds the augmented
+tokens, masks and marginals, :func:`dustbin_support` the support): ``paper`` (dense, unit
+masses, fillers) or ``banded`` (band plus an always-active dustbin row and column, dustbin
+mass 1 or the other side's number of valid tokens).
+
 Besides the autograd path, :func:`direct_backward_ref` (Proposition 1, any R, four
 separately formed plans for R = 2) and :func:`one_reference_backward_ref` (Proposition 2,
 R = 2, only ``P^(2,2)`` formed) give the explicit surrogate backward in dense torch.
@@ -32,15 +38,22 @@ from typing import NamedTuple
 
 import torch
 
+from sinkalign.sinkhorn.config import DustbinConfig
+
 __all__ = [
+    "DustbinProblem",
     "OneReferenceGrads",
     "TailDuals",
     "band_support",
+    "check_dustbin_options",
     "check_support",
     "direct_backward_ref",
+    "dustbin_support",
     "one_reference_backward_ref",
+    "prepare_dustbin",
     "prepare_inputs",
     "sinkhorn_attention_ref",
+    "sinkhorn_dustbin_attention_ref",
     "sinkhorn_tail_duals_ref",
 ]
 
@@ -151,12 +164,14 @@ def check_support(q_mask: torch.Tensor, k_mask: torch.Tensor, band: int | None) 
                              f"every valid row and column needs at least one active entry")
 
 
-def prepare_inputs(q, k, v, *, q_mask, k_mask, log_a, log_b, eps, n_iters, tail, band):
+def prepare_inputs(q, k, v, *, q_mask, k_mask, log_a, log_b, eps, n_iters, tail, band, check_empty=True):
     """Validate the operator's inputs; return ``(q_mask, k_mask, log_a, log_b)`` filled in.
 
     Shapes: q [B, H, Lq, d], k [B, H, Lk, d], v [B, H, Lk, dv], q_mask/log_a [B, Lq],
     k_mask/log_b [B, Lk]. Missing masks become all-True, missing log marginals zeros
     (float32). Raises ``ValueError`` naming the bad value; nothing is computed before.
+    ``check_empty=False`` skips :func:`check_support` (the dustbin problems, where every
+    valid token reaches the other side's dustbin whatever the band).
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
@@ -194,7 +209,8 @@ def prepare_inputs(q, k, v, *, q_mask, k_mask, log_a, log_b, eps, n_iters, tail,
     k_mask = _check_mask("k_mask", k_mask, batch, lk, q.device)
     log_a = _check_log_marginal("log_a", log_a, q_mask, q.device)
     log_b = _check_log_marginal("log_b", log_b, k_mask, q.device)
-    check_support(q_mask, k_mask, band)
+    if check_empty:
+        check_support(q_mask, k_mask, band)
     return q_mask, k_mask, log_a, log_b
 
 
@@ -237,8 +253,12 @@ def sinkhorn_tail_duals_ref(q, k, *, q_mask=None, k_mask=None, log_a=None, log_b
         v_dummy = k[..., :1]
         q_mask, k_mask, log_a, log_b = prepare_inputs(q, k, v_dummy, q_mask=q_mask, k_mask=k_mask, log_a=log_a,
                                                       log_b=log_b, eps=eps, n_iters=n_iters, tail=tail, band=band)
+    return _duals_on(q, k, band_support(q_mask, k_mask, band), log_a, log_b, eps, n_iters, tail)
+
+
+def _duals_on(q, k, support, log_a, log_b, eps, n_iters, tail) -> TailDuals:
+    """:func:`sinkhorn_tail_duals_ref` on an explicit dense support [B, 1, Lq, Lk] (bool)."""
     dim = q.shape[-1]
-    support = band_support(q_mask, k_mask, band)  # [B, 1, Lq, Lk]
     row_on = support.any(-1)  # [B, 1, Lq]
     col_on = support.any(-2)  # [B, 1, Lk]
     scores = torch.einsum("bhid,bhjd->bhij", q, k) / (math.sqrt(dim) * eps)
@@ -281,6 +301,145 @@ def sinkhorn_attention_ref(q, k, v, *, q_mask=None, k_mask=None, log_a=None, log
     duals = sinkhorn_tail_duals_ref(q, k, q_mask=q_mask, k_mask=k_mask, log_a=log_a, log_b=log_b, eps=eps,
                                     n_iters=n_iters, tail=tail, band=band, _validated=True)
     return _plan(duals, tail, tail) @ v
+
+
+# --------------------------------------------------------------------------- dustbins
+
+
+class DustbinProblem(NamedTuple):
+    """The dustbin-augmented problem (the torch twin of ``sinkalign.sinkhorn.dustbin.augment``).
+
+    ``q`` [B, H, Lq', d], ``k`` [B, H, Lk', d], ``v`` [B, H, Lk', dv]: the real tokens with the
+    dustbin token appended at row ``lq`` / column ``lk`` (then ``filler - 1`` zero fillers for
+    ``paper``), differentiable in the real and dustbin tokens. ``q_valid`` [B, Lq'], ``k_valid``
+    [B, Lk'] (bool: the dustbins are active, fillers not); ``log_a`` [B, Lq'], ``log_b`` [B, Lk']
+    log marginals (float64 for float64 tokens, else float32); ``band``: the half-width to use on
+    the augmented problem (``paper``: ``max(W, Lq, Lk)``; ``banded``: W on the real tokens only,
+    plus the dustbin row and column).
+    """
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    q_valid: torch.Tensor
+    k_valid: torch.Tensor
+    log_a: torch.Tensor
+    log_b: torch.Tensor
+    variant: str
+    band: int | None
+    lq: int
+    lk: int
+
+
+def check_dustbin_options(variant, mass, filler) -> None:
+    """ValueError unless ``DustbinConfig(variant=..., mass=..., filler=...)`` accepts the options
+    (and ``filler`` is not a bool)."""
+    DustbinConfig(variant=variant, mass=mass, filler=filler)
+    if isinstance(filler, bool):
+        raise ValueError(f"filler={filler!r} must be a positive integer")
+
+
+def _dustbin_token(name: str, x, ref: torch.Tensor, dim: int) -> torch.Tensor:
+    """A dustbin token [dim] (or broadcastable to [B, H, dim]) -> [B, H, 1, dim] in ref's dtype."""
+    batch, heads = ref.shape[:2]
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor of shape [{dim}] (or broadcastable to "
+                         f"[{batch}, {heads}, {dim}]), got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise ValueError(f"{name} must be a floating tensor, got {x.dtype}")
+    if x.ndim == 0 or x.shape[-1] != dim:
+        raise ValueError(f"{name} must have last dimension {dim}, got shape {tuple(x.shape)}")
+    if x.device != ref.device:
+        raise ValueError(f"{name} is on {x.device}, expected {ref.device} like q")
+    try:
+        fits = x.ndim <= 3 and tuple(torch.broadcast_shapes(x.shape, (batch, heads, dim))) == (batch, heads, dim)
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(f"{name} of shape {tuple(x.shape)} does not broadcast to {(batch, heads, dim)}")
+    finite = torch.isfinite(x.detach())
+    if not bool(finite.all()):
+        raise ValueError(f"{name} has a non-finite value at index {tuple(int(i) for i in (~finite).nonzero()[0])}")
+    return x.to(ref.dtype).broadcast_to(batch, heads, dim)[:, :, None, :]
+
+
+def prepare_dustbin(q, k, v, q_dustbin, k_dustbin, v_dustbin=None, *, q_mask=None, k_mask=None, eps=1.0,
+                    n_iters=15, tail=2, band=None, variant="banded", mass="length", filler=128) -> DustbinProblem:
+    """Validate the dustbin operator's inputs and build the augmented problem (``augment``).
+
+    Raises ``ValueError`` on bad options, shapes, dtypes, devices or non-finite values. A
+    valid token whose band holds no partner is allowed: it still reaches the dustbin.
+    """
+    check_dustbin_options(variant, mass, filler)
+    q_mask, k_mask, _, _ = prepare_inputs(q, k, v, q_mask=q_mask, k_mask=k_mask, log_a=None, log_b=None, eps=eps,
+                                          n_iters=n_iters, tail=tail, band=band, check_empty=False)
+    batch, heads, lq, dim = q.shape
+    lk, dv = k.shape[2], v.shape[3]
+    qd = _dustbin_token("q_dustbin", q_dustbin, q, dim)
+    kd = _dustbin_token("k_dustbin", k_dustbin, q, dim)
+    vd = (torch.zeros(batch, heads, 1, dv, dtype=q.dtype, device=q.device) if v_dustbin is None
+          else _dustbin_token("v_dustbin", v_dustbin, q, dv))
+    mdt = torch.float64 if q.dtype == torch.float64 else torch.float32
+    true1 = torch.ones(batch, 1, dtype=torch.bool, device=q.device)
+    if variant == "paper":
+        n_fill = filler - 1
+
+        def pad(x, tok):
+            return torch.cat([x, tok, x.new_zeros(batch, heads, n_fill, x.shape[-1])], 2)
+
+        fill = torch.zeros(batch, n_fill, dtype=torch.bool, device=q.device)
+        qa, ka, va = pad(q, qd), pad(k, kd), pad(v, vd)
+        qva, kva = torch.cat([q_mask, true1, fill], 1), torch.cat([k_mask, true1, fill], 1)
+        la = torch.zeros(batch, lq + filler, dtype=mdt, device=q.device)
+        lb = torch.zeros(batch, lk + filler, dtype=mdt, device=q.device)
+        aug_band = None if band is None else max(int(band), lq, lk)
+    else:
+        qa, ka, va = torch.cat([q, qd], 2), torch.cat([k, kd], 2), torch.cat([v, vd], 2)
+        qva, kva = torch.cat([q_mask, true1], 1), torch.cat([k_mask, true1], 1)
+        if mass == "unit":
+            m_q = m_k = torch.zeros(batch, 1, dtype=mdt, device=q.device)
+        else:  # the dustbin of one side can absorb every valid token of the other side
+            m_q = torch.log(k_mask.sum(1, keepdim=True).clamp(min=1).to(mdt))
+            m_k = torch.log(q_mask.sum(1, keepdim=True).clamp(min=1).to(mdt))
+        la = torch.cat([torch.zeros(batch, lq, dtype=mdt, device=q.device), m_q], 1)
+        lb = torch.cat([torch.zeros(batch, lk, dtype=mdt, device=q.device), m_k], 1)
+        aug_band = band
+    return DustbinProblem(qa, ka, va, qva, kva, la, lb, variant, aug_band, lq, lk)
+
+
+def dustbin_support(prob: DustbinProblem) -> torch.Tensor:
+    """Dense active support [B, 1, Lq', Lk'] (bool) of an augmented problem.
+
+    ``paper``: the band ``max(W, Lq, Lk)`` on the augmented masks. ``banded``: the band on the
+    real tokens, the dustbin column (rows ``0..lq``, the corner included) and the dustbin row
+    (columns ``0..lk - 1``), each masked by validity.
+    """
+    if prob.variant == "paper":
+        return band_support(prob.q_valid, prob.k_valid, prob.band)
+    lq, lk = prob.lq, prob.lk
+    support = band_support(prob.q_valid, prob.k_valid, None).clone()  # [B, 1, lq + 1, lk + 1]
+    support[..., :lq, :lk] &= band_support(prob.q_valid[:, :lq], prob.k_valid[:, :lk], prob.band)
+    return support  # the dustbin row and column are all valid x valid pairs
+
+
+def sinkhorn_dustbin_attention_ref(q, k, v, q_dustbin, k_dustbin, v_dustbin=None, *, q_mask=None, k_mask=None,
+                                   eps=1.0, n_iters=15, tail=2, band=None, variant="banded", mass="length",
+                                   filler=128) -> torch.Tensor:
+    """Reference Sinkhorn attention with learned dustbins: O [B, H, Lq, dv] of the real queries.
+
+    The torch twin of ``sinkalign.sinkhorn.dustbin.dustbin_attention`` (same augmentation, same
+    defaults as ``DustbinConfig``): q [B, H, Lq, d], k [B, H, Lk, d], v [B, H, Lk, dv];
+    ``q_dustbin`` / ``k_dustbin`` [d] and ``v_dustbin`` [dv] (default 0), or broadcastable to
+    [B, H, .], cast to q's dtype; masks [B, L] bool. ``variant`` ``paper`` (dense, unit mass,
+    ``filler - 1`` inactive fillers) or ``banded`` (band W plus an always-active dustbin row and
+    column; ``mass`` ``unit`` = 1 or ``length`` = number of valid tokens on the other side).
+    Dense [B, H, Lq', Lk'] computation in the inputs' dtype (float64 included), any ``tail``;
+    differentiable by autograd in q, k, v and the three dustbin tokens.
+    """
+    prob = prepare_dustbin(q, k, v, q_dustbin, k_dustbin, v_dustbin, q_mask=q_mask, k_mask=k_mask, eps=eps,
+                           n_iters=n_iters, tail=tail, band=band, variant=variant, mass=mass, filler=filler)
+    duals = _duals_on(prob.q, prob.k, dustbin_support(prob), prob.log_a, prob.log_b, eps, n_iters, tail)
+    return (_plan(duals, tail, tail) @ prob.v)[:, :, : prob.lq]
 
 
 # --------------------------------------------------------------------------- explicit backward
