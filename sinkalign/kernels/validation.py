@@ -210,8 +210,7 @@ def kernels(backend: str = "pallas", interpret: bool = True, *, cases=KERNEL_CAS
         interpret: run the Pallas / Triton interpreter on the CPU (Triton: sets
             ``TRITON_INTERPRET=1`` before triton is imported); False runs natively (GPU/TPU).
         cases: the sweep (default :data:`KERNEL_CASES`). Both backends run the dustbin cases
-            (Triton through :func:`~sinkalign.kernels.triton.sinkhorn_dustbin_attention_triton`);
-            ``skipped`` stays in the result (empty) for compatibility.
+            (Triton through :func:`~sinkalign.kernels.triton.sinkhorn_dustbin_attention_triton`).
         block: tile size (query and key); default 16 in the interpreter (several tiles per
             row even on small shapes), the backend's default natively.
         progress: optional callable receiving each finished row.
@@ -233,7 +232,7 @@ def kernels(backend: str = "pallas", interpret: bool = True, *, cases=KERNEL_CAS
         from sinkalign.kernels.pallas import BlockSizes  # noqa: PLC0415
 
         blocks = BlockSizes(block_q=block, block_k=block)
-    rows, skipped = [], []
+    rows = []
     for case in cases:
         inp = _inputs(case)
         t0 = time.perf_counter()
@@ -258,7 +257,7 @@ def kernels(backend: str = "pallas", interpret: bool = True, *, cases=KERNEL_CAS
         "check": "kernels", "backend": backend, "interpret": interpret, "dtype": "float32",
         "reference": "JAX reference (impl='reference', backward='autodiff'), float64",
         "block": block, "distribution": "q, k, v, G, dustbin tokens i.i.d. N(0, 1); log marginals U(-0.5, 0.5)",
-        "rows": rows, "skipped": skipped,
+        "rows": rows,
         "max_abs_deviation": max(r["max_abs_deviation"] for r in rows),
     }
 
