@@ -102,5 +102,28 @@ def test_train_cli_errors(shards, tmp_path):
     r = CliRunner().invoke(cli, ["train", "--pfam-shards", str(shards), "--embedder", "none", "--config", "nope",
                                  "--out", str(tmp_path)])
     assert r.exit_code == 1 and "unknown preset 'nope'" in r.output
+    r = CliRunner().invoke(cli, ["train", "--pfam-shards", str(shards), "--embedder", "none", "--model-option",
+                                 "temperature=2", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "unknown AlignerConfig fields ['temperature']" in r.output
+    r = CliRunner().invoke(cli, ["train", "--pfam-shards", str(shards), "--embedder", "none", "--model-option",
+                                 "feature_dim=3", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "feature_dim follows the shards' embeddings" in r.output
+    r = CliRunner().invoke(cli, ["train", "--pfam-shards", str(shards), "--embedder", "none", "--model-option",
+                                 "eps=-1", "--out", str(tmp_path)])
+    assert r.exit_code == 1 and "eps" in r.output
+
+
+def test_train_cli_model_options_reach_the_saved_config(shards, tmp_path):
+    r = CliRunner().invoke(cli, ["train", "--pfam-shards", str(shards), "--embedder", "none", "--model-option", "eps=6",
+                                 "--model-option", "window=3", "--steps", "1", "--batch-size", "2",
+                                 "--eval-every", "1000", "--certify-every", "0", "--max-length", "64",
+                                 "--out", str(tmp_path), "--no-progress"])
+    assert r.exit_code == 0, r.output
+    params, state, _ = load_checkpoint(tmp_path)
+    assert state["model"]["eps"] == 6 and state["model"]["window"] == 3
+    assert params["sub"].shape[0] == 7  # 2 * window + 1 diagonal offsets
+
+
+def test_train_config_rejects_indivisible_batches(shards, tmp_path):
     with pytest.raises(ValueError, match="batch_size=3 must be a multiple of the 2 local devices"):
         train(TrainConfig(**{**_cfg(shards, tmp_path, 2).__dict__, "batch_size": 3}), progress=False)

@@ -258,7 +258,9 @@ def certified_depth(params, batch: M.Batch, config: M.AlignerConfig, *, tau: flo
 # the loop
 # --------------------------------------------------------------------------------------
 def _optimizer(cfg: TrainConfig):
-    schedule = optax.warmup_cosine_decay_schedule(0.0, cfg.lr, max(1, min(cfg.warmup, cfg.steps - 1)), cfg.steps,
+    warmup = max(1, min(cfg.warmup, cfg.steps - 1))
+    # optax needs at least one decay step after the warm-up (a 1-step run included)
+    schedule = optax.warmup_cosine_decay_schedule(0.0, cfg.lr, warmup, max(cfg.steps, warmup + 1),
                                                   end_value=cfg.lr * 0.05)
     return optax.chain(optax.clip_by_global_norm(cfg.clip_norm),
                        optax.adamw(schedule, weight_decay=cfg.weight_decay)), schedule

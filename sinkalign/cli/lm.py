@@ -7,27 +7,10 @@ import logging
 
 import click
 
+from sinkalign.cli.options import model_options as _model_options
 from sinkalign.lm.config import ATTENTION_NAMES
 
 logger = logging.getLogger(__name__)
-
-
-def _parse_value(text: str):
-    """``key=value`` option values: JSON if it parses (numbers, true/false, null), else a string."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
-def _model_options(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]):
-    out = []
-    for item in values:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE", ctx=ctx, param=param)
-        out.append((key.strip(), _parse_value(raw)))
-    return tuple(out)
 
 
 def _int_tuple(ctx: click.Context, param: click.Parameter, value: str | None):

@@ -6,12 +6,17 @@ from pathlib import Path
 
 import click
 
+from sinkalign.cli.options import model_options
+
 
 @click.command()
 @click.option("--pfam-shards", "shards", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="Shard directory from `sinkalign shards build` (with `sinkalign shards embed` for features).")
 @click.option("--config", "preset_name", default="default", show_default=True,
               help="Preset: default, k2_eps1, k4_eps1, muot_dustbin_mono, muot_dustbin_hybrid.")
+@click.option("--model-option", "model_opts", multiple=True, callback=model_options,
+              help="Override an AlignerConfig field of the preset as KEY=VALUE, e.g. eps=6 or window=16 "
+                   "(repeatable).")
 @click.option("--embedder", type=click.Choice(["builtin", "esm2", "none"]), default="builtin", show_default=True,
               help="Features the shards were embedded with (none: substitution part only).")
 @click.option("--steps", type=click.IntRange(min=1), default=1000, show_default=True)
@@ -28,7 +33,7 @@ import click
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--distributed", is_flag=True, help="Multi-host: call jax.distributed.initialize() first.")
 @click.option("--progress/--no-progress", default=True)
-def train(shards, preset_name, embedder, steps, batch_size, lr, out, resume, checkpoint_every, eval_every,
+def train(shards, preset_name, model_opts, embedder, steps, batch_size, lr, out, resume, checkpoint_every, eval_every,
           certify_every, max_length, seed, distributed, progress):
     """Train the aligner; metrics go to OUT/metrics.jsonl, checkpoints to OUT/checkpoints."""
     from sinkalign.align import model as M  # noqa: PLC0415
@@ -51,7 +56,16 @@ def train(shards, preset_name, embedder, steps, batch_size, lr, out, resume, che
                 raise click.BadParameter(f"{shards} holds {emb_config.get('name')!r} embeddings, not {embedder!r}",
                                          param_hint="--embedder")
             feature_dim = int(emb["dim"])
-        model = M.preset(preset_name, feature_dim=feature_dim, embedder=emb_config)
+        overrides = dict(model_opts)
+        for key in ("feature_dim", "embedder"):
+            if key in overrides:
+                raise click.BadParameter(f"{key} follows the shards' embeddings (--embedder), not --model-option",
+                                         param_hint="--model-option")
+        unknown = sorted(set(overrides) - set(M.AlignerConfig.__dataclass_fields__))
+        if unknown:
+            raise click.BadParameter(f"unknown AlignerConfig fields {unknown}; valid: "
+                                     f"{sorted(M.AlignerConfig.__dataclass_fields__)}", param_hint="--model-option")
+        model = M.preset(preset_name, feature_dim=feature_dim, embedder=emb_config, **overrides)
         cfg = T.TrainConfig(shards=str(shards), out=str(out), model=model, steps=steps, batch_size=batch_size, lr=lr,
                             seed=seed, checkpoint_every=checkpoint_every, eval_every=eval_every,
                             certify_every=certify_every, max_length=max_length)
