@@ -12,6 +12,7 @@ import jax
 import numpy as np
 
 from sinkalign.align import model as M
+from sinkalign.align.calibration import Calibration
 from sinkalign.align.decode import Alignment, mea_align
 from sinkalign.align.train import BUCKETS, load_checkpoint
 
@@ -60,10 +61,13 @@ class Aligner:
         embedder: the feature embedder (built from ``config.embedder`` when omitted).
         backend: ``reference`` (pure JAX) or ``pallas`` (blockwise kernels).
         gap_weight: MEA gap weight (0 = gaps free, the decoding the model was tuned with).
+        calibration: maps raw plan posteriors to calibrated probabilities (see
+            :mod:`sinkalign.align.calibration`); a model directory carries its own, and
+            ``None`` reports the raw posteriors.
     """
 
     def __init__(self, params: dict, config: M.AlignerConfig, *, embedder=None, backend: str = "reference",
-                 gap_weight: float | None = None):
+                 gap_weight: float | None = None, calibration: Calibration | None = None):
         if backend not in BACKENDS:
             raise ValueError(f"backend={backend!r} is not one of {BACKENDS}")
         self.config = config
@@ -73,6 +77,7 @@ class Aligner:
         if self.gap_weight < 0:
             raise ValueError(f"gap_weight={self.gap_weight} must be >= 0")
         self._embedder = embedder
+        self.calibration = calibration
         run_cfg = config.replace(impl=backend)
         self._plans = jax.jit(lambda p, b: M.forward(p, b, run_cfg)[0])
 
@@ -85,6 +90,11 @@ class Aligner:
         params, state, _ = load_checkpoint(path)
         if "model" not in state:
             raise ValueError(f"{path}/state.json has no 'model' config")
+        if "calibration" in state and "calibration" not in kwargs:
+            try:
+                kwargs["calibration"] = Calibration.from_dict(state["calibration"])
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"{path}/state.json: bad calibration: {exc}") from exc
         return cls(params, M.AlignerConfig.from_dict(state["model"]), **kwargs)
 
     @property
@@ -149,4 +159,6 @@ class Aligner:
             m, k = len(q), len(t)
             plan = M.pair_plan(rows[i], m, k)
             aln = mea_align(plan, gap_weight=self.gap_weight)
+            if self.calibration is not None:
+                aln = self.calibration.apply(aln)
             yield PairResult(qid, q, tid, t, aln, plan if keep_plan else None)

@@ -113,13 +113,21 @@ def save_checkpoint(out: Path, step: int, params: dict, opt_state, state: dict, 
     return final
 
 
-def export_model(out_dir: str | os.PathLike, params: dict, config: M.AlignerConfig, *, provenance: str) -> Path:
-    """Write a standalone model directory (params.safetensors + state.json), atomically."""
+def export_model(out_dir: str | os.PathLike, params: dict, config: M.AlignerConfig, *, provenance: str,
+                 calibration: dict | None = None) -> Path:
+    """Write a standalone model directory (params.safetensors + state.json), atomically.
+
+    ``calibration``: a :meth:`sinkalign.align.calibration.Calibration.to_dict` stored with the
+    model, applied to the posteriors of every alignment it makes.
+    """
     from safetensors.numpy import save_file  # noqa: PLC0415
 
+    state = {"model": config.to_dict(), "provenance": provenance}
+    if calibration is not None:
+        state["calibration"] = calibration
     with atomic_dir(out_dir) as tmp:
         save_file({k: np.asarray(v) for k, v in params.items()}, tmp / "params.safetensors")
-        (tmp / "state.json").write_text(json.dumps({"model": config.to_dict(), "provenance": provenance}, indent=1) + "\n")
+        (tmp / "state.json").write_text(json.dumps(state, indent=1) + "\n")
     return Path(out_dir)
 
 

@@ -29,11 +29,12 @@ def _register() -> None:
 
     cli.add_command(shards)
     from sinkalign.cli.align import align
-    from sinkalign.cli.evaluate import evaluate
+    from sinkalign.cli.evaluate import calibrate, evaluate
     from sinkalign.cli.train import train
 
     cli.add_command(align)
     cli.add_command(evaluate)
+    cli.add_command(calibrate)
     cli.add_command(train)
     from sinkalign.cli.lm import lm
 

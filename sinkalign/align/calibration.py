@@ -1,0 +1,153 @@
+"""Calibrated confidences: raw plan posteriors -> probabilities that a column is right.
+
+The match posterior of an MEA column (:func:`sinkalign.align.decode.plan_posteriors`) is a
+normalised transport mass. How large it is depends on the model's temperature: at a high
+``eps`` the plan spreads each residue's mass over a stretch of the diagonal, so a correct
+column may carry 0.01 while the alignment is right. A :class:`Calibration` maps it to the
+frequency with which such a column is in the reference alignment, fitted by isotonic
+(monotone non-decreasing) regression on training pairs; likewise the gap posterior of an
+unaligned residue is mapped to the frequency with which that residue is unaligned in the
+reference. Both maps are piecewise linear through the fitted knots (``numpy.interp``),
+constant beyond the end knots, and stored with the model (``state.json``, key
+``calibration``).
+
+After calibration ``match_posterior`` is ``P(pair in reference)``, the gap posteriors of
+unaligned residues are ``P(residue unaligned in reference)``, and ``expected_accuracy`` is
+recomputed from them; the alignment itself (pairs, score) is unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+
+from sinkalign.align.decode import Alignment, check_pairs
+
+__all__ = ["Calibration", "fit_calibration", "isotonic_knots"]
+
+
+def isotonic_knots(x, y, *, max_knots: int = 16) -> tuple[list[float], list[float]]:
+    """Knots ``(xs, ys)`` of the isotonic (non-decreasing) least-squares fit of ``y`` on ``x``.
+
+    The fit is :func:`scipy.optimize.isotonic_regression` on the points sorted by ``x``
+    (ties in ``x`` pooled); each constant block of the fit contributes one knot at its mean
+    ``x``. Blocks are merged (weighted by their sizes) until at most ``max_knots`` remain.
+    """
+    from scipy.optimize import isotonic_regression  # noqa: PLC0415
+
+    x = np.asarray(x, dtype=np.float64).ravel()
+    y = np.asarray(y, dtype=np.float64).ravel()
+    if x.shape != y.shape or x.size == 0:
+        raise ValueError(f"x and y must be non-empty and of equal size, got {x.shape} and {y.shape}")
+    if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
+        raise ValueError("x and y must be finite")
+    if max_knots < 2:
+        raise ValueError(f"{max_knots=} must be >= 2")
+    ux, inv, counts = np.unique(x, return_inverse=True, return_counts=True)
+    uy = np.bincount(inv, weights=y) / counts
+    fit = isotonic_regression(uy, weights=counts.astype(np.float64), increasing=True).x
+    # one knot per constant block: weighted mean x, the block value
+    starts = np.flatnonzero(np.r_[True, np.diff(fit) != 0])
+    sizes = np.add.reduceat(counts, starts).astype(np.float64)
+    xs = np.add.reduceat(ux * counts, starts) / sizes
+    ys = fit[starts]
+    while xs.size > max_knots:  # merge the adjacent pair with the fewest points
+        i = int(np.argmin(sizes[:-1] + sizes[1:]))
+        w = sizes[i] + sizes[i + 1]
+        xs[i] = (xs[i] * sizes[i] + xs[i + 1] * sizes[i + 1]) / w
+        ys[i] = (ys[i] * sizes[i] + ys[i + 1] * sizes[i + 1]) / w
+        sizes[i] = w
+        xs, ys, sizes = np.delete(xs, i + 1), np.delete(ys, i + 1), np.delete(sizes, i + 1)
+    return xs.tolist(), ys.tolist()
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Monotone maps from raw to calibrated posteriors (knots as plain lists, JSON-ready)."""
+
+    match_x: list[float]
+    match_y: list[float]
+    gap_x: list[float]
+    gap_y: list[float]
+    fitted_on: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("match", "gap"):
+            xs, ys = getattr(self, f"{name}_x"), getattr(self, f"{name}_y")
+            if len(xs) != len(ys) or not xs:
+                raise ValueError(f"calibration {name} knots must be non-empty and paired, got {len(xs)} x, "
+                                 f"{len(ys)} y")
+            if np.any(np.diff(xs) <= 0) or np.any(np.diff(ys) < 0):
+                raise ValueError(f"calibration {name} knots must have increasing x and non-decreasing y")
+            if min(ys) < 0 or max(ys) > 1:
+                raise ValueError(f"calibration {name} values must lie in [0, 1]")
+
+    def match(self, p) -> np.ndarray:
+        return np.interp(np.asarray(p, dtype=np.float64), self.match_x, self.match_y)
+
+    def gap(self, p) -> np.ndarray:
+        return np.interp(np.asarray(p, dtype=np.float64), self.gap_x, self.gap_y)
+
+    def apply(self, aln: Alignment) -> Alignment:
+        """The same alignment with calibrated posteriors and expected accuracy."""
+        mp = self.match(aln.match_posterior)
+        qg, tg = self.gap(aln.query_gap_posterior), self.gap(aln.target_gap_posterior)
+        q_un = np.ones(aln.m, dtype=bool)
+        t_un = np.ones(aln.n, dtype=bool)
+        q_un[aln.pairs[:, 0]] = False
+        t_un[aln.pairs[:, 1]] = False
+        total = aln.m + aln.n
+        ea = float((2.0 * mp.sum() + qg[q_un].sum() + tg[t_un].sum()) / total) if total else float("nan")
+        return dataclasses.replace(aln, match_posterior=mp, query_gap_posterior=qg, target_gap_posterior=tg,
+                                   expected_accuracy=ea)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Calibration":
+        if not isinstance(data, dict):
+            raise ValueError(f"calibration must be a mapping, got {type(data).__name__}")
+        unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown calibration keys {sorted(unknown)}")
+        return cls(**data)
+
+
+def fit_calibration(alignments: Iterable[Alignment], references: Iterable, *, fitted_on: str = "",
+                    max_knots: int = 16) -> Calibration:
+    """Fit a :class:`Calibration` from raw (uncalibrated) alignments and their references.
+
+    Args:
+        alignments: MEA alignments with raw posteriors.
+        references: per alignment, the reference aligned pairs ``[k, 2]`` (or an object with
+            ``.pairs``), in the same order.
+    Match: each aligned column -> 1 if the pair is in the reference. Gap: each residue the
+    alignment leaves unaligned -> 1 if the reference leaves it unaligned too.
+    """
+    mx, my, gx, gy = [], [], [], []
+    n = 0
+    for aln, ref in zip(alignments, references):
+        n += 1
+        ref = check_pairs(getattr(ref, "pairs", ref), aln.m, aln.n)
+        ref_set = {(int(i), int(j)) for i, j in ref}
+        mx.append(aln.match_posterior)
+        my.append(np.array([(int(i), int(j)) in ref_set for i, j in aln.pairs], dtype=np.float64))
+        for side, gaps, length in ((0, aln.query_gap_posterior, aln.m), (1, aln.target_gap_posterior, aln.n)):
+            unaligned = np.ones(length, dtype=bool)
+            unaligned[aln.pairs[:, side]] = False
+            ref_unaligned = np.ones(length, dtype=bool)
+            ref_unaligned[ref[:, side]] = False
+            gx.append(gaps[unaligned])
+            gy.append(ref_unaligned[unaligned].astype(np.float64))
+    if n == 0:
+        raise ValueError("fit_calibration needs at least one alignment")
+    mx, my, gx, gy = (np.concatenate(a) if a else np.zeros(0) for a in (mx, my, gx, gy))
+    if mx.size == 0 or gx.size == 0:
+        raise ValueError(f"need aligned columns and unaligned residues to fit, got {mx.size} and {gx.size}")
+    match_x, match_y = isotonic_knots(mx, my, max_knots=max_knots)
+    gap_x, gap_y = isotonic_knots(gx, gy, max_knots=max_knots)
+    return Calibration(match_x, match_y, gap_x, gap_y, fitted_on=fitted_on)
