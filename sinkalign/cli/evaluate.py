@@ -12,14 +12,31 @@ from rich.console import Console
 from sinkalign.utils import atomic_write_text
 
 
+def _reference_options(purpose: str, split: str):
+    """The options shared by commands that read reference sets and a model."""
+
+    def wrap(fn):
+        for opt in reversed((
+            click.option("--reference", "references", multiple=True, required=True,
+                         type=click.Path(exists=True, path_type=Path),
+                         help=f"Reference set {purpose}: Stockholm/aligned FASTA/A2M/MSF file, TM-align TSV, or "
+                              "shard directory. Repeatable."),
+            click.option("--model", type=click.Path(exists=True, path_type=Path),
+                         help="Model directory (default: shipped)."),
+            click.option("--split", default=split, show_default=True, help="Split to read from shard directories."),
+            click.option("--min-tm", type=float, default=0.5, show_default=True,
+                         help="TM-align pairs: keep min(tm1, tm2) >= this."),
+            click.option("--max-pairs", type=click.IntRange(min=1),
+                         help="Subsample each set to at most this many pairs."),
+        )):
+            fn = opt(fn)
+        return fn
+
+    return wrap
+
+
 @click.command()
-@click.option("--reference", "references", multiple=True, required=True,
-              type=click.Path(exists=True, path_type=Path),
-              help="Reference set: Stockholm/aligned FASTA/A2M/MSF file, TM-align TSV, or shard directory. Repeatable.")
-@click.option("--model", type=click.Path(exists=True, path_type=Path), help="Trained model (default: shipped).")
-@click.option("--split", default="test", show_default=True, help="Split to read from shard directories.")
-@click.option("--min-tm", type=float, default=0.5, show_default=True, help="TM-align pairs: keep min(tm1, tm2) >= this.")
-@click.option("--max-pairs", type=click.IntRange(min=1), help="Subsample each set to at most this many pairs.")
+@_reference_options("to score against", "test")
 @click.option("--methods", default="sinkalign,nw,sw", show_default=True, help="Comma-separated subset of sinkalign,nw,sw.")
 @click.option("--backend", type=click.Choice(["reference", "pallas"]), default="reference", show_default=True)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write results as JSON.")
@@ -53,13 +70,7 @@ def evaluate(references, model, split, min_tm, max_pairs, methods, backend, json
 
 
 @click.command()
-@click.option("--reference", "references", multiple=True, required=True,
-              type=click.Path(exists=True, path_type=Path),
-              help="Reference set to fit on (as for evaluate). Repeatable. Use training data, not test data.")
-@click.option("--model", type=click.Path(exists=True, path_type=Path), help="Model to calibrate (default: shipped).")
-@click.option("--split", default="train", show_default=True, help="Split to read from shard directories.")
-@click.option("--min-tm", type=float, default=0.5, show_default=True, help="TM-align pairs: keep min(tm1, tm2) >= this.")
-@click.option("--max-pairs", type=click.IntRange(min=1), help="Subsample each set to at most this many pairs.")
+@_reference_options("to fit on (training data, not test data)", "train")
 @click.option("--max-length", type=click.IntRange(min=1), default=1024, show_default=True,
               help="Skip pairs with a sequence longer than this.")
 @click.option("--knots", type=click.IntRange(min=2), default=16, show_default=True,
