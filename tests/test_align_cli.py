@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pysam
@@ -52,6 +53,37 @@ def test_pairs_longer_than_the_largest_bucket_align_in_input_order(monkeypatch):
     monkeypatch.setattr(A, "MAX_LENGTH", 1050)
     with pytest.raises(ValueError, match="pair L1 / L2: a sequence of 1100 residues is longer than the 1050"):
         list(aligner.align_many(items))
+
+
+def test_nucleotide_inputs_get_the_shipped_dna_model(tmp_path):
+    """With no --model, two nucleotide FASTA files are aligned by the DNA model, anything
+    else by the protein model; the CLI result is the library's."""
+    rng = np.random.default_rng(1)
+    a = "".join(rng.choice(list("ACGT"), 90))
+    b = a[:40] + a[44:]  # a 4-base deletion
+    (tmp_path / "a.fa").write_text(f">a\n{a}\n")
+    (tmp_path / "b.fa").write_text(f">b\n{b}\n")
+    (tmp_path / "p.fa").write_text(">p\nMKVLAAGHWERTYLLKPQ\n")
+    dna = Aligner.load(default_model_path("dna"))
+    assert dna.config.alphabet == "dna" and dna.calibration is not None
+    out = tmp_path / "x.tsv"
+    r = CliRunner().invoke(cli, ["align", str(tmp_path / "a.fa"), str(tmp_path / "b.fa"), "-o", str(out),
+                                 "--format", "tsv", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    row = out.read_text().splitlines()[1].split("\t")
+    expect = dna.align(a, b).alignment
+    from sinkalign.align.decode import cigar
+
+    assert row[9] == cigar(expect.pairs, len(a), len(b))
+    assert re.fullmatch(r"(\d+)M4I(\d+)M", row[9]) and len(expect.pairs) == 86  # the deletion, placed
+    assert float(row[10]) == pytest.approx(expect.mean_posterior, rel=1e-6)
+    r = CliRunner().invoke(cli, ["align", str(tmp_path / "a.fa"), str(tmp_path / "p.fa"), "-o", str(out),
+                                 "--no-progress"])
+    assert r.exit_code == 0, r.output
+    prot = Aligner.load(default_model_path("protein")).align(a, "MKVLAAGHWERTYLLKPQ").alignment
+    assert float(out.read_text().splitlines()[1].split("\t")[10]) == pytest.approx(prot.mean_posterior, rel=1e-6)
+    with pytest.raises(ValueError, match="alphabet='rna' is not one of"):
+        default_model_path("rna")
 
 
 def test_all_vs_all_tsv_in_input_order(fastas, tmp_path):

@@ -33,9 +33,15 @@ def padded_length(longest: int) -> int:
     return -(-longest // LONG_STEP) * LONG_STEP
 
 
-def default_model_path() -> Path:
-    """The checkpoint shipped inside the package (trained on ../shared/data Pfam shards)."""
-    return Path(__file__).resolve().parents[1] / "data" / "aligner_default"
+_DEFAULT_MODELS = {"protein": "aligner_default", "dna": "aligner_dna"}
+
+
+def default_model_path(alphabet: str = "protein") -> Path:
+    """The model shipped inside the package for ``alphabet``: ``protein`` (fitted on the Pfam
+    training families of ../shared/data) or ``dna`` (fitted on MADE1 sequences)."""
+    if alphabet not in _DEFAULT_MODELS:
+        raise ValueError(f"alphabet={alphabet!r} is not one of {tuple(_DEFAULT_MODELS)}")
+    return Path(__file__).resolve().parents[1] / "data" / _DEFAULT_MODELS[alphabet]
 
 
 @dataclass(frozen=True)

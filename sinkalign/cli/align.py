@@ -25,7 +25,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "data" / "examples"
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="Output file (written atomically). Default: standard output (not for bam).")
 @click.option("--model", type=click.Path(exists=True, path_type=Path),
-              help="Trained model (run or checkpoint directory). Default: the shipped model.")
+              help="Trained model (run or checkpoint directory). Default: the shipped model for the input (DNA when every record is nucleotides, else protein).")
 @click.option("--embedder", type=str, help="Embedder name; must be the one the model was trained with.")
 @click.option("--esm-weights", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Local ESM-2 weights for models trained on esm2 features.")

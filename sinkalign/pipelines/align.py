@@ -41,6 +41,11 @@ def align_fasta(query_fasta, target_fasta, *, output=None, fmt="tsv", pairing="a
     Records are validated while read (errors name file, record and position); results are
     written in input order, atomically.
     """
+    if model is None:  # the shipped model for the input: DNA when every record is nucleotides
+        from sinkalign.align.aligner import default_model_path  # noqa: PLC0415
+
+        kinds = {r.alphabet for path in (query_fasta, target_fasta) for r in read_fasta(path, alphabet="auto")}
+        model = default_model_path("dna" if kinds == {"dna"} else "protein")
     aligner = _load_aligner(model, embedder, esm_weights, backend, gap_weight)
     alphabet = aligner.config.alphabet
     queries = list(read_fasta(query_fasta, alphabet=alphabet))
