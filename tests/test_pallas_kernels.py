@@ -12,7 +12,6 @@ default cases are few and small; larger sweeps are marked ``slow``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
@@ -22,26 +21,14 @@ from click.testing import CliRunner
 
 from sinkalign.kernels import pallas
 from sinkalign.kernels.pallas import BlockSizes
+from sinkalign.kernels.validation import KernelCase
 from sinkalign.sinkhorn import DustbinConfig, SinkhornConfig, core, sinkhorn_attention
 from sinkalign.sinkhorn.dustbin import augment, dustbin_attention
 from sinkalign.sinkhorn.support import Piece, Support
 
 
-@dataclass(frozen=True)
-class Case:
-    name: str
-    B: int
-    H: int
-    lq: int
-    lk: int
-    band: int | None
-    d: int = 8
-    dv: int = 4
-    n_iters: int = 3
-    eps: float = 1.0
-    pad: bool = False  # batch 1 loses 3 trailing queries and 2 trailing keys; batch 0 one inner key
-    marginals: bool = False
-
+# the sweep dataclass of `sinkalign validate kernels`; batch 1 of a padded case loses 3 queries, 2 keys
+Case = KernelCase
 
 FAST_CASES = [  # each compiles the forward and 5 backward kernels (~8 s on a loaded 2-core CPU)
     Case("unequal_band_pad_marginals_bh4", 2, 2, 33, 17, 20, pad=True, marginals=True),
