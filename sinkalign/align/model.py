@@ -156,7 +156,8 @@ PRESETS: dict[str, dict] = {
     "muot_dustbin_mono": {"tail": 2, "eps": 1.0, "dustbin": "paper", "losses": {"recon": 1.0, "mono": 1.0}},
     "muot_dustbin_hybrid": {"tail": 2, "eps": 1.0, "dustbin": "paper",
                             "losses": {"recon": 1.0, "ce": 1.0, "mono": 1.0}},
-    "default": {"tail": 2, "eps": 1.0, "dustbin": "banded", "dustbin_mass": "length",
+    # the shipped model's settings: window and eps fitted on the Pfam training families
+    "default": {"tail": 2, "eps": 6.0, "window": 16, "dustbin": "banded", "dustbin_mass": "length",
                 "losses": {"ce": 1.0, "mono": 0.1}},
 }
 
