@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from sinkalign.align.aligner import Aligner
-from sinkalign.align.calibration import Calibration, fit_calibration, isotonic_knots
-from sinkalign.align.decode import Alignment, mea_align
+from sinkalign.align.calibration import Calibration, fit_calibration, isotonic_knots, local_share
+from sinkalign.align.decode import Alignment, mea_align, plan_posteriors
 from sinkalign.cli.main import cli
 
 
@@ -63,7 +63,7 @@ def _toy_alignment():
 
 def test_calibration_maps_posteriors_and_recomputes_expected_accuracy():
     aln = _toy_alignment()
-    cal = Calibration(match_x=[0.0, 1.0], match_y=[0.2, 0.6], gap_x=[0.5], gap_y=[0.9])
+    cal = Calibration(match_x=[0.0, 1.0], match_y=[0.2, 0.6], gap_x=[0.5], gap_y=[0.9], match_feature="posterior")
     out = cal.apply(aln)
     np.testing.assert_array_equal(out.pairs, aln.pairs)
     np.testing.assert_allclose(out.match_posterior, 0.2 + 0.4 * aln.match_posterior)
@@ -72,6 +72,24 @@ def test_calibration_maps_posteriors_and_recomputes_expected_accuracy():
     expect = (2 * out.match_posterior.sum() + 2 * 0.9 * unaligned) / 6
     assert out.expected_accuracy == pytest.approx(expect)
     assert Calibration.from_dict(json.loads(json.dumps(cal.to_dict()))) == cal
+
+
+def test_local_share_by_hand_and_the_matrix_it_needs():
+    M = np.array([[0.5, 0.1, 0.0, 0.0],
+                  [0.1, 0.2, 0.1, 0.0],
+                  [0.0, 0.0, 0.0, 0.4]])
+    pairs = np.array([[0, 0], [1, 1], [2, 3]])
+    got = local_share(M, pairs, radius=1)
+    row = [0.6, 0.4, 0.4]  # window sums along rows (j - 1 .. j + 1, clipped)
+    col = [0.6, 0.3, 0.4]  # and along columns
+    np.testing.assert_allclose(got, [0.5 / np.sqrt(row[0] * col[0]), 0.2 / np.sqrt(row[1] * col[1]),
+                                     0.4 / np.sqrt(row[2] * col[2])])
+    assert local_share(np.zeros((2, 2)), np.array([[0, 0]])).tolist() == [0.0]
+    cal = Calibration(match_x=[0.0, 1.0], match_y=[0.0, 1.0], gap_x=[0.5], gap_y=[0.9])
+    with pytest.raises(ValueError, match="needs the match posterior matrix"):
+        cal.apply(_toy_alignment())
+    with pytest.raises(ValueError, match="match_feature='peak' is not one of"):
+        Calibration(match_x=[0.0], match_y=[0.0], gap_x=[0.5], gap_y=[0.9], match_feature="peak")
 
 
 @pytest.mark.parametrize("kw, msg", [
@@ -99,11 +117,13 @@ def test_fit_calibration_recovers_a_known_reliability():
         right = rng.random(2) < np.where(p < 0.5, 0.3, 0.9)
         refs.append(np.array([(i, i) for i in range(2) if right[i]], dtype=np.int64).reshape(-1, 2))
         alns.append(aln)
-    cal = fit_calibration(alns, refs, max_knots=8)
+    cal = fit_calibration(alns, refs, max_knots=8, match_feature="posterior")
     assert cal.match(0.2) == pytest.approx(0.3, abs=0.08)
     assert cal.match(0.8) == pytest.approx(0.9, abs=0.08)
     with pytest.raises(ValueError, match="at least one alignment"):
-        fit_calibration([], [])
+        fit_calibration([], [], match_feature="posterior")
+    with pytest.raises(ValueError, match="needs the match posterior matrices"):
+        fit_calibration(alns, refs)
 
 
 def test_calibrate_cli_writes_a_model_that_aligns_with_calibrated_confidences(tmp_path):
@@ -116,10 +136,12 @@ def test_calibrate_cli_writes_a_model_that_aligns_with_calibrated_confidences(tm
     assert r.exit_code == 0, r.output
     state = json.loads((out / "state.json").read_text())
     assert len(state["calibration"]["match_x"]) <= 6 and "12 pairs of fam0.sto, fam1.sto" in state["provenance"]
-    raw = Aligner.load(out, calibration=None).align("MKVLAAGHWERTYLLKPQ", "MKILSAGHWERTLLKPQ").alignment
+    res = Aligner.load(out, calibration=None).align("MKVLAAGHWERTYLLKPQ", "MKILSAGHWERTLLKPQ", keep_plan=True)
+    raw = res.alignment
     cal = Aligner.load(out).align("MKVLAAGHWERTYLLKPQ", "MKILSAGHWERTLLKPQ").alignment
     np.testing.assert_array_equal(raw.pairs, cal.pairs)
-    expect = np.interp(raw.match_posterior, state["calibration"]["match_x"], state["calibration"]["match_y"])
+    share = local_share(plan_posteriors(res.plan).match, raw.pairs)
+    expect = np.interp(share, state["calibration"]["match_x"], state["calibration"]["match_y"])
     np.testing.assert_allclose(cal.match_posterior, expect)
     r = CliRunner().invoke(cli, ["calibrate", "--reference", str(fams[0]), "--max-length", "5", "-o",
                                  str(tmp_path / "x")])

@@ -13,7 +13,7 @@ import numpy as np
 
 from sinkalign.align import model as M
 from sinkalign.align.calibration import Calibration
-from sinkalign.align.decode import Alignment, mea_align
+from sinkalign.align.decode import Alignment, mea_from_posteriors, plan_posteriors
 from sinkalign.align.train import BUCKETS, load_checkpoint
 
 __all__ = ["Aligner", "PairResult", "default_model_path"]
@@ -164,7 +164,8 @@ class Aligner:
         for i, (qid, q, tid, t) in enumerate(chunk):
             m, k = len(q), len(t)
             plan = M.pair_plan(rows[i], m, k)
-            aln = mea_align(plan, gap_weight=self.gap_weight)
+            post = plan_posteriors(plan)
+            aln = mea_from_posteriors(post.match, post.query_gap, post.target_gap, gap_weight=self.gap_weight)
             if self.calibration is not None:
-                aln = self.calibration.apply(aln)
+                aln = self.calibration.apply(aln, post.match)
             yield PairResult(qid, q, tid, t, aln, plan if keep_plan else None)

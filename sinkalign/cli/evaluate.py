@@ -80,7 +80,8 @@ def evaluate(references, model, split, min_tm, max_pairs, methods, backend, json
 def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, out):
     """Fit calibrated confidences (isotonic) for a model's posteriors and write the calibrated model."""
     from sinkalign.align.aligner import Aligner, default_model_path  # noqa: PLC0415
-    from sinkalign.align.calibration import fit_calibration  # noqa: PLC0415
+    from sinkalign.align.calibration import calibration_samples, fit_from_samples  # noqa: PLC0415
+    from sinkalign.align.decode import plan_posteriors  # noqa: PLC0415
     from sinkalign.align.evaluate import load_reference_set  # noqa: PLC0415
     from sinkalign.align.model import AlignerConfig  # noqa: PLC0415
     from sinkalign.align.train import export_model, load_checkpoint  # noqa: PLC0415
@@ -95,10 +96,15 @@ def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, ou
             raise ValueError(f"no reference pair of at most {max_length} residues in {[str(r) for r in references]}")
         source = model or default_model_path()
         aligner = Aligner.load(source, calibration=None)
-        results = list(aligner.align_many((p.query_id, p.query_seq, p.target_id, p.target_seq) for p in pairs))
+        samples, raw = [], []
+        for r, p in zip(aligner.align_many(((p.query_id, p.query_seq, p.target_id, p.target_seq) for p in pairs),
+                                           keep_plan=True), pairs):
+            match = plan_posteriors(r.plan).match  # one plan at a time: bounded memory
+            samples.append(calibration_samples(r.alignment, p, match))
+            raw.append(r.alignment.match_posterior)
         names = ", ".join(r.name for r in references)
-        cal = fit_calibration([r.alignment for r in results], pairs, max_knots=knots,
-                              fitted_on=f"{len(pairs)} pairs of {names} (split {split}, <= {max_length} residues)")
+        cal = fit_from_samples(samples, max_knots=knots,
+                               fitted_on=f"{len(pairs)} pairs of {names} (split {split}, <= {max_length} residues)")
         params, state, _ = load_checkpoint(source)
         provenance = (state.get("provenance", "") + " Calibrated confidences fitted with `sinkalign calibrate` on "
                       + cal.fitted_on + ".").strip()
@@ -106,14 +112,8 @@ def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, ou
                      calibration=cal.to_dict())
     except (ValueError, FileNotFoundError) as exc:
         raise click.ClickException(str(exc)) from exc
-    conf, hits = [], []
-    for r, p in zip(results, pairs):
-        aln = cal.apply(r.alignment)
-        ref = {tuple(x) for x in p.pairs.tolist()}
-        conf.append(aln.match_posterior)
-        hits.append(np.array([tuple(x) in ref for x in aln.pairs.tolist()], dtype=float))
-    conf, hits = np.concatenate(conf), np.concatenate(hits)
+    conf = np.concatenate([cal.match(s[0]) for s in samples])
+    hits = np.concatenate([s[1] for s in samples])
     console.print(f"{len(pairs)} pairs, {conf.size} aligned columns: mean raw posterior "
-                  f"{np.mean(np.concatenate([r.alignment.match_posterior for r in results])):.4f}, mean calibrated "
-                  f"{conf.mean():.3f}, precision {hits.mean():.3f}")
+                  f"{np.mean(np.concatenate(raw)):.4f}, mean calibrated {conf.mean():.3f}, precision {hits.mean():.3f}")
     console.print(f"wrote {out}")
