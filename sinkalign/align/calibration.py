@@ -38,7 +38,7 @@ import numpy as np
 
 from sinkalign.align.decode import Alignment, check_pairs
 
-__all__ = ["MATCH_FEATURES", "Calibration", "calibration_samples", "fit_calibration", "fit_from_samples",
+__all__ = ["MATCH_FEATURES", "Calibration", "calibration_samples", "column_feature", "fit_calibration", "fit_from_samples",
            "isotonic_knots", "local_share"]
 
 MATCH_FEATURES = ("local_share", "posterior")
@@ -104,6 +104,19 @@ def local_share(match, pairs, radius: int = 3) -> np.ndarray:
     return np.minimum(out, 1.0)
 
 
+def column_feature(aln: Alignment, match=None, feature: str = "local_share", radius: int = 3) -> np.ndarray:
+    """The match feature ``feature`` at each aligned pair of ``aln`` (raw posteriors):
+    ``posterior`` is ``aln.match_posterior``; ``local_share`` needs ``match``, the ``[m, n]``
+    match posteriors."""
+    if feature not in MATCH_FEATURES:
+        raise ValueError(f"match_feature={feature!r} is not one of {MATCH_FEATURES}")
+    if feature == "posterior":
+        return aln.match_posterior
+    if match is None:
+        raise ValueError("the local_share calibration needs the match posterior matrix (match=...)")
+    return local_share(match, aln.pairs, radius)
+
+
 @dataclass(frozen=True)
 class Calibration:
     """Monotone maps from raw to calibrated posteriors (knots as plain lists, JSON-ready)."""
@@ -136,13 +149,8 @@ class Calibration:
         return np.interp(np.asarray(p, dtype=np.float64), self.gap_x, self.gap_y)
 
     def feature(self, aln: Alignment, match=None) -> np.ndarray:
-        """The calibration's match feature at each aligned pair of ``aln`` (raw posteriors);
-        ``match``: the ``[m, n]`` match posteriors, needed by ``local_share``."""
-        if self.match_feature == "posterior":
-            return aln.match_posterior
-        if match is None:
-            raise ValueError("the local_share calibration needs the match posterior matrix (match=...)")
-        return local_share(match, aln.pairs, self.radius)
+        """This calibration's match feature at each aligned pair of ``aln`` (see :func:`column_feature`)."""
+        return column_feature(aln, match, self.match_feature, self.radius)
 
     def apply(self, aln: Alignment, match=None) -> Alignment:
         """The same alignment with calibrated posteriors and expected accuracy.
@@ -180,10 +188,9 @@ def calibration_samples(aln: Alignment, reference, match=None, *, match_feature:
     gap posterior, residue is unaligned in the reference)``, for its aligned pairs and its
     unaligned residues (both sides). ``reference``: aligned pairs ``[k, 2]`` or an object with
     ``.pairs``; ``match``: the ``[m, n]`` match posteriors (for ``local_share``)."""
-    probe = Calibration([0.0], [0.0], [0.0], [0.0], match_feature=match_feature, radius=radius)
     ref = check_pairs(getattr(reference, "pairs", reference), aln.m, aln.n)
     ref_set = {(int(i), int(j)) for i, j in ref}
-    mx = probe.feature(aln, match)
+    mx = column_feature(aln, match, match_feature, radius)
     my = np.array([(int(i), int(j)) in ref_set for i, j in aln.pairs], dtype=np.float64)
     gx, gy = [], []
     for side, gaps, length in ((0, aln.query_gap_posterior, aln.m), (1, aln.target_gap_posterior, aln.n)):
