@@ -27,7 +27,8 @@ from sinkalign.sinkhorn.dustbin import augment, dustbin_attention
 from sinkalign.sinkhorn.support import Piece, Support
 
 
-# the sweep dataclass of `sinkalign validate kernels`; batch 1 of a padded case loses 3 queries, 2 keys
+# the sweep dataclass of `sinkalign validate kernels`; here (make_inputs) a padded case also drops an
+# inner key of batch 0, besides 3 queries and 2 keys at the end of batch 1
 Case = KernelCase
 
 FAST_CASES = [  # each compiles the forward and 5 backward kernels (~8 s on a loaded 2-core CPU)

@@ -53,7 +53,9 @@ MODE = _triton_mode()
 
 
 @dataclass(frozen=True)
-class Case:
+class Shape:
+    """Name and problem shape shared by the plain and the dustbin cases."""
+
     name: str
     B: int
     H: int
@@ -62,6 +64,10 @@ class Case:
     d: int
     dv: int
     band: int | None
+
+
+@dataclass(frozen=True)
+class Case(Shape):
     n_iters: int = 2
     eps: float = 1.0
     pad: bool = False  # padded query rows / key columns
@@ -129,15 +135,7 @@ NAMES = ("O", "dQ", "dK", "dV")
 
 
 @dataclass(frozen=True)
-class DustbinCase:
-    name: str
-    B: int
-    H: int
-    Lq: int
-    Lk: int
-    d: int
-    dv: int
-    band: int | None
+class DustbinCase(Shape):
     variant: str = "banded"
     mass: str = "length"
     filler: int = 128
