@@ -84,6 +84,7 @@ class Aligner:
             raise ValueError(f"gap_weight={self.gap_weight} must be >= 0")
         self._embedder = embedder
         self.calibration = calibration
+        self.provenance = ""  # how the model was made (set by :meth:`load` from its state.json)
         run_cfg = config.replace(impl=backend)
         self._plans = jax.jit(lambda p, b: M.forward(p, b, run_cfg)[0])
 
@@ -101,7 +102,9 @@ class Aligner:
                 kwargs["calibration"] = Calibration.from_dict(state["calibration"])
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"{path}/state.json: bad calibration: {exc}") from exc
-        return cls(params, M.AlignerConfig.from_dict(state["model"]), **kwargs)
+        aligner = cls(params, M.AlignerConfig.from_dict(state["model"]), **kwargs)
+        aligner.provenance = state.get("provenance", "")
+        return aligner
 
     @property
     def embedder(self):

@@ -83,8 +83,7 @@ def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, ou
     from sinkalign.align.calibration import calibration_samples, fit_from_samples  # noqa: PLC0415
     from sinkalign.align.decode import plan_posteriors  # noqa: PLC0415
     from sinkalign.align.evaluate import load_reference_set  # noqa: PLC0415
-    from sinkalign.align.model import AlignerConfig  # noqa: PLC0415
-    from sinkalign.align.train import export_model, load_checkpoint  # noqa: PLC0415
+    from sinkalign.align.train import export_model  # noqa: PLC0415
 
     console = Console()
     try:
@@ -95,7 +94,7 @@ def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, ou
         if not pairs:
             raise ValueError(f"no reference pair of at most {max_length} residues in {[str(r) for r in references]}")
         source = model or default_model_path()
-        aligner = Aligner.load(source, calibration=None)
+        aligner = Aligner.load(source, calibration=None)  # the raw posteriors are what is fitted
         samples, raw = [], []
         for r, p in zip(aligner.align_many(((p.query_id, p.query_seq, p.target_id, p.target_seq) for p in pairs),
                                            keep_plan=True), pairs):
@@ -105,10 +104,9 @@ def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, ou
         names = ", ".join(r.name for r in references)
         cal = fit_from_samples(samples, max_knots=knots,
                                fitted_on=f"{len(pairs)} pairs of {names} (split {split}, <= {max_length} residues)")
-        params, state, _ = load_checkpoint(source)
-        provenance = (state.get("provenance", "") + " Calibrated confidences fitted with `sinkalign calibrate` on "
+        provenance = (aligner.provenance + " Calibrated confidences fitted with `sinkalign calibrate` on "
                       + cal.fitted_on + ".").strip()
-        export_model(out, params, AlignerConfig.from_dict(state["model"]), provenance=provenance,
+        export_model(out, aligner.params, aligner.config, provenance=provenance,
                      calibration=cal.to_dict())
     except (ValueError, FileNotFoundError) as exc:
         raise click.ClickException(str(exc)) from exc
