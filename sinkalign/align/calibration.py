@@ -18,8 +18,8 @@ Match feature (``match_feature``):
   ``C_ij = sum_{|d| <= r} M_{i+d, j}`` (``r = radius``, 3), in ``[0, 1]``. It does not
   depend on how diffuse the whole plan is, only on whether this pair stands out from its
   neighbours. On held-out Pfam families it ranks columns better than the raw posterior
-  (AUC 0.81 vs 0.66) and its calibration carries over (expected calibration error 0.03
-  vs 0.23).
+  (AUC 0.80 vs 0.67) and its calibration carries over (expected calibration error 0.05
+  vs 0.20; ``benchmarks/aligner_fit.py confidence``).
 * ``"posterior"``: the raw match posterior ``M_ij``.
 
 After calibration ``match_posterior`` is ``P(pair in reference)``, the gap posteriors of

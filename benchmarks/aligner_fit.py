@@ -1,0 +1,146 @@
+"""How the shipped aligners' free settings were chosen, and how well their confidences hold.
+
+Three parts, each printing a table (figures quoted in BENCHMARKS.md, "Aligner accuracy"):
+
+* ``grid``: micro-F1 of the BLOSUM62-diagonal initialisation (no training) for a grid of
+  window x eps on the Pfam *training* families (pairs up to 600 residues), the validation
+  families and the low-TM structure pairs (0.4 <= min TM < 0.5, outside the evaluation set),
+  with parasail Needleman-Wunsch on the same pairs.
+* ``dna``: the same for the DNA initialisation on the MADE1 family, split by sequence: the
+  grid is scored on pairs among the even-numbered sequences, the chosen setting also on pairs
+  among the others.
+* ``confidence``: for the shipped protein model, how well its calibrated confidences match
+  the fraction of right columns on validation pairs (AUC, expected calibration error, bins),
+  next to an isotonic map fitted on the raw posterior instead.
+
+    python benchmarks/aligner_fit.py grid --shards SHARDS --tmalign valid.tsv
+    python benchmarks/aligner_fit.py dna --made1 MADE1_dfam_dna.sto
+    python benchmarks/aligner_fit.py confidence --shards SHARDS
+
+``SHARDS`` is ``sinkalign shards build ../shared/data/pfam_seed/*.sto --alphabet protein
+--split 0.6,0.2,0.2 --seed 0 --max-pairs-per-family 300``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from sinkalign.align import model as M
+from sinkalign.align.aligner import Aligner
+from sinkalign.align.baselines import Scoring, align_pair
+from sinkalign.align.calibration import fit_calibration, local_share
+from sinkalign.align.decode import plan_posteriors
+from sinkalign.align.evaluate import load_reference_set
+from sinkalign.align.metrics import micro_average, pair_scores
+from sinkalign.io.alignments import read_tmalign_pairs
+
+
+def f1(preds, pairs) -> float:
+    return micro_average([pair_scores(a, p.pairs) for a, p in zip(preds, pairs)])["f1"]
+
+
+def run(aligner, pairs, keep_plan=False):
+    return list(aligner.align_many(((p.query_id, p.query_seq, p.target_id, p.target_seq) for p in pairs),
+                                   keep_plan=keep_plan))
+
+
+def nw(pairs, scoring) -> float:
+    return f1([align_pair(p.query_seq, p.target_seq, "nw", scoring=scoring).pairs for p in pairs], pairs)
+
+
+def init_aligner(alphabet: str, **settings) -> Aligner:
+    cfg = M.AlignerConfig(alphabet=alphabet, embedder={"name": "none"}, feature_dim=0, **settings)
+    return Aligner(M.init_params(cfg), cfg)
+
+
+def grid(args) -> None:
+    short = lambda ps: [p for p in ps if max(len(p.query_seq), len(p.target_seq)) <= 600]  # noqa: E731
+    sets = {
+        "train": short(load_reference_set(args.shards, split="train", max_pairs=args.pairs, seed=1)),
+        "valid": short(load_reference_set(args.shards, split="valid", max_pairs=args.pairs, seed=1)),
+        "tm_0.4-0.5": short([p for p in read_tmalign_pairs(args.tmalign, min_tm=0.4)
+                             if min(p.meta["tm1"], p.meta["tm2"]) < 0.5][: args.pairs]),
+    }
+    print("pairs:", {k: len(v) for k, v in sets.items()})
+    print("NW:", {k: round(nw(v, Scoring.protein()), 3) for k, v in sets.items()})
+    for window in args.windows:
+        for eps in args.eps:
+            al = init_aligner("protein", window=window, eps=eps)
+            row = {k: round(f1([r.alignment.pairs for r in run(al, v)], v), 3) for k, v in sets.items()}
+            print(f"window {window:3d} eps {eps:5.2f}:", row, flush=True)
+
+
+def dna(args) -> None:
+    pairs = load_reference_set(args.made1)
+    ids = sorted({p.query_id for p in pairs} | {p.target_id for p in pairs})
+    half = set(ids[::2])
+    rng = np.random.default_rng(0)
+    tune = [p for p in pairs if p.query_id in half and p.target_id in half]
+    held = [p for p in pairs if p.query_id not in half and p.target_id not in half]
+    tune = [tune[i] for i in sorted(rng.choice(len(tune), min(args.pairs, len(tune)), replace=False))]
+    held = [held[i] for i in sorted(rng.choice(len(held), min(args.pairs, len(held)), replace=False))]
+    print(f"NW: tune {nw(tune, Scoring.dna()):.3f}, held {nw(held, Scoring.dna()):.3f}")
+    for window in args.windows:
+        for eps in args.eps:
+            al = init_aligner("dna", window=window, eps=eps)
+            print(f"window {window:3d} eps {eps:5.2f}: tune {f1([r.alignment.pairs for r in run(al, tune)], tune):.3f}"
+                  f" held {f1([r.alignment.pairs for r in run(al, held)], held):.3f}", flush=True)
+
+
+def _reliability(conf, hit) -> str:
+    bins = np.digitize(conf, [0.5, 0.7, 0.9])
+    ece = sum(abs(conf[bins == b].mean() - hit[bins == b].mean()) * (bins == b).mean()
+              for b in range(4) if (bins == b).any())
+    pos, neg = conf[hit == 1], conf[hit == 0]
+    auc = (pos[:, None] > neg[None, :]).mean() + 0.5 * (pos[:, None] == neg[None, :]).mean()
+    cells = ", ".join(f"{conf[bins == b].mean():.2f} -> {hit[bins == b].mean():.2f} (n={(bins == b).sum()})"
+                      for b in range(4) if (bins == b).any())
+    return f"AUC {auc:.3f}, ECE {ece:.3f}; mean confidence -> fraction right: {cells}"
+
+
+def confidence(args) -> None:
+    shipped = Aligner.load()
+    raw_aligner = Aligner.load(calibration=None)
+    train = [p for p in load_reference_set(args.shards, split="train")
+             if max(len(p.query_seq), len(p.target_seq)) <= 600]
+    valid = load_reference_set(args.shards, split="valid", max_pairs=args.pairs, seed=2)
+    fitted = run(raw_aligner, train)
+    raw_cal = fit_calibration([r.alignment for r in fitted], train, match_feature="posterior")
+    conf_s, conf_r, hit = [], [], []
+    for res, p in zip(run(raw_aligner, valid, keep_plan=True), valid):
+        ref = {tuple(x) for x in p.pairs.tolist()}
+        match = plan_posteriors(res.plan).match
+        conf_s.append(shipped.calibration.match(local_share(match, res.alignment.pairs, shipped.calibration.radius)))
+        conf_r.append(raw_cal.match(res.alignment.match_posterior))
+        hit.append(np.array([tuple(x) in ref for x in res.alignment.pairs.tolist()], dtype=float))
+    hit = np.concatenate(hit)
+    print(f"{len(valid)} validation pairs, {hit.size} aligned columns, precision {hit.mean():.3f}")
+    print("shipped (local share):", _reliability(np.concatenate(conf_s), hit))
+    print("raw posterior, isotonic on the same training pairs:", _reliability(np.concatenate(conf_r), hit))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="part", required=True)
+    g = sub.add_parser("grid")
+    g.add_argument("--shards", required=True)
+    g.add_argument("--tmalign", required=True)
+    g.add_argument("--pairs", type=int, default=80)
+    g.add_argument("--windows", type=int, nargs="+", default=[4, 8, 12, 16, 24, 32])
+    g.add_argument("--eps", type=float, nargs="+", default=[0.35, 1.0, 2.5, 6.0, 10.0])
+    d = sub.add_parser("dna")
+    d.add_argument("--made1", required=True)
+    d.add_argument("--pairs", type=int, default=400)
+    d.add_argument("--windows", type=int, nargs="+", default=[4, 8, 16])
+    d.add_argument("--eps", type=float, nargs="+", default=[1.0, 3.0, 6.0])
+    c = sub.add_parser("confidence")
+    c.add_argument("--shards", required=True)
+    c.add_argument("--pairs", type=int, default=150)
+    args = ap.parse_args()
+    {"grid": grid, "dna": dna, "confidence": confidence}[args.part](args)
+
+
+if __name__ == "__main__":
+    main()
