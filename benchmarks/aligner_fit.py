@@ -1,11 +1,15 @@
 """How the shipped aligners' free settings were chosen, and how well their confidences hold.
 
-Three parts, each printing a table (figures quoted in BENCHMARKS.md, "Aligner accuracy"):
+Four parts, each printing a table (figures quoted in BENCHMARKS.md, "Aligner accuracy"):
 
 * ``grid``: micro-F1 of the BLOSUM62-diagonal initialisation (no training) for a grid of
   window x eps on the Pfam *training* families (pairs up to 600 residues), the validation
   families and the low-TM structure pairs (0.4 <= min TM < 0.5, outside the evaluation set),
   with parasail Needleman-Wunsch on the same pairs.
+* ``matrices``: the shipped window and eps with other substitution matrices in place of
+  BLOSUM62 (each rescaled to BLOSUM62's standard deviation over the 20 standard residues),
+  chosen on all training and validation pairs, then reported on the test families and the
+  structure pairs (min TM >= 0.5) next to BLOSUM62 and Needleman-Wunsch.
 * ``dna``: the same for the DNA initialisation on the MADE1 family, split by sequence: the
   grid is scored on pairs among the even-numbered sequences, the chosen setting also on pairs
   among the others.
@@ -14,6 +18,7 @@ Three parts, each printing a table (figures quoted in BENCHMARKS.md, "Aligner ac
   next to an isotonic map fitted on the raw posterior instead.
 
     python benchmarks/aligner_fit.py grid --shards SHARDS --tmalign valid.tsv
+    python benchmarks/aligner_fit.py matrices --shards SHARDS --tmalign valid.tsv
     python benchmarks/aligner_fit.py dna --made1 MADE1_dfam_dna.sto
     python benchmarks/aligner_fit.py confidence --shards SHARDS
 
@@ -70,6 +75,52 @@ def grid(args) -> None:
             al = init_aligner("protein", window=window, eps=eps)
             row = {k: round(f1([r.alignment.pairs for r in run(al, v)], v), 3) for k, v in sets.items()}
             print(f"window {window:3d} eps {eps:5.2f}:", row, flush=True)
+
+
+def _rescaled(name: str) -> np.ndarray:
+    """A Biopython matrix over the model's alphabet (X row and column 0), with BLOSUM62's spread."""
+    from Bio.Align import substitution_matrices  # noqa: PLC0415
+
+    symbols = M.ALPHABETS["protein"]
+
+    def load(n):
+        mat = substitution_matrices.load(n)
+        out = np.zeros((len(symbols), len(symbols)))
+        out[:20, :20] = [[mat[a, b] for b in symbols[:20]] for a in symbols[:20]]
+        return out
+
+    return load(name) * load("BLOSUM62")[:20, :20].std() / load(name)[:20, :20].std()
+
+
+def matrices(args) -> None:
+    import jax.numpy as jnp  # noqa: PLC0415
+
+    fits = lambda ps: [p for p in ps if max(len(p.query_seq), len(p.target_seq)) <= 600]  # noqa: E731
+    choose = {"train": fits(load_reference_set(args.shards, split="train")),
+              "valid": load_reference_set(args.shards, split="valid")}
+    report = {"test": load_reference_set(args.shards, split="test"),
+              "tm>=0.5": list(read_tmalign_pairs(args.tmalign, min_tm=0.5))}
+    cfg = M.AlignerConfig(alphabet="protein", embedder={"name": "none"}, feature_dim=0, window=16, eps=6.0)
+    weights = 1.0 - np.abs(np.arange(-16, 17)) / 17
+
+    def aligner_for(name):
+        params = dict(M.init_params(cfg))
+        params["sub"] = jnp.asarray((weights[:, None, None] * _rescaled(name)[None] / 16.0).astype(np.float32))
+        return Aligner(params, cfg)
+
+    print("pairs:", {k: len(v) for k, v in {**choose, **report}.items()})
+    print("NW:", {k: round(nw(v, Scoring.protein()), 3) for k, v in {**choose, **report}.items()})
+    scores = {}
+    for name in args.matrices:
+        al = aligner_for(name)
+        scores[name] = {k: f1([r.alignment.pairs for r in run(al, v)], v) for k, v in choose.items()}
+        pooled = sum(scores[name][k] * len(v) for k, v in choose.items()) / sum(map(len, choose.values()))
+        print(f"{name:12s}", {k: round(x, 3) for k, x in scores[name].items()}, f"pooled {pooled:.3f}", flush=True)
+    best = max(scores, key=lambda n: sum(scores[n][k] * len(v) for k, v in choose.items()))
+    for name in dict.fromkeys([best, "BLOSUM62"]):
+        al = aligner_for(name)
+        print(f"held out, {name}:", {k: round(f1([r.alignment.pairs for r in run(al, v)], v), 3)
+                                     for k, v in report.items()}, flush=True)
 
 
 def dna(args) -> None:
@@ -130,6 +181,11 @@ def main() -> None:
     g.add_argument("--pairs", type=int, default=80)
     g.add_argument("--windows", type=int, nargs="+", default=[4, 8, 12, 16, 24, 32])
     g.add_argument("--eps", type=float, nargs="+", default=[0.35, 1.0, 2.5, 6.0, 10.0])
+    x = sub.add_parser("matrices")
+    x.add_argument("--shards", required=True)
+    x.add_argument("--tmalign", required=True)
+    x.add_argument("--matrices", nargs="+", default=["BLOSUM62", "BLOSUM45", "BLOSUM80", "GONNET1992", "BENNER74",
+                                                     "PAM250", "STR", "JOHNSON"])
     d = sub.add_parser("dna")
     d.add_argument("--made1", required=True)
     d.add_argument("--pairs", type=int, default=400)
@@ -139,7 +195,7 @@ def main() -> None:
     c.add_argument("--shards", required=True)
     c.add_argument("--pairs", type=int, default=150)
     args = ap.parse_args()
-    {"grid": grid, "dna": dna, "confidence": confidence}[args.part](args)
+    {"grid": grid, "matrices": matrices, "dna": dna, "confidence": confidence}[args.part](args)
 
 
 if __name__ == "__main__":

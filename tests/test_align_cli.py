@@ -86,6 +86,32 @@ def test_nucleotide_inputs_get_the_shipped_dna_model(tmp_path):
         default_model_path("rna")
 
 
+def test_without_model_each_fasta_is_read_once(tmp_path, monkeypatch):
+    """Picking the shipped model reads each file once (as "auto"); a nucleotide record that
+    meets the protein model is aligned as protein, the same as reading it as protein."""
+    import sinkalign.pipelines.align as pipeline
+
+    calls = []
+    real = pipeline.read_fasta
+    monkeypatch.setattr(pipeline, "read_fasta", lambda path, **kw: calls.append((str(path), kw)) or real(path, **kw))
+    (tmp_path / "n.fa").write_text(">n\nACGTACGGTACCAGTTAGCA\n")
+    (tmp_path / "p.fa").write_text(">p\nMKVLAAGHWERTYLLKPQ\n")
+    out = tmp_path / "x.tsv"
+    r = CliRunner().invoke(cli, ["align", str(tmp_path / "n.fa"), str(tmp_path / "p.fa"), "-o", str(out),
+                                 "--no-progress"])
+    assert r.exit_code == 0, r.output
+    assert [c[0] for c in calls] == [str(tmp_path / "n.fa"), str(tmp_path / "p.fa")]
+    assert all(kw == {"alphabet": "auto"} for _, kw in calls)
+    expect = Aligner.load(default_model_path("protein")).align("ACGTACGGTACCAGTTAGCA", "MKVLAAGHWERTYLLKPQ")
+    row = out.read_text().splitlines()[1].split("\t")
+    assert float(row[10]) == pytest.approx(expect.alignment.mean_posterior, rel=1e-6)
+    calls.clear()  # with --model the file is read once, in the model's alphabet
+    r = CliRunner().invoke(cli, ["align", str(tmp_path / "n.fa"), str(tmp_path / "p.fa"), "-o", str(out),
+                                 "--model", str(default_model_path("protein")), "--no-progress"])
+    assert r.exit_code == 0, r.output
+    assert [kw for _, kw in calls] == [{"alphabet": "protein"}] * 2
+
+
 def test_all_vs_all_tsv_in_input_order(fastas, tmp_path):
     out = tmp_path / "x.tsv"
     r = CliRunner().invoke(cli, ["align", str(fastas[0]), str(fastas[1]), "-o", str(out), "--no-progress"])

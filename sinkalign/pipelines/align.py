@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sinkalign.io.fasta import read_fasta
+from sinkalign.io.fasta import read_fasta, validate_residues
 from sinkalign.io.writers import write_alignments
 from sinkalign.utils import atomic_write
 
@@ -32,6 +33,18 @@ def _load_aligner(model, embedder, esm_weights, backend, gap_weight):
     return aligner
 
 
+def _as_alphabet(records, path, alphabet):
+    """``records`` read with ``alphabet="auto"``, each checked against and labelled ``alphabet``."""
+    out = []
+    for n, rec in enumerate(records, start=1):
+        if rec.alphabet != alphabet:
+            validate_residues(rec.seq, alphabet, where=f"{path}: record {rec.id!r} (#{n})", path=path,
+                              record_id=rec.id, record_number=n)
+            rec = dataclasses.replace(rec, alphabet=alphabet)
+        out.append(rec)
+    return out
+
+
 def align_fasta(query_fasta, target_fasta, *, output=None, fmt="tsv", pairing="all", model=None, embedder=None,
                 esm_weights=None, backend="reference", plan_out=None, batch_size=8, gap_weight=None,
                 progress=False) -> int:
@@ -41,15 +54,21 @@ def align_fasta(query_fasta, target_fasta, *, output=None, fmt="tsv", pairing="a
     Records are validated while read (errors name file, record and position); results are
     written in input order, atomically.
     """
+    queries = targets = None
     if model is None:  # the shipped model for the input: DNA when every record is nucleotides
         from sinkalign.align.aligner import default_model_path  # noqa: PLC0415
 
-        kinds = {r.alphabet for path in (query_fasta, target_fasta) for r in read_fasta(path, alphabet="auto")}
+        queries, targets = (list(read_fasta(path, alphabet="auto")) for path in (query_fasta, target_fasta))
+        kinds = {r.alphabet for r in queries + targets}
         model = default_model_path("dna" if kinds == {"dna"} else "protein")
     aligner = _load_aligner(model, embedder, esm_weights, backend, gap_weight)
     alphabet = aligner.config.alphabet
-    queries = list(read_fasta(query_fasta, alphabet=alphabet))
-    targets = list(read_fasta(target_fasta, alphabet=alphabet))
+    if queries is None:
+        queries = list(read_fasta(query_fasta, alphabet=alphabet))
+        targets = list(read_fasta(target_fasta, alphabet=alphabet))
+    else:  # each file was read once, as "auto": records of the other kind are checked again
+        queries = _as_alphabet(queries, query_fasta, alphabet)
+        targets = _as_alphabet(targets, target_fasta, alphabet)
     if pairing == "zip":
         if len(queries) != len(targets):
             raise ValueError(f"--pairing zip needs equal record counts: {query_fasta} has {len(queries)}, "
