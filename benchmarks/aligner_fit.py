@@ -89,35 +89,30 @@ def _rescaled(name: str) -> np.ndarray:
         out[:20, :20] = [[mat[a, b] for b in symbols[:20]] for a in symbols[:20]]
         return out
 
-    return load(name) * load("BLOSUM62")[:20, :20].std() / load(name)[:20, :20].std()
+    mat = load(name)
+    return mat * load("BLOSUM62")[:20, :20].std() / mat[:20, :20].std()
 
 
 def matrices(args) -> None:
-    import jax.numpy as jnp  # noqa: PLC0415
-
     fits = lambda ps: [p for p in ps if max(len(p.query_seq), len(p.target_seq)) <= 600]  # noqa: E731
     choose = {"train": fits(load_reference_set(args.shards, split="train")),
               "valid": load_reference_set(args.shards, split="valid")}
     report = {"test": load_reference_set(args.shards, split="test"),
               "tm>=0.5": list(read_tmalign_pairs(args.tmalign, min_tm=0.5))}
-    cfg = M.AlignerConfig(alphabet="protein", embedder={"name": "none"}, feature_dim=0, window=16, eps=6.0)
-    weights = 1.0 - np.abs(np.arange(-16, 17)) / 17
+    cfg = M.preset("default", embedder={"name": "none"}, feature_dim=0)  # the shipped window and eps
 
     def aligner_for(name):
-        params = dict(M.init_params(cfg))
-        params["sub"] = jnp.asarray((weights[:, None, None] * _rescaled(name)[None] / 16.0).astype(np.float32))
-        return Aligner(params, cfg)
+        return Aligner(M.init_params(cfg, substitution=_rescaled(name) / 16.0), cfg)
 
     print("pairs:", {k: len(v) for k, v in {**choose, **report}.items()})
     print("NW:", {k: round(nw(v, Scoring.protein()), 3) for k, v in {**choose, **report}.items()})
-    scores = {}
+    pooled = {}
     for name in args.matrices:
         al = aligner_for(name)
-        scores[name] = {k: f1([r.alignment.pairs for r in run(al, v)], v) for k, v in choose.items()}
-        pooled = sum(scores[name][k] * len(v) for k, v in choose.items()) / sum(map(len, choose.values()))
-        print(f"{name:12s}", {k: round(x, 3) for k, x in scores[name].items()}, f"pooled {pooled:.3f}", flush=True)
-    best = max(scores, key=lambda n: sum(scores[n][k] * len(v) for k, v in choose.items()))
-    for name in dict.fromkeys([best, "BLOSUM62"]):
+        scores = {k: f1([r.alignment.pairs for r in run(al, v)], v) for k, v in choose.items()}
+        pooled[name] = sum(scores[k] * len(v) for k, v in choose.items()) / sum(map(len, choose.values()))
+        print(f"{name:12s}", {k: round(x, 3) for k, x in scores.items()}, f"pooled {pooled[name]:.3f}", flush=True)
+    for name in dict.fromkeys([max(pooled, key=pooled.get), "BLOSUM62"]):
         al = aligner_for(name)
         print(f"held out, {name}:", {k: round(f1([r.alignment.pairs for r in run(al, v)], v), 3)
                                      for k, v in report.items()}, flush=True)

@@ -102,6 +102,10 @@ def test_without_model_each_fasta_is_read_once(tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     assert [c[0] for c in calls] == [str(tmp_path / "n.fa"), str(tmp_path / "p.fa")]
     assert all(kw == {"alphabet": "auto"} for _, kw in calls)
+    # why the "auto" records need no second check against the protein model:
+    from sinkalign.io.fasta import AMBIGUOUS, STANDARD
+
+    assert STANDARD["dna"] | AMBIGUOUS["dna"] <= STANDARD["protein"] | AMBIGUOUS["protein"]
     expect = Aligner.load(default_model_path("protein")).align("ACGTACGGTACCAGTTAGCA", "MKVLAAGHWERTYLLKPQ")
     row = out.read_text().splitlines()[1].split("\t")
     assert float(row[10]) == pytest.approx(expect.alignment.mean_posterior, rel=1e-6)

@@ -49,6 +49,25 @@ def test_initial_scores_are_the_blosum_diagonal_sum():
             assert S[i, j] == pytest.approx(want, abs=1e-5)
 
 
+def test_initial_scores_from_a_given_substitution_matrix():
+    """``init_params(substitution=...)`` puts another per-residue score on the same diagonal weights."""
+    cfg = M.AlignerConfig(window=2)
+    sub = np.random.default_rng(3).normal(size=(cfg.n_symbols, cfg.n_symbols))
+    params = M.init_params(cfg, substitution=sub)
+    a, b = "MKVLAAGHW", "MKILSAGW"
+    batch = M.make_batch([(a, b, None, None, None)], cfg, 12, 12)
+    q, k = M.queries_keys(params, batch, cfg)
+    S = np.asarray(q[0] @ k[0].T) / np.sqrt(cfg.qk_dim)
+    idx = {c: n for n, c in enumerate(M.ALPHABETS["protein"])}
+    for i in range(len(a)):
+        for j in range(len(b)):
+            want = sum((1 - abs(s) / 3) * sub[idx[a[i + s]], idx[b[j + s]]]
+                       for s in range(-2, 3) if 0 <= i + s < len(a) and 0 <= j + s < len(b))
+            assert S[i, j] == pytest.approx(want, abs=1e-5)
+    with pytest.raises(ValueError, match=r"substitution has shape \(20, 20\), expected \(21, 21\)"):
+        M.init_params(cfg, substitution=sub[:20, :20])
+
+
 def _batch(cfg, n=3, L=24, seed=0):
     rng = np.random.default_rng(seed)
     items = []

@@ -185,12 +185,20 @@ def _substitution_init(alphabet: str) -> np.ndarray:
     return m / 16.0
 
 
-def init_params(config: AlignerConfig, seed: int = 0) -> dict:
-    """Initial parameters: BLOSUM62-diagonal substitution, small learned context part."""
+def init_params(config: AlignerConfig, seed: int = 0, *, substitution: np.ndarray | None = None) -> dict:
+    """Initial parameters: BLOSUM62-diagonal substitution, small learned context part.
+
+    ``substitution`` (``[A, A]`` over ``ALPHABETS[config.alphabet]``) replaces the default
+    per-residue score (BLOSUM62 / 16 or +2/-3 / 16); the triangular diagonal weights apply
+    to it the same way.
+    """
     rng = np.random.default_rng(seed)
     K = config.window
     w = 1.0 - np.abs(np.arange(-K, K + 1)) / (K + 1)
-    sub = w[:, None, None] * _substitution_init(config.alphabet)[None]
+    base = _substitution_init(config.alphabet) if substitution is None else np.asarray(substitution, np.float64)
+    if base.shape != (config.n_symbols, config.n_symbols):
+        raise ValueError(f"substitution has shape {base.shape}, expected {(config.n_symbols,) * 2}")
+    sub = w[:, None, None] * base[None]
     params = {"sub": sub.astype(np.float32)}
     if config.feature_dim:
         C, F = config.ctx_dim, config.feature_dim

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import os
 import sys
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sinkalign.io.fasta import read_fasta, validate_residues
+from sinkalign.io.fasta import read_fasta
 from sinkalign.io.writers import write_alignments
 from sinkalign.utils import atomic_write
 
@@ -33,18 +32,6 @@ def _load_aligner(model, embedder, esm_weights, backend, gap_weight):
     return aligner
 
 
-def _as_alphabet(records, path, alphabet):
-    """``records`` read with ``alphabet="auto"``, each checked against and labelled ``alphabet``."""
-    out = []
-    for n, rec in enumerate(records, start=1):
-        if rec.alphabet != alphabet:
-            validate_residues(rec.seq, alphabet, where=f"{path}: record {rec.id!r} (#{n})", path=path,
-                              record_id=rec.id, record_number=n)
-            rec = dataclasses.replace(rec, alphabet=alphabet)
-        out.append(rec)
-    return out
-
-
 def align_fasta(query_fasta, target_fasta, *, output=None, fmt="tsv", pairing="all", model=None, embedder=None,
                 esm_weights=None, backend="reference", plan_out=None, batch_size=8, gap_weight=None,
                 progress=False) -> int:
@@ -62,13 +49,14 @@ def align_fasta(query_fasta, target_fasta, *, output=None, fmt="tsv", pairing="a
         kinds = {r.alphabet for r in queries + targets}
         model = default_model_path("dna" if kinds == {"dna"} else "protein")
     aligner = _load_aligner(model, embedder, esm_weights, backend, gap_weight)
-    alphabet = aligner.config.alphabet
+    # Records read as "auto" are kept as they are: the DNA model is only chosen when every
+    # record is DNA, and a DNA record is also a valid protein record (each nucleotide and
+    # IUPAC letter is an amino-acid letter or an accepted ambiguous one: U, B), with the
+    # same residue string. Only ids and residues are used below.
     if queries is None:
+        alphabet = aligner.config.alphabet
         queries = list(read_fasta(query_fasta, alphabet=alphabet))
         targets = list(read_fasta(target_fasta, alphabet=alphabet))
-    else:  # each file was read once, as "auto": records of the other kind are checked again
-        queries = _as_alphabet(queries, query_fasta, alphabet)
-        targets = _as_alphabet(targets, target_fasta, alphabet)
     if pairing == "zip":
         if len(queries) != len(targets):
             raise ValueError(f"--pairing zip needs equal record counts: {query_fasta} has {len(queries)}, "
