@@ -227,9 +227,9 @@ def main() -> None:
     h = sub.add_parser("pairhmm")
     h.add_argument("--shards", required=True)
     h.add_argument("--tmalign", required=True)
-    h.add_argument("--lam", type=float, nargs="+", default=[0.2, 0.3466, 0.5, 0.7])
+    h.add_argument("--lam", type=float, nargs="+", default=[0.1, 0.15, 0.2, 0.3466])
     h.add_argument("--gaps", type=lambda x: tuple(map(int, x.split("/"))), nargs="+",
-                   default=[(11, 1), (11, 2), (14, 2), (17, 2), (20, 2), (14, 3)], help="OPEN/EXTEND ...")
+                   default=[(11, 1), (17, 2), (24, 2), (32, 2), (40, 2), (24, 3)], help="OPEN/EXTEND ...")
     d = sub.add_parser("dna")
     d.add_argument("--made1", required=True)
     d.add_argument("--pairs", type=int, default=400)
