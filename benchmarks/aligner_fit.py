@@ -126,9 +126,8 @@ def matrices(args) -> None:
                                      for k, v in report.items()}, flush=True)
 
 
-def _f1_low(preds, pairs, below=30.0) -> str:
-    """'overall / below-``below``%-identity (pairs)' F1."""
-    low = [i for i, p in enumerate(pairs) if percent_identity(p.query_seq, p.target_seq, p.pairs) < below]
+def _f1_low(preds, pairs, low) -> str:
+    """'overall / on the pairs at indices ``low`` (their count)' F1."""
     return f"{f1(preds, pairs):.3f} / {f1([preds[i] for i in low], [pairs[i] for i in low]):.3f} ({len(low)})"
 
 
@@ -158,7 +157,8 @@ def pairhmm(args) -> None:
                 "pair-HMM MEA": phmm(v, lam, go, ge),
                 "NW": [align_pair(p.query_seq, p.target_seq, "nw").pairs for p in v],
                 "SW": [align_pair(p.query_seq, p.target_seq, "sw").pairs for p in v]}
-        print(f"  {k}: " + "; ".join(f"{name} {_f1_low(preds, v)}" for name, preds in rows.items()), flush=True)
+        low = [i for i, p in enumerate(v) if percent_identity(p.query_seq, p.target_seq, p.pairs) < 30.0]
+        print(f"  {k}: " + "; ".join(f"{name} {_f1_low(preds, v, low)}" for name, preds in rows.items()), flush=True)
 
 
 def dna(args) -> None:

@@ -181,6 +181,12 @@ def _score_lookup(scoring: Scoring) -> tuple[np.ndarray, np.ndarray]:
     return lut, np.asarray(sub, dtype=np.float64)
 
 
+def _residue_indices(seq: str, scoring: Scoring) -> np.ndarray:
+    """Rows of :func:`_score_lookup`'s table for the letters of ``seq`` (cleaned by :func:`_clean`)."""
+    lut, _ = _score_lookup(scoring)
+    return lut[np.frombuffer(seq.encode("ascii"), dtype=np.uint8)]
+
+
 def score_pairs(query: str, target: str, pairs: Any, *, method: str = "nw", scoring: Scoring | None = None) -> float:
     """Score of the best alignment with exactly these aligned ``pairs`` ``[k, 2]``.
 
@@ -196,9 +202,8 @@ def score_pairs(query: str, target: str, pairs: Any, *, method: str = "nw", scor
     q = _clean(query, "query", scoring)
     t = _clean(target, "target", scoring)
     p = check_pairs(pairs, len(q), len(t))
-    lut, table = _score_lookup(scoring)
-    qi = lut[np.frombuffer(q.encode("ascii"), dtype=np.uint8)]
-    ti = lut[np.frombuffer(t.encode("ascii"), dtype=np.uint8)]
+    table = _score_lookup(scoring)[1]
+    qi, ti = _residue_indices(q, scoring), _residue_indices(t, scoring)
     total = float(table[qi[p[:, 0]], ti[p[:, 1]]].sum())
     if p.shape[0] == 0:
         return 0.0 if method == "sw" else -float(scoring.gap_cost(len(q)) + scoring.gap_cost(len(t)))

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sinkalign.align.baselines import Scoring, _clean, _score_lookup
+from sinkalign.align.baselines import Scoring, _clean, _residue_indices, _score_lookup
 from sinkalign.align.decode import Alignment, mea_from_posteriors
 
 __all__ = ["BLOSUM62_LAMBDA", "MAX_LENGTH", "log_partition", "match_posteriors", "pairhmm_align", "pairhmm_posteriors"]
@@ -45,8 +45,9 @@ def _log_partition(s, m, n, go, ge):
 
     Cells are indexed by ``(i, j)``, ``0 <= i <= m, 0 <= j <= n`` (prefix lengths); diagonal
     ``d = i + j`` is a vector over ``i``. State values are log sums over paths ending at the
-    cell in that state: match ``Mx`` (``i`` aligned to ``j``), query gap ``X`` (``i``
-    unaligned), target gap ``Y`` (``j`` unaligned). The start is ``Mx[0, 0] = 0``.
+    cell in that state: match ``M`` (``i`` aligned to ``j``), query gap ``X`` (``i``
+    unaligned), target gap ``Y`` (``j`` unaligned); ``M1, X1, Y1`` and ``M2, X2, Y2`` hold
+    diagonals ``d - 1`` and ``d - 2``. The start is ``M[0, 0] = 0``.
     """
     Mp, Np = s.shape
     rows = jnp.arange(Mp + 1)  # [Mp + 1] i on every diagonal
@@ -156,10 +157,9 @@ def match_posteriors(scores, gap_open: float, gap_extend: float) -> np.ndarray:
 
 
 def _scores(q: str, t: str, scoring: Scoring) -> np.ndarray:
-    lut, table = _score_lookup(scoring)
-    qi = lut[np.frombuffer(q.encode("ascii"), dtype=np.uint8)]
-    ti = lut[np.frombuffer(t.encode("ascii"), dtype=np.uint8)]
-    return table[qi][:, ti]
+    """``[len(q), len(t)]`` substitution scores of two cleaned sequences."""
+    table = _score_lookup(scoring)[1]
+    return table[_residue_indices(q, scoring)][:, _residue_indices(t, scoring)]
 
 
 def _check_lam(lam: float) -> float:
