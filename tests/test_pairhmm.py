@@ -11,7 +11,6 @@ import pytest
 
 from sinkalign.align.baselines import Scoring, align_pair, score_pairs
 from sinkalign.align.pairhmm import (
-    BLOSUM62_LAMBDA,
     log_partition,
     match_posteriors,
     pairhmm_align,
@@ -166,10 +165,6 @@ def test_dna_scoring():
     post = pairhmm_posteriors("ACGTACGT", "ACGACGT", scoring=Scoring.dna(), lam=1.0)
     assert post.shape == (8, 7)
     assert post[0, 0] > 0.9 and post[7, 6] > 0.9
-
-
-def test_default_lam_is_blosum62_half_bits():
-    assert BLOSUM62_LAMBDA == pytest.approx(math.log(2) / 2)
 
 
 @pytest.mark.parametrize(
