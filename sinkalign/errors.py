@@ -1,0 +1,68 @@
+"""The errors sinkalign raises for problems a user can fix.
+
+Every class here is a :class:`SinkalignError`. The command-line interface turns these (and
+only these) into a one-line ``Error: ...`` message with exit status 1; any other exception is
+a bug and keeps its traceback. Most are also :class:`ValueError` (or the matching built-in),
+so code written against the plain built-ins keeps working::
+
+    try:
+        records = sa.read_fasta("query.fasta")
+    except sa.InputError as err:      # also a ValueError
+        print(err)                     # names file, record and position
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AlphabetError",
+    "CheckpointError",
+    "DependencyError",
+    "FormatError",
+    "InputError",
+    "OutputExistsError",
+    "SinkalignError",
+]
+
+
+class SinkalignError(Exception):
+    """Base class of every error a user can act on (bad input, missing extra, ...)."""
+
+
+class InputError(SinkalignError, ValueError):
+    """Bad input: an option value, a file's contents, a sequence. The message names which."""
+
+
+class FormatError(InputError):
+    """A file is not valid in the format it was read as (FASTA, Stockholm, PIR, shards, ...)."""
+
+
+class AlphabetError(InputError):
+    """Sequences of the wrong kind (DNA given to a protein model, a mixed file, ...)."""
+
+
+class CheckpointError(SinkalignError, ValueError):
+    """A model or run directory is missing, incomplete or inconsistent."""
+
+
+class OutputExistsError(SinkalignError, FileExistsError):
+    """An output already exists and the user did not ask to replace it."""
+
+
+class DependencyError(SinkalignError, ImportError):
+    """An optional dependency is missing; the message names the extra to install."""
+
+
+def require(module: str, extra: str, what: str):
+    """Import ``module`` or raise :class:`DependencyError` naming the pip extra to install.
+
+    ``what`` says what needed it (e.g. ``"sinkalign generate-dna"``).
+    """
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise DependencyError(
+            f"{what} needs {module.split('.')[0]}, which is not installed; install the "
+            f"'{extra}' extra: pip install 'sinkalign[{extra}]'"
+        ) from exc
