@@ -1,32 +1,69 @@
 """sinkalign: differentiable biological sequence alignment by entropic optimal transport.
 
-The public operator API lives in :mod:`sinkalign.sinkhorn` and is re-exported here.
-Subpackages: ``sinkalign.io`` (FASTA, reference alignments, pair shards, writers),
-``sinkalign.align`` (decoding, baselines, metrics), ``sinkalign.kernels`` (Pallas and
-Triton kernels), ``sinkalign.lm`` (genome language models, PyTorch),
-``sinkalign.pipelines`` (GC profiles) and ``sinkalign.cli``.
+The names below are the public API, imported on first use (so ``import sinkalign`` and
+``sinkalign --help`` stay fast and never import PyTorch)::
+
+    import sinkalign as sa
+
+    aligner = sa.Aligner.load()                 # the shipped protein model
+    result = aligner.align("MVLSPADKTNVKAAW", "MVHLTPEEKSAVTAL")
+    sa.sinkhorn_attention(q, k, v, config=sa.SinkhornConfig(eps=1.0, band=256))
+
+Subpackages: ``sinkalign.sinkhorn`` (the operator), ``sinkalign.io`` (FASTA, reference
+alignments, pair shards, writers), ``sinkalign.align`` (the aligner: model, decoding,
+baselines, metrics), ``sinkalign.kernels`` (Pallas and Triton kernels), ``sinkalign.lm``
+(genome language models, PyTorch), ``sinkalign.pipelines`` and ``sinkalign.cli``.
 """
 
-from sinkalign.sinkhorn import (
-    DustbinConfig,
-    SinkhornConfig,
-    SinkhornResult,
-    sinkhorn_attention,
-    sinkhorn_solve,
-    transport_plan,
-)
-from sinkalign.sinkhorn.dustbin import dustbin_attention, dustbin_plan
+from __future__ import annotations
 
-__version__ = "0.1.0"
+import importlib
+from importlib.metadata import PackageNotFoundError, version
 
-__all__ = [
-    "DustbinConfig",
-    "SinkhornConfig",
-    "SinkhornResult",
-    "__version__",
-    "dustbin_attention",
-    "dustbin_plan",
-    "sinkhorn_attention",
-    "sinkhorn_solve",
-    "transport_plan",
-]
+try:
+    __version__ = version("sinkalign")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
+    __version__ = "0+unknown"
+
+# public name -> module that defines it
+_EXPORTS: dict[str, str] = {
+    # the operator
+    "DustbinConfig": "sinkalign.sinkhorn",
+    "SinkhornConfig": "sinkalign.sinkhorn",
+    "SinkhornResult": "sinkalign.sinkhorn",
+    "sinkhorn_attention": "sinkalign.sinkhorn",
+    "sinkhorn_solve": "sinkalign.sinkhorn",
+    "transport_plan": "sinkalign.sinkhorn",
+    "dustbin_attention": "sinkalign.sinkhorn.dustbin",
+    "dustbin_plan": "sinkalign.sinkhorn.dustbin",
+    # the aligner
+    "Aligner": "sinkalign.align.aligner",
+    "PairResult": "sinkalign.align.aligner",
+    "Alignment": "sinkalign.align.decode",
+    "align_fasta": "sinkalign.pipelines.align",
+    # sequences and alignments on disk
+    "read_fasta": "sinkalign.io.fasta",
+    "write_alignments": "sinkalign.io.writers",
+    # errors
+    "SinkalignError": "sinkalign.errors",
+    "InputError": "sinkalign.errors",
+    "FormatError": "sinkalign.errors",
+    "AlphabetError": "sinkalign.errors",
+    "CheckpointError": "sinkalign.errors",
+    "OutputExistsError": "sinkalign.errors",
+    "DependencyError": "sinkalign.errors",
+}
+
+__all__ = ["__version__", *sorted(_EXPORTS)]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
+    raise AttributeError(f"module 'sinkalign' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -1,50 +1,94 @@
-"""The ``sinkalign`` command-line interface: a click group, one module per command."""
+"""The ``sinkalign`` command-line interface: a click group, one module per command.
+
+Commands are loaded lazily: ``sinkalign --help`` reads the one-line descriptions from
+:data:`COMMANDS` and imports no command module (so neither JAX nor PyTorch), and
+``sinkalign CMD ...`` imports only ``CMD``'s module. Errors a user can fix
+(:class:`sinkalign.errors.SinkalignError`) are printed as one ``Error: ...`` line with exit
+status 1; anything else is a bug and keeps its traceback.
+"""
 
 from __future__ import annotations
 
+import importlib
 import logging
 
 import click
 
+from sinkalign.errors import SinkalignError
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+# name -> (module, attribute, one-line help shown by `sinkalign --help`).
+# tests/test_cli_main.py checks that each line is the command's own short help.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "align": ("sinkalign.cli.align", "align",
+              "Align the records of QUERY_FASTA against those of TARGET_FASTA (protein or DNA)."),
+    "calibrate": ("sinkalign.cli.evaluate", "calibrate",
+                  "Fit calibrated confidences (isotonic) for a model's posteriors and write the calibrated model."),
+    "evaluate": ("sinkalign.cli.evaluate", "evaluate",
+                 "Precision, recall and F1 per reference set, binned by percent identity."),
+    "gc-profile": ("sinkalign.cli.gc_profile", "gc_profile",
+                   "GC content, GC skew and cumulative skew of FASTA (plain or .gz) in windows."),
+    "generate-dna": ("sinkalign.cli.generate", "generate_dna",
+                     "Continue --prompt by --length bases sampled from a DNA language model."),
+    "lm": ("sinkalign.cli.lm", "lm",
+           "Genome language models: train, evaluate (see also `sinkalign generate-dna`)."),
+    "shards": ("sinkalign.cli.shards", "shards",
+               "Pfam pair shards: family-disjoint train/valid/test pairs with reference alignments."),
+    "train": ("sinkalign.cli.train", "train",
+              "Train the aligner; metrics go to OUT/metrics.jsonl, checkpoints to OUT/checkpoints."),
+    "validate": ("sinkalign.cli.validate", "validate",
+                 "Validation harness: exactness, tail depth, certificates, orbit, contraction, kernels."),
+}
+
+
+def load_command(name: str) -> click.Command:
+    """Import and return the command registered as ``name`` in :data:`COMMANDS`."""
+    module, attr, _ = COMMANDS[name]
+    command = getattr(importlib.import_module(module), attr)
+    if not isinstance(command, click.Command):  # pragma: no cover - a wiring bug
+        raise TypeError(f"{module}.{attr} is not a click command")
+    return command
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use; listing them imports nothing."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.commands:
+            return self.commands[cmd_name]
+        if cmd_name not in COMMANDS:
+            return None
+        command = load_command(cmd_name)
+        self.add_command(command, cmd_name)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        limit = formatter.width - 6 - max(len(name) for name in self.list_commands(ctx))
+        rows = []
+        for name in self.list_commands(ctx):
+            if name in self.commands:  # added directly, already imported
+                rows.append((name, self.commands[name].get_short_help_str(limit)))
+            else:
+                rows.append((name, click.Command(name, help=COMMANDS[name][2]).get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except SinkalignError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="sinkalign")
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
 def cli(verbose: int) -> None:
     """sinkalign: differentiable sequence alignment by entropic optimal transport."""
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-
-
-def _register() -> None:
-    # Each command lives in its own module; registration is explicit so that
-    # `sinkalign --help` lists exactly what is installed.
-    from sinkalign.cli.validate import validate
-
-    cli.add_command(validate)
-    from sinkalign.cli.gc_profile import gc_profile
-
-    cli.add_command(gc_profile)
-    from sinkalign.cli.shards import shards
-
-    cli.add_command(shards)
-    from sinkalign.cli.align import align
-    from sinkalign.cli.evaluate import calibrate, evaluate
-    from sinkalign.cli.train import train
-
-    cli.add_command(align)
-    cli.add_command(evaluate)
-    cli.add_command(calibrate)
-    cli.add_command(train)
-    from sinkalign.cli.lm import lm
-
-    cli.add_command(lm)
-    from sinkalign.cli.generate import generate_dna
-
-    cli.add_command(generate_dna)
-
-
-_register()
 
 
 if __name__ == "__main__":
