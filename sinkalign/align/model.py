@@ -109,6 +109,8 @@ class AlignerConfig:
         self.solver  # validates eps, n_iters, tail, band, backward  # noqa: B018
         if self.dustbin != "none":
             self.dustbin_config  # noqa: B018
+        if self.impl == "pallas":  # importing the kernels registers them as the operator's backend
+            import sinkalign.kernels.pallas  # noqa: F401, PLC0415
 
     @property
     def solver(self) -> SinkhornConfig:

@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from sinkalign.sinkhorn.backends import tail_operator_for
 from sinkalign.sinkhorn.config import SinkhornConfig
 from sinkalign.sinkhorn.support import Support
 
@@ -315,10 +316,8 @@ def tail_operator(q, k, v, q_valid, k_valid, log_a, log_b, support: Support, cfg
 
     Differentiable in q, k, v with the backward selected by ``cfg.backward``.
     """
-    if cfg.impl == "pallas":
-        from sinkalign.kernels.pallas import tail_operator as pallas_op  # noqa: PLC0415
-
-        return pallas_op(q, k, v, q_valid, k_valid, log_a, log_b, support, cfg)
+    if cfg.impl != "reference":
+        return tail_operator_for(cfg.impl)(q, k, v, q_valid, k_valid, log_a, log_b, support, cfg)
     return _tail_operator_jit(q, k, v, q_valid, k_valid, log_a, log_b, support, cfg)
 
 

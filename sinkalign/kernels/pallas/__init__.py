@@ -1,7 +1,7 @@
 """Blockwise Pallas kernels of the Sinkhorn tail-refinement operator (``impl="pallas"``).
 
 :func:`tail_operator` has the signature of :func:`sinkalign.sinkhorn.core.tail_operator`
-(which dispatches here for ``SinkhornConfig(impl="pallas")``) and computes the same
+(importing this package registers it as the operator's ``impl="pallas"`` backend) and computes the same
 operator with the exact R = 2 one-reference backward, in O(L W) time per sweep and O(L)
 extra memory; :func:`sinkhorn_attention_pallas` is the convenience entry point with tile
 and interpreter control; :class:`BlockSizes` sets the tiles.
@@ -20,5 +20,9 @@ from sinkalign.kernels.pallas.op import (
     tail_duals,
     tail_operator,
 )
+
+from sinkalign.sinkhorn.backends import register_tail_operator
+
+register_tail_operator("pallas", tail_operator)
 
 __all__ = ["BlockSizes", "lower_native", "native_target", "sinkhorn_attention_pallas", "tail_duals", "tail_operator"]
