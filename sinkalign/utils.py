@@ -84,8 +84,13 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
             f.chmod(mode)
         tmp.chmod(mode | 0o111 & ~_umask())  # mkdtemp creates 0700; give the usual mode
         if path.exists():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
+            # move the old one aside atomically, so a kill never leaves a half-deleted directory
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old.tmp", dir=path.parent))
+            os.replace(path, old / path.name)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
