@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import IO, Iterator
 
-__all__ = ["atomic_dir", "atomic_write", "atomic_write_bytes", "atomic_write_text", "file_sha256"]
+__all__ = ["atomic_dir", "atomic_path", "atomic_write", "atomic_write_bytes", "atomic_write_text", "file_sha256"]
 
 
 @contextlib.contextmanager
@@ -33,6 +33,27 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None 
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the usual mode
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[str]:
+    """Yield a temporary path beside ``path`` for a writer that opens files by name (pysam);
+    on success fsync it, give it the usual mode (``0666 & ~umask``) and rename it over ``path``.
+    On error the temporary file is removed and any previous ``path`` is left as it was."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

@@ -36,14 +36,12 @@ Formats (:data:`FORMATS`):
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
 import logging
 import math
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
@@ -57,7 +55,7 @@ from sinkalign.align.decode import (
     cigar,
     to_gapped,
 )
-from sinkalign.utils import atomic_write
+from sinkalign.utils import atomic_path, atomic_write
 
 __all__ = ["FORMATS", "TSV_COLUMNS", "AlignedPair", "write_alignments"]
 
@@ -356,23 +354,6 @@ def _coordinates(cols: list[tuple[int | None, int | None]]) -> np.ndarray:
     return np.array(points, dtype=np.int64).T
 
 
-@contextlib.contextmanager
-def _atomic_path(path: Path) -> Iterator[str]:
-    """A temporary path beside ``path``, renamed over it when the block succeeds."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        yield tmp
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
 def _sam_header(records: list[_Record]) -> tuple[dict[str, Any], dict[str, int]]:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -402,7 +383,7 @@ def _write_sam_or_bam(records: Iterable[_Record], path: Path, binary: bool) -> i
 
     recs = list(records)
     header, ref_index = _sam_header(recs)
-    with _atomic_path(path) as tmp:
+    with atomic_path(path) as tmp:
         with pysam.AlignmentFile(tmp, "wb" if binary else "w", header=header) as out:
             for rec in recs:
                 seg = pysam.AlignedSegment(out.header)
