@@ -18,9 +18,16 @@ import numpy as np
 
 from sinkalign.align.baselines import Scoring, align_pair
 from sinkalign.align.metrics import binned_table, micro_average, pair_scores
-from sinkalign.io.alignments import ReferencePair, msa_to_pairs, percent_identity, read_aligned_fasta, \
-    read_msf, read_stockholm, read_tmalign_pairs
 from sinkalign.errors import InputError
+from sinkalign.io.alignments import (
+    ReferencePair,
+    msa_to_pairs,
+    percent_identity,
+    read_aligned_fasta,
+    read_msf,
+    read_stockholm,
+    read_tmalign_pairs,
+)
 
 __all__ = ["load_reference_set", "evaluate_sets", "METHODS"]
 

@@ -84,9 +84,9 @@ def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, ou
     """Fit calibrated confidences (isotonic) for a model's posteriors and write the calibrated model."""
     from sinkalign.align.aligner import Aligner, default_model_path  # noqa: PLC0415
     from sinkalign.align.calibration import calibration_samples, fit_from_samples  # noqa: PLC0415
+    from sinkalign.align.checkpoints import check_model_output, export_model  # noqa: PLC0415
     from sinkalign.align.decode import plan_posteriors  # noqa: PLC0415
     from sinkalign.align.evaluate import load_reference_set  # noqa: PLC0415
-    from sinkalign.align.checkpoints import check_model_output, export_model  # noqa: PLC0415
     from sinkalign.errors import InputError, SinkalignError  # noqa: PLC0415
 
     console = Console()

@@ -30,7 +30,12 @@ import torch
 from tqdm.auto import tqdm
 
 from sinkalign.errors import InputError
-from sinkalign.lm.model import CHECKPOINT_CONFIG, Checkpoint, DNALanguageModel, load_checkpoint
+from sinkalign.lm.model import (
+    CHECKPOINT_CONFIG,
+    Checkpoint,
+    DNALanguageModel,
+    load_checkpoint,
+)
 from sinkalign.lm.tokenizer import NucleotideTokenizer
 
 __all__ = [

@@ -65,8 +65,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
-from sinkalign.lm.data import GenomeRecord, encode, read_genome_records  # noqa: E402
 from sinkalign.errors import InputError  # noqa: E402
+from sinkalign.lm.data import GenomeRecord, encode, read_genome_records  # noqa: E402
 from sinkalign.utils import atomic_write, atomic_write_bytes, atomic_write_text  # noqa: E402
 
 __all__ = [
