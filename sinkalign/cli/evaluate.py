@@ -63,8 +63,9 @@ def evaluate(references, model, split, min_tm, max_pairs, methods, backend, json
     console = Console()
     for name, data in result["sets"].items():
         for method, m in data["methods"].items():
+            speed = "" if m["pairs_per_s"] is None else f", {m['pairs_per_s']:.1f} pairs/s"
             console.print(render_table(m["bins"], title=f"{name} ({data['n_pairs']} pairs): {method}, "
-                                                        f"F1 {m['micro']['f1']:.3f}, {m['pairs_per_s']:.1f} pairs/s"))
+                                                        f"pooled F1 {m['micro']['f1']:.3f}{speed}"))
     if json_path:
         atomic_write_text(json_path, json.dumps(result, indent=2) + "\n")
         console.print(f"wrote {json_path}")
