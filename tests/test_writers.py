@@ -289,3 +289,17 @@ def test_every_format_gets_the_usual_file_mode(tmp_path, records, umask):
             assert path.stat().st_mode & 0o777 == 0o666 & ~umask, fmt
     finally:
         os.umask(old)
+
+
+def test_readme_documents_every_tsv_column_and_the_stockholm_pp_line(tmp_path, records):
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = readme[readme.index("| column | meaning |"):]
+    table = table[: table.index("\n\n")]
+    documented = {name.strip(" `") for line in table.splitlines()[2:] for name in line.split("|")[1].split(",")}
+    assert documented == set(TSV_COLUMNS)
+    assert "0-based half-open" in table and "Unit:" in table
+    out = tmp_path / "a.sto"
+    write_alignments(records[:1], out, "stockholm")
+    assert "#=GC PP_cons" in out.read_text() and "`#=GC PP_cons`" in readme and "#=GC PP`" not in readme
