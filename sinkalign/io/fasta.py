@@ -325,6 +325,10 @@ def _read_fasta(path: Path, alphabet: str, allow_ambiguous: bool, uppercase: boo
                 yield _check_record(rec, n, path, alphabet, allow_ambiguous, uppercase, seen)
         except SequenceFormatError:
             raise
+        except UnicodeEncodeError as err:  # Biopython keeps sequences ASCII
+            char = err.object[err.start : err.start + 1]
+            raise SequenceFormatError(f"{path}: record #{n + 1}: non-ASCII character {char!r} in the sequence",
+                                      path=path, record_number=n + 1, char=char) from err
         except (ValueError, UnicodeDecodeError) as err:  # Biopython / decoding errors, with the file named
             raise SequenceFormatError(f"{path}: record #{n + 1}: cannot parse FASTA: {err}", path=path) from err
     if n == 0:
