@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import IO, Iterator
 
-__all__ = ["atomic_dir", "atomic_write", "atomic_write_bytes", "atomic_write_text", "file_sha256"]
+__all__ = ["atomic_dir", "atomic_path", "atomic_write", "atomic_write_bytes", "atomic_write_text", "file_sha256"]
 
 
 @contextlib.contextmanager
@@ -33,6 +33,27 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None 
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the usual mode
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[str]:
+    """Yield a temporary path beside ``path`` for a writer that opens files by name (pysam);
+    on success fsync it, give it the usual mode (``0666 & ~umask``) and rename it over ``path``.
+    On error the temporary file is removed and any previous ``path`` is left as it was."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -84,8 +105,13 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
             f.chmod(mode)
         tmp.chmod(mode | 0o111 & ~_umask())  # mkdtemp creates 0700; give the usual mode
         if path.exists():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
+            # move the old one aside atomically, so a kill never leaves a half-deleted directory
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old.tmp", dir=path.parent))
+            os.replace(path, old / path.name)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

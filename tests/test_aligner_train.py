@@ -16,8 +16,10 @@ import pytest
 from click.testing import CliRunner
 
 from sinkalign.align import model as M
+from sinkalign.align.checkpoints import export_model, find_latest_checkpoint
 from sinkalign.align.train import TrainConfig, load_checkpoint, train
 from sinkalign.cli.main import cli
+from sinkalign.errors import CheckpointError, InputError, OutputExistsError
 from sinkalign.io.shards import build_shards
 from tests.aligner_fixtures import make_families
 
@@ -62,7 +64,7 @@ def test_resume_refuses_a_different_model(shards, tmp_path):
     train(_cfg(shards, tmp_path / "c", 2), progress=False)
     cfg = _cfg(shards, tmp_path / "c", 4)
     cfg = TrainConfig(**{**cfg.__dict__, "model": cfg.model.replace(window=3)})
-    with pytest.raises(ValueError, match="model config differs"):
+    with pytest.raises(CheckpointError, match="model config differs"):
         train(cfg, progress=False, resume=True)
 
 
@@ -101,7 +103,7 @@ def test_train_cli_errors(shards, tmp_path):
     assert r.exit_code == 2 and "has no embeddings" in r.output
     r = CliRunner().invoke(cli, ["train", "--pfam-shards", str(shards), "--embedder", "none", "--config", "nope",
                                  "--out", str(tmp_path)])
-    assert r.exit_code == 1 and "unknown preset 'nope'" in r.output
+    assert r.exit_code == 2 and "unknown preset 'nope'" in r.output
     r = CliRunner().invoke(cli, ["train", "--pfam-shards", str(shards), "--embedder", "none", "--model-option",
                                  "temperature=2", "--out", str(tmp_path)])
     assert r.exit_code == 2 and "unknown AlignerConfig fields ['temperature']" in r.output
@@ -110,7 +112,7 @@ def test_train_cli_errors(shards, tmp_path):
     assert r.exit_code == 2 and "feature_dim follows the shards' embeddings" in r.output
     r = CliRunner().invoke(cli, ["train", "--pfam-shards", str(shards), "--embedder", "none", "--model-option",
                                  "eps=-1", "--out", str(tmp_path)])
-    assert r.exit_code == 1 and "eps" in r.output
+    assert r.exit_code == 2 and "eps" in r.output
 
 
 def test_train_cli_model_options_reach_the_saved_config(shards, tmp_path):
@@ -127,3 +129,133 @@ def test_train_cli_model_options_reach_the_saved_config(shards, tmp_path):
 def test_train_config_rejects_indivisible_batches(shards, tmp_path):
     with pytest.raises(ValueError, match="batch_size=3 must be a multiple of the 2 local devices"):
         train(TrainConfig(**{**_cfg(shards, tmp_path, 2).__dict__, "batch_size": 3}), progress=False)
+
+
+# ------------------------------------------------------------------------------ nothing is lost
+
+
+def _snapshot(run: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+
+
+def test_train_into_an_existing_run_refuses_and_keeps_it(shards, tmp_path):
+    run = tmp_path / "run"
+    train(_cfg(shards, run, 2), progress=False)
+    before = _snapshot(run)
+    with pytest.raises(OutputExistsError, match=r"already holds a training run \(checkpoint step_00000002\).*--resume"):
+        train(_cfg(shards, run, 4), progress=False)
+    assert _snapshot(run) == before
+    r = CliRunner().invoke(cli, ["train", "--pfam-shards", str(shards), "--embedder", "none", "--steps", "4",
+                                 "--batch-size", "2", "--max-length", "64", "--out", str(run), "--no-progress"])
+    assert r.exit_code == 1 and "already holds a training run" in r.output and "--overwrite" in r.output
+    assert _snapshot(run) == before
+    assert load_checkpoint(run)[1]["step"] == 2  # --model R still works
+
+
+def test_overwrite_replaces_only_the_run(shards, tmp_path):
+    run = tmp_path / "run"
+    train(_cfg(shards, run, 4), progress=False)
+    (run / "notes.txt").write_text("mine")
+    res = train(_cfg(shards, run, 2), progress=False, overwrite=True)
+    assert res.step == 2
+    assert (run / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["latest", "step_00000002"]
+    steps = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2]
+    with pytest.raises(CheckpointError, match="contradict"):
+        train(_cfg(shards, run, 2), progress=False, overwrite=True, resume=True)
+
+
+def test_latest_pointer_outside_the_run_or_stale_falls_back(shards, tmp_path):
+    run, other = tmp_path / "run", tmp_path / "other"
+    train(_cfg(shards, run, 4), progress=False)
+    train(_cfg(shards, other, 6), progress=False)
+    latest = run / "checkpoints" / "latest"
+    for pointer in ("../../other/checkpoints/step_00000006", str(other / "checkpoints" / "step_00000006"),
+                    "step_00000099", "step_00000002", "garbage\x00"):
+        latest.write_text(pointer + "\n")
+        found = find_latest_checkpoint(run)
+        want = "step_00000002" if pointer == "step_00000002" else "step_00000004"
+        assert found == run / "checkpoints" / want, pointer
+        assert load_checkpoint(run)[1]["step"] == int(want[5:])
+    latest.write_text("step_00000099\n")  # stale: resume still works from the newest complete one
+    res = train(_cfg(shards, run, 6), progress=False, resume=True)
+    assert res.step == 6
+    steps = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4, 5, 6]
+
+
+def test_resume_cleans_leftovers_and_never_duplicates_metrics(shards, tmp_path):
+    run = tmp_path / "run"
+    train(_cfg(shards, run, 6), progress=False, stop_after=4)
+    # what a run killed after step 5 leaves: metric lines past the checkpoint, a torn line, temp files
+    with open(run / "metrics.jsonl", "a") as fh:
+        fh.write(json.dumps({"step": 5, "loss": 1.0}) + "\n" + '{"step": 6, "lo')
+    (run / "checkpoints" / ".step_00000006.abc.tmp").mkdir()
+    (run / "checkpoints" / ".step_00000006.abc.tmp" / "params.safetensors").write_bytes(b"half")
+    (run / "checkpoints" / ".latest.xyz.tmp").write_text("step_00000006")
+    (run / ".metrics.jsonl.q.tmp").write_text("")
+    (run / "keep.tmp").write_text("not hidden: not ours")
+    train(_cfg(shards, run, 6), progress=False, resume=True)
+    steps = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4, 5, 6]
+    assert not list(run.glob(".*.tmp")) and not list((run / "checkpoints").glob(".*.tmp"))
+    assert (run / "keep.tmp").exists()
+
+
+def test_state_json_with_missing_fields_is_a_clear_error(shards, tmp_path):
+    run = tmp_path / "run"
+    train(_cfg(shards, run, 2), progress=False)
+    ck = run / "checkpoints" / "step_00000002"
+    state = json.loads((ck / "state.json").read_text())
+    del state["model"]["window"]
+    (ck / "state.json").write_text(json.dumps(state))
+    with pytest.raises(CheckpointError, match=r"parameter '\w+' has shape .* lacks \['window'\] \(defaults were assumed\)"):
+        load_checkpoint(run)
+    (ck / "state.json").write_text(json.dumps({"provenance": "x"}))
+    with pytest.raises(CheckpointError, match=r"state.json: has no 'model' config"):
+        load_checkpoint(ck)
+    (ck / "state.json").write_text("{")
+    with pytest.raises(CheckpointError, match=r"state.json: not valid JSON"):
+        load_checkpoint(ck)
+    r = CliRunner().invoke(cli, ["align", "--model", str(run), "--example"])
+    assert r.exit_code != 0 and "state.json" in r.output and "Traceback" not in r.output
+
+
+def test_train_on_a_directory_without_shards(tmp_path):
+    (tmp_path / "empty").mkdir()
+    r = CliRunner().invoke(cli, ["train", "--pfam-shards", str(tmp_path / "empty"), "--embedder", "none",
+                                 "--out", str(tmp_path / "run")])
+    assert r.exit_code == 1 and "holds no pair shards" in r.output and "sinkalign shards build" in r.output
+    with pytest.raises(InputError, match="holds no pair shards"):
+        train(_cfg(tmp_path / "empty", tmp_path / "run", 2), progress=False)
+    assert not (tmp_path / "run").exists()
+
+
+def test_export_model_never_empties_a_directory(tmp_path):
+    params = M.init_params(M.preset("default", feature_dim=0, embedder={"name": "none"}, window=2))
+    cfg = M.preset("default", feature_dim=0, embedder={"name": "none"}, window=2)
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "thesis.tex").write_text("years of work")
+    with pytest.raises(OutputExistsError, match=r"holds other files \(thesis.tex\)"):
+        export_model(busy, params, cfg, provenance="t", overwrite=True)
+    assert sorted(p.name for p in busy.iterdir()) == ["thesis.tex"]
+    model = export_model(tmp_path / "model", params, cfg, provenance="first")
+    with pytest.raises(OutputExistsError, match="already holds a model; pass --overwrite"):
+        export_model(model, params, cfg, provenance="second")
+    export_model(model, params, cfg, provenance="second", overwrite=True)
+    assert load_checkpoint(model)[1]["provenance"] == "second"
+    assert oct((model / "state.json").stat().st_mode & 0o777) == oct(0o666 & ~_umask())
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_inference_does_not_import_the_trainer():
+    code = ("import sys; from sinkalign.align.aligner import Aligner; Aligner.load(); "
+            "bad = [m for m in ('optax', 'sinkalign.align.train') if m in sys.modules]; assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "JAX_PLATFORMS": "cpu"})

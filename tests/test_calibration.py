@@ -146,6 +146,21 @@ def test_calibrate_cli_writes_a_model_that_aligns_with_calibrated_confidences(tm
     r = CliRunner().invoke(cli, ["calibrate", "--reference", str(fams[0]), "--max-length", "5", "-o",
                                  str(tmp_path / "x")])
     assert r.exit_code == 1 and "no reference pair of at most 5 residues" in r.output
+    # nothing is lost: a directory holding other files is refused before any work, a model needs --overwrite
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "notes.txt").write_text("keep me")
+    r = CliRunner().invoke(cli, ["calibrate", "--reference", str(fams[0]), "-o", str(busy)])
+    assert r.exit_code == 1 and "holds other files (notes.txt)" in r.output
+    assert [p.name for p in busy.iterdir()] == ["notes.txt"]
+    before = (out / "state.json").read_bytes()
+    r = CliRunner().invoke(cli, ["calibrate", "--reference", str(fams[0]), "-o", str(out)])
+    assert r.exit_code == 1 and "already holds a model; pass --overwrite" in r.output
+    assert (out / "state.json").read_bytes() == before
+    r = CliRunner().invoke(cli, ["calibrate", "--reference", str(fams[0]), "--knots", "6", "-o", str(out),
+                                 "--overwrite"])
+    assert r.exit_code == 0, r.output
+    assert "6 pairs of fam0.sto (split" in json.loads((out / "state.json").read_text())["provenance"]
 
 
 def test_shipped_model_reports_calibrated_confidences():

@@ -64,8 +64,11 @@ def test_hand_computed_windows():
     assert (s.length, s.n_windows) == (11, 5)
     assert s.gc == pytest.approx(5 / 9) and s.n_fraction == pytest.approx(2 / 11)
     assert (s.min_window_gc, s.max_window_gc) == (0.0, 1.0)
-    # curve [0 @0, .5 @ mid0 + step/2 = 3, ..., -.5 @ min(floor(9.5 + 1), 11) = 10]
-    assert (s.origin, s.terminus) == (10, 3)
+    # curve [0 @0, .5 @ mid0 + step/2 = 3, ..., -.5 @ min(floor(9.5 + 1), 11) = 10]: the maximum
+    # at 3 is a turning point (0.5 down to 0 on the left, 1.0 down on the right); the minimum is
+    # the last point, so the origin is not on the sequence
+    assert (s.origin, s.terminus) == (None, 3)
+    assert "does not turn at its minimum (10, at or near an end)" in s.replichore_note() and not s.one_replichore
 
 
 def test_all_n_window_and_record_shorter_than_window():
@@ -352,3 +355,98 @@ def test_ecoli_contig_large_window(shared_data, tmp_path):
     assert 0.45 < summ.gc < 0.55  # E. coli is ~50.8% GC
     assert mpimg.imread(res.png).ndim == 3
     assert f"| {chrom} | 869,782 |" in res.report.read_text()
+
+
+# ----------------------------------------------------------------------------- truthful reports
+
+
+def _skewed(rng, n: int, gc: float, skew: float) -> str:
+    """Random DNA with GC fraction ``gc`` and GC skew ``(G - C) / (G + C)`` about ``skew``."""
+    g = gc * (1 + skew) / 2
+    c = gc * (1 - skew) / 2
+    at = (1 - gc) / 2
+    return "".join(rng.choice(list("ACGT"), size=n, p=[at, c, g, at]))
+
+
+def test_step_defaults_to_half_the_window():
+    seq = _skewed(np.random.default_rng(0), 1000, 0.5, 0.0)
+    p = gc_profile([("r", seq)], window=100)
+    assert p.step == 50 and p.start[:3].tolist() == [0, 50, 100]
+    assert gc_profile([("r", seq)], window=1).step == 1
+    res = CliRunner().invoke(gc_profile_cmd, ["--help"])
+    assert "[default: half the window]" in res.output
+
+
+def test_cli_window_smaller_than_the_old_default_step(tmp_path):
+    """`gc-profile FILE --window 100` used to fail: the default step (500) exceeded the window."""
+    fa = tmp_path / "g.fa"
+    fa.write_text(">r\n" + _skewed(np.random.default_rng(1), 2000, 0.5, 0.0) + "\n")
+    res = CliRunner().invoke(gc_profile_cmd, [str(fa), "--window", "100", "-o", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    rows = _read_tsv(tmp_path / "out" / "gc_profile.tsv")
+    assert [int(r["start"]) for r in rows[:3]] == [0, 50, 100]
+
+
+def test_two_replichores_give_origin_and_terminus():
+    rng = np.random.default_rng(2)
+    # ter ... ori (C-rich leading on the left half), ori ... ter (G-rich), then back towards ter
+    seq = _skewed(rng, 50_000, 0.5, -0.1) + _skewed(rng, 100_000, 0.5, 0.1) + _skewed(rng, 50_000, 0.5, -0.1)
+    (s,) = gc_profile([("chr", seq)], window=2000).summaries
+    assert abs(s.origin - 50_000) <= 2000 and abs(s.terminus - 150_000) <= 2000
+    assert s.replichore_note() == "" and not s.one_replichore
+
+
+def test_contig_on_one_replichore_names_no_origin_or_terminus(tmp_path):
+    rng = np.random.default_rng(3)
+    fa = tmp_path / "contig.fa"
+    fa.write_text(">contig\n" + _skewed(rng, 60_000, 0.5, 0.08) + "\n")
+    res = CliRunner().invoke(gc_profile_cmd, [str(fa), "--window", "1000", "-o", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    assert "one replichore (no skew turning point)" in res.output and "origin=" not in res.output
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "the sequence lies on one replichore" in report
+    row = next(line for line in report.splitlines() if line.startswith("| contig |"))
+    assert row.split("|")[8:10] == [" - ", " - "]  # predicted origin, predicted terminus
+    (s,) = gc_profile([("contig", fa.read_text().split()[1])], window=1000).summaries
+    assert s.origin is None and s.terminus is None and s.one_replichore
+    assert s.skew_min_at == 0 and s.skew_max_at > 59_000
+
+
+def test_low_gc_island_is_flagged_in_table_plot_and_report(tmp_path):
+    rng = np.random.default_rng(4)
+    seq = _skewed(rng, 40_000, 0.47, 0.0) + _skewed(rng, 10_000, 0.29, 0.0) + _skewed(rng, 50_000, 0.47, 0.0)
+    fa = tmp_path / "bacillus.fa"
+    fa.write_text(">contig\n" + seq + "\n")
+    res = CliRunner().invoke(gc_profile_cmd, [str(fa), "-o", str(tmp_path / "out")])
+    assert res.exit_code == 0 and "candidate_islands=1" in res.output, res.output
+    rows = _read_tsv(tmp_path / "out" / "gc_profile.tsv")
+    flagged = [(int(r["start"]), int(r["end"])) for r in rows if r["island"] == "1"]
+    assert flagged and min(a for a, _ in flagged) >= 39_000 and max(b for _, b in flagged) <= 51_000
+    assert all(abs(float(r["gc_deviation"])) > 0.1 for r in rows if r["island"] == "1")
+    assert all(abs(float(r["gc_deviation"])) <= 0.1 for r in rows if r["island"] == "0")
+    report = (tmp_path / "out" / "report.md").read_text()
+    line = next(x for x in report.splitlines() if x.startswith("| contig | 4"))
+    start, end, gc = (float(line.split("|")[k].replace(",", "")) for k in (2, 3, 5))
+    assert 39_000 <= start <= 41_000 and 49_000 <= end <= 51_000 and abs(gc - 0.29) < 0.02
+    (s,) = gc_profile([("contig", seq)]).summaries
+    assert len(s.islands) == 1 and s.islands[0].gc < 0.31
+    assert mpimg.imread(tmp_path / "out" / "gc_profile.png").ndim == 3
+    # a higher threshold flags nothing, and the report says so
+    res = CliRunner().invoke(gc_profile_cmd, [str(fa), "--island-threshold", "0.3", "-o", str(tmp_path / "o2")])
+    assert res.exit_code == 0 and "candidate_islands=0" in res.output
+    assert "None: no window's GC departs from its record's GC by more than 0.3." in (
+        tmp_path / "o2" / "report.md").read_text()
+    bad = CliRunner().invoke(gc_profile_cmd, [str(fa), "--island-threshold", "1.5", "-o", str(tmp_path / "o3")])
+    assert bad.exit_code == 2 and "--island-threshold" in bad.output
+
+
+def test_real_complete_chromosome_and_contig(shared_data, tmp_path):
+    """C. diphtheriae's RefSeq chromosome starts near dnaA: the terminus is near the middle and the
+    skew minimum (the origin) at an end, which is reported as such; the E. coli draft contig never turns."""
+    res = run_gc_profile(shared_data / "genomes" / "GCF_001457455.1_NCTC11397_genomic.fna.gz", tmp_path / "cd",
+                         window=10_000)
+    (s,) = res.profile.summaries
+    assert s.origin is None and s.skew_min_at > s.length - 30_000 and 1_100_000 < s.terminus < 1_350_000
+    assert "the origin is there or beyond that end" in res.report.read_text()
+    (e,) = run_gc_profile(shared_data / ECOLI, tmp_path / "ec", window=10_000).profile.summaries
+    assert e.one_replichore

@@ -188,3 +188,62 @@ def test_cli_generate_dna_missing_or_corrupt_model(tmp_path):
     (ck / "config.json").write_text("{not json")
     res = runner.invoke(cli, ["generate-dna", "--model", str(ck), "--prompt", "ACGT", "--length", "5"])
     assert res.exit_code == 1 and f"{ck / 'config.json'}: corrupt checkpoint config" in res.output
+
+
+def test_length_is_bounded_before_any_allocation(tmp_path):
+    from sinkalign.errors import InputError
+    from sinkalign.lm.generate import MAX_GENERATE_LENGTH
+
+    model = tiny_model("rope", dtype=torch.float32)
+    with pytest.raises(InputError, match=r"length=10,000,000,000 exceeds the 1,000,000 bases one call generates"):
+        generate(model, "ACGT", 10_000_000_000)
+    ck = tmp_path / "ck"
+    save_checkpoint(ck, model)
+    res = CliRunner().invoke(cli, ["generate-dna", "--model", str(ck), "--prompt", "ACGT", "--length",
+                                   str(MAX_GENERATE_LENGTH + 1)])
+    assert res.exit_code == 2 and "exceeds the 1,000,000 bases one call generates" in res.output
+    assert "Traceback" not in res.output
+
+
+def test_progress_bar_counts_generated_bases(capsys):
+    model = tiny_model("goat", dtype=torch.float32)
+    quiet = generate(model, "ACGT", 50, seed=3)
+    capsys.readouterr()
+    assert generate(model, "ACGT", 50, seed=3, progress=True) == quiet  # the bar does not change the draws
+    err = capsys.readouterr().err
+    assert "generate: 100%" in err and "50.0/50.0" in err
+
+
+def test_output_dash_is_stdout(tmp_path):
+    ck = tmp_path / "ck"
+    save_checkpoint(ck, tiny_model("sla", dtype=torch.float32))
+    base = ["generate-dna", "--model", str(ck), "--prompt", "ACGTACGGTA", "--length", "20", "--seed", "4"]
+    with CliRunner().isolated_filesystem(temp_dir=tmp_path):
+        res = CliRunner().invoke(cli, [*base, "-o", "-"])
+        assert res.exit_code == 0 and len(res.output.strip()) == 20
+        assert not (tmp_path / "-").exists() and not list(tmp_path.glob("*/-"))
+
+
+def test_commands_needing_torch_name_the_extra_when_it_is_missing():
+    """Without torch, importing the command modules works and running them names the extra."""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+sys.modules['torch'] = None  # what an install without the torch extra looks like
+from click.testing import CliRunner
+from sinkalign.cli.generate import generate_dna
+from sinkalign.cli.lm import lm
+assert 'torch' not in [m for m in sys.modules if sys.modules[m] is not None]
+for cmd, args in ((generate_dna, ['--prompt', 'ACGT', '--length', '5']),
+                  (lm, ['train', '--fasta', sys.argv[1], '--attention', 'goat']),
+                  (lm, ['eval', '--fasta', sys.argv[1]])):
+    res = CliRunner().invoke(cmd, args)
+    assert res.exit_code == 1, (res.output, res.exception)
+    assert "needs torch, which is not installed" in res.output, res.output
+    assert "pip install 'sinkalign[torch]'" in res.output, res.output
+print('ok')
+"""
+    out = subprocess.run([sys.executable, "-c", code, __file__], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]

@@ -158,6 +158,13 @@ def test_render_table_text():
     assert "demo" in text and "[0,20)" in text and "[60,100]" in text and "all" in text
     assert "0.150 [" in text  # mean of 0.1, 0.2 with its interval
     assert "0.900" in text
+    flat = " ".join(text.split())
+    assert "mean over pairs" in flat and "pooled F1: over all aligned residue pairs" in flat
+    narrow = Console(file=io.StringIO(), width=80, color_system=None)
+    narrow.print(render_table(rows, title="demo"))
+    text80 = narrow.file.getvalue()
+    assert "\u2026" not in text80 and max(len(line) for line in text80.splitlines()) <= 80
+    assert "0.150 [" in text80 and f"{rows[-1]['micro_f1']:.3f}" in text80
     with pytest.raises(ValueError, match=r"row 'x' lacks keys \['n', 'precision', 'recall', 'f1'\]"):
         render_table([{"bin": "x"}])
 

@@ -17,6 +17,9 @@ def test_validate_exactness_quick_json(tmp_path):
     assert data["max_abs_deviation"] <= 1e-10
     assert {r["case"] for r in data["rows"]} == {"dense 97x97", "dense 97x257 padded", "dense 1x1"}
     assert "max_abs_deviation" in result.output
+    assert "\u2026" not in result.output  # nothing truncated at the runner's 80 columns
+    for row in data["rows"]:
+        assert f"{row['dq']:.2e}" in result.output
 
 
 def test_validate_orbit_json(tmp_path):
@@ -33,3 +36,34 @@ def test_validate_rejects_bad_options():
     bad = runner.invoke(cli, ["validate", "exactness", "--dtype", "float16"])
     assert bad.exit_code == 2 and "float16" in bad.output
     assert runner.invoke(cli, ["validate", "tail-depth", "--qk-std", "0"]).exit_code == 2
+
+
+def test_tables_fit_80_columns_without_truncating_numbers():
+    import io
+
+    from rich.console import Console
+
+    from sinkalign.cli.validate import _table
+
+    rows = [{"case": "dustbin paper (B=128), band 16, 97x61 padded", "R": r, "mode": mode, "dq": 3.925e-07 * r,
+             "dk": 1.25e-16, "dv": 0.0, "d_dustbin": None, "forward": 2.2e-16, "grad_scale": 1.0}
+            for r in (1, 2, 4) for mode in ("one_reference", "staircase", "direct")]
+    rows += [{**rows[0], "case": "dense 97x97"}]
+    cols = ["case", "R", "mode", "dq", "dk", "dv", "d_dustbin", "forward", "grad_scale"]
+    console = Console(width=80, file=io.StringIO(), color_system=None)
+    for t in _table("backward modes vs autodiff", rows, cols, console=console):
+        console.print(t)
+    text = console.file.getvalue()
+    assert "\u2026" not in text and max(len(line) for line in text.splitlines()) <= 80
+    for v in ("3.93e-07", "7.85e-07", "1.57e-06", "1.25e-16", "0.00e+00", "2.20e-16", "1.00e+00"):
+        assert v in text
+    assert "dustbin paper (B=128), band 16, 97x61 padded" in text and "dense 97x97" in text
+    wide = Console(width=200, file=io.StringIO(), color_system=None)
+    assert len(_table("t", rows, cols, console=wide)) == 1  # one table when it fits
+    long = [{"L": 16384, "reference_vs_dense": 1.5e-06, "kernel_vs_dense": 2.5e-06, "dense_seconds": 12.25,
+             "reference_seconds": 3.5, "kernel_seconds": 0.125}]
+    console = Console(width=80, file=io.StringIO(), color_system=None)
+    for t in _table("long", long, list(long[0]), console=console):
+        console.print(t)
+    text = console.file.getvalue()
+    assert "\u2026" not in text and "1.50e-06" in text and "1.22e+01" in text and "16384" in text

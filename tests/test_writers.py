@@ -273,3 +273,33 @@ def test_alignment_length_mismatch_and_conflicting_references(tmp_path):
     recs = [("q1", "MK", "t", "MK", [[0, 0]]), ("q2", "MK", "t", "MW", [[0, 0]])]
     with pytest.raises(ValueError, match=r"record 1 \(q2 vs t\): target_id 't' was given two different sequences"):
         write_alignments(recs, tmp_path / "x.sam", "sam")
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_every_format_gets_the_usual_file_mode(tmp_path, records, umask):
+    """Outputs are 0666 & ~umask like any file a user creates (SAM/BAM were 0600 via mkstemp)."""
+    import os
+
+    old = os.umask(umask)
+    try:
+        for fmt in FORMATS:
+            path = tmp_path / f"out.{fmt}"
+            recs = records[:2] if fmt == "stockholm" else records
+            write_alignments(recs, path, fmt)
+            assert path.stat().st_mode & 0o777 == 0o666 & ~umask, fmt
+    finally:
+        os.umask(old)
+
+
+def test_readme_documents_every_tsv_column_and_the_stockholm_pp_line(tmp_path, records):
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = readme[readme.index("| column | meaning |"):]
+    table = table[: table.index("\n\n")]
+    documented = {name.strip(" `") for line in table.splitlines()[2:] for name in line.split("|")[1].split(",")}
+    assert documented == set(TSV_COLUMNS)
+    assert "0-based half-open" in table and "Unit:" in table
+    out = tmp_path / "a.sto"
+    write_alignments(records[:1], out, "stockholm")
+    assert "#=GC PP_cons" in out.read_text() and "`#=GC PP_cons`" in readme and "#=GC PP`" not in readme

@@ -14,7 +14,7 @@ import numpy as np
 from sinkalign.align import model as M
 from sinkalign.align.calibration import Calibration
 from sinkalign.align.decode import Alignment, mea_from_posteriors, plan_posteriors
-from sinkalign.align.train import BUCKETS, load_checkpoint
+from sinkalign.align.checkpoints import BUCKETS, load_checkpoint
 
 __all__ = ["Aligner", "PairResult", "default_model_path"]
 

@@ -18,8 +18,16 @@ import numpy as np
 
 from sinkalign.align.baselines import Scoring, align_pair
 from sinkalign.align.metrics import binned_table, micro_average, pair_scores
-from sinkalign.io.alignments import ReferencePair, msa_to_pairs, percent_identity, read_aligned_fasta, \
-    read_msf, read_stockholm, read_tmalign_pairs
+from sinkalign.errors import InputError
+from sinkalign.io.alignments import (
+    ReferencePair,
+    msa_to_pairs,
+    percent_identity,
+    read_aligned_fasta,
+    read_msf,
+    read_stockholm,
+    read_tmalign_pairs,
+)
 
 __all__ = ["load_reference_set", "evaluate_sets", "METHODS"]
 
@@ -37,7 +45,10 @@ def load_reference_set(path: str | Path, *, min_tm: float | None = 0.5, max_pair
     if path.is_dir():
         from sinkalign.io.shards import ShardDataset  # noqa: PLC0415
 
-        ds = ShardDataset(path, split, load_embeddings=False)
+        try:
+            ds = ShardDataset(path, split, load_embeddings=False)
+        except (FileNotFoundError, KeyError, ValueError) as exc:
+            raise InputError(f"{path}: cannot read split {split!r} of the shard directory: {exc}") from exc
         pairs = [ds[i].pair for i in range(len(ds))]
     elif path.suffix in (".tsv", ".txt"):
         pairs = list(read_tmalign_pairs(path, min_tm=min_tm))
@@ -48,9 +59,9 @@ def load_reference_set(path: str | Path, *, min_tm: float | None = 0.5, max_pair
     elif path.suffix in (".fa", ".fasta", ".afa", ".a2m"):
         pairs = msa_to_pairs(read_aligned_fasta(path))
     else:
-        raise ValueError(f"{path}: unknown reference format (expected .sto, .tsv, .msf, .fasta/.a2m or a shard dir)")
+        raise InputError(f"{path}: unknown reference format (expected .sto, .tsv, .msf, .fasta/.a2m or a shard dir)")
     if not pairs:
-        raise ValueError(f"{path}: no reference pairs")
+        raise InputError(f"{path}: no reference pairs")
     if max_pairs is not None and len(pairs) > max_pairs:
         keep = np.sort(rng.choice(len(pairs), size=max_pairs, replace=False))
         pairs = [pairs[i] for i in keep]
@@ -67,7 +78,7 @@ def evaluate_sets(sets: dict[str, list[ReferencePair]], aligner=None, *, methods
     methods = tuple(methods)
     bad = set(methods) - set(METHODS)
     if bad:
-        raise ValueError(f"unknown methods {sorted(bad)}; valid: {METHODS}")
+        raise InputError(f"unknown methods {sorted(bad)}; valid: {METHODS}")
     if "sinkalign" in methods and aligner is None:
         raise ValueError("evaluating 'sinkalign' needs an aligner")
     result: dict = {"methods": list(methods), "sets": {}}

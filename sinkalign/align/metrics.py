@@ -255,22 +255,33 @@ def binned_table(
 
 
 def render_table(rows: Sequence[dict[str, Any]], *, title: str | None = None, digits: int = 3):
-    """A ``rich.table.Table`` of :func:`binned_table` rows (mean [CI] per metric)."""
+    """A ``rich.table.Table`` of :func:`binned_table` rows that fits 80 columns.
+
+    Columns: identity bin, ``n``, mean precision, mean recall, mean F1 with its confidence
+    interval (these three are means over the bin's alignments, each alignment weighted
+    equally) and the pooled F1 (all aligned residue pairs of the bin counted together, so
+    long alignments weigh more). The caption says which is which.
+    """
+    from rich import box
     from rich.table import Table
 
-    def cell(value: Any, interval: Any) -> str:
-        if value is None:
-            return "-"
-        text = f"{value:.{digits}f}"
-        if interval:
+    def num(value: Any) -> str:
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    def with_ci(value: Any, interval: Any) -> str:
+        text = num(value)
+        if value is not None and interval:
             text += f" [{interval[0]:.{digits}f}, {interval[1]:.{digits}f}]"
         return text
 
-    table = Table(title=title)
-    table.add_column("identity bin")
-    table.add_column("n", justify="right")
-    for key, head in (("precision", "precision"), ("recall", "recall"), ("f1", "F1")):
-        table.add_column(head, justify="right")
+    table = Table(title=title, box=box.SIMPLE_HEAD, caption="precision, recall, F1: mean over pairs [95% CI]; "
+                  "pooled F1: over all aligned residue pairs", caption_justify="left")
+    table.add_column("identity bin", no_wrap=True)
+    table.add_column("n", justify="right", no_wrap=True)
+    table.add_column("precision", justify="right", no_wrap=True)
+    table.add_column("recall", justify="right", no_wrap=True)
+    table.add_column("F1 [95% CI]", justify="right", no_wrap=True)
+    table.add_column("pooled F1", justify="right", no_wrap=True)
     for pos, row in enumerate(rows):
         missing = [k for k in ("bin", "n", "precision", "recall", "f1") if k not in row]
         if missing:
@@ -278,7 +289,10 @@ def render_table(rows: Sequence[dict[str, Any]], *, title: str | None = None, di
         table.add_row(
             str(row["bin"]),
             str(row["n"]),
-            *(cell(row[k], row.get(f"{k}_ci")) for k in ("precision", "recall", "f1")),
+            num(row["precision"]),
+            num(row["recall"]),
+            with_ci(row["f1"], row.get("f1_ci")),
+            num(row.get("micro_f1")),
             end_section=pos + 1 < len(rows) and rows[pos + 1].get("bin") == "all",
         )
     return table

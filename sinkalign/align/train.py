@@ -11,7 +11,7 @@ Checkpoints: ``OUT/checkpoints/step_00000100/`` holds ``params.safetensors``,
 (step, config, data position). A checkpoint is written to a temporary directory and
 renamed into place, then ``OUT/checkpoints/latest`` is replaced atomically, so an
 interrupted run always resumes from a complete checkpoint. Metrics are JSON lines in
-``OUT/metrics.jsonl``.
+``OUT/metrics.jsonl``. Run-directory logic lives in :mod:`sinkalign.align.checkpoints`.
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
-import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,14 +30,23 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from sinkalign.align import model as M
-from sinkalign.utils import atomic_dir, atomic_write_text
+from sinkalign.align.checkpoints import (
+    BUCKETS,
+    METRICS,
+    check_run_dir,
+    clean_leftovers,
+    export_model,
+    find_latest_checkpoint,
+    load_checkpoint,
+    rewrite_metrics,
+    save_checkpoint,
+)
+from sinkalign.errors import CheckpointError, InputError
 
 __all__ = ["TrainConfig", "TrainResult", "train", "save_checkpoint", "load_checkpoint", "init_distributed",
            "evaluate_split", "export_model", "BUCKETS"]
 
 log = logging.getLogger(__name__)
-
-BUCKETS = (64, 128, 192, 256, 384, 512, 768, 1024)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,11 +74,11 @@ class TrainConfig:
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "checkpoint_every", "eval_every", "keep_checkpoints"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+                raise InputError(f"{name}={getattr(self, name)} must be >= 1")
         if self.lr <= 0:
-            raise ValueError(f"lr={self.lr} must be positive")
+            raise InputError(f"lr={self.lr} must be positive")
         if self.max_length > BUCKETS[-1]:
-            raise ValueError(f"max_length={self.max_length} must be <= {BUCKETS[-1]}")
+            raise InputError(f"max_length={self.max_length} must be <= {BUCKETS[-1]}")
 
 
 @dataclass
@@ -85,68 +92,6 @@ class TrainResult:
 def init_distributed() -> None:
     """Multi-host setup (``jax.distributed.initialize`` reads the coordinator from the env)."""
     jax.distributed.initialize()
-
-
-# --------------------------------------------------------------------------------------
-# checkpoints
-# --------------------------------------------------------------------------------------
-def _flatten(tree) -> dict[str, np.ndarray]:
-    leaves = jax.tree_util.tree_leaves(tree)
-    return {f"{i:05d}": np.asarray(x) for i, x in enumerate(leaves)}
-
-
-def save_checkpoint(out: Path, step: int, params: dict, opt_state, state: dict, keep: int = 3) -> Path:
-    """Write ``step_{step}`` atomically (temp dir + rename) and point ``latest`` at it."""
-    from safetensors.numpy import save_file  # noqa: PLC0415
-
-    root = Path(out) / "checkpoints"
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step_{step:08d}"
-    with atomic_dir(final) as tmp:
-        save_file({k: np.asarray(v) for k, v in params.items()}, tmp / "params.safetensors")
-        save_file(_flatten(opt_state), tmp / "opt_state.safetensors")
-        (tmp / "state.json").write_text(json.dumps({**state, "step": step}, indent=1))
-    atomic_write_text(root / "latest", final.name + "\n")
-    old = sorted(p for p in root.glob("step_*") if p.is_dir())
-    for p in old[:-keep]:
-        shutil.rmtree(p, ignore_errors=True)
-    return final
-
-
-def export_model(out_dir: str | os.PathLike, params: dict, config: M.AlignerConfig, *, provenance: str,
-                 calibration: dict | None = None) -> Path:
-    """Write a standalone model directory (params.safetensors + state.json), atomically.
-
-    ``calibration``: a :meth:`sinkalign.align.calibration.Calibration.to_dict` stored with the
-    model, applied to the posteriors of every alignment it makes.
-    """
-    from safetensors.numpy import save_file  # noqa: PLC0415
-
-    state = {"model": config.to_dict(), "provenance": provenance}
-    if calibration is not None:
-        state["calibration"] = calibration
-    with atomic_dir(out_dir) as tmp:
-        save_file({k: np.asarray(v) for k, v in params.items()}, tmp / "params.safetensors")
-        (tmp / "state.json").write_text(json.dumps(state, indent=1) + "\n")
-    return Path(out_dir)
-
-
-def load_checkpoint(path: str | os.PathLike) -> tuple[dict, dict, dict | None]:
-    """(params, state, flat opt_state or None) from a checkpoint dir, a run dir or a model dir."""
-    from safetensors.numpy import load_file  # noqa: PLC0415
-
-    path = Path(path)
-    if (path / "checkpoints" / "latest").is_file():
-        path = path / "checkpoints" / (path / "checkpoints" / "latest").read_text().strip()
-    if not (path / "params.safetensors").is_file() or not (path / "state.json").is_file():
-        raise FileNotFoundError(f"{path} is not an aligner checkpoint (needs params.safetensors and state.json)")
-    try:
-        params = {k: jnp.asarray(v) for k, v in load_file(path / "params.safetensors").items()}
-        state = json.loads((path / "state.json").read_text())
-    except Exception as exc:  # corrupt files
-        raise ValueError(f"cannot read checkpoint {path}: {exc}") from exc
-    opt = load_file(path / "opt_state.safetensors") if (path / "opt_state.safetensors").is_file() else None
-    return params, state, opt
 
 
 # --------------------------------------------------------------------------------------
@@ -171,7 +116,7 @@ def examples_to_batch(examples, config: M.AlignerConfig, size: int | None = None
         fa = getattr(ex, "query_embedding", None)
         fb = getattr(ex, "target_embedding", None)
         if config.feature_dim and (fa is None or fb is None):
-            raise ValueError(f"pair {pair.query_id}/{pair.target_id} has no embeddings but the model needs "
+            raise InputError(f"pair {pair.query_id}/{pair.target_id} has no embeddings but the model needs "
                              f"{config.feature_dim}-dim features; run `sinkalign shards embed` first")
         items.append((pair.query_seq, pair.target_seq, fa, fb, pair.pairs))
     longest = max(max(len(a), len(b)) for a, b, *_ in items)
@@ -274,15 +219,26 @@ def _optimizer(cfg: TrainConfig):
                        optax.adamw(schedule, weight_decay=cfg.weight_decay)), schedule
 
 
-def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, stop_after: int | None = None) -> TrainResult:
-    """Train (or resume) and return the final parameters. ``stop_after`` ends early (tests)."""
+def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, progress: bool = True,
+          stop_after: int | None = None) -> TrainResult:
+    """Train (or resume) and return the final parameters. ``stop_after`` ends early (tests).
+
+    An ``out`` that already holds a run is refused unless ``resume`` (continue from its newest
+    complete checkpoint) or ``overwrite`` (delete its metrics and checkpoints first).
+    """
     from sinkalign.io.shards import ShardDataset  # noqa: PLC0415
 
     out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    train_set = ShardDataset(cfg.shards, "train", load_embeddings=bool(cfg.model.feature_dim))
+    check_run_dir(out, resume=resume, overwrite=overwrite)
+    try:
+        train_set = ShardDataset(cfg.shards, "train", load_embeddings=bool(cfg.model.feature_dim))
+    except FileNotFoundError as exc:
+        raise InputError(f"{cfg.shards} holds no pair shards ({exc}); build them with "
+                         f"`sinkalign shards build ALIGNMENTS --out {cfg.shards}`") from exc
     if len(train_set) == 0:
-        raise ValueError(f"{cfg.shards}: the train split is empty")
+        raise InputError(f"{cfg.shards}: the train split is empty")
+    out.mkdir(parents=True, exist_ok=True)
+    clean_leftovers(out)
     try:
         val_set = ShardDataset(cfg.shards, "valid", load_embeddings=bool(cfg.model.feature_dim))
     except (KeyError, ValueError, FileNotFoundError):
@@ -291,7 +247,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, stop
     devices = jax.local_devices()
     n_dev = len(devices)
     if cfg.batch_size % n_dev:
-        raise ValueError(f"batch_size={cfg.batch_size} must be a multiple of the {n_dev} local devices")
+        raise InputError(f"batch_size={cfg.batch_size} must be a multiple of the {n_dev} local devices")
     mesh = Mesh(np.asarray(devices), ("data",))
     data_sharding = NamedSharding(mesh, PartitionSpec("data"))
     replicated = NamedSharding(mesh, PartitionSpec())
@@ -300,14 +256,20 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, stop
     params = M.init_params(cfg.model, seed=cfg.seed)
     opt_state = tx.init(params)
     start = 0
-    if resume and (out / "checkpoints" / "latest").is_file():
-        params, state, flat = load_checkpoint(out)
+    latest = find_latest_checkpoint(out) if resume else None
+    if latest is not None:
+        params, state, flat = load_checkpoint(latest)
         if state.get("model") != cfg.model.to_dict():
-            raise ValueError(f"{out}: the checkpoint's model config differs from this run's; use a new --out")
+            raise CheckpointError(f"{latest}: the checkpoint's model config differs from this run's; use a new --out")
         leaves, treedef = jax.tree_util.tree_flatten(opt_state)
+        if not isinstance(state.get("step"), int) or flat is None or len(flat) != len(leaves):
+            raise CheckpointError(f"{latest}: not a resumable training checkpoint (state.json needs 'step' and "
+                                  f"opt_state.safetensors {len(leaves)} optimiser leaves)")
         opt_state = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(flat[f"{i:05d}"]) for i in range(len(leaves))])
         start = int(state["step"])
-        log.info("resumed from step %d", start)
+        log.info("resumed from %s (step %d)", latest, start)
+    elif resume:
+        log.warning("--resume: %s holds no complete checkpoint; starting from step 0", out)
     params = jax.device_put(params, replicated)
     opt_state = jax.device_put(opt_state, replicated)
 
@@ -317,9 +279,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, stop
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss, terms, optax.tree.norm(grads)
 
-    metrics_path = out / "metrics.jsonl"
-    if not resume and metrics_path.exists():
-        metrics_path.unlink()
+    metrics_path = out / METRICS
+    rewrite_metrics(metrics_path, start)  # steps after the checkpoint are re-run: no duplicate lines
     last: dict = {}
     from tqdm import tqdm  # noqa: PLC0415
 

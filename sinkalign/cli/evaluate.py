@@ -44,6 +44,7 @@ def evaluate(references, model, split, min_tm, max_pairs, methods, backend, json
     """Precision, recall and F1 per reference set, binned by percent identity."""
     from sinkalign.align.evaluate import evaluate_sets, load_reference_set  # noqa: PLC0415
     from sinkalign.align.metrics import render_table  # noqa: PLC0415
+    from sinkalign.errors import SinkalignError  # noqa: PLC0415
 
     chosen = tuple(m.strip() for m in methods.split(",") if m.strip())
     try:
@@ -57,13 +58,14 @@ def evaluate(references, model, split, min_tm, max_pairs, methods, backend, json
 
             aligner = Aligner.load(model, backend=backend)
         result = evaluate_sets(sets, aligner, methods=chosen)
-    except (ValueError, FileNotFoundError) as exc:
+    except SinkalignError as exc:  # until main.py turns every SinkalignError into one line
         raise click.ClickException(str(exc)) from exc
     console = Console()
     for name, data in result["sets"].items():
         for method, m in data["methods"].items():
+            speed = "" if m["pairs_per_s"] is None else f", {m['pairs_per_s']:.1f} pairs/s"
             console.print(render_table(m["bins"], title=f"{name} ({data['n_pairs']} pairs): {method}, "
-                                                        f"F1 {m['micro']['f1']:.3f}, {m['pairs_per_s']:.1f} pairs/s"))
+                                                        f"pooled F1 {m['micro']['f1']:.3f}{speed}"))
     if json_path:
         atomic_write_text(json_path, json.dumps(result, indent=2) + "\n")
         console.print(f"wrote {json_path}")
@@ -76,23 +78,27 @@ def evaluate(references, model, split, min_tm, max_pairs, methods, backend, json
 @click.option("--knots", type=click.IntRange(min=2), default=16, show_default=True,
               help="Most knots per calibration curve.")
 @click.option("-o", "--out", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Model directory to write: the model with the fitted calibration.")
-def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, out):
+              help="Model directory to write: the model with the fitted calibration. It must be new or empty "
+                   "(a directory holding other files is refused).")
+@click.option("--overwrite", is_flag=True, help="Replace the model already in --out (only a model directory).")
+def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, out, overwrite):
     """Fit calibrated confidences (isotonic) for a model's posteriors and write the calibrated model."""
     from sinkalign.align.aligner import Aligner, default_model_path  # noqa: PLC0415
     from sinkalign.align.calibration import calibration_samples, fit_from_samples  # noqa: PLC0415
+    from sinkalign.align.checkpoints import check_model_output, export_model  # noqa: PLC0415
     from sinkalign.align.decode import plan_posteriors  # noqa: PLC0415
     from sinkalign.align.evaluate import load_reference_set  # noqa: PLC0415
-    from sinkalign.align.train import export_model  # noqa: PLC0415
+    from sinkalign.errors import InputError, SinkalignError  # noqa: PLC0415
 
     console = Console()
     try:
+        check_model_output(out, overwrite=overwrite)  # refuse before the work, not after
         pairs = []
         for ref in references:
             pairs += [p for p in load_reference_set(ref, min_tm=min_tm, max_pairs=max_pairs, split=split)
                       if max(len(p.query_seq), len(p.target_seq)) <= max_length]
         if not pairs:
-            raise ValueError(f"no reference pair of at most {max_length} residues in {[str(r) for r in references]}")
+            raise InputError(f"no reference pair of at most {max_length} residues in {[str(r) for r in references]}")
         source = model or default_model_path()
         aligner = Aligner.load(source, calibration=None)  # the raw posteriors are what is fitted
         samples, raw = [], []
@@ -107,8 +113,8 @@ def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, ou
         provenance = (aligner.provenance + " Calibrated confidences fitted with `sinkalign calibrate` on "
                       + cal.fitted_on + ".").strip()
         export_model(out, aligner.params, aligner.config, provenance=provenance,
-                     calibration=cal.to_dict())
-    except (ValueError, FileNotFoundError) as exc:
+                     calibration=cal.to_dict(), overwrite=overwrite)
+    except SinkalignError as exc:  # until main.py turns every SinkalignError into one line
         raise click.ClickException(str(exc)) from exc
     conf = np.concatenate([cal.match(s[0]) for s in samples])
     hits = np.concatenate([s[1] for s in samples])

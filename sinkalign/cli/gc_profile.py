@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
-from sinkalign.pipelines.gc_profile import run_gc_profile
+from sinkalign.cli.options import one_line_errors
 
 
-def _positive(ctx: click.Context, param: click.Parameter, value: int) -> int:
-    if value <= 0:
+def _positive(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    if value is not None and value <= 0:
         raise click.BadParameter(f"must be a positive integer, got {value}")
     return value
 
@@ -17,31 +17,42 @@ def _positive(ctx: click.Context, param: click.Parameter, value: int) -> int:
 @click.argument("fasta", type=click.Path(exists=True, dir_okay=False, readable=True))
 @click.option("--window", default=1000, show_default=True, type=int, callback=_positive,
               help="Window length (nt).")
-@click.option("--step", default=500, show_default=True, type=int, callback=_positive,
-              help="Distance between window starts (nt); must not exceed --window.")
+@click.option("--step", default=None, type=int, callback=_positive,
+              help="Distance between window starts (nt); must not exceed --window.  [default: half the window]")
+@click.option("--island-threshold", default=0.10, show_default=True, type=click.FloatRange(0, 1, min_open=True,
+                                                                                          max_open=True),
+              help="Flag windows whose GC departs from their record's GC by more than this (GC fraction) as "
+                   "candidate islands (TSV column island, shaded in the plot, listed in the report).")
 @click.option("--overlay", type=click.Path(exists=True, dir_okay=False, readable=True), default=None,
               help="FASTA of generated continuations (headers carry chrom=ID start=POS, 0-based).")
 @click.option("--overlay-window", default=25, show_default=True, type=int, callback=_positive,
               help="Sliding window of the continuation GC trajectories (nt).")
 @click.option("-o", "--out-dir", required=True, type=click.Path(file_okay=False),
-              help="Output directory (created if needed).")
+              help="Output directory (created if needed); only gc_profile.tsv, gc_profile.png, report.md "
+                   "(and overlay.*) are written there.")
 @click.option("--progress/--no-progress", default=True, show_default=True,
               help="Progress bar on stderr (only shown on a terminal).")
-def gc_profile(fasta: str, window: int, step: int, overlay: str | None, overlay_window: int, out_dir: str,
-               progress: bool) -> None:
+def gc_profile(fasta: str, window: int, step: int | None, island_threshold: float, overlay: str | None,
+               overlay_window: int, out_dir: str, progress: bool) -> None:
     """GC content, GC skew and cumulative skew of FASTA (plain or .gz) in windows.
 
     Writes gc_profile.tsv, gc_profile.png and report.md into OUT_DIR (plus overlay.tsv and
-    overlay.png with --overlay). Coordinates are 0-based half-open.
+    overlay.png with --overlay). Coordinates are 0-based half-open. Origin and terminus are
+    reported only where the cumulative skew turns inside a record; windows whose GC departs
+    from the record's by more than --island-threshold are candidate islands.
     """
+    from sinkalign.pipelines.gc_profile import default_step, run_gc_profile  # noqa: PLC0415
+
+    if step is None:
+        step = default_step(window)
     if step > window:
         raise click.BadParameter(f"{step} exceeds --window {window} (windows would leave gaps)",
                                  param_hint="'--step'")
-    try:
+    with one_line_errors():
         res = run_gc_profile(fasta, out_dir, window=window, step=step, overlay=overlay,
-                             overlay_window=overlay_window, progress=progress)
-    except ValueError as exc:
-        raise click.ClickException(str(exc)) from exc
+                             overlay_window=overlay_window, island_threshold=island_threshold, progress=progress)
     for s in res.profile.summaries:
-        click.echo(f"{s.chrom}\tlength={s.length}\tgc={s.gc:.4f}\torigin={s.origin}\tterminus={s.terminus}")
+        where = (f"origin={'-' if s.origin is None else s.origin}\tterminus={'-' if s.terminus is None else s.terminus}"
+                 if not s.one_replichore else "one replichore (no skew turning point)")
+        click.echo(f"{s.chrom}\tlength={s.length}\tgc={s.gc:.4f}\t{where}\tcandidate_islands={len(s.islands)}")
     click.echo(f"wrote {res.report}")

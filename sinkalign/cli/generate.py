@@ -6,9 +6,11 @@ import sys
 
 import click
 
-from sinkalign.lm.generate import generate, load_model
-from sinkalign.pipelines.gc_profile import continuation_description
+from sinkalign.cli.options import one_line_errors
 from sinkalign.utils import atomic_write_text
+
+# torch is an optional extra: nothing here imports it at module level (`sinkalign --help`
+# must work without it); the command imports it when it runs.
 
 _LINE = 60  # FASTA line width
 
@@ -20,7 +22,8 @@ def _fasta(header: str, seq: str) -> str:
 
 @click.command("generate-dna")
 @click.option("--prompt", required=True, help="Bases to continue (A, C, G, T, N; either case).")
-@click.option("--length", required=True, type=int, help="Number of bases to generate (> 0).")
+@click.option("--length", required=True, type=int,
+              help="Number of bases to generate (> 0, at most 1,000,000 per call).")
 @click.option("--temperature", default=1.0, show_default=True, type=float,
               help="Sampling temperature; 0 = greedy.")
 @click.option("--top-k", default=None, type=int, help="Sample among the k most likely bases.")
@@ -36,11 +39,14 @@ def _fasta(header: str, seq: str) -> str:
               help="FASTA: 0-based position where the continuation begins in --chrom (the prompt's end).")
 @click.option("--include-prompt", is_flag=True, help="Write the prompt followed by the new bases.")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
-@click.option("-o", "--output", default=None, type=click.Path(dir_okay=False),
-              help="Output file (written atomically) [default: stdout].")
+@click.option("-o", "--output", default=None, type=click.Path(dir_okay=False, allow_dash=True),
+              help="Output file (written atomically; '-' = stdout) [default: stdout].")
+@click.option("--progress/--no-progress", default=None,
+              help="Progress bar of generated bases on stderr [default: on a terminal, for 1000+ bases].")
 def generate_dna(prompt: str, length: int, temperature: float, top_k: int | None, top_p: float | None,
                  seed: int | None, model_path: str | None, fmt: str, record_id: str, chrom: str | None,
-                 start: int | None, include_prompt: bool, device: str, output: str | None) -> None:
+                 start: int | None, include_prompt: bool, device: str, output: str | None,
+                 progress: bool | None) -> None:
     """Continue --prompt by --length bases sampled from a DNA language model.
 
     Decoding uses the KV cache (softmax attentions) or the recurrent state (SLA). Only the
@@ -60,22 +66,31 @@ def generate_dna(prompt: str, length: int, temperature: float, top_k: int | None
         raise click.BadParameter(f"must be a positive integer, got {length}", param_hint="'--length'")
     if fmt == "plain" and chrom is not None:
         raise click.UsageError("--chrom/--start only apply to --format fasta")
-    if device == "cuda":
-        import torch
+    with one_line_errors():
+        from sinkalign.errors import CheckpointError, require  # noqa: PLC0415
 
-        if not torch.cuda.is_available():
+        torch = require("torch", "torch", "sinkalign generate-dna")
+        from sinkalign.lm.generate import MAX_GENERATE_LENGTH, generate, load_model  # noqa: PLC0415
+
+        if length > MAX_GENERATE_LENGTH:  # before loading anything
+            raise click.BadParameter(f"{length:,} exceeds the {MAX_GENERATE_LENGTH:,} bases one call generates; "
+                                     f"generate in pieces, each prompted with the end of the previous one",
+                                     param_hint="'--length'")
+        if device == "cuda" and not torch.cuda.is_available():
             raise click.UsageError("--device cuda: CUDA is not available")
-    try:
-        ckpt = load_model(model_path, device=device)
-    except (FileNotFoundError, ValueError) as exc:
-        raise click.ClickException(f"cannot load the model: {exc}") from exc
-    try:
-        new = generate(ckpt.model, prompt, length, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
-    except ValueError as exc:
-        raise click.ClickException(str(exc)) from exc
+        try:
+            ckpt = load_model(model_path, device=device)
+        except (FileNotFoundError, ValueError) as exc:
+            raise CheckpointError(f"cannot load the model: {exc}") from exc
+        if progress is None:
+            progress = length >= 1000 and sys.stderr.isatty()
+        new = generate(ckpt.model, prompt, length, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                       progress=progress)
     seq = prompt.upper() + new if include_prompt else new
     if fmt == "fasta":
         if chrom is not None:
+            from sinkalign.pipelines.gc_profile import continuation_description  # noqa: PLC0415
+
             header = continuation_description(record_id, chrom, start - (len(prompt) if include_prompt else 0))
         else:
             header = record_id
@@ -85,7 +100,7 @@ def generate_dna(prompt: str, length: int, temperature: float, top_k: int | None
         text = _fasta(header, seq)
     else:
         text = seq + "\n"
-    if output is None:
+    if output is None or output == "-":
         sys.stdout.write(text)
     else:
         atomic_write_text(output, text)

@@ -8,6 +8,8 @@ import logging
 import click
 
 from sinkalign.cli.options import model_options as _model_options
+from sinkalign.cli.options import one_line_errors
+from sinkalign.errors import require
 from sinkalign.lm.config import ATTENTION_NAMES
 
 logger = logging.getLogger(__name__)
@@ -68,6 +70,8 @@ def train(fasta, attention, out_dir, steps, batch_size, seq_len, lr, min_lr_rati
           grad_clip, d_model, n_layers, n_heads, dropout, model_options, val_fraction, eval_every, eval_max_bases,
           save_every, keep_checkpoints, log_every, seed, device, num_threads, nproc, resume, progress) -> None:
     """Train a DNA language model on FASTA with the chosen attention."""
+    with one_line_errors():
+        require("torch", "torch", "sinkalign lm train")
     from sinkalign.lm.train import TrainConfig, train_lm, train_lm_ddp
 
     if nproc < 1:
@@ -127,6 +131,8 @@ def eval_cmd(model_path, fasta, json_out, val_fraction, context, stride, max_bas
              length_multipliers, extrapolation_bases, passkey_multipliers, passkey_trials, completion_prompts,
              prompt_len, completion_len, temperature, top_k, top_p, sections, seed, batch_size, device) -> None:
     """Held-out bits/base vs an order-k Markov chain, length extrapolation, passkey and completions."""
+    with one_line_errors():
+        require("torch", "torch", "sinkalign lm eval")
     from sinkalign.lm.evaluate import EvalConfig, evaluate_lm
     from sinkalign.lm.generate import load_model, resolve_model_path
     from sinkalign.utils import atomic_write_text

@@ -24,7 +24,9 @@ from sinkalign.cli.options import model_options
               help="Global batch; split over all local devices.")
 @click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=3e-3, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/aligner"), show_default=True)
-@click.option("--resume", is_flag=True, help="Continue from the latest checkpoint in --out.")
+@click.option("--resume", is_flag=True, help="Continue the run in --out from its newest complete checkpoint.")
+@click.option("--overwrite", is_flag=True,
+              help="Replace the run in --out (deletes its metrics.jsonl and checkpoints/, nothing else).")
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=100, show_default=True)
 @click.option("--eval-every", type=click.IntRange(min=1), default=100, show_default=True)
 @click.option("--certify-every", type=click.IntRange(min=0), default=500, show_default=True,
@@ -33,21 +35,34 @@ from sinkalign.cli.options import model_options
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--distributed", is_flag=True, help="Multi-host: call jax.distributed.initialize() first.")
 @click.option("--progress/--no-progress", default=True)
-def train(shards, preset_name, model_opts, embedder, steps, batch_size, lr, out, resume, checkpoint_every, eval_every,
-          certify_every, max_length, seed, distributed, progress):
-    """Train the aligner; metrics go to OUT/metrics.jsonl, checkpoints to OUT/checkpoints."""
+def train(shards, preset_name, model_opts, embedder, steps, batch_size, lr, out, resume, overwrite, checkpoint_every,
+          eval_every, certify_every, max_length, seed, distributed, progress):
+    """Train the aligner; metrics go to OUT/metrics.jsonl, checkpoints to OUT/checkpoints.
+
+    An OUT that already holds a run needs --resume (continue) or --overwrite (start again).
+    """
     from sinkalign.align import model as M  # noqa: PLC0415
     from sinkalign.align import train as T  # noqa: PLC0415
+    from sinkalign.errors import InputError, SinkalignError  # noqa: PLC0415
     from sinkalign.io.shards import read_index  # noqa: PLC0415
 
+    if resume and overwrite:
+        raise click.UsageError("--resume and --overwrite contradict each other; pass one")
     if distributed:
         T.init_distributed()
     try:
+        try:
+            index = read_index(shards)
+        except FileNotFoundError as exc:
+            raise InputError(f"--pfam-shards {shards} holds no pair shards ({exc}); build them with "
+                             f"`sinkalign shards build ALIGNMENTS --out {shards}`") from exc
+        except ValueError as exc:  # an index.json of another format or version
+            raise InputError(f"--pfam-shards: {exc}") from exc
         feature_dim, emb_config = 0, {"name": "none"}
         if embedder != "none":
             import json  # noqa: PLC0415
 
-            emb = read_index(shards).get("embeddings")
+            emb = index.get("embeddings")
             if not emb:
                 raise click.BadParameter(f"{shards} has no embeddings; run `sinkalign shards embed {shards}`",
                                          param_hint="--pfam-shards")
@@ -65,12 +80,15 @@ def train(shards, preset_name, model_opts, embedder, steps, batch_size, lr, out,
         if unknown:
             raise click.BadParameter(f"unknown AlignerConfig fields {unknown}; valid: "
                                      f"{sorted(M.AlignerConfig.__dataclass_fields__)}", param_hint="--model-option")
-        model = M.preset(preset_name, feature_dim=feature_dim, embedder=emb_config, **overrides)
+        try:
+            model = M.preset(preset_name, feature_dim=feature_dim, embedder=emb_config, **overrides)
+        except (TypeError, ValueError) as exc:  # an unknown preset or a bad field value
+            raise click.BadParameter(str(exc), param_hint="--config / --model-option") from exc
         cfg = T.TrainConfig(shards=str(shards), out=str(out), model=model, steps=steps, batch_size=batch_size, lr=lr,
                             seed=seed, checkpoint_every=checkpoint_every, eval_every=eval_every,
                             certify_every=certify_every, max_length=max_length)
-        result = T.train(cfg, resume=resume, progress=progress)
-    except ValueError as exc:
+        result = T.train(cfg, resume=resume, overwrite=overwrite, progress=progress)
+    except SinkalignError as exc:  # until main.py turns every SinkalignError into one line
         raise click.ClickException(str(exc)) from exc
     click.echo(f"step {result.step}: " + ", ".join(f"{k}={v:.4g}" for k, v in result.last_metrics.items()
                                                     if isinstance(v, float)))

@@ -6,8 +6,10 @@ import json
 from pathlib import Path
 
 import click
+from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from sinkalign.utils import atomic_write_text
 
@@ -26,17 +28,50 @@ def _fmt(x) -> str:
     if isinstance(x, bool):
         return "yes" if x else "NO"
     if isinstance(x, float):
-        return f"{x:.3e}"
+        return f"{x:.2e}"
     return str(x)
 
 
-def _table(title: str, rows: list[dict], columns: list[str]) -> Table:
-    table = Table(title=title)
+_TEXT_COLUMNS = ("case", "mode")
+
+
+def _table(title: str, rows: list[dict], columns: list[str], *, console: Console | None = None) -> list:
+    """Tables of ``rows`` that fit ``console``'s width without truncating a number.
+
+    One table when it fits; otherwise one table per ``case`` (the case as its title), so no
+    cell is ever cut to ``0.000e...`` at 80 columns.
+    """
+    console = console or _console
+    cells = [[_fmt(row.get(c)) for c in columns] for row in rows]
+    widths = [max([len(c)] + [len(r[k]) for r in cells]) for k, c in enumerate(columns)]
+    if sum(widths) + 2 * len(columns) + 2 <= console.width or "case" not in columns:
+        return [_one_table(title, columns, cells)]
+    k = columns.index("case")
+    rest = columns[:k] + columns[k + 1 :]
+    out: list = [Text(title, style="italic", justify="center")]
+    groups: dict[str, list[list[str]]] = {}
+    for r in cells:
+        groups.setdefault(r[k], []).append(r[:k] + r[k + 1 :])
+    out += [_one_table(case, rest, group) for case, group in groups.items()]
+    return out
+
+
+def _one_table(title: str, columns: list[str], cells: list[list[str]]) -> Table:
+    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
     for col in columns:
-        table.add_column(col, justify="left" if col in ("case", "mode") else "right")
-    for row in rows:
-        table.add_row(*(_fmt(row.get(c)) for c in columns))
+        if col in _TEXT_COLUMNS:
+            table.add_column(col, justify="left", overflow="fold")
+        else:  # numbers keep their full width; a long header wraps instead
+            widest = max((len(r[columns.index(col)]) for r in cells), default=1)
+            table.add_column(col, justify="right", min_width=widest, overflow="fold")
+    for row in cells:
+        table.add_row(*row)
     return table
+
+
+def _print(tables: list) -> None:
+    for t in tables:
+        _console.print(t)
 
 
 def _emit(result: dict, json_path: Path | None) -> None:
@@ -72,7 +107,7 @@ def exactness(dtype: str, json_path: Path | None, quick: bool) -> None:
         result = validation.exactness(
             dtype, cases=cases, progress=lambda r: status.update(f"{r['case']} R={r['R']} {r['mode']}")
         )
-    _console.print(_table(f"backward modes vs autodiff ({dtype}, T=15, eps=1)", result["rows"],
+    _print(_table(f"backward modes vs autodiff ({dtype}, T=15, eps=1)", result["rows"],
                           ["case", "R", "mode", "dq", "dk", "dv", "d_dustbin", "forward", "grad_scale"]))
     _console.print(f"max_abs_deviation = {result['max_abs_deviation']:.3e}")
     _emit(result, json_path)
@@ -89,7 +124,7 @@ def tail_depth(dtype: str, json_path: Path | None, qk_std: float) -> None:
 
     with _console.status("full backprop through the base for R in 0, 1, 2, 4"):
         result = validation.tail_depth(dtype, qk_std=qk_std)
-    _console.print(_table(f"surrogate vs full gradient, worst over seeds 0,1,2 ({dtype})", result["rows"],
+    _print(_table(f"surrogate vs full gradient, worst over seeds 0,1,2 ({dtype})", result["rows"],
                           ["R", "worst_max_abs_gap", "paper"]))
     _console.print(f"Q, K, V, G: {result['distribution']}")
     _emit(result, json_path)
@@ -109,9 +144,9 @@ def certificate(dtype: str, json_path: Path | None, qk_std: float, tau: float) -
 
     with _console.status("certificate VJPs"):
         result = validation.certificate(dtype, tau=tau, qk_std=qk_std)
-    _console.print(_table(f"Proposition 5 certificate ({dtype})", result["rows"],
+    _print(_table(f"Proposition 5 certificate ({dtype})", result["rows"],
                           ["seed", "R", "gap", "certificate_norm", "eta_norm", "residual"]))
-    _console.print(_table(f"Corollary 2: certified depth at tau={tau:g}", result["selection"], ["seed", "selected_R"]))
+    _print(_table(f"Corollary 2: certified depth at tau={tau:g}", result["selection"], ["seed", "selected_R"]))
     _console.print(f"max_residual = {result['max_residual']:.3e}")
     _emit(result, json_path)
 
@@ -126,7 +161,7 @@ def orbit(dtype: str, json_path: Path | None, qk_std: float) -> None:
     from sinkalign.sinkhorn import validation  # noqa: PLC0415
 
     result = validation.orbit(dtype, qk_std=qk_std)
-    _console.print(_table(f"Proposition 6 orbit reconstruction ({dtype}); paper 1.91e-6", result["rows"],
+    _print(_table(f"Proposition 6 orbit reconstruction ({dtype}); paper 1.91e-6", result["rows"],
                           ["seed", "n_plans", "max_log_error"]))
     _emit(result, json_path)
 
@@ -140,10 +175,10 @@ def contraction(dtype: str, json_path: Path | None) -> None:
     from sinkalign.sinkhorn import validation  # noqa: PLC0415
 
     result = validation.contraction(dtype)
-    _console.print(_table(f"Proposition 4 on dense positive problems ({dtype})", result["rows"],
+    _print(_table(f"Proposition 4 on dense positive problems ({dtype})", result["rows"],
                           ["L", "eps", "rho_h", "rho_range", "max_observed_ratio", "bound_holds"]))
     b = result["blocks"]
-    _console.print(_table(f"per-128-row blocks, L={b['L']}, W={b['W']}, eps=1 (synthetic)", [b],
+    _print(_table(f"per-128-row blocks, L={b['L']}, W={b['W']}, eps=1 (synthetic)", [b],
                           ["n_blocks", "median_rho_h", "max_rho_h", "median_rho_range", "max_rho_range"]))
     _emit(result, json_path)
 
@@ -180,18 +215,17 @@ def kernels(backend: str, interpret: bool, json_path: Path | None, quick: bool, 
         raise click.UsageError(str(err)) from None
     cases = kval.KERNEL_CASES[:3] if quick else kval.KERNEL_CASES
     mode = "interpreter" if interpret else "native"
-    wide = Console(width=max(_console.width, 150))  # the tables have many columns
     with _console.status(f"{backend} ({mode}) vs reference") as status:
         result = kval.kernels(backend, interpret, cases=cases, block=block,
                               progress=lambda r: status.update(f"{r['case']}: {r['max_abs_deviation']:.2e}"))
-    wide.print(_table(f"{backend} ({mode}, float32) vs JAX reference (float64, autodiff)", result["rows"],
+    _print(_table(f"{backend} ({mode}, float32) vs JAX reference (float64, autodiff)", result["rows"],
                       ["case", "O", "dq", "dk", "dv", "d_dustbin", "max_abs_deviation", "seconds"]))
     _console.print(f"max_abs_deviation = {result['max_abs_deviation']:.3e}")
     if long_:
         with _console.status("long-length forward agreement") as status:
             long_result = kval.long_forward(tuple(long_lengths), band=long_band, interpret=interpret,
                                             progress=lambda r: status.update(f"L={r['L']} done"))
-        wide.print(_table(f"forward vs dense computation (W={long_band}, d=16, T=15, float32; dense "
+        _print(_table(f"forward vs dense computation (W={long_band}, d=16, T=15, float32; dense "
                           f"{long_result['dense_dtype']})", long_result["rows"],
                           ["L", "reference_vs_dense", "kernel_vs_dense", "dense_seconds", "reference_seconds",
                            "kernel_seconds"]))

@@ -440,6 +440,8 @@ def read_aligned_fasta(path: str | os.PathLike, *, format: str | None = None, al
             for rec in SeqIO.parse(handle, "fasta"):
                 ids.append(rec.id)
                 raw.append(str(rec.seq))
+        except SequenceFormatError:
+            raise
         except ValueError as err:
             raise SequenceFormatError(f"{path}: cannot parse FASTA: {err}", path=path) from err
     if not ids:
@@ -519,6 +521,8 @@ def read_msf(path: str | os.PathLike, *, alphabet: str = "auto") -> MSA:
     try:
         with open_text(path) as handle:
             aln = Align.read(handle, "msf")
+    except SequenceFormatError:
+        raise
     except (ValueError, AssertionError) as err:
         raise SequenceFormatError(f"{path}: cannot parse MSF: {err}", path=path) from err
     ids = [rec.id for rec in aln.sequences]

@@ -39,6 +39,7 @@ import gzip
 import io
 import logging
 import os
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Iterable, Iterator
@@ -46,6 +47,7 @@ from typing import IO, Iterable, Iterator
 from Bio import SeqIO
 from Bio.SeqRecord import SeqRecord
 
+from sinkalign.errors import FormatError, InputError
 from sinkalign.utils import atomic_write
 
 __all__ = [
@@ -75,8 +77,10 @@ _CORE_NUCLEOTIDES = frozenset("ACGTUN")
 _GAPS = frozenset("-.")
 
 
-class SequenceFormatError(ValueError):
+class SequenceFormatError(FormatError):
     """A sequence or alignment file that cannot be read as promised.
+
+    A :class:`sinkalign.errors.FormatError` (so also a ``ValueError``).
 
     Attributes (``None`` where they do not apply): ``path``, ``record_id``,
     ``record_number`` (1-based ordinal in the file), ``position`` (0-based) and ``char``.
@@ -131,14 +135,76 @@ class Sequence:
         return len(self.seq)
 
 
+class _CheckedText(io.TextIOWrapper):
+    """UTF-8 text over a plain or gzip byte stream whose read errors name the file.
+
+    A truncated or corrupt gzip stream (``EOFError``, ``BadGzipFile``, ``zlib.error``) and
+    bytes that are not UTF-8 text (a binary file) raise :class:`SequenceFormatError`
+    naming the file, instead of a bare decoder error (or click's ``Aborted!`` for EOFError).
+    """
+
+    def __init__(self, buffer, path: Path, compressed: bool) -> None:
+        super().__init__(buffer, encoding="utf-8", newline=None)
+        self._path = path
+        self._compressed = compressed
+
+    def _wrap(self, exc: BaseException) -> SequenceFormatError:
+        if isinstance(exc, UnicodeDecodeError):
+            what = "decompressed content" if self._compressed else "file"
+            return SequenceFormatError(
+                f"{self._path}: not a text file: the {what} holds bytes that are not UTF-8 text "
+                f"(byte 0x{exc.object[exc.start]:02x}); is it a binary file?", path=self._path)
+        if isinstance(exc, EOFError):
+            return SequenceFormatError(
+                f"{self._path}: truncated gzip file (the compressed stream ends early); re-download or "
+                f"re-compress it", path=self._path)
+        return SequenceFormatError(f"{self._path}: corrupt gzip file ({exc})", path=self._path)
+
+    def read(self, *args):
+        try:
+            return super().read(*args)
+        except _READ_ERRORS as exc:
+            raise self._wrap(exc) from exc
+
+    def readline(self, *args):
+        try:
+            return super().readline(*args)
+        except _READ_ERRORS as exc:
+            raise self._wrap(exc) from exc
+
+    def readlines(self, *args):
+        try:
+            return super().readlines(*args)
+        except _READ_ERRORS as exc:
+            raise self._wrap(exc) from exc
+
+    def __next__(self):
+        try:
+            return super().__next__()
+        except _READ_ERRORS as exc:
+            raise self._wrap(exc) from exc
+
+    def __iter__(self):
+        return self
+
+
+_READ_ERRORS = (UnicodeDecodeError, EOFError, gzip.BadGzipFile, zlib.error)
+
+
 def open_text(path: str | os.PathLike) -> IO[str]:
-    """Open ``path`` for reading text, decompressing gzip (detected by magic bytes)."""
+    """Open ``path`` for reading UTF-8 text, decompressing gzip (detected by magic bytes).
+
+    Reading a truncated or corrupt gzip file, or a binary (non-UTF-8) file, raises
+    :class:`SequenceFormatError` naming ``path``.
+    """
     path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory, not a file")
     with open(path, "rb") as raw:
         magic = raw.read(2)
     if magic == b"\x1f\x8b":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline=None)
-    return open(path, encoding="utf-8", newline=None)
+        return _CheckedText(gzip.open(path, "rb"), path, compressed=True)
+    return _CheckedText(open(path, "rb"), path, compressed=False)
 
 
 def detect_alphabet(seq: str) -> str:
@@ -259,6 +325,10 @@ def _read_fasta(path: Path, alphabet: str, allow_ambiguous: bool, uppercase: boo
                 yield _check_record(rec, n, path, alphabet, allow_ambiguous, uppercase, seen)
         except SequenceFormatError:
             raise
+        except UnicodeEncodeError as err:  # Biopython keeps sequences ASCII
+            char = err.object[err.start : err.start + 1]
+            raise SequenceFormatError(f"{path}: record #{n + 1}: non-ASCII character {char!r} in the sequence",
+                                      path=path, record_number=n + 1, char=char) from err
         except (ValueError, UnicodeDecodeError) as err:  # Biopython / decoding errors, with the file named
             raise SequenceFormatError(f"{path}: record #{n + 1}: cannot parse FASTA: {err}", path=path) from err
     if n == 0:

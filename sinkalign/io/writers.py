@@ -36,14 +36,12 @@ Formats (:data:`FORMATS`):
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
 import logging
 import math
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
@@ -57,7 +55,8 @@ from sinkalign.align.decode import (
     cigar,
     to_gapped,
 )
-from sinkalign.utils import atomic_write
+from sinkalign.errors import InputError
+from sinkalign.utils import atomic_path, atomic_write
 
 __all__ = ["FORMATS", "TSV_COLUMNS", "AlignedPair", "write_alignments"]
 
@@ -116,41 +115,41 @@ def _prepare(records: Iterable[Any]) -> Iterator[_Record]:
         try:
             qid, q, tid, t, aln, *rest = rec
         except (TypeError, ValueError):
-            raise ValueError(
+            raise InputError(
                 f"record {index}: expected (query_id, query, target_id, target, alignment[, score])"
             ) from None
         if len(rest) > 1:
-            raise ValueError(f"record {index}: expected at most 6 fields, got {5 + len(rest)}")
+            raise InputError(f"record {index}: expected at most 6 fields, got {5 + len(rest)}")
         for name, value in (("query_id", qid), ("target_id", tid)):
             if not isinstance(value, str) or not value or any(c.isspace() for c in value):
-                raise ValueError(f"record {index}: {name}={value!r} must be a non-empty string without whitespace")
+                raise InputError(f"record {index}: {name}={value!r} must be a non-empty string without whitespace")
         where = f"record {index} ({qid} vs {tid})"
         for name, seq in (("query", q), ("target", t)):
             if not isinstance(seq, str):
-                raise ValueError(f"{where}: {name} sequence must be a str, got {type(seq).__name__}")
+                raise InputError(f"{where}: {name} sequence must be a str, got {type(seq).__name__}")
             if not seq:
-                raise ValueError(f"{where}: {name} sequence is empty")
+                raise InputError(f"{where}: {name} sequence is empty")
             bad = _BAD_SEQ_RE.search(seq)
             if bad:
-                raise ValueError(
+                raise InputError(
                     f"{where}: {name} sequence has {bad.group()!r} at position {bad.start()}; expected letters or '*'"
                 )
         try:
             if isinstance(aln, Alignment):
                 if (aln.m, aln.n) != (len(q), len(t)):
-                    raise ValueError(
+                    raise InputError(
                         f"alignment is for lengths ({aln.m}, {aln.n}) but the sequences have ({len(q)}, {len(t)})"
                     )
                 pairs, posterior = aln.pairs, aln
             else:
                 pairs, posterior = check_pairs(getattr(aln, "pairs", aln), len(q), len(t)), None
         except ValueError as err:
-            raise ValueError(f"{where}: {err}") from None
+            raise InputError(f"{where}: {err}") from None
         score = rest[0] if rest and rest[0] is not None else getattr(aln, "score", float("nan"))
         try:
             score = float(score)
         except (TypeError, ValueError):
-            raise ValueError(f"{where}: score={score!r} is not a number") from None
+            raise InputError(f"{where}: score={score!r} is not a number") from None
         yield _Record(index, qid, q, tid, t, pairs, posterior, score)
 
 
@@ -317,7 +316,7 @@ def _write_stockholm(records: Iterable[_Record], path: Path) -> int:
         nonlocal count
         for rec in records:
             if rec.query_id == rec.target_id:
-                raise ValueError(f"{rec.where}: Stockholm needs distinct sequence names within a block")
+                raise InputError(f"{rec.where}: Stockholm needs distinct sequence names within a block")
             cols = alignment_columns(rec.pairs, len(rec.query), len(rec.target))
             coords = _coordinates(cols)
             seqs = [
@@ -356,35 +355,18 @@ def _coordinates(cols: list[tuple[int | None, int | None]]) -> np.ndarray:
     return np.array(points, dtype=np.int64).T
 
 
-@contextlib.contextmanager
-def _atomic_path(path: Path) -> Iterator[str]:
-    """A temporary path beside ``path``, renamed over it when the block succeeds."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        yield tmp
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
 def _sam_header(records: list[_Record]) -> tuple[dict[str, Any], dict[str, int]]:
     from importlib.metadata import PackageNotFoundError, version
 
     refs: dict[str, str] = {}
     for rec in records:
         if not _QNAME_RE.fullmatch(rec.query_id):
-            raise ValueError(f"{rec.where}: query_id is not a valid SAM QNAME ([!-?A-~]{{1,254}})")
+            raise InputError(f"{rec.where}: query_id is not a valid SAM QNAME ([!-?A-~]{{1,254}})")
         if not _RNAME_RE.fullmatch(rec.target_id):
-            raise ValueError(f"{rec.where}: target_id is not a valid SAM reference name")
+            raise InputError(f"{rec.where}: target_id is not a valid SAM reference name")
         seen = refs.setdefault(rec.target_id, rec.target)
         if seen != rec.target:
-            raise ValueError(f"{rec.where}: target_id {rec.target_id!r} was given two different sequences")
+            raise InputError(f"{rec.where}: target_id {rec.target_id!r} was given two different sequences")
     try:
         vn = version("sinkalign")
     except PackageNotFoundError:  # pragma: no cover - the package is installed in development
@@ -402,7 +384,7 @@ def _write_sam_or_bam(records: Iterable[_Record], path: Path, binary: bool) -> i
 
     recs = list(records)
     header, ref_index = _sam_header(recs)
-    with _atomic_path(path) as tmp:
+    with atomic_path(path) as tmp:
         with pysam.AlignmentFile(tmp, "wb" if binary else "w", header=header) as out:
             for rec in recs:
                 seg = pysam.AlignedSegment(out.header)
@@ -457,11 +439,11 @@ def write_alignments(records: Iterable[Any], path: str | os.PathLike, fmt: str) 
         fmt: output format (see the module docstring).
 
     Raises:
-        ValueError: unknown ``fmt`` (listing the valid ones) or a malformed record (naming
-            its index and ids).
+        InputError (a ValueError): unknown ``fmt`` (listing the valid ones) or a malformed
+            record (naming its index and ids).
     """
     if fmt not in FORMATS:
-        raise ValueError(f"{fmt=} is not one of {FORMATS}")
+        raise InputError(f"{fmt=} is not one of {FORMATS}")
     count = _WRITERS[fmt](_prepare(records), Path(path))
     logger.info("wrote %d alignments to %s (%s)", count, path, fmt)
     return count

@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import re
+import zlib
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -25,6 +26,8 @@ from typing import Iterator, Sequence
 
 import numpy as np
 from Bio import SeqIO
+
+from sinkalign.errors import FormatError, InputError
 
 __all__ = [
     "ALPHABET",
@@ -84,14 +87,14 @@ def read_genome_records(path: str | os.PathLike) -> list[GenomeRecord]:
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        ValueError: not FASTA, no records, an empty record, a duplicate record id, or an
-            invalid character.
+        FormatError (a ValueError): not FASTA, a truncated or corrupt gzip file, no records,
+            an empty record, a duplicate record id, or an invalid character.
     """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"FASTA file not found: {path}")
     if not path.is_file():
-        raise ValueError(f"{path}: not a regular file")
+        raise InputError(f"{path}: not a regular file")
     records: list[GenomeRecord] = []
     seen: set[str] = set()
     try:
@@ -99,27 +102,29 @@ def read_genome_records(path: str | os.PathLike) -> list[GenomeRecord]:
             for rec in SeqIO.parse(handle, "fasta"):
                 seq = str(rec.seq).upper().translate(_TO_N)
                 if not seq:
-                    raise ValueError(f"{path}: record {rec.id!r} is empty")
+                    raise FormatError(f"{path}: record {rec.id!r} is empty")
                 bad = _INVALID.search(seq)
                 if bad is not None:
-                    raise ValueError(
+                    raise FormatError(
                         f"{path}: record {rec.id!r} has invalid character {bad.group()!r} at "
                         f"0-based position {bad.start()} (allowed: ACGTN and IUPAC codes "
                         f"{_IUPAC_AMBIGUOUS}, which are read as N)"
                     )
                 if rec.id in seen:
-                    raise ValueError(f"{path}: duplicate record id {rec.id!r}")
+                    raise FormatError(f"{path}: duplicate record id {rec.id!r}")
                 seen.add(rec.id)
                 records.append(GenomeRecord(rec.id, rec.description, seq))
-    except (gzip.BadGzipFile, EOFError) as exc:
-        raise ValueError(f"{path}: corrupt gzip file ({exc})") from exc
+    except EOFError as exc:
+        raise FormatError(f"{path}: truncated gzip file (the compressed stream ends early)") from exc
+    except (gzip.BadGzipFile, zlib.error) as exc:
+        raise FormatError(f"{path}: corrupt gzip file ({exc})") from exc
+    except FormatError:
+        raise
     except ValueError as exc:
-        if str(exc).startswith(f"{path}:"):
-            raise
         # Biopython's own parse errors (e.g. text before the first '>').
-        raise ValueError(f"{path}: not a valid FASTA file: {exc}") from exc
+        raise FormatError(f"{path}: not a valid FASTA file: {exc}") from exc
     if not records:
-        raise ValueError(f"{path}: no FASTA records found")
+        raise FormatError(f"{path}: no FASTA records found")
     logger.info("read %d record(s), %d nt from %s", len(records), sum(len(r.seq) for r in records), path)
     return records
 

@@ -21,17 +21,26 @@ from __future__ import annotations
 import importlib.resources
 import logging
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 import torch
+from tqdm.auto import tqdm
 
-from sinkalign.lm.model import CHECKPOINT_CONFIG, Checkpoint, DNALanguageModel, load_checkpoint
+from sinkalign.errors import InputError
+from sinkalign.lm.model import (
+    CHECKPOINT_CONFIG,
+    Checkpoint,
+    DNALanguageModel,
+    load_checkpoint,
+)
 from sinkalign.lm.tokenizer import NucleotideTokenizer
 
 __all__ = [
     "DEFAULT_MODEL_DIR",
+    "MAX_GENERATE_LENGTH",
     "SamplingConfig",
     "default_model_path",
     "generate",
@@ -45,6 +54,10 @@ logger = logging.getLogger(__name__)
 #: Package-relative location of the shipped default checkpoint.
 DEFAULT_MODEL_DIR = "data/lm_default"
 _N_BASES = 4  # A, C, G, T: the ids that may be generated
+#: Most bases one call generates. Decoding is one forward pass per base (about 100 bases/s
+#: for the shipped model on one CPU core) and the KV cache grows with the length, so a
+#: longer request is refused up front instead of running for hours or exhausting memory.
+MAX_GENERATE_LENGTH = 1_000_000
 
 
 def default_model_path() -> Path:
@@ -94,15 +107,19 @@ def load_model(path: str | os.PathLike | None = None, *, device: str | torch.dev
 
 def _check_sampling(length: int, temperature: float, top_k: int | None, top_p: float | None) -> None:
     if isinstance(length, bool) or not isinstance(length, int) or length <= 0:
-        raise ValueError(f"length={length!r} must be a positive integer")
+        raise InputError(f"length={length!r} must be a positive integer")
+    if length > MAX_GENERATE_LENGTH:
+        raise InputError(f"length={length:,} exceeds the {MAX_GENERATE_LENGTH:,} bases one call generates (one "
+                         f"forward pass per base, about 100 bases/s on a CPU core, and a cache that grows with "
+                         f"the length); generate in pieces, each prompted with the end of the previous one")
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0 \
             or temperature == float("inf"):
-        raise ValueError(f"temperature={temperature!r} must be a finite number >= 0 (0 = greedy)")
+        raise InputError(f"temperature={temperature!r} must be a finite number >= 0 (0 = greedy)")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"top_k={top_k!r} must be a positive integer (or None)")
+        raise InputError(f"top_k={top_k!r} must be a positive integer (or None)")
     if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float))
                               or not 0.0 < top_p <= 1.0):
-        raise ValueError(f"top_p={top_p!r} must be in (0, 1] (or None)")
+        raise InputError(f"top_p={top_p!r} must be in (0, 1] (or None)")
 
 
 @dataclass(frozen=True)
@@ -140,39 +157,43 @@ class SamplingConfig:
 def _encode_prompt(prompt: str, index: int | None = None) -> torch.Tensor:
     what = "prompt" if index is None else f"prompt {index}"
     if not isinstance(prompt, str):
-        raise ValueError(f"{what} must be a str, got {type(prompt).__name__}")
+        raise InputError(f"{what} must be a str, got {type(prompt).__name__}")
     if not prompt:
-        raise ValueError(f"{what} is empty: give at least one base (A, C, G, T or N)")
+        raise InputError(f"{what} is empty: give at least one base (A, C, G, T or N)")
     try:
         return NucleotideTokenizer().encode(prompt)
     except ValueError as exc:
-        raise ValueError(f"{what}: {exc}") from None
+        raise InputError(f"{what}: {exc}") from None
 
 
 @torch.inference_mode()
 def _decode(model: DNALanguageModel, ids: torch.Tensor, length: int, sampling: SamplingConfig,
-            generator: torch.Generator | None, use_cache: bool) -> torch.Tensor:
-    """``ids [B, P]`` -> new ids ``[B, length]``."""
+            generator: torch.Generator | None, use_cache: bool, progress: bool = False) -> torch.Tensor:
+    """``ids [B, P]`` -> new ids ``[B, length]``; ``progress`` shows a bar of bases on stderr."""
     out = torch.empty(ids.shape[0], length, dtype=torch.long, device=ids.device)
-    if use_cache:
-        logits, cache = model.step(ids)
-        for t in range(length):
-            nxt = sampling.next_tokens(logits[:, -1], generator)
-            out[:, t : t + 1] = nxt
-            if t + 1 < length:
-                logits, cache = model.step(nxt, cache)
-    else:
-        seq = ids
-        for t in range(length):
-            nxt = sampling.next_tokens(model(seq)[:, -1], generator)
-            out[:, t : t + 1] = nxt
-            seq = torch.cat([seq, nxt], dim=1)
+    with tqdm(total=length, disable=not progress, desc="generate", unit="nt", unit_scale=True,
+              file=sys.stderr, mininterval=0.5) as bar:
+        if use_cache:
+            logits, cache = model.step(ids)
+            for t in range(length):
+                nxt = sampling.next_tokens(logits[:, -1], generator)
+                out[:, t : t + 1] = nxt
+                if t + 1 < length:
+                    logits, cache = model.step(nxt, cache)
+                bar.update(1)
+        else:
+            seq = ids
+            for t in range(length):
+                nxt = sampling.next_tokens(model(seq)[:, -1], generator)
+                out[:, t : t + 1] = nxt
+                seq = torch.cat([seq, nxt], dim=1)
+                bar.update(1)
     return out
 
 
 def generate_batch(model: DNALanguageModel, prompts: Sequence[str], length: int, *, temperature: float = 1.0,
                    top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
-                   use_cache: bool = True) -> list[str]:
+                   use_cache: bool = True, progress: bool = False) -> list[str]:
     """Continue several equal-length prompts at once (one batch); see :func:`generate`.
 
     Returns the ``length`` new bases of each prompt, in input order. The draws for a given
@@ -180,10 +201,10 @@ def generate_batch(model: DNALanguageModel, prompts: Sequence[str], length: int,
     """
     _check_sampling(length, temperature, top_k, top_p)
     if isinstance(prompts, str) or not len(prompts):
-        raise ValueError("prompts must be a non-empty sequence of strings")
+        raise InputError("prompts must be a non-empty sequence of strings")
     ids = [_encode_prompt(p, i if len(prompts) > 1 else None) for i, p in enumerate(prompts)]
     if len({t.numel() for t in ids}) != 1:
-        raise ValueError(f"prompts must have equal lengths, got {sorted({t.numel() for t in ids})}")
+        raise InputError(f"prompts must have equal lengths, got {sorted({t.numel() for t in ids})}")
     if not isinstance(model, DNALanguageModel):
         raise ValueError(f"model must be a DNALanguageModel, got {type(model).__name__}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
@@ -204,7 +225,8 @@ def generate_batch(model: DNALanguageModel, prompts: Sequence[str], length: int,
     was_training = model.training
     model.eval()
     try:
-        new = _decode(model, batch, length, SamplingConfig(temperature, top_k, top_p), generator, use_cache)
+        new = _decode(model, batch, length, SamplingConfig(temperature, top_k, top_p), generator, use_cache,
+                      progress)
     finally:
         model.train(was_training)
     tok = NucleotideTokenizer()
@@ -213,7 +235,7 @@ def generate_batch(model: DNALanguageModel, prompts: Sequence[str], length: int,
 
 def generate(model: DNALanguageModel, prompt: str, length: int, *, temperature: float = 1.0,
              top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
-             use_cache: bool = True) -> str:
+             use_cache: bool = True, progress: bool = False) -> str:
     """Continue ``prompt`` by ``length`` bases; returns only the new bases (A/C/G/T).
 
     Args:
@@ -227,10 +249,12 @@ def generate(model: DNALanguageModel, prompt: str, length: int, *, temperature: 
         seed: seed of the ``torch.Generator`` (None: fresh entropy, not reproducible).
         use_cache: decode with the KV cache / recurrent state (True) or recompute the
             whole sequence for every base (False; slow, for testing).
+        progress: show a tqdm bar of generated bases on stderr.
 
     Raises:
-        ValueError: empty prompt, a character outside ACGTN (naming it and its 0-based
-            position), ``length <= 0``, or bad sampling options.
+        InputError (a ValueError): empty prompt, a character outside ACGTN (naming it and
+            its 0-based position), ``length <= 0`` or above :data:`MAX_GENERATE_LENGTH`, or
+            bad sampling options.
     """
     return generate_batch(model, [prompt], length, temperature=temperature, top_k=top_k, top_p=top_p,
-                          seed=seed, use_cache=use_cache)[0]
+                          seed=seed, use_cache=use_cache, progress=progress)[0]

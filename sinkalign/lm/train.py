@@ -53,6 +53,7 @@ import torch.distributed as dist
 from torch import nn
 from tqdm.auto import tqdm
 
+from sinkalign.errors import CheckpointError, InputError
 from sinkalign.lm.config import ATTENTION_NAMES, LMConfig
 from sinkalign.lm.data import encode, read_genome, train_val_split
 from sinkalign.lm.evaluate import heldout_bits_per_base
@@ -292,7 +293,7 @@ class WindowSampler:
         self._tokens = [encode(s) for s in seqs if len(s) >= length]
         if not self._tokens:
             longest = max((len(s) for s in seqs), default=0)
-            raise ValueError(f"no training sequence holds a window of {length} bases (longest is {longest})")
+            raise InputError(f"no training sequence holds a window of {length} bases (longest is {longest})")
         n_starts = np.array([t.size - length + 1 for t in self._tokens], dtype=np.int64)
         self._offsets = np.concatenate([[0], np.cumsum(n_starts)])  # [R + 1]
         self._n_cum = [np.concatenate([[0], np.cumsum(t == 4, dtype=np.int64)]) for t in self._tokens]
@@ -473,7 +474,7 @@ def _check_resume_config(saved: Mapping[str, Any], config: TrainConfig, path: Pa
                    if k not in _RESUMABLE_CHANGES and saved.get(k) != now.get(k))
     if diffs:
         detail = "; ".join(f"{k}: checkpoint {saved.get(k)!r} vs now {now.get(k)!r}" for k in diffs)
-        raise ValueError(f"cannot resume from {path}: the run's settings differ ({detail})")
+        raise CheckpointError(f"cannot resume from {path}: the run's settings differ ({detail})")
 
 
 def _rewrite_metrics(path: Path, upto_step: int) -> None:
@@ -500,7 +501,7 @@ def _load_data(config: TrainConfig) -> tuple[list[str], list[tuple[str, str]]]:
         try:
             tr, va = train_val_split(seq, config.val_fraction)
         except ValueError as exc:
-            raise ValueError(f"{config.fasta}: record {rid!r}: {exc}") from None
+            raise InputError(f"{config.fasta}: record {rid!r}: {exc}") from None
         train.append(tr)
         val.append((va, tr))
     return train, val
@@ -571,8 +572,8 @@ def _train(config: TrainConfig, device: torch.device, rank: int, world: int) -> 
 
     latest = find_latest_checkpoint(out_dir)
     if latest is not None and not config.resume:
-        raise ValueError(f"{out_dir} already holds checkpoints ({latest.name}); pass resume=True (--resume) "
-                         f"to continue, or choose another out_dir")
+        raise CheckpointError(f"{out_dir} already holds checkpoints ({latest.name}); pass resume=True (--resume) "
+                              f"to continue, or choose another out_dir")
     if config.resume and latest is None:
         logger.warning("resume requested but %s holds no checkpoint; starting from scratch", out_dir)
 

@@ -18,12 +18,27 @@ covers the tail; a record shorter than ``window`` is a single partial window
 ``[0, len)``. Every base is therefore covered, and ``step <= window`` is required (larger
 steps would leave gaps that the cumulative skew cannot account for).
 
+The step defaults to half the window.
+
 Origin/terminus prediction: on the leading strand G exceeds C, so the cumulative skew
 falls from the terminus to the origin and rises from the origin to the terminus; its
 minimum marks the origin and its maximum the terminus. The cumulative curve starts at 0
 at position 0; the value after window ``i`` is placed at ``midpoint_i + step / 2``, the
 boundary between window ``i`` and window ``i + 1`` (exactly the window end when
-``step == window``). The prediction is only meaningful for complete circular chromosomes.
+``step == window``). An extremum is reported only where the curve *turns* inside the
+sequence: it is not at either end and the curve rises (or falls) on both sides of it by
+at least :data:`TURN_FRACTION` of the curve's range. A sequence whose curve never turns
+(a draft contig, a plasmid, a fragment) lies on one replichore: neither origin nor
+terminus is on it, and the report says so instead of naming the contig's ends. The
+prediction is only meaningful for complete circular chromosomes.
+
+Candidate islands: a window whose GC differs from its record's GC (all non-N bases) by
+more than ``island_threshold`` (default :data:`ISLAND_THRESHOLD`, 0.10 = 10 percentage
+points) is flagged (TSV column ``island``); overlapping flagged windows are merged into
+regions, listed in the report and shaded in the plot. Horizontally transferred islands
+(phages, pathogenicity islands) often differ from their genome's GC by this much; a
+1000-nt window of uniform sequence has a sampling SD of about 0.016, so the default is
+about six SD. Small windows (a few hundred nt) flag noise: raise the threshold for them.
 
 Overlay mode compares generated continuations with the true genome: see
 :func:`gc_trajectory`, :func:`trajectory_correlation` and :func:`compare_continuations`.
@@ -50,13 +65,17 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
+from sinkalign.errors import InputError  # noqa: E402
 from sinkalign.lm.data import GenomeRecord, encode, read_genome_records  # noqa: E402
 from sinkalign.utils import atomic_write, atomic_write_bytes, atomic_write_text  # noqa: E402
 
 __all__ = [
+    "ISLAND_THRESHOLD",
+    "TURN_FRACTION",
     "ContinuationComparison",
     "GCProfile",
     "GCProfileOutputs",
+    "Island",
     "RecordSummary",
     "compare_continuations",
     "continuation_description",
@@ -75,13 +94,18 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-TSV_COLUMNS = ("chrom", "start", "end", "gc", "gc_skew", "cumulative_gc_skew", "n_fraction")
+TSV_COLUMNS = ("chrom", "start", "end", "gc", "gc_skew", "cumulative_gc_skew", "n_fraction", "gc_deviation", "island")
+#: Default island threshold: |window GC - record GC| above this flags a window.
+ISLAND_THRESHOLD = 0.10
+#: An extremum of the cumulative skew is a turning point when the curve moves away from it by
+#: at least this fraction of the curve's range on both sides.
+TURN_FRACTION = 0.10
 _A, _C, _G, _T, _N = range(5)
 
 
 def _check_positive_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise ValueError(f"{name}={value!r} must be a positive integer")
+        raise InputError(f"{name}={value!r} must be a positive integer")
     return int(value)
 
 
@@ -94,9 +118,9 @@ def window_bounds(length: int, window: int, step: int) -> tuple[np.ndarray, np.n
     window = _check_positive_int("window", window)
     step = _check_positive_int("step", step)
     if step > window:
-        raise ValueError(f"step={step} must not exceed window={window} (windows would leave gaps)")
+        raise InputError(f"step={step} must not exceed window={window} (windows would leave gaps)")
     if length <= 0:
-        raise ValueError(f"{length=} must be positive")
+        raise InputError(f"{length=} must be positive")
     if length < window:
         return np.array([0], dtype=np.int64), np.array([length], dtype=np.int64)
     starts = np.arange(0, length - window + 1, step, dtype=np.int64)
@@ -107,9 +131,23 @@ def window_bounds(length: int, window: int, step: int) -> tuple[np.ndarray, np.n
     return starts, ends
 
 
+class Island(NamedTuple):
+    """A candidate island: merged flagged windows ``[start, end)`` (0-based) and their GC."""
+
+    start: int
+    end: int
+    gc: float  # over the region's non-N bases
+    n_windows: int
+
+
 @dataclass(frozen=True)
 class RecordSummary:
-    """Whole-record statistics. ``origin``/``terminus`` are 0-based positions (None if no G/C)."""
+    """Whole-record statistics.
+
+    ``origin``/``terminus`` are 0-based positions of the cumulative skew's minimum/maximum,
+    ``None`` unless the curve turns there inside the record (see the module docstring).
+    ``islands``: candidate islands (GC departing from ``gc`` by more than ``island_threshold``).
+    """
 
     chrom: str
     length: int
@@ -120,6 +158,31 @@ class RecordSummary:
     max_window_gc: float
     origin: int | None
     terminus: int | None
+    islands: tuple[Island, ...] = ()
+    island_threshold: float = ISLAND_THRESHOLD
+    has_skew: bool = False  # some window holds G or C
+    skew_min_at: int | None = None  # positions of the cumulative skew's extremes, turning or not
+    skew_max_at: int | None = None
+
+    @property
+    def one_replichore(self) -> bool:
+        """True when the skew has a signal but never turns: no origin or terminus on the record."""
+        return self.origin is None and self.terminus is None and self.has_skew
+
+    def replichore_note(self) -> str:
+        """One line on the origin/terminus call, for tables and reports."""
+        if not self.has_skew:
+            return "no G/C: no skew"
+        if self.one_replichore:
+            return "cumulative skew never turns: the sequence lies on one replichore (origin and terminus not on it)"
+        parts = []
+        if self.origin is None:
+            parts.append(f"the cumulative skew does not turn at its minimum ({self.skew_min_at:,}, at or near an "
+                         f"end): the origin is there or beyond that end")
+        if self.terminus is None:
+            parts.append(f"the cumulative skew does not turn at its maximum ({self.skew_max_at:,}, at or near an "
+                         f"end): the terminus is there or beyond that end")
+        return "; ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -127,8 +190,9 @@ class GCProfile:
     """Column table of windows over one or more records, ``W`` rows in record order.
 
     Columns: ``chrom [W]`` (str), ``start``/``end [W]`` (int64, 0-based half-open), ``gc``,
-    ``gc_skew``, ``cumulative_gc_skew``, ``n_fraction [W]`` (float64). ``summaries`` holds
-    one :class:`RecordSummary` per record.
+    ``gc_skew``, ``cumulative_gc_skew``, ``n_fraction``, ``gc_deviation [W]`` (float64;
+    window GC minus the record's GC) and ``island [W]`` (bool; ``|gc_deviation|`` above the
+    threshold). ``summaries`` holds one :class:`RecordSummary` per record.
     """
 
     window: int
@@ -140,6 +204,8 @@ class GCProfile:
     gc_skew: np.ndarray
     cumulative_gc_skew: np.ndarray
     n_fraction: np.ndarray
+    gc_deviation: np.ndarray
+    island: np.ndarray
     summaries: tuple[RecordSummary, ...] = field(default_factory=tuple)
 
     def __len__(self) -> int:
@@ -166,31 +232,82 @@ def _as_records(records) -> list[tuple[str, str]]:
     for r in records:
         out.append((r.id, r.seq) if isinstance(r, GenomeRecord) else (str(r[0]), r[1]))
     if not out:
-        raise ValueError("no records given")
+        raise InputError("no records given")
     ids = [r[0] for r in out]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
-        raise ValueError(f"duplicate record ids: {dupes}")
+        raise InputError(f"duplicate record ids: {dupes}")
     return out
 
 
-def gc_profile(records, window: int = 1000, step: int = 500, *, progress: bool = False) -> GCProfile:
+def default_step(window: int) -> int:
+    """The default step: half the window (at least 1)."""
+    return max(1, _check_positive_int("window", window) // 2)
+
+
+def _check_island_threshold(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value < 1.0:
+        raise InputError(f"island_threshold={value!r} must be a GC fraction in (0, 1), e.g. 0.1")
+    return float(value)
+
+
+def _turning_points(curve: np.ndarray) -> tuple[int | None, int | None]:
+    """Indices of the minimum and maximum of ``curve`` where it turns (else ``None``)."""
+    span = float(curve.max() - curve.min())
+    if span <= 0:
+        return None, None
+    need = TURN_FRACTION * span
+
+    def turns(i: int, sign: float) -> bool:
+        if i in (0, curve.size - 1):
+            return False
+        left, right = sign * (curve[:i] - curve[i]), sign * (curve[i + 1 :] - curve[i])
+        return min(left.max(), right.max()) >= need
+
+    lo, hi = int(np.argmin(curve)), int(np.argmax(curve))
+    return (lo if turns(lo, 1.0) else None), (hi if turns(hi, -1.0) else None)
+
+
+def _islands(flag: np.ndarray, starts: np.ndarray, ends: np.ndarray, cum_gc: np.ndarray,
+             cum_n: np.ndarray) -> tuple[Island, ...]:
+    """Merge runs of flagged, overlapping or adjacent windows into regions with their GC."""
+    out = []
+    k = 0
+    idx = np.flatnonzero(flag)
+    while k < idx.size:
+        first = last = idx[k]
+        while k + 1 < idx.size and starts[idx[k + 1]] <= ends[last]:
+            k += 1
+            last = idx[k]
+        a, b = int(starts[first]), int(ends[last])
+        acgt = (b - a) - int(cum_n[b] - cum_n[a])
+        gc = int(cum_gc[b] - cum_gc[a]) / acgt if acgt else math.nan
+        out.append(Island(a, b, gc, int(np.count_nonzero(flag[first : last + 1]))))
+        k += 1
+    return tuple(out)
+
+
+def gc_profile(records, window: int = 1000, step: int | None = None, *, island_threshold: float = ISLAND_THRESHOLD,
+               progress: bool = False) -> GCProfile:
     """Windowed GC content and GC skew of ``records`` (one ``(id, seq)`` or many).
 
     Args:
         records: ``(id, seq)`` pairs or :class:`~sinkalign.lm.data.GenomeRecord` s; seq
             over ACGTN (any case).
         window: window length (bases), > 0.
-        step: distance between window starts, ``0 < step <= window``.
+        step: distance between window starts, ``0 < step <= window``; ``None``: half the window.
+        island_threshold: flag windows whose GC departs from their record's GC by more
+            than this (a GC fraction in (0, 1)).
         progress: show a tqdm bar (bases processed) on stderr when it is a terminal.
 
     Returns:
         :class:`GCProfile` with ``W`` rows (see module docstring for definitions).
     """
     window = _check_positive_int("window", window)
-    step = _check_positive_int("step", step)
+    step = default_step(window) if step is None else _check_positive_int("step", step)
     if step > window:
-        raise ValueError(f"step={step} must not exceed window={window} (windows would leave gaps)")
+        raise InputError(f"step={step} must not exceed window={window} (windows would leave gaps)")
+    island_threshold = _check_island_threshold(island_threshold)
     recs = _as_records(records)
     cols: dict[str, list[np.ndarray]] = {c: [] for c in TSV_COLUMNS}
     summaries = []
@@ -198,11 +315,11 @@ def gc_profile(records, window: int = 1000, step: int = 500, *, progress: bool =
               desc="GC profile") as bar:
         for chrom, seq in recs:
             if len(seq) == 0:
-                raise ValueError(f"record {chrom!r} is empty")
+                raise InputError(f"record {chrom!r} is empty")
             try:
                 tokens = encode(seq)
             except ValueError as exc:
-                raise ValueError(f"record {chrom!r}: {exc}") from None
+                raise InputError(f"record {chrom!r}: {exc}") from None
             starts, ends = window_bounds(tokens.size, window, step)
             dtype = np.int32 if tokens.size < 2**31 - 1 else np.int64
             cum = {b: np.concatenate([[0], np.cumsum(tokens == b, dtype=dtype)]) for b in (_C, _G, _N)}
@@ -216,24 +333,38 @@ def gc_profile(records, window: int = 1000, step: int = 500, *, progress: bool =
             cumskew = np.cumsum(np.nan_to_num(skew, nan=0.0))
             total_gc = int(cum[_G][-1] + cum[_C][-1])
             total_n = int(cum[_N][-1])
-            origin = terminus = None
-            if np.isfinite(skew).any():
+            origin = terminus = min_at = max_at = None
+            has_skew = bool(np.isfinite(skew).any())
+            if has_skew:
                 pos = np.concatenate([[0.0], (starts + ends) / 2 + step / 2])
                 pos = np.minimum(np.floor(pos), tokens.size).astype(np.int64)
                 curve = np.concatenate([[0.0], cumskew])
-                origin, terminus = int(pos[np.argmin(curve)]), int(pos[np.argmax(curve)])
+                min_at, max_at = int(pos[np.argmin(curve)]), int(pos[np.argmax(curve)])
+                lo, hi = _turning_points(curve)
+                origin = None if lo is None else int(pos[lo])
+                terminus = None if hi is None else int(pos[hi])
             n_acgt = tokens.size - total_n
+            record_gc = total_gc / n_acgt if n_acgt else math.nan
+            deviation = gc - record_gc
+            with np.errstate(invalid="ignore"):
+                flag = np.abs(deviation) > island_threshold  # NaN windows are never flagged
+            cum_gc = cum[_G] + cum[_C]
             summaries.append(
                 RecordSummary(
                     chrom=chrom,
                     length=int(tokens.size),
-                    gc=total_gc / n_acgt if n_acgt else math.nan,
+                    gc=record_gc,
                     n_fraction=total_n / tokens.size,
                     n_windows=int(starts.size),
                     min_window_gc=float(np.nanmin(gc)) if np.isfinite(gc).any() else math.nan,
                     max_window_gc=float(np.nanmax(gc)) if np.isfinite(gc).any() else math.nan,
                     origin=origin,
                     terminus=terminus,
+                    islands=_islands(flag, starts, ends, cum_gc, cum[_N]),
+                    island_threshold=island_threshold,
+                    has_skew=has_skew,
+                    skew_min_at=min_at,
+                    skew_max_at=max_at,
                 )
             )
             cols["chrom"].append(np.full(starts.size, chrom, dtype=object))
@@ -243,6 +374,8 @@ def gc_profile(records, window: int = 1000, step: int = 500, *, progress: bool =
             cols["gc_skew"].append(skew)
             cols["cumulative_gc_skew"].append(cumskew)
             cols["n_fraction"].append(n / (ends - starts))
+            cols["gc_deviation"].append(deviation)
+            cols["island"].append(flag)
             bar.update(tokens.size)
     return GCProfile(window, step, summaries=tuple(summaries), **{k: np.concatenate(v) for k, v in cols.items()})
 
@@ -252,7 +385,8 @@ def _fmt(x: float) -> str:
 
 
 def write_tsv(profile: GCProfile, path: str | os.PathLike) -> Path:
-    """Write the profile as TSV (header ``chrom start end gc gc_skew cumulative_gc_skew n_fraction``), atomically."""
+    """Write the profile as TSV, atomically: header :data:`TSV_COLUMNS`; ``island`` is 1 for a
+    flagged window, else 0."""
     path = Path(path)
     with atomic_write(path, "w") as fh:
         fh.write("\t".join(TSV_COLUMNS) + "\n")
@@ -260,7 +394,7 @@ def write_tsv(profile: GCProfile, path: str | os.PathLike) -> Path:
             fh.write(
                 f"{profile.chrom[i]}\t{profile.start[i]}\t{profile.end[i]}\t{_fmt(profile.gc[i])}\t"
                 f"{_fmt(profile.gc_skew[i])}\t{_fmt(profile.cumulative_gc_skew[i])}\t"
-                f"{_fmt(profile.n_fraction[i])}\n"
+                f"{_fmt(profile.n_fraction[i])}\t{_fmt(profile.gc_deviation[i])}\t{int(profile.island[i])}\n"
             )
     return path
 
@@ -289,6 +423,13 @@ def plot_profile(profile: GCProfile, path: str | os.PathLike, *, max_records: in
         ax_gc, ax_skew, ax_cum = axes[3 * r : 3 * r + 3, 0]
         ax_gc.plot(mid, sub.gc, lw=0.8, color="tab:blue")
         ax_gc.axhline(summ.gc, color="grey", ls="--", lw=0.8, label=f"overall GC {summ.gc:.3f}")
+        if math.isfinite(summ.gc):
+            for sign in (-1, 1):
+                ax_gc.axhline(summ.gc + sign * summ.island_threshold, color="grey", ls=":", lw=0.6,
+                              label=f"island threshold +-{summ.island_threshold:g}" if sign > 0 else None)
+        for k, isl in enumerate(summ.islands):
+            ax_gc.axvspan(isl.start, isl.end, color="tab:orange", alpha=0.3, lw=0,
+                          label=f"candidate islands ({len(summ.islands)})" if k == 0 else None)
         ax_gc.set_ylabel("GC")
         ax_gc.set_title(f"{summ.chrom} ({summ.length:,} nt; window {profile.window}, step {profile.step})")
         ax_gc.legend(loc="upper right", fontsize=8)
@@ -298,8 +439,12 @@ def plot_profile(profile: GCProfile, path: str | os.PathLike, *, max_records: in
         ax_cum.plot(mid, sub.cumulative_gc_skew, lw=0.9, color="tab:purple")
         if summ.origin is not None:
             ax_cum.axvline(summ.origin, color="tab:red", ls=":", label=f"origin? {summ.origin:,}")
+        if summ.terminus is not None:
             ax_cum.axvline(summ.terminus, color="tab:orange", ls=":", label=f"terminus? {summ.terminus:,}")
+        if summ.origin is not None or summ.terminus is not None:
             ax_cum.legend(loc="best", fontsize=8)
+        elif summ.one_replichore:
+            ax_cum.set_title("no turning point: one replichore", fontsize=9)
         ax_cum.set_ylabel("cumulative skew")
         ax_cum.set_xlabel("position (0-based, window midpoint)")
     fig.tight_layout()
@@ -318,7 +463,7 @@ def gc_trajectory(seq: str, window: int = 25) -> np.ndarray:
     """
     window = _check_positive_int("window", window)
     if window > len(seq):
-        raise ValueError(f"window={window} exceeds the sequence length {len(seq)}")
+        raise InputError(f"window={window} exceeds the sequence length {len(seq)}")
     t = encode(seq)
     gc = np.concatenate([[0], np.cumsum((t == _C) | (t == _G), dtype=np.int64)])
     n = np.concatenate([[0], np.cumsum(t == _N, dtype=np.int64)])
@@ -336,9 +481,9 @@ def trajectory_correlation(a: np.ndarray, b: np.ndarray) -> float:
     """
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if a.ndim != 1 or b.ndim != 1:
-        raise ValueError(f"trajectories must be 1-D, got shapes {a.shape} and {b.shape}")
+        raise InputError(f"trajectories must be 1-D, got shapes {a.shape} and {b.shape}")
     if a.size != b.size:
-        raise ValueError(f"trajectories differ in length: {a.size} != {b.size}")
+        raise InputError(f"trajectories differ in length: {a.size} != {b.size}")
     ok = np.isfinite(a) & np.isfinite(b)
     if ok.sum() < 2:
         return math.nan
@@ -361,13 +506,13 @@ def parse_continuation_description(description: str) -> tuple[str | None, int]:
     """
     tags = dict(tok.split("=", 1) for tok in description.split()[1:] if "=" in tok)
     if "start" not in tags:
-        raise ValueError(f"header {description!r} lacks a start=<0-based position> tag")
+        raise InputError(f"header {description!r} lacks a start=<0-based position> tag")
     try:
         start = int(tags["start"])
     except ValueError:
-        raise ValueError(f"header {description!r}: start={tags['start']!r} is not an integer") from None
+        raise InputError(f"header {description!r}: start={tags['start']!r} is not an integer") from None
     if start < 0:
-        raise ValueError(f"header {description!r}: start={start} must be >= 0")
+        raise InputError(f"header {description!r}: start={start} must be >= 0")
     return tags.get("chrom"), start
 
 
@@ -415,23 +560,23 @@ def compare_continuations(
         try:
             chrom, start = parse_continuation_description(rec.description)
         except ValueError as exc:
-            raise ValueError(f"generated record {rec.id!r}: {exc}") from None
+            raise InputError(f"generated record {rec.id!r}: {exc}") from None
         if chrom is None:
             if len(true) != 1:
-                raise ValueError(
+                raise InputError(
                     f"generated record {rec.id!r} has no chrom= tag and the genome has {len(true)} records"
                 )
             chrom = next(iter(true))
         if chrom not in true:
-            raise ValueError(f"generated record {rec.id!r}: chrom={chrom!r} is not in the genome ({sorted(true)})")
+            raise InputError(f"generated record {rec.id!r}: chrom={chrom!r} is not in the genome ({sorted(true)})")
         ref = true[chrom]
         if start >= len(ref):
-            raise ValueError(f"generated record {rec.id!r}: start={start} is beyond {chrom!r} (length {len(ref)})")
+            raise InputError(f"generated record {rec.id!r}: start={start} is beyond {chrom!r} (length {len(ref)})")
         length = min(len(rec.seq), len(ref) - start)
         if length < len(rec.seq):
             logger.warning("%s runs past the end of %s; comparing its first %d bases", rec.id, chrom, length)
         if length < window:
-            raise ValueError(
+            raise InputError(
                 f"generated record {rec.id!r}: only {length} bases to compare, fewer than window={window}"
             )
         t_seq, g_seq = ref[start : start + length], rec.seq[:length]
@@ -443,7 +588,7 @@ def compare_continuations(
             )
         )
     if not out:
-        raise ValueError("no generated records to compare")
+        raise InputError("no generated records to compare")
     return out
 
 
@@ -456,7 +601,7 @@ def plot_overlay(
     """
     max_panels = _check_positive_int("max_panels", max_panels)
     if not comparisons:
-        raise ValueError("no comparisons to plot")
+        raise InputError("no comparisons to plot")
     groups: dict[tuple[str, int], list[ContinuationComparison]] = {}
     for c in comparisons:
         key = (c.chrom, c.start)
@@ -514,21 +659,44 @@ def write_report(
     lines = ["# GC profile", ""]
     if source:
         lines += [f"Input: `{source}`", ""]
+    threshold = profile.summaries[0].island_threshold if profile.summaries else ISLAND_THRESHOLD
     lines += [
         f"Window {profile.window} nt, step {profile.step} nt; 0-based half-open coordinates. "
         "GC excludes N from the denominator; skew = (G-C)/(G+C). Origin/terminus are the "
-        "minimum/maximum of the cumulative GC skew (meaningful for complete circular chromosomes only).",
+        "minimum/maximum of the cumulative GC skew, reported only where the curve turns inside the "
+        f"sequence (it moves away by at least {TURN_FRACTION:.0%} of its range on both sides); meaningful "
+        f"for complete circular chromosomes only. Candidate islands: windows whose GC departs from the "
+        f"record's GC by more than {threshold:g}, merged where they overlap.",
         "",
-        "| record | length | GC | N fraction | windows | min window GC | max window GC | predicted origin | predicted terminus |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| record | length | GC | N fraction | windows | min window GC | max window GC | predicted origin "
+        "| predicted terminus | candidate islands |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for s in profile.summaries:
-        ori = "NA" if s.origin is None else f"{s.origin:,}"
-        ter = "NA" if s.terminus is None else f"{s.terminus:,}"
+        ori = "-" if s.origin is None else f"{s.origin:,}"
+        ter = "-" if s.terminus is None else f"{s.terminus:,}"
         lines.append(
             f"| {s.chrom} | {s.length:,} | {_f(s.gc)} | {_f(s.n_fraction)} | {s.n_windows} | "
-            f"{_f(s.min_window_gc)} | {_f(s.max_window_gc)} | {ori} | {ter} |"
+            f"{_f(s.min_window_gc)} | {_f(s.max_window_gc)} | {ori} | {ter} | {len(s.islands)} |"
         )
+    lines.append("")
+    notes = [f"- {s.chrom}: {s.replichore_note()}." for s in profile.summaries if s.replichore_note()]
+    if notes:
+        lines += ["Origin and terminus:", "", *notes, ""]
+    islands = [(s, isl) for s in profile.summaries for isl in s.islands]
+    lines += ["## Candidate islands", ""]
+    if islands:
+        lines += [
+            "| record | start | end | length | GC | record GC | difference | windows |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for s, isl in islands:
+            lines.append(
+                f"| {s.chrom} | {isl.start:,} | {isl.end:,} | {isl.end - isl.start:,} | {_f(isl.gc)} | {_f(s.gc)} | "
+                f"{isl.gc - s.gc:+.4f} | {isl.n_windows} |"
+            )
+    else:
+        lines.append(f"None: no window's GC departs from its record's GC by more than {threshold:g}.")
     lines.append("")
     if tsv_name:
         lines += [f"Window table: [{tsv_name}]({tsv_name})", ""]
@@ -577,26 +745,29 @@ def run_gc_profile(
     out_dir: str | os.PathLike,
     *,
     window: int = 1000,
-    step: int = 500,
+    step: int | None = None,
     overlay: str | os.PathLike | None = None,
     overlay_window: int = 25,
+    island_threshold: float = ISLAND_THRESHOLD,
     progress: bool = False,
 ) -> GCProfileOutputs:
     """Full pipeline: read ``fasta``, profile it, write TSV + PNG + ``report.md`` into ``out_dir``.
 
     With ``overlay`` (a FASTA of generated continuations with ``chrom=``/``start=`` header
     tags) also writes ``overlay.tsv`` and ``overlay.png`` and adds them to the report.
-    Every file is written atomically; ``out_dir`` is created if needed.
+    Every file is written atomically; ``out_dir`` is created if needed. ``step`` defaults to
+    half the window.
     """
     window = _check_positive_int("window", window)
-    step = _check_positive_int("step", step)
+    step = default_step(window) if step is None else _check_positive_int("step", step)
     overlay_window = _check_positive_int("overlay_window", overlay_window)
     if step > window:
-        raise ValueError(f"step={step} must not exceed window={window} (windows would leave gaps)")
+        raise InputError(f"step={step} must not exceed window={window} (windows would leave gaps)")
+    island_threshold = _check_island_threshold(island_threshold)
     out = Path(out_dir)
     records = read_genome_records(fasta)
     generated = read_genome_records(overlay) if overlay is not None else None
-    profile = gc_profile(records, window, step, progress=progress)
+    profile = gc_profile(records, window, step, island_threshold=island_threshold, progress=progress)
     comps = compare_continuations(records, generated, window=overlay_window) if generated else None
     out.mkdir(parents=True, exist_ok=True)
     tsv = write_tsv(profile, out / "gc_profile.tsv")

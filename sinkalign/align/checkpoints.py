@@ -1,0 +1,287 @@
+"""Aligner checkpoints and run directories: writing, finding, loading, cleaning up.
+
+Kept apart from the trainer so that inference (:meth:`sinkalign.align.aligner.Aligner.load`)
+imports neither optax nor the sharding machinery.
+
+A *model directory* holds ``params.safetensors`` and ``state.json`` (``{"model": <AlignerConfig
+dict>, ...}``). A *run directory* (``sinkalign train --out RUN``) holds::
+
+    RUN/metrics.jsonl                      one JSON object per step
+    RUN/checkpoints/step_00000100/         params.safetensors, opt_state.safetensors, state.json
+    RUN/checkpoints/latest                 the name of the newest checkpoint (one line)
+
+Every checkpoint is written into a hidden temporary directory and renamed into place, and
+``latest`` is replaced atomically afterwards. :func:`find_latest_checkpoint` trusts ``latest``
+only when it names a complete ``step_*`` directory inside the run; otherwise (missing,
+stale, pointing elsewhere) it takes the complete checkpoint with the highest step.
+:func:`clean_leftovers` removes the temporary files a killed run leaves behind.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from sinkalign.errors import CheckpointError, OutputExistsError
+from sinkalign.utils import atomic_dir, atomic_write_text
+
+__all__ = ["BUCKETS", "METRICS", "check_model_output", "check_run_dir", "clean_leftovers", "export_model", "find_latest_checkpoint",
+           "load_checkpoint", "rewrite_metrics", "save_checkpoint"]
+
+log = logging.getLogger(__name__)
+
+#: Square padded lengths a run trains at; inference pads to the same buckets up to 1024.
+BUCKETS = (64, 128, 192, 256, 384, 512, 768, 1024)
+METRICS = "metrics.jsonl"
+LATEST = "latest"
+_STEP_RE = re.compile(r"step_(\d{8})")
+_MODEL_FILES = ("params.safetensors", "state.json")
+
+
+def _is_complete(path: Path) -> bool:
+    return all((path / name).is_file() for name in _MODEL_FILES)
+
+
+def find_latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
+    """The newest complete checkpoint of a run directory, or ``None`` when it holds none.
+
+    ``checkpoints/latest`` is followed only when it names a complete ``step_NNNNNNNN``
+    directory directly inside ``checkpoints/``; a pointer outside the run, to a deleted
+    step or to an incomplete one is ignored (with a warning) in favour of the complete
+    ``step_*`` directory with the highest step.
+    """
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return None
+    pointer = root / LATEST
+    if pointer.is_file():
+        try:
+            name = pointer.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            name = ""
+        if _STEP_RE.fullmatch(name) and _is_complete(root / name) and not (root / name).is_symlink():
+            return root / name
+        log.warning("%s names %r, which is not a complete checkpoint of this run; using the newest complete one",
+                    pointer, name[:80])
+    done = sorted(p for p in root.iterdir() if _STEP_RE.fullmatch(p.name) and p.is_dir() and not p.is_symlink()
+                  and _is_complete(p))
+    return done[-1] if done else None
+
+
+def clean_leftovers(run_dir: str | os.PathLike) -> list[Path]:
+    """Remove the hidden ``.*.tmp`` files and directories a killed run left in ``run_dir`` and
+    ``run_dir/checkpoints`` (atomic writes in progress). Returns what was removed."""
+    removed = []
+    for folder in (Path(run_dir), Path(run_dir) / "checkpoints"):
+        if not folder.is_dir():
+            continue
+        for p in folder.iterdir():
+            if p.name.startswith(".") and p.name.endswith(".tmp"):
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p, ignore_errors=True)
+                else:
+                    p.unlink(missing_ok=True)
+                removed.append(p)
+    if removed:
+        log.info("removed %d leftover temporary file(s) of an interrupted run in %s", len(removed), run_dir)
+    return removed
+
+
+def check_run_dir(out: str | os.PathLike, *, resume: bool, overwrite: bool) -> None:
+    """Refuse to start a fresh run over an existing one unless asked.
+
+    A directory holding ``metrics.jsonl`` or ``checkpoints/`` is a run. Without ``resume``
+    or ``overwrite`` that raises :class:`OutputExistsError`; with ``overwrite`` the run's
+    own files (those two) are deleted, anything else in the directory is left alone.
+    """
+    if resume and overwrite:
+        raise CheckpointError("--resume and --overwrite contradict each other; pass one")
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise OutputExistsError(f"{out} exists and is not a directory")
+    existing = [p for p in (out / METRICS, out / "checkpoints") if p.exists()]
+    if not existing or resume:
+        return
+    if not overwrite:
+        latest = find_latest_checkpoint(out)
+        what = f"checkpoint {latest.name}" if latest is not None else ", ".join(p.name for p in existing)
+        raise OutputExistsError(f"{out} already holds a training run ({what}); pass --resume to continue it, "
+                                f"--overwrite to replace it, or choose another --out")
+    for p in existing:
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+    log.warning("--overwrite: removed the previous run's %s in %s", ", ".join(p.name for p in existing), out)
+
+
+def rewrite_metrics(path: str | os.PathLike, upto_step: int) -> None:
+    """Keep only the metric lines of steps ``<= upto_step`` (atomically): a resumed run
+    repeats the steps after its checkpoint, which must not appear twice. Torn lines of a
+    killed process are dropped too."""
+    path = Path(path)
+    if not path.is_file():
+        return
+    keep = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            if int(json.loads(line)["step"]) <= upto_step:
+                keep.append(line)
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            continue
+    atomic_write_text(path, "".join(x + "\n" for x in keep))
+
+
+# --------------------------------------------------------------------------------------
+# writing
+# --------------------------------------------------------------------------------------
+def _flatten(tree) -> dict[str, np.ndarray]:
+    import jax  # noqa: PLC0415
+
+    leaves = jax.tree_util.tree_leaves(tree)
+    return {f"{i:05d}": np.asarray(x) for i, x in enumerate(leaves)}
+
+
+def save_checkpoint(out: str | os.PathLike, step: int, params: dict, opt_state, state: dict, keep: int = 3) -> Path:
+    """Write ``checkpoints/step_{step}`` atomically (temp dir + rename), point ``latest`` at it
+    and keep the newest ``keep`` checkpoints."""
+    from safetensors.numpy import save_file  # noqa: PLC0415
+
+    root = Path(out) / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step_{step:08d}"
+    with atomic_dir(final) as tmp:
+        save_file({k: np.asarray(v) for k, v in params.items()}, tmp / "params.safetensors")
+        save_file(_flatten(opt_state), tmp / "opt_state.safetensors")
+        (tmp / "state.json").write_text(json.dumps({**state, "step": step}, indent=1))
+    atomic_write_text(root / LATEST, final.name + "\n")
+    old = sorted(p for p in root.iterdir() if _STEP_RE.fullmatch(p.name) and p.is_dir())
+    for p in old[:-keep]:
+        if p != final:
+            _remove_dir(p)
+    return final
+
+
+def _remove_dir(path: Path) -> None:
+    """Delete a checkpoint so that no half-deleted one is ever visible: rename it to a hidden
+    ``.tmp`` name first (atomic); a kill during the deletion leaves only that leftover."""
+    doomed = path.with_name(f".{path.name}.deleted.tmp")
+    shutil.rmtree(doomed, ignore_errors=True)  # an earlier interrupted deletion
+    os.replace(path, doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def export_model(out_dir: str | os.PathLike, params: dict, config, *, provenance: str,
+                 calibration: dict | None = None, overwrite: bool = False) -> Path:
+    """Write a standalone model directory (params.safetensors + state.json), atomically.
+
+    ``calibration``: a :meth:`sinkalign.align.calibration.Calibration.to_dict` stored with the
+    model, applied to the posteriors of every alignment it makes.
+
+    Nothing a user has is lost: an existing empty directory is filled; an existing model
+    directory (only ``params.safetensors`` and ``state.json``) is replaced only with
+    ``overwrite=True``; a directory holding anything else is refused
+    (:class:`OutputExistsError` naming what is there).
+    """
+    from safetensors.numpy import save_file  # noqa: PLC0415
+
+    out_dir = Path(out_dir)
+    check_model_output(out_dir, overwrite=overwrite)
+    state = {"model": config.to_dict(), "provenance": provenance}
+    if calibration is not None:
+        state["calibration"] = calibration
+    with atomic_dir(out_dir) as tmp:
+        save_file({k: np.asarray(v) for k, v in params.items()}, tmp / "params.safetensors")
+        (tmp / "state.json").write_text(json.dumps(state, indent=1) + "\n")
+    return out_dir
+
+
+def check_model_output(out_dir: str | os.PathLike, *, overwrite: bool = False) -> None:
+    """Raise :class:`OutputExistsError` unless :func:`export_model` may write ``out_dir``: it is
+    new, empty, or (with ``overwrite``) a model directory holding nothing but a model."""
+    out_dir = Path(out_dir)
+    if out_dir.exists():
+        if not out_dir.is_dir():
+            raise OutputExistsError(f"{out_dir} exists and is not a directory")
+        present = sorted(p.name for p in out_dir.iterdir())
+        foreign = [n for n in present if n not in _MODEL_FILES]
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+            raise OutputExistsError(f"{out_dir} holds other files ({shown}); a model is written only to a new or "
+                                    f"empty directory, or over a model directory with --overwrite")
+        if present and not overwrite:
+            raise OutputExistsError(f"{out_dir} already holds a model; pass --overwrite to replace it, or choose "
+                                    f"another output directory")
+
+
+# --------------------------------------------------------------------------------------
+# reading
+# --------------------------------------------------------------------------------------
+def _check_params(path: Path, params: dict, model: dict) -> None:
+    """The weights must be those of the model that state.json describes (names and shapes)."""
+    from sinkalign.align import model as M  # noqa: PLC0415
+
+    try:
+        config = M.AlignerConfig.from_dict(model)
+        expected = M.init_params(config, seed=0)
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"{path / 'state.json'}: bad 'model' config: {exc}") from exc
+    absent = sorted(set(M.AlignerConfig.__dataclass_fields__) - set(model))
+    hint = (f"; state.json's model config lacks {absent} (defaults were assumed)" if absent
+            else "; were params.safetensors and state.json written together?")
+    missing = sorted(set(expected) - set(params))
+    extra = sorted(set(params) - set(expected))
+    if missing or extra:
+        raise CheckpointError(f"{path}: params.safetensors does not match state.json's model config "
+                              f"(missing parameters {missing}, unexpected {extra}){hint}")
+    for name, want in expected.items():
+        got = tuple(params[name].shape)
+        if got != tuple(np.shape(want)):
+            raise CheckpointError(f"{path}: parameter {name!r} has shape {got} but state.json's model config "
+                                  f"implies {tuple(np.shape(want))}{hint}")
+
+
+def load_checkpoint(path: str | os.PathLike) -> tuple[dict, dict, dict | None]:
+    """(params, state, flat opt_state or None) from a checkpoint dir, a run dir or a model dir.
+
+    A run directory resolves to :func:`find_latest_checkpoint`. ``state.json`` must be a JSON
+    object whose ``model`` entry matches the weights (names and shapes); anything missing,
+    unreadable or inconsistent raises :class:`CheckpointError` naming the file.
+    """
+    import jax.numpy as jnp  # noqa: PLC0415
+    from safetensors.numpy import load_file  # noqa: PLC0415
+
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"model {path} does not exist")
+    if (path / "checkpoints").is_dir() and not _is_complete(path):
+        latest = find_latest_checkpoint(path)
+        if latest is None:
+            raise CheckpointError(f"training run {path} holds no complete checkpoint")
+        path = latest
+    if not _is_complete(path):
+        raise CheckpointError(f"{path} is not an aligner checkpoint (needs params.safetensors and state.json)")
+    try:
+        params = {k: jnp.asarray(v) for k, v in load_file(path / "params.safetensors").items()}
+    except Exception as exc:  # safetensors raises its own error types for corrupt files
+        raise CheckpointError(f"{path / 'params.safetensors'}: cannot read weights: {exc}") from exc
+    try:
+        state = json.loads((path / "state.json").read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path / 'state.json'}: not valid JSON: {exc}") from exc
+    if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
+        raise CheckpointError(f"{path / 'state.json'}: has no 'model' config (an object of AlignerConfig fields)")
+    _check_params(path, params, state["model"])
+    opt = None
+    if (path / "opt_state.safetensors").is_file():
+        try:
+            opt = load_file(path / "opt_state.safetensors")
+        except Exception as exc:  # corrupt file
+            raise CheckpointError(f"{path / 'opt_state.safetensors'}: cannot read: {exc}") from exc
+    return params, state, opt

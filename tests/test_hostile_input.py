@@ -1,0 +1,68 @@
+"""Hostile input: truncated gzip, binary files and other bad files give one clear error naming the file."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from sinkalign.errors import FormatError, SinkalignError
+from sinkalign.io.alignments import read_aligned_fasta, read_stockholm
+from sinkalign.io.fasta import open_text, read_fasta
+from sinkalign.lm.data import read_genome_records
+
+_BINARY = bytes(range(256)) * 8  # \x80.. are not UTF-8
+
+
+def _truncated_gz(path: Path, text: str) -> Path:
+    data = gzip.compress(text.encode())
+    path.write_bytes(data[: len(data) // 2])
+    return path
+
+
+def _fasta_text(n: int = 200) -> str:
+    return "".join(f">r{k}\n{'ACGT' * 50}\n" for k in range(n))
+
+
+@pytest.mark.parametrize("reader", [lambda p: list(read_fasta(p, "dna")), read_genome_records,
+                                    lambda p: read_aligned_fasta(p, format="fasta")])
+def test_truncated_gzip_names_the_file(tmp_path: Path, reader) -> None:
+    path = _truncated_gz(tmp_path / "g.fa.gz", _fasta_text())
+    with pytest.raises(FormatError, match=r"g\.fa\.gz: truncated gzip file"):
+        reader(path)
+
+
+def test_truncated_gzip_stockholm(tmp_path: Path) -> None:
+    text = "# STOCKHOLM 1.0\n" + "".join(f"s{k} ACDEFGHIKL\n" for k in range(500)) + "//\n"
+    path = _truncated_gz(tmp_path / "a.sto.gz", text)
+    with pytest.raises(FormatError, match=r"a\.sto\.gz: truncated gzip file"):
+        list(read_stockholm(path))
+
+
+@pytest.mark.parametrize("reader", [lambda p: list(read_fasta(p)), lambda p: list(read_stockholm(p)),
+                                    lambda p: read_aligned_fasta(p)])
+def test_binary_file_names_the_file(tmp_path: Path, reader) -> None:
+    path = tmp_path / "picture.png"
+    path.write_bytes(_BINARY)
+    with pytest.raises(FormatError, match=r"picture\.png: not a text file.*binary file"):
+        reader(path)
+
+
+def test_binary_after_a_valid_header(tmp_path: Path) -> None:
+    path = tmp_path / "mixed.fa"
+    path.write_bytes(b">ok\nACGT\n" + _BINARY)
+    with pytest.raises(FormatError, match=r"mixed\.fa: not a text file"):
+        list(read_fasta(path, "dna"))
+
+
+def test_binary_genome_is_a_format_error(tmp_path: Path) -> None:
+    path = tmp_path / "genome.bin"
+    path.write_bytes(b">x\n" + _BINARY)
+    with pytest.raises(FormatError, match=r"genome\.bin"):
+        read_genome_records(path)
+
+
+def test_directory_is_not_a_file(tmp_path: Path) -> None:
+    with pytest.raises(SinkalignError, match="is a directory"):
+        open_text(tmp_path)
