@@ -27,11 +27,11 @@ import torch
 import torch.nn.functional as F
 
 from sinkalign.lm.data import read_genome, train_val_split
+from sinkalign.lm.gc import gc_trajectory, trajectory_correlation
 from sinkalign.lm.generate import generate_batch
 from sinkalign.lm.markov import MarkovModel
 from sinkalign.lm.model import DNALanguageModel
 from sinkalign.lm.tokenizer import NucleotideTokenizer
-from sinkalign.pipelines.gc_profile import gc_trajectory, trajectory_correlation
 
 __all__ = [
     "SECTIONS",

@@ -30,6 +30,7 @@ import torch
 from tqdm.auto import tqdm
 
 from sinkalign.errors import InputError
+from sinkalign.lm.checkpoints import find_latest_checkpoint
 from sinkalign.lm.model import (
     CHECKPOINT_CONFIG,
     Checkpoint,
@@ -86,8 +87,6 @@ def resolve_model_path(path: str | os.PathLike | None) -> Path:
     if not p.exists():
         raise FileNotFoundError(f"model path not found: {p}")
     if p.is_dir() and not (p / CHECKPOINT_CONFIG).exists() and (p / "checkpoints").is_dir():
-        from sinkalign.lm.train import find_latest_checkpoint
-
         latest = find_latest_checkpoint(p)
         if latest is None:
             raise FileNotFoundError(f"training run {p} holds no complete checkpoint")

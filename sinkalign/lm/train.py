@@ -54,6 +54,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from sinkalign.errors import CheckpointError, InputError
+from sinkalign.lm.checkpoints import LATEST, TRAINER_STATE, find_latest_checkpoint, step_dir_name
 from sinkalign.lm.config import ATTENTION_NAMES, LMConfig
 from sinkalign.lm.data import encode, read_genome, train_val_split
 from sinkalign.lm.evaluate import heldout_bits_per_base
@@ -74,9 +75,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _STATE_FORMAT = "sinkalign.lm.train/1"
-TRAINER_STATE = "trainer_state.json"
 OPTIMIZER_STATE = "optimizer.safetensors"
-LATEST = "latest.json"
 METRICS = "metrics.jsonl"
 _LN2 = math.log(2.0)
 
@@ -354,31 +353,6 @@ class _LossModule(nn.Module):
 # ----------------------------------------------------------------------------- checkpoints
 
 
-def _step_dir_name(step: int) -> str:
-    return f"step-{step:08d}"
-
-
-def find_latest_checkpoint(out_dir: str | os.PathLike) -> Path | None:
-    """The newest complete checkpoint directory under ``out_dir/checkpoints`` (or ``None``).
-
-    ``latest.json`` names it; if that pointer is missing or stale, the complete
-    ``step-*`` directory with the highest step is taken.
-    """
-    root = Path(out_dir) / "checkpoints"
-    if not root.is_dir():
-        return None
-    pointer = root / LATEST
-    if pointer.is_file():
-        try:
-            target = root / json.loads(pointer.read_text(encoding="utf-8"))["dir"]
-            if (target / TRAINER_STATE).is_file():
-                return target
-        except (json.JSONDecodeError, KeyError, TypeError):
-            logger.warning("%s is unreadable; looking for step directories", pointer)
-    done = sorted(p for p in root.glob("step-*") if (p / TRAINER_STATE).is_file())
-    return done[-1] if done else None
-
-
 def _weights_digest(model: nn.Module) -> str:
     h = hashlib.sha256()
     for name, t in sorted(model.state_dict().items()):
@@ -419,8 +393,8 @@ def _save_training_checkpoint(out_dir: Path, step: int, model: DNALanguageModel,
     """Write a complete checkpoint for ``step`` (see the module docstring). Rank 0 only."""
     root = out_dir / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
-    final = root / _step_dir_name(step)
-    tmp = root / f".tmp-{_step_dir_name(step)}-{os.getpid()}"
+    final = root / step_dir_name(step)
+    tmp = root / f".tmp-{step_dir_name(step)}-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
     save_checkpoint(tmp, model, extra={"step": step, "train_config": config.to_dict()})
