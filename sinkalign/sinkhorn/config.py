@@ -31,7 +31,8 @@ class SinkhornConfig:
             the paper's baseline) or ``autodiff`` (JAX differentiation of the unrolled
             surrogate: the ground truth).
         block: query rows per block of the blockwise layout.
-        impl: ``reference`` (pure JAX) or ``pallas`` (blockwise kernels, issue 3).
+        impl: ``reference`` (pure JAX) or the name of a registered kernel backend (``pallas``:
+            see :mod:`sinkalign.sinkhorn.backends`).
     """
 
     eps: float = 1.0
