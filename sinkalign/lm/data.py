@@ -28,6 +28,7 @@ import numpy as np
 from Bio import SeqIO
 
 from sinkalign.errors import FormatError, InputError
+from sinkalign.io.fasta import open_text
 
 __all__ = [
     "ALPHABET",
@@ -69,13 +70,17 @@ class GenomeRecord:
     seq: str
 
 
-def _open_text(path: Path):
-    """Open plain or gzip-compressed text; gzip is recognised by its magic bytes."""
-    with open(path, "rb") as raw:
-        magic = raw.read(2)
-    if magic == b"\x1f\x8b":
-        return gzip.open(path, "rt", encoding="ascii", errors="replace")
-    return open(path, "rt", encoding="ascii", errors="replace")
+def _first_line_is_a_header(handle, path: Path) -> None:
+    """Raise FormatError unless the first non-blank line is a '>' header (Biopython's own
+    message for this is a page long); leave ``handle`` at the start."""
+    pos = handle.tell()
+    for line_no, line in enumerate(iter(handle.readline, ""), start=1):
+        if line.strip():
+            if not line.startswith(">"):
+                raise FormatError(f"{path}: line {line_no}: expected a '>' FASTA header, found "
+                                  f"{line.strip()[:40]!r}")
+            break
+    handle.seek(pos)
 
 
 def read_genome_records(path: str | os.PathLike) -> list[GenomeRecord]:
@@ -98,7 +103,8 @@ def read_genome_records(path: str | os.PathLike) -> list[GenomeRecord]:
     records: list[GenomeRecord] = []
     seen: set[str] = set()
     try:
-        with _open_text(path) as handle:
+        with open_text(path) as handle:  # names the file for a truncated gzip or a binary file
+            _first_line_is_a_header(handle, path)
             for rec in SeqIO.parse(handle, "fasta"):
                 seq = str(rec.seq).upper().translate(_TO_N)
                 if not seq:
