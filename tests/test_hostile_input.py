@@ -71,7 +71,7 @@ def test_directory_is_not_a_file(tmp_path: Path) -> None:
 def test_genome_without_a_header_is_one_line(tmp_path: Path) -> None:
     path = tmp_path / "notes.fa"
     path.write_text("\nhello\n>a\nACGT\n")
-    with pytest.raises(FormatError, match=r"notes\.fa: line 2: expected a '>' FASTA header, found 'hello'"):
+    with pytest.raises(FormatError, match=r"notes\.fa: not a valid FASTA file: line 2: expected a '>' header, found 'hello'"):
         read_genome_records(path)
     path.write_text("\n\n>a desc\nACGT\n")
     (rec,) = read_genome_records(path)

@@ -72,14 +72,17 @@ class GenomeRecord:
 
 def _first_line_is_a_header(handle, path: Path) -> None:
     """Raise FormatError unless the first non-blank line is a '>' header (Biopython's own
-    message for this is a page long); leave ``handle`` at the start."""
-    pos = handle.tell()
-    for line_no, line in enumerate(iter(handle.readline, ""), start=1):
-        if line.strip():
-            if not line.startswith(">"):
-                raise FormatError(f"{path}: line {line_no}: expected a '>' FASTA header, found "
-                                  f"{line.strip()[:40]!r}")
+    message for this is a page long); leave ``handle`` at that header."""
+    line_no = 0
+    while True:
+        pos = handle.tell()
+        line = handle.readline()
+        line_no += 1
+        if not line or line.strip():
             break
+    if line and not line.startswith(">"):
+        raise FormatError(f"{path}: not a valid FASTA file: line {line_no}: expected a '>' header, found "
+                          f"{line.strip()[:40]!r}")
     handle.seek(pos)
 
 
