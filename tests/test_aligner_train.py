@@ -230,6 +230,12 @@ def test_train_on_a_directory_without_shards(tmp_path):
     with pytest.raises(InputError, match="holds no pair shards"):
         train(_cfg(tmp_path / "empty", tmp_path / "run", 2), progress=False)
     assert not (tmp_path / "run").exists()
+    # --overwrite with bad shards deletes nothing
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "run" / "metrics.jsonl").write_text('{"step": 1}\n')
+    with pytest.raises(InputError, match="holds no pair shards"):
+        train(_cfg(tmp_path / "empty", tmp_path / "run", 2), progress=False, overwrite=True)
+    assert (tmp_path / "run" / "metrics.jsonl").read_text() == '{"step": 1}\n'
 
 
 def test_export_model_never_empties_a_directory(tmp_path):

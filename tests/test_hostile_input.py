@@ -66,3 +66,25 @@ def test_binary_genome_is_a_format_error(tmp_path: Path) -> None:
 def test_directory_is_not_a_file(tmp_path: Path) -> None:
     with pytest.raises(SinkalignError, match="is a directory"):
         open_text(tmp_path)
+
+
+def test_genome_without_a_header_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "notes.fa"
+    path.write_text("\nhello\n>a\nACGT\n")
+    with pytest.raises(FormatError, match=r"notes\.fa: not a valid FASTA file: line 2: expected a '>' header, found 'hello'"):
+        read_genome_records(path)
+    path.write_text("\n\n>a desc\nACGT\n")
+    (rec,) = read_genome_records(path)
+    assert (rec.id, rec.seq) == ("a", "ACGT")
+
+
+def test_gc_profile_cli_on_a_binary_file_names_it(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from sinkalign.cli.gc_profile import gc_profile
+
+    path = tmp_path / "scan.bin"
+    path.write_bytes(_BINARY)
+    res = CliRunner().invoke(gc_profile, [str(path), "-o", str(tmp_path / "out")])
+    assert res.exit_code == 1 and "scan.bin: not a text file" in res.output
+    assert len(res.output.strip().splitlines()) == 1

@@ -257,6 +257,9 @@ def test_read_genome_missing_and_corrupt_gzip(tmp_path):
         read_genome(tmp_path)
     p = tmp_path / "trunc.fa.gz"
     p.write_bytes(gzip.compress(b">a\n" + b"ACGT" * 1000)[:40])
+    with pytest.raises(ValueError, match="trunc.fa.gz: truncated gzip file"):
+        read_genome(p)
+    p.write_bytes(b"\x1f\x8b" + b"not gzip at all" * 4)
     with pytest.raises(ValueError, match="trunc.fa.gz: corrupt gzip file"):
         read_genome(p)
 

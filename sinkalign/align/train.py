@@ -229,7 +229,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
     from sinkalign.io.shards import ShardDataset  # noqa: PLC0415
 
     out = Path(cfg.out)
-    check_run_dir(out, resume=resume, overwrite=overwrite)
+    if resume and overwrite:
+        raise CheckpointError("--resume and --overwrite contradict each other; pass one")
     try:
         train_set = ShardDataset(cfg.shards, "train", load_embeddings=bool(cfg.model.feature_dim))
     except FileNotFoundError as exc:
@@ -237,6 +238,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
                          f"`sinkalign shards build ALIGNMENTS --out {cfg.shards}`") from exc
     if len(train_set) == 0:
         raise InputError(f"{cfg.shards}: the train split is empty")
+    check_run_dir(out, resume=resume, overwrite=overwrite)  # after the data checks: --overwrite deletes
     out.mkdir(parents=True, exist_ok=True)
     clean_leftovers(out)
     try:

@@ -87,10 +87,8 @@ def train(fasta, attention, out_dir, steps, batch_size, seq_len, lr, min_lr_rati
             progress=progress)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
-    try:
+    with one_line_errors():
         result = train_lm(config) if nproc == 1 else train_lm_ddp(config, nproc)[0]
-    except (ValueError, FileNotFoundError, RuntimeError) as exc:
-        raise click.ClickException(str(exc)) from exc
     if result.rank == 0:
         val = "n/a" if result.val_bits_per_base is None else f"{result.val_bits_per_base:.4f}"
         click.echo(f"step {result.step}: train {result.train_loss / 0.6931471805599453:.4f} bits/base, "
@@ -153,10 +151,8 @@ def eval_cmd(model_path, fasta, json_out, val_fraction, context, stride, max_bas
         ckpt = load_model(path, device=device)
     except (FileNotFoundError, ValueError) as exc:
         raise click.ClickException(f"cannot load the model: {exc}") from exc
-    try:
+    with one_line_errors():
         report = evaluate_lm(ckpt.model, config, model_path=str(path))
-    except (ValueError, RuntimeError) as exc:
-        raise click.ClickException(str(exc)) from exc
     doc = report.to_dict()
     if json_out is not None:
         atomic_write_text(json_out, json.dumps(doc, indent=2) + "\n")

@@ -206,6 +206,17 @@ def kernels(backend: str, interpret: bool, json_path: Path | None, quick: bool, 
         raise click.UsageError("--long is implemented for --backend pallas")
     if block is not None and block & (block - 1):
         raise click.BadParameter(f"{block=} must be a power of two", param_hint="--block")
+    if backend == "triton":
+        import importlib.util  # noqa: PLC0415
+
+        from sinkalign.cli.options import one_line_errors  # noqa: PLC0415
+        from sinkalign.errors import DependencyError, require  # noqa: PLC0415
+
+        with one_line_errors():
+            require("torch", "torch", "sinkalign validate kernels --backend triton")
+            if importlib.util.find_spec("triton") is None:  # not imported here: TRITON_INTERPRET comes first
+                raise DependencyError("sinkalign validate kernels --backend triton needs triton, which is not "
+                                      "installed; install the 'torch' extra: pip install 'sinkalign[torch]'")
     _enable_x64()
     from sinkalign.kernels import validation as kval  # noqa: PLC0415
 

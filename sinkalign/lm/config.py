@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from sinkalign.errors import InputError
+
 __all__ = ["ATTENTION_NAMES", "LMConfig"]
 
 #: The attention variants (keys of ``sinkalign.lm.attention.ATTENTIONS``).
@@ -26,29 +28,29 @@ _SLA_BACKBONES = ("gla", "retnet")
 
 def _check_int(name: str, value: Any, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name}={value!r} must be an int")
+        raise InputError(f"{name}={value!r} must be an int")
     if value < minimum:
-        raise ValueError(f"{name}={value!r} must be >= {minimum}")
+        raise InputError(f"{name}={value!r} must be >= {minimum}")
 
 
 def _check_float(name: str, value: Any, *, minimum: float | None = None, strict: bool = False,
                  maximum: float | None = None, max_strict: bool = False) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name}={value!r} must be a finite number")
+        raise InputError(f"{name}={value!r} must be a finite number")
     if minimum is not None and (value <= minimum if strict else value < minimum):
-        raise ValueError(f"{name}={value!r} must be {'>' if strict else '>='} {minimum}")
+        raise InputError(f"{name}={value!r} must be {'>' if strict else '>='} {minimum}")
     if maximum is not None and (value >= maximum if max_strict else value > maximum):
-        raise ValueError(f"{name}={value!r} must be {'<' if max_strict else '<='} {maximum}")
+        raise InputError(f"{name}={value!r} must be {'<' if max_strict else '<='} {maximum}")
 
 
 def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
     if value not in choices:
-        raise ValueError(f"{name}={value!r} is not one of {', '.join(map(repr, choices))}")
+        raise InputError(f"{name}={value!r} is not one of {', '.join(map(repr, choices))}")
 
 
 def _check_bool(name: str, value: Any) -> None:
     if not isinstance(value, bool):
-        raise ValueError(f"{name}={value!r} must be a bool")
+        raise InputError(f"{name}={value!r} must be a bool")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -137,7 +139,7 @@ class LMConfig:
         _check_int("n_layers", self.n_layers, 1)
         _check_int("n_heads", self.n_heads, 1)
         if self.d_model % self.n_heads:
-            raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+            raise InputError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
         _check_choice("attention", self.attention, ATTENTION_NAMES)
         _check_int("max_train_len", self.max_train_len, 1)
         _check_float("mlp_ratio", self.mlp_ratio, minimum=0.0, strict=True)
@@ -148,12 +150,12 @@ class LMConfig:
         if self.pad_id is not None:
             _check_int("pad_id", self.pad_id, 0)
             if self.pad_id >= self.vocab_size:
-                raise ValueError(f"pad_id={self.pad_id} must be < vocab_size={self.vocab_size}")
+                raise InputError(f"pad_id={self.pad_id} must be < vocab_size={self.vocab_size}")
         _check_int("input_kmer", self.input_kmer, 1)
         # GOAT
         _check_int("goat_n_freqs", self.goat_n_freqs, 1)
         if self.attention == "goat" and self.head_dim - 2 * self.goat_n_freqs - 1 < 1:
-            raise ValueError(
+            raise InputError(
                 f"goat_n_freqs={self.goat_n_freqs} leaves no content dims: head_dim={self.head_dim} "
                 f"must be >= 2 * goat_n_freqs + 2"
             )
@@ -203,16 +205,16 @@ class LMConfig:
     def from_dict(cls, data: Mapping[str, Any]) -> "LMConfig":
         """Inverse of :meth:`to_dict`; unknown or missing keys raise ``ValueError``."""
         if not isinstance(data, Mapping):
-            raise ValueError(f"LMConfig.from_dict expects a mapping, got {type(data).__name__}")
+            raise InputError(f"LMConfig.from_dict expects a mapping, got {type(data).__name__}")
         fields = {f.name: f for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - set(fields))
         if unknown:
-            raise ValueError(f"unknown LMConfig keys {unknown}; valid keys: {sorted(fields)}")
+            raise InputError(f"unknown LMConfig keys {unknown}; valid keys: {sorted(fields)}")
         required = [n for n, f in fields.items()
                     if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
         missing = [n for n in required if n not in data]
         if missing:
-            raise ValueError(f"LMConfig is missing required keys {missing}")
+            raise InputError(f"LMConfig is missing required keys {missing}")
         kwargs = dict(data)
         # JSON has one number type: accept 4 for a float field (4.0 for an int is rejected).
         for name in ("mlp_ratio", "dropout", "norm_eps", "init_std", "goat_min_period",

@@ -28,6 +28,7 @@ import numpy as np
 from Bio import SeqIO
 
 from sinkalign.errors import FormatError, InputError
+from sinkalign.io.fasta import open_text
 
 __all__ = [
     "ALPHABET",
@@ -69,13 +70,20 @@ class GenomeRecord:
     seq: str
 
 
-def _open_text(path: Path):
-    """Open plain or gzip-compressed text; gzip is recognised by its magic bytes."""
-    with open(path, "rb") as raw:
-        magic = raw.read(2)
-    if magic == b"\x1f\x8b":
-        return gzip.open(path, "rt", encoding="ascii", errors="replace")
-    return open(path, "rt", encoding="ascii", errors="replace")
+def _first_line_is_a_header(handle, path: Path) -> None:
+    """Raise FormatError unless the first non-blank line is a '>' header (Biopython's own
+    message for this is a page long); leave ``handle`` at that header."""
+    line_no = 0
+    while True:
+        pos = handle.tell()
+        line = handle.readline()
+        line_no += 1
+        if not line or line.strip():
+            break
+    if line and not line.startswith(">"):
+        raise FormatError(f"{path}: not a valid FASTA file: line {line_no}: expected a '>' header, found "
+                          f"{line.strip()[:40]!r}")
+    handle.seek(pos)
 
 
 def read_genome_records(path: str | os.PathLike) -> list[GenomeRecord]:
@@ -98,7 +106,8 @@ def read_genome_records(path: str | os.PathLike) -> list[GenomeRecord]:
     records: list[GenomeRecord] = []
     seen: set[str] = set()
     try:
-        with _open_text(path) as handle:
+        with open_text(path) as handle:  # names the file for a truncated gzip or a binary file
+            _first_line_is_a_header(handle, path)
             for rec in SeqIO.parse(handle, "fasta"):
                 seq = str(rec.seq).upper().translate(_TO_N)
                 if not seq:

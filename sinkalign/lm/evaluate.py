@@ -26,6 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from sinkalign.errors import InputError
 from sinkalign.lm.data import read_genome, train_val_split
 from sinkalign.lm.gc import gc_trajectory, trajectory_correlation
 from sinkalign.lm.generate import generate_batch
@@ -61,7 +62,7 @@ class BitsPerBase(NamedTuple):
 
 def _check_pos_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise ValueError(f"{name}={value!r} must be a positive integer")
+        raise InputError(f"{name}={value!r} must be a positive integer")
     return int(value)
 
 
@@ -126,7 +127,7 @@ def _encode(seq: str, what: str) -> torch.Tensor:
     try:
         return NucleotideTokenizer().encode(seq)
     except ValueError as exc:
-        raise ValueError(f"{what}: {exc}") from None
+        raise InputError(f"{what}: {exc}") from None
 
 
 def heldout_bits_per_base(
@@ -169,7 +170,7 @@ def heldout_bits_per_base(
     context = _check_pos_int("context", context)
     stride = max(1, context // 2) if stride is None else _check_pos_int("stride", stride)
     if stride > context:
-        raise ValueError(f"stride={stride} must not exceed context={context}")
+        raise InputError(f"stride={stride} must not exceed context={context}")
     batch_size = _check_pos_int("batch_size", batch_size)
     if max_bases is not None:
         seq = seq[: _check_pos_int("max_bases", max_bases)]
@@ -179,13 +180,13 @@ def heldout_bits_per_base(
     n, m = tokens.numel(), tail_ids.numel()
     first = max(m, 1)
     if first >= n:
-        raise ValueError(f"nothing to score: sequence of length {len(seq)} with {m} prefix bases")
+        raise InputError(f"nothing to score: sequence of length {len(seq)} with {m} prefix bases")
     device = torch.device(device) if device is not None else next(model.parameters()).device
     bits = _target_bits(model, tokens, first, context=context, stride=stride, batch_size=batch_size,
                         device=device, autocast_bf16=autocast_bf16)
     scored = bits[np.isfinite(bits)]
     if scored.size == 0:
-        raise ValueError("nothing to score: every target base is N")
+        raise InputError("nothing to score: every target base is N")
     return BitsPerBase(float(scored.mean()), int(scored.size), context, stride)
 
 
@@ -210,7 +211,7 @@ def bootstrap_ci(values: Sequence[float] | np.ndarray, *, n_boot: int = 1000, le
     """
     _check_pos_int("n_boot", n_boot)
     if not 0.0 < level < 1.0:
-        raise ValueError(f"{level=} must be in (0, 1)")
+        raise InputError(f"{level=} must be in (0, 1)")
     x = np.asarray(values, dtype=np.float64)
     x = x[np.isfinite(x)]
     if x.size == 0:
@@ -283,9 +284,9 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.fasta, str) or not self.fasta:
-            raise ValueError(f"fasta={self.fasta!r} must be a non-empty path string")
+            raise InputError(f"fasta={self.fasta!r} must be a non-empty path string")
         if not 0.0 < self.val_fraction < 1.0:
-            raise ValueError(f"val_fraction={self.val_fraction!r} must be in (0, 1)")
+            raise InputError(f"val_fraction={self.val_fraction!r} must be in (0, 1)")
         for name in ("context", "stride", "max_bases", "prompt_len", "top_k"):
             if getattr(self, name) is not None:
                 _check_pos_int(name, getattr(self, name))
@@ -295,29 +296,29 @@ class EvalConfig:
         if self.markov_order is not None and (isinstance(self.markov_order, bool)
                                               or not isinstance(self.markov_order, int)
                                               or not 0 <= self.markov_order <= 30):
-            raise ValueError(f"markov_order={self.markov_order!r} must be an integer in [0, 30]")
+            raise InputError(f"markov_order={self.markov_order!r} must be an integer in [0, 30]")
         if not self.markov_orders or any(isinstance(o, bool) or not isinstance(o, int) or not 0 <= o <= 30
                                          for o in self.markov_orders):
-            raise ValueError(f"markov_orders={self.markov_orders!r} must be a non-empty tuple of ints in [0, 30]")
+            raise InputError(f"markov_orders={self.markov_orders!r} must be a non-empty tuple of ints in [0, 30]")
         for name in ("length_multipliers", "passkey_multipliers"):
             vals = getattr(self, name)
             if not isinstance(vals, tuple) or not vals or any(
                     isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in vals):
-                raise ValueError(f"{name}={vals!r} must be a non-empty tuple of positive ints")
+                raise InputError(f"{name}={vals!r} must be a non-empty tuple of positive ints")
         if self.completion_len <= self.gc_window:
-            raise ValueError(f"completion_len={self.completion_len} must exceed gc_window={self.gc_window}")
+            raise InputError(f"completion_len={self.completion_len} must exceed gc_window={self.gc_window}")
         if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) \
                 or not 0 <= self.temperature < math.inf:
-            raise ValueError(f"temperature={self.temperature!r} must be a finite number >= 0")
+            raise InputError(f"temperature={self.temperature!r} must be a finite number >= 0")
         if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p={self.top_p!r} must be in (0, 1]")
+            raise InputError(f"top_p={self.top_p!r} must be in (0, 1]")
         if not 0.0 < self.ci_level < 1.0:
-            raise ValueError(f"ci_level={self.ci_level!r} must be in (0, 1)")
+            raise InputError(f"ci_level={self.ci_level!r} must be in (0, 1)")
         if self.device not in ("cpu", "cuda"):
-            raise ValueError(f"device={self.device!r} is not one of 'cpu', 'cuda'")
+            raise InputError(f"device={self.device!r} is not one of 'cpu', 'cuda'")
         bad = sorted(set(self.sections) - set(SECTIONS))
         if bad or not self.sections:
-            raise ValueError(f"sections={self.sections!r}: valid sections are {', '.join(SECTIONS)}")
+            raise InputError(f"sections={self.sections!r}: valid sections are {', '.join(SECTIONS)}")
 
 
 SECTIONS = ("heldout", "extrapolation", "passkey", "completion")
@@ -358,7 +359,7 @@ def _splits(config: EvalConfig) -> list[_Split]:
         try:
             tr, va = train_val_split(seq, config.val_fraction)
         except ValueError as exc:
-            raise ValueError(f"{config.fasta}: record {rid!r}: {exc}") from None
+            raise InputError(f"{config.fasta}: record {rid!r}: {exc}") from None
         out.append(_Split(rid, tr, va))
     return out
 
@@ -400,7 +401,7 @@ def _heldout_section(model: DNALanguageModel, splits: list[_Split], config: Eval
                      device: torch.device, markov: _Markov) -> dict[str, Any]:
     stride = config.stride if config.stride is not None else max(1, context // 2)
     if stride > context:
-        raise ValueError(f"stride={stride} must not exceed context={context}")
+        raise InputError(f"stride={stride} must not exceed context={context}")
     total, n = 0.0, 0
     for sp in splits:
         res = heldout_bits_per_base(model, sp.val, context=context, stride=stride, prefix=sp.train,
@@ -428,7 +429,7 @@ def _extrapolation_section(model: DNALanguageModel, splits: list[_Split], config
     val = max((sp.val for sp in splits), key=len)
     n_targets = min(config.extrapolation_bases, len(val) - 1) // wmax * wmax
     if n_targets < wmax:
-        raise ValueError(f"the longest held-out split ({len(val)} bases) is too short for a window of "
+        raise InputError(f"the longest held-out split ({len(val)} bases) is too short for a window of "
                          f"{wmax} (= {max(config.length_multipliers)} x training length {train_len})")
     tokens = _encode(val[: n_targets + 1], "held-out sequence")
     rows = []
@@ -463,10 +464,10 @@ def _passkey_section(model: DNALanguageModel, splits: list[_Split], config: Eval
         length = mult * train_len
         p = length // 10
         if p + 2 * cue_len + k > length:
-            raise ValueError(f"passkey context {length} is too short for cue {cue_len} + key {k} (twice)")
+            raise InputError(f"passkey context {length} is too short for cue {cue_len} + key {k} (twice)")
         pool = [sp.val for sp in splits if len(sp.val) >= length]
         if not pool:
-            raise ValueError(f"no held-out split holds a passkey context of {length} bases")
+            raise InputError(f"no held-out split holds a passkey context of {length} bases")
         prompts, keys = [], []
         for _ in range(config.passkey_trials):
             src = pool[int(rng.integers(len(pool)))]
@@ -495,7 +496,7 @@ def _completion_section(model: DNALanguageModel, splits: list[_Split], config: E
     span = prompt_len + config.completion_len
     pool = [sp for sp in splits if len(sp.val) >= span]
     if not pool:
-        raise ValueError(f"no held-out split holds a prompt + completion of {span} bases")
+        raise InputError(f"no held-out split holds a prompt + completion of {span} bases")
     weights = np.array([len(sp.val) - span + 1 for sp in pool], dtype=np.float64)
     prompts, truths = [], []
     for _ in range(config.completion_prompts):
@@ -540,11 +541,11 @@ def evaluate_lm(model: DNALanguageModel, config: EvalConfig, *, model_path: str 
             short for the requested windows.
     """
     if not isinstance(config, EvalConfig):
-        raise ValueError(f"config must be an EvalConfig, got {type(config).__name__}")
+        raise InputError(f"config must be an EvalConfig, got {type(config).__name__}")
     if not isinstance(model, DNALanguageModel):
-        raise ValueError(f"model must be a DNALanguageModel, got {type(model).__name__}")
+        raise InputError(f"model must be a DNALanguageModel, got {type(model).__name__}")
     if config.device == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device='cuda' requested but CUDA is not available")
+        raise InputError("device='cuda' requested but CUDA is not available")
     t0 = time.perf_counter()
     device = torch.device(config.device)
     model = model.to(device)

@@ -89,19 +89,19 @@ _RESUMABLE_CHANGES = frozenset({
 
 def _check_int(name: str, value: Any, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name}={value!r} must be an int")
+        raise InputError(f"{name}={value!r} must be an int")
     if value < minimum:
-        raise ValueError(f"{name}={value!r} must be >= {minimum}")
+        raise InputError(f"{name}={value!r} must be >= {minimum}")
 
 
 def _check_float(name: str, value: Any, lo: float, hi: float | None = None, *, lo_open: bool = False,
                  hi_open: bool = False) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name}={value!r} must be a finite number")
+        raise InputError(f"{name}={value!r} must be a finite number")
     if value < lo or (lo_open and value == lo):
-        raise ValueError(f"{name}={value!r} must be {'>' if lo_open else '>='} {lo}")
+        raise InputError(f"{name}={value!r} must be {'>' if lo_open else '>='} {lo}")
     if hi is not None and (value > hi or (hi_open and value == hi)):
-        raise ValueError(f"{name}={value!r} must be {'<' if hi_open else '<='} {hi}")
+        raise InputError(f"{name}={value!r} must be {'<' if hi_open else '<='} {hi}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,11 +168,11 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.fasta, str) or not self.fasta:
-            raise ValueError(f"fasta={self.fasta!r} must be a non-empty path string")
+            raise InputError(f"fasta={self.fasta!r} must be a non-empty path string")
         if self.attention not in ATTENTION_NAMES:
-            raise ValueError(f"attention={self.attention!r} is not one of {', '.join(ATTENTION_NAMES)}")
+            raise InputError(f"attention={self.attention!r} is not one of {', '.join(ATTENTION_NAMES)}")
         if not isinstance(self.out_dir, str) or not self.out_dir:
-            raise ValueError(f"out_dir={self.out_dir!r} must be a non-empty path string")
+            raise InputError(f"out_dir={self.out_dir!r} must be a non-empty path string")
         for name in ("steps", "batch_size", "eval_batch_size", "log_every", "keep_checkpoints"):
             _check_int(name, getattr(self, name), 1)
         _check_int("seq_len", self.seq_len, 2)
@@ -191,19 +191,19 @@ class TrainConfig:
         _check_float("val_fraction", self.val_fraction, 0.0, 1.0, lo_open=True, hi_open=True)
         _check_float("max_n_fraction", self.max_n_fraction, 0.0, 1.0)
         if self.device not in ("cpu", "cuda"):
-            raise ValueError(f"device={self.device!r} is not one of 'cpu', 'cuda'")
+            raise InputError(f"device={self.device!r} is not one of 'cpu', 'cuda'")
         for name in ("resume", "progress"):
             if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name}={getattr(self, name)!r} must be a bool")
+                raise InputError(f"{name}={getattr(self, name)!r} must be a bool")
         opts = self.model_options
         if not isinstance(opts, tuple) or not all(isinstance(o, tuple) and len(o) == 2 and isinstance(o[0], str)
                                                   for o in opts):
-            raise ValueError(f"model_options={opts!r} must be a tuple of (name, value) pairs")
+            raise InputError(f"model_options={opts!r} must be a tuple of (name, value) pairs")
         reserved = {"vocab_size", "d_model", "n_layers", "n_heads", "attention", "max_train_len", "mlp_ratio",
                     "dropout", "pad_id"}
         clash = sorted({k for k, _ in opts} & reserved)
         if clash:
-            raise ValueError(f"model_options may not set {clash}: use the TrainConfig fields")
+            raise InputError(f"model_options may not set {clash}: use the TrainConfig fields")
         self.model_config()  # validates d_model / n_heads / the options now, before any work
 
     def model_config(self) -> LMConfig:
@@ -212,7 +212,7 @@ class TrainConfig:
         fields = {f.name for f in dataclasses.fields(LMConfig)}
         unknown = sorted(k for k, _ in self.model_options if k not in fields)
         if unknown:
-            raise ValueError(f"unknown model_options {unknown}; valid LMConfig fields: {sorted(fields)}")
+            raise InputError(f"unknown model_options {unknown}; valid LMConfig fields: {sorted(fields)}")
         return LMConfig(vocab_size=tok.vocab_size, d_model=self.d_model, n_layers=self.n_layers,
                         n_heads=self.n_heads, attention=self.attention, max_train_len=self.seq_len,
                         mlp_ratio=float(self.mlp_ratio), dropout=float(self.dropout), pad_id=tok.pad_id,
@@ -230,7 +230,7 @@ class TrainConfig:
         fields = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - fields)
         if unknown:
-            raise ValueError(f"unknown TrainConfig keys {unknown}")
+            raise InputError(f"unknown TrainConfig keys {unknown}")
         kw = dict(data)
         kw["model_options"] = tuple(tuple(p) for p in kw.get("model_options", ()))
         return cls(**kw)
@@ -286,7 +286,7 @@ class WindowSampler:
     def __init__(self, seqs: Sequence[str], length: int, *, seed: int, rank: int = 0,
                  max_n_fraction: float = 1.0) -> None:
         if isinstance(length, bool) or not isinstance(length, int) or length < 1:
-            raise ValueError(f"{length=} must be a positive integer")
+            raise InputError(f"{length=} must be a positive integer")
         self.length, self.seed, self.rank = length, int(seed), int(rank)
         self.max_n = max_n_fraction * length
         self._tokens = [encode(s) for s in seqs if len(s) >= length]
@@ -316,7 +316,7 @@ class WindowSampler:
                 filled += 1
             if filled == batch_size:
                 return torch.from_numpy(out)
-        raise RuntimeError(f"could not draw windows with at most {self.max_n:.0f} N bases after 1000 rounds")
+        raise InputError(f"could not draw windows with at most {self.max_n:.0f} N bases after 1000 rounds")
 
 
 # ----------------------------------------------------------------------------- distributed
@@ -516,12 +516,12 @@ def train_lm(config: TrainConfig) -> TrainResult:
         ValueError: unreadable / invalid FASTA (naming the file and record), a sequence
             too short for ``seq_len``, an ``out_dir`` that already holds checkpoints without
             ``resume``, or a resume whose settings differ from the checkpoint's.
-        RuntimeError: ``device="cuda"`` without CUDA.
+        InputError: ``device="cuda"`` without CUDA.
     """
     if not isinstance(config, TrainConfig):
-        raise ValueError(f"config must be a TrainConfig, got {type(config).__name__}")
+        raise InputError(f"config must be a TrainConfig, got {type(config).__name__}")
     if config.device == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device='cuda' requested but CUDA is not available")
+        raise InputError("device='cuda' requested but CUDA is not available")
     if config.num_threads is not None:
         torch.set_num_threads(config.num_threads)
     device = torch.device(config.device)
@@ -565,7 +565,7 @@ def _train(config: TrainConfig, device: torch.device, rank: int, world: int) -> 
     if config.resume and latest is not None:
         state = json.loads((latest / TRAINER_STATE).read_text(encoding="utf-8"))
         if state.get("format") != _STATE_FORMAT:
-            raise ValueError(f"{latest / TRAINER_STATE}: not a sinkalign.lm training state")
+            raise InputError(f"{latest / TRAINER_STATE}: not a sinkalign.lm training state")
         _check_resume_config(state["train_config"], config, latest)
         ckpt = load_checkpoint(latest, map_location=device)
         model.load_state_dict(ckpt.model.state_dict())
@@ -707,9 +707,9 @@ def train_lm_ddp(config: TrainConfig, nprocs: int) -> list[TrainResult]:
     per step; rank 0 alone writes metrics and checkpoints.
     """
     if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
-        raise ValueError(f"{nprocs=} must be a positive integer")
+        raise InputError(f"{nprocs=} must be a positive integer")
     if config.device == "cuda" and torch.cuda.device_count() < nprocs:
-        raise ValueError(f"{nprocs=} exceeds the {torch.cuda.device_count()} visible CUDA device(s)")
+        raise InputError(f"{nprocs=} exceeds the {torch.cuda.device_count()} visible CUDA device(s)")
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")
