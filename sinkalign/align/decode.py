@@ -1,15 +1,7 @@
 """Turning a transport plan into an alignment: maximum-expected-accuracy (MEA) decoding.
 
-Conventions (used by every function here and by the writers):
-
-* An alignment of a query of length ``m`` and a target of length ``n`` is ``pairs``, an
-  integer array ``[k, 2]`` of 0-based ``(i, j)`` aligned residue indices, strictly
-  increasing in both columns. Every residue not in ``pairs`` is gapped.
-* Spans are 0-based half-open ``[start, end)``.
-* Between two aligned pairs (and at the ends), the query-only columns are laid out
-  before the target-only columns. This fixes the column order used by
-  :func:`alignment_columns`, :func:`to_gapped` and :func:`cigar`; it is a layout choice
-  only (the pair set, not the order, defines the alignment).
+Alignments follow the conventions of :mod:`sinkalign.alignment` (0-based aligned residue
+pairs, half-open spans); its data model is re-exported here.
 
 The plan produced by the aligner is ``P [m+1, n+1]``: ``P[:m, :n]`` is the transport
 between residues, ``P[:m, n]`` the mass of each query residue sent to the dustbin (gap
@@ -19,10 +11,20 @@ dustbin (gap evidence for target residues); ``P[m, n]`` is ignored.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
+
+from sinkalign.alignment import (
+    Alignment,
+    AlignmentStats,
+    alignment_columns,
+    alignment_stats,
+    as_pairs,
+    check_pairs,
+    cigar,
+    to_gapped,
+)
 
 __all__ = [
     "Alignment",
@@ -40,126 +42,6 @@ __all__ = [
 ]
 
 NORMALISE = ("row", "none")
-
-
-# --------------------------------------------------------------------------- pairs
-
-
-def check_pairs(pairs: Any, m: int | None = None, n: int | None = None, *, name: str = "pairs") -> np.ndarray:
-    """Validate an alignment given as aligned residue pairs and return it as ``int64 [k, 2]``.
-
-    ``pairs`` must be ``[k, 2]`` (``k`` may be 0) of integers, strictly increasing in
-    both columns, with ``0 <= i < m`` and ``0 <= j < n`` when ``m`` / ``n`` are given.
-    Raises ``ValueError`` naming the first offending row.
-    """
-    arr = np.asarray(pairs)
-    if arr.size == 0:
-        arr = arr.reshape(0, 2)
-    if arr.ndim != 2 or arr.shape[1] != 2:
-        raise ValueError(f"{name} must have shape [k, 2], got {arr.shape}")
-    if arr.dtype.kind == "f":
-        if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
-            raise ValueError(f"{name} must hold integer indices, got non-integer values")
-    elif arr.dtype.kind not in "iu":
-        raise ValueError(f"{name} must hold integer indices, got dtype {arr.dtype}")
-    arr = arr.astype(np.int64, copy=False)
-    if arr.shape[0] == 0:
-        return arr
-    neg = np.flatnonzero((arr < 0).any(axis=1))
-    if neg.size:
-        raise ValueError(f"{name}[{neg[0]}]={arr[neg[0]].tolist()} has a negative index")
-    for col, bound, label in ((0, m, "m (query length)"), (1, n, "n (target length)")):
-        if bound is not None:
-            bad = np.flatnonzero(arr[:, col] >= bound)
-            if bad.size:
-                raise ValueError(f"{name}[{bad[0]}]={arr[bad[0]].tolist()} is out of range for {label}={bound}")
-    steps = np.diff(arr, axis=0)
-    bad = np.flatnonzero((steps <= 0).any(axis=1))
-    if bad.size:
-        r = bad[0] + 1
-        raise ValueError(
-            f"{name} must be strictly increasing in both columns: "
-            f"{name}[{r - 1}]={arr[r - 1].tolist()} is followed by {name}[{r}]={arr[r].tolist()}"
-        )
-    return arr
-
-
-def as_pairs(alignment: Any, m: int | None = None, n: int | None = None) -> np.ndarray:
-    """Pairs ``int64 [k, 2]`` of an :class:`Alignment`, any object with ``.pairs``, or an array."""
-    if isinstance(alignment, Alignment):
-        if m is not None and m != alignment.m:
-            raise ValueError(f"{m=} does not match the alignment's query length {alignment.m}")
-        if n is not None and n != alignment.n:
-            raise ValueError(f"{n=} does not match the alignment's target length {alignment.n}")
-        return alignment.pairs
-    pairs = getattr(alignment, "pairs", alignment)
-    return check_pairs(pairs, m, n)
-
-
-# --------------------------------------------------------------------------- results
-
-
-@dataclass(frozen=True, eq=False)
-class Alignment:
-    """An MEA alignment with its posteriors.
-
-    Attributes:
-        pairs: ``int64 [k, 2]`` aligned ``(query i, target j)``, strictly increasing.
-        match_posterior: ``float64 [k]`` posterior of each aligned pair (column confidence).
-        query_gap_posterior: ``float64 [m]`` posterior that each query residue is unaligned.
-        target_gap_posterior: ``float64 [n]`` posterior that each target residue is unaligned.
-        expected_accuracy: expected fraction of the ``m + n`` residues whose alignment state
-            (partner or gap) is correct, ``(2 * sum(match_posterior) + sum of the gap
-            posteriors of the unaligned residues) / (m + n)``; in ``[0, 1]``.
-        score: the maximised objective ``sum(match_posterior) + gap_weight * (sum of gap
-            posteriors of unaligned residues)``.
-    """
-
-    pairs: np.ndarray
-    match_posterior: np.ndarray
-    query_gap_posterior: np.ndarray
-    target_gap_posterior: np.ndarray
-    expected_accuracy: float
-    score: float
-
-    def __post_init__(self) -> None:
-        qg = np.asarray(self.query_gap_posterior, dtype=np.float64)
-        tg = np.asarray(self.target_gap_posterior, dtype=np.float64)
-        if qg.ndim != 1 or tg.ndim != 1:
-            raise ValueError(
-                f"gap posteriors must be 1-D, got query {qg.shape} and target {tg.shape}"
-            )
-        pairs = check_pairs(self.pairs, qg.shape[0], tg.shape[0])
-        mp = np.asarray(self.match_posterior, dtype=np.float64)
-        if mp.shape != (pairs.shape[0],):
-            raise ValueError(f"match_posterior must have shape [{pairs.shape[0]}], got {mp.shape}")
-        object.__setattr__(self, "pairs", pairs)
-        object.__setattr__(self, "match_posterior", mp)
-        object.__setattr__(self, "query_gap_posterior", qg)
-        object.__setattr__(self, "target_gap_posterior", tg)
-        object.__setattr__(self, "expected_accuracy", float(self.expected_accuracy))
-        object.__setattr__(self, "score", float(self.score))
-
-    @property
-    def m(self) -> int:
-        """Query length."""
-        return int(self.query_gap_posterior.shape[0])
-
-    @property
-    def n(self) -> int:
-        """Target length."""
-        return int(self.target_gap_posterior.shape[0])
-
-    @property
-    def mean_posterior(self) -> float:
-        """Mean match posterior over aligned pairs (NaN when nothing is aligned)."""
-        return float(self.match_posterior.mean()) if self.match_posterior.size else float("nan")
-
-    def __repr__(self) -> str:
-        return (
-            f"Alignment(m={self.m}, n={self.n}, k={self.pairs.shape[0]}, "
-            f"expected_accuracy={self.expected_accuracy:.4f}, score={self.score:.4f})"
-        )
 
 
 class Posteriors(NamedTuple):
@@ -335,131 +217,3 @@ def mea_align(plan: Any, *, gap_weight: float = 1.0, normalise: str = "row") -> 
     """
     post = plan_posteriors(plan, normalise=normalise)
     return mea_from_posteriors(post.match, post.query_gap, post.target_gap, gap_weight=gap_weight)
-
-
-# --------------------------------------------------------------------------- layout
-
-
-def _check_len(name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise ValueError(f"{name}={value!r} must be a non-negative integer")
-    return int(value)
-
-
-def alignment_columns(alignment: Any, m: int, n: int) -> list[tuple[int | None, int | None]]:
-    """Columns ``(i or None, j or None)`` of the global layout of an alignment.
-
-    Every residue of both sequences appears once; between aligned pairs (and at both
-    ends) query-only columns come before target-only ones.
-    """
-    m = _check_len("m", m)
-    n = _check_len("n", n)
-    pairs = as_pairs(alignment, m, n)
-    cols: list[tuple[int | None, int | None]] = []
-    pi = pj = 0
-    for i, j in pairs.tolist():
-        cols.extend((q, None) for q in range(pi, i))
-        cols.extend((None, t) for t in range(pj, j))
-        cols.append((i, j))
-        pi, pj = i + 1, j + 1
-    cols.extend((q, None) for q in range(pi, m))
-    cols.extend((None, t) for t in range(pj, n))
-    return cols
-
-
-def to_gapped(query: str, target: str, alignment: Any, *, gap: str = "-") -> tuple[str, str]:
-    """Gapped strings ``(query_row, target_row)`` of the global layout (equal lengths)."""
-    if len(gap) != 1:
-        raise ValueError(f"{gap=} must be a single character")
-    cols = alignment_columns(alignment, len(query), len(target))
-    q = "".join(gap if i is None else query[i] for i, _ in cols)
-    t = "".join(gap if j is None else target[j] for _, j in cols)
-    return q, t
-
-
-def _run_length(ops: list[str]) -> str:
-    out: list[str] = []
-    prev, count = "", 0
-    for op in ops:
-        if op == prev:
-            count += 1
-        else:
-            if count:
-                out.append(f"{count}{prev}")
-            prev, count = op, 1
-    if count:
-        out.append(f"{count}{prev}")
-    return "".join(out)
-
-
-def cigar(alignment: Any, m: int, n: int, *, local: bool = False) -> str:
-    """CIGAR of an alignment with the query as the read and the target as the reference.
-
-    ``M`` aligned pair (match or mismatch), ``I`` query residue absent from the target,
-    ``D`` target residue absent from the query. ``local=False``: the global layout (every
-    residue of both sequences, end gaps as ``I``/``D``). ``local=True`` (SAM style): query
-    residues before the first / after the last aligned pair become soft clips ``S`` and
-    unaligned target ends are left out (the record's position gives the target start);
-    an alignment without pairs is ``f"{m}S"``. An empty layout gives ``""``.
-    """
-    cols = alignment_columns(alignment, m, n)
-    ops = ["M" if i is not None and j is not None else ("I" if j is None else "D") for i, j in cols]
-    if not local:
-        return _run_length(ops)
-    pairs = as_pairs(alignment, m, n)
-    if pairs.shape[0] == 0:
-        return f"{m}S" if m else ""
-    first = ops.index("M")
-    last = len(ops) - 1 - ops[::-1].index("M")
-    lead = int(pairs[0, 0])
-    trail = m - 1 - int(pairs[-1, 0])
-    core = _run_length(ops[first : last + 1])
-    return (f"{lead}S" if lead else "") + core + (f"{trail}S" if trail else "")
-
-
-@dataclass(frozen=True)
-class AlignmentStats:
-    """Summary of one alignment (0-based half-open spans of the aligned region).
-
-    identity: percent (0-100) of aligned pairs whose residues are identical (case-
-        insensitive); NaN when nothing is aligned.
-    aligned_length: number of aligned residue pairs ``k``.
-    n_identical: number of identical aligned pairs.
-    query_start, query_end, target_start, target_end: span from the first to the last
-        aligned pair (all 0 when nothing is aligned).
-    mean_posterior: mean match posterior of the aligned pairs; NaN when unknown or empty.
-    """
-
-    identity: float
-    aligned_length: int
-    n_identical: int
-    query_start: int
-    query_end: int
-    target_start: int
-    target_end: int
-    mean_posterior: float
-
-
-def alignment_stats(query: str, target: str, alignment: Any) -> AlignmentStats:
-    """:class:`AlignmentStats` of ``alignment`` (an :class:`Alignment`, object with ``.pairs``, or pairs)."""
-    for name, seq in (("query", query), ("target", target)):
-        if not isinstance(seq, str) or not seq.isascii():
-            raise ValueError(f"{name} must be an ASCII string")
-    pairs = as_pairs(alignment, len(query), len(target))
-    k = int(pairs.shape[0])
-    if k == 0:
-        return AlignmentStats(float("nan"), 0, 0, 0, 0, 0, 0, float("nan"))
-    qa = np.frombuffer(query.upper().encode("ascii"), dtype=np.uint8)
-    ta = np.frombuffer(target.upper().encode("ascii"), dtype=np.uint8)
-    same = int(np.count_nonzero(qa[pairs[:, 0]] == ta[pairs[:, 1]]))
-    mean_post = alignment.mean_posterior if isinstance(alignment, Alignment) else float("nan")
-    return AlignmentStats(
-        identity=100.0 * same / k,
-        aligned_length=k,
-        n_identical=same,
-        query_start=int(pairs[0, 0]),
-        query_end=int(pairs[-1, 0]) + 1,
-        target_start=int(pairs[0, 1]),
-        target_end=int(pairs[-1, 1]) + 1,
-        mean_posterior=mean_post,
-    )

@@ -19,6 +19,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from sinkalign.alignment import percent_identity
+
 __all__ = [
     "CI_METHODS",
     "IDENTITY_BINS",
@@ -122,23 +124,6 @@ def macro_average(scores: Iterable[PairScores]) -> dict[str, float]:
     for key in ("precision", "recall", "f1"):
         out[key] = float(np.mean([getattr(s, key) for s in scores])) if scores else float("nan")
     return out
-
-
-def percent_identity(query: str, target: str, pairs: Any) -> float:
-    """Percent identity of an alignment: identical aligned pairs / aligned pairs * 100.
-
-    Only aligned residue pairs count (gaps are neither in the numerator nor the
-    denominator); letters are compared case-insensitively. Raises ``ValueError`` for an
-    alignment without pairs (identity is undefined) or pairs outside the sequences.
-    """
-    from sinkalign.align.decode import check_pairs
-
-    p = check_pairs(getattr(pairs, "pairs", pairs), len(query), len(target))
-    if p.shape[0] == 0:
-        raise ValueError("the alignment has no aligned pairs: percent identity is undefined")
-    q = np.array(list(query.upper()))
-    t = np.array(list(target.upper()))
-    return 100.0 * float(np.count_nonzero(q[p[:, 0]] == t[p[:, 1]])) / p.shape[0]
 
 
 def _check_edges(edges: Sequence[float]) -> np.ndarray:

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import io
 import logging
-import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -46,6 +45,7 @@ from typing import Iterator
 import numpy as np
 from Bio import Align, AlignIO, SeqIO
 
+from sinkalign.alignment import percent_identity as _percent_identity
 from sinkalign.io.fasta import (
     AMBIGUOUS,
     STANDARD,
@@ -156,19 +156,9 @@ class ReferencePair:
 
 
 def percent_identity(pair: ReferencePair) -> float:
-    """Percent identity over aligned residue pairs: ``100 * identical / len(pair.pairs)``.
-
-    Only aligned pairs count (gaps and insertions are excluded from the
-    denominator); residues are compared case-insensitively. ``nan`` when the pair
-    has no aligned residues.
-    """
-    n = pair.n_aligned
-    if n == 0:
-        return math.nan
-    q = np.frombuffer(pair.query_seq.upper().encode("ascii"), dtype=np.uint8)
-    t = np.frombuffer(pair.target_seq.upper().encode("ascii"), dtype=np.uint8)
-    same = q[pair.pairs[:, 0]] == t[pair.pairs[:, 1]]
-    return 100.0 * float(same.sum()) / n
+    """Percent identity of a reference pair (:func:`sinkalign.alignment.percent_identity`):
+    ``100 * identical / aligned pairs``, NaN when nothing is aligned."""
+    return _percent_identity(pair.query_seq, pair.target_seq, pair.pairs)
 
 
 # --------------------------------------------------------------------------- MSA

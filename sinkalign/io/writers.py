@@ -2,7 +2,7 @@
 
 Input is a stream of records ``(query_id, query, target_id, target, alignment, score)``
 (:class:`AlignedPair` or any 6-tuple). ``alignment`` is an
-:class:`~sinkalign.align.decode.Alignment` (posteriors known), any object with ``.pairs``
+:class:`~sinkalign.alignment.Alignment` (posteriors known), any object with ``.pairs``
 (e.g. a baseline result), or a pair array ``[k, 2]`` of 0-based aligned residue indices.
 ``score=None`` takes ``alignment.score`` when there is one, else it is missing (NaN).
 Every output is written atomically (temporary file beside the destination, then rename).
@@ -47,7 +47,7 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 import numpy as np
 
-from sinkalign.align.decode import (
+from sinkalign.alignment import (
     Alignment,
     alignment_columns,
     alignment_stats,
