@@ -458,14 +458,14 @@ def _client(scheduler: str | None, workers: int | None):
     distributed = require("distributed", "cluster", "sinkalign align --workers/--scheduler")
     if scheduler is not None:
         try:
-            client = distributed.Client(scheduler, set_as_default=False, timeout="30s")
+            client = distributed.Client(scheduler, set_as_default=False)  # distributed.comm.timeouts.connect
         except OSError as exc:
             raise InputError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from exc
         with client:
             yield client
         return
     with distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                  dashboard_address=None, silence_logs=logging.ERROR) as cluster, \
+                                  dashboard_address=":0", silence_logs=logging.ERROR) as cluster, \
             distributed.Client(cluster, set_as_default=False) as client:
         yield client
 
