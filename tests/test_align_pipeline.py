@@ -220,14 +220,17 @@ def test_pairs_cli_usage(files):
 
 # ------------------------------------------------------------------ alphabets and up-front checks
 def test_mixed_file_is_an_alphabet_error_unless_a_model_is_given(files, caplog):
-    (files / "mixed.fa").write_text(">p1\nMKVLAAGHWER\n>n1\nACGTACGTTGCA\n")
-    with pytest.raises(AlphabetError, match=rf"{files / 'mixed.fa'} mixes DNA and protein: record 'n1' \(#2\) "
+    (files / "mixed.fa").write_text(">p1\nMKVLAAGHWER\n>short\nGAGATTAC\n>n1\n" + "ACGTACGTTGCA" * 3 + "\n")
+    with pytest.raises(AlphabetError, match=rf"{files / 'mixed.fa'} mixes DNA and protein: record 'n1' \(#3\) "
                                             rf"of {files / 'mixed.fa'} is DNA, record 'p1' \(#1\) .* is protein"):
         align_fasta(files / "mixed.fa", files / "t.fa", output=files / "x.tsv")
     with caplog.at_level("WARNING", logger="sinkalign.pipelines.align"):
         n = align_fasta(files / "mixed.fa", files / "t.fa", output=files / "x.tsv",
                         model=default_model_path("protein"))
-    assert n == 4 and "mixes DNA and protein" in caplog.text
+    assert n == 6 and "mixes DNA and protein" in caplog.text
+    # a short peptide made of nucleotide letters is a peptide: no error, the protein model
+    (files / "peptides.fa").write_text(">p1\nMKVLAAGHWER\n>short\nGAGATTAC\n")
+    assert align_fasta(files / "peptides.fa", files / "t.fa", output=files / "z.tsv") == 4
     # a protein record cannot meet the DNA model at all
     (files / "n.fa").write_text(">n2\nACGTTGCAAC\n")
     with pytest.raises(AlphabetError, match=rf"DNA model and record 't1' \(#1\) of {files / 't.fa'} is protein"):

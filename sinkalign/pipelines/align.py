@@ -150,32 +150,45 @@ def align_chunk(spec: ModelSpec, chunk: list, batch_size: int, keep_plan: bool) 
 # --------------------------------------------------------------------------------------
 # pair sources: each scans its input once before aligning, then streams the pairs
 # --------------------------------------------------------------------------------------
+#: A record this long made of nucleotide codes only is DNA, not a peptide that happens to use
+#: those letters: a random 30-residue peptide does so with probability ~1e-6.
+STRONG_DNA = 30
+
+
 class _Kinds:
-    """The first record of each alphabet seen in each file, for the alphabet checks."""
+    """Per input file, the first record of each alphabet, for the alphabet checks.
+
+    A file is protein when any record is; DNA when every record is nucleotides. A file mixes
+    the two when it holds protein and a nucleotide record of at least :data:`STRONG_DNA`
+    residues (a shorter one is a valid peptide, aligned as protein).
+    """
 
     def __init__(self):
-        self.by_file: dict[str, dict[str, str]] = {}
+        self.files: dict[str, dict[str, str]] = {}
 
-    def add(self, path, kind: str, where: str) -> None:
-        self.by_file.setdefault(str(path), {}).setdefault(kind, where)
+    def add(self, path, kind: str, where: str, length: int) -> None:
+        first = self.files.setdefault(str(path), {})
+        first.setdefault(kind, where)
+        if kind == "dna" and length >= STRONG_DNA:
+            first.setdefault("strong_dna", where)
+
+    def kind(self, path: str) -> str:
+        return "protein" if "protein" in self.files[path] else "dna"
 
     def all(self) -> set[str]:
-        return {k for kinds in self.by_file.values() for k in kinds}
+        return {self.kind(path) for path in self.files}
+
+    def first(self, kind: str) -> str | None:
+        """The first record of the first file of ``kind``."""
+        return next((f[kind] for path, f in self.files.items() if self.kind(path) == kind), None)
 
     def problems(self) -> list[str]:
         """Human-readable alphabet mismatches (mixed files first, then file against file)."""
-        out = []
-        for path, kinds in self.by_file.items():
-            if len(kinds) > 1:
-                out.append(f"{path} mixes DNA and protein: {kinds['dna']} is DNA, {kinds['protein']} is protein")
+        out = [f"{path} mixes DNA and protein: {f['strong_dna']} is DNA, {f['protein']} is protein"
+               for path, f in self.files.items() if "protein" in f and "strong_dna" in f]
         if not out and len(self.all()) > 1:
-            dna = next(w for k in self.by_file.values() for a, w in k.items() if a == "dna")
-            prot = next(w for k in self.by_file.values() for a, w in k.items() if a == "protein")
-            out.append(f"DNA against protein: {dna} is DNA, {prot} is protein")
+            out.append(f"DNA against protein: {self.first('dna')} is DNA, {self.first('protein')} is protein")
         return out
-
-    def first(self, kind: str) -> str | None:
-        return next((k[kind] for k in self.by_file.values() if kind in k), None)
 
 
 @dataclasses.dataclass
@@ -207,7 +220,7 @@ class _FastaPairs:
         sam = scan.references is not None
 
         def note(path, rec, n):
-            scan.kinds.add(path, rec.alphabet, f"record {rec.id!r} (#{n}) of {path}")
+            scan.kinds.add(path, rec.alphabet, f"record {rec.id!r} (#{n}) of {path}", len(rec))
 
         if self.pairing == "all":
             tids = set()
@@ -356,7 +369,7 @@ class _ListedPairs:
                     validate_residues(_protein_stop(seq, kind), kind, where=f"{fa.path}: record {rid!r}",
                                       path=fa.path, record_id=rid)
                     checked[id(fa), rid] = kind
-                    scan.kinds.add(fa.path, kind, where)
+                    scan.kinds.add(fa.path, kind, where, len(seq))
             _self_pair(fmt, qid, tid, f"{self.path}: line {n}")
             if scan.references is not None:
                 refs.setdefault(tid, self.tfa.length(tid))
