@@ -157,6 +157,11 @@ def test_pair_list_from_indexed_fasta(files):
     out2 = files / "y.tsv"
     assert align_fasta(files / "q.fa", files / "t.fa", pairs=files / "pairs2.tsv", output=out2) == 2
     assert rows(out2.read_text()) == expected_rows([("q3", "t2"), ("q1", "t1")])
+    # a bgzip-compressed FASTA is indexed too (.fai and .gzi)
+    pysam.tabix_compress(str(files / "all.fa"), str(files / "all.fa.gz"))
+    out3 = files / "z.tsv"
+    assert align_fasta(files / "all.fa.gz", pairs=files / "pairs2.tsv", output=out3) == 2
+    assert out3.read_text() == out2.read_text() and (files / "all.fa.gz.fai").exists()
 
 
 def test_pair_list_errors_name_the_line(files, monkeypatch):

@@ -288,9 +288,10 @@ class _IndexedFasta:
                                  "(it is rebuilt) or rebuild it with samtools faidx")
         else:
             with open(path, "rb") as fh:
-                if fh.read(2) == b"\x1f\x8b" and not Path(f"{path}.gzi").exists():
-                    raise InputError(f"{path}: a gzip-compressed FASTA cannot be indexed for --pairs; "
-                                     "decompress it, or compress it with bgzip")
+                head = fh.read(18)
+            if head[:2] == b"\x1f\x8b" and not (head[3] & 4 and head[12:14] == b"BC"):  # gzip, not BGZF
+                raise InputError(f"{path}: a gzip-compressed FASTA cannot be indexed for --pairs; "
+                                 "decompress it, or compress it with bgzip")
             if not _writable_dir(path.parent.resolve()):
                 raise InputError(f"{path}: --pairs reads the FASTA through an index, {fai.name}, which is missing "
                                  f"and cannot be built because {path.parent.resolve()} is not writable; build it "
