@@ -86,9 +86,9 @@ def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(inputs):
 
 
 def test_cluster_errors(inputs):
-    from sinkalign.errors import InputError
-
     import dask
+
+    from sinkalign.errors import InputError
 
     with dask.config.set({"distributed.comm.timeouts.connect": "1s"}), \
             pytest.raises(InputError, match="cannot reach the Dask scheduler at tcp://127.0.0.1:9"):

@@ -53,7 +53,14 @@ from pathlib import Path
 
 import numpy as np
 
-from sinkalign.errors import AlphabetError, FormatError, InputError, OutputExistsError, SinkalignError, require
+from sinkalign.errors import (
+    AlphabetError,
+    FormatError,
+    InputError,
+    OutputExistsError,
+    SinkalignError,
+    require,
+)
 from sinkalign.io.fasta import detect_alphabet, open_text, read_fasta, validate_residues
 from sinkalign.io.writers import FORMATS, write_alignments
 from sinkalign.utils import atomic_write
