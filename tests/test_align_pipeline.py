@@ -270,11 +270,19 @@ def test_stockholm_self_pairs_fail_before_aligning(files, monkeypatch):
     assert align_fasta(files / "q.fa", files / "q.fa", fmt="json", output=files / "x.json") == 9
 
 
-def test_zip_count_mismatch_fails_before_aligning(files, monkeypatch):
+def test_zip_counts_and_lengths_fail_before_aligning(files, monkeypatch):
     calls = []
     monkeypatch.setattr(pipeline, "align_chunk", lambda *a: calls.append(a) or [])
     with pytest.raises(InputError, match=r"needs equal record counts: .*q.fa has 3, .*t.fa has 2"):
         align_fasta(files / "q.fa", files / "t.fa", pairing="zip", output=files / "x.tsv")
+    import sinkalign.align.aligner as A
+
+    monkeypatch.setattr(A, "MAX_LENGTH", 20)
+    with pytest.raises(InputError, match=r"record 't2' \(#2\) of .*t.fa has 25 residues, more than the 20"):
+        align_fasta(files / "q.fa", files / "t.fa", output=files / "x.tsv")
+    (files / "pairs.tsv").write_text("q1 t1\nq2 t2\n")
+    with pytest.raises(InputError, match=r"record 'q2' of .*all.fa has 27 residues, more than the 20"):
+        align_fasta(files / "all.fa", pairs=files / "pairs.tsv", output=files / "x.tsv")
     assert calls == []
 
 
@@ -287,3 +295,14 @@ def test_bad_options(files):
         align_fasta(files / "q.fa", files / "t.fa", workers=2, scheduler="tcp://127.0.0.1:1")
     r = CliRunner().invoke(cli, ["align", str(files / "q.fa"), str(files / "t.fa"), "--format", "bam", "-o", "-"])
     assert r.exit_code == 2 and "--format bam needs -o FILE" in r.output
+
+
+def test_cluster_without_dask_names_the_extra(files, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "distributed", None)  # as if not installed
+    r = CliRunner().invoke(cli, ["align", str(files / "q.fa"), str(files / "t.fa"), "--workers", "2",
+                                 "-o", str(files / "x.tsv"), "--no-progress"])
+    assert r.exit_code == 1
+    assert "needs distributed, which is not installed; install the 'cluster' extra" in r.output
+    assert not (files / "x.tsv").exists()

@@ -205,6 +205,18 @@ class _Scan:
     kinds: _Kinds = dataclasses.field(default_factory=_Kinds)
 
 
+def _max_length() -> int:
+    from sinkalign.align.aligner import MAX_LENGTH  # noqa: PLC0415
+
+    return MAX_LENGTH
+
+
+def _check_length(length: int, where: str, limit: int) -> None:
+    if length > limit:
+        raise InputError(f"{where} has {length} residues, more than the {limit} the aligner takes (its plan is "
+                         "dense: O(L^2) memory); split the sequence into domains first")
+
+
 def _self_pair(fmt: str, qid: str, tid: str, where: str) -> None:
     if fmt == "stockholm" and qid == tid:
         raise InputError(
@@ -226,8 +238,12 @@ class _FastaPairs:
         scan = _Scan(references=[] if fmt in ("sam", "bam") else None)
         sam = scan.references is not None
 
+        limit = _max_length()
+
         def note(path, rec, n):
-            scan.kinds.add(path, rec.alphabet, f"record {rec.id!r} (#{n}) of {path}", len(rec))
+            where = f"record {rec.id!r} (#{n}) of {path}"
+            scan.kinds.add(path, rec.alphabet, where, len(rec))
+            _check_length(len(rec), where, limit)
 
         if self.pairing == "all":
             tids = set()
@@ -366,6 +382,7 @@ class _ListedPairs:
         scan = _Scan(references=[] if fmt in ("sam", "bam") else None)
         refs: dict[str, int] = {}
         checked: dict[tuple[int, str], str] = {}  # (which FASTA, id) -> alphabet; one fetch per id
+        limit = _max_length()
         for n, qid, tid in self._lines():
             for role, fa, rid in (("query", self.qfa, qid), ("target", self.tfa, tid)):
                 if rid not in fa.ids:
@@ -376,6 +393,7 @@ class _ListedPairs:
                     kind = detect_alphabet(seq.rstrip("*"))
                     validate_residues(_protein_stop(seq, kind), kind, where=f"{fa.path}: record {rid!r}",
                                       path=fa.path, record_id=rid)
+                    _check_length(len(seq), where, limit)
                     checked[id(fa), rid] = kind
                     scan.kinds.add(fa.path, kind, where, len(seq))
             _self_pair(fmt, qid, tid, f"{self.path}: line {n}")
