@@ -162,6 +162,12 @@ def test_pair_list_from_indexed_fasta(files):
     out3 = files / "z.tsv"
     assert align_fasta(files / "all.fa.gz", pairs=files / "pairs2.tsv", output=out3) == 2
     assert out3.read_text() == out2.read_text() and (files / "all.fa.gz.fai").exists()
+    # SAM: the header lists the targets of the list, first-seen order, a protein's stop '*' not counted
+    (files / "stop.fa").write_text(fasta(["q1", "q3"]) + f">t2\n{SEQS['t2']}*\n>t1\n{SEQS['t1']}\n")
+    sam = files / "x.sam"
+    assert align_fasta(files / "stop.fa", pairs=files / "pairs2.tsv", fmt="sam", output=sam) == 2
+    with pysam.AlignmentFile(str(sam)) as fh:
+        assert fh.references == ("t2", "t1") and fh.lengths == (len(SEQS["t2"]), len(SEQS["t1"]))
 
 
 def test_pair_list_errors_name_the_line(files, monkeypatch):

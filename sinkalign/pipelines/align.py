@@ -346,9 +346,6 @@ class _IndexedFasta:
     def fetch(self, rid: str) -> str:
         return self._fa.fetch(rid).upper()
 
-    def length(self, rid: str) -> int:
-        return self._fa.get_reference_length(rid)
-
 
 def _protein_stop(seq: str, alphabet: str) -> str:
     return seq[:-1] if alphabet == "protein" and seq.endswith("*") and len(seq) > 1 else seq
@@ -381,24 +378,24 @@ class _ListedPairs:
     def scan(self, fmt: str) -> _Scan:
         scan = _Scan(references=[] if fmt in ("sam", "bam") else None)
         refs: dict[str, int] = {}
-        checked: dict[tuple[int, str], str] = {}  # (which FASTA, id) -> alphabet; one fetch per id
+        checked: dict[tuple[int, str], int] = {}  # (which FASTA, id) -> residues; one fetch per id
         limit = _max_length()
         for n, qid, tid in self._lines():
             for role, fa, rid in (("query", self.qfa, qid), ("target", self.tfa, tid)):
                 if rid not in fa.ids:
                     raise InputError(f"{self.path}: line {n}: {role} id {rid!r} is not in {fa.path}")
                 if (id(fa), rid) not in checked:
-                    seq = fa.fetch(rid)
+                    raw = fa.fetch(rid)
                     where = f"record {rid!r} of {fa.path}"
-                    kind = detect_alphabet(seq.rstrip("*"))
-                    validate_residues(_protein_stop(seq, kind), kind, where=f"{fa.path}: record {rid!r}",
-                                      path=fa.path, record_id=rid)
+                    kind = detect_alphabet(raw.rstrip("*"))
+                    seq = _protein_stop(raw, kind)
+                    validate_residues(seq, kind, where=f"{fa.path}: record {rid!r}", path=fa.path, record_id=rid)
                     _check_length(len(seq), where, limit)
-                    checked[id(fa), rid] = kind
+                    checked[id(fa), rid] = len(seq)
                     scan.kinds.add(fa.path, kind, where, len(seq))
             _self_pair(fmt, qid, tid, f"{self.path}: line {n}")
             if scan.references is not None:
-                refs.setdefault(tid, self.tfa.length(tid))
+                refs.setdefault(tid, checked[id(self.tfa), tid])
             scan.total += 1
         if scan.references is not None:
             scan.references = list(refs.items())
