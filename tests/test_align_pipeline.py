@@ -127,6 +127,32 @@ def test_plans_are_written_per_pair_with_their_index(files):
     np.testing.assert_allclose(got, want.astype(np.float32), rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("zip64_at", [None, 1000])
+def test_plan_archive_is_a_valid_npz(tmp_path, monkeypatch, zip64_at):
+    """The streamed .npz reads back with numpy and zipfile, also in its ZIP64 layout (offsets
+    past 4 GiB, forced here by lowering the threshold) and past 65,535 members."""
+    import zipfile
+
+    if zip64_at is not None:
+        monkeypatch.setattr(pipeline._PlanWriter, "_ZIP64_AT", zip64_at)
+    rng = np.random.default_rng(0)
+    n = 66_000 if zip64_at is None else 50
+    arrays = {f"q{i}|t{i}|{i}": rng.random((rng.integers(1, 9), rng.integers(1, 9))).astype(np.float32)
+              for i in range(n)}
+    path = tmp_path / "p.npz"
+    with open(path, "wb") as fh:
+        writer = pipeline._PlanWriter(fh)
+        for key, a in arrays.items():
+            writer.add(key, a)
+        writer.close()
+    with zipfile.ZipFile(path) as z:
+        assert z.testzip() is None and len(z.infolist()) == n
+    with np.load(path) as z:
+        assert z.files == list(arrays)
+        for key in list(arrays)[:: max(1, n // 40)]:
+            np.testing.assert_array_equal(z[key], arrays[key])
+
+
 def test_sam_streams_with_the_target_file_as_header(files, monkeypatch):
     buf = io.StringIO()
     monkeypatch.setattr("sys.stdout", buf)

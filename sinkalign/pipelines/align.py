@@ -40,13 +40,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import itertools
 import logging
 import os
 import shutil
 import sys
 import tempfile
-import zipfile
 from collections import deque
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -450,18 +450,68 @@ def _check_output(path, overwrite: bool, inputs: list[Path], what: str) -> None:
 
 
 class _PlanWriter:
-    """Transport plans into an ``.npz`` (the layout of ``numpy.savez_compressed``), one member
-    ``{query_id}|{target_id}|{index}.npy`` per pair, written as the plans arrive."""
+    """Transport plans into an ``.npz`` (a ZIP of ``.npy`` members, deflated, as
+    ``numpy.savez_compressed`` writes), one member ``{query_id}|{target_id}|{index}.npy`` per
+    pair, written as the plans arrive.
+
+    A ZIP ends with a central directory listing every member; :mod:`zipfile` keeps it in memory
+    (~400 bytes per member), so here each entry is spooled to a temporary file and copied to
+    the end on :meth:`close`: memory stays flat however many plans are written. ZIP64 records
+    are used where offsets or the member count outgrow the classic format.
+    """
+
+    _U32, _U16 = 0xFFFFFFFF, 0xFFFF
+    _ZIP64_AT = 0xFFFFFFFF  # offsets and sizes from here on need ZIP64 records (a test lowers it)
 
     def __init__(self, handle):
-        self._zip = zipfile.ZipFile(handle, "w", compression=zipfile.ZIP_DEFLATED, allowZip64=True)
+        self._out = handle
+        self._offset = 0
+        self._count = 0
+        self._directory = tempfile.TemporaryFile()
 
     def add(self, key: str, plan: np.ndarray) -> None:
-        with self._zip.open(f"{key}.npy", "w", force_zip64=True) as fh:
-            np.lib.format.write_array(fh, np.ascontiguousarray(plan, dtype=np.float32), allow_pickle=False)
+        import struct  # noqa: PLC0415
+        import zlib  # noqa: PLC0415
+
+        buf = io.BytesIO()
+        np.lib.format.write_array(buf, np.ascontiguousarray(plan, dtype=np.float32), allow_pickle=False)
+        raw = buf.getvalue()
+        packer = zlib.compressobj(6, zlib.DEFLATED, -15)
+        data = packer.compress(raw) + packer.flush()
+        crc, name = zlib.crc32(raw), f"{key}.npy".encode()
+        if len(raw) >= self._U32 or len(data) >= self._U32:
+            raise InputError(f"plan {key} is too large for --plan-out ({len(raw)} bytes)")
+        # local header: version 4.5, UTF-8 names, deflate, DOS date 1980-01-01
+        self._out.write(struct.pack("<IHHHHHIIIHH", 0x04034B50, 45, 0x800, 8, 0, 0x21, crc, len(data), len(raw),
+                                    len(name), 0) + name)
+        self._out.write(data)
+        extra = b""
+        offset = self._offset
+        if offset >= self._ZIP64_AT:  # ZIP64 extended information: the header offset only
+            extra, offset = struct.pack("<HHQ", 0x0001, 8, self._offset), self._U32
+        self._directory.write(struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 45, 45, 0x800, 8, 0, 0x21, crc,
+                                          len(data), len(raw), len(name), len(extra), 0, 0, 0, 0, offset)
+                              + name + extra)
+        self._offset += 30 + len(name) + len(data)
+        self._count += 1
 
     def close(self) -> None:
-        self._zip.close()
+        import struct  # noqa: PLC0415
+
+        start, size = self._offset, self._directory.tell()
+        self._directory.seek(0)
+        shutil.copyfileobj(self._directory, self._out, 1 << 20)
+        self._directory.close()
+        end = start + size
+        zip64 = start >= self._ZIP64_AT or size >= self._ZIP64_AT
+        if self._count >= self._U16 or zip64:
+            # ZIP64 end of central directory record and its locator
+            self._out.write(struct.pack("<IQHHIIQQQQ", 0x06064B50, 44, 45, 45, 0, 0, self._count, self._count,
+                                        size, start))
+            self._out.write(struct.pack("<IIQI", 0x07064B50, 0, end, 1))
+        self._out.write(struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, min(self._count, self._U16),
+                                    min(self._count, self._U16), self._U32 if zip64 else size,
+                                    self._U32 if zip64 else start, 0))
 
 
 @contextlib.contextmanager
