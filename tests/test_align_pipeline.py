@@ -338,3 +338,22 @@ def test_cluster_without_dask_names_the_extra(files, monkeypatch):
     assert r.exit_code == 1
     assert "needs distributed, which is not installed; install the 'cluster' extra" in r.output
     assert not (files / "x.tsv").exists()
+
+
+def test_duplicate_ids_are_found_in_constant_memory_scans(files, monkeypatch):
+    """Queries are streamed without remembering their ids; a duplicate is still an error
+    naming both records, before anything is aligned."""
+    calls = []
+    monkeypatch.setattr(pipeline, "align_chunk", lambda *a: calls.append(a) or [])
+    (files / "dup.fa").write_text(fasta(["q1", "q2", "q3"]) + f">q2\n{SEQS['q1']}\n")
+    for pairing, query, target in (("all", "dup.fa", "t.fa"), ("zip", "dup.fa", "all.fa"),
+                                   ("zip", "all.fa", "dup.fa"), ("all", "t.fa", "dup.fa")):
+        with pytest.raises(ValueError, match=rf"dup.fa: record 'q2' \(#4\): duplicate record id \(first seen as "
+                                             r"record #2\)"):
+            align_fasta(files / query, files / target, pairing=pairing, output=files / "x.tsv")
+    assert calls == []
+    h = pipeline._UniqueIds(files / "q.fa")  # a hash collision alone is no duplicate
+    for rid in ("q1", "q2", "q3"):
+        h.add(rid)
+    h._hashes.append(hash("q2"))  # as if another id hashed like q2
+    h.check()

@@ -38,6 +38,7 @@ in a single process, so the output is identical. Model paths must be readable by
 
 from __future__ import annotations
 
+import array
 import contextlib
 import dataclasses
 import io
@@ -141,6 +142,26 @@ def _align_pairs(aligner, pairs, *, batch_size: int, keep_plan: bool):
     return aligner.align_many(pairs, batch_size=batch_size, keep_plan=keep_plan)
 
 
+_MALLOC_TRIM = None
+
+
+def _trim_heap() -> None:
+    """Hand freed heap memory back to the OS (glibc only; elsewhere nothing). glibc keeps what
+    is freed in per-thread arenas, and as JAX's threads allocate and free batch buffers the
+    resident size creeps up by hundreds of MB over a long run; trimming after each chunk keeps
+    it flat (``benchmarks/align_memory.py``)."""
+    global _MALLOC_TRIM
+    if _MALLOC_TRIM is None:
+        import ctypes  # noqa: PLC0415
+
+        try:
+            _MALLOC_TRIM = ctypes.CDLL(None).malloc_trim
+        except (OSError, AttributeError):
+            _MALLOC_TRIM = False
+    if _MALLOC_TRIM:
+        _MALLOC_TRIM(0)
+
+
 def align_chunk(spec: ModelSpec, chunk: list, batch_size: int, keep_plan: bool) -> list:
     """Align one chunk of ``(query_id, query, target_id, target)``: a list of ``(alignment,
     plan or None)`` in the chunk's order. The task a cluster worker runs (and the single
@@ -151,6 +172,7 @@ def align_chunk(spec: ModelSpec, chunk: list, batch_size: int, keep_plan: bool) 
         out.append((res.alignment, None if res.plan is None else res.plan.astype(np.float32)))
     if len(out) != len(chunk):  # an aligner that drops or adds pairs is a bug, never silent
         raise RuntimeError(f"the aligner returned {len(out)} results for {len(chunk)} pairs")
+    _trim_heap()
     return out
 
 
@@ -196,6 +218,31 @@ class _Kinds:
         if not out and len(self.all()) > 1:
             out.append(f"DNA against protein: {self.first('dna')} is DNA, {self.first('protein')} is protein")
         return out
+
+
+class _UniqueIds:
+    """Duplicate record ids of one FASTA file, in 8 bytes a record: a hash of each id, sorted
+    at the end; only a repeated hash is confirmed by reading the file again."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._hashes = array.array("q")
+
+    def add(self, rid: str) -> None:
+        self._hashes.append(hash(rid))
+
+    def check(self) -> None:
+        h = np.sort(np.frombuffer(self._hashes, np.int64)) if len(self._hashes) else np.zeros(0, np.int64)
+        suspects = set(h[1:][h[1:] == h[:-1]].tolist())
+        if not suspects:
+            return
+        first: dict[str, int] = {}
+        for n, rec in enumerate(read_fasta(self.path, alphabet="auto", unique_ids=False), 1):
+            if hash(rec.id) in suspects:
+                if rec.id in first:
+                    raise FormatError(f"{self.path}: record {rec.id!r} (#{n}): duplicate record id (first seen "
+                                      f"as record #{first[rec.id]})")
+                first[rec.id] = n
 
 
 @dataclasses.dataclass
@@ -245,34 +292,41 @@ class _FastaPairs:
             scan.kinds.add(path, rec.alphabet, where, len(rec))
             _check_length(len(rec), where, limit)
 
-        if self.pairing == "all":
+        if self.pairing == "all":  # the targets are held anyway; the queries are streamed
             tids = set()
             for n, t in enumerate(read_fasta(self.target, alphabet="auto"), 1):
                 note(self.target, t, n)
                 tids.add(t.id)
                 if sam:
                     scan.references.append((t.id, len(t)))
-            n_targets = len(tids)
-            for n, q in enumerate(read_fasta(self.query, alphabet="auto"), 1):
+            n_targets, queries = len(tids), _UniqueIds(self.query)
+            for n, q in enumerate(read_fasta(self.query, alphabet="auto", unique_ids=False), 1):
                 note(self.query, q, n)
+                queries.add(q.id)
                 if q.id in tids:
                     _self_pair(fmt, q.id, q.id, f"record {q.id!r} (#{n}) of {self.query} (all-vs-all)")
                 scan.total += n_targets
+            queries.check()
             return scan
         refs: dict[str, int] = {}
         nq = nt = 0
-        for q, t in itertools.zip_longest(read_fasta(self.query, alphabet="auto"),
-                                          read_fasta(self.target, alphabet="auto")):
+        qids, tids = _UniqueIds(self.query), _UniqueIds(self.target)
+        for q, t in itertools.zip_longest(read_fasta(self.query, alphabet="auto", unique_ids=False),
+                                          read_fasta(self.target, alphabet="auto", unique_ids=False)):
             if q is not None:
                 nq += 1
                 note(self.query, q, nq)
+                qids.add(q.id)
             if t is not None:
                 nt += 1
                 note(self.target, t, nt)
+                tids.add(t.id)
                 if sam:
                     refs.setdefault(t.id, len(t))
             if q is not None and t is not None:
                 _self_pair(fmt, q.id, t.id, f"pair #{nq} ({self.query} x {self.target})")
+        qids.check()
+        tids.check()
         if nq != nt:
             raise InputError(f"--pairing zip needs equal record counts: {self.query} has {nq}, "
                              f"{self.target} has {nt}")
@@ -282,12 +336,14 @@ class _FastaPairs:
         return scan
 
     def pairs(self, alphabet: str) -> Iterator[tuple[str, str, str, str]]:
+        # the ids were checked by scan(): read in constant memory
         if self.pairing == "zip":
-            for q, t in zip(read_fasta(self.query, alphabet=alphabet), read_fasta(self.target, alphabet=alphabet)):
+            for q, t in zip(read_fasta(self.query, alphabet=alphabet, unique_ids=False),
+                            read_fasta(self.target, alphabet=alphabet, unique_ids=False)):
                 yield q.id, q.seq, t.id, t.seq
             return
         targets = [(t.id, t.seq) for t in read_fasta(self.target, alphabet=alphabet)]
-        for q in read_fasta(self.query, alphabet=alphabet):
+        for q in read_fasta(self.query, alphabet=alphabet, unique_ids=False):
             for tid, tseq in targets:
                 yield q.id, q.seq, tid, tseq
 
