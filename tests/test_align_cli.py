@@ -55,9 +55,10 @@ def test_pairs_longer_than_the_largest_bucket_align_in_input_order(monkeypatch):
         list(aligner.align_many(items))
 
 
-def test_nucleotide_inputs_get_the_shipped_dna_model(tmp_path):
-    """With no --model, two nucleotide FASTA files are aligned by the DNA model, anything
-    else by the protein model; the CLI result is the library's."""
+def test_nucleotide_inputs_get_the_shipped_dna_model(tmp_path, caplog):
+    """With no --model, two nucleotide FASTA files are aligned by the DNA model, two protein
+    files by the protein model, and DNA against protein is an error naming both records; with
+    an explicit --model the mismatch is a warning and the CLI result is the library's."""
     rng = np.random.default_rng(1)
     a = "".join(rng.choice(list("ACGT"), 90))
     b = a[:40] + a[44:]  # a 4-base deletion
@@ -78,42 +79,24 @@ def test_nucleotide_inputs_get_the_shipped_dna_model(tmp_path):
     assert re.fullmatch(r"(\d+)M4I(\d+)M", row[9]) and len(expect.pairs) == 86  # the deletion, placed
     assert float(row[10]) == pytest.approx(expect.mean_posterior, rel=1e-6)
     r = CliRunner().invoke(cli, ["align", str(tmp_path / "a.fa"), str(tmp_path / "p.fa"), "-o", str(out),
-                                 "--no-progress"])
+                                 "--overwrite", "--no-progress"])
+    assert r.exit_code == 1
+    assert (f"DNA against protein: record 'a' (#1) of {tmp_path / 'a.fa'} is DNA, record 'p' (#1) of "
+            f"{tmp_path / 'p.fa'} is protein") in r.output
+    assert "give --model" in r.output and row == out.read_text().splitlines()[1].split("\t")  # output kept
+    with caplog.at_level("WARNING", logger="sinkalign.pipelines.align"):
+        r = CliRunner().invoke(cli, ["align", str(tmp_path / "a.fa"), str(tmp_path / "p.fa"), "-o", str(out),
+                                     "--overwrite", "--model", str(default_model_path("protein")), "--no-progress"])
     assert r.exit_code == 0, r.output
+    assert "DNA against protein" in caplog.text and "aligning with the given protein model anyway" in caplog.text
+    # a DNA record read as protein keeps its residues: every nucleotide code is a protein letter
+    from sinkalign.io.fasta import AMBIGUOUS, STANDARD
+
+    assert STANDARD["dna"] | AMBIGUOUS["dna"] <= STANDARD["protein"] | AMBIGUOUS["protein"]
     prot = Aligner.load(default_model_path("protein")).align(a, "MKVLAAGHWERTYLLKPQ").alignment
     assert float(out.read_text().splitlines()[1].split("\t")[10]) == pytest.approx(prot.mean_posterior, rel=1e-6)
     with pytest.raises(ValueError, match="alphabet='rna' is not one of"):
         default_model_path("rna")
-
-
-def test_without_model_each_fasta_is_read_once(tmp_path, monkeypatch):
-    """Picking the shipped model reads each file once (as "auto"); a nucleotide record that
-    meets the protein model is aligned as protein, the same as reading it as protein."""
-    import sinkalign.pipelines.align as pipeline
-
-    calls = []
-    real = pipeline.read_fasta
-    monkeypatch.setattr(pipeline, "read_fasta", lambda path, **kw: calls.append((str(path), kw)) or real(path, **kw))
-    (tmp_path / "n.fa").write_text(">n\nACGTACGGTACCAGTTAGCA\n")
-    (tmp_path / "p.fa").write_text(">p\nMKVLAAGHWERTYLLKPQ\n")
-    out = tmp_path / "x.tsv"
-    r = CliRunner().invoke(cli, ["align", str(tmp_path / "n.fa"), str(tmp_path / "p.fa"), "-o", str(out),
-                                 "--no-progress"])
-    assert r.exit_code == 0, r.output
-    assert [c[0] for c in calls] == [str(tmp_path / "n.fa"), str(tmp_path / "p.fa")]
-    assert all(kw == {"alphabet": "auto"} for _, kw in calls)
-    # why the "auto" records need no second check against the protein model:
-    from sinkalign.io.fasta import AMBIGUOUS, STANDARD
-
-    assert STANDARD["dna"] | AMBIGUOUS["dna"] <= STANDARD["protein"] | AMBIGUOUS["protein"]
-    expect = Aligner.load(default_model_path("protein")).align("ACGTACGGTACCAGTTAGCA", "MKVLAAGHWERTYLLKPQ")
-    row = out.read_text().splitlines()[1].split("\t")
-    assert float(row[10]) == pytest.approx(expect.alignment.mean_posterior, rel=1e-6)
-    calls.clear()  # with --model the file is read once, in the model's alphabet
-    r = CliRunner().invoke(cli, ["align", str(tmp_path / "n.fa"), str(tmp_path / "p.fa"), "-o", str(out),
-                                 "--model", str(default_model_path("protein")), "--no-progress"])
-    assert r.exit_code == 0, r.output
-    assert [kw for _, kw in calls] == [{"alphabet": "protein"}] * 2
 
 
 def test_all_vs_all_tsv_in_input_order(fastas, tmp_path):
@@ -176,8 +159,13 @@ def test_align_errors(fastas, tmp_path):
     assert r.exit_code == 1 and "is not an aligner checkpoint" in r.output
     out = tmp_path / "keep.tsv"
     out.write_text("previous\n")
-    r = runner.invoke(cli, ["align", str(tmp_path / "bad.fa"), str(fastas[1]), "-o", str(out), "--no-progress"])
+    r = runner.invoke(cli, ["align", str(fastas[0]), str(fastas[1]), "-o", str(out), "--no-progress"])
+    assert r.exit_code == 1 and f"output {out} already exists" in r.output and "--overwrite" in r.output
+    assert out.read_text() == "previous\n"  # never clobbered unless asked
+    r = runner.invoke(cli, ["align", str(tmp_path / "bad.fa"), str(fastas[1]), "-o", str(out), "--overwrite",
+                            "--no-progress"])
     assert r.exit_code == 1 and out.read_text() == "previous\n"  # nothing half-written
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".keep.tsv")]  # no temporary left
 
 
 def test_evaluate_against_needleman_wunsch(tmp_path):

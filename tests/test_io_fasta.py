@@ -214,3 +214,11 @@ def test_real_genome_round_trip(shared_data: Path, tmp_path: Path) -> None:
     out = tmp_path / "copy.fa"
     write_fasta(records, out, line_width=80)
     assert list(read_fasta(out, "dna")) == records
+
+
+def test_unique_ids_false_streams_without_the_duplicate_check(tmp_path):
+    path = tmp_path / "dup.fa"
+    path.write_text(">a x\nMKV\n>b\nGG\n>a y\nMK\n")
+    with pytest.raises(SequenceFormatError, match=r"record 'a' \(#3\): duplicate record id"):
+        list(read_fasta(path))
+    assert [(r.id, r.seq) for r in read_fasta(path, unique_ids=False)] == [("a", "MKV"), ("b", "GG"), ("a", "MK")]

@@ -303,3 +303,51 @@ def test_readme_documents_every_tsv_column_and_the_stockholm_pp_line(tmp_path, r
     out = tmp_path / "a.sto"
     write_alignments(records[:1], out, "stockholm")
     assert "#=GC PP_cons" in out.read_text() and "`#=GC PP_cons`" in readme and "#=GC PP`" not in readme
+
+
+# --------------------------------------------------------------------------- streams
+
+
+@pytest.mark.parametrize("fmt", [f for f in FORMATS if f != "bam"])
+def test_a_text_stream_gets_the_file_contents(tmp_path, records, fmt):
+    import io
+
+    path, buf = tmp_path / f"out.{fmt}", io.StringIO()
+    assert write_alignments(records, path, fmt) == write_alignments(records, buf, fmt) == len(records)
+    assert buf.getvalue() == path.read_text()
+    with pytest.raises(ValueError, match="bam is binary"):
+        write_alignments(records, io.StringIO(), "bam")
+
+
+@pytest.mark.parametrize("fmt", ["sam", "bam"])
+def test_sam_and_bam_stream_when_the_references_are_given(tmp_path, records, fmt):
+    """With the references known up front, each record is written before the next is read,
+    and the file is the one written from the whole stream."""
+    refs = [("prot_t", len(PROT_T)), ("dna_t", len(DNA_T))]
+    whole, streamed = tmp_path / f"a.{fmt}", tmp_path / f"b.{fmt}"
+    write_alignments(records, whole, fmt)
+    write_alignments(iter(records), streamed, fmt, references=refs)
+    if fmt == "sam":  # to a stream: record k is read only after record k - 1 is out
+        import io
+
+        buf, written = io.StringIO(), []
+
+        def lazy():
+            for rec in records:
+                written.append(sum(not line.startswith("@") for line in buf.getvalue().splitlines()))
+                yield rec
+
+        write_alignments(lazy(), buf, fmt, references=refs)
+        assert written == [0, 1, 2, 3] and buf.getvalue() == streamed.read_text()
+    mode = "r" if fmt == "sam" else "rb"
+    with pysam.AlignmentFile(str(whole), mode) as a, pysam.AlignmentFile(str(streamed), mode) as b:
+        assert a.references == b.references == ("prot_t", "dna_t")
+        assert [x.to_string() for x in a] == [x.to_string() for x in b]
+    with pytest.raises(ValueError, match=r"record 2 \(dna_q vs dna_t\): target_id 'dna_t' is not one of the "
+                                         "header's references"):
+        write_alignments(records, tmp_path / f"c.{fmt}", fmt, references=refs[:1])
+    with pytest.raises(ValueError, match=r"record 0 .*: target_id 'prot_t' was given two different sequences"):
+        write_alignments(records, tmp_path / f"c.{fmt}", fmt, references=[("prot_t", 5), ("dna_t", len(DNA_T))])
+    with pytest.raises(ValueError, match="references are for the sam and bam formats, not 'tsv'"):
+        write_alignments(records, tmp_path / "c.tsv", "tsv", references=refs)
+    assert not (tmp_path / f"c.{fmt}").exists()

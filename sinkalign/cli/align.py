@@ -1,8 +1,10 @@
-"""``sinkalign align``: align the records of two FASTA files with a trained OT aligner."""
+"""``sinkalign align``: align pairs of sequences with a trained OT aligner."""
 
 from __future__ import annotations
 
 import logging
+import os
+import sys
 from pathlib import Path
 
 import click
@@ -11,21 +13,30 @@ log = logging.getLogger(__name__)
 
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "data" / "examples"
+_INPUT = click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path)
 
 
 @click.command()
-@click.argument("query_fasta", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=False)
-@click.argument("target_fasta", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=False)
+@click.argument("query_fasta", type=_INPUT, required=False)
+@click.argument("target_fasta", type=_INPUT, required=False)
 @click.option("--example", is_flag=True, help="Align the built-in example (human alpha globin and myoglobin "
               "against beta globin).")
 @click.option("--pairing", type=click.Choice(["all", "zip"]), default="all", show_default=True,
               help="all: every query against every target; zip: record i with record i.")
+@click.option("--pairs", "pairs", type=_INPUT,
+              help="Align the pairs listed in this file (query id, target id per line; tab- or space-separated, "
+                   "further columns ignored, '#' comments), fetched from QUERY_FASTA (and TARGET_FASTA when "
+                   "given) through a .fai index, built beside the FASTA when missing.")
 @click.option("--format", "fmt", type=click.Choice(["fasta", "tsv", "sam", "bam", "stockholm", "json"]),
               default="tsv", show_default=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
-              help="Output file (written atomically). Default: standard output (not for bam).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+              help="Output file, written atomically (temporary file renamed at the end). Default or '-': "
+                   "standard output, written as pairs finish (not for bam).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing output or --plan-out file (when the run "
+              "succeeds). Without it an existing file is an error.")
 @click.option("--model", type=click.Path(exists=True, path_type=Path),
-              help="Trained model (run or checkpoint directory). Default: the shipped model for the input (DNA when every record is nucleotides, else protein).")
+              help="Trained model (run or checkpoint directory). Default: the shipped model for the input (DNA "
+                   "when every record is nucleotides, else protein; DNA against protein is then an error).")
 @click.option("--embedder", type=str, help="Embedder name; must be the one the model was trained with.")
 @click.option("--esm-weights", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Local ESM-2 weights for models trained on esm2 features.")
@@ -33,25 +44,56 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "data" / "examples"
 @click.option("--plan-out", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write every transport plan (with dustbin row/column) to this .npz file.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--chunk-size", type=click.IntRange(min=1), default=256, show_default=True,
+              help="Pairs per chunk: the unit of work sent to a cluster worker.")
+@click.option("--workers", type=click.IntRange(min=1),
+              help="Run on a local Dask cluster of this many worker processes (needs the 'cluster' extra).")
+@click.option("--scheduler", metavar="ADDRESS",
+              help="Run on the Dask cluster whose scheduler is at ADDRESS, e.g. tcp://host:8786 (needs the "
+                   "'cluster' extra; the model path must be readable by every worker).")
 @click.option("--gap-weight", type=click.FloatRange(min=0), help="MEA gap weight (default: the model's).")
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar on stderr.")
-def align(query_fasta, target_fasta, example, pairing, fmt, output, model, embedder, esm_weights, backend, plan_out,
-          batch_size, gap_weight, progress):
-    """Align the records of QUERY_FASTA against those of TARGET_FASTA (protein or DNA)."""
+@click.pass_context
+def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, overwrite, model, embedder,
+          esm_weights, backend, plan_out, batch_size, chunk_size, workers, scheduler, gap_weight, progress):
+    """Align the records of QUERY_FASTA against those of TARGET_FASTA (protein or DNA).
+
+    \b
+    sinkalign align queries.fasta targets.fasta -o out.tsv     all-vs-all
+    sinkalign align a.fasta b.fasta --pairing zip              record i with record i, to stdout
+    sinkalign align --pairs pairs.tsv seqs.fasta [targets.fasta] -o out.tsv
+    sinkalign align ... --workers 4 | --scheduler tcp://host:8786
+
+    '-' reads a FASTA file or the pair list from standard input.
+    """
+    from sinkalign.errors import SinkalignError  # noqa: PLC0415
     from sinkalign.pipelines.align import align_fasta  # noqa: PLC0415
 
     if example:
-        if query_fasta or target_fasta:
-            raise click.UsageError("--example takes no FASTA arguments")
+        if query_fasta or target_fasta or pairs:
+            raise click.UsageError("--example takes no FASTA arguments and no --pairs")
         query_fasta, target_fasta = EXAMPLES / "globins_query.fasta", EXAMPLES / "globins_target.fasta"
+    elif pairs is not None:
+        if query_fasta is None:
+            raise click.UsageError("--pairs PAIRS needs the FASTA file that holds the sequences: "
+                                   "sinkalign align --pairs PAIRS SEQS.fasta [TARGETS.fasta]")
+        if ctx.get_parameter_source("pairing") is not click.core.ParameterSource.DEFAULT:
+            raise click.UsageError("--pairing does not apply to --pairs (the list names every pair)")
     elif not (query_fasta and target_fasta):
-        raise click.UsageError("give QUERY_FASTA and TARGET_FASTA (or --example)")
-    if fmt == "bam" and output is None:
+        raise click.UsageError("give QUERY_FASTA and TARGET_FASTA (or --pairs PAIRS SEQS.fasta, or --example)")
+    if fmt == "bam" and (output is None or str(output) == "-"):
         raise click.UsageError("--format bam needs -o FILE")
+    if workers is not None and scheduler is not None:
+        raise click.UsageError("give --workers (a local cluster) or --scheduler (an existing one), not both")
     try:
-        n = align_fasta(query_fasta, target_fasta, output=output, fmt=fmt, pairing=pairing, model=model,
-                        embedder=embedder, esm_weights=esm_weights, backend=backend, plan_out=plan_out,
-                        batch_size=batch_size, gap_weight=gap_weight, progress=progress)
-    except (ValueError, FileNotFoundError) as exc:
+        n = align_fasta(query_fasta, target_fasta, pairs=pairs, output=output, fmt=fmt, pairing=pairing,
+                        model=model, embedder=embedder, esm_weights=esm_weights, backend=backend,
+                        plan_out=plan_out, batch_size=batch_size, gap_weight=gap_weight, progress=progress,
+                        overwrite=overwrite, workers=workers, scheduler=scheduler, chunk_size=chunk_size)
+    except BrokenPipeError:  # e.g. `sinkalign align ... | head`: stop quietly, as other filters do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        ctx.exit(1)
+    except (SinkalignError, ValueError, FileNotFoundError, PermissionError) as exc:
         raise click.ClickException(str(exc)) from exc
     log.info("aligned %d pairs", n)

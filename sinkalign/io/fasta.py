@@ -287,6 +287,7 @@ def read_fasta(
     *,
     allow_ambiguous: bool = True,
     uppercase: bool = True,
+    unique_ids: bool = True,
 ) -> Iterator[Sequence]:
     """Stream validated records from a (possibly gzipped) FASTA file, in file order.
 
@@ -298,6 +299,9 @@ def read_fasta(
             ``XBZJUO``, DNA ``N`` and IUPAC codes); reject them when False.
         uppercase: upper-case soft-masked (lower-case) letters; when False a
             lower-case letter is an error.
+        unique_ids: raise on a duplicate record id. The check remembers every id, so memory
+            grows with the file (~100 bytes a record); pass False to stream in constant
+            memory when the ids are checked some other way.
 
     Yields:
         :class:`Sequence` records. Errors are raised when the bad record is reached.
@@ -312,11 +316,13 @@ def read_fasta(
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such FASTA file")
-    return _read_fasta(path, alphabet, allow_ambiguous, uppercase)
+    return _read_fasta(path, alphabet, allow_ambiguous, uppercase, unique_ids)
 
 
-def _read_fasta(path: Path, alphabet: str, allow_ambiguous: bool, uppercase: bool) -> Iterator[Sequence]:
-    seen: dict[str, int] = {}
+def _read_fasta(
+    path: Path, alphabet: str, allow_ambiguous: bool, uppercase: bool, unique_ids: bool = True
+) -> Iterator[Sequence]:
+    seen: dict[str, int] | None = {} if unique_ids else None
     n = 0
     with open_text(path) as handle:
         _seek_first_header(handle, path)
@@ -343,20 +349,21 @@ def _check_record(
     alphabet: str,
     allow_ambiguous: bool,
     uppercase: bool,
-    seen: dict[str, int],
+    seen: dict[str, int] | None,
 ) -> Sequence:
     rid = rec.id
     if not rid:
         raise SequenceFormatError(f"{path}: record #{n}: empty header (no record id)", path=path, record_number=n)
     where = f"{path}: record {rid!r} (#{n})"
-    if rid in seen:
+    if seen is not None and rid in seen:
         raise SequenceFormatError(
             f"{where}: duplicate record id (first seen as record #{seen[rid]})",
             path=path,
             record_id=rid,
             record_number=n,
         )
-    seen[rid] = n
+    if seen is not None:
+        seen[rid] = n
     seq = str(rec.seq)
     if not seq:
         raise SequenceFormatError(f"{where}: empty record (no residues)", path=path, record_id=rid, record_number=n)

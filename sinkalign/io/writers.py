@@ -43,7 +43,7 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, NamedTuple
+from typing import IO, Any, Callable, Iterable, Iterator, NamedTuple
 
 import numpy as np
 
@@ -110,7 +110,7 @@ class _Record(NamedTuple):
 
 
 def _prepare(records: Iterable[Any]) -> Iterator[_Record]:
-    """Validate and normalise the input stream (ValueError naming the record)."""
+    """Validate and normalise the input stream (InputError naming the record)."""
     for index, rec in enumerate(records):
         try:
             qid, q, tid, t, aln, *rest = rec
@@ -211,7 +211,7 @@ def _nm(rec: _Record) -> int:
 # --------------------------------------------------------------------------- writers
 
 
-def _write_fasta(records: Iterable[_Record], path: Path) -> int:
+def _fasta_to(records: Iterable[_Record], handle: IO[str]) -> int:
     from Bio import SeqIO
     from Bio.Seq import Seq
     from Bio.SeqRecord import SeqRecord
@@ -227,8 +227,7 @@ def _write_fasta(records: Iterable[_Record], path: Path) -> int:
             yield SeqRecord(Seq(tg), id=rec.target_id, description=f"aligned_to={rec.query_id} score={score}")
             count += 1
 
-    with atomic_write(path, "w") as handle:
-        SeqIO.write(seq_records(), handle, "fasta")
+    SeqIO.write(seq_records(), handle, "fasta")
     return count
 
 
@@ -250,14 +249,13 @@ def _tsv_row(rec: _Record) -> list[str]:
     ]
 
 
-def _write_tsv(records: Iterable[_Record], path: Path) -> int:
+def _tsv_to(records: Iterable[_Record], handle: IO[str]) -> int:
     count = 0
-    with atomic_write(path, "w") as handle:
-        writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
-        writer.writerow(TSV_COLUMNS)
-        for rec in records:
-            writer.writerow(_tsv_row(rec))
-            count += 1
+    writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
+    writer.writerow(TSV_COLUMNS)
+    for rec in records:
+        writer.writerow(_tsv_row(rec))
+        count += 1
     return count
 
 
@@ -296,16 +294,15 @@ def _json_object(rec: _Record) -> dict[str, Any]:
     }
 
 
-def _write_json(records: Iterable[_Record], path: Path) -> int:
+def _json_to(records: Iterable[_Record], handle: IO[str]) -> int:
     count = 0
-    with atomic_write(path, "w") as handle:
-        for rec in records:
-            handle.write(json.dumps(_json_object(rec), allow_nan=False) + "\n")
-            count += 1
+    for rec in records:
+        handle.write(json.dumps(_json_object(rec), allow_nan=False) + "\n")
+        count += 1
     return count
 
 
-def _write_stockholm(records: Iterable[_Record], path: Path) -> int:
+def _stockholm_to(records: Iterable[_Record], handle: IO[str]) -> int:
     from Bio import Align
     from Bio.Seq import Seq
     from Bio.SeqRecord import SeqRecord
@@ -333,8 +330,7 @@ def _write_stockholm(records: Iterable[_Record], path: Path) -> int:
             count += 1
             yield block
 
-    with atomic_write(path, "w") as handle:
-        Align.write(blocks(), handle, "stockholm")
+    Align.write(blocks(), handle, "stockholm")
     return count
 
 
@@ -355,95 +351,184 @@ def _coordinates(cols: list[tuple[int | None, int | None]]) -> np.ndarray:
     return np.array(points, dtype=np.int64).T
 
 
-def _sam_header(records: list[_Record]) -> tuple[dict[str, Any], dict[str, int]]:
+
+def _sam_header(references: Iterable[tuple[str, int]]) -> tuple[dict[str, Any], dict[str, int]]:
     from importlib.metadata import PackageNotFoundError, version
 
-    refs: dict[str, str] = {}
+    try:
+        vn = version("sinkalign")
+    except PackageNotFoundError:  # pragma: no cover - the package is installed in development
+        vn = "unknown"
+    refs = list(references)
+    header = {
+        "HD": {"VN": "1.6", "SO": "unsorted"},
+        "SQ": [{"SN": name, "LN": int(length)} for name, length in refs],
+        "PG": [{"ID": "sinkalign", "PN": "sinkalign", "VN": vn}],
+    }
+    return header, {name: k for k, (name, _) in enumerate(refs)}
+
+
+def _references_of(records: list[_Record]) -> list[tuple[str, int]]:
+    """The targets of a materialised stream, in first-seen order (checked by :func:`_segments`)."""
+    refs: dict[str, int] = {}
+    for rec in records:
+        if _RNAME_RE.fullmatch(rec.target_id):
+            refs.setdefault(rec.target_id, len(rec.target))
+    return list(refs.items())
+
+
+def _check_references(references: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
+    refs, seen = [], set()
+    for name, length in references:
+        if not isinstance(name, str) or not _RNAME_RE.fullmatch(name):
+            raise InputError(f"reference {name!r} is not a valid SAM reference name")
+        if name in seen:
+            raise InputError(f"reference {name!r} is listed twice")
+        if int(length) < 1:
+            raise InputError(f"reference {name!r}: length {length} must be >= 1")
+        seen.add(name)
+        refs.append((name, int(length)))
+    return refs
+
+
+def _segments(records: Iterable[_Record], header, ref_index: dict[str, int]):
+    """One pysam ``AlignedSegment`` per record; checks names and that each target id keeps
+    one sequence (the one the header was made from)."""
+    import pysam
+
+    lengths = {name: header.get_reference_length(name) for name in ref_index}
+    seqs: dict[str, str] = {}
     for rec in records:
         if not _QNAME_RE.fullmatch(rec.query_id):
             raise InputError(f"{rec.where}: query_id is not a valid SAM QNAME ([!-?A-~]{{1,254}})")
         if not _RNAME_RE.fullmatch(rec.target_id):
             raise InputError(f"{rec.where}: target_id is not a valid SAM reference name")
-        seen = refs.setdefault(rec.target_id, rec.target)
-        if seen != rec.target:
+        if rec.target_id not in ref_index:
+            raise InputError(f"{rec.where}: target_id {rec.target_id!r} is not one of the header's references")
+        seen = seqs.setdefault(rec.target_id, rec.target)
+        if seen != rec.target or lengths[rec.target_id] != len(rec.target):
             raise InputError(f"{rec.where}: target_id {rec.target_id!r} was given two different sequences")
-    try:
-        vn = version("sinkalign")
-    except PackageNotFoundError:  # pragma: no cover - the package is installed in development
-        vn = "unknown"
-    header = {
-        "HD": {"VN": "1.6", "SO": "unsorted"},
-        "SQ": [{"SN": name, "LN": len(seq)} for name, seq in refs.items()],
-        "PG": [{"ID": "sinkalign", "PN": "sinkalign", "VN": vn}],
-    }
-    return header, {name: k for k, name in enumerate(refs)}
+        seg = pysam.AlignedSegment(header)
+        seg.query_name = rec.query_id
+        if set(rec.query) <= _BAM_SEQ:
+            seg.query_sequence = rec.query
+        else:
+            seg.query_sequence = None
+            seg.set_tag("XQ", rec.query, "Z")
+        if rec.pairs.shape[0] == 0:
+            seg.flag = 4
+            seg.reference_id = -1
+            seg.reference_start = -1
+            seg.mapping_quality = 0
+        else:
+            seg.flag = 0
+            seg.reference_id = ref_index[rec.target_id]
+            seg.reference_start = int(rec.pairs[0, 1])
+            seg.cigarstring = cigar(rec.pairs, len(rec.query), len(rec.target), local=True)
+            mean_post = _mean_posterior(rec)
+            seg.mapping_quality = _mapq(mean_post)
+            if math.isfinite(rec.score):
+                if rec.score.is_integer() and abs(rec.score) < 2**31:
+                    seg.set_tag("AS", int(rec.score), "i")
+                else:
+                    seg.set_tag("AS", rec.score, "f")
+            if math.isfinite(mean_post):
+                seg.set_tag("XP", mean_post, "f")
+            seg.set_tag("NM", _nm(rec), "i")
+        yield seg
 
 
-def _write_sam_or_bam(records: Iterable[_Record], path: Path, binary: bool) -> int:
+def _sam_setup(records: Iterable[_Record], references):
+    """``(records, header dict, ref_index)``: the header from ``references`` (streaming) or
+    from the whole stream, read into memory first (``references=None``)."""
+    if references is None:
+        records = list(records)
+        references = _references_of(records)
+    header, ref_index = _sam_header(_check_references(references))
+    return records, header, ref_index
+
+
+def _sam_to(records: Iterable[_Record], handle: IO[str], references=None) -> int:
     import pysam
 
-    recs = list(records)
-    header, ref_index = _sam_header(recs)
-    with atomic_path(path) as tmp:
-        with pysam.AlignmentFile(tmp, "wb" if binary else "w", header=header) as out:
-            for rec in recs:
-                seg = pysam.AlignedSegment(out.header)
-                seg.query_name = rec.query_id
-                if set(rec.query) <= _BAM_SEQ:
-                    seg.query_sequence = rec.query
-                else:
-                    seg.query_sequence = None
-                    seg.set_tag("XQ", rec.query, "Z")
-                if rec.pairs.shape[0] == 0:
-                    seg.flag = 4
-                    seg.reference_id = -1
-                    seg.reference_start = -1
-                    seg.mapping_quality = 0
-                else:
-                    seg.flag = 0
-                    seg.reference_id = ref_index[rec.target_id]
-                    seg.reference_start = int(rec.pairs[0, 1])
-                    seg.cigarstring = cigar(rec.pairs, len(rec.query), len(rec.target), local=True)
-                    mean_post = _mean_posterior(rec)
-                    seg.mapping_quality = _mapq(mean_post)
-                    if math.isfinite(rec.score):
-                        if rec.score.is_integer() and abs(rec.score) < 2**31:
-                            seg.set_tag("AS", int(rec.score), "i")
-                        else:
-                            seg.set_tag("AS", rec.score, "f")
-                    if math.isfinite(mean_post):
-                        seg.set_tag("XP", mean_post, "f")
-                    seg.set_tag("NM", _nm(rec), "i")
-                out.write(seg)
-    return len(recs)
+    records, header_dict, ref_index = _sam_setup(records, references)
+    header = pysam.AlignmentHeader.from_dict(header_dict)
+    handle.write(str(header))
+    count = 0
+    for seg in _segments(records, header, ref_index):
+        handle.write(seg.to_string() + "\n")
+        count += 1
+    return count
 
 
-_WRITERS: dict[str, Callable[[Iterable[_Record], Path], int]] = {
-    "fasta": _write_fasta,
-    "tsv": _write_tsv,
-    "sam": lambda recs, path: _write_sam_or_bam(recs, path, binary=False),
-    "bam": lambda recs, path: _write_sam_or_bam(recs, path, binary=True),
-    "stockholm": _write_stockholm,
-    "json": _write_json,
+def _write_bam(records: Iterable[_Record], path: Path, references=None) -> int:
+    import pysam
+
+    records, header_dict, ref_index = _sam_setup(records, references)
+    count = 0
+    with atomic_path(path) as tmp, pysam.AlignmentFile(tmp, "wb", header=header_dict) as out:
+        for seg in _segments(records, out.header, ref_index):
+            out.write(seg)
+            count += 1
+    return count
+
+
+_TEXT_WRITERS: dict[str, Callable[..., int]] = {
+    "fasta": lambda recs, handle, refs: _fasta_to(recs, handle),
+    "tsv": lambda recs, handle, refs: _tsv_to(recs, handle),
+    "sam": _sam_to,
+    "stockholm": lambda recs, handle, refs: _stockholm_to(recs, handle),
+    "json": lambda recs, handle, refs: _json_to(recs, handle),
 }
 
 
-def write_alignments(records: Iterable[Any], path: str | os.PathLike, fmt: str) -> int:
+def write_alignments(
+    records: Iterable[Any],
+    path: str | os.PathLike | IO[str],
+    fmt: str,
+    *,
+    references: Iterable[tuple[str, int]] | None = None,
+) -> int:
     """Write aligned pairs to ``path`` in ``fmt`` (one of :data:`FORMATS`); returns the count.
+
+    The records are consumed one at a time and written as they come, in input order, so a
+    stream of any length is written in constant memory; the exception is SAM/BAM without
+    ``references``, whose header needs every target first (the stream is read into memory).
 
     Args:
         records: iterable of :class:`AlignedPair` or 6-tuples ``(query_id, query, target_id,
             target, alignment, score)`` (``score`` may be omitted or None); ids without
             whitespace, sequences of letters or ``*``.
-        path: destination; written atomically, any previous file is kept on error.
+        path: destination file, written atomically (temporary file beside it, renamed at the
+            end; any previous file is kept on error), or an open text stream (e.g.
+            ``sys.stdout``), written as records arrive; ``bam`` needs a file.
         fmt: output format (see the module docstring).
+        references: SAM/BAM only: the ``(target id, length)`` of every reference, in header
+            order, known before the first record (e.g. the records of the target FASTA); the
+            records are then streamed, and a record whose target is not listed, or has
+            another length, is an error.
 
     Raises:
-        InputError (a ValueError): unknown ``fmt`` (listing the valid ones) or a malformed
-            record (naming its index and ids).
+        InputError (a ValueError): unknown ``fmt`` (listing the valid ones), a malformed
+            record (naming its index and ids), ``bam`` to a stream, ``references`` for
+            another format.
     """
     if fmt not in FORMATS:
         raise InputError(f"{fmt=} is not one of {FORMATS}")
-    count = _WRITERS[fmt](_prepare(records), Path(path))
-    logger.info("wrote %d alignments to %s (%s)", count, path, fmt)
+    if references is not None and fmt not in ("sam", "bam"):
+        raise InputError(f"references are for the sam and bam formats, not {fmt!r}")
+    recs = _prepare(records)
+    if hasattr(path, "write"):
+        if fmt == "bam":
+            raise InputError("bam is binary and BGZF-compressed: write it to a file, not a text stream")
+        count = _TEXT_WRITERS[fmt](recs, path, references)
+        where = getattr(path, "name", "a stream")
+    elif fmt == "bam":
+        count = _write_bam(recs, Path(path), references)
+        where = path
+    else:
+        with atomic_write(path, "w") as handle:
+            count = _TEXT_WRITERS[fmt](recs, handle, references)
+        where = path
+    logger.info("wrote %d alignments to %s (%s)", count, where, fmt)
     return count

@@ -1,95 +1,753 @@
-"""FASTA -> alignments: the pipeline behind ``sinkalign align``."""
+"""Sequences -> alignments: the pipeline behind ``sinkalign align``.
+
+Which pairs are aligned:
+
+* two FASTA files, ``pairing="all"`` (every query against every target) or ``"zip"``
+  (record i with record i);
+* a pair list (``pairs=``): one ``query_id target_id`` pair per line (tab- or space-separated,
+  further columns ignored, so the first two columns of BLAST/MMseqs2 tabular output work
+  as they are; blank lines and ``#`` comments skipped), the sequences fetched from an
+  indexed FASTA file (pysam ``FastaFile``; the ``.fai`` index is built beside it when
+  missing).
+
+Everything streams, so memory does not grow with the number of pairs: the query FASTA (or the
+pair list) is read record by record, pairs go to the aligner in chunks of ``chunk_size``, and
+each result is written as soon as it and every pair before it are done, in input order, to a
+file (a temporary file beside it, renamed at the end: an interrupted run leaves no partial
+output) or to standard output (``output="-"``). The target FASTA of an all-vs-all run is held
+in memory (it is read for every query). ``plan_out`` is a ``.npz`` written one plan at a time.
+Exceptions: SAM/BAM headers list every target (``pairing="zip"`` keeps one name and length
+per pair), and a ``-`` input (standard input) is first copied to a temporary file.
+
+Every input is checked before the first pair is aligned: records (errors name file, record and
+position), equal record counts for ``zip``, every pair-list id present in the FASTA (the error
+names the line), a sequence paired with itself under its own name for Stockholm (a block needs
+two distinct names), and alphabets. Without ``model`` the shipped model for the input is used
+(DNA when every record is nucleotides, else protein); DNA against protein, or a file mixing
+the two, is an :class:`~sinkalign.errors.AlphabetError` naming file and record. With an
+explicit ``model`` such a mismatch is only logged as a warning.
+
+On a Dask cluster (``workers=N`` for a local cluster of N processes, or ``scheduler=ADDRESS``)
+chunks of pairs are tasks: each worker loads the model once (:func:`load_aligner` caches it per
+process), the client keeps a bounded number of chunks in flight and writes the results in
+input order, and a chunk whose worker dies is recomputed by Dask on another worker, so nothing
+is lost or written twice. Each chunk is aligned by the same function with the same batches as
+in a single process, so the output is identical. Model paths must be readable by every worker
+(the shipped models are resolved inside each worker's own installation).
+"""
 
 from __future__ import annotations
 
+import array
+import contextlib
+import dataclasses
+import io
 import itertools
+import logging
 import os
+import shutil
 import sys
 import tempfile
+from collections import deque
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
 
-from sinkalign.io.fasta import read_fasta
-from sinkalign.io.writers import write_alignments
+from sinkalign.errors import (
+    AlphabetError,
+    FormatError,
+    InputError,
+    OutputExistsError,
+    SinkalignError,
+    require,
+)
+from sinkalign.io.fasta import detect_alphabet, open_text, read_fasta, validate_residues
+from sinkalign.io.writers import FORMATS, write_alignments
 from sinkalign.utils import atomic_write
 
-__all__ = ["align_fasta"]
+__all__ = ["DEFAULT_CHUNK_SIZE", "ModelSpec", "align_chunk", "align_fasta", "load_aligner"]
+
+log = logging.getLogger(__name__)
+
+STDIO = "-"
+#: Pairs per chunk: the unit of work of a cluster task (and of the single-process loop).
+DEFAULT_CHUNK_SIZE = 256
+PAIRINGS = ("all", "zip")
 
 
-def _load_aligner(model, embedder, esm_weights, backend, gap_weight):
-    from sinkalign.align.aligner import Aligner  # noqa: PLC0415
+# --------------------------------------------------------------------------------------
+# the model, loaded once per process
+# --------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """What a process needs to build the aligner (small, picklable, hashable).
 
-    aligner = Aligner.load(model, backend=backend, gap_weight=gap_weight)
+    ``path=None`` is the shipped model for ``alphabet``, resolved in the process that loads it.
+    """
+
+    path: str | None
+    alphabet: str = "protein"
+    backend: str = "reference"
+    gap_weight: float | None = None
+    embedder: str | None = None
+    esm_weights: str | None = None
+
+
+_ALIGNERS: dict = {}
+_LOADS = 0  # models loaded by this process (a cluster test reads it on each worker)
+
+
+def _fingerprint(path: Path) -> tuple:
+    """Names, sizes and times of the files under ``path``: a model changed on disk is reloaded."""
+    if path.is_file():
+        st = path.stat()
+        return ((path.name, st.st_size, st.st_mtime_ns),)
+    out = []
+    for root, _, files in os.walk(path):
+        for name in files:
+            st = os.stat(os.path.join(root, name))
+            out.append((os.path.relpath(os.path.join(root, name), path), st.st_size, st.st_mtime_ns))
+    return tuple(sorted(out))
+
+
+def load_aligner(spec: ModelSpec):
+    """The :class:`~sinkalign.align.aligner.Aligner` of ``spec``, loaded once per process
+    (again only when the model's files change)."""
+    global _LOADS
+    from sinkalign.align.aligner import Aligner, default_model_path  # noqa: PLC0415
+
+    path = Path(spec.path) if spec.path is not None else default_model_path(spec.alphabet)
+    key = (spec, _fingerprint(path) if path.exists() else None)
+    cached = _ALIGNERS.get(spec)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    aligner = Aligner.load(path, backend=spec.backend, gap_weight=spec.gap_weight)
     trained_with = aligner.config.embedder.get("name") if aligner.config.feature_dim else None
-    if embedder is not None and trained_with is not None and embedder != trained_with:
-        raise ValueError(f"the model was trained with the {trained_with!r} embedder, not {embedder!r}")
+    if spec.embedder is not None and trained_with is not None and spec.embedder != trained_with:
+        raise InputError(f"the model was trained with the {trained_with!r} embedder, not {spec.embedder!r}")
     if trained_with == "esm2":
         from sinkalign.align.embed import embedder_from_config  # noqa: PLC0415
 
-        opts = {"weights": str(esm_weights)} if esm_weights else {}
+        opts = {"weights": spec.esm_weights} if spec.esm_weights else {}
         aligner._embedder = embedder_from_config(aligner.config.embedder, **opts)
+    _ALIGNERS[spec] = (key, aligner)
+    _LOADS += 1
     return aligner
 
 
-def align_fasta(query_fasta, target_fasta, *, output=None, fmt="tsv", pairing="all", model=None, embedder=None,
-                esm_weights=None, backend="reference", plan_out=None, batch_size=8, gap_weight=None,
-                progress=False) -> int:
-    """Align every query record with every target record (``pairing='all'``) or record i with
-    record i (``'zip'``); write ``fmt`` to ``output`` (stdout when None). Returns the count.
+def _align_pairs(aligner, pairs, *, batch_size: int, keep_plan: bool):
+    """The pipeline's one call into the aligner: ``(query_id, query, target_id, target)``
+    tuples in, :class:`~sinkalign.align.aligner.PairResult` out, in input order."""
+    return aligner.align_many(pairs, batch_size=batch_size, keep_plan=keep_plan)
 
-    Records are validated while read (errors name file, record and position); results are
-    written in input order, atomically.
+
+_MALLOC_TRIM = None
+
+
+def _trim_heap() -> None:
+    """Hand freed heap memory back to the OS (glibc only; elsewhere nothing). glibc keeps what
+    is freed in per-thread arenas, and as JAX's threads allocate and free batch buffers the
+    resident size creeps up by hundreds of MB over a long run; trimming after each chunk keeps
+    it flat (``benchmarks/align_memory.py``)."""
+    global _MALLOC_TRIM
+    if _MALLOC_TRIM is None:
+        import ctypes  # noqa: PLC0415
+
+        try:
+            _MALLOC_TRIM = ctypes.CDLL(None).malloc_trim
+        except (OSError, AttributeError):
+            _MALLOC_TRIM = False
+    if _MALLOC_TRIM:
+        _MALLOC_TRIM(0)
+
+
+def align_chunk(spec: ModelSpec, chunk: list, batch_size: int, keep_plan: bool) -> list:
+    """Align one chunk of ``(query_id, query, target_id, target)``: a list of ``(alignment,
+    plan or None)`` in the chunk's order. The task a cluster worker runs (and the single
+    process too, chunk by chunk, so both give the same batches and the same results)."""
+    aligner = load_aligner(spec)
+    out = []
+    for res in _align_pairs(aligner, chunk, batch_size=batch_size, keep_plan=keep_plan):
+        out.append((res.alignment, None if res.plan is None else res.plan.astype(np.float32)))
+    if len(out) != len(chunk):  # an aligner that drops or adds pairs is a bug, never silent
+        raise RuntimeError(f"the aligner returned {len(out)} results for {len(chunk)} pairs")
+    _trim_heap()
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# pair sources: each scans its input once before aligning, then streams the pairs
+# --------------------------------------------------------------------------------------
+#: A record this long made of nucleotide codes only is DNA, not a peptide that happens to use
+#: those letters: a random 30-residue peptide does so with probability ~1e-6.
+STRONG_DNA = 30
+
+
+class _Kinds:
+    """Per input file, the first record of each alphabet, for the alphabet checks.
+
+    A file is protein when any record is; DNA when every record is nucleotides. A file mixes
+    the two when it holds protein and a nucleotide record of at least :data:`STRONG_DNA`
+    residues (a shorter one is a valid peptide, aligned as protein).
     """
-    queries = targets = None
-    if model is None:  # the shipped model for the input: DNA when every record is nucleotides
-        from sinkalign.align.aligner import default_model_path  # noqa: PLC0415
 
-        queries, targets = (list(read_fasta(path, alphabet="auto")) for path in (query_fasta, target_fasta))
-        kinds = {r.alphabet for r in queries + targets}
-        model = default_model_path("dna" if kinds == {"dna"} else "protein")
-    aligner = _load_aligner(model, embedder, esm_weights, backend, gap_weight)
-    # Records read as "auto" are kept as they are: the DNA model is only chosen when every
-    # record is DNA, and a DNA record is also a valid protein record (each nucleotide and
-    # IUPAC letter is an amino-acid letter or an accepted ambiguous one: U, B), with the
-    # same residue string. Only ids and residues are used below.
-    if queries is None:
-        alphabet = aligner.config.alphabet
-        queries = list(read_fasta(query_fasta, alphabet=alphabet))
-        targets = list(read_fasta(target_fasta, alphabet=alphabet))
-    if pairing == "zip":
-        if len(queries) != len(targets):
-            raise ValueError(f"--pairing zip needs equal record counts: {query_fasta} has {len(queries)}, "
-                             f"{target_fasta} has {len(targets)}")
-        pairs, total = zip(queries, targets), len(queries)
-    elif pairing == "all":
-        pairs, total = itertools.product(queries, targets), len(queries) * len(targets)
-    else:
-        raise ValueError(f"pairing={pairing!r} is not one of ('all', 'zip')")
-    stream = ((q.id, q.seq, t.id, t.seq) for q, t in pairs)
-    from tqdm import tqdm  # noqa: PLC0415
+    def __init__(self):
+        self.files: dict[str, dict[str, str]] = {}
 
-    plans = {}
-    keep = plan_out is not None
+    def add(self, path, kind: str, where: str, length: int) -> None:
+        first = self.files.setdefault(str(path), {})
+        first.setdefault(kind, where)
+        if kind == "dna" and length >= STRONG_DNA:
+            first.setdefault("strong_dna", where)
 
-    def records():
-        for res in tqdm(aligner.align_many(stream, batch_size=batch_size, keep_plan=keep), total=total,
-                        disable=not progress, unit="pair", file=sys.stderr):
-            if keep:
-                plans[f"{res.query_id}|{res.target_id}|{len(plans)}"] = res.plan.astype(np.float32)
-            yield res.as_record()
+    def kind(self, path: str) -> str:
+        return "protein" if "protein" in self.files[path] else "dna"
 
-    if output is None:
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / f"out.{fmt}"
-            n = write_alignments(records(), path, fmt)
-            sys.stdout.write(path.read_text())
-    else:
-        n = write_alignments(records(), output, fmt)
-    if keep:
-        with atomic_write(plan_out, "wb") as fh:
-            np.savez_compressed(fh, **plans)
+    def all(self) -> set[str]:
+        return {self.kind(path) for path in self.files}
+
+    def first(self, kind: str) -> str | None:
+        """The first record of the first file of ``kind``."""
+        return next((f[kind] for path, f in self.files.items() if self.kind(path) == kind), None)
+
+    def problems(self) -> list[str]:
+        """Human-readable alphabet mismatches (mixed files first, then file against file)."""
+        out = [f"{path} mixes DNA and protein: {f['strong_dna']} is DNA, {f['protein']} is protein"
+               for path, f in self.files.items() if "protein" in f and "strong_dna" in f]
+        if not out and len(self.all()) > 1:
+            out.append(f"DNA against protein: {self.first('dna')} is DNA, {self.first('protein')} is protein")
+        return out
+
+
+class _UniqueIds:
+    """Duplicate record ids of one FASTA file, in 8 bytes a record: a hash of each id, sorted
+    at the end; only a repeated hash is confirmed by reading the file again."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._hashes = array.array("q")
+
+    def add(self, rid: str) -> None:
+        self._hashes.append(hash(rid))
+
+    def check(self) -> None:
+        h = np.sort(np.frombuffer(self._hashes, np.int64)) if len(self._hashes) else np.zeros(0, np.int64)
+        suspects = set(h[1:][h[1:] == h[:-1]].tolist())
+        if not suspects:
+            return
+        first: dict[str, int] = {}
+        for n, rec in enumerate(read_fasta(self.path, alphabet="auto", unique_ids=False), 1):
+            if hash(rec.id) in suspects:
+                if rec.id in first:
+                    raise FormatError(f"{self.path}: record {rec.id!r} (#{n}): duplicate record id (first seen "
+                                      f"as record #{first[rec.id]})")
+                first[rec.id] = n
+
+
+@dataclasses.dataclass
+class _Scan:
+    total: int = 0
+    references: list | None = None  # (target id, length), first-seen order; only for sam/bam
+    kinds: _Kinds = dataclasses.field(default_factory=_Kinds)
+
+
+def _max_length() -> int:
+    from sinkalign.align.aligner import MAX_LENGTH  # noqa: PLC0415
+
+    return MAX_LENGTH
+
+
+def _check_length(length: int, where: str, limit: int) -> None:
+    if length > limit:
+        raise InputError(f"{where} has {length} residues, more than the {limit} the aligner takes (its plan is "
+                         "dense: O(L^2) memory); split the sequence into domains first")
+
+
+def _self_pair(fmt: str, qid: str, tid: str, where: str) -> None:
+    if fmt == "stockholm" and qid == tid:
+        raise InputError(
+            f"{where}: pairs {qid!r} with itself, and a Stockholm block needs two distinct sequence names: "
+            "drop the self pairs or use another --format (tsv, fasta, json, sam, bam)"
+        )
+
+
+class _FastaPairs:
+    """Pairs of records of two FASTA files (``all`` or ``zip``)."""
+
+    def __init__(self, query: Path, target: Path, pairing: str):
+        if pairing not in PAIRINGS:
+            raise InputError(f"pairing={pairing!r} is not one of {PAIRINGS}")
+        self.query, self.target, self.pairing = query, target, pairing
+        self._targets: list[tuple[str, str]] | None = None
+
+    def scan(self, fmt: str) -> _Scan:
+        scan = _Scan(references=[] if fmt in ("sam", "bam") else None)
+        sam = scan.references is not None
+
+        limit = _max_length()
+
+        def note(path, rec, n):
+            where = f"record {rec.id!r} (#{n}) of {path}"
+            scan.kinds.add(path, rec.alphabet, where, len(rec))
+            _check_length(len(rec), where, limit)
+
+        if self.pairing == "all":  # the targets are held anyway; the queries are streamed
+            tids = set()
+            for n, t in enumerate(read_fasta(self.target, alphabet="auto"), 1):
+                note(self.target, t, n)
+                tids.add(t.id)
+                if sam:
+                    scan.references.append((t.id, len(t)))
+            n_targets, queries = len(tids), _UniqueIds(self.query)
+            for n, q in enumerate(read_fasta(self.query, alphabet="auto", unique_ids=False), 1):
+                note(self.query, q, n)
+                queries.add(q.id)
+                if q.id in tids:
+                    _self_pair(fmt, q.id, q.id, f"record {q.id!r} (#{n}) of {self.query} (all-vs-all)")
+                scan.total += n_targets
+            queries.check()
+            return scan
+        refs: dict[str, int] = {}
+        nq = nt = 0
+        qids, tids = _UniqueIds(self.query), _UniqueIds(self.target)
+        for q, t in itertools.zip_longest(read_fasta(self.query, alphabet="auto", unique_ids=False),
+                                          read_fasta(self.target, alphabet="auto", unique_ids=False)):
+            if q is not None:
+                nq += 1
+                note(self.query, q, nq)
+                qids.add(q.id)
+            if t is not None:
+                nt += 1
+                note(self.target, t, nt)
+                tids.add(t.id)
+                if sam:
+                    refs.setdefault(t.id, len(t))
+            if q is not None and t is not None:
+                _self_pair(fmt, q.id, t.id, f"pair #{nq} ({self.query} x {self.target})")
+        qids.check()
+        tids.check()
+        if nq != nt:
+            raise InputError(f"--pairing zip needs equal record counts: {self.query} has {nq}, "
+                             f"{self.target} has {nt}")
+        scan.total = nq
+        if sam:
+            scan.references = list(refs.items())
+        return scan
+
+    def pairs(self, alphabet: str) -> Iterator[tuple[str, str, str, str]]:
+        # the ids were checked by scan(): read in constant memory
+        if self.pairing == "zip":
+            for q, t in zip(read_fasta(self.query, alphabet=alphabet, unique_ids=False),
+                            read_fasta(self.target, alphabet=alphabet, unique_ids=False)):
+                yield q.id, q.seq, t.id, t.seq
+            return
+        targets = [(t.id, t.seq) for t in read_fasta(self.target, alphabet=alphabet)]
+        for q in read_fasta(self.query, alphabet=alphabet, unique_ids=False):
+            for tid, tseq in targets:
+                yield q.id, q.seq, tid, tseq
+
+
+def _writable_dir(path: Path) -> bool:
+    return os.access(path, os.W_OK | os.X_OK)
+
+
+class _IndexedFasta:
+    """A FASTA file read by id through its ``.fai`` index (built beside it when missing)."""
+
+    def __init__(self, path: Path):
+        import pysam  # noqa: PLC0415
+
+        self.path = path
+        fai = Path(f"{path}.fai")
+        built = False
+        if fai.exists():
+            if fai.stat().st_mtime < path.stat().st_mtime:
+                raise InputError(f"{fai} is older than {path}: the index may not match the file; delete it "
+                                 "(it is rebuilt) or rebuild it with samtools faidx")
+        else:
+            with open(path, "rb") as fh:
+                head = fh.read(18)
+            if head[:2] == b"\x1f\x8b" and not (head[3] & 4 and head[12:14] == b"BC"):  # gzip, not BGZF
+                raise InputError(f"{path}: a gzip-compressed FASTA cannot be indexed for --pairs; "
+                                 "decompress it, or compress it with bgzip")
+            if not _writable_dir(path.parent.resolve()):
+                raise InputError(f"{path}: --pairs reads the FASTA through an index, {fai.name}, which is missing "
+                                 f"and cannot be built because {path.parent.resolve()} is not writable; build it "
+                                 f"elsewhere (copy the FASTA to a writable directory, or run samtools faidx "
+                                 f"there) and give that copy")
+            built = True
+        try:
+            self._fa = pysam.FastaFile(str(path))
+        except (OSError, ValueError) as exc:
+            raise FormatError(f"{path}: cannot read or index it as FASTA for --pairs ({exc}); the index needs "
+                              "the same line width within each record") from exc
+        self.ids = frozenset(self._fa.references)
+        if built:
+            self._check_unique()
+
+    def _check_unique(self) -> None:
+        """htslib keeps the first of two records with the same id; that is an error here."""
+        seen: set[str] = set()
+        with open_text(self.path) as fh:
+            for n, line in enumerate(fh, 1):
+                if line.startswith(">"):
+                    rid = line[1:].split(maxsplit=1)[0] if line[1:].strip() else ""
+                    if rid in seen:
+                        self._fa.close()
+                        Path(f"{self.path}.fai").unlink(missing_ok=True)
+                        raise FormatError(f"{self.path}: line {n}: duplicate record id {rid!r}")
+                    seen.add(rid)
+
+    def fetch(self, rid: str) -> str:
+        return self._fa.fetch(rid).upper()
+
+
+def _protein_stop(seq: str, alphabet: str) -> str:
+    return seq[:-1] if alphabet == "protein" and seq.endswith("*") and len(seq) > 1 else seq
+
+
+class _ListedPairs:
+    """The pairs of a pair list, sequences fetched by id from indexed FASTA."""
+
+    def __init__(self, pairs: Path, query: Path, target: Path | None):
+        self.path = pairs
+        self.qfa = _IndexedFasta(query)
+        self.tfa = self.qfa if target is None or Path(target).resolve() == Path(query).resolve() \
+            else _IndexedFasta(target)
+
+    def _lines(self) -> Iterator[tuple[int, str, str]]:
+        with open_text(self.path) as fh:
+            try:
+                for n, line in enumerate(fh, 1):
+                    text = line.strip()
+                    if not text or text.startswith("#"):
+                        continue
+                    fields = text.split()
+                    if len(fields) < 2:
+                        raise FormatError(f"{self.path}: line {n}: expected a query id and a target id "
+                                          f"(tab- or space-separated), found {text[:60]!r}")
+                    yield n, fields[0], fields[1]
+            except UnicodeDecodeError as exc:
+                raise FormatError(f"{self.path}: not a text pair list ({exc})") from exc
+
+    def scan(self, fmt: str) -> _Scan:
+        scan = _Scan(references=[] if fmt in ("sam", "bam") else None)
+        refs: dict[str, int] = {}
+        checked: dict[tuple[int, str], int] = {}  # (which FASTA, id) -> residues; one fetch per id
+        limit = _max_length()
+        for n, qid, tid in self._lines():
+            for role, fa, rid in (("query", self.qfa, qid), ("target", self.tfa, tid)):
+                if rid not in fa.ids:
+                    raise InputError(f"{self.path}: line {n}: {role} id {rid!r} is not in {fa.path}")
+                if (id(fa), rid) not in checked:
+                    raw = fa.fetch(rid)
+                    where = f"record {rid!r} of {fa.path}"
+                    kind = detect_alphabet(raw.rstrip("*"))
+                    seq = _protein_stop(raw, kind)
+                    validate_residues(seq, kind, where=f"{fa.path}: record {rid!r}", path=fa.path, record_id=rid)
+                    _check_length(len(seq), where, limit)
+                    checked[id(fa), rid] = len(seq)
+                    scan.kinds.add(fa.path, kind, where, len(seq))
+            _self_pair(fmt, qid, tid, f"{self.path}: line {n}")
+            if scan.references is not None:
+                refs.setdefault(tid, checked[id(self.tfa), tid])
+            scan.total += 1
+        if scan.references is not None:
+            scan.references = list(refs.items())
+        return scan
+
+    def pairs(self, alphabet: str) -> Iterator[tuple[str, str, str, str]]:
+        for _, qid, tid in self._lines():
+            yield (qid, _protein_stop(self.qfa.fetch(qid), alphabet), tid,
+                   _protein_stop(self.tfa.fetch(tid), alphabet))
+
+
+# --------------------------------------------------------------------------------------
+# alphabets: which model, and whether the input fits it
+# --------------------------------------------------------------------------------------
+def _check_alphabets(scan: _Scan, model_alphabet: str | None) -> str:
+    """The alphabet to align in: the model's, or (no model given) the input's."""
+    problems = scan.kinds.problems()
+    if model_alphabet is None:
+        if problems:
+            raise AlphabetError(f"{problems[0]}; no single shipped model fits both (give --model to align "
+                                "them with one model anyway)")
+        return "dna" if scan.kinds.all() == {"dna"} else "protein"
+    for problem in problems:
+        log.warning("%s; aligning with the given %s model anyway", problem, model_alphabet)
+    other = "protein" if model_alphabet == "dna" else "dna"
+    first = scan.kinds.first(other)
+    if first is not None and not problems:
+        log.warning("the given model is a %s model, but %s is %s", model_alphabet, first, other)
+    if model_alphabet == "dna" and first is not None:  # protein letters have no nucleotide code
+        raise AlphabetError(f"the given model is a DNA model and {first} is protein: it cannot be encoded "
+                            "with the DNA alphabet")
+    return model_alphabet
+
+
+# --------------------------------------------------------------------------------------
+# outputs
+# --------------------------------------------------------------------------------------
+def _is_stdio(path) -> bool:
+    return path is not None and str(path) == STDIO
+
+
+def _check_output(path, overwrite: bool, inputs: list[Path], what: str) -> None:
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{what} {path} is a directory; give a file name")
+    for src in inputs:
+        if path.exists() and src.exists() and path.resolve() == src.resolve():
+            raise InputError(f"{what} {path} is also an input; write the output somewhere else")
+    if path.exists() and not overwrite:
+        raise OutputExistsError(f"{what} {path} already exists; remove it, or pass --overwrite to replace it "
+                                "(it is replaced only when the run succeeds)")
+
+
+class _PlanWriter:
+    """Transport plans into an ``.npz`` (a ZIP of ``.npy`` members, deflated, as
+    ``numpy.savez_compressed`` writes), one member ``{query_id}|{target_id}|{index}.npy`` per
+    pair, written as the plans arrive.
+
+    A ZIP ends with a central directory listing every member; :mod:`zipfile` keeps it in memory
+    (~400 bytes per member), so here each entry is spooled to a temporary file and copied to
+    the end on :meth:`close`: memory stays flat however many plans are written. ZIP64 records
+    are used where offsets or the member count outgrow the classic format.
+    """
+
+    _U32, _U16 = 0xFFFFFFFF, 0xFFFF
+    _ZIP64_AT = 0xFFFFFFFF  # offsets and sizes from here on need ZIP64 records (a test lowers it)
+
+    def __init__(self, handle):
+        self._out = handle
+        self._offset = 0
+        self._count = 0
+        self._directory = tempfile.TemporaryFile()
+
+    def add(self, key: str, plan: np.ndarray) -> None:
+        import struct  # noqa: PLC0415
+        import zlib  # noqa: PLC0415
+
+        buf = io.BytesIO()
+        np.lib.format.write_array(buf, np.ascontiguousarray(plan, dtype=np.float32), allow_pickle=False)
+        raw = buf.getvalue()
+        packer = zlib.compressobj(6, zlib.DEFLATED, -15)
+        data = packer.compress(raw) + packer.flush()
+        crc, name = zlib.crc32(raw), f"{key}.npy".encode()
+        if len(raw) >= self._U32 or len(data) >= self._U32:
+            raise InputError(f"plan {key} is too large for --plan-out ({len(raw)} bytes)")
+        # local header: version 4.5, UTF-8 names, deflate, DOS date 1980-01-01
+        self._out.write(struct.pack("<IHHHHHIIIHH", 0x04034B50, 45, 0x800, 8, 0, 0x21, crc, len(data), len(raw),
+                                    len(name), 0) + name)
+        self._out.write(data)
+        extra = b""
+        offset = self._offset
+        if offset >= self._ZIP64_AT:  # ZIP64 extended information: the header offset only
+            extra, offset = struct.pack("<HHQ", 0x0001, 8, self._offset), self._U32
+        self._directory.write(struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 45, 45, 0x800, 8, 0, 0x21, crc,
+                                          len(data), len(raw), len(name), len(extra), 0, 0, 0, 0, offset)
+                              + name + extra)
+        self._offset += 30 + len(name) + len(data)
+        self._count += 1
+
+    def close(self) -> None:
+        import struct  # noqa: PLC0415
+
+        start, size = self._offset, self._directory.tell()
+        self._directory.seek(0)
+        shutil.copyfileobj(self._directory, self._out, 1 << 20)
+        self._directory.close()
+        end = start + size
+        zip64 = start >= self._ZIP64_AT or size >= self._ZIP64_AT
+        if self._count >= self._U16 or zip64:
+            # ZIP64 end of central directory record and its locator
+            self._out.write(struct.pack("<IQHHIIQQQQ", 0x06064B50, 44, 45, 45, 0, 0, self._count, self._count,
+                                        size, start))
+            self._out.write(struct.pack("<IIQI", 0x07064B50, 0, end, 1))
+        self._out.write(struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, min(self._count, self._U16),
+                                    min(self._count, self._U16), self._U32 if zip64 else size,
+                                    self._U32 if zip64 else start, 0))
+
+
+@contextlib.contextmanager
+def _plan_sink(plan_out):
+    if plan_out is None:
+        yield None
+        return
+    with atomic_write(plan_out, "wb") as handle:
+        writer = _PlanWriter(handle)
+        yield writer
+        writer.close()
+
+
+# --------------------------------------------------------------------------------------
+# running the chunks: here or on a Dask cluster
+# --------------------------------------------------------------------------------------
+def _chunks(pairs: Iterable, size: int) -> Iterator[list]:
+    it = iter(pairs)
+    while chunk := list(itertools.islice(it, size)):
+        yield chunk
+
+
+def _run_local(spec, chunks, batch_size, keep_plan):
+    for chunk in chunks:
+        yield chunk, align_chunk(spec, chunk, batch_size, keep_plan)
+
+
+@contextlib.contextmanager
+def _client(scheduler: str | None, workers: int | None):
+    distributed = require("distributed", "cluster", "sinkalign align --workers/--scheduler")
+    if scheduler is not None:
+        try:
+            client = distributed.Client(scheduler, set_as_default=False)  # distributed.comm.timeouts.connect
+        except OSError as exc:
+            raise InputError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from exc
+        with client:
+            yield client
+        return
+    with distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                  dashboard_address=":0", silence_logs=logging.ERROR) as cluster, \
+            distributed.Client(cluster, set_as_default=False) as client:
+        yield client
+
+
+def _run_cluster(spec, chunks, batch_size, keep_plan, scheduler, workers, task):
+    """Chunks as Dask tasks; a bounded window in flight; results yielded in input order."""
+    distributed = require("distributed", "cluster", "sinkalign align --workers/--scheduler")
+    with _client(scheduler, workers) as client:
+        window = max(2, 2 * sum(client.nthreads().values()))
+        pending: deque = deque()
+
+        def submit(chunk):
+            pending.append((chunk, client.submit(task, spec, chunk, batch_size, keep_plan, pure=False)))
+
+        for chunk in itertools.islice(chunks, window):
+            submit(chunk)
+        while pending:
+            chunk, future = pending.popleft()
+            try:
+                out = future.result()
+            except distributed.KilledWorker as exc:
+                raise SinkalignError(f"a chunk of {len(chunk)} pairs (from {chunk[0][0]} / {chunk[0][2]}) "
+                                     f"killed every worker that ran it: {exc}") from exc
+            future.release()
+            for nxt in itertools.islice(chunks, 1):
+                submit(nxt)
+            yield chunk, out
+
+
+# --------------------------------------------------------------------------------------
+# the pipeline
+# --------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _stdin_spooled(paths: list):
+    """Replace each ``-`` by one temporary copy of standard input (read once, constant memory)."""
+    if not any(_is_stdio(p) for p in paths):
+        yield [None if p is None else Path(p) for p in paths]
+        return
+    with tempfile.TemporaryDirectory(prefix="sinkalign-stdin-") as tmp:
+        spool = Path(tmp) / "stdin"
+        with open(spool, "wb") as out:
+            shutil.copyfileobj(sys.stdin.buffer, out, 1 << 20)
+        yield [spool if _is_stdio(p) else (None if p is None else Path(p)) for p in paths]
+
+
+def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt: str = "tsv",
+                pairing: str = "all", model=None, embedder: str | None = None, esm_weights=None,
+                backend: str = "reference", plan_out=None, batch_size: int = 8, gap_weight: float | None = None,
+                progress: bool = False, overwrite: bool = False, workers: int | None = None,
+                scheduler: str | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE, _task=None) -> int:
+    """Align pairs of sequences and write them in ``fmt``; returns the number of pairs.
+
+    Args:
+        query_fasta, target_fasta: FASTA files (``-``: standard input). Without ``pairs``,
+            every query record against every target record (``pairing="all"``) or record i
+            with record i (``"zip"``). With ``pairs``, ``query_fasta`` holds the sequences
+            (and the targets too, unless ``target_fasta`` is given).
+        pairs: a pair list (``query_id target_id`` per line, see the module docstring).
+        output: output file (written atomically); ``None`` or ``-``: standard output,
+            written as the pairs are done (not for ``bam``).
+        plan_out: also write every transport plan (with dustbin row and column) to this
+            ``.npz``, ``{query_id}|{target_id}|{index}`` per pair.
+        overwrite: replace an existing ``output`` / ``plan_out`` (default: refuse, before
+            anything is aligned).
+        workers, scheduler: run the chunks on a local Dask cluster of ``workers`` processes,
+            or on the cluster whose scheduler is at ``scheduler`` (needs the ``cluster`` extra).
+        chunk_size: pairs per chunk (per cluster task); ``batch_size``: pairs per aligner batch.
+
+    Raises:
+        InputError (FormatError, AlphabetError), OutputExistsError, DependencyError, naming
+        the file, record, line or option; all raised before the first pair is aligned, except
+        a failure of the aligner itself.
+    """
+    if fmt not in FORMATS:
+        raise InputError(f"format {fmt!r} is not one of {FORMATS}")
+    if batch_size < 1 or chunk_size < 1:
+        raise InputError(f"batch_size={batch_size} and chunk_size={chunk_size} must be >= 1")
+    if workers is not None and scheduler is not None:
+        raise InputError("give either workers (a local cluster) or scheduler (an existing one), not both")
+    if workers is not None and workers < 1:
+        raise InputError(f"workers={workers} must be >= 1")
+    to_stdout = output is None or _is_stdio(output)
+    if to_stdout and fmt == "bam":
+        raise InputError("--format bam is binary: give an output file (-o FILE)")
+    if _is_stdio(plan_out):
+        raise InputError("--plan-out is a .npz archive: give a file, not '-'")
+    if pairs is not None and _is_stdio(pairs) and (_is_stdio(query_fasta) or _is_stdio(target_fasta)):
+        raise InputError("only one input can be read from standard input ('-'): the pair list or the FASTA")
+    if pairs is None and target_fasta is None:
+        raise InputError("give a query and a target FASTA file (or a pair list)")
+    inputs = [Path(p) for p in (query_fasta, target_fasta, pairs) if p is not None and not _is_stdio(p)]
+    for path, what in ((None if to_stdout else output, "output"), (plan_out, "--plan-out")):
+        if path is not None:
+            _check_output(path, overwrite, inputs, what)
+    if plan_out is not None and not to_stdout and Path(plan_out).resolve() == Path(output).resolve():
+        raise InputError(f"--plan-out and the output are the same file, {output}")
+
+    with _stdin_spooled([query_fasta, target_fasta, pairs]) as (qpath, tpath, ppath):
+        source = _ListedPairs(ppath, qpath, tpath) if ppath is not None else _FastaPairs(qpath, tpath, pairing)
+        spec, model_alphabet = None, None
+        if model is not None:  # load it first: a bad model fails fast, and its alphabet is known
+            spec = ModelSpec(str(Path(model).resolve()), backend=backend, gap_weight=gap_weight,
+                             embedder=embedder, esm_weights=None if esm_weights is None else str(esm_weights))
+            model_alphabet = load_aligner(spec).config.alphabet
+        scan = source.scan(fmt)
+        alphabet = _check_alphabets(scan, model_alphabet)
+        if spec is None:
+            spec = ModelSpec(None, alphabet, backend=backend, gap_weight=gap_weight, embedder=embedder,
+                             esm_weights=None if esm_weights is None else str(esm_weights))
+            if scheduler is None and workers is None:
+                load_aligner(spec)  # the shipped model, loaded before the first pair
+        keep_plan = plan_out is not None
+        chunks = _chunks(source.pairs(alphabet), chunk_size)
+        if scheduler is None and workers is None:
+            results = _run_local(spec, chunks, batch_size, keep_plan)
+        else:
+            results = _run_cluster(spec, chunks, batch_size, keep_plan, scheduler, workers, _task or align_chunk)
+
+        from tqdm import tqdm  # noqa: PLC0415
+
+        with _plan_sink(plan_out) as plans, tqdm(total=scan.total, disable=not progress, unit="pair",
+                                                  file=sys.stderr) as bar:
+
+            def records():
+                index = 0
+                for chunk, out in results:
+                    for (qid, q, tid, t), (aln, plan) in zip(chunk, out):
+                        if plans is not None:
+                            plans.add(f"{qid}|{tid}|{index}", plan)
+                        index += 1
+                        yield qid, q, tid, t, aln, aln.score
+                    bar.update(len(chunk))
+                if index != scan.total:  # every pair exactly once, checked before the output is kept
+                    raise RuntimeError(f"aligned {index} pairs of {scan.total}")
+
+            target = sys.stdout if to_stdout else output
+            try:
+                n = write_alignments(records(), target, fmt, references=scan.references)
+            finally:
+                results.close()
+            if to_stdout:
+                sys.stdout.flush()
     return n
-
-
-del os

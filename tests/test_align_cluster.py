@@ -1,0 +1,96 @@
+"""`sinkalign align` on a Dask cluster: two local worker processes give the single-process
+output, and a worker killed in the middle of a run costs nothing but a recomputed chunk."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import signal
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import sinkalign.pipelines.align as pipeline
+from sinkalign.cli.main import cli
+from sinkalign.pipelines.align import align_fasta
+
+distributed = pytest.importorskip("distributed")
+
+QUERIES = {f"q{i}": s for i, s in enumerate([
+    "MKVLAAGHWERTYLLKPQ", "MSTNPKPQRKTKRNTNRRPQDVKFPGG", "MKVLSAGHWERTLLKPQDE", "GHWERTYLLKPQMKV",
+    "MSNPKPQRKTRRNTNRRPQ", "MKILSAGHWERTLLKPQ"])}
+TARGETS = {"t0": "MKILSAGHWERTLLKPQ", "t1": "MSNPKPQRKTRRNTNRRPQDVKFPG", "t2": "PQRKTKRNTNRRPQDV"}
+
+
+@pytest.fixture()
+def inputs(tmp_path, monkeypatch):
+    # the workers compute in the precision mode of this process (tests enable float64 in JAX)
+    monkeypatch.setenv("JAX_ENABLE_X64", "1")
+    (tmp_path / "q.fa").write_text("".join(f">{k}\n{v}\n" for k, v in QUERIES.items()))
+    (tmp_path / "t.fa").write_text("".join(f">{k}\n{v}\n" for k, v in TARGETS.items()))
+    return tmp_path
+
+
+def crash_once(marker, spec, chunk, batch_size, keep_plan):
+    """The chunk holding q3 kills its worker process (SIGKILL) the first time it runs."""
+    if any(q == "q3" for q, *_ in chunk):
+        try:
+            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            pass
+        else:
+            os.close(fd)
+            os.kill(os.getpid(), signal.SIGKILL)
+    return pipeline.align_chunk(spec, chunk, batch_size, keep_plan)
+
+
+def test_two_local_workers_give_the_single_process_output(inputs, monkeypatch):
+    args = ["align", str(inputs / "q.fa"), str(inputs / "t.fa"), "--chunk-size", "2", "--batch-size", "2",
+            "--no-progress"]
+    r = CliRunner().invoke(cli, [*args, "-o", str(inputs / "one.tsv"), "--plan-out", str(inputs / "one.npz")])
+    assert r.exit_code == 0, r.output
+    monkeypatch.setattr(pipeline, "_run_local", None)  # from here on, only workers may align
+    r = CliRunner().invoke(cli, [*args, "--workers", "2", "-o", str(inputs / "two.tsv"),
+                                 "--plan-out", str(inputs / "two.npz")])
+    assert r.exit_code == 0, r.output
+    one, two = (inputs / "one.tsv").read_text(), (inputs / "two.tsv").read_text()
+    assert two == one and len(one.splitlines()) == 1 + len(QUERIES) * len(TARGETS)
+    with np.load(inputs / "one.npz") as a, np.load(inputs / "two.npz") as b:
+        assert a.files == b.files and len(a.files) == len(QUERIES) * len(TARGETS)
+        for key in a.files:
+            np.testing.assert_array_equal(a[key], b[key])
+    assert sorted(p.name for p in inputs.iterdir()) == ["one.npz", "one.tsv", "q.fa", "t.fa", "two.npz", "two.tsv"]
+
+
+def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(inputs):
+    marker = inputs / "killed"
+    single = inputs / "one.json"
+    align_fasta(inputs / "q.fa", inputs / "t.fa", fmt="json", output=single, chunk_size=2, batch_size=2)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
+                                  silence_logs=logging.ERROR) as cluster, distributed.Client(cluster) as client:
+        out = inputs / "cluster.json"
+        n = align_fasta(inputs / "q.fa", inputs / "t.fa", fmt="json", output=out, chunk_size=2, batch_size=2,
+                        scheduler=cluster.scheduler_address, _task=functools.partial(crash_once, str(marker)))
+        client.wait_for_workers(2, timeout=120)  # the nanny restarts the killed worker
+        loads = client.run(lambda: pipeline._LOADS)
+    assert marker.exists()  # the worker running q3's chunk was killed
+    assert n == len(QUERIES) * len(TARGETS)
+    assert out.read_text() == single.read_text()
+    objs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(o["query_id"], o["target_id"]) for o in objs] == [(q, t) for q in QUERIES for t in TARGETS]
+    # the model is loaded once per worker process (the restarted one: once if it got a chunk after)
+    assert sorted(loads.values()) in ([1, 1], [0, 1])
+
+
+def test_cluster_errors(inputs):
+    import dask
+
+    from sinkalign.errors import InputError
+
+    with dask.config.set({"distributed.comm.timeouts.connect": "1s"}), \
+            pytest.raises(InputError, match="cannot reach the Dask scheduler at tcp://127.0.0.1:9"):
+        align_fasta(inputs / "q.fa", inputs / "t.fa", output=inputs / "x.tsv", scheduler="tcp://127.0.0.1:9")
+    assert not (inputs / "x.tsv").exists()
