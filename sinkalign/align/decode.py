@@ -34,6 +34,7 @@ __all__ = [
     "check_pairs",
     "cigar",
     "mea_align",
+    "mea_batch",
     "mea_from_posteriors",
     "plan_posteriors",
     "to_gapped",
@@ -223,11 +224,18 @@ def plan_posteriors(plan: Any, *, normalise: str = "row") -> Posteriors:
         i, j = np.argwhere(P < 0)[0]
         raise ValueError(f"plan must be non-negative, got plan[{i}, {j}]={P[i, j]}")
     m, n = P.shape[0] - 1, P.shape[1] - 1
+    if normalise == "none":
+        return Posteriors(P[:m, :n].copy(), P[:m, n].copy(), P[m, :n].copy())
+    return _row_posteriors(P)
+
+
+def _row_posteriors(P: np.ndarray) -> Posteriors:
+    """``plan_posteriors(P, normalise="row")`` for a plan known to be a finite, non-negative
+    float64 ``[m+1, n+1]`` array (no checks)."""
+    m, n = P.shape[0] - 1, P.shape[1] - 1
     R = P[:m, :n]
     qd = P[:m, n]
     td = P[m, :n]
-    if normalise == "none":
-        return Posteriors(R.copy(), qd.copy(), td.copy())
     r = R.sum(axis=1) + qd  # [m]
     c = R.sum(axis=0) + td  # [n]
     inv_r = np.divide(1.0, r, out=np.zeros_like(r), where=r > 0)
@@ -246,7 +254,7 @@ def _mea_table(W: np.ndarray) -> np.ndarray:
 
     ``S[i, j] = max(S[i-1, j], S[i, j-1], S[i-1, j-1] + W[i-1, j-1])``, computed one row at
     a time: the diagonal/vertical candidates are a vectorised max and the horizontal moves
-    (free) are a running maximum along the row.
+    (free) are a running maximum along the row. (The plain form of :func:`_mea_moves`.)
     """
     m, n = W.shape
     S = np.zeros((m + 1, n + 1), dtype=np.float64)
@@ -259,7 +267,8 @@ def _mea_table(W: np.ndarray) -> np.ndarray:
 
 
 def _traceback(S: np.ndarray) -> np.ndarray:
-    """Pairs of one optimal chain in ``S`` (ties go to gaps, so no zero-gain match is taken)."""
+    """Pairs of one optimal chain in ``S`` (ties go to gaps, so no zero-gain match is taken).
+    (The plain form of :func:`_trace_moves`.)"""
     i, j = S.shape[0] - 1, S.shape[1] - 1
     Sl = S  # local name for speed
     out: list[tuple[int, int]] = []
@@ -276,6 +285,137 @@ def _traceback(S: np.ndarray) -> np.ndarray:
     if not out:
         return np.zeros((0, 2), dtype=np.int64)
     return np.asarray(out[::-1], dtype=np.int64)
+
+
+_DIAG, _UP, _LEFT = 0, 1, 2  # the traceback's move out of a cell
+
+
+def _mea_moves(W: np.ndarray, shapes) -> tuple[np.ndarray, np.ndarray]:
+    """The dynamic programme of :func:`_mea_table` for a zero-padded stack ``W [B, M, N]``,
+    keeping only what the traceback reads.
+
+    Returns ``moves [B, M, N]`` (uint8), the move :func:`_traceback` makes out of cell
+    ``(i + 1, j + 1)`` (``_UP`` where ``S[i+1, j+1] == S[i, j+1]``, else ``_LEFT`` where
+    ``S[i+1, j+1] == S[i+1, j]``, else ``_DIAG``), and ``best [B]``, ``S[m_b, n_b]`` for the
+    ``shapes`` ``(m_b, n_b)``. Every table entry is computed by the same floating-point
+    operations as in :func:`_mea_table`, and no entry of a pair's own ``[m_b+1, n_b+1]``
+    corner reads a padded row or column, so both are bitwise those of the pair alone. Two
+    rows of the table are kept, not all of it: ``O(B N)`` floats and ``3 B M N`` bytes.
+    """
+    B, M, N = W.shape
+    prev = np.zeros((B, N + 1))
+    row = np.zeros((B, N + 1))
+    cand = np.empty((B, N))
+    up = np.empty((B, M, N), dtype=bool)
+    left = np.empty((B, M, N), dtype=bool)
+    best = np.zeros(B)
+    ends: dict[int, list[int]] = {}
+    for b, (m, _) in enumerate(shapes):
+        ends.setdefault(m, []).append(b)
+    for i in range(1, M + 1):
+        np.add(prev[:, :-1], W[:, i - 1], out=cand)
+        np.maximum(prev[:, 1:], cand, out=row[:, 1:])  # [B, N]; row[:, 0] stays 0
+        np.maximum.accumulate(row, axis=1, out=row)  # horizontal moves
+        np.equal(row[:, 1:], prev[:, 1:], out=up[:, i - 1])
+        np.equal(row[:, 1:], row[:, :-1], out=left[:, i - 1])
+        for b in ends.get(i, ()):
+            best[b] = row[b, shapes[b][1]]
+        prev, row = row, prev
+    moves = (left & ~up).view(np.uint8) << 1
+    moves |= up.view(np.uint8)
+    return moves, best
+
+
+def _trace_moves(buf: bytes, width: int, m: int, n: int) -> np.ndarray:
+    """:func:`_traceback` from the moves of :func:`_mea_moves` (``buf[(i-1) * width + j-1]``:
+    the move out of cell ``(i, j)``), a run of equal moves at a time: each run is one
+    ``bytes.lstrip``."""
+    i, j = m, n
+    runs = []  # diagonal runs (i0, j0, length): pairs (i0 + t, j0 + t), t < length
+    while i > 0 and j > 0:
+        at = (i - 1) * width + j - 1
+        move = buf[at]
+        if move == _UP:  # cells (i, j), (i-1, j), ..., (1, j)
+            col = buf[at::-width]
+            i -= len(col) - len(col.lstrip(b"\x01"))
+        elif move == _LEFT:  # cells (i, j), (i, j-1), ..., (i, 1)
+            line = buf[at - j + 1 : at + 1][::-1]
+            j -= len(line) - len(line.lstrip(b"\x02"))
+        else:  # cells (i, j), (i-1, j-1), ... while both stay >= 1
+            diag = buf[at :: -(width + 1)][: min(i, j)]
+            run = len(diag) - len(diag.lstrip(b"\x00"))
+            i -= run
+            j -= run
+            runs.append((i, j, run))
+    if not runs:
+        return np.zeros((0, 2), dtype=np.int64)
+    starts = np.array(runs[::-1], dtype=np.int64)  # [r, 3], in increasing order
+    lengths = starts[:, 2]
+    offset = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return np.stack([np.repeat(starts[:, 0], lengths) + offset, np.repeat(starts[:, 1], lengths) + offset], 1)
+
+
+def _finish(M: np.ndarray, qg: np.ndarray, tg: np.ndarray, gap_weight: float, pairs: np.ndarray,
+            best: float) -> Alignment:
+    """The :class:`Alignment` of ``pairs``, an optimal chain whose table corner is ``best``."""
+    m, n = M.shape
+    mp = M[pairs[:, 0], pairs[:, 1]] if pairs.size else np.zeros(0)
+    q_un = np.ones(m, dtype=bool)
+    t_un = np.ones(n, dtype=bool)
+    q_un[pairs[:, 0]] = False
+    t_un[pairs[:, 1]] = False
+    gaps = qg[q_un].sum() + tg[t_un].sum()
+    score = float(best + gap_weight * (qg.sum() + tg.sum()))
+    ea = float((2.0 * mp.sum() + gaps) / (m + n)) if m + n else float("nan")
+    return Alignment(pairs, mp, qg, tg, ea, score)
+
+
+def _gain(M: np.ndarray, qg: np.ndarray, tg: np.ndarray, gap_weight: float) -> np.ndarray:
+    if gap_weight == 0.0:  # M - 0 * (...) is M, bit for bit, for finite posteriors
+        return M
+    return M - gap_weight * (qg[:, None] + tg[None, :])  # [m, n]
+
+
+def mea_batch(posteriors: list, *, gap_weight: float = 1.0, slack: float = 1.3) -> list[Alignment]:
+    """:func:`mea_from_posteriors` of many pairs, faster: the dynamic programmes of pairs of
+    similar shape run as one stack (see :func:`_mea_moves`), so each row costs a few array
+    operations for the whole group instead of for each pair.
+
+    Args:
+        posteriors: :class:`Posteriors` (or ``(match, query_gap, target_gap)``) of finite
+            float64 arrays, as :func:`plan_posteriors` returns them (not re-validated).
+        gap_weight: as in :func:`mea_from_posteriors`.
+        slack: a group is padded to at most ``slack`` times the cells of its pairs.
+
+    Returns the alignments in input order, each identical (pairs, posteriors, score) to
+    :func:`mea_from_posteriors` of the same pair.
+    """
+    if not np.isfinite(gap_weight) or gap_weight < 0:
+        raise ValueError(f"{gap_weight=} must be finite and >= 0")
+    posts = [tuple(p) for p in posteriors]
+    out: list[Alignment | None] = [None] * len(posts)
+    order = sorted(range(len(posts)), key=lambda k: posts[k][0].shape)
+    start = 0
+    while start < len(order):  # greedy groups of consecutive shapes within the slack
+        stop, cells, big_m, big_n = start, 0, 0, 0
+        while stop < len(order):
+            m, n = posts[order[stop]][0].shape
+            if stop > start and max(big_m, m) * max(big_n, n) * (stop - start + 1) > slack * (cells + m * n):
+                break
+            cells, big_m, big_n = cells + m * n, max(big_m, m), max(big_n, n)
+            stop += 1
+        group = order[start:stop]
+        W = np.zeros((len(group), big_m, big_n))
+        for g, k in enumerate(group):
+            M, qg, tg = posts[k]
+            W[g, : M.shape[0], : M.shape[1]] = _gain(M, qg, tg, gap_weight)
+        moves, best = _mea_moves(W, [posts[k][0].shape for k in group])
+        for g, k in enumerate(group):
+            M, qg, tg = posts[k]
+            pairs = _trace_moves(moves[g].tobytes(), big_n, *M.shape)
+            out[k] = _finish(M, qg, tg, gap_weight, pairs, best[g])
+        start = stop
+    return out
 
 
 def mea_from_posteriors(
@@ -313,18 +453,7 @@ def mea_from_posteriors(
     for name, arr in (("match", M), ("query_gap", qg), ("target_gap", tg)):
         if not np.all(np.isfinite(arr)):
             raise ValueError(f"{name} must be finite, found {int((~np.isfinite(arr)).sum())} non-finite values")
-    W = M - gap_weight * (qg[:, None] + tg[None, :])  # [m, n]
-    S = _mea_table(W)
-    pairs = _traceback(S)
-    mp = M[pairs[:, 0], pairs[:, 1]] if pairs.size else np.zeros(0)
-    q_un = np.ones(m, dtype=bool)
-    t_un = np.ones(n, dtype=bool)
-    q_un[pairs[:, 0]] = False
-    t_un[pairs[:, 1]] = False
-    gaps = qg[q_un].sum() + tg[t_un].sum()
-    score = float(S[m, n] + gap_weight * (qg.sum() + tg.sum()))
-    ea = float((2.0 * mp.sum() + gaps) / (m + n)) if m + n else float("nan")
-    return Alignment(pairs, mp, qg, tg, ea, score)
+    return mea_batch([(M, qg, tg)], gap_weight=gap_weight)[0]
 
 
 def mea_align(plan: Any, *, gap_weight: float = 1.0, normalise: str = "row") -> Alignment:
