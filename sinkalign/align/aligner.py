@@ -16,6 +16,7 @@ come in input order.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections import deque
@@ -173,7 +174,7 @@ class Aligner:
         path = Path(path) if path is not None else default_model_path()
         if not path.exists():
             raise FileNotFoundError(f"model {path} does not exist")
-        params, state, _ = load_checkpoint(path)
+        params, state = _read_model(path)
         if "model" not in state:
             raise ValueError(f"{path}/state.json has no 'model' config")
         if "calibration" in state and "calibration" not in kwargs:
@@ -345,6 +346,23 @@ class Aligner:
         rows = np.asarray(rows, np.float64)
         for i, item in enumerate(chunk):
             yield self._decode(item, M.pair_plan(rows[i], len(item[1]), len(item[3])), keep_plan)
+
+
+def _read_model(path: Path) -> tuple[dict, dict]:
+    """(params, state) of a model: a model directory is read straight into NumPy arrays (no JAX
+    start-up on the way: the numpy engine never needs it); checkpoints and run directories
+    go through :func:`~sinkalign.align.train.load_checkpoint`."""
+    if (path / "checkpoints").exists() or not all((path / f).is_file() for f in ("params.safetensors", "state.json")):
+        params, state, _ = load_checkpoint(path)
+        return params, state
+    from safetensors.numpy import load_file
+
+    try:
+        params = load_file(path / "params.safetensors")
+        state = json.loads((path / "state.json").read_text())
+    except Exception as exc:  # corrupt or missing files
+        raise ValueError(f"cannot read model {path}: {exc}") from exc
+    return params, state
 
 
 def _chunks(items: Iterable, size: int) -> Iterator[list]:
