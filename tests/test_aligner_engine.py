@@ -12,7 +12,7 @@ import pytest
 
 from sinkalign.align import model as M
 from sinkalign.align.aligner import Aligner, compilation_cache_dir
-from sinkalign.align.decode import cigar
+from sinkalign.align.decode import cigar, plan_posteriors
 from sinkalign.align.engine import MAX_SPREAD, NumpyEngine, engine_support
 
 AA = "ACDEFGHIKLMNPQRSTVWY"
@@ -71,9 +71,12 @@ def test_engine_plans_are_the_reference_plans_to_float64_precision(alphabet, set
     for (query, target), row in zip(pairs, rows):
         m, n = len(query), len(target)
         ref = M.pair_plan(row, m, n)
-        got = engine.plan(query, target)
+        solution = engine.solve(query, target)
+        got = solution.plan()
         assert got.shape == (m + 1, n + 1)
         np.testing.assert_allclose(got, ref, rtol=1e-11, atol=1e-13 * ref.max(), err_msg=f"{m} x {n}")
+        for fast, slow in zip(solution.posteriors(), plan_posteriors(ref)):  # read off without the plan
+            np.testing.assert_allclose(fast, slow, rtol=1e-10, atol=1e-15)
 
 
 def test_engine_scores_match_the_models_q_k_scores():
@@ -82,20 +85,21 @@ def test_engine_scores_match_the_models_q_k_scores():
     rng = np.random.default_rng(3)
     params = _separable_params(config, rng, dustbins=True)
     engine = NumpyEngine.from_model(params, config)
-    query, target = "MKVLAAGHWERTYLLKPQXB", "mkvlagHWERTYLKPQDESTRIV"  # X, B (-> X) and lower case
-    batch = M.make_batch([(query, target, None, None, None)], config, 32, 32)
-    q, k = M.queries_keys(params, batch, config)
-    q, k = np.asarray(q)[0], np.asarray(k)[0]
-    d = q.shape[-1]
-    scale = 1.0 / (np.sqrt(d) * config.eps)
-    m, n = len(query), len(target)
-    ref = np.empty((m + 1, n + 1))
-    ref[:m, :n] = q[:m] @ k[:n].T * scale
-    ref[:m, n] = q[:m] @ params["k_dustbin"] * scale
-    ref[m, :n] = k[:n] @ params["q_dustbin"] * scale
-    ref[m, n] = params["q_dustbin"] @ params["k_dustbin"] * scale
-    got = engine.scores(engine.encode(query), engine.encode(target))
-    np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-13)
+    long_q, long_t = _random_seq(rng, 150), _random_seq(rng, 2100)  # several row tiles of the filters
+    for query, target in [("MKVLAAGHWERTYLLKPQXB", "mkvlagHWERTYLKPQDESTRIV"),  # X, B (-> X), lower case
+                          (long_q, long_t)]:
+        batch = M.make_batch([(query, target, None, None, None)], config, len(query), len(target))
+        q, k = M.queries_keys(params, batch, config)
+        q, k = np.asarray(q)[0], np.asarray(k)[0]
+        scale = 1.0 / (np.sqrt(q.shape[-1]) * config.eps)
+        m, n = len(query), len(target)
+        ref = np.empty((m + 1, n + 1))
+        ref[:m, :n] = q @ k.T * scale
+        ref[:m, n] = q @ params["k_dustbin"] * scale
+        ref[m, :n] = k @ params["q_dustbin"] * scale
+        ref[m, n] = params["q_dustbin"] @ params["k_dustbin"] * scale
+        got = engine.scores(engine.encode(query), engine.encode(target))
+        np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-13)
 
 
 def test_shipped_models_run_on_the_numpy_engine():

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ import numpy as np
 
 from sinkalign.align import model as M
 from sinkalign.align.calibration import Calibration
-from sinkalign.align.decode import Alignment, _row_posteriors, mea_batch, mea_from_posteriors, plan_posteriors
+from sinkalign.align.decode import Alignment, mea_batch, mea_from_posteriors, plan_posteriors
 from sinkalign.align.engine import NumpyEngine, engine_support
 from sinkalign.align.train import BUCKETS, load_checkpoint
 
@@ -42,6 +43,7 @@ ENGINES = ("auto", "numpy", "jax")
 MAX_LENGTH = 8192  # residues per sequence; the plan is dense, [L + 1, L + 1] per pair
 LONG_STEP = 512
 TASK_PAIRS = 16  # pairs per task of the numpy engine (a thread aligns one task at a time)
+TASK_CELLS = 2**22  # and at most this many residue pairs per task (a longer pair goes alone): bounded memory
 CACHE_ENV = "SINKALIGN_JAX_CACHE"
 
 
@@ -268,23 +270,26 @@ class Aligner:
                 error = exc  # raised by the consumer, after the results before it
                 break
             good.append(item)
-        plans = [self._numpy.plan(item[1], item[3]) for item in good]
-        posts = [_row_posteriors(plan) for plan in plans]  # finite and non-negative by construction
+        solved = [self._numpy.solve(item[1], item[3]) for item in good]
+        plans = [sol.plan() if keep_plan else None for sol in solved]
+        posts = [sol.posteriors() for sol in solved]
+        del solved
         alns = mea_batch(posts, gap_weight=self.gap_weight)
         out: list = []
         for item, plan, post, aln in zip(good, plans, posts, alns):
             if self.calibration is not None:
                 aln = self.calibration.apply(aln, post.match)
-            out.append(PairResult(item[0], item[1], item[2], item[3], aln, plan if keep_plan else None))
+            out.append(PairResult(item[0], item[1], item[2], item[3], aln, plan))
         return out + ([error] if error is not None else [])
 
     def _numpy_results(self, pairs, keep_plan):
-        tasks = _chunks(pairs, TASK_PAIRS)
-        for results in _ordered_map(lambda items: self._numpy_task(items, keep_plan), tasks, self.workers):
-            for res in results:
-                if isinstance(res, Exception):
-                    raise res
-                yield res
+        tasks = _chunks(pairs, TASK_PAIRS, TASK_CELLS)
+        with _BLAS_ONE_THREAD:
+            for results in _ordered_map(lambda items: self._numpy_task(items, keep_plan), tasks, self.workers):
+                for res in results:
+                    if isinstance(res, Exception):
+                        raise res
+                    yield res
 
     # ---------------------------------------------------------------- jax engine
     def _plans_fn(self) -> Callable:
@@ -365,13 +370,60 @@ def _read_model(path: Path) -> tuple[dict, dict]:
     return params, state
 
 
-def _chunks(items: Iterable, size: int) -> Iterator[list]:
+class _SingleThreadedBlas:
+    """While at least one numpy-engine stream is running, BLAS (OpenBLAS, MKL) runs on one
+    thread: the engine's matrix-vector products are small and memory-bound, and the engine
+    parallelises over pairs itself; a threaded BLAS under it spins its threads and, on a
+    busy machine, costs many times the work (30x measured at length 1000). Reference
+    counted across streams; the previous setting comes back when the last one ends."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users = 0
+        self._controller = None
+        self._limit = None
+
+    def __enter__(self):
+        with self._lock:
+            if self._users == 0:
+                try:
+                    if self._controller is None:
+                        from threadpoolctl import ThreadpoolController
+
+                        self._controller = ThreadpoolController()
+                    self._limit = self._controller.limit(limits=1, user_api="blas")
+                except Exception as exc:  # noqa: BLE001 - no threadpoolctl, or a BLAS it cannot drive
+                    log.debug("BLAS threads left as they are: %s", exc)
+                    self._limit = None
+            self._users += 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users == 0 and self._limit is not None:
+                self._limit.restore_original_limits()
+                self._limit = None
+
+
+_BLAS_ONE_THREAD = _SingleThreadedBlas()
+
+
+def _chunks(items: Iterable, size: int, cells: int | None = None) -> Iterator[list]:
+    """Lists of at most ``size`` consecutive items (``(qid, q, tid, t)``), and, with
+    ``cells``, of at most that many ``len(q) * len(t)`` cells (a longer pair goes alone)."""
     chunk: list = []
+    total = 0
     for item in items:
+        area = len(item[1]) * len(item[3])
+        if chunk and cells is not None and total + area > cells:
+            yield chunk
+            chunk, total = [], 0
         chunk.append(item)
+        total += area
         if len(chunk) == size:
             yield chunk
-            chunk = []
+            chunk, total = [], 0
     if chunk:
         yield chunk
 

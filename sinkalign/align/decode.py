@@ -19,6 +19,7 @@ dustbin (gap evidence for target residues); ``P[m, n]`` is ignored.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -288,6 +289,21 @@ def _traceback(S: np.ndarray) -> np.ndarray:
 
 
 _DIAG, _UP, _LEFT = 0, 1, 2  # the traceback's move out of a cell
+_SCRATCH = threading.local()  # per-thread work arrays of the batched DP, reused across calls
+_SCRATCH_KEEP = 64 * 2**20  # bytes: larger work arrays are not kept
+_GROUP_CELLS = 2**22  # cells of one stacked group (a longer pair is decoded alone)
+
+
+def _scratch(name: str, shape: tuple, dtype) -> np.ndarray:
+    """An uninitialised work array, from this thread's buffer ``name`` when one is big enough
+    (re-touching fresh pages costs more than the dynamic programme's arithmetic)."""
+    size = int(np.prod(shape))
+    buf = getattr(_SCRATCH, name, None)
+    if buf is None or buf.size < size or buf.dtype != dtype:
+        buf = np.empty(size, dtype)
+        if buf.nbytes <= _SCRATCH_KEEP:
+            setattr(_SCRATCH, name, buf)
+    return buf[:size].reshape(shape)
 
 
 def _mea_moves(W: np.ndarray, shapes) -> tuple[np.ndarray, np.ndarray]:
@@ -306,8 +322,8 @@ def _mea_moves(W: np.ndarray, shapes) -> tuple[np.ndarray, np.ndarray]:
     prev = np.zeros((B, N + 1))
     row = np.zeros((B, N + 1))
     cand = np.empty((B, N))
-    up = np.empty((B, M, N), dtype=bool)
-    left = np.empty((B, M, N), dtype=bool)
+    up = _scratch("up", (B, M, N), bool)
+    left = _scratch("left", (B, M, N), bool)
     best = np.zeros(B)
     ends: dict[int, list[int]] = {}
     for b, (m, _) in enumerate(shapes):
@@ -321,8 +337,10 @@ def _mea_moves(W: np.ndarray, shapes) -> tuple[np.ndarray, np.ndarray]:
         for b in ends.get(i, ()):
             best[b] = row[b, shapes[b][1]]
         prev, row = row, prev
-    moves = (left & ~up).view(np.uint8) << 1
-    moves |= up.view(np.uint8)
+    moves = _scratch("moves", (B, M, N), np.uint8)
+    np.greater(left, up, out=moves.view(bool))  # left and not up
+    np.left_shift(moves, 1, out=moves)
+    np.bitwise_or(moves, up.view(np.uint8), out=moves)
     return moves, best
 
 
@@ -400,15 +418,25 @@ def mea_batch(posteriors: list, *, gap_weight: float = 1.0, slack: float = 1.3) 
         stop, cells, big_m, big_n = start, 0, 0, 0
         while stop < len(order):
             m, n = posts[order[stop]][0].shape
-            if stop > start and max(big_m, m) * max(big_n, n) * (stop - start + 1) > slack * (cells + m * n):
+            padded = max(big_m, m) * max(big_n, n) * (stop - start + 1)
+            if stop > start and (padded > slack * (cells + m * n) or padded > _GROUP_CELLS):
                 break
             cells, big_m, big_n = cells + m * n, max(big_m, m), max(big_n, n)
             stop += 1
         group = order[start:stop]
-        W = np.zeros((len(group), big_m, big_n))
-        for g, k in enumerate(group):
+        if len(group) == 1:  # alone: no stack to copy into
+            M, qg, tg = posts[group[0]]
+            W = _gain(M, qg, tg, gap_weight)[None]
+            group_items = ()
+        else:
+            W = _scratch("gain", (len(group), big_m, big_n), np.float64)
+            group_items = enumerate(group)
+        for g, k in group_items:
             M, qg, tg = posts[k]
-            W[g, : M.shape[0], : M.shape[1]] = _gain(M, qg, tg, gap_weight)
+            m, n = M.shape
+            W[g, :m, :n] = _gain(M, qg, tg, gap_weight)
+            W[g, m:] = 0.0  # padding: never read by the pair's own cells, but kept finite
+            W[g, :m, n:] = 0.0
         moves, best = _mea_moves(W, [posts[k][0].shape for k in group])
         for g, k in enumerate(group):
             M, qg, tg = posts[k]

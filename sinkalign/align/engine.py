@@ -35,13 +35,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sinkalign.align.decode import Posteriors
 from sinkalign.align.model import ALPHABETS, AlignerConfig, encode_residues
 
-__all__ = ["MAX_SPREAD", "NumpyEngine", "engine_support"]
+__all__ = ["MAX_SPREAD", "NumpyEngine", "Solution", "engine_support"]
 
 # Largest range of scores (natural-log units) the scaling form takes: exp(-MAX_SPREAD) and the
 # scaling vectors stay far inside float64's range (e^-708) for any marginal up to 8192.
 MAX_SPREAD = 300.0
+_TILE = 2**17  # elements of one tile of the score filters (1 MiB of float64: cache-sized)
 
 
 def engine_support(params: dict, config: AlignerConfig) -> str | None:
@@ -173,12 +175,17 @@ class NumpyEngine:
         ax, bx = self._padded(a), self._padded(b)
         C = n + 2 * K
         S = np.empty((m + 1, n + 1))
-        pairs = np.take(self._scaled_base[ax], bx, axis=1)  # [m + 2K, C]: base[a[p], b[q]] / ((K + 1) eps)
-        # triangular weights (K + 1 - |k|) / (K + 1) = (box * box) / (K + 1), box of width K + 1,
-        # both along the diagonals: S[i, j] = tri[i * C + j] (the window starts at [i, j] of pairs)
-        tri = _diag_box_flat(_diag_box_flat(pairs.ravel(), C + 1, K + 1), C + 1, K + 1)
-        assert len(tri) == m * C - 2 * K
-        S[:m, :n] = np.lib.stride_tricks.as_strided(tri, shape=(m, n), strides=(C * tri.itemsize, tri.itemsize))
+        rows = max(64, _TILE // C)  # query rows per tile: the filters' temporaries stay small
+        for r0 in range(0, m, rows):
+            r1 = min(m, r0 + rows)
+            # [r1 - r0 + 2K, C]: base[a[p], b[q]] / ((K + 1) eps) for the tile's windows
+            pairs = np.take(self._scaled_base[ax[r0 : r1 + 2 * K]], bx, axis=1)
+            # triangular weights (K + 1 - |k|) / (K + 1) = (box * box) / (K + 1), box of width
+            # K + 1, both along the diagonals: S[r0 + i, j] = tri[i * C + j] (window at [i, j])
+            tri = _diag_box_flat(_diag_box_flat(pairs.ravel(), C + 1, K + 1), C + 1, K + 1)
+            assert len(tri) == (r1 - r0) * C - 2 * K
+            S[r0:r1, :n] = np.lib.stride_tricks.as_strided(tri, shape=(r1 - r0, n),
+                                                           strides=(C * tri.itemsize, tri.itemsize))
         if self._dustbin_scores:
             offsets = np.arange(2 * K + 1)
             win_a = ax[np.arange(m)[:, None] + offsets]  # [m, 2K + 1]
@@ -200,13 +207,19 @@ class NumpyEngine:
 
     def plan(self, query: str, target: str) -> np.ndarray:
         """The decoded plan ``[m + 1, n + 1]`` of one pair (see the module docstring)."""
+        return self.solve(query, target).plan()
+
+    def solve(self, query: str, target: str) -> "Solution":
+        """The operator's final duals for one pair, in scaling form (see :class:`Solution`)."""
         if not query or not target:
             raise ValueError(f"cannot align an empty sequence (query {len(query)}, target {len(target)} residues)")
-        return self.plan_from_scores(self.scores(self.encode(query), self.encode(target)))
+        return self.solve_scores(self.scores(self.encode(query), self.encode(target)))
 
-    def plan_from_scores(self, S: np.ndarray) -> np.ndarray:
+    def solve_scores(self, S: np.ndarray) -> "Solution":
+        """:meth:`solve` from the augmented scores ``S [m + 1, n + 1]`` (overwritten)."""
         m, n = S.shape[0] - 1, S.shape[1] - 1
-        Kx = np.exp(S - S.max())
+        S -= S.max()
+        Kx = np.exp(S, out=S)
         if self.band is not None and self.band < max(m, n) - 1:
             i, j = np.ogrid[:m, :n]
             Kx[:m, :n][np.abs(i - j) > self.band] = 0.0
@@ -214,15 +227,47 @@ class NumpyEngine:
         b = np.ones(n + 1)
         if self.length_mass:
             a[m], b[n] = n, m
-        KT = np.ascontiguousarray(Kx.T)
         y = np.ones(n + 1)
         x = a
-        for _ in range(self.n_steps):
+        for _ in range(self.n_steps):  # T centred base steps + R tail steps; centring is a gauge
             x = a / (Kx @ y)
-            y = b / (KT @ x)
-        P = Kx
-        P *= x[:, None]
-        P *= y[None, :]
+            y = b / (x @ Kx)
+        return Solution(Kx, x, y)
+
+
+@dataclass(frozen=True, eq=False)
+class Solution:
+    """One pair's final plan ``P = diag(x) K diag(y)`` (``K [m + 1, n + 1]``, the last row
+    and column the dustbins), with what the aligner reads off it."""
+
+    K: np.ndarray
+    x: np.ndarray
+    y: np.ndarray
+
+    def plan(self) -> np.ndarray:
+        """The decoded plan ``[m + 1, n + 1]``: the real block, each query residue's dustbin
+        mass in the last column, ``1 - sum_i P[i, j]`` in the last row, 0 in the corner
+        (:func:`sinkalign.align.model.pair_plan`)."""
+        m, n = self.K.shape[0] - 1, self.K.shape[1] - 1
+        P = self.K * self.x[:, None]
+        P *= self.y[None, :]
         P[m, :n] = np.clip(1.0 - P[:m, :n].sum(0), 0.0, None)
         P[m, n] = 0.0
         return P
+
+    def posteriors(self) -> Posteriors:
+        """:func:`~sinkalign.align.decode.plan_posteriors` of :meth:`plan` (``normalise="row"``)
+        without forming the plan: row and column masses are the scaling products
+        ``x_i (K y)_i`` and ``y_j (x^T K)_j``, and the match posterior one rescaling of
+        ``K``. Equal to the posteriors of the plan up to float64 rounding."""
+        K, x, y = self.K, self.x, self.y
+        m, n = K.shape[0] - 1, K.shape[1] - 1
+        r = x[:m] * (K[:m] @ y)  # query residue masses, dustbin column included
+        col = y[:n] * (x[:m] @ K[:m, :n])  # target residues' mass over the real rows
+        td = np.clip(1.0 - col, 0.0, None)
+        c = col + td
+        row_scale = x[:m] / np.sqrt(r)
+        match = K[:m, :n] * row_scale[:, None]
+        match *= (y[:n] / np.sqrt(c))[None, :]
+        np.minimum(match, 1.0, out=match)
+        return Posteriors(match, x[:m] * K[:m, n] * y[n] / r, td / c)
