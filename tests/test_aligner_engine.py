@@ -212,3 +212,21 @@ def test_compilation_cache_dir_follows_the_environment(monkeypatch, tmp_path):
     for off in ("0", "off", ""):
         monkeypatch.setenv("SINKALIGN_JAX_CACHE", off)
         assert compilation_cache_dir() is None
+
+
+def test_blas_runs_on_one_thread_while_a_stream_runs_and_is_restored_after():
+    from threadpoolctl import ThreadpoolController
+
+    blas = [lib for lib in ThreadpoolController().info() if lib["user_api"] == "blas"]
+    if not blas:
+        pytest.skip("no BLAS library that threadpoolctl can see")
+
+    def threads():
+        return [lib["num_threads"] for lib in ThreadpoolController().info() if lib["user_api"] == "blas"]
+
+    before = threads()
+    stream = Aligner.load().align_many([("a", "MKVLAAGHWER", "b", "MKVLAGHWER")] * 3)
+    next(stream)
+    assert threads() == [1] * len(before)
+    list(stream)
+    assert threads() == before
