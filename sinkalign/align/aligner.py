@@ -32,7 +32,6 @@ from sinkalign.align import model as M
 from sinkalign.align.calibration import Calibration
 from sinkalign.align.decode import Alignment, mea_batch, mea_from_posteriors, plan_posteriors
 from sinkalign.align.engine import NumpyEngine, engine_support
-from sinkalign.align.train import BUCKETS, load_checkpoint
 
 __all__ = ["Aligner", "ENGINES", "PairResult", "default_model_path", "enable_compilation_cache"]
 
@@ -50,9 +49,17 @@ CACHE_ENV = "SINKALIGN_JAX_CACHE"
 def padded_length(longest: int) -> int:
     """The padded length a chunk is computed at by the ``jax`` engine: the training buckets
     up to 1024 residues, then multiples of 512 (pairs that long are aligned one at a time)."""
-    if longest <= BUCKETS[-1]:
-        return next(b for b in BUCKETS if longest <= b)
+    buckets = _buckets()
+    if longest <= buckets[-1]:
+        return next(b for b in buckets if longest <= b)
     return -(-longest // LONG_STEP) * LONG_STEP
+
+
+def _buckets() -> tuple[int, ...]:
+    # sinkalign.align.train (and optax with it) is imported only when the jax engine runs
+    from sinkalign.align.train import BUCKETS
+
+    return BUCKETS
 
 
 def default_workers() -> int:
@@ -312,7 +319,7 @@ class Aligner:
                     yield chunk
                 yield exc
                 return
-            if max(len(item[1]), len(item[3])) > BUCKETS[-1]:  # long pairs go one at a time, in input order
+            if max(len(item[1]), len(item[3])) > _buckets()[-1]:  # long pairs go one at a time, in input order
                 if chunk:
                     yield chunk
                     chunk = []
@@ -358,6 +365,8 @@ def _read_model(path: Path) -> tuple[dict, dict]:
     start-up on the way: the numpy engine never needs it); checkpoints and run directories
     go through :func:`~sinkalign.align.train.load_checkpoint`."""
     if (path / "checkpoints").exists() or not all((path / f).is_file() for f in ("params.safetensors", "state.json")):
+        from sinkalign.align.train import load_checkpoint
+
         params, state, _ = load_checkpoint(path)
         return params, state
     from safetensors.numpy import load_file
