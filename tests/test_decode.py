@@ -252,6 +252,25 @@ def test_mea_batch_is_the_plain_dynamic_programme_bit_for_bit(gap_weight):
         mea_batch(posts, gap_weight=-1.0)
 
 
+def test_both_dynamic_programmes_give_the_plain_tables_moves_on_a_padded_stack():
+    """By rows and by anti-diagonals, on a stack whose padding holds large values (which must
+    never reach a pair's own cells)."""
+    from sinkalign.align.decode import _mea_moves_diagonals, _mea_moves_rows, _trace_moves
+
+    rng = np.random.default_rng(8)
+    shapes = [(1, 1), (1, 9), (9, 1), (17, 23), (23, 17), (30, 30)]
+    W = np.full((len(shapes), 30, 30), 5.0)
+    for b, (m, n) in enumerate(shapes):
+        W[b, :m, :n] = np.round(rng.random((m, n)), 1) * (rng.random((m, n)) < 0.6)
+    for run in (_mea_moves_rows, _mea_moves_diagonals):
+        moves = run(W, shapes)
+        for b, (m, n) in enumerate(shapes):
+            S = _mea_table(W[b, :m, :n])
+            assert moves.best[b] == S[m, n]
+            got = _trace_moves(moves.buf, moves.si, moves.sj, moves.base(b), m, n)
+            np.testing.assert_array_equal(got, _traceback(S), err_msg=f"{run.__name__} {m} x {n}")
+
+
 def test_mea_traceback_follows_long_runs_of_each_move():
     """A long gap in each sequence and long diagonal runs: the run-at-a-time traceback."""
     m, n = 60, 75

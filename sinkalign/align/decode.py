@@ -306,18 +306,40 @@ def _scratch(name: str, shape: tuple, dtype) -> np.ndarray:
     return buf[:size].reshape(shape)
 
 
-def _mea_moves(W: np.ndarray, shapes) -> tuple[np.ndarray, np.ndarray]:
-    """The dynamic programme of :func:`_mea_table` for a zero-padded stack ``W [B, M, N]``,
-    keeping only what the traceback reads.
+class _Moves(NamedTuple):
+    """The traceback moves of a stack of pairs: pair ``b``'s move out of cell ``(i, j)``
+    (``1 <= i <= m_b``, ``1 <= j <= n_b``) is ``buf[base(b) + i * si + j * sj]``."""
 
-    Returns ``moves [B, M, N]`` (uint8), the move :func:`_traceback` makes out of cell
-    ``(i + 1, j + 1)`` (``_UP`` where ``S[i+1, j+1] == S[i, j+1]``, else ``_LEFT`` where
-    ``S[i+1, j+1] == S[i+1, j]``, else ``_DIAG``), and ``best [B]``, ``S[m_b, n_b]`` for the
-    ``shapes`` ``(m_b, n_b)``. Every table entry is computed by the same floating-point
-    operations as in :func:`_mea_table`, and no entry of a pair's own ``[m_b+1, n_b+1]``
-    corner reads a padded row or column, so both are bitwise those of the pair alone. Two
-    rows of the table are kept, not all of it: ``O(B N)`` floats and ``3 B M N`` bytes.
+    buf: bytes
+    si: int
+    sj: int
+    offset: int  # base(b) = offset + b * pair_step
+    pair_step: int
+    best: np.ndarray  # [B]: S[m_b, n_b]
+
+    def base(self, b: int) -> int:
+        return self.offset + b * self.pair_step
+
+
+def _mea_moves(W: np.ndarray, shapes) -> _Moves:
+    """The dynamic programme of :func:`_mea_table` for a zero-padded stack ``W [B, M, N]``,
+    keeping only what the traceback reads: the move :func:`_traceback` makes out of each
+    cell (``_UP`` where ``S[i, j] == S[i-1, j]``, else ``_LEFT`` where ``S[i, j] == S[i, j-1]``,
+    else ``_DIAG``) and ``S[m_b, n_b]`` for the ``shapes`` ``(m_b, n_b)``.
+
+    Every table entry is computed by the same floating-point operations as in
+    :func:`_mea_table` (one addition; ``max`` is exact in any order), and no entry of a
+    pair's own ``[m_b+1, n_b+1]`` corner reads a padded row or column, so both are bitwise
+    those of the pair alone. A stack of several pairs runs by anti-diagonals (every cell of
+    one is independent: a few element-wise operations per diagonal for the whole stack); one
+    pair runs by rows (a running maximum along each row), which needs half the memory.
     """
+    if W.shape[0] >= 4 and min(W.shape[1:]) > 0:
+        return _mea_moves_diagonals(W, shapes)
+    return _mea_moves_rows(W, shapes)
+
+
+def _mea_moves_rows(W: np.ndarray, shapes) -> _Moves:
     B, M, N = W.shape
     prev = np.zeros((B, N + 1))
     row = np.zeros((B, N + 1))
@@ -337,30 +359,71 @@ def _mea_moves(W: np.ndarray, shapes) -> tuple[np.ndarray, np.ndarray]:
         for b in ends.get(i, ()):
             best[b] = row[b, shapes[b][1]]
         prev, row = row, prev
-    moves = _scratch("moves", (B, M, N), np.uint8)
+    return _Moves(_move_codes(up, left), N, 1, -N - 1, M * N, best)  # [B, M, N]: cell (i+1, j+1) at [b, i, j]
+
+
+def _mea_moves_diagonals(W: np.ndarray, shapes) -> _Moves:
+    B, M, N = W.shape
+    T = M + N  # anti-diagonal t holds the cells i + j = t
+    # gain of cell (i+1, j+1) at [i + j, i, b]: a diagonal's cells of every pair are contiguous
+    Wd = _scratch("gain_skewed", (T - 1, M, B), np.float64)
+    flat = Wd.reshape(-1)
+    step = Wd.itemsize
+    for b in range(B):
+        np.lib.stride_tricks.as_strided(flat[b:], shape=(M, N), strides=((M + 1) * B * step, M * B * step))[...] = W[b]
+    diags = np.zeros((3, M + 1, B))  # S on diagonals t, t - 1, t - 2 (rolling)
+    up = _scratch("up", (T + 1, M + 1, B), bool)
+    left = _scratch("left", (T + 1, M + 1, B), bool)
+    tmp = np.empty((M, B))
+    best = np.zeros(B)
+    ends: dict[int, list[int]] = {}
+    for b, (m, n) in enumerate(shapes):
+        ends.setdefault(m + n, []).append(b)
+    for t in range(2, T + 1):
+        cur, d1, d2 = diags[t % 3], diags[(t - 1) % 3], diags[(t - 2) % 3]
+        cur[0] = 0.0  # S[0, t]
+        if t <= M:
+            cur[t] = 0.0  # S[t, 0]
+        lo, hi = max(1, t - N), min(M, t - 1)  # the cells with i, j >= 1
+        if lo <= hi:
+            k = hi - lo + 1
+            out = cur[lo : hi + 1]
+            np.maximum(d1[lo - 1 : hi], d1[lo : hi + 1], out=out)  # S[i-1, j], S[i, j-1]
+            np.add(d2[lo - 1 : hi], Wd[t - 2, lo - 1 : hi], out=tmp[:k])  # S[i-1, j-1] + W[i-1, j-1]
+            np.maximum(out, tmp[:k], out=out)
+            np.equal(out, d1[lo - 1 : hi], out=up[t, lo : hi + 1])
+            np.equal(out, d1[lo : hi + 1], out=left[t, lo : hi + 1])
+        for b in ends.get(t, ()):
+            best[b] = cur[shapes[b][0], b]
+    # cell (i, j) of pair b at [i + j, i, b]
+    return _Moves(_move_codes(up, left), (M + 2) * B, (M + 1) * B, 0, 1, best)
+
+
+def _move_codes(up: np.ndarray, left: np.ndarray) -> bytes:
+    moves = _scratch("moves", up.shape, np.uint8)
     np.greater(left, up, out=moves.view(bool))  # left and not up
     np.left_shift(moves, 1, out=moves)
     np.bitwise_or(moves, up.view(np.uint8), out=moves)
-    return moves, best
+    return moves.tobytes()
 
 
-def _trace_moves(buf: bytes, width: int, m: int, n: int) -> np.ndarray:
-    """:func:`_traceback` from the moves of :func:`_mea_moves` (``buf[(i-1) * width + j-1]``:
-    the move out of cell ``(i, j)``), a run of equal moves at a time: each run is one
+def _trace_moves(buf: bytes, si: int, sj: int, base: int, m: int, n: int) -> np.ndarray:
+    """:func:`_traceback` from moves (``buf[base + i * si + j * sj]``: the move out of cell
+    ``(i, j)``, see :class:`_Moves`), a run of equal moves at a time: each run is one
     ``bytes.lstrip``."""
     i, j = m, n
     runs = []  # diagonal runs (i0, j0, length): pairs (i0 + t, j0 + t), t < length
     while i > 0 and j > 0:
-        at = (i - 1) * width + j - 1
+        at = base + i * si + j * sj
         move = buf[at]
         if move == _UP:  # cells (i, j), (i-1, j), ..., (1, j)
-            col = buf[at::-width]
+            col = buf[at::-si][:i]
             i -= len(col) - len(col.lstrip(b"\x01"))
         elif move == _LEFT:  # cells (i, j), (i, j-1), ..., (i, 1)
-            line = buf[at - j + 1 : at + 1][::-1]
+            line = buf[at::-sj][:j]
             j -= len(line) - len(line.lstrip(b"\x02"))
         else:  # cells (i, j), (i-1, j-1), ... while both stay >= 1
-            diag = buf[at :: -(width + 1)][: min(i, j)]
+            diag = buf[at :: -(si + sj)][: min(i, j)]
             run = len(diag) - len(diag.lstrip(b"\x00"))
             i -= run
             j -= run
@@ -437,11 +500,11 @@ def mea_batch(posteriors: list, *, gap_weight: float = 1.0, slack: float = 1.3) 
             W[g, :m, :n] = _gain(M, qg, tg, gap_weight)
             W[g, m:] = 0.0  # padding: never read by the pair's own cells, but kept finite
             W[g, :m, n:] = 0.0
-        moves, best = _mea_moves(W, [posts[k][0].shape for k in group])
+        moves = _mea_moves(W, [posts[k][0].shape for k in group])
         for g, k in enumerate(group):
             M, qg, tg = posts[k]
-            pairs = _trace_moves(moves[g].tobytes(), big_n, *M.shape)
-            out[k] = _finish(M, qg, tg, gap_weight, pairs, best[g])
+            pairs = _trace_moves(moves.buf, moves.si, moves.sj, moves.base(g), *M.shape)
+            out[k] = _finish(M, qg, tg, gap_weight, pairs, moves.best[g])
         start = stop
     return out
 
