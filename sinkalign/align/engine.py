@@ -11,8 +11,11 @@ and nothing to compile:
   how the shipped models keep it, to the float32 resolution of their stored parameters),
   the sum along each diagonal is a triangular filter of ``base[a[p], b[q]]``: two box
   filters of width ``K + 1`` along the diagonals, ``O(m n log K)`` instead of the
-  ``O(m n (2K + 1) A)`` of ``Q K^T``. The dustbin row and column scores are windowed
-  lookups of the stored dustbin tokens (exact for any tokens).
+  ``O(m n (2K + 1) A)`` of ``Q K^T``. The engine uses ``base = sub[K]`` and the exact
+  triangular weights, so for parameters stored in float32 its scores differ from a float64
+  evaluation of the stored tensor by that tensor's own rounding (< 2^-23 relative; the
+  float32 forward pass rounds more than that). The dustbin row and column scores are
+  windowed lookups of the stored dustbin tokens (exact for any tokens).
 * **Solve.** The operator's forward (``T`` centred base steps from ``v = 0``, then ``R``
   tail steps; :mod:`sinkalign.sinkhorn.core`) in scaling form: with ``K = exp(S - max S)``
   a full step is ``x = a / (K y)``, ``y = b / (K^T x)`` and the plan is
