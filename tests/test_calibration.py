@@ -92,6 +92,22 @@ def test_local_share_by_hand_and_the_matrix_it_needs():
         Calibration(match_x=[0.0], match_y=[0.0], gap_x=[0.5], gap_y=[0.9], match_feature="peak")
 
 
+def test_local_share_is_the_prefix_sum_formula():
+    """Window sums of the 2r+1 neighbours against differences of full prefix sums."""
+    rng = np.random.default_rng(4)
+    for m, n, r in [(1, 1, 3), (5, 40, 3), (40, 5, 0), (60, 70, 5)]:
+        M = rng.random((m, n)) ** 4
+        pairs = np.stack([rng.integers(0, m, 30), rng.integers(0, n, 30)], 1)
+        row_cs = np.pad(np.cumsum(M, axis=1), ((0, 0), (1, 0)))
+        col_cs = np.pad(np.cumsum(M, axis=0), ((1, 0), (0, 0)))
+        i, j = pairs.T
+        R = row_cs[i, np.minimum(j + r + 1, n)] - row_cs[i, np.maximum(j - r, 0)]
+        C = col_cs[np.minimum(i + r + 1, m), j] - col_cs[np.maximum(i - r, 0), j]
+        np.testing.assert_allclose(local_share(M, pairs, r), np.minimum(M[i, j] / np.sqrt(R * C), 1.0), rtol=1e-12)
+    with pytest.raises(ValueError, match=r"pairs must index the \[5, 40\] match matrix"):
+        local_share(rng.random((5, 40)), np.array([[5, 0]]))
+
+
 @pytest.mark.parametrize("kw, msg", [
     (dict(match_x=[0.1, 0.1], match_y=[0.1, 0.2]), "increasing x"),
     (dict(match_x=[0.1, 0.2], match_y=[0.3, 0.2]), "non-decreasing y"),

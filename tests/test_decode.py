@@ -15,7 +15,11 @@ from sinkalign.align.decode import (
     alignment_stats,
     check_pairs,
     cigar,
+    _gain,
+    _mea_table,
+    _traceback,
     mea_align,
+    mea_batch,
     mea_from_posteriors,
     plan_posteriors,
     to_gapped,
@@ -212,6 +216,70 @@ def test_mea_300x300_under_50ms():
         mea_align(plan)
         best = min(best, time.perf_counter() - t0)
     assert best < 0.050, f"MEA 300x300 took {best * 1e3:.1f} ms"
+
+
+def _tie_heavy_posteriors(rng, trial):
+    m, n = (int(x) for x in rng.integers(0, 30, size=2))
+    m, n = (1 if trial % 7 == 0 else m), (1 if trial % 11 == 0 else n)
+    M = rng.random((m, n))
+    kind = trial % 4
+    if kind == 1:
+        M = np.round(M, 1) * (rng.random((m, n)) < 0.5)  # many exact ties
+    elif kind == 2:
+        M = np.zeros((m, n))  # nothing to gain anywhere
+    elif kind == 3:
+        M = (rng.random((m, n)) < 0.1).astype(float)
+    return M, rng.random(m), rng.random(n)
+
+
+@pytest.mark.parametrize("gap_weight", [0.0, 0.3, 1.0])
+def test_mea_batch_is_the_plain_dynamic_programme_bit_for_bit(gap_weight):
+    """mea_batch (stacked DPs keeping only the moves, run-at-a-time traceback) against the
+    plain row-by-row table and one-step traceback, on tie-heavy inputs of mixed shapes
+    (including empty and length-1 sides) decoded together in one call."""
+    rng = np.random.default_rng(int(gap_weight * 10))
+    posts = [_tie_heavy_posteriors(rng, t) for t in range(120)]
+    got = mea_batch(posts, gap_weight=gap_weight, slack=3.0)
+    for (M, qg, tg), aln in zip(posts, got):
+        S = _mea_table(_gain(M, qg, tg, gap_weight))
+        np.testing.assert_array_equal(aln.pairs, _traceback(S))
+        assert aln.score == float(S[-1, -1] + gap_weight * (qg.sum() + tg.sum()))
+        single = mea_from_posteriors(M, qg, tg, gap_weight=gap_weight)
+        np.testing.assert_array_equal(single.pairs, aln.pairs)
+        np.testing.assert_array_equal(single.match_posterior, aln.match_posterior)
+        assert single.expected_accuracy == aln.expected_accuracy
+    with pytest.raises(ValueError, match="gap_weight=-1.0 must be finite and >= 0"):
+        mea_batch(posts, gap_weight=-1.0)
+
+
+def test_both_dynamic_programmes_give_the_plain_tables_moves_on_a_padded_stack():
+    """By rows and by anti-diagonals, on a stack whose padding holds large values (which must
+    never reach a pair's own cells)."""
+    from sinkalign.align.decode import _mea_moves_diagonals, _mea_moves_rows, _trace_moves
+
+    rng = np.random.default_rng(8)
+    shapes = [(1, 1), (1, 9), (9, 1), (17, 23), (23, 17), (30, 30)]
+    W = np.full((len(shapes), 30, 30), 5.0)
+    for b, (m, n) in enumerate(shapes):
+        W[b, :m, :n] = np.round(rng.random((m, n)), 1) * (rng.random((m, n)) < 0.6)
+    for run in (_mea_moves_rows, _mea_moves_diagonals):
+        moves = run(W, shapes)
+        for b, (m, n) in enumerate(shapes):
+            S = _mea_table(W[b, :m, :n])
+            assert moves.best[b] == S[m, n]
+            got = _trace_moves(moves.buf, moves.si, moves.sj, moves.base(b), m, n)
+            np.testing.assert_array_equal(got, _traceback(S), err_msg=f"{run.__name__} {m} x {n}")
+
+
+def test_mea_traceback_follows_long_runs_of_each_move():
+    """A long gap in each sequence and long diagonal runs: the run-at-a-time traceback."""
+    m, n = 60, 75
+    M = np.zeros((m, n))
+    truth = [(i, i) for i in range(20)] + [(i, i + 15) for i in range(20, 40)] + [(i + 20, i + 35) for i in range(20, 40)]
+    for i, j in truth:
+        M[i, j] = 0.9
+    aln = mea_from_posteriors(M, np.zeros(m), np.zeros(n), gap_weight=0.0)
+    assert aln.pairs.tolist() == [list(p) for p in truth]
 
 
 # --------------------------------------------------------------------------- errors

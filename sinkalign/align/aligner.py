@@ -1,36 +1,99 @@
-"""The user-facing aligner: load a trained model, align pairs, decode with confidences."""
+"""The user-facing aligner: load a trained model, align pairs, decode with confidences.
+
+Two engines compute the transport plans, with the same result:
+
+* ``numpy`` (:mod:`sinkalign.align.engine`): the diagonal-substitution models with banded
+  dustbins (both shipped models), pair by pair in float64 with no padding and nothing to
+  compile, on ``workers`` threads (NumPy releases the GIL in its array loops).
+* ``jax``: the model's own forward pass (:func:`sinkalign.align.model.forward`), in batches
+  padded to a length bucket, compiled once per bucket shape (kept across runs in JAX's
+  persistent compilation cache, see :func:`enable_compilation_cache`); decoding a batch
+  overlaps the solve of the next.
+
+``engine="auto"`` (default) takes ``numpy`` whenever the model allows it. Either way results
+come in input order.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
-import jax
 import numpy as np
 
 from sinkalign.align import model as M
 from sinkalign.align.calibration import Calibration
-from sinkalign.align.decode import Alignment, mea_from_posteriors, plan_posteriors
 from sinkalign.align.checkpoints import BUCKETS, load_checkpoint
+from sinkalign.align.decode import Alignment, mea_batch, mea_from_posteriors, plan_posteriors
+from sinkalign.align.engine import NumpyEngine, engine_support
+from sinkalign.errors import CheckpointError, InputError
 
-__all__ = ["Aligner", "PairResult", "default_model_path"]
+__all__ = ["Aligner", "ENGINES", "PairResult", "default_model_path", "enable_compilation_cache"]
 
 log = logging.getLogger(__name__)
 
 BACKENDS = ("reference", "pallas")
+ENGINES = ("auto", "numpy", "jax")
 MAX_LENGTH = 8192  # residues per sequence; the plan is dense, [L + 1, L + 1] per pair
 LONG_STEP = 512
+TASK_PAIRS = 16  # pairs per task of the numpy engine (a thread aligns one task at a time)
+TASK_CELLS = 2**22  # and at most this many residue pairs per task (a longer pair goes alone): bounded memory
+CACHE_ENV = "SINKALIGN_JAX_CACHE"
 
 
 def padded_length(longest: int) -> int:
-    """The padded length a chunk is computed at: the training buckets up to 1024 residues,
-    then multiples of 512 (pairs that long are aligned one at a time)."""
+    """The padded length a chunk is computed at by the ``jax`` engine: the training buckets
+    up to 1024 residues, then multiples of 512 (pairs that long are aligned one at a time)."""
     if longest <= BUCKETS[-1]:
         return next(b for b in BUCKETS if longest <= b)
     return -(-longest // LONG_STEP) * LONG_STEP
+
+
+def default_workers() -> int:
+    """Threads for the numpy engine: the CPUs this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def compilation_cache_dir() -> Path | None:
+    """Where compiled JAX programs are kept across runs: ``$SINKALIGN_JAX_CACHE`` when set
+    (``0``, ``off`` or empty: nowhere), else ``$XDG_CACHE_HOME/sinkalign/jax`` (default
+    ``~/.cache/sinkalign/jax``)."""
+    value = os.environ.get(CACHE_ENV)
+    if value is not None:
+        return None if value.strip().lower() in ("", "0", "off", "false", "no") else Path(value).expanduser()
+    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(root) / "sinkalign" / "jax"
+
+
+def enable_compilation_cache() -> Path | None:
+    """Turn on JAX's persistent compilation cache at :func:`compilation_cache_dir` (once, and
+    only when the process has not configured one itself). Returns the directory in use."""
+    import jax  # noqa: PLC0415
+
+    current = jax.config.jax_compilation_cache_dir
+    if current:
+        return Path(current)
+    path = compilation_cache_dir()
+    if path is None:
+        return None
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        log.warning("JAX compilation cache disabled: cannot create %s (%s)", path, exc)
+        return None
+    jax.config.update("jax_compilation_cache_dir", str(path))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return path
 
 
 _DEFAULT_MODELS = {"protein": "aligner_default", "dna": "aligner_dna"}
@@ -38,9 +101,9 @@ _DEFAULT_MODELS = {"protein": "aligner_default", "dna": "aligner_dna"}
 
 def default_model_path(alphabet: str = "protein") -> Path:
     """The model shipped inside the package for ``alphabet``: ``protein`` (fitted on the Pfam
-    training families of ../shared/data) or ``dna`` (fitted on MADE1 sequences)."""
+    Pfam training families) or ``dna`` (fitted on MADE1 sequences)."""
     if alphabet not in _DEFAULT_MODELS:
-        raise ValueError(f"alphabet={alphabet!r} is not one of {tuple(_DEFAULT_MODELS)}")
+        raise InputError(f"alphabet={alphabet!r} is not one of {tuple(_DEFAULT_MODELS)}")
     return Path(__file__).resolve().parents[1] / "data" / _DEFAULT_MODELS[alphabet]
 
 
@@ -65,43 +128,62 @@ class Aligner:
     Args:
         params: model parameters; config: its :class:`~sinkalign.align.model.AlignerConfig`.
         embedder: the feature embedder (built from ``config.embedder`` when omitted).
-        backend: ``reference`` (pure JAX) or ``pallas`` (blockwise kernels).
+        backend: ``reference`` (pure JAX operator) or ``pallas`` (blockwise kernels); the
+            ``numpy`` engine computes the reference operator's plans.
         gap_weight: MEA gap weight (0 = gaps free, the decoding the model was tuned with).
         calibration: maps raw plan posteriors to calibrated probabilities (see
             :mod:`sinkalign.align.calibration`); a model directory carries its own, and
             ``None`` reports the raw posteriors.
+        engine: ``auto`` (``numpy`` when the model allows it, else ``jax``), ``numpy`` (an
+            error naming the reason when the model does not allow it) or ``jax``.
+        workers: threads of the ``numpy`` engine (default: the CPUs this process may use).
     """
 
     def __init__(self, params: dict, config: M.AlignerConfig, *, embedder=None, backend: str = "reference",
-                 gap_weight: float | None = None, calibration: Calibration | None = None):
+                 gap_weight: float | None = None, calibration: Calibration | None = None, engine: str = "auto",
+                 workers: int | None = None):
         if backend not in BACKENDS:
-            raise ValueError(f"backend={backend!r} is not one of {BACKENDS}")
+            raise InputError(f"backend={backend!r} is not one of {BACKENDS}")
+        if engine not in ENGINES:
+            raise InputError(f"engine={engine!r} is not one of {ENGINES}")
         self.config = config
         self.params = params
         self.backend = backend
         self.gap_weight = config.decode_gap_weight if gap_weight is None else float(gap_weight)
         if self.gap_weight < 0:
-            raise ValueError(f"gap_weight={self.gap_weight} must be >= 0")
+            raise InputError(f"gap_weight={self.gap_weight} must be >= 0")
+        self.workers = default_workers() if workers is None else int(workers)
+        if self.workers < 1:
+            raise InputError(f"workers={self.workers} must be >= 1")
         self._embedder = embedder
         self.calibration = calibration
         self.provenance = ""  # how the model was made (set by :meth:`load` from its state.json)
-        run_cfg = config.replace(impl=backend)
-        self._plans = jax.jit(lambda p, b: M.forward(p, b, run_cfg)[0])
+        self._numpy: NumpyEngine | None = None
+        if engine != "jax":
+            reason = engine_support(params, config) if backend == "reference" else f"backend={backend!r}"
+            if reason is None:
+                self._numpy = NumpyEngine.from_model(params, config)
+            elif engine == "numpy":
+                raise InputError(f"engine='numpy' cannot run this model: {reason}")
+            else:
+                log.info("aligning with the jax engine: %s", reason)
+        self.engine = "numpy" if self._numpy is not None else "jax"
+        self._jax_plans: Callable | None = None  # compiled on first use
 
     @classmethod
     def load(cls, path: str | os.PathLike | None = None, **kwargs) -> "Aligner":
         """Load a checkpoint (a training run directory or a model directory); default: shipped."""
         path = Path(path) if path is not None else default_model_path()
         if not path.exists():
-            raise FileNotFoundError(f"model {path} does not exist")
-        params, state, _ = load_checkpoint(path)
+            raise CheckpointError(f"model {path} does not exist")
+        params, state = _read_model(path)
         if "model" not in state:
-            raise ValueError(f"{path}/state.json has no 'model' config")
+            raise CheckpointError(f"{path}/state.json has no 'model' config")
         if "calibration" in state and "calibration" not in kwargs:
             try:
                 kwargs["calibration"] = Calibration.from_dict(state["calibration"])
             except (TypeError, ValueError) as exc:
-                raise ValueError(f"{path}/state.json: bad calibration: {exc}") from exc
+                raise CheckpointError(f"{path}/state.json: bad calibration: {exc}") from exc
         aligner = cls(params, M.AlignerConfig.from_dict(state["model"]), **kwargs)
         aligner.provenance = state.get("provenance", "")
         return aligner
@@ -119,10 +201,11 @@ class Aligner:
             return [None] * len(seqs)
         feats = self.embedder.embed(seqs)
         if feats and feats[0].shape[-1] != self.config.feature_dim:
-            raise ValueError(f"embedder gives {feats[0].shape[-1]}-dim features, the model expects "
+            raise InputError(f"embedder gives {feats[0].shape[-1]}-dim features, the model expects "
                              f"{self.config.feature_dim}")
         return feats
 
+    # ---------------------------------------------------------------- public API
     def align(self, query: str, target: str, *, query_id: str = "query", target_id: str = "target",
               keep_plan: bool = False) -> PairResult:
         """Align one pair of sequences."""
@@ -132,43 +215,224 @@ class Aligner:
                    keep_plan: bool = False) -> Iterator[PairResult]:
         """Align ``(query_id, query, target_id, target)`` tuples; results come in input order.
 
-        Pairs are processed in chunks of ``batch_size`` padded to a common length bucket,
-        so a long stream runs in bounded memory.
+        The stream is consumed lazily and a bounded number of pairs is in flight at once
+        (``numpy`` engine: ``2 * workers`` tasks of 16 pairs; ``jax`` engine: two batches of
+        ``batch_size`` pairs padded to a common length bucket), so a long stream runs in
+        bounded memory. A bad pair (an empty sequence, one longer than ``MAX_LENGTH``)
+        raises ``ValueError`` naming it, after the results of the pairs before it.
         """
         if batch_size < 1:
-            raise ValueError(f"{batch_size=} must be >= 1")
+            raise InputError(f"{batch_size=} must be >= 1")
+        if self._numpy is not None:
+            return self._numpy_results(pairs, keep_plan)
+        return self._jax_results(pairs, batch_size, keep_plan)
+
+    def align_pairs(self, pairs: Iterable[tuple[Any, Any]], *, batch_size: int = 8,
+                    keep_plan: bool = False) -> Iterator[PairResult]:
+        """Align ``(query_record, target_record)`` pairs of records with ``.id`` and ``.seq``
+        (e.g. :class:`sinkalign.io.fasta.Sequence`), or ``(id, seq)`` tuples; results come in
+        input order, as in :meth:`align_many`."""
+
+        def fields(rec):
+            return (rec[0], rec[1]) if isinstance(rec, tuple) else (rec.id, rec.seq)
+
+        return self.align_many(((*fields(q), *fields(t)) for q, t in pairs), batch_size=batch_size,
+                               keep_plan=keep_plan)
+
+    # ---------------------------------------------------------------- shared pieces
+    @staticmethod
+    def _check(item) -> None:
+        qid, q, tid, t = item
+        longest = max(len(q), len(t))
+        if longest > MAX_LENGTH:
+            raise InputError(f"pair {qid} / {tid}: a sequence of {longest} residues is longer than "
+                             f"the {MAX_LENGTH} the aligner takes (its plan is dense: O(L^2) memory); "
+                             "split the sequence into domains first")
+        if not q or not t:
+            raise InputError(f"pair {qid} / {tid}: the {'query' if not q else 'target'} sequence is empty")
+
+    def _decode(self, item, plan: np.ndarray, keep_plan: bool) -> PairResult:
+        qid, q, tid, t = item
+        post = plan_posteriors(plan)
+        aln = mea_from_posteriors(post.match, post.query_gap, post.target_gap, gap_weight=self.gap_weight)
+        if self.calibration is not None:
+            aln = self.calibration.apply(aln, post.match)
+        return PairResult(qid, q, tid, t, aln, plan if keep_plan else None)
+
+    # ---------------------------------------------------------------- numpy engine
+    def _numpy_task(self, items: list, keep_plan: bool) -> list:
+        """Plans of a task's pairs one by one, then their MEA decoding as one batch."""
+        good, error = [], None
+        for item in items:
+            try:
+                self._check(item)
+            except ValueError as exc:
+                error = exc  # raised by the consumer, after the results before it
+                break
+            good.append(item)
+        solved = [self._numpy.solve(item[1], item[3]) for item in good]
+        plans = [sol.plan() if keep_plan else None for sol in solved]
+        posts = [sol.posteriors() for sol in solved]
+        del solved
+        alns = mea_batch(posts, gap_weight=self.gap_weight)
+        out: list = []
+        for item, plan, post, aln in zip(good, plans, posts, alns):
+            if self.calibration is not None:
+                aln = self.calibration.apply(aln, post.match)
+            out.append(PairResult(item[0], item[1], item[2], item[3], aln, plan))
+        return out + ([error] if error is not None else [])
+
+    def _numpy_results(self, pairs, keep_plan):
+        tasks = _chunks(pairs, TASK_PAIRS, TASK_CELLS)
+        with _BLAS_ONE_THREAD:
+            for results in _ordered_map(lambda items: self._numpy_task(items, keep_plan), tasks, self.workers):
+                for res in results:
+                    if isinstance(res, Exception):
+                        raise res
+                    yield res
+
+    # ---------------------------------------------------------------- jax engine
+    def _plans_fn(self) -> Callable:
+        if self._jax_plans is None:
+            import jax  # noqa: PLC0415
+
+            enable_compilation_cache()
+            run_cfg = self.config.replace(impl=self.backend)
+            self._jax_plans = jax.jit(lambda p, b: M.forward(p, b, run_cfg)[0])
+        return self._jax_plans
+
+    def _jax_batches(self, pairs, batch_size):
+        """Chunks of pairs for one padded batch each; a bad pair ends the stream with its error."""
         chunk: list = []
         for item in pairs:
-            longest = max(len(item[1]), len(item[3]))
-            if longest > MAX_LENGTH:
-                raise ValueError(f"pair {item[0]} / {item[2]}: a sequence of {longest} residues is longer than "
-                                 f"the {MAX_LENGTH} the aligner takes (its plan is dense: O(L^2) memory); "
-                                 "split the sequence into domains first")
-            if longest > BUCKETS[-1]:  # long pairs go one at a time, in input order
+            try:
+                self._check(item)
+            except ValueError as exc:
                 if chunk:
-                    yield from self._align_chunk(chunk, keep_plan)
+                    yield chunk
+                yield exc
+                return
+            if max(len(item[1]), len(item[3])) > BUCKETS[-1]:  # long pairs go one at a time, in input order
+                if chunk:
+                    yield chunk
                     chunk = []
-                yield from self._align_chunk([item], keep_plan)
+                yield [item]
                 continue
             chunk.append(item)
             if len(chunk) == batch_size:
-                yield from self._align_chunk(chunk, keep_plan)
+                yield chunk
                 chunk = []
         if chunk:
-            yield from self._align_chunk(chunk, keep_plan)
+            yield chunk
 
-    def _align_chunk(self, chunk, keep_plan):
+    def _jax_dispatch(self, chunk):
+        """Start the solve of one chunk (JAX dispatches asynchronously); returns its rows."""
         L = padded_length(max(max(len(q), len(t)) for _, q, _, t in chunk))
         feats = self._features([q for _, q, _, _ in chunk] + [t for _, _, _, t in chunk])
         n = len(chunk)
         items = [(q, t, feats[i], feats[n + i], None) for i, (_, q, _, t) in enumerate(chunk)]
-        batch = M.make_batch(items, self.config, L, L)
-        rows = np.asarray(self._plans(self.params, batch), np.float64)
-        for i, (qid, q, tid, t) in enumerate(chunk):
-            m, k = len(q), len(t)
-            plan = M.pair_plan(rows[i], m, k)
-            post = plan_posteriors(plan)
-            aln = mea_from_posteriors(post.match, post.query_gap, post.target_gap, gap_weight=self.gap_weight)
-            if self.calibration is not None:
-                aln = self.calibration.apply(aln, post.match)
-            yield PairResult(qid, q, tid, t, aln, plan if keep_plan else None)
+        return self._plans_fn()(self.params, M.make_batch(items, self.config, L, L))
+
+    def _jax_results(self, pairs, batch_size, keep_plan):
+        pending = None  # (chunk, rows being computed)
+        for chunk in self._jax_batches(pairs, batch_size):
+            if isinstance(chunk, Exception):
+                if pending is not None:
+                    yield from self._jax_decode(*pending, keep_plan)
+                raise chunk
+            rows = self._jax_dispatch(chunk)  # the next solve runs while the previous chunk decodes
+            if pending is not None:
+                yield from self._jax_decode(*pending, keep_plan)
+            pending = (chunk, rows)
+        if pending is not None:
+            yield from self._jax_decode(*pending, keep_plan)
+
+    def _jax_decode(self, chunk, rows, keep_plan):
+        rows = np.asarray(rows, np.float64)
+        for i, item in enumerate(chunk):
+            yield self._decode(item, M.pair_plan(rows[i], len(item[1]), len(item[3])), keep_plan)
+
+
+def _read_model(path: Path) -> tuple[dict, dict]:
+    """(params, state) of a model directory, checkpoint or training run, checked by
+    :func:`~sinkalign.align.checkpoints.load_checkpoint` (which never imports the trainer)."""
+    params, state, _ = load_checkpoint(path)
+    return params, state
+
+
+class _SingleThreadedBlas:
+    """While at least one numpy-engine stream is running, BLAS (OpenBLAS, MKL) runs on one
+    thread: the engine's matrix-vector products are small and memory-bound, and the engine
+    parallelises over pairs itself; a threaded BLAS under it spins its threads and, on a
+    busy machine, costs many times the work (30x measured at length 1000). Reference
+    counted across streams; the previous setting comes back when the last one ends."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users = 0
+        self._controller = None
+        self._limit = None
+
+    def __enter__(self):
+        with self._lock:
+            if self._users == 0:
+                try:
+                    if self._controller is None:
+                        from threadpoolctl import ThreadpoolController
+
+                        self._controller = ThreadpoolController()
+                    self._limit = self._controller.limit(limits=1, user_api="blas")
+                except Exception as exc:  # noqa: BLE001 - no threadpoolctl, or a BLAS it cannot drive
+                    log.debug("BLAS threads left as they are: %s", exc)
+                    self._limit = None
+            self._users += 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users == 0 and self._limit is not None:
+                self._limit.restore_original_limits()
+                self._limit = None
+
+
+_BLAS_ONE_THREAD = _SingleThreadedBlas()
+
+
+def _chunks(items: Iterable, size: int, cells: int | None = None) -> Iterator[list]:
+    """Lists of at most ``size`` consecutive items (``(qid, q, tid, t)``), and, with
+    ``cells``, of at most that many ``len(q) * len(t)`` cells (a longer pair goes alone)."""
+    chunk: list = []
+    total = 0
+    for item in items:
+        area = len(item[1]) * len(item[3])
+        if chunk and cells is not None and total + area > cells:
+            yield chunk
+            chunk, total = [], 0
+        chunk.append(item)
+        total += area
+        if len(chunk) == size:
+            yield chunk
+            chunk, total = [], 0
+    if chunk:
+        yield chunk
+
+
+def _ordered_map(fn: Callable, tasks: Iterable, workers: int) -> Iterator:
+    """``map(fn, tasks)`` on ``workers`` threads, in input order, with at most ``2 * workers``
+    tasks submitted ahead of the consumer (so memory stays bounded on an endless stream)."""
+    if workers <= 1:
+        yield from map(fn, tasks)
+        return
+    with ThreadPoolExecutor(workers, thread_name_prefix="sinkalign") as pool:
+        pending: deque = deque()
+        try:
+            for task in tasks:
+                pending.append(pool.submit(fn, task))
+                if len(pending) >= 2 * workers:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for fut in pending:
+                fut.cancel()

@@ -95,10 +95,13 @@ def local_share(match, pairs, radius: int = 3) -> np.ndarray:
         return np.zeros(0)
     m, n = M.shape
     i, j = pairs[:, 0], pairs[:, 1]
-    row_cs = np.pad(np.cumsum(M, axis=1), ((0, 0), (1, 0)))  # [m, n + 1]
-    col_cs = np.pad(np.cumsum(M, axis=0), ((1, 0), (0, 0)))  # [m + 1, n]
-    R = row_cs[i, np.minimum(j + radius + 1, n)] - row_cs[i, np.maximum(j - radius, 0)]
-    C = col_cs[np.minimum(i + radius + 1, m), j] - col_cs[np.maximum(i - radius, 0), j]
+    if np.any((i < 0) | (i >= m) | (j < 0) | (j >= n)):
+        raise ValueError(f"pairs must index the [{m}, {n}] match matrix")
+    # only the 2r + 1 neighbours of each pair on its row and column are read: O(k r), not O(m n)
+    d = np.arange(-radius, radius + 1)
+    cols, rows = j[:, None] + d, i[:, None] + d  # [k, 2r + 1]
+    R = np.where((cols >= 0) & (cols < n), M[i[:, None], np.clip(cols, 0, n - 1)], 0.0).sum(1)
+    C = np.where((rows >= 0) & (rows < m), M[np.clip(rows, 0, m - 1), j[:, None]], 0.0).sum(1)
     den = np.sqrt(np.maximum(R, 0.0) * np.maximum(C, 0.0))
     out = np.divide(M[i, j], den, out=np.zeros(len(i)), where=den > 0)
     return np.minimum(out, 1.0)

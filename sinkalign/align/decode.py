@@ -11,6 +11,7 @@ dustbin (gap evidence for target residues); ``P[m, n]`` is ignored.
 
 from __future__ import annotations
 
+import threading
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -36,6 +37,7 @@ __all__ = [
     "check_pairs",
     "cigar",
     "mea_align",
+    "mea_batch",
     "mea_from_posteriors",
     "plan_posteriors",
     "to_gapped",
@@ -105,11 +107,18 @@ def plan_posteriors(plan: Any, *, normalise: str = "row") -> Posteriors:
         i, j = np.argwhere(P < 0)[0]
         raise ValueError(f"plan must be non-negative, got plan[{i}, {j}]={P[i, j]}")
     m, n = P.shape[0] - 1, P.shape[1] - 1
+    if normalise == "none":
+        return Posteriors(P[:m, :n].copy(), P[:m, n].copy(), P[m, :n].copy())
+    return _row_posteriors(P)
+
+
+def _row_posteriors(P: np.ndarray) -> Posteriors:
+    """``plan_posteriors(P, normalise="row")`` for a plan known to be a finite, non-negative
+    float64 ``[m+1, n+1]`` array (no checks)."""
+    m, n = P.shape[0] - 1, P.shape[1] - 1
     R = P[:m, :n]
     qd = P[:m, n]
     td = P[m, :n]
-    if normalise == "none":
-        return Posteriors(R.copy(), qd.copy(), td.copy())
     r = R.sum(axis=1) + qd  # [m]
     c = R.sum(axis=0) + td  # [n]
     inv_r = np.divide(1.0, r, out=np.zeros_like(r), where=r > 0)
@@ -128,7 +137,7 @@ def _mea_table(W: np.ndarray) -> np.ndarray:
 
     ``S[i, j] = max(S[i-1, j], S[i, j-1], S[i-1, j-1] + W[i-1, j-1])``, computed one row at
     a time: the diagonal/vertical candidates are a vectorised max and the horizontal moves
-    (free) are a running maximum along the row.
+    (free) are a running maximum along the row. (The plain form of :func:`_mea_moves`.)
     """
     m, n = W.shape
     S = np.zeros((m + 1, n + 1), dtype=np.float64)
@@ -141,7 +150,8 @@ def _mea_table(W: np.ndarray) -> np.ndarray:
 
 
 def _traceback(S: np.ndarray) -> np.ndarray:
-    """Pairs of one optimal chain in ``S`` (ties go to gaps, so no zero-gain match is taken)."""
+    """Pairs of one optimal chain in ``S`` (ties go to gaps, so no zero-gain match is taken).
+    (The plain form of :func:`_trace_moves`.)"""
     i, j = S.shape[0] - 1, S.shape[1] - 1
     Sl = S  # local name for speed
     out: list[tuple[int, int]] = []
@@ -158,6 +168,227 @@ def _traceback(S: np.ndarray) -> np.ndarray:
     if not out:
         return np.zeros((0, 2), dtype=np.int64)
     return np.asarray(out[::-1], dtype=np.int64)
+
+
+_DIAG, _UP, _LEFT = 0, 1, 2  # the traceback's move out of a cell
+_SCRATCH = threading.local()  # per-thread work arrays of the batched DP, reused across calls
+_SCRATCH_KEEP = 64 * 2**20  # bytes: larger work arrays are not kept
+_GROUP_CELLS = 2**22  # cells of one stacked group (a longer pair is decoded alone)
+
+
+def _scratch(name: str, shape: tuple, dtype) -> np.ndarray:
+    """An uninitialised work array, from this thread's buffer ``name`` when one is big enough
+    (re-touching fresh pages costs more than the dynamic programme's arithmetic)."""
+    size = int(np.prod(shape))
+    buf = getattr(_SCRATCH, name, None)
+    if buf is None or buf.size < size or buf.dtype != dtype:
+        buf = np.empty(size, dtype)
+        if buf.nbytes <= _SCRATCH_KEEP:
+            setattr(_SCRATCH, name, buf)
+    return buf[:size].reshape(shape)
+
+
+class _Moves(NamedTuple):
+    """The traceback moves of a stack of pairs: pair ``b``'s move out of cell ``(i, j)``
+    (``1 <= i <= m_b``, ``1 <= j <= n_b``) is ``buf[base(b) + i * si + j * sj]``."""
+
+    buf: bytes
+    si: int
+    sj: int
+    offset: int  # base(b) = offset + b * pair_step
+    pair_step: int
+    best: np.ndarray  # [B]: S[m_b, n_b]
+
+    def base(self, b: int) -> int:
+        return self.offset + b * self.pair_step
+
+
+def _mea_moves(W: np.ndarray, shapes) -> _Moves:
+    """The dynamic programme of :func:`_mea_table` for a zero-padded stack ``W [B, M, N]``,
+    keeping only what the traceback reads: the move :func:`_traceback` makes out of each
+    cell (``_UP`` where ``S[i, j] == S[i-1, j]``, else ``_LEFT`` where ``S[i, j] == S[i, j-1]``,
+    else ``_DIAG``) and ``S[m_b, n_b]`` for the ``shapes`` ``(m_b, n_b)``.
+
+    Every table entry is computed by the same floating-point operations as in
+    :func:`_mea_table` (one addition; ``max`` is exact in any order), and no entry of a
+    pair's own ``[m_b+1, n_b+1]`` corner reads a padded row or column, so both are bitwise
+    those of the pair alone. A stack of several pairs runs by anti-diagonals (every cell of
+    one is independent: a few element-wise operations per diagonal for the whole stack); one
+    pair runs by rows (a running maximum along each row), which needs half the memory.
+    """
+    if W.shape[0] >= 4 and min(W.shape[1:]) > 0:
+        return _mea_moves_diagonals(W, shapes)
+    return _mea_moves_rows(W, shapes)
+
+
+def _mea_moves_rows(W: np.ndarray, shapes) -> _Moves:
+    B, M, N = W.shape
+    prev = np.zeros((B, N + 1))
+    row = np.zeros((B, N + 1))
+    cand = np.empty((B, N))
+    up = _scratch("up", (B, M, N), bool)
+    left = _scratch("left", (B, M, N), bool)
+    best = np.zeros(B)
+    ends: dict[int, list[int]] = {}
+    for b, (m, _) in enumerate(shapes):
+        ends.setdefault(m, []).append(b)
+    for i in range(1, M + 1):
+        np.add(prev[:, :-1], W[:, i - 1], out=cand)
+        np.maximum(prev[:, 1:], cand, out=row[:, 1:])  # [B, N]; row[:, 0] stays 0
+        np.maximum.accumulate(row, axis=1, out=row)  # horizontal moves
+        np.equal(row[:, 1:], prev[:, 1:], out=up[:, i - 1])
+        np.equal(row[:, 1:], row[:, :-1], out=left[:, i - 1])
+        for b in ends.get(i, ()):
+            best[b] = row[b, shapes[b][1]]
+        prev, row = row, prev
+    return _Moves(_move_codes(up, left), N, 1, -N - 1, M * N, best)  # [B, M, N]: cell (i+1, j+1) at [b, i, j]
+
+
+def _mea_moves_diagonals(W: np.ndarray, shapes) -> _Moves:
+    B, M, N = W.shape
+    T = M + N  # anti-diagonal t holds the cells i + j = t
+    # gain of cell (i+1, j+1) at [i + j, i, b]: a diagonal's cells of every pair are contiguous
+    Wd = _scratch("gain_skewed", (T - 1, M, B), np.float64)
+    flat = Wd.reshape(-1)
+    step = Wd.itemsize
+    for b in range(B):
+        np.lib.stride_tricks.as_strided(flat[b:], shape=(M, N), strides=((M + 1) * B * step, M * B * step))[...] = W[b]
+    diags = np.zeros((3, M + 1, B))  # S on diagonals t, t - 1, t - 2 (rolling)
+    up = _scratch("up", (T + 1, M + 1, B), bool)
+    left = _scratch("left", (T + 1, M + 1, B), bool)
+    tmp = np.empty((M, B))
+    best = np.zeros(B)
+    ends: dict[int, list[int]] = {}
+    for b, (m, n) in enumerate(shapes):
+        ends.setdefault(m + n, []).append(b)
+    for t in range(2, T + 1):
+        cur, d1, d2 = diags[t % 3], diags[(t - 1) % 3], diags[(t - 2) % 3]
+        cur[0] = 0.0  # S[0, t]
+        if t <= M:
+            cur[t] = 0.0  # S[t, 0]
+        lo, hi = max(1, t - N), min(M, t - 1)  # the cells with i, j >= 1
+        if lo <= hi:
+            k = hi - lo + 1
+            out = cur[lo : hi + 1]
+            np.maximum(d1[lo - 1 : hi], d1[lo : hi + 1], out=out)  # S[i-1, j], S[i, j-1]
+            np.add(d2[lo - 1 : hi], Wd[t - 2, lo - 1 : hi], out=tmp[:k])  # S[i-1, j-1] + W[i-1, j-1]
+            np.maximum(out, tmp[:k], out=out)
+            np.equal(out, d1[lo - 1 : hi], out=up[t, lo : hi + 1])
+            np.equal(out, d1[lo : hi + 1], out=left[t, lo : hi + 1])
+        for b in ends.get(t, ()):
+            best[b] = cur[shapes[b][0], b]
+    # cell (i, j) of pair b at [i + j, i, b]
+    return _Moves(_move_codes(up, left), (M + 2) * B, (M + 1) * B, 0, 1, best)
+
+
+def _move_codes(up: np.ndarray, left: np.ndarray) -> bytes:
+    moves = _scratch("moves", up.shape, np.uint8)
+    np.greater(left, up, out=moves.view(bool))  # left and not up
+    np.left_shift(moves, 1, out=moves)
+    np.bitwise_or(moves, up.view(np.uint8), out=moves)
+    return moves.tobytes()
+
+
+def _trace_moves(buf: bytes, si: int, sj: int, base: int, m: int, n: int) -> np.ndarray:
+    """:func:`_traceback` from moves (``buf[base + i * si + j * sj]``: the move out of cell
+    ``(i, j)``, see :class:`_Moves`), a run of equal moves at a time: each run is one
+    ``bytes.lstrip``."""
+    i, j = m, n
+    runs = []  # diagonal runs (i0, j0, length): pairs (i0 + t, j0 + t), t < length
+    while i > 0 and j > 0:
+        at = base + i * si + j * sj
+        move = buf[at]
+        if move == _UP:  # cells (i, j), (i-1, j), ..., (1, j)
+            col = buf[at::-si][:i]
+            i -= len(col) - len(col.lstrip(b"\x01"))
+        elif move == _LEFT:  # cells (i, j), (i, j-1), ..., (i, 1)
+            line = buf[at::-sj][:j]
+            j -= len(line) - len(line.lstrip(b"\x02"))
+        else:  # cells (i, j), (i-1, j-1), ... while both stay >= 1
+            diag = buf[at :: -(si + sj)][: min(i, j)]
+            run = len(diag) - len(diag.lstrip(b"\x00"))
+            i -= run
+            j -= run
+            runs.append((i, j, run))
+    if not runs:
+        return np.zeros((0, 2), dtype=np.int64)
+    starts = np.array(runs[::-1], dtype=np.int64)  # [r, 3], in increasing order
+    lengths = starts[:, 2]
+    offset = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return np.stack([np.repeat(starts[:, 0], lengths) + offset, np.repeat(starts[:, 1], lengths) + offset], 1)
+
+
+def _finish(M: np.ndarray, qg: np.ndarray, tg: np.ndarray, gap_weight: float, pairs: np.ndarray,
+            best: float) -> Alignment:
+    """The :class:`Alignment` of ``pairs``, an optimal chain whose table corner is ``best``."""
+    m, n = M.shape
+    mp = M[pairs[:, 0], pairs[:, 1]] if pairs.size else np.zeros(0)
+    q_un = np.ones(m, dtype=bool)
+    t_un = np.ones(n, dtype=bool)
+    q_un[pairs[:, 0]] = False
+    t_un[pairs[:, 1]] = False
+    gaps = qg[q_un].sum() + tg[t_un].sum()
+    score = float(best + gap_weight * (qg.sum() + tg.sum()))
+    ea = float((2.0 * mp.sum() + gaps) / (m + n)) if m + n else float("nan")
+    return Alignment(pairs, mp, qg, tg, ea, score)
+
+
+def _gain(M: np.ndarray, qg: np.ndarray, tg: np.ndarray, gap_weight: float) -> np.ndarray:
+    if gap_weight == 0.0:  # M - 0 * (...) is M, bit for bit, for finite posteriors
+        return M
+    return M - gap_weight * (qg[:, None] + tg[None, :])  # [m, n]
+
+
+def mea_batch(posteriors: list, *, gap_weight: float = 1.0, slack: float = 1.3) -> list[Alignment]:
+    """:func:`mea_from_posteriors` of many pairs, faster: the dynamic programmes of pairs of
+    similar shape run as one stack (see :func:`_mea_moves`), so each row costs a few array
+    operations for the whole group instead of for each pair.
+
+    Args:
+        posteriors: :class:`Posteriors` (or ``(match, query_gap, target_gap)``) of finite
+            float64 arrays, as :func:`plan_posteriors` returns them (not re-validated).
+        gap_weight: as in :func:`mea_from_posteriors`.
+        slack: a group is padded to at most ``slack`` times the cells of its pairs.
+
+    Returns the alignments in input order, each identical (pairs, posteriors, score) to
+    :func:`mea_from_posteriors` of the same pair.
+    """
+    if not np.isfinite(gap_weight) or gap_weight < 0:
+        raise ValueError(f"{gap_weight=} must be finite and >= 0")
+    posts = [tuple(p) for p in posteriors]
+    out: list[Alignment | None] = [None] * len(posts)
+    order = sorted(range(len(posts)), key=lambda k: posts[k][0].shape)
+    start = 0
+    while start < len(order):  # greedy groups of consecutive shapes within the slack
+        stop, cells, big_m, big_n = start, 0, 0, 0
+        while stop < len(order):
+            m, n = posts[order[stop]][0].shape
+            padded = max(big_m, m) * max(big_n, n) * (stop - start + 1)
+            if stop > start and (padded > slack * (cells + m * n) or padded > _GROUP_CELLS):
+                break
+            cells, big_m, big_n = cells + m * n, max(big_m, m), max(big_n, n)
+            stop += 1
+        group = order[start:stop]
+        if len(group) == 1:  # alone: no stack to copy into
+            M, qg, tg = posts[group[0]]
+            W = _gain(M, qg, tg, gap_weight)[None]
+            group_items = ()
+        else:
+            W = _scratch("gain", (len(group), big_m, big_n), np.float64)
+            group_items = enumerate(group)
+        for g, k in group_items:
+            M, qg, tg = posts[k]
+            m, n = M.shape
+            W[g, :m, :n] = _gain(M, qg, tg, gap_weight)
+            W[g, m:] = 0.0  # padding: never read by the pair's own cells, but kept finite
+            W[g, :m, n:] = 0.0
+        moves = _mea_moves(W, [posts[k][0].shape for k in group])
+        for g, k in enumerate(group):
+            M, qg, tg = posts[k]
+            pairs = _trace_moves(moves.buf, moves.si, moves.sj, moves.base(g), *M.shape)
+            out[k] = _finish(M, qg, tg, gap_weight, pairs, moves.best[g])
+        start = stop
+    return out
 
 
 def mea_from_posteriors(
@@ -195,18 +426,7 @@ def mea_from_posteriors(
     for name, arr in (("match", M), ("query_gap", qg), ("target_gap", tg)):
         if not np.all(np.isfinite(arr)):
             raise ValueError(f"{name} must be finite, found {int((~np.isfinite(arr)).sum())} non-finite values")
-    W = M - gap_weight * (qg[:, None] + tg[None, :])  # [m, n]
-    S = _mea_table(W)
-    pairs = _traceback(S)
-    mp = M[pairs[:, 0], pairs[:, 1]] if pairs.size else np.zeros(0)
-    q_un = np.ones(m, dtype=bool)
-    t_un = np.ones(n, dtype=bool)
-    q_un[pairs[:, 0]] = False
-    t_un[pairs[:, 1]] = False
-    gaps = qg[q_un].sum() + tg[t_un].sum()
-    score = float(S[m, n] + gap_weight * (qg.sum() + tg.sum()))
-    ea = float((2.0 * mp.sum() + gaps) / (m + n)) if m + n else float("nan")
-    return Alignment(pairs, mp, qg, tg, ea, score)
+    return mea_batch([(M, qg, tg)], gap_weight=gap_weight)[0]
 
 
 def mea_align(plan: Any, *, gap_weight: float = 1.0, normalise: str = "row") -> Alignment:
