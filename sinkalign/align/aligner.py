@@ -101,7 +101,7 @@ _DEFAULT_MODELS = {"protein": "aligner_default", "dna": "aligner_dna"}
 
 def default_model_path(alphabet: str = "protein") -> Path:
     """The model shipped inside the package for ``alphabet``: ``protein`` (fitted on the Pfam
-    Pfam training families) or ``dna`` (fitted on MADE1 sequences)."""
+    training families) or ``dna`` (fitted on MADE1 sequences)."""
     if alphabet not in _DEFAULT_MODELS:
         raise InputError(f"alphabet={alphabet!r} is not one of {tuple(_DEFAULT_MODELS)}")
     return Path(__file__).resolve().parents[1] / "data" / _DEFAULT_MODELS[alphabet]
