@@ -6,7 +6,7 @@ The names below are the public API, imported on first use (so ``import sinkalign
     import sinkalign as sa
 
     aligner = sa.Aligner.load()                 # the shipped protein model
-    result = aligner.align("MVLSPADKTNVKAAW", "MVHLTPEEKSAVTAL")
+    pair = aligner.align("MVLSPADKTNVKAAW", "MVHLTPEEKSAVTAL")   # an AlignedPair
     sa.sinkhorn_attention(q, k, v, config=sa.SinkhornConfig(eps=1.0, band=256))
 
 Subpackages: ``sinkalign.sinkhorn`` (the operator), ``sinkalign.io`` (FASTA, reference
@@ -38,8 +38,8 @@ _EXPORTS: dict[str, str] = {
     "dustbin_plan": "sinkalign.sinkhorn.dustbin",
     # the aligner
     "Aligner": "sinkalign.align.aligner",
-    "PairResult": "sinkalign.align.aligner",
-    "Alignment": "sinkalign.align.decode",
+    "AlignedPair": "sinkalign.alignment",
+    "Alignment": "sinkalign.alignment",
     "align_fasta": "sinkalign.pipelines.align",
     # sequences and alignments on disk
     "read_fasta": "sinkalign.io.fasta",

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from sinkalign.errors import InputError
 
 __all__ = [
+    "AlignedPair",
     "Alignment",
     "AlignmentStats",
     "alignment_columns",
@@ -308,3 +309,54 @@ def percent_identity(query: str, target: str, alignment: Any) -> float:
     if pairs.shape[0] == 0:
         return math.nan
     return 100.0 * _identical(query, target, pairs) / pairs.shape[0]
+
+
+class AlignedPair(NamedTuple):
+    """One aligned pair: what :meth:`sinkalign.Aligner.align` returns and what
+    :func:`sinkalign.write_alignments` writes, unchanged.
+
+    Attributes:
+        query_id, query, target_id, target: the two records (ids and sequences).
+        alignment: an :class:`Alignment` (with posteriors), an object with ``.pairs`` (e.g. a
+            baseline's result) or a pair array ``[k, 2]`` of 0-based aligned residue indices.
+        score: the pair's score; ``None`` takes ``alignment.score`` where there is one. For the
+            OT aligner it is the sum of the raw match posteriors over aligned pairs.
+        plan: the transport plan ``[m + 1, n + 1]`` (last row and column: the dustbins) when
+            it was asked for (``keep_plan=True``), else ``None``.
+
+    A plain 6-tuple ``(query_id, query, target_id, target, alignment, score)`` is accepted
+    wherever an ``AlignedPair`` is.
+    """
+
+    query_id: str
+    query: str
+    target_id: str
+    target: str
+    alignment: Any
+    score: float | None = None
+    plan: np.ndarray | None = None
+
+    @property
+    def pairs(self) -> np.ndarray:
+        """Aligned residue pairs ``int64 [k, 2]`` (0-based)."""
+        return as_pairs(self.alignment, len(self.query), len(self.target))
+
+    @property
+    def stats(self) -> AlignmentStats:
+        """Identity, aligned length and the 0-based half-open spans (:func:`alignment_stats`)."""
+        return alignment_stats(self.query, self.target, self.alignment)
+
+    @property
+    def identity(self) -> float:
+        """Percent identity over aligned pairs (NaN when nothing is aligned)."""
+        return percent_identity(self.query, self.target, self.alignment)
+
+    @property
+    def cigar(self) -> str:
+        """The local CIGAR of the TSV and SAM outputs (soft clips for unaligned query ends)."""
+        return cigar(self.alignment, len(self.query), len(self.target), local=True)
+
+    def gapped(self, gap: str = "-") -> tuple[str, str]:
+        """The two sequences with gaps inserted (the global layout of the FASTA output)."""
+        return to_gapped(self.query, self.target, self.alignment, gap=gap)
+

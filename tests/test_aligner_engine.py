@@ -230,3 +230,19 @@ def test_blas_runs_on_one_thread_while_a_stream_runs_and_is_restored_after():
     assert threads() == [1] * len(before)
     list(stream)
     assert threads() == before
+
+
+def test_embedder_options_reach_the_embedder_builder():
+    """Aligner(..., embedder_options=...) builds the model's embedder with them (here a wrong
+    one, which the config check must refuse), and cannot be combined with an embedder."""
+    from sinkalign.align import model as M
+    from sinkalign.align.embed import get_embedder
+
+    emb = get_embedder("builtin", alphabet="protein")
+    config = M.AlignerConfig(embedder=emb.config(), feature_dim=emb.dim)
+    params = M.init_params(config, seed=0)
+    assert Aligner(params, config).embedder.config() == emb.config()
+    with pytest.raises(ValueError, match="alphabet"):
+        Aligner(params, config, embedder_options={"alphabet": "dna"}).embedder  # noqa: B018
+    with pytest.raises(ValueError, match="either embedder or embedder_options"):
+        Aligner(params, config, embedder=emb, embedder_options={"alphabet": "protein"})

@@ -21,7 +21,6 @@ import os
 import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -30,11 +29,12 @@ import numpy as np
 from sinkalign.align import model as M
 from sinkalign.align.calibration import Calibration
 from sinkalign.align.checkpoints import BUCKETS, load_checkpoint
-from sinkalign.align.decode import Alignment, mea_batch, mea_from_posteriors, plan_posteriors
+from sinkalign.align.decode import mea_batch, mea_from_posteriors, plan_posteriors
 from sinkalign.align.engine import NumpyEngine, engine_support
+from sinkalign.alignment import AlignedPair
 from sinkalign.errors import CheckpointError, InputError
 
-__all__ = ["Aligner", "ENGINES", "PairResult", "default_model_path", "enable_compilation_cache"]
+__all__ = ["AlignedPair", "Aligner", "ENGINES", "PairResult", "default_model_path", "enable_compilation_cache"]
 
 log = logging.getLogger(__name__)
 
@@ -107,19 +107,7 @@ def default_model_path(alphabet: str = "protein") -> Path:
     return Path(__file__).resolve().parents[1] / "data" / _DEFAULT_MODELS[alphabet]
 
 
-@dataclass(frozen=True)
-class PairResult:
-    """One aligned pair: ids, sequences, the decoded alignment and (optionally) the plan."""
-
-    query_id: str
-    query: str
-    target_id: str
-    target: str
-    alignment: Alignment
-    plan: np.ndarray | None = None
-
-    def as_record(self):
-        return (self.query_id, self.query, self.target_id, self.target, self.alignment, self.alignment.score)
+PairResult = AlignedPair  # the name of earlier releases
 
 
 class Aligner:
@@ -128,6 +116,10 @@ class Aligner:
     Args:
         params: model parameters; config: its :class:`~sinkalign.align.model.AlignerConfig`.
         embedder: the feature embedder (built from ``config.embedder`` when omitted).
+        embedder_options: what the model's config does not hold but building its embedder
+            needs, e.g. ``{"weights": "esm2_t33_650M_UR50D.pt"}`` for ESM-2 (see
+            :func:`sinkalign.align.embed.embedder_from_config`); the rebuilt embedder must
+            still match the one the model was trained with.
         backend: ``reference`` (pure JAX operator) or ``pallas`` (blockwise kernels); the
             ``numpy`` engine computes the reference operator's plans.
         gap_weight: MEA gap weight (0 = gaps free, the decoding the model was tuned with).
@@ -139,7 +131,8 @@ class Aligner:
         workers: threads of the ``numpy`` engine (default: the CPUs this process may use).
     """
 
-    def __init__(self, params: dict, config: M.AlignerConfig, *, embedder=None, backend: str = "reference",
+    def __init__(self, params: dict, config: M.AlignerConfig, *, embedder=None,
+                 embedder_options: dict | None = None, backend: str = "reference",
                  gap_weight: float | None = None, calibration: Calibration | None = None, engine: str = "auto",
                  workers: int | None = None):
         if backend not in BACKENDS:
@@ -155,7 +148,10 @@ class Aligner:
         self.workers = default_workers() if workers is None else int(workers)
         if self.workers < 1:
             raise InputError(f"workers={self.workers} must be >= 1")
+        if embedder is not None and embedder_options:
+            raise InputError("give either embedder or embedder_options, not both")
         self._embedder = embedder
+        self._embedder_options = dict(embedder_options or {})
         self.calibration = calibration
         self.provenance = ""  # how the model was made (set by :meth:`load` from its state.json)
         self._numpy: NumpyEngine | None = None
@@ -172,7 +168,9 @@ class Aligner:
 
     @classmethod
     def load(cls, path: str | os.PathLike | None = None, **kwargs) -> "Aligner":
-        """Load a checkpoint (a training run directory or a model directory); default: shipped."""
+        """Load a model directory, a checkpoint or a training run (its newest complete
+        checkpoint); default: the shipped protein model. ``kwargs`` are those of
+        :class:`Aligner` (``backend``, ``gap_weight``, ``embedder_options``, ``engine``, ...)."""
         path = Path(path) if path is not None else default_model_path()
         if not path.exists():
             raise CheckpointError(f"model {path} does not exist")
@@ -193,7 +191,7 @@ class Aligner:
         if self._embedder is None and self.config.feature_dim:
             from sinkalign.align.embed import embedder_from_config  # noqa: PLC0415
 
-            self._embedder = embedder_from_config(self.config.embedder)
+            self._embedder = embedder_from_config(self.config.embedder, **self._embedder_options)
         return self._embedder
 
     def _features(self, seqs: list[str]):
@@ -207,12 +205,12 @@ class Aligner:
 
     # ---------------------------------------------------------------- public API
     def align(self, query: str, target: str, *, query_id: str = "query", target_id: str = "target",
-              keep_plan: bool = False) -> PairResult:
+              keep_plan: bool = False) -> AlignedPair:
         """Align one pair of sequences."""
         return next(self.align_many([(query_id, query, target_id, target)], keep_plan=keep_plan))
 
     def align_many(self, pairs: Iterable[tuple[str, str, str, str]], *, batch_size: int = 8,
-                   keep_plan: bool = False) -> Iterator[PairResult]:
+                   keep_plan: bool = False) -> Iterator[AlignedPair]:
         """Align ``(query_id, query, target_id, target)`` tuples; results come in input order.
 
         The stream is consumed lazily and a bounded number of pairs is in flight at once
@@ -228,7 +226,7 @@ class Aligner:
         return self._jax_results(pairs, batch_size, keep_plan)
 
     def align_pairs(self, pairs: Iterable[tuple[Any, Any]], *, batch_size: int = 8,
-                    keep_plan: bool = False) -> Iterator[PairResult]:
+                    keep_plan: bool = False) -> Iterator[AlignedPair]:
         """Align ``(query_record, target_record)`` pairs of records with ``.id`` and ``.seq``
         (e.g. :class:`sinkalign.io.fasta.Sequence`), or ``(id, seq)`` tuples; results come in
         input order, as in :meth:`align_many`."""
@@ -251,13 +249,13 @@ class Aligner:
         if not q or not t:
             raise InputError(f"pair {qid} / {tid}: the {'query' if not q else 'target'} sequence is empty")
 
-    def _decode(self, item, plan: np.ndarray, keep_plan: bool) -> PairResult:
+    def _decode(self, item, plan: np.ndarray, keep_plan: bool) -> AlignedPair:
         qid, q, tid, t = item
         post = plan_posteriors(plan)
         aln = mea_from_posteriors(post.match, post.query_gap, post.target_gap, gap_weight=self.gap_weight)
         if self.calibration is not None:
             aln = self.calibration.apply(aln, post.match)
-        return PairResult(qid, q, tid, t, aln, plan if keep_plan else None)
+        return AlignedPair(qid, q, tid, t, aln, aln.score, plan if keep_plan else None)
 
     # ---------------------------------------------------------------- numpy engine
     def _numpy_task(self, items: list, keep_plan: bool) -> list:
@@ -279,7 +277,7 @@ class Aligner:
         for item, plan, post, aln in zip(good, plans, posts, alns):
             if self.calibration is not None:
                 aln = self.calibration.apply(aln, post.match)
-            out.append(PairResult(item[0], item[1], item[2], item[3], aln, plan))
+            out.append(AlignedPair(item[0], item[1], item[2], item[3], aln, aln.score, plan))
         return out + ([error] if error is not None else [])
 
     def _numpy_results(self, pairs, keep_plan):

@@ -48,6 +48,7 @@ from typing import IO, Any, Callable, Iterable, Iterator, NamedTuple
 import numpy as np
 
 from sinkalign.alignment import (
+    AlignedPair,
     Alignment,
     alignment_columns,
     alignment_stats,
@@ -83,17 +84,6 @@ _BAM_SEQ = frozenset("=ACMGRSVTWYHKDBN")
 _MAX_MAPQ = 60
 
 
-class AlignedPair(NamedTuple):
-    """One aligned pair to write (``alignment``: Alignment, object with ``.pairs``, or ``[k, 2]``)."""
-
-    query_id: str
-    query: str
-    target_id: str
-    target: str
-    alignment: Any
-    score: float | None = None
-
-
 class _Record(NamedTuple):
     index: int
     query_id: str
@@ -113,7 +103,10 @@ def _prepare(records: Iterable[Any]) -> Iterator[_Record]:
     """Validate and normalise the input stream (InputError naming the record)."""
     for index, rec in enumerate(records):
         try:
-            qid, q, tid, t, aln, *rest = rec
+            if isinstance(rec, AlignedPair):  # its plan is not written
+                qid, q, tid, t, aln, *rest = rec[:6]
+            else:
+                qid, q, tid, t, aln, *rest = rec
         except (TypeError, ValueError):
             raise InputError(
                 f"record {index}: expected (query_id, query, target_id, target, alignment[, score])"

@@ -122,15 +122,13 @@ def load_aligner(spec: ModelSpec):
     cached = _ALIGNERS.get(spec)
     if cached is not None and cached[0] == key:
         return cached[1]
+    options = {"weights": spec.esm_weights} if spec.esm_weights else {}
     aligner = Aligner.load(path, backend=spec.backend, gap_weight=spec.gap_weight)
     trained_with = aligner.config.embedder.get("name") if aligner.config.feature_dim else None
     if spec.embedder is not None and trained_with is not None and spec.embedder != trained_with:
         raise InputError(f"the model was trained with the {trained_with!r} embedder, not {spec.embedder!r}")
-    if trained_with == "esm2":
-        from sinkalign.align.embed import embedder_from_config  # noqa: PLC0415
-
-        opts = {"weights": spec.esm_weights} if spec.esm_weights else {}
-        aligner._embedder = embedder_from_config(aligner.config.embedder, **opts)
+    if trained_with == "esm2" and options:
+        aligner = Aligner.load(path, backend=spec.backend, gap_weight=spec.gap_weight, embedder_options=options)
     _ALIGNERS[spec] = (key, aligner)
     _LOADS += 1
     return aligner
@@ -138,7 +136,7 @@ def load_aligner(spec: ModelSpec):
 
 def _align_pairs(aligner, pairs, *, batch_size: int, keep_plan: bool):
     """The pipeline's one call into the aligner: ``(query_id, query, target_id, target)``
-    tuples in, :class:`~sinkalign.align.aligner.PairResult` out, in input order."""
+    tuples in, :class:`~sinkalign.alignment.AlignedPair` out, in input order."""
     return aligner.align_many(pairs, batch_size=batch_size, keep_plan=keep_plan)
 
 
