@@ -338,6 +338,8 @@ def test_cluster_without_dask_names_the_extra(files, monkeypatch):
     assert r.exit_code == 1
     assert "needs distributed, which is not installed; install the 'cluster' extra" in r.output
     assert not (files / "x.tsv").exists()
+    r = CliRunner().invoke(cli, ["align", str(files / "q.fa"), str(files / "t.fa"), "--workers", "2"])
+    assert r.exit_code == 1 and r.stdout == ""  # refused before the first byte of output
 
 
 def test_duplicate_ids_are_found_in_constant_memory_scans(files, monkeypatch):

@@ -687,6 +687,8 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
         raise InputError("give either workers (a local cluster) or scheduler (an existing one), not both")
     if workers is not None and workers < 1:
         raise InputError(f"workers={workers} must be >= 1")
+    if workers is not None or scheduler is not None:  # before anything is read or written
+        require("distributed", "cluster", "sinkalign align --workers/--scheduler")
     to_stdout = output is None or _is_stdio(output)
     if to_stdout and fmt == "bam":
         raise InputError("--format bam is binary: give an output file (-o FILE)")
