@@ -11,7 +11,10 @@ Checkpoints: ``OUT/checkpoints/step_00000100/`` holds ``params.safetensors``,
 (step, config, data position). A checkpoint is written to a temporary directory and
 renamed into place, then ``OUT/checkpoints/latest`` is replaced atomically, so an
 interrupted run always resumes from a complete checkpoint. Metrics are JSON lines in
-``OUT/metrics.jsonl``.
+``OUT/metrics.jsonl``. Whenever validation F1 (MEA decoding, core columns for structure-based
+references) beats every earlier evaluation, the parameters are also written to ``OUT/best/``
+(a model directory, with ``val_f1`` and ``step`` in its ``state.json``): checkpoint selection
+on the validation split.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from sinkalign.align import model as M
 from sinkalign.utils import atomic_dir, atomic_write_text
 
 __all__ = ["TrainConfig", "TrainResult", "train", "save_checkpoint", "load_checkpoint", "init_distributed",
-           "evaluate_split", "export_model", "BUCKETS"]
+           "evaluate_split", "export_model", "BUCKETS", "crop_example", "save_best", "read_best"]
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +66,7 @@ class TrainConfig:
     certify_tau: float = 1e-3
     max_length: int = 512
     keep_checkpoints: int = 3
+    crop: bool = False  # crop longer pairs to a max_length window around a reference pair (else skip them)
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "checkpoint_every", "eval_every", "keep_checkpoints"):
@@ -111,6 +115,26 @@ def save_checkpoint(out: Path, step: int, params: dict, opt_state, state: dict, 
     for p in old[:-keep]:
         shutil.rmtree(p, ignore_errors=True)
     return final
+
+
+def save_best(out: Path, step: int, params: dict, state: dict) -> Path:
+    """Write ``OUT/best`` (the parameters with the best validation F1 so far), atomically."""
+    from safetensors.numpy import save_file  # noqa: PLC0415
+
+    final = Path(out) / "best"
+    with atomic_dir(final) as tmp:
+        save_file({k: np.asarray(v) for k, v in params.items()}, tmp / "params.safetensors")
+        (tmp / "state.json").write_text(json.dumps({**state, "step": step}, indent=1))
+    return final
+
+
+def read_best(out: str | os.PathLike) -> tuple[int | None, float]:
+    """(step, validation F1) of ``OUT/best``, or (None, -inf) when there is none."""
+    path = Path(out) / "best" / "state.json"
+    if not path.is_file():
+        return None, -math.inf
+    state = json.loads(path.read_text())
+    return int(state["step"]), float(state["val_f1"])
 
 
 def export_model(out_dir: str | os.PathLike, params: dict, config: M.AlignerConfig, *, provenance: str,
@@ -163,6 +187,52 @@ def _fits(example, max_length: int) -> bool:
     return max(len(example.pair.query_seq), len(example.pair.target_seq)) <= max_length
 
 
+def crop_example(example, max_length: int, rng: np.random.Generator):
+    """A pair longer than ``max_length`` cut to windows of at most ``max_length`` residues per side.
+
+    The windows are centred (with random jitter) on one reference pair drawn at random, so
+    the two windows cover homologous stretches; reference pairs, core masks and embeddings
+    are cut to match. Shorter pairs are returned unchanged.
+    """
+    import dataclasses  # noqa: PLC0415
+
+    pair = getattr(example, "pair", example)
+    lq, lt = len(pair.query_seq), len(pair.target_seq)
+    if max(lq, lt) <= max_length:
+        return example
+    if pair.n_aligned:
+        i, j = (int(x) for x in pair.pairs[rng.integers(pair.n_aligned)])
+    else:
+        i, j = int(rng.integers(lq)), int(rng.integers(lt))
+    off = int(rng.integers(-max_length // 4, max_length // 4 + 1))
+
+    def window(center: int, length: int) -> tuple[int, int]:
+        lo = min(max(0, center - max_length // 2 + off), max(0, length - max_length))
+        return lo, min(length, lo + max_length)
+
+    q0, q1 = window(i, lq)
+    t0, t1 = window(j, lt)
+    p = pair.pairs
+    keep = (p[:, 0] >= q0) & (p[:, 0] < q1) & (p[:, 1] >= t0) & (p[:, 1] < t1)
+    cores = {}
+    if pair.query_core is not None:
+        cores = {"query_core": pair.query_core[q0:q1].copy(), "target_core": pair.target_core[t0:t1].copy()}
+    else:
+        cores = {"query_core": np.ones(q1 - q0, bool), "target_core": np.ones(t1 - t0, bool)}
+    # residues whose reference partner was cut away are not trusted gaps: drop them from the loss
+    lost_q = p[(p[:, 0] >= q0) & (p[:, 0] < q1) & ~keep, 0] - q0
+    lost_t = p[(p[:, 1] >= t0) & (p[:, 1] < t1) & ~keep, 1] - t0
+    cores["query_core"][lost_q] = False
+    cores["target_core"][lost_t] = False
+    new_pair = dataclasses.replace(pair, query_seq=pair.query_seq[q0:q1], target_seq=pair.target_seq[t0:t1],
+                                   pairs=(p[keep] - np.array([q0, t0])).astype(np.int32), **cores)
+    if not hasattr(example, "pair"):
+        return new_pair
+    qe, te = example.query_embedding, example.target_embedding
+    return dataclasses.replace(example, pair=new_pair, query_embedding=None if qe is None else qe[q0:q1],
+                               target_embedding=None if te is None else te[t0:t1])
+
+
 def examples_to_batch(examples, config: M.AlignerConfig, size: int | None = None) -> M.Batch:
     """Pad a list of ShardExample (or ReferencePair) into one square bucket."""
     items = []
@@ -173,7 +243,7 @@ def examples_to_batch(examples, config: M.AlignerConfig, size: int | None = None
         if config.feature_dim and (fa is None or fb is None):
             raise ValueError(f"pair {pair.query_id}/{pair.target_id} has no embeddings but the model needs "
                              f"{config.feature_dim}-dim features; run `sinkalign shards embed` first")
-        items.append((pair.query_seq, pair.target_seq, fa, fb, pair.pairs))
+        items.append((pair.query_seq, pair.target_seq, fa, fb, pair.pairs, (pair.query_core, pair.target_core)))
     longest = max(max(len(a), len(b)) for a, b, *_ in items)
     L = size or _bucket(longest)
     return M.make_batch(items, config, L, L)
@@ -189,6 +259,9 @@ def _batches(dataset, cfg: TrainConfig, start_step: int):
         for n, items in enumerate(dataset.iter_batches(cfg.batch_size, seed=cfg.seed, epoch=epoch, drop_last=True)):
             if n < skip:
                 continue
+            if cfg.crop:
+                rng = np.random.default_rng([cfg.seed, epoch, n])
+                items = [crop_example(ex, cfg.max_length, rng) for ex in items]
             items = [ex for ex in items if _fits(ex, cfg.max_length)]
             if not items:
                 continue
@@ -207,7 +280,7 @@ def evaluate_split(params, dataset, config: M.AlignerConfig, *, n_pairs: int = 6
                    gap_weight: float = 0.0) -> dict:
     """Held-out loss terms and alignment F1 (MEA decoding) over the first ``n_pairs`` pairs."""
     from sinkalign.align.decode import mea_align  # noqa: PLC0415
-    from sinkalign.align.metrics import micro_average, pair_scores  # noqa: PLC0415
+    from sinkalign.align.metrics import core_pair_scores, micro_average  # noqa: PLC0415
 
     # A fixed random subset (seed 0) so that every family of the split is represented.
     idx = np.sort(np.random.default_rng(0).choice(len(dataset), size=min(n_pairs, len(dataset)), replace=False))
@@ -224,7 +297,7 @@ def evaluate_split(params, dataset, config: M.AlignerConfig, *, n_pairs: int = 6
         rows = np.asarray(M.forward(params, batch, config)[0], np.float64)
         for n, ex in enumerate(chunk):
             plan = M.pair_plan(rows[n], len(ex.pair.query_seq), len(ex.pair.target_seq))
-            scores.append(pair_scores(mea_align(plan, gap_weight=gap_weight).pairs, ex.pair.pairs))
+            scores.append(core_pair_scores(mea_align(plan, gap_weight=gap_weight).pairs, ex.pair))
     n = max(len(examples), 1)
     out = {f"val_{k}": v / n for k, v in sums.items()}
     # Monotonicity violation, reported as the mono term; alignment F1 micro-averaged.
@@ -323,6 +396,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, stop
     last: dict = {}
     from tqdm import tqdm  # noqa: PLC0415
 
+    best_f1 = read_best(out)[1] if resume else -math.inf
     bar = tqdm(total=cfg.steps, initial=start, disable=not progress, desc="train", unit="step")
     t_window, n_window = time.perf_counter(), 0
     end = cfg.steps if stop_after is None else min(cfg.steps, start + stop_after)
@@ -351,6 +425,11 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, stop
                 if sel is not None:
                     record["certified_depth"] = sel.depth
                     record["certificate_norms"] = {str(k): v for k, v in sel.norms.items()}
+            if record.get("val_f1") is not None and math.isfinite(record["val_f1"]) and record["val_f1"] > best_f1:
+                best_f1 = record["val_f1"]
+                record["best"] = True
+                save_best(out, step, params, {"model": cfg.model.to_dict(), "train": _train_dict(cfg),
+                                              "val_f1": best_f1, "val_pairs": record.get("val_pairs")})
             metrics_file.write(json.dumps(record) + "\n")
             metrics_file.flush()
             last = record
