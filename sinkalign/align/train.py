@@ -67,6 +67,7 @@ class TrainConfig:
     max_length: int = 512
     keep_checkpoints: int = 3
     crop: bool = False  # crop longer pairs to a max_length window around a reference pair (else skip them)
+    freeze: tuple[str, ...] = ()  # parameter names kept at their initial values (e.g. "sub")
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "checkpoint_every", "eval_every", "keep_checkpoints"):
@@ -76,6 +77,11 @@ class TrainConfig:
             raise ValueError(f"lr={self.lr} must be positive")
         if self.max_length > BUCKETS[-1]:
             raise ValueError(f"max_length={self.max_length} must be <= {BUCKETS[-1]}")
+        object.__setattr__(self, "freeze", tuple(self.freeze))
+        unknown = sorted(set(self.freeze) - set(M.init_params(self.model)))
+        if unknown:
+            raise ValueError(f"freeze={list(self.freeze)}: the model has no parameters {unknown}; it has "
+                             f"{sorted(M.init_params(self.model))}")
 
 
 @dataclass
@@ -343,8 +349,11 @@ def _optimizer(cfg: TrainConfig):
     # optax needs at least one decay step after the warm-up (a 1-step run included)
     schedule = optax.warmup_cosine_decay_schedule(0.0, cfg.lr, warmup, max(cfg.steps, warmup + 1),
                                                   end_value=cfg.lr * 0.05)
-    return optax.chain(optax.clip_by_global_norm(cfg.clip_norm),
-                       optax.adamw(schedule, weight_decay=cfg.weight_decay)), schedule
+    tx = optax.chain(optax.clip_by_global_norm(cfg.clip_norm), optax.adamw(schedule, weight_decay=cfg.weight_decay))
+    if cfg.freeze:
+        labels = {k: ("freeze" if k in cfg.freeze else "train") for k in M.init_params(cfg.model)}
+        tx = optax.multi_transform({"train": tx, "freeze": optax.set_to_zero()}, labels)
+    return tx, schedule
 
 
 def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, stop_after: int | None = None) -> TrainResult:

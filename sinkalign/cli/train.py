@@ -36,11 +36,13 @@ from sinkalign.cli.options import model_options
               help="Validation pairs scored at every --eval-every (a fixed random subset); the best F1 so far "
                    "is kept in OUT/best.")
 @click.option("--warmup", type=click.IntRange(min=0), default=50, show_default=True, help="Warm-up steps.")
+@click.option("--freeze", multiple=True, help="Keep this parameter at its initial value (repeatable), e.g. "
+                                              "--freeze sub keeps the BLOSUM62 window score and trains the rest.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--distributed", is_flag=True, help="Multi-host: call jax.distributed.initialize() first.")
 @click.option("--progress/--no-progress", default=True)
 def train(shards, preset_name, model_opts, embedder, steps, batch_size, lr, out, resume, checkpoint_every, eval_every,
-          certify_every, max_length, crop, eval_pairs, warmup, seed, distributed, progress):
+          certify_every, max_length, crop, eval_pairs, warmup, freeze, seed, distributed, progress):
     """Train the aligner; metrics go to OUT/metrics.jsonl, checkpoints to OUT/checkpoints."""
     from sinkalign.align import model as M  # noqa: PLC0415
     from sinkalign.align import train as T  # noqa: PLC0415
@@ -75,7 +77,7 @@ def train(shards, preset_name, model_opts, embedder, steps, batch_size, lr, out,
         cfg = T.TrainConfig(shards=str(shards), out=str(out), model=model, steps=steps, batch_size=batch_size, lr=lr,
                             seed=seed, checkpoint_every=checkpoint_every, eval_every=eval_every,
                             certify_every=certify_every, max_length=max_length, crop=crop, eval_pairs=eval_pairs,
-                            warmup=warmup)
+                            warmup=warmup, freeze=tuple(freeze))
         result = T.train(cfg, resume=resume, progress=progress)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc

@@ -573,7 +573,8 @@ def read_index(directory: str | os.PathLike) -> dict:
         raise ValueError(f"{path}: format={found!r}, expected {FORMAT_NAME!r}")
     if index.get("format_version") not in READABLE_VERSIONS:
         raise ValueError(
-            f"{path}: format_version={index.get('format_version')!r}, this sinkalign reads {READABLE_VERSIONS}"
+            f"{path}: format_version={index.get('format_version')!r}, this sinkalign reads format versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))}"
         )
     return index
 
