@@ -56,6 +56,7 @@ __all__ = [
     "Batch",
     "encode_residues",
     "init_params",
+    "shrink_params",
     "forward",
     "loss_fn",
     "loss_from_outputs",
@@ -244,6 +245,21 @@ def init_params(config: AlignerConfig, seed: int = 0, *, substitution: np.ndarra
             params["q_dustbin"][-1] = 1.0
         params["v_dustbin"] = np.zeros(config.feature_dim, np.float32)
     return jax.tree_util.tree_map(jnp.asarray, params)
+
+
+SHRINK_KEYS = ("sub", "res_wk", "gap_w", "gap_b", "q_dustbin", "k_dustbin")
+
+
+def shrink_params(params: dict, config: AlignerConfig, alpha: float, *, seed: int = 0) -> dict:
+    """Trained parameters pulled back towards the initialisation: ``init + alpha (trained - init)``
+    for the parameters that enter the scores linearly (the substitution window, the residual's
+    key map, the gap head and the dustbin tokens); the encoder itself is kept. ``alpha = 0``
+    is the initial (shipped BLOSUM-window) model, 1 the trained one; in between the residual
+    pair and gap scores are scaled by ``alpha`` exactly."""
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha={alpha} must be in [0, 1]")
+    init = init_params(config, seed=seed)
+    return {k: (init[k] + alpha * (v - init[k]) if k in SHRINK_KEYS else v) for k, v in params.items()}
 
 
 # --------------------------------------------------------------------------------------
