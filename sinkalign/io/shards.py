@@ -1,7 +1,7 @@
 """Pfam pair shards: reference-aligned sequence pairs on disk, split by family.
 
-Format (version 1; the full description is ``data_manifests/shards_format.md``)
--------------------------------------------------------------------------------
+Format (version 2, which also reads version 1; the full description is ``data_manifests/shards_format.md``)
+----------------------------------------------------------------------------------------------------------
 A shard directory holds::
 
     index.json                      written last; the only entry point
@@ -25,6 +25,10 @@ key                    dtype       shape / meaning
 ``pair_offsets``       int64       [P + 1] pair p owns ``pairs[pair_offsets[p]:pair_offsets[p+1]]``
 ``pairs``              int32       [N, 2] 0-based (i, j) residue indices, ungapped sequences
 ``percent_identity``   float32     [P] see :func:`sinkalign.io.alignments.percent_identity`
+``core_offsets``       int64       [P + 1] (optional, version 2) pair p owns
+                                   ``core[core_offsets[p]:core_offsets[p+1]]``
+``core``               uint8       per residue of the query then the target: 1 = trusted
+                                   (structure-based references with a core mask)
 =====================  ==========  ========================================================
 
 ``<split>-<k>.emb.safetensors`` maps each sequence id of the shard to a
