@@ -311,3 +311,15 @@ def test_split_manifest_reproduces_and_does_not_leak(shared_data):
                 seen.setdefault(pdb_code(n), set()).add(side[it.name])
             seen.setdefault(s.upper(), set()).add(side[it.name])
     assert all(len(v) == 1 for v in seen.values())
+
+
+def test_shipped_learned_model_loads_and_aligns_a_sequence_to_itself():
+    from sinkalign.align.aligner import Aligner, default_model_path  # noqa: PLC0415
+
+    path = default_model_path().parent / "aligner_learned"
+    aligner = Aligner.load(path)
+    assert aligner.config.res_ctx_dim == 96 and aligner.config.gap_head
+    assert aligner.calibration is not None
+    seq = "MVLSPADKTNVKAAWGKVGAHAGEYGAEALERMFLSFPTTKTYFPHFDLSHGSAQVKGHGKKVADALTNAVAHVDDMPNALSALSDLHAHKL"
+    res = aligner.align(seq, seq)
+    assert res.alignment.pairs.tolist() == [[i, i] for i in range(len(seq))]
