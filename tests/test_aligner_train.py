@@ -265,3 +265,21 @@ def test_inference_does_not_import_the_trainer():
     code = ("import sys; from sinkalign.align.aligner import Aligner; Aligner.load(); "
             "bad = [m for m in ('optax', 'sinkalign.align.train') if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+
+
+def test_freeze_keeps_parameters_and_best_tracks_validation(shards, tmp_path):
+    cfg = _cfg(shards, tmp_path / "fz", 4, freeze=("sub",))
+    model = cfg.model.replace(res_ctx_dim=8, res_ctx_layers=1, res_qk_dim=4, gap_head=True)
+    cfg = TrainConfig(**{**{k: getattr(cfg, k) for k in cfg.__dataclass_fields__}, "model": model})
+    res = train(cfg, progress=False)
+    init = M.init_params(model)
+    np.testing.assert_array_equal(np.asarray(res.params["sub"]), np.asarray(init["sub"]))
+    assert not np.array_equal(np.asarray(res.params["res_wk"]), np.asarray(init["res_wk"]))
+    records = [json.loads(x) for x in (tmp_path / "fz" / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in records if "val_f1" in r]
+    best = max(evals, key=lambda r: r["val_f1"])  # the first of equal maxima is the one kept
+    best = next(r for r in evals if r["val_f1"] == best["val_f1"])
+    state = json.loads((tmp_path / "fz" / "best" / "state.json").read_text())
+    assert (state["step"], state["val_f1"]) == (best["step"], best["val_f1"])
+    with pytest.raises(ValueError, match=r"no parameters \['nope'\]"):
+        _cfg(shards, tmp_path / "x", 2, freeze=("nope",))

@@ -558,7 +558,7 @@ def test_embed_shards(tiny, tmp_path):
     fams = [write_family(src / f"p{k}.sto", f"p{k}", 3 + k, 15 + k, k, AMINO) for k in range(4)]
     fams.append(write_family(src / "d0.sto", "d0", 4, 30, 9, "ACGT"))
     out = tmp_path / "shards"
-    index = build_shards(fams, out, split=(0.6, 0.2, 0.2), seed=0)
+    index = build_shards(fams, out, split=(0.6, 0.2, 0.2), seed=0, mixed_alphabets=True)  # on purpose
     assert index["families"]["d0"]["alphabet"] == "dna"
 
     builtin = get_embedder("builtin")
@@ -598,7 +598,7 @@ def test_embed_real_shards(shared_data, tmp_path):
     seed = shared_data / "pfam_seed"
     out = tmp_path / "shards"
     build_shards([seed / "globins4.sto", seed / "MADE1_dfam_dna.sto", seed / "LuxC.sto"], out,
-                 split=(0.34, 0.33, 0.33), max_pairs_per_family=20, seed=0)  # fmt: skip
+                 split=(0.34, 0.33, 0.33), max_pairs_per_family=20, seed=0, mixed_alphabets=True)  # fmt: skip
     index = embed_shards(out, get_embedder("builtin"))
     assert index["embeddings"]["dim"] == 53
     by_alphabet = {}

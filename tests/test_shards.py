@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 import sinkalign.io.shards as shards_mod
+from sinkalign.errors import AlphabetError
 from sinkalign.cli.shards import shards as shards_cli
 from sinkalign.io.alignments import msa_to_pairs, percent_identity, read_stockholm
 from sinkalign.io.shards import (
@@ -265,7 +266,7 @@ def test_dataset_errors(tmp_path: Path, families: list[Path]) -> None:
     index = json.loads((out / "index.json").read_text())
     index["format_version"] = 99
     (out / "index.json").write_text(json.dumps(index))
-    with pytest.raises(ValueError, match="format_version=99, this sinkalign reads 1"):
+    with pytest.raises(ValueError, match="format_version=99, this sinkalign reads format versions 1, 2"):
         read_index(out)
 
 
@@ -415,7 +416,9 @@ def test_cli_registered_in_main() -> None:
 def test_real_pfam_shards(shared_data: Path, tmp_path: Path) -> None:
     files = sorted((shared_data / "pfam_seed").glob("*.sto"))
     out = tmp_path / "pfam"
-    index = build_shards(files, out, seed=0)
+    with pytest.raises(AlphabetError, match=r"pfam_seed/MADE1_dfam_dna\.sto \(family MADE1: dna\) among 13 protein"):
+        build_shards(files, out, seed=0)
+    index = build_shards(files, out, seed=0, mixed_alphabets=True)
     assert len(index["families"]) == 14 and not index["skipped_families"]
     split_of = {fam: info["split"] for fam, info in index["families"].items()}
     assert {s: sorted(f for f, v in split_of.items() if v == s) for s in SPLITS} == {
@@ -458,7 +461,7 @@ def test_manifest_checksums(shared_data: Path) -> None:
     for manifest in sorted(MANIFESTS.glob("*.md")):
         rows += re.findall(r"^\| `([^`]+)` \| (\d+) \| ([0-9a-f]{64}) \|$", manifest.read_text(), flags=re.M)
     listed = {path for path, _, _ in rows}
-    on_disk = {str(p.relative_to(shared_data)) for d in ("pfam_seed", "tmalign_pairs", "genomes")
+    on_disk = {str(p.relative_to(shared_data)) for d in ("pfam_seed", "tmalign_pairs", "genomes", "structural")
                for p in (shared_data / d).iterdir() if p.is_file()}
     assert listed == on_disk
     for path, size, sha in rows:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -32,7 +33,7 @@ from sinkalign.errors import CheckpointError, OutputExistsError
 from sinkalign.utils import atomic_dir, atomic_write_text
 
 __all__ = ["BUCKETS", "METRICS", "check_model_output", "check_run_dir", "clean_leftovers", "export_model", "find_latest_checkpoint",
-           "load_checkpoint", "rewrite_metrics", "save_checkpoint"]
+           "load_checkpoint", "read_best", "rewrite_metrics", "save_best", "save_checkpoint"]
 
 log = logging.getLogger(__name__)
 
@@ -285,3 +286,27 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[dict, dict, dict | None]:
         except Exception as exc:  # corrupt file
             raise CheckpointError(f"{path / 'opt_state.safetensors'}: cannot read: {exc}") from exc
     return params, state, opt
+
+
+def save_best(out: str | os.PathLike, step: int, params: dict, state: dict) -> Path:
+    """Write ``OUT/best`` (the parameters with the best validation F1 so far), atomically."""
+    from safetensors.numpy import save_file  # noqa: PLC0415
+
+    final = Path(out) / "best"
+    with atomic_dir(final) as tmp:
+        save_file({k: np.asarray(v) for k, v in params.items()}, tmp / "params.safetensors")
+        (tmp / "state.json").write_text(json.dumps({**state, "step": step}, indent=1))
+    return final
+
+
+def read_best(out: str | os.PathLike) -> tuple[int | None, float]:
+    """(step, validation F1) of ``OUT/best``, or (None, -inf) when there is none."""
+    path = Path(out) / "best" / "state.json"
+    if not path.is_file():
+        return None, -math.inf
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+        return int(state["step"]), float(state["val_f1"])
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"{path}: unreadable best-checkpoint record ({exc}); remove {path.parent} "
+                              "to start the selection again") from exc

@@ -17,7 +17,7 @@ from typing import Iterable
 import numpy as np
 
 from sinkalign.align.baselines import Scoring, align_pair
-from sinkalign.align.metrics import binned_table, micro_average, pair_scores
+from sinkalign.align.metrics import binned_table, core_pair_scores, micro_average
 from sinkalign.errors import InputError
 from sinkalign.io.alignments import (
     ReferencePair,
@@ -42,7 +42,14 @@ def load_reference_set(path: str | Path, *, min_tm: float | None = 0.5, max_pair
     shard directory (its ``split``). ``max_pairs`` subsamples deterministically."""
     path = Path(path)
     rng = np.random.default_rng(seed)
-    if path.is_dir():
+    if path.is_dir() and not (path / "index.json").exists() and any(path.iterdir()):
+        # a folder of structural alignments (HOMSTRAD .ali, bench1.0 sets): every file, sorted
+        from sinkalign.io.structural import read_reference_alignment  # noqa: PLC0415
+
+        files = sorted(f for f in path.iterdir() if f.is_file() and not f.name.startswith(".")
+                       and f.suffix.lower() not in (".txt", ".md", ".json", ".rst"))
+        pairs = [p for f in files for msa in read_reference_alignment(f) for p in msa_to_pairs(msa)]
+    elif path.is_dir():
         from sinkalign.io.shards import ShardDataset  # noqa: PLC0415
 
         try:
@@ -58,8 +65,15 @@ def load_reference_set(path: str | Path, *, min_tm: float | None = 0.5, max_pair
         pairs = msa_to_pairs(read_msf(path))
     elif path.suffix in (".fa", ".fasta", ".afa", ".a2m"):
         pairs = msa_to_pairs(read_aligned_fasta(path))
+    elif path.suffix in (".ali", ".pir") or path.suffix == "":
+        # HOMSTRAD PIR or a bench1.0 aligned FASTA file (SABRE, PREFAB, OXBench: no suffix),
+        # recognised by content; structural references carry a core mask
+        from sinkalign.io.structural import read_reference_alignment  # noqa: PLC0415
+
+        pairs = [p for msa in read_reference_alignment(path) for p in msa_to_pairs(msa)]
     else:
-        raise InputError(f"{path}: unknown reference format (expected .sto, .tsv, .msf, .fasta/.a2m or a shard dir)")
+        raise InputError(f"{path}: unknown reference format (expected .sto, .tsv, .msf, .fasta/.a2m, a PIR .ali, "
+                         "a bench1.0 aligned FASTA file without suffix, or a shard dir)")
     if not pairs:
         raise InputError(f"{path}: no reference pairs")
     if max_pairs is not None and len(pairs) > max_pairs:
@@ -99,7 +113,7 @@ def evaluate_sets(sets: dict[str, list[ReferencePair]], aligner=None, *, methods
                     scoring = Scoring.dna() if _is_dna(p) else Scoring.protein()
                     preds.append(align_pair(p.query_seq, p.target_seq, method, scoring=scoring).pairs)
             seconds = time.perf_counter() - t0
-            scores = [pair_scores(pred, p.pairs) for pred, p in zip(preds, pairs)]
+            scores = [core_pair_scores(pred, p) for pred, p in zip(preds, pairs)]
             per_method[method] = {
                 "micro": micro_average(scores),
                 "bins": binned_table(scores, identities, n_boot=n_boot),

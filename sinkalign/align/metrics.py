@@ -27,6 +27,7 @@ __all__ = [
     "PairScores",
     "assign_identity_bins",
     "binned_table",
+    "core_pair_scores",
     "identity_bin_labels",
     "macro_average",
     "micro_average",
@@ -98,6 +99,31 @@ def pair_scores(predicted: Any, reference: Any, *, zero_division: float = 0.0) -
         recall=_ratio(tp, r.size, zero_division),
         f1=_ratio(2 * tp, p.size + r.size, zero_division),
     )
+
+
+def core_pair_scores(predicted: Any, reference: Any, *, zero_division: float = 0.0) -> PairScores:
+    """:func:`pair_scores` against a :class:`~sinkalign.io.alignments.ReferencePair`, on its core.
+
+    Without a core mask (``reference.query_core is None``) this is ``pair_scores(predicted,
+    reference.pairs)``. With one (structure-based references, :mod:`sinkalign.io.structural`),
+    the reference pairs are the trusted ones it lists, and a predicted pair ``(i, j)`` counts
+    only when query residue ``i`` or target residue ``j`` is trusted: pairs wholly inside
+    untrusted (lower-case) regions are neither right nor wrong.
+    """
+    if getattr(reference, "query_core", None) is None:
+        return pair_scores(predicted, getattr(reference, "pairs", reference), zero_division=zero_division)
+    pred = np.asarray(getattr(predicted, "pairs", predicted))
+    if pred.size:
+        if pred.ndim != 2 or pred.shape[1] != 2 or pred.dtype.kind not in "iu":
+            raise ValueError(f"predicted must be an integer array of shape [k, 2], got {pred.shape} {pred.dtype}")
+        lq, lt = reference.query_core.shape[0], reference.target_core.shape[0]
+        if pred.min() < 0 or pred[:, 0].max() >= lq or pred[:, 1].max() >= lt:
+            raise ValueError(f"predicted pairs out of range for lengths ({lq}, {lt})")
+        keep = reference.query_core[pred[:, 0]] | reference.target_core[pred[:, 1]]
+        pred = pred[keep]
+    else:
+        pred = np.zeros((0, 2), np.int64)
+    return pair_scores(pred, reference.pairs, zero_division=zero_division)
 
 
 def micro_average(scores: Iterable[PairScores], *, zero_division: float = 0.0) -> dict[str, float]:

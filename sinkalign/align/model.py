@@ -56,6 +56,7 @@ __all__ = [
     "Batch",
     "encode_residues",
     "init_params",
+    "shrink_params",
     "forward",
     "loss_fn",
     "loss_from_outputs",
@@ -91,6 +92,13 @@ class AlignerConfig:
     losses: dict = field(default_factory=lambda: {"ce": 1.0, "recon": 0.0, "mono": 0.1})
     decode_gap_weight: float = 0.0
     impl: str = "reference"
+    # built-in residue encoder (no embedder, no pretrained weights): residual dilated 1-D
+    # convolutions over one-hot + BLOSUM62-row features; 0 channels = off
+    res_ctx_dim: int = 0
+    res_ctx_layers: int = 4
+    res_ctx_kernel: int = 5
+    res_qk_dim: int = 32
+    gap_head: bool = False  # position-specific gap (dustbin) scores from the residue encoder
 
     def __post_init__(self) -> None:
         if self.alphabet not in ALPHABETS:
@@ -99,6 +107,14 @@ class AlignerConfig:
             raise ValueError(f"feature_dim={self.feature_dim} must be >= 0")
         if self.window < 0:
             raise ValueError(f"window={self.window} must be >= 0")
+        for name in ("res_ctx_dim", "res_qk_dim"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 0")
+        if self.res_ctx_dim and (self.res_ctx_layers < 0 or self.res_ctx_kernel < 1 or self.res_qk_dim < 1):
+            raise ValueError(f"res_ctx_layers={self.res_ctx_layers} must be >= 0, res_ctx_kernel="
+                             f"{self.res_ctx_kernel} and res_qk_dim={self.res_qk_dim} >= 1")
+        if self.gap_head and not (self.res_ctx_dim and self.dustbin != "none"):
+            raise ValueError("gap_head needs the residue encoder (res_ctx_dim > 0) and dustbins")
         if self.dustbin not in ("banded", "paper", "none"):
             raise ValueError(f"dustbin={self.dustbin!r} is not one of ('banded', 'paper', 'none')")
         unknown = set(self.losses) - set(LOSSES)
@@ -133,7 +149,8 @@ class AlignerConfig:
 
     @property
     def qk_dim(self) -> int:
-        return self.sub_dim + (self.qk_ctx_dim if self.feature_dim else 0)
+        return (self.sub_dim + (self.qk_ctx_dim if self.feature_dim else 0)
+                + (self.res_qk_dim if self.res_ctx_dim else 0) + (2 if self.gap_head else 0))
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -210,11 +227,41 @@ def init_params(config: AlignerConfig, seed: int = 0, *, substitution: np.ndarra
         params["ctx_scale"] = np.ones((config.ctx_layers, C), np.float32)
         params["wq"] = (0.01 * rng.normal(size=(C, config.qk_ctx_dim))).astype(np.float32)
         params["wk"] = (0.01 * rng.normal(size=(C, config.qk_ctx_dim))).astype(np.float32)
+    if config.res_ctx_dim:
+        # the residual pair score (h_a wq)(h_b wk)^T starts at 0 (wk = 0): step 0 is the
+        # substitution model, and wk still gets a gradient through wq
+        C, F, k = config.res_ctx_dim, 2 * config.n_symbols, config.res_ctx_kernel
+        params["res_in"] = (rng.normal(size=(F, C)) / math.sqrt(F)).astype(np.float32)
+        params["res_conv"] = (rng.normal(size=(config.res_ctx_layers, k, C, C)) / math.sqrt(C * k)).astype(np.float32)
+        params["res_scale"] = np.ones((config.res_ctx_layers, C), np.float32)
+        params["res_wq"] = (rng.normal(size=(C, config.res_qk_dim)) / math.sqrt(C)).astype(np.float32)
+        params["res_wk"] = np.zeros((C, config.res_qk_dim), np.float32)
+        if config.gap_head:
+            params["gap_w"] = np.zeros((C, 2), np.float32)  # query-side, target-side gap score
+            params["gap_b"] = np.zeros((2,), np.float32)
     if config.dustbin != "none":
         params["q_dustbin"] = np.zeros(config.qk_dim, np.float32)
         params["k_dustbin"] = np.zeros(config.qk_dim, np.float32)
+        if config.gap_head:  # the last two features carry the gap scores (see queries_keys)
+            params["k_dustbin"][-2] = 1.0
+            params["q_dustbin"][-1] = 1.0
         params["v_dustbin"] = np.zeros(config.feature_dim, np.float32)
     return jax.tree_util.tree_map(jnp.asarray, params)
+
+
+SHRINK_KEYS = ("sub", "res_wk", "gap_w", "gap_b", "q_dustbin", "k_dustbin")
+
+
+def shrink_params(params: dict, config: AlignerConfig, alpha: float, *, seed: int = 0) -> dict:
+    """Trained parameters pulled back towards the initialisation: ``init + alpha (trained - init)``
+    for the parameters that enter the scores linearly (the substitution window, the residual's
+    key map, the gap head and the dustbin tokens); the encoder itself is kept. ``alpha = 0``
+    is the initial (shipped BLOSUM-window) model, 1 the trained one; in between the residual
+    pair and gap scores are scaled by ``alpha`` exactly."""
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha={alpha} must be in [0, 1]")
+    init = init_params(config, seed=seed)
+    return {k: (init[k] + alpha * (v - init[k]) if k in SHRINK_KEYS else v) for k, v in params.items()}
 
 
 # --------------------------------------------------------------------------------------
@@ -254,7 +301,9 @@ class Batch(NamedTuple):
 
 
 def make_batch(items, config: AlignerConfig, lq: int, lk: int) -> Batch:
-    """Pad ``items`` (each ``(seq_a, seq_b, feats_a | None, feats_b | None, pairs | None)``)."""
+    """Pad ``items`` (each ``(seq_a, seq_b, feats_a | None, feats_b | None, pairs | None)``, optionally
+    with a sixth element ``(core_a, core_b)``: per-residue trust masks of a structure-based
+    reference, whose untrusted residues get target -1 (no loss)."""
     B, F = len(items), config.feature_dim
     a = np.zeros((B, lq), np.int32)
     b = np.zeros((B, lk), np.int32)
@@ -264,7 +313,8 @@ def make_batch(items, config: AlignerConfig, lq: int, lk: int) -> Batch:
     mb = np.zeros((B, lk), bool)
     ta = np.full((B, lq), -1, np.int32)
     tb = np.full((B, lk), -1, np.int32)
-    for n, (sa, sb, fa, fb, pairs) in enumerate(items):
+    for n, (sa, sb, fa, fb, pairs, *rest) in enumerate(items):
+        cores = rest[0] if rest else None
         la, lb = len(sa), len(sb)
         if la > lq or lb > lk:
             raise ValueError(f"pair {n} ({la} x {lb}) does not fit the batch shape {lq} x {lk}")
@@ -281,6 +331,9 @@ def make_batch(items, config: AlignerConfig, lq: int, lk: int) -> Batch:
             tb[n, :lb] = lq
             ta[n, pairs[:, 0]] = pairs[:, 1]
             tb[n, pairs[:, 1]] = pairs[:, 0]
+            if cores is not None and cores[0] is not None:
+                ta[n, :la][~np.asarray(cores[0], bool)] = -1
+                tb[n, :lb][~np.asarray(cores[1], bool)] = -1
     return Batch(a, b, xa, xb, ma, mb, ta, tb)
 
 
@@ -309,6 +362,27 @@ def _context(params, x, mask, config):
     return h
 
 
+def _residue_features(config: AlignerConfig) -> np.ndarray:
+    """[A, 2A] per-symbol input of the residue encoder: one-hot, then the symbol's
+    substitution-matrix row (BLOSUM62 / 4 for protein)."""
+    A = config.n_symbols
+    return np.concatenate([np.eye(A), _substitution_init(config.alphabet) * 4.0], 1).astype(np.float32)
+
+
+def residue_context(params, idx, mask, config: AlignerConfig):
+    """The built-in residue encoder: [B, L] residue indices -> [B, L, C] (residual dilated convs)."""
+    x = jnp.asarray(_residue_features(config))[idx] * mask[..., None]
+    h = jax.nn.gelu(x @ params["res_in"]) * mask[..., None]
+    for layer in range(config.res_ctx_layers):
+        y = jax.lax.conv_general_dilated(
+            h, params["res_conv"][layer], window_strides=(1,), padding="SAME", rhs_dilation=(2**layer,),
+            dimension_numbers=("NWC", "WIO", "NWC"),
+        )
+        y = y / jnp.sqrt(jnp.mean(y * y, -1, keepdims=True) + 1e-6) * params["res_scale"][layer]
+        h = (h + jax.nn.gelu(y)) * mask[..., None]
+    return h
+
+
 def queries_keys(params, batch: Batch, config: AlignerConfig):
     """Q [B, Lq, D] and K [B, Lk, D], pre-scaled so that the operator's S = Q K^T / eps."""
     A, K = config.n_symbols, config.window
@@ -323,7 +397,22 @@ def queries_keys(params, batch: Batch, config: AlignerConfig):
         hb = _context(params, batch.xb, batch.mb, config)
         q = jnp.concatenate([q, ha @ params["wq"]], -1)
         k = jnp.concatenate([k, hb @ params["wk"]], -1)
-    return q * math.sqrt(config.qk_dim), k
+    scale = math.sqrt(config.qk_dim)
+    if config.res_ctx_dim:
+        ra = residue_context(params, batch.a, batch.ma, config)
+        rb = residue_context(params, batch.b, batch.mb, config)
+        q = jnp.concatenate([q, ra @ params["res_wq"]], -1)
+        k = jnp.concatenate([k, rb @ params["res_wk"]], -1)
+        if config.gap_head:
+            # S[i, dustbin] gains g_a(i) / eps, S[dustbin, j] gains g_b(j) / eps (the dustbin
+            # tokens hold 1 in these features; k is pre-scaled as q is, since the dustbin
+            # token on the query side is not)
+            ga = (ra @ params["gap_w"][:, 0] + params["gap_b"][0]) * batch.ma
+            gb = (rb @ params["gap_w"][:, 1] + params["gap_b"][1]) * batch.mb
+            zq, zk = jnp.zeros_like(ga), jnp.zeros_like(gb)
+            q = jnp.concatenate([q, ga[..., None], zq[..., None]], -1)
+            k = jnp.concatenate([k, zk[..., None], gb[..., None] * scale], -1)
+    return q * scale, k
 
 
 def forward(params, batch: Batch, config: AlignerConfig):

@@ -11,7 +11,10 @@ Checkpoints: ``OUT/checkpoints/step_00000100/`` holds ``params.safetensors``,
 (step, config, data position). A checkpoint is written to a temporary directory and
 renamed into place, then ``OUT/checkpoints/latest`` is replaced atomically, so an
 interrupted run always resumes from a complete checkpoint. Metrics are JSON lines in
-``OUT/metrics.jsonl``. Run-directory logic lives in :mod:`sinkalign.align.checkpoints`.
+``OUT/metrics.jsonl``. Whenever validation F1 (MEA decoding, core columns for structure-based
+references) beats every earlier evaluation, the parameters are also written to ``OUT/best/``
+(a model directory, with ``val_f1`` and ``step`` in its ``state.json``): checkpoint selection
+on the validation split. Run-directory logic lives in :mod:`sinkalign.align.checkpoints`.
 """
 
 from __future__ import annotations
@@ -38,13 +41,15 @@ from sinkalign.align.checkpoints import (
     export_model,
     find_latest_checkpoint,
     load_checkpoint,
+    read_best,
     rewrite_metrics,
+    save_best,
     save_checkpoint,
 )
 from sinkalign.errors import CheckpointError, InputError
 
 __all__ = ["TrainConfig", "TrainResult", "train", "save_checkpoint", "load_checkpoint", "init_distributed",
-           "evaluate_split", "export_model", "BUCKETS"]
+           "evaluate_split", "export_model", "BUCKETS", "crop_example", "save_best", "read_best"]
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +75,8 @@ class TrainConfig:
     certify_tau: float = 1e-3
     max_length: int = 512
     keep_checkpoints: int = 3
+    crop: bool = False  # crop longer pairs to a max_length window around a reference pair (else skip them)
+    freeze: tuple[str, ...] = ()  # parameter names kept at their initial values (e.g. "sub")
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "checkpoint_every", "eval_every", "keep_checkpoints"):
@@ -79,6 +86,11 @@ class TrainConfig:
             raise InputError(f"lr={self.lr} must be positive")
         if self.max_length > BUCKETS[-1]:
             raise InputError(f"max_length={self.max_length} must be <= {BUCKETS[-1]}")
+        object.__setattr__(self, "freeze", tuple(self.freeze))
+        unknown = sorted(set(self.freeze) - set(M.init_params(self.model)))
+        if unknown:
+            raise InputError(f"freeze={list(self.freeze)}: the model has no parameters {unknown}; it has "
+                             f"{sorted(M.init_params(self.model))}")
 
 
 @dataclass
@@ -108,6 +120,52 @@ def _fits(example, max_length: int) -> bool:
     return max(len(example.pair.query_seq), len(example.pair.target_seq)) <= max_length
 
 
+def crop_example(example, max_length: int, rng: np.random.Generator):
+    """A pair longer than ``max_length`` cut to windows of at most ``max_length`` residues per side.
+
+    The windows are centred (with random jitter) on one reference pair drawn at random, so
+    the two windows cover homologous stretches; reference pairs, core masks and embeddings
+    are cut to match. Shorter pairs are returned unchanged.
+    """
+    import dataclasses  # noqa: PLC0415
+
+    pair = getattr(example, "pair", example)
+    lq, lt = len(pair.query_seq), len(pair.target_seq)
+    if max(lq, lt) <= max_length:
+        return example
+    if pair.n_aligned:
+        i, j = (int(x) for x in pair.pairs[rng.integers(pair.n_aligned)])
+    else:
+        i, j = int(rng.integers(lq)), int(rng.integers(lt))
+    off = int(rng.integers(-max_length // 4, max_length // 4 + 1))
+
+    def window(center: int, length: int) -> tuple[int, int]:
+        lo = min(max(0, center - max_length // 2 + off), max(0, length - max_length))
+        return lo, min(length, lo + max_length)
+
+    q0, q1 = window(i, lq)
+    t0, t1 = window(j, lt)
+    p = pair.pairs
+    keep = (p[:, 0] >= q0) & (p[:, 0] < q1) & (p[:, 1] >= t0) & (p[:, 1] < t1)
+    cores = {}
+    if pair.query_core is not None:
+        cores = {"query_core": pair.query_core[q0:q1].copy(), "target_core": pair.target_core[t0:t1].copy()}
+    else:
+        cores = {"query_core": np.ones(q1 - q0, bool), "target_core": np.ones(t1 - t0, bool)}
+    # residues whose reference partner was cut away are not trusted gaps: drop them from the loss
+    lost_q = p[(p[:, 0] >= q0) & (p[:, 0] < q1) & ~keep, 0] - q0
+    lost_t = p[(p[:, 1] >= t0) & (p[:, 1] < t1) & ~keep, 1] - t0
+    cores["query_core"][lost_q] = False
+    cores["target_core"][lost_t] = False
+    new_pair = dataclasses.replace(pair, query_seq=pair.query_seq[q0:q1], target_seq=pair.target_seq[t0:t1],
+                                   pairs=(p[keep] - np.array([q0, t0])).astype(np.int32), **cores)
+    if not hasattr(example, "pair"):
+        return new_pair
+    qe, te = example.query_embedding, example.target_embedding
+    return dataclasses.replace(example, pair=new_pair, query_embedding=None if qe is None else qe[q0:q1],
+                               target_embedding=None if te is None else te[t0:t1])
+
+
 def examples_to_batch(examples, config: M.AlignerConfig, size: int | None = None) -> M.Batch:
     """Pad a list of ShardExample (or ReferencePair) into one square bucket."""
     items = []
@@ -118,7 +176,7 @@ def examples_to_batch(examples, config: M.AlignerConfig, size: int | None = None
         if config.feature_dim and (fa is None or fb is None):
             raise InputError(f"pair {pair.query_id}/{pair.target_id} has no embeddings but the model needs "
                              f"{config.feature_dim}-dim features; run `sinkalign shards embed` first")
-        items.append((pair.query_seq, pair.target_seq, fa, fb, pair.pairs))
+        items.append((pair.query_seq, pair.target_seq, fa, fb, pair.pairs, (pair.query_core, pair.target_core)))
     longest = max(max(len(a), len(b)) for a, b, *_ in items)
     L = size or _bucket(longest)
     return M.make_batch(items, config, L, L)
@@ -134,6 +192,9 @@ def _batches(dataset, cfg: TrainConfig, start_step: int):
         for n, items in enumerate(dataset.iter_batches(cfg.batch_size, seed=cfg.seed, epoch=epoch, drop_last=True)):
             if n < skip:
                 continue
+            if cfg.crop:
+                rng = np.random.default_rng([cfg.seed, epoch, n])
+                items = [crop_example(ex, cfg.max_length, rng) for ex in items]
             items = [ex for ex in items if _fits(ex, cfg.max_length)]
             if not items:
                 continue
@@ -152,7 +213,7 @@ def evaluate_split(params, dataset, config: M.AlignerConfig, *, n_pairs: int = 6
                    gap_weight: float = 0.0) -> dict:
     """Held-out loss terms and alignment F1 (MEA decoding) over the first ``n_pairs`` pairs."""
     from sinkalign.align.decode import mea_align  # noqa: PLC0415
-    from sinkalign.align.metrics import micro_average, pair_scores  # noqa: PLC0415
+    from sinkalign.align.metrics import core_pair_scores, micro_average  # noqa: PLC0415
 
     # A fixed random subset (seed 0) so that every family of the split is represented.
     idx = np.sort(np.random.default_rng(0).choice(len(dataset), size=min(n_pairs, len(dataset)), replace=False))
@@ -169,7 +230,7 @@ def evaluate_split(params, dataset, config: M.AlignerConfig, *, n_pairs: int = 6
         rows = np.asarray(M.forward(params, batch, config)[0], np.float64)
         for n, ex in enumerate(chunk):
             plan = M.pair_plan(rows[n], len(ex.pair.query_seq), len(ex.pair.target_seq))
-            scores.append(pair_scores(mea_align(plan, gap_weight=gap_weight).pairs, ex.pair.pairs))
+            scores.append(core_pair_scores(mea_align(plan, gap_weight=gap_weight).pairs, ex.pair))
     n = max(len(examples), 1)
     out = {f"val_{k}": v / n for k, v in sums.items()}
     # Monotonicity violation, reported as the mono term; alignment F1 micro-averaged.
@@ -215,8 +276,11 @@ def _optimizer(cfg: TrainConfig):
     # optax needs at least one decay step after the warm-up (a 1-step run included)
     schedule = optax.warmup_cosine_decay_schedule(0.0, cfg.lr, warmup, max(cfg.steps, warmup + 1),
                                                   end_value=cfg.lr * 0.05)
-    return optax.chain(optax.clip_by_global_norm(cfg.clip_norm),
-                       optax.adamw(schedule, weight_decay=cfg.weight_decay)), schedule
+    tx = optax.chain(optax.clip_by_global_norm(cfg.clip_norm), optax.adamw(schedule, weight_decay=cfg.weight_decay))
+    if cfg.freeze:
+        labels = {k: ("freeze" if k in cfg.freeze else "train") for k in M.init_params(cfg.model)}
+        tx = optax.multi_transform({"train": tx, "freeze": optax.set_to_zero()}, labels)
+    return tx, schedule
 
 
 def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, progress: bool = True,
@@ -286,6 +350,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
     last: dict = {}
     from tqdm import tqdm  # noqa: PLC0415
 
+    best_f1 = read_best(out)[1] if resume else -math.inf
     bar = tqdm(total=cfg.steps, initial=start, disable=not progress, desc="train", unit="step")
     t_window, n_window = time.perf_counter(), 0
     end = cfg.steps if stop_after is None else min(cfg.steps, start + stop_after)
@@ -314,6 +379,11 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
                 if sel is not None:
                     record["certified_depth"] = sel.depth
                     record["certificate_norms"] = {str(k): v for k, v in sel.norms.items()}
+            if record.get("val_f1") is not None and math.isfinite(record["val_f1"]) and record["val_f1"] > best_f1:
+                best_f1 = record["val_f1"]
+                record["best"] = True
+                save_best(out, step, params, {"model": cfg.model.to_dict(), "train": _train_dict(cfg),
+                                              "val_f1": best_f1, "val_pairs": record.get("val_pairs")})
             metrics_file.write(json.dumps(record) + "\n")
             metrics_file.flush()
             last = record

@@ -50,7 +50,7 @@ def evaluate(references, model, split, min_tm, max_pairs, methods, backend, json
     try:
         sets = {}
         for ref in references:
-            name = ref.name if not ref.is_dir() else f"{ref.name}:{split}"
+            name = f"{ref.name}:{split}" if (ref / "index.json").is_file() else ref.name
             sets[name] = load_reference_set(ref, min_tm=min_tm, max_pairs=max_pairs, split=split)
         aligner = None
         if "sinkalign" in chosen:

@@ -30,7 +30,7 @@ def shards() -> None:
 
 
 @shards.command("build")
-@click.argument("stockholm", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("stockholm", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @click.option("--out", "-o", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Output directory.")
 @click.option("--split", "split", default="0.8,0.1,0.1", show_default=True, callback=_parse_split,
@@ -45,6 +45,11 @@ def shards() -> None:
               help="Drop sequences longer than this (default: no limit).")
 @click.option("--alphabet", type=click.Choice(["protein", "dna"]), default=None,
               help="Keep only families of this alphabet (default: all).")
+@click.option("--mixed-alphabets", is_flag=True,
+              help="Accept protein and DNA families in one directory (refused by default).")
+@click.option("--split-manifest", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="JSON file assigning every family to train/valid/test ({\"assignment\": {family: split}}), "
+                   "e.g. data_manifests/structural_split.json; replaces --split/--seed for the split.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing shard directory.")
 def build(
     stockholm: tuple[Path, ...],
@@ -56,18 +61,44 @@ def build(
     min_length: int,
     max_length: int | None,
     alphabet: str | None,
+    mixed_alphabets: bool,
+    split_manifest: Path | None,
     overwrite: bool,
 ) -> None:
-    """Build shards from Stockholm alignments STOCKHOLM... into --out."""
+    """Build shards from alignments STOCKHOLM... into --out.
+
+    Inputs are Stockholm files, HOMSTRAD PIR files (.ali) or bench1.0 aligned FASTA sets
+    (SABRE, PREFAB, OXBench: upper case = trusted core), recognised by content; a directory
+    stands for every file in it. All families must share one alphabet unless --alphabet
+    picks one or --mixed-alphabets allows both.
+    """
+    import json
+
+    from sinkalign.errors import InputError
     from sinkalign.io.shards import build_shards
 
     if max_length is not None and max_length < min_length:
         raise click.BadParameter(
             f"--max-length {max_length} is below --min-length {min_length}", param_hint="--max-length"
         )
+    files: list[Path] = []
+    for item in stockholm:
+        if item.is_dir():
+            files += sorted(f for f in item.iterdir() if f.is_file() and not f.name.startswith(".")
+                            and f.suffix.lower() not in (".txt", ".md", ".json", ".rst"))
+        else:
+            files.append(item)
+    if not files:
+        raise click.BadParameter("no alignment file in the given directories", param_hint="STOCKHOLM")
     try:
+        assignment = None
+        if split_manifest is not None:
+            try:
+                assignment = json.loads(split_manifest.read_text())["assignment"]
+            except (ValueError, KeyError, TypeError) as err:
+                raise InputError(f"{split_manifest}: not a split manifest with an 'assignment' object ({err})") from err
         index = build_shards(
-            list(stockholm),
+            files,
             out,
             split=split,
             seed=seed,
@@ -78,6 +109,8 @@ def build(
             alphabet=alphabet,
             overwrite=overwrite,
             progress=True,
+            mixed_alphabets=mixed_alphabets,
+            assignment=assignment,
         )
     except ValueError as err:  # includes SequenceFormatError
         raise click.ClickException(str(err)) from err

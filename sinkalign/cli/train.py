@@ -32,11 +32,19 @@ from sinkalign.cli.options import model_options
 @click.option("--certify-every", type=click.IntRange(min=0), default=500, show_default=True,
               help="Certified tail-depth check every N steps (0: never).")
 @click.option("--max-length", type=click.IntRange(min=8, max=1024), default=384, show_default=True)
+@click.option("--crop/--no-crop", default=False, show_default=True,
+              help="Crop pairs longer than --max-length to windows around a reference pair (default: skip them).")
+@click.option("--eval-pairs", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Validation pairs scored at every --eval-every (a fixed random subset); the best F1 so far "
+                   "is kept in OUT/best.")
+@click.option("--warmup", type=click.IntRange(min=0), default=50, show_default=True, help="Warm-up steps.")
+@click.option("--freeze", multiple=True, help="Keep this parameter at its initial value (repeatable), e.g. "
+                                              "--freeze sub keeps the BLOSUM62 window score and trains the rest.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--distributed", is_flag=True, help="Multi-host: call jax.distributed.initialize() first.")
 @click.option("--progress/--no-progress", default=True)
 def train(shards, preset_name, model_opts, embedder, steps, batch_size, lr, out, resume, overwrite, checkpoint_every,
-          eval_every, certify_every, max_length, seed, distributed, progress):
+          eval_every, certify_every, max_length, crop, eval_pairs, warmup, freeze, seed, distributed, progress):
     """Train the aligner; metrics go to OUT/metrics.jsonl, checkpoints to OUT/checkpoints.
 
     An OUT that already holds a run needs --resume (continue) or --overwrite (start again).
@@ -86,7 +94,8 @@ def train(shards, preset_name, model_opts, embedder, steps, batch_size, lr, out,
             raise click.BadParameter(str(exc), param_hint="--config / --model-option") from exc
         cfg = T.TrainConfig(shards=str(shards), out=str(out), model=model, steps=steps, batch_size=batch_size, lr=lr,
                             seed=seed, checkpoint_every=checkpoint_every, eval_every=eval_every,
-                            certify_every=certify_every, max_length=max_length)
+                            certify_every=certify_every, max_length=max_length, crop=crop, eval_pairs=eval_pairs,
+                            warmup=warmup, freeze=tuple(freeze))
         result = T.train(cfg, resume=resume, overwrite=overwrite, progress=progress)
     except SinkalignError as exc:  # until main.py turns every SinkalignError into one line
         raise click.ClickException(str(exc)) from exc

@@ -86,6 +86,11 @@ class ReferencePair:
         source: where the reference came from (the alignment file path).
         family: family name (Stockholm ``#=GF ID``) or ``None``.
         meta: JSON-serialisable extras (alphabet, accession, TM-scores, ...).
+        query_core, target_core: ``None`` (every residue trusted) or ``[Lq]`` / ``[Lt]`` bool
+            arrays: which residues the reference is trusted for (structure-based references
+            with a core mask, :mod:`sinkalign.io.structural`). ``pairs`` then lists the
+            trusted aligned pairs only; a trusted residue outside ``pairs`` is a trusted gap.
+            Metrics and losses ignore untrusted residues. Read-only.
     """
 
     query_id: str
@@ -96,6 +101,8 @@ class ReferencePair:
     source: str = ""
     family: str | None = None
     meta: dict = field(default_factory=dict)
+    query_core: np.ndarray | None = None
+    target_core: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         for name in ("query_id", "target_id"):
@@ -130,6 +137,22 @@ class ReferencePair:
                 )
         pairs.setflags(write=False)
         object.__setattr__(self, "pairs", pairs)
+        for name, length in (("query_core", len(self.query_seq)), ("target_core", len(self.target_seq))):
+            mask = getattr(self, name)
+            if mask is None:
+                continue
+            mask = np.array(mask, dtype=bool, copy=True).reshape(-1)
+            if mask.shape[0] != length:
+                raise ValueError(f"{name} of ({self.query_id}, {self.target_id}) has {mask.shape[0]} entries, "
+                                 f"the sequence has {length} residues")
+            mask.setflags(write=False)
+            object.__setattr__(self, name, mask)
+        if (self.query_core is None) != (self.target_core is None):
+            raise ValueError(f"pair ({self.query_id}, {self.target_id}): give both core masks or neither")
+        if self.query_core is not None and len(pairs):
+            if not (self.query_core[pairs[:, 0]].all() and self.target_core[pairs[:, 1]].all()):
+                raise ValueError(f"pair ({self.query_id}, {self.target_id}): a reference pair involves a residue "
+                                 "outside the core mask")
         if not isinstance(self.meta, dict):
             raise ValueError(f"meta={self.meta!r} must be a dict")
 
@@ -150,9 +173,22 @@ class ReferencePair:
             and self.source == other.source
             and self.family == other.family
             and self.meta == other.meta
+            and _same_mask(self.query_core, other.query_core)
+            and _same_mask(self.target_core, other.target_core)
         )
 
+    @property
+    def has_core(self) -> bool:
+        """True when the reference is trusted on a core mask only."""
+        return self.query_core is not None
+
     __hash__ = None  # mutable-looking contents (dict, array): not hashable
+
+
+def _same_mask(a, b) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return np.array_equal(a, b)
 
 
 def percent_identity(pair: ReferencePair) -> float:
@@ -559,12 +595,25 @@ def msa_to_pairs(
     residue_index = np.cumsum(upper | lower, axis=1, dtype=np.int64) - 1  # [N, C]
     seqs = [msa.ungapped(k) for k in range(n)]
     meta = {"alphabet": msa.alphabet, "accession": msa.accession}
+    # bench1.0 (structural) alignments: lower case = aligned but untrusted, not an insertion.
+    with_core = msa.format == "bench"
+    gap = ~(upper | lower)
     out = []
     for a, b in zip(a_idx.tolist(), b_idx.tolist()):
         cols = np.nonzero(upper[a] & upper[b])[0]
         pairs = np.empty((len(cols), 2), dtype=np.int32)
         pairs[:, 0] = residue_index[a, cols]
         pairs[:, 1] = residue_index[b, cols]
+        cores = {}
+        if with_core:
+            # a residue is trusted when it is upper case and the other row is upper case or a gap there
+            ok_a = upper[a] & (upper[b] | gap[b])
+            ok_b = upper[b] & (upper[a] | gap[a])
+            core_a = np.zeros(len(seqs[a]), bool)
+            core_b = np.zeros(len(seqs[b]), bool)
+            core_a[residue_index[a, ok_a]] = True
+            core_b[residue_index[b, ok_b]] = True
+            cores = {"query_core": core_a, "target_core": core_b}
         out.append(
             ReferencePair(
                 query_id=msa.ids[a],
@@ -575,6 +624,7 @@ def msa_to_pairs(
                 source=msa.source,
                 family=msa.family,
                 meta=dict(meta),
+                **cores,
             )
         )
     return out

@@ -1,7 +1,7 @@
 """Pfam pair shards: reference-aligned sequence pairs on disk, split by family.
 
-Format (version 1; the full description is ``data_manifests/shards_format.md``)
--------------------------------------------------------------------------------
+Format (version 2, which also reads version 1; the full description is ``data_manifests/shards_format.md``)
+----------------------------------------------------------------------------------------------------------
 A shard directory holds::
 
     index.json                      written last; the only entry point
@@ -25,6 +25,10 @@ key                    dtype       shape / meaning
 ``pair_offsets``       int64       [P + 1] pair p owns ``pairs[pair_offsets[p]:pair_offsets[p+1]]``
 ``pairs``              int32       [N, 2] 0-based (i, j) residue indices, ungapped sequences
 ``percent_identity``   float32     [P] see :func:`sinkalign.io.alignments.percent_identity`
+``core_offsets``       int64       [P + 1] (optional, version 2) pair p owns
+                                   ``core[core_offsets[p]:core_offsets[p+1]]``
+``core``               uint8       per residue of the query then the target: 1 = trusted
+                                   (structure-based references with a core mask)
 =====================  ==========  ========================================================
 
 ``<split>-<k>.emb.safetensors`` maps each sequence id of the shard to a
@@ -69,6 +73,7 @@ import numpy as np
 import safetensors.numpy
 from tqdm.auto import tqdm
 
+from sinkalign.errors import AlphabetError, InputError
 from sinkalign.io.alignments import MSA, ReferencePair, msa_to_pairs, percent_identity, read_stockholm
 from sinkalign.utils import atomic_write_bytes, atomic_write_text, file_sha256
 
@@ -91,11 +96,13 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 FORMAT_NAME = "sinkalign-pair-shards"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # version 1 (no core masks) still loads
 INDEX_NAME = "index.json"
 SPLITS = ("train", "valid", "test")
 EMBEDDING_DTYPES = ("float16", "float32")
 _ARRAY_KEYS = ("header", "query", "target", "family", "source", "pair_offsets", "pairs", "percent_identity")
+_CORE_KEYS = ("core_offsets", "core")  # version 2, only in shards holding pairs with a core mask
 
 
 def _sha256(data: bytes) -> str:
@@ -182,6 +189,33 @@ def _subset(msa: MSA, keep: list[int]) -> MSA:
     )
 
 
+def _read_alignments(path: Path) -> list[MSA]:
+    """Stockholm files as before; PIR (HOMSTRAD) and bench1.0 aligned FASTA by content."""
+    from sinkalign.io.structural import detect_alignment_format, read_reference_alignment  # noqa: PLC0415
+
+    if detect_alignment_format(path) == "stockholm":
+        return list(read_stockholm(path))
+    return read_reference_alignment(path)
+
+
+def _check_alphabets(families: list[_Family], paths: list[Path]) -> None:
+    """Refuse families of more than one alphabet (AlphabetError naming the odd files)."""
+    by_alphabet: dict[str, list[_Family]] = collections.defaultdict(list)
+    for fam in families:
+        by_alphabet[fam.msa.alphabet].append(fam)
+    if len(by_alphabet) < 2:
+        return
+    major = max(by_alphabet, key=lambda a: (len(by_alphabet[a]), a == "protein"))
+    odd = [f for a, fs in by_alphabet.items() if a != major for f in fs]
+    shown = ", ".join(f"{f.msa.source} (family {f.name}: {f.msa.alphabet})" for f in odd[:5])
+    more = f" and {len(odd) - 5} more" if len(odd) > 5 else ""
+    raise AlphabetError(
+        f"the inputs mix alphabets: {shown}{more} among {len(by_alphabet[major])} {major} families; a model is "
+        f"trained on one alphabet, so pass --alphabet {major} to keep only the {major} families (the others are "
+        "skipped and listed in the index), or --mixed-alphabets to keep both on purpose"
+    )
+
+
 def _load_families(
     paths: list[Path], min_length: int, max_length: int | None, alphabet: str | None
 ) -> tuple[list[_Family], dict[str, str]]:
@@ -189,7 +223,7 @@ def _load_families(
     skipped: dict[str, str] = {}
     seq_owner: dict[str, tuple[str, str]] = {}
     for path in paths:
-        for msa in read_stockholm(path):
+        for msa in _read_alignments(path):
             name = msa.family or (path.stem if msa.index == 0 else f"{path.stem}#{msa.index + 1}")
             if name in families or name in skipped:
                 other = families[name].msa.source if name in families else "an earlier input"
@@ -208,6 +242,14 @@ def _load_families(
                 logger.warning("skipping family %s from %s: %s", name, path, skipped[name])
                 continue
             sub = _subset(msa, keep)
+            if sub.format in ("pir", "bench"):
+                # structure collections reuse chain names for different segments (HOMSTRAD
+                # domain families, SABmark domains): such a clash gets the family as a prefix
+                ids = tuple(
+                    f"{name}:{sid}" if sid in seq_owner and seq_owner[sid][1] != sub.ungapped(k) else sid
+                    for k, sid in enumerate(sub.ids)
+                )
+                sub = dataclasses.replace(sub, ids=ids)
             for k, sid in enumerate(sub.ids):
                 seq = sub.ungapped(k)
                 if sid in seq_owner and seq_owner[sid][1] != seq:
@@ -239,7 +281,17 @@ def _encode_shard(pairs: list[ReferencePair], split: str, pids: list[float]) -> 
     family = np.empty(len(pairs), dtype=np.int32)
     source = np.empty(len(pairs), dtype=np.int32)
     offsets = np.zeros(len(pairs) + 1, dtype=np.int64)
+    with_core = any(pair.query_core is not None for pair in pairs)
+    core_offsets = np.zeros(len(pairs) + 1, dtype=np.int64)
+    core_chunks: list[np.ndarray] = []
     for p, pair in enumerate(pairs):
+        if with_core:
+            if pair.query_core is None:  # every residue trusted
+                chunk = np.ones(len(pair.query_seq) + len(pair.target_seq), np.uint8)
+            else:
+                chunk = np.concatenate([pair.query_core, pair.target_core]).astype(np.uint8)
+            core_chunks.append(chunk)
+            core_offsets[p + 1] = core_offsets[p] + len(chunk)
         query[p] = seq_row(pair.query_id, pair.query_seq)
         target[p] = seq_row(pair.target_id, pair.target_seq)
         family[p] = fam_index.setdefault(pair.family, len(fam_index))
@@ -264,6 +316,9 @@ def _encode_shard(pairs: list[ReferencePair], split: str, pids: list[float]) -> 
         "pairs": np.concatenate([p.pairs for p in pairs]).astype(np.int32) if pairs else np.zeros((0, 2), np.int32),
         "percent_identity": np.asarray(pids, dtype=np.float32),
     }
+    if with_core:
+        arrays["core_offsets"] = core_offsets
+        arrays["core"] = np.concatenate(core_chunks) if core_chunks else np.zeros(0, np.uint8)
     buf = io.BytesIO()
     np.savez_compressed(buf, **arrays)
     return buf.getvalue()
@@ -306,8 +361,15 @@ def build_shards(
     alphabet: str | None = None,
     overwrite: bool = False,
     progress: bool = False,
+    mixed_alphabets: bool = False,
+    assignment: dict[str, str] | None = None,
 ) -> dict:
     """Build a family-disjoint pair-shard directory from Stockholm alignments.
+
+    Also reads structure-based references (:mod:`sinkalign.io.structural`, recognised by
+    content): HOMSTRAD PIR files (one family each) and bench1.0 aligned FASTA sets (SABRE,
+    PREFAB, OXBench; one family each, named ``<parent dir>/<file stem>``) whose pairs carry
+    their core mask into the shards.
 
     Every alignment in every file is one family (name: ``#=GF ID``, else the file
     stem, with ``#k`` for the k-th alignment of a file after the first). Sequences
@@ -327,9 +389,14 @@ def build_shards(
         max_pairs_per_family: cap on pairs per family (``None``: all N(N-1)/2).
         min_length, max_length: ungapped sequence length limits (inclusive;
             ``max_length=None``: no upper limit).
-        alphabet: keep only ``"protein"`` or ``"dna"`` families (``None``: all).
+        alphabet: keep only ``"protein"`` or ``"dna"`` families (``None``: all, which must then
+            share one alphabet unless ``mixed_alphabets``).
         overwrite: replace an existing shard directory.
         progress: show a tqdm progress bar.
+        mixed_alphabets: accept protein and DNA families in one directory.
+        assignment: ``{family: "train" | "valid" | "test"}`` for every family (e.g. a leak-free
+            split manifest, ``data_manifests/structural_split.json``) instead of the seeded
+            split; ``split`` is then not used.
 
     Returns:
         The index (the parsed content of ``index.json``).
@@ -372,7 +439,20 @@ def build_shards(
     families, skipped = _load_families(paths, int(min_length), max_length, alphabet)
     if not families:
         raise ValueError(f"no family left to shard (skipped: {skipped})")
-    assignment = split_families([f.name for f in families], fractions, int(seed))
+    if alphabet is None and not mixed_alphabets:
+        _check_alphabets(families, paths)
+    if assignment is None:
+        assignment = split_families([f.name for f in families], fractions, int(seed))
+        split_source = "seeded"
+    else:
+        bad = sorted({v for v in assignment.values() if v not in SPLITS})
+        if bad:
+            raise InputError(f"the split assignment uses {bad}; valid splits: {SPLITS}")
+        missing = sorted(f.name for f in families if f.name not in assignment)
+        if missing:
+            raise InputError(f"the split assignment has no entry for {len(missing)} families, e.g. {missing[:5]}")
+        assignment = {s: sorted(f.name for f in families if assignment[f.name] == s) for s in SPLITS}
+        split_source = "assignment"
     by_name = {f.name: f for f in families}
     if len(families) < 3:
         logger.warning("only %d families: some splits are empty", len(families))
@@ -391,6 +471,8 @@ def build_shards(
             "min_length": int(min_length),
             "max_length": None if max_length is None else int(max_length),
             "alphabet": alphabet,
+            "mixed_alphabets": bool(mixed_alphabets),
+            "split_source": split_source,
             "inputs": [{"path": str(p), "sha256": file_sha256(p)} for p in paths],
         },
         "splits": {},
@@ -493,9 +575,10 @@ def read_index(directory: str | os.PathLike) -> dict:
     if not isinstance(index, dict) or index.get("format") != FORMAT_NAME:
         found = index.get("format") if isinstance(index, dict) else None
         raise ValueError(f"{path}: format={found!r}, expected {FORMAT_NAME!r}")
-    if index.get("format_version") != FORMAT_VERSION:
+    if index.get("format_version") not in READABLE_VERSIONS:
         raise ValueError(
-            f"{path}: format_version={index.get('format_version')!r}, this sinkalign reads {FORMAT_VERSION}"
+            f"{path}: format_version={index.get('format_version')!r}, this sinkalign reads format versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))}"
         )
     return index
 
@@ -524,8 +607,12 @@ def _load_shard(directory: Path, entry: dict, load_embeddings: bool) -> _Shard:
         if missing:
             raise ValueError(f"{directory / entry['file']}: missing arrays {missing}")
         arrays = {k: npz[k] for k in _ARRAY_KEYS}
+        present = [k for k in _CORE_KEYS if k in npz.files]
+        if present and len(present) != len(_CORE_KEYS):
+            raise ValueError(f"{directory / entry['file']}: has {present} but not all of {list(_CORE_KEYS)}")
+        arrays.update({k: npz[k] for k in present})
     header = json.loads(arrays.pop("header").tobytes().decode("utf-8"))
-    if header.get("format_version") != FORMAT_VERSION:
+    if header.get("format_version") not in READABLE_VERSIONS:
         raise ValueError(f"{directory / entry['file']}: format_version={header.get('format_version')!r}")
     embeddings = None
     if load_embeddings and entry.get("embeddings"):
@@ -538,6 +625,16 @@ def _shard_pair(shard: _Shard, p: int) -> ReferencePair:
     h, a = shard.header, shard.arrays
     q, t = int(a["query"][p]), int(a["target"][p])
     lo, hi = int(a["pair_offsets"][p]), int(a["pair_offsets"][p + 1])
+    cores = {}
+    if "core" in a:
+        c0, c1 = int(a["core_offsets"][p]), int(a["core_offsets"][p + 1])
+        mask = a["core"][c0:c1].astype(bool)
+        lq = len(h["seqs"][q])
+        if mask.shape[0] != lq + len(h["seqs"][t]):
+            raise ValueError(f"shard {h.get('split')}: pair {p} has a core mask of {mask.shape[0]} entries for "
+                             f"{lq} + {len(h['seqs'][t])} residues")
+        if not mask.all():
+            cores = {"query_core": mask[:lq], "target_core": mask[lq:]}
     return ReferencePair(
         query_id=h["seq_ids"][q],
         target_id=h["seq_ids"][t],
@@ -547,6 +644,7 @@ def _shard_pair(shard: _Shard, p: int) -> ReferencePair:
         source=h["sources"][int(a["source"][p])],
         family=h["families"][int(a["family"][p])],
         meta=h["meta"][p],
+        **cores,
     )
 
 

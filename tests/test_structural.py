@@ -1,0 +1,325 @@
+"""Structure-based references: PIR / bench1.0 readers, core masks in pairs, shards, metrics,
+losses, mixed-alphabet refusal, leak-free splits, cropping and the residue encoder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import sinkalign.io.shards as shards_mod
+from sinkalign.align import model as M
+from sinkalign.align.evaluate import load_reference_set
+from sinkalign.align.metrics import core_pair_scores, pair_scores
+from sinkalign.align.train import crop_example, examples_to_batch
+from sinkalign.cli.shards import shards as shards_cli
+from sinkalign.errors import AlphabetError, FormatError, InputError
+from sinkalign.io.alignments import ReferencePair, msa_to_pairs
+from sinkalign.io.shards import ShardDataset, build_shards, read_index
+from sinkalign.io.splits import SplitItem, crossing_keys, leak_free_split, split_links
+from sinkalign.io.structural import (
+    detect_alignment_format,
+    family_name,
+    pdb_code,
+    read_bench_fasta,
+    read_pir,
+)
+
+MANIFESTS = Path(__file__).resolve().parents[1] / "data_manifests"
+
+PIR = """C; family: test family
+C; class: test
+>P1;1abca
+structureX:1abc:   1 :A:  10 :A:thing:organism: 2.0: 19.8
+ACDEF-GH/IK*
+>P1;2xyz
+structureX:2xyz:   1 : :  10 : :thing:organism: 2.0: 19.8
+AC-EFWGHLIK*
+"""
+
+# columns:   0123456789
+BENCH = """>d1gtea1
+ACdeF-GH..
+>1xyzA
+AC-eFWGhIK
+"""
+
+
+@pytest.fixture()
+def sdir(tmp_path: Path) -> Path:
+    d = tmp_path / "coll"
+    d.mkdir()
+    (d / "FAM1.ali").write_text(PIR)
+    (d / "set1").write_text(BENCH)
+    return d
+
+
+# ------------------------------------------------------------------ readers
+
+
+def test_read_pir_chain_break_and_name(sdir):
+    msa = read_pir(sdir / "FAM1.ali")
+    assert msa.ids == ("1abca", "2xyz")
+    assert msa.rows == ("ACDEF-GH-IK", "AC-EFWGHLIK")  # '/' is a gap column, '*' dropped
+    assert msa.family == "coll/FAM1" and msa.format == "pir"
+    pairs = msa_to_pairs(msa)
+    assert len(pairs) == 1 and pairs[0].query_core is None  # every PIR residue is trusted
+    assert pairs[0].pairs.tolist() == [[0, 0], [1, 1], [3, 2], [4, 3], [5, 5], [6, 6], [7, 8], [8, 9]]
+
+
+def test_read_bench_core_mask(sdir):
+    msa = read_bench_fasta(sdir / "set1")
+    assert msa.family == "coll/set1" and msa.format == "bench"
+    (p,) = msa_to_pairs(msa)
+    assert p.query_seq == "ACDEFGH" and p.target_seq == "ACEFWGHIK"
+    # trusted aligned pairs: both upper case in a column: cols 0, 1, 4, 6
+    assert p.pairs.tolist() == [[0, 0], [1, 1], [4, 3], [5, 5]]
+    # query: A C d e F G H -> d (col 2, other row '-') and e (col 3) lower -> untrusted;
+    # H (col 7) is upper but the target has lower-case h there -> untrusted
+    assert p.query_core.tolist() == [True, True, False, False, True, True, False]
+    # target: A C e F W G h I K: e lower; W (col 5) upper vs query gap -> trusted gap;
+    # h lower; I, K (cols 8, 9) upper vs query '.' gaps -> trusted
+    assert p.target_core.tolist() == [True, True, False, True, True, True, False, True, True]
+
+
+def test_reader_errors_name_file_record_and_column(tmp_path):
+    bad = tmp_path / "bad"
+    bad.write_text(">a\nAC-D\n>b\nAC1D\n")
+    with pytest.raises(FormatError, match=r"bad: record 'b' \(#2\): illegal character '1' at column 2"):
+        read_bench_fasta(bad)
+    ragged = tmp_path / "ragged"
+    ragged.write_text(">a\nAC-D\n>b\nACD\n")
+    with pytest.raises(FormatError, match=r"ragged: record 'b' \(#2\) has 3 columns"):
+        read_bench_fasta(ragged)
+    pir = tmp_path / "bad.ali"
+    pir.write_text(">P1;x\nstructureX:x\nAC#D*\n>P1;y\nstructureX:y\nACED*\n")
+    with pytest.raises(FormatError, match=r"bad.ali: record 'x' \(#1\): illegal character '#' at column 2"):
+        read_pir(pir)
+    junk = tmp_path / "junk.txt"
+    junk.write_text("hello\n")
+    with pytest.raises(FormatError, match="junk.txt: line 1"):
+        detect_alignment_format(junk)
+
+
+def test_pdb_codes_and_family_names(tmp_path):
+    assert pdb_code("d1gtea1") == "1gte"
+    assert pdb_code("1pgjB") == "1pgj"
+    assert pdb_code("1axn-4-AUTO.1") == "1axn"
+    assert pdb_code("153l") == "153l"
+    assert pdb_code("Q9XYZ1_HUMAN/1-20") is None
+    assert family_name(tmp_path / "homstrad" / "6PGD.ali") == "homstrad/6PGD"
+    assert family_name(tmp_path / "prefab" / "1a02N_1a3qA") == "prefab/1a02N_1a3qA"
+
+
+# ------------------------------------------------------------------ metrics and losses
+
+
+def test_core_pair_scores_ignore_untrusted_pairs(sdir):
+    (p,) = msa_to_pairs(read_bench_fasta(sdir / "set1"))
+    # right: (0,0), (4,3); wrong and counted: (1, 2) (query C trusted); ignored: (2, 2), (3, 6)
+    # (both residues untrusted)
+    pred = np.array([[0, 0], [1, 2], [2, 2], [3, 6], [4, 3]])
+    s = core_pair_scores(pred, p)
+    assert (s.tp, s.n_pred, s.n_ref) == (2, 3, 4)
+    assert s.f1 == pytest.approx(2 * 2 / 7)
+    plain = ReferencePair("a", "b", p.query_seq, p.target_seq, p.pairs)
+    assert core_pair_scores(pred, plain) == pair_scores(pred, p.pairs)
+
+
+def test_untrusted_residues_get_no_loss_target(sdir):
+    (p,) = msa_to_pairs(read_bench_fasta(sdir / "set1"))
+    cfg = M.preset("default", embedder={"name": "none"}, feature_dim=0)
+    b = examples_to_batch([p], cfg)
+    lq, lk = b.a.shape[1], b.b.shape[1]
+    assert b.ta[0, :7].tolist() == [0, 1, -1, -1, 3, 5, -1]
+    assert b.tb[0, :9].tolist() == [0, 1, -1, 4, lq, 5, -1, lq, lq]  # W, I, K: trusted gaps
+    assert (b.ta[0, 7:] == -1).all() and lk == lq
+
+
+def test_crop_keeps_pairs_and_masks_consistent():
+    rng = np.random.default_rng(0)
+    amino = "ACDEFGHIKLMNPQRSTVWY"
+    q = "".join(rng.choice(list(amino), 300))
+    t = "".join(rng.choice(list(amino), 280))
+    pairs = np.stack([np.arange(10, 290), np.arange(0, 280)], 1)
+    p = ReferencePair("q", "t", q, t, pairs)
+    for seed in range(5):
+        c = crop_example(p, 100, np.random.default_rng(seed))
+        assert len(c.query_seq) <= 100 and len(c.target_seq) <= 100
+        assert c.n_aligned > 0
+        q0, t0 = q.index(c.query_seq), t.index(c.target_seq)
+        for i, j in c.pairs:
+            assert (i + q0) - 10 == j + t0  # the same reference pairs, shifted
+        # a query residue whose partner fell outside the target window is not a trusted gap
+        partner_in = [(i + q0 - 10) - t0 in range(len(c.target_seq)) for i in range(len(c.query_seq))]
+        has_ref = [(i + q0) in range(10, 290) for i in range(len(c.query_seq))]
+        expected = [not h or pi for h, pi in zip(has_ref, partner_in)]
+        assert c.query_core.tolist() == expected
+    assert crop_example(p, 400, rng) is p
+
+
+def test_residue_encoder_starts_at_the_substitution_model(sdir):
+    (p,) = msa_to_pairs(read_bench_fasta(sdir / "set1"))
+    base = M.preset("default", embedder={"name": "none"}, feature_dim=0)
+    cfg = base.replace(res_ctx_dim=16, res_ctx_layers=2, res_qk_dim=8, gap_head=True)
+    b = examples_to_batch([p, p], base)
+    r0 = M.forward(M.init_params(base), b, base)[0]
+    r1 = M.forward(M.init_params(cfg), b, cfg)[0]
+    np.testing.assert_allclose(np.asarray(r1), np.asarray(r0), atol=1e-6)
+    import jax  # noqa: PLC0415
+
+    g = jax.grad(lambda prm: M.loss_fn(prm, b, cfg)[0])(M.init_params(cfg))
+    assert float(np.abs(np.asarray(g["res_wk"])).max()) > 0  # the residual can start to learn
+    assert float(np.abs(np.asarray(g["gap_w"])).max()) > 0
+    with pytest.raises(ValueError, match="gap_head needs"):
+        base.replace(gap_head=True)
+
+
+# ------------------------------------------------------------------ shards
+
+
+def test_shards_carry_the_core_mask(sdir, tmp_path):
+    index = build_shards([sdir / "FAM1.ali", sdir / "set1"], tmp_path / "sh", split=(1.0, 0.0, 0.0), min_length=1)
+    assert index["format_version"] == 2
+    ds = ShardDataset(tmp_path / "sh", "train")
+    got = {ds[k].pair.family: ds[k].pair for k in range(len(ds))}
+    expected = {p.family: p for f in (sdir / "FAM1.ali", sdir / "set1")
+                for p in msa_to_pairs(read_pir(f) if f.suffix else read_bench_fasta(f))}
+    assert set(got) == {"coll/FAM1", "coll/set1"}
+    for fam, pair in expected.items():
+        g = got[fam]
+        assert g.pairs.tolist() == pair.pairs.tolist() and g.query_seq == pair.query_seq
+        if pair.query_core is None:
+            assert g.query_core is None
+        else:
+            assert g.query_core.tolist() == pair.query_core.tolist()
+            assert g.target_core.tolist() == pair.target_core.tolist()
+    sets = load_reference_set(tmp_path / "sh", split="train")
+    assert sum(p.query_core is not None for p in sets) == 1
+
+
+def test_version_1_shards_still_load(tmp_path, monkeypatch):
+    sto = tmp_path / "f.sto"
+    sto.write_text("# STOCKHOLM 1.0\n#=GF ID fam\na/1-5 ACDEF\nb/1-5 AC-EF\n//\n")
+    monkeypatch.setattr(shards_mod, "FORMAT_VERSION", 1)
+    build_shards([sto], tmp_path / "v1", split=(1.0, 0.0, 0.0), min_length=1)
+    monkeypatch.undo()
+    assert read_index(tmp_path / "v1")["format_version"] == 1
+    (ex,) = list(ShardDataset(tmp_path / "v1", "train"))
+    assert ex.pair.pairs.tolist() == [[0, 0], [1, 1], [3, 2], [4, 3]] and ex.pair.query_core is None
+
+
+def _dna_and_protein(tmp_path: Path) -> tuple[Path, Path]:
+    prot = tmp_path / "prot.sto"
+    prot.write_text("# STOCKHOLM 1.0\n#=GF ID prot\na/1-6 MKLWVE\nb/1-6 MKIWVE\n//\n")
+    dna = tmp_path / "MADE1_dfam_dna.sto"
+    dna.write_text("# STOCKHOLM 1.0\n#=GF ID MADE1\nx ACGTACGT\ny ACGAACGT\n//\n")
+    return prot, dna
+
+
+def test_shards_build_refuses_mixed_alphabets(tmp_path):
+    prot, dna = _dna_and_protein(tmp_path)
+    with pytest.raises(AlphabetError, match=r"MADE1_dfam_dna\.sto \(family MADE1: dna\).*--alphabet.*"
+                                            r"--mixed-alphabets"):
+        build_shards([prot, dna], tmp_path / "out", split=(1.0, 0.0, 0.0), min_length=1)
+    assert not (tmp_path / "out" / "index.json").exists()
+    both = build_shards([prot, dna], tmp_path / "mixed", split=(1.0, 0.0, 0.0), mixed_alphabets=True, min_length=1)
+    assert sorted(both["families"]) == ["MADE1", "prot"]
+    only = build_shards([prot, dna], tmp_path / "prot_only", split=(1.0, 0.0, 0.0), alphabet="protein", min_length=1)
+    assert sorted(only["families"]) == ["prot"] and "MADE1" in only["skipped_families"]
+    runner = CliRunner()
+    res = runner.invoke(shards_cli, ["build", str(prot), str(dna), "--min-length", "1", "--out", str(tmp_path / "cli")])
+    assert res.exit_code == 1 and "MADE1_dfam_dna.sto" in res.output and "--mixed-alphabets" in res.output
+    res = runner.invoke(shards_cli, ["build", str(prot), str(dna), "--mixed-alphabets", "--split", "1,0,0",
+                                     "--min-length", "1", "--out", str(tmp_path / "cli")])
+    assert res.exit_code == 0, res.output
+
+
+def test_split_manifest_assignment(sdir, tmp_path):
+    manifest = tmp_path / "split.json"
+    manifest.write_text(json.dumps({"assignment": {"coll/FAM1": "test", "coll/set1": "train"}}))
+    res = CliRunner().invoke(shards_cli, ["build", str(sdir), "--split-manifest", str(manifest),
+                                          "--min-length", "1", "--out", str(tmp_path / "sh")])
+    assert res.exit_code == 0, res.output
+    index = read_index(tmp_path / "sh")
+    assert index["splits"]["test"]["families"] == ["coll/FAM1"]
+    assert index["splits"]["train"]["families"] == ["coll/set1"]
+    with pytest.raises(InputError, match=r"no entry for 1 families, e.g. \['coll/set1'\]"):
+        build_shards([sdir / "FAM1.ali", sdir / "set1"], tmp_path / "sh2", assignment={"coll/FAM1": "train"}, min_length=1)
+
+
+def test_evaluate_reads_structural_files_and_folders(sdir):
+    assert len(load_reference_set(sdir / "set1")) == 1
+    assert len(load_reference_set(sdir / "FAM1.ali")) == 1
+    both = load_reference_set(sdir)
+    assert sorted(p.family for p in both) == ["coll/FAM1", "coll/set1"]
+
+
+# ------------------------------------------------------------------ leak-free splits
+
+
+def test_leak_free_split_keeps_linked_items_together():
+    items = [
+        SplitItem.make("a", "s", 5, ["1abcA", "2defB"], ["AAAA", "CCCC"]),
+        SplitItem.make("b", "s", 5, ["d2defb1"], ["GGGG"]),  # shares PDB 2def with a
+        SplitItem.make("c", "s", 5, ["3ghiA"], ["CCCC"]),  # shares a sequence with a
+        SplitItem.make("d", "s", 5, ["4jklA"], ["TTTT"]),
+        SplitItem.make("e", "s", 5, ["5mnoA"], ["WWWW"], fixed="test"),
+        SplitItem.make("f", "s", 5, ["5mnoB"], ["YYYY"]),  # linked to the pinned e
+    ]
+    comps = [[items[k].name for k in c] for c in split_links(items)]
+    assert comps == [["a", "b", "c"], ["d"], ["e", "f"]]
+    for seed in range(5):
+        side = leak_free_split(items, seed=seed)
+        assert side["a"] == side["b"] == side["c"]
+        assert side["e"] == side["f"] == "test"
+        assert crossing_keys(items, side) == {}
+    items.append(SplitItem.make("g", "s", 1, ["5mnoC"], ["MMMM"], fixed="train"))
+    with pytest.raises(InputError, match="pinned to different sides"):
+        leak_free_split(items)
+
+
+@pytest.mark.shared_data
+def test_structural_folders_read_completely(shared_data):
+    counts = json.loads((shared_data / "structural" / "counts.json").read_text())
+    for src in ("homstrad", "sabre", "prefab", "oxbench"):
+        pairs = load_reference_set(shared_data / "structural" / src, min_tm=None)
+        assert len(pairs) == counts[src]["pairs_kept"], src
+        with_core = sum(p.query_core is not None for p in pairs)
+        assert with_core == (0 if src == "homstrad" else len(pairs)), src
+
+
+@pytest.mark.shared_data
+def test_split_manifest_reproduces_and_does_not_leak(shared_data):
+    from sinkalign.io.splits import data_split_items, data_split_manifest  # noqa: PLC0415
+
+    committed = json.loads((MANIFESTS / "structural_split.json").read_text())
+    fresh = data_split_manifest(shared_data, seed=committed["seed"], fractions=tuple(committed["fractions"]))
+    assert fresh["assignment"] == committed["assignment"]
+    assert fresh["files_sha256"] == committed["files_sha256"]
+    items, _ = data_split_items(shared_data)
+    side = {**committed["assignment"], **{n: "test" for n in committed["pinned_test"]}}
+    assert crossing_keys(items, side) == {}
+    # every PDB code and every sequence sits on one side only
+    seen: dict[str, set] = {}
+    for it in items:
+        for n, s in zip(it.names, it.seqs):
+            if it.source != "pfam" and pdb_code(n):
+                seen.setdefault(pdb_code(n), set()).add(side[it.name])
+            seen.setdefault(s.upper(), set()).add(side[it.name])
+    assert all(len(v) == 1 for v in seen.values())
+
+
+def test_shipped_learned_model_loads_and_aligns_a_sequence_to_itself():
+    from sinkalign.align.aligner import Aligner, default_model_path  # noqa: PLC0415
+
+    path = default_model_path().parent / "aligner_learned"
+    aligner = Aligner.load(path)
+    assert aligner.config.res_ctx_dim == 96 and aligner.config.gap_head
+    assert aligner.calibration is not None
+    seq = "MVLSPADKTNVKAAWGKVGAHAGEYGAEALERMFLSFPTTKTYFPHFDLSHGSAQVKGHGKKVADALTNAVAHVDDMPNALSALSDLHAHKL"
+    res = aligner.align(seq, seq)
+    assert res.alignment.pairs.tolist() == [[i, i] for i in range(len(seq))]
