@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from scipy.stats import pearsonr
 
 from sinkalign.cli.gc_profile import gc_profile as gc_profile_cmd
+from sinkalign.cli.main import cli
 from sinkalign.lm.data import GenomeRecord, read_genome
 from sinkalign.pipelines.gc_profile import (
     TSV_COLUMNS,
@@ -264,7 +265,7 @@ def test_cli_end_to_end():
     runner = CliRunner()
     with runner.isolated_filesystem():
         chr1, chr2, gen = _write_inputs(np.random.default_rng(5))
-        res = runner.invoke(gc_profile_cmd, ["genome.fa", "--window", "500", "--step", "250",
+        res = runner.invoke(cli, ["gc-profile", "genome.fa", "--window", "500", "--step", "250",
                                              "--overlay", "gen.fa", "-o", "out"])
         assert res.exit_code == 0, res.output
         assert "wrote out/report.md" in res.output
@@ -301,7 +302,7 @@ def test_cli_bad_parameters(args, msg):
     runner = CliRunner()
     with runner.isolated_filesystem():
         _write_inputs(np.random.default_rng(6))
-        res = runner.invoke(gc_profile_cmd, ["genome.fa", "-o", "out", *args])
+        res = runner.invoke(cli, ["gc-profile", "genome.fa", "-o", "out", *args])
         assert res.exit_code == 2
         assert msg in " ".join(res.output.split())
         assert not Path("out").exists()
@@ -310,17 +311,17 @@ def test_cli_bad_parameters(args, msg):
 def test_cli_missing_and_invalid_inputs():
     runner = CliRunner()
     with runner.isolated_filesystem():
-        res = runner.invoke(gc_profile_cmd, ["nope.fa", "-o", "out"])
+        res = runner.invoke(cli, ["gc-profile", "nope.fa", "-o", "out"])
         assert res.exit_code == 2 and "File 'nope.fa' does not exist" in res.output
         _write_inputs(np.random.default_rng(7))
-        res = runner.invoke(gc_profile_cmd, ["genome.fa"])
+        res = runner.invoke(cli, ["gc-profile", "genome.fa"])
         assert res.exit_code == 2 and "Missing option '-o' / '--out-dir'" in res.output
         Path("bad.fa").write_text(">r1\nACGT\n>r2\nACGTACXT\n")
-        res = runner.invoke(gc_profile_cmd, ["bad.fa", "-o", "out"])
+        res = runner.invoke(cli, ["gc-profile", "bad.fa", "-o", "out"])
         assert res.exit_code == 1
         assert "bad.fa: record 'r2' has invalid character 'X' at 0-based position 6" in res.output
         Path("gen_bad.fa").write_text(">g chrom=chr9 start=0\n" + "A" * 100 + "\n")
-        res = runner.invoke(gc_profile_cmd, ["genome.fa", "--overlay", "gen_bad.fa", "-o", "out"])
+        res = runner.invoke(cli, ["gc-profile", "genome.fa", "--overlay", "gen_bad.fa", "-o", "out"])
         assert res.exit_code == 1 and "generated record 'g': chrom='chr9' is not in the genome" in res.output
         assert not Path("out").exists()  # inputs are validated before anything is written
 
@@ -373,7 +374,7 @@ def test_step_defaults_to_half_the_window():
     p = gc_profile([("r", seq)], window=100)
     assert p.step == 50 and p.start[:3].tolist() == [0, 50, 100]
     assert gc_profile([("r", seq)], window=1).step == 1
-    res = CliRunner().invoke(gc_profile_cmd, ["--help"])
+    res = CliRunner().invoke(cli, ["gc-profile", "--help"])
     assert "[default: half the window]" in res.output
 
 
@@ -381,7 +382,7 @@ def test_cli_window_smaller_than_the_old_default_step(tmp_path):
     """`gc-profile FILE --window 100` used to fail: the default step (500) exceeded the window."""
     fa = tmp_path / "g.fa"
     fa.write_text(">r\n" + _skewed(np.random.default_rng(1), 2000, 0.5, 0.0) + "\n")
-    res = CliRunner().invoke(gc_profile_cmd, [str(fa), "--window", "100", "-o", str(tmp_path / "out")])
+    res = CliRunner().invoke(cli, ["gc-profile", str(fa), "--window", "100", "-o", str(tmp_path / "out")])
     assert res.exit_code == 0, res.output
     rows = _read_tsv(tmp_path / "out" / "gc_profile.tsv")
     assert [int(r["start"]) for r in rows[:3]] == [0, 50, 100]
@@ -400,7 +401,7 @@ def test_contig_on_one_replichore_names_no_origin_or_terminus(tmp_path):
     rng = np.random.default_rng(3)
     fa = tmp_path / "contig.fa"
     fa.write_text(">contig\n" + _skewed(rng, 60_000, 0.5, 0.08) + "\n")
-    res = CliRunner().invoke(gc_profile_cmd, [str(fa), "--window", "1000", "-o", str(tmp_path / "out")])
+    res = CliRunner().invoke(cli, ["gc-profile", str(fa), "--window", "1000", "-o", str(tmp_path / "out")])
     assert res.exit_code == 0, res.output
     assert "one replichore (no skew turning point)" in res.output and "origin=" not in res.output
     report = (tmp_path / "out" / "report.md").read_text()
@@ -417,7 +418,7 @@ def test_low_gc_island_is_flagged_in_table_plot_and_report(tmp_path):
     seq = _skewed(rng, 40_000, 0.47, 0.0) + _skewed(rng, 10_000, 0.29, 0.0) + _skewed(rng, 50_000, 0.47, 0.0)
     fa = tmp_path / "bacillus.fa"
     fa.write_text(">contig\n" + seq + "\n")
-    res = CliRunner().invoke(gc_profile_cmd, [str(fa), "-o", str(tmp_path / "out")])
+    res = CliRunner().invoke(cli, ["gc-profile", str(fa), "-o", str(tmp_path / "out")])
     assert res.exit_code == 0 and "candidate_islands=1" in res.output, res.output
     rows = _read_tsv(tmp_path / "out" / "gc_profile.tsv")
     flagged = [(int(r["start"]), int(r["end"])) for r in rows if r["island"] == "1"]
@@ -432,11 +433,11 @@ def test_low_gc_island_is_flagged_in_table_plot_and_report(tmp_path):
     assert len(s.islands) == 1 and s.islands[0].gc < 0.31
     assert mpimg.imread(tmp_path / "out" / "gc_profile.png").ndim == 3
     # a higher threshold flags nothing, and the report says so
-    res = CliRunner().invoke(gc_profile_cmd, [str(fa), "--island-threshold", "0.3", "-o", str(tmp_path / "o2")])
+    res = CliRunner().invoke(cli, ["gc-profile", str(fa), "--island-threshold", "0.3", "-o", str(tmp_path / "o2")])
     assert res.exit_code == 0 and "candidate_islands=0" in res.output
     assert "None: no window's GC departs from its record's GC by more than 0.3." in (
         tmp_path / "o2" / "report.md").read_text()
-    bad = CliRunner().invoke(gc_profile_cmd, [str(fa), "--island-threshold", "1.5", "-o", str(tmp_path / "o3")])
+    bad = CliRunner().invoke(cli, ["gc-profile", str(fa), "--island-threshold", "1.5", "-o", str(tmp_path / "o3")])
     assert bad.exit_code == 2 and "--island-threshold" in bad.output
 
 

@@ -81,10 +81,10 @@ def test_genome_without_a_header_is_one_line(tmp_path: Path) -> None:
 def test_gc_profile_cli_on_a_binary_file_names_it(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from sinkalign.cli.gc_profile import gc_profile
+    from sinkalign.cli.main import cli
 
     path = tmp_path / "scan.bin"
     path.write_bytes(_BINARY)
-    res = CliRunner().invoke(gc_profile, [str(path), "-o", str(tmp_path / "out")])
+    res = CliRunner().invoke(cli, ["gc-profile", str(path), "-o", str(tmp_path / "out")])
     assert res.exit_code == 1 and "scan.bin: not a text file" in res.output
     assert len(res.output.strip().splitlines()) == 1

@@ -233,15 +233,14 @@ def test_commands_needing_torch_name_the_extra_when_it_is_missing():
 import sys
 sys.modules['torch'] = None  # what an install without the torch extra looks like
 from click.testing import CliRunner
-from sinkalign.cli.generate import generate_dna
-from sinkalign.cli.lm import lm
-from sinkalign.cli.validate import validate
+from sinkalign.cli.main import cli
+import sinkalign.cli.generate, sinkalign.cli.lm, sinkalign.cli.validate
 assert 'torch' not in [m for m in sys.modules if sys.modules[m] is not None]
-for cmd, args in ((generate_dna, ['--prompt', 'ACGT', '--length', '5']),
-                  (lm, ['train', '--fasta', sys.argv[1], '--attention', 'goat']),
-                  (lm, ['eval', '--fasta', sys.argv[1]]),
-                  (validate, ['kernels', '--backend', 'triton', '--interpret', '--quick'])):
-    res = CliRunner().invoke(cmd, args)
+for args in (['generate-dna', '--prompt', 'ACGT', '--length', '5'],
+             ['lm', 'train', '--fasta', sys.argv[1], '--attention', 'goat'],
+             ['lm', 'eval', '--fasta', sys.argv[1]],
+             ['validate', 'kernels', '--backend', 'triton', '--interpret', '--quick']):
+    res = CliRunner().invoke(cli, args)
     assert res.exit_code == 1, (res.output, res.exception)
     assert "needs torch, which is not installed" in res.output, res.output
     assert "pip install 'sinkalign[torch]'" in res.output, res.output

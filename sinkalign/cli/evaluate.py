@@ -44,22 +44,18 @@ def evaluate(references, model, split, min_tm, max_pairs, methods, backend, json
     """Precision, recall and F1 per reference set, binned by percent identity."""
     from sinkalign.align.evaluate import evaluate_sets, load_reference_set  # noqa: PLC0415
     from sinkalign.align.metrics import render_table  # noqa: PLC0415
-    from sinkalign.errors import SinkalignError  # noqa: PLC0415
 
     chosen = tuple(m.strip() for m in methods.split(",") if m.strip())
-    try:
-        sets = {}
-        for ref in references:
-            name = f"{ref.name}:{split}" if (ref / "index.json").is_file() else ref.name
-            sets[name] = load_reference_set(ref, min_tm=min_tm, max_pairs=max_pairs, split=split)
-        aligner = None
-        if "sinkalign" in chosen:
-            from sinkalign.align.aligner import Aligner  # noqa: PLC0415
+    sets = {}
+    for ref in references:
+        name = f"{ref.name}:{split}" if (ref / "index.json").is_file() else ref.name
+        sets[name] = load_reference_set(ref, min_tm=min_tm, max_pairs=max_pairs, split=split)
+    aligner = None
+    if "sinkalign" in chosen:
+        from sinkalign.align.aligner import Aligner  # noqa: PLC0415
 
-            aligner = Aligner.load(model, backend=backend)
-        result = evaluate_sets(sets, aligner, methods=chosen)
-    except SinkalignError as exc:  # until main.py turns every SinkalignError into one line
-        raise click.ClickException(str(exc)) from exc
+        aligner = Aligner.load(model, backend=backend)
+    result = evaluate_sets(sets, aligner, methods=chosen)
     console = Console()
     for name, data in result["sets"].items():
         for method, m in data["methods"].items():
@@ -88,34 +84,31 @@ def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, ou
     from sinkalign.align.checkpoints import check_model_output, export_model  # noqa: PLC0415
     from sinkalign.align.decode import plan_posteriors  # noqa: PLC0415
     from sinkalign.align.evaluate import load_reference_set  # noqa: PLC0415
-    from sinkalign.errors import InputError, SinkalignError  # noqa: PLC0415
+    from sinkalign.errors import InputError  # noqa: PLC0415
 
     console = Console()
-    try:
-        check_model_output(out, overwrite=overwrite)  # refuse before the work, not after
-        pairs = []
-        for ref in references:
-            pairs += [p for p in load_reference_set(ref, min_tm=min_tm, max_pairs=max_pairs, split=split)
-                      if max(len(p.query_seq), len(p.target_seq)) <= max_length]
-        if not pairs:
-            raise InputError(f"no reference pair of at most {max_length} residues in {[str(r) for r in references]}")
-        source = model or default_model_path()
-        aligner = Aligner.load(source, calibration=None)  # the raw posteriors are what is fitted
-        samples, raw = [], []
-        for r, p in zip(aligner.align_many(((p.query_id, p.query_seq, p.target_id, p.target_seq) for p in pairs),
-                                           keep_plan=True), pairs):
-            match = plan_posteriors(r.plan).match  # one plan at a time: bounded memory
-            samples.append(calibration_samples(r.alignment, p, match))
-            raw.append(r.alignment.match_posterior)
-        names = ", ".join(r.name for r in references)
-        cal = fit_from_samples(samples, max_knots=knots,
-                               fitted_on=f"{len(pairs)} pairs of {names} (split {split}, <= {max_length} residues)")
-        provenance = (aligner.provenance + " Calibrated confidences fitted with `sinkalign calibrate` on "
-                      + cal.fitted_on + ".").strip()
-        export_model(out, aligner.params, aligner.config, provenance=provenance,
-                     calibration=cal.to_dict(), overwrite=overwrite)
-    except SinkalignError as exc:  # until main.py turns every SinkalignError into one line
-        raise click.ClickException(str(exc)) from exc
+    check_model_output(out, overwrite=overwrite)  # refuse before the work, not after
+    pairs = []
+    for ref in references:
+        pairs += [p for p in load_reference_set(ref, min_tm=min_tm, max_pairs=max_pairs, split=split)
+                  if max(len(p.query_seq), len(p.target_seq)) <= max_length]
+    if not pairs:
+        raise InputError(f"no reference pair of at most {max_length} residues in {[str(r) for r in references]}")
+    source = model or default_model_path()
+    aligner = Aligner.load(source, calibration=None)  # the raw posteriors are what is fitted
+    samples, raw = [], []
+    for r, p in zip(aligner.align_many(((p.query_id, p.query_seq, p.target_id, p.target_seq) for p in pairs),
+                                       keep_plan=True), pairs):
+        match = plan_posteriors(r.plan).match  # one plan at a time: bounded memory
+        samples.append(calibration_samples(r.alignment, p, match))
+        raw.append(r.alignment.match_posterior)
+    names = ", ".join(r.name for r in references)
+    cal = fit_from_samples(samples, max_knots=knots,
+                           fitted_on=f"{len(pairs)} pairs of {names} (split {split}, <= {max_length} residues)")
+    provenance = (aligner.provenance + " Calibrated confidences fitted with `sinkalign calibrate` on "
+                  + cal.fitted_on + ".").strip()
+    export_model(out, aligner.params, aligner.config, provenance=provenance,
+                 calibration=cal.to_dict(), overwrite=overwrite)
     conf = np.concatenate([cal.match(s[0]) for s in samples])
     hits = np.concatenate([s[1] for s in samples])
     console.print(f"{len(pairs)} pairs, {conf.size} aligned columns: mean raw posterior "

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-from sinkalign.cli.options import one_line_errors
 
 
 def _positive(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
@@ -48,9 +47,8 @@ def gc_profile(fasta: str, window: int, step: int | None, island_threshold: floa
     if step > window:
         raise click.BadParameter(f"{step} exceeds --window {window} (windows would leave gaps)",
                                  param_hint="'--step'")
-    with one_line_errors():
-        res = run_gc_profile(fasta, out_dir, window=window, step=step, overlay=overlay,
-                             overlay_window=overlay_window, island_threshold=island_threshold, progress=progress)
+    res = run_gc_profile(fasta, out_dir, window=window, step=step, overlay=overlay,
+                         overlay_window=overlay_window, island_threshold=island_threshold, progress=progress)
     for s in res.profile.summaries:
         where = (f"origin={'-' if s.origin is None else s.origin}\tterminus={'-' if s.terminus is None else s.terminus}"
                  if not s.one_replichore else "one replichore (no skew turning point)")

@@ -6,7 +6,6 @@ import sys
 
 import click
 
-from sinkalign.cli.options import one_line_errors
 from sinkalign.utils import atomic_write_text
 
 # torch is an optional extra: nothing here imports it at module level (`sinkalign --help`
@@ -66,26 +65,25 @@ def generate_dna(prompt: str, length: int, temperature: float, top_k: int | None
         raise click.BadParameter(f"must be a positive integer, got {length}", param_hint="'--length'")
     if fmt == "plain" and chrom is not None:
         raise click.UsageError("--chrom/--start only apply to --format fasta")
-    with one_line_errors():
-        from sinkalign.errors import CheckpointError, require  # noqa: PLC0415
+    from sinkalign.errors import CheckpointError, require  # noqa: PLC0415
 
-        torch = require("torch", "torch", "sinkalign generate-dna")
-        from sinkalign.lm.generate import MAX_GENERATE_LENGTH, generate, load_model  # noqa: PLC0415
+    torch = require("torch", "torch", "sinkalign generate-dna")
+    from sinkalign.lm.generate import MAX_GENERATE_LENGTH, generate, load_model  # noqa: PLC0415
 
-        if length > MAX_GENERATE_LENGTH:  # before loading anything
-            raise click.BadParameter(f"{length:,} exceeds the {MAX_GENERATE_LENGTH:,} bases one call generates; "
-                                     f"generate in pieces, each prompted with the end of the previous one",
-                                     param_hint="'--length'")
-        if device == "cuda" and not torch.cuda.is_available():
-            raise click.UsageError("--device cuda: CUDA is not available")
-        try:
-            ckpt = load_model(model_path, device=device)
-        except (FileNotFoundError, ValueError) as exc:
-            raise CheckpointError(f"cannot load the model: {exc}") from exc
-        if progress is None:
-            progress = length >= 1000 and sys.stderr.isatty()
-        new = generate(ckpt.model, prompt, length, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                       progress=progress)
+    if length > MAX_GENERATE_LENGTH:  # before loading anything
+        raise click.BadParameter(f"{length:,} exceeds the {MAX_GENERATE_LENGTH:,} bases one call generates; "
+                                 f"generate in pieces, each prompted with the end of the previous one",
+                                 param_hint="'--length'")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise click.UsageError("--device cuda: CUDA is not available")
+    try:
+        ckpt = load_model(model_path, device=device)
+    except (FileNotFoundError, ValueError) as exc:
+        raise CheckpointError(f"cannot load the model: {exc}") from exc
+    if progress is None:
+        progress = length >= 1000 and sys.stderr.isatty()
+    new = generate(ckpt.model, prompt, length, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                   progress=progress)
     seq = prompt.upper() + new if include_prompt else new
     if fmt == "fasta":
         if chrom is not None:

@@ -8,7 +8,6 @@ import logging
 import click
 
 from sinkalign.cli.options import model_options as _model_options
-from sinkalign.cli.options import one_line_errors
 from sinkalign.errors import require
 from sinkalign.lm.config import ATTENTION_NAMES
 
@@ -70,8 +69,7 @@ def train(fasta, attention, out_dir, steps, batch_size, seq_len, lr, min_lr_rati
           grad_clip, d_model, n_layers, n_heads, dropout, model_options, val_fraction, eval_every, eval_max_bases,
           save_every, keep_checkpoints, log_every, seed, device, num_threads, nproc, resume, progress) -> None:
     """Train a DNA language model on FASTA with the chosen attention."""
-    with one_line_errors():
-        require("torch", "torch", "sinkalign lm train")
+    require("torch", "torch", "sinkalign lm train")
     from sinkalign.lm.train import TrainConfig, train_lm, train_lm_ddp
 
     if nproc < 1:
@@ -87,8 +85,7 @@ def train(fasta, attention, out_dir, steps, batch_size, seq_len, lr, min_lr_rati
             progress=progress)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
-    with one_line_errors():
-        result = train_lm(config) if nproc == 1 else train_lm_ddp(config, nproc)[0]
+    result = train_lm(config) if nproc == 1 else train_lm_ddp(config, nproc)[0]
     if result.rank == 0:
         val = "n/a" if result.val_bits_per_base is None else f"{result.val_bits_per_base:.4f}"
         click.echo(f"step {result.step}: train {result.train_loss / 0.6931471805599453:.4f} bits/base, "
@@ -129,8 +126,7 @@ def eval_cmd(model_path, fasta, json_out, val_fraction, context, stride, max_bas
              length_multipliers, extrapolation_bases, passkey_multipliers, passkey_trials, completion_prompts,
              prompt_len, completion_len, temperature, top_k, top_p, sections, seed, batch_size, device) -> None:
     """Held-out bits/base vs an order-k Markov chain, length extrapolation, passkey and completions."""
-    with one_line_errors():
-        require("torch", "torch", "sinkalign lm eval")
+    require("torch", "torch", "sinkalign lm eval")
     from sinkalign.lm.evaluate import EvalConfig, evaluate_lm
     from sinkalign.lm.generate import load_model, resolve_model_path
     from sinkalign.utils import atomic_write_text
@@ -151,8 +147,7 @@ def eval_cmd(model_path, fasta, json_out, val_fraction, context, stride, max_bas
         ckpt = load_model(path, device=device)
     except (FileNotFoundError, ValueError) as exc:
         raise click.ClickException(f"cannot load the model: {exc}") from exc
-    with one_line_errors():
-        report = evaluate_lm(ckpt.model, config, model_path=str(path))
+    report = evaluate_lm(ckpt.model, config, model_path=str(path))
     doc = report.to_dict()
     if json_out is not None:
         atomic_write_text(json_out, json.dumps(doc, indent=2) + "\n")

@@ -2,25 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-from typing import Iterator
 
 import click
 
-from sinkalign.errors import SinkalignError
 
-__all__ = ["model_options", "one_line_errors", "parse_value"]
-
-
-@contextlib.contextmanager
-def one_line_errors() -> Iterator[None]:
-    """Turn a :class:`~sinkalign.errors.SinkalignError` into click's one-line ``Error: ...``
-    (exit 1). Any other exception is a bug and keeps its traceback."""
-    try:
-        yield
-    except SinkalignError as exc:
-        raise click.ClickException(str(exc)) from exc
+__all__ = ["model_options", "parse_value"]
 
 
 def parse_value(text: str):

@@ -51,7 +51,7 @@ def train(shards, preset_name, model_opts, embedder, steps, batch_size, lr, out,
     """
     from sinkalign.align import model as M  # noqa: PLC0415
     from sinkalign.align import train as T  # noqa: PLC0415
-    from sinkalign.errors import InputError, SinkalignError  # noqa: PLC0415
+    from sinkalign.errors import InputError  # noqa: PLC0415
     from sinkalign.io.shards import read_index  # noqa: PLC0415
 
     if resume and overwrite:
@@ -59,45 +59,42 @@ def train(shards, preset_name, model_opts, embedder, steps, batch_size, lr, out,
     if distributed:
         T.init_distributed()
     try:
-        try:
-            index = read_index(shards)
-        except FileNotFoundError as exc:
-            raise InputError(f"--pfam-shards {shards} holds no pair shards ({exc}); build them with "
-                             f"`sinkalign shards build ALIGNMENTS --out {shards}`") from exc
-        except ValueError as exc:  # an index.json of another format or version
-            raise InputError(f"--pfam-shards: {exc}") from exc
-        feature_dim, emb_config = 0, {"name": "none"}
-        if embedder != "none":
-            import json  # noqa: PLC0415
+        index = read_index(shards)
+    except FileNotFoundError as exc:
+        raise InputError(f"--pfam-shards {shards} holds no pair shards ({exc}); build them with "
+                         f"`sinkalign shards build ALIGNMENTS --out {shards}`") from exc
+    except ValueError as exc:  # an index.json of another format or version
+        raise InputError(f"--pfam-shards: {exc}") from exc
+    feature_dim, emb_config = 0, {"name": "none"}
+    if embedder != "none":
+        import json  # noqa: PLC0415
 
-            emb = index.get("embeddings")
-            if not emb:
-                raise click.BadParameter(f"{shards} has no embeddings; run `sinkalign shards embed {shards}`",
-                                         param_hint="--pfam-shards")
-            emb_config = json.loads(emb["name"])
-            if emb_config.get("name") != embedder:
-                raise click.BadParameter(f"{shards} holds {emb_config.get('name')!r} embeddings, not {embedder!r}",
-                                         param_hint="--embedder")
-            feature_dim = int(emb["dim"])
-        overrides = dict(model_opts)
-        for key in ("feature_dim", "embedder"):
-            if key in overrides:
-                raise click.BadParameter(f"{key} follows the shards' embeddings (--embedder), not --model-option",
-                                         param_hint="--model-option")
-        unknown = sorted(set(overrides) - set(M.AlignerConfig.__dataclass_fields__))
-        if unknown:
-            raise click.BadParameter(f"unknown AlignerConfig fields {unknown}; valid: "
-                                     f"{sorted(M.AlignerConfig.__dataclass_fields__)}", param_hint="--model-option")
-        try:
-            model = M.preset(preset_name, feature_dim=feature_dim, embedder=emb_config, **overrides)
-        except (TypeError, ValueError) as exc:  # an unknown preset or a bad field value
-            raise click.BadParameter(str(exc), param_hint="--config / --model-option") from exc
-        cfg = T.TrainConfig(shards=str(shards), out=str(out), model=model, steps=steps, batch_size=batch_size, lr=lr,
-                            seed=seed, checkpoint_every=checkpoint_every, eval_every=eval_every,
-                            certify_every=certify_every, max_length=max_length, crop=crop, eval_pairs=eval_pairs,
-                            warmup=warmup, freeze=tuple(freeze))
-        result = T.train(cfg, resume=resume, overwrite=overwrite, progress=progress)
-    except SinkalignError as exc:  # until main.py turns every SinkalignError into one line
-        raise click.ClickException(str(exc)) from exc
+        emb = index.get("embeddings")
+        if not emb:
+            raise click.BadParameter(f"{shards} has no embeddings; run `sinkalign shards embed {shards}`",
+                                     param_hint="--pfam-shards")
+        emb_config = json.loads(emb["name"])
+        if emb_config.get("name") != embedder:
+            raise click.BadParameter(f"{shards} holds {emb_config.get('name')!r} embeddings, not {embedder!r}",
+                                     param_hint="--embedder")
+        feature_dim = int(emb["dim"])
+    overrides = dict(model_opts)
+    for key in ("feature_dim", "embedder"):
+        if key in overrides:
+            raise click.BadParameter(f"{key} follows the shards' embeddings (--embedder), not --model-option",
+                                     param_hint="--model-option")
+    unknown = sorted(set(overrides) - set(M.AlignerConfig.__dataclass_fields__))
+    if unknown:
+        raise click.BadParameter(f"unknown AlignerConfig fields {unknown}; valid: "
+                                 f"{sorted(M.AlignerConfig.__dataclass_fields__)}", param_hint="--model-option")
+    try:
+        model = M.preset(preset_name, feature_dim=feature_dim, embedder=emb_config, **overrides)
+    except (TypeError, ValueError) as exc:  # an unknown preset or a bad field value
+        raise click.BadParameter(str(exc), param_hint="--config / --model-option") from exc
+    cfg = T.TrainConfig(shards=str(shards), out=str(out), model=model, steps=steps, batch_size=batch_size, lr=lr,
+                        seed=seed, checkpoint_every=checkpoint_every, eval_every=eval_every,
+                        certify_every=certify_every, max_length=max_length, crop=crop, eval_pairs=eval_pairs,
+                        warmup=warmup, freeze=tuple(freeze))
+    result = T.train(cfg, resume=resume, overwrite=overwrite, progress=progress)
     click.echo(f"step {result.step}: " + ", ".join(f"{k}={v:.4g}" for k, v in result.last_metrics.items()
                                                     if isinstance(v, float)))

@@ -209,14 +209,12 @@ def kernels(backend: str, interpret: bool, json_path: Path | None, quick: bool, 
     if backend == "triton":
         import importlib.util  # noqa: PLC0415
 
-        from sinkalign.cli.options import one_line_errors  # noqa: PLC0415
         from sinkalign.errors import DependencyError, require  # noqa: PLC0415
 
-        with one_line_errors():
-            require("torch", "torch", "sinkalign validate kernels --backend triton")
-            if importlib.util.find_spec("triton") is None:  # not imported here: TRITON_INTERPRET comes first
-                raise DependencyError("sinkalign validate kernels --backend triton needs triton, which is not "
-                                      "installed; install the 'torch' extra: pip install 'sinkalign[torch]'")
+        require("torch", "torch", "sinkalign validate kernels --backend triton")
+        if importlib.util.find_spec("triton") is None:  # not imported here: TRITON_INTERPRET comes first
+            raise DependencyError("sinkalign validate kernels --backend triton needs triton, which is not "
+                                  "installed; install the 'torch' extra: pip install 'sinkalign[torch]'")
     _enable_x64()
     from sinkalign.kernels import validation as kval  # noqa: PLC0415
 
