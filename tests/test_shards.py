@@ -194,7 +194,7 @@ def test_build_errors(tmp_path: Path, families: list[Path]) -> None:
         build_shards(families, out, alphabet="dna")
     assert not (out / "index.json").exists()
     build_shards(families, out, min_length=1)
-    with pytest.raises(ValueError, match=r"index.json already exists; pass overwrite=True to rebuild"):
+    with pytest.raises(FileExistsError, match=r"index.json already exists; pass --overwrite \(overwrite=True\) to rebuild"):
         build_shards(families, out)
 
 
@@ -316,7 +316,7 @@ def test_add_embeddings_round_trip(tmp_path: Path, families: list[Path]) -> None
                 np.testing.assert_array_equal(emb, toy_embed(seq).astype(np.float16))
         assert ShardDataset(out, split, load_embeddings=False)[0].query_embedding is None
     assert shard_summary(out)["embeddings"]["dim"] == 4
-    with pytest.raises(ValueError, match=r"already has embeddings \('toy'\); pass overwrite=True"):
+    with pytest.raises(FileExistsError, match=r"already has embeddings \('toy'\); pass --overwrite"):
         add_embeddings(out, toy_embed, name="toy")
     index32 = add_embeddings(out, toy_embed, name="toy32", dtype="float32", overwrite=True)
     assert index32["embeddings"]["dtype"] == "float32"

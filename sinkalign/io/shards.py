@@ -73,7 +73,7 @@ import numpy as np
 import safetensors.numpy
 from tqdm.auto import tqdm
 
-from sinkalign.errors import AlphabetError, InputError
+from sinkalign.errors import AlphabetError, InputError, OutputExistsError
 from sinkalign.io.alignments import MSA, ReferencePair, msa_to_pairs, percent_identity, read_stockholm
 from sinkalign.utils import atomic_write_bytes, atomic_write_text, file_sha256
 
@@ -434,7 +434,7 @@ def build_shards(
     if out.exists() and not out.is_dir():
         raise ValueError(f"out_dir={str(out)!r} exists and is not a directory")
     if (out / INDEX_NAME).exists() and not overwrite:
-        raise ValueError(f"{out / INDEX_NAME} already exists; pass overwrite=True to rebuild")
+        raise OutputExistsError(f"{out / INDEX_NAME} already exists; pass --overwrite (overwrite=True) to rebuild")
 
     families, skipped = _load_families(paths, int(min_length), max_length, alphabet)
     if not families:
@@ -823,7 +823,8 @@ def add_embeddings(
     directory = Path(directory)
     index = read_index(directory)
     if index.get("embeddings") and not overwrite:
-        raise ValueError(f"{directory} already has embeddings ({index['embeddings']['name']!r}); pass overwrite=True")
+        raise OutputExistsError(f"{directory} already has embeddings ({index['embeddings']['name']!r}); pass "
+                                "--overwrite (overwrite=True) to replace them")
     # Validate every shard before touching anything, then drop the embeddings from the index
     # while their files are (re)written.
     entries = [(s, e) for s, info in index["splits"].items() for e in info["shards"]]
