@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sinkalign.utils import atomic_write_text  # noqa: E402
+from sinkalign.utils import atomic_write_text
 
 
 def machine() -> dict:

@@ -87,7 +87,7 @@ def grid(args) -> None:
 
 def _rescaled(name: str) -> np.ndarray:
     """A Biopython matrix over the model's alphabet (X row and column 0), with BLOSUM62's spread."""
-    from Bio.Align import substitution_matrices  # noqa: PLC0415
+    from Bio.Align import substitution_matrices
 
     symbols = M.ALPHABETS["protein"]
 

@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from _common import machine, write_json
+
 from sinkalign.align.aligner import Aligner
 from sinkalign.align.baselines import Scoring, align_pair
 from sinkalign.align.decode import mea_from_posteriors, plan_posteriors
@@ -117,8 +117,8 @@ def main() -> None:
     if args.alpha is not None and not args.export:
         ap.error("--alpha goes with --export (evaluate the exported model with --model)")
     if args.export:
-        from sinkalign.align import model as M  # noqa: PLC0415
-        from sinkalign.align.train import export_model, load_checkpoint  # noqa: PLC0415
+        from sinkalign.align import model as M
+        from sinkalign.align.train import export_model, load_checkpoint
 
         params, state, _ = load_checkpoint(args.model)
         cfg = M.AlignerConfig.from_dict(state["model"])

@@ -89,7 +89,7 @@ def worker(args: argparse.Namespace) -> dict:
     else:
         peak_bytes = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) * 1024  # Linux: KiB
         peak_kind = "ru_maxrss_growth"
-    del opt
+    opt = None  # frees the optimizer state before generation (train_step is not called again)
     model.eval()
     gen = args.gen_tokens
     prompt = torch.randint(0, 4, (1, L - gen - 1), device=dev)
@@ -192,9 +192,8 @@ def main() -> None:
         print(f"{r['attention']:9s} {r['length']:5d} {r['train_tokens_per_s']:11.0f} "
               f"{r['train_tokens_per_s_vs_rope']:7.2f} {r['peak_bytes'] / 2**20:9.1f} {mem:>7s} "
               f"{r['gen_ms_per_token']:10.2f} {r['gen_ms_per_token_vs_rope']:7.2f}")
-    print("decode ms/token at L=%d / at L=%d, cached (uncached): %s" % (
-        max(args.lengths), min(args.lengths),
-        ", ".join(f"{a} {v:.2f} ({flat_nocache[a]:.1f})" for a, v in flat.items())))
+    ratios = ", ".join(f"{a} {v:.2f} ({flat_nocache[a]:.1f})" for a, v in flat.items())
+    print(f"decode ms/token at L={max(args.lengths)} / at L={min(args.lengths)}, cached (uncached): {ratios}")
     import torch
 
     write_json(args.json, {

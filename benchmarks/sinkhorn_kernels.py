@@ -277,7 +277,8 @@ def _slope(rows, key):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--lengths", type=int, nargs="+",
-                    default=[512, 1024, 2048, 4096, 8192, 16384, 32768, 65536] if ON_GPU else [512, 1024, 2048, 4096, 8192, 16384])
+                    default=([512, 1024, 2048, 4096, 8192, 16384, 32768, 65536] if ON_GPU
+                             else [512, 1024, 2048, 4096, 8192, 16384]))
     ap.add_argument("--bands", type=int, nargs="+", default=[256, 1024])
     ap.add_argument("--d", type=int, default=64)
     ap.add_argument("--T", type=int, default=15)

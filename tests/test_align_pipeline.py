@@ -350,7 +350,7 @@ def test_duplicate_ids_are_found_in_constant_memory_scans(files, monkeypatch):
     (files / "dup.fa").write_text(fasta(["q1", "q2", "q3"]) + f">q2\n{SEQS['q1']}\n")
     for pairing, query, target in (("all", "dup.fa", "t.fa"), ("zip", "dup.fa", "all.fa"),
                                    ("zip", "all.fa", "dup.fa"), ("all", "t.fa", "dup.fa")):
-        with pytest.raises(ValueError, match=rf"dup.fa: record 'q2' \(#4\): duplicate record id \(first seen as "
+        with pytest.raises(ValueError, match=r"dup.fa: record 'q2' \(#4\): duplicate record id \(first seen as "
                                              r"record #2\)"):
             align_fasta(files / query, files / target, pairing=pairing, output=files / "x.tsv")
     assert calls == []

@@ -243,6 +243,6 @@ def test_embedder_options_reach_the_embedder_builder():
     params = M.init_params(config, seed=0)
     assert Aligner(params, config).embedder.config() == emb.config()
     with pytest.raises(ValueError, match="alphabet"):
-        Aligner(params, config, embedder_options={"alphabet": "dna"}).embedder  # noqa: B018
+        Aligner(params, config, embedder_options={"alphabet": "dna"}).embedder
     with pytest.raises(ValueError, match="either embedder or embedder_options"):
         Aligner(params, config, embedder=emb, embedder_options={"alphabet": "protein"})

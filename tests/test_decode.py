@@ -10,13 +10,13 @@ import pytest
 
 from sinkalign.align.decode import (
     Alignment,
+    _gain,
+    _mea_table,
+    _traceback,
     alignment_columns,
     alignment_stats,
     check_pairs,
     cigar,
-    _gain,
-    _mea_table,
-    _traceback,
     mea_align,
     mea_batch,
     mea_from_posteriors,

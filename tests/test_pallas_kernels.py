@@ -12,7 +12,6 @@ default cases are few and small; larger sweeps are marked ``slow``.
 
 from __future__ import annotations
 
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -25,7 +24,6 @@ from sinkalign.kernels.validation import KernelCase
 from sinkalign.sinkhorn import DustbinConfig, SinkhornConfig, core, sinkhorn_attention
 from sinkalign.sinkhorn.dustbin import augment, dustbin_attention
 from sinkalign.sinkhorn.support import Piece, Support
-
 
 # the sweep dataclass of `sinkalign validate kernels`; here (make_inputs) a padded case also drops an
 # inner key of batch 0, besides 3 queries and 2 keys at the end of batch 1

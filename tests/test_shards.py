@@ -14,8 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 import sinkalign.io.shards as shards_mod
-from sinkalign.errors import AlphabetError
 from sinkalign.cli.shards import shards as shards_cli
+from sinkalign.errors import AlphabetError
 from sinkalign.io.alignments import msa_to_pairs, percent_identity, read_stockholm
 from sinkalign.io.shards import (
     SPLITS,

@@ -169,7 +169,7 @@ def test_residue_encoder_starts_at_the_substitution_model(sdir):
     r0 = M.forward(M.init_params(base), b, base)[0]
     r1 = M.forward(M.init_params(cfg), b, cfg)[0]
     np.testing.assert_allclose(np.asarray(r1), np.asarray(r0), atol=1e-6)
-    import jax  # noqa: PLC0415
+    import jax
 
     g = jax.grad(lambda prm: M.loss_fn(prm, b, cfg)[0])(M.init_params(cfg))
     assert float(np.abs(np.asarray(g["res_wk"])).max()) > 0  # the residual can start to learn
@@ -294,7 +294,7 @@ def test_structural_folders_read_completely(shared_data):
 
 @pytest.mark.shared_data
 def test_split_manifest_reproduces_and_does_not_leak(shared_data):
-    from sinkalign.io.splits import data_split_items, data_split_manifest  # noqa: PLC0415
+    from sinkalign.io.splits import data_split_items, data_split_manifest
 
     committed = json.loads((MANIFESTS / "structural_split.json").read_text())
     fresh = data_split_manifest(shared_data, seed=committed["seed"], fractions=tuple(committed["fractions"]))
@@ -314,7 +314,7 @@ def test_split_manifest_reproduces_and_does_not_leak(shared_data):
 
 
 def test_shipped_learned_model_loads_and_aligns_a_sequence_to_itself():
-    from sinkalign.align.aligner import Aligner, default_model_path  # noqa: PLC0415
+    from sinkalign.align.aligner import Aligner, default_model_path
 
     path = default_model_path().parent / "aligner_learned"
     aligner = Aligner.load(path)

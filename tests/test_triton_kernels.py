@@ -24,7 +24,7 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from sinkalign.kernels.triton import (  # noqa: E402
+from sinkalign.kernels.triton import (
     direct_backward_ref,
     one_reference_backward_ref,
     sinkhorn_attention_ref,
@@ -33,7 +33,7 @@ from sinkalign.kernels.triton import (  # noqa: E402
     sinkhorn_dustbin_attention_triton,
     sinkhorn_tail_duals_ref,
 )
-from sinkalign.kernels.triton.ref import band_support, check_support  # noqa: E402
+from sinkalign.kernels.triton.ref import band_support, check_support
 
 
 def _triton_mode() -> bool | None:

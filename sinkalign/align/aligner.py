@@ -20,9 +20,10 @@ import logging
 import os
 import threading
 from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -77,7 +78,7 @@ def compilation_cache_dir() -> Path | None:
 def enable_compilation_cache() -> Path | None:
     """Turn on JAX's persistent compilation cache at :func:`compilation_cache_dir` (once, and
     only when the process has not configured one itself). Returns the directory in use."""
-    import jax  # noqa: PLC0415
+    import jax
 
     current = jax.config.jax_compilation_cache_dir
     if current:
@@ -167,7 +168,7 @@ class Aligner:
         self._jax_plans: Callable | None = None  # compiled on first use
 
     @classmethod
-    def load(cls, path: str | os.PathLike | None = None, **kwargs) -> "Aligner":
+    def load(cls, path: str | os.PathLike | None = None, **kwargs) -> Aligner:
         """Load a model directory, a checkpoint or a training run (its newest complete
         checkpoint); default: the shipped protein model. ``kwargs`` are those of
         :class:`Aligner` (``backend``, ``gap_weight``, ``embedder_options``, ``engine``, ...)."""
@@ -189,7 +190,7 @@ class Aligner:
     @property
     def embedder(self):
         if self._embedder is None and self.config.feature_dim:
-            from sinkalign.align.embed import embedder_from_config  # noqa: PLC0415
+            from sinkalign.align.embed import embedder_from_config
 
             self._embedder = embedder_from_config(self.config.embedder, **self._embedder_options)
         return self._embedder
@@ -292,7 +293,7 @@ class Aligner:
     # ---------------------------------------------------------------- jax engine
     def _plans_fn(self) -> Callable:
         if self._jax_plans is None:
-            import jax  # noqa: PLC0415
+            import jax
 
             enable_compilation_cache()
             run_cfg = self.config.replace(impl=self.backend)
@@ -380,7 +381,7 @@ class _SingleThreadedBlas:
 
                         self._controller = ThreadpoolController()
                     self._limit = self._controller.limit(limits=1, user_api="blas")
-                except Exception as exc:  # noqa: BLE001 - no threadpoolctl, or a BLAS it cannot drive
+                except Exception as exc:
                     log.debug("BLAS threads left as they are: %s", exc)
                     self._limit = None
             self._users += 1

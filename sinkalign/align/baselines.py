@@ -24,9 +24,10 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any, Iterable, Sequence
+from functools import cache
+from typing import Any
 
 import numpy as np
 
@@ -86,17 +87,17 @@ class Scoring:
             raise ValueError(f"match={self.match} and mismatch={self.mismatch} must satisfy match > 0 > mismatch")
 
     @classmethod
-    def protein(cls, gap_open: int = 11, gap_extend: int = 1) -> "Scoring":
+    def protein(cls, gap_open: int = 11, gap_extend: int = 1) -> Scoring:
         """BLOSUM62 with affine gaps (defaults: open 11, extend 1 in our convention)."""
         return cls("protein", gap_open, gap_extend)
 
     @classmethod
-    def dna(cls, match: int = 2, mismatch: int = -3, gap_open: int = 5, gap_extend: int = 2) -> "Scoring":
+    def dna(cls, match: int = 2, mismatch: int = -3, gap_open: int = 5, gap_extend: int = 2) -> Scoring:
         """Match/mismatch DNA scoring (defaults +2/-3, open 5, extend 2 in our convention)."""
         return cls("dna", gap_open, gap_extend, match, mismatch)
 
     @classmethod
-    def from_blast(cls, kind: str, existence: int, extension: int, **kwargs: int) -> "Scoring":
+    def from_blast(cls, kind: str, existence: int, extension: int, **kwargs: int) -> Scoring:
         """Scoring from BLAST's gap costs (gap of length g costs ``existence + g * extension``)."""
         return cls(kind, existence + extension, extension, **kwargs)
 
@@ -149,7 +150,7 @@ def _clean(seq: Any, name: str, scoring: Scoring) -> str:
     return up
 
 
-@lru_cache(maxsize=None)
+@cache
 def _parasail_matrix(scoring: Scoring):
     import parasail
 
@@ -158,7 +159,7 @@ def _parasail_matrix(scoring: Scoring):
     return parasail.matrix_create(DNA_ALPHABET, scoring.match, scoring.mismatch)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _substitution_array(scoring: Scoring):
     from Bio.Align import substitution_matrices
 
@@ -170,7 +171,7 @@ def _substitution_array(scoring: Scoring):
     return substitution_matrices.Array(alphabet=DNA_ALPHABET, dims=2, data=data)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _score_lookup(scoring: Scoring) -> tuple[np.ndarray, np.ndarray]:
     """``(lut [256] letter byte -> row, table [A, A])`` of the substitution scores."""
     sub = _substitution_array(scoring)

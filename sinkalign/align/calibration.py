@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 import numpy as np
 
@@ -51,7 +51,7 @@ def isotonic_knots(x, y, *, max_knots: int = 16) -> tuple[list[float], list[floa
     (ties in ``x`` pooled); each constant block of the fit contributes one knot at its mean
     ``x``. Blocks are merged (weighted by their sizes) until at most ``max_knots`` remain.
     """
-    from scipy.optimize import isotonic_regression  # noqa: PLC0415
+    from scipy.optimize import isotonic_regression
 
     x = np.asarray(x, dtype=np.float64).ravel()
     y = np.asarray(y, dtype=np.float64).ravel()
@@ -176,7 +176,7 @@ class Calibration:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Calibration":
+    def from_dict(cls, data: dict) -> Calibration:
         if not isinstance(data, dict):
             raise ValueError(f"calibration must be a mapping, got {type(data).__name__}")
         unknown = set(data) - {f.name for f in dataclasses.fields(cls)}

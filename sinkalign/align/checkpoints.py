@@ -32,8 +32,8 @@ import numpy as np
 from sinkalign.errors import CheckpointError, OutputExistsError
 from sinkalign.utils import atomic_dir, atomic_write_text
 
-__all__ = ["BUCKETS", "METRICS", "check_model_output", "check_run_dir", "clean_leftovers", "export_model", "find_latest_checkpoint",
-           "load_checkpoint", "read_best", "rewrite_metrics", "save_best", "save_checkpoint"]
+__all__ = ["BUCKETS", "METRICS", "check_model_output", "check_run_dir", "clean_leftovers", "export_model",
+           "find_latest_checkpoint", "load_checkpoint", "read_best", "rewrite_metrics", "save_best", "save_checkpoint"]
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ def rewrite_metrics(path: str | os.PathLike, upto_step: int) -> None:
 # writing
 # --------------------------------------------------------------------------------------
 def _flatten(tree) -> dict[str, np.ndarray]:
-    import jax  # noqa: PLC0415
+    import jax
 
     leaves = jax.tree_util.tree_leaves(tree)
     return {f"{i:05d}": np.asarray(x) for i, x in enumerate(leaves)}
@@ -152,7 +152,7 @@ def _flatten(tree) -> dict[str, np.ndarray]:
 def save_checkpoint(out: str | os.PathLike, step: int, params: dict, opt_state, state: dict, keep: int = 3) -> Path:
     """Write ``checkpoints/step_{step}`` atomically (temp dir + rename), point ``latest`` at it
     and keep the newest ``keep`` checkpoints."""
-    from safetensors.numpy import save_file  # noqa: PLC0415
+    from safetensors.numpy import save_file
 
     root = Path(out) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
@@ -190,7 +190,7 @@ def export_model(out_dir: str | os.PathLike, params: dict, config, *, provenance
     ``overwrite=True``; a directory holding anything else is refused
     (:class:`OutputExistsError` naming what is there).
     """
-    from safetensors.numpy import save_file  # noqa: PLC0415
+    from safetensors.numpy import save_file
 
     out_dir = Path(out_dir)
     check_model_output(out_dir, overwrite=overwrite)
@@ -226,7 +226,7 @@ def check_model_output(out_dir: str | os.PathLike, *, overwrite: bool = False) -
 # --------------------------------------------------------------------------------------
 def _check_params(path: Path, params: dict, model: dict) -> None:
     """The weights must be those of the model that state.json describes (names and shapes)."""
-    from sinkalign.align import model as M  # noqa: PLC0415
+    from sinkalign.align import model as M
 
     try:
         config = M.AlignerConfig.from_dict(model)
@@ -255,8 +255,8 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[dict, dict, dict | None]:
     object whose ``model`` entry matches the weights (names and shapes); anything missing,
     unreadable or inconsistent raises :class:`CheckpointError` naming the file.
     """
-    import jax.numpy as jnp  # noqa: PLC0415
-    from safetensors.numpy import load_file  # noqa: PLC0415
+    import jax.numpy as jnp
+    from safetensors.numpy import load_file
 
     path = Path(path)
     if not path.exists():
@@ -290,7 +290,7 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[dict, dict, dict | None]:
 
 def save_best(out: str | os.PathLike, step: int, params: dict, state: dict) -> Path:
     """Write ``OUT/best`` (the parameters with the best validation F1 so far), atomically."""
-    from safetensors.numpy import save_file  # noqa: PLC0415
+    from safetensors.numpy import save_file
 
     final = Path(out) / "best"
     with atomic_dir(final) as tmp:

@@ -143,7 +143,7 @@ class NumpyEngine:
     corner: float  # the two dustbins' score
 
     @classmethod
-    def from_model(cls, params: dict, config: AlignerConfig) -> "NumpyEngine":
+    def from_model(cls, params: dict, config: AlignerConfig) -> NumpyEngine:
         """Raises ``ValueError`` naming the reason when the model is outside the engine."""
         reason = engine_support(params, config)
         if reason is not None:
@@ -212,13 +212,13 @@ class NumpyEngine:
         """The decoded plan ``[m + 1, n + 1]`` of one pair (see the module docstring)."""
         return self.solve(query, target).plan()
 
-    def solve(self, query: str, target: str) -> "Solution":
+    def solve(self, query: str, target: str) -> Solution:
         """The operator's final duals for one pair, in scaling form (see :class:`Solution`)."""
         if not query or not target:
             raise ValueError(f"cannot align an empty sequence (query {len(query)}, target {len(target)} residues)")
         return self.solve_scores(self.scores(self.encode(query), self.encode(target)))
 
-    def solve_scores(self, S: np.ndarray) -> "Solution":
+    def solve_scores(self, S: np.ndarray) -> Solution:
         """:meth:`solve` from the augmented scores ``S [m + 1, n + 1]`` (overwritten)."""
         m, n = S.shape[0] - 1, S.shape[1] - 1
         S -= S.max()

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 
@@ -44,13 +44,13 @@ def load_reference_set(path: str | Path, *, min_tm: float | None = 0.5, max_pair
     rng = np.random.default_rng(seed)
     if path.is_dir() and not (path / "index.json").exists() and any(path.iterdir()):
         # a folder of structural alignments (HOMSTRAD .ali, bench1.0 sets): every file, sorted
-        from sinkalign.io.structural import read_reference_alignment  # noqa: PLC0415
+        from sinkalign.io.structural import read_reference_alignment
 
         files = sorted(f for f in path.iterdir() if f.is_file() and not f.name.startswith(".")
                        and f.suffix.lower() not in (".txt", ".md", ".json", ".rst"))
         pairs = [p for f in files for msa in read_reference_alignment(f) for p in msa_to_pairs(msa)]
     elif path.is_dir():
-        from sinkalign.io.shards import ShardDataset  # noqa: PLC0415
+        from sinkalign.io.shards import ShardDataset
 
         try:
             ds = ShardDataset(path, split, load_embeddings=False)
@@ -68,7 +68,7 @@ def load_reference_set(path: str | Path, *, min_tm: float | None = 0.5, max_pair
     elif path.suffix in (".ali", ".pir") or path.suffix == "":
         # HOMSTRAD PIR or a bench1.0 aligned FASTA file (SABRE, PREFAB, OXBench: no suffix),
         # recognised by content; structural references carry a core mask
-        from sinkalign.io.structural import read_reference_alignment  # noqa: PLC0415
+        from sinkalign.io.structural import read_reference_alignment
 
         pairs = [p for msa in read_reference_alignment(path) for p in msa_to_pairs(msa)]
     else:

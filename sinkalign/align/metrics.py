@@ -13,9 +13,10 @@ Per-bin tables are plain dicts of floats / ints / lists / None, ready for ``json
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from statistics import NormalDist
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 

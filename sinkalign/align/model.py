@@ -122,11 +122,11 @@ class AlignerConfig:
             raise ValueError(f"unknown loss terms {sorted(unknown)}; valid: {LOSSES}")
         if not any(w > 0 for w in self.losses.values()):
             raise ValueError(f"losses={self.losses} has no positive weight")
-        self.solver  # validates eps, n_iters, tail, band, backward  # noqa: B018
+        self.solver  # validates eps, n_iters, tail, band, backward
         if self.dustbin != "none":
-            self.dustbin_config  # noqa: B018
+            self.dustbin_config
         if self.impl == "pallas":  # importing the kernels registers them as the operator's backend
-            import sinkalign.kernels.pallas  # noqa: F401, PLC0415
+            import sinkalign.kernels.pallas  # noqa: F401
 
     @property
     def solver(self) -> SinkhornConfig:
@@ -156,14 +156,14 @@ class AlignerConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "AlignerConfig":
+    def from_dict(cls, data: dict) -> AlignerConfig:
         known = set(cls.__dataclass_fields__)
         unknown = set(data) - known
         if unknown:
             raise ValueError(f"unknown AlignerConfig keys {sorted(unknown)}")
         return cls(**data)
 
-    def replace(self, **changes) -> "AlignerConfig":
+    def replace(self, **changes) -> AlignerConfig:
         return replace(self, **changes)
 
 
@@ -194,7 +194,7 @@ def preset(name: str, **overrides) -> AlignerConfig:
 def _substitution_init(alphabet: str) -> np.ndarray:
     symbols = ALPHABETS[alphabet]
     if alphabet == "protein":
-        from Bio.Align import substitution_matrices  # noqa: PLC0415
+        from Bio.Align import substitution_matrices
 
         blosum = substitution_matrices.load("BLOSUM62")
         m = np.array([[blosum[a, b] for b in symbols] for a in symbols], dtype=np.float64)
@@ -423,7 +423,6 @@ def forward(params, batch: Batch, config: AlignerConfig):
     """
     q, k = queries_keys(params, batch, config)
     B, lk = batch.b.shape
-    F = config.feature_dim
     eye = jnp.broadcast_to(jnp.eye(lk, dtype=q.dtype), (B, lk, lk))
     v = jnp.concatenate([eye, jnp.zeros((B, lk, 1), q.dtype), batch.xb.astype(q.dtype)], -1)
     cfg = config.solver
@@ -450,7 +449,7 @@ def loss_fn(params, batch: Batch, config: AlignerConfig):
 
 def loss_from_outputs(rows, transported, batch: Batch, config: AlignerConfig):
     """The loss terms as functions of the operator's output (see the module docstring)."""
-    ma, mb = batch.ma.astype(rows.dtype), batch.mb.astype(rows.dtype)
+    ma = batch.ma.astype(rows.dtype)
     lq, lk = batch.a.shape[1], batch.b.shape[1]
     tiny = 1e-9
     terms = {}

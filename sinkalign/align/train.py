@@ -127,7 +127,7 @@ def crop_example(example, max_length: int, rng: np.random.Generator):
     the two windows cover homologous stretches; reference pairs, core masks and embeddings
     are cut to match. Shorter pairs are returned unchanged.
     """
-    import dataclasses  # noqa: PLC0415
+    import dataclasses
 
     pair = getattr(example, "pair", example)
     lq, lt = len(pair.query_seq), len(pair.target_seq)
@@ -212,8 +212,8 @@ def _batches(dataset, cfg: TrainConfig, start_step: int):
 def evaluate_split(params, dataset, config: M.AlignerConfig, *, n_pairs: int = 64, batch_size: int = 8,
                    gap_weight: float = 0.0) -> dict:
     """Held-out loss terms and alignment F1 (MEA decoding) over the first ``n_pairs`` pairs."""
-    from sinkalign.align.decode import mea_align  # noqa: PLC0415
-    from sinkalign.align.metrics import core_pair_scores, micro_average  # noqa: PLC0415
+    from sinkalign.align.decode import mea_align
+    from sinkalign.align.metrics import core_pair_scores, micro_average
 
     # A fixed random subset (seed 0) so that every family of the split is represented.
     idx = np.sort(np.random.default_rng(0).choice(len(dataset), size=min(n_pairs, len(dataset)), replace=False))
@@ -241,8 +241,8 @@ def evaluate_split(params, dataset, config: M.AlignerConfig, *, n_pairs: int = 6
 
 def certified_depth(params, batch: M.Batch, config: M.AlignerConfig, *, tau: float, r_max: int = 4):
     """Corollary 2 on a training batch: the smallest tail depth whose omitted gradient <= tau."""
-    from sinkalign.sinkhorn import certificates  # noqa: PLC0415
-    from sinkalign.sinkhorn.dustbin import augment  # noqa: PLC0415
+    from sinkalign.sinkhorn import certificates
+    from sinkalign.sinkhorn.dustbin import augment
 
     if config.dustbin == "none":
         return None
@@ -290,7 +290,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
     An ``out`` that already holds a run is refused unless ``resume`` (continue from its newest
     complete checkpoint) or ``overwrite`` (delete its metrics and checkpoints first).
     """
-    from sinkalign.io.shards import ShardDataset  # noqa: PLC0415
+    from sinkalign.io.shards import ShardDataset
 
     out = Path(cfg.out)
     if resume and overwrite:
@@ -348,7 +348,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
     metrics_path = out / METRICS
     rewrite_metrics(metrics_path, start)  # steps after the checkpoint are re-run: no duplicate lines
     last: dict = {}
-    from tqdm import tqdm  # noqa: PLC0415
+    from tqdm import tqdm
 
     best_f1 = read_best(out)[1] if resume else -math.inf
     bar = tqdm(total=cfg.steps, initial=start, disable=not progress, desc="train", unit="step")

@@ -66,8 +66,8 @@ def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, 
 
     '-' reads a FASTA file or the pair list from standard input.
     """
-    from sinkalign.errors import SinkalignError  # noqa: PLC0415
-    from sinkalign.pipelines.align import align_fasta  # noqa: PLC0415
+    from sinkalign.errors import SinkalignError
+    from sinkalign.pipelines.align import align_fasta
 
     if example:
         if query_fasta or target_fasta or pairs:

@@ -42,8 +42,8 @@ def _reference_options(purpose: str, split: str):
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write results as JSON.")
 def evaluate(references, model, split, min_tm, max_pairs, methods, backend, json_path):
     """Precision, recall and F1 per reference set, binned by percent identity."""
-    from sinkalign.align.evaluate import evaluate_sets, load_reference_set  # noqa: PLC0415
-    from sinkalign.align.metrics import render_table  # noqa: PLC0415
+    from sinkalign.align.evaluate import evaluate_sets, load_reference_set
+    from sinkalign.align.metrics import render_table
 
     chosen = tuple(m.strip() for m in methods.split(",") if m.strip())
     sets = {}
@@ -52,7 +52,7 @@ def evaluate(references, model, split, min_tm, max_pairs, methods, backend, json
         sets[name] = load_reference_set(ref, min_tm=min_tm, max_pairs=max_pairs, split=split)
     aligner = None
     if "sinkalign" in chosen:
-        from sinkalign.align.aligner import Aligner  # noqa: PLC0415
+        from sinkalign.align.aligner import Aligner
 
         aligner = Aligner.load(model, backend=backend)
     result = evaluate_sets(sets, aligner, methods=chosen)
@@ -79,12 +79,12 @@ def evaluate(references, model, split, min_tm, max_pairs, methods, backend, json
 @click.option("--overwrite", is_flag=True, help="Replace the model already in --out (only a model directory).")
 def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, out, overwrite):
     """Fit calibrated confidences (isotonic) for a model's posteriors and write the calibrated model."""
-    from sinkalign.align.aligner import Aligner, default_model_path  # noqa: PLC0415
-    from sinkalign.align.calibration import calibration_samples, fit_from_samples  # noqa: PLC0415
-    from sinkalign.align.checkpoints import check_model_output, export_model  # noqa: PLC0415
-    from sinkalign.align.decode import plan_posteriors  # noqa: PLC0415
-    from sinkalign.align.evaluate import load_reference_set  # noqa: PLC0415
-    from sinkalign.errors import InputError  # noqa: PLC0415
+    from sinkalign.align.aligner import Aligner, default_model_path
+    from sinkalign.align.calibration import calibration_samples, fit_from_samples
+    from sinkalign.align.checkpoints import check_model_output, export_model
+    from sinkalign.align.decode import plan_posteriors
+    from sinkalign.align.evaluate import load_reference_set
+    from sinkalign.errors import InputError
 
     console = Console()
     check_model_output(out, overwrite=overwrite)  # refuse before the work, not after

@@ -5,7 +5,6 @@ from __future__ import annotations
 import click
 
 
-
 def _positive(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
     if value is not None and value <= 0:
         raise click.BadParameter(f"must be a positive integer, got {value}")
@@ -40,7 +39,7 @@ def gc_profile(fasta: str, window: int, step: int | None, island_threshold: floa
     reported only where the cumulative skew turns inside a record; windows whose GC departs
     from the record's by more than --island-threshold are candidate islands.
     """
-    from sinkalign.pipelines.gc_profile import default_step, run_gc_profile  # noqa: PLC0415
+    from sinkalign.pipelines.gc_profile import default_step, run_gc_profile
 
     if step is None:
         step = default_step(window)

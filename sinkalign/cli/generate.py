@@ -65,10 +65,10 @@ def generate_dna(prompt: str, length: int, temperature: float, top_k: int | None
         raise click.BadParameter(f"must be a positive integer, got {length}", param_hint="'--length'")
     if fmt == "plain" and chrom is not None:
         raise click.UsageError("--chrom/--start only apply to --format fasta")
-    from sinkalign.errors import CheckpointError, require  # noqa: PLC0415
+    from sinkalign.errors import CheckpointError, require
 
     torch = require("torch", "torch", "sinkalign generate-dna")
-    from sinkalign.lm.generate import MAX_GENERATE_LENGTH, generate, load_model  # noqa: PLC0415
+    from sinkalign.lm.generate import MAX_GENERATE_LENGTH, generate, load_model
 
     if length > MAX_GENERATE_LENGTH:  # before loading anything
         raise click.BadParameter(f"{length:,} exceeds the {MAX_GENERATE_LENGTH:,} bases one call generates; "
@@ -87,7 +87,7 @@ def generate_dna(prompt: str, length: int, temperature: float, top_k: int | None
     seq = prompt.upper() + new if include_prompt else new
     if fmt == "fasta":
         if chrom is not None:
-            from sinkalign.pipelines.gc_profile import continuation_description  # noqa: PLC0415
+            from sinkalign.pipelines.gc_profile import continuation_description
 
             header = continuation_description(record_id, chrom, start - (len(prompt) if include_prompt else 0))
         else:

@@ -6,7 +6,6 @@ import json
 
 import click
 
-
 __all__ = ["model_options", "parse_value"]
 
 

@@ -174,7 +174,7 @@ def info(directory: Path, families: bool, verify: bool) -> None:
 @click.option("--overwrite", is_flag=True, help="Replace embeddings already stored.")
 def embed(directory: Path, embedder: str, esm_model: str, esm_weights: Path | None, dtype: str, overwrite: bool) -> None:
     """Precompute per-residue embeddings for every sequence in the shards."""
-    from sinkalign.align.embed import embed_shards, get_embedder  # noqa: PLC0415
+    from sinkalign.align.embed import embed_shards, get_embedder
 
     try:
         options = {"model": esm_model, "weights": str(esm_weights) if esm_weights else None} if embedder == "esm2" else {}

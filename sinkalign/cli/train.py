@@ -49,10 +49,10 @@ def train(shards, preset_name, model_opts, embedder, steps, batch_size, lr, out,
 
     An OUT that already holds a run needs --resume (continue) or --overwrite (start again).
     """
-    from sinkalign.align import model as M  # noqa: PLC0415
-    from sinkalign.align import train as T  # noqa: PLC0415
-    from sinkalign.errors import InputError  # noqa: PLC0415
-    from sinkalign.io.shards import read_index  # noqa: PLC0415
+    from sinkalign.align import model as M
+    from sinkalign.align import train as T
+    from sinkalign.errors import InputError
+    from sinkalign.io.shards import read_index
 
     if resume and overwrite:
         raise click.UsageError("--resume and --overwrite contradict each other; pass one")
@@ -67,7 +67,7 @@ def train(shards, preset_name, model_opts, embedder, steps, batch_size, lr, out,
         raise InputError(f"--pfam-shards: {exc}") from exc
     feature_dim, emb_config = 0, {"name": "none"}
     if embedder != "none":
-        import json  # noqa: PLC0415
+        import json
 
         emb = index.get("embeddings")
         if not emb:

@@ -17,7 +17,7 @@ _console = Console()
 
 
 def _enable_x64() -> None:
-    import jax  # noqa: PLC0415
+    import jax
 
     jax.config.update("jax_enable_x64", True)
 
@@ -100,7 +100,7 @@ def validate() -> None:
 def exactness(dtype: str, json_path: Path | None, quick: bool) -> None:
     """Every backward mode vs autodiff of the same centered surrogate (R in {1, 2, 4})."""
     _enable_x64()
-    from sinkalign.sinkhorn import validation  # noqa: PLC0415
+    from sinkalign.sinkhorn import validation
 
     cases = validation.EXACTNESS_CASES[:3] if quick else validation.EXACTNESS_CASES
     with _console.status("compiling and running the sweep") as status:
@@ -120,7 +120,7 @@ def exactness(dtype: str, json_path: Path | None, quick: bool) -> None:
 def tail_depth(dtype: str, json_path: Path | None, qk_std: float) -> None:
     """Stopped-base gradient vs full backprop through the base (L=512, d=8, T=15, W=256)."""
     _enable_x64()
-    from sinkalign.sinkhorn import validation  # noqa: PLC0415
+    from sinkalign.sinkhorn import validation
 
     with _console.status("full backprop through the base for R in 0, 1, 2, 4"):
         result = validation.tail_depth(dtype, qk_std=qk_std)
@@ -140,7 +140,7 @@ def certificate(dtype: str, json_path: Path | None, qk_std: float, tau: float) -
     if tau <= 0:
         raise click.BadParameter(f"{tau=} must be positive", param_hint="--tau")
     _enable_x64()
-    from sinkalign.sinkhorn import validation  # noqa: PLC0415
+    from sinkalign.sinkhorn import validation
 
     with _console.status("certificate VJPs"):
         result = validation.certificate(dtype, tau=tau, qk_std=qk_std)
@@ -158,7 +158,7 @@ def certificate(dtype: str, json_path: Path | None, qk_std: float, tau: float) -
 def orbit(dtype: str, json_path: Path | None, qk_std: float) -> None:
     """Rebuild all 2(T+R) base and tail plans from the final plan (T=15, R=2, L=128)."""
     _enable_x64()
-    from sinkalign.sinkhorn import validation  # noqa: PLC0415
+    from sinkalign.sinkhorn import validation
 
     result = validation.orbit(dtype, qk_std=qk_std)
     _print(_table(f"Proposition 6 orbit reconstruction ({dtype}); paper 1.91e-6", result["rows"],
@@ -172,7 +172,7 @@ def orbit(dtype: str, json_path: Path | None, qk_std: float) -> None:
 def contraction(dtype: str, json_path: Path | None) -> None:
     """Projective contraction certificate vs observed contraction; per-block figures."""
     _enable_x64()
-    from sinkalign.sinkhorn import validation  # noqa: PLC0415
+    from sinkalign.sinkhorn import validation
 
     result = validation.contraction(dtype)
     _print(_table(f"Proposition 4 on dense positive problems ({dtype})", result["rows"],
@@ -207,16 +207,16 @@ def kernels(backend: str, interpret: bool, json_path: Path | None, quick: bool, 
     if block is not None and block & (block - 1):
         raise click.BadParameter(f"{block=} must be a power of two", param_hint="--block")
     if backend == "triton":
-        import importlib.util  # noqa: PLC0415
+        import importlib.util
 
-        from sinkalign.errors import DependencyError, require  # noqa: PLC0415
+        from sinkalign.errors import DependencyError, require
 
         require("torch", "torch", "sinkalign validate kernels --backend triton")
         if importlib.util.find_spec("triton") is None:  # not imported here: TRITON_INTERPRET comes first
             raise DependencyError("sinkalign validate kernels --backend triton needs triton, which is not "
                                   "installed; install the 'torch' extra: pip install 'sinkalign[torch]'")
     _enable_x64()
-    from sinkalign.kernels import validation as kval  # noqa: PLC0415
+    from sinkalign.kernels import validation as kval
 
     try:
         kval.check_backend(backend, interpret)

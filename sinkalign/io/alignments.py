@@ -38,9 +38,9 @@ import io
 import logging
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 from Bio import Align, AlignIO, SeqIO

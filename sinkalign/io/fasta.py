@@ -40,9 +40,10 @@ import io
 import logging
 import os
 import zlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Iterable, Iterator
+from typing import IO
 
 from Bio import SeqIO
 from Bio.SeqRecord import SeqRecord
@@ -445,7 +446,7 @@ def write_fasta(
             header = f">{rid} {desc}" if desc else f">{rid}"
             step = line_width or len(seq)
             body = "\n".join(seq[k : k + step] for k in range(0, len(seq), step))
-            stream.write(f"{header}\n{body}\n".encode("utf-8"))
+            stream.write(f"{header}\n{body}\n".encode())
             count += 1
         if stream is not raw:
             stream.close()

@@ -65,9 +65,9 @@ import json
 import logging
 import math
 import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import safetensors.numpy
@@ -191,7 +191,7 @@ def _subset(msa: MSA, keep: list[int]) -> MSA:
 
 def _read_alignments(path: Path) -> list[MSA]:
     """Stockholm files as before; PIR (HOMSTRAD) and bench1.0 aligned FASTA by content."""
-    from sinkalign.io.structural import detect_alignment_format, read_reference_alignment  # noqa: PLC0415
+    from sinkalign.io.structural import detect_alignment_format, read_reference_alignment
 
     if detect_alignment_format(path) == "stockholm":
         return list(read_stockholm(path))

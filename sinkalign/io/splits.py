@@ -44,7 +44,7 @@ class SplitItem:
 
     @staticmethod
     def make(name: str, source: str, n_pairs: int, names, seqs, fixed: str | None = None,
-             use_pdb: bool = True) -> "SplitItem":
+             use_pdb: bool = True) -> SplitItem:
         keys = set()
         for n, s in zip(names, seqs):
             code = pdb_code(n) if use_pdb else None
@@ -141,7 +141,7 @@ STRUCTURAL_SOURCES = ("homstrad", "sabre", "prefab", "oxbench")
 
 def structural_files(root) -> dict[str, list]:
     """``{source: [files, sorted]}`` of ``root/structural/<source>/``."""
-    from pathlib import Path  # noqa: PLC0415
+    from pathlib import Path
 
     base = Path(root) / "structural"
     return {src: sorted(p for p in (base / src).iterdir() if p.is_file() and not p.name.startswith("."))
@@ -151,14 +151,14 @@ def structural_files(root) -> dict[str, list]:
 def data_split_items(root, *, min_tm: float = 0.5) -> tuple[list[SplitItem], dict]:
     """Split items of ``root`` (a ``shared/data`` folder): every structural family / set, the
     Pfam protein families (pinned to their seeded ``shards build --alphabet protein --split
-    0.6,0.2,0.2 --seed 0`` split, the one BENCHMARKS.md reports) and the TM-align pairs with min TM >= ``min_tm`` (pinned to ``test``: an outside
-    evaluation set). Returns (items, {file path: sha256})."""
-    from pathlib import Path  # noqa: PLC0415
+    0.6,0.2,0.2 --seed 0`` split, the one BENCHMARKS.md reports) and the TM-align pairs with
+    min TM >= ``min_tm`` (pinned to ``test``: an outside evaluation set). Returns (items, {file path: sha256})."""
+    from pathlib import Path
 
-    from sinkalign.io.alignments import msa_to_pairs, read_stockholm, read_tmalign_pairs  # noqa: PLC0415
-    from sinkalign.io.shards import split_families  # noqa: PLC0415
-    from sinkalign.io.structural import read_reference_alignment  # noqa: PLC0415
-    from sinkalign.utils import file_sha256  # noqa: PLC0415
+    from sinkalign.io.alignments import read_stockholm, read_tmalign_pairs
+    from sinkalign.io.shards import split_families
+    from sinkalign.io.structural import read_reference_alignment
+    from sinkalign.utils import file_sha256
 
     root = Path(root)
     items: list[SplitItem] = []

@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from sinkalign.errors import FormatError
 from sinkalign.io.alignments import MSA, _finish_msa
@@ -108,7 +108,7 @@ def read_pir(path: str | os.PathLike) -> MSA:
             illegal character (record id, number and column), duplicate ids.
         FileNotFoundError: no such file.
     """
-    from Bio import SeqIO  # noqa: PLC0415
+    from Bio import SeqIO
 
     path = Path(path)
     if not path.is_file():
@@ -179,7 +179,7 @@ def read_bench_fasta(path: str | os.PathLike) -> MSA:
 
 
 def _named(msa: MSA, path: Path) -> MSA:
-    from dataclasses import replace  # noqa: PLC0415
+    from dataclasses import replace
 
     return replace(msa, family=family_name(path))
 
@@ -211,7 +211,7 @@ def detect_alignment_format(path: str | os.PathLike) -> str:
 
 def read_reference_alignment(path: str | os.PathLike) -> list[MSA]:
     """Every alignment of a Stockholm, PIR or bench1.0 aligned FASTA file (by content)."""
-    from sinkalign.io.alignments import read_stockholm  # noqa: PLC0415
+    from sinkalign.io.alignments import read_stockholm
 
     fmt = detect_alignment_format(path)
     if fmt == "stockholm":

@@ -42,8 +42,9 @@ import logging
 import math
 import os
 import re
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any, Callable, Iterable, Iterator, NamedTuple
+from typing import IO, Any, NamedTuple
 
 import numpy as np
 

@@ -95,20 +95,20 @@ def _inputs(case: KernelCase, seed: int = 0) -> dict:
 
 
 def _cfg(case: KernelCase, **kw):
-    from sinkalign.sinkhorn.config import SinkhornConfig  # noqa: PLC0415
+    from sinkalign.sinkhorn.config import SinkhornConfig
 
     return SinkhornConfig(eps=case.eps, n_iters=case.n_iters, tail=2, band=case.band, **kw)
 
 
 def _jax_grads(case: KernelCase, inp: dict, *, impl: str, dtype, blocks=None, interpret=None) -> dict:
     """O and the gradients of <O, G> w.r.t. every token input, as float64 numpy arrays."""
-    import jax  # noqa: PLC0415
-    import jax.numpy as jnp  # noqa: PLC0415
+    import jax
+    import jax.numpy as jnp
 
-    from sinkalign.kernels import pallas  # noqa: PLC0415
-    from sinkalign.sinkhorn import core  # noqa: PLC0415
-    from sinkalign.sinkhorn.dustbin import augment  # noqa: PLC0415
-    from sinkalign.sinkhorn.support import Support  # noqa: PLC0415
+    from sinkalign.kernels import pallas
+    from sinkalign.sinkhorn import core
+    from sinkalign.sinkhorn.dustbin import augment
+    from sinkalign.sinkhorn.support import Support
 
     cfg = _cfg(case, backward="autodiff") if impl == "reference" else _cfg(case, impl="pallas")
     qm, km, la, lb = inp["qm"], inp["km"], inp["la"], inp["lb"]
@@ -138,9 +138,9 @@ def _jax_grads(case: KernelCase, inp: dict, *, impl: str, dtype, blocks=None, in
 
 
 def _triton_grads(case: KernelCase, inp: dict, *, interpret: bool, block: int | None) -> dict:
-    import torch  # noqa: PLC0415
+    import torch
 
-    from sinkalign.kernels.triton import (  # noqa: PLC0415
+    from sinkalign.kernels.triton import (
         sinkhorn_attention_triton,
         sinkhorn_dustbin_attention_triton,
     )
@@ -170,7 +170,7 @@ def _prepare_triton(interpret: bool) -> None:
     """Select Triton's interpreter before triton is imported (it reads TRITON_INTERPRET once)."""
     if interpret and "triton" not in sys.modules:
         os.environ["TRITON_INTERPRET"] = "1"
-    from sinkalign.kernels.triton.kernels import interpreter_mode  # noqa: PLC0415  (imports triton)
+    from sinkalign.kernels.triton.kernels import interpreter_mode
 
     mode = interpreter_mode()
     if mode != interpret:
@@ -187,7 +187,7 @@ def check_backend(backend: str, interpret: bool) -> None:
     if not isinstance(interpret, bool):
         raise ValueError(f"interpret={interpret!r} must be True or False")
     if backend == "pallas" and not interpret:
-        import jax  # noqa: PLC0415
+        import jax
 
         if jax.default_backend() == "cpu":
             raise ValueError("native Pallas kernels need a GPU or TPU backend, and JAX's default backend is the CPU; "
@@ -195,7 +195,7 @@ def check_backend(backend: str, interpret: bool) -> None:
     if backend == "triton":
         _prepare_triton(interpret)
         if not interpret:
-            import torch  # noqa: PLC0415
+            import torch
 
             if not torch.cuda.is_available():
                 raise ValueError("native Triton kernels need a CUDA GPU; use interpret=True (--interpret)")
@@ -220,8 +220,8 @@ def kernels(backend: str = "pallas", interpret: bool = True, *, cases=KERNEL_CAS
     reference, max over every case and output).
     """
     check_backend(backend, interpret)
-    import jax  # noqa: PLC0415
-    import jax.numpy as jnp  # noqa: PLC0415
+    import jax
+    import jax.numpy as jnp
 
     if not jax.config.jax_enable_x64:
         raise ValueError("the float64 reference needs jax_enable_x64 (jax.config.update('jax_enable_x64', True))")
@@ -229,7 +229,7 @@ def kernels(backend: str = "pallas", interpret: bool = True, *, cases=KERNEL_CAS
         block = 16
     blocks = None
     if backend == "pallas" and block is not None:
-        from sinkalign.kernels.pallas import BlockSizes  # noqa: PLC0415
+        from sinkalign.kernels.pallas import BlockSizes
 
         blocks = BlockSizes(block_q=block, block_k=block)
     rows = []
@@ -272,8 +272,8 @@ def dense_forward(q, k, v, *, band: int | None, eps: float, n_iters: int, chunk:
 
     q [Lq, d], k [Lk, d], v [Lk, dv] -> O [Lq, dv] (in the inputs' dtype).
     """
-    import jax  # noqa: PLC0415
-    import jax.numpy as jnp  # noqa: PLC0415
+    import jax
+    import jax.numpy as jnp
 
     lq, lk, d = q.shape[0], k.shape[0], q.shape[1]
     scale = 1.0 / (math.sqrt(d) * eps)
@@ -337,13 +337,13 @@ def long_forward(lengths=(512, 2048, 8192, 16384), *, band: int | None = 256, d:
     ``kernel=False`` skips the Pallas kernels; ``kernel_max_length`` caps the lengths they run at.
     Returns ``rows`` (per L: max |O - O_dense| of each, seconds) and ``max_abs_deviation``.
     """
-    import jax  # noqa: PLC0415
-    import jax.numpy as jnp  # noqa: PLC0415
+    import jax
+    import jax.numpy as jnp
 
-    from sinkalign.kernels import pallas  # noqa: PLC0415
-    from sinkalign.sinkhorn import core  # noqa: PLC0415
-    from sinkalign.sinkhorn.config import SinkhornConfig  # noqa: PLC0415
-    from sinkalign.sinkhorn.support import Support  # noqa: PLC0415
+    from sinkalign.kernels import pallas
+    from sinkalign.sinkhorn import core
+    from sinkalign.sinkhorn.config import SinkhornConfig
+    from sinkalign.sinkhorn.support import Support
 
     if dense_dtype not in ("float32", "float64"):
         raise ValueError(f"dense_dtype={dense_dtype!r} must be 'float32' or 'float64'")

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from sinkalign.errors import InputError
 
@@ -202,7 +203,7 @@ class LMConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "LMConfig":
+    def from_dict(cls, data: Mapping[str, Any]) -> LMConfig:
         """Inverse of :meth:`to_dict`; unknown or missing keys raise ``ValueError``."""
         if not isinstance(data, Mapping):
             raise InputError(f"LMConfig.from_dict expects a mapping, got {type(data).__name__}")

@@ -19,10 +19,10 @@ import math
 import os
 import re
 import zlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import numpy as np
 from Bio import SeqIO

@@ -22,9 +22,9 @@ import importlib.resources
 import logging
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import torch
 from tqdm.auto import tqdm

@@ -19,7 +19,8 @@ bits/base, the best of orders 0..12.
 from __future__ import annotations
 
 import logging
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 

@@ -16,7 +16,7 @@ use :func:`sinkalign.lm.data.read_genome`, which does that mapping.)
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch

@@ -42,9 +42,10 @@ import os
 import shutil
 import socket
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import safetensors.torch
@@ -225,7 +226,7 @@ class TrainConfig:
         return d
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "TrainConfig":
+    def from_dict(cls, data: Mapping[str, Any]) -> TrainConfig:
         """Inverse of :meth:`to_dict`; unknown keys raise ``ValueError``."""
         fields = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - fields)

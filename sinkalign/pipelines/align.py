@@ -115,7 +115,7 @@ def load_aligner(spec: ModelSpec):
     """The :class:`~sinkalign.align.aligner.Aligner` of ``spec``, loaded once per process
     (again only when the model's files change)."""
     global _LOADS
-    from sinkalign.align.aligner import Aligner, default_model_path  # noqa: PLC0415
+    from sinkalign.align.aligner import Aligner, default_model_path
 
     path = Path(spec.path) if spec.path is not None else default_model_path(spec.alphabet)
     key = (spec, _fingerprint(path) if path.exists() else None)
@@ -150,7 +150,7 @@ def _trim_heap() -> None:
     it flat (``benchmarks/align_memory.py``)."""
     global _MALLOC_TRIM
     if _MALLOC_TRIM is None:
-        import ctypes  # noqa: PLC0415
+        import ctypes
 
         try:
             _MALLOC_TRIM = ctypes.CDLL(None).malloc_trim
@@ -251,7 +251,7 @@ class _Scan:
 
 
 def _max_length() -> int:
-    from sinkalign.align.aligner import MAX_LENGTH  # noqa: PLC0415
+    from sinkalign.align.aligner import MAX_LENGTH
 
     return MAX_LENGTH
 
@@ -354,7 +354,7 @@ class _IndexedFasta:
     """A FASTA file read by id through its ``.fai`` index (built beside it when missing)."""
 
     def __init__(self, path: Path):
-        import pysam  # noqa: PLC0415
+        import pysam
 
         self.path = path
         fai = Path(f"{path}.fai")
@@ -524,8 +524,8 @@ class _PlanWriter:
         self._directory = tempfile.TemporaryFile()
 
     def add(self, key: str, plan: np.ndarray) -> None:
-        import struct  # noqa: PLC0415
-        import zlib  # noqa: PLC0415
+        import struct
+        import zlib
 
         buf = io.BytesIO()
         np.lib.format.write_array(buf, np.ascontiguousarray(plan, dtype=np.float32), allow_pickle=False)
@@ -550,7 +550,7 @@ class _PlanWriter:
         self._count += 1
 
     def close(self) -> None:
-        import struct  # noqa: PLC0415
+        import struct
 
         start, size = self._offset, self._directory.tell()
         self._directory.seek(0)
@@ -726,7 +726,7 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
         else:
             results = _run_cluster(spec, chunks, batch_size, keep_plan, scheduler, workers, _task or align_chunk)
 
-        from tqdm import tqdm  # noqa: PLC0415
+        from tqdm import tqdm
 
         with _plan_sink(plan_out) as plans, tqdm(total=scan.total, disable=not progress, unit="pair",
                                                   file=sys.stderr) as bar:

@@ -54,21 +54,22 @@ import io
 import logging
 import math
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, NamedTuple, Sequence
+from typing import NamedTuple
 
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from tqdm.auto import tqdm  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+from tqdm.auto import tqdm
 
-from sinkalign.errors import InputError  # noqa: E402
-from sinkalign.lm.data import GenomeRecord, encode, read_genome_records  # noqa: E402
-from sinkalign.lm.gc import gc_trajectory, trajectory_correlation  # noqa: E402, F401  (re-exported)
-from sinkalign.utils import atomic_write, atomic_write_bytes, atomic_write_text  # noqa: E402
+from sinkalign.errors import InputError
+from sinkalign.lm.data import GenomeRecord, encode, read_genome_records
+from sinkalign.lm.gc import gc_trajectory, trajectory_correlation
+from sinkalign.utils import atomic_write, atomic_write_bytes, atomic_write_text
 
 __all__ = [
     "ISLAND_THRESHOLD",

@@ -12,7 +12,7 @@ A registered tail operator has the signature of :func:`sinkalign.sinkhorn.core.t
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 __all__ = ["KNOWN", "register_tail_operator", "registered", "tail_operator_for"]
 

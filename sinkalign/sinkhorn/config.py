@@ -65,7 +65,7 @@ class SinkhornConfig:
         if self.impl not in IMPLS:
             raise ValueError(f"impl={self.impl!r} is not one of {IMPLS}")
 
-    def replace(self, **changes) -> "SinkhornConfig":
+    def replace(self, **changes) -> SinkhornConfig:
         return replace(self, **changes)
 
 

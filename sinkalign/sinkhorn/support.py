@@ -168,7 +168,7 @@ class Support:
                 raise ValueError(f"{p} does not fit a {self.lq} x {self.lk} support")
 
     @staticmethod
-    def single(lq: int, lk: int, band: int | None, block: int = 128) -> "Support":
+    def single(lq: int, lk: int, band: int | None, block: int = 128) -> Support:
         return Support(lq, lk, (Piece(0, lq, 0, lk, band, block),))
 
     # ---- per-piece masks ----------------------------------------------------------

@@ -7,8 +7,9 @@ import json
 import logging
 import os
 from collections import abc
+from collections.abc import Sequence as SequenceT
 from pathlib import Path
-from typing import Protocol, Sequence as SequenceT, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 

@@ -42,8 +42,8 @@ Ambiguous and non-standard letters (all accepted by :func:`sinkalign.io.fasta.re
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence as SequenceT
 from dataclasses import dataclass
-from typing import Sequence as SequenceT
 
 import numpy as np
 from Bio.Align import substitution_matrices

@@ -60,9 +60,9 @@ import logging
 import os
 import re
 import warnings
+from collections.abc import Sequence as SequenceT
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence as SequenceT
 
 import numpy as np
 

@@ -20,7 +20,6 @@ from sinkalign.kernels.pallas.op import (
     tail_duals,
     tail_operator,
 )
-
 from sinkalign.sinkhorn.backends import register_tail_operator
 
 register_tail_operator("pallas", tail_operator)

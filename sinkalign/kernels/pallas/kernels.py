@@ -97,7 +97,7 @@ class BlockSizes:
                 raise ValueError(f"{name}={value!r} must be a power of two >= 8")
 
     @classmethod
-    def get_default(cls, target: str = "interpret") -> "BlockSizes":
+    def get_default(cls, target: str = "interpret") -> BlockSizes:
         """64 x 64 on GPUs (registers / shared memory); 128 x 128 in the interpreter (fewer grid
         steps) and on TPUs (vector blocks need 128 lanes)."""
         if target not in TARGETS:
@@ -129,16 +129,16 @@ class Launch:
     low: bool
     target: str
 
-    def swap(self) -> "Launch":
+    def swap(self) -> Launch:
         return Launch(self.by, self.bx, self.ny, self.nx, self.band, self.scale, self.low, self.target)
 
     def compiler_params(self):
         if self.target == "gpu":
-            from jax.experimental.pallas import triton as plgpu  # noqa: PLC0415
+            from jax.experimental.pallas import triton as plgpu
 
             return plgpu.CompilerParams(num_warps=4, num_stages=2)
         if self.target == "tpu":
-            from jax.experimental.pallas import tpu as pltpu  # noqa: PLC0415
+            from jax.experimental.pallas import tpu as pltpu
 
             return pltpu.CompilerParams(dimension_semantics=("parallel", "parallel"))
         return None

@@ -536,7 +536,7 @@ def sinkhorn_attention_pallas(q, k, v, *, q_mask=None, k_mask=None, log_a=None, 
     :func:`~sinkalign.sinkhorn.core.prepare` (which computes in float32 unless an input is
     float64). To run bfloat16 tiles call :func:`tail_operator` with bfloat16 arrays.
     """
-    from sinkalign.sinkhorn import core  # noqa: PLC0415
+    from sinkalign.sinkhorn import core
 
     cfg = (config or SinkhornConfig()).replace(impl="pallas", **overrides)
     q, k, v, qv, kv, la, lb = core.prepare(q, k, v, q_mask, k_mask, log_a, log_b, band=cfg.band)

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Union
 
 import torch
 import torch.nn.functional as F
@@ -88,7 +87,7 @@ class KVCache:
         self._length = int(k.shape[-2])
 
     @classmethod
-    def _of(cls, store: _KVStore, length: int) -> "KVCache":
+    def _of(cls, store: _KVStore, length: int) -> KVCache:
         cache = cls.__new__(cls)
         cache._store, cache._length = store, length
         return cache
@@ -110,7 +109,7 @@ class KVCache:
         """Positions the current storage holds before it must grow."""
         return int(self._store.k.shape[-2])
 
-    def append(self, k: torch.Tensor, v: torch.Tensor) -> "KVCache":
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> KVCache:
         """A new cache holding this cache's positions followed by ``k [B, H, n, d_k]``, ``v``."""
         store, length, n = self._store, self._length, int(k.shape[-2])
         if torch.is_grad_enabled() and any(t.requires_grad for t in (k, v, store.k, store.v)):
@@ -149,7 +148,7 @@ class RecurrentState:
     offset: int
 
 
-AttentionCache = Union[KVCache, RecurrentState]
+AttentionCache = KVCache | RecurrentState
 
 
 def positions(offset: int, length: int, device: torch.device) -> torch.Tensor:
