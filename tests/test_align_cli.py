@@ -182,3 +182,22 @@ def test_evaluate_against_needleman_wunsch(tmp_path):
         assert 0.0 <= m["micro"]["f1"] <= 1.0 and m["pairs_per_s"] > 0
         assert m["bins"][-1]["bin"] == "all" and m["bins"][-1]["n"] == 10
     assert methods["nw"]["micro"]["f1"] > 0.5  # a real alignment problem, not noise
+
+
+def test_model_by_shipped_name(tmp_path):
+    """--model takes a shipped model's name; a name that is neither a path nor shipped is one line."""
+    from click.testing import CliRunner
+
+    from sinkalign.align.aligner import SHIPPED_MODELS, resolve_model
+    from sinkalign.cli.main import cli
+
+    for name in SHIPPED_MODELS:
+        assert (resolve_model(name) / "state.json").is_file(), name
+    out = tmp_path / "l.tsv"
+    res = CliRunner().invoke(cli, ["align", "--example", "--model", "learned", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert [r.split("\t")[:2] for r in out.read_text().splitlines()[1:]] == [["HBA_HUMAN", "HBB_HUMAN"],
+                                                                            ["MYG_HUMAN", "HBB_HUMAN"]]
+    res = CliRunner().invoke(cli, ["align", "--example", "--model", "nonesuch"])
+    assert res.exit_code == 1
+    assert res.output.startswith("Error: model nonesuch does not exist") and "'learned'" in res.output

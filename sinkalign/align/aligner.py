@@ -35,7 +35,8 @@ from sinkalign.align.engine import NumpyEngine, engine_support
 from sinkalign.alignment import AlignedPair
 from sinkalign.errors import CheckpointError, InputError
 
-__all__ = ["AlignedPair", "Aligner", "ENGINES", "PairResult", "default_model_path", "enable_compilation_cache"]
+__all__ = ["AlignedPair", "Aligner", "ENGINES", "PairResult", "SHIPPED_MODELS", "default_model_path",
+           "enable_compilation_cache", "resolve_model"]
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,21 @@ def enable_compilation_cache() -> Path | None:
 
 
 _DEFAULT_MODELS = {"protein": "aligner_default", "dna": "aligner_dna"}
+# models shipped inside the package, by the name `--model NAME` takes
+SHIPPED_MODELS = {"default": "aligner_default", "dna": "aligner_dna", "learned": "aligner_learned"}
+
+
+def resolve_model(model: str | os.PathLike) -> Path:
+    """The directory of ``model``: a path (model, checkpoint or run directory) or the name of a
+    shipped model (:data:`SHIPPED_MODELS`: ``default``, ``dna``, ``learned``). An existing path
+    wins over a name."""
+    path = Path(model)
+    if path.exists():
+        return path
+    if str(model) in SHIPPED_MODELS:
+        return Path(__file__).resolve().parents[1] / "data" / SHIPPED_MODELS[str(model)]
+    raise CheckpointError(f"model {model} does not exist (a model, checkpoint or run directory, or one of the "
+                          f"shipped models {sorted(SHIPPED_MODELS)})")
 
 
 def default_model_path(alphabet: str = "protein") -> Path:
@@ -169,12 +185,11 @@ class Aligner:
 
     @classmethod
     def load(cls, path: str | os.PathLike | None = None, **kwargs) -> Aligner:
-        """Load a model directory, a checkpoint or a training run (its newest complete
-        checkpoint); default: the shipped protein model. ``kwargs`` are those of
+        """Load a model directory, a checkpoint, a training run (its newest complete
+        checkpoint) or a shipped model by name (``default``, ``dna``, ``learned``); default:
+        the shipped protein model. ``kwargs`` are those of
         :class:`Aligner` (``backend``, ``gap_weight``, ``embedder_options``, ``engine``, ...)."""
-        path = Path(path) if path is not None else default_model_path()
-        if not path.exists():
-            raise CheckpointError(f"model {path} does not exist")
+        path = resolve_model(path) if path is not None else default_model_path()
         params, state = _read_model(path)
         if "model" not in state:
             raise CheckpointError(f"{path}/state.json has no 'model' config")

@@ -34,8 +34,9 @@ _INPUT = click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path
                    "standard output, written as pairs finish (not for bam).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output or --plan-out file (when the run "
               "succeeds). Without it an existing file is an error.")
-@click.option("--model", type=click.Path(exists=True, path_type=Path),
-              help="Trained model (run or checkpoint directory). Default: the shipped model for the input (DNA "
+@click.option("--model", type=str,
+              help="Trained model (run, checkpoint or model directory) or a shipped model by name: default, dna, "
+                   "learned (trained on structure-based pairs). Default: the shipped model for the input (DNA "
                    "when every record is nucleotides, else protein; DNA against protein is then an error).")
 @click.option("--embedder", type=str, help="Embedder name; must be the one the model was trained with.")
 @click.option("--esm-weights", type=click.Path(exists=True, dir_okay=False, path_type=Path),

@@ -709,7 +709,9 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
         source = _ListedPairs(ppath, qpath, tpath) if ppath is not None else _FastaPairs(qpath, tpath, pairing)
         spec, model_alphabet = None, None
         if model is not None:  # load it first: a bad model fails fast, and its alphabet is known
-            spec = ModelSpec(str(Path(model).resolve()), backend=backend, gap_weight=gap_weight,
+            from sinkalign.align.aligner import resolve_model
+
+            spec = ModelSpec(str(resolve_model(model).resolve()), backend=backend, gap_weight=gap_weight,
                              embedder=embedder, esm_weights=None if esm_weights is None else str(esm_weights))
             model_alphabet = load_aligner(spec).config.alphabet
         scan = source.scan(fmt)
