@@ -76,6 +76,7 @@ def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(inputs):
                         scheduler=cluster.scheduler_address, _task=functools.partial(crash_once, str(marker)))
         client.wait_for_workers(2, timeout=120)  # the nanny restarts the killed worker
         loads = client.run(lambda: pipeline._LOADS)
+        threads = client.run(lambda: sorted({a.workers for _, a in pipeline._ALIGNERS.values()}))
     assert marker.exists()  # the worker running q3's chunk was killed
     assert n == len(QUERIES) * len(TARGETS)
     assert out.read_text() == single.read_text()
@@ -83,6 +84,8 @@ def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(inputs):
     assert [(o["query_id"], o["target_id"]) for o in objs] == [(q, t) for q in QUERIES for t in TARGETS]
     # the model is loaded once per worker process (the restarted one: once if it got a chunk after)
     assert sorted(loads.values()) in ([1, 1], [0, 1])
+    # each worker's engine runs on the worker's one thread, not on a thread per CPU
+    assert all(t in ([1], []) for t in threads.values()), threads
 
 
 def test_cluster_errors(inputs):

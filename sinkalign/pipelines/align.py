@@ -111,6 +111,21 @@ def _fingerprint(path: Path) -> tuple:
     return tuple(sorted(out))
 
 
+def _worker_threads() -> int | None:
+    """Inside a Dask worker, that worker's thread count: a machine runs several worker
+    processes, so the aligner's engine must not start a thread per CPU in each of them.
+    Elsewhere ``None`` (the engine's default)."""
+    distributed = sys.modules.get("distributed")
+    if distributed is None:
+        return None
+    try:
+        worker = distributed.get_worker()
+    except ValueError:  # not running inside a worker
+        return None
+    nthreads = getattr(worker, "nthreads", None) or getattr(getattr(worker, "state", None), "nthreads", None)
+    return max(1, int(nthreads)) if nthreads else None
+
+
 def load_aligner(spec: ModelSpec):
     """The :class:`~sinkalign.align.aligner.Aligner` of ``spec``, loaded once per process
     (again only when the model's files change)."""
@@ -123,12 +138,15 @@ def load_aligner(spec: ModelSpec):
     if cached is not None and cached[0] == key:
         return cached[1]
     options = {"weights": spec.esm_weights} if spec.esm_weights else {}
-    aligner = Aligner.load(path, backend=spec.backend, gap_weight=spec.gap_weight)
+    threads = _worker_threads()
+    extra = {} if threads is None else {"workers": threads}
+    aligner = Aligner.load(path, backend=spec.backend, gap_weight=spec.gap_weight, **extra)
     trained_with = aligner.config.embedder.get("name") if aligner.config.feature_dim else None
     if spec.embedder is not None and trained_with is not None and spec.embedder != trained_with:
         raise InputError(f"the model was trained with the {trained_with!r} embedder, not {spec.embedder!r}")
     if trained_with == "esm2" and options:
-        aligner = Aligner.load(path, backend=spec.backend, gap_weight=spec.gap_weight, embedder_options=options)
+        aligner = Aligner.load(path, backend=spec.backend, gap_weight=spec.gap_weight, embedder_options=options,
+                               **extra)
     _ALIGNERS[spec] = (key, aligner)
     _LOADS += 1
     return aligner
