@@ -418,16 +418,25 @@ def _save_training_checkpoint(out_dir: Path, step: int, model: DNALanguageModel,
     atomic_write_text(tmp / TRAINER_STATE, json.dumps(state, indent=2, sort_keys=True) + "\n")  # written last
     _fsync_dir(tmp)
     if final.exists():  # re-saving a step (e.g. a resumed run that stops where it started)
-        shutil.rmtree(final)
+        _remove_checkpoint_dir(final)
     os.rename(tmp, final)
     _fsync_dir(root)
     atomic_write_text(root / LATEST, json.dumps({"step": step, "dir": final.name}) + "\n")
     done = sorted(p for p in root.glob("step-*") if p.is_dir())
     for old in done[: max(0, len(done) - keep)]:
         if old != final:
-            shutil.rmtree(old, ignore_errors=True)
+            _remove_checkpoint_dir(old)
     logger.info("checkpoint step %d -> %s", step, final)
     return final
+
+
+def _remove_checkpoint_dir(path: Path) -> None:
+    """Delete a checkpoint directory so that no half-deleted one is ever visible: rename it to
+    a hidden ``.tmp-`` name first (atomic; the next start removes such leftovers), then delete."""
+    doomed = path.with_name(f".tmp-deleted-{path.name}-{os.getpid()}")
+    shutil.rmtree(doomed, ignore_errors=True)
+    os.rename(path, doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
 
 
 def _fsync_dir(path: Path) -> None:
