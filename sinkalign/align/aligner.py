@@ -98,9 +98,10 @@ def enable_compilation_cache() -> Path | None:
     return path
 
 
-_DEFAULT_MODELS = {"protein": "aligner_default", "dna": "aligner_dna"}
+_DATA = Path(__file__).resolve().parents[1] / "data"
 # models shipped inside the package, by the name `--model NAME` takes
 SHIPPED_MODELS = {"default": "aligner_default", "dna": "aligner_dna", "learned": "aligner_learned"}
+_DEFAULT_MODELS = {"protein": "default", "dna": "dna"}  # the shipped model an alphabet gets
 
 
 def resolve_model(model: str | os.PathLike) -> Path:
@@ -111,7 +112,7 @@ def resolve_model(model: str | os.PathLike) -> Path:
     if path.exists():
         return path
     if str(model) in SHIPPED_MODELS:
-        return Path(__file__).resolve().parents[1] / "data" / SHIPPED_MODELS[str(model)]
+        return _DATA / SHIPPED_MODELS[str(model)]
     raise CheckpointError(f"model {model} does not exist (a model, checkpoint or run directory, or one of the "
                           f"shipped models {sorted(SHIPPED_MODELS)})")
 
@@ -121,7 +122,7 @@ def default_model_path(alphabet: str = "protein") -> Path:
     training families) or ``dna`` (fitted on MADE1 sequences)."""
     if alphabet not in _DEFAULT_MODELS:
         raise InputError(f"alphabet={alphabet!r} is not one of {tuple(_DEFAULT_MODELS)}")
-    return Path(__file__).resolve().parents[1] / "data" / _DEFAULT_MODELS[alphabet]
+    return _DATA / SHIPPED_MODELS[_DEFAULT_MODELS[alphabet]]
 
 
 PairResult = AlignedPair  # the name of earlier releases
@@ -190,9 +191,7 @@ class Aligner:
         the shipped protein model. ``kwargs`` are those of
         :class:`Aligner` (``backend``, ``gap_weight``, ``embedder_options``, ``engine``, ...)."""
         path = resolve_model(path) if path is not None else default_model_path()
-        params, state = _read_model(path)
-        if "model" not in state:
-            raise CheckpointError(f"{path}/state.json has no 'model' config")
+        params, state, _ = load_checkpoint(path)  # checked: a 'model' config matching the weights
         if "calibration" in state and "calibration" not in kwargs:
             try:
                 kwargs["calibration"] = Calibration.from_dict(state["calibration"])
@@ -365,13 +364,6 @@ class Aligner:
         rows = np.asarray(rows, np.float64)
         for i, item in enumerate(chunk):
             yield self._decode(item, M.pair_plan(rows[i], len(item[1]), len(item[3])), keep_plan)
-
-
-def _read_model(path: Path) -> tuple[dict, dict]:
-    """(params, state) of a model directory, checkpoint or training run, checked by
-    :func:`~sinkalign.align.checkpoints.load_checkpoint` (which never imports the trainer)."""
-    params, state, _ = load_checkpoint(path)
-    return params, state
 
 
 class _SingleThreadedBlas:
