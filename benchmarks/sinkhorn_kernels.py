@@ -33,7 +33,9 @@ GPU, the fraction of it that the kernels reach.
 from __future__ import annotations
 
 import argparse
+import datetime
 import math
+import sys
 import time
 
 import jax
@@ -62,9 +64,9 @@ GPUS = {
 # --------------------------------------------------------------------------- methods
 
 
-def _inputs(L, d, seed=0):
+def _inputs(L, d, seed=0, dtype="float32"):
     rng = np.random.default_rng(seed)
-    return tuple(jnp.asarray(rng.normal(size=(1, L, d)), jnp.float32) for _ in range(4))  # q, k, v, g
+    return tuple(jnp.asarray(rng.normal(size=(1, L, d)), dtype) for _ in range(4))  # q, k, v, g
 
 
 def blockwise_loss(L, W, T, R, backward):
@@ -163,28 +165,29 @@ def _best(fn, *args, reps):
     return time_fn(fn, *args, reps=reps)["min_s"]
 
 
-def bench_jax(name, L, W, d, T, R, reps):
-    q, k, v, g = _inputs(L, d)
+def bench_jax(name, L, W, d, T, R, reps, dtype="float32"):
+    q, k, v, g = _inputs(L, d, dtype=dtype)
     out = _jax_method(name, L, W, T, R)
     fwd = jax.jit(out)
     fwd_bwd = jax.jit(jax.value_and_grad(lambda q, k, v: jnp.sum(out(q, k, v) * g), argnums=(0, 1, 2)))
     t0 = time.perf_counter()
     o = jax.block_until_ready(fwd(q, k, v))
     compile_s = time.perf_counter() - t0
-    row = {"method": name, "L": L, "W": W, "forward_ms": 1e3 * _best(fwd, q, k, v, reps=reps),
+    row = {"method": name, "dtype": dtype, "L": L, "W": W, "forward_ms": 1e3 * _best(fwd, q, k, v, reps=reps),
            "fwd_bwd_ms": 1e3 * _best(fwd_bwd, q, k, v, reps=reps), "first_call_s": compile_s}
     mem = xla_memory(fwd_bwd, q, k, v)
     row["temp_bytes"], row["peak_bytes"] = mem.get("temp_bytes"), mem.get("peak_bytes")
-    return row, np.asarray(o)
+    return row, np.asarray(o, np.float32)
 
 
-def bench_triton(L, W, d, T, R, reps):
+def bench_triton(L, W, d, T, R, reps, dtype="float32"):
     import torch
 
     from sinkalign.kernels.triton import sinkhorn_attention_triton
 
     rng = np.random.default_rng(0)
-    q, k, v, g = (torch.tensor(rng.normal(size=(1, 1, L, d)), dtype=torch.float32, device="cuda") for _ in range(4))
+    q, k, v, g = (torch.tensor(rng.normal(size=(1, 1, L, d)), dtype=getattr(torch, dtype), device="cuda")
+                  for _ in range(4))
     q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
 
     def fwd():
@@ -206,13 +209,13 @@ def bench_triton(L, W, d, T, R, reps):
             times.append(time.perf_counter() - t0)
         return 1e3 * min(times)
 
-    row = {"method": "triton", "L": L, "W": W, "forward_ms": timed(fwd)}
+    row = {"method": "triton", "dtype": dtype, "L": L, "W": W, "forward_ms": timed(fwd)}
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
     row["fwd_bwd_ms"] = timed(fwd_bwd)
     row["peak_bytes"] = int(torch.cuda.max_memory_allocated())
     row["temp_bytes"] = int(torch.cuda.max_memory_allocated() - base)
-    return row, fwd()[0].cpu().numpy()
+    return row, fwd()[0].float().cpu().numpy()
 
 
 # --------------------------------------------------------------------------- roofline
@@ -266,6 +269,23 @@ def roofline(L, W, d, T, R, gpu: str, dtype="bfloat16", block=64) -> dict:
 # --------------------------------------------------------------------------- driver
 
 
+def _gpu_name() -> str | None:
+    if not ON_GPU:
+        return None
+    return getattr(jax.devices()[0], "device_kind", str(jax.devices()[0]))
+
+
+def _release_memory() -> None:
+    """Drop compiled programs and cached buffers between configurations (one big dense problem
+    must not leave the next one short of device memory)."""
+    jax.clear_caches()
+    if "torch" in sys.modules:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
 def _slope(rows, key):
     pts = [(r["L"], r[key]) for r in rows if r.get(key)]
     if len(pts) < 2:
@@ -290,6 +310,10 @@ def main():
     ap.add_argument("--methods", nargs="+", default=list(JAX_METHODS + GPU_METHODS),
                     choices=list(JAX_METHODS + GPU_METHODS))
     ap.add_argument("--roofline", choices=sorted(GPUS), default=None)
+    ap.add_argument("--low-precision", action="store_true",
+                    help="Also time the GPU kernels (pallas, triton) on bfloat16 inputs.")
+    ap.add_argument("--time-budget", type=float, default=None,
+                    help="Seconds: start no new (method, L, W) once this much has passed (noted in the JSON).")
     ap.add_argument("--json", default="benchmarks/results/sinkhorn_kernels.json")
     args = ap.parse_args()
 
@@ -312,31 +336,62 @@ def main():
     print(f"d={args.d} T={args.T} R={args.R} float32, batch 1; backend {jax.default_backend()}")
     rows = []
     t_start = time.perf_counter()
+    configs = []
     for W in args.bands:
         for L in args.lengths:
-            ref_out = None
             for m in methods:
                 if m in ("dense_autodiff", "ott") and L > args.dense_max:
                     continue
                 if m == "direct" and args.direct_max is not None and L > args.direct_max:
                     continue
-                if m == "triton":
-                    row, out = bench_triton(L, W, args.d, args.T, args.R, args.reps)
-                else:
-                    row, out = bench_jax(m, L, W, args.d, args.T, args.R, args.reps)
-                if m == "blockwise":
-                    ref_out = out
-                elif ref_out is not None and m != "ott":  # ott solves a differently initialised problem
-                    row["forward_vs_blockwise"] = float(np.abs(out - ref_out).max())
-                rows.append(row)
-                print(f"W={W:5d} L={L:6d} {m:15s} fwd {row['forward_ms']:10.2f} ms  fwd+bwd {row['fwd_bwd_ms']:10.2f} ms"
-                      f"  peak {mib(row.get('peak_bytes')):>9s} MiB  temp {mib(row.get('temp_bytes')):>9s} MiB"
-                      + (f"  |dO| {row['forward_vs_blockwise']:.1e}" if "forward_vs_blockwise" in row else ""),
-                      flush=True)
+                configs.append((W, L, m, "float32"))
+            if args.low_precision:
+                configs += [(W, L, m, "bfloat16") for m in methods if m in GPU_METHODS]
+
+    def payload(roof=None, growth=None):
+        return {"benchmark": "sinkhorn_kernels", "date": datetime.date.today().isoformat(), "machine": machine(),
+                "gpu": _gpu_name(), "d": args.d, "T": args.T, "R": args.R, "dtype": "float32", "methods": methods,
+                "notes": notes, "rows": rows, "memory_growth": growth, "roofline": roof,
+                "wall_s": time.perf_counter() - t_start}
+
+    ref_out = {}
+    for W, L, m, dtype in configs:
+        if args.time_budget is not None and time.perf_counter() - t_start > args.time_budget:
+            notes.append(f"time budget {args.time_budget:.0f} s reached: skipped {m} {dtype} L={L} W={W}")
+            print("NOTE:", notes[-1], flush=True)
+            continue
+        try:
+            if m == "triton":
+                row, out = bench_triton(L, W, args.d, args.T, args.R, args.reps, dtype)
+            else:
+                row, out = bench_jax(m, L, W, args.d, args.T, args.R, args.reps, dtype)
+        except Exception as exc:  # an out-of-memory dense method or a failing kernel is a result too
+            msg = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+            rows.append({"method": m, "dtype": dtype, "L": L, "W": W, "error": msg})
+            print(f"W={W:5d} L={L:6d} {m:15s} {dtype:8s} FAILED {msg}", flush=True)
+            _release_memory()
+            write_json(args.json, payload())
+            continue
+        if m == "blockwise":
+            ref_out[(L, W)] = out
+        elif (L, W) in ref_out and m != "ott":  # ott solves a differently initialised problem
+            row["forward_vs_blockwise"] = float(np.abs(out - ref_out[(L, W)]).max())
+        rows.append(row)
+        print(f"W={W:5d} L={L:6d} {m:15s} {dtype:8s} fwd {row['forward_ms']:10.2f} ms  fwd+bwd {row['fwd_bwd_ms']:10.2f} ms"
+              f"  peak {mib(row.get('peak_bytes')):>9s} MiB  temp {mib(row.get('temp_bytes')):>9s} MiB"
+              + (f"  |dO| {row['forward_vs_blockwise']:.1e}" if "forward_vs_blockwise" in row else ""),
+              flush=True)
+        write_json(args.json, payload())
+        _release_memory()
     # ratios within this run, against the blockwise one-reference operator at the same (L, W)
-    base = {(r["L"], r["W"]): r for r in rows if r["method"] == "blockwise"}
+    base = {(r["L"], r["W"]): r for r in rows if r["method"] == "blockwise" and "error" not in r}
+    dense = {(r["L"], r["W"]): r for r in rows if r["method"] == "dense_autodiff" and "error" not in r}
     for r in rows:
         b = base.get((r["L"], r["W"]))
+        if "error" in r:
+            continue
+        if (r["L"], r["W"]) in dense and r["method"] != "dense_autodiff":
+            r["speedup_vs_dense_autodiff"] = dense[(r["L"], r["W"])]["fwd_bwd_ms"] / r["fwd_bwd_ms"]
         if b is not None and r["method"] != "blockwise":
             r["time_ratio_vs_blockwise"] = r["fwd_bwd_ms"] / b["fwd_bwd_ms"]
             if r.get("temp_bytes") and b.get("temp_bytes"):
@@ -344,7 +399,7 @@ def main():
     growth = []
     for W in args.bands:
         for m in methods:
-            sel = [r for r in rows if r["method"] == m and r["W"] == W]
+            sel = [r for r in rows if r["method"] == m and r["W"] == W and r["dtype"] == "float32" and "error" not in r]
             growth.append({"method": m, "W": W, "lengths": [r["L"] for r in sel],
                            "temp_bytes": [r.get("temp_bytes") for r in sel],
                            "loglog_slope_temp_vs_L": _slope(sel, "temp_bytes"),
@@ -353,8 +408,10 @@ def main():
     print("\nratios vs blockwise (fwd+bwd time, XLA temp memory):")
     for r in rows:
         if "time_ratio_vs_blockwise" in r:
-            print(f"  W={r['W']:5d} L={r['L']:6d} {r['method']:15s} time x{r['time_ratio_vs_blockwise']:8.2f}"
-                  + (f"  temp x{r['temp_ratio_vs_blockwise']:8.2f}" if "temp_ratio_vs_blockwise" in r else ""))
+            print(f"  W={r['W']:5d} L={r['L']:6d} {r['method']:15s} {r['dtype']:8s} time x{r['time_ratio_vs_blockwise']:8.2f}"
+                  + (f"  temp x{r['temp_ratio_vs_blockwise']:8.2f}" if "temp_ratio_vs_blockwise" in r else "")
+                  + (f"  {r['speedup_vs_dense_autodiff']:.1f}x faster than dense autodiff"
+                     if "speedup_vs_dense_autodiff" in r else ""))
     print("\nmemory growth vs L at fixed W (log-log slope of XLA temp bytes; 1 = linear, 2 = quadratic):")
     for gr in growth:
         if gr["loglog_slope_temp_vs_L"] is not None:
@@ -368,23 +425,20 @@ def main():
         roof += [roofline(L, W, args.d, args.T, args.R, args.roofline, dtype="bfloat16")
                  for W in args.bands for L in args.lengths]
         print(f"\nroofline ({GPUS[args.roofline]['name']}):")
-        measured = {(r["method"], r["L"], r["W"]): r for r in rows}
+        measured = {(r["method"], r["dtype"], r["L"], r["W"]): r for r in rows if "error" not in r}
         for rf in roof:
             line = (f"  {rf['dtype']:8s} W={rf['W']:5d} L={rf['L']:6d} half-step {1e6 * rf['half_step_s']:9.2f} us "
                     f"({rf['half_step_bound']}-bound)  forward {1e3 * rf['forward_s']:8.3f} ms  "
                     f"fwd+bwd {1e3 * rf['fwd_bwd_s']:8.3f} ms")
             for m in GPU_METHODS:
-                got = measured.get((m, rf["L"], rf["W"]))
-                if got is not None and rf["dtype"] == "float32":
+                got = measured.get((m, rf["dtype"], rf["L"], rf["W"]))
+                if got is not None:
                     rf[f"{m}_fraction_of_roofline"] = 1e3 * rf["fwd_bwd_s"] / got["fwd_bwd_ms"]
                     line += f"  {m}: {100 * rf[f'{m}_fraction_of_roofline']:.1f}% of roofline"
             print(line)
         if not ON_GPU:
             print("  (derived only: no GPU in this run, so no fraction of the roofline was measured)")
-    payload = {"benchmark": "sinkhorn_kernels", "machine": machine(), "d": args.d, "T": args.T, "R": args.R,
-               "dtype": "float32", "methods": methods, "notes": notes, "rows": rows, "memory_growth": growth,
-               "roofline": roof, "wall_s": time.perf_counter() - t_start}
-    write_json(args.json, payload)
+    write_json(args.json, payload(roof, growth))
     print(f"wrote {args.json}")
 
 

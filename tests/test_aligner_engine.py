@@ -246,3 +246,33 @@ def test_embedder_options_reach_the_embedder_builder():
         Aligner(params, config, embedder_options={"alphabet": "dna"}).embedder
     with pytest.raises(ValueError, match="either embedder or embedder_options"):
         Aligner(params, config, embedder=emb, embedder_options={"alphabet": "protein"})
+
+
+def test_jax_engine_batches_respect_the_cell_budget_and_keep_the_input_order(monkeypatch):
+    """Chunks hold at most batch_size pairs and at most the backend's cell budget (pairs x
+    padded length^2); long pairs share a chunk when the budget allows, and results are the
+    same alignments in input order whatever the chunking."""
+    import sinkalign.align.aligner as A
+
+    rng = np.random.default_rng(11)
+    lengths = [40, 1100, 60, 1300, 1200, 70, 1500, 30]
+    items = []
+    for n, L in enumerate(lengths):
+        anc = "".join(rng.choice(list("ACDEFGHIKLMNPQRSTVWY"), L))
+        items.append((f"q{n}", anc, f"t{n}", _mutate(rng, anc)))
+    aligner = Aligner.load(engine="jax")
+    chunks = list(aligner._jax_batches(items, 8))
+    assert [it for c in chunks for it in c] == items
+    budget = A.jax_batch_cells()
+    for c in chunks:
+        L = A.padded_length(max(max(len(q), len(t)) for _, q, _, t in c))
+        assert len(c) == 1 or len(c) * L * L <= budget
+    monkeypatch.setitem(A.JAX_BATCH_CELLS, "cpu", 4 * 1536 * 1536)
+    wide = list(aligner._jax_batches(items, 8))
+    assert len(wide) < len(chunks) and [it for c in wide for it in c] == items
+    assert any(sum(len(q) > 1024 for _, q, _, _ in c) >= 2 for c in wide)  # long pairs batched together
+    got = list(aligner.align_many(items, batch_size=8))
+    ref = list(Aligner.load(workers=1).align_many(items))
+    assert [r.query_id for r in got] == [q for q, _, _, _ in items]
+    for a, b in zip(got, ref):
+        np.testing.assert_array_equal(a.alignment.pairs, b.alignment.pairs, err_msg=a.query_id)

@@ -179,6 +179,26 @@ def test_resume_matches_uninterrupted_run(fasta, tmp_path):
         train_lm(_config(fasta, tmp_path / "b", resume=True, **{**cfg, "lr": 1e-3}))
 
 
+def test_time_limit_ends_the_run_with_an_evaluation_and_a_checkpoint_and_resume_goes_on(fasta, tmp_path, monkeypatch):
+    """--time-limit stops after the first step past the limit (here: every step takes a
+    simulated minute), evaluates and checkpoints there; a resume continues to --steps."""
+    import sinkalign.lm.train as T
+
+    clock = iter(range(0, 10_000, 30))  # each perf_counter() call advances 30 s
+    monkeypatch.setattr(T.time, "perf_counter", lambda: float(next(clock)))
+    cfg = dict(steps=12, save_every=0, eval_every=0, log_every=100)
+    first = train_lm(_config(fasta, tmp_path / "run", time_limit_minutes=2.5, **cfg))
+    assert first.step < 12 and first.val_bits_per_base is not None
+    assert find_latest_checkpoint(tmp_path / "run").name == f"step-{first.step:08d}"
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1]["step"] == first.step and "val_bits_per_base" in records[-1]
+    monkeypatch.undo()
+    rest = train_lm(_config(fasta, tmp_path / "run", resume=True, **cfg))
+    assert (rest.start_step, rest.step) == (first.step, 12)
+    with pytest.raises(ValueError, match="time_limit_minutes"):
+        _config(fasta, tmp_path / "x", time_limit_minutes=0.0)
+
+
 def test_killed_subprocess_resumes_to_the_same_weights(fasta, tmp_path):
     """SIGKILL a CLI training run after its first checkpoint, resume, compare with a clean run."""
     out = tmp_path / "killed"

@@ -49,9 +49,21 @@ TASK_CELLS = 2**22  # and at most this many residue pairs per task (a longer pai
 CACHE_ENV = "SINKALIGN_JAX_CACHE"
 
 
+# Cells (pairs x padded length^2) of one batch of the jax engine: 8 pairs of 1024 on the CPU
+# (so a pair longer than 1024 goes alone), 2^27 on an accelerator (16 pairs of 2,560 residues).
+JAX_BATCH_CELLS = {"cpu": 8 * 1024 * 1024, "accelerator": 2**27}
+
+
+def jax_batch_cells() -> int:
+    """The cell budget of one jax-engine batch on JAX's default backend."""
+    import jax
+
+    return JAX_BATCH_CELLS["cpu" if jax.default_backend() == "cpu" else "accelerator"]
+
+
 def padded_length(longest: int) -> int:
     """The padded length a chunk is computed at by the ``jax`` engine: the training buckets
-    up to 1024 residues, then multiples of 512 (pairs that long are aligned one at a time)."""
+    up to 1024 residues, then multiples of 512."""
     if longest <= BUCKETS[-1]:
         return next(b for b in BUCKETS if longest <= b)
     return -(-longest // LONG_STEP) * LONG_STEP
@@ -315,8 +327,14 @@ class Aligner:
         return self._jax_plans
 
     def _jax_batches(self, pairs, batch_size):
-        """Chunks of pairs for one padded batch each; a bad pair ends the stream with its error."""
+        """Chunks of pairs for one padded batch each; a bad pair ends the stream with its error.
+
+        A chunk holds at most ``batch_size`` pairs and at most :data:`JAX_BATCH_CELLS` cells
+        (pairs x padded length squared) of the default backend, so long pairs are batched
+        together on a GPU and go one at a time on the CPU; the input order is kept."""
+        budget = jax_batch_cells()
         chunk: list = []
+        longest = 0
         for item in pairs:
             try:
                 self._check(item)
@@ -325,16 +343,16 @@ class Aligner:
                     yield chunk
                 yield exc
                 return
-            if max(len(item[1]), len(item[3])) > BUCKETS[-1]:  # long pairs go one at a time, in input order
-                if chunk:
-                    yield chunk
-                    chunk = []
-                yield [item]
-                continue
+            size = max(len(item[1]), len(item[3]))
+            grown = padded_length(max(longest, size))
+            if chunk and (len(chunk) + 1) * grown * grown > budget:
+                yield chunk
+                chunk, longest = [], 0
             chunk.append(item)
+            longest = max(longest, size)
             if len(chunk) == batch_size:
                 yield chunk
-                chunk = []
+                chunk, longest = [], 0
         if chunk:
             yield chunk
 

@@ -65,9 +65,12 @@ def lm() -> None:
               help="Processes for DDP (spawned here; gloo on CPU, nccl on CUDA). Under torchrun leave at 1.")
 @click.option("--resume", is_flag=True, help="Continue from the newest checkpoint in --out.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
+@click.option("--time-limit", "time_limit", default=None, type=click.FloatRange(min=0, min_open=True),
+              metavar="MINUTES", help="Stop early (held-out evaluation and a checkpoint) after this much training time.")
 def train(fasta, attention, out_dir, steps, batch_size, seq_len, lr, min_lr_ratio, warmup_steps, weight_decay,
           grad_clip, d_model, n_layers, n_heads, dropout, model_options, val_fraction, eval_every, eval_max_bases,
-          save_every, keep_checkpoints, log_every, seed, device, num_threads, nproc, resume, progress) -> None:
+          save_every, keep_checkpoints, log_every, seed, device, num_threads, nproc, resume, progress,
+          time_limit) -> None:
     """Train a DNA language model on FASTA with the chosen attention."""
     require("torch", "torch", "sinkalign lm train")
     from sinkalign.lm.train import TrainConfig, train_lm, train_lm_ddp
@@ -82,7 +85,7 @@ def train(fasta, attention, out_dir, steps, batch_size, seq_len, lr, min_lr_rati
             model_options=model_options, val_fraction=val_fraction, eval_every=eval_every,
             eval_max_bases=eval_max_bases, save_every=save_every, keep_checkpoints=keep_checkpoints,
             log_every=log_every, seed=seed, device=device, num_threads=num_threads, resume=resume,
-            progress=progress)
+            progress=progress, time_limit_minutes=time_limit)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     result = train_lm(config) if nproc == 1 else train_lm_ddp(config, nproc)[0]

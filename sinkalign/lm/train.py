@@ -84,7 +84,7 @@ _LN2 = math.log(2.0)
 # optimisation trajectory); every other field must match the checkpoint.
 _RESUMABLE_CHANGES = frozenset({
     "out_dir", "resume", "eval_every", "eval_max_bases", "save_every", "keep_checkpoints",
-    "log_every", "num_threads", "progress", "device", "eval_batch_size",
+    "log_every", "num_threads", "progress", "device", "eval_batch_size", "time_limit_minutes",
 })
 
 
@@ -131,7 +131,9 @@ class TrainConfig:
 
     Execution: ``device`` "cpu" | "cuda" (bf16 autocast on CUDA only);
     ``num_threads`` sets ``torch.set_num_threads`` for the process (``None``: unchanged);
-    ``progress`` shows a tqdm bar on rank 0.
+    ``progress`` shows a tqdm bar on rank 0; ``time_limit_minutes`` ends the run early, with a
+    held-out evaluation and a checkpoint, after the first step that finishes past that much wall
+    time (counted from this process's first step; a ``resume`` continues it, up to ``steps``).
     """
 
     fasta: str
@@ -166,6 +168,7 @@ class TrainConfig:
     num_threads: int | None = None
     resume: bool = False
     progress: bool = True
+    time_limit_minutes: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.fasta, str) or not self.fasta:
@@ -189,6 +192,8 @@ class TrainConfig:
         _check_float("beta1", self.beta1, 0.0, 1.0, hi_open=True)
         _check_float("beta2", self.beta2, 0.0, 1.0, hi_open=True)
         _check_float("grad_clip", self.grad_clip, 0.0)
+        if self.time_limit_minutes is not None:
+            _check_float("time_limit_minutes", self.time_limit_minutes, 0.0, lo_open=True)
         _check_float("val_fraction", self.val_fraction, 0.0, 1.0, lo_open=True, hi_open=True)
         _check_float("max_n_fraction", self.max_n_fraction, 0.0, 1.0)
         if self.device not in ("cpu", "cuda"):
@@ -619,6 +624,7 @@ def _train(config: TrainConfig, device: torch.device, rank: int, world: int) -> 
     bar = tqdm(total=config.steps, initial=start_step, disable=not (is_main and config.progress),
                desc=f"train {config.attention}", unit="step", dynamic_ncols=True)
     model.train()
+    done = start_step
     try:
         for step in range(start_step, config.steps):
             t0 = time.perf_counter()
@@ -643,8 +649,9 @@ def _train(config: TrainConfig, device: torch.device, rank: int, world: int) -> 
             done = step + 1
             bar.update(1)
 
+            final = done == config.steps or _out_of_time(config, t_start, device, world)
             record: dict[str, Any] | None = None
-            if done % config.log_every == 0 or done == config.steps:
+            if done % config.log_every == 0 or final:
                 mean = torch.tensor([interval_loss, float(interval_steps)], dtype=torch.float64)
                 if world > 1:
                     dist.all_reduce(mean)  # sum over ranks; each rank ran the same number of steps
@@ -653,7 +660,7 @@ def _train(config: TrainConfig, device: torch.device, rank: int, world: int) -> 
                           "tokens_per_s": interval_steps * tokens_per_step / max(interval_time, 1e-9),
                           "tokens_seen": tokens_seen, "elapsed_s": time.perf_counter() - t_start}
                 interval_loss, interval_steps, interval_time = 0.0, 0, 0.0
-            if (config.eval_every and done % config.eval_every == 0) or done == config.steps:
+            if (config.eval_every and done % config.eval_every == 0) or final:
                 if is_main:
                     val_bpb = _validate(model, val, config, device)
                     record = record or {"step": done}
@@ -666,7 +673,7 @@ def _train(config: TrainConfig, device: torch.device, rank: int, world: int) -> 
                     fh.write(json.dumps(record) + "\n")
                 bar.set_postfix(loss_bpb=f"{record.get('bits_per_base', float('nan')):.4f}",
                                 **({"val_bpb": f"{val_bpb:.4f}"} if val_bpb is not None else {}))
-            if (config.save_every and done % config.save_every == 0) or done == config.steps:
+            if (config.save_every and done % config.save_every == 0) or final:
                 rng = [torch.get_rng_state()]
                 cuda_rng = [torch.cuda.get_rng_state(device)] if device.type == "cuda" else []
                 if world > 1:
@@ -680,16 +687,30 @@ def _train(config: TrainConfig, device: torch.device, rank: int, world: int) -> 
                         tokens_seen, world, config.keep_checkpoints)
                 if world > 1:
                     dist.barrier()
+            if final:
+                break
     finally:
         bar.close()
 
     if ckpt_dir is None:  # steps already complete at resume time and nothing was re-saved
         ckpt_dir = find_latest_checkpoint(out_dir)
     return TrainResult(
-        step=max(start_step, config.steps), start_step=start_step, train_loss=last_loss,
+        step=max(start_step, done), start_step=start_step, train_loss=last_loss,
         val_bits_per_base=val_bpb, tokens_seen=tokens_seen, elapsed_s=time.perf_counter() - t_start,
         checkpoint_dir=str(ckpt_dir) if ckpt_dir is not None else "", metrics_path=str(metrics_path),
         rank=rank, world_size=world, weights_sha256=_weights_digest(model))
+
+
+def _out_of_time(config: TrainConfig, t_start: float, device, world: int) -> bool:
+    """Whether the run's time limit has passed (every rank takes rank 0's answer)."""
+    if config.time_limit_minutes is None:
+        return False
+    late = time.perf_counter() - t_start >= 60.0 * config.time_limit_minutes
+    if world > 1:
+        flag = torch.tensor([float(late)], device=device if device.type == "cuda" else "cpu")
+        dist.broadcast(flag, 0)
+        late = bool(flag.item())
+    return late
 
 
 # ----------------------------------------------------------------------------- DDP launcher

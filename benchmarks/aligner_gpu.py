@@ -1,0 +1,188 @@
+"""The aligner on an accelerator: batched throughput against the CPU, and training steps/s.
+
+Two parts, in one process, each against a CPU baseline run in the same process:
+
+* **Throughput.** For synthetic homologous pairs (``aligner_throughput.homologous_pairs``) of
+  each ``--lengths`` it times ``Aligner.align_many`` end to end (features, the batched Sinkhorn
+  solve, the copy of the plans back and the MEA decoding on the host) with the ``jax`` engine
+  on JAX's default backend, for each ``--batch-sizes`` (a batch is also capped by the engine's
+  cell budget, :data:`sinkalign.align.aligner.JAX_BATCH_CELLS`), and the solve alone (the
+  jitted forward pass on one padded batch, synchronised). Against: the ``numpy`` engine on all
+  CPU threads of the machine and on one, and parasail Needleman-Wunsch / Smith-Waterman
+  (BLOSUM62, 11/1, traceback, one thread). Models: ``--models`` (shipped names or paths).
+* **Training.** ``--train-steps`` optimiser steps of the learned model's architecture
+  (``learned``) on a fixed padded batch of ``--train-batch`` pairs of ``--train-length``
+  residues (the training recipe's crop length), timed after compilation, on the default
+  backend and on the CPU (``jax.default_device``; a smaller batch, ``--cpu-train-batch``, since
+  a CPU step takes tens of seconds: compare pairs/s), the same jitted step as
+  :func:`sinkalign.align.train.train`.
+
+Times are the best of ``--repeats`` runs after a warm-up (wall clock; device work is
+synchronised by converting results to NumPy). Prints a table and writes JSON.
+
+    python benchmarks/aligner_gpu.py --json benchmarks/results/aligner_gpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from _common import machine, write_json
+from aligner_throughput import homologous_pairs
+
+from sinkalign.align import model as M
+from sinkalign.align.aligner import Aligner, resolve_model
+from sinkalign.align.baselines import align_pairs
+from sinkalign.align.checkpoints import load_checkpoint
+
+DEFAULT_PAIRS = {300: 1024, 3000: 64}
+
+
+def best_of(fn, repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def items_of(pairs):
+    return [(f"q{i}", q, f"t{i}", t) for i, (q, t) in enumerate(pairs)]
+
+
+def throughput(args, rows):
+    for model in args.models:
+        jax_aligner = Aligner.load(model, engine="jax")
+        cpu_all = Aligner.load(model, workers=os.cpu_count())
+        cpu_one = Aligner.load(model, workers=1)
+        for L in args.lengths:
+            pairs = homologous_pairs(L, args.pairs or DEFAULT_PAIRS.get(L, 64))
+            items = items_of(pairs)
+            n = len(items)
+
+            def add(method, seconds, **extra):
+                rows.append({"part": "throughput", "model": model, "length": L, "pairs": n, "method": method,
+                             "wall_s": seconds, "pairs_per_s": n / seconds, **extra})
+                print(f"{model:8s} L={L:5d} {method:40s} {n / seconds:10.1f} pairs/s", flush=True)
+
+            ref = [r.alignment.pairs for r in cpu_all.align_many(items)] if cpu_all.engine == "numpy" else None
+            for bs in args.batch_sizes:
+                got = []
+
+                def run(bs=bs, got=got):
+                    got[:] = [r.alignment.pairs for r in jax_aligner.align_many(items, batch_size=bs)]
+
+                t = best_of(run, args.repeats)
+                same = None if ref is None else sum(np.array_equal(a, b) for a, b in zip(got, ref))
+                add(f"jax engine, {jax.default_backend()}, batch {bs}", t, batch_size=bs, identical_to_numpy=same)
+                # the solve alone: one full padded batch of the first bs pairs, synchronised
+                chunk = next(iter(jax_aligner._jax_batches(items[:bs], bs)))
+                rows_fn = jax_aligner._jax_dispatch
+                t_solve = best_of(lambda chunk=chunk: np.asarray(rows_fn(chunk)), args.repeats)
+                rows.append({"part": "solve", "model": model, "length": L, "batch_size": len(chunk),
+                             "method": f"jax solve only, {jax.default_backend()}", "wall_s": t_solve,
+                             "pairs_per_s": len(chunk) / t_solve})
+                print(f"{model:8s} L={L:5d} {'  solve only, batch ' + str(len(chunk)):40s} "
+                      f"{len(chunk) / t_solve:10.1f} pairs/s", flush=True)
+            if cpu_all.engine == "numpy":
+                add(f"numpy engine, {cpu_all.workers} CPU threads",
+                    best_of(lambda: list(cpu_all.align_many(items)), args.repeats))
+                sub = items[: max(8, n // 8)]
+                t1 = best_of(lambda sub=sub: list(cpu_one.align_many(sub)), 1)
+                add("numpy engine, 1 CPU thread", t1 * n / len(sub), timed_pairs=len(sub))
+        for L in args.lengths:  # parasail once per length (it does not depend on the model)
+            if any(r.get("method", "").startswith("parasail") and r["length"] == L for r in rows):
+                continue
+            pairs = homologous_pairs(L, args.pairs or DEFAULT_PAIRS.get(L, 64))
+            for method in ("nw", "sw"):
+                t = best_of(lambda m=method, p=pairs: align_pairs(p, m), args.repeats)
+                rows.append({"part": "throughput", "model": None, "length": L, "pairs": len(pairs),
+                             "method": f"parasail {method.upper()}, 1 CPU thread", "wall_s": t,
+                             "pairs_per_s": len(pairs) / t})
+                print(f"{'-':8s} L={L:5d} {'parasail ' + method.upper() + ', 1 CPU thread':40s} "
+                      f"{len(pairs) / t:10.1f} pairs/s", flush=True)
+
+
+def training(args, rows):
+    params, state, _ = load_checkpoint(resolve_model("learned"))
+    config = M.AlignerConfig.from_dict(state["model"])
+    L = args.train_length
+
+    def make(size):
+        items = []
+        for q, t in homologous_pairs(L - 8, size, seed=7):
+            m = min(len(q), len(t))
+            ref = np.stack([np.arange(m), np.arange(m)], 1)  # a reference alignment of the right form
+            items.append((q[:L], t[:L], None, None, ref, None))
+        return M.make_batch(items, config, L, L)
+
+    tx = optax.adamw(1e-3, weight_decay=1e-4)
+
+    def step_fn(params, opt_state, batch):
+        (loss, _), grads = jax.value_and_grad(M.loss_fn, has_aux=True)(params, batch, config)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    for where in (jax.default_backend(), "cpu") if jax.default_backend() != "cpu" else ("cpu",):
+        device = jax.devices(where)[0]
+        with jax.default_device(device):
+            p = jax.device_put(jax.tree_util.tree_map(jnp.asarray, params), device)
+            size = args.train_batch if where != "cpu" else args.cpu_train_batch
+            b = jax.device_put(make(size), device)
+            opt = tx.init(p)
+            step = jax.jit(step_fn)
+            t0 = time.perf_counter()
+            p, opt, loss = step(p, opt, b)
+            float(loss)
+            compile_s = time.perf_counter() - t0
+            n = args.train_steps if where != "cpu" else args.cpu_train_steps
+            t0 = time.perf_counter()
+            for _ in range(n):
+                p, opt, loss = step(p, opt, b)
+            final = float(loss)
+            dt = time.perf_counter() - t0
+        rows.append({"part": "training", "device": where, "batch": size, "length": L, "steps": n,
+                     "steps_per_s": n / dt, "pairs_per_s": n * size / dt, "first_step_s": compile_s,
+                     "final_loss": final, "finite": bool(np.isfinite(final))})
+        print(f"train {where:5s} batch {size} x {L}: {n / dt:8.3f} steps/s "
+              f"({n * size / dt:8.2f} pairs/s; first step {compile_s:.1f} s; loss {final:.4f})", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", nargs="+", default=["default", "learned"])
+    ap.add_argument("--lengths", type=int, nargs="+", default=[300, 3000])
+    ap.add_argument("--pairs", type=int, default=None, help="pairs per length (default 1024 at 300, 64 at 3000)")
+    ap.add_argument("--batch-sizes", type=int, nargs="+", default=[8, 64, 256])
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--train-steps", type=int, default=50)
+    ap.add_argument("--train-batch", type=int, default=32)
+    ap.add_argument("--train-length", type=int, default=512)
+    ap.add_argument("--cpu-train-batch", type=int, default=2, help="the CPU's batch (pairs/s are compared)")
+    ap.add_argument("--cpu-train-steps", type=int, default=2)
+    ap.add_argument("--skip", nargs="*", default=[], choices=["throughput", "training"])
+    ap.add_argument("--json", default="benchmarks/results/aligner_gpu.json")
+    args = ap.parse_args()
+    rows: list[dict] = []
+    payload = {"benchmark": "aligner_gpu", "date": datetime.date.today().isoformat(), "machine": machine(),
+               "args": vars(args), "rows": rows}
+    t0 = time.perf_counter()
+    for part, fn in (("training", training), ("throughput", throughput)):
+        if part not in args.skip:
+            fn(args, rows)
+            payload["wall_s"] = time.perf_counter() - t0
+            write_json(args.json, payload)
+    print(f"wrote {args.json} ({time.perf_counter() - t0:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

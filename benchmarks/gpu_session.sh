@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Every GPU figure of BENCHMARKS.md comes from this script, run on a lent GPU machine from the
+# repository root:  bash benchmarks/gpu_session.sh PHASE...   (phases run in the order given)
+#
+#   setup    what the machine has (nvidia-smi, versions); installs the wheels in .whl/ that the
+#            image lacks (biopython, pysam, parasail, ott-jax, jaxopt, fair-esm) into /tmp/site
+#            and sinkalign itself (editable, no dependencies)
+#   check    `sinkalign validate kernels --backend triton|pallas` compiled natively, then the
+#            tests marked gpu
+#   kernels  benchmarks/sinkhorn_kernels.py: L = 2k..64k, W = 1024 and 256, float32 (+ bfloat16
+#            for the kernels), roofline of the machine's GPU
+#   aligner  benchmarks/aligner_gpu.py: batched throughput at 300 and 3,000 residues against
+#            parasail and the numpy engine, training steps/s against the CPU
+#   lm       a GOAT genome LM trained on the GPU for LM_MINUTES (default 5) on the first 90% of
+#            the C. diphtheriae chromosome, then `sinkalign lm eval` of it and of the shipped
+#            CPU model on the same held-out 10%, same run
+#
+# Results go to $OUT (the device tool's folder; default ./gpu_out): logs and JSON, packed into
+# $OUT/results.tar.gz at the end of each phase. Data the phases read: $GENOME (default
+# .gpu/GCF_001457455.1_NCTC11397_genomic.fna.gz, a copy of ../shared/data/genomes/...).
+set -uo pipefail
+OUT=${OUT:-gpu_out}
+mkdir -p "$OUT/r"
+R="$OUT/r"
+GENOME=${GENOME:-.gpu/GCF_001457455.1_NCTC11397_genomic.fna.gz}
+export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false TF_CPP_MIN_LOG_LEVEL=2
+export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+export SINKALIGN_JAX_CACHE=/tmp/jax_cache
+PY=python3
+
+# budget N: N seconds, or less so as to end DEADLINE seconds after the script started (less 60 s)
+budget() { local left=$(( ${DEADLINE:-100000} - SECONDS - 60 )); echo $(( left < $1 ? (left > 30 ? left : 30) : $1 )); }
+pack() { tar -czf "$OUT/results.tar.gz" --exclude=optimizer.safetensors -C "$OUT" r; }
+stamp() { echo "=== $(date -u +%H:%M:%S) $*"; }
+
+setup() {
+  stamp setup
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$R/gpu.txt"
+  if ls .whl/*.whl >/dev/null 2>&1; then
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+      || echo "wheel install failed"
+  fi
+  $PY -m pip install -q --no-index --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "editable install failed"
+  $PY - <<'EOF' | tee "$R/versions.txt"
+import importlib, platform
+print("python", platform.python_version())
+for m in ["jax", "jaxlib", "torch", "triton", "numpy", "optax", "Bio", "pysam", "parasail", "ott", "sinkalign"]:
+    try:
+        mod = importlib.import_module(m)
+        print(m, getattr(mod, "__version__", "?"))
+    except Exception as exc:
+        print(m, "MISSING", type(exc).__name__, exc)
+import jax, torch
+print("jax devices", jax.devices())
+print("torch cuda", torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
+EOF
+}
+command -v sinkalign >/dev/null || sinkalign() { $PY -m sinkalign.cli.main "$@"; }
+
+check() {
+  stamp "check: validate kernels (native)"
+  for b in triton pallas; do
+    timeout 300 sinkalign validate kernels --backend "$b" --json "$R/validate_$b.json" 2>&1 | tail -40 | tee "$R/validate_$b.log"
+  done
+  stamp "check: pytest -m gpu"
+  timeout 420 $PY -m pytest -m gpu -q -p no:cacheprovider -rs --timeout 300 tests 2>&1 | tail -60 | tee "$R/pytest_gpu.log"
+  pack
+}
+
+kernels() {
+  stamp kernels
+  (cd benchmarks && timeout "$(( $(budget ${KERNEL_TIMEOUT:-420}) + 45 ))" $PY sinkhorn_kernels.py --lengths 2048 4096 8192 16384 32768 65536 \
+      --bands ${KERNEL_BANDS:-1024 256} --reps 5 --low-precision --roofline "${ROOFLINE:-h100}" \
+      --time-budget "$(budget "${KERNEL_BUDGET:-360}")" --json "../$R/sinkhorn_kernels.json") 2>&1 | tee "$R/sinkhorn_kernels.log" | grep -v "^W=" | tail -80
+  grep "^W=" "$R/sinkhorn_kernels.log" | tail -60
+  pack
+}
+
+aligner() {
+  stamp aligner
+  (cd benchmarks && timeout "${ALIGNER_TIMEOUT:-300}" $PY aligner_gpu.py --json "../$R/aligner_gpu.json") 2>&1 | tee "$R/aligner_gpu.log" | tail -40
+  pack
+}
+
+lm() {
+  stamp "lm: probe"
+  local common=(--fasta "$GENOME" --attention goat --device cuda --d-model 256 --n-layers 6 --n-heads 8
+                --seq-len 512 --batch-size 64 --lr 1e-3 --warmup-steps 200 --dropout 0.1 --weight-decay 0.1
+                --model-option input_kmer=4 --model-option goat_init=alibi_sink --no-progress)
+  rm -rf /tmp/lm_probe
+  timeout 120 sinkalign lm train "${common[@]}" --out /tmp/lm_probe --steps 60 --log-every 20 --eval-every 0 \
+    --eval-max-bases 4096 --save-every 0 >"$R/lm_probe.log" 2>&1
+  local rate
+  rate=$($PY -c "import json;r=[json.loads(l) for l in open('/tmp/lm_probe/metrics.jsonl')];print(r[-2]['tokens_per_s'] if len(r)>1 else r[-1]['tokens_per_s'])" 2>/dev/null || echo 100000)
+  local minutes=${LM_MINUTES:-5}
+  local steps
+  steps=$($PY -c "print(max(200, int(0.92 * $rate * 60 * $minutes / (64 * 512))))")
+  stamp "lm: train $steps steps (probe $rate tokens/s), limit $minutes min"
+  timeout $(( ${minutes%.*} * 60 + 200 )) sinkalign lm train "${common[@]}" --out "$R/lm_gpu" --steps "$steps" \
+    --log-every 50 --eval-every $(( steps / 5 > 0 ? steps / 5 : 1 )) --eval-max-bases 65536 --save-every 0 \
+    --time-limit "$minutes" 2>&1 | tail -5 | tee "$R/lm_train.log"
+  stamp "lm: eval"
+  for name in lm_gpu shipped; do
+    local model=()
+    [ "$name" = lm_gpu ] && model=(--model "$R/lm_gpu")
+    timeout 240 sinkalign lm eval "${model[@]}" --fasta "$GENOME" --device cuda --sections heldout \
+      --markov-order 6 --json "$R/lm_eval_$name.json" 2>&1 | tail -15 | tee "$R/lm_eval_$name.log"
+  done
+  pack
+}
+
+for phase in "$@"; do
+  "$phase"
+done
+stamp done
