@@ -60,10 +60,10 @@ command -v sinkalign >/dev/null || sinkalign() { $PY -m sinkalign.cli.main "$@";
 check() {
   stamp "check: validate kernels (native)"
   for b in triton pallas; do
-    timeout 300 sinkalign validate kernels --backend "$b" --json "$R/validate_$b.json" 2>&1 | tail -40 | tee "$R/validate_$b.log"
+    timeout "$(budget 170)" sinkalign validate kernels --backend "$b" --json "$R/validate_$b.json" 2>&1 | tail -40 | tee "$R/validate_$b.log"
   done
   stamp "check: pytest -m gpu"
-  timeout 420 $PY -m pytest -m gpu -q -p no:cacheprovider -rs --timeout 300 tests 2>&1 | tail -60 | tee "$R/pytest_gpu.log"
+  timeout "$(budget 260)" $PY -m pytest -m gpu -q -p no:cacheprovider -rs --timeout 300 tests 2>&1 | tail -60 | tee "$R/pytest_gpu.log"
   pack
 }
 
