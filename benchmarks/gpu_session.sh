@@ -6,9 +6,11 @@
 #            image lacks (biopython, pysam, parasail, ott-jax, jaxopt, fair-esm) into /tmp/site
 #            and sinkalign itself (editable, no dependencies)
 #   check    `sinkalign validate kernels --backend triton|pallas` compiled natively, then the
-#            tests marked gpu
-#   kernels  benchmarks/sinkhorn_kernels.py: L = 2k..64k, W = 1024 and 256, float32 (+ bfloat16
-#            for the kernels), roofline of the machine's GPU
+#            tests marked gpu (gpu_tests)
+#   tests_and_lm  the tests marked gpu while the lm phase runs beside them (neither is timed)
+#   kernels  benchmarks/sinkhorn_kernels.py: L = 2k..64k (KERNEL_LENGTHS), W = 1024 and 256
+#            (KERNEL_BANDS), float32 (+ float32 with tf32x3 dots and bfloat16 for the kernels),
+#            roofline of the machine's GPU; KERNEL_TAG names the output files
 #   aligner  benchmarks/aligner_gpu.py: batched throughput at 300 and 3,000 residues against
 #            parasail and the numpy engine, training steps/s against the CPU
 #   lm       a GOAT genome LM trained on the GPU for LM_MINUTES (default 5) on the first 90% of
@@ -62,17 +64,34 @@ check() {
   for b in triton pallas; do
     timeout "$(budget 170)" sinkalign validate kernels --backend "$b" --json "$R/validate_$b.json" 2>&1 | tail -40 | tee "$R/validate_$b.log"
   done
-  stamp "check: pytest -m gpu"
-  timeout "$(budget 260)" $PY -m pytest -m gpu -q -p no:cacheprovider -rs --timeout 300 tests 2>&1 | tail -60 | tee "$R/pytest_gpu.log"
+  gpu_tests
+  pack
+}
+
+gpu_tests() {
+  stamp "pytest -m gpu"
+  timeout "$(budget 300)" $PY -m pytest -m gpu -q -p no:cacheprovider -rfEs --tb=short --timeout 300 tests \
+    >"$R/pytest_gpu.log" 2>&1
+  grep -E "^(FAILED|ERROR|SKIPPED)|passed|failed|^E  " "$R/pytest_gpu.log" | tail -40
+}
+
+tests_and_lm() {  # the GPU tests and the LM run share the GPU: neither is timed
+  lm >"$R/lm_phase.log" 2>&1 &
+  local pid=$!
+  gpu_tests
+  wait $pid
+  tail -30 "$R/lm_phase.log"
   pack
 }
 
 kernels() {
   stamp kernels
-  (cd benchmarks && timeout "$(( $(budget ${KERNEL_TIMEOUT:-420}) + 45 ))" $PY sinkhorn_kernels.py --lengths 2048 4096 8192 16384 32768 65536 \
-      --bands ${KERNEL_BANDS:-1024 256} --reps 5 --low-precision --roofline "${ROOFLINE:-h100}" \
-      --time-budget "$(budget "${KERNEL_BUDGET:-360}")" --json "../$R/sinkhorn_kernels.json") 2>&1 | tee "$R/sinkhorn_kernels.log" | grep -v "^W=" | tail -80
-  grep "^W=" "$R/sinkhorn_kernels.log" | tail -60
+  local tag=${KERNEL_TAG:-all}
+  (cd benchmarks && timeout "$(( $(budget ${KERNEL_TIMEOUT:-420}) + 45 ))" $PY sinkhorn_kernels.py \
+      --lengths ${KERNEL_LENGTHS:-2048 4096 8192 16384 32768 65536} --bands ${KERNEL_BANDS:-1024 256} --reps 5 \
+      --low-precision --tf32x3 --roofline "${ROOFLINE:-h100}" --time-budget "$(budget "${KERNEL_BUDGET:-360}")" \
+      --json "../$R/sinkhorn_kernels_$tag.json") 2>&1 | tee "$R/sinkhorn_kernels_$tag.log" | grep -v "^W=" | grep -v "^NOTE" | tail -45
+  grep "^W=" "$R/sinkhorn_kernels_$tag.log" | tail -60
   pack
 }
 

@@ -134,7 +134,7 @@ def ott_loss(L, W, T, R):
     return out
 
 
-def pallas_loss(L, W, T, R):
+def pallas_loss(L, W, T, R, precision="ieee"):
     from sinkalign.kernels import pallas
 
     cfg = SinkhornConfig(n_iters=T, tail=R, band=W, impl="pallas")
@@ -143,12 +143,12 @@ def pallas_loss(L, W, T, R):
     la, lb = jnp.zeros((1, L), jnp.float32), jnp.zeros((1, L), jnp.float32)
 
     def out(q, k, v):
-        return pallas.tail_operator(q, k, v, qv, kv, la, lb, support, cfg, interpret=False)
+        return pallas.tail_operator(q, k, v, qv, kv, la, lb, support, cfg, interpret=False, precision=precision)
 
     return out
 
 
-def _jax_method(name, L, W, T, R):
+def _jax_method(name, L, W, T, R, precision="ieee"):
     if name in ("blockwise", "direct"):
         return blockwise_loss(L, W, T, R, "one_reference" if name == "blockwise" else "direct")
     if name == "dense_autodiff":
@@ -156,7 +156,7 @@ def _jax_method(name, L, W, T, R):
     if name == "ott":
         return ott_loss(L, W, T, R)
     if name == "pallas":
-        return pallas_loss(L, W, T, R)
+        return pallas_loss(L, W, T, R, precision)
     raise ValueError(name)
 
 
@@ -165,22 +165,23 @@ def _best(fn, *args, reps):
     return time_fn(fn, *args, reps=reps)["min_s"]
 
 
-def bench_jax(name, L, W, d, T, R, reps, dtype="float32"):
+def bench_jax(name, L, W, d, T, R, reps, dtype="float32", precision="ieee"):
     q, k, v, g = _inputs(L, d, dtype=dtype)
-    out = _jax_method(name, L, W, T, R)
+    out = _jax_method(name, L, W, T, R, precision)
     fwd = jax.jit(out)
     fwd_bwd = jax.jit(jax.value_and_grad(lambda q, k, v: jnp.sum(out(q, k, v) * g), argnums=(0, 1, 2)))
     t0 = time.perf_counter()
     o = jax.block_until_ready(fwd(q, k, v))
     compile_s = time.perf_counter() - t0
-    row = {"method": name, "dtype": dtype, "L": L, "W": W, "forward_ms": 1e3 * _best(fwd, q, k, v, reps=reps),
+    row = {"method": name, "dtype": dtype, "precision": precision, "L": L, "W": W,
+           "forward_ms": 1e3 * _best(fwd, q, k, v, reps=reps),
            "fwd_bwd_ms": 1e3 * _best(fwd_bwd, q, k, v, reps=reps), "first_call_s": compile_s}
     mem = xla_memory(fwd_bwd, q, k, v)
     row["temp_bytes"], row["peak_bytes"] = mem.get("temp_bytes"), mem.get("peak_bytes")
     return row, np.asarray(o, np.float32)
 
 
-def bench_triton(L, W, d, T, R, reps, dtype="float32"):
+def bench_triton(L, W, d, T, R, reps, dtype="float32", precision="ieee"):
     import torch
 
     from sinkalign.kernels.triton import sinkhorn_attention_triton
@@ -192,10 +193,10 @@ def bench_triton(L, W, d, T, R, reps, dtype="float32"):
 
     def fwd():
         with torch.no_grad():
-            return sinkhorn_attention_triton(q, k, v, n_iters=T, tail=R, band=W)
+            return sinkhorn_attention_triton(q, k, v, n_iters=T, tail=R, band=W, precision=precision)
 
     def fwd_bwd():
-        o = sinkhorn_attention_triton(q, k, v, n_iters=T, tail=R, band=W)
+        o = sinkhorn_attention_triton(q, k, v, n_iters=T, tail=R, band=W, precision=precision)
         return torch.autograd.grad((o * g).sum(), (q, k, v))
 
     def timed(fn):
@@ -209,7 +210,7 @@ def bench_triton(L, W, d, T, R, reps, dtype="float32"):
             times.append(time.perf_counter() - t0)
         return 1e3 * min(times)
 
-    row = {"method": "triton", "dtype": dtype, "L": L, "W": W, "forward_ms": timed(fwd)}
+    row = {"method": "triton", "dtype": dtype, "precision": precision, "L": L, "W": W, "forward_ms": timed(fwd)}
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
     row["fwd_bwd_ms"] = timed(fwd_bwd)
@@ -227,24 +228,26 @@ def roofline(L, W, d, T, R, gpu: str, dtype="bfloat16", block=64) -> dict:
     A half-step is one pass over the band: each program (``block`` rows) recomputes its score
     tiles from Q and K over a key window of ``min(L, block + 2W)`` columns, so a pass visits
     ``n = L * min(L, block + 2W)`` scores. Per score: ``2d`` matmul FLOPs (QK^T; tensor cores
-    for bfloat16, FP32 units for float32), ``ALU`` ~ 6 FP32 ops (scale, add potential, mask,
-    running max, subtract, accumulate) and one exp (MUFU). Ideal HBM traffic (band tiles
-    re-read from L2, not HBM): Q and K once, O(L) vectors in and out. The ceiling of a pass is
+    for bfloat16, and at a third of the TF32 rate for ``tf32x3``; FP32 units for float32),
+    ``ALU`` ~ 6 FP32 ops (scale, add potential, mask, running max, subtract, accumulate) and one
+    exp (MUFU). Ideal HBM traffic (band tiles re-read from L2, not HBM): Q and K once, O(L)
+    vectors in and out. The ceiling of a pass is
     ``max(matmul, alu, exp, memory)`` (the units overlap); float32 matmul and ALU share the
     FP32 units. Passes: forward ``2 (T + R)`` half-steps + 1 output pass (+ ``2 dv`` per
     score for P V, V read once); backward 6 passes (5 sweeps, the dQ sweep makes two) with
     ``2 dv`` for Z = G V^T where needed and ``2 d``/``2 dv`` for the dQ, dK, dV products.
     """
     spec = GPUS[gpu]
-    low = dtype == "bfloat16"
-    esize = 2 if low else 4
+    low = dtype in ("bfloat16", "tf32x3")  # matmuls on the tensor cores
+    esize = 2 if dtype == "bfloat16" else 4
+    mm_rate = {"bfloat16": spec["bf16_flops"], "tf32x3": spec["tf32_flops"] / 3}.get(dtype, spec["fp32_flops"])
     dv = d
     window = min(L, block + 2 * W)
     scores = L * window
     ALU = 6
 
     def pass_time(mm_per_score, alu_per_score, n_tokens):
-        t_mm = scores * mm_per_score / (spec["bf16_flops"] if low else spec["fp32_flops"])
+        t_mm = scores * mm_per_score / mm_rate
         t_alu = scores * (alu_per_score + (0 if low else mm_per_score)) / spec["fp32_flops"]
         t_exp = scores / spec["exp_per_s"]
         t_mem = (n_tokens * L * d * esize + 8 * 4 * L) / spec["hbm_bytes_per_s"]
@@ -267,6 +270,10 @@ def roofline(L, W, d, T, R, gpu: str, dtype="bfloat16", block=64) -> dict:
 
 
 # --------------------------------------------------------------------------- driver
+
+
+def _label(dtype: str, precision: str | None) -> str:
+    return dtype if precision in (None, "ieee") else f"{dtype}/{precision}"
 
 
 def _gpu_name() -> str | None:
@@ -312,6 +319,8 @@ def main():
     ap.add_argument("--roofline", choices=sorted(GPUS), default=None)
     ap.add_argument("--low-precision", action="store_true",
                     help="Also time the GPU kernels (pallas, triton) on bfloat16 inputs.")
+    ap.add_argument("--tf32x3", action="store_true",
+                    help="Also time the GPU kernels on float32 inputs with precision='tf32x3' dots.")
     ap.add_argument("--time-budget", type=float, default=None,
                     help="Seconds: start no new (method, L, W) once this much has passed (noted in the JSON).")
     ap.add_argument("--json", default="benchmarks/results/sinkhorn_kernels.json")
@@ -344,9 +353,11 @@ def main():
                     continue
                 if m == "direct" and args.direct_max is not None and L > args.direct_max:
                     continue
-                configs.append((W, L, m, "float32"))
+                configs.append((W, L, m, "float32", "ieee"))
+            if args.tf32x3:
+                configs += [(W, L, m, "float32", "tf32x3") for m in methods if m in GPU_METHODS]
             if args.low_precision:
-                configs += [(W, L, m, "bfloat16") for m in methods if m in GPU_METHODS]
+                configs += [(W, L, m, "bfloat16", "ieee") for m in methods if m in GPU_METHODS]
 
     def payload(roof=None, growth=None):
         return {"benchmark": "sinkhorn_kernels", "date": datetime.date.today().isoformat(), "machine": machine(),
@@ -355,20 +366,20 @@ def main():
                 "wall_s": time.perf_counter() - t_start}
 
     ref_out = {}
-    for W, L, m, dtype in configs:
+    for W, L, m, dtype, prec in configs:
         if args.time_budget is not None and time.perf_counter() - t_start > args.time_budget:
-            notes.append(f"time budget {args.time_budget:.0f} s reached: skipped {m} {dtype} L={L} W={W}")
+            notes.append(f"time budget {args.time_budget:.0f} s reached: skipped {m} {dtype}/{prec} L={L} W={W}")
             print("NOTE:", notes[-1], flush=True)
             continue
         try:
             if m == "triton":
-                row, out = bench_triton(L, W, args.d, args.T, args.R, args.reps, dtype)
+                row, out = bench_triton(L, W, args.d, args.T, args.R, args.reps, dtype, prec)
             else:
-                row, out = bench_jax(m, L, W, args.d, args.T, args.R, args.reps, dtype)
+                row, out = bench_jax(m, L, W, args.d, args.T, args.R, args.reps, dtype, prec)
         except Exception as exc:  # an out-of-memory dense method or a failing kernel is a result too
             msg = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
-            rows.append({"method": m, "dtype": dtype, "L": L, "W": W, "error": msg})
-            print(f"W={W:5d} L={L:6d} {m:15s} {dtype:8s} FAILED {msg}", flush=True)
+            rows.append({"method": m, "dtype": dtype, "precision": prec, "L": L, "W": W, "error": msg})
+            print(f"W={W:5d} L={L:6d} {m:15s} {_label(dtype, prec):15s} FAILED {msg}", flush=True)
             _release_memory()
             write_json(args.json, payload())
             continue
@@ -377,7 +388,8 @@ def main():
         elif (L, W) in ref_out and m != "ott":  # ott solves a differently initialised problem
             row["forward_vs_blockwise"] = float(np.abs(out - ref_out[(L, W)]).max())
         rows.append(row)
-        print(f"W={W:5d} L={L:6d} {m:15s} {dtype:8s} fwd {row['forward_ms']:10.2f} ms  fwd+bwd {row['fwd_bwd_ms']:10.2f} ms"
+        print(f"W={W:5d} L={L:6d} {m:15s} {_label(dtype, prec):15s} fwd {row['forward_ms']:10.2f} ms  "
+              f"fwd+bwd {row['fwd_bwd_ms']:10.2f} ms"
               f"  peak {mib(row.get('peak_bytes')):>9s} MiB  temp {mib(row.get('temp_bytes')):>9s} MiB"
               + (f"  |dO| {row['forward_vs_blockwise']:.1e}" if "forward_vs_blockwise" in row else ""),
               flush=True)
@@ -399,7 +411,8 @@ def main():
     growth = []
     for W in args.bands:
         for m in methods:
-            sel = [r for r in rows if r["method"] == m and r["W"] == W and r["dtype"] == "float32" and "error" not in r]
+            sel = [r for r in rows if r["method"] == m and r["W"] == W and r["dtype"] == "float32"
+                   and r["precision"] == "ieee" and "error" not in r]
             growth.append({"method": m, "W": W, "lengths": [r["L"] for r in sel],
                            "temp_bytes": [r.get("temp_bytes") for r in sel],
                            "loglog_slope_temp_vs_L": _slope(sel, "temp_bytes"),
@@ -408,7 +421,8 @@ def main():
     print("\nratios vs blockwise (fwd+bwd time, XLA temp memory):")
     for r in rows:
         if "time_ratio_vs_blockwise" in r:
-            print(f"  W={r['W']:5d} L={r['L']:6d} {r['method']:15s} {r['dtype']:8s} time x{r['time_ratio_vs_blockwise']:8.2f}"
+            print(f"  W={r['W']:5d} L={r['L']:6d} {r['method']:15s} {_label(r['dtype'], r['precision']):15s} "
+                  f"time x{r['time_ratio_vs_blockwise']:8.2f}"
                   + (f"  temp x{r['temp_ratio_vs_blockwise']:8.2f}" if "temp_ratio_vs_blockwise" in r else "")
                   + (f"  {r['speedup_vs_dense_autodiff']:.1f}x faster than dense autodiff"
                      if "speedup_vs_dense_autodiff" in r else ""))
@@ -424,14 +438,18 @@ def main():
                 for W in args.bands for L in args.lengths]
         roof += [roofline(L, W, args.d, args.T, args.R, args.roofline, dtype="bfloat16")
                  for W in args.bands for L in args.lengths]
+        if args.tf32x3:
+            roof += [roofline(L, W, args.d, args.T, args.R, args.roofline, dtype="tf32x3")
+                     for W in args.bands for L in args.lengths]
         print(f"\nroofline ({GPUS[args.roofline]['name']}):")
-        measured = {(r["method"], r["dtype"], r["L"], r["W"]): r for r in rows if "error" not in r}
+        measured = {(r["method"], _label(r["dtype"], r["precision"]), r["L"], r["W"]): r for r in rows
+                    if "error" not in r}
         for rf in roof:
             line = (f"  {rf['dtype']:8s} W={rf['W']:5d} L={rf['L']:6d} half-step {1e6 * rf['half_step_s']:9.2f} us "
                     f"({rf['half_step_bound']}-bound)  forward {1e3 * rf['forward_s']:8.3f} ms  "
                     f"fwd+bwd {1e3 * rf['fwd_bwd_s']:8.3f} ms")
             for m in GPU_METHODS:
-                got = measured.get((m, rf["dtype"], rf["L"], rf["W"]))
+                got = measured.get((m, {"tf32x3": "float32/tf32x3"}.get(rf["dtype"], rf["dtype"]), rf["L"], rf["W"]))
                 if got is not None:
                     rf[f"{m}_fraction_of_roofline"] = 1e3 * rf["fwd_bwd_s"] / got["fwd_bwd_ms"]
                     line += f"  {m}: {100 * rf[f'{m}_fraction_of_roofline']:.1f}% of roofline"

@@ -288,6 +288,33 @@ class TestNativeGPU(KernelSuite):
     def test_long_banded_problem(self):
         self.check_float32(Case("gpu_long", 2, 2, 1000, 900, 64, d=32, dv=32, n_iters=15, pad=True, marginals=True))
 
+    def test_tf32x3_dots_stay_near_float32_and_tf32_dots_cost_accuracy(self):
+        """precision='tf32x3' stays within 8x the float32 tolerance; 'tf32' is measurably less
+        accurate than 'ieee' (the setting reaches the dots)."""
+        case = Case("tf32", 2, 2, 97, 120, 24, d=16, dv=16, n_iters=15, pad=True, marginals=True)
+        x, g, qm, km, la, lb = make_inputs(case)
+        ref = _value_and_grads(_operator(case, qm, km, la, lb, "reference"), x, g, jnp.float64)
+        runs = {p: _value_and_grads(_operator(case, qm, km, la, lb, "pallas", block_sizes=self.BLOCKS,
+                                              interpret=False, precision=p), x, g, jnp.float32)
+                for p in ("ieee", "tf32x3", "tf32")}
+        for name in ("O", "dq", "dk", "dv"):
+            scale = max(1.0, float(np.abs(ref[name]).max()))
+            err = _max_err(runs["tf32x3"][name], ref[name])
+            assert err <= 8 * tolerances(jnp.float32)["abs"] * scale, f"tf32x3 {name}: {err:.3e}"
+        err = {p: max(_max_err(out[n], ref[n]) for n in ("O", "dq", "dk", "dv")) for p, out in runs.items()}
+        assert err["tf32"] > 4 * err["ieee"], err
+
+
+def test_tf32_precisions_need_the_gpu_target_and_known_names():
+    case = Case("prec", 1, 1, 9, 12, 3, n_iters=2)
+    x, g, qm, km, la, lb = make_inputs(case)
+    with pytest.raises(ValueError, match=r"precision='tf32x3' \(TF32 tensor-core dots\) needs the native GPU target"):
+        _operator(case, qm, km, la, lb, "pallas", interpret=True, precision="tf32x3")(
+            {n: jnp.asarray(a, jnp.float32) for n, a in x.items()})
+    with pytest.raises(ValueError, match=r"precision='half' is not one of \('ieee', 'tf32x3', 'tf32'\)"):
+        _operator(case, qm, km, la, lb, "pallas", interpret=True, precision="half")(
+            {n: jnp.asarray(a, jnp.float32) for n, a in x.items()})
+
 
 # --------------------------------------------------------------------------- the validation function
 

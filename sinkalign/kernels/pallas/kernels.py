@@ -52,6 +52,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 __all__ = [
+    "F32_DOTS",
     "TARGETS",
     "BlockSizes",
     "Launch",
@@ -69,6 +70,9 @@ _NEG_INF = float("-inf")
 # Where a pallas_call runs: the Pallas interpreter (any backend), Triton on NVIDIA GPUs,
 # Mosaic on TPUs.
 TARGETS = ("interpret", "gpu", "tpu")
+
+# float32 dot precisions (Launch.f32_dot); other than "ieee" only on the GPU target.
+F32_DOTS = ("ieee", "tf32x3", "tf32")
 
 # Vector-stack slots (see the module docstring).
 MASK, POT = 0, 1
@@ -117,7 +121,7 @@ class Launch:
     ``bx``/``by``: owned / looped tile sizes; ``nx``/``ny``: tile counts of the padded
     lengths; ``band``: half-width W or None (dense); ``scale``: ``1 / (sqrt(d) eps)``;
     ``low``: inputs are a low-precision type (bfloat16 / float16); ``target``: one of
-    :data:`TARGETS`.
+    :data:`TARGETS`; ``f32_dot``: precision of float32 dots, one of :data:`F32_DOTS`.
     """
 
     bx: int
@@ -128,9 +132,10 @@ class Launch:
     scale: float
     low: bool
     target: str
+    f32_dot: str = "ieee"
 
     def swap(self) -> Launch:
-        return Launch(self.by, self.bx, self.ny, self.nx, self.band, self.scale, self.low, self.target)
+        return Launch(self.by, self.bx, self.ny, self.nx, self.band, self.scale, self.low, self.target, self.f32_dot)
 
     def compiler_params(self):
         if self.target == "gpu":
@@ -145,7 +150,15 @@ class Launch:
 
     @property
     def precision(self):
-        return lax.Precision.DEFAULT if self.low else lax.Precision.HIGHEST
+        """Dot precision: the input type's for bfloat16 / float16 tiles; for float32 tiles full
+        float32 (``ieee``), or on the GPU target three (``tf32x3``) or one (``tf32``) TF32
+        tensor-core passes."""
+        if self.low:
+            return lax.Precision.DEFAULT
+        if self.f32_dot == "ieee":
+            return lax.Precision.HIGHEST
+        return {"tf32x3": lax.DotAlgorithmPreset.TF32_TF32_F32_X3, "tf32": lax.DotAlgorithmPreset.TF32_TF32_F32}[
+            self.f32_dot]
 
 
 # --------------------------------------------------------------------------- tile helpers

@@ -81,6 +81,7 @@ class _Static:
     n_iters: int
     blocks: BlockSizes
     target: str  # kernels.TARGETS
+    f32_dot: str = "ieee"  # kernels.F32_DOTS
 
     @property
     def piece(self) -> Piece:
@@ -94,7 +95,7 @@ class _Static:
         p = self.piece
         bq, bk = self.blocks.effective(p.nr, p.nc)
         return Launch(bq, bk, -(-p.nr // bq), -(-p.nc // bk), p.band, 1.0 / (math.sqrt(d) * self.eps), low,
-                      self.target)
+                      self.target, self.f32_dot)
 
     def feature_pad(self, n: int) -> int:
         """Head dims are zero-padded natively: a power of two >= 16 (Triton dots), 128 lanes (TPU)."""
@@ -464,7 +465,7 @@ def native_target(platform: str | None = None) -> str:
                      "pass interpret=True to run them in the Pallas interpreter")
 
 
-def _static(support, cfg, block_sizes, interpret, target=None) -> _Static:
+def _static(support, cfg, block_sizes, interpret, target=None, precision="ieee") -> _Static:
     if interpret is None:
         interpret = jax.default_backend() == "cpu"
     if not isinstance(interpret, bool):
@@ -475,7 +476,12 @@ def _static(support, cfg, block_sizes, interpret, target=None) -> _Static:
         block_sizes = BlockSizes.get_default(target)
     if not isinstance(block_sizes, BlockSizes):
         raise ValueError(f"block_sizes must be a BlockSizes, got {type(block_sizes).__name__}")
-    return _Static(support, _choose_main(support), float(cfg.eps), cfg.n_iters, block_sizes, target)
+    if precision not in K.F32_DOTS:
+        raise ValueError(f"precision={precision!r} is not one of {K.F32_DOTS}")
+    if precision != "ieee" and target != "gpu":
+        raise ValueError(f"precision={precision!r} (TF32 tensor-core dots) needs the native GPU target; the "
+                         f"{target} target computes float32 dots at full precision ('ieee')")
+    return _Static(support, _choose_main(support), float(cfg.eps), cfg.n_iters, block_sizes, target, precision)
 
 
 def _flat(x, n_tail):
@@ -483,7 +489,7 @@ def _flat(x, n_tail):
 
 
 def tail_operator(q, k, v, q_valid, k_valid, log_a, log_b, support: Support, cfg: SinkhornConfig, *,
-                  block_sizes: BlockSizes | None = None, interpret: bool | None = None):
+                  block_sizes: BlockSizes | None = None, interpret: bool | None = None, precision: str = "ieee"):
     """O = P^(2,2) V on an explicit support, computed by the Pallas kernels.
 
     Args:
@@ -495,6 +501,9 @@ def tail_operator(q, k, v, q_valid, k_valid, log_a, log_b, support: Support, cfg
         cfg: needs ``tail == 2`` and ``backward == 'one_reference'``; uses ``eps`` and ``n_iters``.
         block_sizes: kernel tile sizes (default :meth:`BlockSizes.get_default`).
         interpret: run the Pallas interpreter; None = when JAX's default backend is the CPU.
+        precision: float32 dots at full precision (``ieee``, the default), or, natively on a
+            GPU, as three (``tf32x3``, close to float32 and several times faster) or one
+            (``tf32``, about 1e-3 relative) TF32 tensor-core passes. Half types ignore it.
 
     Returns O [..., Lq, dv] in v's dtype. Differentiable in q, k, v (not in masks or marginals).
     Inputs are expected validated (see :func:`sinkalign.sinkhorn.core.prepare`); shapes,
@@ -503,7 +512,7 @@ def tail_operator(q, k, v, q_valid, k_valid, log_a, log_b, support: Support, cfg
     q, k, v = (jnp.asarray(x) for x in (q, k, v))
     q_valid, k_valid, log_a, log_b = (jnp.asarray(x) for x in (q_valid, k_valid, log_a, log_b))
     _check(q, k, v, q_valid, k_valid, log_a, log_b, support, cfg)
-    st = _static(support, cfg, block_sizes, interpret)
+    st = _static(support, cfg, block_sizes, interpret, precision=precision)
     log.debug("pallas tail_operator q%s k%s support=%s blocks=%s target=%s", q.shape, k.shape,
               support.pieces, st.blocks, st.target)
     batch, lq, dv = q.shape[:-2], q.shape[-2], v.shape[-1]
@@ -513,12 +522,12 @@ def tail_operator(q, k, v, q_valid, k_valid, log_a, log_b, support: Support, cfg
 
 
 def tail_duals(q, k, v, q_valid, k_valid, log_a, log_b, support: Support, cfg: SinkhornConfig, *,
-               block_sizes: BlockSizes | None = None, interpret: bool | None = None) -> dict:
+               block_sizes: BlockSizes | None = None, interpret: bool | None = None, precision: str = "ieee") -> dict:
     """The kernels' dual vectors ``{"v0", "u1", "v1", "u2", "v2"}`` (float32 [..., L]), for checks."""
     q, k, v = (jnp.asarray(x) for x in (q, k, v))
     q_valid, k_valid, log_a, log_b = (jnp.asarray(x) for x in (q_valid, k_valid, log_a, log_b))
     _check(q, k, v, q_valid, k_valid, log_a, log_b, support, cfg)
-    st = _static(support, cfg, block_sizes, interpret)
+    st = _static(support, cfg, block_sizes, interpret, precision=precision)
     duals = _duals_jit(st, _flat(q, 2), _flat(k, 2), _flat(q_valid, 1), _flat(k_valid, 1), _flat(log_a, 1),
                        _flat(log_b, 1))
     batch = q.shape[:-2]
@@ -528,7 +537,7 @@ def tail_duals(q, k, v, q_valid, k_valid, log_a, log_b, support: Support, cfg: S
 
 def sinkhorn_attention_pallas(q, k, v, *, q_mask=None, k_mask=None, log_a=None, log_b=None,
                               config: SinkhornConfig | None = None, block_sizes: BlockSizes | None = None,
-                              interpret: bool | None = None, **overrides):
+                              interpret: bool | None = None, precision: str = "ieee", **overrides):
     """:func:`sinkalign.sinkhorn.sinkhorn_attention` on the Pallas kernels, with tile/interpret control.
 
     Same arguments as the reference (``q`` [..., Lq, d], ``k`` [..., Lk, d], ``v`` [..., Lk, dv],
@@ -541,7 +550,8 @@ def sinkhorn_attention_pallas(q, k, v, *, q_mask=None, k_mask=None, log_a=None, 
     cfg = (config or SinkhornConfig()).replace(impl="pallas", **overrides)
     q, k, v, qv, kv, la, lb = core.prepare(q, k, v, q_mask, k_mask, log_a, log_b, band=cfg.band)
     support = Support.single(q.shape[-2], k.shape[-2], cfg.band, cfg.block)
-    return tail_operator(q, k, v, qv, kv, la, lb, support, cfg, block_sizes=block_sizes, interpret=interpret)
+    return tail_operator(q, k, v, qv, kv, la, lb, support, cfg, block_sizes=block_sizes, interpret=interpret,
+                         precision=precision)
 
 
 def lower_native(platform: str, *, dtype=jnp.bfloat16, lq: int = 300, lk: int = 257, d: int = 64, dv: int = 64,

@@ -74,7 +74,7 @@ def _block(name: str, value, default: int) -> int:
 class _Launch:
     """Grid and constexpr bookkeeping shared by the sweeps of one call."""
 
-    def __init__(self, q, k, v, band, eps, interpret, block_m, block_n):
+    def __init__(self, q, k, v, band, eps, interpret, block_m, block_n, precision="ieee"):
         self.B, self.H, self.Lq, self.D = q.shape
         self.Lk, self.DV = k.shape[2], v.shape[3]
         self.W = max(self.Lq, self.Lk) if band is None else int(band)
@@ -86,10 +86,11 @@ class _Launch:
         import triton.language as tl
 
         # Dot operand type: the input type natively; float32 in the interpreter, whose tl.dot
-        # mishandles bfloat16 (see kernels.py). float32 dots run at full ("ieee") precision.
+        # mishandles bfloat16 (see kernels.py). float32 dots run at ``precision`` (default full
+        # float32, "ieee"); half-type dots ignore it.
         native_t = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}[q.dtype]
         self.dot_t = tl.float32 if interpret else native_t
-        self.prec = "ieee" if self.dot_t == tl.float32 else "tf32"
+        self.prec = precision if self.dot_t == tl.float32 else "tf32"
 
     def kernel(self, name):
         from sinkalign.kernels.triton import kernels
@@ -325,7 +326,10 @@ class _SinkhornTail2(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None, None, None, None
 
 
-def _kernel_setup(q, v, interpret, block_m, block_n, ref_name):
+F32_DOTS = ("ieee", "tf32x3", "tf32")
+
+
+def _kernel_setup(q, v, interpret, block_m, block_n, ref_name, precision="ieee"):
     """Kernel dtype, Triton mode, device and tile checks; returns (interpret, block_m, block_n)."""
     if q.dtype not in _KERNEL_DTYPES:
         raise ValueError(f"q.dtype={q.dtype} is not supported by the Triton kernels (valid: "
@@ -340,6 +344,11 @@ def _kernel_setup(q, v, interpret, block_m, block_n, ref_name):
                          "when triton is first imported; set TRITON_INTERPRET=1 (or leave it unset) in the "
                          "environment before that import")
     interpret = mode
+    if precision not in F32_DOTS:
+        raise ValueError(f"precision={precision!r} is not one of {F32_DOTS}")
+    if precision != "ieee" and interpret:
+        raise ValueError(f"precision={precision!r} (TF32 tensor-core dots) needs native kernels on a GPU; the "
+                         "interpreter computes float32 dots at full precision ('ieee')")
     if not interpret and q.device.type != "cuda":
         raise ValueError(f"native Triton kernels need CUDA tensors, got device {q.device}; to run on CPU set "
                          "TRITON_INTERPRET=1 in the environment before triton is imported")
@@ -352,7 +361,8 @@ def _kernel_setup(q, v, interpret, block_m, block_n, ref_name):
 
 
 def sinkhorn_attention_triton(q, k, v, *, q_mask=None, k_mask=None, log_a=None, log_b=None, eps=1.0, n_iters=15,
-                              tail=2, band=None, interpret=None, block_m=None, block_n=None) -> torch.Tensor:
+                              tail=2, band=None, interpret=None, block_m=None, block_n=None,
+                              precision="ieee") -> torch.Tensor:
     """Banded, masked, log-domain balanced Sinkhorn attention with an R = 2 tail (Triton).
 
     Args:
@@ -368,6 +378,9 @@ def sinkhorn_attention_triton(q, k, v, *, q_mask=None, k_mask=None, log_a=None, 
             TRITON_INTERPRET=1 was set before triton was imported), True/False assert it.
         block_m, block_n: query / key tile sizes (powers of two >= 16; default 16 in the
             interpreter; natively 64, or 32 for float32 with d or dv > 64).
+        precision: float32 dots at full precision (``"ieee"``, default), or natively as three
+            (``"tf32x3"``, close to float32) or one (``"tf32"``, ~1e-3 relative) TF32
+            tensor-core passes; bfloat16 / float16 inputs ignore it.
 
     Returns:
         O = P^(2,2) V [B, H, Lq, dv] in v's dtype; rows of padded queries are 0.
@@ -383,8 +396,8 @@ def sinkhorn_attention_triton(q, k, v, *, q_mask=None, k_mask=None, log_a=None, 
                          "use sinkhorn_attention_ref for other tail depths")
     q_mask, k_mask, log_a, log_b = prepare_inputs(q, k, v, q_mask=q_mask, k_mask=k_mask, log_a=log_a, log_b=log_b,
                                                   eps=eps, n_iters=n_iters, tail=tail, band=band)
-    interpret, block_m, block_n = _kernel_setup(q, v, interpret, block_m, block_n, "sinkhorn_attention_ref")
-    lc = _Launch(q, k, v, band, float(eps), interpret, block_m, block_n)
+    interpret, block_m, block_n = _kernel_setup(q, v, interpret, block_m, block_n, "sinkhorn_attention_ref", precision)
+    lc = _Launch(q, k, v, band, float(eps), interpret, block_m, block_n, precision)
     log.debug("sinkhorn_attention_triton B=%d H=%d Lq=%d Lk=%d d=%d W=%d blocks=%dx%d interpret=%s",
               lc.B, lc.H, lc.Lq, lc.Lk, lc.D, lc.W, block_m, block_n, interpret)
     qm = q_mask.to(torch.int8).contiguous()
@@ -397,7 +410,7 @@ def sinkhorn_attention_triton(q, k, v, *, q_mask=None, k_mask=None, log_a=None, 
 
 def sinkhorn_dustbin_attention_triton(q, k, v, q_dustbin, k_dustbin, v_dustbin=None, *, q_mask=None, k_mask=None,
                                       eps=1.0, n_iters=15, band=None, variant="banded", mass="length", filler=128,
-                                      interpret=None, block_m=None, block_n=None) -> torch.Tensor:
+                                      interpret=None, block_m=None, block_n=None, precision="ieee") -> torch.Tensor:
     """Sinkhorn attention with learned dustbins (Triton, R = 2): O [B, H, Lq, dv] of the real queries.
 
     The operator of ``sinkalign.sinkhorn.dustbin.dustbin_attention`` (``backward`` R = 2
@@ -422,7 +435,7 @@ def sinkhorn_dustbin_attention_triton(q, k, v, q_dustbin, k_dustbin, v_dustbin=N
         mass: dustbin marginal for ``banded``: ``unit`` (1) or ``length`` (the number of valid
             tokens on the other side, at least 1); ``paper`` requires ``unit``.
         filler: the paper's dustbin block size (>= 1).
-        interpret, block_m, block_n: as :func:`sinkhorn_attention_triton`.
+        interpret, block_m, block_n, precision: as :func:`sinkhorn_attention_triton`.
 
     Returns:
         O [B, H, Lq, dv] in v's dtype (padded query rows 0), differentiable in q, k, v and the
@@ -434,13 +447,15 @@ def sinkhorn_dustbin_attention_triton(q, k, v, q_dustbin, k_dustbin, v_dustbin=N
     """
     prob = prepare_dustbin(q, k, v, q_dustbin, k_dustbin, v_dustbin, q_mask=q_mask, k_mask=k_mask, eps=eps,
                            n_iters=n_iters, tail=2, band=band, variant=variant, mass=mass, filler=filler)
-    interpret, block_m, block_n = _kernel_setup(q, v, interpret, block_m, block_n, "sinkhorn_dustbin_attention_ref")
+    interpret, block_m, block_n = _kernel_setup(q, v, interpret, block_m, block_n, "sinkhorn_dustbin_attention_ref",
+                                                precision)
     if variant == "paper":
         out = sinkhorn_attention_triton(prob.q, prob.k, prob.v, q_mask=prob.q_valid, k_mask=prob.k_valid,
                                         log_a=prob.log_a, log_b=prob.log_b, eps=eps, n_iters=n_iters, tail=2,
-                                        band=prob.band, interpret=interpret, block_m=block_m, block_n=block_n)
+                                        band=prob.band, interpret=interpret, block_m=block_m, block_n=block_n,
+                                        precision=precision)
         return out[:, :, : prob.lq]
-    lc = _Launch(prob.q, prob.k, prob.v, band, float(eps), interpret, block_m, block_n)
+    lc = _Launch(prob.q, prob.k, prob.v, band, float(eps), interpret, block_m, block_n, precision)
     log.debug("sinkhorn_dustbin_attention_triton banded/%s B=%d H=%d Lq=%d Lk=%d d=%d W=%d blocks=%dx%d", mass,
               lc.B, lc.H, prob.lq, prob.lk, lc.D, lc.W, block_m, block_n)
     db = _Dustbins(prob.q_valid, prob.k_valid, lc.H)
