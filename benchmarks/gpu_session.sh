@@ -17,13 +17,13 @@
 #            the C. diphtheriae chromosome, then `sinkalign lm eval` of it and of the shipped
 #            CPU model on the same held-out 10%, same run
 #
-# Results go to $OUT (the device tool's folder; default ./gpu_out): logs and JSON, packed into
-# $OUT/results.tar.gz at the end of each phase. Data the phases read: $GENOME (default
+# Results (logs and JSON) go to /tmp/gpu_results/r, packed into $OUT/results.tar.gz (the device
+# tool's folder; default ./gpu_out) at the end of each phase, checkpoints left out. Data the phases read: $GENOME (default
 # .gpu/GCF_001457455.1_NCTC11397_genomic.fna.gz, a copy of ../shared/data/genomes/...).
 set -uo pipefail
 OUT=${OUT:-gpu_out}
-mkdir -p "$OUT/r"
-R="$OUT/r"
+R=/tmp/gpu_results/r  # everything comes back as $OUT/results.tar.gz (the device tool returns few files)
+mkdir -p "$R" "$OUT"
 GENOME=${GENOME:-.gpu/GCF_001457455.1_NCTC11397_genomic.fna.gz}
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false TF_CPP_MIN_LOG_LEVEL=2
 export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
@@ -32,7 +32,7 @@ PY=python3
 
 # budget N: N seconds, or less so as to end DEADLINE seconds after the script started (less 60 s)
 budget() { local left=$(( ${DEADLINE:-100000} - SECONDS - 60 )); echo $(( left < $1 ? (left > 30 ? left : 30) : $1 )); }
-pack() { tar -czf "$OUT/results.tar.gz" --exclude=optimizer.safetensors -C "$OUT" r; }
+pack() { tar -czf "$OUT/results.tar.gz" --exclude=checkpoints -C "$(dirname "$R")" r; }
 stamp() { echo "=== $(date -u +%H:%M:%S) $*"; }
 
 setup() {
@@ -70,56 +70,33 @@ check() {
 
 gpu_tests() {
   stamp "pytest -m gpu"
-  timeout "$(budget 300)" $PY -m pytest -m gpu -q -p no:cacheprovider -rfEs --tb=short --timeout 300 tests \
+  timeout "$(budget 300)" $PY -m pytest -m gpu -k "${PYTEST_K:-}" -q -p no:cacheprovider -rfEs --tb=short --timeout 300 tests \
     >"$R/pytest_gpu.log" 2>&1
   grep -E "^(FAILED|ERROR|SKIPPED)|passed|failed|^E  " "$R/pytest_gpu.log" | tail -40
 }
 
-tests_and_lm() {  # the GPU tests and the LM run share the GPU: neither is timed
-  lm >"$R/lm_phase.log" 2>&1 &
-  local pid=$!
-  gpu_tests
-  wait $pid
-  tail -30 "$R/lm_phase.log"
-  pack
-}
-
-kernels() {
-  stamp kernels
-  local tag=${KERNEL_TAG:-all}
-  (cd benchmarks && timeout "$(( $(budget ${KERNEL_TIMEOUT:-420}) + 45 ))" $PY sinkhorn_kernels.py \
-      --lengths ${KERNEL_LENGTHS:-2048 4096 8192 16384 32768 65536} --bands ${KERNEL_BANDS:-1024 256} --reps 5 \
-      --low-precision --tf32x3 --roofline "${ROOFLINE:-h100}" --time-budget "$(budget "${KERNEL_BUDGET:-360}")" \
-      --json "../$R/sinkhorn_kernels_$tag.json") 2>&1 | tee "$R/sinkhorn_kernels_$tag.log" | grep -v "^W=" | grep -v "^NOTE" | tail -45
-  grep "^W=" "$R/sinkhorn_kernels_$tag.log" | tail -60
-  pack
-}
-
-aligner() {
-  stamp aligner
-  (cd benchmarks && timeout "${ALIGNER_TIMEOUT:-300}" $PY aligner_gpu.py --json "../$R/aligner_gpu.json") 2>&1 | tee "$R/aligner_gpu.log" | tail -40
-  pack
-}
-
-lm() {
-  stamp "lm: probe"
+tests_and_lm() {
+  # LM_STEPS: a fixed number of steps (no probe); else as many as LM_MINUTES allow at the probed rate
   local common=(--fasta "$GENOME" --attention goat --device cuda --d-model 256 --n-layers 6 --n-heads 8
-                --seq-len 512 --batch-size 64 --lr 1e-3 --warmup-steps 200 --dropout 0.1 --weight-decay 0.1
-                --model-option input_kmer=4 --model-option goat_init=alibi_sink --no-progress)
-  rm -rf /tmp/lm_probe
-  timeout 120 sinkalign lm train "${common[@]}" --out /tmp/lm_probe --steps 60 --log-every 20 --eval-every 0 \
-    --eval-max-bases 4096 --save-every 0 >"$R/lm_probe.log" 2>&1
-  local rate
-  rate=$($PY -c "import json;r=[json.loads(l) for l in open('/tmp/lm_probe/metrics.jsonl')];print(r[-2]['tokens_per_s'] if len(r)>1 else r[-1]['tokens_per_s'])" 2>/dev/null || echo 100000)
+                --seq-len 512 --batch-size 64 --lr 1e-3 --warmup-steps "${LM_WARMUP:-200}" --dropout 0.1
+                --weight-decay 0.1 --model-option input_kmer=4 --model-option goat_init=alibi_sink --no-progress)
   local minutes=${LM_MINUTES:-5}
-  local steps
-  steps=$($PY -c "print(max(200, int(0.92 * $rate * 60 * $minutes / (64 * 512))))")
-  stamp "lm: train $steps steps (probe $rate tokens/s), limit $minutes min"
+  local steps=${LM_STEPS:-}
+  if [ -z "$steps" ]; then
+    stamp "lm: probe"
+    rm -rf /tmp/lm_probe
+    timeout 120 sinkalign lm train "${common[@]}" --out /tmp/lm_probe --steps 60 --log-every 20 --eval-every 0 \
+      --eval-max-bases 4096 --save-every 0 >"$R/lm_probe.log" 2>&1
+    local rate
+    rate=$($PY -c "import json;r=[json.loads(l) for l in open('/tmp/lm_probe/metrics.jsonl')];print(r[-2]['tokens_per_s'] if len(r)>1 else r[-1]['tokens_per_s'])" 2>/dev/null || echo 100000)
+    steps=$($PY -c "print(max(200, int(0.92 * $rate * 60 * $minutes / (64 * 512))))")
+    stamp "lm: probe $rate tokens/s"
+  fi
+  stamp "lm: train $steps steps, limit $minutes min"
   timeout $(( ${minutes%.*} * 60 + 200 )) sinkalign lm train "${common[@]}" --out "$R/lm_gpu" --steps "$steps" \
-    --log-every 50 --eval-every $(( steps / 5 > 0 ? steps / 5 : 1 )) --eval-max-bases 65536 --save-every 0 \
-    --time-limit "$minutes" 2>&1 | tail -5 | tee "$R/lm_train.log"
+    --log-every 50 --eval-every 0 --save-every 0 --time-limit "$minutes" 2>&1 | tail -5 | tee "$R/lm_train.log"
   stamp "lm: eval"
-  for name in lm_gpu shipped; do
+  for name in ${LM_EVAL_MODELS:-lm_gpu shipped}; do
     local model=()
     [ "$name" = lm_gpu ] && model=(--model "$R/lm_gpu")
     timeout 240 sinkalign lm eval "${model[@]}" --fasta "$GENOME" --device cuda --sections heldout \

@@ -286,7 +286,7 @@ class TestNativeGPU(KernelSuite):
     BLOCKS = BlockSizes(block_q=32, block_k=32)
 
     def test_long_banded_problem(self):
-        self.check_float32(Case("gpu_long", 2, 2, 1000, 900, 64, d=32, dv=32, n_iters=15, pad=True, marginals=True))
+        self.check_float32(Case("gpu_long", 2, 2, 960, 900, 64, d=32, dv=32, n_iters=15, pad=True, marginals=True))
 
     def test_tf32x3_dots_stay_near_float32_and_tf32_dots_cost_accuracy(self):
         """precision='tf32x3' stays within 8x the float32 tolerance; 'tf32' is measurably less

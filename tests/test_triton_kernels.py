@@ -381,7 +381,7 @@ class TestNativeGPU(KernelSuite):
     BLOCK = 32
 
     def test_long_banded_problem(self):
-        case = Case("gpu_long", B=2, H=2, Lq=1000, Lk=900, d=32, dv=32, band=64, n_iters=15, pad=True,
+        case = Case("gpu_long", B=2, H=2, Lq=960, Lk=900, d=32, dv=32, band=64, n_iters=15, pad=True,
                     marginals=True)
         self._check_float32(case)
 
