@@ -75,7 +75,33 @@ gpu_tests() {
   grep -E "^(FAILED|ERROR|SKIPPED)|passed|failed|^E  " "$R/pytest_gpu.log" | tail -40
 }
 
-tests_and_lm() {
+tests_and_lm() {  # the GPU tests and the LM run share the GPU: neither is timed
+  lm >"$R/lm_phase.log" 2>&1 &
+  local pid=$!
+  gpu_tests
+  wait $pid
+  tail -30 "$R/lm_phase.log"
+  pack
+}
+
+kernels() {
+  stamp kernels
+  local tag=${KERNEL_TAG:-all}
+  (cd benchmarks && timeout "$(( $(budget ${KERNEL_TIMEOUT:-420}) + 45 ))" $PY sinkhorn_kernels.py \
+      --lengths ${KERNEL_LENGTHS:-2048 4096 8192 16384 32768 65536} --bands ${KERNEL_BANDS:-1024 256} --reps 5 \
+      --low-precision --tf32x3 --roofline "${ROOFLINE:-h100}" --time-budget "$(budget "${KERNEL_BUDGET:-360}")" \
+      --json "../$R/sinkhorn_kernels_$tag.json") 2>&1 | tee "$R/sinkhorn_kernels_$tag.log" | grep -v "^W=" | grep -v "^NOTE" | tail -45
+  grep "^W=" "$R/sinkhorn_kernels_$tag.log" | tail -60
+  pack
+}
+
+aligner() {
+  stamp aligner
+  (cd benchmarks && timeout "$(budget ${ALIGNER_TIMEOUT:-300})" $PY aligner_gpu.py ${ALIGNER_ARGS:-} --json "../$R/aligner_gpu.json") 2>&1 | tee "$R/aligner_gpu.log" | tail -40
+  pack
+}
+
+lm() {
   # LM_STEPS: a fixed number of steps (no probe); else as many as LM_MINUTES allow at the probed rate
   local common=(--fasta "$GENOME" --attention goat --device cuda --d-model 256 --n-layers 6 --n-heads 8
                 --seq-len 512 --batch-size 64 --lr 1e-3 --warmup-steps "${LM_WARMUP:-200}" --dropout 0.1
