@@ -30,7 +30,7 @@ import numpy as np
 from sinkalign.align import model as M
 from sinkalign.align.calibration import Calibration
 from sinkalign.align.checkpoints import BUCKETS, load_checkpoint
-from sinkalign.align.decode import mea_batch, mea_from_posteriors, plan_posteriors
+from sinkalign.align.decode import mea_batch, plan_posteriors
 from sinkalign.align.engine import NumpyEngine, engine_support
 from sinkalign.alignment import AlignedPair
 from sinkalign.errors import CheckpointError, InputError
@@ -276,13 +276,10 @@ class Aligner:
         if not q or not t:
             raise InputError(f"pair {qid} / {tid}: the {'query' if not q else 'target'} sequence is empty")
 
-    def _decode(self, item, plan: np.ndarray, keep_plan: bool) -> AlignedPair:
-        qid, q, tid, t = item
-        post = plan_posteriors(plan)
-        aln = mea_from_posteriors(post.match, post.query_gap, post.target_gap, gap_weight=self.gap_weight)
+    def _finish(self, item, post, aln, plan) -> AlignedPair:
         if self.calibration is not None:
             aln = self.calibration.apply(aln, post.match)
-        return AlignedPair(qid, q, tid, t, aln, aln.score, plan if keep_plan else None)
+        return AlignedPair(item[0], item[1], item[2], item[3], aln, aln.score, plan)
 
     # ---------------------------------------------------------------- numpy engine
     def _numpy_task(self, items: list, keep_plan: bool) -> list:
@@ -300,11 +297,7 @@ class Aligner:
         posts = [sol.posteriors() for sol in solved]
         del solved
         alns = mea_batch(posts, gap_weight=self.gap_weight)
-        out: list = []
-        for item, plan, post, aln in zip(good, plans, posts, alns):
-            if self.calibration is not None:
-                aln = self.calibration.apply(aln, post.match)
-            out.append(AlignedPair(item[0], item[1], item[2], item[3], aln, aln.score, plan))
+        out = [self._finish(item, post, aln, plan) for item, plan, post, aln in zip(good, plans, posts, alns)]
         return out + ([error] if error is not None else [])
 
     def _numpy_results(self, pairs, keep_plan):
@@ -379,9 +372,22 @@ class Aligner:
             yield from self._jax_decode(*pending, keep_plan)
 
     def _jax_decode(self, chunk, rows, keep_plan):
+        """Decode a solved chunk on the host: tasks of :data:`TASK_PAIRS` pairs, each one stacked
+        MEA (:func:`mea_batch`), on ``workers`` threads (on an accelerator the solve is fast and
+        this is the host's share of the work)."""
         rows = np.asarray(rows, np.float64)
-        for i, item in enumerate(chunk):
-            yield self._decode(item, M.pair_plan(rows[i], len(item[1]), len(item[3])), keep_plan)
+
+        def task(start):
+            idx = range(start, min(start + TASK_PAIRS, len(chunk)))
+            plans = [M.pair_plan(rows[i], len(chunk[i][1]), len(chunk[i][3])) for i in idx]
+            posts = [plan_posteriors(plan) for plan in plans]
+            alns = mea_batch(posts, gap_weight=self.gap_weight)
+            return [self._finish(chunk[i], post, aln, plan if keep_plan else None)
+                    for i, plan, post, aln in zip(idx, plans, posts, alns)]
+
+        with _BLAS_ONE_THREAD:
+            for results in _ordered_map(task, range(0, len(chunk), TASK_PAIRS), self.workers):
+                yield from results
 
 
 class _SingleThreadedBlas:
