@@ -90,14 +90,14 @@ kernels() {
   (cd benchmarks && timeout "$(( $(budget ${KERNEL_TIMEOUT:-420}) + 45 ))" $PY sinkhorn_kernels.py \
       --lengths ${KERNEL_LENGTHS:-2048 4096 8192 16384 32768 65536} --bands ${KERNEL_BANDS:-1024 256} --reps 5 \
       --low-precision --tf32x3 --roofline "${ROOFLINE:-h100}" --time-budget "$(budget "${KERNEL_BUDGET:-360}")" \
-      --json "../$R/sinkhorn_kernels_$tag.json") 2>&1 | tee "$R/sinkhorn_kernels_$tag.log" | grep -v "^W=" | grep -v "^NOTE" | tail -45
+      --json "$R/sinkhorn_kernels_$tag.json") 2>&1 | tee "$R/sinkhorn_kernels_$tag.log" | grep -v "^W=" | grep -v "^NOTE" | tail -45
   grep "^W=" "$R/sinkhorn_kernels_$tag.log" | tail -60
   pack
 }
 
 aligner() {
   stamp aligner
-  (cd benchmarks && timeout "$(budget ${ALIGNER_TIMEOUT:-300})" $PY aligner_gpu.py ${ALIGNER_ARGS:-} --json "../$R/aligner_gpu.json") 2>&1 | tee "$R/aligner_gpu.log" | tail -40
+  (cd benchmarks && timeout "$(budget ${ALIGNER_TIMEOUT:-300})" $PY aligner_gpu.py ${ALIGNER_ARGS:-} --json "$R/aligner_gpu.json") 2>&1 | tee "$R/aligner_gpu.log" | tail -40
   pack
 }
 
