@@ -89,3 +89,25 @@ def test_per_batch_masks_and_marginals_apply_to_every_head():
             ref, _ = reference_forward(q[bi, hi], k[bi, hi], v[bi, hi], np.ones(lq, bool), km[bi],
                                        eps=1.0, T=4, R=2, band=None, log_a=la[bi], log_b=lb[bi])
             np.testing.assert_allclose(out[bi, hi], ref, atol=1e-12)
+
+
+def test_solve_result_gives_output_plan_and_diagnostics_of_one_solve():
+    """The plan read from a SinkhornResult is transport_plan's, its rows give the marginal
+    error, and the output is that plan times V: one solve, read three ways."""
+    rng = np.random.default_rng(7)
+    q, k, v = rng.normal(size=(2, 37, 6)), rng.normal(size=(2, 29, 6)), rng.normal(size=(2, 29, 3))
+    qm = np.ones((2, 37), bool)
+    qm[1, -5:] = False
+    km = np.ones((2, 29), bool)
+    km[0, 3] = False
+    la = rng.uniform(-0.5, 0.5, (2, 37))
+    kw = dict(q_mask=qm, k_mask=km, log_a=la, eps=0.8, n_iters=6, band=9, block=16)
+    res = sinkhorn_solve(q, k, v, **kw)
+    plan = np.asarray(res.plan())
+    np.testing.assert_allclose(plan, np.asarray(transport_plan(q, k, **kw)), atol=1e-13)
+    np.testing.assert_allclose(np.asarray(res.output), plan @ v, atol=1e-12)
+    rows = np.asarray(res.row_sums())
+    np.testing.assert_allclose(rows, plan.sum(-1), atol=1e-12)
+    want = np.where(qm, np.abs(rows - np.exp(la)), 0.0).max(-1)
+    np.testing.assert_allclose(np.asarray(res.row_marginal_error), want, atol=1e-12)
+    assert np.all(plan[1, -5:] == 0) and np.all(plan[0, :, 3] == 0)

@@ -453,7 +453,7 @@ def prepare(q, k, v, q_mask=None, k_mask=None, log_a=None, log_b=None, *, band=N
 
 
 class SinkhornResult(NamedTuple):
-    """What one solve produced.
+    """What one solve produced; everything is read from it without solving again.
 
     Attributes:
         output: O = P^(R,R) V, [..., Lq, dv].
@@ -461,6 +461,9 @@ class SinkhornResult(NamedTuple):
         u_base, v_base: the stopped, centered base duals u^(0), v^(0).
         row_marginal_error: max over active rows of |sum_j P_ij - a_i| (the column
             marginals are exact after the final column half-step).
+        support: the :class:`~sinkalign.sinkhorn.support.Support` the problem was solved on.
+        plan_blocks: P^(R,R) on the support, in its blockwise layout (O(L W) memory); the
+            dense matrix is :meth:`plan`.
     """
 
     output: jnp.ndarray
@@ -469,6 +472,17 @@ class SinkhornResult(NamedTuple):
     u_base: jnp.ndarray
     v_base: jnp.ndarray
     row_marginal_error: jnp.ndarray
+    support: Support
+    plan_blocks: tuple
+
+    def plan(self) -> jnp.ndarray:
+        """The final plan P^(R,R) as a dense [..., Lq, Lk] array (zeros off the support): the
+        same matrix as :func:`transport_plan`, from this solve. O(Lq Lk) memory."""
+        return self.support.densify(list(self.plan_blocks))
+
+    def row_sums(self) -> jnp.ndarray:
+        """sum_j P_ij [..., Lq] (the row marginals the plan reaches), O(L W)."""
+        return self.support.row_sum(list(self.plan_blocks))
 
 
 def _config(config, overrides) -> SinkhornConfig:
@@ -495,7 +509,9 @@ def sinkhorn_attention(q, k, v, *, q_mask=None, k_mask=None, log_a=None, log_b=N
 
 
 def sinkhorn_solve(q, k, v, *, q_mask=None, k_mask=None, log_a=None, log_b=None, config=None, **overrides):
-    """Like :func:`sinkhorn_attention` but returns a :class:`SinkhornResult` (no gradient)."""
+    """Like :func:`sinkhorn_attention` but returns a :class:`SinkhornResult` (no gradient): the
+    output, the duals, the plan (:meth:`SinkhornResult.plan`) and the marginal diagnostics of
+    one solve."""
     cfg = _config(config, overrides)
     q, k, v, qv, kv, la, lb = prepare(q, k, v, q_mask, k_mask, log_a, log_b, band=cfg.band)
     support = Support.single(q.shape[-2], k.shape[-2], cfg.band, cfg.block)
@@ -508,7 +524,7 @@ def _solve_on(support, cfg, q, k, v, qv, kv, la, lb) -> SinkhornResult:
     prob = _problem(support, qv, kv, la, lb, q.dtype)
     plan = _plan(support, S, prob.masks, us[-1], vs[-1])
     row_err = jnp.where(prob.row_active, jnp.abs(support.row_sum(plan) - jnp.exp(prob.log_a)), 0.0).max(-1)
-    return SinkhornResult(out, us[-1], vs[-1], us[0], vs[0], row_err)
+    return SinkhornResult(out, us[-1], vs[-1], us[0], vs[0], row_err, support, tuple(plan))
 
 
 def transport_plan(q, k, *, q_mask=None, k_mask=None, log_a=None, log_b=None, config=None, **overrides):
