@@ -743,14 +743,21 @@ def test_dustbin_reference_paper_equals_dense_banded_unit():
 def test_dustbin_defaults_match_dustbin_config():
     import inspect
 
-    from sinkalign.sinkhorn import DustbinConfig
+    from sinkalign.kernels.triton.op import _UNSET, _from_config
+    from sinkalign.sinkhorn import DustbinConfig, SinkhornConfig
 
     default = DustbinConfig()
-    for fn in (sinkhorn_dustbin_attention_triton, sinkhorn_dustbin_attention_ref):
-        params = inspect.signature(fn).parameters
-        for name in ("variant", "mass", "filler"):
-            assert params[name].default == getattr(default, name), (fn.__name__, name)
-        assert params["eps"].default == 1.0 and params["n_iters"].default == 15 and params["band"].default is None
+    params = inspect.signature(sinkhorn_dustbin_attention_ref).parameters
+    for name in ("variant", "mass", "filler"):
+        assert params[name].default == getattr(default, name), name
+    assert params["eps"].default == 1.0 and params["n_iters"].default == 15 and params["band"].default is None
+    # the Triton operator takes its defaults from the config classes themselves
+    params = inspect.signature(sinkhorn_dustbin_attention_triton).parameters
+    assert all(params[n].default is _UNSET for n in ("variant", "mass", "filler", "eps", "n_iters", "band"))
+    assert _from_config(None, DustbinConfig, dict.fromkeys(("variant", "mass", "filler"), _UNSET)) == {
+        "variant": "banded", "mass": "length", "filler": 128}
+    assert _from_config(None, SinkhornConfig, dict.fromkeys(("eps", "n_iters", "band"), _UNSET)) == {
+        "eps": 1.0, "n_iters": 15, "band": None}
 
 
 def _small_dustbin():
@@ -841,3 +848,32 @@ def test_dustbin_reference_accepts_rows_without_band_partners():
     c = out[:, :, 5, :1] / vd[0].double()
     assert bool((c > 0).all()) and torch.isfinite(out).all()
     assert _max_err(out[:, :, 5], c * vd.double()) <= 1e-12
+
+
+def test_triton_takes_the_operators_config_objects():
+    """sinkhorn_attention_triton / sinkhorn_dustbin_attention_triton take the SinkhornConfig and
+    DustbinConfig the JAX and Pallas operators take; defaults are theirs; a setting passed both
+    ways, another config type, or a backward mode the kernels lack are errors."""
+    from sinkalign.sinkhorn import DustbinConfig, SinkhornConfig
+
+    q, k, v = _small()
+    cfg = SinkhornConfig(eps=0.7, n_iters=3, band=2)
+    with pytest.raises(ValueError, match="band given both in the SinkhornConfig and as keywords"):
+        sinkhorn_attention_triton(q, k, v, config=cfg, band=3)
+    with pytest.raises(ValueError, match="config must be a SinkhornConfig, got dict"):
+        sinkhorn_attention_triton(q, k, v, config={"eps": 1.0})
+    with pytest.raises(ValueError, match="backward='staircase': the Triton operator implements the R = 2"):
+        sinkhorn_attention_triton(q, k, v, config=SinkhornConfig(backward="staircase"))
+    qd = torch.zeros(q.shape[-1])
+    with pytest.raises(ValueError, match="mass given both in the DustbinConfig and as keywords"):
+        sinkhorn_dustbin_attention_triton(q, k, v, qd, qd, dustbin=DustbinConfig(), mass="unit")
+    if MODE is not True:
+        return
+    a = sinkhorn_attention_triton(q, k, v, config=cfg)
+    b = sinkhorn_attention_triton(q, k, v, eps=0.7, n_iters=3, band=2)
+    assert torch.equal(a, b)
+    assert torch.equal(sinkhorn_attention_triton(q, k, v), sinkhorn_attention_triton(q, k, v, config=SinkhornConfig()))
+    db = DustbinConfig(variant="banded", mass="unit")
+    c = sinkhorn_dustbin_attention_triton(q, k, v, qd, qd, config=cfg, dustbin=db)
+    d = sinkhorn_dustbin_attention_triton(q, k, v, qd, qd, eps=0.7, n_iters=3, band=2, variant="banded", mass="unit")
+    assert torch.equal(c, d)

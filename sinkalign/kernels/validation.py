@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sinkalign.sinkhorn.config import DustbinConfig
+from sinkalign.sinkhorn.config import DustbinConfig, SinkhornConfig
 
 __all__ = ["KERNEL_CASES", "KernelCase", "check_backend", "dense_forward", "kernels", "long_forward"]
 
@@ -95,8 +95,6 @@ def _inputs(case: KernelCase, seed: int = 0) -> dict:
 
 
 def _cfg(case: KernelCase, **kw):
-    from sinkalign.sinkhorn.config import SinkhornConfig
-
     return SinkhornConfig(eps=case.eps, n_iters=case.n_iters, tail=2, band=case.band, **kw)
 
 
@@ -148,19 +146,17 @@ def _triton_grads(case: KernelCase, inp: dict, *, interpret: bool, block: int | 
     device = "cpu" if interpret else "cuda"
     names = ("q", "k", "v") + (("qd", "kd", "vd") if case.dustbin else ())
     leaves = [torch.tensor(inp["x"][n], device=device, requires_grad=True) for n in names]
+    config = _cfg(case)  # the configuration the JAX operators of this check take
     common = dict(q_mask=torch.tensor(inp["qm"], device=device), k_mask=torch.tensor(inp["km"], device=device),
-                  eps=case.eps, n_iters=case.n_iters, band=case.band, interpret=interpret, block_m=block,
-                  block_n=block)
+                  config=config, interpret=interpret, block_m=block, block_n=block)
     if case.dustbin is None:
         kw = {}
         for name, key in (("log_a", "la"), ("log_b", "lb")):
             if inp[key] is not None:
                 kw[name] = torch.tensor(inp[key], device=device)
-        out = sinkhorn_attention_triton(*leaves, tail=2, **common, **kw)
+        out = sinkhorn_attention_triton(*leaves, **common, **kw)
     else:
-        db = case.dustbin
-        out = sinkhorn_dustbin_attention_triton(*leaves, variant=db.variant, mass=db.mass, filler=db.filler,
-                                                **common)
+        out = sinkhorn_dustbin_attention_triton(*leaves, dustbin=case.dustbin, **common)
     grads = torch.autograd.grad(out, leaves, torch.tensor(inp["g"], device=device))
     res = {"O": out, **{f"d{n}": g for n, g in zip(names, grads)}}
     return {n: t.detach().to("cpu", torch.float64).numpy() for n, t in res.items()}
@@ -342,7 +338,6 @@ def long_forward(lengths=(512, 2048, 8192, 16384), *, band: int | None = 256, d:
 
     from sinkalign.kernels import pallas
     from sinkalign.sinkhorn import core
-    from sinkalign.sinkhorn.config import SinkhornConfig
     from sinkalign.sinkhorn.support import Support
 
     if dense_dtype not in ("float32", "float64"):

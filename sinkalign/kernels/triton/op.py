@@ -55,6 +55,7 @@ import numbers
 import torch
 
 from sinkalign.kernels.triton.ref import prepare_dustbin, prepare_inputs
+from sinkalign.sinkhorn.config import DustbinConfig, SinkhornConfig
 
 __all__ = ["sinkhorn_attention_triton", "sinkhorn_dustbin_attention_triton"]
 
@@ -328,6 +329,31 @@ class _SinkhornTail2(torch.autograd.Function):
 
 F32_DOTS = ("ieee", "tf32x3", "tf32")
 
+_UNSET = object()  # a keyword not passed: its value comes from the config (or the config's default)
+
+
+def _from_config(config, cls, given: dict) -> dict:
+    """The operator settings: from ``config`` (a ``cls``: SinkhornConfig / DustbinConfig, the
+    configuration the JAX and Pallas operators take too) or from keywords, whose defaults are
+    ``cls()``'s; passing a setting both ways is an error."""
+    if config is None:
+        defaults = cls()
+        return {name: getattr(defaults, name) if value is _UNSET else value for name, value in given.items()}
+    if not isinstance(config, cls):
+        raise ValueError(f"config must be a {cls.__name__}, got {type(config).__name__}")
+    twice = [name for name, value in given.items() if value is not _UNSET]
+    if twice:
+        raise ValueError(f"{', '.join(twice)} given both in the {cls.__name__} and as keywords; pass one")
+    return {name: getattr(config, name) for name in given}
+
+
+def _solver(config, eps, n_iters, tail, band) -> dict:
+    out = _from_config(config, SinkhornConfig, {"eps": eps, "n_iters": n_iters, "tail": tail, "band": band})
+    if config is not None and config.backward != "one_reference":
+        raise ValueError(f"backward={config.backward!r}: the Triton operator implements the R = 2 one-reference "
+                         "backward only; use the JAX reference for other modes")
+    return out
+
 
 def _kernel_setup(q, v, interpret, block_m, block_n, ref_name, precision="ieee"):
     """Kernel dtype, Triton mode, device and tile checks; returns (interpret, block_m, block_n)."""
@@ -360,8 +386,8 @@ def _kernel_setup(q, v, interpret, block_m, block_n, ref_name, precision="ieee")
     return interpret, _block("block_m", block_m, default_block), _block("block_n", block_n, default_block)
 
 
-def sinkhorn_attention_triton(q, k, v, *, q_mask=None, k_mask=None, log_a=None, log_b=None, eps=1.0, n_iters=15,
-                              tail=2, band=None, interpret=None, block_m=None, block_n=None,
+def sinkhorn_attention_triton(q, k, v, *, q_mask=None, k_mask=None, log_a=None, log_b=None, config=None, eps=_UNSET,
+                              n_iters=_UNSET, tail=_UNSET, band=_UNSET, interpret=None, block_m=None, block_n=None,
                               precision="ieee") -> torch.Tensor:
     """Banded, masked, log-domain balanced Sinkhorn attention with an R = 2 tail (Triton).
 
@@ -370,6 +396,9 @@ def sinkhorn_attention_triton(q, k, v, *, q_mask=None, k_mask=None, log_a=None, 
             dtype among float32, bfloat16, float16 (use the reference for float64).
         q_mask: [B, Lq] bool, True = real token (default all True); k_mask: [B, Lk] likewise.
         log_a: [B, Lq] / log_b: [B, Lk] log marginals (default 0 = unit mass per token).
+        config: a :class:`~sinkalign.sinkhorn.SinkhornConfig`, as the JAX and Pallas operators
+            take it (its eps, n_iters, tail, band; backward must be ``one_reference``); or the
+            four as keywords below, defaulting to ``SinkhornConfig()``'s. Not both.
         eps: entropic temperature > 0; scores are ``<q_i, k_j> / (sqrt(d) eps)``.
         n_iters: base Sinkhorn steps T >= 0 (stopped, centered).
         tail: differentiable tail steps R; only 2 is implemented here.
@@ -391,6 +420,7 @@ def sinkhorn_attention_triton(q, k, v, *, q_mask=None, k_mask=None, log_a=None, 
             n_iters, tail != 2, non-finite inputs, or a valid query row / key column with no
             active entry (message names the batch index and position).
     """
+    eps, n_iters, tail, band = _solver(config, eps, n_iters, tail, band).values()
     if tail != 2 or isinstance(tail, bool):
         raise ValueError(f"tail={tail!r}: the Triton operator implements the R = 2 one-reference backward only; "
                          "use sinkhorn_attention_ref for other tail depths")
@@ -409,8 +439,9 @@ def sinkhorn_attention_triton(q, k, v, *, q_mask=None, k_mask=None, log_a=None, 
 
 
 def sinkhorn_dustbin_attention_triton(q, k, v, q_dustbin, k_dustbin, v_dustbin=None, *, q_mask=None, k_mask=None,
-                                      eps=1.0, n_iters=15, band=None, variant="banded", mass="length", filler=128,
-                                      interpret=None, block_m=None, block_n=None, precision="ieee") -> torch.Tensor:
+                                      config=None, dustbin=None, eps=_UNSET, n_iters=_UNSET, band=_UNSET,
+                                      variant=_UNSET, mass=_UNSET, filler=_UNSET, interpret=None, block_m=None,
+                                      block_n=None, precision="ieee") -> torch.Tensor:
     """Sinkhorn attention with learned dustbins (Triton, R = 2): O [B, H, Lq, dv] of the real queries.
 
     The operator of ``sinkalign.sinkhorn.dustbin.dustbin_attention`` (``backward`` R = 2
@@ -425,8 +456,12 @@ def sinkhorn_dustbin_attention_triton(q, k, v, q_dustbin, k_dustbin, v_dustbin=N
             the key-side dustbin (a column that absorbs unmatched queries) and its value; cast
             to q's dtype.
         q_mask [B, Lq], k_mask [B, Lk]: bool, True = real token (default all True).
-        eps, n_iters, band: as :func:`sinkhorn_attention_triton` (band = half-width W on the
-            real tokens; a valid token with no partner in its band is allowed).
+        config: a :class:`~sinkalign.sinkhorn.SinkhornConfig` (eps, n_iters, band; tail 2) or
+            eps, n_iters, band as keywords, as :func:`sinkhorn_attention_triton` (band =
+            half-width W on the real tokens; a valid token with no partner in its band is allowed).
+        dustbin: a :class:`~sinkalign.sinkhorn.DustbinConfig` (variant, mass, filler), as
+            ``sinkalign.sinkhorn.dustbin`` takes it; or those three as keywords (defaults
+            ``DustbinConfig()``'s). Not both.
         variant: ``banded`` (O(L W): the band runs in the kernels; the always-active dustbin
             column and row, with the corner, are computed in plain torch, O(L d), and merged
             between the sweeps) or ``paper`` (tensors augmented to L + ``filler`` with one active
@@ -445,6 +480,13 @@ def sinkhorn_dustbin_attention_triton(q, k, v, q_dustbin, k_dustbin, v_dustbin=N
         ValueError: before any kernel launch, on bad options (variant, mass, filler), shapes,
             dtypes, devices, eps, band, n_iters or non-finite inputs.
     """
+    solver = _solver(config, eps, n_iters, _UNSET, band)
+    if solver["tail"] != 2:
+        raise ValueError(f"tail={solver['tail']!r}: the Triton operator implements the R = 2 one-reference "
+                         "backward only; use sinkhorn_dustbin_attention_ref for other tail depths")
+    eps, n_iters, band = solver["eps"], solver["n_iters"], solver["band"]
+    variant, mass, filler = _from_config(dustbin, DustbinConfig, {"variant": variant, "mass": mass,
+                                                                  "filler": filler}).values()
     prob = prepare_dustbin(q, k, v, q_dustbin, k_dustbin, v_dustbin, q_mask=q_mask, k_mask=k_mask, eps=eps,
                            n_iters=n_iters, tail=2, band=band, variant=variant, mass=mass, filler=filler)
     interpret, block_m, block_n = _kernel_setup(q, v, interpret, block_m, block_n, "sinkhorn_dustbin_attention_ref",
