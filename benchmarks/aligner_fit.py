@@ -64,7 +64,7 @@ def nw(pairs, scoring) -> float:
 
 
 def init_aligner(alphabet: str, **settings) -> Aligner:
-    cfg = M.AlignerConfig(alphabet=alphabet, embedder={"name": "none"}, feature_dim=0, **settings)
+    cfg = M.AlignerConfig.create(alphabet=alphabet, embedder={"name": "none"}, feature_dim=0, **settings)
     return Aligner(M.init_params(cfg), cfg)
 
 

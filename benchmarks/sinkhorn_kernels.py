@@ -3,7 +3,7 @@
 Methods, all on the same scores S = Q K^T / sqrt(d) (eps = 1), band |i - j| <= W, unit
 masses, T = 15 base steps, R = 2 tail steps, gradient of <O, G> w.r.t. Q, K, V:
 
-* ``blockwise``      the JAX reference operator (``impl="reference"``), banded block layout,
+* ``blockwise``      the JAX reference operator (``backend="reference"``), banded block layout,
                      one-reference R = 2 backward: O(L W) time and memory.
 * ``direct``         the same layout with the paper's ``direct`` backward (four plans formed).
 * ``dense_autodiff`` plain dense JAX (all L x L scores, band as a mask) differentiated by
@@ -137,7 +137,7 @@ def ott_loss(L, W, T, R):
 def pallas_loss(L, W, T, R, precision="ieee"):
     from sinkalign.kernels import pallas
 
-    cfg = SinkhornConfig(n_iters=T, tail=R, band=W, impl="pallas")
+    cfg = SinkhornConfig(n_iters=T, tail=R, band=W, backend="pallas")
     support = Support.single(L, L, W, cfg.block)
     qv, kv = jnp.ones((1, L), bool), jnp.ones((1, L), bool)
     la, lb = jnp.zeros((1, L), jnp.float32), jnp.zeros((1, L), jnp.float32)

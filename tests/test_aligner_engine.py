@@ -54,7 +54,7 @@ SHAPES = [(1, 1), (1, 40), (40, 1), (5, 130), (130, 5), (97, 257), (300, 290)]
 ])
 @pytest.mark.parametrize("dustbins", [False, True])
 def test_engine_plans_are_the_reference_plans_to_float64_precision(alphabet, settings, dustbins):
-    config = M.AlignerConfig(alphabet=alphabet, embedder={"name": "none"}, feature_dim=0, dustbin="banded",
+    config = M.AlignerConfig.create(alphabet=alphabet, embedder={"name": "none"}, feature_dim=0, dustbin="banded",
                              **settings)
     rng = np.random.default_rng(len(settings) + dustbins)
     params = _separable_params(config, rng, dustbins=dustbins)
@@ -91,7 +91,7 @@ def test_engine_scores_match_the_models_q_k_scores():
         batch = M.make_batch([(query, target, None, None, None)], config, len(query), len(target))
         q, k = M.queries_keys(params, batch, config)
         q, k = np.asarray(q)[0], np.asarray(k)[0]
-        scale = 1.0 / (np.sqrt(q.shape[-1]) * config.eps)
+        scale = 1.0 / (np.sqrt(q.shape[-1]) * config.sinkhorn.eps)
         m, n = len(query), len(target)
         ref = np.empty((m + 1, n + 1))
         ref[:m, :n] = q @ k.T * scale

@@ -22,7 +22,7 @@ def test_config_errors():
     with pytest.raises(ValueError, match="unknown preset 'k3'"):
         M.preset("k3")
     with pytest.raises(ValueError, match=r"supports tail \(R\) in \(2,\)"):
-        M.AlignerConfig(tail=4)
+        M.AlignerConfig.create(tail=4)
     with pytest.raises(ValueError, match="unknown AlignerConfig keys"):
         M.AlignerConfig.from_dict({"wat": 1})
 
@@ -31,7 +31,7 @@ def test_presets_round_trip():
     for name in M.PRESETS:
         cfg = M.preset(name)
         assert M.AlignerConfig.from_dict(cfg.to_dict()) == cfg
-    assert M.preset("k4_eps1").tail == 4 and M.preset("muot_dustbin_mono").dustbin == "paper"
+    assert M.preset("k4_eps1").sinkhorn.tail == 4 and M.preset("muot_dustbin_mono").dustbin_variant == "paper"
 
 
 def test_initial_scores_are_the_blosum_diagonal_sum():
@@ -91,9 +91,9 @@ def test_plan_rows_and_losses_are_finite(name):
     rows, transported = M.forward(params, batch, cfg)
     rows = np.asarray(rows)
     valid = batch.ma
-    if cfg.dustbin == "banded":
+    if cfg.dustbin_variant == "banded":
         np.testing.assert_allclose(rows.sum(-1)[valid], 1.0, atol=1e-4)  # unit row mass incl. dustbin
-    elif cfg.dustbin == "none":  # balanced: the column marginals are exact after the last half-step
+    elif cfg.dustbin is None:  # balanced: the column marginals are exact after the last half-step
         cols = np.einsum("bij->bj", rows[..., :-1])
         np.testing.assert_allclose(cols[batch.mb], 1.0, atol=1e-4)
     else:  # paper: the query-side dustbin row takes part of every key's unit mass
@@ -129,3 +129,44 @@ def _step(p, s, batch, cfg, opt):
     g = jax.grad(lambda p: M.loss_fn(p, batch, cfg)[0])(p)
     u, s = opt.update(g, s, p)
     return optax.apply_updates(p, u), s
+
+
+def test_aligner_config_holds_the_operators_configs_and_reads_the_flat_form():
+    """The solver and dustbin settings live in one SinkhornConfig and one DustbinConfig (no
+    re-declared fields); flat names work in create/replace/from_dict; JSON round-trips; the
+    shipped models' state.json, written in the flat form, load to the same configs."""
+    import json
+    from pathlib import Path
+
+    from sinkalign.sinkhorn import DustbinConfig, SinkhornConfig
+
+    fields = set(M.AlignerConfig.__dataclass_fields__)
+    assert {"sinkhorn", "dustbin"} <= fields and not fields & {"eps", "n_iters", "tail", "band", "backend", "dustbin_mass"}
+    cfg = M.AlignerConfig.create(eps=6.0, band=40, dustbin="banded", dustbin_mass="unit", window=4)
+    assert cfg.sinkhorn == SinkhornConfig(eps=6.0, band=40) and cfg.dustbin == DustbinConfig(mass="unit")
+    assert cfg.replace(dustbin="none").dustbin is None and cfg.replace(dustbin=None).dustbin_variant == "none"
+    assert cfg.replace(dustbin="paper").dustbin == DustbinConfig(variant="paper", mass="unit")
+    assert cfg.replace(sinkhorn=SinkhornConfig(n_iters=3)).sinkhorn.eps == 1.0
+    assert cfg.replace(n_iters=3).sinkhorn == SinkhornConfig(eps=6.0, band=40, n_iters=3)
+    nested = cfg.to_dict()
+    assert nested["sinkhorn"]["eps"] == 6.0 and nested["dustbin"]["mass"] == "unit" and "eps" not in nested
+    assert M.AlignerConfig.from_dict(json.loads(json.dumps(nested))) == cfg
+    flat = {k: v for k, v in nested.items() if k not in ("sinkhorn", "dustbin")}
+    flat.update(eps=6.0, band=40, n_iters=15, tail=2, backward="one_reference", impl="reference",
+                dustbin="banded", dustbin_mass="unit")
+    assert M.AlignerConfig.from_dict(flat) == cfg
+    with pytest.raises(ValueError, match="dustbin='sideways' is not one of"):
+        cfg.replace(dustbin="sideways")
+    with pytest.raises(ValueError, match=r"unknown AlignerConfig settings \['epsilon'\]"):
+        cfg.replace(epsilon=1.0)
+    with pytest.raises(ValueError, match="sinkhorn must be a SinkhornConfig"):
+        M.AlignerConfig(sinkhorn={"eps": 1.0})
+    data = Path(M.__file__).resolve().parents[1] / "data"
+    for name, eps in (("aligner_default", 6.0), ("aligner_learned", 6.0), ("aligner_dna", None)):
+        state = json.loads((data / name / "state.json").read_text())
+        assert "eps" in state["model"] or "sinkhorn" in state["model"]
+        loaded = M.AlignerConfig.from_dict(state["model"])
+        assert loaded.dustbin == DustbinConfig(variant="banded", mass="length")
+        if eps is not None:
+            assert loaded.sinkhorn.eps == eps
+        assert M.AlignerConfig.from_dict(loaded.to_dict()) == loaded

@@ -106,7 +106,7 @@ def test_train_cli_errors(shards, tmp_path):
     assert r.exit_code == 2 and "unknown preset 'nope'" in r.output
     r = CliRunner().invoke(cli, ["train", "--pfam-shards", str(shards), "--embedder", "none", "--model-option",
                                  "temperature=2", "--out", str(tmp_path)])
-    assert r.exit_code == 2 and "unknown AlignerConfig fields ['temperature']" in r.output
+    assert r.exit_code == 2 and "unknown AlignerConfig settings ['temperature']" in r.output
     r = CliRunner().invoke(cli, ["train", "--pfam-shards", str(shards), "--embedder", "none", "--model-option",
                                  "feature_dim=3", "--out", str(tmp_path)])
     assert r.exit_code == 2 and "feature_dim follows the shards' embeddings" in r.output
@@ -122,7 +122,7 @@ def test_train_cli_model_options_reach_the_saved_config(shards, tmp_path):
                                  "--out", str(tmp_path), "--no-progress"])
     assert r.exit_code == 0, r.output
     params, state, _ = load_checkpoint(tmp_path)
-    assert state["model"]["eps"] == 6 and state["model"]["window"] == 3
+    assert state["model"]["sinkhorn"]["eps"] == 6 and state["model"]["window"] == 3
     assert params["sub"].shape[0] == 7  # 2 * window + 1 diagonal offsets
 
 

@@ -26,7 +26,7 @@ def test_pallas_registers_on_import_and_only_then():
     )
     lines = out.splitlines()
     assert lines[0] == "False"  # importing the operator imports no kernel package
-    assert lines[1] == ("impl='pallas' has no registered backend (import sinkalign.kernels.pallas to "
+    assert lines[1] == ("backend='pallas' has no registered backend (import sinkalign.kernels.pallas to "
                         "register it); registered: ('reference',)")
     assert lines[2] == "True ('reference', 'pallas')"
 
@@ -35,7 +35,7 @@ def test_aligner_config_with_pallas_registers_it():
     out = _run(
         "from sinkalign.align.model import AlignerConfig\n"
         "from sinkalign.sinkhorn.backends import registered\n"
-        "AlignerConfig(impl='pallas')\n"
+        "AlignerConfig.create(backend='pallas')\n"
         "print(registered())\n"
     )
     assert out.strip() == "('reference', 'pallas')"
@@ -46,5 +46,5 @@ def test_registry_rejects_bad_registrations():
         backends.register_tail_operator("reference", lambda *a: None)
     with pytest.raises(TypeError, match="is not callable"):
         backends.register_tail_operator("mine", 3)
-    with pytest.raises(ValueError, match=r"impl='nonesuch' has no registered backend; registered:"):
+    with pytest.raises(ValueError, match=r"backend='nonesuch' has no registered backend; registered:"):
         backends.tail_operator_for("nonesuch")

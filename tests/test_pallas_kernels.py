@@ -1,6 +1,6 @@
 """Pallas Sinkhorn tail-refinement kernels against the JAX reference operator.
 
-``KernelSuite`` compares ``impl="pallas"`` with the float64 reference differentiated by
+``KernelSuite`` compares ``backend="pallas"`` with the float64 reference differentiated by
 ``backward="autodiff"`` (the ground truth): the output O and dQ, dK, dV of ``<O, G>`` (and
 the dustbin tokens' gradients), over shapes that include Lq != Lk, length 1, lengths that
 are not block multiples, padding, band and dense, B*H > 1 and both dustbin variants.
@@ -81,7 +81,7 @@ def _value_and_grads(fn, x: dict, g, dtype):
 
 def _operator(case: Case, qm, km, la, lb, impl, **kw):
     cfg = SinkhornConfig(eps=case.eps, n_iters=case.n_iters, band=case.band,
-                         backward="autodiff" if impl == "reference" else "one_reference", impl=impl)
+                         backward="autodiff" if impl == "reference" else "one_reference", backend=impl)
 
     def fn(xs):
         q, k, v, qv, kv, la_, lb_ = core.prepare(xs["q"], xs["k"], xs["v"], qm, km, la, lb, band=case.band)
@@ -156,7 +156,7 @@ class KernelSuite:
 
     @pytest.mark.parametrize("variant", ["banded", pytest.param("paper", marks=pytest.mark.slow)])
     def test_dustbin_attention_token_gradients(self, variant):
-        """Both dustbin variants through ``dustbin_attention(config=SinkhornConfig(impl="pallas"))``
+        """Both dustbin variants through ``dustbin_attention(config=SinkhornConfig(backend="pallas"))``
         (default tiles), gradients w.r.t. real and dustbin tokens. The banded variant adds an
         always-active dustbin row and column: thin jnp pieces beside the kernel band."""
         self._check_dustbin(variant, blocks=None)
@@ -183,7 +183,7 @@ class KernelSuite:
         km[1, -3:] = False
 
         def op(impl):
-            cfg = SinkhornConfig(n_iters=3, band=band, impl=impl,
+            cfg = SinkhornConfig(n_iters=3, band=band, backend=impl,
                                  backward="autodiff" if impl == "reference" else "one_reference")
             if impl == "reference" or (blocks is None and self.INTERPRET):
                 return lambda xs: dustbin_attention(xs["q"], xs["k"], xs["v"], xs["qd"], xs["kd"], xs["vd"],
@@ -233,19 +233,19 @@ class TestInterpreted(KernelSuite):
         (q, k, v, qv, kv, la_, lb_), support, cfg = _forward_ref(case, x, qm, km, la, lb)
         _, (us, vs) = core._forward(q, k, v, qv, kv, la_, lb_, support, cfg)
         args32 = [t.astype(jnp.float32) if t.dtype == jnp.float64 else t for t in (q, k, v, qv, kv, la_, lb_)]
-        duals = pallas.tail_duals(*args32, support, cfg.replace(impl="pallas"), block_sizes=self.BLOCKS)
+        duals = pallas.tail_duals(*args32, support, cfg.replace(backend="pallas"), block_sizes=self.BLOCKS)
         want = {"v0": vs[0], "u1": us[1], "v1": vs[1], "u2": us[2], "v2": vs[2]}
         for name, ref in want.items():
             assert _max_err(np.asarray(duals[name]), np.asarray(ref)) <= 1e-5, name
 
     def test_public_api_dispatch(self):
-        """impl='pallas' through sinkhorn_attention (default tiles, [B, L, d] inputs)."""
+        """backend='pallas' through sinkhorn_attention (default tiles, [B, L, d] inputs)."""
         rng = np.random.default_rng(7)
         q, k, v = (jnp.asarray(rng.normal(size=(2, 30, 8)), jnp.float32) for _ in range(3))
         qm = np.ones((2, 30), bool)
         qm[1, -4:] = False
         ref = sinkhorn_attention(q, k, v, q_mask=qm, band=5, n_iters=4)
-        got = sinkhorn_attention(q, k, v, q_mask=qm, band=5, n_iters=4, impl="pallas")
+        got = sinkhorn_attention(q, k, v, q_mask=qm, band=5, n_iters=4, backend="pallas")
         assert _max_err(np.asarray(got), np.asarray(ref)) <= 1e-5
 
     def test_huge_padded_values_do_not_leak(self):
@@ -372,7 +372,7 @@ def _args(lq=6, lk=5, dtype=jnp.float32, band=None):
     k = jnp.asarray(rng.normal(size=(2, lk, 4)), dtype)
     v = jnp.asarray(rng.normal(size=(2, lk, 3)), dtype)
     return [q, k, v, jnp.ones((2, lq), bool), jnp.ones((2, lk), bool), jnp.zeros((2, lq), dtype),
-            jnp.zeros((2, lk), dtype), Support.single(lq, lk, band), SinkhornConfig(impl="pallas")]
+            jnp.zeros((2, lk), dtype), Support.single(lq, lk, band), SinkhornConfig(backend="pallas")]
 
 
 def _replace(args, i, value):
@@ -455,9 +455,9 @@ def test_native_target():
 def test_dispatch_from_reference_operator_checks_config():
     q = jnp.ones((5, 4), jnp.float32)
     with pytest.raises(ValueError, match="tail=1: the Pallas operator"):
-        sinkhorn_attention(q, q, q, impl="pallas", tail=1, backward="staircase")
+        sinkhorn_attention(q, q, q, backend="pallas", tail=1, backward="staircase")
     with pytest.raises(ValueError, match="dtype float64 is not supported by the Pallas kernels"):
-        sinkhorn_attention(q.astype(jnp.float64), q, q, impl="pallas")
+        sinkhorn_attention(q.astype(jnp.float64), q, q, backend="pallas")
 
 
 def test_validation_bad_backend_and_mode():

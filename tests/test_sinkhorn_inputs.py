@@ -24,7 +24,7 @@ V = rng.normal(size=(2, 12, 3))
         ({"n_iters": -1}, "n_iters=-1 must be a non-negative integer"),
         ({"tail": 3, "backward": "one_reference"}, r"supports tail \(R\) in \(2,\), got tail=3"),
         ({"backward": "adjoint"}, "backward='adjoint' is not one of"),
-        ({"impl": "cuda"}, "impl='cuda' is not one of"),
+        ({"backend": "cuda"}, "backend='cuda' is not one of"),
         ({"block": 0}, "block=0 must be a positive integer"),
     ],
 )

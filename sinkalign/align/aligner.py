@@ -315,7 +315,7 @@ class Aligner:
             import jax
 
             enable_compilation_cache()
-            run_cfg = self.config.replace(impl=self.backend)
+            run_cfg = self.config.replace(backend=self.backend)
             self._jax_plans = jax.jit(lambda p, b: M.forward(p, b, run_cfg)[0])
         return self._jax_plans
 

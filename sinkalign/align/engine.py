@@ -53,8 +53,8 @@ def engine_support(params: dict, config: AlignerConfig) -> str | None:
     """``None`` when :class:`NumpyEngine` computes this model's plans, else the reason it cannot."""
     if config.feature_dim:
         return "the model has learned context features (feature_dim > 0)"
-    if config.dustbin != "banded":
-        return f"dustbin={config.dustbin!r} (the engine implements the 'banded' dustbin)"
+    if config.dustbin_variant != "banded":
+        return f"dustbin={config.dustbin_variant!r} (the engine implements the 'banded' dustbin)"
     sub = np.asarray(params["sub"], np.float64)
     if _triangular_base(sub, config.window) is None:
         return "the substitution weights are not triangular-separable (sub[k] != w_k * sub[K])"
@@ -91,7 +91,7 @@ def _spread_bound(params: dict, config: AlignerConfig) -> float:
     to_kdb = kdb.reshape(sub.shape[0], -1).max(1).sum()
     from_qdb = (qdb.reshape(sub.shape[0], -1, 1) * sub).sum(1).max(1).sum() / math.sqrt(d)
     corner = float(qdb @ kdb) / math.sqrt(d)
-    return 2.0 * max(real, to_kdb, from_qdb, corner) / config.eps
+    return 2.0 * max(real, to_kdb, from_qdb, corner) / config.sinkhorn.eps
 
 
 def _diag_box_flat(x: np.ndarray, stride: int, width: int) -> np.ndarray:
@@ -160,8 +160,9 @@ class NumpyEngine:
         from_qdb = np.zeros((2 * K + 1, A + 1))
         from_qdb[:, :A] = np.einsum("kc,kcb->kb", qdb, sub) / sqrt_d  # S[db, j] = q_db . k_j / sqrt(d)
         corner = float(np.dot(qdb.ravel(), kdb.ravel())) / sqrt_d
-        return cls(config.alphabet, K, float(config.eps), config.band, config.dustbin_mass == "length",
-                   config.n_iters + config.tail, base, to_kdb, from_qdb, corner)
+        sk = config.sinkhorn
+        return cls(config.alphabet, K, float(sk.eps), sk.band, config.dustbin.mass == "length", sk.n_iters + sk.tail,
+                   base, to_kdb, from_qdb, corner)
 
     def encode(self, seq: str) -> np.ndarray:
         return encode_residues(seq, self.alphabet)

@@ -70,9 +70,23 @@ ALPHABETS = {"protein": "ARNDCQEGHILKMFPSTWYVX", "dna": "ACGTN"}
 LOSSES = ("ce", "recon", "mono")
 
 
+# Settings of the operator's own configs that an AlignerConfig takes by their flat names (in
+# presets, --model-option KEY=VALUE, replace() and the checkpoints written before the configs
+# were nested): each is read from and written to ``sinkhorn`` or ``dustbin``, never stored twice.
+SOLVER_SETTINGS = ("eps", "n_iters", "tail", "band", "backward", "backend")
+DUSTBIN_SETTINGS = ("dustbin", "dustbin_mass")  # "banded" | "paper" | "none"; "unit" | "length"
+
+
 @dataclass(frozen=True, kw_only=True)
 class AlignerConfig:
-    """Architecture, solver and loss settings of the aligner (JSON round-trippable)."""
+    """Architecture, solver and loss settings of the aligner (JSON round-trippable).
+
+    The operator is configured by the operator's own configs: ``sinkhorn``
+    (:class:`~sinkalign.sinkhorn.SinkhornConfig`: eps, n_iters, tail, band, backward, backend)
+    and ``dustbin`` (:class:`~sinkalign.sinkhorn.DustbinConfig`, or ``None`` for a balanced
+    problem without dustbins). :meth:`create`, :meth:`replace` and :meth:`from_dict` also take
+    their settings by flat name (``eps=6``, ``dustbin="paper"``, ``dustbin_mass="unit"``).
+    """
 
     alphabet: str = "protein"
     embedder: dict = field(default_factory=lambda: {"name": "builtin"})
@@ -82,16 +96,10 @@ class AlignerConfig:
     ctx_layers: int = 2
     ctx_kernel: int = 5
     qk_ctx_dim: int = 32
-    eps: float = 1.0
-    n_iters: int = 15
-    tail: int = 2
-    band: int | None = None
-    backward: str = "one_reference"
-    dustbin: str = "banded"  # "banded" | "paper" | "none"
-    dustbin_mass: str = "length"
+    sinkhorn: SinkhornConfig = field(default_factory=SinkhornConfig)
+    dustbin: DustbinConfig | None = field(default_factory=DustbinConfig)
     losses: dict = field(default_factory=lambda: {"ce": 1.0, "recon": 0.0, "mono": 0.1})
     decode_gap_weight: float = 0.0
-    impl: str = "reference"
     # built-in residue encoder (no embedder, no pretrained weights): residual dilated 1-D
     # convolutions over one-hot + BLOSUM62-row features; 0 channels = off
     res_ctx_dim: int = 0
@@ -103,6 +111,10 @@ class AlignerConfig:
     def __post_init__(self) -> None:
         if self.alphabet not in ALPHABETS:
             raise ValueError(f"alphabet={self.alphabet!r} is not one of {tuple(ALPHABETS)}")
+        if not isinstance(self.sinkhorn, SinkhornConfig):
+            raise ValueError(f"sinkhorn must be a SinkhornConfig, got {type(self.sinkhorn).__name__}")
+        if self.dustbin is not None and not isinstance(self.dustbin, DustbinConfig):
+            raise ValueError(f"dustbin must be a DustbinConfig or None, got {type(self.dustbin).__name__}")
         if self.feature_dim < 0:
             raise ValueError(f"feature_dim={self.feature_dim} must be >= 0")
         if self.window < 0:
@@ -113,31 +125,63 @@ class AlignerConfig:
         if self.res_ctx_dim and (self.res_ctx_layers < 0 or self.res_ctx_kernel < 1 or self.res_qk_dim < 1):
             raise ValueError(f"res_ctx_layers={self.res_ctx_layers} must be >= 0, res_ctx_kernel="
                              f"{self.res_ctx_kernel} and res_qk_dim={self.res_qk_dim} >= 1")
-        if self.gap_head and not (self.res_ctx_dim and self.dustbin != "none"):
+        if self.gap_head and not (self.res_ctx_dim and self.dustbin is not None):
             raise ValueError("gap_head needs the residue encoder (res_ctx_dim > 0) and dustbins")
-        if self.dustbin not in ("banded", "paper", "none"):
-            raise ValueError(f"dustbin={self.dustbin!r} is not one of ('banded', 'paper', 'none')")
         unknown = set(self.losses) - set(LOSSES)
         if unknown:
             raise ValueError(f"unknown loss terms {sorted(unknown)}; valid: {LOSSES}")
         if not any(w > 0 for w in self.losses.values()):
             raise ValueError(f"losses={self.losses} has no positive weight")
-        self.solver  # validates eps, n_iters, tail, band, backward
-        if self.dustbin != "none":
-            self.dustbin_config
-        if self.impl == "pallas":  # importing the kernels registers them as the operator's backend
+        if self.sinkhorn.backend == "pallas":  # importing the kernels registers them as the operator's backend
             import sinkalign.kernels.pallas  # noqa: F401
 
-    @property
-    def solver(self) -> SinkhornConfig:
-        return SinkhornConfig(eps=self.eps, n_iters=self.n_iters, tail=self.tail, band=self.band,
-                              backward=self.backward, impl=self.impl)
+    # ------------------------------------------------------------------ flat settings
+    @classmethod
+    def setting_names(cls) -> list[str]:
+        """Every name :meth:`create` / :meth:`replace` take (the nested configs by their settings)."""
+        own = [n for n in cls.__dataclass_fields__ if n not in ("sinkhorn", "dustbin")]
+        return sorted(own + list(SOLVER_SETTINGS) + list(DUSTBIN_SETTINGS))
 
+    @classmethod
+    def create(cls, **settings) -> AlignerConfig:
+        """An AlignerConfig from field values and/or flat operator settings (``eps=6``,
+        ``band=64``, ``dustbin="paper"``, ``dustbin_mass="unit"``, ``backend="pallas"``)."""
+        return cls()._with(settings)
+
+    def replace(self, **changes) -> AlignerConfig:
+        """A copy with ``changes`` applied (fields, or flat operator settings as in :meth:`create`)."""
+        return self._with(changes)
+
+    def _with(self, changes: dict) -> AlignerConfig:
+        unknown = sorted(set(changes) - set(self.setting_names()) - {"sinkhorn", "dustbin"})
+        if unknown:
+            raise ValueError(f"unknown AlignerConfig settings {unknown}; valid: {self.setting_names()}")
+        # dustbin="paper" is the flat setting; dustbin=DustbinConfig(...) or None the field itself
+        flat = set(SOLVER_SETTINGS) | {"dustbin_mass"} | ({"dustbin"} if isinstance(changes.get("dustbin"), str) else set())
+        own = {k: v for k, v in changes.items() if k not in flat}
+        solver = {k: changes[k] for k in SOLVER_SETTINGS if k in changes}
+        sinkhorn = own.pop("sinkhorn", self.sinkhorn)
+        if solver:
+            sinkhorn = sinkhorn.replace(**solver)
+        dustbin = own.pop("dustbin", self.dustbin)
+        flat_db = {k: changes[k] for k in DUSTBIN_SETTINGS if k in changes and isinstance(changes[k], str)}
+        if flat_db:
+            variant = flat_db.get("dustbin", "none" if dustbin is None else dustbin.variant)
+            if variant not in ("banded", "paper", "none"):
+                raise ValueError(f"dustbin={variant!r} is not one of ('banded', 'paper', 'none')")
+            if variant == "none":
+                dustbin = None
+            else:
+                mass = flat_db.get("dustbin_mass", "length" if dustbin is None else dustbin.mass)
+                base = dustbin or DustbinConfig()
+                dustbin = replace(base, variant=variant, mass="unit" if variant == "paper" else mass)
+        return replace(self, sinkhorn=sinkhorn, dustbin=dustbin, **own)
+
+    # ------------------------------------------------------------------ derived
     @property
-    def dustbin_config(self) -> DustbinConfig | None:
-        if self.dustbin == "none":
-            return None
-        return DustbinConfig(variant=self.dustbin, mass=self.dustbin_mass if self.dustbin == "banded" else "unit")
+    def dustbin_variant(self) -> str:
+        """``banded``, ``paper`` or ``none``."""
+        return "none" if self.dustbin is None else self.dustbin.variant
 
     @property
     def n_symbols(self) -> int:
@@ -152,19 +196,32 @@ class AlignerConfig:
         return (self.sub_dim + (self.qk_ctx_dim if self.feature_dim else 0)
                 + (self.res_qk_dim if self.res_ctx_dim else 0) + (2 if self.gap_head else 0))
 
+    # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict:
-        return asdict(self)
+        """JSON form: the nested configs as dicts (``dustbin``: null without dustbins)."""
+        out = asdict(self)
+        out["sinkhorn"] = asdict(self.sinkhorn)
+        out["dustbin"] = None if self.dustbin is None else asdict(self.dustbin)
+        return out
 
     @classmethod
     def from_dict(cls, data: dict) -> AlignerConfig:
-        known = set(cls.__dataclass_fields__)
+        """Inverse of :meth:`to_dict`; also reads the flat form that checkpoints written before the
+        nesting hold (``eps``, ..., ``impl`` for ``backend``, ``dustbin: "banded"``, ``dustbin_mass``)."""
+        data = dict(data)
+        if "impl" in data:  # the flat form's name of the operator backend
+            data["backend"] = data.pop("impl")
+        nested = {}
+        if isinstance(data.get("sinkhorn"), dict):
+            nested["sinkhorn"] = SinkhornConfig(**data.pop("sinkhorn"))
+        if "dustbin" in data and (data["dustbin"] is None or isinstance(data["dustbin"], dict)):
+            db = data.pop("dustbin")
+            nested["dustbin"] = None if db is None else DustbinConfig(**db)
+        known = set(cls.setting_names())
         unknown = set(data) - known
         if unknown:
             raise ValueError(f"unknown AlignerConfig keys {sorted(unknown)}")
-        return cls(**data)
-
-    def replace(self, **changes) -> AlignerConfig:
-        return replace(self, **changes)
+        return cls(**nested)._with(data)
 
 
 # The paper's four screen configurations, and the shipped default.
@@ -185,7 +242,7 @@ def preset(name: str, **overrides) -> AlignerConfig:
     """An :class:`AlignerConfig` from a named preset (see ``PRESETS``) plus overrides."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; valid: {sorted(PRESETS)}")
-    return AlignerConfig(**{**PRESETS[name], **overrides})
+    return AlignerConfig.create(**{**PRESETS[name], **overrides})
 
 
 # --------------------------------------------------------------------------------------
@@ -239,7 +296,7 @@ def init_params(config: AlignerConfig, seed: int = 0, *, substitution: np.ndarra
         if config.gap_head:
             params["gap_w"] = np.zeros((C, 2), np.float32)  # query-side, target-side gap score
             params["gap_b"] = np.zeros((2,), np.float32)
-    if config.dustbin != "none":
+    if config.dustbin is not None:
         params["q_dustbin"] = np.zeros(config.qk_dim, np.float32)
         params["k_dustbin"] = np.zeros(config.qk_dim, np.float32)
         if config.gap_head:  # the last two features carry the gap scores (see queries_keys)
@@ -425,8 +482,8 @@ def forward(params, batch: Batch, config: AlignerConfig):
     B, lk = batch.b.shape
     eye = jnp.broadcast_to(jnp.eye(lk, dtype=q.dtype), (B, lk, lk))
     v = jnp.concatenate([eye, jnp.zeros((B, lk, 1), q.dtype), batch.xb.astype(q.dtype)], -1)
-    cfg = config.solver
-    if config.dustbin == "none":
+    cfg = config.sinkhorn
+    if config.dustbin is None:
         qq, kk, vv, qv, kv, la, lb = sk_core.prepare(q, k, v, batch.ma, batch.mb, band=cfg.band,
                                                      check_empty=False)
         support = sk_core.Support.single(q.shape[1], lk, cfg.band, cfg.block)
@@ -435,7 +492,7 @@ def forward(params, batch: Batch, config: AlignerConfig):
         v_db = jnp.concatenate([jnp.zeros((lk,), q.dtype), jnp.ones((1,), q.dtype),
                                 params["v_dustbin"].astype(q.dtype)])
         aug = augment(q, k, v, params["q_dustbin"], params["k_dustbin"], v_db, q_mask=batch.ma,
-                      k_mask=batch.mb, config=cfg, dustbin=config.dustbin_config)
+                      k_mask=batch.mb, config=cfg, dustbin=config.dustbin)
         out = sk_core.tail_operator(aug.q, aug.k, aug.v, aug.q_valid, aug.k_valid, aug.log_a, aug.log_b,
                                     aug.support, aug.config)[:, : aug.lq]
     return out[..., : lk + 1], out[..., lk + 1 :]
@@ -454,7 +511,7 @@ def loss_from_outputs(rows, transported, batch: Batch, config: AlignerConfig):
     tiny = 1e-9
     terms = {}
     # sparse cross-entropy, both directions
-    has_db = config.dustbin != "none"
+    has_db = config.dustbin is not None
     ta_ok = (batch.ta >= 0) & batch.ma & (has_db | (batch.ta < lk))
     p_a = jnp.take_along_axis(rows, jnp.clip(batch.ta, 0, lk)[..., None], -1)[..., 0]
     ce_a = -jnp.sum(jnp.where(ta_ok, jnp.log(jnp.maximum(p_a, tiny)), 0.0)) / jnp.maximum(ta_ok.sum(), 1)

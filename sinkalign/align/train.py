@@ -244,7 +244,7 @@ def certified_depth(params, batch: M.Batch, config: M.AlignerConfig, *, tau: flo
     from sinkalign.sinkhorn import certificates
     from sinkalign.sinkhorn.dustbin import augment
 
-    if config.dustbin == "none":
+    if config.dustbin is None:
         return None
     q, k = M.queries_keys(params, batch, config)
     B, lk = batch.b.shape
@@ -252,7 +252,7 @@ def certified_depth(params, batch: M.Batch, config: M.AlignerConfig, *, tau: flo
                          batch.xb.astype(q.dtype)], -1)
     v_db = jnp.concatenate([jnp.zeros((lk,), q.dtype), jnp.ones((1,), q.dtype), params["v_dustbin"].astype(q.dtype)])
     aug = augment(q, k, v, params["q_dustbin"], params["k_dustbin"], v_db, q_mask=batch.ma, k_mask=batch.mb,
-                  config=config.solver, dustbin=config.dustbin_config)
+                  config=config.sinkhorn, dustbin=config.dustbin)
     out_len = v.shape[-1]
     lq = batch.a.shape[1]
 
@@ -325,7 +325,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
     latest = find_latest_checkpoint(out) if resume else None
     if latest is not None:
         params, state, flat = load_checkpoint(latest)
-        if state.get("model") != cfg.model.to_dict():
+        if M.AlignerConfig.from_dict(state.get("model") or {}) != cfg.model:  # flat (older) or nested form
             raise CheckpointError(f"{latest}: the checkpoint's model config differs from this run's; use a new --out")
         leaves, treedef = jax.tree_util.tree_flatten(opt_state)
         if not isinstance(state.get("step"), int) or flat is None or len(flat) != len(leaves):

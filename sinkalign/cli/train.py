@@ -15,7 +15,7 @@ from sinkalign.cli.options import model_options
 @click.option("--config", "preset_name", default="default", show_default=True,
               help="Preset: default, k2_eps1, k4_eps1, muot_dustbin_mono, muot_dustbin_hybrid.")
 @click.option("--model-option", "model_opts", multiple=True, callback=model_options,
-              help="Override an AlignerConfig field of the preset as KEY=VALUE, e.g. eps=6 or window=16 "
+              help="Override an AlignerConfig setting of the preset as KEY=VALUE, e.g. eps=6 or window=16 "
                    "(repeatable).")
 @click.option("--embedder", type=click.Choice(["builtin", "esm2", "none"]), default="builtin", show_default=True,
               help="Features the shards were embedded with (none: substitution part only).")
@@ -83,10 +83,10 @@ def train(shards, preset_name, model_opts, embedder, steps, batch_size, lr, out,
         if key in overrides:
             raise click.BadParameter(f"{key} follows the shards' embeddings (--embedder), not --model-option",
                                      param_hint="--model-option")
-    unknown = sorted(set(overrides) - set(M.AlignerConfig.__dataclass_fields__))
+    unknown = sorted(set(overrides) - set(M.AlignerConfig.setting_names()))
     if unknown:
-        raise click.BadParameter(f"unknown AlignerConfig fields {unknown}; valid: "
-                                 f"{sorted(M.AlignerConfig.__dataclass_fields__)}", param_hint="--model-option")
+        raise click.BadParameter(f"unknown AlignerConfig settings {unknown}; valid: "
+                                 f"{M.AlignerConfig.setting_names()}", param_hint="--model-option")
     try:
         model = M.preset(preset_name, feature_dim=feature_dim, embedder=emb_config, **overrides)
     except (TypeError, ValueError) as exc:  # an unknown preset or a bad field value

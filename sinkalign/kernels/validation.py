@@ -98,7 +98,7 @@ def _cfg(case: KernelCase, **kw):
     return SinkhornConfig(eps=case.eps, n_iters=case.n_iters, tail=2, band=case.band, **kw)
 
 
-def _jax_grads(case: KernelCase, inp: dict, *, impl: str, dtype, blocks=None, interpret=None) -> dict:
+def _jax_grads(case: KernelCase, inp: dict, *, backend: str, dtype, blocks=None, interpret=None) -> dict:
     """O and the gradients of <O, G> w.r.t. every token input, as float64 numpy arrays."""
     import jax
     import jax.numpy as jnp
@@ -108,11 +108,11 @@ def _jax_grads(case: KernelCase, inp: dict, *, impl: str, dtype, blocks=None, in
     from sinkalign.sinkhorn.dustbin import augment
     from sinkalign.sinkhorn.support import Support
 
-    cfg = _cfg(case, backward="autodiff") if impl == "reference" else _cfg(case, impl="pallas")
+    cfg = _cfg(case, backward="autodiff") if backend == "reference" else _cfg(case, backend="pallas")
     qm, km, la, lb = inp["qm"], inp["km"], inp["la"], inp["lb"]
 
     def op(q, k, v, qv, kv, la_, lb_, support, c):
-        if impl == "reference":
+        if backend == "reference":
             return core.tail_operator(q, k, v, qv, kv, la_, lb_, support, c)
         return pallas.tail_operator(q, k, v, qv, kv, la_, lb_, support, c, block_sizes=blocks, interpret=interpret)
 
@@ -232,9 +232,9 @@ def kernels(backend: str = "pallas", interpret: bool = True, *, cases=KERNEL_CAS
     for case in cases:
         inp = _inputs(case)
         t0 = time.perf_counter()
-        ref = _jax_grads(case, inp, impl="reference", dtype=jnp.float64)
+        ref = _jax_grads(case, inp, backend="reference", dtype=jnp.float64)
         if backend == "pallas":
-            got = _jax_grads(case, inp, impl="pallas", dtype=jnp.float32, blocks=blocks, interpret=interpret)
+            got = _jax_grads(case, inp, backend="pallas", dtype=jnp.float32, blocks=blocks, interpret=interpret)
         else:
             got = _triton_grads(case, inp, interpret=interpret, block=block)
         row = {"case": case.name, "B": case.B, "H": case.H, "Lq": case.lq, "Lk": case.lk, "band": case.band}
@@ -251,7 +251,7 @@ def kernels(backend: str = "pallas", interpret: bool = True, *, cases=KERNEL_CAS
             progress(row)
     return {
         "check": "kernels", "backend": backend, "interpret": interpret, "dtype": "float32",
-        "reference": "JAX reference (impl='reference', backward='autodiff'), float64",
+        "reference": "JAX reference (backend='reference', backward='autodiff'), float64",
         "block": block, "distribution": "q, k, v, G, dustbin tokens i.i.d. N(0, 1); log marginals U(-0.5, 0.5)",
         "rows": rows,
         "max_abs_deviation": max(r["max_abs_deviation"] for r in rows),
@@ -368,7 +368,7 @@ def long_forward(lengths=(512, 2048, 8192, 16384), *, band: int | None = 256, d:
         row["kernel_vs_dense"] = None
         if kernel and (kernel_max_length is None or L <= kernel_max_length):
             t0 = time.perf_counter()
-            got = pallas.tail_operator(qq, kk, vv, qv, kv, la, lb, support, cfg.replace(impl="pallas"),
+            got = pallas.tail_operator(qq, kk, vv, qv, kv, la, lb, support, cfg.replace(backend="pallas"),
                                        interpret=interpret)
             got = np.asarray(jax.block_until_ready(got), np.float64)[0]
             row["kernel_seconds"] = time.perf_counter() - t0

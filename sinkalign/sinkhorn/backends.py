@@ -1,7 +1,7 @@
 """The registry of operator backends: the layer that lets kernels plug into the operator.
 
 :func:`sinkalign.sinkhorn.core.tail_operator` runs the pure-JAX reference for
-``SinkhornConfig(impl="reference")`` and, for any other ``impl``, the tail operator that a
+``SinkhornConfig(backend="reference")`` and, for any other ``backend``, the tail operator that a
 kernel package registered under that name. The operator never imports a kernel package: the
 package registers itself when imported (``import sinkalign.kernels.pallas`` registers
 ``"pallas"``), which keeps the layers pointing one way (kernels -> sinkhorn).
@@ -16,14 +16,14 @@ from collections.abc import Callable
 
 __all__ = ["KNOWN", "register_tail_operator", "registered", "tail_operator_for"]
 
-# impl name -> the module whose import registers it (for the error message only)
+# backend name -> the module whose import registers it (for the error message only)
 KNOWN = {"pallas": "sinkalign.kernels.pallas"}
 
 _TAIL_OPERATORS: dict[str, Callable] = {}
 
 
 def register_tail_operator(name: str, fn: Callable) -> None:
-    """Register ``fn`` as the tail operator of ``SinkhornConfig(impl=name)``."""
+    """Register ``fn`` as the tail operator of ``SinkhornConfig(backend=name)``."""
     if name == "reference":
         raise ValueError("'reference' is the built-in JAX operator and cannot be replaced")
     if not callable(fn):
@@ -32,7 +32,7 @@ def register_tail_operator(name: str, fn: Callable) -> None:
 
 
 def registered() -> tuple[str, ...]:
-    """Names usable as ``impl`` right now: ``reference`` and every registered backend."""
+    """Names usable as ``backend`` right now: ``reference`` and every registered backend."""
     return ("reference", *sorted(_TAIL_OPERATORS))
 
 
@@ -42,4 +42,4 @@ def tail_operator_for(name: str) -> Callable:
         return _TAIL_OPERATORS[name]
     except KeyError:
         hint = f" (import {KNOWN[name]} to register it)" if name in KNOWN else ""
-        raise ValueError(f"impl={name!r} has no registered backend{hint}; registered: {registered()}") from None
+        raise ValueError(f"backend={name!r} has no registered backend{hint}; registered: {registered()}") from None

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-__all__ = ["BACKWARD_MODES", "DUSTBIN_VARIANTS", "DUSTBIN_MASSES", "IMPLS", "SinkhornConfig", "DustbinConfig"]
+__all__ = ["BACKWARD_MODES", "DUSTBIN_VARIANTS", "DUSTBIN_MASSES", "BACKENDS", "SinkhornConfig", "DustbinConfig"]
 
 BACKWARD_MODES = ("one_reference", "staircase", "direct", "autodiff")
-IMPLS = ("reference", "pallas")
+BACKENDS = ("reference", "pallas")
 DUSTBIN_VARIANTS = ("paper", "banded")
 DUSTBIN_MASSES = ("unit", "length")
 
@@ -31,7 +31,7 @@ class SinkhornConfig:
             the paper's baseline) or ``autodiff`` (JAX differentiation of the unrolled
             surrogate: the ground truth).
         block: query rows per block of the blockwise layout.
-        impl: ``reference`` (pure JAX) or the name of a registered kernel backend (``pallas``:
+        backend: ``reference`` (pure JAX) or the name of a registered kernel backend (``pallas``:
             see :mod:`sinkalign.sinkhorn.backends`).
     """
 
@@ -41,7 +41,7 @@ class SinkhornConfig:
     band: int | None = None
     backward: str = "one_reference"
     block: int = 128
-    impl: str = "reference"
+    backend: str = "reference"
 
     def __post_init__(self) -> None:
         if not (isinstance(self.eps, (int, float)) and self.eps > 0 and self.eps != float("inf")):
@@ -62,8 +62,8 @@ class SinkhornConfig:
             )
         if not isinstance(self.block, int) or self.block < 1:
             raise ValueError(f"block={self.block!r} must be a positive integer")
-        if self.impl not in IMPLS:
-            raise ValueError(f"impl={self.impl!r} is not one of {IMPLS}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend={self.backend!r} is not one of {BACKENDS}")
 
     def replace(self, **changes) -> SinkhornConfig:
         return replace(self, **changes)

@@ -316,8 +316,8 @@ def tail_operator(q, k, v, q_valid, k_valid, log_a, log_b, support: Support, cfg
 
     Differentiable in q, k, v with the backward selected by ``cfg.backward``.
     """
-    if cfg.impl != "reference":
-        return tail_operator_for(cfg.impl)(q, k, v, q_valid, k_valid, log_a, log_b, support, cfg)
+    if cfg.backend != "reference":
+        return tail_operator_for(cfg.backend)(q, k, v, q_valid, k_valid, log_a, log_b, support, cfg)
     return _tail_operator_jit(q, k, v, q_valid, k_valid, log_a, log_b, support, cfg)
 
 

@@ -1,7 +1,7 @@
-"""Blockwise Pallas kernels of the Sinkhorn tail-refinement operator (``impl="pallas"``).
+"""Blockwise Pallas kernels of the Sinkhorn tail-refinement operator (``backend="pallas"``).
 
 :func:`tail_operator` has the signature of :func:`sinkalign.sinkhorn.core.tail_operator`
-(importing this package registers it as the operator's ``impl="pallas"`` backend) and computes the same
+(importing this package registers it as the operator's ``backend="pallas"`` backend) and computes the same
 operator with the exact R = 2 one-reference backward, in O(L W) time per sweep and O(L)
 extra memory; :func:`sinkhorn_attention_pallas` is the convenience entry point with tile
 and interpreter control; :class:`BlockSizes` sets the tiles.

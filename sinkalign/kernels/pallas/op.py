@@ -1,4 +1,4 @@
-"""The Pallas tail-refinement operator: ``impl="pallas"`` of :func:`sinkalign.sinkhorn.core.tail_operator`.
+"""The Pallas tail-refinement operator: ``backend="pallas"`` of :func:`sinkalign.sinkhorn.core.tail_operator`.
 
 Same operator, conventions and gradient as the JAX reference (``../design/sinkhorn_tail.md``):
 a stopped, centered base solve of T full steps from ``v = 0``, two raw tail steps, output
@@ -113,7 +113,7 @@ def _choose_main(support: Support) -> int:
         if i != main and p.nr != 1 and p.nc != 1:
             raise ValueError(
                 f"support piece {p} is neither the kernel piece nor one row/column wide; the Pallas operator runs "
-                "one band/dense piece in its kernels plus dustbin rows/columns (use impl='reference' for others)"
+                "one band/dense piece in its kernels plus dustbin rows/columns (use backend='reference' for others)"
             )
     return main
 
@@ -420,10 +420,10 @@ def _check(q, k, v, q_valid, k_valid, log_a, log_b, support, cfg) -> None:
         raise ValueError(f"cfg must be a SinkhornConfig, got {type(cfg).__name__}")
     if cfg.tail != 2:
         raise ValueError(f"tail={cfg.tail}: the Pallas operator implements the R = 2 one-reference backward only; "
-                         "use impl='reference' for other tail depths")
+                         "use backend='reference' for other tail depths")
     if cfg.backward != "one_reference":
         raise ValueError(f"backward={cfg.backward!r}: the Pallas operator implements backward='one_reference' "
-                         "only; use impl='reference' for the other modes")
+                         "only; use backend='reference' for the other modes")
     if not isinstance(support, Support):
         raise ValueError(f"support must be a Support, got {type(support).__name__}")
     for name, x in (("q", q), ("k", k), ("v", v)):
@@ -443,7 +443,7 @@ def _check(q, k, v, q_valid, k_valid, log_a, log_b, support, cfg) -> None:
     (dt,) = dts
     if dt not in _KERNEL_DTYPES:
         raise ValueError(f"dtype {dt} is not supported by the Pallas kernels (valid: float32, bfloat16, float16); "
-                         "use impl='reference' for float64")
+                         "use backend='reference' for float64")
     batch = q.shape[:-2]
     for name, x, n in (("q_valid", q_valid, q.shape[-2]), ("k_valid", k_valid, k.shape[-2])):
         if tuple(x.shape) != batch + (n,) or x.dtype != jnp.bool_:
@@ -547,7 +547,7 @@ def sinkhorn_attention_pallas(q, k, v, *, q_mask=None, k_mask=None, log_a=None, 
     """
     from sinkalign.sinkhorn import core
 
-    cfg = (config or SinkhornConfig()).replace(impl="pallas", **overrides)
+    cfg = (config or SinkhornConfig()).replace(backend="pallas", **overrides)
     q, k, v, qv, kv, la, lb = core.prepare(q, k, v, q_mask, k_mask, log_a, log_b, band=cfg.band)
     support = Support.single(q.shape[-2], k.shape[-2], cfg.band, cfg.block)
     return tail_operator(q, k, v, qv, kv, la, lb, support, cfg, block_sizes=block_sizes, interpret=interpret,
