@@ -17,11 +17,11 @@ V = rng.normal(size=(2, 12, 3))
 @pytest.mark.parametrize(
     "kwargs,message",
     [
-        ({"eps": 0.0}, "eps=0.0 must be a positive finite number"),
-        ({"eps": -1.0}, "eps=-1.0 must be a positive"),
-        ({"eps": float("inf")}, "eps=inf must be a positive finite"),
-        ({"band": 0}, "band=0 must be a positive integer"),
-        ({"n_iters": -1}, "n_iters=-1 must be a non-negative integer"),
+        ({"eps": 0.0}, "eps=0.0 must be a finite number > 0"),
+        ({"eps": -1.0}, "eps=-1.0 must be a finite number > 0"),
+        ({"eps": float("inf")}, "eps=inf must be a finite number > 0"),
+        ({"band": 0}, "band=0 must be an integer >= 1"),
+        ({"n_iters": -1}, "n_iters=-1 must be an integer >= 0"),
         ({"tail": 3, "backward": "one_reference"}, r"supports tail \(R\) in \(2,\), got tail=3"),
         ({"backward": "adjoint"}, "backward='adjoint' is not one of"),
         ({"backend": "cuda"}, "backend='cuda' is not one of"),
@@ -63,8 +63,8 @@ def test_dustbin_config_errors(kwargs, message):
         ((Q, K, V), {"k_mask": np.ones((3, 12), bool)}, r"k_mask of shape \(3, 12\) does not broadcast to \(2, 12\)"),
         ((Q, K, V), {"log_b": np.zeros(5)}, r"log_b of shape \(5,\) does not broadcast"),
         ((Q, K, V), {"band": 1, "k_mask": np.arange(12)[None, :].repeat(2, 0) < 3},
-         r"query 4 \(batch index \(0,\)\) is valid but has no active key \(band=1\)"),
-        ((Q, K, V), {"band": 1}, r"key 11 \(batch index \(0,\)\) is valid but has no active query \(band=1\)"),
+         r"batch 0: valid query position 4 has no active key within band=1 \(\|i - j\| <= 1\)"),
+        ((Q, K, V), {"band": 1}, r"batch 0: valid key position 11 has no active query within band=1"),
     ],
 )
 def test_input_errors(args, kwargs, message):
@@ -100,3 +100,42 @@ def test_banded_dustbin_tolerates_rows_outside_the_band():
     km = np.arange(12)[None, :].repeat(2, 0) < 3
     out = dustbin_attention(Q, K, V, np.zeros(4), np.zeros(4), k_mask=km, config=SinkhornConfig(band=1))
     assert np.isfinite(np.asarray(out)).all()
+
+
+def test_every_backend_words_a_bad_setting_or_an_empty_row_the_same_way():
+    """One checker (sinkalign.sinkhorn.checks): the JAX operator, its config and the Triton /
+    torch reference raise the same message for the same bad input."""
+    torch = pytest.importorskip("torch")
+    from sinkalign.kernels.triton.ref import sinkhorn_attention_ref
+    from sinkalign.sinkhorn import SinkhornConfig, sinkhorn_attention
+
+    rng = np.random.default_rng(0)
+    q, k, v = rng.normal(size=(2, 1, 10, 4)), rng.normal(size=(2, 1, 12, 4)), rng.normal(size=(2, 1, 12, 3))
+    km = np.arange(12)[None, :].repeat(2, 0) < 3
+    tq, tk, tv = (torch.tensor(x) for x in (q, k, v))
+    cases = [({"eps": -2.0}, {}), ({"n_iters": 1.5}, {}), ({"band": 0}, {}), ({"band": 1}, {"k_mask": km})]
+    for settings, masks in cases:
+        messages = []
+        for run in (lambda: SinkhornConfig(**settings) and sinkhorn_attention(q, k, v, **settings, **masks),
+                    lambda: sinkhorn_attention_ref(tq, tk, tv, **settings,
+                                                   **{n: torch.tensor(m) for n, m in masks.items()})):
+            with pytest.raises(ValueError) as info:
+                run()
+            messages.append(str(info.value))
+        assert messages[0] == messages[1], messages
+
+
+def test_support_check_names_the_batch_index_the_user_gave():
+    from sinkalign.sinkhorn.checks import check_support
+
+    qv, kv = np.ones((2, 3, 6), bool), np.ones((2, 3, 5), bool)
+    kv[1, :, :] = [True, False, False, False, False]  # the same for every head: reported as batch 1
+    with pytest.raises(ValueError, match=r"^batch 1: valid query position 2 has no active key within band=1"):
+        check_support(qv, kv, 1)
+    kv[1] = True
+    kv[1, 2] = [True, False, False, False, False]  # head 2 only: the index has the head
+    with pytest.raises(ValueError, match=r"^batch \(1, 2\): valid query position 2 has no active key"):
+        check_support(qv, kv, 1)
+    with pytest.raises(ValueError, match=r"^valid key position 0 has no active query at all"):
+        check_support(np.zeros(3, bool), np.ones(5, bool), None)
+    check_support(qv, np.ones((2, 3, 5), bool), 1)  # a valid problem passes

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from sinkalign.sinkhorn.checks import check_settings
+
 __all__ = ["BACKWARD_MODES", "DUSTBIN_VARIANTS", "DUSTBIN_MASSES", "BACKENDS", "SinkhornConfig", "DustbinConfig"]
 
 BACKWARD_MODES = ("one_reference", "staircase", "direct", "autodiff")
@@ -44,14 +46,7 @@ class SinkhornConfig:
     backend: str = "reference"
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.eps, (int, float)) and self.eps > 0 and self.eps != float("inf")):
-            raise ValueError(f"eps={self.eps!r} must be a positive finite number")
-        if not isinstance(self.n_iters, int) or self.n_iters < 0:
-            raise ValueError(f"n_iters={self.n_iters!r} must be a non-negative integer")
-        if not isinstance(self.tail, int) or self.tail < 0:
-            raise ValueError(f"tail={self.tail!r} must be a non-negative integer")
-        if self.band is not None and (not isinstance(self.band, int) or self.band < 1):
-            raise ValueError(f"band={self.band!r} must be a positive integer (half-width) or None for dense")
+        check_settings(eps=self.eps, n_iters=self.n_iters, tail=self.tail, band=self.band)
         if self.backward not in BACKWARD_MODES:
             raise ValueError(f"backward={self.backward!r} is not one of {BACKWARD_MODES}")
         depths = _MODE_DEPTHS[self.backward]

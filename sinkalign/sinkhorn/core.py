@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from sinkalign.sinkhorn.backends import tail_operator_for
+from sinkalign.sinkhorn.checks import check_support
 from sinkalign.sinkhorn.config import SinkhornConfig
 from sinkalign.sinkhorn.support import Support
 
@@ -388,31 +389,13 @@ def _check_finite(name, x):
         raise ValueError(f"{name} has a non-finite value at index {tuple(int(i) for i in bad)}")
 
 
-def _band_counts(valid: np.ndarray, n_self: int, band: int | None) -> np.ndarray:
-    """For each of n_self positions, how many valid partners lie within the band."""
-    if band is None:
-        return np.broadcast_to(valid.sum(-1, keepdims=True), valid.shape[:-1] + (n_self,))
-    cs = np.concatenate([np.zeros(valid.shape[:-1] + (1,), np.int64), np.cumsum(valid, -1)], -1)
-    pos = np.arange(n_self)
-    lo = np.clip(pos - band, 0, valid.shape[-1])
-    hi = np.clip(pos + band + 1, 0, valid.shape[-1])
-    return np.take(cs, hi, -1) - np.take(cs, lo, -1)
-
-
 def check_nonempty(q_valid, k_valid, band: int | None) -> None:
-    """ValueError if a valid query has no active key or a valid key no active query."""
+    """ValueError if a valid query has no active key or a valid key no active query (the
+    check every backend shares: :func:`sinkalign.sinkhorn.checks.check_support`); skipped
+    under tracing, where the masks are not concrete."""
     if not (_is_concrete(q_valid) and _is_concrete(k_valid)):
         return
-    qv, kv = np.asarray(q_valid, bool), np.asarray(k_valid, bool)
-    for name, mine, other, partner in (("query", qv, kv, "key"), ("key", kv, qv, "query")):
-        counts = _band_counts(other, mine.shape[-1], band)
-        bad = np.argwhere(mine & (counts == 0))
-        if bad.size:
-            where = tuple(int(i) for i in bad[0])
-            raise ValueError(
-                f"{name} {where[-1]} (batch index {where[:-1]}) is valid but has no active {partner} "
-                f"(band={band}); mask it out or widen the band"
-            )
+    check_support(np.asarray(q_valid, bool), np.asarray(k_valid, bool), band)
 
 
 def prepare(q, k, v, q_mask=None, k_mask=None, log_a=None, log_b=None, *, band=None, check_empty=True):

@@ -33,11 +33,11 @@ R = 2, only ``P^(2,2)`` formed) give the explicit surrogate backward in dense to
 from __future__ import annotations
 
 import math
-import numbers
 from typing import NamedTuple
 
 import torch
 
+from sinkalign.sinkhorn import checks
 from sinkalign.sinkhorn.config import DustbinConfig
 
 __all__ = [
@@ -95,12 +95,7 @@ class OneReferenceGrads(NamedTuple):
 # --------------------------------------------------------------------------- validation
 
 
-def _check_int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
-    if value < minimum:
-        raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
-    return int(value)
+_check_int = checks.check_int
 
 
 def _check_mask(name: str, mask, batch: int, length: int, device) -> torch.Tensor:
@@ -138,30 +133,10 @@ def _check_log_marginal(name: str, log_m, mask: torch.Tensor, device) -> torch.T
 
 
 def check_support(q_mask: torch.Tensor, k_mask: torch.Tensor, band: int | None) -> None:
-    """Raise ``ValueError`` if a valid query row or key column has no active partner.
-
-    ``q_mask`` [B, Lq] and ``k_mask`` [B, Lk] are bool (True = real token); ``band`` is the
-    half-width (``None`` = dense). Uses prefix sums, so it needs O(B L) memory, never the
-    [Lq, Lk] support.
-    """
-    for side, own, other in (("query", q_mask, k_mask), ("key", k_mask, q_mask)):
-        length, other_len = own.shape[1], other.shape[1]
-        csum = torch.zeros(other.shape[0], other_len + 1, dtype=torch.int64, device=other.device)
-        csum[:, 1:] = torch.cumsum(other.to(torch.int64), dim=1)
-        if band is None:
-            counts = csum[:, -1:].expand(-1, length)
-        else:
-            pos = torch.arange(length, device=own.device)
-            lo = (pos - band).clamp(0, other_len)
-            hi = (pos + band + 1).clamp(0, other_len)
-            counts = csum[:, hi] - csum[:, lo]
-        empty = own & (counts == 0)
-        if bool(empty.any()):
-            b, i = (int(x) for x in empty.nonzero()[0])
-            partner = "key" if side == "query" else "query"
-            where = "at all" if band is None else f"within band={band} (|i - j| <= {band})"
-            raise ValueError(f"batch {b}: valid {side} position {i} has no active {partner} {where}; "
-                             f"every valid row and column needs at least one active entry")
+    """Raise ``ValueError`` if a valid query row or key column has no active partner: the check
+    (and message) every backend shares, :func:`sinkalign.sinkhorn.checks.check_support`, on
+    the [B, L] masks (copied to the host: a few bytes per token)."""
+    checks.check_support(q_mask.detach().cpu().numpy(), k_mask.detach().cpu().numpy(), band)
 
 
 def prepare_inputs(q, k, v, *, q_mask, k_mask, log_a, log_b, eps, n_iters, tail, band, check_empty=True):
@@ -193,12 +168,7 @@ def prepare_inputs(q, k, v, *, q_mask, k_mask, log_a, log_b, eps, n_iters, tail,
         raise ValueError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
-    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps) or eps <= 0:
-        raise ValueError(f"eps={eps!r} must be a finite number > 0")
-    _check_int("n_iters", n_iters, 0)
-    _check_int("tail", tail, 0)
-    if band is not None:
-        _check_int("band", band, 1)
+    checks.check_settings(eps=eps, n_iters=n_iters, tail=tail, band=band)
     for name, t in (("q", q), ("k", k), ("v", v)):
         finite = torch.isfinite(t)
         if not bool(finite.all()):

@@ -1,0 +1,72 @@
+"""The operator's input checks, one wording for every backend.
+
+The JAX reference (:func:`sinkalign.sinkhorn.core.prepare`), the Pallas kernels (through it),
+the Triton kernels and their torch reference (:func:`sinkalign.kernels.triton.ref.prepare_inputs`)
+and :class:`~sinkalign.sinkhorn.config.SinkhornConfig` check the solver settings and the
+support here, on plain Python numbers and NumPy masks ([..., L] booleans, a few bytes per
+token), so a bad input gets the same message whichever backend it was given to.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+__all__ = ["check_int", "check_settings", "check_support", "partner_counts"]
+
+
+def check_int(name: str, value, minimum: int) -> int:
+    """``value`` as an int; ValueError unless it is an integer (not a bool) >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
+    return int(value)
+
+
+def check_settings(*, eps, n_iters, tail, band) -> None:
+    """The solver settings: eps finite > 0, n_iters and tail integers >= 0, band an integer
+    >= 1 (half-width) or None (dense)."""
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps) or eps <= 0:
+        raise ValueError(f"eps={eps!r} must be a finite number > 0")
+    check_int("n_iters", n_iters, 0)
+    check_int("tail", tail, 0)
+    if band is not None:
+        check_int("band", band, 1)
+
+
+def partner_counts(valid: np.ndarray, n_self: int, band: int | None) -> np.ndarray:
+    """For each of ``n_self`` positions, how many ``valid`` partners lie within the band
+    ([..., n_self]); prefix sums, O(batch L) memory, never [Lq, Lk]."""
+    valid = np.asarray(valid, bool)
+    if band is None:
+        return np.broadcast_to(valid.sum(-1, keepdims=True), valid.shape[:-1] + (n_self,))
+    cs = np.concatenate([np.zeros(valid.shape[:-1] + (1,), np.int64), np.cumsum(valid, -1)], -1)
+    pos = np.arange(n_self)
+    lo = np.clip(pos - band, 0, valid.shape[-1])
+    hi = np.clip(pos + band + 1, 0, valid.shape[-1])
+    return np.take(cs, hi, -1) - np.take(cs, lo, -1)
+
+
+def check_support(q_valid, k_valid, band: int | None) -> None:
+    """ValueError if a valid query has no active key, or a valid key no active query.
+
+    ``q_valid`` [..., Lq] and ``k_valid`` [..., Lk]: boolean masks (True = real token) with the
+    same batch dims; ``band``: half-width, or None for dense. The message names the batch
+    index, the side and the position.
+    """
+    qv, kv = np.asarray(q_valid, bool), np.asarray(k_valid, bool)
+    # batch axes after the first along which both masks repeat (a [B, L] mask broadcast over
+    # heads) are not part of the batch index a user gave: [B, H, L] and [B, L] read alike
+    for axis in range(min(qv.ndim, kv.ndim) - 2, 0, -1):
+        if all(np.array_equal(m, np.take(m, [0], axis).repeat(m.shape[axis], axis)) for m in (qv, kv)):
+            qv, kv = np.take(qv, 0, axis), np.take(kv, 0, axis)
+    for side, mine, other, partner in (("query", qv, kv, "key"), ("key", kv, qv, "query")):
+        empty = np.argwhere(mine & (partner_counts(other, mine.shape[-1], band) == 0))
+        if empty.size:
+            *batch, pos = (int(i) for i in empty[0])
+            where = "at all" if band is None else f"within band={band} (|i - j| <= {band})"
+            prefix = "" if not batch else f"batch {batch[0] if len(batch) == 1 else tuple(batch)}: "
+            raise ValueError(f"{prefix}valid {side} position {pos} has no active {partner} {where}; "
+                             "every valid row and column needs at least one active entry (mask it out or "
+                             "widen the band)")
