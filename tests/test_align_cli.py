@@ -201,3 +201,25 @@ def test_model_by_shipped_name(tmp_path):
     res = CliRunner().invoke(cli, ["align", "--example", "--model", "nonesuch"])
     assert res.exit_code == 1
     assert res.output.startswith("Error: model nonesuch does not exist") and "'learned'" in res.output
+
+
+def test_align_turns_only_user_errors_into_one_line(monkeypatch, tmp_path):
+    """A SinkalignError or a file the OS refuses is one 'Error:' line; any other exception is a
+    bug and keeps its traceback (the command does not swallow plain ValueError)."""
+    import sinkalign.pipelines.align as P
+    from sinkalign.errors import InputError
+
+    fa = tmp_path / "a.fa"
+    fa.write_text(">a\nMKV\n")
+    for exc, one_line in ((InputError("bad record"), True), (PermissionError(13, "Permission denied", "out.tsv"), True),
+                          (ValueError("internal shape mismatch"), False)):
+        def boom(*args, exc=exc, **kwargs):
+            raise exc
+
+        monkeypatch.setattr(P, "align_fasta", boom)
+        res = CliRunner().invoke(cli, ["align", str(fa), str(fa)])
+        assert res.exit_code == 1
+        if one_line:
+            assert res.output.startswith("Error: ") and res.output.count("\n") == 1, res.output
+        else:
+            assert isinstance(res.exception, ValueError) and "Error:" not in res.output

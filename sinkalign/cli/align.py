@@ -67,7 +67,6 @@ def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, 
 
     '-' reads a FASTA file or the pair list from standard input.
     """
-    from sinkalign.errors import SinkalignError
     from sinkalign.pipelines.align import align_fasta
 
     if example:
@@ -95,6 +94,6 @@ def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, 
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         ctx.exit(1)
-    except (SinkalignError, ValueError, FileNotFoundError, PermissionError) as exc:
-        raise click.ClickException(str(exc)) from exc
+    except OSError as exc:  # a file that is missing, unreadable or unwritable (SinkalignError: the group)
+        raise click.ClickException(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc)) from exc
     log.info("aligned %d pairs", n)
