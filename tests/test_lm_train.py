@@ -296,3 +296,106 @@ def test_cli_train(fasta, tmp_path):
     bad = runner.invoke(cli, ["lm", "train", "--fasta", str(fasta), "--attention", "goat", "--steps", "0",
                               "--out", str(tmp_path / "x")])
     assert bad.exit_code == 2 and "steps=0 must be >= 1" in bad.output
+
+
+# ----------------------------------------------------------------------------- many genomes
+
+
+def _genome(path: Path, seqs: dict[str, str]) -> Path:
+    path.write_text("".join(f">{rid}\n{seq}\n" for rid, seq in seqs.items()))
+    return path
+
+
+def test_genome_sources_files_directories_and_manifests(tmp_path):
+    from sinkalign.lm.data import genome_files, genome_name
+
+    d = tmp_path / "g"
+    d.mkdir()
+    a = _genome(d / "A_one.fna", {"a1": "ACGT" * 50})
+    b = _genome(d / "B_two.fa", {"b1": "GGCC" * 50})
+    (d / "notes.txt").write_text("not a genome")
+    man = tmp_path / "MANIFEST.tsv"
+    man.write_text("file\tspecies\ng/B_two.fa\tB two\ng/A_one.fna\tA one\n")
+    assert genome_files(d) == [a, b]
+    assert genome_files(str(man)) == [b, a]
+    assert genome_files([str(a), str(d)]) == [a, b]  # each once
+    assert genome_name("x/Cupriavidus_x__GCF_1.fna.gz") == "Cupriavidus_x__GCF_1"
+    man.write_text("file\ng/C.fa\n")
+    with pytest.raises(FileNotFoundError, match=r"MANIFEST.tsv: line 2: genome file not found: .*C.fa"):
+        genome_files(man)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="directory holds no FASTA file"):
+        genome_files(tmp_path / "empty")
+
+
+def test_balanced_sampler_draws_genomes_evenly_and_reads_both_strands():
+    """balance='genome': a genome 20x smaller is drawn as often as the large one; with
+    reverse_complement each window is a forward slice or its reverse complement, about half
+    each; without both options the sampler's draws are unchanged (resumable runs)."""
+    from sinkalign.lm.data import reverse_complement_tokens
+
+    rng = np.random.default_rng(0)
+    big = "".join(rng.choice(list("ACGT"), 20_000))
+    small = "".join(rng.choice(list("ACGT"), 1_000))
+    plain = WindowSampler([big, small], 50, seed=3)
+    counts = {"big": 0, "small": 0}
+    balanced = WindowSampler([big, small], 50, seed=3, groups=[0, 1])
+    for step in range(40):
+        for w in balanced.batch(step, 16).numpy():
+            counts["small" if decode_window(w) in small else "big"] += 1
+    assert 0.4 < counts["small"] / 640 < 0.6, counts
+    assert torch.equal(plain.batch(5, 8), WindowSampler([big, small], 50, seed=3).batch(5, 8))
+    stranded = WindowSampler([big], 50, seed=3, reverse_complement=True)
+    forward = WindowSampler([big], 50, seed=3)
+    flipped = 0
+    for step in range(20):
+        got, fwd = stranded.batch(step, 16).numpy(), forward.batch(step, 16).numpy()
+        for g, f in zip(got, fwd):
+            if not np.array_equal(g, f):
+                assert np.array_equal(g, reverse_complement_tokens(f))
+                flipped += 1
+    assert 100 < flipped < 220
+    np.testing.assert_array_equal(reverse_complement_tokens(np.array([0, 1, 2, 3, 4, 0])), [3, 4, 0, 1, 2, 3])
+
+
+def decode_window(w) -> str:
+    return "".join("ACGTN"[int(x)] for x in w)
+
+
+def test_genus_split_trains_on_train_genomes_validates_on_valid_ones_and_never_reads_test(tmp_path):
+    import sinkalign.lm.train as T
+
+    rng = np.random.default_rng(1)
+    files = {}
+    for name in ("Alpha_a", "Beta_b", "Gamma_c"):
+        files[name] = _genome(tmp_path / f"{name}.fa", {f"{name}_1": "".join(rng.choice(list("ACGT"), 3000))})
+    (tmp_path / "Delta_d.fa").write_text(">broken\nACGT-XX\n")  # a test genome: must never be read
+    split = tmp_path / "split.json"
+    split.write_text(json.dumps({"genomes": {"Alpha_a.fa": {"split": "train"}, "Beta_b.fa": {"split": "train"},
+                                             "Gamma_c.fa": {"split": "valid"}, "Delta_d.fa": {"split": "test"}}}))
+    cfg = _config(tmp_path / "Alpha_a.fa", tmp_path / "run", genome_split=str(split), balance="genome",
+                  reverse_complement=True)
+    cfg = TrainConfig.from_dict({**cfg.to_dict(), "fasta": [str(tmp_path)]})
+    train, groups, val = T._load_data(cfg)
+    gamma = files["Gamma_c"].read_text().split("\n")[1]
+    assert len(train) == 2 and groups == [0, 1] and len(val) == 1
+    assert val[0][1] + val[0][0] == gamma and all(t not in gamma for t in train)
+    result = train_lm(cfg)
+    assert result.step == cfg.steps and math.isfinite(result.val_bits_per_base)
+    # a run of an older version (its config lacks the newer settings) still resumes
+    saved = {k: v for k, v in cfg.to_dict().items() if k not in ("genome_split", "balance", "reverse_complement")}
+    T._check_resume_config(saved, TrainConfig.from_dict({**saved, "fasta": saved["fasta"]}), tmp_path)
+    with pytest.raises(ValueError, match="not a genome split"):
+        T._genome_split(str(files["Alpha_a"]))
+
+
+def test_cli_train_takes_many_genomes(tmp_path):
+    a = _genome(tmp_path / "a.fa", {"a": _markov_chain_dna(3000, seed=1)})
+    b = _genome(tmp_path / "b.fa", {"b": _markov_chain_dna(3000, seed=2)})
+    res = CliRunner().invoke(cli, ["lm", "train", "--fasta", str(a), "--fasta", str(b), "--attention", "rope",
+                                   "--out", str(tmp_path / "run"), "--steps", "4", "--batch-size", "2", "--seq-len", "32",
+                                   "--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--balance", "genome",
+                                   "--reverse-complement", "--eval-max-bases", "256", "--threads", "1", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    state = json.loads(next((tmp_path / "run" / "checkpoints").glob("step-*/trainer_state.json")).read_text())
+    assert state["train_config"]["fasta"] == [str(a), str(b)] and state["train_config"]["balance"] == "genome"

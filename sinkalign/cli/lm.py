@@ -33,8 +33,16 @@ def lm() -> None:
 
 
 @lm.command("train")
-@click.option("--fasta", required=True, type=click.Path(exists=True, dir_okay=False, readable=True),
-              help="Genome FASTA (plain or .gz); the last --val-fraction of each record is held out.")
+@click.option("--fasta", "fasta", required=True, multiple=True, type=click.Path(exists=True, readable=True),
+              help="Genomes: a FASTA file (plain or gzip), a directory of them, or a genome manifest (.tsv with "
+                   "a 'file' column); repeat for more. Each file is one genome.")
+@click.option("--genome-split", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="Split by whole genera (e.g. data_manifests/genomes_multi_split.json): 'valid' genomes are the "
+                   "validation data, 'test' genomes are not read.")
+@click.option("--balance", type=click.Choice(["length", "genome"]), default="length", show_default=True,
+              help="Draw windows uniformly over bases, or over genomes first.")
+@click.option("--reverse-complement/--no-reverse-complement", default=False, show_default=True,
+              help="Read each training window from either strand.")
 @click.option("--attention", required=True, type=click.Choice(ATTENTION_NAMES))
 @click.option("--out", "out_dir", default="runs/lm", show_default=True, type=click.Path(file_okay=False),
               help="Run directory: metrics.jsonl and checkpoints/.")
@@ -70,7 +78,7 @@ def lm() -> None:
 def train(fasta, attention, out_dir, steps, batch_size, seq_len, lr, min_lr_ratio, warmup_steps, weight_decay,
           grad_clip, d_model, n_layers, n_heads, dropout, model_options, val_fraction, eval_every, eval_max_bases,
           save_every, keep_checkpoints, log_every, seed, device, num_threads, nproc, resume, progress,
-          time_limit) -> None:
+          time_limit, genome_split, balance, reverse_complement) -> None:
     """Train a DNA language model on FASTA with the chosen attention."""
     require("torch", "torch", "sinkalign lm train")
     from sinkalign.lm.train import TrainConfig, train_lm, train_lm_ddp
@@ -79,13 +87,15 @@ def train(fasta, attention, out_dir, steps, batch_size, seq_len, lr, min_lr_rati
         raise click.BadParameter(f"must be >= 1, got {nproc}", param_hint="'--nproc'")
     try:
         config = TrainConfig(
-            fasta=fasta, attention=attention, out_dir=out_dir, steps=steps, batch_size=batch_size, seq_len=seq_len,
+            fasta=fasta[0] if len(fasta) == 1 else tuple(fasta), attention=attention, out_dir=out_dir, steps=steps,
+            batch_size=batch_size, seq_len=seq_len,
             lr=lr, min_lr_ratio=min_lr_ratio, warmup_steps=warmup_steps, weight_decay=weight_decay,
             grad_clip=grad_clip, d_model=d_model, n_layers=n_layers, n_heads=n_heads, dropout=dropout,
             model_options=model_options, val_fraction=val_fraction, eval_every=eval_every,
             eval_max_bases=eval_max_bases, save_every=save_every, keep_checkpoints=keep_checkpoints,
             log_every=log_every, seed=seed, device=device, num_threads=num_threads, resume=resume,
-            progress=progress, time_limit_minutes=time_limit)
+            progress=progress, time_limit_minutes=time_limit, genome_split=genome_split, balance=balance,
+            reverse_complement=reverse_complement)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     result = train_lm(config) if nproc == 1 else train_lm_ddp(config, nproc)[0]

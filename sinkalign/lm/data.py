@@ -146,6 +146,62 @@ def read_genome(path: str | os.PathLike) -> list[tuple[str, str]]:
     return [(r.id, r.seq) for r in read_genome_records(path)]
 
 
+GENOME_SUFFIXES = (".fa", ".fasta", ".fna", ".fa.gz", ".fasta.gz", ".fna.gz")
+
+
+def genome_files(sources: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Path]:
+    """The FASTA files of ``sources``, in order, each once.
+
+    Each source is a FASTA file (plain or gzip); a directory (its files ending in
+    :data:`GENOME_SUFFIXES`, sorted by name); or a manifest (``.tsv`` with a ``file`` column,
+    paths relative to the manifest, like ``genomes/multi/MANIFEST.tsv``). Raises
+    FileNotFoundError / InputError naming the source.
+    """
+    if isinstance(sources, (str, os.PathLike)):
+        sources = [sources]
+    out: list[Path] = []
+    for src in sources:
+        path = Path(src)
+        if not path.exists():
+            raise FileNotFoundError(f"FASTA file not found: {path}")
+        if path.is_dir():
+            found = sorted(p for p in path.iterdir() if p.is_file() and p.name.lower().endswith(GENOME_SUFFIXES))
+            if not found:
+                raise InputError(f"{path}: directory holds no FASTA file ({', '.join(GENOME_SUFFIXES)})")
+            out.extend(found)
+        elif path.suffix.lower() == ".tsv":
+            import csv
+
+            with open(path, newline="", encoding="utf-8") as fh:
+                rows = list(csv.DictReader(fh, delimiter="\t"))
+            if not rows or "file" not in rows[0]:
+                raise InputError(f"{path}: a genome manifest needs a tab-separated 'file' column")
+            for n, row in enumerate(rows, start=2):
+                f = path.parent / row["file"]
+                if not f.is_file():
+                    raise FileNotFoundError(f"{path}: line {n}: genome file not found: {f}")
+                out.append(f)
+        else:
+            out.append(path)
+    seen: set[Path] = set()
+    return [p for p in out if not (p.resolve() in seen or seen.add(p.resolve()))]
+
+
+def genome_name(path: str | os.PathLike) -> str:
+    """A genome's name: its file name without the FASTA / gzip suffixes."""
+    name = Path(path).name
+    for suffix in sorted(GENOME_SUFFIXES, key=len, reverse=True):
+        if name.lower().endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def reverse_complement_tokens(tokens: np.ndarray) -> np.ndarray:
+    """The reverse complement of token rows ``[..., L]`` (A<->T, C<->G, N stays N)."""
+    tokens = np.asarray(tokens)
+    return np.where(tokens < 4, 3 - tokens, tokens)[..., ::-1].astype(tokens.dtype)
+
+
 def train_val_split(seq: str, val_fraction: float = 0.1) -> tuple[str, str]:
     """Split ``seq`` into ``(train, val)``; the validation split is the *last* part.
 

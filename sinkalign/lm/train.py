@@ -57,7 +57,7 @@ from tqdm.auto import tqdm
 from sinkalign.errors import CheckpointError, InputError
 from sinkalign.lm.checkpoints import LATEST, TRAINER_STATE, find_latest_checkpoint, step_dir_name
 from sinkalign.lm.config import ATTENTION_NAMES, LMConfig
-from sinkalign.lm.data import encode, read_genome, train_val_split
+from sinkalign.lm.data import encode, genome_files, read_genome, reverse_complement_tokens, train_val_split
 from sinkalign.lm.evaluate import heldout_bits_per_base
 from sinkalign.lm.model import DNALanguageModel, load_checkpoint, save_checkpoint
 from sinkalign.lm.tokenizer import NucleotideTokenizer
@@ -109,8 +109,17 @@ def _check_float(name: str, value: Any, lo: float, hi: float | None = None, *, l
 class TrainConfig:
     """Configuration of :func:`train_lm`.
 
-    Data: ``fasta`` (plain or gzip); ``val_fraction`` held out at the end of every record;
-    training windows with more than ``max_n_fraction`` N are redrawn.
+    Data: ``fasta``: one source or a tuple of them, each a FASTA file (plain or gzip), a
+    directory of them or a genome manifest (:func:`sinkalign.lm.data.genome_files`); every file
+    is one genome. ``val_fraction`` is held out at the end of every record. ``genome_split``: a
+    JSON split by whole genera (``data_manifests/genomes_multi_split.json``: ``genomes`` maps a
+    file name to its ``split``); genomes of its ``valid`` split are not trained on and their
+    records' last ``val_fraction`` is the validation data (after their first part as
+    context), genomes of its ``test`` split are not read at all, the other genomes train on
+    their first part. ``balance``: ``length`` draws windows uniformly over every training
+    base; ``genome`` first draws a genome uniformly, so many genomes of one genus do not drown
+    one of another. ``reverse_complement``: each window is read from the other strand with
+    probability 1/2. Training windows with more than ``max_n_fraction`` N are redrawn.
 
     Model: ``attention`` (one of ``ATTENTION_NAMES``), ``d_model``, ``n_layers``,
     ``n_heads``, ``mlp_ratio``, ``dropout``; ``seq_len`` is the training context (the
@@ -136,7 +145,7 @@ class TrainConfig:
     time (counted from this process's first step; a ``resume`` continues it, up to ``steps``).
     """
 
-    fasta: str
+    fasta: str | tuple[str, ...]
     attention: str
     out_dir: str = "runs/lm"
     steps: int = 2000
@@ -169,10 +178,23 @@ class TrainConfig:
     resume: bool = False
     progress: bool = True
     time_limit_minutes: float | None = None
+    genome_split: str | None = None
+    balance: str = "length"
+    reverse_complement: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.fasta, str) or not self.fasta:
+        if isinstance(self.fasta, (list, tuple)):
+            object.__setattr__(self, "fasta", tuple(self.fasta))
+            if not self.fasta or not all(isinstance(f, str) and f for f in self.fasta):
+                raise InputError(f"fasta={self.fasta!r} must be a non-empty path string or tuple of them")
+        elif not isinstance(self.fasta, str) or not self.fasta:
             raise InputError(f"fasta={self.fasta!r} must be a non-empty path string")
+        if self.balance not in ("length", "genome"):
+            raise InputError(f"balance={self.balance!r} is not one of ('length', 'genome')")
+        if not isinstance(self.reverse_complement, bool):
+            raise InputError(f"reverse_complement={self.reverse_complement!r} must be a bool")
+        if self.genome_split is not None and (not isinstance(self.genome_split, str) or not self.genome_split):
+            raise InputError(f"genome_split={self.genome_split!r} must be a path string or None")
         if self.attention not in ATTENTION_NAMES:
             raise InputError(f"attention={self.attention!r} is not one of {', '.join(ATTENTION_NAMES)}")
         if not isinstance(self.out_dir, str) or not self.out_dir:
@@ -228,6 +250,8 @@ class TrainConfig:
         """JSON-serialisable dict (``model_options`` as a list of pairs)."""
         d = dataclasses.asdict(self)
         d["model_options"] = [list(p) for p in self.model_options]
+        if isinstance(self.fasta, tuple):
+            d["fasta"] = list(self.fasta)
         return d
 
     @classmethod
@@ -239,6 +263,8 @@ class TrainConfig:
             raise InputError(f"unknown TrainConfig keys {unknown}")
         kw = dict(data)
         kw["model_options"] = tuple(tuple(p) for p in kw.get("model_options", ()))
+        if isinstance(kw.get("fasta"), list):
+            kw["fasta"] = tuple(kw["fasta"])
         return cls(**kw)
 
 
@@ -283,29 +309,48 @@ class WindowSampler:
     """Uniform random windows ``[B, length]`` (int64 token ids) from training sequences.
 
     Starts are uniform over every position ``s`` with ``s + length <= len(record)`` across
-    records (windows never cross records); a window with more than ``max_n_fraction`` N is
-    redrawn. The draw for ``(seed, rank, step)`` comes from ``numpy.random.default_rng``
-    seeded with exactly that triple: it does not depend on earlier draws, so the sampler
-    needs no state beyond the step to resume, and DDP ranks see independent streams.
+    records (windows never cross records); with ``groups`` (a genome index per sequence) a
+    genome is drawn uniformly first, then a start uniformly within its records. A window with
+    more than ``max_n_fraction`` N is redrawn; with ``reverse_complement`` each window is read
+    from the other strand with probability 1/2. The draw for ``(seed, rank, step)`` comes from
+    ``numpy.random.default_rng`` seeded with exactly that triple: it does not depend on earlier
+    draws, so the sampler needs no state beyond the step to resume, and DDP ranks see
+    independent streams.
     """
 
     def __init__(self, seqs: Sequence[str], length: int, *, seed: int, rank: int = 0,
-                 max_n_fraction: float = 1.0) -> None:
+                 max_n_fraction: float = 1.0, groups: Sequence[int] | None = None,
+                 reverse_complement: bool = False) -> None:
         if isinstance(length, bool) or not isinstance(length, int) or length < 1:
             raise InputError(f"{length=} must be a positive integer")
+        if groups is not None and len(groups) != len(seqs):
+            raise InputError(f"groups has {len(groups)} entries for {len(seqs)} sequences")
         self.length, self.seed, self.rank = length, int(seed), int(rank)
         self.max_n = max_n_fraction * length
-        self._tokens = [encode(s) for s in seqs if len(s) >= length]
+        self.reverse_complement = bool(reverse_complement)
+        keep = [i for i, s in enumerate(seqs) if len(s) >= length]
+        self._tokens = [encode(seqs[i]) for i in keep]
         if not self._tokens:
             longest = max((len(s) for s in seqs), default=0)
             raise InputError(f"no training sequence holds a window of {length} bases (longest is {longest})")
         n_starts = np.array([t.size - length + 1 for t in self._tokens], dtype=np.int64)
         self._offsets = np.concatenate([[0], np.cumsum(n_starts)])  # [R + 1]
         self._n_cum = [np.concatenate([[0], np.cumsum(t == 4, dtype=np.int64)]) for t in self._tokens]
+        self._groups = None
+        if groups is not None:  # per genome: its records' flat start range [lo, hi) in _offsets
+            kept = np.asarray([groups[i] for i in keep])
+            self._groups = [(int(self._offsets[np.flatnonzero(kept == g)[0]]),
+                             int(self._offsets[np.flatnonzero(kept == g)[-1] + 1])) for g in sorted(set(kept.tolist()))]
 
     def state(self, step: int) -> dict[str, Any]:
         """JSON state of the sampler before ``step`` (everything :meth:`batch` depends on)."""
         return {"kind": "counter", "seed": self.seed, "length": self.length, "next_step": int(step)}
+
+    def _starts(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        if self._groups is None:
+            return rng.integers(0, int(self._offsets[-1]), size=n)
+        lo_hi = np.asarray(self._groups)[rng.integers(0, len(self._groups), size=n)]
+        return lo_hi[:, 0] + (rng.random(n) * (lo_hi[:, 1] - lo_hi[:, 0])).astype(np.int64)
 
     def batch(self, step: int, batch_size: int) -> torch.Tensor:
         """The ``[batch_size, length]`` int64 windows of ``step`` for this rank."""
@@ -313,7 +358,7 @@ class WindowSampler:
         out = np.empty((batch_size, self.length), dtype=np.int64)
         filled = 0
         for _ in range(1000):
-            for flat in rng.integers(0, int(self._offsets[-1]), size=batch_size - filled):
+            for flat in self._starts(rng, batch_size - filled):
                 r = int(np.searchsorted(self._offsets, flat, side="right") - 1)
                 s = int(flat - self._offsets[r])
                 if self._n_cum[r][s + self.length] - self._n_cum[r][s] > self.max_n:
@@ -321,6 +366,9 @@ class WindowSampler:
                 out[filled] = self._tokens[r][s : s + self.length]
                 filled += 1
             if filled == batch_size:
+                if self.reverse_complement:
+                    flip = rng.random(batch_size) < 0.5
+                    out[flip] = reverse_complement_tokens(out[flip])
                 return torch.from_numpy(out)
         raise InputError(f"could not draw windows with at most {self.max_n:.0f} N bases after 1000 rounds")
 
@@ -459,6 +507,8 @@ def _fsync_dir(path: Path) -> None:
 
 def _check_resume_config(saved: Mapping[str, Any], config: TrainConfig, path: Path) -> None:
     now = config.to_dict()
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
+    saved = {**{k: v for k, v in defaults.items() if k not in saved}, **saved}  # settings newer than the run
     diffs = sorted(k for k in set(saved) | set(now)
                    if k not in _RESUMABLE_CHANGES and saved.get(k) != now.get(k))
     if diffs:
@@ -483,17 +533,48 @@ def _rewrite_metrics(path: Path, upto_step: int) -> None:
 # ----------------------------------------------------------------------------- training
 
 
-def _load_data(config: TrainConfig) -> tuple[list[str], list[tuple[str, str]]]:
-    """``(train_seqs, [(val_seq, preceding_train_seq)])`` from every record of the FASTA."""
-    train, val = [], []
-    for rid, seq in read_genome(config.fasta):
-        try:
-            tr, va = train_val_split(seq, config.val_fraction)
-        except ValueError as exc:
-            raise InputError(f"{config.fasta}: record {rid!r}: {exc}") from None
-        train.append(tr)
-        val.append((va, tr))
-    return train, val
+def _load_data(config: TrainConfig) -> tuple[list[str], list[int], list[tuple[str, str]]]:
+    """``(train_seqs, genome index of each, [(val_seq, preceding_seq)])`` from the genomes of
+    ``config.fasta`` (see :class:`TrainConfig`: splits by record tail, or by genus)."""
+    files = genome_files(config.fasta)
+    split = _genome_split(config.genome_split) if config.genome_split else {}
+    train, groups, val = [], [], []
+    for g, path in enumerate(files):
+        role = split.get(path.name, "train")
+        if role == "test":
+            continue
+        for rid, seq in read_genome(path):
+            try:
+                tr, va = train_val_split(seq, config.val_fraction)
+            except ValueError as exc:
+                raise InputError(f"{path}: record {rid!r}: {exc}") from None
+            if role == "train":
+                train.append(tr)
+                groups.append(g)
+            if role == "valid" or not split:
+                val.append((va, tr))
+    if not train:
+        raise InputError(f"no training genome in {config.fasta!r} (every one is held out by {config.genome_split})")
+    if not val:
+        raise InputError(f"no validation genome in {config.fasta!r}: {config.genome_split} holds out none of them")
+    logger.info("%d genome file(s): %d training record(s), %d validation record(s)", len(files), len(train), len(val))
+    return train, groups, val
+
+
+def _genome_split(path: str) -> dict[str, str]:
+    """file name -> 'train' | 'valid' | 'test' from a genome split JSON."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        out = {name: entry["split"] for name, entry in data["genomes"].items()}
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise InputError(f"{path}: not a genome split (a JSON object whose 'genomes' maps file names to "
+                         f"{{'split': 'train' | 'valid' | 'test'}}): {exc}") from None
+    bad = sorted({v for v in out.values()} - {"train", "valid", "test"})
+    if bad:
+        raise InputError(f"{path}: unknown split names {bad}")
+    return out
 
 
 def _validate(model: DNALanguageModel, val: list[tuple[str, str]], config: TrainConfig,
@@ -555,9 +636,11 @@ def train_lm(config: TrainConfig) -> TrainResult:
 def _train(config: TrainConfig, device: torch.device, rank: int, world: int) -> TrainResult:
     out_dir = Path(config.out_dir)
     is_main = rank == 0
-    train_seqs, val = _load_data(config)
+    train_seqs, groups, val = _load_data(config)
     sampler = WindowSampler(train_seqs, config.seq_len + 1, seed=config.seed, rank=rank,
-                            max_n_fraction=config.max_n_fraction)
+                            max_n_fraction=config.max_n_fraction, groups=groups if config.balance == "genome" else None,
+                            reverse_complement=config.reverse_complement)
+    del train_seqs
 
     latest = find_latest_checkpoint(out_dir)
     if latest is not None and not config.resume:
