@@ -143,13 +143,18 @@ def test_evaluate_lm_report(fasta):
     assert h["delta_vs_markov"] == pytest.approx(h["bits_per_base"] - m["bits_per_base"])
     # a random i.i.d. genome: nothing beats ~2 bits/base by much
     assert 1.9 < m["bits_per_base"] < 2.1
-    # extrapolation: the same targets at every length
+    # extrapolation: the same targets at every length, each seeing a fixed band of context
     x = doc["extrapolation"]
-    assert [r["length"] for r in x["rows"]] == [16, 32, 64]
-    assert x["n_targets"] == 256 and {r["n_scored"] for r in x["rows"]} == {256}
+    assert [r["length"] for r in x["rows"]] == [16, 32, 64] and x["protocol"] == "fixed-context"
+    assert x["stride"] == 8 and [(r["context_min"], r["context_max"]) for r in x["rows"]] == [(9, 16), (25, 32),
+                                                                                               (57, 64)]
+    assert x["first_target"] == 64 and x["n_targets"] == 256 and {r["n_scored"] for r in x["rows"]} == {256}
     assert x["rows"][0]["delta_vs_1x"] == 0.0
-    one = heldout_bits_per_base(model, read_genome(fasta)[0][1][-900:][:257], context=16, stride=16)
-    assert x["rows"][0]["bits_per_base"] == pytest.approx(one.bits_per_base)
+    val = max((train_val_split(s)[1] for _, s in recs), key=len)
+    for r in x["rows"]:  # = strided held-out evaluation of targets 64..319, the first 64 bases as prefix
+        one = heldout_bits_per_base(model, val[64:320], prefix=val[:64], context=r["length"], stride=r["stride"])
+        assert r["bits_per_base"] == pytest.approx(one.bits_per_base)
+    assert x["rows"][2]["delta_vs_1x"] == pytest.approx(x["rows"][2]["bits_per_base"] - x["rows"][0]["bits_per_base"])
     # passkey and completion: well-formed estimates in range
     (p,) = doc["passkey"]["rows"]
     assert p["length"] == 64 and p["trials"] == 6 and 0 <= p["base_accuracy"]["mean"] <= 1

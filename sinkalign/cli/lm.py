@@ -119,7 +119,11 @@ def train(fasta, attention, out_dir, steps, batch_size, seq_len, lr, min_lr_rati
               help="Fixed Markov order [default: best of 0..12 on the training split's tail].")
 @click.option("--lengths", "length_multipliers", default="1,2,4,8,16", show_default=True, callback=_int_tuple,
               help="Extrapolation: multiples of the training length.")
-@click.option("--extrapolation-bases", default=32768, show_default=True, type=int)
+@click.option("--extrapolation-bases", default=8192, show_default=True, type=int,
+              help="Held-out targets scored at every context length (the same bases at each).")
+@click.option("--extrapolation-stride", default=None, type=int,
+              help="New targets per window in the extrapolation section: a base sees between length - stride + 1 "
+                   "and length bases of context [default: training length / 2].")
 @click.option("--passkey-lengths", "passkey_multipliers", default="1,2,4", show_default=True,
               callback=_int_tuple, help="Passkey contexts: multiples of the training length.")
 @click.option("--passkey-trials", default=50, show_default=True, type=int)
@@ -136,8 +140,9 @@ def train(fasta, attention, out_dir, steps, batch_size, seq_len, lr, min_lr_rati
 @click.option("--batch-size", default=16, show_default=True, type=int)
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 def eval_cmd(model_path, fasta, json_out, val_fraction, context, stride, max_bases, markov_order,
-             length_multipliers, extrapolation_bases, passkey_multipliers, passkey_trials, completion_prompts,
-             prompt_len, completion_len, temperature, top_k, top_p, sections, seed, batch_size, device) -> None:
+             length_multipliers, extrapolation_bases, extrapolation_stride, passkey_multipliers, passkey_trials,
+             completion_prompts, prompt_len, completion_len, temperature, top_k, top_p, sections, seed, batch_size,
+             device) -> None:
     """Held-out bits/base vs an order-k Markov chain, length extrapolation, passkey and completions."""
     require("torch", "torch", "sinkalign lm eval")
     from sinkalign.lm.evaluate import EvalConfig, evaluate_lm
@@ -148,7 +153,8 @@ def eval_cmd(model_path, fasta, json_out, val_fraction, context, stride, max_bas
         config = EvalConfig(
             fasta=fasta, val_fraction=val_fraction, context=context, stride=stride, max_bases=max_bases,
             markov_order=markov_order, length_multipliers=length_multipliers,
-            extrapolation_bases=extrapolation_bases, passkey_multipliers=passkey_multipliers,
+            extrapolation_bases=extrapolation_bases, extrapolation_stride=extrapolation_stride,
+            passkey_multipliers=passkey_multipliers,
             passkey_trials=passkey_trials, completion_prompts=completion_prompts, prompt_len=prompt_len,
             completion_len=completion_len, temperature=temperature, top_k=top_k, top_p=top_p,
             sections=tuple(s.strip() for s in sections.split(",") if s.strip()), seed=seed,
@@ -178,7 +184,8 @@ def _echo_summary(doc: dict) -> None:
     if x:
         for r in x["rows"]:
             delta = "" if r["delta_vs_1x"] is None else f" (delta vs 1x {r['delta_vs_1x']:+.4f})"
-            click.echo(f"length {r['multiplier']:>2}x = {r['length']:>6}: {r['bits_per_base']:.4f} bits/base{delta}")
+            click.echo(f"length {r['multiplier']:>2}x = {r['length']:>6} (context {r['context_min']}-{r['context_max']}): "
+                       f"{r['bits_per_base']:.4f} bits/base{delta}")
     p = doc.get("passkey")
     if p:
         for r in p["rows"]:

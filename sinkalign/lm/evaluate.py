@@ -241,9 +241,13 @@ class EvalConfig:
       ``markov_order``, or (None) the best of ``markov_orders`` chosen on the tail of the
       training split (its last ``val_fraction``, after fitting on the rest), then refitted
       on the whole training split; scored on exactly the same bases.
-    * Extrapolation: for each multiple ``m`` in ``length_multipliers`` non-overlapping
-      windows of ``m * train_len`` tokens over the same ``extrapolation_bases`` held-out
-      targets (rounded down to a multiple of the longest window; at least one window).
+    * Extrapolation: for each multiple ``m`` in ``length_multipliers``, bits/base on the same
+      ``extrapolation_bases`` held-out targets (those after the first ``max(m) * train_len``
+      bases of the longest held-out split), each predicted from between ``m * train_len -
+      stride + 1`` and ``m * train_len`` preceding bases (strided windows, ``stride =
+      extrapolation_stride``, None: ``train_len // 2``): the context a base sees is held fixed
+      at each length, so the change with length is the model's; ``delta_vs_1x`` is the mean
+      paired difference on the same bases.
     * Passkey: ``passkey_trials`` contexts of ``m * train_len`` real held-out bases for
       each ``m`` in ``passkey_multipliers``; at 10% of the context a random cue
       (``passkey_cue_len`` bases) and a random key (``passkey_k`` bases) are planted; the
@@ -264,7 +268,8 @@ class EvalConfig:
     markov_order: int | None = None
     markov_orders: tuple[int, ...] = tuple(range(13))
     length_multipliers: tuple[int, ...] = (1, 2, 4, 8, 16)
-    extrapolation_bases: int = 32768
+    extrapolation_bases: int = 8192
+    extrapolation_stride: int | None = None
     passkey_multipliers: tuple[int, ...] = (1, 2, 4)
     passkey_trials: int = 50
     passkey_k: int = 16
@@ -288,7 +293,7 @@ class EvalConfig:
             raise InputError(f"fasta={self.fasta!r} must be a non-empty path string")
         if not 0.0 < self.val_fraction < 1.0:
             raise InputError(f"val_fraction={self.val_fraction!r} must be in (0, 1)")
-        for name in ("context", "stride", "max_bases", "prompt_len", "top_k"):
+        for name in ("context", "stride", "max_bases", "prompt_len", "top_k", "extrapolation_stride"):
             if getattr(self, name) is not None:
                 _check_pos_int(name, getattr(self, name))
         for name in ("extrapolation_bases", "passkey_trials", "passkey_k", "passkey_cue_len",
@@ -426,31 +431,41 @@ def _heldout_section(model: DNALanguageModel, splits: list[_Split], config: Eval
 
 def _extrapolation_section(model: DNALanguageModel, splits: list[_Split], config: EvalConfig, train_len: int,
                            device: torch.device) -> dict[str, Any]:
+    """Bits/base on the same held-out targets at every context length, the context each target
+    sees held fixed per length (strided windows), so a change with length is the model's and
+    not the averaging of non-overlapping windows (where a base sees 1..length tokens)."""
     wmax = max(config.length_multipliers) * train_len
+    stride = config.extrapolation_stride or max(1, train_len // 2)
     val = max((sp.val for sp in splits), key=len)
-    n_targets = min(config.extrapolation_bases, len(val) - 1) // wmax * wmax
-    if n_targets < wmax:
+    n_targets = min(config.extrapolation_bases, len(val) - wmax)
+    if n_targets < 1:
         raise InputError(f"the longest held-out split ({len(val)} bases) is too short for a window of "
-                         f"{wmax} (= {max(config.length_multipliers)} x training length {train_len})")
-    tokens = _encode(val[: n_targets + 1], "held-out sequence")
-    rows = []
+                         f"{wmax} (= {max(config.length_multipliers)} x training length {train_len}) and one target")
+    tokens = _encode(val[: wmax + n_targets], "held-out sequence")
+    rows, per_base = [], {}
     for mult in config.length_multipliers:
         w = mult * train_len
-        bits = _target_bits(model, tokens, 1, context=w, stride=w, batch_size=max(1, config.batch_size // mult),
-                            device=device, autocast_bf16=device.type == "cuda")[1:]  # [n_targets]
-        offset = np.arange(n_targets) % w  # 0-based position of the target's predictor in its window
+        step = min(stride, w)
+        bits = _target_bits(model, tokens, wmax, context=w, stride=step, batch_size=max(1, config.batch_size // mult),
+                            device=device, autocast_bf16=device.type == "cuda")[wmax:]  # [n_targets]
         ok = np.isfinite(bits)
-        tail = ok & (offset >= w // 2)
-        rows.append({"multiplier": mult, "length": w, "bits_per_base": float(bits[ok].mean()),
-                     "bits_per_base_second_half": float(bits[tail].mean()), "n_scored": int(ok.sum())})
-        logger.info("extrapolation %dx (%d): %.4f bits/base", mult, w, rows[-1]["bits_per_base"])
-    ref = next((r for r in rows if r["multiplier"] == 1), None)
+        per_base[mult] = bits
+        rows.append({"multiplier": mult, "length": w, "stride": step, "context_min": w - step + 1, "context_max": w,
+                     "bits_per_base": float(bits[ok].mean()), "n_scored": int(ok.sum())})
+        logger.info("extrapolation %dx (%d, stride %d): %.4f bits/base", mult, w, step, rows[-1]["bits_per_base"])
+    ref = per_base.get(1)
     for r in rows:
-        r["delta_vs_1x"] = None if ref is None else r["bits_per_base"] - ref["bits_per_base"]
-        r["delta_second_half_vs_1x"] = (None if ref is None else
-                                        r["bits_per_base_second_half"] - ref["bits_per_base_second_half"])
-    return {"train_len": train_len, "n_targets": n_targets,
-            "windows": "non-overlapping, every target scored once with context 1..length", "rows": rows}
+        if ref is None:
+            r["delta_vs_1x"] = None
+            continue
+        diff = per_base[r["multiplier"]] - ref
+        diff = diff[np.isfinite(diff)]
+        r["delta_vs_1x"] = float(diff.mean())  # the same bases: a paired difference
+    return {"train_len": train_len, "protocol": "fixed-context", "stride": stride, "first_target": wmax,
+            "n_targets": n_targets,
+            "windows": (f"the same {n_targets} held-out targets (after the first {wmax} bases) at every length; at "
+                        "length w each target is predicted from between w - stride + 1 and w preceding bases"),
+            "rows": rows}
 
 
 def _random_bases(rng: np.random.Generator, k: int) -> str:
