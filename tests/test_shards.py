@@ -461,7 +461,8 @@ def test_manifest_checksums(shared_data: Path) -> None:
     for manifest in sorted(MANIFESTS.glob("*.md")):
         rows += re.findall(r"^\| `([^`]+)` \| (\d+) \| ([0-9a-f]{64}) \|$", manifest.read_text(), flags=re.M)
     listed = {path for path, _, _ in rows}
-    on_disk = {str(p.relative_to(shared_data)) for d in ("pfam_seed", "tmalign_pairs", "genomes", "structural")
+    on_disk = {str(p.relative_to(shared_data)) for d in ("pfam_seed", "tmalign_pairs", "genomes", "genomes/multi",
+                                                         "structural")
                for p in (shared_data / d).iterdir() if p.is_file()}
     assert listed == on_disk
     for path, size, sha in rows:
