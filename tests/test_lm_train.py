@@ -399,3 +399,22 @@ def test_cli_train_takes_many_genomes(tmp_path):
     assert res.exit_code == 0, res.output
     state = json.loads(next((tmp_path / "run" / "checkpoints").glob("step-*/trainer_state.json")).read_text())
     assert state["train_config"]["fasta"] == [str(a), str(b)] and state["train_config"]["balance"] == "genome"
+
+
+@pytest.mark.shared_data
+def test_genome_split_manifest_is_reproducible_and_splits_whole_genera(shared_data):
+    """data_manifests/genomes_multi_split.json is what make_genome_split.py writes from the
+    shared MANIFEST.tsv, covers every genome there, and no genus sits in two splits."""
+    root = Path(__file__).resolve().parents[1] / "data_manifests"
+    manifest = shared_data / "genomes" / "multi" / "MANIFEST.tsv"
+    res = subprocess.run([sys.executable, str(root / "make_genome_split.py"), str(manifest)], capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout) == json.loads((root / "genomes_multi_split.json").read_text())
+    genomes = json.loads(res.stdout)["genomes"]
+    assert set(genomes) == {p.name for p in (shared_data / "genomes" / "multi").glob("*.fna.gz")}
+    by_genus: dict[str, set] = {}
+    for g in genomes.values():
+        by_genus.setdefault(g["genus"], set()).add(g["split"])
+    assert all(len(s) == 1 for s in by_genus.values())
+    assert {s for (s,) in by_genus.values()} == {"train", "valid", "test"}
