@@ -21,7 +21,6 @@ import pytest
 
 from sinkalign.kernels import validation as V
 from sinkalign.sinkhorn import core
-from sinkalign.sinkhorn.dustbin import augment
 from sinkalign.sinkhorn.support import Support
 
 CASES = V.KERNEL_CASES
@@ -30,8 +29,9 @@ NAMES = ("O", "dq", "dk", "dv", "dqd", "dkd", "dvd")
 
 def _dense_mask(support: Support) -> np.ndarray:
     """The support's static (band / dense / dustbin) pattern as a dense [Lq, Lk] bool matrix."""
-    ones = [jnp.ones(p.static_mask.shape, jnp.float64) for p in support.pieces]
-    return np.asarray(support.densify(ones)) > 0
+    with jax.ensure_compile_time_eval():  # static: computed while the operator is traced
+        ones = [jnp.ones(p.static_mask.shape, jnp.float64) for p in support.pieces]
+        return np.asarray(support.densify(ones)) > 0
 
 
 def _dense_operator(q, k, v, qv, kv, la, lb, omega, eps, T, R):
@@ -64,25 +64,9 @@ def _dense_operator(q, k, v, qv, kv, la, lb, omega, eps, T, R):
     return jnp.einsum("...ij,...je->...ie", jnp.where(mask, jnp.exp(logits), 0.0), v)
 
 
-def _grads(case, inp, operator):
+def _grads(case, inp, operator, **kw):
     """O and d<O, G>/d(inputs) in float64 for ``operator(prepared problem, support, config)``."""
-    cfg = V._cfg(case)
-    qm, km, la, lb = inp["qm"], inp["km"], inp["la"], inp["lb"]
-
-    def loss(x, g):
-        if case.dustbin is None:
-            q, k, v, qv, kv, la_, lb_ = core.prepare(x["q"], x["k"], x["v"], qm, km, la, lb, band=case.band)
-            out = operator(q, k, v, qv, kv, la_, lb_, Support.single(case.lq, case.lk, case.band, cfg.block), cfg)
-        else:
-            a = augment(x["q"], x["k"], x["v"], x["qd"], x["kd"], x["vd"], q_mask=qm, k_mask=km, config=cfg,
-                        dustbin=case.dustbin)
-            out = operator(a.q, a.k, a.v, a.q_valid, a.k_valid, a.log_a, a.log_b, a.support, a.config)[..., : case.lq, :]
-        return jnp.sum(out * g), out
-
-    names = ("q", "k", "v") + (("qd", "kd", "vd") if case.dustbin else ())
-    x = {n: jnp.asarray(inp["x"][n], jnp.float64) for n in names}
-    (_, out), grads = jax.value_and_grad(loss, has_aux=True)(x, jnp.asarray(inp["g"], jnp.float64))
-    return {"O": np.asarray(out), **{f"d{n}": np.asarray(grads[n]) for n in names}}
+    return V._jax_grads(case, inp, backend="reference", dtype=jnp.float64, operator=operator, **kw)
 
 
 def dense_reference(case, inp):
@@ -92,7 +76,7 @@ def dense_reference(case, inp):
 
 def _run(backend, case, inp):
     if backend == "reference":  # the shipped one-reference backward, float64
-        return _grads(case, inp, core.tail_operator), 1e-10
+        return V._jax_grads(case, inp, backend="reference", dtype=jnp.float64, backward="one_reference"), 1e-10
     if backend == "pallas":
         from sinkalign.kernels.pallas import BlockSizes
 
@@ -133,7 +117,7 @@ def test_the_dense_reference_is_not_the_blockwise_code():
     inp = V._inputs(case, seed=1)
     ref = dense_reference(case, inp)
     fewer = V.KernelCase(**{**case.__dict__, "n_iters": case.n_iters - 1})
-    wrong = _grads(fewer, inp, core.tail_operator)
+    wrong = _grads(fewer, inp, None, backward="one_reference")
     assert float(np.abs(wrong["O"] - ref["O"]).max()) > 1e-6
 
     def full_backprop(q, k, v, qv, kv, la, lb, support, cfg):  # no stopped base: another gradient

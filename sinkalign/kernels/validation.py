@@ -98,8 +98,13 @@ def _cfg(case: KernelCase, **kw):
     return SinkhornConfig(eps=case.eps, n_iters=case.n_iters, tail=2, band=case.band, **kw)
 
 
-def _jax_grads(case: KernelCase, inp: dict, *, backend: str, dtype, blocks=None, interpret=None) -> dict:
-    """O and the gradients of <O, G> w.r.t. every token input, as float64 numpy arrays."""
+def _jax_grads(case: KernelCase, inp: dict, *, backend: str, dtype, blocks=None, interpret=None, operator=None,
+               backward: str = "autodiff") -> dict:
+    """O and the gradients of <O, G> w.r.t. every token input, as float64 numpy arrays.
+
+    ``backend`` ``reference`` runs the JAX operator with ``backward`` (default autodiff, the
+    ground truth), ``pallas`` the kernels; ``operator(q, k, v, q_valid, k_valid, log_a, log_b,
+    support, config)`` replaces either (a test's own reference, say)."""
     import jax
     import jax.numpy as jnp
 
@@ -108,10 +113,12 @@ def _jax_grads(case: KernelCase, inp: dict, *, backend: str, dtype, blocks=None,
     from sinkalign.sinkhorn.dustbin import augment
     from sinkalign.sinkhorn.support import Support
 
-    cfg = _cfg(case, backward="autodiff") if backend == "reference" else _cfg(case, backend="pallas")
+    cfg = _cfg(case, backward=backward) if backend == "reference" else _cfg(case, backend="pallas")
     qm, km, la, lb = inp["qm"], inp["km"], inp["la"], inp["lb"]
 
     def op(q, k, v, qv, kv, la_, lb_, support, c):
+        if operator is not None:
+            return operator(q, k, v, qv, kv, la_, lb_, support, c)
         if backend == "reference":
             return core.tail_operator(q, k, v, qv, kv, la_, lb_, support, c)
         return pallas.tail_operator(q, k, v, qv, kv, la_, lb_, support, c, block_sizes=blocks, interpret=interpret)
