@@ -197,5 +197,8 @@ def _echo_summary(doc: dict) -> None:
         for who in ("lm", "markov"):
             if who in c:
                 i, g = c[who]["identity"], c[who]["gc_pearson_r"]
+                o, k = c[who]["orf_fraction"], c[who]["kmer_js_divergence"]
                 click.echo(f"completion ({who}): identity {i['mean']:.3f} [{i['ci_low']:.3f}, {i['ci_high']:.3f}], "
-                           f"GC r {g['mean']:.3f} [{g['ci_low']:.3f}, {g['ci_high']:.3f}] (n={g['n']})")
+                           f"GC r {g['mean']:.3f} [{g['ci_low']:.3f}, {g['ci_high']:.3f}] (n={g['n']}); in ORFs >= "
+                           f"{c['orf_min_len']} bp {o['mean']:.3f} (true {c['true_orf_fraction']['mean']:.3f}); "
+                           f"{k['k']}-mer JS {k['mean']:.4f} bits")

@@ -33,6 +33,7 @@ from sinkalign.lm.gc import gc_trajectory, trajectory_correlation
 from sinkalign.lm.generate import generate_batch
 from sinkalign.lm.markov import MarkovModel
 from sinkalign.lm.model import DNALanguageModel
+from sinkalign.lm.seqstats import js_divergence, kmer_spectrum, orf_fraction
 from sinkalign.lm.tokenizer import NucleotideTokenizer
 
 __all__ = [
@@ -255,8 +256,13 @@ class EvalConfig:
     * Completion: ``completion_prompts`` prompts of ``prompt_len`` (None: the training
       length) held-out bases at random starts, continued by ``completion_len`` bases
       (sampling ``temperature``, ``top_k``, ``top_p``); per prompt the identity to the true
-      continuation and the Pearson r of the GC trajectories (window ``gc_window``); the
-      Markov baseline continues the same prompts.
+      continuation, the Pearson r of the GC trajectories (window ``gc_window``: the GOAT
+      paper's 200-base continuations and 25-base window) and the fraction of the continuation
+      inside open reading frames of at least ``orf_min_len`` bases on either strand (ORFs
+      found on prompt + continuation; the true continuation's is reported beside it); over
+      all prompts the Jensen-Shannon divergence (bits) of the pooled ``kmer_k``-mer spectrum
+      of the continuations from that of the true ones. The Markov baseline continues the
+      same prompts.
     * Intervals: percentile bootstrap, ``n_boot`` resamples at level ``ci_level``.
     """
 
@@ -281,6 +287,8 @@ class EvalConfig:
     top_k: int | None = None
     top_p: float | None = None
     gc_window: int = 25
+    orf_min_len: int = 300
+    kmer_k: int = 4
     n_boot: int = 1000
     ci_level: float = 0.95
     seed: int = 0
@@ -297,7 +305,7 @@ class EvalConfig:
             if getattr(self, name) is not None:
                 _check_pos_int(name, getattr(self, name))
         for name in ("extrapolation_bases", "passkey_trials", "passkey_k", "passkey_cue_len",
-                     "completion_prompts", "gc_window", "n_boot", "batch_size"):
+                     "completion_prompts", "gc_window", "n_boot", "batch_size", "orf_min_len", "kmer_k"):
             _check_pos_int(name, getattr(self, name))
         if self.markov_order is not None and (isinstance(self.markov_order, bool)
                                               or not isinstance(self.markov_order, int)
@@ -526,19 +534,35 @@ def _completion_section(model: DNALanguageModel, splits: list[_Split], config: E
                               temperature=config.temperature, top_k=config.top_k, top_p=config.top_p,
                               seed=config.seed * 100_003 + bi)
 
+    def ci(values):
+        return bootstrap_ci(values, n_boot=config.n_boot, level=config.ci_level, seed=config.seed)._asdict()
+
+    def kmer_js(outputs: list[str]) -> dict[str, Any]:
+        """JS divergence of the pooled spectra, with a bootstrap over prompts."""
+        gen = np.stack([kmer_spectrum(o, config.kmer_k) for o in outputs])
+        true = np.stack([kmer_spectrum(t, config.kmer_k) for t in truths])
+        point = js_divergence(gen.sum(0), true.sum(0))
+        rng = np.random.default_rng([config.seed, 4])
+        idx = rng.integers(0, len(outputs), size=(config.n_boot, len(outputs)))
+        boot = [js_divergence(gen[i].sum(0), true[i].sum(0)) for i in idx]
+        lo, hi = np.quantile(boot, [(1 - config.ci_level) / 2, (1 + config.ci_level) / 2])
+        return {"mean": point, "ci_low": float(lo), "ci_high": float(hi), "n": len(outputs), "k": config.kmer_k}
+
     def score(outputs: list[str]) -> dict[str, Any]:
         ident = [np.mean(np.frombuffer(o.encode(), np.uint8) == np.frombuffer(t.encode(), np.uint8))
                  for o, t in zip(outputs, truths)]
         corr = [trajectory_correlation(gc_trajectory(t, config.gc_window), gc_trajectory(o, config.gc_window))
                 for o, t in zip(outputs, truths)]
-        return {"identity": bootstrap_ci(ident, n_boot=config.n_boot, level=config.ci_level,
-                                         seed=config.seed)._asdict(),
-                "gc_pearson_r": bootstrap_ci(corr, n_boot=config.n_boot, level=config.ci_level,
-                                             seed=config.seed)._asdict()}
+        orf = [orf_fraction(p, o, config.orf_min_len) for p, o in zip(prompts, outputs)]
+        return {"identity": ci(ident), "gc_pearson_r": ci(corr), "orf_fraction": ci(orf),
+                "kmer_js_divergence": kmer_js(outputs)}
 
     res: dict[str, Any] = {"n_prompts": len(prompts), "prompt_len": prompt_len, "length": config.completion_len,
                            "temperature": config.temperature, "top_k": config.top_k, "top_p": config.top_p,
-                           "gc_window": config.gc_window, "lm": score(gen)}
+                           "gc_window": config.gc_window, "orf_min_len": config.orf_min_len,
+                           "true_orf_fraction": ci([orf_fraction(p, t, config.orf_min_len)
+                                                   for p, t in zip(prompts, truths)]),
+                           "lm": score(gen)}
     if markov is not None:
         mrng = np.random.default_rng([config.seed, 3])
         try:
