@@ -8,7 +8,7 @@ import logging
 import click
 
 from sinkalign.cli.options import model_options as _model_options
-from sinkalign.errors import require
+from sinkalign.errors import InputError, require
 from sinkalign.lm.config import ATTENTION_NAMES
 
 logger = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ def train(fasta, attention, out_dir, steps, batch_size, seq_len, lr, min_lr_rati
             log_every=log_every, seed=seed, device=device, num_threads=num_threads, resume=resume,
             progress=progress, time_limit_minutes=time_limit, genome_split=genome_split, balance=balance,
             reverse_complement=reverse_complement)
-    except ValueError as exc:
+    except InputError as exc:  # a bad setting (a bug raising ValueError keeps its traceback)
         raise click.UsageError(str(exc)) from exc
     result = train_lm(config) if nproc == 1 else train_lm_ddp(config, nproc)[0]
     if result.rank == 0:
@@ -159,7 +159,7 @@ def eval_cmd(model_path, fasta, json_out, val_fraction, context, stride, max_bas
             completion_len=completion_len, temperature=temperature, top_k=top_k, top_p=top_p,
             sections=tuple(s.strip() for s in sections.split(",") if s.strip()), seed=seed,
             batch_size=batch_size, device=device)
-    except ValueError as exc:
+    except InputError as exc:  # a bad setting (a bug raising ValueError keeps its traceback)
         raise click.UsageError(str(exc)) from exc
     try:
         path = resolve_model_path(model_path)
