@@ -27,8 +27,11 @@ def test_orfs_on_both_strands_with_and_without_a_stop():
     np.testing.assert_array_equal(orf_mask(rev, 300), m[::-1])
     open_end = "A" + gene[:-3]  # no stop: open at the end of the sequence, still counted
     assert orf_mask(open_end, 300)[1:].all()
-    stops = "TAATAGTGA" * 50  # stop codons in every frame of both strands
-    assert not orf_mask(stops, 30).any()
+    mid = gene[60:]  # a window that starts inside the gene: open from the start, up to its stop
+    assert orf_mask(mid, 300).all()
+    rng2 = np.random.default_rng(7)  # random sequence: a stop every ~21 codons, few long ORFs
+    noise = "".join(rng2.choice(list("ACGT"), 3000))
+    assert orf_mask(noise, 300).mean() < 0.2
     # a continuation inside a gene that started in the prompt is coding
     assert orf_fraction(seq[:250], seq[250:359], 300) == 1.0  # ends on a codon boundary of the gene
     assert orf_fraction("", seq[250:359], 300) == 0.0  # alone, the 109 bases hold no 300-base ORF

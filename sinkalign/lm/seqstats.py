@@ -1,8 +1,10 @@
 """Checks of generated DNA that a biologist can read: open reading frames and k-mer spectra.
 
 * :func:`orf_mask`: the bases covered by open reading frames (ATG to the first in-frame stop
-  codon, TAA / TAG / TGA, or to the end of the sequence when no stop follows) of at least
-  ``min_len`` bases, on either strand. Bacterial genomes are ~85-90% coding, so the true
+  codon, TAA / TAG / TGA) of at least ``min_len`` bases, on either strand. A window of a
+  genome cuts genes: a frame still open at the end of the sequence counts up to its last whole
+  codon, and one open from the start (no stop before the first in-frame stop) counts from the
+  start, as a gene begun before the window would. Bacterial genomes are ~85-90% coding, so the true
   continuation of a prompt lies mostly in long ORFs; random sequence hits a stop every ~21
   codons and rarely does.
 * :func:`kmer_spectrum` and :func:`js_divergence`: pooled k-mer counts and the Jensen-Shannon
@@ -27,7 +29,7 @@ def _forward_orfs(seq: str, min_len: int) -> np.ndarray:
     n = len(seq)
     mask = np.zeros(n, bool)
     for frame in range(3):
-        start = None  # position of the first ATG of the open frame
+        start = frame  # open from the start of the window (a gene begun before it)
         for i in range(frame, n - 2, 3):
             codon = seq[i : i + 3]
             if start is None and codon == "ATG":
@@ -45,7 +47,8 @@ def _forward_orfs(seq: str, min_len: int) -> np.ndarray:
 
 def orf_mask(seq: str, min_len: int = 300) -> np.ndarray:
     """Bool ``[len(seq)]``: bases inside an ORF of at least ``min_len`` bases on either strand
-    (ATG to the first in-frame stop, stop included; an ORF running off the end counts)."""
+    (ATG to the first in-frame stop, stop included; frames open at either end of the sequence
+    count, see the module docstring)."""
     if isinstance(min_len, bool) or not isinstance(min_len, (int, np.integer)) or min_len < 3:
         raise InputError(f"min_len={min_len!r} must be an integer >= 3")
     seq = seq.upper()
