@@ -201,4 +201,4 @@ def _echo_summary(doc: dict) -> None:
                 click.echo(f"completion ({who}): identity {i['mean']:.3f} [{i['ci_low']:.3f}, {i['ci_high']:.3f}], "
                            f"GC r {g['mean']:.3f} [{g['ci_low']:.3f}, {g['ci_high']:.3f}] (n={g['n']}); in ORFs >= "
                            f"{c['orf_min_len']} bp {o['mean']:.3f} (true {c['true_orf_fraction']['mean']:.3f}); "
-                           f"{k['k']}-mer JS {k['mean']:.4f} bits")
+                           f"{k['k']}-mer JS {k['value']:.4f} bits (noise floor {c['kmer_js_noise_floor'] or 0:.4f})")
