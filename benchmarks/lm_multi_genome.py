@@ -31,7 +31,7 @@ from _common import write_json
 
 from sinkalign.lm.data import read_genome, train_val_split
 from sinkalign.lm.evaluate import heldout_bits_per_base
-from sinkalign.lm.generate import load_model
+from sinkalign.lm.generate import load_model, resolve_model_path
 from sinkalign.lm.markov import MarkovModel
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,9 +75,10 @@ def main() -> None:
     args = ap.parse_args()
     split = json.loads(SPLIT.read_text())["genomes"]
     files = sorted(args.genomes / name for name, g in split.items() if g["split"] == args.split)
-    models = {}
+    models, resolved = {}, {}
     for m in args.model or [None]:
-        models[m or "shipped"] = load_model(m).model
+        resolved[m or "shipped"] = str(resolve_model_path(m))  # a run directory: its newest checkpoint
+        models[m or "shipped"] = load_model(resolved[m or "shipped"]).model
     t0 = time.perf_counter()
     rows = [genome_rows(p, models, args) for p in files]
     cd = genome_rows(CDIPH, models, args) if CDIPH.is_file() else None
@@ -96,6 +97,7 @@ def main() -> None:
     print("mean over genomes:", json.dumps(summary))
     write_json(args.json, {"benchmark": "lm_multi_genome", "date": datetime.date.today().isoformat(),
                            "split": args.split, "args": {k: str(v) for k, v in vars(args).items()},
+                           "checkpoints": resolved,
                            "rows": rows, "c_diphtheriae": cd, "summary": summary,
                            "wall_s": time.perf_counter() - t0})
 
