@@ -36,6 +36,8 @@ def test_validate_rejects_bad_options():
     bad = runner.invoke(cli, ["validate", "exactness", "--dtype", "float16"])
     assert bad.exit_code == 2 and "float16" in bad.output
     assert runner.invoke(cli, ["validate", "tail-depth", "--qk-std", "0"]).exit_code == 2
+    tf32 = runner.invoke(cli, ["validate", "kernels", "--backend", "pallas", "--interpret", "--precision", "tf32x3"])
+    assert tf32.exit_code == 2 and "--precision tf32x3 (TF32 tensor-core dots) needs native kernels" in tf32.output
 
 
 def test_tables_fit_80_columns_without_truncating_numbers():

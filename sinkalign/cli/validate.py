@@ -199,8 +199,10 @@ def contraction(dtype: str, json_path: Path | None) -> None:
               show_default=True, help="Lengths of the --long check (repeat the option).")
 @click.option("--long-band", type=click.IntRange(min=1), default=256, show_default=True,
               help="Band half-width W of the --long check.")
+@click.option("--precision", type=click.Choice(["ieee", "tf32x3", "tf32"]), default="ieee", show_default=True,
+              help="Float32 dots of the kernels: exact, or (natively on a GPU) three or one TF32 tensor-core passes.")
 def kernels(backend: str, interpret: bool, json_path: Path | None, quick: bool, block: int | None, long_: bool,
-            long_lengths: tuple[int, ...], long_band: int) -> None:
+            long_lengths: tuple[int, ...], long_band: int, precision: str) -> None:
     """Pallas or Triton kernels (float32) vs the float64 JAX reference: forward and gradients."""
     if long_ and backend != "pallas":
         raise click.UsageError("--long is implemented for --backend pallas")
@@ -222,12 +224,16 @@ def kernels(backend: str, interpret: bool, json_path: Path | None, quick: bool, 
         kval.check_backend(backend, interpret)
     except ValueError as err:
         raise click.UsageError(str(err)) from None
+    if precision != "ieee" and interpret:
+        raise click.UsageError(f"--precision {precision} (TF32 tensor-core dots) needs native kernels on a GPU; "
+                               "the interpreters compute float32 dots exactly")
     cases = kval.KERNEL_CASES[:3] if quick else kval.KERNEL_CASES
     mode = "interpreter" if interpret else "native"
     with _console.status(f"{backend} ({mode}) vs reference") as status:
-        result = kval.kernels(backend, interpret, cases=cases, block=block,
+        result = kval.kernels(backend, interpret, cases=cases, block=block, precision=precision,
                               progress=lambda r: status.update(f"{r['case']}: {r['max_abs_deviation']:.2e}"))
-    _print(_table(f"{backend} ({mode}, float32) vs JAX reference (float64, autodiff)", result["rows"],
+    dots = "" if precision == "ieee" else f", {precision} dots"
+    _print(_table(f"{backend} ({mode}, float32{dots}) vs JAX reference (float64, autodiff)", result["rows"],
                       ["case", "O", "dq", "dk", "dv", "d_dustbin", "max_abs_deviation", "seconds"]))
     _console.print(f"max_abs_deviation = {result['max_abs_deviation']:.3e}")
     if long_:

@@ -99,7 +99,7 @@ def _cfg(case: KernelCase, **kw):
 
 
 def _jax_grads(case: KernelCase, inp: dict, *, backend: str, dtype, blocks=None, interpret=None, operator=None,
-               backward: str = "autodiff") -> dict:
+               backward: str = "autodiff", precision: str = "ieee") -> dict:
     """O and the gradients of <O, G> w.r.t. every token input, as float64 numpy arrays.
 
     ``backend`` ``reference`` runs the JAX operator with ``backward`` (default autodiff, the
@@ -121,7 +121,8 @@ def _jax_grads(case: KernelCase, inp: dict, *, backend: str, dtype, blocks=None,
             return operator(q, k, v, qv, kv, la_, lb_, support, c)
         if backend == "reference":
             return core.tail_operator(q, k, v, qv, kv, la_, lb_, support, c)
-        return pallas.tail_operator(q, k, v, qv, kv, la_, lb_, support, c, block_sizes=blocks, interpret=interpret)
+        return pallas.tail_operator(q, k, v, qv, kv, la_, lb_, support, c, block_sizes=blocks, interpret=interpret,
+                                    precision=precision)
 
     def loss(x, g):
         if case.dustbin is None:
@@ -142,7 +143,7 @@ def _jax_grads(case: KernelCase, inp: dict, *, backend: str, dtype, blocks=None,
     return {n: np.asarray(a, np.float64) for n, a in res.items()}
 
 
-def _triton_grads(case: KernelCase, inp: dict, *, interpret: bool, block: int | None) -> dict:
+def _triton_grads(case: KernelCase, inp: dict, *, interpret: bool, block: int | None, precision: str = "ieee") -> dict:
     import torch
 
     from sinkalign.kernels.triton import (
@@ -155,7 +156,7 @@ def _triton_grads(case: KernelCase, inp: dict, *, interpret: bool, block: int | 
     leaves = [torch.tensor(inp["x"][n], device=device, requires_grad=True) for n in names]
     config = _cfg(case)  # the configuration the JAX operators of this check take
     common = dict(q_mask=torch.tensor(inp["qm"], device=device), k_mask=torch.tensor(inp["km"], device=device),
-                  config=config, interpret=interpret, block_m=block, block_n=block)
+                  config=config, interpret=interpret, block_m=block, block_n=block, precision=precision)
     if case.dustbin is None:
         kw = {}
         for name, key in (("log_a", "la"), ("log_b", "lb")):
@@ -205,7 +206,7 @@ def check_backend(backend: str, interpret: bool) -> None:
 
 
 def kernels(backend: str = "pallas", interpret: bool = True, *, cases=KERNEL_CASES, block: int | None = None,
-            progress=None) -> dict:
+            progress=None, precision: str = "ieee") -> dict:
     """Max abs deviation of a kernel backend from the float64 JAX reference over a shape sweep.
 
     Args:
@@ -217,6 +218,7 @@ def kernels(backend: str = "pallas", interpret: bool = True, *, cases=KERNEL_CAS
         block: tile size (query and key); default 16 in the interpreter (several tiles per
             row even on small shapes), the backend's default natively.
         progress: optional callable receiving each finished row.
+        precision: the kernels' float32 dots (``ieee``, or natively ``tf32x3`` / ``tf32``).
 
     Returns a dict with ``rows`` (per case: deviations of O, dq, dk, dv, d_dustbin and their
     scales, seconds) and the headline ``max_abs_deviation`` (float32 kernel vs float64
@@ -241,9 +243,10 @@ def kernels(backend: str = "pallas", interpret: bool = True, *, cases=KERNEL_CAS
         t0 = time.perf_counter()
         ref = _jax_grads(case, inp, backend="reference", dtype=jnp.float64)
         if backend == "pallas":
-            got = _jax_grads(case, inp, backend="pallas", dtype=jnp.float32, blocks=blocks, interpret=interpret)
+            got = _jax_grads(case, inp, backend="pallas", dtype=jnp.float32, blocks=blocks, interpret=interpret,
+                             precision=precision)
         else:
-            got = _triton_grads(case, inp, interpret=interpret, block=block)
+            got = _triton_grads(case, inp, interpret=interpret, block=block, precision=precision)
         row = {"case": case.name, "B": case.B, "H": case.H, "Lq": case.lq, "Lk": case.lk, "band": case.band}
         for name in ("O", "dq", "dk", "dv"):
             row[name] = float(np.abs(got[name] - ref[name]).max())
@@ -257,7 +260,7 @@ def kernels(backend: str = "pallas", interpret: bool = True, *, cases=KERNEL_CAS
         if progress:
             progress(row)
     return {
-        "check": "kernels", "backend": backend, "interpret": interpret, "dtype": "float32",
+        "check": "kernels", "backend": backend, "interpret": interpret, "dtype": "float32", "precision": precision,
         "reference": "JAX reference (backend='reference', backward='autodiff'), float64",
         "block": block, "distribution": "q, k, v, G, dustbin tokens i.i.d. N(0, 1); log marginals U(-0.5, 0.5)",
         "rows": rows,
