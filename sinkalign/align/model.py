@@ -199,10 +199,7 @@ class AlignerConfig:
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict:
         """JSON form: the nested configs as dicts (``dustbin``: null without dustbins)."""
-        out = asdict(self)
-        out["sinkhorn"] = asdict(self.sinkhorn)
-        out["dustbin"] = None if self.dustbin is None else asdict(self.dustbin)
-        return out
+        return asdict(self)  # asdict recurses into the nested dataclasses
 
     @classmethod
     def from_dict(cls, data: dict) -> AlignerConfig:
