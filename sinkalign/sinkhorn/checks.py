@@ -14,7 +14,11 @@ import numbers
 
 import numpy as np
 
-__all__ = ["check_int", "check_settings", "check_support", "partner_counts"]
+__all__ = ["F32_DOTS", "check_f32_dots", "check_int", "check_settings", "check_support", "partner_counts"]
+
+# Precisions of float32 dots in the kernels: exact ("ieee"), or three / one TF32 tensor-core
+# passes (natively on a GPU only).
+F32_DOTS = ("ieee", "tf32x3", "tf32")
 
 
 def check_int(name: str, value, minimum: int) -> int:
@@ -22,6 +26,16 @@ def check_int(name: str, value, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
     return int(value)
+
+
+def check_f32_dots(precision, *, native: bool, needs: str, here: str) -> None:
+    """ValueError unless ``precision`` is one of :data:`F32_DOTS` and, when it is a TF32 mode,
+    the kernels run ``native``ly (``needs``: what it needs; ``here``: what runs instead)."""
+    if precision not in F32_DOTS:
+        raise ValueError(f"precision={precision!r} is not one of {F32_DOTS}")
+    if precision != "ieee" and not native:
+        raise ValueError(f"precision={precision!r} (TF32 tensor-core dots) needs {needs}; {here} computes float32 "
+                         "dots at full precision ('ieee')")
 
 
 def check_settings(*, eps, n_iters, tail, band) -> None:

@@ -52,7 +52,6 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 __all__ = [
-    "F32_DOTS",
     "TARGETS",
     "BlockSizes",
     "Launch",
@@ -70,9 +69,6 @@ _NEG_INF = float("-inf")
 # Where a pallas_call runs: the Pallas interpreter (any backend), Triton on NVIDIA GPUs,
 # Mosaic on TPUs.
 TARGETS = ("interpret", "gpu", "tpu")
-
-# float32 dot precisions (Launch.f32_dot); other than "ieee" only on the GPU target.
-F32_DOTS = ("ieee", "tf32x3", "tf32")
 
 # Vector-stack slots (see the module docstring).
 MASK, POT = 0, 1
@@ -121,7 +117,8 @@ class Launch:
     ``bx``/``by``: owned / looped tile sizes; ``nx``/``ny``: tile counts of the padded
     lengths; ``band``: half-width W or None (dense); ``scale``: ``1 / (sqrt(d) eps)``;
     ``low``: inputs are a low-precision type (bfloat16 / float16); ``target``: one of
-    :data:`TARGETS`; ``f32_dot``: precision of float32 dots, one of :data:`F32_DOTS`.
+    :data:`TARGETS`; ``f32_dot``: precision of float32 dots, one of
+    :data:`sinkalign.sinkhorn.checks.F32_DOTS` (other than ``ieee`` on the GPU target only).
     """
 
     bx: int

@@ -55,6 +55,7 @@ from jax.experimental import pallas as pl
 
 from sinkalign.kernels.pallas import kernels as K
 from sinkalign.kernels.pallas.kernels import BlockSizes, Launch
+from sinkalign.sinkhorn.checks import check_f32_dots
 from sinkalign.sinkhorn.config import SinkhornConfig
 from sinkalign.sinkhorn.support import Piece, Support
 
@@ -81,7 +82,7 @@ class _Static:
     n_iters: int
     blocks: BlockSizes
     target: str  # kernels.TARGETS
-    f32_dot: str = "ieee"  # kernels.F32_DOTS
+    f32_dot: str = "ieee"  # sinkalign.sinkhorn.checks.F32_DOTS
 
     @property
     def piece(self) -> Piece:
@@ -476,11 +477,7 @@ def _static(support, cfg, block_sizes, interpret, target=None, precision="ieee")
         block_sizes = BlockSizes.get_default(target)
     if not isinstance(block_sizes, BlockSizes):
         raise ValueError(f"block_sizes must be a BlockSizes, got {type(block_sizes).__name__}")
-    if precision not in K.F32_DOTS:
-        raise ValueError(f"precision={precision!r} is not one of {K.F32_DOTS}")
-    if precision != "ieee" and target != "gpu":
-        raise ValueError(f"precision={precision!r} (TF32 tensor-core dots) needs the native GPU target; the "
-                         f"{target} target computes float32 dots at full precision ('ieee')")
+    check_f32_dots(precision, native=target == "gpu", needs="the native GPU target", here=f"the {target} target")
     return _Static(support, _choose_main(support), float(cfg.eps), cfg.n_iters, block_sizes, target, precision)
 
 

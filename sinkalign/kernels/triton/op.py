@@ -55,6 +55,7 @@ import numbers
 import torch
 
 from sinkalign.kernels.triton.ref import prepare_dustbin, prepare_inputs
+from sinkalign.sinkhorn.checks import check_f32_dots
 from sinkalign.sinkhorn.config import DustbinConfig, SinkhornConfig
 
 __all__ = ["sinkhorn_attention_triton", "sinkhorn_dustbin_attention_triton"]
@@ -327,8 +328,6 @@ class _SinkhornTail2(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None, None, None, None
 
 
-F32_DOTS = ("ieee", "tf32x3", "tf32")
-
 _UNSET = object()  # a keyword not passed: its value comes from the config (or the config's default)
 
 
@@ -370,11 +369,7 @@ def _kernel_setup(q, v, interpret, block_m, block_n, ref_name, precision="ieee")
                          "when triton is first imported; set TRITON_INTERPRET=1 (or leave it unset) in the "
                          "environment before that import")
     interpret = mode
-    if precision not in F32_DOTS:
-        raise ValueError(f"precision={precision!r} is not one of {F32_DOTS}")
-    if precision != "ieee" and interpret:
-        raise ValueError(f"precision={precision!r} (TF32 tensor-core dots) needs native kernels on a GPU; the "
-                         "interpreter computes float32 dots at full precision ('ieee')")
+    check_f32_dots(precision, native=not interpret, needs="native kernels on a GPU", here="the interpreter")
     if not interpret and q.device.type != "cuda":
         raise ValueError(f"native Triton kernels need CUDA tensors, got device {q.device}; to run on CPU set "
                          "TRITON_INTERPRET=1 in the environment before triton is imported")
