@@ -338,9 +338,10 @@ class WindowSampler:
         self._n_cum = [np.concatenate([[0], np.cumsum(t == 4, dtype=np.int64)]) for t in self._tokens]
         self._groups = None
         if groups is not None:  # per genome: its records' flat start range [lo, hi) in _offsets
-            kept = np.asarray([groups[i] for i in keep])
-            self._groups = [(int(self._offsets[np.flatnonzero(kept == g)[0]]),
-                             int(self._offsets[np.flatnonzero(kept == g)[-1] + 1])) for g in sorted(set(kept.tolist()))]
+            ranges: dict[int, list[int]] = {}
+            for r, i in enumerate(keep):  # a genome's records are consecutive
+                ranges.setdefault(groups[i], [r, r])[1] = r
+            self._groups = [(int(self._offsets[lo]), int(self._offsets[hi + 1])) for _, (lo, hi) in sorted(ranges.items())]
 
     def state(self, step: int) -> dict[str, Any]:
         """JSON state of the sampler before ``step`` (everything :meth:`batch` depends on)."""
