@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from _common import machine, write_json
-from aligner_throughput import homologous_pairs
+from aligner_throughput import homologous_pairs, timed
 
 from sinkalign.align import model as M
 from sinkalign.align.aligner import Aligner, resolve_model
@@ -46,13 +46,8 @@ DEFAULT_PAIRS = {300: 1024, 3000: 64}
 
 
 def best_of(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+    """Best wall time (s) of ``fn()`` over ``repeats`` runs after a warm-up."""
+    return timed(fn, repeats)["wall_s"]
 
 
 def items_of(pairs):
