@@ -283,3 +283,24 @@ def test_freeze_keeps_parameters_and_best_tracks_validation(shards, tmp_path):
     assert (state["step"], state["val_f1"]) == (best["step"], best["val_f1"])
     with pytest.raises(ValueError, match=r"no parameters \['nope'\]"):
         _cfg(shards, tmp_path / "x", 2, freeze=("nope",))
+
+
+def test_certified_depth_on_a_training_batch():
+    """The trainer's certificate (--certify-every) on the model's own augmented problem: the
+    selected depth is the first whose omitted-gradient norm is within tau; no dustbins, no
+    certificate."""
+    from sinkalign.align.train import certified_depth
+
+    cfg = M.preset("default", feature_dim=0, embedder={"name": "none"}, n_iters=4, window=2)
+    params = M.init_params(cfg, seed=1)
+    rng = np.random.default_rng(0)
+    aa = list("ACDEFGHIKLMNPQRSTVWY")
+    items = [("".join(rng.choice(aa, 14)), "".join(rng.choice(aa, 11)), None, None,
+              np.array([[0, 0], [1, 1], [3, 2]]), None)]
+    batch = M.make_batch(items, cfg, 16, 16)
+    sel = certified_depth(params, batch, cfg, tau=1e-3)
+    assert sel is not None and sel.norms[sel.depth] <= 1e-3
+    assert all(sel.norms[r] > 1e-3 for r in sel.norms if r < sel.depth)
+    assert certified_depth(params, batch, cfg, tau=1e-9).depth > sel.depth
+    assert certified_depth(M.init_params(cfg.replace(dustbin="none")), batch, cfg.replace(dustbin="none"),
+                           tau=1e-3) is None

@@ -475,24 +475,34 @@ def forward(params, batch: Batch, config: AlignerConfig):
     ``plan_rows[:, i, :Lk]`` is the plan between residues, ``plan_rows[:, i, Lk]`` the
     mass query residue i sends to the target-side dustbin (0 without dustbins).
     """
-    q, k = queries_keys(params, batch, config)
-    B, lk = batch.b.shape
-    eye = jnp.broadcast_to(jnp.eye(lk, dtype=q.dtype), (B, lk, lk))
-    v = jnp.concatenate([eye, jnp.zeros((B, lk, 1), q.dtype), batch.xb.astype(q.dtype)], -1)
+    q, k, v, aug = transport_problem(params, batch, config)
+    lk = batch.b.shape[1]
     cfg = config.sinkhorn
-    if config.dustbin is None:
+    if aug is None:
         qq, kk, vv, qv, kv, la, lb = sk_core.prepare(q, k, v, batch.ma, batch.mb, band=cfg.band,
                                                      check_empty=False)
         support = sk_core.Support.single(q.shape[1], lk, cfg.band, cfg.block)
         out = sk_core.tail_operator(qq, kk, vv, qv, kv, la, lb, support, cfg)
     else:
-        v_db = jnp.concatenate([jnp.zeros((lk,), q.dtype), jnp.ones((1,), q.dtype),
-                                params["v_dustbin"].astype(q.dtype)])
-        aug = augment(q, k, v, params["q_dustbin"], params["k_dustbin"], v_db, q_mask=batch.ma,
-                      k_mask=batch.mb, config=cfg, dustbin=config.dustbin)
         out = sk_core.tail_operator(aug.q, aug.k, aug.v, aug.q_valid, aug.k_valid, aug.log_a, aug.log_b,
                                     aug.support, aug.config)[:, : aug.lq]
     return out[..., : lk + 1], out[..., lk + 1 :]
+
+
+def transport_problem(params, batch: Batch, config: AlignerConfig):
+    """``(q, k, v, aug)``: the aligner's transport problem for a batch. Queries and keys,
+    ``V = [I | 0 | X_b]`` (identity over target positions, the target-side dustbin column, then
+    target features) and, with dustbins, the augmented problem (``aug``; None without)."""
+    q, k = queries_keys(params, batch, config)
+    B, lk = batch.b.shape
+    eye = jnp.broadcast_to(jnp.eye(lk, dtype=q.dtype), (B, lk, lk))
+    v = jnp.concatenate([eye, jnp.zeros((B, lk, 1), q.dtype), batch.xb.astype(q.dtype)], -1)
+    if config.dustbin is None:
+        return q, k, v, None
+    v_db = jnp.concatenate([jnp.zeros((lk,), q.dtype), jnp.ones((1,), q.dtype), params["v_dustbin"].astype(q.dtype)])
+    aug = augment(q, k, v, params["q_dustbin"], params["k_dustbin"], v_db, q_mask=batch.ma, k_mask=batch.mb,
+                  config=config.sinkhorn, dustbin=config.dustbin)
+    return q, k, v, aug
 
 
 def loss_fn(params, batch: Batch, config: AlignerConfig):

@@ -242,19 +242,11 @@ def evaluate_split(params, dataset, config: M.AlignerConfig, *, n_pairs: int = 6
 def certified_depth(params, batch: M.Batch, config: M.AlignerConfig, *, tau: float, r_max: int = 4):
     """Corollary 2 on a training batch: the smallest tail depth whose omitted gradient <= tau."""
     from sinkalign.sinkhorn import certificates
-    from sinkalign.sinkhorn.dustbin import augment
 
     if config.dustbin is None:
         return None
-    q, k = M.queries_keys(params, batch, config)
-    B, lk = batch.b.shape
-    v = jnp.concatenate([jnp.broadcast_to(jnp.eye(lk, dtype=q.dtype), (B, lk, lk)), jnp.zeros((B, lk, 1), q.dtype),
-                         batch.xb.astype(q.dtype)], -1)
-    v_db = jnp.concatenate([jnp.zeros((lk,), q.dtype), jnp.ones((1,), q.dtype), params["v_dustbin"].astype(q.dtype)])
-    aug = augment(q, k, v, params["q_dustbin"], params["k_dustbin"], v_db, q_mask=batch.ma, k_mask=batch.mb,
-                  config=config.sinkhorn, dustbin=config.dustbin)
-    out_len = v.shape[-1]
-    lq = batch.a.shape[1]
+    _, _, _, aug = M.transport_problem(params, batch, config)
+    lq, lk = batch.a.shape[1], batch.b.shape[1]
 
     def loss_of_output(out):
         rows, transported = out[:, :lq, : lk + 1], out[:, :lq, lk + 1 :]
@@ -263,7 +255,6 @@ def certified_depth(params, batch: M.Batch, config: M.AlignerConfig, *, tau: flo
     out = jax.jit(lambda *a: M.sk_core.tail_operator(*a, aug.support, aug.config))(
         aug.q, aug.k, aug.v, aug.q_valid, aug.k_valid, aug.log_a, aug.log_b)
     g = jax.grad(loss_of_output)(out)
-    del out_len
     return certificates.select_tail_depth(aug.q, aug.k, aug.v, aug.q_valid, aug.k_valid, aug.log_a, aug.log_b, g,
                                           aug.support, aug.config, tau=tau, r_max=r_max)
 
