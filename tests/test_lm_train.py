@@ -307,7 +307,7 @@ def _genome(path: Path, seqs: dict[str, str]) -> Path:
 
 
 def test_genome_sources_files_directories_and_manifests(tmp_path):
-    from sinkalign.lm.data import genome_files, genome_name
+    from sinkalign.lm.data import genome_files
 
     d = tmp_path / "g"
     d.mkdir()
@@ -319,7 +319,6 @@ def test_genome_sources_files_directories_and_manifests(tmp_path):
     assert genome_files(d) == [a, b]
     assert genome_files(str(man)) == [b, a]
     assert genome_files([str(a), str(d)]) == [a, b]  # each once
-    assert genome_name("x/Cupriavidus_x__GCF_1.fna.gz") == "Cupriavidus_x__GCF_1"
     man.write_text("file\ng/C.fa\n")
     with pytest.raises(FileNotFoundError, match=r"MANIFEST.tsv: line 2: genome file not found: .*C.fa"):
         genome_files(man)

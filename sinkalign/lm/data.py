@@ -187,15 +187,6 @@ def genome_files(sources: str | os.PathLike | Sequence[str | os.PathLike]) -> li
     return [p for p in out if not (p.resolve() in seen or seen.add(p.resolve()))]
 
 
-def genome_name(path: str | os.PathLike) -> str:
-    """A genome's name: its file name without the FASTA / gzip suffixes."""
-    name = Path(path).name
-    for suffix in sorted(GENOME_SUFFIXES, key=len, reverse=True):
-        if name.lower().endswith(suffix):
-            return name[: -len(suffix)]
-    return name
-
-
 def reverse_complement_tokens(tokens: np.ndarray) -> np.ndarray:
     """The reverse complement of token rows ``[..., L]`` (A<->T, C<->G, N stays N)."""
     tokens = np.asarray(tokens)
