@@ -189,3 +189,191 @@ def test_shipped_model_reports_calibrated_confidences():
     cal = aligner.align(seq, seq).alignment
     assert raw.mean_posterior < 0.05
     assert cal.mean_posterior > 0.9 and cal.expected_accuracy > 0.9
+
+
+# ----------------------------------------------------------------- column model, min_confidence
+
+
+def _plan_alignment(m, n, seed=0):
+    """A random dustbin plan and its free-gap MEA alignment (raw posteriors)."""
+    rng = np.random.default_rng(seed)
+    plan = rng.random((m + 1, n + 1)) ** 6
+    for d in range(min(m, n)):
+        plan[d, d] += 0.5
+    post = plan_posteriors(plan)
+    return post, mea_align(plan, gap_weight=0.0)
+
+
+def test_column_features_by_hand():
+    from sinkalign.align.baselines import Scoring, align_pair
+    from sinkalign.align.calibration import COLUMN_FEATURES, column_features
+
+    q, t = "MKVLAAGHWERTYLLKPQ", "MKILSAGHWERTLLKPUQ"  # U is outside BLOSUM62's alphabet: read as X
+    post, aln = _plan_alignment(len(q), len(t))
+    F = column_features(aln, post.match, q, t)
+    k = len(aln.pairs)
+    assert F.shape == (k, len(COLUMN_FEATURES)) and np.all(np.isfinite(F))
+    col = dict(zip(COLUMN_FEATURES, F.T))
+    i, j = aln.pairs.T
+    np.testing.assert_allclose(col["local_share"], local_share(post.match, aln.pairs))
+    np.testing.assert_allclose(col["log10_posterior"], np.log10(post.match[i, j] + 1e-6))
+    np.testing.assert_allclose(col["query_gap"], post.query_gap[i])
+    from Bio.Align import substitution_matrices
+
+    blosum = substitution_matrices.load("BLOSUM62")
+    t_x = t.replace("U", "X")
+    np.testing.assert_allclose(col["substitution"], [blosum[q[a], t_x[b]] / 4 for a, b in aln.pairs])
+    nw = {tuple(p) for p in align_pair(q, t_x, "nw", scoring=Scoring.protein()).pairs.tolist()}
+    sw = align_pair(q, t_x, "sw", scoring=Scoring.protein()).pairs
+    assert col["in_nw"].tolist() == [float((a, b) in nw) for a, b in aln.pairs.tolist()]
+    assert col["in_sw"].tolist() == [float((a, b) in {tuple(p) for p in sw.tolist()}) for a, b in aln.pairs.tolist()]
+    inside = [float(sw[:, 0].min() <= a <= sw[:, 0].max() and sw[:, 1].min() <= b <= sw[:, 1].max())
+              for a, b in aln.pairs.tolist()]
+    assert col["in_sw_span"].tolist() == inside
+    # a diagonal run of length r contributes log r to each of its columns
+    runs, start = [], 0
+    for c in range(1, k + 1):
+        if c == k or aln.pairs[c, 0] != aln.pairs[c - 1, 0] + 1 or aln.pairs[c, 1] != aln.pairs[c - 1, 1] + 1:
+            runs += [c - start] * (c - start)
+            start = c
+    np.testing.assert_allclose(col["log_diagonal_run"], np.log(runs))
+    same = np.mean([q[a] == t[b] for a, b in aln.pairs])
+    np.testing.assert_allclose(col["alignment_identity"], same)
+    np.testing.assert_allclose(col["log_end_distance"],
+                               np.log1p([min(a, b, len(q) - 1 - a, len(t) - 1 - b) for a, b in aln.pairs]))
+    np.testing.assert_allclose(col["aligned_fraction"], k / len(q))
+    # path averages: the mean over the 9 columns around each (ends repeated)
+    padded = np.r_[[col["local_share"][0]] * 4, col["local_share"], [col["local_share"][-1]] * 4]
+    np.testing.assert_allclose(col["local_share_path4"], [padded[c:c + 9].mean() for c in range(k)])
+    with pytest.raises(ValueError, match="do not match the alignment's lengths"):
+        column_features(aln, post.match, q[:-1], t)
+
+
+def test_fit_logistic_is_the_maximum_likelihood_fit():
+    """Against Newton's method (IRLS) on the raw features, written out here."""
+    from sinkalign.align.calibration import fit_logistic, logistic
+
+    rng = np.random.default_rng(2)
+    X = rng.normal([1.0, -2.0, 0.0], [0.5, 2.0, 1.0], size=(5000, 3))
+    truth = 1 / (1 + np.exp(-(0.3 + 2.0 * X[:, 0] - 0.5 * X[:, 1])))
+    y = (rng.random(len(X)) < truth).astype(float)
+    A = np.c_[np.ones(len(X)), X]
+    beta = np.zeros(4)
+    for _ in range(30):
+        p = 1 / (1 + np.exp(-A @ beta))
+        beta += np.linalg.solve(A.T @ (A * (p * (1 - p))[:, None]), A.T @ (y - p))
+    model = fit_logistic(np.c_[X, np.full(len(X), 7.0)], y, l2=0.0)  # a constant column: scale 1, no weight
+    assert model["scale"][3] == 1.0 and abs(model["weights"][3]) < 1e-6
+    np.testing.assert_allclose(np.asarray(model["weights"][:3]) / np.asarray(model["scale"][:3]), beta[1:], rtol=1e-4)
+    np.testing.assert_allclose(logistic(model, np.c_[X, np.full(len(X), 7.0)]), 1 / (1 + np.exp(-A @ beta)),
+                               atol=1e-6)
+    assert np.mean(np.abs(1 / (1 + np.exp(-A @ beta)) - truth)) < 0.02  # and the MLE is near the truth
+    # the L2 penalty shrinks the (standardised) weights
+    shrunk = fit_logistic(X, y, l2=0.1)
+    assert np.linalg.norm(shrunk["weights"]) < np.linalg.norm(model["weights"][:3])
+    with pytest.raises(ValueError, match="finite and y 0 or 1"):
+        fit_logistic(X, y * 2)
+    with pytest.raises(ValueError, match="with N = len"):
+        fit_logistic(X, y[:5])
+
+
+def test_min_confidence_leaves_low_columns_unaligned_and_rescores():
+    plan = np.zeros((5, 5))
+    plan[0, 0], plan[1, 1], plan[2, 2], plan[3, 3] = 0.9, 0.3, 0.6, 0.1
+    plan[:4, 4] = [0.1, 0.7, 0.4, 0.9]
+    plan[4, :4] = [0.1, 0.7, 0.4, 0.9]
+    post = plan_posteriors(plan)
+    for gw, threshold in ((0.0, 0.35), (0.5, 0.65)):  # MEA aligns 4 and 2 pairs; 2 and 1 are dropped
+        aln = mea_align(plan, gap_weight=gw)
+        cal = Calibration(match_x=[0.0, 1.0], match_y=[0.0, 1.0], gap_x=[0.0, 1.0], gap_y=[0.0, 1.0],
+                          match_feature="posterior", min_confidence=threshold)
+        out = cal.apply(aln, gap_weight=gw)
+        keep = aln.match_posterior >= threshold
+        assert len(aln.pairs) - keep.sum() == (2 if gw == 0 else 1)
+        np.testing.assert_array_equal(out.pairs, aln.pairs[keep])
+        assert np.all(out.match_posterior >= threshold)
+        # the score is the MEA objective of the columns kept, computed afresh
+        un_q = np.setdiff1d(np.arange(4), out.pairs[:, 0])
+        un_t = np.setdiff1d(np.arange(4), out.pairs[:, 1])
+        expect = post.match[out.pairs[:, 0], out.pairs[:, 1]].sum() + gw * (post.query_gap[un_q].sum()
+                                                                            + post.target_gap[un_t].sum())
+        assert out.score == pytest.approx(expect, rel=1e-12)
+        assert out.expected_accuracy == pytest.approx(
+            (2 * out.match_posterior.sum() + post.query_gap[un_q].sum() + post.target_gap[un_t].sum()) / 8)
+        np.testing.assert_array_equal(cal.apply(aln, min_confidence=0.0).pairs, aln.pairs)
+    with pytest.raises(ValueError, match=r"min_confidence=1.0 must be in \[0, 1\)"):
+        cal.apply(aln, min_confidence=1.0)
+    with pytest.raises(ValueError, match=r"min_confidence=-0.1 must be a number in \[0, 1\)"):
+        Calibration(match_x=[0.0], match_y=[0.0], gap_x=[0.5], gap_y=[0.5], min_confidence=-0.1)
+
+
+def test_column_model_validation():
+    from sinkalign.align.calibration import COLUMN_FEATURES
+
+    base = dict(match_x=[0.1], match_y=[0.5], gap_x=[0.1], gap_y=[0.5])
+    good = {"mean": [0.0] * len(COLUMN_FEATURES), "scale": [1.0] * len(COLUMN_FEATURES),
+            "weights": [0.0] * len(COLUMN_FEATURES), "bias": 0.0}
+    Calibration(**base, match_feature="columns", column_model=good)
+    with pytest.raises(ValueError, match="goes with match_feature='columns'"):
+        Calibration(**base, match_feature="columns")
+    with pytest.raises(ValueError, match="goes with match_feature='columns'"):
+        Calibration(**base, column_model=good)
+    with pytest.raises(ValueError, match="weights must be 21 finite numbers"):
+        Calibration(**base, match_feature="columns", column_model={**good, "weights": [0.0] * 3})
+    with pytest.raises(ValueError, match="scale must be positive"):
+        Calibration(**base, match_feature="columns", column_model={**good, "scale": [0.0] * len(COLUMN_FEATURES)})
+    with pytest.raises(ValueError, match="needs the query and target sequences"):
+        post, aln = _plan_alignment(6, 6)
+        Calibration(**base, match_feature="columns", column_model=good).apply(aln, post.match)
+
+
+def test_calibration_samples_count_core_columns_only():
+    from types import SimpleNamespace
+
+    from sinkalign.align.calibration import calibration_samples
+
+    post, aln = _plan_alignment(8, 8, seed=3)
+    ref_pairs = np.array([[d, d] for d in range(8)])
+    core = np.array([True] * 4 + [False] * 4)
+    ref = SimpleNamespace(pairs=ref_pairs, query_core=core, target_core=core)
+    mx, my, gx, gy = calibration_samples(aln, ref, post.match)
+    counted = core[aln.pairs[:, 0]] | core[aln.pairs[:, 1]]
+    assert 0 < counted.sum() < len(aln.pairs)
+    np.testing.assert_allclose(mx, local_share(post.match, aln.pairs)[counted])
+    assert my.tolist() == [float(a == b) for a, b in aln.pairs[counted].tolist()]
+    all_mx, *_ = calibration_samples(aln, ref_pairs, post.match)
+    assert len(all_mx) == len(aln.pairs)
+
+
+def test_calibrate_columns_and_align_with_min_confidence(tmp_path):
+    from sinkalign.errors import InputError
+    from tests.aligner_fixtures import make_families
+
+    fams = make_families(tmp_path / "fams", n_families=2, n_seqs=4, length=40)
+    out = tmp_path / "cols"
+    r = CliRunner().invoke(cli, ["calibrate", "--reference", str(fams[0]), "--reference", str(fams[1]),
+                                 "--match-feature", "columns", "--min-confidence", "0.6", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    cal = json.loads((out / "state.json").read_text())["calibration"]
+    assert cal["match_feature"] == "columns" and cal["min_confidence"] == 0.6
+    assert len(cal["column_model"]["weights"]) == 21
+    q, t = "MKVLAAGHWERTYLLKPQDDE", "MKILSAGHWERTLLKPQGGGGSTV"
+    full = Aligner.load(out, min_confidence=0.0).align(q, t).alignment
+    trimmed = Aligner.load(out).align(q, t).alignment
+    assert Aligner.load(out).min_confidence == 0.6
+    kept = {tuple(p) for p in full.pairs[full.match_posterior >= 0.6].tolist()}
+    assert {tuple(p) for p in trimmed.pairs.tolist()} == kept
+    assert np.all(trimmed.match_posterior >= 0.6)
+    with pytest.raises(InputError, match="min_confidence needs calibrated confidences"):
+        Aligner.load(out, calibration=None, min_confidence=0.3)
+    # the CLI option reaches the aligner
+    fa, fb = tmp_path / "a.fa", tmp_path / "b.fa"
+    fa.write_text(f">a\n{q}\n")
+    fb.write_text(f">b\n{t}\n")
+    rows = {}
+    for mc in ("0", "0.6"):
+        res = CliRunner().invoke(cli, ["align", str(fa), str(fb), "--model", str(out), "--min-confidence", mc,
+                                       "--format", "tsv", "--no-progress"])
+        assert res.exit_code == 0, res.output
+        rows[mc] = res.output
+    assert rows["0"] != rows["0.6"]

@@ -156,6 +156,9 @@ class Aligner:
         calibration: maps raw plan posteriors to calibrated probabilities (see
             :mod:`sinkalign.align.calibration`); a model directory carries its own, and
             ``None`` reports the raw posteriors.
+        min_confidence: leave unaligned the MEA columns whose calibrated confidence is below
+            this (default: the calibration's own threshold, 0 without a calibration); more
+            precise, less complete alignments as it rises. Needs a calibration.
         engine: ``auto`` (``numpy`` when the model allows it, else ``jax``), ``numpy`` (an
             error naming the reason when the model does not allow it) or ``jax``.
         workers: threads of the ``numpy`` engine (default: the CPUs this process may use).
@@ -164,7 +167,7 @@ class Aligner:
     def __init__(self, params: dict, config: M.AlignerConfig, *, embedder=None,
                  embedder_options: dict | None = None, backend: str = "reference",
                  gap_weight: float | None = None, calibration: Calibration | None = None, engine: str = "auto",
-                 workers: int | None = None):
+                 workers: int | None = None, min_confidence: float | None = None):
         if backend not in BACKENDS:
             raise InputError(f"backend={backend!r} is not one of {BACKENDS}")
         if engine not in ENGINES:
@@ -175,6 +178,14 @@ class Aligner:
         self.gap_weight = config.decode_gap_weight if gap_weight is None else float(gap_weight)
         if self.gap_weight < 0:
             raise InputError(f"gap_weight={self.gap_weight} must be >= 0")
+        if min_confidence is None:
+            min_confidence = 0.0 if calibration is None else calibration.min_confidence
+        self.min_confidence = float(min_confidence)
+        if not 0.0 <= self.min_confidence < 1.0:
+            raise InputError(f"min_confidence={self.min_confidence} must be in [0, 1)")
+        if self.min_confidence > 0 and calibration is None:
+            raise InputError("min_confidence needs calibrated confidences: this model has no calibration "
+                             "(fit one with `sinkalign calibrate`)")
         self.workers = default_workers() if workers is None else int(workers)
         if self.workers < 1:
             raise InputError(f"workers={self.workers} must be >= 1")
@@ -278,7 +289,8 @@ class Aligner:
 
     def _finish(self, item, post, aln, plan) -> AlignedPair:
         if self.calibration is not None:
-            aln = self.calibration.apply(aln, post.match)
+            aln = self.calibration.apply(aln, post.match, query=item[1], target=item[3],
+                                         min_confidence=self.min_confidence, gap_weight=self.gap_weight)
         return AlignedPair(item[0], item[1], item[2], item[3], aln, aln.score, plan)
 
     # ---------------------------------------------------------------- numpy engine

@@ -21,6 +21,20 @@ Match feature (``match_feature``):
   (AUC 0.80 vs 0.67) and its calibration carries over (expected calibration error 0.05
   vs 0.20; ``benchmarks/aligner_fit.py confidence``).
 * ``"posterior"``: the raw match posterior ``M_ij``.
+* ``"columns"``: a logistic model over :data:`COLUMN_FEATURES` of each column (the local
+  share and raw posteriors, their averages along the alignment path, the substitution score
+  and its path averages, the diagonal run, whole-alignment identity and sharpness, the
+  distance to the sequence ends, and whether Needleman-Wunsch and Smith-Waterman
+  (parasail, the project's baselines) align the same pair), fitted on training pairs by
+  L2-regularised maximum likelihood; its probability is then calibrated isotonically like
+  the other features. Columns in regions that the plan, the substitution scores and the
+  baselines agree on are trusted more; isolated or disputed ones less.
+
+A calibration may also carry ``min_confidence`` (the threshold chosen with it on validation
+data): :meth:`Calibration.apply` then unaligns each column whose calibrated confidence is
+below it, the posterior-threshold decoding of HHalign's MAC (``-mact``), applied to the MEA
+path. Leaving low-confidence columns unaligned trades recall for precision; on
+structure-based references (scored on their trusted core) it raises F1.
 
 After calibration ``match_posterior`` is ``P(pair in reference)``, the gap posteriors of
 unaligned residues are ``P(residue unaligned in reference)``, and ``expected_accuracy`` is
@@ -38,10 +52,18 @@ import numpy as np
 
 from sinkalign.align.decode import Alignment, check_pairs
 
-__all__ = ["MATCH_FEATURES", "Calibration", "calibration_samples", "column_feature", "fit_calibration", "fit_from_samples",
-           "isotonic_knots", "local_share"]
+__all__ = ["COLUMN_FEATURES", "MATCH_FEATURES", "Calibration", "calibration_samples", "column_feature",
+           "column_features", "fit_calibration", "fit_from_samples", "fit_logistic", "isotonic_knots", "local_share",
+           "logistic"]
 
-MATCH_FEATURES = ("local_share", "posterior")
+MATCH_FEATURES = ("local_share", "posterior", "columns")
+
+COLUMN_FEATURES = (
+    "local_share", "log10_posterior", "query_gap", "target_gap", "local_share_path4", "local_share_path12",
+    "substitution", "substitution_path4", "substitution_path12", "log_diagonal_run", "alignment_local_share",
+    "alignment_identity", "log_end_distance", "abs_log_length_ratio", "aligned_fraction",
+    "in_nw", "in_sw", "in_sw_span", "nw_path4", "sw_path4", "nw_path12",
+)
 
 
 def isotonic_knots(x, y, *, max_knots: int = 16) -> tuple[list[float], list[float]]:
@@ -107,22 +129,144 @@ def local_share(match, pairs, radius: int = 3) -> np.ndarray:
     return np.minimum(out, 1.0)
 
 
-def column_feature(aln: Alignment, match=None, feature: str = "local_share", radius: int = 3) -> np.ndarray:
+def _path_mean(x: np.ndarray, half: int) -> np.ndarray:
+    """Mean of ``x`` over the ``2 half + 1`` columns around each column of the path (ends repeated)."""
+    from scipy.ndimage import uniform_filter1d
+
+    return uniform_filter1d(x, 2 * half + 1, mode="nearest") if x.size else x
+
+
+def _baseline_letters(seq: str, kind: str) -> str:
+    """``seq`` upper-cased, with letters outside the baselines' alphabet read as the unknown letter."""
+    from sinkalign.align.baselines import DNA_ALPHABET, PROTEIN_ALPHABET
+
+    alphabet, unknown = (PROTEIN_ALPHABET, "X") if kind == "protein" else (DNA_ALPHABET, "N")
+    up = seq.upper()
+    bad = set(up) - set(alphabet)
+    return up.translate({ord(c): unknown for c in bad}) if bad else up
+
+
+def column_features(aln: Alignment, match, query: str, target: str, *, kind: str = "protein",
+                    radius: int = 3) -> np.ndarray:
+    """``float64 [k, len(COLUMN_FEATURES)]``: the features of :data:`COLUMN_FEATURES` at each
+    aligned pair of ``aln`` (raw posteriors), in that order.
+
+    Args:
+        aln: the MEA alignment; match: its ``[m, n]`` match posterior matrix; query, target:
+            the sequences (``m`` and ``n`` letters); kind: ``"protein"`` (BLOSUM62) or
+            ``"dna"`` (+2/-3), the substitution scores and baselines (open 11 / extend 1 for
+            protein, 5 / 2 for DNA, parasail) compared with.
+    """
+    from sinkalign.align.baselines import Scoring, _residue_indices, _score_lookup, align_pair
+
+    if kind not in ("protein", "dna"):
+        raise ValueError(f"{kind=} is not 'protein' or 'dna'")
+    m, n = aln.m, aln.n
+    if len(query) != m or len(target) != n:
+        raise ValueError(f"sequences of {len(query)} and {len(target)} letters do not match the alignment's "
+                         f"lengths ({m}, {n})")
+    pairs = aln.pairs
+    k = pairs.shape[0]
+    if k == 0:
+        return np.zeros((0, len(COLUMN_FEATURES)))
+    scoring = Scoring.protein() if kind == "protein" else Scoring.dna()
+    q, t = _baseline_letters(query, kind), _baseline_letters(target, kind)
+    i, j = pairs[:, 0], pairs[:, 1]
+    M = np.asarray(match, dtype=np.float64)
+    share = local_share(M, pairs, radius)
+    _, table = _score_lookup(scoring)
+    scale = 4.0 if kind == "protein" else float(scoring.match)
+    sub = table[_residue_indices(q, scoring)[i], _residue_indices(t, scoring)[j]] / scale
+    new_run = np.r_[True, (np.diff(i) != 1) | (np.diff(j) != 1)]
+    run_id = np.cumsum(new_run) - 1
+    run_len = np.bincount(run_id)[run_id]
+    same = np.frombuffer(q.encode("ascii"), np.uint8)[i] == np.frombuffer(t.encode("ascii"), np.uint8)[j]
+    ends = np.minimum.reduce([i, j, m - 1 - i, n - 1 - j])
+
+    def agreement(method: str) -> tuple[np.ndarray, np.ndarray]:
+        other = align_pair(q, t, method, scoring=scoring).pairs
+        keys = other[:, 0] * n + other[:, 1]
+        return np.isin(i * n + j, keys).astype(np.float64), other
+
+    in_nw, _ = agreement("nw")
+    in_sw, sw = agreement("sw")
+    span = ((i >= sw[:, 0].min()) & (i <= sw[:, 0].max()) & (j >= sw[:, 1].min()) & (j <= sw[:, 1].max())
+            if sw.size else np.zeros(k, dtype=bool))
+    full = np.ones(k)
+    return np.stack([
+        share, np.log10(M[i, j] + 1e-6), aln.query_gap_posterior[i], aln.target_gap_posterior[j],
+        _path_mean(share, 4), _path_mean(share, 12),
+        sub, _path_mean(sub, 4), _path_mean(sub, 12), np.log(run_len),
+        full * share.mean(), full * same.mean(), np.log1p(ends), full * abs(np.log(m / n)), full * k / min(m, n),
+        in_nw, in_sw, span.astype(np.float64), _path_mean(in_nw, 4), _path_mean(in_sw, 4), _path_mean(in_nw, 12),
+    ], axis=1)
+
+
+def fit_logistic(X, y, *, l2: float = 1e-3) -> dict:
+    """L2-regularised logistic regression of ``y`` (0/1) on the standardised columns of ``X``
+    (L-BFGS on the mean log-loss plus ``l2 * |w|^2``; the bias is not penalised). Returns the
+    JSON-ready model ``{"mean", "scale", "weights", "bias"}`` that :func:`logistic` evaluates."""
+    from scipy.optimize import minimize
+
+    X = np.asarray(X, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64).ravel()
+    if X.ndim != 2 or X.shape[0] != y.size or y.size == 0:
+        raise ValueError(f"X must be [N, F] with N = len(y) > 0, got {X.shape} and {y.shape}")
+    if not (np.all(np.isfinite(X)) and np.all((y == 0) | (y == 1))):
+        raise ValueError("X must be finite and y 0 or 1")
+    mean = X.mean(0)
+    scale = X.std(0)
+    scale[scale == 0] = 1.0
+    Z = (X - mean) / scale
+
+    def loss(w):
+        s = Z @ w[1:] + w[0]
+        p = 0.5 * (1.0 + np.tanh(0.5 * s))  # the logistic function, without overflow
+        value = np.mean(np.logaddexp(0.0, s) - y * s) + l2 * w[1:] @ w[1:]
+        return value, np.r_[np.mean(p - y), Z.T @ (p - y) / y.size + 2 * l2 * w[1:]]
+
+    w = minimize(loss, np.zeros(X.shape[1] + 1), jac=True, method="L-BFGS-B",
+                 options={"maxiter": 2000, "ftol": 1e-15, "gtol": 1e-10}).x
+    return {"mean": mean.tolist(), "scale": scale.tolist(), "weights": w[1:].tolist(), "bias": float(w[0])}
+
+
+def logistic(model: dict, X) -> np.ndarray:
+    """Probabilities of the :func:`fit_logistic` ``model`` at the feature rows ``X [N, F]``."""
+    X = np.asarray(X, dtype=np.float64)
+    if X.shape[0] == 0:
+        return np.zeros(0)
+    s = ((X - np.asarray(model["mean"])) / np.asarray(model["scale"])) @ np.asarray(model["weights"]) + model["bias"]
+    return 0.5 * (1.0 + np.tanh(0.5 * s))
+
+
+def column_feature(aln: Alignment, match=None, feature: str = "local_share", radius: int = 3, *,
+                   query: str | None = None, target: str | None = None, kind: str = "protein") -> np.ndarray:
     """The match feature ``feature`` at each aligned pair of ``aln`` (raw posteriors):
     ``posterior`` is ``aln.match_posterior``; ``local_share`` needs ``match``, the ``[m, n]``
-    match posteriors."""
+    match posteriors; ``columns`` (the rows of :func:`column_features`, ``[k, F]``) also
+    needs the sequences."""
     if feature not in MATCH_FEATURES:
         raise ValueError(f"match_feature={feature!r} is not one of {MATCH_FEATURES}")
     if feature == "posterior":
         return aln.match_posterior
     if match is None:
-        raise ValueError("the local_share calibration needs the match posterior matrix (match=...)")
+        raise ValueError(f"the {feature} calibration needs the match posterior matrix (match=...)")
+    if feature == "columns":
+        if query is None or target is None:
+            raise ValueError("the columns calibration needs the query and target sequences")
+        return column_features(aln, match, query, target, kind=kind, radius=radius)
     return local_share(match, aln.pairs, radius)
 
 
 @dataclass(frozen=True)
 class Calibration:
-    """Monotone maps from raw to calibrated posteriors (knots as plain lists, JSON-ready)."""
+    """Monotone maps from raw to calibrated posteriors (knots as plain lists, JSON-ready).
+
+    ``column_model`` (with ``match_feature="columns"``): the :func:`fit_logistic` model over
+    :data:`COLUMN_FEATURES` whose probability the match knots map; ``kind``: the alphabet its
+    substitution scores and baselines use. ``min_confidence``: columns whose calibrated
+    confidence is below it are left unaligned by :meth:`apply` (0: none).
+    """
 
     match_x: list[float]
     match_y: list[float]
@@ -131,6 +275,9 @@ class Calibration:
     fitted_on: str = ""
     match_feature: str = "local_share"
     radius: int = 3
+    column_model: dict | None = None
+    kind: str = "protein"
+    min_confidence: float = 0.0
 
     def __post_init__(self) -> None:
         if self.match_feature not in MATCH_FEATURES:
@@ -144,6 +291,14 @@ class Calibration:
                 raise ValueError(f"calibration {name} knots must have increasing x and non-decreasing y")
             if min(ys) < 0 or max(ys) > 1:
                 raise ValueError(f"calibration {name} values must lie in [0, 1]")
+        if (self.match_feature == "columns") != (self.column_model is not None):
+            raise ValueError("a column_model goes with match_feature='columns', and only with it")
+        if self.column_model is not None:
+            _check_column_model(self.column_model)
+        if self.kind not in ("protein", "dna"):
+            raise ValueError(f"kind={self.kind!r} is not 'protein' or 'dna'")
+        if not (isinstance(self.min_confidence, (int, float)) and 0.0 <= self.min_confidence < 1.0):
+            raise ValueError(f"min_confidence={self.min_confidence!r} must be a number in [0, 1)")
 
     def match(self, p) -> np.ndarray:
         return np.interp(np.asarray(p, dtype=np.float64), self.match_x, self.match_y)
@@ -151,26 +306,44 @@ class Calibration:
     def gap(self, p) -> np.ndarray:
         return np.interp(np.asarray(p, dtype=np.float64), self.gap_x, self.gap_y)
 
-    def feature(self, aln: Alignment, match=None) -> np.ndarray:
-        """This calibration's match feature at each aligned pair of ``aln`` (see :func:`column_feature`)."""
-        return column_feature(aln, match, self.match_feature, self.radius)
+    def feature(self, aln: Alignment, match=None, *, query: str | None = None,
+                target: str | None = None) -> np.ndarray:
+        """This calibration's match feature at each aligned pair of ``aln`` (see
+        :func:`column_feature`; for ``columns``, the column model's probability)."""
+        x = column_feature(aln, match, self.match_feature, self.radius, query=query, target=target, kind=self.kind)
+        return logistic(self.column_model, x) if self.match_feature == "columns" else x
 
-    def apply(self, aln: Alignment, match=None) -> Alignment:
-        """The same alignment with calibrated posteriors and expected accuracy.
+    def apply(self, aln: Alignment, match=None, *, query: str | None = None, target: str | None = None,
+              min_confidence: float | None = None, gap_weight: float = 0.0) -> Alignment:
+        """The alignment with calibrated posteriors and expected accuracy, its columns below
+        ``min_confidence`` (default: this calibration's) left unaligned.
 
         ``aln`` carries raw posteriors; ``match`` is its ``[m, n]`` match posterior matrix
-        (:func:`sinkalign.align.decode.plan_posteriors`), needed by the ``local_share`` feature.
+        (:func:`sinkalign.align.decode.plan_posteriors`), needed by the ``local_share`` and
+        ``columns`` features, which also need the sequences. When columns are dropped, the
+        score is the MEA objective (``gap_weight`` as decoded) of the columns kept.
         """
-        mp = self.match(self.feature(aln, match))
+        threshold = self.min_confidence if min_confidence is None else float(min_confidence)
+        if not 0.0 <= threshold < 1.0:
+            raise ValueError(f"min_confidence={threshold} must be in [0, 1)")
+        mp = self.match(self.feature(aln, match, query=query, target=target))
+        pairs, score = aln.pairs, aln.score
+        if threshold > 0 and np.any(mp < threshold):
+            keep = mp >= threshold
+            pairs, mp = pairs[keep], mp[keep]
+            raw_q, raw_t = aln.query_gap_posterior, aln.target_gap_posterior
+            freed_q, freed_t = aln.pairs[~keep, 0], aln.pairs[~keep, 1]
+            score = aln.score - float(aln.match_posterior[~keep].sum()) + gap_weight * float(
+                raw_q[freed_q].sum() + raw_t[freed_t].sum())
         qg, tg = self.gap(aln.query_gap_posterior), self.gap(aln.target_gap_posterior)
         q_un = np.ones(aln.m, dtype=bool)
         t_un = np.ones(aln.n, dtype=bool)
-        q_un[aln.pairs[:, 0]] = False
-        t_un[aln.pairs[:, 1]] = False
+        q_un[pairs[:, 0]] = False
+        t_un[pairs[:, 1]] = False
         total = aln.m + aln.n
         ea = float((2.0 * mp.sum() + qg[q_un].sum() + tg[t_un].sum()) / total) if total else float("nan")
-        return dataclasses.replace(aln, match_posterior=mp, query_gap_posterior=qg, target_gap_posterior=tg,
-                                   expected_accuracy=ea)
+        return dataclasses.replace(aln, pairs=pairs, match_posterior=mp, query_gap_posterior=qg,
+                                   target_gap_posterior=tg, expected_accuracy=ea, score=score)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -185,22 +358,46 @@ class Calibration:
         return cls(**data)
 
 
+def _check_column_model(model: dict) -> None:
+    if not isinstance(model, dict) or set(model) != {"mean", "scale", "weights", "bias"}:
+        raise ValueError("column_model must be a mapping with keys bias, mean, scale, weights")
+    for key in ("mean", "scale", "weights"):
+        value = np.asarray(model[key], dtype=np.float64)
+        if value.shape != (len(COLUMN_FEATURES),) or not np.all(np.isfinite(value)):
+            raise ValueError(f"column_model {key} must be {len(COLUMN_FEATURES)} finite numbers (one per "
+                             f"COLUMN_FEATURES entry), got shape {value.shape}")
+    if np.any(np.asarray(model["scale"], dtype=np.float64) <= 0) or not np.isfinite(float(model["bias"])):
+        raise ValueError("column_model scale must be positive and bias finite")
+
+
 def calibration_samples(aln: Alignment, reference, match=None, *, match_feature: str = "local_share",
-                        radius: int = 3) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                        radius: int = 3, query: str | None = None, target: str | None = None,
+                        kind: str = "protein") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """What one alignment contributes to a fit: ``(match feature, pair is right,
     gap posterior, residue is unaligned in the reference)``, for its aligned pairs and its
     unaligned residues (both sides). ``reference``: aligned pairs ``[k, 2]`` or an object with
-    ``.pairs``; ``match``: the ``[m, n]`` match posteriors (for ``local_share``)."""
+    ``.pairs`` (and, for structure-based references, the core masks ``query_core`` /
+    ``target_core``: columns and residues outside the trusted core are left out, as
+    :func:`sinkalign.align.metrics.core_pair_scores` leaves them out of F1); ``match``: the
+    ``[m, n]`` match posteriors (for ``local_share`` and ``columns``; the latter also needs
+    the sequences and gives a ``[k, F]`` feature matrix)."""
     ref = check_pairs(getattr(reference, "pairs", reference), aln.m, aln.n)
-    ref_set = {(int(i), int(j)) for i, j in ref}
-    mx = column_feature(aln, match, match_feature, radius)
-    my = np.array([(int(i), int(j)) in ref_set for i, j in aln.pairs], dtype=np.float64)
+    ref_keys = ref[:, 0] * aln.n + ref[:, 1]
+    mx = column_feature(aln, match, match_feature, radius, query=query, target=target, kind=kind)
+    my = np.isin(aln.pairs[:, 0] * aln.n + aln.pairs[:, 1], ref_keys).astype(np.float64)
+    q_core, t_core = getattr(reference, "query_core", None), getattr(reference, "target_core", None)
+    if q_core is not None:
+        counted = q_core[aln.pairs[:, 0]] | t_core[aln.pairs[:, 1]]
+        mx, my = mx[counted], my[counted]
     gx, gy = [], []
-    for side, gaps, length in ((0, aln.query_gap_posterior, aln.m), (1, aln.target_gap_posterior, aln.n)):
+    for side, gaps, length, core in ((0, aln.query_gap_posterior, aln.m, q_core),
+                                     (1, aln.target_gap_posterior, aln.n, t_core)):
         unaligned = np.ones(length, dtype=bool)
         unaligned[aln.pairs[:, side]] = False
         ref_unaligned = np.ones(length, dtype=bool)
         ref_unaligned[ref[:, side]] = False
+        if core is not None:
+            unaligned &= core
         gx.append(gaps[unaligned])
         gy.append(ref_unaligned[unaligned].astype(np.float64))
     return mx, my, np.concatenate(gx), np.concatenate(gy)
@@ -218,10 +415,13 @@ def fit_calibration(alignments: Iterable[Alignment], references: Iterable, *, ma
         matches: per alignment, its ``[m, n]`` match posterior matrix (needed by
             ``match_feature="local_share"``). All three are consumed in lockstep, lazily.
     Match: each aligned column -> 1 if the pair is in the reference. Gap: each residue the
-    alignment leaves unaligned -> 1 if the reference leaves it unaligned too.
+    alignment leaves unaligned -> 1 if the reference leaves it unaligned too. (The
+    ``columns`` feature needs the sequences: build its samples with
+    :func:`calibration_samples` and fit them with :func:`fit_from_samples`.)
     """
-    if match_feature not in MATCH_FEATURES:
-        raise ValueError(f"match_feature={match_feature!r} is not one of {MATCH_FEATURES}")
+    if match_feature not in ("local_share", "posterior"):
+        raise ValueError(f"match_feature={match_feature!r} is not 'local_share' or 'posterior' (for 'columns', "
+                         "use calibration_samples with the sequences and fit_from_samples)")
     if match_feature == "local_share" and matches is None:
         raise ValueError("match_feature='local_share' needs the match posterior matrices (matches=...)")
     samples = [calibration_samples(aln, ref, match, match_feature=match_feature, radius=radius)
@@ -232,15 +432,22 @@ def fit_calibration(alignments: Iterable[Alignment], references: Iterable, *, ma
 
 
 def fit_from_samples(samples, *, match_feature: str = "local_share", radius: int = 3, fitted_on: str = "",
-                     max_knots: int = 16) -> Calibration:
-    """A :class:`Calibration` from :func:`calibration_samples` tuples (one per alignment)."""
+                     max_knots: int = 16, kind: str = "protein", min_confidence: float = 0.0,
+                     l2: float = 1e-3) -> Calibration:
+    """A :class:`Calibration` from :func:`calibration_samples` tuples (one per alignment).
+    For ``columns`` the logistic column model is fitted first (:func:`fit_logistic`, ``l2``)
+    and the match knots then map its probabilities."""
     samples = list(samples)
     if not samples:
         raise ValueError("fit_calibration needs at least one alignment")
     mx, my, gx, gy = (np.concatenate([s[k] for s in samples]) for k in range(4))
-    if mx.size == 0 or gx.size == 0:
-        raise ValueError(f"need aligned columns and unaligned residues to fit, got {mx.size} and {gx.size}")
+    if mx.shape[0] == 0 or gx.size == 0:
+        raise ValueError(f"need aligned columns and unaligned residues to fit, got {mx.shape[0]} and {gx.size}")
+    column_model = None
+    if match_feature == "columns":
+        column_model = fit_logistic(mx, my, l2=l2)
+        mx = logistic(column_model, mx)
     match_x, match_y = isotonic_knots(mx, my, max_knots=max_knots)
     gap_x, gap_y = isotonic_knots(gx, gy, max_knots=max_knots)
     return Calibration(match_x, match_y, gap_x, gap_y, fitted_on=fitted_on, match_feature=match_feature,
-                       radius=radius)
+                       radius=radius, column_model=column_model, kind=kind, min_confidence=min_confidence)

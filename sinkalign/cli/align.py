@@ -53,10 +53,14 @@ _INPUT = click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path
               help="Run on the Dask cluster whose scheduler is at ADDRESS, e.g. tcp://host:8786 (needs the "
                    "'cluster' extra; the model path must be readable by every worker).")
 @click.option("--gap-weight", type=click.FloatRange(min=0), help="MEA gap weight (default: the model's).")
+@click.option("--min-confidence", type=click.FloatRange(min=0, max=1, max_open=True),
+              help="Leave unaligned the columns whose calibrated confidence is below this (default: the model's "
+                   "own threshold; 0 keeps every MEA column). Higher: fewer, surer columns.")
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar on stderr.")
 @click.pass_context
 def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, overwrite, model, embedder,
-          esm_weights, backend, plan_out, batch_size, chunk_size, workers, scheduler, gap_weight, progress):
+          esm_weights, backend, plan_out, batch_size, chunk_size, workers, scheduler, gap_weight, min_confidence,
+          progress):
     """Align the records of QUERY_FASTA against those of TARGET_FASTA (protein or DNA).
 
     \b
@@ -88,7 +92,8 @@ def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, 
     try:
         n = align_fasta(query_fasta, target_fasta, pairs=pairs, output=output, fmt=fmt, pairing=pairing,
                         model=model, embedder=embedder, esm_weights=esm_weights, backend=backend,
-                        plan_out=plan_out, batch_size=batch_size, gap_weight=gap_weight, progress=progress,
+                        plan_out=plan_out, batch_size=batch_size, gap_weight=gap_weight,
+                        min_confidence=min_confidence, progress=progress,
                         overwrite=overwrite, workers=workers, scheduler=scheduler, chunk_size=chunk_size)
     except BrokenPipeError:  # e.g. `sinkalign align ... | head`: stop quietly, as other filters do
         devnull = os.open(os.devnull, os.O_WRONLY)

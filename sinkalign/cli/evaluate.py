@@ -73,14 +73,26 @@ def evaluate(references, model, split, min_tm, max_pairs, methods, backend, json
               help="Skip pairs with a sequence longer than this.")
 @click.option("--knots", type=click.IntRange(min=2), default=16, show_default=True,
               help="Most knots per calibration curve.")
+@click.option("--match-feature", type=click.Choice(["local_share", "columns"]), default="local_share",
+              show_default=True, help="What the column confidence is read from: the plan's local share, or a "
+                                      "logistic model over column features (plan, substitution scores, agreement "
+                                      "with NW/SW) fitted here.")
+@click.option("--min-confidence", type=click.FloatRange(min=0, max=1, max_open=True), default=0.0, show_default=True,
+              help="Store this threshold with the calibration: `sinkalign align` leaves columns less confident "
+                   "than it unaligned (choose it on validation pairs, not on these).")
 @click.option("-o", "--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Model directory to write: the model with the fitted calibration. It must be new or empty "
                    "(a directory holding other files is refused).")
 @click.option("--overwrite", is_flag=True, help="Replace the model already in --out (only a model directory).")
-def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, out, overwrite):
-    """Fit calibrated confidences (isotonic) for a model's posteriors and write the calibrated model."""
+def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, match_feature, min_confidence,
+              out, overwrite):
+    """Fit calibrated confidences (isotonic) for a model's posteriors and write the calibrated model.
+
+    The calibration goes with the model: `sinkalign align` reports calibrated column
+    confidences, and leaves columns below --min-confidence unaligned.
+    """
     from sinkalign.align.aligner import Aligner, default_model_path
-    from sinkalign.align.calibration import calibration_samples, fit_from_samples
+    from sinkalign.align.calibration import calibration_samples, fit_from_samples, logistic
     from sinkalign.align.checkpoints import check_model_output, export_model
     from sinkalign.align.decode import plan_posteriors
     from sinkalign.align.evaluate import load_reference_set
@@ -97,19 +109,23 @@ def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, ou
     source = model or default_model_path()
     aligner = Aligner.load(source, calibration=None)  # the raw posteriors are what is fitted
     samples, raw = [], []
+    kind = "protein" if aligner.config.alphabet == "protein" else "dna"
     for r, p in zip(aligner.align_many(((p.query_id, p.query_seq, p.target_id, p.target_seq) for p in pairs),
                                        keep_plan=True), pairs):
         match = plan_posteriors(r.plan).match  # one plan at a time: bounded memory
-        samples.append(calibration_samples(r.alignment, p, match))
+        samples.append(calibration_samples(r.alignment, p, match, match_feature=match_feature, query=p.query_seq,
+                                           target=p.target_seq, kind=kind))
         raw.append(r.alignment.match_posterior)
     names = ", ".join(r.name for r in references)
-    cal = fit_from_samples(samples, max_knots=knots,
-                           fitted_on=f"{len(pairs)} pairs of {names} (split {split}, <= {max_length} residues)")
+    fitted_on = f"{len(pairs)} pairs of {names} (split {split}, <= {max_length} residues)"
+    cal = fit_from_samples(samples, max_knots=knots, match_feature=match_feature, kind=kind,
+                           min_confidence=min_confidence, fitted_on=fitted_on)
     provenance = (aligner.provenance + " Calibrated confidences fitted with `sinkalign calibrate` on "
                   + cal.fitted_on + ".").strip()
     export_model(out, aligner.params, aligner.config, provenance=provenance,
                  calibration=cal.to_dict(), overwrite=overwrite)
-    conf = np.concatenate([cal.match(s[0]) for s in samples])
+    conf = np.concatenate([cal.match(s[0] if cal.column_model is None else logistic(cal.column_model, s[0]))
+                           for s in samples])
     hits = np.concatenate([s[1] for s in samples])
     console.print(f"{len(pairs)} pairs, {conf.size} aligned columns: mean raw posterior "
                   f"{np.mean(np.concatenate(raw)):.4f}, mean calibrated {conf.mean():.3f}, precision {hits.mean():.3f}")

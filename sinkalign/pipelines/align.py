@@ -92,6 +92,7 @@ class ModelSpec:
     gap_weight: float | None = None
     embedder: str | None = None
     esm_weights: str | None = None
+    min_confidence: float | None = None
 
 
 _ALIGNERS: dict = {}
@@ -140,6 +141,7 @@ def load_aligner(spec: ModelSpec):
     options = {"weights": spec.esm_weights} if spec.esm_weights else {}
     threads = _worker_threads()
     extra = {} if threads is None else {"workers": threads}
+    extra["min_confidence"] = spec.min_confidence
     aligner = Aligner.load(path, backend=spec.backend, gap_weight=spec.gap_weight, **extra)
     trained_with = aligner.config.embedder.get("name") if aligner.config.feature_dim else None
     if spec.embedder is not None and trained_with is not None and spec.embedder != trained_with:
@@ -672,7 +674,8 @@ def _stdin_spooled(paths: list):
 def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt: str = "tsv",
                 pairing: str = "all", model=None, embedder: str | None = None, esm_weights=None,
                 backend: str = "reference", plan_out=None, batch_size: int = 8, gap_weight: float | None = None,
-                progress: bool = False, overwrite: bool = False, workers: int | None = None,
+                min_confidence: float | None = None, progress: bool = False, overwrite: bool = False,
+                workers: int | None = None,
                 scheduler: str | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE, _task=None) -> int:
     """Align pairs of sequences and write them in ``fmt``; returns the number of pairs.
 
@@ -691,6 +694,8 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
         workers, scheduler: run the chunks on a local Dask cluster of ``workers`` processes,
             or on the cluster whose scheduler is at ``scheduler`` (needs the ``cluster`` extra).
         chunk_size: pairs per chunk (per cluster task); ``batch_size``: pairs per aligner batch.
+        gap_weight, min_confidence: decoding (:class:`~sinkalign.align.aligner.Aligner`);
+            ``None``: the model's own.
 
     Raises:
         InputError (FormatError, AlphabetError), OutputExistsError, DependencyError, naming
@@ -730,13 +735,15 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
             from sinkalign.align.aligner import resolve_model
 
             spec = ModelSpec(str(resolve_model(model).resolve()), backend=backend, gap_weight=gap_weight,
-                             embedder=embedder, esm_weights=None if esm_weights is None else str(esm_weights))
+                             embedder=embedder, esm_weights=None if esm_weights is None else str(esm_weights),
+                             min_confidence=min_confidence)
             model_alphabet = load_aligner(spec).config.alphabet
         scan = source.scan(fmt)
         alphabet = _check_alphabets(scan, model_alphabet)
         if spec is None:
             spec = ModelSpec(None, alphabet, backend=backend, gap_weight=gap_weight, embedder=embedder,
-                             esm_weights=None if esm_weights is None else str(esm_weights))
+                             esm_weights=None if esm_weights is None else str(esm_weights),
+                             min_confidence=min_confidence)
             if scheduler is None and workers is None:
                 load_aligner(spec)  # the shipped model, loaded before the first pair
         keep_plan = plan_out is not None
