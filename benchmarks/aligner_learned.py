@@ -55,7 +55,7 @@ def posterior_hmm_align(plan, *, weight: float, gap_open: float, gap_extend: flo
 
 def predict(method: str, pairs, aligners: dict, args) -> tuple[list, float]:
     t0 = time.perf_counter()
-    if method in ("learned", "shipped"):
+    if method in ("learned", "shipped", "learned-all-columns"):
         aligner = aligners[method]
         preds = [r.alignment.pairs for r in aligner.align_many(
             (p.query_id, p.query_seq, p.target_id, p.target_seq) for p in pairs)]
@@ -106,7 +106,9 @@ def main() -> None:
                     help="pair-HMM settings (BENCHMARKS.md: chosen on the Pfam training families)")
     ap.add_argument("--decode", type=float, nargs=3, default=None, metavar=("WEIGHT", "OPEN", "EXTEND"),
                     help="also decode the learned plans through the pair-HMM with these settings")
-    ap.add_argument("--methods", default="learned,shipped,NW,SW,pairHMM")
+    ap.add_argument("--methods", default="learned,learned-all-columns,shipped,NW,SW,pairHMM",
+                    help="learned: the model as it aligns by default (its calibration's min_confidence); "
+                         "learned-all-columns: every MEA column kept (min_confidence 0)")
     ap.add_argument("--max-pairs", type=int, default=None, help="subsample each set (seed 0)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--alpha", type=float, default=None,
@@ -135,13 +137,15 @@ def main() -> None:
         return
 
     methods = args.methods.split(",") + (["learned+pairHMM"] if args.decode else [])
-    aligners = {"learned": Aligner.load(args.model), "shipped": Aligner.load()}
+    aligners = {"learned": Aligner.load(args.model), "shipped": Aligner.load(),
+                "learned-all-columns": Aligner.load(args.model, min_confidence=0.0)}
     pairs = load_reference_set(args.shards, split=args.split, max_pairs=args.max_pairs)
     sets = {"structural": [p for p in pairs if source_of(p) != "pfam"],
             f"pfam {args.split} families": [p for p in pairs if source_of(p) == "pfam"],
             "TM-align min TM >= 0.5": list(read_tmalign_pairs(args.tmalign, min_tm=0.5))}
     result = {"machine": machine(), "split": args.split, "model": args.model, "pairhmm": list(args.pairhmm),
-              "decode": args.decode, "sets": {}}
+              "decode": args.decode,
+              "learned_min_confidence": aligners["learned"].min_confidence, "sets": {}}
     for name, ps in sets.items():
         preds, secs = {}, {}
         for method in methods:

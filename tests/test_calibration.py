@@ -247,6 +247,15 @@ def test_column_features_by_hand():
     np.testing.assert_allclose(col["local_share_path4"], [padded[c:c + 9].mean() for c in range(k)])
     with pytest.raises(ValueError, match="do not match the alignment's lengths"):
         column_features(aln, post.match, q[:-1], t)
+    # DNA: +2 / -3 scores (in units of the match score), R read as N
+    dq, dt = "ACGTACGTAC", "ACGAACGTRC"
+    post, aln = _plan_alignment(10, 10, seed=1)
+    col = dict(zip(COLUMN_FEATURES, column_features(aln, post.match, dq, dt, kind="dna").T))
+    expect = [(1.0 if dq[a] == dt[b] else -1.5) if dt[b] != "R" else (-1.5 if dq[a] != "N" else 1.0)
+              for a, b in aln.pairs]
+    np.testing.assert_allclose(col["substitution"], expect)
+    with pytest.raises(ValueError, match="kind='rna' is not"):
+        column_features(aln, post.match, dq, dt, kind="rna")
 
 
 def test_fit_logistic_is_the_maximum_likelihood_fit():
@@ -357,6 +366,11 @@ def test_calibrate_columns_and_align_with_min_confidence(tmp_path):
     cal = json.loads((out / "state.json").read_text())["calibration"]
     assert cal["match_feature"] == "columns" and cal["min_confidence"] == 0.6
     assert len(cal["column_model"]["weights"]) == 21
+    # the shipped model's own calibration sentence is replaced, not stacked
+    provenance = json.loads((out / "state.json").read_text())["provenance"]
+    assert "Calibrated confidences fitted with" in Aligner.load().provenance
+    assert provenance.count("Calibrated confidences fitted with") == 1
+    assert "(columns, columns below 0.6 left unaligned) on 12 pairs of fam0.sto, fam1.sto" in provenance
     q, t = "MKVLAAGHWERTYLLKPQDDE", "MKILSAGHWERTLLKPQGGGGSTV"
     full = Aligner.load(out, min_confidence=0.0).align(q, t).alignment
     trimmed = Aligner.load(out).align(q, t).alignment

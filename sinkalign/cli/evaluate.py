@@ -120,8 +120,10 @@ def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, ma
     fitted_on = f"{len(pairs)} pairs of {names} (split {split}, <= {max_length} residues)"
     cal = fit_from_samples(samples, max_knots=knots, match_feature=match_feature, kind=kind,
                            min_confidence=min_confidence, fitted_on=fitted_on)
-    provenance = (aligner.provenance + " Calibrated confidences fitted with `sinkalign calibrate` on "
-                  + cal.fitted_on + ".").strip()
+    earlier = aligner.provenance.split(" Calibrated confidences fitted with")[0]  # a calibration replaces the last
+    threshold = f", columns below {min_confidence} left unaligned" if min_confidence else ""
+    provenance = (earlier + f" Calibrated confidences fitted with `sinkalign calibrate` ({match_feature}{threshold}) "
+                  f"on {cal.fitted_on}.").strip()
     export_model(out, aligner.params, aligner.config, provenance=provenance,
                  calibration=cal.to_dict(), overwrite=overwrite)
     conf = np.concatenate([cal.match(s[0] if cal.column_model is None else logistic(cal.column_model, s[0]))
