@@ -102,13 +102,17 @@ def test_engine_scores_match_the_models_q_k_scores():
         np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-13)
 
 
-def test_shipped_models_run_on_the_numpy_engine():
-    for alphabet in ("protein", "dna"):
-        from sinkalign.align.aligner import default_model_path
+def test_shipped_window_models_run_on_the_numpy_engine_and_the_learned_one_on_jax():
+    from sinkalign.align.aligner import default_model_path
 
-        aligner = Aligner.load(default_model_path(alphabet))
-        assert aligner.engine == "numpy"
-        assert Aligner.load(default_model_path(alphabet), engine="jax").engine == "jax"
+    for name in ("blosum", "dna"):
+        assert Aligner.load(name).engine == "numpy"
+        assert Aligner.load(name, engine="jax").engine == "jax"
+    assert Aligner.load(default_model_path("dna")).engine == "numpy"
+    learned = Aligner.load()  # the default protein model: learned context features
+    assert learned.engine == "jax" and learned.config.res_ctx_dim > 0
+    with pytest.raises(ValueError, match="engine='numpy' cannot run this model"):
+        Aligner.load(engine="numpy")
 
 
 def test_models_outside_the_engine_name_the_reason_and_fall_back_to_jax():
@@ -153,8 +157,8 @@ def _awkward_pairs():
 
 def test_numpy_engine_gives_the_reference_alignments_on_awkward_inputs():
     items = _awkward_pairs()
-    fast = list(Aligner.load(workers=2).align_many(items))
-    ref = list(Aligner.load(engine="jax").align_many(items, batch_size=4))
+    fast = list(Aligner.load("blosum", workers=2).align_many(items))
+    ref = list(Aligner.load("blosum", engine="jax").align_many(items, batch_size=4))
     assert [(r.query_id, r.target_id) for r in fast] == [(q, t) for q, _, t, _ in items]
     for a, b, (qid, q, tid, t) in zip(fast, ref, items):
         np.testing.assert_array_equal(a.alignment.pairs, b.alignment.pairs, err_msg=f"{qid} / {tid}")
@@ -194,7 +198,7 @@ def test_align_pairs_takes_records_or_tuples_and_keeps_plans():
     from sinkalign.io.fasta import Sequence
 
     rec = lambda i, s: Sequence(id=i, description="", seq=s, alphabet="protein")  # noqa: E731
-    aligner = Aligner.load()
+    aligner = Aligner.load("blosum")
     pairs = [(rec("a", "MKVLAAGHWER"), rec("b", "MKVLAGHWER")), (("c", "PQDESTRIV"), ("d", "PQDSTRIV"))]
     got = list(aligner.align_pairs(pairs, keep_plan=True))
     assert [(r.query_id, r.target_id) for r in got] == [("a", "b"), ("c", "d")]
@@ -225,7 +229,7 @@ def test_blas_runs_on_one_thread_while_a_stream_runs_and_is_restored_after():
         return [lib["num_threads"] for lib in ThreadpoolController().info() if lib["user_api"] == "blas"]
 
     before = threads()
-    stream = Aligner.load().align_many([("a", "MKVLAAGHWER", "b", "MKVLAGHWER")] * 3)
+    stream = Aligner.load("blosum").align_many([("a", "MKVLAAGHWER", "b", "MKVLAGHWER")] * 3)
     next(stream)
     assert threads() == [1] * len(before)
     list(stream)

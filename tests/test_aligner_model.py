@@ -162,7 +162,7 @@ def test_aligner_config_holds_the_operators_configs_and_reads_the_flat_form():
     with pytest.raises(ValueError, match="sinkhorn must be a SinkhornConfig"):
         M.AlignerConfig(sinkhorn={"eps": 1.0})
     data = Path(M.__file__).resolve().parents[1] / "data"
-    for name, eps in (("aligner_default", 6.0), ("aligner_learned", 6.0), ("aligner_dna", None)):
+    for name, eps in (("aligner_blosum", 6.0), ("aligner_learned", 6.0), ("aligner_dna", None)):
         state = json.loads((data / name / "state.json").read_text())
         assert "eps" in state["model"] or "sinkhorn" in state["model"]
         loaded = M.AlignerConfig.from_dict(state["model"])

@@ -179,16 +179,22 @@ def test_calibrate_cli_writes_a_model_that_aligns_with_calibrated_confidences(tm
     assert "6 pairs of fam0.sto (split" in json.loads((out / "state.json").read_text())["provenance"]
 
 
-def test_shipped_model_reports_calibrated_confidences():
-    """The shipped model's plan is diffuse (eps = 6: raw posteriors ~0.005); its stored
-    calibration turns a confident homologous alignment into probabilities near 1."""
-    aligner = Aligner.load()
-    assert aligner.calibration is not None
+def test_shipped_models_report_calibrated_confidences():
+    """The BLOSUM window's plan is diffuse (eps = 6: raw posteriors ~0.005); its stored
+    calibration turns a confident homologous alignment into probabilities near 1. The
+    default (learned) model's column calibration does the same, and leaves nothing of a
+    self-alignment unaligned."""
     seq = "MVLSPADKTNVKAAWGKVGAHAGEYGAEALERMFLSFPTTKTYFPHFDLSHGSAQVKGHGKKVADALTNAVAHVDDMPNALSALSDLHAHKL"
-    raw = Aligner.load(calibration=None).align(seq, seq).alignment
+    aligner = Aligner.load("blosum")
+    assert aligner.calibration is not None
+    raw = Aligner.load("blosum", calibration=None).align(seq, seq).alignment
     cal = aligner.align(seq, seq).alignment
     assert raw.mean_posterior < 0.05
     assert cal.mean_posterior > 0.9 and cal.expected_accuracy > 0.9
+    learned = Aligner.load()
+    assert learned.calibration.match_feature == "columns" and learned.min_confidence == 0.5
+    out = learned.align(seq, seq).alignment
+    assert len(out.pairs) == len(seq) and out.mean_posterior > 0.9
 
 
 # ----------------------------------------------------------------- column model, min_confidence

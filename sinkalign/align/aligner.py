@@ -3,9 +3,10 @@
 Two engines compute the transport plans, with the same result:
 
 * ``numpy`` (:mod:`sinkalign.align.engine`): the diagonal-substitution models with banded
-  dustbins (both shipped models), pair by pair in float64 with no padding and nothing to
+  dustbins (the shipped ``blosum`` and ``dna`` models), pair by pair in float64 with no padding and nothing to
   compile, on ``workers`` threads (NumPy releases the GIL in its array loops).
-* ``jax``: the model's own forward pass (:func:`sinkalign.align.model.forward`), in batches
+* ``jax``: the model's own forward pass (every model; the only one for models with learned
+  context features, such as the default protein model ``learned``) (:func:`sinkalign.align.model.forward`), in batches
   padded to a length bucket, compiled once per bucket shape (kept across runs in JAX's
   persistent compilation cache, see :func:`enable_compilation_cache`); decoding a batch
   overlaps the solve of the next.
@@ -112,14 +113,16 @@ def enable_compilation_cache() -> Path | None:
 
 _DATA = Path(__file__).resolve().parents[1] / "data"
 # models shipped inside the package, by the name `--model NAME` takes
-SHIPPED_MODELS = {"default": "aligner_default", "dna": "aligner_dna", "learned": "aligner_learned"}
-_DEFAULT_MODELS = {"protein": "default", "dna": "dna"}  # the shipped model an alphabet gets
+SHIPPED_MODELS = {"learned": "aligner_learned", "blosum": "aligner_blosum", "dna": "aligner_dna",
+                  "default": "aligner_learned"}  # "default": the default protein model, by name
+_DEFAULT_MODELS = {"protein": "learned", "dna": "dna"}  # the shipped model an alphabet gets
 
 
 def resolve_model(model: str | os.PathLike) -> Path:
     """The directory of ``model``: a path (model, checkpoint or run directory) or the name of a
-    shipped model (:data:`SHIPPED_MODELS`: ``default``, ``dna``, ``learned``). An existing path
-    wins over a name."""
+    shipped model (:data:`SHIPPED_MODELS`: ``learned``, the default protein model; ``blosum``,
+    the BLOSUM62 window it starts from, faster (NumPy engine) and less accurate; ``dna``;
+    ``default``, the same as ``learned``). An existing path wins over a name."""
     path = Path(model)
     if path.exists():
         return path
@@ -130,8 +133,9 @@ def resolve_model(model: str | os.PathLike) -> Path:
 
 
 def default_model_path(alphabet: str = "protein") -> Path:
-    """The model shipped inside the package for ``alphabet``: ``protein`` (fitted on the Pfam
-    training families) or ``dna`` (fitted on MADE1 sequences)."""
+    """The model shipped inside the package for ``alphabet``: ``protein`` (the learned aligner,
+    trained on structure-based and Pfam reference alignments) or ``dna`` (fitted on MADE1
+    sequences)."""
     if alphabet not in _DEFAULT_MODELS:
         raise InputError(f"alphabet={alphabet!r} is not one of {tuple(_DEFAULT_MODELS)}")
     return _DATA / SHIPPED_MODELS[_DEFAULT_MODELS[alphabet]]
@@ -210,8 +214,8 @@ class Aligner:
     @classmethod
     def load(cls, path: str | os.PathLike | None = None, **kwargs) -> Aligner:
         """Load a model directory, a checkpoint, a training run (its newest complete
-        checkpoint) or a shipped model by name (``default``, ``dna``, ``learned``); default:
-        the shipped protein model. ``kwargs`` are those of
+        checkpoint) or a shipped model by name (``learned``, ``blosum``, ``dna``); default:
+        the shipped protein model (``learned``). ``kwargs`` are those of
         :class:`Aligner` (``backend``, ``gap_weight``, ``embedder_options``, ``engine``, ...)."""
         path = resolve_model(path) if path is not None else default_model_path()
         params, state, _ = load_checkpoint(path)  # checked: a 'model' config matching the weights
