@@ -1,4 +1,5 @@
-"""How the shipped aligners' free settings were chosen, and how well their confidences hold.
+"""How the shipped BLOSUM-window aligners' free settings were chosen (`blosum`, the default protein model
+until 2026-11-23, and `dna`), and how well their confidences hold.
 
 Five parts, each printing a table (figures quoted in BENCHMARKS.md, "Aligner accuracy"):
 
@@ -151,7 +152,7 @@ def pairhmm(args) -> None:
             print(f"pair-HMM lam {lam:.3f} open {go:2d} extend {ge}: train {fits[lam, go, ge]:.3f}", flush=True)
     lam, go, ge = max(fits, key=fits.get)
     print(f"chosen: lam {lam:.3f} open {go} extend {ge}; held out, F1 overall / below 30% identity (pairs):")
-    shipped = Aligner.load()
+    shipped = Aligner.load("blosum")
     for k, v in report.items():
         rows = {"sinkalign": [r.alignment.pairs for r in run(shipped, v)],
                 "pair-HMM MEA": phmm(v, lam, go, ge),
@@ -190,7 +191,7 @@ def _reliability(conf, hit) -> str:
 
 
 def confidence(args) -> None:
-    shipped = Aligner.load()
+    shipped = Aligner.load("blosum")
     raw_aligner = Aligner.load(calibration=None)
     train = [p for p in load_reference_set(args.shards, split="train")
              if max(len(p.query_seq), len(p.target_seq)) <= 600]

@@ -154,7 +154,7 @@ def training(args, rows):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--models", nargs="+", default=["default", "learned"])
+    ap.add_argument("--models", nargs="+", default=["blosum", "learned"])
     ap.add_argument("--lengths", type=int, nargs="+", default=[300, 3000])
     ap.add_argument("--pairs", type=int, default=None, help="pairs per length (default 1024 at 300, 64 at 3000)")
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[8, 64, 256])

@@ -1,4 +1,6 @@
-"""The learned aligner against Needleman-Wunsch, Smith-Waterman, the pair-HMM and the shipped model.
+"""The learned aligner against Needleman-Wunsch, Smith-Waterman, the pair-HMM and the BLOSUM window.
+
+(Results written before 2026-11-23 call the BLOSUM window ``shipped``: it was the default then.)
 
 One run over one split of the mixed shards (structure-based pairs of HOMSTRAD, SABRE, PREFAB
 and OXBench split by ``data_manifests/structural_split.json``, plus the Pfam families of the
@@ -55,7 +57,7 @@ def posterior_hmm_align(plan, *, weight: float, gap_open: float, gap_extend: flo
 
 def predict(method: str, pairs, aligners: dict, args) -> tuple[list, float]:
     t0 = time.perf_counter()
-    if method in ("learned", "shipped", "learned-all-columns"):
+    if method in ("learned", "blosum", "learned-all-columns"):
         aligner = aligners[method]
         preds = [r.alignment.pairs for r in aligner.align_many(
             (p.query_id, p.query_seq, p.target_id, p.target_seq) for p in pairs)]
@@ -106,7 +108,7 @@ def main() -> None:
                     help="pair-HMM settings (BENCHMARKS.md: chosen on the Pfam training families)")
     ap.add_argument("--decode", type=float, nargs=3, default=None, metavar=("WEIGHT", "OPEN", "EXTEND"),
                     help="also decode the learned plans through the pair-HMM with these settings")
-    ap.add_argument("--methods", default="learned,learned-all-columns,shipped,NW,SW,pairHMM",
+    ap.add_argument("--methods", default="learned,learned-all-columns,blosum,NW,SW,pairHMM",
                     help="learned: the model as it aligns by default (its calibration's min_confidence); "
                          "learned-all-columns: every MEA column kept (min_confidence 0)")
     ap.add_argument("--max-pairs", type=int, default=None, help="subsample each set (seed 0)")
@@ -137,7 +139,7 @@ def main() -> None:
         return
 
     methods = args.methods.split(",") + (["learned+pairHMM"] if args.decode else [])
-    aligners = {"learned": Aligner.load(args.model), "shipped": Aligner.load(),
+    aligners = {"learned": Aligner.load(args.model), "blosum": Aligner.load("blosum"),
                 "learned-all-columns": Aligner.load(args.model, min_confidence=0.0)}
     pairs = load_reference_set(args.shards, split=args.split, max_pairs=args.max_pairs)
     sets = {"structural": [p for p in pairs if source_of(p) != "pfam"],

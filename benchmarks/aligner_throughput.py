@@ -1,4 +1,7 @@
-"""Aligner throughput: pairs/s of the shipped protein model against parasail NW and SW, same run.
+"""Aligner throughput: pairs/s of a shipped protein model against parasail NW and SW, same run.
+
+``--model`` (default ``blosum``, the BLOSUM window that runs on the NumPy engine; ``learned``,
+the default protein model, runs on the jax engine only).
 
 For each workload (synthetic homologous pairs of length 100, 300, 1000 and 3000, and the Pfam
 test families, mean length ~270) it times, in this one process and one after the other:
@@ -114,11 +117,12 @@ def main() -> None:
     ap.add_argument("--no-pfam", action="store_true")
     ap.add_argument("--jax", action="store_true", help="also time the jax engine on the Pfam row")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--model", default="blosum", help="shipped model name or model directory")
     ap.add_argument("--json", default=str(RESULTS))
     args = ap.parse_args()
 
-    fast = Aligner.load()
-    single = Aligner.load(workers=1)
+    fast = Aligner.load(args.model)
+    single = Aligner.load(args.model, workers=1)
     workloads = [(f"length {L}", homologous_pairs(L, args.pairs or DEFAULT_PAIRS.get(L, 20)), None)
                  for L in args.lengths]
     if not args.no_pfam:
@@ -143,7 +147,7 @@ def main() -> None:
         row, _ = measure("sinkalign (1 thread)", lambda: run_sinkalign(single, pairs), pairs, args.repeats)
         block.append(row)
         if ref is not None and args.jax:
-            jax_aligner = Aligner.load(engine="jax")
+            jax_aligner = Aligner.load(args.model, engine="jax")
             row, jax_pairs = measure("sinkalign (jax engine)", lambda: run_sinkalign(jax_aligner, pairs), pairs,
                                      max(1, args.repeats - 2))
             block.append(row)
@@ -175,6 +179,7 @@ def main() -> None:
         "benchmark": "aligner_throughput",
         "date": datetime.date.today().isoformat(),
         "machine": machine(),
+        "model": args.model,
         "workers": fast.workers,
         "engine": fast.engine,
         "load_average_before_after": [load_before, os.getloadavg()],
