@@ -66,10 +66,12 @@ def predict(method: str, pairs, aligners: dict, args) -> tuple[list, float]:
                                      gap_extend=args.decode[2])
                  for r in aligners["learned"].align_many(
                      ((p.query_id, p.query_seq, p.target_id, p.target_seq) for p in pairs), keep_plan=True)]
-    elif method == "pairHMM":
+    elif method in ("pairHMM", "pairHMM-mac"):
         lam, go, ge = args.pairhmm
         scoring = Scoring.protein(int(go), int(ge))
-        preds = [pairhmm_align(p.query_seq, p.target_seq, scoring=scoring, lam=lam).pairs for p in pairs]
+        tau = args.pairhmm_mac if method == "pairHMM-mac" else 0.0
+        preds = [pairhmm_align(p.query_seq, p.target_seq, scoring=scoring, lam=lam, threshold=tau).pairs
+                 for p in pairs]
     else:
         preds = [align_pair(p.query_seq, p.target_seq, method.lower(), scoring=Scoring.protein()).pairs for p in pairs]
     return preds, time.perf_counter() - t0
@@ -108,7 +110,9 @@ def main() -> None:
                     help="pair-HMM settings (BENCHMARKS.md: chosen on the Pfam training families)")
     ap.add_argument("--decode", type=float, nargs=3, default=None, metavar=("WEIGHT", "OPEN", "EXTEND"),
                     help="also decode the learned plans through the pair-HMM with these settings")
-    ap.add_argument("--methods", default="learned,learned-all-columns,blosum,NW,SW,pairHMM",
+    ap.add_argument("--pairhmm-mac", type=float, default=0.4,
+                    help="posterior threshold of the pairHMM-mac method (chosen on the validation split)")
+    ap.add_argument("--methods", default="learned,learned-all-columns,blosum,NW,SW,pairHMM,pairHMM-mac",
                     help="learned: the model as it aligns by default (its calibration's min_confidence); "
                          "learned-all-columns: every MEA column kept (min_confidence 0)")
     ap.add_argument("--max-pairs", type=int, default=None, help="subsample each set (seed 0)")
@@ -146,6 +150,7 @@ def main() -> None:
             f"pfam {args.split} families": [p for p in pairs if source_of(p) == "pfam"],
             "TM-align min TM >= 0.5": list(read_tmalign_pairs(args.tmalign, min_tm=0.5))}
     result = {"machine": machine(), "split": args.split, "model": args.model, "pairhmm": list(args.pairhmm),
+              "pairhmm_mac": args.pairhmm_mac,
               "decode": args.decode,
               "learned_min_confidence": aligners["learned"].min_confidence, "sets": {}}
     for name, ps in sets.items():

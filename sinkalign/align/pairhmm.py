@@ -180,9 +180,28 @@ def pairhmm_posteriors(query: str, target: str, *, scoring: Scoring | None = Non
 
 
 def pairhmm_align(query: str, target: str, *, scoring: Scoring | None = None,
-                  lam: float = BLOSUM62_LAMBDA) -> Alignment:
+                  lam: float = BLOSUM62_LAMBDA, threshold: float = 0.0) -> Alignment:
     """Maximum-expected-accuracy alignment over :func:`pairhmm_posteriors` (gaps free:
     the monotone chain of pairs with the largest summed match posterior). The gap posteriors
-    of the result are one minus each residue's aligned probability."""
+    of the result are one minus each residue's aligned probability.
+
+    ``threshold`` in ``[0, 1)``: the chain maximises ``sum (P_ij - threshold)`` instead (the
+    maximum accuracy alignment of HHalign's MAC, ``-mact``), so no pair below the threshold
+    is aligned and pairs just above it only where they fit a confident path; 0 is plain MEA.
+    The score and posteriors reported are the plain ones (``sum P_ij`` over the pairs).
+    """
+    if not (np.isfinite(threshold) and 0.0 <= threshold < 1.0):
+        raise ValueError(f"{threshold=} must be in [0, 1)")
     post = pairhmm_posteriors(query, target, scoring=scoring, lam=lam)
-    return mea_from_posteriors(post, 1.0 - post.sum(1), 1.0 - post.sum(0), gap_weight=0.0)
+    qg, tg = 1.0 - post.sum(1), 1.0 - post.sum(0)
+    aln = mea_from_posteriors(post, qg, tg, gap_weight=0.0)
+    if threshold == 0.0:
+        return aln
+    pairs = mea_from_posteriors(post - threshold, qg, tg, gap_weight=0.0).pairs
+    mp = post[pairs[:, 0], pairs[:, 1]]
+    q_un = np.ones(len(qg), dtype=bool)
+    t_un = np.ones(len(tg), dtype=bool)
+    q_un[pairs[:, 0]] = False
+    t_un[pairs[:, 1]] = False
+    ea = float((2.0 * mp.sum() + qg[q_un].sum() + tg[t_un].sum()) / (len(qg) + len(tg)))
+    return Alignment(pairs, mp, qg, tg, ea, float(mp.sum()))
