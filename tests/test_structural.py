@@ -98,6 +98,18 @@ def test_reader_errors_name_file_record_and_column(tmp_path):
     pir.write_text(">P1;x\nstructureX:x\nAC#D*\n>P1;y\nstructureX:y\nACED*\n")
     with pytest.raises(FormatError, match=r"bad.ali: record 'x' \(#1\): illegal character '#' at column 2"):
         read_pir(pir)
+    lead = tmp_path / "lead"
+    lead.write_text("\nACD\n>a\nAC-D\n")
+    with pytest.raises(FormatError, match=r"lead: line 2: expected a '>' header before any sequence, found 'ACD'"):
+        read_bench_fasta(lead)
+    anonymous = tmp_path / "anon"
+    anonymous.write_text(">a\nAC-D\n>\nACED\n")
+    with pytest.raises(FormatError, match=r"anon: record #2: a record without an id"):
+        read_bench_fasta(anonymous)
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    with pytest.raises(FormatError, match=r"empty: empty file"):
+        read_bench_fasta(empty)
     junk = tmp_path / "junk.txt"
     junk.write_text("hello\n")
     with pytest.raises(FormatError, match="junk.txt: line 1"):

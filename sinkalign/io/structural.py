@@ -35,12 +35,11 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 from sinkalign.errors import FormatError
 from sinkalign.io.alignments import MSA, _finish_msa
-from sinkalign.io.fasta import open_text
+from sinkalign.io.fasta import _seek_first_header, open_text
 
 __all__ = [
     "STRUCTURAL_FORMATS",
@@ -132,28 +131,6 @@ def read_pir(path: str | os.PathLike) -> MSA:
     return _named(msa, path)
 
 
-def _fasta_records(path: Path) -> Iterator[tuple[str, str, int]]:
-    rid, chunks, line_no = None, [], 0
-    with open_text(path) as handle:
-        for line_no, line in enumerate(handle, 1):
-            line = line.strip()
-            if not line:
-                continue
-            if line.startswith(">"):
-                if rid is not None:
-                    yield rid, "".join(chunks), line_no
-                rid = line[1:].split()[0] if line[1:].strip() else ""
-                if not rid:
-                    raise FormatError(f"{path}: line {line_no}: a record without an id")
-                chunks = []
-            elif rid is None:
-                raise FormatError(f"{path}: line {line_no}: sequence data before the first '>' header")
-            else:
-                chunks.append(line)
-    if rid is not None:
-        yield rid, "".join(chunks), line_no
-
-
 def read_bench_fasta(path: str | os.PathLike) -> MSA:
     """Read a bench1.0 aligned FASTA file (SABRE, PREFAB, OXBench) keeping the core mask.
 
@@ -164,13 +141,25 @@ def read_bench_fasta(path: str | os.PathLike) -> MSA:
             number and column), duplicate ids.
         FileNotFoundError: no such file.
     """
+    from Bio import SeqIO
+
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such aligned FASTA file")
     ids, rows = [], []
-    for rid, seq, _ in _fasta_records(path):
-        ids.append(rid)
-        rows.append(seq)
+    with open_text(path) as handle:
+        _seek_first_header(handle, path)  # data before the first '>' is an error, not skipped
+        try:
+            for rec in SeqIO.parse(handle, "fasta"):  # Biopython keeps the case: the core mask
+                if not rec.id:
+                    raise FormatError(f"{path}: record #{len(ids) + 1}: a record without an id")
+                ids.append(rec.id)
+                rows.append(str(rec.seq))
+        except (ValueError, UnicodeDecodeError) as err:
+            if isinstance(err, FormatError):
+                raise
+            where = f" after record {ids[-1]!r} (#{len(ids)})" if ids else ""
+            raise FormatError(f"{path}: cannot parse aligned FASTA{where}: {err}") from err
     if not ids:
         raise FormatError(f"{path}: no aligned sequences (expected '>id' lines)")
     _check_rows(path, ids, rows)
