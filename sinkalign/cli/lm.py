@@ -107,7 +107,8 @@ def train(fasta, attention, out_dir, steps, batch_size, seq_len, lr, min_lr_rati
 
 @lm.command("eval")
 @click.option("--model", "model_path", default=None, type=click.Path(),
-              help="Checkpoint or training run directory [default: the shipped model].")
+              help="Checkpoint or training run directory, or a shipped model by name: default (35 genomes), "
+                   "cdiph (C. diphtheriae only) [default: default].")
 @click.option("--fasta", required=True, type=click.Path(exists=True, dir_okay=False, readable=True))
 @click.option("--json", "json_out", default=None, type=click.Path(dir_okay=False),
               help="Write the full report as JSON here (atomically).")
