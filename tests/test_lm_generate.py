@@ -127,14 +127,57 @@ def test_load_model_errors_name_the_path(tmp_path):
 
 def test_shipped_default_model():
     path = default_model_path()
-    assert resolve_model_path(None) == path
+    assert resolve_model_path(None) == path == resolve_model_path("default")
+    assert path.name == "lm_default"
     size = sum(p.stat().st_size for p in path.iterdir())
     assert size < 5 * 2**20, f"shipped checkpoint is {size} bytes"
+    assert sorted(p.name for p in path.iterdir()) == ["config.json", "model.safetensors"]  # no optimizer
     ckpt = load_model()
-    meta = json.loads((path / "config.json").read_text())
-    assert meta["extra"]["heldout_bits_per_base"] < 1.952  # beats the order-6 Markov chain (data README)
+    meta = json.loads((path / "config.json").read_text())["extra"]
+    # the multi-genome model: trained on many genomes, genera held out, both strands
+    tc = meta["train_config"]
+    assert tc["balance"] == "genome" and tc["reverse_complement"] and tc["genome_split"].endswith(
+        "genomes_multi_split.json")
+    assert meta["tokens_seen"] == meta["step"] * tc["batch_size"] * tc["seq_len"]
+    assert "--genome-split data_manifests/genomes_multi_split.json" in meta["train_command"]
+    assert ckpt.model.config.attention == tc["attention"] == "goat"
+    # on the held-out C. diphtheriae tenth it still beats the order-6 Markov chain (data README)
+    assert meta["heldout_bits_per_base"] < meta["markov_order6_bits_per_base"] < 1.952
+    # on genera it never saw, below each genome's own order-5 chain on average
+    v = meta["valid_genera"]
+    assert v["mean_bits_per_base"] < v["mean_markov5_own"]
     out = generate(ckpt.model, "ATGACCGGTTTAGCC", 30, seed=0)
     assert len(out) == 30 and set(out) <= set("ACGT")
+
+
+def test_shipped_cdiph_model_by_name():
+    """The C. diphtheriae-only model stays available as ``cdiph`` (an existing path wins over a name)."""
+    path = resolve_model_path("cdiph")
+    assert path == default_model_path("cdiph") and path.name == "lm_cdiph" and path != default_model_path()
+    meta = json.loads((path / "config.json").read_text())["extra"]
+    assert meta["heldout_bits_per_base"] < 1.952 and "genome_split" not in meta["train_config"]
+    assert load_model("cdiph").model.config.input_kmer == 4
+    with pytest.raises(ValueError, match=r"no shipped language model is named 'nope' \(shipped: default, cdiph\)"):
+        default_model_path("nope")
+
+
+def test_shipped_model_name_loses_to_an_existing_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    save_checkpoint(tmp_path / "cdiph", tiny_model("alibi", dtype=torch.float32))
+    assert resolve_model_path("cdiph").resolve() == (tmp_path / "cdiph").resolve()
+    assert load_model("cdiph").model.config.attention == "alibi"
+
+
+def test_cli_generate_dna_shipped_models():
+    """`generate-dna` without --model uses the multi-genome default; `--model cdiph` the old one."""
+    runner = CliRunner()
+    args = ["generate-dna", "--prompt", "ATGACCGGTTTAGCC", "--length", "40", "--seed", "3"]
+    res = runner.invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    assert res.output.strip() == generate(load_model().model, "ATGACCGGTTTAGCC", 40, seed=3)
+    res_c = runner.invoke(cli, [*args, "--model", "cdiph"])
+    assert res_c.exit_code == 0, res_c.output
+    assert res_c.output.strip() == generate(load_model("cdiph").model, "ATGACCGGTTTAGCC", 40, seed=3)
 
 
 def test_cli_generate_dna(tmp_path):

@@ -29,7 +29,9 @@ def _fasta(header: str, seq: str) -> str:
 @click.option("--top-p", default=None, type=float, help="Nucleus sampling mass in (0, 1].")
 @click.option("--seed", default=None, type=int, help="Random seed (same seed, same output).")
 @click.option("--model", "model_path", default=None, type=click.Path(),
-              help="Checkpoint directory or training run directory [default: the shipped model].")
+              help="Checkpoint directory, training run directory or a shipped model by name: default (GOAT "
+                   "trained on 35 bacterial and archaeal genomes), cdiph (GOAT trained on the C. diphtheriae "
+                   "chromosome only) [default: default].")
 @click.option("--format", "fmt", type=click.Choice(["plain", "fasta"]), default="plain", show_default=True)
 @click.option("--id", "record_id", default="generated", show_default=True, help="FASTA record id.")
 @click.option("--chrom", default=None,

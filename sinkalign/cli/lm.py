@@ -107,7 +107,8 @@ def train(fasta, attention, out_dir, steps, batch_size, seq_len, lr, min_lr_rati
 
 @lm.command("eval")
 @click.option("--model", "model_path", default=None, type=click.Path(),
-              help="Checkpoint or training run directory [default: the shipped model].")
+              help="Checkpoint or training run directory, or a shipped model by name: default (35 genomes), "
+                   "cdiph (C. diphtheriae only) [default: default].")
 @click.option("--fasta", required=True, type=click.Path(exists=True, dir_okay=False, readable=True))
 @click.option("--json", "json_out", default=None, type=click.Path(dir_okay=False),
               help="Write the full report as JSON here (atomically).")
@@ -131,6 +132,8 @@ def train(fasta, attention, out_dir, steps, batch_size, seq_len, lr, min_lr_rati
               help="Completion prompts from the held-out split.")
 @click.option("--prompt-len", default=None, type=int, help="[default: training length]")
 @click.option("--completion-len", default=200, show_default=True, type=int)
+@click.option("--gc-window", default=25, show_default=True, type=int,
+              help="Completion: window of the GC trajectories whose Pearson r is reported (the GOAT paper's: 25).")
 @click.option("--temperature", default=1.0, show_default=True, type=float)
 @click.option("--top-k", default=None, type=int)
 @click.option("--top-p", default=None, type=float)
@@ -141,7 +144,7 @@ def train(fasta, attention, out_dir, steps, batch_size, seq_len, lr, min_lr_rati
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 def eval_cmd(model_path, fasta, json_out, val_fraction, context, stride, max_bases, markov_order,
              length_multipliers, extrapolation_bases, extrapolation_stride, passkey_multipliers, passkey_trials,
-             completion_prompts, prompt_len, completion_len, temperature, top_k, top_p, sections, seed, batch_size,
+             completion_prompts, prompt_len, completion_len, gc_window, temperature, top_k, top_p, sections, seed, batch_size,
              device) -> None:
     """Held-out bits/base vs an order-k Markov chain, length extrapolation, passkey and completions."""
     require("torch", "torch", "sinkalign lm eval")
@@ -156,7 +159,7 @@ def eval_cmd(model_path, fasta, json_out, val_fraction, context, stride, max_bas
             extrapolation_bases=extrapolation_bases, extrapolation_stride=extrapolation_stride,
             passkey_multipliers=passkey_multipliers,
             passkey_trials=passkey_trials, completion_prompts=completion_prompts, prompt_len=prompt_len,
-            completion_len=completion_len, temperature=temperature, top_k=top_k, top_p=top_p,
+            completion_len=completion_len, gc_window=gc_window, temperature=temperature, top_k=top_k, top_p=top_p,
             sections=tuple(s.strip() for s in sections.split(",") if s.strip()), seed=seed,
             batch_size=batch_size, device=device)
     except InputError as exc:  # a bad setting (a bug raising ValueError keeps its traceback)
@@ -201,4 +204,7 @@ def _echo_summary(doc: dict) -> None:
                 click.echo(f"completion ({who}): identity {i['mean']:.3f} [{i['ci_low']:.3f}, {i['ci_high']:.3f}], "
                            f"GC r {g['mean']:.3f} [{g['ci_low']:.3f}, {g['ci_high']:.3f}] (n={g['n']}); in ORFs >= "
                            f"{c['orf_min_len']} bp {o['mean']:.3f} (true {c['true_orf_fraction']['mean']:.3f}); "
-                           f"{k['k']}-mer JS {k['value']:.4f} bits (noise floor {c['kmer_js_noise_floor'] or 0:.4f})")
+                           f"{k['k']}-mer JS {k['value']:.4f} bits (noise floor {c['kmer_js_noise_floor'] or 0:.4f}); "
+                           f"GC {c[who]['gc_mean']:.3f} (true {c['true_gc_mean']:.3f}), between prompts r "
+                           + ("n/a" if c[who]["gc_between_prompts_r"]["value"] is None
+                              else f"{c[who]['gc_between_prompts_r']['value']:.3f}"))

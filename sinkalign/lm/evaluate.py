@@ -62,6 +62,10 @@ class BitsPerBase(NamedTuple):
     stride: int
 
 
+def _nan_to_none(x: float) -> float | None:
+    return None if math.isnan(x) else x
+
+
 def _check_pos_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
         raise InputError(f"{name}={value!r} must be a positive integer")
@@ -257,13 +261,17 @@ class EvalConfig:
       length) held-out bases at random starts, continued by ``completion_len`` bases
       (sampling ``temperature``, ``top_k``, ``top_p``); per prompt the identity to the true
       continuation, the Pearson r of the GC trajectories (window ``gc_window``: the GOAT
-      paper's 200-base continuations and 25-base window) and the fraction of the continuation
+      paper's 200-base continuations and 25-base window; window-level, within each prompt) and
+      the fraction of the continuation
       inside open reading frames of at least ``orf_min_len`` bases on either strand (ORFs
       found on prompt + continuation; the true continuation's is reported beside it); over
       all prompts the Jensen-Shannon divergence (bits) of the pooled ``kmer_k``-mer spectrum
       of the continuations from that of the true ones (``kmer_js_noise_floor``: the true
-      continuations of the even prompts against those of the odd ones). The Markov baseline
-      continues the same prompts.
+      continuations of the even prompts against those of the odd ones); and across prompts the
+      Pearson r of each continuation's GC fraction against the true continuation's
+      (``gc_between_prompts_r``: whether completions follow the local composition of their
+      prompt, the between-prompt variation the window-level r leaves out) with the mean GC of
+      both. The Markov baseline continues the same prompts.
     * Intervals: percentile bootstrap, ``n_boot`` resamples at level ``ci_level``.
     """
 
@@ -539,6 +547,7 @@ def _completion_section(model: DNALanguageModel, splits: list[_Split], config: E
         return bootstrap_ci(values, n_boot=config.n_boot, level=config.ci_level, seed=config.seed)._asdict()
 
     true_spectra = np.stack([kmer_spectrum(t, config.kmer_k) for t in truths])
+    gc_true = np.array([gc_trajectory(t, len(t))[0] for t in truths])  # GC fraction of each true continuation
 
     def kmer_js(outputs: list[str]) -> dict[str, Any]:
         """JS divergence of the pooled spectra (a point estimate: a percentile bootstrap of it
@@ -552,12 +561,17 @@ def _completion_section(model: DNALanguageModel, splits: list[_Split], config: E
         corr = [trajectory_correlation(gc_trajectory(t, config.gc_window), gc_trajectory(o, config.gc_window))
                 for o, t in zip(outputs, truths)]
         orf = [orf_fraction(p, o, config.orf_min_len) for p, o in zip(prompts, outputs)]
+        gc_out = np.array([gc_trajectory(o, len(o))[0] for o in outputs])
         return {"identity": ci(ident), "gc_pearson_r": ci(corr), "orf_fraction": ci(orf),
-                "kmer_js_divergence": kmer_js(outputs)}
+                "kmer_js_divergence": kmer_js(outputs),
+                "gc_between_prompts_r": {"value": _nan_to_none(trajectory_correlation(gc_true, gc_out)),
+                                         "n": len(outputs)},
+                "gc_mean": float(np.nanmean(gc_out))}
 
     res: dict[str, Any] = {"n_prompts": len(prompts), "prompt_len": prompt_len, "length": config.completion_len,
                            "temperature": config.temperature, "top_k": config.top_k, "top_p": config.top_p,
                            "gc_window": config.gc_window, "orf_min_len": config.orf_min_len,
+                           "true_gc_mean": float(np.nanmean(gc_true)),
                            "true_orf_fraction": ci([orf_fraction(p, t, config.orf_min_len)
                                                    for p, t in zip(prompts, truths)]),
                            # two halves of the true continuations against each other: sampling noise alone

@@ -12,8 +12,11 @@ then nucleus (top-p) filtering, then a draw from a ``torch.Generator`` seeded wi
 ``seed``, so equal seeds give equal output on the same device.
 
 The default model is the checkpoint shipped in ``sinkalign/data/lm_default``
-(:func:`default_model_path`); :func:`load_model` also accepts a training run directory
-(it follows ``checkpoints/latest.json``).
+(:func:`default_model_path`): GOAT trained on 35 bacterial and archaeal genomes
+(``data_manifests/genomes_multi_split.json``'s ``train`` genera and C. diphtheriae). The
+earlier model trained on the C. diphtheriae chromosome alone ships as ``cdiph``
+(:data:`SHIPPED_MODELS`). :func:`load_model` also accepts a checkpoint or a training run
+directory (it follows ``checkpoints/latest.json``).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from sinkalign.lm.tokenizer import NucleotideTokenizer
 __all__ = [
     "DEFAULT_MODEL_DIR",
     "MAX_GENERATE_LENGTH",
+    "SHIPPED_MODELS",
     "SamplingConfig",
     "default_model_path",
     "generate",
@@ -54,6 +58,9 @@ logger = logging.getLogger(__name__)
 
 #: Package-relative location of the shipped default checkpoint.
 DEFAULT_MODEL_DIR = "data/lm_default"
+#: Checkpoints shipped inside the package, by the name ``--model NAME`` takes: ``default``
+#: (GOAT on 35 genomes, the default) and ``cdiph`` (GOAT on the C. diphtheriae chromosome only).
+SHIPPED_MODELS = {"default": DEFAULT_MODEL_DIR, "cdiph": "data/lm_cdiph"}
 _N_BASES = 4  # A, C, G, T: the ids that may be generated
 #: Most bases one call generates. Decoding is one forward pass per base (about 100 bases/s
 #: for the shipped model on one CPU core) and the KV cache grows with the length, so a
@@ -61,31 +68,41 @@ _N_BASES = 4  # A, C, G, T: the ids that may be generated
 MAX_GENERATE_LENGTH = 1_000_000
 
 
-def default_model_path() -> Path:
-    """Filesystem path of the shipped default checkpoint (``sinkalign/data/lm_default``)."""
+def _package_path(rel: str) -> Path:
     try:
-        return Path(str(importlib.resources.files("sinkalign").joinpath(DEFAULT_MODEL_DIR)))
+        return Path(str(importlib.resources.files("sinkalign").joinpath(rel)))
     except NotADirectoryError:
         # an editable install made before sinkalign/__init__.py existed exposes `sinkalign` as a
         # namespace package, which importlib.resources cannot read; its subpackages are regular
-        return Path(str(importlib.resources.files("sinkalign.lm"))).parent / DEFAULT_MODEL_DIR
+        return Path(str(importlib.resources.files("sinkalign.lm"))).parent / rel
+
+
+def default_model_path(name: str = "default") -> Path:
+    """Filesystem path of a shipped checkpoint: ``default`` (``sinkalign/data/lm_default``) or
+    another name of :data:`SHIPPED_MODELS` (``cdiph``)."""
+    if name not in SHIPPED_MODELS:
+        raise InputError(f"no shipped language model is named {name!r} (shipped: {', '.join(SHIPPED_MODELS)})")
+    return _package_path(SHIPPED_MODELS[name])
 
 
 def resolve_model_path(path: str | os.PathLike | None) -> Path:
     """A checkpoint directory for ``path``: itself, or the newest checkpoint of a run directory.
 
-    ``None`` gives :func:`default_model_path`. A directory holding ``config.json`` is a
-    checkpoint; one holding ``checkpoints/`` is a training run (``latest.json`` is followed).
-    Raises ``FileNotFoundError`` naming the path when neither exists.
+    ``None`` gives :func:`default_model_path`; a name of :data:`SHIPPED_MODELS` (``default``,
+    ``cdiph``) that is not an existing path gives that shipped checkpoint. A directory holding
+    ``config.json`` is a checkpoint; one holding ``checkpoints/`` is a training run
+    (``latest.json`` is followed). Raises ``FileNotFoundError`` naming the path when neither exists.
     """
-    if path is None:
-        p = default_model_path()
+    if path is None or (isinstance(path, str) and path in SHIPPED_MODELS and not Path(path).exists()):
+        name = "default" if path is None else path
+        p = default_model_path(name)
         if not (p / CHECKPOINT_CONFIG).is_file():
-            raise FileNotFoundError(f"the default model checkpoint is missing from the installation: {p}")
+            raise FileNotFoundError(f"the shipped model {name!r} is missing from the installation: {p}")
         return p
     p = Path(path)
     if not p.exists():
-        raise FileNotFoundError(f"model path not found: {p}")
+        raise FileNotFoundError(f"model path not found: {p} (nor the name of a shipped model: "
+                                f"{', '.join(SHIPPED_MODELS)})")
     if p.is_dir() and not (p / CHECKPOINT_CONFIG).exists() and (p / "checkpoints").is_dir():
         latest = find_latest_checkpoint(p)
         if latest is None:
