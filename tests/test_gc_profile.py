@@ -261,30 +261,30 @@ def _write_inputs(rng):
     return chr1, chr2, gen
 
 
-def test_cli_end_to_end():
+def test_cli_end_to_end(tmp_path, monkeypatch):
     runner = CliRunner()
-    with runner.isolated_filesystem():
-        chr1, chr2, gen = _write_inputs(np.random.default_rng(5))
-        res = runner.invoke(cli, ["gc-profile", "genome.fa", "--window", "500", "--step", "250",
-                                             "--overlay", "gen.fa", "-o", "out"])
-        assert res.exit_code == 0, res.output
-        assert "wrote out/report.md" in res.output
-        out = Path("out")
-        assert sorted(p.name for p in out.iterdir()) == [
-            "gc_profile.png", "gc_profile.tsv", "overlay.png", "overlay.tsv", "report.md"]
-        want = gc_profile([("chr1", chr1), ("chr2", chr2)], window=500, step=250)
-        rows = _read_tsv(out / "gc_profile.tsv")
-        assert len(rows) == len(want)
-        np.testing.assert_allclose([float(r["gc"]) for r in rows], want.gc, atol=1e-6)
-        for name in ("gc_profile.png", "overlay.png"):
-            assert mpimg.imread(out / name).ndim == 3
-        ov = _read_tsv(out / "overlay.tsv")
-        assert [r["id"] for r in ov] == ["s0", "s1"]
-        assert float(ov[0]["pearson_r"]) == pytest.approx(1.0)
-        r1 = trajectory_correlation(gc_trajectory(chr1[3000:3400], 25), gc_trajectory(gen, 25))
-        assert float(ov[1]["pearson_r"]) == pytest.approx(r1, abs=1e-6)
-        report = (out / "report.md").read_text()
-        assert "![GC trajectories](overlay.png)" in report and "| s1 | chr1 | 3,000 | 400 |" in report
+    monkeypatch.chdir(tmp_path)
+    chr1, chr2, gen = _write_inputs(np.random.default_rng(5))
+    res = runner.invoke(cli, ["gc-profile", "genome.fa", "--window", "500", "--step", "250",
+                              "--overlay", "gen.fa", "-o", "out"])
+    assert res.exit_code == 0, res.output
+    assert "wrote out/report.md" in res.output
+    out = Path("out")
+    assert sorted(p.name for p in out.iterdir()) == [
+        "gc_profile.png", "gc_profile.tsv", "overlay.png", "overlay.tsv", "report.md"]
+    want = gc_profile([("chr1", chr1), ("chr2", chr2)], window=500, step=250)
+    rows = _read_tsv(out / "gc_profile.tsv")
+    assert len(rows) == len(want)
+    np.testing.assert_allclose([float(r["gc"]) for r in rows], want.gc, atol=1e-6)
+    for name in ("gc_profile.png", "overlay.png"):
+        assert mpimg.imread(out / name).ndim == 3
+    ov = _read_tsv(out / "overlay.tsv")
+    assert [r["id"] for r in ov] == ["s0", "s1"]
+    assert float(ov[0]["pearson_r"]) == pytest.approx(1.0)
+    r1 = trajectory_correlation(gc_trajectory(chr1[3000:3400], 25), gc_trajectory(gen, 25))
+    assert float(ov[1]["pearson_r"]) == pytest.approx(r1, abs=1e-6)
+    report = (out / "report.md").read_text()
+    assert "![GC trajectories](overlay.png)" in report and "| s1 | chr1 | 3,000 | 400 |" in report
 
 
 @pytest.mark.parametrize(
@@ -298,32 +298,32 @@ def test_cli_end_to_end():
         (["--overlay", "missing.fa"], "Invalid value for '--overlay': File 'missing.fa' does not exist"),
     ],
 )
-def test_cli_bad_parameters(args, msg):
+def test_cli_bad_parameters(args, msg, tmp_path, monkeypatch):
     runner = CliRunner()
-    with runner.isolated_filesystem():
-        _write_inputs(np.random.default_rng(6))
-        res = runner.invoke(cli, ["gc-profile", "genome.fa", "-o", "out", *args])
-        assert res.exit_code == 2
-        assert msg in " ".join(res.output.split())
-        assert not Path("out").exists()
+    monkeypatch.chdir(tmp_path)
+    _write_inputs(np.random.default_rng(6))
+    res = runner.invoke(cli, ["gc-profile", "genome.fa", "-o", "out", *args])
+    assert res.exit_code == 2
+    assert msg in " ".join(res.output.split())
+    assert not Path("out").exists()
 
 
-def test_cli_missing_and_invalid_inputs():
+def test_cli_missing_and_invalid_inputs(tmp_path, monkeypatch):
     runner = CliRunner()
-    with runner.isolated_filesystem():
-        res = runner.invoke(cli, ["gc-profile", "nope.fa", "-o", "out"])
-        assert res.exit_code == 2 and "File 'nope.fa' does not exist" in res.output
-        _write_inputs(np.random.default_rng(7))
-        res = runner.invoke(cli, ["gc-profile", "genome.fa"])
-        assert res.exit_code == 2 and "Missing option '-o' / '--out-dir'" in res.output
-        Path("bad.fa").write_text(">r1\nACGT\n>r2\nACGTACXT\n")
-        res = runner.invoke(cli, ["gc-profile", "bad.fa", "-o", "out"])
-        assert res.exit_code == 1
-        assert "bad.fa: record 'r2' has invalid character 'X' at 0-based position 6" in res.output
-        Path("gen_bad.fa").write_text(">g chrom=chr9 start=0\n" + "A" * 100 + "\n")
-        res = runner.invoke(cli, ["gc-profile", "genome.fa", "--overlay", "gen_bad.fa", "-o", "out"])
-        assert res.exit_code == 1 and "generated record 'g': chrom='chr9' is not in the genome" in res.output
-        assert not Path("out").exists()  # inputs are validated before anything is written
+    monkeypatch.chdir(tmp_path)
+    res = runner.invoke(cli, ["gc-profile", "nope.fa", "-o", "out"])
+    assert res.exit_code == 2 and "File 'nope.fa' does not exist" in res.output
+    _write_inputs(np.random.default_rng(7))
+    res = runner.invoke(cli, ["gc-profile", "genome.fa"])
+    assert res.exit_code == 2 and "Missing option '-o' / '--out-dir'" in res.output
+    Path("bad.fa").write_text(">r1\nACGT\n>r2\nACGTACXT\n")
+    res = runner.invoke(cli, ["gc-profile", "bad.fa", "-o", "out"])
+    assert res.exit_code == 1
+    assert "bad.fa: record 'r2' has invalid character 'X' at 0-based position 6" in res.output
+    Path("gen_bad.fa").write_text(">g chrom=chr9 start=0\n" + "A" * 100 + "\n")
+    res = runner.invoke(cli, ["gc-profile", "genome.fa", "--overlay", "gen_bad.fa", "-o", "out"])
+    assert res.exit_code == 1 and "generated record 'g': chrom='chr9' is not in the genome" in res.output
+    assert not Path("out").exists()  # inputs are validated before anything is written
 
 
 def test_registered_in_main_cli():

@@ -257,14 +257,16 @@ def test_progress_bar_counts_generated_bases(capsys):
     assert "generate: 100%" in err and "50.0/50.0" in err
 
 
-def test_output_dash_is_stdout(tmp_path):
+def test_output_dash_is_stdout(tmp_path, monkeypatch):
     ck = tmp_path / "ck"
     save_checkpoint(ck, tiny_model("sla", dtype=torch.float32))
     base = ["generate-dna", "--model", str(ck), "--prompt", "ACGTACGGTA", "--length", "20", "--seed", "4"]
-    with CliRunner().isolated_filesystem(temp_dir=tmp_path):
-        res = CliRunner().invoke(cli, [*base, "-o", "-"])
-        assert res.exit_code == 0 and len(res.output.strip()) == 20
-        assert not (tmp_path / "-").exists() and not list(tmp_path.glob("*/-"))
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    res = CliRunner().invoke(cli, [*base, "-o", "-"])
+    assert res.exit_code == 0 and len(res.output.strip()) == 20
+    assert list(work.iterdir()) == []  # no file named '-
 
 
 def test_commands_needing_torch_name_the_extra_when_it_is_missing():
