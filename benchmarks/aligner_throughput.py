@@ -167,7 +167,7 @@ def main() -> None:
             def f1(preds):
                 return micro_average([pair_scores(a, p.pairs) for a, p in zip(preds, ref)])["f1"]
 
-            check = {"f1_numpy_engine": f1(fast_pairs)}
+            check = {f"f1_{fast.engine}_engine": f1(fast_pairs)}
             if args.jax:
                 check["f1_jax_engine"] = f1(jax_pairs)
                 check["identical_pairs"] = sum(np.array_equal(a, b) for a, b in zip(fast_pairs, jax_pairs))
