@@ -14,6 +14,7 @@ from sinkalign.align.decode import (
     _mea_table,
     _traceback,
     alignment_columns,
+    alignment_of_pairs,
     alignment_stats,
     check_pairs,
     cigar,
@@ -101,6 +102,29 @@ def test_expected_accuracy_definition():
     expect = (2 * aln.match_posterior.sum() + post.query_gap[q_un].sum() + post.target_gap[t_un].sum()) / 10
     assert aln.expected_accuracy == pytest.approx(expect, abs=1e-14)
     assert 0.0 <= aln.expected_accuracy <= 1.0
+
+
+def test_alignment_of_pairs_is_the_mea_alignment_of_its_pairs_and_of_any_subset():
+    rng = np.random.default_rng(5)
+    plan = random_plan(rng, 7, 5, sharp=2.0)
+    post = plan_posteriors(plan)
+    for gw in (0.0, 0.7):
+        aln = mea_align(plan, gap_weight=gw)
+        same = alignment_of_pairs(aln.pairs, aln.match_posterior, post.query_gap, post.target_gap, gap_weight=gw)
+        np.testing.assert_array_equal(same.pairs, aln.pairs)
+        assert same.score == pytest.approx(aln.score, abs=1e-14)
+        assert same.expected_accuracy == pytest.approx(aln.expected_accuracy, abs=1e-14)
+        sub = aln.pairs[::2]  # a subset: its objective and accuracy computed afresh
+        part = alignment_of_pairs(sub, post.match[sub[:, 0], sub[:, 1]], post.query_gap, post.target_gap,
+                                  gap_weight=gw)
+        q_un = np.setdiff1d(np.arange(7), sub[:, 0])
+        t_un = np.setdiff1d(np.arange(5), sub[:, 1])
+        gaps = post.query_gap[q_un].sum() + post.target_gap[t_un].sum()
+        assert part.score == pytest.approx(post.match[sub[:, 0], sub[:, 1]].sum() + gw * gaps, abs=1e-14)
+        assert part.expected_accuracy == pytest.approx(
+            (2 * post.match[sub[:, 0], sub[:, 1]].sum() + gaps) / 12, abs=1e-14)
+    empty = alignment_of_pairs(np.zeros((0, 2), np.int64), np.zeros(0), post.query_gap, post.target_gap)
+    assert empty.score == 0.0 and len(empty.pairs) == 0
 
 
 # --------------------------------------------------------------------------- known cases

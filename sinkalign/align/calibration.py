@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sinkalign.align.decode import Alignment, check_pairs
+from sinkalign.align.decode import Alignment, alignment_of_pairs, check_pairs
 
 __all__ = ["COLUMN_FEATURES", "MATCH_FEATURES", "Calibration", "calibration_samples", "column_feature",
            "column_features", "fit_calibration", "fit_from_samples", "fit_logistic", "isotonic_knots", "local_share",
@@ -308,10 +308,13 @@ class Calibration:
 
     def feature(self, aln: Alignment, match=None, *, query: str | None = None,
                 target: str | None = None) -> np.ndarray:
-        """This calibration's match feature at each aligned pair of ``aln`` (see
-        :func:`column_feature`; for ``columns``, the column model's probability)."""
-        x = column_feature(aln, match, self.match_feature, self.radius, query=query, target=target, kind=self.kind)
-        return logistic(self.column_model, x) if self.match_feature == "columns" else x
+        """This calibration's match feature at each aligned pair of ``aln`` (see :func:`column_feature`)."""
+        return column_feature(aln, match, self.match_feature, self.radius, query=query, target=target, kind=self.kind)
+
+    def confidence(self, feature) -> np.ndarray:
+        """Calibrated confidences of columns from their match feature (:meth:`feature`; for
+        ``columns``, the feature rows, which the column model turns into a probability first)."""
+        return self.match(feature if self.column_model is None else logistic(self.column_model, feature))
 
     def apply(self, aln: Alignment, match=None, *, query: str | None = None, target: str | None = None,
               min_confidence: float | None = None, gap_weight: float = 0.0) -> Alignment:
@@ -326,24 +329,15 @@ class Calibration:
         threshold = self.min_confidence if min_confidence is None else float(min_confidence)
         if not 0.0 <= threshold < 1.0:
             raise ValueError(f"min_confidence={threshold} must be in [0, 1)")
-        mp = self.match(self.feature(aln, match, query=query, target=target))
-        pairs, score = aln.pairs, aln.score
+        mp = self.confidence(self.feature(aln, match, query=query, target=target))
         if threshold > 0 and np.any(mp < threshold):
             keep = mp >= threshold
-            pairs, mp = pairs[keep], mp[keep]
-            raw_q, raw_t = aln.query_gap_posterior, aln.target_gap_posterior
-            freed_q, freed_t = aln.pairs[~keep, 0], aln.pairs[~keep, 1]
-            score = aln.score - float(aln.match_posterior[~keep].sum()) + gap_weight * float(
-                raw_q[freed_q].sum() + raw_t[freed_t].sum())
-        qg, tg = self.gap(aln.query_gap_posterior), self.gap(aln.target_gap_posterior)
-        q_un = np.ones(aln.m, dtype=bool)
-        t_un = np.ones(aln.n, dtype=bool)
-        q_un[pairs[:, 0]] = False
-        t_un[pairs[:, 1]] = False
-        total = aln.m + aln.n
-        ea = float((2.0 * mp.sum() + qg[q_un].sum() + tg[t_un].sum()) / total) if total else float("nan")
-        return dataclasses.replace(aln, pairs=pairs, match_posterior=mp, query_gap_posterior=qg,
-                                   target_gap_posterior=tg, expected_accuracy=ea, score=score)
+            aln = alignment_of_pairs(aln.pairs[keep], aln.match_posterior[keep], aln.query_gap_posterior,
+                                     aln.target_gap_posterior, gap_weight=gap_weight)
+            mp = mp[keep]
+        calibrated = alignment_of_pairs(aln.pairs, mp, self.gap(aln.query_gap_posterior),
+                                        self.gap(aln.target_gap_posterior))
+        return dataclasses.replace(calibrated, score=aln.score)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

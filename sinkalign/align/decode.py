@@ -32,6 +32,7 @@ __all__ = [
     "AlignmentStats",
     "Posteriors",
     "alignment_columns",
+    "alignment_of_pairs",
     "alignment_stats",
     "as_pairs",
     "check_pairs",
@@ -318,19 +319,42 @@ def _trace_moves(buf: bytes, si: int, sj: int, base: int, m: int, n: int) -> np.
     return np.stack([np.repeat(starts[:, 0], lengths) + offset, np.repeat(starts[:, 1], lengths) + offset], 1)
 
 
+def _unaligned_gap_sum(qg: np.ndarray, tg: np.ndarray, pairs: np.ndarray) -> float:
+    """Sum of the gap posteriors of the residues that ``pairs`` leaves unaligned, both sides."""
+    q_un = np.ones(qg.shape[0], dtype=bool)
+    t_un = np.ones(tg.shape[0], dtype=bool)
+    q_un[pairs[:, 0]] = False
+    t_un[pairs[:, 1]] = False
+    return qg[q_un].sum() + tg[t_un].sum()
+
+
+def _expected_accuracy(mp: np.ndarray, gaps: float, m: int, n: int) -> float:
+    return float((2.0 * mp.sum() + gaps) / (m + n)) if m + n else float("nan")
+
+
 def _finish(M: np.ndarray, qg: np.ndarray, tg: np.ndarray, gap_weight: float, pairs: np.ndarray,
             best: float) -> Alignment:
     """The :class:`Alignment` of ``pairs``, an optimal chain whose table corner is ``best``."""
     m, n = M.shape
     mp = M[pairs[:, 0], pairs[:, 1]] if pairs.size else np.zeros(0)
-    q_un = np.ones(m, dtype=bool)
-    t_un = np.ones(n, dtype=bool)
-    q_un[pairs[:, 0]] = False
-    t_un[pairs[:, 1]] = False
-    gaps = qg[q_un].sum() + tg[t_un].sum()
     score = float(best + gap_weight * (qg.sum() + tg.sum()))
-    ea = float((2.0 * mp.sum() + gaps) / (m + n)) if m + n else float("nan")
-    return Alignment(pairs, mp, qg, tg, ea, score)
+    return Alignment(pairs, mp, qg, tg, _expected_accuracy(mp, _unaligned_gap_sum(qg, tg, pairs), m, n), score)
+
+
+def alignment_of_pairs(pairs: Any, match_posterior: Any, query_gap: Any, target_gap: Any, *,
+                       gap_weight: float = 0.0) -> Alignment:
+    """The :class:`Alignment` of given ``pairs`` (``[k, 2]``, increasing) whose match
+    posteriors are ``match_posterior [k]``: its score is the MEA objective of those pairs
+    (``sum(match_posterior) + gap_weight *`` the gap posteriors of the residues left
+    unaligned), its expected accuracy as :class:`Alignment` defines it. For alignments chosen
+    other than by :func:`mea_batch`, e.g. an MEA path with its unsure columns removed."""
+    qg = np.asarray(query_gap, dtype=np.float64)
+    tg = np.asarray(target_gap, dtype=np.float64)
+    pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    mp = np.asarray(match_posterior, dtype=np.float64)
+    gaps = _unaligned_gap_sum(qg, tg, pairs)
+    return Alignment(pairs, mp, qg, tg, _expected_accuracy(mp, gaps, qg.shape[0], tg.shape[0]),
+                     float(mp.sum() + gap_weight * gaps))
 
 
 def _gain(M: np.ndarray, qg: np.ndarray, tg: np.ndarray, gap_weight: float) -> np.ndarray:

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from sinkalign.align.baselines import Scoring, _clean, _residue_indices, _score_lookup
-from sinkalign.align.decode import Alignment, mea_from_posteriors
+from sinkalign.align.decode import Alignment, alignment_of_pairs, mea_from_posteriors
 
 __all__ = ["BLOSUM62_LAMBDA", "MAX_LENGTH", "log_partition", "match_posteriors", "pairhmm_align", "pairhmm_posteriors"]
 
@@ -194,14 +194,7 @@ def pairhmm_align(query: str, target: str, *, scoring: Scoring | None = None,
         raise ValueError(f"{threshold=} must be in [0, 1)")
     post = pairhmm_posteriors(query, target, scoring=scoring, lam=lam)
     qg, tg = 1.0 - post.sum(1), 1.0 - post.sum(0)
-    aln = mea_from_posteriors(post, qg, tg, gap_weight=0.0)
     if threshold == 0.0:
-        return aln
+        return mea_from_posteriors(post, qg, tg, gap_weight=0.0)
     pairs = mea_from_posteriors(post - threshold, qg, tg, gap_weight=0.0).pairs
-    mp = post[pairs[:, 0], pairs[:, 1]]
-    q_un = np.ones(len(qg), dtype=bool)
-    t_un = np.ones(len(tg), dtype=bool)
-    q_un[pairs[:, 0]] = False
-    t_un[pairs[:, 1]] = False
-    ea = float((2.0 * mp.sum() + qg[q_un].sum() + tg[t_un].sum()) / (len(qg) + len(tg)))
-    return Alignment(pairs, mp, qg, tg, ea, float(mp.sum()))
+    return alignment_of_pairs(pairs, post[pairs[:, 0], pairs[:, 1]], qg, tg)

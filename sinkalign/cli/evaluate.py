@@ -92,7 +92,7 @@ def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, ma
     confidences, and leaves columns below --min-confidence unaligned.
     """
     from sinkalign.align.aligner import Aligner, default_model_path
-    from sinkalign.align.calibration import calibration_samples, fit_from_samples, logistic
+    from sinkalign.align.calibration import calibration_samples, fit_from_samples
     from sinkalign.align.checkpoints import check_model_output, export_model
     from sinkalign.align.decode import plan_posteriors
     from sinkalign.align.evaluate import load_reference_set
@@ -126,8 +126,7 @@ def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, ma
                   f"on {cal.fitted_on}.").strip()
     export_model(out, aligner.params, aligner.config, provenance=provenance,
                  calibration=cal.to_dict(), overwrite=overwrite)
-    conf = np.concatenate([cal.match(s[0] if cal.column_model is None else logistic(cal.column_model, s[0]))
-                           for s in samples])
+    conf = np.concatenate([cal.confidence(s[0]) for s in samples])
     hits = np.concatenate([s[1] for s in samples])
     console.print(f"{len(pairs)} pairs, {conf.size} aligned columns: mean raw posterior "
                   f"{np.mean(np.concatenate(raw)):.4f}, mean calibrated {conf.mean():.3f}, precision {hits.mean():.3f}")
