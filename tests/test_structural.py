@@ -85,35 +85,22 @@ def test_read_bench_core_mask(sdir):
     assert p.target_core.tolist() == [True, True, False, True, True, True, False, True, True]
 
 
-def test_reader_errors_name_file_record_and_column(tmp_path):
-    bad = tmp_path / "bad"
-    bad.write_text(">a\nAC-D\n>b\nAC1D\n")
-    with pytest.raises(FormatError, match=r"bad: record 'b' \(#2\): illegal character '1' at column 2"):
-        read_bench_fasta(bad)
-    ragged = tmp_path / "ragged"
-    ragged.write_text(">a\nAC-D\n>b\nACD\n")
-    with pytest.raises(FormatError, match=r"ragged: record 'b' \(#2\) has 3 columns"):
-        read_bench_fasta(ragged)
-    pir = tmp_path / "bad.ali"
-    pir.write_text(">P1;x\nstructureX:x\nAC#D*\n>P1;y\nstructureX:y\nACED*\n")
-    with pytest.raises(FormatError, match=r"bad.ali: record 'x' \(#1\): illegal character '#' at column 2"):
-        read_pir(pir)
-    lead = tmp_path / "lead"
-    lead.write_text("\nACD\n>a\nAC-D\n")
-    with pytest.raises(FormatError, match=r"lead: line 2: expected a '>' header before any sequence, found 'ACD'"):
-        read_bench_fasta(lead)
-    anonymous = tmp_path / "anon"
-    anonymous.write_text(">a\nAC-D\n>\nACED\n")
-    with pytest.raises(FormatError, match=r"anon: record #2: a record without an id"):
-        read_bench_fasta(anonymous)
-    empty = tmp_path / "empty"
-    empty.write_text("\n")
-    with pytest.raises(FormatError, match=r"empty: empty file"):
-        read_bench_fasta(empty)
-    junk = tmp_path / "junk.txt"
-    junk.write_text("hello\n")
-    with pytest.raises(FormatError, match="junk.txt: line 1"):
-        detect_alignment_format(junk)
+@pytest.mark.parametrize("name, text, reader, message", [
+    ("bad", ">a\nAC-D\n>b\nAC1D\n", read_bench_fasta, r"bad: record 'b' \(#2\): illegal character '1' at column 2"),
+    ("ragged", ">a\nAC-D\n>b\nACD\n", read_bench_fasta, r"ragged: record 'b' \(#2\) has 3 columns"),
+    ("bad.ali", ">P1;x\nstructureX:x\nAC#D*\n>P1;y\nstructureX:y\nACED*\n", read_pir,
+     r"bad.ali: record 'x' \(#1\): illegal character '#' at column 2"),
+    ("lead", "\nACD\n>a\nAC-D\n", read_bench_fasta,
+     r"lead: line 2: expected a '>' header before any sequence, found 'ACD'"),
+    ("anon", ">a\nAC-D\n>\nACED\n", read_bench_fasta, r"anon: record #2: a record without an id"),
+    ("empty", "\n", read_bench_fasta, r"empty: empty file"),
+    ("junk.txt", "hello\n", detect_alignment_format, "junk.txt: line 1"),
+])
+def test_reader_errors_name_file_record_and_column(tmp_path, name, text, reader, message):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(FormatError, match=message):
+        reader(path)
 
 
 def test_pdb_codes_and_family_names(tmp_path):
