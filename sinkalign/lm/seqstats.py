@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import numpy as np
+from Bio.Seq import reverse_complement
 
 from sinkalign.errors import InputError
 from sinkalign.lm.data import encode
@@ -21,7 +22,6 @@ from sinkalign.lm.data import encode
 __all__ = ["js_divergence", "kmer_spectrum", "orf_fraction", "orf_mask"]
 
 _STOPS = {"TAA", "TAG", "TGA"}
-_COMPLEMENT = str.maketrans("ACGTN", "TGCAN")
 
 
 def _forward_orfs(seq: str, min_len: int) -> np.ndarray:
@@ -53,7 +53,7 @@ def orf_mask(seq: str, min_len: int = 300) -> np.ndarray:
         raise InputError(f"min_len={min_len!r} must be an integer >= 3")
     seq = seq.upper()
     encode(seq)  # validates the alphabet (ACGTN), naming the position of a bad character
-    rc = seq.translate(_COMPLEMENT)[::-1]
+    rc = reverse_complement(seq)  # Biopython's, over the validated ACGTN
     return _forward_orfs(seq, int(min_len)) | _forward_orfs(rc, int(min_len))[::-1]
 
 
