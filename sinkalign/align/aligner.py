@@ -3,13 +3,14 @@
 Two engines compute the transport plans, with the same result:
 
 * ``numpy`` (:mod:`sinkalign.align.engine`): the diagonal-substitution models with banded
-  dustbins (the shipped ``blosum`` and ``dna`` models), pair by pair in float64 with no padding and nothing to
-  compile, on ``workers`` threads (NumPy releases the GIL in its array loops).
-* ``jax``: the model's own forward pass (every model; the only one for models with learned
-  context features, such as the default protein model ``learned``) (:func:`sinkalign.align.model.forward`), in batches
-  padded to a length bucket, compiled once per bucket shape (kept across runs in JAX's
-  persistent compilation cache, see :func:`enable_compilation_cache`); decoding a batch
-  overlaps the solve of the next.
+  dustbins (the shipped ``blosum`` and ``dna`` models), pair by pair in float64 with no
+  padding and nothing to compile, on ``workers`` threads (NumPy releases the GIL in its
+  array loops).
+* ``jax``: the model's own forward pass (:func:`sinkalign.align.model.forward`), for every
+  model and the only engine for models with learned context features, such as the default
+  protein model ``learned``; in batches padded to a length bucket, compiled once per bucket
+  shape (kept across runs in JAX's persistent compilation cache, see
+  :func:`enable_compilation_cache`); decoding a batch overlaps the solve of the next.
 
 ``engine="auto"`` (default) takes ``numpy`` whenever the model allows it. Either way results
 come in input order.
