@@ -43,6 +43,20 @@ def _separable_params(config, rng, *, dustbins: bool):
     return params
 
 
+def _learned_params(config, rng):
+    """Parameters of a trained-looking model: a window that is not triangular, a residue
+    encoder with non-zero residual and gap scores, random dustbin tokens (float64)."""
+    params = {k: np.asarray(v, np.float64) for k, v in M.init_params(config, seed=1).items()}
+    params["sub"] = params["sub"] + 0.05 * rng.normal(size=params["sub"].shape)
+    for name in ("res_wk", "gap_w", "gap_b", "res_scale"):
+        if name in params:
+            params[name] = params[name] + 0.3 * rng.normal(size=params[name].shape)
+    params["q_dustbin"] = params["q_dustbin"] + 0.3 * rng.normal(size=params["q_dustbin"].shape)
+    params["k_dustbin"] = params["k_dustbin"] + 0.3 * rng.normal(size=params["k_dustbin"].shape)
+    return params
+
+
+LEARNED = dict(res_ctx_dim=24, res_ctx_layers=3, res_ctx_kernel=5, res_qk_dim=16, gap_head=True)
 SHAPES = [(1, 1), (1, 40), (40, 1), (5, 130), (130, 5), (97, 257), (300, 290)]
 
 
@@ -52,13 +66,20 @@ SHAPES = [(1, 1), (1, 40), (40, 1), (5, 130), (130, 5), (97, 257), (300, 290)]
     ("protein", dict(window=4, eps=0.5, band=12)),  # a band, a sharper plan
     ("protein", dict(window=3, eps=2.0, dustbin_mass="unit")),
 ])
-@pytest.mark.parametrize("dustbins", [False, True])
-def test_engine_plans_are_the_reference_plans_to_float64_precision(alphabet, settings, dustbins):
+@pytest.mark.parametrize("model", ["triangular", "triangular+dustbins", "learned"])
+def test_engine_plans_are_the_reference_plans_to_float64_precision(alphabet, settings, model):
+    """Triangular windows (the blosum and dna models' filter path) with zero and random
+    dustbin tokens, and learned models (any window, the residue encoder, the gap head)."""
+    extra = LEARNED if model == "learned" else {}
     config = M.AlignerConfig.create(alphabet=alphabet, embedder={"name": "none"}, feature_dim=0, dustbin="banded",
-                             **settings)
-    rng = np.random.default_rng(len(settings) + dustbins)
-    params = _separable_params(config, rng, dustbins=dustbins)
+                                    **settings, **extra)
+    rng = np.random.default_rng(len(settings) + len(model))
+    if model == "learned":
+        params = _learned_params(config, rng)
+    else:
+        params = _separable_params(config, rng, dustbins=model.endswith("dustbins"))
     engine = NumpyEngine.from_model(params, config)
+    assert (engine.base is None) == (model == "learned") and (engine.encoder is None) == (model != "learned")
     letters = AA if alphabet == "protein" else "ACGT"
     pairs = []
     for m, n in SHAPES:
@@ -75,15 +96,26 @@ def test_engine_plans_are_the_reference_plans_to_float64_precision(alphabet, set
         got = solution.plan()
         assert got.shape == (m + 1, n + 1)
         np.testing.assert_allclose(got, ref, rtol=1e-11, atol=1e-13 * ref.max(), err_msg=f"{m} x {n}")
-        for fast, slow in zip(solution.posteriors(), plan_posteriors(ref)):  # read off without the plan
-            np.testing.assert_allclose(fast, slow, rtol=1e-10, atol=1e-15)
+        fast, slow = solution.posteriors(), plan_posteriors(ref)  # read off without the plan, and off it
+        np.testing.assert_allclose(fast.match, slow.match, rtol=1e-10, atol=1e-15)
+        # a gap posterior near 0 is 1 minus a sum of up to max(m, n) + 1 terms that the two
+        # compute in different orders: each is within that many float64 roundings of the truth
+        sum_rounding = (max(m, n) + 1) * np.finfo(np.float64).eps
+        for name in ("query_gap", "target_gap"):
+            np.testing.assert_allclose(getattr(fast, name), getattr(slow, name), rtol=1e-10, atol=sum_rounding,
+                                       err_msg=name)
 
 
-def test_engine_scores_match_the_models_q_k_scores():
+@pytest.mark.parametrize("model", ["triangular", "learned"])
+def test_engine_scores_match_the_models_q_k_scores(model):
     """The score matrix itself (real block and dustbin row/column) against Q K^T / eps."""
-    config = M.preset("default", embedder={"name": "none"}, feature_dim=0)
     rng = np.random.default_rng(3)
-    params = _separable_params(config, rng, dustbins=True)
+    if model == "learned":
+        config = M.preset("default", embedder={"name": "none"}, feature_dim=0, **LEARNED)
+        params = _learned_params(config, rng)
+    else:
+        config = M.preset("default", embedder={"name": "none"}, feature_dim=0)
+        params = _separable_params(config, rng, dustbins=True)
     engine = NumpyEngine.from_model(params, config)
     long_q, long_t = _random_seq(rng, 150), _random_seq(rng, 2100)  # several row tiles of the filters
     for query, target in [("MKVLAAGHWERTYLLKPQXB", "mkvlagHWERTYLKPQDESTRIV"),  # X, B (-> X), lower case
@@ -100,19 +132,40 @@ def test_engine_scores_match_the_models_q_k_scores():
         ref[m, n] = params["q_dustbin"] @ params["k_dustbin"] * scale
         got = engine.scores(engine.encode(query), engine.encode(target))
         np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-13)
+        np.testing.assert_array_equal(engine.scores(engine.sides(query), engine.sides(target)), got)
 
 
-def test_shipped_window_models_run_on_the_numpy_engine_and_the_learned_one_on_jax():
+def test_shipped_models_run_on_the_numpy_engine():
     from sinkalign.align.aligner import default_model_path
 
-    for name in ("blosum", "dna"):
+    for name in ("learned", "blosum", "dna"):
         assert Aligner.load(name).engine == "numpy"
         assert Aligner.load(name, engine="jax").engine == "jax"
     assert Aligner.load(default_model_path("dna")).engine == "numpy"
-    learned = Aligner.load()  # the default protein model: learned context features
-    assert learned.engine == "jax" and learned.config.res_ctx_dim > 0
-    with pytest.raises(ValueError, match="engine='numpy' cannot run this model"):
-        Aligner.load(engine="numpy")
+    learned = Aligner.load()  # the default protein model: the residue encoder, a trained window
+    assert learned.engine == "numpy" and learned._numpy.encoder is not None and learned._numpy.base is None
+    assert Aligner.load("blosum")._numpy.base is not None  # the triangular filter path
+
+
+def test_the_shipped_learned_model_on_the_engine_is_its_float64_forward_pass():
+    """The default protein model's stored (float32) parameters, evaluated in float64 by both."""
+    from sinkalign.align.aligner import resolve_model
+    from sinkalign.align.checkpoints import load_checkpoint
+
+    params, state, _ = load_checkpoint(resolve_model("learned"))
+    config = M.AlignerConfig.from_dict(state["model"])
+    params = {k: np.asarray(v, np.float64) for k, v in params.items()}
+    engine = NumpyEngine.from_model(params, config)
+    rng = np.random.default_rng(21)
+    anc = _random_seq(rng, 260)
+    pairs = [("W", "W"), ("MKV", "A" * 40), (anc, _mutate(rng, anc)), ("MKVXXLBZAGH", "mkvlaghwqQ"),
+             (_random_seq(rng, 97), _random_seq(rng, 130))]
+    batch = M.make_batch([(q, t, None, None, None) for q, t in pairs], config, 260, 260)
+    rows = np.asarray(M.forward(params, batch, config)[0], np.float64)
+    for (query, target), row in zip(pairs, rows):
+        ref = M.pair_plan(row, len(query), len(target))
+        np.testing.assert_allclose(engine.plan(query, target), ref, rtol=1e-11, atol=1e-13 * ref.max(),
+                                   err_msg=f"{query[:10]} / {target[:10]}")
 
 
 def test_models_outside_the_engine_name_the_reason_and_fall_back_to_jax():
@@ -120,12 +173,8 @@ def test_models_outside_the_engine_name_the_reason_and_fall_back_to_jax():
     params = M.init_params(base)
     assert engine_support(params, base) is None
     cases = [
-        (base.replace(feature_dim=8, embedder={"name": "builtin"}), None, "context features"),
+        (base.replace(feature_dim=8, embedder={"name": "builtin"}), None, "embedder features"),
         (base.replace(dustbin="paper", dustbin_mass="unit"), None, "dustbin='paper'"),
-        (base, {"sub": np.asarray(params["sub"]) + 1e-3 * np.random.default_rng(0).normal(size=params["sub"].shape)},
-         "not triangular-separable"),
-        (base, {"sub": np.asarray(params["sub"]) * np.linspace(1, 2, 33)[:, None, None]}, "not triangular-separable"),
-        (base.replace(eps=1e-3), None, "may span"),
     ]
     for config, override, reason in cases:
         p = dict(M.init_params(config))
@@ -139,6 +188,43 @@ def test_models_outside_the_engine_name_the_reason_and_fall_back_to_jax():
     with pytest.raises(ValueError, match="workers=0 must be >= 1"):
         Aligner(params, base, workers=0)
     assert MAX_SPREAD < 700  # exp(-MAX_SPREAD) must stay a normal float64
+    # any window runs on the engine: triangular ones through the filters, others offset by offset
+    for sub, triangular in [(np.asarray(params["sub"]), True),
+                            (np.asarray(params["sub"]) * np.linspace(1, 2, 33)[:, None, None], False),
+                            (np.asarray(params["sub"]) + 1e-3 * np.random.default_rng(0).normal(size=(33, 21, 21)),
+                             False)]:
+        aligner = Aligner({**params, "sub": sub}, base)
+        assert aligner.engine == "numpy" and (aligner._numpy.base is not None) == triangular
+
+
+@pytest.mark.parametrize("model", ["triangular", "learned"])
+def test_scores_too_spread_for_the_scaling_form_are_solved_in_the_log_domain(model, monkeypatch):
+    """A small eps spreads the scores past MAX_SPREAD: those pairs take the log-domain path,
+    with the same plans as the reference (and the same as the scaling form where both apply)."""
+    import sinkalign.align.engine as E
+
+    extra = LEARNED if model == "learned" else {}
+    config = M.AlignerConfig.create(embedder={"name": "none"}, feature_dim=0, dustbin="banded", window=4, eps=0.01,
+                                    band=20, **extra)
+    rng = np.random.default_rng(8)
+    params = _learned_params(config, rng) if model == "learned" else _separable_params(config, rng, dustbins=True)
+    engine = NumpyEngine.from_model(params, config)
+    calls = []
+    real = E._log_domain_solve
+    monkeypatch.setattr(E, "_log_domain_solve", lambda *a: calls.append(1) or real(*a))
+    anc = _random_seq(rng, 60)
+    pairs = [(anc, _mutate(rng, anc)), (anc[:7], anc[:9]), ("W", "W")]
+    batch = M.make_batch([(q, t, None, None, None) for q, t in pairs], config, 60, 60)
+    rows = np.asarray(M.forward(params, batch, config)[0], np.float64)
+    for (query, target), row in zip(pairs, rows):
+        ref = M.pair_plan(row, len(query), len(target))
+        S = engine.scores(engine.sides(query), engine.sides(target))
+        spread = S.max() - S.min()
+        n_calls = len(calls)
+        got = engine.plan(query, target)
+        assert len(calls) - n_calls == (spread > MAX_SPREAD)
+        np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-12 * ref.max(), err_msg=f"{len(query)}")
+    assert calls  # the long pair's scores span more than MAX_SPREAD
 
 
 def _awkward_pairs():
@@ -155,10 +241,11 @@ def _awkward_pairs():
     return pairs
 
 
-def test_numpy_engine_gives_the_reference_alignments_on_awkward_inputs():
+@pytest.mark.parametrize("name", ["blosum", "learned"])
+def test_numpy_engine_gives_the_reference_alignments_on_awkward_inputs(name):
     items = _awkward_pairs()
-    fast = list(Aligner.load("blosum", workers=2).align_many(items))
-    ref = list(Aligner.load("blosum", engine="jax").align_many(items, batch_size=4))
+    fast = list(Aligner.load(name, workers=2).align_many(items))
+    ref = list(Aligner.load(name, engine="jax").align_many(items, batch_size=4))
     assert [(r.query_id, r.target_id) for r in fast] == [(q, t) for q, _, t, _ in items]
     for a, b, (qid, q, tid, t) in zip(fast, ref, items):
         np.testing.assert_array_equal(a.alignment.pairs, b.alignment.pairs, err_msg=f"{qid} / {tid}")
@@ -280,3 +367,42 @@ def test_jax_engine_batches_respect_the_cell_budget_and_keep_the_input_order(mon
     assert [r.query_id for r in got] == [q for q, _, _, _ in items]
     for a, b in zip(got, ref):
         np.testing.assert_array_equal(a.alignment.pairs, b.alignment.pairs, err_msg=a.query_id)
+
+
+def test_encoded_sequences_are_cached_within_a_bound_and_give_the_same_alignments():
+    """All against all: each distinct sequence is encoded once while the cache holds them;
+    a cache smaller than the targets keeps some (random replacement), one of size 0 none,
+    and every setting gives the same alignments, bit for bit."""
+    from sinkalign.align.engine import _SequenceCache
+
+    rng = np.random.default_rng(4)
+    queries = [_random_seq(rng, int(rng.integers(20, 120))) for _ in range(3)]
+    targets = [_mutate(rng, queries[i % 3]) for i in range(8)]
+    items = [(f"q{i}", q, f"t{j}", t) for i, q in enumerate(queries) for j, t in enumerate(targets)]
+    params, config = Aligner.load().params, Aligner.load().config
+    results = {}
+    for residues in (10**6, sum(map(len, targets)) // 2, 0):
+        aligner = Aligner(params, config, workers=1)
+        object.__setattr__(aligner._numpy, "cache_residues", residues)
+        encoded = []
+        encoder = aligner._numpy.encoder
+        real = encoder.sides
+        object.__setattr__(encoder, "sides", lambda idx: encoded.append(len(idx)) or real(idx))
+        results[residues] = list(aligner.align_many(items))
+        cache = aligner._numpy._cache
+        assert cache._size <= residues and cache._size == sum(map(len, cache._keys))
+        distinct = len(set(queries + targets))
+        if residues == 10**6:
+            assert len(encoded) == distinct == len(cache)
+        elif residues:
+            assert distinct < len(encoded) < len(items) * 2 and len(cache) > 0
+        else:
+            assert len(encoded) == 2 * len(items) and len(cache) == 0
+    for a, b, c in zip(*results.values()):
+        np.testing.assert_array_equal(a.alignment.pairs, b.alignment.pairs)
+        np.testing.assert_array_equal(a.alignment.match_posterior, c.alignment.match_posterior)
+    small = _SequenceCache(5)
+    assert small.get("MKVLAAG", lambda: 1) == 1 and len(small) == 0  # longer than the cache: not kept
+    for seq in ("MK", "VL", "AG", "HW"):
+        small.get(seq, lambda: seq)
+    assert small._size <= 5 and len(small) == 2 and small.get("HW", lambda: None) == "HW"

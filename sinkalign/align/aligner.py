@@ -2,15 +2,17 @@
 
 Two engines compute the transport plans, with the same result:
 
-* ``numpy`` (:mod:`sinkalign.align.engine`): the diagonal-substitution models with banded
-  dustbins (the shipped ``blosum`` and ``dna`` models), pair by pair in float64 with no
-  padding and nothing to compile, on ``workers`` threads (NumPy releases the GIL in its
-  array loops).
+* ``numpy`` (:mod:`sinkalign.align.engine`): every model without embedder features and with
+  banded dustbins (the shipped ``learned``, ``blosum`` and ``dna`` models), pair by pair in
+  float64 with no padding and nothing to compile, on ``workers`` threads (NumPy and BLAS
+  release the GIL); the residue encoder of the ``learned`` model runs once per distinct
+  sequence (cached), so all-against-all runs encode each sequence once.
 * ``jax``: the model's own forward pass (:func:`sinkalign.align.model.forward`), for every
-  model and the only engine for models with learned context features, such as the default
-  protein model ``learned``; in batches padded to a length bucket, compiled once per bucket
-  shape (kept across runs in JAX's persistent compilation cache, see
-  :func:`enable_compilation_cache`); decoding a batch overlaps the solve of the next.
+  model and the only engine for models with embedder features (ESM-2, the built-in
+  embedder) or the ``pallas`` backend; in batches padded to a length bucket, compiled once
+  per bucket shape (kept across runs in JAX's persistent compilation cache, see
+  :func:`enable_compilation_cache`); decoding a batch overlaps the solve of the next. On
+  an accelerator this is the engine to use.
 
 ``engine="auto"`` (default) takes ``numpy`` whenever the model allows it. Either way results
 come in input order.
@@ -417,18 +419,16 @@ class _SingleThreadedBlas:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._users = 0
-        self._controller = None
         self._limit = None
 
     def __enter__(self):
         with self._lock:
             if self._users == 0:
                 try:
-                    if self._controller is None:
-                        from threadpoolctl import ThreadpoolController
+                    from threadpoolctl import ThreadpoolController
 
-                        self._controller = ThreadpoolController()
-                    self._limit = self._controller.limit(limits=1, user_api="blas")
+                    # looked up afresh (0.3 ms): a BLAS library loaded since (SciPy's) is limited too
+                    self._limit = ThreadpoolController().limit(limits=1, user_api="blas")
                 except Exception as exc:
                     log.debug("BLAS threads left as they are: %s", exc)
                     self._limit = None

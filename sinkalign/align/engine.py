@@ -1,28 +1,39 @@
-"""A NumPy inference engine for the diagonal-substitution aligner: the same plans, without JAX.
+"""A NumPy inference engine for the aligner: the same plans as the JAX forward pass, without JAX.
 
-For models whose score is the diagonal substitution sum alone (``feature_dim == 0``, the
-shipped protein and DNA models), with the band-preserving dustbin (``dustbin="banded"``),
+For every model without embedder features (``feature_dim == 0``: the shipped ``learned``,
+``blosum`` and ``dna`` models) and with the band-preserving dustbin (``dustbin="banded"``),
 the transport plan of one pair is computed here in float64, pair by pair, with no padding
 and nothing to compile:
 
-* **Scores.** ``S[i, j] = sum_k sub[k][a[i+k], b[j+k]] / eps`` (see
+* **Window scores.** ``S[i, j] = sum_k sub[k][a[i+k], b[j+k]] / eps`` (see
   :mod:`sinkalign.align.model`). When ``sub[k] = w_k * base`` with triangular weights
   ``w_k = 1 - |k| / (K + 1)`` (how :func:`~sinkalign.align.model.init_params` makes it and
-  how the shipped models keep it, to the float32 resolution of their stored parameters),
-  the sum along each diagonal is a triangular filter of ``base[a[p], b[q]]``: two box
-  filters of width ``K + 1`` along the diagonals, ``O(m n log K)`` instead of the
-  ``O(m n (2K + 1) A)`` of ``Q K^T``. The engine uses ``base = sub[K]`` and the exact
+  how the ``blosum`` and ``dna`` models keep it, to the float32 resolution of their stored
+  parameters), the sum along each diagonal is a triangular filter of ``base[a[p], b[q]]``:
+  two box filters of width ``K + 1`` along the diagonals, ``O(m n log K)`` instead of the
+  ``O(m n (2K + 1) A)`` of ``Q K^T``. The engine then uses ``base = sub[K]`` and the exact
   triangular weights, so for parameters stored in float32 its scores differ from a float64
   evaluation of the stored tensor by that tensor's own rounding (< 2^-23 relative; the
-  float32 forward pass rounds more than that). The dustbin row and column scores are
-  windowed lookups of the stored dustbin tokens (exact for any tokens).
+  float32 forward pass rounds more than that). Any other window (a trained one) is summed
+  offset by offset: one row gather of a ``[A, n]`` table and one add per offset, in row
+  tiles that stay in cache, ``O(m n (2K + 1))``.
+* **Residue encoder** (``res_ctx_dim > 0``, the ``learned`` model): the built-in encoder
+  (:func:`~sinkalign.align.model.residue_context`: a projection and residual dilated
+  convolutions, each one matrix product over the stacked taps) runs once per distinct
+  sequence; its low-rank pair score ``(h_a W_q)(h_b W_k)^T / eps`` and the gap head's
+  dustbin scores are added. Encoded sequences are kept in a cache bounded by residues
+  (:data:`CACHE_RESIDUES`), so all-against-all runs encode each sequence once.
+* **Dustbins.** The dustbin row and column scores are windowed lookups of the stored
+  dustbin tokens plus their encoder parts (exact for any tokens).
 * **Solve.** The operator's forward (``T`` centred base steps from ``v = 0``, then ``R``
   tail steps; :mod:`sinkalign.sinkhorn.core`) in scaling form: with ``K = exp(S - max S)``
   a full step is ``x = a / (K y)``, ``y = b / (K^T x)`` and the plan is
   ``diag(x) K diag(y)``. This is the same iteration (centering is a gauge change that
   leaves every plan unchanged) and is exact to float64 rounding as long as ``exp`` neither
-  overflows nor underflows, which :meth:`NumpyEngine.from_model` guarantees by bounding
-  the score range from the parameters (``MAX_SPREAD``).
+  overflows nor underflows, which holds when the pair's scores span at most
+  :data:`MAX_SPREAD`. A pair whose scores span more (a very small ``eps``, an extreme
+  learned score) is solved in the log domain instead, as the operator does: the same
+  plan, 2 ``exp`` per cell and step instead of one per cell.
 
 The plan returned is the one :meth:`sinkalign.align.aligner.Aligner` decodes:
 ``[m + 1, n + 1]`` with the real block, each query residue's dustbin mass in the last
@@ -34,6 +45,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,26 +53,21 @@ import numpy as np
 from sinkalign.align.decode import Posteriors
 from sinkalign.align.model import ALPHABETS, AlignerConfig, encode_residues
 
-__all__ = ["MAX_SPREAD", "NumpyEngine", "Solution", "engine_support"]
+__all__ = ["CACHE_RESIDUES", "MAX_SPREAD", "NumpyEngine", "ResidueEncoder", "Solution", "engine_support"]
 
 # Largest range of scores (natural-log units) the scaling form takes: exp(-MAX_SPREAD) and the
 # scaling vectors stay far inside float64's range (e^-708) for any marginal up to 8192.
 MAX_SPREAD = 300.0
 _TILE = 2**17  # elements of one tile of the score filters (1 MiB of float64: cache-sized)
+CACHE_RESIDUES = 2**16  # residues of encoded sequences the engine keeps (about 1 kB each: 68 MB)
 
 
 def engine_support(params: dict, config: AlignerConfig) -> str | None:
     """``None`` when :class:`NumpyEngine` computes this model's plans, else the reason it cannot."""
     if config.feature_dim:
-        return "the model has learned context features (feature_dim > 0)"
+        return "the model has embedder features (feature_dim > 0)"
     if config.dustbin_variant != "banded":
         return f"dustbin={config.dustbin_variant!r} (the engine implements the 'banded' dustbin)"
-    sub = np.asarray(params["sub"], np.float64)
-    if _triangular_base(sub, config.window) is None:
-        return "the substitution weights are not triangular-separable (sub[k] != w_k * sub[K])"
-    spread = _spread_bound(params, config)
-    if not spread <= MAX_SPREAD:
-        return f"scores may span {spread:.0f} > {MAX_SPREAD:.0f} (eps too small for the scaling form)"
     return None
 
 
@@ -81,17 +88,128 @@ def _triangular_base(sub: np.ndarray, window: int) -> np.ndarray | None:
     return base if float(np.abs(sub - w[:, None, None] * base[None]).max()) <= tol else None
 
 
-def _spread_bound(params: dict, config: AlignerConfig) -> float:
-    """An upper bound on max S - min S over one pair's augmented score matrix."""
-    sub = np.abs(np.asarray(params["sub"], np.float64))
-    qdb = np.abs(np.asarray(params["q_dustbin"], np.float64))
-    kdb = np.abs(np.asarray(params["k_dustbin"], np.float64))
-    d = config.qk_dim
-    real = sub.reshape(sub.shape[0], -1).max(1).sum()
-    to_kdb = kdb.reshape(sub.shape[0], -1).max(1).sum()
-    from_qdb = (qdb.reshape(sub.shape[0], -1, 1) * sub).sum(1).max(1).sum() / math.sqrt(d)
-    corner = float(qdb @ kdb) / math.sqrt(d)
-    return 2.0 * max(real, to_kdb, from_qdb, corner) / config.sinkhorn.eps
+def _gelu(x: np.ndarray) -> np.ndarray:
+    """``jax.nn.gelu`` (its default tanh form)."""
+    inner = x * x
+    inner *= 0.044715 * x  # x * x * x: far faster than x**3 (a general power)
+    inner += x
+    inner *= math.sqrt(2.0 / math.pi)
+    np.tanh(inner, out=inner)
+    inner += 1.0
+    inner *= 0.5
+    inner *= x
+    return inner
+
+
+@dataclass(frozen=True, eq=False)
+class ResidueEncoder:
+    """The built-in residue encoder in NumPy (:func:`sinkalign.align.model.residue_context`),
+    with the aligner's maps from its output: the residual query and key features
+    (``h W_q``, ``h W_k``) and the gap head's query- and target-side gap scores."""
+
+    features: np.ndarray  # [A, F]: one-hot and substitution row per symbol
+    w_in: np.ndarray  # [F, C]
+    conv: tuple  # per layer: [k * C, C], the taps stacked (tap t reads position l + t * dil - lo)
+    scale: np.ndarray  # [layers, C]
+    kernel: int
+    wq: np.ndarray  # [C, D]
+    wk: np.ndarray  # [C, D]
+    gap_w: np.ndarray | None  # [C, 2] or None without a gap head
+    gap_b: np.ndarray | None  # [2]
+
+    @classmethod
+    def from_model(cls, params: dict, config: AlignerConfig) -> ResidueEncoder:
+        from sinkalign.align.model import _residue_features
+
+        f64 = lambda name: np.asarray(params[name], np.float64)  # noqa: E731
+        conv = f64("res_conv")  # [layers, k, C, C]
+        gap = config.gap_head
+        return cls(_residue_features(config).astype(np.float64), f64("res_in"),
+                   tuple(layer.reshape(-1, layer.shape[-1]) for layer in conv), f64("res_scale"),
+                   config.res_ctx_kernel, f64("res_wq"), f64("res_wk"),
+                   f64("gap_w") if gap else None, f64("gap_b") if gap else None)
+
+    def context(self, idx: np.ndarray) -> np.ndarray:
+        """``[L, C]`` encoder output for residue indices ``idx [L]`` (one unpadded sequence:
+        the same as the padded, masked batch of the JAX model)."""
+        h = _gelu(self.features[idx] @ self.w_in)
+        L, C = h.shape
+        for layer, w in enumerate(self.conv):
+            dil = 2**layer
+            lo = (self.kernel - 1) * dil // 2  # 'SAME' padding of the dilated kernel
+            hi = (self.kernel - 1) * dil - lo
+            padded = np.zeros((L + lo + hi, C))
+            padded[lo : lo + L] = h
+            taps = np.empty((L, self.kernel * C))
+            for t in range(self.kernel):
+                taps[:, t * C : (t + 1) * C] = padded[t * dil : t * dil + L]
+            y = taps @ w
+            y *= (self.scale[layer] / np.sqrt(np.mean(y * y, -1, keepdims=True) + 1e-6))
+            h = h + _gelu(y)
+        return h
+
+    def sides(self, idx: np.ndarray) -> _Sides:
+        """What a sequence contributes as a query and as a target."""
+        h = self.context(idx)
+        if self.gap_w is None:
+            gq = gk = None
+        else:
+            g = h @ self.gap_w + self.gap_b
+            gq, gk = g[:, 0].copy(), g[:, 1].copy()
+        return _Sides(idx, h @ self.wq, h @ self.wk, gq, gk)
+
+
+@dataclass(frozen=True, eq=False)
+class _Sides:
+    idx: np.ndarray  # residue indices [L]
+    rq: np.ndarray | None = None  # residual query features [L, D] (as a query)
+    rk: np.ndarray | None = None  # residual key features [L, D] (as a target)
+    gq: np.ndarray | None = None  # gap score of each residue as a query [L]
+    gk: np.ndarray | None = None  # as a target [L]
+
+
+class _SequenceCache:
+    """Encoded sequences by sequence, at most ``residues`` residues in all; when full, a new
+    one replaces one chosen at random. Random rather than least-recently-used replacement:
+    an all-against-all run cycles through its targets, and on a cycle longer than the cache
+    LRU never hits, while random replacement keeps about the cache's share of it. Thread-safe
+    (a sequence two threads encode at once is encoded twice, to the same values)."""
+
+    def __init__(self, residues: int, seed: int = 0) -> None:
+        self.residues = residues
+        self._items: dict = {}
+        self._keys: list = []  # the same keys, for a uniform random choice
+        self._size = 0
+        self._rng = np.random.default_rng(seed)
+        self._lock = threading.Lock()
+
+    def get(self, key: str, make):
+        with self._lock:
+            hit = self._items.get(key)
+        if hit is not None:
+            return hit[1]
+        value = make()
+        if len(key) > self.residues:
+            return value
+        with self._lock:
+            if key in self._items:
+                return value
+            while self._size + len(key) > self.residues:
+                slot = int(self._rng.integers(len(self._keys)))
+                old = self._keys[slot]
+                last = self._keys.pop()
+                if slot < len(self._keys):  # move the last key into the freed slot
+                    self._keys[slot] = last
+                    self._items[last] = (slot, self._items[last][1])
+                del self._items[old]
+                self._size -= len(old)
+            self._items[key] = (len(self._keys), value)
+            self._keys.append(key)
+            self._size += len(key)
+        return value
+
+    def __len__(self) -> int:
+        return len(self._items)
 
 
 def _diag_box_flat(x: np.ndarray, stride: int, width: int) -> np.ndarray:
@@ -125,10 +243,11 @@ def _diag_box_flat(x: np.ndarray, stride: int, width: int) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class NumpyEngine:
-    """Plans of the triangular-diagonal-substitution model with banded dustbins, in NumPy.
+    """Plans of a model without embedder features, with banded dustbins, in NumPy.
 
-    Build with :meth:`from_model`; :meth:`plan` gives one pair's plan, :meth:`scores` its
-    augmented score matrix (``[m + 1, n + 1]``, already divided by ``eps``).
+    Build with :meth:`from_model`; :meth:`solve` gives one pair's :class:`Solution`,
+    :meth:`plan` its plan, :meth:`scores` its augmented score matrix (``[m + 1, n + 1]``,
+    already divided by ``eps``).
     """
 
     alphabet: str
@@ -137,32 +256,57 @@ class NumpyEngine:
     band: int | None
     length_mass: bool
     n_steps: int
-    base: np.ndarray  # [A + 1, A + 1], the extra symbol (beyond the sequence ends) scores 0
+    base: np.ndarray | None  # [A + 1, A + 1] for a triangular window (the extra symbol, beyond the ends, scores 0)
+    sub: np.ndarray | None  # [2K + 1, A + 1, A + 1] for any other window
     to_kdb: np.ndarray  # [2K + 1, A + 1]: query residue at offset k -> its score with the key dustbin
     from_qdb: np.ndarray  # [2K + 1, A + 1]: the query dustbin's score with a target residue at offset k
     corner: float  # the two dustbins' score
+    encoder: ResidueEncoder | None = None
+    # the dustbin tokens' entries for the encoder's features (query-scaled, see from_model)
+    kdb_res: np.ndarray | None = None  # [D]: S[i, db] gains rq_i . kdb_res
+    qdb_res: np.ndarray | None = None  # [D]: S[db, j] gains rk_j . qdb_res
+    kdb_gap: float = 0.0  # S[i, db] gains gq_i * kdb_gap
+    qdb_gap: float = 0.0  # S[db, j] gains gk_j * qdb_gap
+    cache_residues: int = CACHE_RESIDUES
 
     @classmethod
-    def from_model(cls, params: dict, config: AlignerConfig) -> NumpyEngine:
+    def from_model(cls, params: dict, config: AlignerConfig, *, cache_residues: int = CACHE_RESIDUES) -> NumpyEngine:
         """Raises ``ValueError`` naming the reason when the model is outside the engine."""
         reason = engine_support(params, config)
         if reason is not None:
             raise ValueError(f"the NumPy engine cannot run this model: {reason}")
         K, A = config.window, config.n_symbols
         sub = np.asarray(params["sub"], np.float64)  # [2K + 1, A, A]
-        qdb = np.asarray(params["q_dustbin"], np.float64).reshape(2 * K + 1, A)
-        kdb = np.asarray(params["k_dustbin"], np.float64).reshape(2 * K + 1, A)
+        n_sub = config.sub_dim
+        qdb_all = np.asarray(params["q_dustbin"], np.float64)
+        kdb_all = np.asarray(params["k_dustbin"], np.float64)
+        qdb = qdb_all[:n_sub].reshape(2 * K + 1, A)
+        kdb = kdb_all[:n_sub].reshape(2 * K + 1, A)
         sqrt_d = math.sqrt(config.qk_dim)
-        base = np.zeros((A + 1, A + 1))
-        base[:A, :A] = sub[K]
+        base = _triangular_base(sub, K)
+        if base is not None:
+            base_x, sub_x = np.zeros((A + 1, A + 1)), None
+            base_x[:A, :A] = base
+        else:
+            base_x, sub_x = None, np.zeros((2 * K + 1, A + 1, A + 1))
+            sub_x[:, :A, :A] = sub
         to_kdb = np.zeros((2 * K + 1, A + 1))
         to_kdb[:, :A] = kdb  # S[i, db] = sum_k kdb[k, a[i+k]] (q is pre-scaled by sqrt(d))
         from_qdb = np.zeros((2 * K + 1, A + 1))
         from_qdb[:, :A] = np.einsum("kc,kcb->kb", qdb, sub) / sqrt_d  # S[db, j] = q_db . k_j / sqrt(d)
-        corner = float(np.dot(qdb.ravel(), kdb.ravel())) / sqrt_d
+        corner = float(np.dot(qdb_all, kdb_all)) / sqrt_d
+        extra: dict = {}
+        if config.res_ctx_dim:
+            # features after the window: [h W_q | g_q, 0] for queries, [h W_k | 0, g_k sqrt(d)] for
+            # keys (model.queries_keys); the key dustbin meets the query's, the query dustbin the key's
+            D = config.res_qk_dim
+            extra = dict(encoder=ResidueEncoder.from_model(params, config), kdb_res=kdb_all[n_sub : n_sub + D].copy(),
+                         qdb_res=qdb_all[n_sub : n_sub + D] / sqrt_d)
+            if config.gap_head:
+                extra.update(kdb_gap=float(kdb_all[n_sub + D]), qdb_gap=float(qdb_all[n_sub + D + 1]))
         sk = config.sinkhorn
         return cls(config.alphabet, K, float(sk.eps), sk.band, config.dustbin.mass == "length", sk.n_iters + sk.tail,
-                   base, to_kdb, from_qdb, corner)
+                   base_x, sub_x, to_kdb, from_qdb, corner, cache_residues=cache_residues, **extra)
 
     def encode(self, seq: str) -> np.ndarray:
         return encode_residues(seq, self.alphabet)
@@ -172,13 +316,63 @@ class NumpyEngine:
         pad = np.full(self.window, null, np.intp)
         return np.concatenate([pad, idx.astype(np.intp), pad])
 
-    def scores(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """Augmented scores ``[m + 1, n + 1]`` / eps for residue indices ``a [m]``, ``b [n]``."""
-        K = self.window
-        m, n = len(a), len(b)
-        ax, bx = self._padded(a), self._padded(b)
-        C = n + 2 * K
+    @functools.cached_property
+    def _cache(self) -> _SequenceCache:
+        return _SequenceCache(self.cache_residues)
+
+    def clear_cache(self) -> None:
+        """Forget the encoded sequences (for timing; results do not depend on the cache)."""
+        self.__dict__.pop("_cache", None)
+
+    def sides(self, seq: str) -> _Sides:
+        """A sequence's residue indices and, with an encoder, its encoded features (cached)."""
+        if self.encoder is None:
+            return _Sides(self.encode(seq))
+        return self._cache.get(seq, lambda: self.encoder.sides(self.encode(seq)))
+
+    def scores(self, a: np.ndarray | _Sides, b: np.ndarray | _Sides) -> np.ndarray:
+        """Augmented scores ``[m + 1, n + 1]`` / eps for a query and a target: residue indices
+        ``[m]``, ``[n]`` (for a model without an encoder) or :meth:`sides`."""
+        sa = a if isinstance(a, _Sides) else self._index_sides(a)
+        sb = b if isinstance(b, _Sides) else self._index_sides(b)
+        ax, bx = self._padded(sa.idx), self._padded(sb.idx)
+        m, n = len(sa.idx), len(sb.idx)
         S = np.empty((m + 1, n + 1))
+        if self.base is not None:
+            self._triangular_scores(ax, bx, S)
+        else:
+            self._window_scores(ax, bx, S)
+        K = self.window
+        if self._dustbin_scores:
+            offsets = np.arange(2 * K + 1)
+            win_a = ax[np.arange(m)[:, None] + offsets]  # [m, 2K + 1]
+            win_b = bx[np.arange(n)[:, None] + offsets]
+            S[:m, n] = self.to_kdb[offsets, win_a].sum(1)
+            S[m, :n] = self.from_qdb[offsets, win_b].sum(1)
+        else:
+            S[:m, n] = S[m, :n] = 0.0
+        if self.encoder is not None:
+            S[:m, :n] += (sa.rq / self.eps) @ sb.rk.T
+            S[:m, n] += sa.rq @ self.kdb_res
+            S[m, :n] += sb.rk @ self.qdb_res
+            if sa.gq is not None:
+                S[:m, n] += self.kdb_gap * sa.gq
+                S[m, :n] += self.qdb_gap * sb.gk
+        S[:m, n] /= self.eps
+        S[m, :n] /= self.eps
+        S[m, n] = self.corner / self.eps
+        return S
+
+    def _index_sides(self, idx: np.ndarray) -> _Sides:
+        if self.encoder is not None:
+            return self.encoder.sides(np.asarray(idx))
+        return _Sides(np.asarray(idx))
+
+    def _triangular_scores(self, ax: np.ndarray, bx: np.ndarray, S: np.ndarray) -> None:
+        """``S[:m, :n]`` of a triangular window, divided by eps."""
+        K = self.window
+        m, n = S.shape[0] - 1, S.shape[1] - 1
+        C = n + 2 * K
         rows = max(64, _TILE // C)  # query rows per tile: the filters' temporaries stay small
         for r0 in range(0, m, rows):
             r1 = min(m, r0 + rows)
@@ -190,20 +384,29 @@ class NumpyEngine:
             assert len(tri) == (r1 - r0) * C - 2 * K
             S[r0:r1, :n] = np.lib.stride_tricks.as_strided(tri, shape=(r1 - r0, n),
                                                            strides=(C * tri.itemsize, tri.itemsize))
-        if self._dustbin_scores:
-            offsets = np.arange(2 * K + 1)
-            win_a = ax[np.arange(m)[:, None] + offsets]  # [m, 2K + 1]
-            win_b = bx[np.arange(n)[:, None] + offsets]
-            S[:m, n] = self.to_kdb[offsets, win_a].sum(1) / self.eps
-            S[m, :n] = self.from_qdb[offsets, win_b].sum(1) / self.eps
-        else:
-            S[:m, n] = S[m, :n] = 0.0
-        S[m, n] = self.corner / self.eps
-        return S
+
+    def _window_scores(self, ax: np.ndarray, bx: np.ndarray, S: np.ndarray) -> None:
+        """``S[:m, :n] = sum_k sub[k][a[i+k], b[j+k]] / eps``, offset by offset in row tiles."""
+        m, n = S.shape[0] - 1, S.shape[1] - 1
+        tables = [self._scaled_sub[k][:, bx[k : k + n]] for k in range(2 * self.window + 1)]  # [A + 1, n] per offset
+        rows = max(1, _TILE // n)
+        buf = np.empty((min(rows, m), n))
+        for r0 in range(0, m, rows):
+            r1 = min(m, r0 + rows)
+            out = S[r0:r1, :n]
+            np.take(tables[0], ax[r0:r1], axis=0, out=out)
+            part = buf[: r1 - r0]
+            for k in range(1, len(tables)):
+                np.take(tables[k], ax[r0 + k : r1 + k], axis=0, out=part)
+                out += part
 
     @functools.cached_property
     def _scaled_base(self) -> np.ndarray:
         return self.base / ((self.window + 1) * self.eps)
+
+    @functools.cached_property
+    def _scaled_sub(self) -> np.ndarray:
+        return self.sub / self.eps
 
     @functools.cached_property
     def _dustbin_scores(self) -> bool:
@@ -214,29 +417,48 @@ class NumpyEngine:
         return self.solve(query, target).plan()
 
     def solve(self, query: str, target: str) -> Solution:
-        """The operator's final duals for one pair, in scaling form (see :class:`Solution`)."""
+        """The operator's final duals for one pair (see :class:`Solution`)."""
         if not query or not target:
             raise ValueError(f"cannot align an empty sequence (query {len(query)}, target {len(target)} residues)")
-        return self.solve_scores(self.scores(self.encode(query), self.encode(target)))
+        return self.solve_scores(self.scores(self.sides(query), self.sides(target)))
 
     def solve_scores(self, S: np.ndarray) -> Solution:
-        """:meth:`solve` from the augmented scores ``S [m + 1, n + 1]`` (overwritten)."""
+        """:meth:`solve` from the augmented scores ``S [m + 1, n + 1]`` (overwritten): in
+        scaling form when they span at most :data:`MAX_SPREAD`, else in the log domain."""
         m, n = S.shape[0] - 1, S.shape[1] - 1
-        S -= S.max()
-        Kx = np.exp(S, out=S)
-        if self.band is not None and self.band < max(m, n) - 1:
-            i, j = np.ogrid[:m, :n]
-            Kx[:m, :n][np.abs(i - j) > self.band] = 0.0
         a = np.ones(m + 1)
         b = np.ones(n + 1)
         if self.length_mass:
             a[m], b[n] = n, m
+        top = S.max()
+        spread = top - S.min()  # (the band's own spread is at most this)
+        if self.band is not None and self.band < max(m, n) - 1:
+            i, j = np.ogrid[:m, :n]
+            S[:m, :n][np.abs(i - j) > self.band] = -np.inf
+        S -= top
+        if not spread <= MAX_SPREAD:
+            return _log_domain_solve(S, np.log(a), np.log(b), self.n_steps)
+        Kx = np.exp(S, out=S)  # exp(-inf) = 0 outside the band
         y = np.ones(n + 1)
         x = a
         for _ in range(self.n_steps):  # T centred base steps + R tail steps; centring is a gauge
             x = a / (Kx @ y)
             y = b / (x @ Kx)
         return Solution(Kx, x, y)
+
+
+def _log_domain_solve(S: np.ndarray, log_a: np.ndarray, log_b: np.ndarray, n_steps: int) -> Solution:
+    """The operator's steps on log duals (``u = log a - LSE_j(S + v)``, then ``v``), for scores
+    too spread out for the scaling form; returns the plan itself as ``K`` (``x = y = 1``)."""
+    from scipy.special import logsumexp
+
+    v = np.zeros(S.shape[1])
+    u = np.zeros(S.shape[0])
+    for _ in range(n_steps):
+        u = log_a - logsumexp(S + v[None, :], axis=1)
+        v = log_b - logsumexp(S + u[:, None], axis=0)
+    P = np.exp(S + u[:, None] + v[None, :])
+    return Solution(P, np.ones(S.shape[0]), np.ones(S.shape[1]))
 
 
 @dataclass(frozen=True, eq=False)
