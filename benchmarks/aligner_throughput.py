@@ -3,13 +3,14 @@
 ``--model`` (default ``blosum``, the BLOSUM window; ``learned``, the default protein model, whose
 residue encoder runs once per distinct sequence in a run: the cache is emptied before each run).
 
-For each workload (synthetic homologous pairs of length 100, 300, 1000 and 3000, and the Pfam
-test families, mean length ~270) it times, in this one process and one after the other:
+For each workload (synthetic homologous pairs of length 100, 300, 1000 and 3000, the Pfam
+test families, mean length ~270, and with ``--all-vs-all N`` N sequences of length 300 against N
+others) it times, in this one process and one after the other:
 
 * ``sinkalign`` with the default engine (``numpy``) on all the CPUs this process may use
   (``workers``) and on one thread;
-* ``sinkalign (jax engine)``, the batched JAX path (Pfam row only, with ``--jax``): what the
-  aligner did before the numpy engine, for the ratio;
+* ``sinkalign (jax engine)``, the batched JAX path (with ``--jax``; ``--jax-pfam-only``: on the
+  Pfam row only): what the aligner did before the numpy engine, for the ratio;
 * parasail Needleman-Wunsch and Smith-Waterman (BLOSUM62, open 11, extend 1, with traceback:
   :func:`sinkalign.align.baselines.align_pairs`), single-threaded.
 
@@ -117,7 +118,11 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=None, help="pairs per synthetic length (default: by length)")
     ap.add_argument("--shards", default=None, help="Pfam pair shards (test split is timed)")
     ap.add_argument("--no-pfam", action="store_true")
-    ap.add_argument("--jax", action="store_true", help="also time the jax engine on the Pfam row")
+    ap.add_argument("--jax", action="store_true", help="also time the jax engine (every row)")
+    ap.add_argument("--jax-pfam-only", action="store_true", help="with --jax: on the Pfam row only")
+    ap.add_argument("--all-vs-all", type=int, default=0, metavar="N",
+                    help="also time N synthetic sequences of length 300 against N others (N^2 pairs, each "
+                         "sequence in N of them: what `sinkalign align q.fasta t.fasta` does)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--model", default="blosum", help="shipped model name or model directory")
     ap.add_argument("--json", default=str(RESULTS))
@@ -127,6 +132,10 @@ def main() -> None:
     single = Aligner.load(args.model, workers=1)
     workloads = [(f"length {L}", homologous_pairs(L, args.pairs or DEFAULT_PAIRS.get(L, 20)), None)
                  for L in args.lengths]
+    if args.all_vs_all:
+        n = args.all_vs_all
+        base = homologous_pairs(300, n, seed=1)
+        workloads.append((f"{n}x{n} 300", [(q, t) for q, _ in base for _, t in base], None))
     if not args.no_pfam:
         ref = pfam_test_pairs(args.shards)
         if ref is None:
@@ -148,7 +157,7 @@ def main() -> None:
         block.append(row)
         row, _ = measure("sinkalign (1 thread)", lambda: run_sinkalign(single, pairs), pairs, args.repeats)
         block.append(row)
-        if ref is not None and args.jax:
+        if args.jax and (ref is not None or not args.jax_pfam_only):
             jax_aligner = Aligner.load(args.model, engine="jax")
             row, jax_pairs = measure("sinkalign (jax engine)", lambda: run_sinkalign(jax_aligner, pairs), pairs,
                                      max(1, args.repeats - 2))
@@ -163,15 +172,17 @@ def main() -> None:
                      vs_nw_cpu=nw["cpu_ms_per_pair"] / r["cpu_ms_per_pair"])
             print(f"{label:12s} {mean_len:8.0f} {r['method']:24s} {r['pairs_per_s']:9.1f} {r['cpu_ms_per_pair']:12.3f} "
                   f"{r['pairs_per_cpu_s']:11.1f} {r['vs_nw_wall']:9.3f} {r['vs_nw_cpu']:8.3f}", flush=True)
-        if ref is not None:
+        jax_ran = any(r["method"] == "sinkalign (jax engine)" for r in block)
+        if ref is not None or jax_ran:
             from sinkalign.align.metrics import micro_average, pair_scores
 
             def f1(preds):
                 return micro_average([pair_scores(a, p.pairs) for a, p in zip(preds, ref)])["f1"]
 
-            check = {f"f1_{fast.engine}_engine": f1(fast_pairs)}
-            if args.jax:
-                check["f1_jax_engine"] = f1(jax_pairs)
+            check = {f"f1_{fast.engine}_engine": f1(fast_pairs)} if ref is not None else {}
+            if jax_ran:
+                if ref is not None:
+                    check["f1_jax_engine"] = f1(jax_pairs)
                 check["identical_pairs"] = sum(np.array_equal(a, b) for a, b in zip(fast_pairs, jax_pairs))
             print(f"{label:12s} same alignments: " + ", ".join(
                 f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}/{len(pairs)}" for k, v in check.items()))

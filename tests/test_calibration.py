@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from sinkalign.align.aligner import Aligner
 from sinkalign.align.calibration import Calibration, fit_calibration, isotonic_knots, local_share
 from sinkalign.align.decode import Alignment, mea_align, plan_posteriors
 from sinkalign.cli.main import cli
+from sinkalign.errors import InputError
 
 
 def _pav(y, w):
@@ -316,8 +318,11 @@ def test_min_confidence_leaves_low_columns_unaligned_and_rescores():
         assert out.expected_accuracy == pytest.approx(
             (2 * out.match_posterior.sum() + post.query_gap[un_q].sum() + post.target_gap[un_t].sum()) / 8)
         np.testing.assert_array_equal(cal.apply(aln, min_confidence=0.0).pairs, aln.pairs)
-    with pytest.raises(ValueError, match=r"min_confidence=1.0 must be in \[0, 1\)"):
-        cal.apply(aln, min_confidence=1.0)
+    for bad in (1.0, -0.1, float("nan"), "0.5", True):
+        with pytest.raises(InputError, match=rf"min_confidence={re.escape(repr(bad))} must be a number in \[0, 1\)"):
+            cal.apply(aln, min_confidence=bad)
+        with pytest.raises(InputError, match="must be a number in"):
+            Aligner.load("blosum", min_confidence=bad)
     with pytest.raises(ValueError, match=r"min_confidence=-0.1 must be a number in \[0, 1\)"):
         Calibration(match_x=[0.0], match_y=[0.0], gap_x=[0.5], gap_y=[0.5], min_confidence=-0.1)
 

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from sinkalign.align import model as M
-from sinkalign.align.calibration import Calibration
+from sinkalign.align.calibration import Calibration, check_min_confidence
 from sinkalign.align.checkpoints import BUCKETS, load_checkpoint
 from sinkalign.align.decode import mea_batch, plan_posteriors
 from sinkalign.align.engine import NumpyEngine, engine_support
@@ -187,9 +187,7 @@ class Aligner:
             raise InputError(f"gap_weight={self.gap_weight} must be >= 0")
         if min_confidence is None:
             min_confidence = 0.0 if calibration is None else calibration.min_confidence
-        self.min_confidence = float(min_confidence)
-        if not 0.0 <= self.min_confidence < 1.0:
-            raise InputError(f"min_confidence={self.min_confidence} must be in [0, 1)")
+        self.min_confidence = check_min_confidence(min_confidence)
         if self.min_confidence > 0 and calibration is None:
             raise InputError("min_confidence needs calibrated confidences: this model has no calibration "
                              "(fit one with `sinkalign calibrate`)")

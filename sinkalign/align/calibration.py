@@ -51,8 +51,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from sinkalign.align.decode import Alignment, alignment_of_pairs, check_pairs
+from sinkalign.errors import InputError
 
-__all__ = ["COLUMN_FEATURES", "MATCH_FEATURES", "Calibration", "calibration_samples", "column_feature",
+__all__ = ["COLUMN_FEATURES", "MATCH_FEATURES", "Calibration", "calibration_samples", "check_min_confidence",
+           "column_feature",
            "column_features", "fit_calibration", "fit_from_samples", "fit_logistic", "isotonic_knots", "local_share",
            "logistic"]
 
@@ -258,6 +260,15 @@ def column_feature(aln: Alignment, match=None, feature: str = "local_share", rad
     return local_share(match, aln.pairs, radius)
 
 
+
+def check_min_confidence(value) -> float:
+    """``value`` as a float when it is a number in [0, 1) (a confidence threshold: 1 would
+    drop every column), else :class:`~sinkalign.errors.InputError` naming it."""
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    if not (ok and 0.0 <= float(value) < 1.0):
+        raise InputError(f"min_confidence={value!r} must be a number in [0, 1)")
+    return float(value)
+
 @dataclass(frozen=True)
 class Calibration:
     """Monotone maps from raw to calibrated posteriors (knots as plain lists, JSON-ready).
@@ -297,8 +308,7 @@ class Calibration:
             _check_column_model(self.column_model)
         if self.kind not in ("protein", "dna"):
             raise ValueError(f"kind={self.kind!r} is not 'protein' or 'dna'")
-        if not (isinstance(self.min_confidence, (int, float)) and 0.0 <= self.min_confidence < 1.0):
-            raise ValueError(f"min_confidence={self.min_confidence!r} must be a number in [0, 1)")
+        check_min_confidence(self.min_confidence)
 
     def match(self, p) -> np.ndarray:
         return np.interp(np.asarray(p, dtype=np.float64), self.match_x, self.match_y)
@@ -326,9 +336,7 @@ class Calibration:
         ``columns`` features, which also need the sequences. When columns are dropped, the
         score is the MEA objective (``gap_weight`` as decoded) of the columns kept.
         """
-        threshold = self.min_confidence if min_confidence is None else float(min_confidence)
-        if not 0.0 <= threshold < 1.0:
-            raise ValueError(f"min_confidence={threshold} must be in [0, 1)")
+        threshold = self.min_confidence if min_confidence is None else check_min_confidence(min_confidence)
         mp = self.confidence(self.feature(aln, match, query=query, target=target))
         if threshold > 0 and np.any(mp < threshold):
             keep = mp >= threshold
