@@ -406,3 +406,21 @@ def test_encoded_sequences_are_cached_within_a_bound_and_give_the_same_alignment
     for seq in ("MK", "VL", "AG", "HW"):
         small.get(seq, lambda: seq)
     assert small._size <= 5 and len(small) == 2 and small.get("HW", lambda: None) == "HW"
+
+
+@pytest.mark.parametrize("layers, kernel", [(0, 5), (1, 1), (2, 2), (3, 4), (4, 5)])
+def test_engine_residue_encoder_is_the_models(layers, kernel):
+    """The NumPy encoder (its first layer as symbol tables, the rest as stacked-tap products)
+    against model.residue_context on a padded, masked batch, float64, for odd and even
+    kernels (uneven 'SAME' padding) and dilations past the sequence ends."""
+    config = M.AlignerConfig.create(embedder={"name": "none"}, feature_dim=0, dustbin="banded", window=2,
+                                    res_ctx_dim=12, res_ctx_layers=layers, res_ctx_kernel=kernel, res_qk_dim=4)
+    params = _learned_params(config, np.random.default_rng(layers + kernel))
+    engine = NumpyEngine.from_model(params, config)
+    rng = np.random.default_rng(0)
+    seqs = ["W", "MK", _random_seq(rng, 9), _random_seq(rng, 40) + "XBZ"]
+    batch = M.make_batch([(s, s, None, None, None) for s in seqs], config, 48, 48)
+    ref = np.asarray(M.residue_context(params, batch.a, batch.ma, config), np.float64)
+    for n, seq in enumerate(seqs):
+        got = engine.encoder.context(engine.encode(seq))
+        np.testing.assert_allclose(got, ref[n, : len(seq)], rtol=1e-12, atol=1e-12, err_msg=f"{seq[:10]}")

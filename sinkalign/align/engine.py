@@ -107,8 +107,8 @@ class ResidueEncoder:
     with the aligner's maps from its output: the residual query and key features
     (``h W_q``, ``h W_k``) and the gap head's query- and target-side gap scores."""
 
-    features: np.ndarray  # [A, F]: one-hot and substitution row per symbol
-    w_in: np.ndarray  # [F, C]
+    first: np.ndarray  # [A + 1, C]: the projection's output per symbol (gelu(x W_in)); row A, beyond the ends, 0
+    first_taps: np.ndarray  # [k, A + 1, C]: the first convolution's taps applied to ``first``
     conv: tuple  # per layer: [k * C, C], the taps stacked (tap t reads position l + t * dil - lo)
     scale: np.ndarray  # [layers, C]
     kernel: int
@@ -123,27 +123,39 @@ class ResidueEncoder:
 
         f64 = lambda name: np.asarray(params[name], np.float64)  # noqa: E731
         conv = f64("res_conv")  # [layers, k, C, C]
+        C = conv.shape[-1] if conv.size else f64("res_in").shape[1]
+        # a position's input is one of A symbol rows, so the projection and the first layer's
+        # taps are tables over symbols: lookups instead of matrix products
+        first = np.zeros((config.n_symbols + 1, C))
+        first[:-1] = _gelu(_residue_features(config).astype(np.float64) @ f64("res_in"))
+        first_taps = np.einsum("sc,tcd->tsd", first, conv[0]) if len(conv) else np.zeros((0,) + first.shape)
         gap = config.gap_head
-        return cls(_residue_features(config).astype(np.float64), f64("res_in"),
-                   tuple(layer.reshape(-1, layer.shape[-1]) for layer in conv), f64("res_scale"),
+        return cls(first, first_taps, tuple(layer.reshape(-1, layer.shape[-1]) for layer in conv), f64("res_scale"),
                    config.res_ctx_kernel, f64("res_wq"), f64("res_wk"),
                    f64("gap_w") if gap else None, f64("gap_b") if gap else None)
 
     def context(self, idx: np.ndarray) -> np.ndarray:
         """``[L, C]`` encoder output for residue indices ``idx [L]`` (one unpadded sequence:
         the same as the padded, masked batch of the JAX model)."""
-        h = _gelu(self.features[idx] @ self.w_in)
+        null = len(self.first) - 1
+        h = self.first[idx]
         L, C = h.shape
         for layer, w in enumerate(self.conv):
             dil = 2**layer
             lo = (self.kernel - 1) * dil // 2  # 'SAME' padding of the dilated kernel
             hi = (self.kernel - 1) * dil - lo
-            padded = np.zeros((L + lo + hi, C))
-            padded[lo : lo + L] = h
-            taps = np.empty((L, self.kernel * C))
-            for t in range(self.kernel):
-                taps[:, t * C : (t + 1) * C] = padded[t * dil : t * dil + L]
-            y = taps @ w
+            if layer == 0:  # y[l] = sum_t (first W_t)[a[l + t * dil - lo]], zero beyond the ends
+                padded_idx = np.concatenate([np.full(lo, null), idx, np.full(hi, null)])
+                y = self.first_taps[0][padded_idx[:L]]
+                for t in range(1, self.kernel):
+                    y += self.first_taps[t][padded_idx[t * dil : t * dil + L]]
+            else:
+                padded = np.zeros((L + lo + hi, C))
+                padded[lo : lo + L] = h
+                taps = np.empty((L, self.kernel * C))
+                for t in range(self.kernel):
+                    taps[:, t * C : (t + 1) * C] = padded[t * dil : t * dil + L]
+                y = taps @ w
             y *= (self.scale[layer] / np.sqrt(np.mean(y * y, -1, keepdims=True) + 1e-6))
             h = h + _gelu(y)
         return h
