@@ -124,7 +124,7 @@ _DEFAULT_MODELS = {"protein": "learned", "dna": "dna"}  # the shipped model an a
 def resolve_model(model: str | os.PathLike) -> Path:
     """The directory of ``model``: a path (model, checkpoint or run directory) or the name of a
     shipped model (:data:`SHIPPED_MODELS`: ``learned``, the default protein model; ``blosum``,
-    the BLOSUM62 window it starts from, faster (NumPy engine) and less accurate; ``dna``;
+    the BLOSUM62 window it starts from, faster (no encoder, a separable window) and less accurate; ``dna``;
     ``default``, the same as ``learned``). An existing path wins over a name."""
     path = Path(model)
     if path.exists():

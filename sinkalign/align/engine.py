@@ -364,7 +364,11 @@ class NumpyEngine:
         else:
             S[:m, n] = S[m, :n] = 0.0
         if self.encoder is not None:
-            S[:m, :n] += (sa.rq / self.eps) @ sb.rk.T
+            rq = sa.rq / self.eps
+            rows = max(1, _TILE // n)  # in row tiles: no plan-sized temporary
+            for r0 in range(0, m, rows):
+                r1 = min(m, r0 + rows)
+                S[r0:r1, :n] += rq[r0:r1] @ sb.rk.T
             S[:m, n] += sa.rq @ self.kdb_res
             S[m, :n] += sb.rk @ self.qdb_res
             if sa.gq is not None:
