@@ -424,3 +424,22 @@ def test_engine_residue_encoder_is_the_models(layers, kernel):
     for n, seq in enumerate(seqs):
         got = engine.encoder.context(engine.encode(seq))
         np.testing.assert_allclose(got, ref[n, : len(seq)], rtol=1e-12, atol=1e-12, err_msg=f"{seq[:10]}")
+
+
+@pytest.mark.shared_data
+def test_engines_agree_on_real_remote_homologs(shared_data):
+    """The default protein model on the first 40 TM-align validation pairs (remote homologs,
+    lengths up to ~500): the numpy engine (float64) and the jax engine (float32 batches)
+    give the same alignments, and confidences within float32's reach."""
+    import itertools
+
+    from sinkalign.io.alignments import read_tmalign_pairs
+
+    pairs = list(itertools.islice(read_tmalign_pairs(shared_data / "tmalign_pairs" / "valid.tsv"), 40))
+    items = [(p.query_id, p.query_seq, p.target_id, p.target_seq) for p in pairs]
+    fast = list(Aligner.load().align_many(items))
+    ref = list(Aligner.load(engine="jax").align_many(items))
+    assert Aligner.load().engine == "numpy"
+    for a, b in zip(fast, ref):
+        np.testing.assert_array_equal(a.alignment.pairs, b.alignment.pairs, err_msg=f"{a.query_id} / {a.target_id}")
+        np.testing.assert_allclose(a.alignment.match_posterior, b.alignment.match_posterior, atol=1e-5)
