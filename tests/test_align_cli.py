@@ -228,3 +228,33 @@ def test_align_turns_only_user_errors_into_one_line(monkeypatch, tmp_path):
             assert res.output.startswith("Error: ") and res.output.count("\n") == 1, res.output
         else:
             assert isinstance(res.exception, ValueError) and "Error:" not in res.output
+
+
+def test_engine_option(fastas, tmp_path):
+    """--engine numpy and --engine jax give the same alignments (the scores differ in the last
+    digits: float64 against float32 plans); --engine numpy on a model it cannot run is one
+    'Error:' line naming the reason; a bad choice is Click's usage error."""
+    from sinkalign.align import model as M
+    from sinkalign.align.checkpoints import export_model
+    from sinkalign.align.embed import get_embedder
+
+    outs = {}
+    for engine in ("numpy", "jax", "auto"):
+        outs[engine] = tmp_path / f"{engine}.tsv"
+        r = CliRunner().invoke(cli, ["align", str(fastas[0]), str(fastas[1]), "--engine", engine, "-o",
+                                     str(outs[engine]), "--no-progress"])
+        assert r.exit_code == 0, r.output
+    rows = {e: [line.split("\t") for line in p.read_text().splitlines()] for e, p in outs.items()}
+    assert rows["auto"] == rows["numpy"]
+    for a, b in zip(rows["numpy"][1:], rows["jax"][1:]):
+        assert a[:2] + a[3:10] == b[:2] + b[3:10]  # ids, identity, spans, CIGAR
+        assert float(a[2]) == pytest.approx(float(b[2]), rel=1e-5)
+    emb = get_embedder("builtin", alphabet="protein")
+    config = M.AlignerConfig(embedder=emb.config(), feature_dim=emb.dim)
+    export_model(tmp_path / "feat", M.init_params(config), config, provenance="test: embedder features")
+    r = CliRunner().invoke(cli, ["align", str(fastas[0]), str(fastas[1]), "--model", str(tmp_path / "feat"),
+                                 "--engine", "numpy", "--no-progress"])
+    assert r.exit_code == 1
+    assert r.output.startswith("Error: engine='numpy' cannot run this model: the model has embedder features")
+    r = CliRunner().invoke(cli, ["align", "--example", "--engine", "fast"])
+    assert r.exit_code == 2 and "'fast' is not one of" in r.output

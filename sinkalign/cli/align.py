@@ -43,6 +43,10 @@ _INPUT = click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path
 @click.option("--esm-weights", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Local ESM-2 weights for models trained on esm2 features.")
 @click.option("--backend", type=click.Choice(["reference", "pallas"]), default="reference", show_default=True)
+@click.option("--engine", type=click.Choice(["auto", "numpy", "jax"]), default="auto", show_default=True,
+              help="numpy: float64 plans pair by pair on every CPU, nothing to compile. jax: batched JAX forward "
+                   "passes, on a GPU when JAX has one; the only engine for models with embedder features and for "
+                   "--backend pallas. auto: numpy whenever the model allows it.")
 @click.option("--plan-out", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write every transport plan (with dustbin row/column) to this .npz file.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True)
@@ -60,7 +64,7 @@ _INPUT = click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar on stderr.")
 @click.pass_context
 def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, overwrite, model, embedder,
-          esm_weights, backend, plan_out, batch_size, chunk_size, workers, scheduler, gap_weight, min_confidence,
+          esm_weights, backend, engine, plan_out, batch_size, chunk_size, workers, scheduler, gap_weight, min_confidence,
           progress):
     """Align the records of QUERY_FASTA against those of TARGET_FASTA (protein or DNA).
 
@@ -95,7 +99,8 @@ def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, 
                         model=model, embedder=embedder, esm_weights=esm_weights, backend=backend,
                         plan_out=plan_out, batch_size=batch_size, gap_weight=gap_weight,
                         min_confidence=min_confidence, progress=progress,
-                        overwrite=overwrite, workers=workers, scheduler=scheduler, chunk_size=chunk_size)
+                        overwrite=overwrite, workers=workers, scheduler=scheduler, chunk_size=chunk_size,
+                        engine=engine)
     except BrokenPipeError:  # e.g. `sinkalign align ... | head`: stop quietly, as other filters do
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

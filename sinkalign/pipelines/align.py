@@ -93,6 +93,7 @@ class ModelSpec:
     embedder: str | None = None
     esm_weights: str | None = None
     min_confidence: float | None = None
+    engine: str = "auto"
 
 
 _ALIGNERS: dict = {}
@@ -142,6 +143,7 @@ def load_aligner(spec: ModelSpec):
     threads = _worker_threads()
     extra = {} if threads is None else {"workers": threads}
     extra["min_confidence"] = spec.min_confidence
+    extra["engine"] = spec.engine
     aligner = Aligner.load(path, backend=spec.backend, gap_weight=spec.gap_weight, **extra)
     trained_with = aligner.config.embedder.get("name") if aligner.config.feature_dim else None
     if spec.embedder is not None and trained_with is not None and spec.embedder != trained_with:
@@ -675,7 +677,7 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
                 pairing: str = "all", model=None, embedder: str | None = None, esm_weights=None,
                 backend: str = "reference", plan_out=None, batch_size: int = 8, gap_weight: float | None = None,
                 min_confidence: float | None = None, progress: bool = False, overwrite: bool = False,
-                workers: int | None = None,
+                workers: int | None = None, engine: str = "auto",
                 scheduler: str | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE, _task=None) -> int:
     """Align pairs of sequences and write them in ``fmt``; returns the number of pairs.
 
@@ -696,6 +698,8 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
         chunk_size: pairs per chunk (per cluster task); ``batch_size``: pairs per aligner batch.
         gap_weight, min_confidence: decoding (:class:`~sinkalign.align.aligner.Aligner`);
             ``None``: the model's own.
+        engine: the aligner's engine (:data:`~sinkalign.align.aligner.ENGINES`): ``auto``
+            (``numpy`` whenever the model allows it), ``numpy`` or ``jax``.
 
     Raises:
         InputError (FormatError, AlphabetError), OutputExistsError, DependencyError, naming
@@ -704,6 +708,10 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
     """
     if fmt not in FORMATS:
         raise InputError(f"format {fmt!r} is not one of {FORMATS}")
+    from sinkalign.align.aligner import ENGINES
+
+    if engine not in ENGINES:
+        raise InputError(f"engine={engine!r} is not one of {ENGINES}")
     if batch_size < 1 or chunk_size < 1:
         raise InputError(f"batch_size={batch_size} and chunk_size={chunk_size} must be >= 1")
     if workers is not None and scheduler is not None:
@@ -736,14 +744,14 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
 
             spec = ModelSpec(str(resolve_model(model).resolve()), backend=backend, gap_weight=gap_weight,
                              embedder=embedder, esm_weights=None if esm_weights is None else str(esm_weights),
-                             min_confidence=min_confidence)
+                             min_confidence=min_confidence, engine=engine)
             model_alphabet = load_aligner(spec).config.alphabet
         scan = source.scan(fmt)
         alphabet = _check_alphabets(scan, model_alphabet)
         if spec is None:
             spec = ModelSpec(None, alphabet, backend=backend, gap_weight=gap_weight, embedder=embedder,
                              esm_weights=None if esm_weights is None else str(esm_weights),
-                             min_confidence=min_confidence)
+                             min_confidence=min_confidence, engine=engine)
             if scheduler is None and workers is None:
                 load_aligner(spec)  # the shipped model, loaded before the first pair
         keep_plan = plan_out is not None
