@@ -106,13 +106,18 @@ def test_engine_plans_are_the_reference_plans_to_float64_precision(alphabet, set
                                        err_msg=name)
 
 
-@pytest.mark.parametrize("model", ["triangular", "learned"])
+@pytest.mark.parametrize("model", ["triangular", "learned", "encoder+triangular"])
 def test_engine_scores_match_the_models_q_k_scores(model):
-    """The score matrix itself (real block and dustbin row/column) against Q K^T / eps."""
+    """The score matrix itself (real block and dustbin row/column) against Q K^T / eps: the
+    triangular filters, a trained window with the encoder, and the encoder with an untrained
+    (triangular) window, as at step 0 of training."""
     rng = np.random.default_rng(3)
-    if model == "learned":
+    if model != "triangular":
         config = M.preset("default", embedder={"name": "none"}, feature_dim=0, **LEARNED)
         params = _learned_params(config, rng)
+        if model == "encoder+triangular":
+            params["sub"] = _separable_params(config, rng, dustbins=False)["sub"]
+            assert NumpyEngine.from_model(params, config).base is not None
     else:
         config = M.preset("default", embedder={"name": "none"}, feature_dim=0)
         params = _separable_params(config, rng, dustbins=True)
