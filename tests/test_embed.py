@@ -29,6 +29,7 @@ from sinkalign.align.embed import (
     load_esm2,
     plan_windows,
 )
+from sinkalign.errors import OutputExistsError
 from sinkalign.io.fasta import Sequence, SequenceFormatError
 from sinkalign.io.shards import ShardDataset, build_shards, read_index
 
@@ -574,7 +575,7 @@ def test_embed_shards(tiny, tmp_path):
             np.testing.assert_array_equal(ex.query_embedding, ref)
     assert seen_dna
 
-    with pytest.raises(ValueError, match=r"already has embeddings .*pass overwrite=True"):
+    with pytest.raises(OutputExistsError, match=r"already has embeddings .*pass --overwrite \(overwrite=True\)"):
         embed_shards(out, builtin)
     # ESM-2 cannot embed the DNA family
     esm_emb = get_embedder("esm2", weights=tiny[0], cache=False)

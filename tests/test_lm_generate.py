@@ -225,7 +225,7 @@ def test_cli_generate_dna_missing_or_corrupt_model(tmp_path):
     runner = CliRunner()
     res = runner.invoke(cli, ["generate-dna", "--model", str(tmp_path / "absent"), "--prompt", "ACGT",
                               "--length", "5"])
-    assert res.exit_code == 1 and f"cannot load the model: model path not found: {tmp_path / 'absent'}" in res.output
+    assert res.exit_code == 1 and f"Error: model path not found: {tmp_path / 'absent'}" in res.output
     ck = tmp_path / "ck"
     save_checkpoint(ck, tiny_model("rope", dtype=torch.float32))
     (ck / "config.json").write_text("{not json")

@@ -51,20 +51,13 @@ def train(shards, preset_name, model_opts, embedder, steps, batch_size, lr, out,
     """
     from sinkalign.align import model as M
     from sinkalign.align import train as T
-    from sinkalign.errors import InputError
     from sinkalign.io.shards import read_index
 
     if resume and overwrite:
         raise click.UsageError("--resume and --overwrite contradict each other; pass one")
     if distributed:
         T.init_distributed()
-    try:
-        index = read_index(shards)
-    except FileNotFoundError as exc:
-        raise InputError(f"--pfam-shards {shards} holds no pair shards ({exc}); build them with "
-                         f"`sinkalign shards build ALIGNMENTS --out {shards}`") from exc
-    except ValueError as exc:  # an index.json of another format or version
-        raise InputError(f"--pfam-shards: {exc}") from exc
+    index = read_index(shards)  # no index: MissingFileError naming `sinkalign shards build`; corrupt: FormatError
     feature_dim, emb_config = 0, {"name": "none"}
     if embedder != "none":
         import json
