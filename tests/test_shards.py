@@ -28,6 +28,7 @@ from sinkalign.io.shards import (
     split_families,
     verify_shards,
 )
+from tests.cli_errors import assert_one_line_error
 
 AMINO = "ACDEFGHIKLMNPQRSTVWY"
 MANIFESTS = Path(__file__).resolve().parents[1] / "data_manifests"
@@ -433,17 +434,6 @@ def test_cli_build_and_info(tmp_path: Path, families: list[Path]) -> None:
 def test_cli_bad_arguments(tmp_path: Path, families: list[Path], args: list[str], expected: str) -> None:
     result = CliRunner().invoke(shards_cli, ["build", str(families[0]), "--out", str(tmp_path / "o"), *args])
     assert result.exit_code == 2 and expected in result.output
-
-
-def assert_one_line_error(result, *fragments: str) -> None:
-    """Exit status 1, the message as the last line ``Error: ...`` (progress bars may come first), no traceback."""
-    assert result.exit_code == 1, result.output
-    assert isinstance(result.exception, SystemExit), result.exception  # a bug would leave its exception here
-    last = result.output.rstrip("\n").split("\n")[-1]
-    assert last.startswith("Error: ") and result.output.count("Error:") == 1, result.output
-    assert "Traceback" not in result.output
-    for fragment in fragments:
-        assert fragment in last, (fragment, last)
 
 
 def _write_bad_input(tmp_path: Path, kind: str) -> Path:
