@@ -22,6 +22,7 @@ from sinkalign.cli.main import cli
 from sinkalign.errors import CheckpointError, InputError, OutputExistsError
 from sinkalign.io.shards import build_shards
 from tests.aligner_fixtures import make_families
+from tests.cli_errors import assert_one_line_error
 
 
 @pytest.fixture(scope="module")
@@ -226,8 +227,13 @@ def test_train_on_a_directory_without_shards(tmp_path):
     (tmp_path / "empty").mkdir()
     r = CliRunner().invoke(cli, ["train", "--pfam-shards", str(tmp_path / "empty"), "--embedder", "none",
                                  "--out", str(tmp_path / "run")])
-    assert r.exit_code == 1 and "is not a shard directory" in r.output and "sinkalign shards build" in r.output
-    assert "Traceback" not in r.output
+    assert_one_line_error(r, f"{tmp_path / 'empty'} is not a shard directory",
+                          f"sinkalign shards build ALIGNMENTS --out {tmp_path / 'empty'}")
+    (tmp_path / "empty" / "index.json").write_text('{"format": "sinkalign-pair-shards", "format_version": 9}')
+    r = CliRunner().invoke(cli, ["train", "--pfam-shards", str(tmp_path / "empty"), "--embedder", "none",
+                                 "--out", str(tmp_path / "run")])
+    assert_one_line_error(r, f"{tmp_path / 'empty' / 'index.json'}: format_version=9, this sinkalign reads")
+    (tmp_path / "empty" / "index.json").unlink()
     with pytest.raises(InputError, match="holds no pair shards"):
         train(_cfg(tmp_path / "empty", tmp_path / "run", 2), progress=False)
     assert not (tmp_path / "run").exists()
