@@ -12,8 +12,9 @@ Nothing is ever downloaded. The checkpoint is, in this order:
    ``$TORCH_HOME/hub/checkpoints/`` (default ``~/.cache/torch/hub/checkpoints/``),
    which is where ``esm.pretrained.<model>()`` puts the file when it downloads it.
 
-A missing file raises :class:`~sinkalign.errors.MissingFileError` (a ``FileNotFoundError``) naming the paths searched and the URL
-to fetch the weights from on a machine with network access.
+A missing file raises :class:`~sinkalign.errors.MissingFileError` (a ``FileNotFoundError``)
+naming the paths searched and the URL to fetch the weights from on a machine with network
+access; an unreadable one a :class:`~sinkalign.errors.FormatError`.
 
 Loading goes through fair-esm's own ``esm.pretrained.load_model_and_alphabet_core``
 (the function that ``load_model_and_alphabet_local`` calls after reading the file).
