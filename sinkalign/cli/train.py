@@ -51,6 +51,7 @@ def train(shards, preset_name, model_opts, embedder, steps, batch_size, lr, out,
     """
     from sinkalign.align import model as M
     from sinkalign.align import train as T
+    from sinkalign.errors import InputError
     from sinkalign.io.shards import read_index
 
     if resume and overwrite:
@@ -82,7 +83,7 @@ def train(shards, preset_name, model_opts, embedder, steps, batch_size, lr, out,
                                  f"{M.AlignerConfig.setting_names()}", param_hint="--model-option")
     try:
         model = M.preset(preset_name, feature_dim=feature_dim, embedder=emb_config, **overrides)
-    except (TypeError, ValueError) as exc:  # an unknown preset or a bad field value
+    except InputError as exc:  # an unknown preset or a bad setting value (a bug keeps its traceback)
         raise click.BadParameter(str(exc), param_hint="--config / --model-option") from exc
     cfg = T.TrainConfig(shards=str(shards), out=str(out), model=model, steps=steps, batch_size=batch_size, lr=lr,
                         seed=seed, checkpoint_every=checkpoint_every, eval_every=eval_every,
