@@ -50,6 +50,7 @@ _EXPORTS: dict[str, str] = {
     "FormatError": "sinkalign.errors",
     "AlphabetError": "sinkalign.errors",
     "CheckpointError": "sinkalign.errors",
+    "MissingFileError": "sinkalign.errors",
     "OutputExistsError": "sinkalign.errors",
     "DependencyError": "sinkalign.errors",
 }

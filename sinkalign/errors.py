@@ -19,6 +19,7 @@ __all__ = [
     "DependencyError",
     "FormatError",
     "InputError",
+    "MissingFileError",
     "OutputExistsError",
     "SinkalignError",
 ]
@@ -42,6 +43,10 @@ class AlphabetError(InputError):
 
 class CheckpointError(SinkalignError, ValueError):
     """A model or run directory is missing, incomplete or inconsistent."""
+
+
+class MissingFileError(SinkalignError, FileNotFoundError):
+    """A file or directory the user named (or one an index or checkpoint lists) does not exist."""
 
 
 class OutputExistsError(SinkalignError, FileExistsError):

@@ -10,6 +10,7 @@ import pytest
 from Bio.Align import substitution_matrices
 
 from sinkalign.align import model as M
+from sinkalign.errors import InputError
 
 
 def test_config_errors():
@@ -25,6 +26,34 @@ def test_config_errors():
         M.AlignerConfig.create(tail=4)
     with pytest.raises(ValueError, match="unknown AlignerConfig keys"):
         M.AlignerConfig.from_dict({"wat": 1})
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"window": "abc"}, "window='abc' must be an integer >= 0"),
+        ({"window": 1.5}, "window=1.5 must be an integer >= 0"),
+        ({"feature_dim": -1}, "feature_dim=-1 must be an integer >= 0"),
+        ({"res_ctx_dim": 4, "res_ctx_kernel": 0}, "res_ctx_kernel=0 must be an integer >= 1"),
+        ({"losses": 3}, r"losses=3 must map loss terms \('ce', 'recon', 'mono'\) to numbers"),
+        ({"losses": {"ce": "x"}}, r"losses=\{'ce': 'x'\} must map loss terms"),
+        ({"alphabet": ["x"]}, r"alphabet=\['x'\] is not one of"),
+        ({"eps": "x"}, "eps='x' must be a finite number > 0"),
+        ({"band": [1]}, r"band=\[1\] must be an integer >= 1"),
+        ({"n_iters": None}, "n_iters=None must be an integer >= 0"),
+        ({"backward": [1]}, r"backward=\[1\] is not one of"),
+        ({"dustbin": 5}, r"dustbin=5 is not one of \('banded', 'paper', 'none'\)"),
+        ({"dustbin_mass": 3}, r"dustbin_mass=3 is not one of \('unit', 'length'\)"),
+        ({"dustbin_mass": "big"}, "mass='big' is not one of"),
+        ({"temperature": 2}, r"unknown AlignerConfig settings \['temperature'\]"),
+    ],
+)
+def test_bad_settings_of_any_type_are_input_errors(settings, message):
+    """Settings come from users (`train --model-option KEY=JSON`): any value of any type is an
+    InputError (still a ValueError) naming the setting, never a TypeError or AttributeError."""
+    with pytest.raises(InputError, match=message) as info:
+        M.preset("default", **settings)
+    assert isinstance(info.value, ValueError)
 
 
 def test_presets_round_trip():

@@ -22,6 +22,7 @@ from sinkalign.cli.main import cli
 from sinkalign.errors import CheckpointError, InputError, OutputExistsError
 from sinkalign.io.shards import build_shards
 from tests.aligner_fixtures import make_families
+from tests.cli_errors import assert_one_line_error
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +113,23 @@ def test_train_cli_errors(shards, tmp_path):
     assert r.exit_code == 2 and "feature_dim follows the shards' embeddings" in r.output
     r = CliRunner().invoke(cli, ["train", "--pfam-shards", str(shards), "--embedder", "none", "--model-option",
                                  "eps=-1", "--out", str(tmp_path)])
-    assert r.exit_code == 2 and "eps" in r.output
+    assert r.exit_code == 2 and "eps=-1 must be a finite number > 0" in r.output
+    for option, message in (('window="abc"', "window='abc' must be an integer >= 0"),
+                            ("losses=3", "losses=3 must map loss terms"),
+                            ("dustbin=5", "dustbin=5 is not one of ('banded', 'paper', 'none')")):
+        r = CliRunner().invoke(cli, ["train", "--pfam-shards", str(shards), "--embedder", "none", "--model-option",
+                                     option, "--out", str(tmp_path)])
+        assert r.exit_code == 2 and f"Invalid value for --config / --model-option: {message}" in r.output, r.output
+    assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_train_cli_config_bug_keeps_its_traceback(shards, tmp_path, monkeypatch):
+    def bug(*args, **kwargs):
+        raise TypeError("an internal invariant broke")
+
+    monkeypatch.setattr(M, "preset", bug)
+    r = CliRunner().invoke(cli, ["train", "--pfam-shards", str(shards), "--embedder", "none", "--out", str(tmp_path)])
+    assert isinstance(r.exception, TypeError) and "Error:" not in r.output
 
 
 def test_train_cli_model_options_reach_the_saved_config(shards, tmp_path):
@@ -226,7 +243,13 @@ def test_train_on_a_directory_without_shards(tmp_path):
     (tmp_path / "empty").mkdir()
     r = CliRunner().invoke(cli, ["train", "--pfam-shards", str(tmp_path / "empty"), "--embedder", "none",
                                  "--out", str(tmp_path / "run")])
-    assert r.exit_code == 1 and "holds no pair shards" in r.output and "sinkalign shards build" in r.output
+    assert_one_line_error(r, f"{tmp_path / 'empty'} is not a shard directory",
+                          f"sinkalign shards build ALIGNMENTS --out {tmp_path / 'empty'}")
+    (tmp_path / "empty" / "index.json").write_text('{"format": "sinkalign-pair-shards", "format_version": 9}')
+    r = CliRunner().invoke(cli, ["train", "--pfam-shards", str(tmp_path / "empty"), "--embedder", "none",
+                                 "--out", str(tmp_path / "run")])
+    assert_one_line_error(r, f"{tmp_path / 'empty' / 'index.json'}: format_version=9, this sinkalign reads")
+    (tmp_path / "empty" / "index.json").unlink()
     with pytest.raises(InputError, match="holds no pair shards"):
         train(_cfg(tmp_path / "empty", tmp_path / "run", 2), progress=False)
     assert not (tmp_path / "run").exists()

@@ -29,6 +29,7 @@ from sinkalign.align.embed import (
     load_esm2,
     plan_windows,
 )
+from sinkalign.errors import AlphabetError, FormatError, InputError, MissingFileError, OutputExistsError
 from sinkalign.io.fasta import Sequence, SequenceFormatError
 from sinkalign.io.shards import ShardDataset, build_shards, read_index
 
@@ -92,11 +93,11 @@ def count_forward(embedder: ESM2Embedder) -> list[int]:
 
 def test_registry_names_and_errors(tiny):
     assert set(EMBEDDERS) == {"esm2", "builtin"}
-    with pytest.raises(ValueError, match=r"embedder 'esm3' is not one of \('builtin', 'esm2'\)"):
+    with pytest.raises(InputError, match=r"embedder 'esm3' is not one of \('builtin', 'esm2'\)"):
         get_embedder("esm3")
-    with pytest.raises(ValueError, match=r"unknown option\(s\) \['colour'\] for embedder 'builtin'; valid options"):
+    with pytest.raises(InputError, match=r"unknown option\(s\) \['colour'\] for embedder 'builtin'; valid options"):
         get_embedder("builtin", colour="red")
-    with pytest.raises(ValueError, match=r"alphabet='rna' is not one of"):
+    with pytest.raises(InputError, match=r"alphabet='rna' is not one of"):
         get_embedder("builtin", alphabet="rna")
     emb = get_embedder("esm2", weights=tiny[0], cache=False)
     assert isinstance(emb, Embedder) and isinstance(get_embedder("builtin"), Embedder)
@@ -118,23 +119,23 @@ def test_registry_names_and_errors(tiny):
     ],
 )
 def test_esm2_option_errors(tiny, options, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(InputError, match=message):
         get_embedder("esm2", weights=tiny[0], **options)
 
 
 def test_esm2_fp16_auto_without_cuda(tiny):
     if torch.cuda.is_available():
         pytest.skip("CUDA present: fp16 is allowed")
-    with pytest.raises(ValueError, match=r"fp16=True needs a CUDA device \(device='auto' resolved to 'cpu'\)"):
+    with pytest.raises(InputError, match=r"fp16=True needs a CUDA device \(device='auto' resolved to 'cpu'\)"):
         get_embedder("esm2", weights=tiny[0], fp16=True)
 
 
 def test_esm2_layer_out_of_range(tiny):
     emb = get_embedder("esm2", weights=tiny[0], layer=3, cache=False)
-    with pytest.raises(ValueError, match=r"layer=3 out of range for esm2_t2_tiny with 2 layers \(valid: -3 .. 2\)"):
+    with pytest.raises(InputError, match=r"layer=3 out of range for esm2_t2_tiny with 2 layers \(valid: -3 .. 2\)"):
         emb.embed(["MKV"])
     # a released model's depth is known from its name: checked before any file is read
-    with pytest.raises(ValueError, match=r"layer=7 out of range for esm2_t6_8M_UR50D with 6 layers"):
+    with pytest.raises(InputError, match=r"layer=7 out of range for esm2_t6_8M_UR50D with 6 layers"):
         get_embedder("esm2", weights=tiny[0], model="esm2_t6_8M_UR50D", layer=7)
 
 
@@ -228,7 +229,7 @@ def test_builtin_input_errors():
         emb.embed(["MK*V"])
     with pytest.raises(SequenceFormatError, match=r"illegal character 'é' .* at position 1"):
         emb.embed(["Mé"])
-    with pytest.raises(ValueError, match=r"builtin input sequence #1 \(0-based\) is empty"):
+    with pytest.raises(InputError, match=r"builtin input sequence #1 \(0-based\) is empty"):
         emb.embed(["MKV", ""])
     with pytest.raises(ValueError, match=r"builtin input sequence #0 \(0-based\) is a int, not a string"):
         emb.embed([5])
@@ -392,7 +393,7 @@ def test_esm2_default_cache_dir(tiny, tmp_path, monkeypatch):
 def test_esm2_from_torch_hub_cache(tiny, tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "th"))
     hub = tmp_path / "th" / "hub" / "checkpoints"
-    with pytest.raises(FileNotFoundError) as info:
+    with pytest.raises(MissingFileError) as info:
         get_embedder("esm2")
     msg = str(info.value)
     assert str(hub / "esm2_t6_8M_UR50D.pt") in msg and "--esm-weights PATH" in msg
@@ -406,41 +407,41 @@ def test_esm2_from_torch_hub_cache(tiny, tmp_path, monkeypatch):
 
 
 def test_esm2_weights_errors(tiny, tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"ESM-2 weights file .*esm2_missing.pt does not exist"):
+    with pytest.raises(MissingFileError, match=r"ESM-2 weights file .*esm2_missing.pt does not exist"):
         get_embedder("esm2", weights=tmp_path / "esm2_missing.pt")
     renamed = shutil.copy(tiny[0], tmp_path / "model.pt")
-    with pytest.raises(ValueError, match=r"'model' does not start with 'esm2'; rename the file"):
+    with pytest.raises(InputError, match=r"'model' does not start with 'esm2'; rename the file"):
         get_embedder("esm2", weights=renamed)
     # ... or name the architecture explicitly
     assert get_embedder("esm2", weights=renamed, model="esm2_t2_custom", cache=False).embed(["MK"])[0].shape == (2, 32)
 
     garbage = tmp_path / "esm2_t2_garbage.pt"
     garbage.write_bytes(b"\x00not a torch file" * 10)
-    with pytest.raises(ValueError, match=r"esm2_t2_garbage.pt: cannot read ESM-2 weights .*corrupt, truncated"):
+    with pytest.raises(FormatError, match=r"esm2_t2_garbage.pt: cannot read ESM-2 weights .*corrupt, truncated"):
         get_embedder("esm2", weights=garbage, cache=False).embed(["MKV"])
     truncated = tmp_path / "esm2_t2_truncated.pt"
     data = Path(tiny[0]).read_bytes()
     truncated.write_bytes(data[: len(data) // 2])
-    with pytest.raises(ValueError, match=r"esm2_t2_truncated.pt: cannot read ESM-2 weights"):
+    with pytest.raises(FormatError, match=r"esm2_t2_truncated.pt: cannot read ESM-2 weights"):
         load_esm2(truncated)
     not_esm = tmp_path / "esm2_t2_plain.pt"
     torch.save({"weights": torch.zeros(3)}, not_esm)
-    with pytest.raises(ValueError, match=r"not a fair-esm ESM-2 checkpoint \(expected keys 'model' and 'cfg', found"):
+    with pytest.raises(FormatError, match=r"not a fair-esm ESM-2 checkpoint \(expected keys 'model' and 'cfg', found"):
         load_esm2(not_esm)
     no_arch = tmp_path / "esm2_t2_noarch.pt"
     torch.save({"model": {}, "cfg": {"model": argparse.Namespace(encoder_layers=2)}}, no_arch)
-    with pytest.raises(ValueError, match=r"cfg\['model'\] lacks \['encoder_embed_dim'"):
+    with pytest.raises(FormatError, match=r"cfg\['model'\] lacks \['encoder_embed_dim'"):
         load_esm2(no_arch)
     missing_key = tmp_path / "esm2_t2_missing.pt"
     ckpt = torch.load(tiny[0], weights_only=False)
     del ckpt["model"]["encoder.layers.1.fc1.weight"]
     torch.save(ckpt, missing_key)
-    with pytest.raises(ValueError, match=r"weights do not fit the ESM-2 architecture.*layers.1.fc1.weight"):
+    with pytest.raises(FormatError, match=r"weights do not fit the ESM-2 architecture.*layers.1.fc1.weight"):
         load_esm2(missing_key)
     # arbitrary pickled objects are refused (weights_only loading)
     evil = tmp_path / "esm2_t2_evil.pt"
     torch.save({"model": {}, "cfg": {"model": Path("/")}}, evil)
-    with pytest.raises(ValueError, match=r"esm2_t2_evil.pt: cannot read ESM-2 weights \(UnpicklingError"):
+    with pytest.raises(FormatError, match=r"esm2_t2_evil.pt: cannot read ESM-2 weights \(UnpicklingError"):
         load_esm2(evil)
 
 
@@ -448,9 +449,9 @@ def test_esm2_weights_do_not_match_released_name(tiny, tmp_path):
     fake = shutil.copy(tiny[0], tmp_path / "esm2_t6_8M_UR50D.pt")
     emb = get_embedder("esm2", weights=fake, cache=False)
     assert emb.dim == 320  # known from the name, before loading
-    with pytest.raises(ValueError, match=r"has 2 layers of width 32, esm2_t6_8M_UR50D should have 6 of width 320"):
+    with pytest.raises(FormatError, match=r"has 2 layers of width 32, esm2_t6_8M_UR50D should have 6 of width 320"):
         emb.embed(["MKV"])
-    with pytest.raises(ValueError, match=r"model name 'tiny' must start with 'esm2'"):
+    with pytest.raises(InputError, match=r"model name 'tiny' must start with 'esm2'"):
         load_esm2(tiny[0], name="tiny")
 
 
@@ -462,7 +463,7 @@ def test_esm2_construction_errors(tiny):
     with pytest.raises(ValueError, match=r"give either config or keyword options, not both"):
         BuiltinEmbedder(BuiltinConfig(), alphabet="dna")
     if not torch.cuda.is_available():
-        with pytest.raises(ValueError, match=r"device='cuda:1' but torch.cuda.is_available\(\) is False"):
+        with pytest.raises(InputError, match=r"device='cuda:1' but torch.cuda.is_available\(\) is False"):
             get_embedder("esm2", weights=tiny[0], device="cuda:1")
     emb = get_embedder("esm2", weights=tiny[0], cache=False)
     with pytest.raises(ValueError, match=r"seqs must be a list of strings or Sequence records, got int"):
@@ -478,7 +479,7 @@ def test_esm2_input_errors(tiny):
     with pytest.raises(SequenceFormatError, match=r"#1 \(0-based, record 'r2'\): stop '\*' inside the sequence.* "
                        r"at position 1 \(0-based\)"):  # fmt: skip
         emb.embed([Sequence("r1", "", "MKV", "protein"), Sequence("r2", "", "M*K", "protein")])
-    with pytest.raises(ValueError, match=r"record 'd1'\): alphabet 'dna' cannot be embedded by esm2"):
+    with pytest.raises(AlphabetError, match=r"record 'd1'\): alphabet 'dna' cannot be embedded by esm2"):
         emb.embed([Sequence("d1", "", "ACGT", "dna")])
     assert not emb.model_loaded  # input is checked before the model is loaded
 
@@ -574,11 +575,11 @@ def test_embed_shards(tiny, tmp_path):
             np.testing.assert_array_equal(ex.query_embedding, ref)
     assert seen_dna
 
-    with pytest.raises(ValueError, match=r"already has embeddings .*pass overwrite=True"):
+    with pytest.raises(OutputExistsError, match=r"already has embeddings .*pass --overwrite \(overwrite=True\)"):
         embed_shards(out, builtin)
     # ESM-2 cannot embed the DNA family
     esm_emb = get_embedder("esm2", weights=tiny[0], cache=False)
-    with pytest.raises(ValueError, match=r"alphabet 'dna' cannot be embedded by esm2"):
+    with pytest.raises(AlphabetError, match=r"alphabet 'dna' cannot be embedded by esm2"):
         embed_shards(out, esm_emb, overwrite=True)
 
     prot_out = tmp_path / "prot_shards"
@@ -609,3 +610,34 @@ def test_embed_real_shards(shared_data, tmp_path):
             assert ex.query_embedding.shape == (len(ex.pair.query_seq), 53)
     assert set(by_alphabet) == {"protein", "dna"}
     assert np.all(by_alphabet["dna"][:, :44] == 0) and np.all(by_alphabet["protein"][:, 44:] == 0)
+
+
+def test_cli_embed_user_errors(tiny, tmp_path, monkeypatch):
+    """`sinkalign shards embed`: what a user can get wrong is one 'Error:' line naming the value or file."""
+    from click.testing import CliRunner
+
+    from sinkalign.cli.main import cli
+    from tests.cli_errors import assert_one_line_error
+
+    src = tmp_path / "src"
+    src.mkdir()
+    fams = [write_family(src / f"p{k}.sto", f"p{k}", 3 + k, 15 + k, k, AMINO) for k in range(3)]
+    mixed, prot = tmp_path / "mixed", tmp_path / "prot"
+    build_shards([*fams, write_family(src / "d0.sto", "d0", 4, 30, 9, "ACGT")], mixed, mixed_alphabets=True)
+    build_shards(fams, prot)
+    runner = CliRunner()
+    assert_one_line_error(runner.invoke(cli, ["shards", "embed", str(mixed), "--embedder", "esm2",
+                                              "--esm-weights", str(tiny[0])]),
+                          "alphabet 'dna' cannot be embedded by esm2")
+    assert_one_line_error(runner.invoke(cli, ["shards", "embed", str(prot), "--embedder", "esm2", "--esm-model", "bert"]),
+                          "model='bert' must be an ESM-2 model name")
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "th"))
+    assert_one_line_error(runner.invoke(cli, ["shards", "embed", str(prot), "--embedder", "esm2"]),
+                          "ESM-2 weights for 'esm2_t6_8M_UR50D' not found",
+                          str(tmp_path / "th" / "hub" / "checkpoints" / "esm2_t6_8M_UR50D.pt"))
+    garbage = tmp_path / "esm2_t2_garbage.pt"
+    garbage.write_bytes(b"\x00not a torch file" * 10)
+    assert_one_line_error(runner.invoke(cli, ["shards", "embed", str(prot), "--embedder", "esm2",
+                                              "--esm-weights", str(garbage)]),
+                          f"{garbage}: cannot read ESM-2 weights")
+    assert read_index(prot)["embeddings"] is None  # nothing was written

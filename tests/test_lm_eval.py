@@ -16,6 +16,7 @@ from sinkalign.lm.data import read_genome, train_val_split
 from sinkalign.lm.evaluate import EvalConfig, bootstrap_ci, evaluate_lm, heldout_bits_per_base
 from sinkalign.lm.generate import load_model
 from sinkalign.lm.markov import MarkovModel
+from tests.cli_errors import assert_one_line_error
 
 CDIPH = "genomes/GCF_001457455.1_NCTC11397_genomic.fna.gz"
 
@@ -216,7 +217,11 @@ def test_cli_eval(fasta, tmp_path):
     assert f"LM {doc['heldout']['bits_per_base']:.4f}" in res.output
     assert "Markov order 2 (fixed)" in res.output and "length  2x =     32" in res.output
     res = runner.invoke(cli, ["lm", "eval", "--model", str(tmp_path / "nope"), "--fasta", str(fasta)])
-    assert res.exit_code == 1 and f"cannot load the model: model path not found: {tmp_path / 'nope'}" in res.output
+    assert_one_line_error(res, f"Error: model path not found: {tmp_path / 'nope'}")
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "config.json").write_text("{}")
+    res = runner.invoke(cli, ["lm", "eval", "--model", str(tmp_path / "broken"), "--fasta", str(fasta)])
+    assert_one_line_error(res, f"checkpoint file not found: {tmp_path / 'broken' / 'model.safetensors'}")
     res = runner.invoke(cli, ["lm", "eval", "--model", str(ck), "--fasta", str(fasta), "--sections", "heldout,x"])
     assert res.exit_code == 2 and "valid sections are heldout, extrapolation, passkey, completion" in res.output
     res = runner.invoke(cli, ["lm", "eval", "--model", str(ck), "--fasta", str(fasta), "--lengths", "1,a"])

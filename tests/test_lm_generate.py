@@ -10,6 +10,7 @@ import torch
 from click.testing import CliRunner
 
 from sinkalign.cli.main import cli
+from sinkalign.errors import CheckpointError, MissingFileError
 from sinkalign.lm import ATTENTION_NAMES, DNALanguageModel, LMConfig, save_checkpoint
 from sinkalign.lm.data import read_genome_records
 from sinkalign.lm.generate import (
@@ -22,6 +23,7 @@ from sinkalign.lm.generate import (
 )
 from sinkalign.lm.model import CHECKPOINT_WEIGHTS
 from sinkalign.pipelines.gc_profile import parse_continuation_description
+from tests.cli_errors import assert_one_line_error
 
 PROMPT = "ACGTTGCANNGATTACAGGCT"
 
@@ -111,17 +113,17 @@ def test_generation_bad_inputs():
 
 
 def test_load_model_errors_name_the_path(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"model path not found: .*nowhere"):
+    with pytest.raises(MissingFileError, match=r"model path not found: .*nowhere"):
         load_model(tmp_path / "nowhere")
     ck = tmp_path / "ck"
     save_checkpoint(ck, tiny_model("alibi", dtype=torch.float32))
     assert load_model(ck).model.config.attention == "alibi"
     (ck / CHECKPOINT_WEIGHTS).write_bytes(b"\x00garbage")
-    with pytest.raises(ValueError, match=r"ck/model.safetensors: corrupt safetensors file"):
+    with pytest.raises(CheckpointError, match=r"ck/model.safetensors: corrupt safetensors file"):
         load_model(ck)
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
-    with pytest.raises(FileNotFoundError, match=r"training run .*run holds no complete checkpoint"):
+    with pytest.raises(MissingFileError, match=r"training run .*run holds no complete checkpoint"):
         resolve_model_path(run)
 
 
@@ -225,12 +227,27 @@ def test_cli_generate_dna_missing_or_corrupt_model(tmp_path):
     runner = CliRunner()
     res = runner.invoke(cli, ["generate-dna", "--model", str(tmp_path / "absent"), "--prompt", "ACGT",
                               "--length", "5"])
-    assert res.exit_code == 1 and f"cannot load the model: model path not found: {tmp_path / 'absent'}" in res.output
+    assert_one_line_error(res, f"Error: model path not found: {tmp_path / 'absent'}")
     ck = tmp_path / "ck"
+    save_checkpoint(ck, tiny_model("rope", dtype=torch.float32))
+    (ck / "model.safetensors").unlink()
+    res = runner.invoke(cli, ["generate-dna", "--model", str(ck), "--prompt", "ACGT", "--length", "5"])
+    assert_one_line_error(res, f"checkpoint file not found: {ck / 'model.safetensors'}")
     save_checkpoint(ck, tiny_model("rope", dtype=torch.float32))
     (ck / "config.json").write_text("{not json")
     res = runner.invoke(cli, ["generate-dna", "--model", str(ck), "--prompt", "ACGT", "--length", "5"])
-    assert res.exit_code == 1 and f"{ck / 'config.json'}: corrupt checkpoint config" in res.output
+    assert_one_line_error(res, f"{ck / 'config.json'}: corrupt checkpoint config")
+
+
+def test_cli_generate_dna_bug_keeps_its_traceback(tmp_path, monkeypatch):
+    import sinkalign.lm.generate as G
+
+    def bug(*args, **kwargs):
+        raise ValueError("an internal invariant broke")
+
+    monkeypatch.setattr(G, "load_model", bug)
+    res = CliRunner().invoke(cli, ["generate-dna", "--model", str(tmp_path), "--prompt", "ACGT", "--length", "5"])
+    assert isinstance(res.exception, ValueError) and "Error:" not in res.output
 
 
 def test_length_is_bounded_before_any_allocation(tmp_path):

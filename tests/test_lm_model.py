@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from sinkalign.errors import CheckpointError, MissingFileError
 from sinkalign.lm import (
     ATTENTION_NAMES,
     BOS_ID,
@@ -253,30 +254,37 @@ def test_checkpoint_roundtrip(tmp_path, attention):
 def test_checkpoint_errors_name_the_path(tmp_path):
     cfg = tiny_config("rope")
     model = DNALanguageModel(cfg)
-    with pytest.raises(FileNotFoundError, match=f"checkpoint directory not found: {tmp_path / 'nope'}"):
+    # a missing directory or file: MissingFileError, still a FileNotFoundError
+    with pytest.raises(MissingFileError, match=f"checkpoint directory not found: {tmp_path / 'nope'}") as info:
         load_checkpoint(tmp_path / "nope")
+    assert isinstance(info.value, FileNotFoundError)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(MissingFileError, match=f"{tmp_path / 'file'} is a file, not a checkpoint directory"):
+        load_checkpoint(tmp_path / "file")
     ck = save_checkpoint(tmp_path / "a", model)
     (ck / CHECKPOINT_WEIGHTS).unlink()
-    with pytest.raises(FileNotFoundError, match=f"checkpoint file not found: {ck / CHECKPOINT_WEIGHTS}"):
+    with pytest.raises(MissingFileError, match=f"checkpoint file not found: {ck / CHECKPOINT_WEIGHTS}"):
         load_checkpoint(ck)
+    # a corrupt or inconsistent one: CheckpointError, still a ValueError
     ck = save_checkpoint(tmp_path / "b", model)
     (ck / CHECKPOINT_WEIGHTS).write_bytes(b"\x00\x01garbage")
-    with pytest.raises(ValueError, match=f"{ck / CHECKPOINT_WEIGHTS}: corrupt safetensors file"):
+    with pytest.raises(CheckpointError, match=f"{ck / CHECKPOINT_WEIGHTS}: corrupt safetensors file") as info:
         load_checkpoint(ck)
+    assert isinstance(info.value, ValueError)
     ck = save_checkpoint(tmp_path / "c", model)
     (ck / CHECKPOINT_CONFIG).write_text("{not json")
-    with pytest.raises(ValueError, match=f"{ck / CHECKPOINT_CONFIG}: corrupt checkpoint config"):
+    with pytest.raises(CheckpointError, match=f"{ck / CHECKPOINT_CONFIG}: corrupt checkpoint config"):
         load_checkpoint(ck)
     ck = save_checkpoint(tmp_path / "d", model)
     meta = json.loads((ck / CHECKPOINT_CONFIG).read_text())
     meta["config"]["attention"] = "alibi"  # same shapes, but alibi has no extra weights either
     meta["config"]["n_layers"] = 3
     (ck / CHECKPOINT_CONFIG).write_text(json.dumps(meta))
-    with pytest.raises(ValueError, match=f"{ck / CHECKPOINT_WEIGHTS}: weights do not match the config: missing"):
+    with pytest.raises(CheckpointError, match=f"{ck / CHECKPOINT_WEIGHTS}: weights do not match the config: missing"):
         load_checkpoint(ck)
     meta["config"]["n_heads"] = 3
     (ck / CHECKPOINT_CONFIG).write_text(json.dumps(meta))
-    with pytest.raises(ValueError, match=f"{ck / CHECKPOINT_CONFIG}: invalid model config: d_model=32 must be"):
+    with pytest.raises(CheckpointError, match=f"{ck / CHECKPOINT_CONFIG}: invalid model config: d_model=32 must be"):
         load_checkpoint(ck)
     with pytest.raises(ValueError, match="extra must be JSON-serialisable"):
         save_checkpoint(tmp_path / "e", model, extra={"bad": object()})

@@ -18,12 +18,14 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from sinkalign.errors import InputError, SinkalignError
 from sinkalign.kernels import pallas
 from sinkalign.kernels.pallas import BlockSizes
 from sinkalign.kernels.validation import KernelCase
 from sinkalign.sinkhorn import DustbinConfig, SinkhornConfig, core, sinkhorn_attention
 from sinkalign.sinkhorn.dustbin import augment, dustbin_attention
 from sinkalign.sinkhorn.support import Piece, Support
+from tests.cli_errors import assert_one_line_error
 
 # the sweep dataclass of `sinkalign validate kernels`; here (make_inputs) a padded case also drops an
 # inner key of batch 0, besides 3 queries and 2 keys at the end of batch 1
@@ -463,12 +465,13 @@ def test_dispatch_from_reference_operator_checks_config():
 def test_validation_bad_backend_and_mode():
     from sinkalign.kernels.validation import check_backend, long_forward
 
-    with pytest.raises(ValueError, match="backend='cuda' is not one of"):
+    with pytest.raises(InputError, match="backend='cuda' is not one of"):  # also a ValueError
         check_backend("cuda", True)
-    with pytest.raises(ValueError, match="interpret=1 must be True or False"):
+    with pytest.raises(ValueError, match="interpret=1 must be True or False") as info:
         check_backend("pallas", 1)
+    assert not isinstance(info.value, SinkalignError)  # a programming error, not a user's
     if jax.default_backend() == "cpu":
-        with pytest.raises(ValueError, match="native Pallas kernels need a GPU or TPU backend"):
+        with pytest.raises(InputError, match="native Pallas kernels need a GPU or TPU backend"):
             check_backend("pallas", False)
     with pytest.raises(ValueError, match="dense_dtype='float16' must be"):
         long_forward((8,), dense_dtype="float16")
@@ -484,6 +487,18 @@ def test_validate_kernels_cli_usage_errors():
     assert res.exit_code == 2 and "--long is implemented for --backend pallas" in res.output
     res = runner.invoke(cli, ["validate", "kernels", "--backend", "pallas", "--interpret", "--block", "12"])
     assert res.exit_code == 2 and "block=12 must be a power of two" in res.output
-    if jax.default_backend() == "cpu":
+    if jax.default_backend() == "cpu":  # a mode this machine cannot run: one 'Error:' line, exit status 1
         res = runner.invoke(cli, ["validate", "kernels", "--backend", "pallas"])
-        assert res.exit_code == 2 and "use interpret=True (--interpret)" in res.output
+        assert_one_line_error(res, "native Pallas kernels need a GPU or TPU backend", "use interpret=True (--interpret)")
+
+
+def test_validate_kernels_cli_bug_keeps_its_traceback(monkeypatch):
+    import sinkalign.kernels.validation as kval
+    from sinkalign.cli.main import cli
+
+    def bug(*args, **kwargs):
+        raise ValueError("an internal invariant broke")
+
+    monkeypatch.setattr(kval, "check_backend", bug)
+    res = CliRunner().invoke(cli, ["validate", "kernels", "--backend", "pallas", "--interpret", "--quick"])
+    assert isinstance(res.exception, ValueError) and "Error:" not in res.output

@@ -15,18 +15,20 @@ from click.testing import CliRunner
 
 import sinkalign.io.shards as shards_mod
 from sinkalign.cli.shards import shards as shards_cli
-from sinkalign.errors import AlphabetError
+from sinkalign.errors import AlphabetError, FormatError, InputError, MissingFileError
 from sinkalign.io.alignments import msa_to_pairs, percent_identity, read_stockholm
 from sinkalign.io.shards import (
     SPLITS,
     ShardDataset,
     add_embeddings,
     build_shards,
+    check_split,
     read_index,
     shard_summary,
     split_families,
     verify_shards,
 )
+from tests.cli_errors import assert_one_line_error
 
 AMINO = "ACDEFGHIKLMNPQRSTVWY"
 MANIFESTS = Path(__file__).resolve().parents[1] / "data_manifests"
@@ -196,6 +198,46 @@ def test_build_errors(tmp_path: Path, families: list[Path]) -> None:
     build_shards(families, out, min_length=1)
     with pytest.raises(FileExistsError, match=r"index.json already exists; pass --overwrite \(overwrite=True\) to rebuild"):
         build_shards(families, out)
+
+
+def test_user_errors_are_sinkalign_errors(tmp_path: Path, families: list[Path]) -> None:
+    """The errors a user can fix are SinkalignErrors, and still the built-in they were before."""
+    out = tmp_path / "s"
+    for bad in ((0.5, 0.1, 0.1), (0.8, 0.2), ("a", 0, 0), (0.0, 0.5, 0.5)):
+        with pytest.raises(InputError, match=r"split=.*") as info:
+            check_split(bad)
+        assert isinstance(info.value, ValueError)
+    with pytest.raises(InputError, match="appears twice") as info:
+        build_shards([families[0], families[0]], out)
+    assert isinstance(info.value, ValueError)
+    with pytest.raises(InputError, match="no family left to shard") as info:
+        build_shards(families, out, alphabet="dna")
+    assert isinstance(info.value, ValueError)
+    with pytest.raises(InputError, match="must map family names to splits, got a list"):
+        build_shards(families, out, assignment=["fam0"])
+    with pytest.raises(MissingFileError, match="nope.sto: no such Stockholm file") as info:
+        build_shards([tmp_path / "nope.sto"], out)
+    assert isinstance(info.value, FileNotFoundError)
+    with pytest.raises(MissingFileError, match="is not a shard directory") as info:
+        read_index(tmp_path)
+    assert isinstance(info.value, FileNotFoundError)
+    build_shards(families, out, pairs_per_shard=4, min_length=1)
+    with pytest.raises(InputError, match="split='training' is not one of") as info:
+        ShardDataset(out, "training")
+    assert isinstance(info.value, ValueError)
+    entry = read_index(out)["splits"]["train"]["shards"][0]
+    (out / entry["file"]).write_bytes(b"not the shard")
+    with pytest.raises(FormatError, match="does not match index.json") as info:
+        verify_shards(out)
+    assert isinstance(info.value, ValueError)
+    (out / entry["file"]).unlink()
+    with pytest.raises(MissingFileError, match="listed in index.json but missing") as info:
+        ShardDataset(out, "train")
+    assert isinstance(info.value, FileNotFoundError)
+    (out / "index.json").write_text("[]")
+    with pytest.raises(FormatError, match="format=None, expected 'sinkalign-pair-shards'") as info:
+        read_index(out)
+    assert isinstance(info.value, ValueError)
 
 
 def test_interrupted_build_leaves_no_index(tmp_path: Path, families: list[Path], monkeypatch) -> None:
@@ -394,14 +436,124 @@ def test_cli_bad_arguments(tmp_path: Path, families: list[Path], args: list[str]
     assert result.exit_code == 2 and expected in result.output
 
 
-def test_cli_library_errors_are_clean(tmp_path: Path, families: list[Path]) -> None:
+def _write_bad_input(tmp_path: Path, kind: str) -> Path:
+    path = tmp_path / f"{kind}.sto"
+    if kind == "binary":
+        path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff" * 8)
+    elif kind == "illegal":
+        path.write_text("# STOCKHOLM 1.0\nx/1-4 MKV1\ny/1-4 MKVL\n//\n")
+    elif kind == "unterminated":
+        path.write_text("# STOCKHOLM 1.0\nx/1-4 MKVL\ny/1-4 MKVL\n")
+    else:
+        path.write_text("")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("kind", "fragments"),
+    [
+        ("binary", ["binary.sto: not a text file", "byte 0x89"]),
+        ("illegal", ["illegal.sto: alignment #1: row 'x/1-4' (#1): illegal character '1'", "column 3"]),
+        ("unterminated", ["unterminated.sto: alignment #1 starting at line 1 has no '//' terminator"]),
+        ("empty", ["empty.sto: empty file"]),
+    ],
+)
+def test_cli_build_bad_alignment_file(tmp_path: Path, families: list[Path], kind: str, fragments: list[str]) -> None:
+    from sinkalign.cli.main import cli
+
+    bad = _write_bad_input(tmp_path, kind)
+    result = CliRunner().invoke(cli, ["shards", "build", str(families[0]), str(bad), "--out", str(tmp_path / "o")])
+    assert_one_line_error(result, *fragments)
+    assert not (tmp_path / "o" / "index.json").exists()
+
+
+def test_cli_build_user_errors(tmp_path: Path, families: list[Path]) -> None:
+    from sinkalign.cli.main import cli
+
     runner = CliRunner()
-    result = runner.invoke(shards_cli, ["build", str(families[0]), str(families[0]), "--out", str(tmp_path / "o")])
-    assert result.exit_code == 1 and "Error: family 'fam0' appears twice" in result.output
+    out = str(tmp_path / "o")
+    fams = [str(f) for f in families]
+    assert_one_line_error(runner.invoke(cli, ["shards", "build", fams[0], fams[0], "--out", out]),
+                          "family 'fam0' appears twice:", f"{families[0]} and {families[0]}")
+    clash = tmp_path / "clash.sto"
+    clash.write_text("# STOCKHOLM 1.0\n#=GF ID other\nfam0_s0/1-12 MKVLAAAAAAAA\nx/1-3 MKVLAAAAAAAA\n//\n")
+    assert_one_line_error(runner.invoke(cli, ["shards", "build", fams[0], str(clash), "--out", out, "--min-length", "1"]),
+                          "sequence id 'fam0_s0/1-12' has different sequences in families 'fam0' and 'other'")
+    assert_one_line_error(runner.invoke(cli, ["shards", "build", *fams, "--out", out, "--alphabet", "dna"]),
+                          "no family left to shard", "'fam0': 'alphabet protein (kept only dna)'")
+    manifest = tmp_path / "split.json"
+    manifest.write_text(json.dumps({"assignment": ["fam0"]}))
+    assert_one_line_error(runner.invoke(cli, ["shards", "build", *fams, "--out", out, "--split-manifest", str(manifest)]),
+                          "the split assignment must map family names to splits, got a list")
+    manifest.write_text(json.dumps({"assignment": {f"fam{k}": "train" for k in range(6)} | {"fam1": "dev"}}))
+    assert_one_line_error(runner.invoke(cli, ["shards", "build", *fams, "--out", out, "--split-manifest", str(manifest)]),
+                          "the split assignment uses 'dev'; valid splits: train, valid, test")
+    manifest.write_text("{not json")
+    assert_one_line_error(runner.invoke(cli, ["shards", "build", *fams, "--out", out, "--split-manifest", str(manifest)]),
+                          f"{manifest}: not a split manifest with an 'assignment' object")
+    assert not (tmp_path / "o" / "index.json").exists()
+    assert runner.invoke(cli, ["shards", "build", *fams, "--out", out, "--min-length", "1"]).exit_code == 0
+    assert_one_line_error(runner.invoke(cli, ["shards", "build", *fams, "--out", out, "--min-length", "1"]),
+                          f"{tmp_path / 'o' / 'index.json'} already exists; pass --overwrite")
+
+
+def test_cli_split_option_names_the_value(tmp_path: Path, families: list[Path]) -> None:
+    from sinkalign.cli.main import cli
+
+    result = CliRunner().invoke(cli, ["shards", "build", str(families[0]), "--out", str(tmp_path / "o"),
+                                      "--split", "0.5,0.1,0.1"])
+    assert result.exit_code == 2 and "Invalid value for '--split': split=(0.5, 0.1, 0.1) must sum to 1" in result.output
+    result = CliRunner().invoke(cli, ["shards", "build", str(families[0]), "--out", str(tmp_path / "o"),
+                                      "--split", "0,0.5,0.5"])
+    assert result.exit_code == 2 and "the train fraction must be positive" in result.output
+
+
+def test_cli_info_and_embed_user_errors(tmp_path: Path, families: list[Path]) -> None:
+    from sinkalign.cli.main import cli
+
+    runner = CliRunner()
     empty = tmp_path / "empty"
     empty.mkdir()
-    result = runner.invoke(shards_cli, ["info", str(empty)])
-    assert result.exit_code == 1 and "is not a shard directory" in result.output
+    for command in (["shards", "info"], ["shards", "embed"]):
+        assert_one_line_error(runner.invoke(cli, [*command, str(empty)]),
+                              f"{empty / 'index.json'} not found: {empty} is not a shard directory",
+                              f"sinkalign shards build ALIGNMENTS --out {empty}")
+    out = tmp_path / "s"
+    build_shards(families, out, pairs_per_shard=4, min_length=1)
+    assert runner.invoke(cli, ["shards", "embed", str(out)]).exit_code == 0
+    assert_one_line_error(runner.invoke(cli, ["shards", "embed", str(out)]),
+                          f"{out} already has embeddings", "pass --overwrite")
+    entry = read_index(out)["splits"]["train"]["shards"][0]
+    victim = out / entry["file"]
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    assert runner.invoke(cli, ["shards", "info", str(out)]).exit_code == 0  # the index alone is fine
+    assert_one_line_error(runner.invoke(cli, ["shards", "info", str(out), "--verify"]),
+                          f"{victim}: sha256", "does not match index.json", "the file is corrupt or stale")
+    victim.unlink()
+    assert_one_line_error(runner.invoke(cli, ["shards", "info", str(out), "--verify"]),
+                          f"{victim}: listed in index.json but missing")
+    (out / "index.json").write_text("{")
+    assert_one_line_error(runner.invoke(cli, ["shards", "info", str(out)]), f"{out / 'index.json'}: not valid JSON")
+    (out / "index.json").write_text(json.dumps({"format": "something-else"}))
+    assert_one_line_error(runner.invoke(cli, ["shards", "embed", str(out), "--overwrite"]),
+                          f"{out / 'index.json'}: format='something-else', expected 'sinkalign-pair-shards'")
+
+
+def test_cli_bugs_keep_their_traceback(tmp_path: Path, families: list[Path], monkeypatch) -> None:
+    """A plain ValueError from the library is a bug: no 'Error:' line, the exception stays."""
+    from sinkalign.cli.main import cli
+
+    def bug(*args, **kwargs):
+        raise ValueError("an internal invariant broke")
+
+    monkeypatch.setattr(shards_mod, "build_shards", bug)
+    result = CliRunner().invoke(cli, ["shards", "build", str(families[0]), "--out", str(tmp_path / "o")])
+    assert isinstance(result.exception, ValueError) and "Error:" not in result.output
+    monkeypatch.setattr(shards_mod, "shard_summary", bug)
+    result = CliRunner().invoke(cli, ["shards", "info", str(tmp_path)])
+    assert isinstance(result.exception, ValueError) and "Error:" not in result.output
 
 
 def test_cli_registered_in_main() -> None:

@@ -38,6 +38,7 @@ transported target features, so every loss below is a function of ``O``:
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import asdict, dataclass, field, replace
 from typing import NamedTuple
 
@@ -45,8 +46,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from sinkalign.errors import InputError
 from sinkalign.sinkhorn import DustbinConfig, SinkhornConfig
 from sinkalign.sinkhorn import core as sk_core
+from sinkalign.sinkhorn.checks import check_int
 from sinkalign.sinkhorn.dustbin import augment
 
 __all__ = [
@@ -109,29 +112,31 @@ class AlignerConfig:
     gap_head: bool = False  # position-specific gap (dustbin) scores from the residue encoder
 
     def __post_init__(self) -> None:
-        if self.alphabet not in ALPHABETS:
-            raise ValueError(f"alphabet={self.alphabet!r} is not one of {tuple(ALPHABETS)}")
+        # every check is an InputError (a ValueError) whatever the value's type: settings come
+        # from users (`sinkalign train --model-option KEY=VALUE` parses any JSON value)
+        if not isinstance(self.alphabet, str) or self.alphabet not in ALPHABETS:
+            raise InputError(f"alphabet={self.alphabet!r} is not one of {tuple(ALPHABETS)}")
         if not isinstance(self.sinkhorn, SinkhornConfig):
-            raise ValueError(f"sinkhorn must be a SinkhornConfig, got {type(self.sinkhorn).__name__}")
+            raise InputError(f"sinkhorn must be a SinkhornConfig, got {type(self.sinkhorn).__name__}")
         if self.dustbin is not None and not isinstance(self.dustbin, DustbinConfig):
-            raise ValueError(f"dustbin must be a DustbinConfig or None, got {type(self.dustbin).__name__}")
-        if self.feature_dim < 0:
-            raise ValueError(f"feature_dim={self.feature_dim} must be >= 0")
-        if self.window < 0:
-            raise ValueError(f"window={self.window} must be >= 0")
-        for name in ("res_ctx_dim", "res_qk_dim"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name}={getattr(self, name)} must be >= 0")
-        if self.res_ctx_dim and (self.res_ctx_layers < 0 or self.res_ctx_kernel < 1 or self.res_qk_dim < 1):
-            raise ValueError(f"res_ctx_layers={self.res_ctx_layers} must be >= 0, res_ctx_kernel="
-                             f"{self.res_ctx_kernel} and res_qk_dim={self.res_qk_dim} >= 1")
+            raise InputError(f"dustbin must be a DustbinConfig or None, got {type(self.dustbin).__name__}")
+        for name in ("feature_dim", "window", "res_ctx_dim", "res_qk_dim"):
+            check_int(name, getattr(self, name), 0)
+        if self.res_ctx_dim:
+            check_int("res_ctx_layers", self.res_ctx_layers, 0)
+            check_int("res_ctx_kernel", self.res_ctx_kernel, 1)
+            check_int("res_qk_dim", self.res_qk_dim, 1)
         if self.gap_head and not (self.res_ctx_dim and self.dustbin is not None):
-            raise ValueError("gap_head needs the residue encoder (res_ctx_dim > 0) and dustbins")
+            raise InputError("gap_head needs the residue encoder (res_ctx_dim > 0) and dustbins")
+        if not isinstance(self.losses, dict) or not all(
+            isinstance(w, numbers.Real) and not isinstance(w, bool) for w in self.losses.values()
+        ):
+            raise InputError(f"losses={self.losses!r} must map loss terms {LOSSES} to numbers")
         unknown = set(self.losses) - set(LOSSES)
         if unknown:
-            raise ValueError(f"unknown loss terms {sorted(unknown)}; valid: {LOSSES}")
+            raise InputError(f"unknown loss terms {sorted(unknown)}; valid: {LOSSES}")
         if not any(w > 0 for w in self.losses.values()):
-            raise ValueError(f"losses={self.losses} has no positive weight")
+            raise InputError(f"losses={self.losses} has no positive weight")
         if self.sinkhorn.backend == "pallas":  # importing the kernels registers them as the operator's backend
             import sinkalign.kernels.pallas  # noqa: F401
 
@@ -155,7 +160,12 @@ class AlignerConfig:
     def _with(self, changes: dict) -> AlignerConfig:
         unknown = sorted(set(changes) - set(self.setting_names()) - {"sinkhorn", "dustbin"})
         if unknown:
-            raise ValueError(f"unknown AlignerConfig settings {unknown}; valid: {self.setting_names()}")
+            raise InputError(f"unknown AlignerConfig settings {unknown}; valid: {self.setting_names()}")
+        db, mass = changes.get("dustbin"), changes.get("dustbin_mass")
+        if not (db is None or isinstance(db, (str, DustbinConfig))):
+            raise InputError(f"dustbin={db!r} is not one of ('banded', 'paper', 'none')")
+        if not (mass is None or isinstance(mass, str)):
+            raise InputError(f"dustbin_mass={mass!r} is not one of ('unit', 'length')")
         # dustbin="paper" is the flat setting; dustbin=DustbinConfig(...) or None the field itself
         flat = set(SOLVER_SETTINGS) | {"dustbin_mass"} | ({"dustbin"} if isinstance(changes.get("dustbin"), str) else set())
         own = {k: v for k, v in changes.items() if k not in flat}
@@ -168,7 +178,7 @@ class AlignerConfig:
         if flat_db:
             variant = flat_db.get("dustbin", "none" if dustbin is None else dustbin.variant)
             if variant not in ("banded", "paper", "none"):
-                raise ValueError(f"dustbin={variant!r} is not one of ('banded', 'paper', 'none')")
+                raise InputError(f"dustbin={variant!r} is not one of ('banded', 'paper', 'none')")
             if variant == "none":
                 dustbin = None
             else:
@@ -217,7 +227,7 @@ class AlignerConfig:
         known = set(cls.setting_names())
         unknown = set(data) - known
         if unknown:
-            raise ValueError(f"unknown AlignerConfig keys {sorted(unknown)}")
+            raise InputError(f"unknown AlignerConfig keys {sorted(unknown)}")
         return cls(**nested)._with(data)
 
 
@@ -236,9 +246,12 @@ PRESETS: dict[str, dict] = {
 
 
 def preset(name: str, **overrides) -> AlignerConfig:
-    """An :class:`AlignerConfig` from a named preset (see ``PRESETS``) plus overrides."""
+    """An :class:`AlignerConfig` from a named preset (see ``PRESETS``) plus overrides.
+
+    An unknown preset or setting, or a bad setting value, is an :class:`~sinkalign.errors.InputError`.
+    """
     if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; valid: {sorted(PRESETS)}")
+        raise InputError(f"unknown preset {name!r}; valid: {sorted(PRESETS)}")
     return AlignerConfig.create(**{**PRESETS[name], **overrides})
 
 

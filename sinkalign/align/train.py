@@ -288,9 +288,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
         raise CheckpointError("--resume and --overwrite contradict each other; pass one")
     try:
         train_set = ShardDataset(cfg.shards, "train", load_embeddings=bool(cfg.model.feature_dim))
-    except FileNotFoundError as exc:
-        raise InputError(f"{cfg.shards} holds no pair shards ({exc}); build them with "
-                         f"`sinkalign shards build ALIGNMENTS --out {cfg.shards}`") from exc
+    except FileNotFoundError as exc:  # the message says how to build them
+        raise InputError(f"{cfg.shards} holds no pair shards: {exc}") from exc
     if len(train_set) == 0:
         raise InputError(f"{cfg.shards}: the train split is empty")
     check_run_dir(out, resume=resume, overwrite=overwrite)  # after the data checks: --overwrite deletes

@@ -67,7 +67,7 @@ def generate_dna(prompt: str, length: int, temperature: float, top_k: int | None
         raise click.BadParameter(f"must be a positive integer, got {length}", param_hint="'--length'")
     if fmt == "plain" and chrom is not None:
         raise click.UsageError("--chrom/--start only apply to --format fasta")
-    from sinkalign.errors import CheckpointError, require
+    from sinkalign.errors import require
 
     torch = require("torch", "torch", "sinkalign generate-dna")
     from sinkalign.lm.generate import MAX_GENERATE_LENGTH, generate, load_model
@@ -78,10 +78,7 @@ def generate_dna(prompt: str, length: int, temperature: float, top_k: int | None
                                  param_hint="'--length'")
     if device == "cuda" and not torch.cuda.is_available():
         raise click.UsageError("--device cuda: CUDA is not available")
-    try:
-        ckpt = load_model(model_path, device=device)
-    except (FileNotFoundError, ValueError) as exc:
-        raise CheckpointError(f"cannot load the model: {exc}") from exc
+    ckpt = load_model(model_path, device=device)  # a missing or corrupt model: MissingFileError / CheckpointError
     if progress is None:
         progress = length >= 1000 and sys.stderr.isatty()
     new = generate(ckpt.model, prompt, length, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,

@@ -164,11 +164,8 @@ def eval_cmd(model_path, fasta, json_out, val_fraction, context, stride, max_bas
             batch_size=batch_size, device=device)
     except InputError as exc:  # a bad setting (a bug raising ValueError keeps its traceback)
         raise click.UsageError(str(exc)) from exc
-    try:
-        path = resolve_model_path(model_path)
-        ckpt = load_model(path, device=device)
-    except (FileNotFoundError, ValueError) as exc:
-        raise click.ClickException(f"cannot load the model: {exc}") from exc
+    path = resolve_model_path(model_path)  # a missing or corrupt model: MissingFileError / CheckpointError
+    ckpt = load_model(path, device=device)
     report = evaluate_lm(ckpt.model, config, model_path=str(path))
     doc = report.to_dict()
     if json_out is not None:

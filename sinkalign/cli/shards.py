@@ -16,11 +16,12 @@ def _parse_split(ctx: click.Context, param: click.Parameter, value: str) -> tupl
         raise click.BadParameter(f"{value!r} is not three comma-separated numbers, e.g. 0.8,0.1,0.1") from None
     if len(parts) != 3:
         raise click.BadParameter(f"{value!r} has {len(parts)} fields; give train,valid,test e.g. 0.8,0.1,0.1")
+    from sinkalign.errors import InputError
     from sinkalign.io.shards import check_split
 
     try:
         return check_split(parts)
-    except ValueError as err:
+    except InputError as err:
         raise click.BadParameter(str(err)) from None
 
 
@@ -90,30 +91,27 @@ def build(
             files.append(item)
     if not files:
         raise click.BadParameter("no alignment file in the given directories", param_hint="STOCKHOLM")
-    try:
-        assignment = None
-        if split_manifest is not None:
-            try:
-                assignment = json.loads(split_manifest.read_text())["assignment"]
-            except (ValueError, KeyError, TypeError) as err:
-                raise InputError(f"{split_manifest}: not a split manifest with an 'assignment' object ({err})") from err
-        index = build_shards(
-            files,
-            out,
-            split=split,
-            seed=seed,
-            pairs_per_shard=pairs_per_shard,
-            max_pairs_per_family=max_pairs_per_family,
-            min_length=min_length,
-            max_length=max_length,
-            alphabet=alphabet,
-            overwrite=overwrite,
-            progress=True,
-            mixed_alphabets=mixed_alphabets,
-            assignment=assignment,
-        )
-    except ValueError as err:  # includes SequenceFormatError
-        raise click.ClickException(str(err)) from err
+    assignment = None
+    if split_manifest is not None:
+        try:  # a user's file: invalid JSON (ValueError), no "assignment" or not an object
+            assignment = json.loads(split_manifest.read_text(encoding="utf-8"))["assignment"]
+        except (ValueError, KeyError, TypeError) as err:
+            raise InputError(f"{split_manifest}: not a split manifest with an 'assignment' object ({err})") from err
+    index = build_shards(  # user errors are SinkalignErrors naming the file; anything else is a bug
+        files,
+        out,
+        split=split,
+        seed=seed,
+        pairs_per_shard=pairs_per_shard,
+        max_pairs_per_family=max_pairs_per_family,
+        min_length=min_length,
+        max_length=max_length,
+        alphabet=alphabet,
+        overwrite=overwrite,
+        progress=True,
+        mixed_alphabets=mixed_alphabets,
+        assignment=assignment,
+    )
     for name, info in index["splits"].items():
         click.echo(f"{name}: {info['n_families']} families, {info['n_pairs']} pairs, {len(info['shards'])} shards")
     click.echo(f"wrote {out}")
@@ -130,11 +128,8 @@ def info(directory: Path, families: bool, verify: bool) -> None:
 
     from sinkalign.io.shards import shard_summary, verify_shards
 
-    try:
-        summary = shard_summary(directory)
-        checked = verify_shards(directory) if verify else None
-    except (ValueError, FileNotFoundError) as err:
-        raise click.ClickException(str(err)) from err
+    summary = shard_summary(directory)
+    checked = verify_shards(directory) if verify else None
     console = Console(width=120)
     table = Table(title=f"shards in {directory}")
     for col in ("split", "families", "sequences", "pairs", "shards", "MB"):
@@ -176,9 +171,6 @@ def embed(directory: Path, embedder: str, esm_model: str, esm_weights: Path | No
     """Precompute per-residue embeddings for every sequence in the shards."""
     from sinkalign.align.embed import embed_shards, get_embedder
 
-    try:
-        options = {"model": esm_model, "weights": str(esm_weights) if esm_weights else None} if embedder == "esm2" else {}
-        index = embed_shards(directory, get_embedder(embedder, **options), dtype=dtype, overwrite=overwrite, progress=True)
-    except (ValueError, FileNotFoundError) as exc:
-        raise click.ClickException(str(exc)) from exc
+    options = {"model": esm_model, "weights": str(esm_weights) if esm_weights else None} if embedder == "esm2" else {}
+    index = embed_shards(directory, get_embedder(embedder, **options), dtype=dtype, overwrite=overwrite, progress=True)
     click.echo(f"embedded {directory} ({index['embeddings']['dim']}-dim, {dtype})")

@@ -58,13 +58,7 @@ def train(shards, preset_name, model_opts, embedder, steps, batch_size, lr, out,
         raise click.UsageError("--resume and --overwrite contradict each other; pass one")
     if distributed:
         T.init_distributed()
-    try:
-        index = read_index(shards)
-    except FileNotFoundError as exc:
-        raise InputError(f"--pfam-shards {shards} holds no pair shards ({exc}); build them with "
-                         f"`sinkalign shards build ALIGNMENTS --out {shards}`") from exc
-    except ValueError as exc:  # an index.json of another format or version
-        raise InputError(f"--pfam-shards: {exc}") from exc
+    index = read_index(shards)  # no index: MissingFileError naming `sinkalign shards build`; corrupt: FormatError
     feature_dim, emb_config = 0, {"name": "none"}
     if embedder != "none":
         import json
@@ -89,7 +83,7 @@ def train(shards, preset_name, model_opts, embedder, steps, batch_size, lr, out,
                                  f"{M.AlignerConfig.setting_names()}", param_hint="--model-option")
     try:
         model = M.preset(preset_name, feature_dim=feature_dim, embedder=emb_config, **overrides)
-    except (TypeError, ValueError) as exc:  # an unknown preset or a bad field value
+    except InputError as exc:  # an unknown preset or a bad setting value (a bug keeps its traceback)
         raise click.BadParameter(str(exc), param_hint="--config / --model-option") from exc
     cfg = T.TrainConfig(shards=str(shards), out=str(out), model=model, steps=steps, batch_size=batch_size, lr=lr,
                         seed=seed, checkpoint_every=checkpoint_every, eval_every=eval_every,

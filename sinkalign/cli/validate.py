@@ -220,10 +220,7 @@ def kernels(backend: str, interpret: bool, json_path: Path | None, quick: bool, 
     _enable_x64()
     from sinkalign.kernels import validation as kval
 
-    try:
-        kval.check_backend(backend, interpret)
-    except ValueError as err:
-        raise click.UsageError(str(err)) from None
+    kval.check_backend(backend, interpret)  # InputError (no GPU for native kernels): one 'Error:' line
     if precision != "ieee" and interpret:
         raise click.UsageError(f"--precision {precision} (TF32 tensor-core dots) needs native kernels on a GPU; "
                                "the interpreters compute float32 dots exactly")

@@ -73,7 +73,7 @@ import numpy as np
 import safetensors.numpy
 from tqdm.auto import tqdm
 
-from sinkalign.errors import AlphabetError, InputError, OutputExistsError
+from sinkalign.errors import AlphabetError, FormatError, InputError, MissingFileError, OutputExistsError
 from sinkalign.io.alignments import MSA, ReferencePair, msa_to_pairs, percent_identity, read_stockholm
 from sinkalign.utils import atomic_write_bytes, atomic_write_text, file_sha256
 
@@ -110,20 +110,20 @@ def _sha256(data: bytes) -> str:
 
 
 def check_split(split: Sequence[float]) -> tuple[float, float, float]:
-    """Return ``split`` as three floats (train, valid, test) or raise ``ValueError``.
+    """Return ``split`` as three floats (train, valid, test) or raise :class:`InputError` (a ValueError).
 
     They must be finite, non-negative, sum to 1 (within 1e-6) and give train a positive share.
     """
     try:
         fractions = tuple(float(x) for x in split)
     except (TypeError, ValueError):
-        raise ValueError(f"split={split!r} must be three fractions (train, valid, test)") from None
+        raise InputError(f"split={split!r} must be three fractions (train, valid, test)") from None
     if len(fractions) != 3 or any(not math.isfinite(f) or f < 0 for f in fractions):
-        raise ValueError(f"split={split!r} must be three non-negative finite fractions (train, valid, test)")
+        raise InputError(f"split={split!r} must be three non-negative finite fractions (train, valid, test)")
     if abs(sum(fractions) - 1.0) > 1e-6:
-        raise ValueError(f"split={split!r} must sum to 1 (sums to {sum(fractions):.6g})")
+        raise InputError(f"split={split!r} must sum to 1 (sums to {sum(fractions):.6g})")
     if fractions[0] <= 0:
-        raise ValueError(f"split={split!r}: the train fraction must be positive")
+        raise InputError(f"split={split!r}: the train fraction must be positive")
     return fractions  # type: ignore[return-value]
 
 
@@ -227,7 +227,7 @@ def _load_families(
             name = msa.family or (path.stem if msa.index == 0 else f"{path.stem}#{msa.index + 1}")
             if name in families or name in skipped:
                 other = families[name].msa.source if name in families else "an earlier input"
-                raise ValueError(f"family {name!r} appears twice: {other} and {path} (alignment #{msa.index + 1})")
+                raise InputError(f"family {name!r} appears twice: {other} and {path} (alignment #{msa.index + 1})")
             if alphabet is not None and msa.alphabet != alphabet:
                 skipped[name] = f"alphabet {msa.alphabet} (kept only {alphabet})"
                 logger.info("skipping family %s from %s: %s", name, path, skipped[name])
@@ -253,7 +253,7 @@ def _load_families(
             for k, sid in enumerate(sub.ids):
                 seq = sub.ungapped(k)
                 if sid in seq_owner and seq_owner[sid][1] != seq:
-                    raise ValueError(
+                    raise InputError(
                         f"sequence id {sid!r} has different sequences in families {seq_owner[sid][0]!r} "
                         f"and {name!r}; ids must identify sequences (embeddings are keyed by id)"
                     )
@@ -402,10 +402,13 @@ def build_shards(
         The index (the parsed content of ``index.json``).
 
     Raises:
-        ValueError: bad arguments, the same family twice, a sequence id with two
-            different sequences, no family left after filtering, an existing index
-            without ``overwrite``.
-        SequenceFormatError: unreadable alignments (file, alignment, row, column).
+        InputError: a bad split, the same family twice, a sequence id with two different
+            sequences, no family left after filtering, a bad ``assignment`` (all ValueErrors;
+            other bad arguments raise plain ValueError).
+        FormatError: unreadable alignments (file, alignment, row, column).
+        AlphabetError: families of more than one alphabet (see ``mixed_alphabets``).
+        MissingFileError: an input file that does not exist (a FileNotFoundError).
+        OutputExistsError: an existing index without ``overwrite`` (a FileExistsError).
     """
     if isinstance(stockholm_paths, (str, os.PathLike)):
         stockholm_paths = [stockholm_paths]
@@ -414,7 +417,7 @@ def build_shards(
         raise ValueError("stockholm_paths is empty: give at least one Stockholm file")
     for p in paths:
         if not p.is_file():
-            raise FileNotFoundError(f"{p}: no such Stockholm file")
+            raise MissingFileError(f"{p}: no such Stockholm file")
     fractions = check_split(split)
     if not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed={seed!r} must be a non-negative integer")
@@ -432,22 +435,24 @@ def build_shards(
         raise ValueError(f"alphabet={alphabet!r} is not one of (None, 'protein', 'dna')")
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
-        raise ValueError(f"out_dir={str(out)!r} exists and is not a directory")
+        raise InputError(f"out_dir={str(out)!r} exists and is not a directory")
     if (out / INDEX_NAME).exists() and not overwrite:
         raise OutputExistsError(f"{out / INDEX_NAME} already exists; pass --overwrite (overwrite=True) to rebuild")
 
     families, skipped = _load_families(paths, int(min_length), max_length, alphabet)
     if not families:
-        raise ValueError(f"no family left to shard (skipped: {skipped})")
+        raise InputError(f"no family left to shard (skipped: {skipped})")
     if alphabet is None and not mixed_alphabets:
         _check_alphabets(families, paths)
     if assignment is None:
         assignment = split_families([f.name for f in families], fractions, int(seed))
         split_source = "seeded"
     else:
-        bad = sorted({v for v in assignment.values() if v not in SPLITS})
+        if not isinstance(assignment, dict):
+            raise InputError(f"the split assignment must map family names to splits, got a {type(assignment).__name__}")
+        bad = sorted({repr(v) for v in assignment.values() if not isinstance(v, str) or v not in SPLITS})
         if bad:
-            raise InputError(f"the split assignment uses {bad}; valid splits: {SPLITS}")
+            raise InputError(f"the split assignment uses {', '.join(bad)}; valid splits: {', '.join(SPLITS)}")
         missing = sorted(f.name for f in families if f.name not in assignment)
         if missing:
             raise InputError(f"the split assignment has no entry for {len(missing)} families, e.g. {missing[:5]}")
@@ -559,24 +564,26 @@ def read_index(directory: str | os.PathLike) -> dict:
     """Read and check ``index.json`` of a shard directory.
 
     Raises:
-        FileNotFoundError: no index (not a shard directory, or an interrupted build).
-        ValueError: unknown format or version.
+        MissingFileError: no index (not a shard directory, or an interrupted build); a
+            FileNotFoundError.
+        FormatError: not valid JSON, unknown format or version; a ValueError.
     """
     directory = Path(directory)
     path = directory / INDEX_NAME
     if not path.is_file():
-        raise FileNotFoundError(
-            f"{path} not found: {directory} is not a shard directory (or its build was interrupted)"
+        raise MissingFileError(
+            f"{path} not found: {directory} is not a shard directory (or its build was interrupted); "
+            f"build one with `sinkalign shards build ALIGNMENTS --out {directory}`"
         )
     try:
         index = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as err:
-        raise ValueError(f"{path}: not valid JSON: {err}") from err
+        raise FormatError(f"{path}: not valid JSON: {err}") from err
     if not isinstance(index, dict) or index.get("format") != FORMAT_NAME:
         found = index.get("format") if isinstance(index, dict) else None
-        raise ValueError(f"{path}: format={found!r}, expected {FORMAT_NAME!r}")
+        raise FormatError(f"{path}: format={found!r}, expected {FORMAT_NAME!r}")
     if index.get("format_version") not in READABLE_VERSIONS:
-        raise ValueError(
+        raise FormatError(
             f"{path}: format_version={index.get('format_version')!r}, this sinkalign reads format versions "
             f"{', '.join(map(str, READABLE_VERSIONS))}"
         )
@@ -585,11 +592,11 @@ def read_index(directory: str | os.PathLike) -> dict:
 
 def _read_verified(path: Path, sha256: str) -> bytes:
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: listed in {INDEX_NAME} but missing")
+        raise MissingFileError(f"{path}: listed in {INDEX_NAME} but missing")
     data = path.read_bytes()
     got = _sha256(data)
     if got != sha256:
-        raise ValueError(f"{path}: sha256 {got} does not match {INDEX_NAME} ({sha256}); the file is corrupt or stale")
+        raise FormatError(f"{path}: sha256 {got} does not match {INDEX_NAME} ({sha256}); the file is corrupt or stale")
     return data
 
 
@@ -605,15 +612,15 @@ def _load_shard(directory: Path, entry: dict, load_embeddings: bool) -> _Shard:
     with np.load(io.BytesIO(data), allow_pickle=False) as npz:
         missing = [k for k in _ARRAY_KEYS if k not in npz.files]
         if missing:
-            raise ValueError(f"{directory / entry['file']}: missing arrays {missing}")
+            raise FormatError(f"{directory / entry['file']}: missing arrays {missing}")
         arrays = {k: npz[k] for k in _ARRAY_KEYS}
         present = [k for k in _CORE_KEYS if k in npz.files]
         if present and len(present) != len(_CORE_KEYS):
-            raise ValueError(f"{directory / entry['file']}: has {present} but not all of {list(_CORE_KEYS)}")
+            raise FormatError(f"{directory / entry['file']}: has {present} but not all of {list(_CORE_KEYS)}")
         arrays.update({k: npz[k] for k in present})
     header = json.loads(arrays.pop("header").tobytes().decode("utf-8"))
     if header.get("format_version") not in READABLE_VERSIONS:
-        raise ValueError(f"{directory / entry['file']}: format_version={header.get('format_version')!r}")
+        raise FormatError(f"{directory / entry['file']}: format_version={header.get('format_version')!r}")
     embeddings = None
     if load_embeddings and entry.get("embeddings"):
         emb = entry["embeddings"]
@@ -631,7 +638,7 @@ def _shard_pair(shard: _Shard, p: int) -> ReferencePair:
         mask = a["core"][c0:c1].astype(bool)
         lq = len(h["seqs"][q])
         if mask.shape[0] != lq + len(h["seqs"][t]):
-            raise ValueError(f"shard {h.get('split')}: pair {p} has a core mask of {mask.shape[0]} entries for "
+            raise FormatError(f"shard {h.get('split')}: pair {p} has a core mask of {mask.shape[0]} entries for "
                              f"{lq} + {len(h['seqs'][t])} residues")
         if not mask.all():
             cores = {"query_core": mask[:lq], "target_core": mask[lq:]}
@@ -678,6 +685,10 @@ class ShardDataset:
         split: ``"train"``, ``"valid"`` or ``"test"``.
         load_embeddings: attach embeddings when the directory has them.
         cache_shards: how many decoded shards to keep in memory.
+
+    Errors a user can fix are :mod:`sinkalign.errors` classes naming the file: a
+    missing index or shard file is a ``MissingFileError``, a corrupt one a
+    ``FormatError``, an unknown ``split`` an ``InputError``.
     """
 
     def __init__(
@@ -693,7 +704,7 @@ class ShardDataset:
         self.directory = Path(directory)
         self.index = read_index(self.directory)
         if split not in self.index["splits"]:
-            raise ValueError(f"split={split!r} is not one of {tuple(self.index['splits'])}")
+            raise InputError(f"split={split!r} is not one of {tuple(self.index['splits'])}")
         self.split = split
         info = self.index["splits"][split]
         self.families: list[str] = list(info["families"])
@@ -701,7 +712,7 @@ class ShardDataset:
         for entry in self._entries:
             for name in [entry["file"]] + ([entry["embeddings"]["file"]] if entry.get("embeddings") else []):
                 if not (self.directory / name).is_file():
-                    raise FileNotFoundError(f"{self.directory / name}: listed in {INDEX_NAME} but missing")
+                    raise MissingFileError(f"{self.directory / name}: listed in {INDEX_NAME} but missing")
         self.embeddings_info: dict | None = self.index.get("embeddings")
         self._load_embeddings = bool(load_embeddings and self.embeddings_info)
         self._starts = np.cumsum([0] + [int(e["n_pairs"]) for e in self._entries])
@@ -723,7 +734,7 @@ class ShardDataset:
         n = len(shard.arrays["query"])
         if n != int(self._entries[s]["n_pairs"]):
             entry = self._entries[s]
-            raise ValueError(f"{self.directory / entry['file']}: {n} pairs, {INDEX_NAME} says {entry['n_pairs']}")
+            raise FormatError(f"{self.directory / entry['file']}: {n} pairs, {INDEX_NAME} says {entry['n_pairs']}")
         self._cache[s] = shard
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)

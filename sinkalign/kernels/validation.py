@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sinkalign.errors import InputError
 from sinkalign.sinkhorn.config import DustbinConfig, SinkhornConfig
 
 __all__ = ["KERNEL_CASES", "KernelCase", "check_backend", "dense_forward", "kernels", "long_forward"]
@@ -178,23 +179,28 @@ def _prepare_triton(interpret: bool) -> None:
 
     mode = interpreter_mode()
     if mode != interpret:
-        raise ValueError(
+        raise InputError(
             f"interpret={interpret} but triton was already imported with interpreter={mode} in this process; "
             "set TRITON_INTERPRET=1 (or unset it) in the environment before anything imports triton"
         )
 
 
 def check_backend(backend: str, interpret: bool) -> None:
-    """ValueError unless ``backend`` can run in the requested mode (Triton: selects its interpreter)."""
+    """Raise unless ``backend`` can run in the requested mode (Triton: selects its interpreter).
+
+    An unknown backend, or a mode this machine cannot run (native kernels without a GPU, a
+    Triton already imported in the other mode), is an :class:`~sinkalign.errors.InputError`
+    (a ValueError) saying what to change; a non-bool ``interpret`` is a plain ValueError.
+    """
     if backend not in BACKENDS:
-        raise ValueError(f"backend={backend!r} is not one of {BACKENDS}")
+        raise InputError(f"backend={backend!r} is not one of {BACKENDS}")
     if not isinstance(interpret, bool):
         raise ValueError(f"interpret={interpret!r} must be True or False")
     if backend == "pallas" and not interpret:
         import jax
 
         if jax.default_backend() == "cpu":
-            raise ValueError("native Pallas kernels need a GPU or TPU backend, and JAX's default backend is the CPU; "
+            raise InputError("native Pallas kernels need a GPU or TPU backend, and JAX's default backend is the CPU; "
                              "use interpret=True (--interpret)")
     if backend == "triton":
         _prepare_triton(interpret)
@@ -202,7 +208,7 @@ def check_backend(backend: str, interpret: bool) -> None:
             import torch
 
             if not torch.cuda.is_available():
-                raise ValueError("native Triton kernels need a CUDA GPU; use interpret=True (--interpret)")
+                raise InputError("native Triton kernels need a CUDA GPU; use interpret=True (--interpret)")
 
 
 def kernels(backend: str = "pallas", interpret: bool = True, *, cases=KERNEL_CASES, block: int | None = None,

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from sinkalign.errors import InputError
+from sinkalign.errors import InputError, MissingFileError
 from sinkalign.lm.checkpoints import find_latest_checkpoint
 from sinkalign.lm.model import (
     CHECKPOINT_CONFIG,
@@ -91,22 +91,23 @@ def resolve_model_path(path: str | os.PathLike | None) -> Path:
     ``None`` gives :func:`default_model_path`; a name of :data:`SHIPPED_MODELS` (``default``,
     ``cdiph``) that is not an existing path gives that shipped checkpoint. A directory holding
     ``config.json`` is a checkpoint; one holding ``checkpoints/`` is a training run
-    (``latest.json`` is followed). Raises ``FileNotFoundError`` naming the path when neither exists.
+    (``latest.json`` is followed). Raises :class:`~sinkalign.errors.MissingFileError` (a
+    ``FileNotFoundError``) naming the path when neither exists.
     """
     if path is None or (isinstance(path, str) and path in SHIPPED_MODELS and not Path(path).exists()):
         name = "default" if path is None else path
         p = default_model_path(name)
         if not (p / CHECKPOINT_CONFIG).is_file():
-            raise FileNotFoundError(f"the shipped model {name!r} is missing from the installation: {p}")
+            raise MissingFileError(f"the shipped model {name!r} is missing from the installation: {p}")
         return p
     p = Path(path)
     if not p.exists():
-        raise FileNotFoundError(f"model path not found: {p} (nor the name of a shipped model: "
+        raise MissingFileError(f"model path not found: {p} (nor the name of a shipped model: "
                                 f"{', '.join(SHIPPED_MODELS)})")
     if p.is_dir() and not (p / CHECKPOINT_CONFIG).exists() and (p / "checkpoints").is_dir():
         latest = find_latest_checkpoint(p)
         if latest is None:
-            raise FileNotFoundError(f"training run {p} holds no complete checkpoint")
+            raise MissingFileError(f"training run {p} holds no complete checkpoint")
         return latest
     return p
 
@@ -114,7 +115,8 @@ def resolve_model_path(path: str | os.PathLike | None) -> Path:
 def load_model(path: str | os.PathLike | None = None, *, device: str | torch.device = "cpu") -> Checkpoint:
     """Load a checkpoint (see :func:`resolve_model_path`) in eval mode on ``device``.
 
-    Raises ``FileNotFoundError`` / ``ValueError`` naming the missing or corrupt path.
+    Raises :class:`~sinkalign.errors.MissingFileError` (a ``FileNotFoundError``) or
+    :class:`~sinkalign.errors.CheckpointError` (a ``ValueError``) naming the missing or corrupt path.
     """
     ckpt = load_checkpoint(resolve_model_path(path), map_location=device)
     ckpt.model.eval()

@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from sinkalign.errors import CheckpointError, MissingFileError
 from sinkalign.lm.attention import AttentionCache, build_attention
 from sinkalign.lm.config import LMConfig
 from sinkalign.utils import atomic_write_bytes, atomic_write_text
@@ -268,42 +269,45 @@ def load_checkpoint(path_dir: str | os.PathLike, *, map_location: str | torch.de
     """Load a directory written by :func:`save_checkpoint`.
 
     Raises:
-        FileNotFoundError: the directory, ``config.json`` or ``model.safetensors`` is missing.
-        ValueError: either file is corrupt, the config is invalid, or the weights do not
-            match the model the config describes (missing/unexpected keys, shapes). Every
-            message names the offending path.
+        MissingFileError: the directory, ``config.json`` or ``model.safetensors`` is missing
+            (a FileNotFoundError).
+        CheckpointError: either file is corrupt, the config is invalid, or the weights do not
+            match the model the config describes (missing/unexpected keys, shapes); a
+            ValueError. Every message names the offending path.
     """
     path_dir = Path(path_dir)
     if not path_dir.is_dir():
-        raise FileNotFoundError(f"checkpoint directory not found: {path_dir}")
+        if path_dir.exists():
+            raise MissingFileError(f"{path_dir} is a file, not a checkpoint directory")
+        raise MissingFileError(f"checkpoint directory not found: {path_dir}")
     cfg_path, w_path = path_dir / CHECKPOINT_CONFIG, path_dir / CHECKPOINT_WEIGHTS
     for p in (cfg_path, w_path):
         if not p.is_file():
-            raise FileNotFoundError(f"checkpoint file not found: {p}")
+            raise MissingFileError(f"checkpoint file not found: {p}")
     try:
         meta = json.loads(cfg_path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{cfg_path}: corrupt checkpoint config: {exc}") from exc
+        raise CheckpointError(f"{cfg_path}: corrupt checkpoint config: {exc}") from exc
     if not isinstance(meta, dict) or meta.get("format") != _FORMAT or "config" not in meta:
-        raise ValueError(f"{cfg_path}: not a sinkalign.lm checkpoint config (expected format {_FORMAT!r})")
+        raise CheckpointError(f"{cfg_path}: not a sinkalign.lm checkpoint config (expected format {_FORMAT!r})")
     try:
         config = LMConfig.from_dict(meta["config"])
     except (ValueError, TypeError) as exc:
-        raise ValueError(f"{cfg_path}: invalid model config: {exc}") from exc
+        raise CheckpointError(f"{cfg_path}: invalid model config: {exc}") from exc
     try:
         tensors = safetensors.torch.load(w_path.read_bytes())
     except Exception as exc:  # safetensors raises its own SafetensorError / OSError types
-        raise ValueError(f"{w_path}: corrupt safetensors file: {exc}") from exc
+        raise CheckpointError(f"{w_path}: corrupt safetensors file: {exc}") from exc
     model = DNALanguageModel(config)
     expected = model.state_dict()
     missing = sorted(set(expected) - set(tensors))
     unexpected = sorted(set(tensors) - set(expected))
     if missing or unexpected:
-        raise ValueError(f"{w_path}: weights do not match the config: missing {missing}, unexpected {unexpected}")
+        raise CheckpointError(f"{w_path}: weights do not match the config: missing {missing}, unexpected {unexpected}")
     bad = [f"{k}: {tuple(tensors[k].shape)} != {tuple(v.shape)}" for k, v in expected.items()
            if tuple(tensors[k].shape) != tuple(v.shape)]
     if bad:
-        raise ValueError(f"{w_path}: weight shapes do not match the config: {'; '.join(bad)}")
+        raise CheckpointError(f"{w_path}: weight shapes do not match the config: {'; '.join(bad)}")
     model.to(dtype=tensors["embed.weight"].dtype)  # restore the saved precision
     model.load_state_dict(tensors, strict=True)
     model.to(map_location)

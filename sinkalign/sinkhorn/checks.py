@@ -14,6 +14,8 @@ import numbers
 
 import numpy as np
 
+from sinkalign.errors import InputError
+
 __all__ = ["F32_DOTS", "check_f32_dots", "check_int", "check_settings", "check_support", "partner_counts"]
 
 # Precisions of float32 dots in the kernels: exact ("ieee"), or three / one TF32 tensor-core
@@ -22,9 +24,10 @@ F32_DOTS = ("ieee", "tf32x3", "tf32")
 
 
 def check_int(name: str, value, minimum: int) -> int:
-    """``value`` as an int; ValueError unless it is an integer (not a bool) >= ``minimum``."""
+    """``value`` as an int; :class:`~sinkalign.errors.InputError` (a ValueError) unless it is an
+    integer (not a bool) >= ``minimum``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
+        raise InputError(f"{name}={value!r} must be an integer >= {minimum}")
     return int(value)
 
 
@@ -40,9 +43,9 @@ def check_f32_dots(precision, *, native: bool, needs: str, here: str) -> None:
 
 def check_settings(*, eps, n_iters, tail, band) -> None:
     """The solver settings: eps finite > 0, n_iters and tail integers >= 0, band an integer
-    >= 1 (half-width) or None (dense)."""
+    >= 1 (half-width) or None (dense); :class:`~sinkalign.errors.InputError` (a ValueError) otherwise."""
     if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps) or eps <= 0:
-        raise ValueError(f"eps={eps!r} must be a finite number > 0")
+        raise InputError(f"eps={eps!r} must be a finite number > 0")
     check_int("n_iters", n_iters, 0)
     check_int("tail", tail, 0)
     if band is not None:

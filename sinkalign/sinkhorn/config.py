@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from sinkalign.errors import InputError
 from sinkalign.sinkhorn.checks import check_settings
 
 __all__ = ["BACKWARD_MODES", "DUSTBIN_VARIANTS", "DUSTBIN_MASSES", "BACKENDS", "SinkhornConfig", "DustbinConfig"]
@@ -48,17 +49,17 @@ class SinkhornConfig:
     def __post_init__(self) -> None:
         check_settings(eps=self.eps, n_iters=self.n_iters, tail=self.tail, band=self.band)
         if self.backward not in BACKWARD_MODES:
-            raise ValueError(f"backward={self.backward!r} is not one of {BACKWARD_MODES}")
+            raise InputError(f"backward={self.backward!r} is not one of {BACKWARD_MODES}")
         depths = _MODE_DEPTHS[self.backward]
         if depths is not None and self.tail not in depths:
-            raise ValueError(
+            raise InputError(
                 f"backward={self.backward!r} supports tail (R) in {depths}, got tail={self.tail}; "
                 "use backward='staircase' for other depths"
             )
         if not isinstance(self.block, int) or self.block < 1:
-            raise ValueError(f"block={self.block!r} must be a positive integer")
+            raise InputError(f"block={self.block!r} must be a positive integer")
         if self.backend not in BACKENDS:
-            raise ValueError(f"backend={self.backend!r} is not one of {BACKENDS}")
+            raise InputError(f"backend={self.backend!r} is not one of {BACKENDS}")
 
     def replace(self, **changes) -> SinkhornConfig:
         return replace(self, **changes)
@@ -86,10 +87,10 @@ class DustbinConfig:
 
     def __post_init__(self) -> None:
         if self.variant not in DUSTBIN_VARIANTS:
-            raise ValueError(f"variant={self.variant!r} is not one of {DUSTBIN_VARIANTS}")
+            raise InputError(f"variant={self.variant!r} is not one of {DUSTBIN_VARIANTS}")
         if self.mass not in DUSTBIN_MASSES:
-            raise ValueError(f"mass={self.mass!r} is not one of {DUSTBIN_MASSES}")
+            raise InputError(f"mass={self.mass!r} is not one of {DUSTBIN_MASSES}")
         if self.variant == "paper" and self.mass != "unit":
-            raise ValueError("variant='paper' uses unit dustbin mass; set mass='unit'")
+            raise InputError("variant='paper' uses unit dustbin mass; set mass='unit'")
         if not isinstance(self.filler, int) or self.filler < 1:
-            raise ValueError(f"filler={self.filler!r} must be a positive integer")
+            raise InputError(f"filler={self.filler!r} must be a positive integer")

@@ -13,6 +13,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from sinkalign.errors import AlphabetError, InputError
 from sinkalign.io.fasta import Sequence, detect_alphabet, validate_residues
 from sinkalign.utils import atomic_write, atomic_write_text
 
@@ -81,7 +82,8 @@ def as_records(
         SequenceFormatError: an illegal character; the message names the item's
             0-based index in the input, its record id when it has one, the 0-based
             residue position and the character.
-        ValueError: an empty sequence, a non-string item, or an alphabet not in ``accepted``.
+        InputError: an empty sequence. AlphabetError: an alphabet not in ``accepted``.
+        ValueError: a non-string item (InputError and AlphabetError are ValueErrors too).
     """
     if isinstance(seqs, (str, Sequence)):
         seqs = [seqs]
@@ -96,12 +98,12 @@ def as_records(
             residues = _upper(item)
             where = f"{embedder} input sequence #{k} (0-based)"
             if not residues:
-                raise ValueError(f"{where} is empty")
+                raise InputError(f"{where} is empty")
             alphabet = detect_alphabet(residues) if default_alphabet == "auto" else default_alphabet
         else:
             raise ValueError(f"{embedder} input sequence #{k} (0-based) is a {type(item).__name__}, not a string")
         if alphabet not in accepted:
-            raise ValueError(f"{where}: alphabet {alphabet!r} cannot be embedded by {embedder} (accepts {accepted})")
+            raise AlphabetError(f"{where}: alphabet {alphabet!r} cannot be embedded by {embedder} (accepts {accepted})")
         validate_residues(residues, alphabet, allow_ambiguous=True, where=where)
         out.append((residues, alphabet))
     return out

@@ -49,6 +49,7 @@ import numpy as np
 from Bio.Align import substitution_matrices
 
 from sinkalign.align.embed.base import SequenceLike, as_records
+from sinkalign.errors import InputError
 
 __all__ = ["BUILTIN_DIM", "BuiltinConfig", "BuiltinEmbedder", "builtin_tables"]
 
@@ -155,7 +156,7 @@ class BuiltinConfig:
 
     def __post_init__(self) -> None:
         if self.alphabet not in ("auto", "protein", "dna"):
-            raise ValueError(f"alphabet={self.alphabet!r} is not one of ('auto', 'protein', 'dna')")
+            raise InputError(f"alphabet={self.alphabet!r} is not one of ('auto', 'protein', 'dna')")
 
 
 class BuiltinEmbedder:

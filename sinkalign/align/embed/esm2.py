@@ -12,8 +12,9 @@ Nothing is ever downloaded. The checkpoint is, in this order:
    ``$TORCH_HOME/hub/checkpoints/`` (default ``~/.cache/torch/hub/checkpoints/``),
    which is where ``esm.pretrained.<model>()`` puts the file when it downloads it.
 
-A missing file raises :class:`FileNotFoundError` naming the paths searched and the URL
-to fetch the weights from on a machine with network access.
+A missing file raises :class:`~sinkalign.errors.MissingFileError` (a ``FileNotFoundError``)
+naming the paths searched and the URL to fetch the weights from on a machine with network
+access; an unreadable one a :class:`~sinkalign.errors.FormatError`.
 
 Loading goes through fair-esm's own ``esm.pretrained.load_model_and_alphabet_core``
 (the function that ``load_model_and_alphabet_local`` calls after reading the file).
@@ -67,6 +68,7 @@ from pathlib import Path
 import numpy as np
 
 from sinkalign.align.embed.base import EmbeddingCache, SequenceLike, as_records, default_cache_dir
+from sinkalign.errors import FormatError, InputError, MissingFileError
 from sinkalign.utils import file_sha256
 
 __all__ = ["DEFAULT_ESM2_MODEL", "ESM2_DIMS", "ESM2Config", "ESM2Embedder", "load_esm2", "plan_windows"]
@@ -124,28 +126,28 @@ class ESM2Config:
 
     def __post_init__(self) -> None:
         if self.model is not None and (not isinstance(self.model, str) or not _MODEL_NAME.match(self.model)):
-            raise ValueError(
+            raise InputError(
                 f"model={self.model!r} must be an ESM-2 model name starting with 'esm2' (e.g. {DEFAULT_ESM2_MODEL!r})"
             )
         if self.weights is not None and not isinstance(self.weights, (str, os.PathLike)):
-            raise ValueError(f"weights={self.weights!r} must be a path or None")
+            raise InputError(f"weights={self.weights!r} must be a path or None")
         if not _is_int(self.layer):
-            raise ValueError(f"layer={self.layer!r} must be an integer")
+            raise InputError(f"layer={self.layer!r} must be an integer")
         if not _is_int(self.window) or not 1 <= self.window <= ESM_MAX_RESIDUES:
-            raise ValueError(f"window={self.window!r} must be an integer in [1, {ESM_MAX_RESIDUES}]")
+            raise InputError(f"window={self.window!r} must be an integer in [1, {ESM_MAX_RESIDUES}]")
         if not _is_int(self.overlap) or not 0 <= self.overlap < self.window:
-            raise ValueError(f"overlap={self.overlap!r} must be an integer in [0, window={self.window})")
+            raise InputError(f"overlap={self.overlap!r} must be an integer in [0, window={self.window})")
         if not _is_int(self.max_tokens) or self.max_tokens < self.window + 2:
-            raise ValueError(f"max_tokens={self.max_tokens!r} must be an integer >= window + 2 = {self.window + 2}")
+            raise InputError(f"max_tokens={self.max_tokens!r} must be an integer >= window + 2 = {self.window + 2}")
         if not isinstance(self.device, str) or not _DEVICE.match(self.device):
-            raise ValueError(f"device={self.device!r} is not one of 'auto', 'cpu', 'cuda', 'cuda:N'")
+            raise InputError(f"device={self.device!r} is not one of 'auto', 'cpu', 'cuda', 'cuda:N'")
         for flag in ("fp16", "cache", "progress"):
             if not isinstance(getattr(self, flag), bool):
-                raise ValueError(f"{flag}={getattr(self, flag)!r} must be True or False")
+                raise InputError(f"{flag}={getattr(self, flag)!r} must be True or False")
         if self.device == "cpu" and self.fp16:
-            raise ValueError("fp16=True needs a CUDA device, device='cpu'")
+            raise InputError("fp16=True needs a CUDA device, device='cpu'")
         if self.cache_dir is not None and not isinstance(self.cache_dir, (str, os.PathLike)):
-            raise ValueError(f"cache_dir={self.cache_dir!r} must be a path or None")
+            raise InputError(f"cache_dir={self.cache_dir!r} must be a path or None")
 
 
 def _is_int(x) -> bool:
@@ -169,17 +171,17 @@ def plan_windows(length: int, window: int, overlap: int) -> list[tuple[int, int,
 
 
 def _resolve_weights(options: ESM2Config) -> tuple[str, Path]:
-    """(model name, checkpoint path); raises FileNotFoundError listing what was searched."""
+    """(model name, checkpoint path); raises MissingFileError (a FileNotFoundError) listing what was searched."""
     if options.weights is not None:
         path = Path(options.weights).expanduser()
         name = options.model if options.model is not None else path.stem
         if not _MODEL_NAME.match(name):
-            raise ValueError(
+            raise InputError(
                 f"weights={str(path)!r}: fair-esm picks the architecture from the model name, and {name!r} does "
                 "not start with 'esm2'; rename the file (e.g. esm2_t6_8M_UR50D.pt) or pass model='esm2_...'"
             )
         if not path.is_file():
-            raise FileNotFoundError(f"ESM-2 weights file {path} does not exist")
+            raise MissingFileError(f"ESM-2 weights file {path} does not exist")
         return name, path
     import torch
 
@@ -187,7 +189,7 @@ def _resolve_weights(options: ESM2Config) -> tuple[str, Path]:
     hub = Path(torch.hub.get_dir()) / "checkpoints"
     path = hub / f"{name}.pt"
     if not path.is_file():
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"ESM-2 weights for {name!r} not found; searched: {path} (the torch hub cache, "
             f"$TORCH_HOME/hub/checkpoints). Nothing is downloaded automatically: on a machine with network "
             f"access fetch {_WEIGHTS_URL.format(name=name)} (or run esm.pretrained.{name}()), then copy the file "
@@ -209,7 +211,7 @@ def load_esm2(path: str | os.PathLike, name: str | None = None):
         ``(model, alphabet)`` as from ``esm.pretrained``, the model in eval mode on the CPU.
 
     Raises:
-        ValueError: unreadable, truncated or non-ESM-2 file (the path is named).
+        FormatError: unreadable, truncated or non-ESM-2 file (the path is named); a ValueError.
     """
     import esm.pretrained
     import torch
@@ -217,32 +219,32 @@ def load_esm2(path: str | os.PathLike, name: str | None = None):
     path = Path(path)
     name = path.stem if name is None else name
     if not name.startswith("esm2"):
-        raise ValueError(f"{path}: model name {name!r} must start with 'esm2'")
+        raise InputError(f"{path}: model name {name!r} must start with 'esm2'")
     try:
         with torch.serialization.safe_globals([argparse.Namespace]):
             data = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises RuntimeError, UnpicklingError, EOFError, zipfile errors...
         first_line = str(err).splitlines()[0] if str(err) else ""
-        raise ValueError(
+        raise FormatError(
             f"{path}: cannot read ESM-2 weights ({type(err).__name__}: {first_line}); "
             "the file is corrupt, truncated or not a fair-esm checkpoint"
         ) from err
     cfg = data.get("cfg") if isinstance(data, dict) else None
     if not isinstance(data, dict) or not isinstance(data.get("model"), dict) or not isinstance(cfg, dict):
         found = sorted(data) if isinstance(data, dict) else type(data).__name__
-        raise ValueError(f"{path}: not a fair-esm ESM-2 checkpoint (expected keys 'model' and 'cfg', found {found})")
+        raise FormatError(f"{path}: not a fair-esm ESM-2 checkpoint (expected keys 'model' and 'cfg', found {found})")
     arch = cfg.get("model")
     missing = [k for k in ("encoder_layers", "encoder_embed_dim", "encoder_attention_heads", "token_dropout")
                if not hasattr(arch, k)]  # fmt: skip
     if missing:
-        raise ValueError(f"{path}: cfg['model'] lacks {missing}; not a fair-esm ESM-2 checkpoint")
+        raise FormatError(f"{path}: cfg['model'] lacks {missing}; not a fair-esm ESM-2 checkpoint")
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Regression weights not found")
             model, alphabet = esm.pretrained.load_model_and_alphabet_core(name, data, None)
     except (RuntimeError, KeyError, TypeError, ValueError, AttributeError) as err:
         detail = " ".join(str(err).split())
-        raise ValueError(f"{path}: weights do not fit the ESM-2 architecture in its cfg: {detail}") from err
+        raise FormatError(f"{path}: weights do not fit the ESM-2 architecture in its cfg: {detail}") from err
     model.eval()
     return model, alphabet
 
@@ -289,14 +291,14 @@ class ESM2Embedder:
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         elif device.startswith("cuda") and not torch.cuda.is_available():
-            raise ValueError(f"device={device!r} but torch.cuda.is_available() is False")
+            raise InputError(f"device={device!r} but torch.cuda.is_available() is False")
         if self.options.fp16 and device == "cpu":
-            raise ValueError(f"fp16=True needs a CUDA device (device={self.options.device!r} resolved to 'cpu')")
+            raise InputError(f"fp16=True needs a CUDA device (device={self.options.device!r} resolved to 'cpu')")
         return device
 
     def _check_layer(self, num_layers: int) -> None:
         if not -(num_layers + 1) <= self.options.layer <= num_layers:
-            raise ValueError(
+            raise InputError(
                 f"layer={self.options.layer} out of range for {self.model_name} with {num_layers} layers "
                 f"(valid: {-(num_layers + 1)} .. {num_layers})"
             )
@@ -310,7 +312,7 @@ class ESM2Embedder:
             model, alphabet = load_esm2(self.weights_path, self.model_name)
             expected = ESM2_DIMS.get(self.model_name)
             if expected is not None and (model.embed_dim, model.num_layers) != expected:
-                raise ValueError(
+                raise FormatError(
                     f"{self.weights_path}: has {model.num_layers} layers of width {model.embed_dim}, "
                     f"{self.model_name} should have {expected[1]} of width {expected[0]}"
                 )
@@ -378,7 +380,7 @@ class ESM2Embedder:
 
         Raises:
             SequenceFormatError: an illegal character (input index, record id, position).
-            ValueError: empty input items, DNA records.
+            InputError: empty input items. AlphabetError: DNA records (both ValueErrors).
         """
         records = as_records(seqs, "protein", ("protein",), self.name)
         seq_list = [residues for residues, _ in records]

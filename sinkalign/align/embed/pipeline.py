@@ -11,6 +11,7 @@ from tqdm.auto import tqdm
 
 from sinkalign.align.embed.base import Embedder
 from sinkalign.align.embed.registry import embedding_name
+from sinkalign.errors import OutputExistsError
 from sinkalign.io.fasta import Sequence, read_fasta
 from sinkalign.io.shards import EMBEDDING_DTYPES, ShardDataset, add_embeddings, read_index
 
@@ -110,16 +111,18 @@ def embed_shards(
         The updated index.
 
     Raises:
-        ValueError: bad arguments, existing embeddings without ``overwrite``, a
-            sequence the embedder cannot embed.
-        FileNotFoundError: not a shard directory.
+        OutputExistsError: existing embeddings without ``overwrite`` (a FileExistsError).
+        InputError / AlphabetError: a sequence the embedder cannot embed (ValueErrors).
+        ValueError: bad arguments.
+        MissingFileError: not a shard directory (a FileNotFoundError).
     """
     if dtype not in EMBEDDING_DTYPES:
         raise ValueError(f"dtype={dtype!r} is not one of {EMBEDDING_DTYPES}")
     _check_chunk(chunk_size)
     index = read_index(directory)
     if index.get("embeddings") and not overwrite:
-        raise ValueError(f"{directory} already has embeddings ({index['embeddings']['name']!r}); pass overwrite=True")
+        raise OutputExistsError(f"{directory} already has embeddings ({index['embeddings']['name']!r}); pass "
+                                "--overwrite (overwrite=True) to replace them")
     families = index["families"]
     records: dict[str, Sequence] = {}
     for split in index["splits"]:

@@ -6,6 +6,7 @@ import dataclasses
 import json
 
 from sinkalign.align.embed.base import Embedder
+from sinkalign.errors import InputError
 
 __all__ = ["EMBEDDERS", "embedder_from_config", "embedding_name", "get_embedder"]
 
@@ -30,17 +31,17 @@ def get_embedder(name: str, **options) -> Embedder:
     :class:`~sinkalign.align.embed.esm2.ESM2Config`.
 
     Raises:
-        ValueError: unknown name (the valid ones are listed), unknown option (the valid
-            ones are listed) or a bad option value.
-        FileNotFoundError: ESM-2 weights that cannot be found.
+        InputError: unknown name (the valid ones are listed), unknown option (the valid
+            ones are listed) or a bad option value; a ValueError.
+        MissingFileError: ESM-2 weights that cannot be found; a FileNotFoundError.
     """
     if name not in EMBEDDERS:
-        raise ValueError(f"embedder {name!r} is not one of {tuple(sorted(EMBEDDERS))}")
+        raise InputError(f"embedder {name!r} is not one of {tuple(sorted(EMBEDDERS))}")
     cls, cfg_cls = _classes()[name]
     fields = [f.name for f in dataclasses.fields(cfg_cls)]
     unknown = sorted(set(options) - set(fields))
     if unknown:
-        raise ValueError(f"unknown option(s) {unknown} for embedder {name!r}; valid options: {fields}")
+        raise InputError(f"unknown option(s) {unknown} for embedder {name!r}; valid options: {fields}")
     return cls(cfg_cls(**options))
 
 
