@@ -46,6 +46,13 @@ def test_config_errors():
         ({"dustbin_mass": 3}, r"dustbin_mass=3 is not one of \('unit', 'length'\)"),
         ({"dustbin_mass": "big"}, "mass='big' is not one of"),
         ({"temperature": 2}, r"unknown AlignerConfig settings \['temperature'\]"),
+        ({"feature_dim": 8, "ctx_dim": 0}, "ctx_dim=0 must be an integer >= 1"),
+        ({"feature_dim": 8, "ctx_layers": -1}, "ctx_layers=-1 must be an integer >= 0"),
+        ({"feature_dim": 8, "ctx_kernel": 2.5}, "ctx_kernel=2.5 must be an integer >= 1"),
+        ({"feature_dim": 8, "qk_ctx_dim": "32"}, "qk_ctx_dim='32' must be an integer >= 1"),
+        ({"decode_gap_weight": -0.1}, "decode_gap_weight=-0.1 must be a finite number >= 0"),
+        ({"decode_gap_weight": float("nan")}, "decode_gap_weight=nan must be a finite number >= 0"),
+        ({"decode_gap_weight": "1"}, "decode_gap_weight='1' must be a finite number >= 0"),
     ],
 )
 def test_bad_settings_of_any_type_are_input_errors(settings, message):

@@ -327,3 +327,27 @@ def test_certified_depth_on_a_training_batch():
     assert certified_depth(params, batch, cfg, tau=1e-9).depth > sel.depth
     assert certified_depth(M.init_params(cfg.replace(dustbin="none")), batch, cfg.replace(dustbin="none"),
                            tau=1e-3) is None
+
+
+def test_validation_split_missing_or_broken(shards, tmp_path, caplog):
+    """Shards without a validation split train without validation (a warning, no best/); a
+    validation split that is listed but whose shard is gone is an error before any step,
+    not a run that silently skips validation."""
+    import shutil
+
+    from sinkalign.errors import MissingFileError
+
+    broken = tmp_path / "broken"
+    shutil.copytree(shards, broken)
+    index = json.loads((broken / "index.json").read_text())
+    for entry in index["splits"]["valid"]["shards"]:
+        (broken / entry["file"]).unlink()
+    with pytest.raises(MissingFileError, match="valid-00000.npz: listed in index.json but missing"):
+        train(_cfg(broken, tmp_path / "run_b", 2), progress=False)
+    assert not (tmp_path / "run_b" / "checkpoints").exists()
+    del index["splits"]["valid"]
+    (broken / "index.json").write_text(json.dumps(index))
+    with caplog.at_level("WARNING", logger="sinkalign.align.train"):
+        train(_cfg(broken, tmp_path / "run_n", 2), progress=False)  # evaluates at step 2
+    assert "has no validation split: training without validation" in caplog.text
+    assert not (tmp_path / "run_n" / "best").exists()

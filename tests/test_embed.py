@@ -641,3 +641,19 @@ def test_cli_embed_user_errors(tiny, tmp_path, monkeypatch):
                                               "--esm-weights", str(garbage)]),
                           f"{garbage}: cannot read ESM-2 weights")
     assert read_index(prot)["embeddings"] is None  # nothing was written
+
+
+def test_load_esm2_without_fair_esm_names_the_extra(monkeypatch, tmp_path):
+    """Without fair-esm installed, loading ESM-2 weights is a DependencyError naming the
+    'torch' extra (not a bare ImportError)."""
+    import sys
+
+    from sinkalign.align.embed import load_esm2
+    from sinkalign.errors import DependencyError
+
+    monkeypatch.setitem(sys.modules, "esm", None)  # `import esm` raises ImportError
+    weights = tmp_path / "esm2_t6_8M_UR50D.pt"
+    weights.write_bytes(b"")
+    with pytest.raises(DependencyError, match=r"loading ESM-2 weights needs esm, which is not installed; "
+                                              r"install the 'torch' extra"):
+        load_esm2(weights)

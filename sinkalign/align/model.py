@@ -122,6 +122,14 @@ class AlignerConfig:
             raise InputError(f"dustbin must be a DustbinConfig or None, got {type(self.dustbin).__name__}")
         for name in ("feature_dim", "window", "res_ctx_dim", "res_qk_dim"):
             check_int(name, getattr(self, name), 0)
+        if self.feature_dim:
+            check_int("ctx_dim", self.ctx_dim, 1)
+            check_int("ctx_layers", self.ctx_layers, 0)
+            check_int("ctx_kernel", self.ctx_kernel, 1)
+            check_int("qk_ctx_dim", self.qk_ctx_dim, 1)
+        gw = self.decode_gap_weight
+        if isinstance(gw, bool) or not isinstance(gw, numbers.Real) or not math.isfinite(gw) or gw < 0:
+            raise InputError(f"decode_gap_weight={gw!r} must be a finite number >= 0")
         if self.res_ctx_dim:
             check_int("res_ctx_layers", self.res_ctx_layers, 0)
             check_int("res_ctx_kernel", self.res_ctx_kernel, 1)

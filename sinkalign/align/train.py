@@ -295,10 +295,13 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
     check_run_dir(out, resume=resume, overwrite=overwrite)  # after the data checks: --overwrite deletes
     out.mkdir(parents=True, exist_ok=True)
     clean_leftovers(out)
-    try:
+    # shards without a validation split train without validation (and keep no best/); a
+    # validation split that is there but unreadable is an error, not silently skipped
+    if "valid" in train_set.index["splits"]:
         val_set = ShardDataset(cfg.shards, "valid", load_embeddings=bool(cfg.model.feature_dim))
-    except (KeyError, ValueError, FileNotFoundError):
+    else:
         val_set = None
+        log.warning("%s has no validation split: training without validation (no best/ checkpoint)", cfg.shards)
 
     devices = jax.local_devices()
     n_dev = len(devices)

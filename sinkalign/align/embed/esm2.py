@@ -68,7 +68,7 @@ from pathlib import Path
 import numpy as np
 
 from sinkalign.align.embed.base import EmbeddingCache, SequenceLike, as_records, default_cache_dir
-from sinkalign.errors import FormatError, InputError, MissingFileError
+from sinkalign.errors import FormatError, InputError, MissingFileError, require
 from sinkalign.utils import file_sha256
 
 __all__ = ["DEFAULT_ESM2_MODEL", "ESM2_DIMS", "ESM2Config", "ESM2Embedder", "load_esm2", "plan_windows"]
@@ -213,6 +213,7 @@ def load_esm2(path: str | os.PathLike, name: str | None = None):
     Raises:
         FormatError: unreadable, truncated or non-ESM-2 file (the path is named); a ValueError.
     """
+    require("esm", "torch", "loading ESM-2 weights")
     import esm.pretrained
     import torch
 
