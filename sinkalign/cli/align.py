@@ -37,7 +37,7 @@ _INPUT = click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path
 @click.option("--model", type=str,
               help="Trained model (run, checkpoint or model directory) or a shipped model by name: learned (the "
                    "protein default, trained on structure-based pairs), blosum (its BLOSUM62 starting point: "
-                   "about 4x faster, less accurate on remote homologs), dna. Default: the shipped model for the "
+                   "about 3x faster, less accurate on remote homologs), dna. Default: the shipped model for the "
                    "input (DNA when every record is nucleotides, else learned; DNA against protein is an error).")
 @click.option("--embedder", type=str, help="Embedder name; must be the one the model was trained with.")
 @click.option("--esm-weights", type=click.Path(exists=True, dir_okay=False, path_type=Path),
