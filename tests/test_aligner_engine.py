@@ -375,9 +375,10 @@ def test_jax_engine_batches_respect_the_cell_budget_and_keep_the_input_order(mon
 
 
 def test_encoded_sequences_are_cached_within_a_bound_and_give_the_same_alignments():
-    """All against all: each distinct sequence is encoded once while the cache holds them;
-    a cache smaller than the targets keeps some (random replacement), one of size 0 none,
-    and every setting gives the same alignments, bit for bit."""
+    """All against all: a sequence is kept from its second use, so each distinct sequence is
+    encoded twice while the cache holds them; a cache smaller than the targets keeps some
+    (random replacement), one of size 0 none; a stream in which nothing recurs keeps nothing;
+    every setting gives the same alignments, bit for bit."""
     from sinkalign.align.engine import _SequenceCache
 
     rng = np.random.default_rng(4)
@@ -398,19 +399,25 @@ def test_encoded_sequences_are_cached_within_a_bound_and_give_the_same_alignment
         assert cache._size <= residues and cache._size == sum(map(len, cache._keys))
         distinct = len(set(queries + targets))
         if residues == 10**6:
-            assert len(encoded) == distinct == len(cache)
+            assert len(encoded) == 2 * distinct and len(cache) == distinct
         elif residues:
-            assert distinct < len(encoded) < len(items) * 2 and len(cache) > 0
+            assert 2 * distinct < len(encoded) < len(items) * 2 and len(cache) > 0
         else:
             assert len(encoded) == 2 * len(items) and len(cache) == 0
     for a, b, c in zip(*results.values()):
         np.testing.assert_array_equal(a.alignment.pairs, b.alignment.pairs)
         np.testing.assert_array_equal(a.alignment.match_posterior, c.alignment.match_posterior)
     small = _SequenceCache(5)
-    assert small.get("MKVLAAG", lambda: 1) == 1 and len(small) == 0  # longer than the cache: not kept
+    for _ in range(2):
+        assert small.get("MKVLAAG", lambda: 1) == 1 and len(small) == 0  # longer than the cache: not kept
+    for seq in ("MK", "VL", "AG", "HW"):
+        assert small.get(seq, lambda: seq) == seq and len(small) == 0  # first use: not kept
     for seq in ("MK", "VL", "AG", "HW"):
         small.get(seq, lambda: seq)
     assert small._size <= 5 and len(small) == 2 and small.get("HW", lambda: None) == "HW"
+    zipped = Aligner(params, config, workers=1)  # nothing recurs: nothing kept
+    list(zipped.align_many([(f"q{i}", q, f"t{i}", t) for i, (q, t) in enumerate(zip(queries, targets))]))
+    assert len(zipped._numpy._cache) == 0
 
 
 @pytest.mark.parametrize("layers, kernel", [(0, 5), (1, 1), (2, 2), (3, 4), (4, 5)])

@@ -181,17 +181,24 @@ class _Sides:
 
 
 class _SequenceCache:
-    """Encoded sequences by sequence, at most ``residues`` residues in all; when full, a new
-    one replaces one chosen at random. Random rather than least-recently-used replacement:
-    an all-against-all run cycles through its targets, and on a cycle longer than the cache
-    LRU never hits, while random replacement keeps about the cache's share of it. Thread-safe
-    (a sequence two threads encode at once is encoded twice, to the same values)."""
+    """Encoded sequences by sequence, at most ``residues`` residues in all.
+
+    A sequence is kept from the second time it is asked for: a stream in which nothing
+    recurs (``--pairing zip`` over distinct records) leaves the cache empty and costs no
+    memory, while a recurring one (a query against every target, the targets of an
+    all-against-all run from the second query on) is encoded at most twice. When full, a
+    new sequence replaces one chosen at random. Random rather than least-recently-used
+    replacement: an all-against-all run cycles through its targets, and on a cycle longer
+    than the cache LRU never hits, while random replacement keeps about the cache's share of
+    it. Thread-safe (a sequence two threads encode at once is encoded twice, to the same values).
+    """
 
     def __init__(self, residues: int, seed: int = 0) -> None:
         self.residues = residues
         self._items: dict = {}
         self._keys: list = []  # the same keys, for a uniform random choice
         self._size = 0
+        self._seen: set = set()  # hashes of sequences asked for once (forgotten in bulk when large)
         self._rng = np.random.default_rng(seed)
         self._lock = threading.Lock()
 
@@ -205,6 +212,12 @@ class _SequenceCache:
             return value
         with self._lock:
             if key in self._items:
+                return value
+            tag = hash(key)
+            if tag not in self._seen:  # first time: remember that it was asked for, keep nothing
+                if len(self._seen) >= max(1024, self.residues // 2):
+                    self._seen.clear()
+                self._seen.add(tag)
                 return value
             while self._size + len(key) > self.residues:
                 slot = int(self._rng.integers(len(self._keys)))
