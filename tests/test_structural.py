@@ -324,3 +324,25 @@ def test_shipped_learned_model_loads_and_aligns_a_sequence_to_itself():
     seq = "MVLSPADKTNVKAAWGKVGAHAGEYGAEALERMFLSFPTTKTYFPHFDLSHGSAQVKGHGKKVADALTNAVAHVDDMPNALSALSDLHAHKL"
     res = aligner.align(seq, seq)
     assert res.alignment.pairs.tolist() == [[i, i] for i in range(len(seq))]
+
+
+def test_evaluate_names_a_bad_split_or_a_missing_shard(sdir, tmp_path):
+    """`sinkalign evaluate --reference SHARDS`: an unknown split and a shard listed but gone are
+    one 'Error:' line naming the split or the file (the shard reader's own errors)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from sinkalign.cli.main import cli
+    from tests.cli_errors import assert_one_line_error
+
+    build_shards([sdir / "FAM1.ali", sdir / "set1"], tmp_path / "sh", split=(1.0, 0.0, 0.0), min_length=1)
+    r = CliRunner().invoke(cli, ["evaluate", "--reference", str(tmp_path / "sh"), "--split", "nonesuch",
+                                 "--methods", "nw"])
+    assert_one_line_error(r, "split='nonesuch' is not one of")
+    index = json.loads((tmp_path / "sh" / "index.json").read_text())
+    shard = index["splits"]["train"]["shards"][0]["file"]
+    (tmp_path / "sh" / shard).unlink()
+    r = CliRunner().invoke(cli, ["evaluate", "--reference", str(tmp_path / "sh"), "--split", "train",
+                                 "--methods", "nw"])
+    assert_one_line_error(r, f"{shard}: listed in index.json but missing")

@@ -52,10 +52,8 @@ def load_reference_set(path: str | Path, *, min_tm: float | None = 0.5, max_pair
     elif path.is_dir():
         from sinkalign.io.shards import ShardDataset
 
-        try:
-            ds = ShardDataset(path, split, load_embeddings=False)
-        except (FileNotFoundError, KeyError, ValueError) as exc:
-            raise InputError(f"{path}: cannot read split {split!r} of the shard directory: {exc}") from exc
+        # a missing or corrupt shard, an unknown split: SinkalignErrors naming the file or split
+        ds = ShardDataset(path, split, load_embeddings=False)
         pairs = [ds[i].pair for i in range(len(ds))]
     elif path.suffix in (".tsv", ".txt"):
         pairs = list(read_tmalign_pairs(path, min_tm=min_tm))
