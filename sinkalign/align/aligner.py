@@ -5,8 +5,9 @@ Two engines compute the transport plans, with the same result:
 * ``numpy`` (:mod:`sinkalign.align.engine`): every model without embedder features and with
   banded dustbins (the shipped ``learned``, ``blosum`` and ``dna`` models), pair by pair in
   float64 with no padding and nothing to compile, on ``workers`` threads (NumPy and BLAS
-  release the GIL); the residue encoder of the ``learned`` model runs once per distinct
-  sequence (cached), so all-against-all runs encode each sequence once.
+  release the GIL); the residue encoder of the ``learned`` model runs per sequence, not per
+  pair (a sequence used again is cached), so an all-against-all run encodes each sequence
+  at most twice.
 * ``jax``: the model's own forward pass (:func:`sinkalign.align.model.forward`), for every
   model and the only engine for models with embedder features (ESM-2, the built-in
   embedder) or the ``pallas`` backend; in batches padded to a length bucket, compiled once

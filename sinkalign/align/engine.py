@@ -19,10 +19,12 @@ and nothing to compile:
   tiles that stay in cache, ``O(m n (2K + 1))``.
 * **Residue encoder** (``res_ctx_dim > 0``, the ``learned`` model): the built-in encoder
   (:func:`~sinkalign.align.model.residue_context`: a projection and residual dilated
-  convolutions, each one matrix product over the stacked taps) runs once per distinct
-  sequence; its low-rank pair score ``(h_a W_q)(h_b W_k)^T / eps`` and the gap head's
-  dustbin scores are added. Encoded sequences are kept in a cache bounded by residues
-  (:data:`CACHE_RESIDUES`), so all-against-all runs encode each sequence once.
+  convolutions; the projection and the first convolution as tables over the symbols, each
+  other layer one matrix product over the stacked taps) runs per sequence, not per pair;
+  its low-rank pair score ``(h_a W_q)(h_b W_k)^T / eps`` and the gap head's dustbin scores
+  are added. A sequence is kept from its second use in a cache bounded by residues
+  (:data:`CACHE_RESIDUES`), so an all-against-all run encodes each sequence at most twice
+  while the cache holds them, and a stream in which nothing recurs keeps nothing.
 * **Dustbins.** The dustbin row and column scores are windowed lookups of the stored
   dustbin tokens plus their encoder parts (exact for any tokens).
 * **Solve.** The operator's forward (``T`` centred base steps from ``v = 0``, then ``R``
