@@ -375,16 +375,21 @@ def test_jax_engine_batches_respect_the_cell_budget_and_keep_the_input_order(mon
 
 
 def test_encoded_sequences_are_cached_within_a_bound_and_give_the_same_alignments():
-    """All against all: a sequence is kept from its second use, so each distinct sequence is
-    encoded twice while the cache holds them; a cache smaller than the targets keeps some
-    (random replacement), one of size 0 none; a stream in which nothing recurs keeps nothing;
-    every setting gives the same alignments, bit for bit."""
+    """All against all (6 queries x 8 targets, three tasks of 16 pairs): a task encodes each of
+    its distinct sequences once, and a sequence is kept from the second task that uses it, so
+    with room for all the targets the third task encodes only its queries; a cache smaller
+    than the targets keeps some (random replacement), one of size 0 none; a stream in which
+    nothing recurs keeps nothing; every setting gives the same alignments, bit for bit."""
+    from sinkalign.align.aligner import TASK_PAIRS
     from sinkalign.align.engine import _SequenceCache
 
     rng = np.random.default_rng(4)
-    queries = [_random_seq(rng, int(rng.integers(20, 120))) for _ in range(3)]
+    queries = [_random_seq(rng, int(rng.integers(20, 120))) for _ in range(6)]
     targets = [_mutate(rng, queries[i % 3]) for i in range(8)]
     items = [(f"q{i}", q, f"t{j}", t) for i, q in enumerate(queries) for j, t in enumerate(targets)]
+    per_task = [len({s for it in items[k : k + TASK_PAIRS] for s in (it[1], it[3])})
+                for k in range(0, len(items), TASK_PAIRS)]
+    assert per_task == [10, 10, 10]
     params, config = Aligner.load().params, Aligner.load().config
     results = {}
     for residues in (10**6, sum(map(len, targets)) // 2, 0):
@@ -392,18 +397,17 @@ def test_encoded_sequences_are_cached_within_a_bound_and_give_the_same_alignment
         object.__setattr__(aligner._numpy, "cache_residues", residues)
         encoded = []
         encoder = aligner._numpy.encoder
-        real = encoder.sides
-        object.__setattr__(encoder, "sides", lambda idx: encoded.append(len(idx)) or real(idx))
+        real = encoder.sides_many
+        object.__setattr__(encoder, "sides_many", lambda idxs: encoded.extend(map(len, idxs)) or real(idxs))
         results[residues] = list(aligner.align_many(items))
         cache = aligner._numpy._cache
         assert cache._size <= residues and cache._size == sum(map(len, cache._keys))
-        distinct = len(set(queries + targets))
-        if residues == 10**6:
-            assert len(encoded) == 2 * distinct and len(cache) == distinct
+        if residues == 10**6:  # task 3 finds the 8 targets kept by task 2
+            assert len(encoded) == 10 + 10 + 2 and set(cache._items) == set(targets)
         elif residues:
-            assert 2 * distinct < len(encoded) < len(items) * 2 and len(cache) > 0
+            assert 10 + 10 + 2 < len(encoded) < sum(per_task) and 0 < len(cache) < len(targets)
         else:
-            assert len(encoded) == 2 * len(items) and len(cache) == 0
+            assert len(encoded) == sum(per_task) and len(cache) == 0
     for a, b, c in zip(*results.values()):
         np.testing.assert_array_equal(a.alignment.pairs, b.alignment.pairs)
         np.testing.assert_array_equal(a.alignment.match_posterior, c.alignment.match_posterior)

@@ -151,7 +151,7 @@ class ResidueEncoder:
                 y = self.first_taps[0][padded_idx[:L]]
                 for t in range(1, self.kernel):
                     y += self.first_taps[t][padded_idx[t * dil : t * dil + L]]
-            else:
+            else:  # the taps side by side (contiguous copies), one matrix product
                 padded = np.zeros((L + lo + hi, C))
                 padded[lo : lo + L] = h
                 taps = np.empty((L, self.kernel * C))
@@ -165,12 +165,18 @@ class ResidueEncoder:
     def sides(self, idx: np.ndarray) -> _Sides:
         """What a sequence contributes as a query and as a target."""
         h = self.context(idx)
-        if self.gap_w is None:
-            gq = gk = None
-        else:
+        gq = gk = None
+        if self.gap_w is not None:
             g = h @ self.gap_w + self.gap_b
             gq, gk = g[:, 0].copy(), g[:, 1].copy()
-        return _Sides(idx, h @ self.wq, h @ self.wk, gq, gk)
+        return _Sides(np.asarray(idx), h @ self.wq, h @ self.wk, gq, gk)
+
+    def sides_many(self, idxs: list) -> list:
+        """:meth:`sides` of several sequences, each encoded alone: stacking short sequences
+        into one matrix product would be faster (2x at 12 residues), but a sequence's
+        features would then depend, in their last bits, on the sequences it was stacked with
+        (and so on the cache and on thread timing), and results would not be reproducible."""
+        return [self.sides(idx) for idx in idxs]
 
 
 @dataclass(frozen=True, eq=False)
@@ -205,22 +211,33 @@ class _SequenceCache:
         self._lock = threading.Lock()
 
     def get(self, key: str, make):
+        """The value of ``key``: cached, or ``make()`` (kept from the key's second use)."""
+        return self.get_many([key], lambda keys: [make()])[0]
+
+    def get_many(self, keys: list, make_many) -> list:
+        """The values of distinct ``keys``: cached ones, the others from one call of
+        ``make_many(missing_keys)`` (each kept from its second use)."""
         with self._lock:
-            hit = self._items.get(key)
-        if hit is not None:
-            return hit[1]
-        value = make()
+            found = {k: self._items[k][1] for k in keys if k in self._items}
+        missing = [k for k in keys if k not in found]
+        if missing:
+            for key, value in zip(missing, make_many(missing)):
+                found[key] = value
+                self._admit(key, value)
+        return [found[k] for k in keys]
+
+    def _admit(self, key: str, value) -> None:
         if len(key) > self.residues:
-            return value
+            return
         with self._lock:
             if key in self._items:
-                return value
+                return
             tag = hash(key)
             if tag not in self._seen:  # first time: remember that it was asked for, keep nothing
                 if len(self._seen) >= max(1024, self.residues // 2):
                     self._seen.clear()
                 self._seen.add(tag)
-                return value
+                return
             while self._size + len(key) > self.residues:
                 slot = int(self._rng.integers(len(self._keys)))
                 old = self._keys[slot]
@@ -233,7 +250,6 @@ class _SequenceCache:
             self._items[key] = (len(self._keys), value)
             self._keys.append(key)
             self._size += len(key)
-        return value
 
     def __len__(self) -> int:
         return len(self._items)
@@ -353,9 +369,17 @@ class NumpyEngine:
 
     def sides(self, seq: str) -> _Sides:
         """A sequence's residue indices and, with an encoder, its encoded features (cached)."""
+        return self.sides_many([seq])[0]
+
+    def sides_many(self, seqs: list) -> list:
+        """:meth:`sides` of several sequences; those not cached are encoded together."""
         if self.encoder is None:
-            return _Sides(self.encode(seq))
-        return self._cache.get(seq, lambda: self.encoder.sides(self.encode(seq)))
+            return [_Sides(self.encode(seq)) for seq in seqs]
+        distinct = list(dict.fromkeys(seqs))
+        got = self._cache.get_many(distinct, lambda missing: self.encoder.sides_many(
+            [self.encode(seq) for seq in missing]))
+        by_seq = dict(zip(distinct, got))
+        return [by_seq[seq] for seq in seqs]
 
     def scores(self, a: np.ndarray | _Sides, b: np.ndarray | _Sides) -> np.ndarray:
         """Augmented scores ``[m + 1, n + 1]`` / eps for a query and a target: residue indices
@@ -451,7 +475,11 @@ class NumpyEngine:
         """The operator's final duals for one pair (see :class:`Solution`)."""
         if not query or not target:
             raise ValueError(f"cannot align an empty sequence (query {len(query)}, target {len(target)} residues)")
-        return self.solve_scores(self.scores(self.sides(query), self.sides(target)))
+        return self.solve_sides(*self.sides_many([query, target]))
+
+    def solve_sides(self, query: _Sides, target: _Sides) -> Solution:
+        """:meth:`solve` from :meth:`sides` (non-empty sequences)."""
+        return self.solve_scores(self.scores(query, target))
 
     def solve_scores(self, S: np.ndarray) -> Solution:
         """:meth:`solve` from the augmented scores ``S [m + 1, n + 1]`` (overwritten): in
