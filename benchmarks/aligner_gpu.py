@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from _common import machine, write_json
-from aligner_throughput import homologous_pairs, timed
+from aligner_throughput import cold, homologous_pairs, timed
 
 from sinkalign.align import model as M
 from sinkalign.align.aligner import Aligner, resolve_model
@@ -52,12 +52,6 @@ def best_of(fn, repeats: int) -> float:
 
 def items_of(pairs):
     return [(f"q{i}", q, f"t{i}", t) for i, (q, t) in enumerate(pairs)]
-
-
-def cold(aligner) -> None:
-    """Empty the numpy engine's cache of encoded sequences, so a timed run encodes afresh."""
-    if aligner.engine == "numpy":
-        aligner._numpy.clear_cache()
 
 
 def throughput(args, rows):

@@ -397,8 +397,8 @@ def test_encoded_sequences_are_cached_within_a_bound_and_give_the_same_alignment
         object.__setattr__(aligner._numpy, "cache_residues", residues)
         encoded = []
         encoder = aligner._numpy.encoder
-        real = encoder.sides_many
-        object.__setattr__(encoder, "sides_many", lambda idxs: encoded.extend(map(len, idxs)) or real(idxs))
+        real = encoder.sides
+        object.__setattr__(encoder, "sides", lambda idx: encoded.append(len(idx)) or real(idx))
         results[residues] = list(aligner.align_many(items))
         cache = aligner._numpy._cache
         assert cache._size <= residues and cache._size == sum(map(len, cache._keys))

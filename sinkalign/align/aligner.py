@@ -310,7 +310,7 @@ class Aligner:
                 error = exc  # raised by the consumer, after the results before it
                 break
             good.append(item)
-        sides = self._numpy.sides_many([seq for item in good for seq in (item[1], item[3])])  # encoded together
+        sides = self._numpy.sides_many([seq for item in good for seq in (item[1], item[3])])  # each looked up once
         solved = [self._numpy.solve_sides(sides[2 * i], sides[2 * i + 1]) for i in range(len(good))]
         plans = [sol.plan() if keep_plan else None for sol in solved]
         posts = [sol.posteriors() for sol in solved]

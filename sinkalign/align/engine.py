@@ -163,20 +163,16 @@ class ResidueEncoder:
         return h
 
     def sides(self, idx: np.ndarray) -> _Sides:
-        """What a sequence contributes as a query and as a target."""
+        """What a sequence contributes as a query and as a target. Each sequence is encoded
+        alone: stacking short ones into one matrix product would be faster (2x at 12
+        residues), but a sequence's features would then depend, in their last bits, on the
+        sequences it was stacked with (and so on the cache and thread timing)."""
         h = self.context(idx)
         gq = gk = None
         if self.gap_w is not None:
             g = h @ self.gap_w + self.gap_b
             gq, gk = g[:, 0].copy(), g[:, 1].copy()
         return _Sides(np.asarray(idx), h @ self.wq, h @ self.wk, gq, gk)
-
-    def sides_many(self, idxs: list) -> list:
-        """:meth:`sides` of several sequences, each encoded alone: stacking short sequences
-        into one matrix product would be faster (2x at 12 residues), but a sequence's
-        features would then depend, in their last bits, on the sequences it was stacked with
-        (and so on the cache and on thread timing), and results would not be reproducible."""
-        return [self.sides(idx) for idx in idxs]
 
 
 @dataclass(frozen=True, eq=False)
@@ -212,18 +208,18 @@ class _SequenceCache:
 
     def get(self, key: str, make):
         """The value of ``key``: cached, or ``make()`` (kept from the key's second use)."""
-        return self.get_many([key], lambda keys: [make()])[0]
+        return self.get_many([key], lambda _: make())[0]
 
-    def get_many(self, keys: list, make_many) -> list:
-        """The values of distinct ``keys``: cached ones, the others from one call of
-        ``make_many(missing_keys)`` (each kept from its second use)."""
+    def get_many(self, keys: list, make) -> list:
+        """The values of distinct ``keys``: cached ones, the others ``make(key)`` (each kept
+        from its second use). All are looked up before any is kept, so what one task keeps
+        never evicts a sequence that the same task is about to use."""
         with self._lock:
             found = {k: self._items[k][1] for k in keys if k in self._items}
-        missing = [k for k in keys if k not in found]
-        if missing:
-            for key, value in zip(missing, make_many(missing)):
-                found[key] = value
-                self._admit(key, value)
+        for key in keys:
+            if key not in found:
+                found[key] = make(key)
+                self._admit(key, found[key])
         return [found[k] for k in keys]
 
     def _admit(self, key: str, value) -> None:
@@ -372,13 +368,12 @@ class NumpyEngine:
         return self.sides_many([seq])[0]
 
     def sides_many(self, seqs: list) -> list:
-        """:meth:`sides` of several sequences; those not cached are encoded together."""
+        """:meth:`sides` of several sequences, a sequence that recurs among them looked up
+        (and encoded) once."""
         if self.encoder is None:
             return [_Sides(self.encode(seq)) for seq in seqs]
         distinct = list(dict.fromkeys(seqs))
-        got = self._cache.get_many(distinct, lambda missing: self.encoder.sides_many(
-            [self.encode(seq) for seq in missing]))
-        by_seq = dict(zip(distinct, got))
+        by_seq = dict(zip(distinct, self._cache.get_many(distinct, lambda seq: self.encoder.sides(self.encode(seq)))))
         return [by_seq[seq] for seq in seqs]
 
     def scores(self, a: np.ndarray | _Sides, b: np.ndarray | _Sides) -> np.ndarray:
