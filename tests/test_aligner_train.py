@@ -345,6 +345,11 @@ def test_validation_split_missing_or_broken(shards, tmp_path, caplog):
     with pytest.raises(MissingFileError, match="valid-00000.npz: listed in index.json but missing"):
         train(_cfg(broken, tmp_path / "run_b", 2), progress=False)
     assert not (tmp_path / "run_b" / "checkpoints").exists()
+    train(_cfg(shards, tmp_path / "run_o", 2), progress=False)  # an existing run, asked to be overwritten
+    kept = sorted(p.relative_to(tmp_path / "run_o") for p in (tmp_path / "run_o").rglob("*"))
+    with pytest.raises(MissingFileError, match="listed in index.json but missing"):
+        train(_cfg(broken, tmp_path / "run_o", 2), progress=False, overwrite=True)
+    assert sorted(p.relative_to(tmp_path / "run_o") for p in (tmp_path / "run_o").rglob("*")) == kept  # untouched
     del index["splits"]["valid"]
     (broken / "index.json").write_text(json.dumps(index))
     with caplog.at_level("WARNING", logger="sinkalign.align.train"):

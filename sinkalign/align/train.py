@@ -292,9 +292,6 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
         raise InputError(f"{cfg.shards} holds no pair shards: {exc}") from exc
     if len(train_set) == 0:
         raise InputError(f"{cfg.shards}: the train split is empty")
-    check_run_dir(out, resume=resume, overwrite=overwrite)  # after the data checks: --overwrite deletes
-    out.mkdir(parents=True, exist_ok=True)
-    clean_leftovers(out)
     # shards without a validation split train without validation (and keep no best/); a
     # validation split that is there but unreadable is an error, not silently skipped
     if "valid" in train_set.index["splits"]:
@@ -302,11 +299,13 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
     else:
         val_set = None
         log.warning("%s has no validation split: training without validation (no best/ checkpoint)", cfg.shards)
-
     devices = jax.local_devices()
     n_dev = len(devices)
     if cfg.batch_size % n_dev:
         raise InputError(f"batch_size={cfg.batch_size} must be a multiple of the {n_dev} local devices")
+    check_run_dir(out, resume=resume, overwrite=overwrite)  # after every input check: --overwrite deletes
+    out.mkdir(parents=True, exist_ok=True)
+    clean_leftovers(out)
     mesh = Mesh(np.asarray(devices), ("data",))
     data_sharding = NamedSharding(mesh, PartitionSpec("data"))
     replicated = NamedSharding(mesh, PartitionSpec())
