@@ -323,6 +323,9 @@ class AlignedPair(NamedTuple):
             OT aligner it is the sum of the raw match posteriors over aligned pairs.
         plan: the transport plan ``[m + 1, n + 1]`` (last row and column: the dustbins) when
             it was asked for (``keep_plan=True``), else ``None``.
+        evalue: how many shuffled pairs of these lengths would be expected to align at least
+            as well (:mod:`sinkalign.align.significance`), when the model carries a fitted
+            null; else ``None``.
 
     A plain 6-tuple ``(query_id, query, target_id, target, alignment, score)`` is accepted
     wherever an ``AlignedPair`` is.
@@ -335,6 +338,7 @@ class AlignedPair(NamedTuple):
     alignment: Any
     score: float | None = None
     plan: np.ndarray | None = None
+    evalue: float | None = None
 
     @property
     def pairs(self) -> np.ndarray:

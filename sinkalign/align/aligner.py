@@ -37,6 +37,7 @@ from sinkalign.align.calibration import Calibration, check_min_confidence
 from sinkalign.align.checkpoints import BUCKETS, load_checkpoint
 from sinkalign.align.decode import mea_batch, plan_posteriors
 from sinkalign.align.engine import NumpyEngine, engine_support
+from sinkalign.align.significance import Significance
 from sinkalign.alignment import AlignedPair
 from sinkalign.errors import CheckpointError, InputError
 
@@ -167,6 +168,9 @@ class Aligner:
         min_confidence: leave unaligned the MEA columns whose calibrated confidence is below
             this (default: the calibration's own threshold, 0 without a calibration); more
             precise, less complete alignments as it rises. Needs a calibration.
+        significance: the null model of the pairs' E-values
+            (:mod:`sinkalign.align.significance`); a model directory fitted with ``sinkalign
+            fit-evalues`` carries its own. Needs a calibration; ``None``: no E-values.
         engine: ``auto`` (``numpy`` when the model allows it, else ``jax``), ``numpy`` (an
             error naming the reason when the model does not allow it) or ``jax``.
         workers: threads of the ``numpy`` engine (default: the CPUs this process may use).
@@ -175,7 +179,8 @@ class Aligner:
     def __init__(self, params: dict, config: M.AlignerConfig, *, embedder=None,
                  embedder_options: dict | None = None, backend: str = "reference",
                  gap_weight: float | None = None, calibration: Calibration | None = None, engine: str = "auto",
-                 workers: int | None = None, min_confidence: float | None = None):
+                 workers: int | None = None, min_confidence: float | None = None,
+                 significance: Significance | None = None):
         if backend not in BACKENDS:
             raise InputError(f"backend={backend!r} is not one of {BACKENDS}")
         if engine not in ENGINES:
@@ -199,7 +204,10 @@ class Aligner:
             raise InputError("give either embedder or embedder_options, not both")
         self._embedder = embedder
         self._embedder_options = dict(embedder_options or {})
+        if significance is not None and calibration is None:
+            raise InputError("E-values (significance) need calibrated confidences: this model has no calibration")
         self.calibration = calibration
+        self.significance = significance
         self.provenance = ""  # how the model was made (set by :meth:`load` from its state.json)
         self._numpy: NumpyEngine | None = None
         if engine != "jax":
@@ -221,11 +229,18 @@ class Aligner:
         :class:`Aligner` (``backend``, ``gap_weight``, ``embedder_options``, ``engine``, ...)."""
         path = resolve_model(path) if path is not None else default_model_path()
         params, state, _ = load_checkpoint(path)  # checked: a 'model' config matching the weights
-        if "calibration" in state and "calibration" not in kwargs:
+        own_calibration = "calibration" in state and "calibration" not in kwargs
+        if own_calibration:
             try:
                 kwargs["calibration"] = Calibration.from_dict(state["calibration"])
             except (TypeError, ValueError) as exc:
                 raise CheckpointError(f"{path}/state.json: bad calibration: {exc}") from exc
+        # the E-values' null was fitted on the model's own calibrated confidences: only with them
+        if "significance" in state and "significance" not in kwargs and own_calibration:
+            try:
+                kwargs["significance"] = Significance.from_dict(state["significance"])
+            except (TypeError, ValueError) as exc:
+                raise CheckpointError(f"{path}/state.json: bad significance: {exc}") from exc
         aligner = cls(params, M.AlignerConfig.from_dict(state["model"]), **kwargs)
         aligner.provenance = state.get("provenance", "")
         return aligner
@@ -294,10 +309,14 @@ class Aligner:
             raise InputError(f"pair {qid} / {tid}: the {'query' if not q else 'target'} sequence is empty")
 
     def _finish(self, item, post, aln, plan) -> AlignedPair:
+        evalue = None
         if self.calibration is not None:
-            aln = self.calibration.apply(aln, post.match, query=item[1], target=item[3],
+            conf = self.calibration.column_confidences(aln, post.match, query=item[1], target=item[3])
+            if self.significance is not None:
+                evalue = self.significance.pair_evalue(conf, item[1], item[3])
+            aln = self.calibration.apply(aln, post.match, query=item[1], target=item[3], confidences=conf,
                                          min_confidence=self.min_confidence, gap_weight=self.gap_weight)
-        return AlignedPair(item[0], item[1], item[2], item[3], aln, aln.score, plan)
+        return AlignedPair(item[0], item[1], item[2], item[3], aln, aln.score, plan, evalue)
 
     # ---------------------------------------------------------------- numpy engine
     def _numpy_task(self, items: list, keep_plan: bool) -> list:

@@ -40,6 +40,7 @@ __all__ = [
     "align_pair",
     "align_pairs",
     "measure_throughput",
+    "local_score",
     "score_pairs",
 ]
 
@@ -323,6 +324,25 @@ def align_pair(
     fn = _parasail_align if backend == "parasail" else _biopython_align
     pairs, score = fn(q, t, method, scoring)
     return BaselineAlignment(pairs, score, method, scoring)
+
+
+def local_score(query: str, target: str, *, scoring: Scoring | None = None) -> float:
+    """The optimal Smith-Waterman score of ``query`` against ``target`` (no traceback: the
+    parasail striped kernel, 16-bit with a 32-bit rerun on saturation); 0 when nothing aligns.
+    Sequences are cleaned as in :func:`align_pair`."""
+    import parasail
+
+    scoring = scoring or Scoring()
+    q = _clean(query, "query", scoring)
+    t = _clean(target, "target", scoring)
+    if not q or not t:
+        return 0.0
+    matrix = _parasail_matrix(scoring)
+    o, e = int(scoring.gap_open), int(scoring.gap_extend)
+    res = parasail.sw_striped_16(q, t, o, e, matrix)
+    if res.saturated:
+        res = parasail.sw_striped_32(q, t, o, e, matrix)
+    return max(float(res.score), 0.0)
 
 
 def align_pairs(

@@ -326,8 +326,15 @@ class Calibration:
         ``columns``, the feature rows, which the column model turns into a probability first)."""
         return self.match(feature if self.column_model is None else logistic(self.column_model, feature))
 
+    def column_confidences(self, aln: Alignment, match=None, *, query: str | None = None,
+                           target: str | None = None) -> np.ndarray:
+        """Calibrated confidences of every column of ``aln`` (raw posteriors; ``match`` and
+        the sequences as :meth:`apply` needs them), before any threshold."""
+        return self.confidence(self.feature(aln, match, query=query, target=target))
+
     def apply(self, aln: Alignment, match=None, *, query: str | None = None, target: str | None = None,
-              min_confidence: float | None = None, gap_weight: float = 0.0) -> Alignment:
+              min_confidence: float | None = None, gap_weight: float = 0.0,
+              confidences=None) -> Alignment:
         """The alignment with calibrated posteriors and expected accuracy, its columns below
         ``min_confidence`` (default: this calibration's) left unaligned.
 
@@ -335,9 +342,15 @@ class Calibration:
         (:func:`sinkalign.align.decode.plan_posteriors`), needed by the ``local_share`` and
         ``columns`` features, which also need the sequences. When columns are dropped, the
         score is the MEA objective (``gap_weight`` as decoded) of the columns kept.
+        ``confidences``: :meth:`column_confidences` of ``aln`` when already computed.
         """
         threshold = self.min_confidence if min_confidence is None else check_min_confidence(min_confidence)
-        mp = self.confidence(self.feature(aln, match, query=query, target=target))
+        if confidences is None:
+            mp = self.column_confidences(aln, match, query=query, target=target)
+        else:
+            mp = np.asarray(confidences, dtype=np.float64)
+            if mp.shape != (aln.pairs.shape[0],):
+                raise ValueError(f"confidences must have one entry per column ({aln.pairs.shape[0]}), got {mp.shape}")
         if threshold > 0 and np.any(mp < threshold):
             keep = mp >= threshold
             aln = alignment_of_pairs(aln.pairs[keep], aln.match_posterior[keep], aln.query_gap_posterior,

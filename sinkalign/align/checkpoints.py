@@ -179,11 +179,14 @@ def _remove_dir(path: Path) -> None:
 
 
 def export_model(out_dir: str | os.PathLike, params: dict, config, *, provenance: str,
-                 calibration: dict | None = None, overwrite: bool = False) -> Path:
+                 calibration: dict | None = None, significance: dict | None = None,
+                 overwrite: bool = False) -> Path:
     """Write a standalone model directory (params.safetensors + state.json), atomically.
 
     ``calibration``: a :meth:`sinkalign.align.calibration.Calibration.to_dict` stored with the
-    model, applied to the posteriors of every alignment it makes.
+    model, applied to the posteriors of every alignment it makes. ``significance``: a
+    :meth:`sinkalign.align.significance.Significance.to_dict` (the null of its E-values,
+    fitted with that calibration).
 
     Nothing a user has is lost: an existing empty directory is filled; an existing model
     directory (only ``params.safetensors`` and ``state.json``) is replaced only with
@@ -197,6 +200,10 @@ def export_model(out_dir: str | os.PathLike, params: dict, config, *, provenance
     state = {"model": config.to_dict(), "provenance": provenance}
     if calibration is not None:
         state["calibration"] = calibration
+    if significance is not None:
+        if calibration is None:
+            raise ValueError("a significance (E-value null) goes with the calibration it was fitted with")
+        state["significance"] = significance
     with atomic_dir(out_dir) as tmp:
         save_file({k: np.asarray(v) for k, v in params.items()}, tmp / "params.safetensors")
         (tmp / "state.json").write_text(json.dumps(state, indent=1) + "\n")

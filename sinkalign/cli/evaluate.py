@@ -21,8 +21,8 @@ def _reference_options(purpose: str, split: str):
                          type=click.Path(exists=True, path_type=Path),
                          help=f"Reference set {purpose}: Stockholm/aligned FASTA/A2M/MSF file, TM-align TSV, or "
                               "shard directory. Repeatable."),
-            click.option("--model", type=click.Path(exists=True, path_type=Path),
-                         help="Model directory (default: shipped)."),
+            click.option("--model", help="Model directory, checkpoint or run, or a shipped model by name "
+                                         "(learned, blosum, dna). Default: the shipped protein model."),
             click.option("--split", default=split, show_default=True, help="Split to read from shard directories."),
             click.option("--min-tm", type=float, default=0.5, show_default=True,
                          help="TM-align pairs: keep min(tm1, tm2) >= this."),
@@ -91,7 +91,7 @@ def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, ma
     The calibration goes with the model: `sinkalign align` reports calibrated column
     confidences, and leaves columns below --min-confidence unaligned.
     """
-    from sinkalign.align.aligner import Aligner, default_model_path
+    from sinkalign.align.aligner import Aligner, default_model_path, resolve_model
     from sinkalign.align.calibration import calibration_samples, fit_from_samples
     from sinkalign.align.checkpoints import check_model_output, export_model
     from sinkalign.align.decode import plan_posteriors
@@ -106,7 +106,7 @@ def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, ma
                   if max(len(p.query_seq), len(p.target_seq)) <= max_length]
     if not pairs:
         raise InputError(f"no reference pair of at most {max_length} residues in {[str(r) for r in references]}")
-    source = model or default_model_path()
+    source = resolve_model(model) if model else default_model_path()
     aligner = Aligner.load(source, calibration=None)  # the raw posteriors are what is fitted
     samples, raw = [], []
     kind = "protein" if aligner.config.alphabet == "protein" else "dna"
@@ -130,4 +130,63 @@ def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, ma
     hits = np.concatenate([s[1] for s in samples])
     console.print(f"{len(pairs)} pairs, {conf.size} aligned columns: mean raw posterior "
                   f"{np.mean(np.concatenate(raw)):.4f}, mean calibrated {conf.mean():.3f}, precision {hits.mean():.3f}")
+    console.print(f"wrote {out}")
+
+
+@click.command("fit-evalues")
+@_reference_options("to fit on (training data, not test data)", "train")
+@click.option("--max-length", type=click.IntRange(min=1), default=1024, show_default=True,
+              help="Skip pairs with a sequence longer than this.")
+@click.option("--shuffles", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Shuffled copies of each pair (target and query shuffled in turn) that make the null.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the shuffles.")
+@click.option("-o", "--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Model directory to write: the model with its E-value null. It must be new or empty "
+                   "(a directory holding other files is refused).")
+@click.option("--overwrite", is_flag=True, help="Replace the model already in --out (only a model directory).")
+def fit_evalues(references, model, split, min_tm, max_pairs, max_length, shuffles, seed, out, overwrite):
+    """Fit the null of a calibrated model's E-values on shuffled pairs and write the model.
+
+    Each reference pair is aligned as it is and with one sequence shuffled. The statistic is
+    the Smith-Waterman score plus a multiple of the model's expected correct columns; an
+    extreme-value law fitted to its shuffled scores gives every alignment's E-value
+    (`sinkalign align` reports it), and the multiple kept is the one whose E-values find most
+    of the reference pairs at E <= 1e-3.
+    """
+    from sinkalign.align.aligner import Aligner, default_model_path, resolve_model
+    from sinkalign.align.checkpoints import check_model_output, export_model
+    from sinkalign.align.evaluate import load_reference_set
+    from sinkalign.align.significance import fit_significance, significance_samples
+    from sinkalign.errors import InputError
+
+    console = Console()
+    check_model_output(out, overwrite=overwrite)  # refuse before the work, not after
+    pairs = []
+    for ref in references:
+        pairs += [p for p in load_reference_set(ref, min_tm=min_tm, max_pairs=max_pairs, split=split)
+                  if max(len(p.query_seq), len(p.target_seq)) <= max_length]
+    if len(pairs) < 10:
+        raise InputError(f"{len(pairs)} reference pairs of at most {max_length} residues in "
+                         f"{[str(r) for r in references]}: E-values need at least 10")
+    source = resolve_model(model) if model else default_model_path()
+    aligner = Aligner.load(source, significance=None)
+    if aligner.calibration is None:
+        raise InputError(f"{source} has no calibration: fit one with `sinkalign calibrate` first")
+    kind = "protein" if aligner.config.alphabet == "protein" else "dna"
+    real, real_lengths, null, lengths = significance_samples(
+        aligner, [(p.query_seq, p.target_seq) for p in pairs], shuffles=shuffles, seed=seed)
+    names = ", ".join(r.name for r in references)
+    fitted_on = (f"{len(pairs)} pairs of {names} (split {split}, <= {max_length} residues) and {len(null)} "
+                 f"shuffled copies (seed {seed})")
+    sig = fit_significance(real, real_lengths, null, lengths, threshold=aligner.calibration.min_confidence,
+                           kind=kind, fitted_on=fitted_on)
+    earlier = aligner.provenance.split(" E-values fitted with")[0]  # a new fit replaces the last
+    provenance = f"{earlier} E-values fitted with `sinkalign fit-evalues` on {fitted_on}.".strip()
+    export_model(out, aligner.params, aligner.config, provenance=provenance,
+                 calibration=aligner.calibration.to_dict(), significance=sig.to_dict(), overwrite=overwrite)
+    e_real = sig.evalue(real, real_lengths[:, 0], real_lengths[:, 1])
+    e_null = sig.evalue(null, lengths[:, 0], lengths[:, 1])
+    console.print(f"statistic: local score + {sig.weights[1]:g} x expected correct columns")
+    console.print(f"{len(pairs)} pairs, {len(null)} shuffled: E <= 1e-3 for {np.mean(e_real <= 1e-3):.1%} of the "
+                  f"pairs and {np.mean(e_null <= 1e-3):.2%} of the shuffled (expected {-np.expm1(-1e-3):.2%})")
     console.print(f"wrote {out}")

@@ -25,6 +25,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                   "Fit calibrated confidences (isotonic) for a model's posteriors and write the calibrated model."),
     "evaluate": ("sinkalign.cli.evaluate", "evaluate",
                  "Precision, recall and F1 per reference set, binned by percent identity."),
+    "fit-evalues": ("sinkalign.cli.evaluate", "fit_evalues",
+                    "Fit the null of a calibrated model's E-values on shuffled pairs and write the model."),
     "gc-profile": ("sinkalign.cli.gc_profile", "gc_profile",
                    "GC content, GC skew and cumulative skew of FASTA (plain or .gz) in windows."),
     "generate-dna": ("sinkalign.cli.generate", "generate_dna",

@@ -12,10 +12,11 @@ Formats (:data:`FORMATS`):
 * ``fasta``: each pair as two gapped records (query then target, global layout), in input
   order; descriptions ``aligned_to=<other id> score=<score>``.
 * ``tsv``: one row per pair, header ``query target score identity aligned_length
-  query_start query_end target_start target_end cigar mean_posterior``. Spans are 0-based
+  query_start query_end target_start target_end cigar mean_posterior evalue``. Spans are 0-based
   half-open; identity is percent of aligned pairs that are identical; the CIGAR is the
   SAM-style local one (soft clips for unaligned query ends, target span from
-  ``target_start``); ``*`` / ``NA`` when nothing is aligned or a value is unknown.
+  ``target_start``); the E-value (:mod:`sinkalign.align.significance`) when the model has a
+  fitted null; ``*`` / ``NA`` when nothing is aligned or a value is unknown.
 * ``sam`` / ``bam`` (pysam): targets are the references (``@SQ`` with their lengths, in
   first-seen order; one id must always carry the same sequence), the query is the read.
   POS = first aligned target residue, CIGAR local with soft clips, MAPQ =
@@ -77,6 +78,7 @@ TSV_COLUMNS = (
     "target_end",
     "cigar",
     "mean_posterior",
+    "evalue",
 )
 _BAD_SEQ_RE = re.compile(r"[^A-Za-z*]")
 _QNAME_RE = re.compile(r"[!-?A-~]{1,254}")
@@ -94,6 +96,7 @@ class _Record(NamedTuple):
     pairs: np.ndarray
     posterior: Alignment | None
     score: float
+    evalue: float | None = None
 
     @property
     def where(self) -> str:
@@ -103,9 +106,11 @@ class _Record(NamedTuple):
 def _prepare(records: Iterable[Any]) -> Iterator[_Record]:
     """Validate and normalise the input stream (InputError naming the record)."""
     for index, rec in enumerate(records):
+        evalue = None
         try:
             if isinstance(rec, AlignedPair):  # its plan is not written
                 qid, q, tid, t, aln, *rest = rec[:6]
+                evalue = rec.evalue
             else:
                 qid, q, tid, t, aln, *rest = rec
         except (TypeError, ValueError):
@@ -144,7 +149,7 @@ def _prepare(records: Iterable[Any]) -> Iterator[_Record]:
             score = float(score)
         except (TypeError, ValueError):
             raise InputError(f"{where}: score={score!r} is not a number") from None
-        yield _Record(index, qid, q, tid, t, pairs, posterior, score)
+        yield _Record(index, qid, q, tid, t, pairs, posterior, score, None if evalue is None else float(evalue))
 
 
 # --------------------------------------------------------------------------- formatting helpers
@@ -240,6 +245,7 @@ def _tsv_row(rec: _Record) -> list[str]:
         str(st.target_end),
         "*" if empty else cigar(rec.pairs, len(rec.query), len(rec.target), local=True),
         _fmt(_mean_posterior(rec)),
+        "NA" if rec.evalue is None else format(rec.evalue, ".3g"),
     ]
 
 
@@ -256,7 +262,7 @@ def _tsv_to(records: Iterable[_Record], handle: IO[str]) -> int:
 def _json_object(rec: _Record) -> dict[str, Any]:
     """Keys: index, query_id, target_id, query_length, target_length, score, identity,
     aligned_length, query_start, query_end, target_start, target_end, cigar (local, SAM
-    style; null when empty), mean_posterior, expected_accuracy, pairs ([[i, j], ...]),
+    style; null when empty), mean_posterior, expected_accuracy, evalue (null when unknown), pairs ([[i, j], ...]),
     match_posterior (list or null), query_gapped, target_gapped."""
     st = alignment_stats(rec.query, rec.target, rec.pairs)
     qg, tg = to_gapped(rec.query, rec.target, rec.pairs)
@@ -281,6 +287,7 @@ def _json_object(rec: _Record) -> dict[str, Any]:
         "cigar": cigar(rec.pairs, len(rec.query), len(rec.target), local=True) if st.aligned_length else None,
         "mean_posterior": num(_mean_posterior(rec)),
         "expected_accuracy": num(post.expected_accuracy) if post is not None else None,
+        "evalue": num(rec.evalue),
         "pairs": rec.pairs.tolist(),
         "match_posterior": [num(x) for x in post.match_posterior.tolist()] if post is not None else None,
         "query_gapped": qg,

@@ -54,6 +54,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sinkalign.alignment import AlignedPair
 from sinkalign.errors import (
     AlphabetError,
     FormatError,
@@ -184,12 +185,12 @@ def _trim_heap() -> None:
 
 def align_chunk(spec: ModelSpec, chunk: list, batch_size: int, keep_plan: bool) -> list:
     """Align one chunk of ``(query_id, query, target_id, target)``: a list of ``(alignment,
-    plan or None)`` in the chunk's order. The task a cluster worker runs (and the single
+    plan or None, E-value or None)`` in the chunk's order. The task a cluster worker runs (and the single
     process too, chunk by chunk, so both give the same batches and the same results)."""
     aligner = load_aligner(spec)
     out = []
     for res in _align_pairs(aligner, chunk, batch_size=batch_size, keep_plan=keep_plan):
-        out.append((res.alignment, None if res.plan is None else res.plan.astype(np.float32)))
+        out.append((res.alignment, None if res.plan is None else res.plan.astype(np.float32), res.evalue))
     if len(out) != len(chunk):  # an aligner that drops or adds pairs is a bug, never silent
         raise RuntimeError(f"the aligner returned {len(out)} results for {len(chunk)} pairs")
     _trim_heap()
@@ -769,11 +770,11 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
             def records():
                 index = 0
                 for chunk, out in results:
-                    for (qid, q, tid, t), (aln, plan) in zip(chunk, out):
+                    for (qid, q, tid, t), (aln, plan, evalue) in zip(chunk, out):
                         if plans is not None:
                             plans.add(f"{qid}|{tid}|{index}", plan)
                         index += 1
-                        yield qid, q, tid, t, aln, aln.score
+                        yield AlignedPair(qid, q, tid, t, aln, aln.score, None, evalue)
                     bar.update(len(chunk))
                 if index != scan.total:  # every pair exactly once, checked before the output is kept
                     raise RuntimeError(f"aligned {index} pairs of {scan.total}")

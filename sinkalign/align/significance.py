@@ -1,0 +1,305 @@
+"""E-values: how often would an unrelated pair align as well as this one?
+
+An alignment is always produced, homologous or not; the E-value says whether to believe it.
+For a pair of lengths ``m`` and ``n`` the aligner computes the pair's features
+(:data:`PAIR_FEATURES`):
+
+* ``local_nats``: the Smith-Waterman score of the two sequences (BLOSUM62, open 11 / extend 1
+  for protein; +2/-3, open 5 / extend 2 for DNA; parasail) times ``lambda_pq``, the
+  Karlin-Altschul lambda of the substitution matrix for *this pair's* residue compositions
+  ``p`` and ``q`` (:func:`composition_lambda`: the root of ``sum p_a q_b exp(lambda s_ab) =
+  1``). Two sequences of alike, skewed composition (two transmembrane proteins, a
+  low-complexity pair) score high by chance; their ``lambda_pq`` is smaller, which takes that
+  back (the idea of BLAST's composition-based statistics);
+* ``expected_correct``: the sum of the calibrated confidences of the MEA columns at or above
+  the calibration's own threshold (its ``min_confidence``, whatever a user passes to the
+  aligner), i.e. the number of columns the model expects to be right;
+
+and scores them with a fixed linear statistic ``S = local_nats + alpha * expected_correct``.
+``alpha`` is chosen from :data:`MIX_GRID` on training pairs: the one that finds most of them
+at ``E <= 1e-3`` (:data:`FIT_EVALUE`), each candidate with its own null fit.
+
+The null distribution of ``S`` (pairs with one sequence shuffled: same compositions) is fitted
+as an extreme value (Gumbel) law whose location and log scale are linear in ``ln(m n)``, as
+Karlin-Altschul statistics have ``lambda S ~ Gumbel(ln(K m n), 1)`` for local alignment scores.
+The fit is by maximum likelihood on the upper tail, where E-values are read: scores below
+``mu + beta`` of a first fit to all of them count as left-censored (:data:`CENSOR_BELOW`).
+
+    z = (S - mu(m, n)) / beta(m, n),   mu = a + b ln(m n),   beta = exp(c + d ln(m n))
+    E = exp(-z),                        P(S_null >= S) = 1 - exp(-E)
+
+``E`` is the expected number of shuffled pairs of these lengths scoring at least ``S`` per
+comparison (``bl2seq``'s convention); in a search of ``N`` comparisons the expected number
+of chance hits at least as good is ``N E``. It is a statement about shuffled sequences: real
+unrelated proteins with repeats can score better than shuffles, so treat E-values near the
+threshold with the usual care. ``benchmarks/homology_evalues.py`` measures how well the
+E-values are calibrated and how many homologs they find.
+
+The fit is :func:`fit_significance`; ``sinkalign fit-evalues`` runs it for a model and stores
+the result with the model (``state.json``, key ``significance``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["CENSOR_BELOW", "MIX_GRID", "PAIR_FEATURES", "Significance", "composition_lambda", "fit_gumbel",
+           "fit_significance", "pair_features", "shuffled", "significance_samples"]
+
+PAIR_FEATURES = ("local_nats", "expected_correct")
+# weights of expected_correct (in nats of local score per expected correct column) tried by the fit
+MIX_GRID = (0.0, 0.03125, 0.0625, 0.125, 0.25, 0.5, 1.0)
+# the null is fitted to scores above mu + CENSOR_BELOW * beta of a first fit (the top ~31%)
+CENSOR_BELOW = 1.0
+# letters whose composition sets lambda_pq, and the pseudocount added to each letter's count
+_COMPOSITION_LETTERS = {"protein": "ARNDCQEGHILKMFPSTWYV", "dna": "ACGT"}
+_PSEUDOCOUNT = 0.5
+# the fit maximises the share of real pairs found at this E-value
+FIT_EVALUE = 1e-3
+
+
+def shuffled(seq: str, rng: np.random.Generator) -> str:
+    """``seq`` with its letters in a random order (same length and composition)."""
+    letters = np.frombuffer(seq.encode("ascii"), dtype=np.uint8).copy()
+    rng.shuffle(letters)
+    return letters.tobytes().decode("ascii")
+
+
+def composition_lambda(query: str, target: str, *, kind: str = "protein") -> float:
+    """The Karlin-Altschul lambda of the substitution matrix (BLOSUM62 or +2/-3) for the
+    residue compositions ``p`` of ``query`` and ``q`` of ``target``: the positive root of
+    ``sum_ab p_a q_b exp(lambda s_ab) = 1``. Compositions count the standard letters (20
+    amino acids, ACGT) plus a pseudocount of 0.5 each. When the expected score ``p^T s q``
+    is not negative (no root: alignments of such a pair grow linearly with length) the
+    lambda of the expected score 0 limit, 0, is replaced by a small floor (0.01), so that
+    such pairs get large E-values."""
+    from scipy.optimize import brentq
+
+    matrix, letters = _composition_matrix(kind)
+    p, q = (_composition(seq, letters) for seq in (query, target))
+    if p @ matrix @ q >= 0:
+        return 0.01
+    expm = np.exp(matrix)
+
+    def f(lam: float) -> float:
+        return float(p @ expm**lam @ q) - 1.0
+
+    hi = 1.0
+    while f(hi) <= 0:  # f < 0 just above 0 (negative drift), +inf as lambda grows (a positive score)
+        hi *= 2.0
+    return float(brentq(f, 1e-9, hi, xtol=1e-12, rtol=1e-12))
+
+
+def _composition(seq: str, letters: str) -> np.ndarray:
+    up = seq.upper()
+    counts = np.array([up.count(a) for a in letters], dtype=np.float64) + _PSEUDOCOUNT
+    return counts / counts.sum()
+
+
+def _composition_matrix(kind: str) -> tuple[np.ndarray, str]:
+    from sinkalign.align.baselines import Scoring, _score_lookup
+
+    if kind not in _COMPOSITION_LETTERS:
+        raise ValueError(f"{kind=} is not 'protein' or 'dna'")
+    letters = _COMPOSITION_LETTERS[kind]
+    lut, table = _score_lookup(Scoring.protein() if kind == "protein" else Scoring.dna())
+    rows = np.array([lut[ord(a)] for a in letters])
+    return table[np.ix_(rows, rows)], letters
+
+
+def pair_features(confidences, query: str, target: str, *, threshold: float = 0.0,
+                  kind: str = "protein") -> np.ndarray:
+    """``float64 [len(PAIR_FEATURES)]`` of one pair: ``confidences`` are the calibrated
+    confidences of every MEA column (before any threshold), ``threshold`` the calibration's own."""
+    from sinkalign.align.baselines import Scoring, local_score
+    from sinkalign.align.calibration import _baseline_letters
+
+    if kind not in ("protein", "dna"):
+        raise ValueError(f"{kind=} is not 'protein' or 'dna'")
+    scoring = Scoring.protein() if kind == "protein" else Scoring.dna()
+    conf = np.asarray(confidences, dtype=np.float64).ravel()
+    q, t = _baseline_letters(query, kind), _baseline_letters(target, kind)
+    nats = local_score(q, t, scoring=scoring) * composition_lambda(q, t, kind=kind)
+    return np.array([nats, conf[conf >= threshold].sum()])
+
+
+def _gumbel_nll(theta: np.ndarray, s: np.ndarray, x: np.ndarray,
+                censored: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+    """Mean negative log-likelihood of the Gumbel (maximum) law with ``mu = a + b x``,
+    ``beta = exp(c + d x)`` at the points ``s``, and its gradient in ``(a, b, c, d)``.
+    Where ``censored`` is true, ``s`` is a censoring point: the observation is only known to
+    lie below it (log-likelihood ``log F(s) = -exp(-z)``)."""
+    a, b, c, d = theta
+    log_beta = c + d * x
+    inv_beta = np.exp(-log_beta)
+    z = (s - a - b * x) * inv_beta
+    with np.errstate(over="ignore"):  # a step far off: an infinite loss, which the line search backs off
+        ez = np.exp(-z)
+    terms = log_beta + z + ez
+    dz = 1.0 - ez  # d term / d z
+    dlb = 1.0 - dz * z  # d term / d log beta, through z = (s - mu) / beta as well
+    if censored is not None and censored.any():
+        terms = np.where(censored, ez, terms)
+        dz = np.where(censored, -ez, dz)
+        dlb = np.where(censored, ez * z, dlb)
+    dmu = -dz * inv_beta
+    return float(np.mean(terms)), np.array([dmu.mean(), (dmu * x).mean(), dlb.mean(), (dlb * x).mean()])
+
+
+def fit_gumbel(scores, log_mn, *, censor_below: float | None = None) -> tuple[list[float], list[float]]:
+    """Maximum-likelihood ``([a, b], [c, d])`` of the Gumbel law ``mu = a + b ln(mn)``,
+    ``beta = exp(c + d ln(mn))`` of null ``scores`` at ``log_mn = ln(m n)`` (L-BFGS from the
+    moment estimates; ``ln(mn)`` centred inside for conditioning).
+
+    ``censor_below``: fit the upper tail, where E-values are read. After the fit to every
+    score, the scores below ``mu + beta * censor_below`` of that fit (``censor_below`` a
+    standard-Gumbel quantile, e.g. 0.367 the median) count only as lying below that point
+    (left-censored), and the law is fitted again.
+    """
+    from scipy.optimize import minimize
+
+    s = np.asarray(scores, dtype=np.float64).ravel()
+    x = np.asarray(log_mn, dtype=np.float64).ravel()
+    if s.size != x.size or s.size < 10:
+        raise ValueError(f"need at least 10 null scores with one ln(mn) each, got {s.size} and {x.size}")
+    if not (np.all(np.isfinite(s)) and np.all(np.isfinite(x))):
+        raise ValueError("null scores and ln(mn) must be finite")
+    centre = x.mean()
+    xc = x - centre
+    sd = s.std() or 1.0
+    beta0 = sd * math.sqrt(6) / math.pi
+    start = np.array([s.mean() - 0.5772 * beta0, 0.0, math.log(beta0), 0.0])
+    opts = {"maxiter": 5000, "ftol": 1e-15, "gtol": 1e-10}
+    theta = minimize(_gumbel_nll, start, args=(s, xc), jac=True, method="L-BFGS-B", options=opts).x
+    if censor_below is not None:
+        a, b, c, d = theta
+        cut = a + b * xc + np.exp(c + d * xc) * censor_below
+        censored = s < cut
+        points = np.where(censored, cut, s)
+        theta = minimize(_gumbel_nll, theta, args=(points, xc, censored), jac=True, method="L-BFGS-B",
+                         options=opts).x
+    a, b, c, d = theta
+    return [float(a - b * centre), float(b)], [float(c - d * centre), float(d)]
+
+
+@dataclass(frozen=True)
+class Significance:
+    """E-values of aligned pairs (see the module doc).
+
+    Attributes:
+        weights: ``w`` of the statistic ``S = w . x`` over :data:`PAIR_FEATURES`.
+        location: ``[a, b]``: ``mu = a + b ln(m n)``.
+        scale: ``[c, d]``: ``beta = exp(c + d ln(m n))``.
+        threshold: the confidence threshold of ``expected_correct`` (the calibration's own).
+        kind: ``"protein"`` or ``"dna"`` (the local-score scoring).
+        fitted_on: what the fit saw (free text).
+    """
+
+    weights: list
+    location: list
+    scale: list
+    threshold: float = 0.0
+    kind: str = "protein"
+    fitted_on: str = ""
+
+    def __post_init__(self) -> None:
+        for name, size in (("weights", len(PAIR_FEATURES)), ("location", 2), ("scale", 2)):
+            value = np.asarray(getattr(self, name), dtype=np.float64)
+            if value.shape != (size,) or not np.all(np.isfinite(value)):
+                raise ValueError(f"significance {name} must be {size} finite numbers, got {getattr(self, name)!r}")
+            object.__setattr__(self, name, [float(v) for v in value])
+        if self.kind not in ("protein", "dna"):
+            raise ValueError(f"significance kind must be 'protein' or 'dna', got {self.kind!r}")
+        if not (isinstance(self.threshold, (int, float)) and 0 <= self.threshold < 1):
+            raise ValueError(f"significance threshold must be in [0, 1), got {self.threshold!r}")
+
+    def statistic(self, features) -> np.ndarray:
+        """``S = w . x`` of feature rows ``[..., len(PAIR_FEATURES)]``."""
+        return np.asarray(features, dtype=np.float64) @ np.asarray(self.weights)
+
+    def evalue(self, features, m, n) -> np.ndarray:
+        """E-values of feature rows for sequences of lengths ``m`` and ``n`` (broadcast)."""
+        x = np.log(np.asarray(m, dtype=np.float64) * np.asarray(n, dtype=np.float64))
+        mu = self.location[0] + self.location[1] * x
+        beta = np.exp(self.scale[0] + self.scale[1] * x)
+        with np.errstate(over="ignore"):
+            return np.exp(-(self.statistic(features) - mu) / beta)
+
+    def pair_evalue(self, confidences, query: str, target: str) -> float:
+        """The E-value of one aligned pair from its MEA columns' calibrated confidences."""
+        feats = pair_features(confidences, query, target, threshold=self.threshold, kind=self.kind)
+        return float(self.evalue(feats, len(query), len(target)))
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Significance:
+        if not isinstance(data, dict):
+            raise ValueError(f"significance must be a mapping, got {type(data).__name__}")
+        unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown significance keys {sorted(unknown)}")
+        return cls(**data)
+
+
+def fit_significance(features, lengths, null_features, null_lengths, *, threshold: float = 0.0,
+                     kind: str = "protein", fitted_on: str = "") -> Significance:
+    """The statistic's mix ``alpha`` and its Gumbel null: for each ``alpha`` of
+    :data:`MIX_GRID`, the null fitted on ``null_features [M, F]`` of shuffled pairs (lengths
+    ``null_lengths [M, 2]``); kept: the ``alpha`` whose E-values put most real pairs
+    (``features [N, F]``, ``lengths [N, 2]``) at ``E <= FIT_EVALUE`` (ties: the smaller alpha)."""
+    X = np.asarray(features, dtype=np.float64)
+    N = np.asarray(null_features, dtype=np.float64)
+    lx = np.asarray(lengths, dtype=np.float64)
+    ln = np.asarray(null_lengths, dtype=np.float64)
+    F = len(PAIR_FEATURES)
+    if X.ndim != 2 or N.ndim != 2 or X.shape[1] != F or N.shape[1] != F or len(X) == 0:
+        raise ValueError(f"features must be [N, {F}] with N > 0, got {X.shape} and {N.shape}")
+    for name, arr, rows in (("lengths", lx, len(X)), ("null_lengths", ln, len(N))):
+        if arr.shape != (rows, 2) or np.any(arr < 1):
+            raise ValueError(f"{name} must be [{rows}, 2] positive lengths, got {arr.shape}")
+    best = None
+    for alpha in MIX_GRID:
+        w = [1.0, alpha]
+        location, scale = fit_gumbel(N @ np.asarray(w), np.log(ln[:, 0] * ln[:, 1]), censor_below=CENSOR_BELOW)
+        sig = Significance(w, location, scale, threshold=float(threshold), kind=kind, fitted_on=fitted_on)
+        found = float(np.mean(sig.evalue(X, lx[:, 0], lx[:, 1]) <= FIT_EVALUE))
+        if best is None or found > best[0]:
+            best = (found, sig)
+    return best[1]
+
+
+def significance_samples(aligner, pairs, *, shuffles: int = 2, seed: int = 0):
+    """``(features [N, F], lengths [N, 2], null_features [N * shuffles, F], null_lengths
+    [N * shuffles, 2])``
+    of ``(query, target)`` sequence pairs aligned by ``aligner`` (calibrated, at its
+    calibration's own threshold), each also aligned ``shuffles`` times with its target
+    shuffled (even draws) or its query shuffled (odd draws); ``seed`` fixes the shuffles."""
+    cal = aligner.calibration
+    if cal is None:
+        raise ValueError("E-values need a calibrated model (fit one with `sinkalign calibrate`)")
+    if aligner.min_confidence != cal.min_confidence:
+        raise ValueError(f"the aligner's min_confidence {aligner.min_confidence} is not its calibration's "
+                         f"{cal.min_confidence}: fit E-values at the calibration's own threshold")
+    kind = "protein" if aligner.config.alphabet == "protein" else "dna"
+    rng = np.random.default_rng(seed)
+    pairs = [(str(q), str(t)) for q, t in pairs]
+    null = []
+    for q, t in pairs:
+        for s in range(shuffles):
+            null.append((q, shuffled(t, rng)) if s % 2 == 0 else (shuffled(q, rng), t))
+
+    def features(items):
+        stream = aligner.align_many((f"q{i}", q, f"t{i}", t) for i, (q, t) in enumerate(items))
+        return np.array([pair_features(r.alignment.match_posterior, r.query, r.target, threshold=0.0, kind=kind)
+                         for r in stream]).reshape(-1, len(PAIR_FEATURES))
+
+    def lengths(items):
+        return np.array([(len(q), len(t)) for q, t in items], dtype=np.float64).reshape(-1, 2)
+
+    return features(pairs), lengths(pairs), features(null), lengths(null)

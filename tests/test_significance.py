@@ -1,0 +1,279 @@
+"""E-values: the Gumbel fit, the statistic's mix, the stored null, the aligner's and writers'
+E-values, and `sinkalign fit-evalues`."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from scipy.optimize import approx_fprime
+
+from sinkalign.align.aligner import Aligner
+from sinkalign.align.baselines import Scoring, align_pair, local_score
+from sinkalign.align.checkpoints import export_model
+from sinkalign.align.significance import (
+    CENSOR_BELOW,
+    FIT_EVALUE,
+    MIX_GRID,
+    PAIR_FEATURES,
+    Significance,
+    _gumbel_nll,
+    fit_gumbel,
+    composition_lambda,
+    fit_significance,
+    pair_features,
+    shuffled,
+)
+from sinkalign.cli.main import cli
+from sinkalign.errors import InputError
+
+HBA = ("MVLSPADKTNVKAAWGKVGAHAGEYGAEALERMFLSFPTTKTYFPHFDLSHGSAQVKGHGKKVADALTNAVAHVDDMPNALSALSDLHAHKLRVDPVNFKLLSH"
+       "CLLVTLAAHLPAEFTPAVHASLDKFLASVSTVLTSKYR")
+HBB = ("MVHLTPEEKSAVTALWGKVNVDEVGGEALGRLLVVYPWTQRFFESFGDLSTPDAVMGNPKVKAHGKKVLGAFSDGLAHLDNLKGTFATLSELHCDKLHVDPENF"
+       "RLLGNVLVCVLAHHFGKEFTPPVQAAYQKVVAGVANALAHKYH")
+
+
+def _gumbel_sample(rng, x, a, b, c, d):
+    return a + b * x + np.exp(c + d * x) * rng.gumbel(size=x.size)
+
+
+def test_gumbel_nll_gradient_is_exact():
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-2, 2, 400)
+    s = _gumbel_sample(rng, x, 1.0, 0.5, 0.2, 0.1)
+    censored = s < np.median(s)
+    for theta in (np.array([0.3, -0.2, 0.1, 0.05]), np.array([1.5, 0.8, -0.4, -0.1])):
+        for mask in (None, censored):
+            _, grad = _gumbel_nll(theta, s, x, mask)
+            num = approx_fprime(theta, lambda t: _gumbel_nll(t, s, x, mask)[0], 1e-7)
+            np.testing.assert_allclose(grad, num, rtol=1e-5, atol=1e-7)
+    # a censored point contributes log F(s) = -exp(-z)
+    theta = np.array([0.3, -0.2, 0.1, 0.05])
+    one = np.zeros(1, dtype=bool), np.ones(1, dtype=bool)
+    z = (s[0] - 0.3 + 0.2 * x[0]) / np.exp(0.1 + 0.05 * x[0])
+    assert _gumbel_nll(theta, s[:1], x[:1], one[1])[0] == pytest.approx(np.exp(-z), rel=1e-12)
+    assert _gumbel_nll(theta, s[:1], x[:1], one[0])[0] == pytest.approx(
+        0.1 + 0.05 * x[0] + z + np.exp(-z), rel=1e-12)
+
+
+def test_fit_gumbel_recovers_length_dependent_parameters():
+    """Maximum likelihood on 40,000 draws: each parameter within a few standard errors."""
+    rng = np.random.default_rng(1)
+    x = rng.uniform(8.0, 14.0, 40_000)  # ln(m n) for lengths ~ 50 .. 1100
+    truth = (3.0, 2.5, 0.5, 0.05)
+    s = _gumbel_sample(rng, x, *truth)
+    for censor in (None, 0.3665):  # the whole law, and its upper half (left-censored at the median)
+        (a, b), (c, d) = fit_gumbel(s, x, censor_below=censor)
+        assert a == pytest.approx(truth[0], abs=0.15) and b == pytest.approx(truth[1], abs=0.02)
+        assert c == pytest.approx(truth[2], abs=0.1) and d == pytest.approx(truth[3], abs=0.008)
+    with pytest.raises(ValueError, match="at least 10 null scores"):
+        fit_gumbel([1.0, 2.0], [3.0, 4.0])
+    with pytest.raises(ValueError, match="finite"):
+        fit_gumbel([np.nan] * 10, [1.0] * 10)
+
+
+def test_evalues_of_a_fitted_null_are_calibrated_on_fresh_draws():
+    """E = exp(-z), so a fresh null pair has E <= t with probability 1 - exp(-t)."""
+    rng = np.random.default_rng(2)
+    truth = (2.0, 1.5, 0.3, 0.04)
+    x = rng.uniform(8.0, 14.0, 20_000)
+    location, scale = fit_gumbel(_gumbel_sample(rng, x, *truth), x)
+    sig = Significance([1.0, 0.0], location, scale)
+    m = rng.integers(50, 1000, 200_000)
+    n = rng.integers(50, 1000, 200_000)
+    fresh = _gumbel_sample(rng, np.log(m * n.astype(float)), *truth)
+    e = sig.evalue(np.stack([fresh, np.zeros_like(fresh)], 1), m, n)
+    for t in (0.01, 0.1, 1.0):
+        expected = -np.expm1(-t)
+        sd = np.sqrt(expected * (1 - expected) / e.size)
+        assert abs(np.mean(e <= t) - expected) < 5 * sd + 0.1 * expected, t
+
+
+def test_fit_significance_keeps_the_mix_that_finds_most_pairs():
+    rng = np.random.default_rng(3)
+    n_null, n_real = 4000, 600
+    null_len = rng.integers(80, 400, (n_null, 2)).astype(float)
+    real_len = rng.integers(80, 400, (n_real, 2)).astype(float)
+    sw_null = 20 + 4 * np.log(null_len.prod(1)) + 5 * rng.gumbel(size=n_null)
+    sw_real = 20 + 4 * np.log(real_len.prod(1)) + 5 * rng.gumbel(size=n_real) + rng.uniform(0, 60, n_real)
+    # the second feature informative (real pairs have many expected-correct columns) ...
+    null = np.stack([sw_null, rng.uniform(0, 5, n_null)], 1)
+    real = np.stack([sw_real, rng.uniform(20, 80, n_real)], 1)
+    sig = fit_significance(real, real_len, null, null_len, threshold=0.5, fitted_on="synthetic")
+    assert sig.weights[0] == 1.0 and sig.weights[1] > 0 and sig.threshold == 0.5
+    found = np.mean(sig.evalue(real, real_len[:, 0], real_len[:, 1]) <= FIT_EVALUE)
+    for alpha in MIX_GRID:  # no other mix of the grid finds more
+        other = Significance([1.0, alpha], *fit_gumbel(null @ [1.0, alpha], np.log(null_len.prod(1)),
+                                                       censor_below=CENSOR_BELOW))
+        assert np.mean(other.evalue(real, real_len[:, 0], real_len[:, 1]) <= FIT_EVALUE) <= found
+    sw_only = Significance([1.0, 0.0], *fit_gumbel(sw_null, np.log(null_len.prod(1)), censor_below=CENSOR_BELOW))
+    assert found > np.mean(sw_only.evalue(real, real_len[:, 0], real_len[:, 1]) <= FIT_EVALUE)
+    # ... or the same for real and shuffled pairs: the local score alone
+    noise = np.stack([sw_real, rng.uniform(0, 5, n_real)], 1)
+    assert fit_significance(noise, real_len, null, null_len).weights == [1.0, 0.0]
+    with pytest.raises(ValueError, match="features must be"):
+        fit_significance(real[:, :1], real_len, null, null_len)
+    with pytest.raises(ValueError, match="null_lengths must be"):
+        fit_significance(real, real_len, null, null_len[:10])
+
+
+def test_significance_validation_and_round_trip():
+    sig = Significance([1.0, 0.25], [1.0, 2.0], [0.5, 0.1], threshold=0.5, kind="protein", fitted_on="x")
+    assert Significance.from_dict(json.loads(json.dumps(sig.to_dict()))) == sig
+    for kw, msg in (({"weights": [1.0]}, "weights must be 2"), ({"location": [np.nan, 1.0]}, "location must be"),
+                    ({"kind": "rna"}, "kind must be"), ({"threshold": 1.0}, "threshold must be")):
+        with pytest.raises(ValueError, match=msg):
+            Significance(**{**sig.to_dict(), **kw})
+    with pytest.raises(ValueError, match="unknown significance keys"):
+        Significance.from_dict({**sig.to_dict(), "lambda": 1})
+    with pytest.raises(ValueError, match="must be a mapping"):
+        Significance.from_dict([1, 2])
+    # the formula: z = (S - a - b x) / exp(c + d x), E = exp(-z)
+    x = np.log(100 * 200)
+    S = 60.0 + 0.25 * 30.0
+    z = (S - 1.0 - 2.0 * x) / np.exp(0.5 + 0.1 * x)
+    assert sig.evalue([60.0, 30.0], 100, 200) == pytest.approx(np.exp(-z), rel=1e-12)
+
+
+def test_shuffled_keeps_length_and_composition():
+    rng = np.random.default_rng(0)
+    seq = "MKVLAAGHWERTYLLKPQMMMW"
+    out = shuffled(seq, rng)
+    assert sorted(out) == sorted(seq) and out != seq
+    assert shuffled(seq, np.random.default_rng(5)) == shuffled(seq, np.random.default_rng(5))
+
+
+def test_local_score_is_the_smith_waterman_score():
+    rng = np.random.default_rng(0)
+    letters = np.array(list("ACDEFGHIKLMNPQRSTVWY"))
+    for m, n in ((1, 1), (7, 30), (120, 95)):
+        a, b = "".join(rng.choice(letters, m)), "".join(rng.choice(letters, n))
+        assert local_score(a, b) == align_pair(a, b, "sw").score
+    assert local_score("HEAGAWGHEE", "PAWHEAE") == 17.0
+    assert local_score("W" * 4000, "W" * 4000) == 11 * 4000  # past 16-bit lanes: the 32-bit rerun
+    assert local_score("", "ACD") == 0.0
+    assert local_score("ACGTACGT", "ACGTACGT", scoring=Scoring.dna()) == 16.0
+    with pytest.raises(ValueError, match="position"):
+        local_score("AC1D", "ACD")
+
+
+def test_composition_lambda_is_the_karlin_altschul_root():
+    from sinkalign.align.baselines import Scoring, _score_lookup
+
+    lut, table = _score_lookup(Scoring.protein())
+    letters = "ARNDCQEGHILKMFPSTWYV"
+    S = table[np.ix_([lut[ord(a)] for a in letters], [lut[ord(a)] for a in letters])]
+
+    def comp(seq):
+        c = np.array([seq.count(a) for a in letters], float) + 0.5
+        return c / c.sum()
+
+    for q, t in ((HBA, HBB), (HBA, "MKVLAAGHWERTYLLKPQ" * 3), ("ARNDCQEGHILKMFPSTWYV" * 5, HBB)):
+        lam = composition_lambda(q, t)
+        assert comp(q) @ np.exp(lam * S) @ comp(t) == pytest.approx(1.0, abs=1e-10)
+        assert composition_lambda(t, q) == pytest.approx(lam, rel=1e-10)  # BLOSUM62 is symmetric
+        assert 0.1 < lam < 0.5
+    # alike skewed compositions score high by chance: a smaller lambda
+    hydrophobic = "LLIVFAGLLVVIAMLLFAIGVLL" * 4
+    assert composition_lambda(hydrophobic, hydrophobic[::-1]) < 0.5 * composition_lambda(HBA, HBB)
+    # no negative drift (no root): the floor
+    assert composition_lambda("W" * 200, "W" * 200) == 0.01
+    # DNA, +2/-3 over ACGT; case and other letters do not count
+    p = composition_lambda("ACGTTGCAAC" * 5, "acgtnnACGT" * 5, kind="dna")
+    assert p == pytest.approx(composition_lambda("ACGTTGCAAC" * 5, "ACGTACGT" * 5, kind="dna"), rel=1e-12)
+    with pytest.raises(ValueError, match="kind"):
+        composition_lambda("A", "A", kind="rna")
+
+
+def test_pair_features():
+    conf = np.array([0.9, 0.2, 0.6, 0.49])
+    f = pair_features(conf, HBA, HBB, threshold=0.5)
+    assert f.shape == (len(PAIR_FEATURES),) and PAIR_FEATURES == ("local_nats", "expected_correct")
+    assert f[0] == pytest.approx(align_pair(HBA, HBB, "sw").score * composition_lambda(HBA, HBB), rel=1e-12)
+    assert f[1] == pytest.approx(1.5)
+    assert pair_features(conf, HBA, HBB)[1] == pytest.approx(conf.sum())
+    assert pair_features(np.zeros(0), "ACGT", "ACGA", kind="dna")[1] == 0.0
+
+
+def _model_with_significance(tmp_path, sig: Significance):
+    base = Aligner.load("blosum")
+    return export_model(tmp_path / "m", base.params, base.config, provenance="test",
+                        calibration=base.calibration.to_dict(), significance=sig.to_dict())
+
+
+def test_aligner_reports_the_evalue_of_its_null(tmp_path):
+    base = Aligner.load("blosum")
+    sig = Significance([1.0, 0.5], [5.0, 2.0], [0.8, 0.05], threshold=0.0, kind="protein")
+    out = _model_with_significance(tmp_path, sig)
+    aligner = Aligner.load(out)
+    assert aligner.significance == sig
+    res = aligner.align(HBA, HBB, keep_plan=True)
+    conf = base.calibration.column_confidences(Aligner.load(out, calibration=None).align(HBA, HBB).alignment,
+                                               plan_match(res.plan), query=HBA, target=HBB)
+    assert res.evalue == pytest.approx(sig.pair_evalue(conf, HBA, HBB), rel=1e-12)
+    # the E-value is that of the calibration's own threshold, whatever columns a user keeps
+    assert Aligner.load(out, min_confidence=0.9).align(HBA, HBB).evalue == pytest.approx(res.evalue, rel=1e-12)
+    # engines agree
+    jax_e = Aligner.load(out, engine="jax").align(HBA, HBB).evalue
+    assert jax_e == pytest.approx(res.evalue, rel=1e-3)
+    # no null, or another calibration than the one it was fitted with: no E-values
+    assert base.align(HBA, HBB).evalue is None
+    assert Aligner.load(out, calibration=base.calibration).significance is None
+    with pytest.raises(InputError, match="need calibrated confidences"):
+        Aligner(base.params, base.config, significance=sig)
+    with pytest.raises(ValueError, match="goes with the calibration"):
+        export_model(tmp_path / "x", base.params, base.config, provenance="t", significance=sig.to_dict())
+    state = json.loads((out / "state.json").read_text())
+    state["significance"]["weights"] = [1.0]
+    (out / "state.json").write_text(json.dumps(state))
+    with pytest.raises(Exception, match="bad significance"):
+        Aligner.load(out)
+
+
+def plan_match(plan):
+    from sinkalign.align.decode import plan_posteriors
+
+    return plan_posteriors(plan).match
+
+
+def test_shipped_protein_model_separates_homologs_from_shuffles():
+    """The default model carries a fitted null: human alpha and beta globin (43% identical)
+    are far beyond chance; the same pair with beta globin shuffled is not."""
+    aligner = Aligner.load()
+    assert aligner.significance is not None and aligner.significance.threshold == aligner.calibration.min_confidence
+    assert aligner.align(HBA, HBB).evalue < 1e-6
+    rng = np.random.default_rng(0)
+    e = [aligner.align(HBA, shuffled(HBB, rng)).evalue for _ in range(5)]
+    assert min(e) > 1e-3
+
+
+def test_fit_evalues_cli(tmp_path):
+    from tests.aligner_fixtures import make_families
+
+    fams = make_families(tmp_path / "fams", n_families=2, n_seqs=4, length=40)
+    out = tmp_path / "ev"
+    args = ["fit-evalues", "--model", "blosum", "--reference", str(fams[0]), "--reference", str(fams[1]), "-o",
+            str(out)]
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 0, r.output
+    state = json.loads((out / "state.json").read_text())
+    sig = Significance.from_dict(state["significance"])
+    assert sig.weights[0] == 1.0 and sig.weights[1] in MIX_GRID
+    assert "12 pairs of fam0.sto, fam1.sto" in state["provenance"] and "24 shuffled copies" in state["provenance"]
+    assert state["calibration"] == Aligner.load("blosum").calibration.to_dict()
+    res = Aligner.load(out).align("MKVLAAGHWERTYLLKPQ", "MKILSAGHWERTLLKPQ")
+    assert res.evalue is not None and np.isfinite(res.evalue)
+    # nothing is lost: an existing model needs --overwrite, and a refit replaces the last fit's note
+    before = (out / "state.json").read_bytes()
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 1 and "already holds a model; pass --overwrite" in r.output
+    assert (out / "state.json").read_bytes() == before
+    r = CliRunner().invoke(cli, [*args[:1], "--model", str(out), *args[3:-2], "-o", str(tmp_path / "ev2"),
+                                 "--shuffles", "1"])
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "ev2" / "state.json").read_text())["provenance"].count("E-values fitted") == 1
+    r = CliRunner().invoke(cli, ["fit-evalues", "--reference", str(fams[0]), "--max-length", "5", "-o",
+                                 str(tmp_path / "x")])
+    assert r.exit_code == 1 and "E-values need at least 10" in r.output
