@@ -204,7 +204,7 @@ def _model_with_significance(tmp_path, sig: Significance):
 
 
 def test_aligner_reports_the_evalue_of_its_null(tmp_path):
-    base = Aligner.load("blosum")
+    base = Aligner.load("blosum", significance=None)
     sig = Significance([1.0, 0.5], [5.0, 2.0], [0.8, 0.05], threshold=0.0, kind="protein")
     out = _model_with_significance(tmp_path, sig)
     aligner = Aligner.load(out)
@@ -219,8 +219,9 @@ def test_aligner_reports_the_evalue_of_its_null(tmp_path):
     jax_e = Aligner.load(out, engine="jax").align(HBA, HBB).evalue
     assert jax_e == pytest.approx(res.evalue, rel=1e-3)
     # no null, or another calibration than the one it was fitted with: no E-values
-    assert base.align(HBA, HBB).evalue is None
+    assert Aligner(base.params, base.config, calibration=base.calibration).align(HBA, HBB).evalue is None
     assert Aligner.load(out, calibration=base.calibration).significance is None
+    assert Aligner.load("dna").significance is None  # the shipped DNA model has no null (yet): E-values NA
     with pytest.raises(InputError, match="need calibrated confidences"):
         Aligner(base.params, base.config, significance=sig)
     with pytest.raises(ValueError, match="goes with the calibration"):

@@ -186,7 +186,7 @@ def fit_evalues(references, model, split, min_tm, max_pairs, max_length, shuffle
                  calibration=aligner.calibration.to_dict(), significance=sig.to_dict(), overwrite=overwrite)
     e_real = sig.evalue(real, real_lengths[:, 0], real_lengths[:, 1])
     e_null = sig.evalue(null, lengths[:, 0], lengths[:, 1])
-    console.print(f"statistic: local score + {sig.weights[1]:g} x expected correct columns")
+    console.print(f"statistic: composition-adjusted local score (nats) + {sig.weights[1]:g} x expected correct columns")
     console.print(f"{len(pairs)} pairs, {len(null)} shuffled: E <= 1e-3 for {np.mean(e_real <= 1e-3):.1%} of the "
                   f"pairs and {np.mean(e_null <= 1e-3):.2%} of the shuffled (expected {-np.expm1(-1e-3):.2%})")
     console.print(f"wrote {out}")
