@@ -278,3 +278,21 @@ def test_fit_evalues_cli(tmp_path):
     r = CliRunner().invoke(cli, ["fit-evalues", "--reference", str(fams[0]), "--max-length", "5", "-o",
                                  str(tmp_path / "x")])
     assert r.exit_code == 1 and "E-values need at least 10" in r.output
+
+
+def test_writers_carry_the_evalue(tmp_path):
+    from sinkalign import write_alignments
+    from sinkalign.alignment import AlignedPair
+
+    pairs = np.array([[0, 0], [1, 1], [2, 2]])
+    recs = [AlignedPair("q1", "MKVL", "t1", "MKIL", pairs, 3.0, None, 1.234e-7), ("q2", "MKVL", "t2", "PKVL", pairs, 2.0)]
+    out = {}
+    for fmt in ("tsv", "json", "fasta", "stockholm"):
+        write_alignments(recs, tmp_path / f"o.{fmt}", fmt)
+        out[fmt] = (tmp_path / f"o.{fmt}").read_text()
+    rows = [line.split("\t") for line in out["tsv"].splitlines()]
+    assert rows[0][-1] == "evalue" and rows[1][-1] == "1.23e-07" and rows[2][-1] == "NA"
+    objs = [json.loads(line) for line in out["json"].splitlines()]
+    assert objs[0]["evalue"] == 1.234e-7 and objs[1]["evalue"] is None
+    assert ">q1 aligned_to=t1 score=3 evalue=1.23e-07" in out["fasta"] and ">q2 aligned_to=t2 score=2\n" in out["fasta"]
+    assert "#=GF CC   score=3 evalue=1.23e-07" in out["stockholm"]

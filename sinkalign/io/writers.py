@@ -10,7 +10,7 @@ Every output is written atomically (temporary file beside the destination, then 
 Formats (:data:`FORMATS`):
 
 * ``fasta``: each pair as two gapped records (query then target, global layout), in input
-  order; descriptions ``aligned_to=<other id> score=<score>``.
+  order; descriptions ``aligned_to=<other id> score=<score>`` (and ``evalue=<E>`` when known).
 * ``tsv``: one row per pair, header ``query target score identity aligned_length
   query_start query_end target_start target_end cigar mean_posterior evalue``. Spans are 0-based
   half-open; identity is percent of aligned pairs that are identical; the CIGAR is the
@@ -28,7 +28,7 @@ Formats (:data:`FORMATS`):
   residues in the ``XQ:Z`` tag (same rule in SAM so the two round-trip identically). SAM and
   BAM need every reference before the first record: these two formats read the whole stream.
 * ``stockholm``: each pair as a 2-sequence Stockholm block (Biopython ``Bio.Align``), ``#=GF
-  ID <query>_vs_<target>``, ``#=GF CC score=...``, and, when posteriors are known, ``#=GC
+  ID <query>_vs_<target>``, ``#=GF CC score=... [evalue=...]``, and, when posteriors are known, ``#=GC
   PP_cons`` with HMMER-style digits per column (``0`` < 5%, ``k`` in [10k-5, 10k+5)%,
   ``*`` >= 95%): the match posterior on aligned columns, the residue's gap posterior on
   gap columns. The two ids of a pair must differ.
@@ -221,13 +221,18 @@ def _fasta_to(records: Iterable[_Record], handle: IO[str]) -> int:
         nonlocal count
         for rec in records:
             qg, tg = to_gapped(rec.query, rec.target, rec.pairs)
-            score = _fmt(rec.score, ".10g")
-            yield SeqRecord(Seq(qg), id=rec.query_id, description=f"aligned_to={rec.target_id} score={score}")
-            yield SeqRecord(Seq(tg), id=rec.target_id, description=f"aligned_to={rec.query_id} score={score}")
+            score = f"score={_fmt(rec.score, '.10g')}{_evalue_note(rec)}"
+            yield SeqRecord(Seq(qg), id=rec.query_id, description=f"aligned_to={rec.target_id} {score}")
+            yield SeqRecord(Seq(tg), id=rec.target_id, description=f"aligned_to={rec.query_id} {score}")
             count += 1
 
     SeqIO.write(seq_records(), handle, "fasta")
     return count
+
+
+def _evalue_note(rec: _Record) -> str:
+    """`` evalue=...`` for the FASTA descriptions and the Stockholm comment, when known."""
+    return "" if rec.evalue is None else f" evalue={rec.evalue:.3g}"
 
 
 def _tsv_row(rec: _Record) -> list[str]:
@@ -324,7 +329,7 @@ def _stockholm_to(records: Iterable[_Record], handle: IO[str]) -> int:
             block = Align.Alignment(seqs, coords)
             block.annotations = {
                 "identifier": f"{rec.query_id}_vs_{rec.target_id}",
-                "comment": f"score={_fmt(rec.score, '.10g')}",
+                "comment": f"score={_fmt(rec.score, '.10g')}{_evalue_note(rec)}",
             }
             pp = _pp_line(rec)
             block.column_annotations = {} if pp is None else {"consensus posterior probability": pp}
