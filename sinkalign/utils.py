@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import os
 import shutil
@@ -11,7 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-__all__ = ["atomic_dir", "atomic_path", "atomic_write", "atomic_write_bytes", "atomic_write_text", "file_sha256"]
+__all__ = ["atomic_dir", "atomic_path", "atomic_write", "atomic_write_bytes", "atomic_write_text", "dataclass_from_dict",
+           "file_sha256"]
 
 
 @contextlib.contextmanager
@@ -116,3 +118,15 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def dataclass_from_dict(cls, data, what: str):
+    """``cls(**data)`` for a dataclass stored as JSON: ``ValueError`` naming ``what`` when
+    ``data`` is not a mapping or has keys ``cls`` does not know (the constructor checks the
+    values)."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{what} must be a mapping, got {type(data).__name__}")
+    unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
+    if unknown:
+        raise ValueError(f"unknown {what} keys {sorted(unknown)}")
+    return cls(**data)

@@ -52,6 +52,7 @@ import numpy as np
 
 from sinkalign.align.decode import Alignment, alignment_of_pairs, check_pairs
 from sinkalign.errors import InputError
+from sinkalign.utils import dataclass_from_dict
 
 __all__ = ["COLUMN_FEATURES", "MATCH_FEATURES", "Calibration", "calibration_samples", "check_min_confidence",
            "column_feature",
@@ -365,12 +366,7 @@ class Calibration:
 
     @classmethod
     def from_dict(cls, data: dict) -> Calibration:
-        if not isinstance(data, dict):
-            raise ValueError(f"calibration must be a mapping, got {type(data).__name__}")
-        unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
-            raise ValueError(f"unknown calibration keys {sorted(unknown)}")
-        return cls(**data)
+        return dataclass_from_dict(cls, data, "calibration")
 
 
 def _check_column_model(model: dict) -> None:

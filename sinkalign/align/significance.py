@@ -47,6 +47,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sinkalign.utils import dataclass_from_dict
+
 __all__ = ["CENSOR_BELOW", "MIX_GRID", "PAIR_FEATURES", "Significance", "composition_lambda", "fit_gumbel",
            "fit_significance", "pair_features", "shuffled", "significance_samples"]
 
@@ -239,12 +241,7 @@ class Significance:
 
     @classmethod
     def from_dict(cls, data: dict) -> Significance:
-        if not isinstance(data, dict):
-            raise ValueError(f"significance must be a mapping, got {type(data).__name__}")
-        unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
-            raise ValueError(f"unknown significance keys {sorted(unknown)}")
-        return cls(**data)
+        return dataclass_from_dict(cls, data, "significance")
 
 
 def fit_significance(features, lengths, null_features, null_lengths, *, threshold: float = 0.0,

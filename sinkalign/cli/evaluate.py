@@ -35,6 +35,14 @@ def _reference_options(purpose: str, split: str):
     return wrap
 
 
+def _fitting_pairs(references, *, split, min_tm, max_pairs, max_length) -> list:
+    """The reference pairs of every ``--reference`` with both sequences at most ``max_length``."""
+    from sinkalign.align.evaluate import load_reference_set
+
+    return [p for ref in references for p in load_reference_set(ref, min_tm=min_tm, max_pairs=max_pairs, split=split)
+            if max(len(p.query_seq), len(p.target_seq)) <= max_length]
+
+
 @click.command()
 @_reference_options("to score against", "test")
 @click.option("--methods", default="sinkalign,nw,sw", show_default=True, help="Comma-separated subset of sinkalign,nw,sw.")
@@ -95,15 +103,11 @@ def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, ma
     from sinkalign.align.calibration import calibration_samples, fit_from_samples
     from sinkalign.align.checkpoints import check_model_output, export_model
     from sinkalign.align.decode import plan_posteriors
-    from sinkalign.align.evaluate import load_reference_set
     from sinkalign.errors import InputError
 
     console = Console()
     check_model_output(out, overwrite=overwrite)  # refuse before the work, not after
-    pairs = []
-    for ref in references:
-        pairs += [p for p in load_reference_set(ref, min_tm=min_tm, max_pairs=max_pairs, split=split)
-                  if max(len(p.query_seq), len(p.target_seq)) <= max_length]
+    pairs = _fitting_pairs(references, split=split, min_tm=min_tm, max_pairs=max_pairs, max_length=max_length)
     if not pairs:
         raise InputError(f"no reference pair of at most {max_length} residues in {[str(r) for r in references]}")
     source = resolve_model(model) if model else default_model_path()
@@ -155,16 +159,12 @@ def fit_evalues(references, model, split, min_tm, max_pairs, max_length, shuffle
     """
     from sinkalign.align.aligner import Aligner, default_model_path, resolve_model
     from sinkalign.align.checkpoints import check_model_output, export_model
-    from sinkalign.align.evaluate import load_reference_set
     from sinkalign.align.significance import fit_significance, significance_samples
     from sinkalign.errors import InputError
 
     console = Console()
     check_model_output(out, overwrite=overwrite)  # refuse before the work, not after
-    pairs = []
-    for ref in references:
-        pairs += [p for p in load_reference_set(ref, min_tm=min_tm, max_pairs=max_pairs, split=split)
-                  if max(len(p.query_seq), len(p.target_seq)) <= max_length]
+    pairs = _fitting_pairs(references, split=split, min_tm=min_tm, max_pairs=max_pairs, max_length=max_length)
     if len(pairs) < 10:
         raise InputError(f"{len(pairs)} reference pairs of at most {max_length} residues in "
                          f"{[str(r) for r in references]}: E-values need at least 10")
