@@ -14,6 +14,7 @@ from sinkalign.align import model as M
 from sinkalign.align.aligner import Aligner, compilation_cache_dir
 from sinkalign.align.decode import cigar, plan_posteriors
 from sinkalign.align.engine import MAX_SPREAD, NumpyEngine, engine_support
+from sinkalign.errors import InputError
 
 AA = "ACDEFGHIKLMNPQRSTVWY"
 
@@ -293,10 +294,21 @@ def test_align_pairs_takes_records_or_tuples_and_keeps_plans():
     aligner = Aligner.load("blosum")
     pairs = [(rec("a", "MKVLAAGHWER"), rec("b", "MKVLAGHWER")), (("c", "PQDESTRIV"), ("d", "PQDSTRIV"))]
     got = list(aligner.align_pairs(pairs, keep_plan=True))
+    got_first = got[0].alignment.pairs.tolist()
     assert [(r.query_id, r.target_id) for r in got] == [("a", "b"), ("c", "d")]
     np.testing.assert_array_equal(got[0].plan, aligner._numpy.plan("MKVLAAGHWER", "MKVLAGHWER"))
     assert got[1].plan.shape == (10, 9)
     assert got[0].alignment.pairs.tolist() == aligner.align("MKVLAAGHWER", "MKVLAGHWER").alignment.pairs.tolist()
+    # Biopython records and plain strings too; anything else is an error naming the pair
+    from Bio.Seq import Seq
+    from Bio.SeqRecord import SeqRecord
+
+    more = [(SeqRecord(Seq("MKVLAAGHWER"), id="e"), "MKVLAGHWER"), ("PQDESTRIV", "PQDSTRIV")]
+    got = list(aligner.align_pairs(more))
+    assert [(r.query_id, r.target_id) for r in got] == [("e", "target0"), ("query1", "target1")]
+    assert got[0].query == "MKVLAAGHWER" and got[0].alignment.pairs.tolist() == got_first
+    with pytest.raises(InputError, match="pair 1: the target must be a record"):
+        list(aligner.align_pairs([("MKV", "PKV"), ("MKV", 5)]))
 
 
 def test_compilation_cache_dir_follows_the_environment(monkeypatch, tmp_path):

@@ -296,3 +296,37 @@ def test_writers_carry_the_evalue(tmp_path):
     assert objs[0]["evalue"] == 1.234e-7 and objs[1]["evalue"] is None
     assert ">q1 aligned_to=t1 score=3 evalue=1.23e-07" in out["fasta"] and ">q2 aligned_to=t2 score=2\n" in out["fasta"]
     assert "#=GF CC   score=3 evalue=1.23e-07" in out["stockholm"]
+
+
+def test_align_cli_max_evalue_keeps_the_likely_homologs(tmp_path):
+    rng = np.random.default_rng(0)
+    queries = tmp_path / "q.fasta"
+    queries.write_text(f">hba\n{HBA}\n>hba_shuffled\n{shuffled(HBA, rng)}\n")
+    targets = tmp_path / "t.fasta"
+    targets.write_text(f">hbb\n{HBB}\n")
+    out, plans = tmp_path / "o.tsv", tmp_path / "plans.npz"
+    r = CliRunner().invoke(cli, ["align", str(queries), str(targets), "-o", str(out), "--no-progress"])
+    assert r.exit_code == 0, r.output
+    every = {line.split("\t")[0]: float(line.split("\t")[-1]) for line in out.read_text().splitlines()[1:]}
+    assert every["hba"] < 1e-10 < 1e-3 < every["hba_shuffled"]
+    r = CliRunner().invoke(cli, ["align", str(queries), str(targets), "-o", str(out), "--overwrite", "--no-progress",
+                                 "--max-evalue", "1e-3", "--plan-out", str(plans)])
+    assert r.exit_code == 0, r.output
+    rows = out.read_text().splitlines()
+    assert len(rows) == 2 and rows[1].startswith("hba\thbb\t")
+    with np.load(plans) as z:
+        assert list(z.keys()) == ["hba|hbb|0"]
+    # the second pair's plan keeps its input index
+    swapped = tmp_path / "swapped.fasta"
+    swapped.write_text(f">hba_shuffled\n{shuffled(HBA, rng)}\n>hba\n{HBA}\n")
+    r = CliRunner().invoke(cli, ["align", str(swapped), str(targets), "--max-evalue", "1e-3", "--plan-out",
+                                 str(tmp_path / "p2.npz"), "-o", str(tmp_path / "o2.tsv"), "--no-progress"])
+    assert r.exit_code == 0, r.output
+    with np.load(tmp_path / "p2.npz") as z:
+        assert list(z.keys()) == ["hba|hbb|1"]
+    # a model without a null: an error before anything is aligned
+    dna = tmp_path / "d.fasta"
+    dna.write_text(">a\nACGTACGTTTGACCA\n>b\nACGTTCGTTTGACGA\n")
+    r = CliRunner().invoke(cli, ["align", str(dna), str(dna), "--max-evalue", "1", "-o", str(tmp_path / "d.tsv"),
+                                 "--no-progress"])
+    assert r.exit_code == 1 and "has no E-value null" in r.output and not (tmp_path / "d.tsv").exists()

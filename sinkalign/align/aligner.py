@@ -287,14 +287,22 @@ class Aligner:
     def align_pairs(self, pairs: Iterable[tuple[Any, Any]], *, batch_size: int = 8,
                     keep_plan: bool = False) -> Iterator[AlignedPair]:
         """Align ``(query_record, target_record)`` pairs of records with ``.id`` and ``.seq``
-        (e.g. :class:`sinkalign.io.fasta.Sequence`), or ``(id, seq)`` tuples; results come in
-        input order, as in :meth:`align_many`."""
+        (e.g. :class:`sinkalign.io.fasta.Sequence` or Biopython's ``SeqRecord``), ``(id, seq)``
+        tuples or plain sequence strings (named ``query<k>`` / ``target<k>`` by their pair's
+        index ``k``); results come in input order, as in :meth:`align_many`."""
 
-        def fields(rec):
-            return (rec[0], rec[1]) if isinstance(rec, tuple) else (rec.id, rec.seq)
+        def fields(rec, k: int, side: str):
+            if isinstance(rec, str):
+                return f"{side}{k}", rec
+            if isinstance(rec, tuple) and len(rec) == 2:
+                return rec[0], rec[1]
+            if hasattr(rec, "id") and hasattr(rec, "seq"):
+                return rec.id, str(rec.seq)
+            raise InputError(f"pair {k}: the {side} must be a record with .id and .seq, an (id, seq) tuple or a "
+                             f"sequence string, got {type(rec).__name__}")
 
-        return self.align_many(((*fields(q), *fields(t)) for q, t in pairs), batch_size=batch_size,
-                               keep_plan=keep_plan)
+        return self.align_many(((*fields(q, k, "query"), *fields(t, k, "target")) for k, (q, t) in enumerate(pairs)),
+                               batch_size=batch_size, keep_plan=keep_plan)
 
     # ---------------------------------------------------------------- shared pieces
     @staticmethod

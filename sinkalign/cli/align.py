@@ -61,11 +61,14 @@ _INPUT = click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path
 @click.option("--min-confidence", type=click.FloatRange(min=0, max=1, max_open=True),
               help="Leave unaligned the columns whose calibrated confidence is below this (default: the model's "
                    "own threshold; 0 keeps every MEA column). Higher: fewer, surer columns.")
+@click.option("--max-evalue", type=click.FloatRange(min=0),
+              help="Write only the pairs whose E-value is at most this (e.g. 1e-3 in an all-vs-all run: the "
+                   "likely homologs); needs a model with an E-value null (the shipped protein models).")
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar on stderr.")
 @click.pass_context
 def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, overwrite, model, embedder,
           esm_weights, backend, engine, plan_out, batch_size, chunk_size, workers, scheduler, gap_weight, min_confidence,
-          progress):
+          max_evalue, progress):
     """Align the records of QUERY_FASTA against those of TARGET_FASTA (protein or DNA).
 
     \b
@@ -98,7 +101,7 @@ def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, 
         n = align_fasta(query_fasta, target_fasta, pairs=pairs, output=output, fmt=fmt, pairing=pairing,
                         model=model, embedder=embedder, esm_weights=esm_weights, backend=backend,
                         plan_out=plan_out, batch_size=batch_size, gap_weight=gap_weight,
-                        min_confidence=min_confidence, progress=progress,
+                        min_confidence=min_confidence, max_evalue=max_evalue, progress=progress,
                         overwrite=overwrite, workers=workers, scheduler=scheduler, chunk_size=chunk_size,
                         engine=engine)
     except BrokenPipeError:  # e.g. `sinkalign align ... | head`: stop quietly, as other filters do
@@ -107,4 +110,4 @@ def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, 
         ctx.exit(1)
     except OSError as exc:  # a file that is missing, unreadable or unwritable (SinkalignError: the group)
         raise click.ClickException(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc)) from exc
-    log.info("aligned %d pairs", n)
+    log.info("wrote %d pairs", n)

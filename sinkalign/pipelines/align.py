@@ -677,10 +677,11 @@ def _stdin_spooled(paths: list):
 def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt: str = "tsv",
                 pairing: str = "all", model=None, embedder: str | None = None, esm_weights=None,
                 backend: str = "reference", plan_out=None, batch_size: int = 8, gap_weight: float | None = None,
-                min_confidence: float | None = None, progress: bool = False, overwrite: bool = False,
+                min_confidence: float | None = None, max_evalue: float | None = None,
+                progress: bool = False, overwrite: bool = False,
                 workers: int | None = None, engine: str = "auto",
                 scheduler: str | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE, _task=None) -> int:
-    """Align pairs of sequences and write them in ``fmt``; returns the number of pairs.
+    """Align pairs of sequences and write them in ``fmt``; returns the number of pairs written.
 
     Args:
         query_fasta, target_fasta: FASTA files (``-``: standard input). Without ``pairs``,
@@ -699,6 +700,8 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
         chunk_size: pairs per chunk (per cluster task); ``batch_size``: pairs per aligner batch.
         gap_weight, min_confidence: decoding (:class:`~sinkalign.align.aligner.Aligner`);
             ``None``: the model's own.
+        max_evalue: write only the pairs whose E-value is at most this (their plans too;
+            a plan keeps its input index in its name); the model must have an E-value null.
         engine: the aligner's engine (:data:`~sinkalign.align.aligner.ENGINES`): ``auto``
             (``numpy`` whenever the model allows it), ``numpy`` or ``jax``.
 
@@ -713,6 +716,8 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
 
     if engine not in ENGINES:
         raise InputError(f"engine={engine!r} is not one of {ENGINES}")
+    if max_evalue is not None and not max_evalue >= 0:
+        raise InputError(f"max_evalue={max_evalue} must be >= 0")
     if batch_size < 1 or chunk_size < 1:
         raise InputError(f"batch_size={batch_size} and chunk_size={chunk_size} must be >= 1")
     if workers is not None and scheduler is not None:
@@ -755,6 +760,9 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
                              min_confidence=min_confidence, engine=engine)
             if scheduler is None and workers is None:
                 load_aligner(spec)  # the shipped model, loaded before the first pair
+        if max_evalue is not None and load_aligner(spec).significance is None:
+            raise InputError(f"--max-evalue: the model {spec.path or 'shipped for ' + alphabet} has no E-value null "
+                             "(fit one with `sinkalign fit-evalues`)")
         keep_plan = plan_out is not None
         chunks = _chunks(source.pairs(alphabet), chunk_size)
         if scheduler is None and workers is None:
@@ -771,9 +779,11 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
                 index = 0
                 for chunk, out in results:
                     for (qid, q, tid, t), (aln, plan, evalue) in zip(chunk, out):
-                        if plans is not None:
-                            plans.add(f"{qid}|{tid}|{index}", plan)
                         index += 1
+                        if max_evalue is not None and not evalue <= max_evalue:
+                            continue
+                        if plans is not None:
+                            plans.add(f"{qid}|{tid}|{index - 1}", plan)
                         yield AlignedPair(qid, q, tid, t, aln, aln.score, None, evalue)
                     bar.update(len(chunk))
                 if index != scan.total:  # every pair exactly once, checked before the output is kept
