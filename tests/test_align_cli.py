@@ -182,7 +182,7 @@ def test_evaluate_against_needleman_wunsch(tmp_path):
     assert r.exit_code == 0, r.output
     data = json.loads(out.read_text())
     methods = data["sets"]["fam.sto"]["methods"]
-    assert set(methods) == {"sinkalign", "nw", "sw"}
+    assert set(methods) == {"sinkalign", "nw", "sw", "pairhmm"}
     for m in methods.values():
         assert 0.0 <= m["micro"]["f1"] <= 1.0 and m["pairs_per_s"] > 0
         assert m["bins"][-1]["bin"] == "all" and m["bins"][-1]["n"] == 10

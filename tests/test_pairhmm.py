@@ -216,3 +216,21 @@ def test_enumeration_counts_gotoh_paths():
     assert sorted(gotoh_paths(1, 1)) == ["M", "XY", "YX"]
     assert [len(gotoh_paths(k, k)) for k in (2, 3, 4)] == [13, 63, 321]
     assert len(gotoh_paths(2, 3)) == 25
+
+
+def test_evaluate_runs_the_pairhmm_baseline_with_the_benchmarked_settings():
+    from sinkalign.align.evaluate import PAIRHMM_DNA, PAIRHMM_PROTEIN, _pairhmm_pairs
+    from sinkalign.io.alignments import ReferencePair
+
+    assert PAIRHMM_PROTEIN == {"lam": 0.2, "gap_open": 24, "gap_extend": 2, "threshold": 0.4}
+    # the DNA temperature is +2/-3's own log-odds scale: sum p_a p_b exp(lam s_ab) = 1 at uniform p
+    lam = PAIRHMM_DNA["lam"]
+    assert 0.25 * np.exp(2 * lam) + 0.75 * np.exp(-3 * lam) == pytest.approx(1.0, abs=1e-12)
+    prot = ReferencePair("q", "t", "MKVLAAGHWERTYLLKPQ", "MKILSAGHWERTLLKPQ", np.zeros((0, 2), dtype=np.int64))
+    want = pairhmm_align(prot.query_seq, prot.target_seq, scoring=Scoring.protein(24, 2), lam=0.2, threshold=0.4)
+    np.testing.assert_array_equal(_pairhmm_pairs(prot), want.pairs)
+    dna = ReferencePair("a", "b", "ACGTTGCAACGTAGGCTA", "ACGTGCAACGTTAGGCTA", np.zeros((0, 2), dtype=np.int64))
+    want = pairhmm_align(dna.query_seq, dna.target_seq, scoring=Scoring.dna(gap_open=5, gap_extend=2), lam=lam,
+                         threshold=0.4)
+    np.testing.assert_array_equal(_pairhmm_pairs(dna), want.pairs)
+    assert len(want.pairs) > 10

@@ -45,7 +45,9 @@ def _fitting_pairs(references, *, split, min_tm, max_pairs, max_length) -> list:
 
 @click.command()
 @_reference_options("to score against", "test")
-@click.option("--methods", default="sinkalign,nw,sw", show_default=True, help="Comma-separated subset of sinkalign,nw,sw.")
+@click.option("--methods", default="sinkalign,nw,sw,pairhmm", show_default=True,
+              help="Comma-separated subset of sinkalign,nw,sw,pairhmm (pairhmm: the affine-gap pair-HMM with "
+                   "MAC decoding, the settings of BENCHMARKS.md; the slowest of the four).")
 @click.option("--backend", type=click.Choice(["reference", "pallas"]), default="reference", show_default=True)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write results as JSON.")
 def evaluate(references, model, split, min_tm, max_pairs, methods, backend, json_path):
