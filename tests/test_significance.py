@@ -287,7 +287,7 @@ def test_writers_carry_the_evalue(tmp_path):
     pairs = np.array([[0, 0], [1, 1], [2, 2]])
     recs = [AlignedPair("q1", "MKVL", "t1", "MKIL", pairs, 3.0, None, 1.234e-7), ("q2", "MKVL", "t2", "PKVL", pairs, 2.0)]
     out = {}
-    for fmt in ("tsv", "json", "fasta", "stockholm"):
+    for fmt in ("tsv", "json", "fasta", "stockholm", "sam"):
         write_alignments(recs, tmp_path / f"o.{fmt}", fmt)
         out[fmt] = (tmp_path / f"o.{fmt}").read_text()
     rows = [line.split("\t") for line in out["tsv"].splitlines()]
@@ -296,6 +296,11 @@ def test_writers_carry_the_evalue(tmp_path):
     assert objs[0]["evalue"] == 1.234e-7 and objs[1]["evalue"] is None
     assert ">q1 aligned_to=t1 score=3 evalue=1.23e-07" in out["fasta"] and ">q2 aligned_to=t2 score=2\n" in out["fasta"]
     assert "#=GF CC   score=3 evalue=1.23e-07" in out["stockholm"]
+    import pysam
+
+    with pysam.AlignmentFile(str(tmp_path / "o.sam"), check_sq=False) as sam:
+        segs = list(sam)
+    assert segs[0].get_tag("ZE") == pytest.approx(1.234e-7, rel=1e-6) and not segs[1].has_tag("ZE")
 
 
 def test_align_cli_max_evalue_keeps_the_likely_homologs(tmp_path):

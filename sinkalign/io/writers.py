@@ -22,7 +22,9 @@ Formats (:data:`FORMATS`):
   POS = first aligned target residue, CIGAR local with soft clips, MAPQ =
   ``min(60, round(-10 log10(1 - mean posterior)))`` (255 = unavailable when the posterior
   is unknown), tags ``AS`` (score: ``i`` when integral, else ``f``), ``XP:f`` (mean
-  posterior), ``NM:i`` (mismatches + inserted + deleted residues). A pair without aligned
+  posterior), ``NM:i`` (mismatches + inserted + deleted residues), ``ZE:f`` (the E-value, when
+  known; as GraphMap and DIAMOND write it; BAM stores it as float32, so below ~1e-45 it
+  reads 0). A pair without aligned
   residues is written unmapped (flag 4). BAM stores SEQ in a 4-bit nucleotide code, so a
   query that is not entirely in ``=ACMGRSVTWYHKDBN`` (a protein) gets SEQ ``*`` and its
   residues in the ``XQ:Z`` tag (same rule in SAM so the two round-trip identically). SAM and
@@ -441,6 +443,8 @@ def _segments(records: Iterable[_Record], header, ref_index: dict[str, int]):
             if math.isfinite(mean_post):
                 seg.set_tag("XP", mean_post, "f")
             seg.set_tag("NM", _nm(rec), "i")
+            if rec.evalue is not None and math.isfinite(rec.evalue):
+                seg.set_tag("ZE", rec.evalue, "f")
         yield seg
 
 
