@@ -275,6 +275,14 @@ def test_fit_evalues_cli(tmp_path):
                                  "--shuffles", "1"])
     assert r.exit_code == 0, r.output
     assert json.loads((tmp_path / "ev2" / "state.json").read_text())["provenance"].count("E-values fitted") == 1
+    # re-calibrating drops the null (it was fitted with the old calibration) and says so
+    r = CliRunner().invoke(cli, ["calibrate", "--model", str(out), "--reference", str(fams[0]), "--knots", "4", "-o",
+                                 str(tmp_path / "recal")])
+    assert r.exit_code == 0, r.output
+    said = " ".join(r.output.split())  # rich wraps long lines
+    assert "E-value null was fitted with its old calibration and is not carried over" in said
+    state = json.loads((tmp_path / "recal" / "state.json").read_text())
+    assert "significance" not in state and "E-values fitted" not in state["provenance"]
     r = CliRunner().invoke(cli, ["fit-evalues", "--reference", str(fams[0]), "--max-length", "5", "-o",
                                  str(tmp_path / "x")])
     assert r.exit_code == 1 and "E-values need at least 10" in r.output

@@ -103,7 +103,7 @@ def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, ma
     """
     from sinkalign.align.aligner import Aligner, default_model_path, resolve_model
     from sinkalign.align.calibration import calibration_samples, fit_from_samples
-    from sinkalign.align.checkpoints import check_model_output, export_model
+    from sinkalign.align.checkpoints import check_model_output, export_model, load_checkpoint
     from sinkalign.align.decode import plan_posteriors
     from sinkalign.errors import InputError
 
@@ -136,6 +136,9 @@ def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, ma
     hits = np.concatenate([s[1] for s in samples])
     console.print(f"{len(pairs)} pairs, {conf.size} aligned columns: mean raw posterior "
                   f"{np.mean(np.concatenate(raw)):.4f}, mean calibrated {conf.mean():.3f}, precision {hits.mean():.3f}")
+    if "significance" in load_checkpoint(source)[1]:
+        console.print("note: the model's E-value null was fitted with its old calibration and is not carried over; "
+                      f"refit it with `sinkalign fit-evalues --model {out} ...`")
     console.print(f"wrote {out}")
 
 
