@@ -272,11 +272,12 @@ def fit_significance(features, lengths, null_features, null_lengths, *, threshol
 
 
 def significance_samples(aligner, pairs, *, shuffles: int = 2, seed: int = 0):
-    """``(features [N, F], lengths [N, 2], null_features [N * shuffles, F], null_lengths
-    [N * shuffles, 2])``
-    of ``(query, target)`` sequence pairs aligned by ``aligner`` (calibrated, at its
-    calibration's own threshold), each also aligned ``shuffles`` times with its target
-    shuffled (even draws) or its query shuffled (odd draws); ``seed`` fixes the shuffles."""
+    """What :func:`fit_significance` takes, for ``(query, target)`` sequence pairs aligned by
+    ``aligner`` (calibrated, at its calibration's own threshold), each also aligned
+    ``shuffles`` times with its target shuffled (even draws) or its query shuffled (odd
+    draws); ``seed`` fixes the shuffles. Returns ``(features [N, F], lengths [N, 2],
+    null_features [N * shuffles, F], null_lengths [N * shuffles, 2])``, the shuffles of pair
+    ``k`` in rows ``k * shuffles`` onwards."""
     cal = aligner.calibration
     if cal is None:
         raise ValueError("E-values need a calibrated model (fit one with `sinkalign calibrate`)")
