@@ -157,10 +157,11 @@ def fit_evalues(references, model, split, min_tm, max_pairs, max_length, shuffle
     """Fit the null of a calibrated model's E-values on shuffled pairs and write the model.
 
     Each reference pair is aligned as it is and with one sequence shuffled. The statistic is
-    the Smith-Waterman score plus a multiple of the model's expected correct columns; an
-    extreme-value law fitted to its shuffled scores gives every alignment's E-value
-    (`sinkalign align` reports it), and the multiple kept is the one whose E-values find most
-    of the reference pairs at E <= 1e-3.
+    the Smith-Waterman score in nats (scaled by the Karlin-Altschul lambda of the pair's own
+    compositions) plus a multiple of the model's expected correct columns; an extreme-value
+    law fitted to the tail of its shuffled scores gives every alignment's E-value (`sinkalign
+    align` reports it), and the multiple kept is the one whose E-values find most of the
+    reference pairs at E <= 1e-3.
     """
     from sinkalign.align.aligner import Aligner, default_model_path, resolve_model
     from sinkalign.align.checkpoints import check_model_output, export_model
