@@ -4,6 +4,7 @@ E-values, and `sinkalign fit-evalues`."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -221,7 +222,7 @@ def test_aligner_reports_the_evalue_of_its_null(tmp_path):
     # no null, or another calibration than the one it was fitted with: no E-values
     assert Aligner(base.params, base.config, calibration=base.calibration).align(HBA, HBB).evalue is None
     assert Aligner.load(out, calibration=base.calibration).significance is None
-    assert Aligner.load("dna").significance is None  # the shipped DNA model has no null (yet): E-values NA
+    assert Aligner.load("dna").significance.kind == "dna"  # every shipped model carries a null
     with pytest.raises(InputError, match="need calibrated confidences"):
         Aligner(base.params, base.config, significance=sig)
     with pytest.raises(ValueError, match="goes with the calibration"):
@@ -338,10 +339,11 @@ def test_align_cli_max_evalue_keeps_the_likely_homologs(tmp_path):
     with np.load(tmp_path / "p2.npz") as z:
         assert list(z.keys()) == ["hba|hbb|1"]
     # a model without a null: an error before anything is aligned
-    dna = tmp_path / "d.fasta"
-    dna.write_text(">a\nACGTACGTTTGACCA\n>b\nACGTTCGTTTGACGA\n")
-    r = CliRunner().invoke(cli, ["align", str(dna), str(dna), "--max-evalue", "1", "-o", str(tmp_path / "d.tsv"),
-                                 "--no-progress"])
+    base = Aligner.load("blosum")
+    bare = export_model(tmp_path / "bare", base.params, base.config, provenance="no null",
+                        calibration=base.calibration.to_dict())
+    r = CliRunner().invoke(cli, ["align", str(queries), str(targets), "--model", str(bare), "--max-evalue", "1", "-o",
+                                 str(tmp_path / "d.tsv"), "--no-progress"])
     assert r.exit_code == 1 and "has no E-value null" in r.output and not (tmp_path / "d.tsv").exists()
 
 
@@ -369,3 +371,70 @@ def test_shipped_null_on_held_out_pfam_families(shared_data):
     across = [(a, b) for f, g in (("RRM_1", "fn3"), ("fn3", "LuxC"), ("RRM_1", "LuxC")) for a in seqs[f] for b in seqs[g]]
     decoys, decoy_len, _, _ = significance_samples(aligner, across, shuffles=1, seed=1)
     assert np.mean(sig.evalue(decoys, decoy_len[:, 0], decoy_len[:, 1]) <= 0.01) <= 0.02
+
+
+def test_window_pairs():
+    from sinkalign.align.significance import window_pairs
+
+    rng = np.random.default_rng(0)
+    seqs = ["".join(rng.choice(list("ACGT"), n)) for n in (400, 900, 30)]
+    pairs = window_pairs(seqs, 200, min_length=20, max_length=300, seed=1, shuffle=False)
+    lengths = np.array([(len(a), len(b)) for a, b in pairs])
+    assert lengths.min() >= 20 and lengths.max() <= 300 and len(np.unique(lengths)) > 50
+    # real windows: substrings of two different sequences (a window is cut to its sequence's length)
+    for a, b in pairs:
+        where_a = [k for k, s in enumerate(seqs) if a in s]
+        where_b = [k for k, s in enumerate(seqs) if b in s]
+        assert len(where_a) == len(where_b) == 1 and where_a != where_b
+    assert max(len(a) for a, _ in pairs) > 30 and any(len(a) == 30 for a, _ in pairs)
+    shuffled_pairs = window_pairs(seqs, 200, min_length=20, max_length=300, seed=1)
+    assert [[len(a), len(b)] for a, b in shuffled_pairs] == lengths.tolist()
+    assert all(sorted(x) == sorted(y) for p, q in zip(pairs, shuffled_pairs) for x, y in zip(p, q))
+    assert sum(p != q for p, q in zip(pairs, shuffled_pairs)) > 190
+    with pytest.raises(ValueError, match="no sequence of at least 1000"):
+        window_pairs(seqs, 5, min_length=1000, max_length=1200)
+
+
+def test_fit_evalues_cli_with_a_window_null(tmp_path):
+    from tests.aligner_fixtures import make_families
+
+    fams = make_families(tmp_path / "fams", n_families=2, n_seqs=4, length=40)
+    rng = np.random.default_rng(0)
+    genome = tmp_path / "genome.fasta"
+    letters = list("ACDEFGHIKLMNPQRSTVWY")
+    genome.write_text("".join(f">c{k}\n{''.join(rng.choice(letters, 800))}\n" for k in range(3)))
+    out = tmp_path / "ev"
+    r = CliRunner().invoke(cli, ["fit-evalues", "--model", "blosum", "--reference", str(fams[0]), "--reference",
+                                 str(fams[1]), "--null-fasta", str(genome), "--null-pairs", "60", "--null-lengths",
+                                 "30", "200", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    state = json.loads((out / "state.json").read_text())
+    assert "60 pairs of shuffled 30-200 letter windows of genome.fasta" in state["provenance"]
+    assert np.isfinite(Aligner.load(out).align(HBA, HBB).evalue)
+    r = CliRunner().invoke(cli, ["fit-evalues", "--model", "blosum", "--reference", str(fams[0]), "--reference",
+                                 str(fams[1]), "--null-fasta", str(genome), "--null-lengths", "300", "30", "-o",
+                                 str(tmp_path / "x")])
+    assert r.exit_code == 1 and "the shortest window is longer than the longest" in r.output
+
+
+@pytest.mark.shared_data
+def test_shipped_dna_null_on_held_out_genomes(shared_data):
+    """The shipped DNA model's E-values on windows of two validation genera of the genome split
+    (400 pairs of real, unshuffled windows from the two genomes): E <= 0.1 at about the expected
+    rate (0.095; sd 0.015)."""
+    from sinkalign.align.significance import aligned_features, window_pairs
+    from sinkalign.io.fasta import read_fasta
+
+    split = json.loads((Path(__file__).resolve().parents[1] / "data_manifests" / "genomes_multi_split.json").read_text())
+    held = sorted(name for name, g in split["genomes"].items() if g["split"] == "valid")[:2]
+    genomes = [[rec.seq for rec in read_fasta(shared_data / "genomes" / "multi" / name, "dna")] for name in held]
+    rng = np.random.default_rng(0)
+    pairs = []
+    for k in range(400):
+        a = window_pairs(genomes[0], 1, min_length=50, max_length=1000, seed=2 * k, shuffle=False)[0][0]
+        b = window_pairs(genomes[1], 1, min_length=50, max_length=1000, seed=2 * k + 1, shuffle=False)[0][0]
+        pairs.append((a, b) if rng.random() < 0.5 else (b, a))
+    aligner = Aligner.load("dna", significance=None)
+    feats, lengths = aligned_features(aligner, pairs)
+    e = Aligner.load("dna").significance.evalue(feats, lengths[:, 0], lengths[:, 1])
+    assert 0.04 < np.mean(e <= 0.1) < 0.16 and np.mean(e <= 1e-3) < 0.01

@@ -50,7 +50,8 @@ import numpy as np
 from sinkalign.utils import dataclass_from_dict
 
 __all__ = ["CENSOR_BELOW", "MIX_GRID", "PAIR_FEATURES", "Significance", "composition_lambda", "fit_gumbel",
-           "fit_significance", "pair_features", "shuffled", "significance_samples"]
+           "aligned_features", "fit_significance", "pair_features", "shuffled", "significance_samples",
+           "window_pairs"]
 
 PAIR_FEATURES = ("local_nats", "expected_correct")
 # weights of expected_correct (in nats of local score per expected correct column) tried by the fit
@@ -136,20 +137,21 @@ def _gumbel_nll(theta: np.ndarray, s: np.ndarray, x: np.ndarray,
     Where ``censored`` is true, ``s`` is a censoring point: the observation is only known to
     lie below it (log-likelihood ``log F(s) = -exp(-z)``)."""
     a, b, c, d = theta
-    log_beta = c + d * x
-    inv_beta = np.exp(-log_beta)
-    z = (s - a - b * x) * inv_beta
-    with np.errstate(over="ignore"):  # a step far off: an infinite loss, which the line search backs off
+    # a trial step far off overflows to an infinite loss, which the line search backs off from
+    with np.errstate(over="ignore", invalid="ignore"):
+        log_beta = c + d * x
+        inv_beta = np.exp(-log_beta)
+        z = (s - a - b * x) * inv_beta
         ez = np.exp(-z)
-    terms = log_beta + z + ez
-    dz = 1.0 - ez  # d term / d z
-    dlb = 1.0 - dz * z  # d term / d log beta, through z = (s - mu) / beta as well
-    if censored is not None and censored.any():
-        terms = np.where(censored, ez, terms)
-        dz = np.where(censored, -ez, dz)
-        dlb = np.where(censored, ez * z, dlb)
-    dmu = -dz * inv_beta
-    return float(np.mean(terms)), np.array([dmu.mean(), (dmu * x).mean(), dlb.mean(), (dlb * x).mean()])
+        terms = log_beta + z + ez
+        dz = 1.0 - ez  # d term / d z
+        dlb = 1.0 - dz * z  # d term / d log beta, through z = (s - mu) / beta as well
+        if censored is not None and censored.any():
+            terms = np.where(censored, ez, terms)
+            dz = np.where(censored, -ez, dz)
+            dlb = np.where(censored, ez * z, dlb)
+        dmu = -dz * inv_beta
+        return float(np.mean(terms)), np.array([dmu.mean(), (dmu * x).mean(), dlb.mean(), (dlb * x).mean()])
 
 
 def fit_gumbel(scores, log_mn, *, censor_below: float | None = None) -> tuple[list[float], list[float]]:
@@ -271,13 +273,9 @@ def fit_significance(features, lengths, null_features, null_lengths, *, threshol
     return best[1]
 
 
-def significance_samples(aligner, pairs, *, shuffles: int = 2, seed: int = 0):
-    """What :func:`fit_significance` takes, for ``(query, target)`` sequence pairs aligned by
-    ``aligner`` (calibrated, at its calibration's own threshold), each also aligned
-    ``shuffles`` times with its target shuffled (even draws) or its query shuffled (odd
-    draws); ``seed`` fixes the shuffles. Returns ``(features [N, F], lengths [N, 2],
-    null_features [N * shuffles, F], null_lengths [N * shuffles, 2])``, the shuffles of pair
-    ``k`` in rows ``k * shuffles`` onwards."""
+def aligned_features(aligner, items) -> tuple[np.ndarray, np.ndarray]:
+    """``(features [N, F], lengths [N, 2])`` of ``(query, target)`` sequence pairs aligned by
+    ``aligner`` (calibrated, at its calibration's own threshold, as the E-values see them)."""
     cal = aligner.calibration
     if cal is None:
         raise ValueError("E-values need a calibrated model (fit one with `sinkalign calibrate`)")
@@ -285,19 +283,61 @@ def significance_samples(aligner, pairs, *, shuffles: int = 2, seed: int = 0):
         raise ValueError(f"the aligner's min_confidence {aligner.min_confidence} is not its calibration's "
                          f"{cal.min_confidence}: fit E-values at the calibration's own threshold")
     kind = "protein" if aligner.config.alphabet == "protein" else "dna"
+    items = [(str(q), str(t)) for q, t in items]
+    stream = aligner.align_many((f"q{i}", q, f"t{i}", t) for i, (q, t) in enumerate(items))
+    feats = np.array([pair_features(r.alignment.match_posterior, r.query, r.target, threshold=0.0, kind=kind)
+                      for r in stream]).reshape(-1, len(PAIR_FEATURES))
+    return feats, np.array([(len(q), len(t)) for q, t in items], dtype=np.float64).reshape(-1, 2)
+
+
+def significance_samples(aligner, pairs, *, shuffles: int = 2, seed: int = 0):
+    """What :func:`fit_significance` takes, for ``(query, target)`` sequence pairs aligned by
+    ``aligner`` (calibrated, at its calibration's own threshold), each also aligned
+    ``shuffles`` times with its target shuffled (even draws) or its query shuffled (odd
+    draws); ``seed`` fixes the shuffles. Returns ``(features [N, F], lengths [N, 2],
+    null_features [N * shuffles, F], null_lengths [N * shuffles, 2])``, the shuffles of pair
+    ``k`` in rows ``k * shuffles`` onwards."""
     rng = np.random.default_rng(seed)
     pairs = [(str(q), str(t)) for q, t in pairs]
     null = []
     for q, t in pairs:
         for s in range(shuffles):
             null.append((q, shuffled(t, rng)) if s % 2 == 0 else (shuffled(q, rng), t))
+    return (*aligned_features(aligner, pairs), *aligned_features(aligner, null))
 
-    def features(items):
-        stream = aligner.align_many((f"q{i}", q, f"t{i}", t) for i, (q, t) in enumerate(items))
-        return np.array([pair_features(r.alignment.match_posterior, r.query, r.target, threshold=0.0, kind=kind)
-                         for r in stream]).reshape(-1, len(PAIR_FEATURES))
 
-    def lengths(items):
-        return np.array([(len(q), len(t)) for q, t in items], dtype=np.float64).reshape(-1, 2)
+def window_pairs(sequences, n_pairs: int, *, min_length: int = 50, max_length: int = 1000, seed: int = 0,
+                 shuffle: bool = True) -> list[tuple[str, str]]:
+    """``n_pairs`` pairs of windows cut at random from ``sequences`` (e.g. genome contigs), for
+    a null whose lengths span ``[min_length, max_length]`` (log-uniform, drawn independently
+    per window). Each window comes from a sequence drawn in proportion to its length (at
+    least ``min_length`` long), the two of a pair from different sequences where there are
+    several, and is shuffled (``shuffle``) so that chance homology (repeats, shared genes)
+    cannot enter the null. The shuffles draw from their own stream: with the same ``seed``,
+    ``shuffle=True`` gives the shuffles of the windows ``shuffle=False`` gives."""
+    seqs = [str(s) for s in sequences if len(s) >= min_length]
+    if not seqs:
+        raise ValueError(f"no sequence of at least {min_length} letters to cut windows from")
+    if not 1 <= min_length <= max_length:
+        raise ValueError(f"window lengths [{min_length}, {max_length}] must satisfy 1 <= min <= max")
+    rng = np.random.default_rng(seed)
+    shuffle_rng = np.random.default_rng([seed, 1])
+    weights = np.array([len(s) for s in seqs], dtype=np.float64)
+    weights /= weights.sum()
 
-    return features(pairs), lengths(pairs), features(null), lengths(null)
+    def window(k: int, length: int) -> str:
+        seq = seqs[k]
+        length = min(length, len(seq))
+        start = int(rng.integers(0, len(seq) - length + 1))
+        w = seq[start:start + length]
+        return shuffled(w, shuffle_rng) if shuffle else w
+
+    out = []
+    for _ in range(n_pairs):
+        a = int(rng.choice(len(seqs), p=weights))
+        b = a
+        while b == a and len(seqs) > 1:
+            b = int(rng.choice(len(seqs), p=weights))
+        la, lb = np.exp(rng.uniform(np.log(min_length), np.log(max_length), 2)).round().astype(int)
+        out.append((window(a, int(la)), window(b, int(lb))))
+    return out

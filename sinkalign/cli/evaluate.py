@@ -149,11 +149,20 @@ def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, ma
 @click.option("--shuffles", type=click.IntRange(min=1), default=2, show_default=True,
               help="Shuffled copies of each pair (target and query shuffled in turn) that make the null.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the shuffles.")
+@click.option("--null-fasta", "null_fastas", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Draw the null from shuffled windows of these sequences (e.g. genomes; plain or gzipped FASTA) "
+                   "instead of from shuffled reference pairs: for references whose lengths span too little "
+                   "(the null's length dependence is fitted from it). Repeatable.")
+@click.option("--null-pairs", type=click.IntRange(min=10), default=20000, show_default=True,
+              help="Window pairs of the --null-fasta null.")
+@click.option("--null-lengths", type=(click.IntRange(min=1), click.IntRange(min=1)), default=(50, 1000),
+              show_default=True, help="Shortest and longest window of the --null-fasta null (log-uniform).")
 @click.option("-o", "--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Model directory to write: the model with its E-value null. It must be new or empty "
                    "(a directory holding other files is refused).")
 @click.option("--overwrite", is_flag=True, help="Replace the model already in --out (only a model directory).")
-def fit_evalues(references, model, split, min_tm, max_pairs, max_length, shuffles, seed, out, overwrite):
+def fit_evalues(references, model, split, min_tm, max_pairs, max_length, shuffles, seed, null_fastas, null_pairs,
+                null_lengths, out, overwrite):
     """Fit the null of a calibrated model's E-values on shuffled pairs and write the model.
 
     Each reference pair is aligned as it is and with one sequence shuffled. The statistic is
@@ -165,7 +174,7 @@ def fit_evalues(references, model, split, min_tm, max_pairs, max_length, shuffle
     """
     from sinkalign.align.aligner import Aligner, default_model_path, resolve_model
     from sinkalign.align.checkpoints import check_model_output, export_model
-    from sinkalign.align.significance import fit_significance, significance_samples
+    from sinkalign.align.significance import aligned_features, fit_significance, significance_samples, window_pairs
     from sinkalign.errors import InputError
 
     console = Console()
@@ -179,11 +188,24 @@ def fit_evalues(references, model, split, min_tm, max_pairs, max_length, shuffle
     if aligner.calibration is None:
         raise InputError(f"{source} has no calibration: fit one with `sinkalign calibrate` first")
     kind = "protein" if aligner.config.alphabet == "protein" else "dna"
-    real, real_lengths, null, lengths = significance_samples(
-        aligner, [(p.query_seq, p.target_seq) for p in pairs], shuffles=shuffles, seed=seed)
+    items = [(p.query_seq, p.target_seq) for p in pairs]
     names = ", ".join(r.name for r in references)
-    fitted_on = (f"{len(pairs)} pairs of {names} (split {split}, <= {max_length} residues) and {len(null)} "
-                 f"shuffled copies (seed {seed})")
+    if null_fastas:
+        from sinkalign.io.fasta import read_fasta
+
+        lo, hi = null_lengths
+        if lo > hi:
+            raise InputError(f"--null-lengths {lo} {hi}: the shortest window is longer than the longest")
+        records = [rec.seq for path in null_fastas for rec in read_fasta(path, aligner.config.alphabet)]
+        windows = window_pairs(records, null_pairs, min_length=lo, max_length=hi, seed=seed)
+        real, real_lengths = aligned_features(aligner, items)
+        null, lengths = aligned_features(aligner, windows)
+        null_from = (f"{len(null)} pairs of shuffled {lo}-{hi} letter windows of "
+                     f"{', '.join(p.name for p in null_fastas)} (seed {seed})")
+    else:
+        real, real_lengths, null, lengths = significance_samples(aligner, items, shuffles=shuffles, seed=seed)
+        null_from = f"{len(null)} shuffled copies (seed {seed})"
+    fitted_on = f"{len(pairs)} pairs of {names} (split {split}, <= {max_length} residues) and {null_from}"
     sig = fit_significance(real, real_lengths, null, lengths, threshold=aligner.calibration.min_confidence,
                            kind=kind, fitted_on=fitted_on)
     earlier = aligner.provenance.split(" E-values fitted with")[0]  # a new fit replaces the last
@@ -193,6 +215,6 @@ def fit_evalues(references, model, split, min_tm, max_pairs, max_length, shuffle
     e_real = sig.evalue(real, real_lengths[:, 0], real_lengths[:, 1])
     e_null = sig.evalue(null, lengths[:, 0], lengths[:, 1])
     console.print(f"statistic: composition-adjusted local score (nats) + {sig.weights[1]:g} x expected correct columns")
-    console.print(f"{len(pairs)} pairs, {len(null)} shuffled: E <= 1e-3 for {np.mean(e_real <= 1e-3):.1%} of the "
-                  f"pairs and {np.mean(e_null <= 1e-3):.2%} of the shuffled (expected {-np.expm1(-1e-3):.2%})")
+    console.print(f"{len(pairs)} pairs, {len(null)} null pairs: E <= 1e-3 for {np.mean(e_real <= 1e-3):.1%} of the "
+                  f"pairs and {np.mean(e_null <= 1e-3):.2%} of the null pairs (expected {-np.expm1(-1e-3):.2%})")
     console.print(f"wrote {out}")
