@@ -77,6 +77,35 @@ def evalue_cost(aligner, sig: Significance, items) -> dict:
     return {"pairs": n, "align_ms": 1e3 * align_s / n, "evalue_ms": 1e3 * evalue_s / n}
 
 
+def report_fit(stats: dict, aligner, export: str | None, how: str, fitted_on: str) -> None:
+    """Print the fitted statistics; with ``export``, write the model with the ``sinkalign`` one."""
+    for name, sig in stats.items():
+        print(f"  {name}: weights {np.round(sig.weights, 5).tolist()}, location {np.round(sig.location, 4).tolist()}, "
+              f"scale {np.round(sig.scale, 4).tolist()}")
+    if export:
+        from sinkalign.align.checkpoints import export_model
+
+        export_model(export, aligner.params, aligner.config, calibration=aligner.calibration.to_dict(),
+                     significance=stats["sinkalign"].to_dict(),
+                     provenance=f"{aligner.provenance.split(' E-values fitted with')[0]} E-values fitted with {how} on "
+                                f"{fitted_on}.")
+        print(f"wrote {export}")
+
+
+def share_header() -> None:
+    """The header of the 'share with E <= t' table."""
+    print("| method | set | " + " | ".join(f"t={t:g}" for t in THRESHOLDS) + " |")
+    print("|---|---|" + "---|" * len(THRESHOLDS))
+    print("| expected | - | " + " | ".join(f"{-np.expm1(-t):.2g}" for t in THRESHOLDS) + " |")
+
+
+def save_result(result: dict, t0: float, out: Path) -> None:
+    """Write the run's JSON (with its wall time) and say where."""
+    result["seconds"] = time.perf_counter() - t0
+    write_json(out, result)
+    print(f"\nwrote {out} ({result['seconds']:.0f} s)")
+
+
 def auc(pos, neg) -> float:
     from scipy.stats import rankdata
 
@@ -147,17 +176,7 @@ def main() -> None:
                                             threshold, "raw local score only")}
     t_fit = time.perf_counter() - t0
     print(f"fitted on {len(fit_pairs)} pairs + {len(null)} shuffled in {t_fit:.0f} s")
-    for name, sig in stats.items():
-        print(f"  {name}: weights {np.round(sig.weights, 5).tolist()}, location {np.round(sig.location, 4).tolist()}, "
-              f"scale {np.round(sig.scale, 4).tolist()}")
-    if args.export:
-        from sinkalign.align.checkpoints import export_model
-
-        export_model(args.export, aligner.params, aligner.config, calibration=aligner.calibration.to_dict(),
-                     significance=stats["sinkalign"].to_dict(),
-                     provenance=f"{aligner.provenance.split(' E-values fitted with')[0]} E-values fitted with "
-                                f"`benchmarks/homology_evalues.py` (as `sinkalign fit-evalues`) on {fitted_on}.")
-        print(f"wrote {args.export}")
+    report_fit(stats, aligner, args.export, "`benchmarks/homology_evalues.py` (as `sinkalign fit-evalues`)", fitted_on)
 
     held = seqs(args.split)
     hs = sample([(p.query_seq, p.target_seq) for p in held], 2, 1)
@@ -175,9 +194,7 @@ def main() -> None:
     print(f"\nheld-out {args.split}: {len(held)} reference pairs, {len(hs['null_len'])} shuffled, {len(decoys)} Pfam "
           f"cross-family decoys ({args.decoy_families})")
     print("\nShare with E <= t (expected for a calibrated null: 1 - exp(-t))")
-    print("| method | set | " + " | ".join(f"t={t:g}" for t in THRESHOLDS) + " |")
-    print("|---|---|" + "---|" * len(THRESHOLDS))
-    print("| expected | - | " + " | ".join(f"{-np.expm1(-t):.2g}" for t in THRESHOLDS) + " |")
+    share_header()
     for name, sig in stats.items():
         h_real, h_null = hs["features"][name]
         e_null = sig.evalue(h_null, hs["null_len"][:, 0], hs["null_len"][:, 1])
@@ -202,10 +219,7 @@ def main() -> None:
         cells = [f"{row['sensitivity'][b]['share'][k3]:.3f} ({row['sensitivity'][b]['share'][k5]:.3f}), "
                  f"AUC {row['auc_vs_shuffled'][b]:.3f}" for b in ("all", *(x[2] for x in BINS))]
         print(f"| {name} | " + " | ".join(cells) + " |")
-    result["seconds"] = time.perf_counter() - t0
-    out = Path(args.out) if args.out else RESULTS / f"homology_evalues_{args.split}.json"
-    write_json(out, result)
-    print(f"\nwrote {out} ({result['seconds']:.0f} s)")
+    save_result(result, t0, Path(args.out) if args.out else RESULTS / f"homology_evalues_{args.split}.json")
 
 
 if __name__ == "__main__":

@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import machine, write_json
-from homology_evalues import THRESHOLDS, with_weights
+from _common import machine
+from homology_evalues import THRESHOLDS, report_fit, save_result, share_header, with_weights
 
 from sinkalign.align.aligner import Aligner
 from sinkalign.align.evaluate import load_reference_set
@@ -103,18 +103,8 @@ def main() -> None:
              "SW (raw score)": with_weights(sw, raw(null, null_items), null_len, "dna", 0.0, "raw local score only")}
     t_fit = time.perf_counter() - t0
     print(f"fitted on {len(made1)} MADE1 pairs + {len(null)} training-genome windows in {t_fit:.0f} s")
-    for name, sig in stats.items():
-        print(f"  {name}: weights {np.round(sig.weights, 5).tolist()}, location {np.round(sig.location, 4).tolist()}, "
-              f"scale {np.round(sig.scale, 4).tolist()}")
-    if args.export:
-        from sinkalign.align.checkpoints import export_model
-
-        export_model(args.export, aligner.params, aligner.config, calibration=aligner.calibration.to_dict(),
-                     significance=stats["sinkalign"].to_dict(),
-                     provenance=f"{aligner.provenance.split(' E-values fitted with')[0]} E-values fitted with "
-                                f"`benchmarks/homology_evalues_dna.py` (as `sinkalign fit-evalues --null-fasta`) on "
-                                f"{fitted_on}.")
-        print(f"wrote {args.export}")
+    report_fit(stats, aligner, args.export,
+               "`benchmarks/homology_evalues_dna.py` (as `sinkalign fit-evalues --null-fasta`)", fitted_on)
 
     held_paths = genomes(args.split)
     held = contigs(held_paths)
@@ -127,9 +117,7 @@ def main() -> None:
               "fit_seconds": t_fit, "statistics": {k: v.to_dict() for k, v in stats.items()}, "methods": {}}
     print(f"\nheld-out {args.split} genomes ({len(held_paths)}): {', '.join(p.name.split('__')[0] for p in held_paths)}")
     print("\nShare with E <= t (expected for a calibrated null: 1 - exp(-t)), and MADE1 homologs found at E <= 1e-3")
-    print("| method | set | " + " | ".join(f"t={t:g}" for t in THRESHOLDS) + " |")
-    print("|---|---|" + "---|" * len(THRESHOLDS))
-    print("| expected | - | " + " | ".join(f"{-np.expm1(-t):.2g}" for t in THRESHOLDS) + " |")
+    share_header()
     for name, sig in stats.items():
         row = {}
         for label, (its, feats, lens) in sets.items():
@@ -142,10 +130,7 @@ def main() -> None:
         result["methods"][name] = row
     print("\nMADE1 pairs (the DNA model's own training family) found at E <= 1e-3: "
           + ", ".join(f"{k} {v['made1_found_1e-3']:.3f}" for k, v in result["methods"].items()))
-    result["seconds"] = time.perf_counter() - t0
-    out = Path(args.out) if args.out else RESULTS / f"homology_evalues_dna_{args.split}.json"
-    write_json(out, result)
-    print(f"\nwrote {out} ({result['seconds']:.0f} s)")
+    save_result(result, t0, Path(args.out) if args.out else RESULTS / f"homology_evalues_dna_{args.split}.json")
 
 
 if __name__ == "__main__":
