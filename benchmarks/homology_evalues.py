@@ -143,7 +143,7 @@ def main() -> None:
 
     t0 = time.perf_counter()
     aligner = Aligner.load(args.model, significance=None)
-    kind = "protein" if aligner.config.alphabet == "protein" else "dna"
+    kind = aligner.config.alphabet  # "protein" or "dna" (AlignerConfig checks it)
     threshold = aligner.calibration.min_confidence
 
     def seqs(split, max_pairs=None):

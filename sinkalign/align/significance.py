@@ -282,7 +282,7 @@ def aligned_features(aligner, items) -> tuple[np.ndarray, np.ndarray]:
     if aligner.min_confidence != cal.min_confidence:
         raise ValueError(f"the aligner's min_confidence {aligner.min_confidence} is not its calibration's "
                          f"{cal.min_confidence}: fit E-values at the calibration's own threshold")
-    kind = "protein" if aligner.config.alphabet == "protein" else "dna"
+    kind = aligner.config.alphabet  # "protein" or "dna" (AlignerConfig checks it)
     items = [(str(q), str(t)) for q, t in items]
     stream = aligner.align_many((f"q{i}", q, f"t{i}", t) for i, (q, t) in enumerate(items))
     feats = np.array([pair_features(r.alignment.match_posterior, r.query, r.target, threshold=0.0, kind=kind)

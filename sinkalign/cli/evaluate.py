@@ -115,7 +115,7 @@ def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, ma
     source = resolve_model(model) if model else default_model_path()
     aligner = Aligner.load(source, calibration=None)  # the raw posteriors are what is fitted
     samples, raw = [], []
-    kind = "protein" if aligner.config.alphabet == "protein" else "dna"
+    kind = aligner.config.alphabet  # "protein" or "dna" (AlignerConfig checks it)
     for r, p in zip(aligner.align_many(((p.query_id, p.query_seq, p.target_id, p.target_seq) for p in pairs),
                                        keep_plan=True), pairs):
         match = plan_posteriors(r.plan).match  # one plan at a time: bounded memory
@@ -187,7 +187,7 @@ def fit_evalues(references, model, split, min_tm, max_pairs, max_length, shuffle
     aligner = Aligner.load(source, significance=None)
     if aligner.calibration is None:
         raise InputError(f"{source} has no calibration: fit one with `sinkalign calibrate` first")
-    kind = "protein" if aligner.config.alphabet == "protein" else "dna"
+    kind = aligner.config.alphabet  # "protein" or "dna" (AlignerConfig checks it)
     items = [(p.query_seq, p.target_seq) for p in pairs]
     names = ", ".join(r.name for r in references)
     if null_fastas:
