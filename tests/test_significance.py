@@ -188,6 +188,43 @@ def test_composition_lambda_is_the_karlin_altschul_root():
         composition_lambda("A", "A", kind="rna")
 
 
+@pytest.mark.parametrize("kind", ["protein", "dna"])
+def test_composition_lambda_against_bracketing_on_random_compositions(kind):
+    """Newton's method on ln(1 + h) against scipy's Brent root of the plain sum, over skewed
+    and flat compositions, roots near 0 (drift near 0) included."""
+    from scipy.optimize import brentq
+
+    from sinkalign.align.baselines import Scoring, _score_lookup
+
+    letters = "ARNDCQEGHILKMFPSTWYV" if kind == "protein" else "ACGT"
+    lut, table = _score_lookup(Scoring.protein() if kind == "protein" else Scoring.dna())
+    S = table[np.ix_([lut[ord(a)] for a in letters], [lut[ord(a)] for a in letters])].astype(float)
+
+    def comp(seq):
+        c = np.array([seq.count(a) for a in letters], float) + 0.5
+        return c / c.sum()
+
+    rng = np.random.default_rng(7)
+    small = 0
+    for k in range(300):
+        mix = rng.dirichlet(np.full(len(letters), [0.1, 1.0, 10.0][k % 3]))
+        q = "".join(rng.choice(list(letters), rng.integers(1, 400), p=mix))
+        t = "".join(rng.choice(list(letters), rng.integers(1, 400), p=mix if k % 2 else None))
+        p, r = comp(q), comp(t)
+        lam = composition_lambda(q, t, kind=kind)
+        drift = p @ S @ r
+        if drift >= 0:
+            assert lam == 0.01
+            continue
+        # the residual, in units of the root's own scale: |h(lam)| / (|h'(0)| lam)
+        assert abs(p @ np.expm1(lam * S) @ r) <= 1e-12 * abs(drift) * lam
+        f = lambda x: p @ np.exp(x * S) @ r - 1.0  # noqa: E731
+        ref = brentq(f, lam / 2, 2 * lam, xtol=1e-15, rtol=1e-15)
+        assert lam == pytest.approx(ref, rel=1e-12 if lam > 0.05 else 1e-9)
+        small += lam < 0.05
+    assert small >= 3  # the ill-conditioned end was reached
+
+
 def test_pair_features():
     conf = np.array([0.9, 0.2, 0.6, 0.49])
     f = pair_features(conf, HBA, HBB, threshold=0.5)

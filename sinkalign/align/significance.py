@@ -42,6 +42,7 @@ the result with the model (``state.json``, key ``significance``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 
@@ -79,31 +80,57 @@ def composition_lambda(query: str, target: str, *, kind: str = "protein") -> flo
     amino acids, ACGT) plus a pseudocount of 0.5 each. When the expected score ``p^T s q``
     is not negative (no root: alignments of such a pair grow linearly with length) the
     lambda of the expected score 0 limit, 0, is replaced by a small floor (0.01), so that
-    such pairs get large E-values."""
-    from scipy.optimize import brentq
+    such pairs get large E-values.
 
-    matrix, letters = _composition_matrix(kind)
-    p, q = (_composition(seq, letters) for seq in (query, target))
-    if p @ matrix @ q >= 0:
+    The sum is taken over the matrix's distinct scores ``s_k`` with weights ``w_k`` (the
+    probability of a letter pair scoring ``s_k``, ``sum_k w_k = 1``), and the root found by
+    Newton's method on ``g(lambda) = ln(1 + h(lambda))``, ``h = sum_k w_k expm1(lambda s_k)``:
+    ``g`` is convex (a log-sum-exp) with ``g(0) = 0`` exactly and ``g'(0) = p^T s q < 0``, so
+    from a point where ``g > 0`` the iterates fall monotonically to the root, and nearly
+    linear far above it (few steps). ``expm1`` and ``log1p`` keep the root accurate (to about
+    1e-13 relative) when the drift is near 0 and the root small."""
+    values, classes, letters = _score_classes(kind)
+    w = np.bincount(classes, weights=np.outer(_composition(query, letters), _composition(target, letters)).ravel(),
+                    minlength=values.size)
+    if w @ values >= 0:
         return 0.01
-    expm = np.exp(matrix)
 
-    def f(lam: float) -> float:
-        return float(p @ expm**lam @ q) - 1.0
+    def h_and_step(lam: float) -> tuple[float, float]:  # h and the Newton step g / g', g' = h' / (1 + h)
+        em1 = np.expm1(lam * values)
+        h = float(w @ em1)
+        return h, math.log1p(h) * (1.0 + h) / float(w @ ((em1 + 1.0) * values))
 
-    hi = 1.0
-    while f(hi) <= 0:  # f < 0 just above 0 (negative drift), +inf as lambda grows (a positive score)
-        hi *= 2.0
-    return float(brentq(f, 1e-9, hi, xtol=1e-12, rtol=1e-12))
+    lam = 1.0
+    while (h_step := h_and_step(lam))[0] <= 0:  # h < 0 just above 0 (negative drift), unbounded above
+        lam *= 2.0
+    for _ in range(100):
+        dx = h_step[1]
+        lam -= dx
+        if dx <= 1e-14 * lam:  # (a last step may be a rounding's width upwards)
+            return lam
+        h_step = h_and_step(lam)
+    raise ArithmeticError(f"composition_lambda: Newton's method did not converge (lambda {lam}, step {h_step[1]})")
 
 
 def _composition(seq: str, letters: str) -> np.ndarray:
-    up = seq.upper()
-    counts = np.array([up.count(a) for a in letters], dtype=np.float64) + _PSEUDOCOUNT
+    codes = _letter_codes(letters)
+    counts = np.bincount(codes[np.frombuffer(seq.upper().encode("ascii", "replace"), np.uint8)],
+                         minlength=len(letters) + 1)[:-1] + _PSEUDOCOUNT
     return counts / counts.sum()
 
 
-def _composition_matrix(kind: str) -> tuple[np.ndarray, str]:
+@functools.cache
+def _letter_codes(letters: str) -> np.ndarray:
+    """Byte -> index of the letter in ``letters``, ``len(letters)`` for every other byte."""
+    codes = np.full(256, len(letters), dtype=np.intp)
+    codes[np.frombuffer(letters.encode("ascii"), np.uint8)] = np.arange(len(letters))
+    return codes
+
+
+@functools.cache
+def _score_classes(kind: str) -> tuple[np.ndarray, np.ndarray, str]:
+    """The distinct scores of the ``kind``'s substitution matrix over its standard letters,
+    the class (index into them) of each letter pair (row-major), and the letters."""
     from sinkalign.align.baselines import Scoring, _score_lookup
 
     if kind not in _COMPOSITION_LETTERS:
@@ -111,7 +138,8 @@ def _composition_matrix(kind: str) -> tuple[np.ndarray, str]:
     letters = _COMPOSITION_LETTERS[kind]
     lut, table = _score_lookup(Scoring.protein() if kind == "protein" else Scoring.dna())
     rows = np.array([lut[ord(a)] for a in letters])
-    return table[np.ix_(rows, rows)], letters
+    values, classes = np.unique(table[np.ix_(rows, rows)], return_inverse=True)
+    return values.astype(np.float64), classes.ravel(), letters
 
 
 def pair_features(confidences, query: str, target: str, *, threshold: float = 0.0,
