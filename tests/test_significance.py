@@ -384,6 +384,58 @@ def test_align_cli_max_evalue_keeps_the_likely_homologs(tmp_path):
     assert r.exit_code == 1 and "has no E-value null" in r.output and not (tmp_path / "d.tsv").exists()
 
 
+def test_align_db_size_scales_evalues_per_search(tmp_path):
+    """--db-size N multiplies every E-value by N; --db-size targets by the number of pairs the
+    query is in (targets all-vs-all, 1 zip, its lines in a pair list); --max-evalue filters
+    the E-values as reported; a model without a null is refused."""
+    rng = np.random.default_rng(3)
+    queries = tmp_path / "q.fasta"
+    queries.write_text(f">hba\n{HBA}\n>shuf\n{shuffled(HBA, rng)}\n")
+    targets = tmp_path / "t.fasta"
+    targets.write_text(f">hbb\n{HBB}\n>hbb_shuf\n{shuffled(HBB, rng)}\n>hba2\n{HBA[5:]}\n")
+
+    def run(*args):  # (query, target) -> E-value, at full precision (JSON)
+        out = tmp_path / f"o{len(list(tmp_path.glob('o*.json')))}.json"
+        r = CliRunner().invoke(cli, ["align", *map(str, args), "--format", "json", "-o", str(out), "--no-progress"])
+        assert r.exit_code == 0, r.output
+        return {(o["query_id"], o["target_id"]): o["evalue"] for o in map(json.loads, out.read_text().splitlines())}
+
+    base = run(queries, targets)
+    assert len(base) == 6
+    for size, factor in (("1", 1), ("250", 250), ("targets", 3)):
+        scaled = run(queries, targets, "--db-size", size)
+        assert scaled.keys() == base.keys()
+        for key, e in base.items():
+            assert scaled[key] == pytest.approx(factor * e, rel=1e-12)
+    # zip: each query's search is one pair
+    two = tmp_path / "t2.fasta"
+    two.write_text(f">hbb\n{HBB}\n>hbb_shuf\n{shuffled(HBB, rng)}\n")
+    zipped = run(queries, two, "--pairing", "zip", "--db-size", "targets")
+    assert zipped[("hba", "hbb")] == pytest.approx(base[("hba", "hbb")], rel=1e-12)
+    # a pair list: hba is in three pairs, shuf in one
+    (tmp_path / "both.fasta").write_text(queries.read_text() + targets.read_text())
+    (tmp_path / "pairs.tsv").write_text("hba\thbb\nhba\thbb_shuf\nshuf\thbb\nhba\thba2\n")
+    listed = run("--pairs", tmp_path / "pairs.tsv", tmp_path / "both.fasta", "--db-size", "targets")
+    assert listed[("hba", "hbb")] == pytest.approx(3 * base[("hba", "hbb")], rel=1e-12)
+    assert listed[("shuf", "hbb")] == pytest.approx(base[("shuf", "hbb")], rel=1e-12)
+    # --max-evalue reads the scaled E-values: a threshold between the two values of a pair
+    e = base[("hba", "hba2")]
+    assert run(queries, targets, "--max-evalue", 10 * e).keys() >= {("hba", "hba2")}
+    assert ("hba", "hba2") not in run(queries, targets, "--max-evalue", 10 * e, "--db-size", 100)
+    r = CliRunner().invoke(cli, ["align", str(queries), str(targets), "--db-size", "0"])
+    assert r.exit_code == 2 and "whole number >= 1" in r.output
+    base_model = Aligner.load("blosum")
+    bare = export_model(tmp_path / "bare", base_model.params, base_model.config, provenance="no null",
+                        calibration=base_model.calibration.to_dict())
+    r = CliRunner().invoke(cli, ["align", str(queries), str(targets), "--model", str(bare), "--db-size", "5",
+                                 "-o", str(tmp_path / "d.tsv"), "--no-progress"])
+    assert r.exit_code == 1 and "--db-size: the model" in r.output and not (tmp_path / "d.tsv").exists()
+    with pytest.raises(InputError, match="db_size"):
+        from sinkalign.pipelines.align import align_fasta
+
+        align_fasta(queries, targets, db_size=2.5, output=tmp_path / "x.tsv")
+
+
 @pytest.mark.shared_data
 def test_shipped_null_on_held_out_pfam_families(shared_data):
     """The shipped learned model's E-values on the three Pfam validation families (60 pairs

@@ -30,9 +30,9 @@ The fit is by maximum likelihood on the upper tail, where E-values are read: sco
 
 ``E`` is the expected number of shuffled pairs of these lengths scoring at least ``S`` per
 comparison (``bl2seq``'s convention); in a search of ``N`` comparisons the expected number
-of chance hits at least as good is ``N E``. It is a statement about shuffled sequences: real
-unrelated proteins with repeats can score better than shuffles, so treat E-values near the
-threshold with the usual care. ``benchmarks/homology_evalues.py`` measures how well the
+of chance hits at least as good is ``N E`` (``sinkalign align --db-size``). It is a
+statement about shuffled sequences: real unrelated proteins with repeats can score better
+than shuffles, so treat E-values near the threshold with the usual care. ``benchmarks/homology_evalues.py`` measures how well the
 E-values are calibrated and how many homologs they find.
 
 The fit is :func:`fit_significance`; ``sinkalign fit-evalues`` runs it for a model and stores

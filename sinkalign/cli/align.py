@@ -16,6 +16,23 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "data" / "examples"
 _INPUT = click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path)
 
 
+class _DbSize(click.ParamType):
+    """A whole number >= 1, or ``targets``."""
+
+    name = "N|targets"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) or value == "targets":
+            return value
+        try:
+            n = int(value)
+        except ValueError:
+            n = 0
+        if n < 1:
+            self.fail(f"{value!r} is not a whole number >= 1 or 'targets'", param, ctx)
+        return n
+
+
 @click.command()
 @click.argument("query_fasta", type=_INPUT, required=False)
 @click.argument("target_fasta", type=_INPUT, required=False)
@@ -63,12 +80,17 @@ _INPUT = click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path
                    "own threshold; 0 keeps every MEA column). Higher: fewer, surer columns.")
 @click.option("--max-evalue", type=click.FloatRange(min=0),
               help="Write only the pairs whose E-value is at most this (e.g. 1e-3 in an all-vs-all run: the "
-                   "likely homologs); needs a model with an E-value null (the shipped protein models).")
+                   "likely homologs); needs a model with an E-value null (every shipped model has one).")
+@click.option("--db-size", type=_DbSize(),
+              help="Report E-values for a search of N comparisons per query (each pair's E-value times N, as "
+                   "HMMER's -Z), or 'targets': the number of pairs of this run the query is in (the target count "
+                   "all-vs-all). Default: per comparison, as bl2seq. --max-evalue applies to the E-values as "
+                   "reported.")
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar on stderr.")
 @click.pass_context
 def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, overwrite, model, embedder,
           esm_weights, backend, engine, plan_out, batch_size, chunk_size, workers, scheduler, gap_weight, min_confidence,
-          max_evalue, progress):
+          max_evalue, db_size, progress):
     """Align the records of QUERY_FASTA against those of TARGET_FASTA (protein or DNA).
 
     \b
@@ -101,7 +123,7 @@ def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, 
         n = align_fasta(query_fasta, target_fasta, pairs=pairs, output=output, fmt=fmt, pairing=pairing,
                         model=model, embedder=embedder, esm_weights=esm_weights, backend=backend,
                         plan_out=plan_out, batch_size=batch_size, gap_weight=gap_weight,
-                        min_confidence=min_confidence, max_evalue=max_evalue, progress=progress,
+                        min_confidence=min_confidence, max_evalue=max_evalue, db_size=db_size, progress=progress,
                         overwrite=overwrite, workers=workers, scheduler=scheduler, chunk_size=chunk_size,
                         engine=engine)
     except BrokenPipeError:  # e.g. `sinkalign align ... | head`: stop quietly, as other filters do

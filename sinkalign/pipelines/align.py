@@ -271,6 +271,12 @@ class _Scan:
     total: int = 0
     references: list | None = None  # (target id, length), first-seen order; only for sam/bam
     kinds: _Kinds = dataclasses.field(default_factory=_Kinds)
+    targets_per_query: int = 1  # comparisons per query in every query's search (all, zip) ...
+    per_query: dict[str, int] | None = None  # ... or query id -> comparisons (a pair list)
+
+    def comparisons(self, qid: str) -> int:
+        """How many pairs of this run the query ``qid`` is in (its search's size)."""
+        return self.targets_per_query if self.per_query is None else self.per_query[qid]
 
 
 def _max_length() -> int:
@@ -321,6 +327,7 @@ class _FastaPairs:
                 if sam:
                     scan.references.append((t.id, len(t)))
             n_targets, queries = len(tids), _UniqueIds(self.query)
+            scan.targets_per_query = n_targets
             for n, q in enumerate(read_fasta(self.query, alphabet="auto", unique_ids=False), 1):
                 note(self.query, q, n)
                 queries.add(q.id)
@@ -455,6 +462,7 @@ class _ListedPairs:
     def scan(self, fmt: str) -> _Scan:
         scan = _Scan(references=[] if fmt in ("sam", "bam") else None)
         refs: dict[str, int] = {}
+        scan.per_query = {}
         checked: dict[tuple[int, str], int] = {}  # (which FASTA, id) -> residues; one fetch per id
         limit = _max_length()
         for n, qid, tid in self._lines():
@@ -473,6 +481,7 @@ class _ListedPairs:
             _self_pair(fmt, qid, tid, f"{self.path}: line {n}")
             if scan.references is not None:
                 refs.setdefault(tid, checked[id(self.tfa), tid])
+            scan.per_query[qid] = scan.per_query.get(qid, 0) + 1
             scan.total += 1
         if scan.references is not None:
             scan.references = list(refs.items())
@@ -678,7 +687,7 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
                 pairing: str = "all", model=None, embedder: str | None = None, esm_weights=None,
                 backend: str = "reference", plan_out=None, batch_size: int = 8, gap_weight: float | None = None,
                 min_confidence: float | None = None, max_evalue: float | None = None,
-                progress: bool = False, overwrite: bool = False,
+                db_size: int | str | None = None, progress: bool = False, overwrite: bool = False,
                 workers: int | None = None, engine: str = "auto",
                 scheduler: str | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE, _task=None) -> int:
     """Align pairs of sequences and write them in ``fmt``; returns the number of pairs written.
@@ -700,8 +709,14 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
         chunk_size: pairs per chunk (per cluster task); ``batch_size``: pairs per aligner batch.
         gap_weight, min_confidence: decoding (:class:`~sinkalign.align.aligner.Aligner`);
             ``None``: the model's own.
-        max_evalue: write only the pairs whose E-value is at most this (their plans too;
-            a plan keeps its input index in its name); the model must have an E-value null.
+        max_evalue: write only the pairs whose E-value (as reported: see ``db_size``) is at
+            most this (their plans too; a plan keeps its input index in its name); the model
+            must have an E-value null.
+        db_size: report each pair's E-value for a search of this many comparisons (the
+            per-comparison E-value times ``db_size``, HMMER's ``-Z``), or ``"targets"``: for
+            the number of pairs of this run its query is in (the target count of an
+            all-vs-all run, 1 for ``zip``, the query's lines in a pair list). ``None`` or 1:
+            per comparison.
         engine: the aligner's engine (:data:`~sinkalign.align.aligner.ENGINES`): ``auto``
             (``numpy`` whenever the model allows it), ``numpy`` or ``jax``.
 
@@ -718,6 +733,8 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
         raise InputError(f"engine={engine!r} is not one of {ENGINES}")
     if max_evalue is not None and not max_evalue >= 0:
         raise InputError(f"max_evalue={max_evalue} must be >= 0")
+    if db_size is not None and db_size != "targets" and not (isinstance(db_size, int) and db_size >= 1):
+        raise InputError(f"db_size={db_size!r} must be a whole number >= 1 or 'targets'")
     if batch_size < 1 or chunk_size < 1:
         raise InputError(f"batch_size={batch_size} and chunk_size={chunk_size} must be >= 1")
     if workers is not None and scheduler is not None:
@@ -760,9 +777,10 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
                              min_confidence=min_confidence, engine=engine)
             if scheduler is None and workers is None:
                 load_aligner(spec)  # the shipped model, loaded before the first pair
-        if max_evalue is not None and load_aligner(spec).significance is None:
-            raise InputError(f"--max-evalue: the model {spec.path or 'shipped for ' + alphabet} has no E-value null "
-                             "(fit one with `sinkalign fit-evalues`)")
+        for option, value in (("--max-evalue", max_evalue), ("--db-size", db_size)):
+            if value is not None and load_aligner(spec).significance is None:
+                raise InputError(f"{option}: the model {spec.path or 'shipped for ' + alphabet} has no E-value null "
+                                 "(fit one with `sinkalign fit-evalues`)")
         keep_plan = plan_out is not None
         chunks = _chunks(source.pairs(alphabet), chunk_size)
         if scheduler is None and workers is None:
@@ -780,6 +798,8 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
                 for chunk, out in results:
                     for (qid, q, tid, t), (aln, plan, evalue) in zip(chunk, out):
                         index += 1
+                        if db_size is not None:
+                            evalue *= scan.comparisons(qid) if db_size == "targets" else db_size
                         if max_evalue is not None and not evalue <= max_evalue:
                             continue
                         if plans is not None:
