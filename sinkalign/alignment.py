@@ -37,6 +37,8 @@ __all__ = [
     "check_pairs",
     "cigar",
     "percent_identity",
+    "posterior_digits",
+    "to_biopython",
     "to_gapped",
 ]
 
@@ -201,6 +203,75 @@ def to_gapped(query: str, target: str, alignment: Any, *, gap: str = "-") -> tup
     return q, t
 
 
+def _coordinates(cols: list[tuple[int | None, int | None]]) -> np.ndarray:
+    """Biopython ``coordinates [2, steps + 1]`` of a column list (a point where the column kind changes)."""
+    qpos = tpos = 0
+    points = [(0, 0)]
+    prev = None
+    for i, j in cols:
+        kind = (i is not None, j is not None)
+        if prev is not None and kind != prev:
+            points.append((qpos, tpos))
+        qpos += i is not None
+        tpos += j is not None
+        prev = kind
+    if cols:
+        points.append((qpos, tpos))
+    return np.array(points, dtype=np.int64).T
+
+
+def _pp_char(p: float) -> str:
+    """HMMER posterior digit: 0 < 0.05, k in [k/10 - 0.05, k/10 + 0.05), * >= 0.95."""
+    if p >= 0.95:
+        return "*"
+    return str(min(9, max(0, int(math.floor(p * 10 + 0.5)))))
+
+
+def posterior_digits(alignment: Alignment) -> str:
+    """HMMER-style posterior digits, one per column of the global layout (``0`` < 5%, ``k`` in
+    [10k-5, 10k+5)%, ``*`` >= 95%): the match posterior of an aligned column, the residue's
+    gap posterior of a gap column (the ``#=GC PP_cons`` line of the Stockholm output)."""
+    mp = iter(alignment.match_posterior.tolist())
+    chars = []
+    for i, j in alignment_columns(alignment.pairs, alignment.m, alignment.n):
+        if i is not None and j is not None:
+            chars.append(_pp_char(next(mp)))
+        elif j is None:
+            chars.append(_pp_char(float(alignment.query_gap_posterior[i])))
+        else:
+            chars.append(_pp_char(float(alignment.target_gap_posterior[j])))
+    return "".join(chars)
+
+
+def to_biopython(query_id: str, query: str, target_id: str, target: str, alignment: Any, *,
+                 score: float | None = None, evalue: float | None = None):
+    """The pair as a Biopython ``Bio.Align.Alignment``: two ``SeqRecord`` (query first, then
+    target, named by their ids) and the coordinates of the global layout. Biopython then
+    prints it (``print(aln)``: rows with a ``|``/``.``/``-`` match line), counts it
+    (``aln.counts()``), gives its ``substitutions`` and writes it
+    (``Bio.Align.write(aln, path, "clustal")``). ``aln.score`` is ``score`` (or ``alignment.score``) when known;
+    ``aln.annotations["evalue"]`` the E-value when known; with posteriors (an
+    :class:`Alignment`), ``aln.column_annotations["consensus posterior probability"]`` holds
+    :func:`posterior_digits` (written by Biopython's Stockholm writer as ``#=GC PP_cons``;
+    otherwise ``column_annotations`` is empty)."""
+    from Bio import Align
+    from Bio.Seq import Seq
+    from Bio.SeqRecord import SeqRecord
+
+    _check_seqs(query, target)
+    cols = alignment_columns(alignment, len(query), len(target))
+    aln = Align.Alignment([SeqRecord(Seq(query), id=query_id, description=""),
+                           SeqRecord(Seq(target), id=target_id, description="")], _coordinates(cols))
+    score = getattr(alignment, "score", None) if score is None else score
+    if score is not None and math.isfinite(score):
+        aln.score = float(score)
+    if evalue is not None:
+        aln.annotations = {"evalue": float(evalue)}
+    aln.column_annotations = ({"consensus posterior probability": posterior_digits(alignment)}
+                              if isinstance(alignment, Alignment) else {})
+    return aln
+
+
 def _run_length(ops: list[str]) -> str:
     out: list[str] = []
     prev, count = "", 0
@@ -363,4 +434,10 @@ class AlignedPair(NamedTuple):
     def gapped(self, gap: str = "-") -> tuple[str, str]:
         """The two sequences with gaps inserted (the global layout of the FASTA output)."""
         return to_gapped(self.query, self.target, self.alignment, gap=gap)
+
+    def to_biopython(self):
+        """This pair as a Biopython ``Bio.Align.Alignment`` (:func:`to_biopython`): ``print()``
+        it, count it, or write it in any of Biopython's alignment formats."""
+        return to_biopython(self.query_id, self.query, self.target_id, self.target, self.alignment,
+                            score=self.score, evalue=self.evalue)
 

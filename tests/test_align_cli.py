@@ -116,7 +116,7 @@ def test_all_vs_all_tsv_in_input_order(fastas, tmp_path):
     assert score["q1", "t1"] > score["q1", "t2"] and score["q2", "t2"] > score["q2", "t1"]
 
 
-@pytest.mark.parametrize("fmt", ["fasta", "sam", "bam", "stockholm", "json"])
+@pytest.mark.parametrize("fmt", ["fasta", "sam", "bam", "stockholm", "json", "text"])
 def test_formats_zip(fastas, tmp_path, fmt):
     out = tmp_path / f"x.{fmt}"
     plans = tmp_path / "plans.npz"
@@ -135,6 +135,9 @@ def test_formats_zip(fastas, tmp_path, fmt):
     elif fmt == "json":
         objs = [json.loads(line) for line in out.read_text().splitlines()]
         assert [o["query_id"] for o in objs] == ["q1", "q2"]
+    elif fmt == "text":
+        heads = [line for line in out.read_text().splitlines() if line.startswith("# ")]
+        assert [h.split()[1] + h.split()[4] for h in heads] == ["q1t1", "q2t2"]
     else:
         assert out.read_text().count("# STOCKHOLM 1.0") == 2
     with np.load(plans) as z:

@@ -216,6 +216,66 @@ def test_json_lines_round_trip(tmp_path, records):
     assert objs[3]["score"] is None and objs[3]["identity"] is None and objs[3]["cigar"] is None
 
 
+def test_text_shows_the_layout_for_reading_by_eye(tmp_path, records):
+    """Each pair: a '#' line with the figures, then Biopython's printed rows, which join up to
+    the global layout, with a match line of | (identical), . (mismatch) and - (gap)."""
+    path = tmp_path / "out.txt"
+    recs = [*records[:3], AlignedPair(*records[3][:5], None, None, 2.5e-4)]
+    assert write_alignments(recs, path, "text") == 4
+    pairs_text = [p for p in path.read_text().split("\n# ") if p.strip()]
+    assert len(pairs_text) == 4
+    for rec, text in zip(recs, pairs_text):
+        lines = text.lstrip("# ").splitlines()
+        head = lines[0]
+        pairs = as_pairs(rec)
+        st = alignment_stats(rec[1], rec[3], pairs)
+        assert head.startswith(f"{rec[0]} ({len(rec[1])}) vs {rec[2]} ({len(rec[3])}): ")
+        assert f"aligned={len(pairs)} identity={st.n_identical}/{len(pairs)}" in head
+        rows = {0: "", 1: "", 2: ""}
+        body = [line for line in lines[1:] if line.strip()]
+        assert len(body) % 3 == 0
+        for k, line in enumerate(body):  # [name cut to 9 letters,] start, columns[, end]
+            rows[k % 3] += line.split()[1 if k % 3 == 1 else 2]
+        qrow, trow = to_gapped(rec[1], rec[3], pairs)
+        assert (rows[0], rows[2]) == (qrow, trow)
+        expect = "".join("-" if "-" in (a, b) else "|" if a.upper() == b.upper() else "." for a, b in zip(qrow, trow))
+        assert rows[1] == expect
+    assert "mean_confidence=" in pairs_text[0] and "score=12.5" in pairs_text[2]
+    assert "evalue=0.00025" in pairs_text[3] and "evalue" not in pairs_text[0]
+    assert "identity=0/0 mean_confidence=NA" in pairs_text[3]
+
+
+def test_to_biopython_is_the_same_alignment(records):
+    """AlignedPair.to_biopython: the rows, the aligned pairs (read back from Biopython's
+    indices), its counts, score, E-value and posterior digits; Biopython writes it as Clustal
+    and reads it back."""
+    import io
+
+    from sinkalign.alignment import posterior_digits
+
+    for k, rec in enumerate(records):
+        pair = rec if isinstance(rec, AlignedPair) else AlignedPair(*rec[:5], *rec[5:], None, 1e-5 * k)
+        aln = pair.to_biopython()
+        pairs = as_pairs(rec)
+        assert [r.id for r in aln.sequences] == [rec[0], rec[2]]
+        assert (aln[0], aln[1]) == to_gapped(rec[1], rec[3], pairs)
+        idx = aln.indices
+        both = (idx[0] >= 0) & (idx[1] >= 0)
+        assert np.array_equal(idx[:, both].T, pairs.reshape(-1, 2))
+        assert aln.counts().identities == alignment_stats(rec[1], rec[3], pairs).n_identical
+        score = score_of(rec)
+        assert getattr(aln, "score", float("nan")) == score or math.isnan(score) and not hasattr(aln, "score")
+        if pair.evalue is not None:
+            assert aln.annotations["evalue"] == pair.evalue
+        buf = io.StringIO()
+        Align.write([aln], buf, "clustal")
+        back = Align.read(io.StringIO(buf.getvalue()), "clustal")
+        assert (back[0], back[1]) == (aln[0], aln[1])
+    first = records[0].to_biopython()
+    assert first.column_annotations["consensus posterior probability"] == posterior_digits(records[0].alignment)
+    assert not getattr(records[1].to_biopython(), "column_annotations", None)
+
+
 def test_empty_stream(tmp_path):
     write_alignments([], tmp_path / "e.tsv", "tsv")
     assert (tmp_path / "e.tsv").read_text() == "\t".join(TSV_COLUMNS) + "\n"
@@ -239,7 +299,7 @@ def test_failure_keeps_previous_file_and_leaves_no_temp(tmp_path, records, fmt):
 
 
 def test_unknown_format():
-    valid = r"\('fasta', 'tsv', 'sam', 'bam', 'stockholm', 'json'\)"
+    valid = r"\('fasta', 'tsv', 'sam', 'bam', 'stockholm', 'json', 'text'\)"
     with pytest.raises(ValueError, match=rf"fmt='maf' is not one of {valid}"):
         write_alignments([], "x.maf", "maf")
 

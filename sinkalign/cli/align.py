@@ -44,8 +44,9 @@ class _DbSize(click.ParamType):
               help="Align the pairs listed in this file (query id, target id per line; tab- or space-separated, "
                    "further columns ignored, '#' comments), fetched from QUERY_FASTA (and TARGET_FASTA when "
                    "given) through a .fai index, built beside the FASTA when missing.")
-@click.option("--format", "fmt", type=click.Choice(["fasta", "tsv", "sam", "bam", "stockholm", "json"]),
-              default="tsv", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["fasta", "tsv", "sam", "bam", "stockholm", "json", "text"]),
+              default="tsv", show_default=True,
+              help="text: each pair's figures and its rows with a match line, to read by eye.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
               help="Output file, written atomically (temporary file renamed at the end). Default or '-': "
                    "standard output, written as pairs finish (not for bam).")

@@ -1,4 +1,4 @@
-"""Writers for pairwise alignments: FASTA, TSV, SAM, BAM, Stockholm, JSON Lines.
+"""Writers for pairwise alignments: FASTA, TSV, SAM, BAM, Stockholm, JSON Lines, text.
 
 Input is a stream of records ``(query_id, query, target_id, target, alignment, score)``
 (:class:`AlignedPair` or any 6-tuple). ``alignment`` is an
@@ -35,6 +35,11 @@ Formats (:data:`FORMATS`):
   ``*`` >= 95%): the match posterior on aligned columns, the residue's gap posterior on
   gap columns. The two ids of a pair must differ.
 * ``json``: JSON Lines, one object per pair (keys: see :func:`_json_object`); NaN is null.
+* ``text``: for reading by eye: per pair a ``#`` line (ids and lengths, score, aligned pairs,
+  identity, mean confidence, E-value when known) and Biopython's printed alignment of the
+  global layout (query row, a ``|`` identical / ``.`` mismatch / ``-`` gap line, target row;
+  60 columns per block, 0-based positions; ids cut to 9 letters there, whole in the ``#``
+  line), then a blank line. Per-column confidences: the Stockholm ``PP_cons`` line or JSON.
 """
 
 from __future__ import annotations
@@ -54,10 +59,10 @@ import numpy as np
 from sinkalign.alignment import (
     AlignedPair,
     Alignment,
-    alignment_columns,
     alignment_stats,
     check_pairs,
     cigar,
+    to_biopython,
     to_gapped,
 )
 from sinkalign.errors import InputError
@@ -67,7 +72,7 @@ __all__ = ["FORMATS", "TSV_COLUMNS", "AlignedPair", "write_alignments"]
 
 logger = logging.getLogger(__name__)
 
-FORMATS = ("fasta", "tsv", "sam", "bam", "stockholm", "json")
+FORMATS = ("fasta", "tsv", "sam", "bam", "stockholm", "json", "text")
 TSV_COLUMNS = (
     "query",
     "target",
@@ -174,29 +179,6 @@ def _mapq(mean_posterior: float) -> int:
         return 255
     err = max(1.0 - mean_posterior, 10 ** (-_MAX_MAPQ / 10))
     return int(min(_MAX_MAPQ, max(0, round(-10.0 * math.log10(err)))))
-
-
-def _pp_char(p: float) -> str:
-    """HMMER posterior digit: 0 < 0.05, k in [k/10 - 0.05, k/10 + 0.05), * >= 0.95."""
-    if p >= 0.95:
-        return "*"
-    return str(min(9, max(0, int(math.floor(p * 10 + 0.5)))))
-
-
-def _pp_line(rec: _Record) -> str | None:
-    if rec.posterior is None:
-        return None
-    post = rec.posterior
-    mp = iter(post.match_posterior.tolist())
-    chars = []
-    for i, j in alignment_columns(rec.pairs, len(rec.query), len(rec.target)):
-        if i is not None and j is not None:
-            chars.append(_pp_char(next(mp)))
-        elif j is None:
-            chars.append(_pp_char(float(post.query_gap_posterior[i])))
-        else:
-            chars.append(_pp_char(float(post.target_gap_posterior[j])))
-    return "".join(chars)
 
 
 def _nm(rec: _Record) -> int:
@@ -310,10 +292,13 @@ def _json_to(records: Iterable[_Record], handle: IO[str]) -> int:
     return count
 
 
+def _biopython(rec: _Record):
+    return to_biopython(rec.query_id, rec.query, rec.target_id, rec.target,
+                        rec.pairs if rec.posterior is None else rec.posterior, score=rec.score, evalue=rec.evalue)
+
+
 def _stockholm_to(records: Iterable[_Record], handle: IO[str]) -> int:
     from Bio import Align
-    from Bio.Seq import Seq
-    from Bio.SeqRecord import SeqRecord
 
     count = 0
 
@@ -322,19 +307,11 @@ def _stockholm_to(records: Iterable[_Record], handle: IO[str]) -> int:
         for rec in records:
             if rec.query_id == rec.target_id:
                 raise InputError(f"{rec.where}: Stockholm needs distinct sequence names within a block")
-            cols = alignment_columns(rec.pairs, len(rec.query), len(rec.target))
-            coords = _coordinates(cols)
-            seqs = [
-                SeqRecord(Seq(rec.query), id=rec.query_id, description=""),
-                SeqRecord(Seq(rec.target), id=rec.target_id, description=""),
-            ]
-            block = Align.Alignment(seqs, coords)
+            block = _biopython(rec)
             block.annotations = {
                 "identifier": f"{rec.query_id}_vs_{rec.target_id}",
                 "comment": f"score={_fmt(rec.score, '.10g')}{_evalue_note(rec)}",
             }
-            pp = _pp_line(rec)
-            block.column_annotations = {} if pp is None else {"consensus posterior probability": pp}
             count += 1
             yield block
 
@@ -342,22 +319,25 @@ def _stockholm_to(records: Iterable[_Record], handle: IO[str]) -> int:
     return count
 
 
-def _coordinates(cols: list[tuple[int | None, int | None]]) -> np.ndarray:
-    """Biopython ``coordinates [2, steps+1]`` of a column list (a point where the column kind changes)."""
-    qpos = tpos = 0
-    points = [(0, 0)]
-    prev = None
-    for i, j in cols:
-        kind = (i is not None, j is not None)
-        if prev is not None and kind != prev:
-            points.append((qpos, tpos))
-        qpos += i is not None
-        tpos += j is not None
-        prev = kind
-    if cols:
-        points.append((qpos, tpos))
-    return np.array(points, dtype=np.int64).T
-
+def _text_to(records: Iterable[_Record], handle: IO[str]) -> int:
+    count = 0
+    for rec in records:
+        st = alignment_stats(rec.query, rec.target, rec.pairs)
+        facts = [
+            f"score={_fmt(rec.score, '.4g')}",
+            f"aligned={st.aligned_length}",
+            f"identity={st.n_identical}/{st.aligned_length}"
+            + (f" ({st.identity:.1f}%)" if st.aligned_length else ""),
+            f"mean_confidence={_fmt(_mean_posterior(rec), '.3f')}",
+        ]
+        if rec.evalue is not None:
+            facts.append(f"evalue={rec.evalue:.3g}")
+        handle.write(f"# {rec.query_id} ({len(rec.query)}) vs {rec.target_id} ({len(rec.target)}): "
+                     f"{' '.join(facts)}\n")
+        handle.write(format(_biopython(rec), ""))
+        handle.write("\n")
+        count += 1
+    return count
 
 
 def _sam_header(references: Iterable[tuple[str, int]]) -> tuple[dict[str, Any], dict[str, int]]:
@@ -489,6 +469,7 @@ _TEXT_WRITERS: dict[str, Callable[..., int]] = {
     "sam": _sam_to,
     "stockholm": lambda recs, handle, refs: _stockholm_to(recs, handle),
     "json": lambda recs, handle, refs: _json_to(recs, handle),
+    "text": lambda recs, handle, refs: _text_to(recs, handle),
 }
 
 
