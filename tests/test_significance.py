@@ -436,6 +436,52 @@ def test_align_db_size_scales_evalues_per_search(tmp_path):
         align_fasta(queries, targets, db_size=2.5, output=tmp_path / "x.tsv")
 
 
+def test_align_max_hits_keeps_each_querys_best_pairs(tmp_path):
+    """--max-hits N: each query's N pairs of smallest E-value, best first, plans named by input
+    index; with --max-evalue, of the pairs that pass it; a pair list must be grouped by query."""
+    rng = np.random.default_rng(5)
+    queries = tmp_path / "q.fasta"
+    queries.write_text(f">hba\n{HBA}\n>shuf\n{shuffled(HBA, rng)}\n")
+    targets = tmp_path / "t.fasta"
+    targets.write_text(f">t_shuf\n{shuffled(HBB, rng)}\n>hbb\n{HBB}\n>hba2\n{HBA[5:]}\n")
+
+    def run(*args, plans=None):
+        out = tmp_path / f"m{len(list(tmp_path.glob('m*.json')))}.json"
+        extra = ["--plan-out", str(plans)] if plans else []
+        r = CliRunner().invoke(cli, ["align", *map(str, args), "--format", "json", "-o", str(out), *extra,
+                                     "--no-progress"])
+        assert r.exit_code == 0, r.output
+        return [(o["query_id"], o["target_id"], o["evalue"]) for o in map(json.loads, out.read_text().splitlines())]
+
+    every = run(queries, targets)
+    assert [(q, t) for q, t, _ in every] == [(q, t) for q in ("hba", "shuf") for t in ("t_shuf", "hbb", "hba2")]
+    index = {(q, t): k for k, (q, t, _) in enumerate(every)}
+    plans = tmp_path / "plans.npz"
+    best = run(queries, targets, "--max-hits", 2, plans=plans)
+    for query in ("hba", "shuf"):
+        mine = sorted((e, index[q, t], t) for q, t, e in every if q == query)[:2]
+        assert [(q, t, e) for q, t, e in best if q == query] == [(query, t, e) for e, _, t in mine]
+    assert [q for q, _, _ in best] == ["hba", "hba", "shuf", "shuf"]
+    assert best[0][1] == "hba2" and best[1][1] == "hbb"  # the near-identical pair first
+    with np.load(plans) as z:
+        assert list(z.keys()) == [f"{q}|{t}|{index[q, t]}" for q, t, _ in best]
+    # with --max-evalue: the best of the pairs that pass it (the shuffled query has none)
+    assert [(q, t) for q, t, _ in run(queries, targets, "--max-hits", 1, "--max-evalue", 1e-3)] == [("hba", "hba2")]
+    # a pair list grouped by query works; one that comes back to a query is refused, naming the line
+    both = tmp_path / "both.fasta"
+    both.write_text(queries.read_text() + targets.read_text())
+    (tmp_path / "grouped.tsv").write_text("hba\thbb\nhba\thba2\nshuf\thbb\n")
+    assert [(q, t) for q, t, _ in run("--pairs", tmp_path / "grouped.tsv", both, "--max-hits", 1)] == [
+        ("hba", "hba2"), ("shuf", "hbb")]
+    (tmp_path / "scattered.tsv").write_text("hba\thbb\nshuf\thbb\nhba\thba2\n")
+    r = CliRunner().invoke(cli, ["align", "--pairs", str(tmp_path / "scattered.tsv"), str(both), "--max-hits", "1",
+                                 "-o", str(tmp_path / "s.tsv"), "--no-progress"])
+    assert r.exit_code == 1 and "line 3: query 'hba' again after other queries" in r.output
+    assert not (tmp_path / "s.tsv").exists()
+    r = CliRunner().invoke(cli, ["align", str(queries), str(targets), "--max-hits", "0"])
+    assert r.exit_code == 2
+
+
 @pytest.mark.shared_data
 def test_shipped_null_on_held_out_pfam_families(shared_data):
     """The shipped learned model's E-values on the three Pfam validation families (60 pairs

@@ -87,11 +87,14 @@ class _DbSize(click.ParamType):
                    "HMMER's -Z), or 'targets': the number of pairs of this run the query is in (the target count "
                    "all-vs-all). Default: per comparison, as bl2seq. --max-evalue applies to the E-values as "
                    "reported.")
+@click.option("--max-hits", type=click.IntRange(min=1), metavar="N",
+              help="Keep the N pairs of smallest E-value per query, best first (as BLAST's -max_target_seqs). "
+                   "A query's pairs must be consecutive: always so all-vs-all; group a --pairs list by query.")
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar on stderr.")
 @click.pass_context
 def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, overwrite, model, embedder,
           esm_weights, backend, engine, plan_out, batch_size, chunk_size, workers, scheduler, gap_weight, min_confidence,
-          max_evalue, db_size, progress):
+          max_evalue, db_size, max_hits, progress):
     """Align the records of QUERY_FASTA against those of TARGET_FASTA (protein or DNA).
 
     \b
@@ -124,7 +127,8 @@ def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, 
         n = align_fasta(query_fasta, target_fasta, pairs=pairs, output=output, fmt=fmt, pairing=pairing,
                         model=model, embedder=embedder, esm_weights=esm_weights, backend=backend,
                         plan_out=plan_out, batch_size=batch_size, gap_weight=gap_weight,
-                        min_confidence=min_confidence, max_evalue=max_evalue, db_size=db_size, progress=progress,
+                        min_confidence=min_confidence, max_evalue=max_evalue, db_size=db_size, max_hits=max_hits,
+                        progress=progress,
                         overwrite=overwrite, workers=workers, scheduler=scheduler, chunk_size=chunk_size,
                         engine=engine)
     except BrokenPipeError:  # e.g. `sinkalign align ... | head`: stop quietly, as other filters do

@@ -273,6 +273,7 @@ class _Scan:
     kinds: _Kinds = dataclasses.field(default_factory=_Kinds)
     targets_per_query: int = 1  # comparisons per query in every query's search (all, zip) ...
     per_query: dict[str, int] | None = None  # ... or query id -> comparisons (a pair list)
+    scattered: str | None = None  # where a query's pairs stop being consecutive (a pair list), if they do
 
     def comparisons(self, qid: str) -> int:
         """How many pairs of this run the query ``qid`` is in (its search's size)."""
@@ -463,6 +464,7 @@ class _ListedPairs:
         scan = _Scan(references=[] if fmt in ("sam", "bam") else None)
         refs: dict[str, int] = {}
         scan.per_query = {}
+        last_qid = None
         checked: dict[tuple[int, str], int] = {}  # (which FASTA, id) -> residues; one fetch per id
         limit = _max_length()
         for n, qid, tid in self._lines():
@@ -481,6 +483,9 @@ class _ListedPairs:
             _self_pair(fmt, qid, tid, f"{self.path}: line {n}")
             if scan.references is not None:
                 refs.setdefault(tid, checked[id(self.tfa), tid])
+            if qid != last_qid and qid in scan.per_query and scan.scattered is None:
+                scan.scattered = f"{self.path}: line {n}: query {qid!r} again after other queries"
+            last_qid = qid
             scan.per_query[qid] = scan.per_query.get(qid, 0) + 1
             scan.total += 1
         if scan.references is not None:
@@ -670,6 +675,13 @@ def _run_cluster(spec, chunks, batch_size, keep_plan, scheduler, workers, task):
 # --------------------------------------------------------------------------------------
 # the pipeline
 # --------------------------------------------------------------------------------------
+def _best_per_query(stream, max_hits: int):
+    """The ``max_hits`` items of smallest E-value of each run of one query in ``stream`` (items
+    ``(index, plan, AlignedPair)``), best first, ties in input order."""
+    for _, group in itertools.groupby(stream, key=lambda item: item[2].query_id):
+        yield from sorted(group, key=lambda item: (item[2].evalue, item[0]))[:max_hits]
+
+
 @contextlib.contextmanager
 def _stdin_spooled(paths: list):
     """Replace each ``-`` by one temporary copy of standard input (read once, constant memory)."""
@@ -687,7 +699,7 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
                 pairing: str = "all", model=None, embedder: str | None = None, esm_weights=None,
                 backend: str = "reference", plan_out=None, batch_size: int = 8, gap_weight: float | None = None,
                 min_confidence: float | None = None, max_evalue: float | None = None,
-                db_size: int | str | None = None, progress: bool = False, overwrite: bool = False,
+                db_size: int | str | None = None, max_hits: int | None = None, progress: bool = False, overwrite: bool = False,
                 workers: int | None = None, engine: str = "auto",
                 scheduler: str | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE, _task=None) -> int:
     """Align pairs of sequences and write them in ``fmt``; returns the number of pairs written.
@@ -717,6 +729,11 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
             the number of pairs of this run its query is in (the target count of an
             all-vs-all run, 1 for ``zip``, the query's lines in a pair list). ``None`` or 1:
             per comparison.
+        max_hits: keep each query's ``max_hits`` pairs of smallest E-value (after
+            ``max_evalue``), written best first (ties in input order), as BLAST's
+            ``-max_target_seqs``; a query's pairs must be consecutive in the input (always
+            so all-vs-all and ``zip``; a pair list must be grouped by query). Its pairs are
+            held until the query's last one is done (with their plans, for ``plan_out``).
         engine: the aligner's engine (:data:`~sinkalign.align.aligner.ENGINES`): ``auto``
             (``numpy`` whenever the model allows it), ``numpy`` or ``jax``.
 
@@ -735,6 +752,8 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
         raise InputError(f"max_evalue={max_evalue} must be >= 0")
     if db_size is not None and db_size != "targets" and not (isinstance(db_size, int) and db_size >= 1):
         raise InputError(f"db_size={db_size!r} must be a whole number >= 1 or 'targets'")
+    if max_hits is not None and not (isinstance(max_hits, int) and max_hits >= 1):
+        raise InputError(f"max_hits={max_hits!r} must be a whole number >= 1")
     if batch_size < 1 or chunk_size < 1:
         raise InputError(f"batch_size={batch_size} and chunk_size={chunk_size} must be >= 1")
     if workers is not None and scheduler is not None:
@@ -777,7 +796,10 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
                              min_confidence=min_confidence, engine=engine)
             if scheduler is None and workers is None:
                 load_aligner(spec)  # the shipped model, loaded before the first pair
-        for option, value in (("--max-evalue", max_evalue), ("--db-size", db_size)):
+        if max_hits is not None and scan.scattered is not None:
+            raise InputError(f"--max-hits keeps the best pairs of each query, which must be consecutive: "
+                             f"{scan.scattered}; sort the pair list by query (e.g. sort -s -k1,1)")
+        for option, value in (("--max-evalue", max_evalue), ("--db-size", db_size), ("--max-hits", max_hits)):
             if value is not None and load_aligner(spec).significance is None:
                 raise InputError(f"{option}: the model {spec.path or 'shipped for ' + alphabet} has no E-value null "
                                  "(fit one with `sinkalign fit-evalues`)")
@@ -793,7 +815,7 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
         with _plan_sink(plan_out) as plans, tqdm(total=scan.total, disable=not progress, unit="pair",
                                                   file=sys.stderr) as bar:
 
-            def records():
+            def hits():  # (input index, plan, pair) of the pairs that pass max_evalue
                 index = 0
                 for chunk, out in results:
                     for (qid, q, tid, t), (aln, plan, evalue) in zip(chunk, out):
@@ -802,12 +824,19 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
                             evalue *= scan.comparisons(qid) if db_size == "targets" else db_size
                         if max_evalue is not None and not evalue <= max_evalue:
                             continue
-                        if plans is not None:
-                            plans.add(f"{qid}|{tid}|{index - 1}", plan)
-                        yield AlignedPair(qid, q, tid, t, aln, aln.score, None, evalue)
+                        yield index - 1, plan, AlignedPair(qid, q, tid, t, aln, aln.score, None, evalue)
                     bar.update(len(chunk))
                 if index != scan.total:  # every pair exactly once, checked before the output is kept
                     raise RuntimeError(f"aligned {index} pairs of {scan.total}")
+
+            def records():
+                stream = hits()
+                if max_hits is not None:
+                    stream = _best_per_query(stream, max_hits)
+                for index, plan, pair in stream:
+                    if plans is not None:
+                        plans.add(f"{pair.query_id}|{pair.target_id}|{index}", plan)
+                    yield pair
 
             target = sys.stdout if to_stdout else output
             try:
