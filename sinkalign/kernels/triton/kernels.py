@@ -19,7 +19,9 @@ Tensors are contiguous: tokens [B*H, L, D], dual/cotangent vectors [B*H, L] floa
 masks [B, L] int8 (1 = real token), log marginals [B, L] float32. The support is
 ``mask_i & mask_j & |i - j| <= W`` and is applied *after* adding potentials
 (``where(active, s + pot, -inf)``), never via a sentinel. Index arithmetic is int64 (large
-B*H*L*D is safe, and the interpreter skips its per-op int32 overflow checks).
+B*H*L*D is safe, and the interpreter skips its per-op int32 overflow checks). The pieces the
+kernels share (tile and vector loads and stores, the band bounds, the support and the plan tile)
+are small ``@triton.jit`` helpers, which Triton inlines: they compile to the code written out.
 
 Interpreter: Triton decides between native compilation and its CPU interpreter once, when
 it is first imported (``TRITON_INTERPRET=1`` in the environment before ``import triton``);
@@ -62,6 +64,100 @@ __all__ = [
 ]
 
 
+# --------------------------------------------------------------------------- helpers (inlined by triton)
+
+
+@triton.jit
+def _owned_block(H, BLOCK: tl.constexpr):
+    """This program's (batch * head) ``bh``, batch ``b``, and the start and int64 offsets of the block it owns."""
+    pid = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    b = bh // H
+    x0 = pid * BLOCK
+    offs = (x0 + tl.arange(0, BLOCK)).to(tl.int64)
+    return bh, b, x0, offs
+
+
+@triton.jit
+def _band(x0, Lx, Ly, W, BLOCK_X: tl.constexpr, BLOCK_Y: tl.constexpr):
+    """Bounds ``[lo, hi)`` of the tiles of the other side (length Ly) meeting the band of block ``x0``."""
+    lo = tl.maximum(x0 - W, 0) // BLOCK_Y * BLOCK_Y
+    hi = tl.minimum(tl.minimum(x0 + BLOCK_X, Lx) + W, Ly)
+    return lo, hi
+
+
+@triton.jit
+def _load_mask(MASK, b, L, offs, in_range):
+    """Token mask ``MASK[b, offs] != 0`` of an int8 [B, L] array; False outside ``in_range``."""
+    return tl.load(_vec_ptrs(MASK, b, L, offs), mask=in_range, other=0) != 0
+
+
+@triton.jit
+def _vec_ptrs(PTR, row, L, offs):
+    """Pointers to ``PTR[row, offs]`` of a [*, L] array."""
+    return PTR + row * L + offs
+
+
+@triton.jit
+def _load_vec(PTR, row, L, offs, in_range):
+    """Entries ``PTR[row, offs]`` of a float32 [*, L] array; 0 outside ``in_range``."""
+    return tl.load(_vec_ptrs(PTR, row, L, offs), mask=in_range, other=0.0)
+
+
+@triton.jit
+def _store_vec(PTR, row, L, offs, in_range, val):
+    """``PTR[row, offs] = val`` for a [*, L] array, inside ``in_range``."""
+    tl.store(_vec_ptrs(PTR, row, L, offs), val, mask=in_range)
+
+
+@triton.jit
+def _tile_ptrs(PTR, bh, L, offs, offs_c, C: tl.constexpr):
+    """Pointers to the tile ``PTR[bh, offs, offs_c]`` of a [BH, L, C] array."""
+    return PTR + bh * L * C + offs[:, None] * C + offs_c[None, :]
+
+
+@triton.jit
+def _tile_mask(in_range, offs_c, C: tl.constexpr):
+    """In-range rows and the first C (unpadded) columns of a tile."""
+    return in_range[:, None] & (offs_c[None, :] < C)
+
+
+@triton.jit
+def _load_tile(PTR, bh, L, offs, in_range, offs_c, C: tl.constexpr, DOT_T: tl.constexpr):
+    """Token tile ``PTR[bh, offs, offs_c]`` of a [BH, L, C] array as ``DOT_T``; 0 outside the rows and C."""
+    return tl.load(_tile_ptrs(PTR, bh, L, offs, offs_c, C), mask=_tile_mask(in_range, offs_c, C), other=0.0).to(DOT_T)
+
+
+@triton.jit
+def _store_tile(PTR, bh, L, offs, in_range, offs_c, C: tl.constexpr, val):
+    """``PTR[bh, offs, offs_c] = val`` (rounded to PTR's type) for a [BH, L, C] array, inside the rows and C."""
+    tl.store(_tile_ptrs(PTR, bh, L, offs, offs_c, C), val.to(PTR.dtype.element_ty),
+             mask=_tile_mask(in_range, offs_c, C))
+
+
+@triton.jit
+def _support(offs_x, offs_y, mx, my, W):
+    """Active entries of an [X, Y] tile: both tokens real and ``|x - y| <= W``."""
+    diff = offs_x[:, None] - offs_y[None, :]
+    return mx[:, None] & my[None, :] & (tl.abs(diff) <= W)
+
+
+@triton.jit
+def _plan(s, pot_x, pot_y, offs_x, offs_y, mx, my, W):
+    """Plan tile ``exp(s + pot_x_i + pot_y_j)`` on the support, 0 off it."""
+    active = _support(offs_x, offs_y, mx, my, W)
+    return tl.exp(tl.where(active, s + pot_x[:, None] + pot_y[None, :], float("-inf")))
+
+
+@triton.jit
+def _dot_rounded(p, y, Y, PREC: tl.constexpr, DOT_T: tl.constexpr):
+    """``p @ y`` accumulated in float32, the float32 tile ``p`` first rounded to the token type of ``Y``."""
+    return tl.dot(p.to(Y.dtype.element_ty).to(DOT_T), y, input_precision=PREC)
+
+
+# --------------------------------------------------------------------------- kernels
+
+
 @triton.jit
 def half_step_kernel(
     X, Y, POT_Y, MASK_X, MASK_Y, LOGM_X, OUT,  # X [BH, Lx, D], Y [BH, Ly, D], POT_Y [BH, Ly], OUT [BH, Lx]
@@ -69,43 +165,35 @@ def half_step_kernel(
     D: tl.constexpr, BLOCK_X: tl.constexpr, BLOCK_Y: tl.constexpr, BLOCK_D: tl.constexpr, PREC: tl.constexpr,
     DOT_T: tl.constexpr, RAW: tl.constexpr = False,
 ):
-    pid = tl.program_id(0)
-    bh = tl.program_id(1).to(tl.int64)
-    b = bh // H
-    x0 = pid * BLOCK_X
-    offs_x = (x0 + tl.arange(0, BLOCK_X)).to(tl.int64)
+    bh, b, x0, offs_x = _owned_block(H, BLOCK_X)
     offs_d = tl.arange(0, BLOCK_D).to(tl.int64)
     in_x = offs_x < Lx
-    mx = tl.load(MASK_X + b * Lx + offs_x, mask=in_x, other=0) != 0
-    x = tl.load(X + bh * Lx * D + offs_x[:, None] * D + offs_d[None, :],
-                mask=in_x[:, None] & (offs_d[None, :] < D), other=0.0).to(DOT_T)  # [BX, BD]
+    mx = _load_mask(MASK_X, b, Lx, offs_x, in_x)
+    x = _load_tile(X, bh, Lx, offs_x, in_x, offs_d, D, DOT_T)  # [BX, BD]
     m_run = tl.full([BLOCK_X], float("-inf"), tl.float32)
     l_run = tl.zeros([BLOCK_X], tl.float32)
     ar_y = tl.arange(0, BLOCK_Y).to(tl.int64)
-    lo = tl.maximum(x0 - W, 0) // BLOCK_Y * BLOCK_Y
-    hi = tl.minimum(tl.minimum(x0 + BLOCK_X, Lx) + W, Ly)
+    lo, hi = _band(x0, Lx, Ly, W, BLOCK_X, BLOCK_Y)
     for y0 in range(lo, hi, BLOCK_Y):
         offs_y = y0 + ar_y
         in_y = offs_y < Ly
-        my = tl.load(MASK_Y + b * Ly + offs_y, mask=in_y, other=0) != 0
-        y = tl.load(Y + bh * Ly * D + offs_y[:, None] * D + offs_d[None, :],
-                    mask=in_y[:, None] & (offs_d[None, :] < D), other=0.0).to(DOT_T)  # [BY, BD]
-        pot = tl.load(POT_Y + bh * Ly + offs_y, mask=in_y, other=0.0)  # [BY]
+        my = _load_mask(MASK_Y, b, Ly, offs_y, in_y)
+        y = _load_tile(Y, bh, Ly, offs_y, in_y, offs_d, D, DOT_T)  # [BY, BD]
+        pot = _load_vec(POT_Y, bh, Ly, offs_y, in_y)  # [BY]
         s = tl.dot(x, tl.trans(y), input_precision=PREC) * scale  # [BX, BY]
-        diff = offs_x[:, None] - offs_y[None, :]
-        active = mx[:, None] & my[None, :] & (tl.abs(diff) <= W)
-        z = tl.where(active, s + pot[None, :], float("-inf"))
+        z = tl.where(_support(offs_x, offs_y, mx, my, W), s + pot[None, :], float("-inf"))
         m_new = tl.maximum(m_run, tl.max(z, axis=1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         l_run = l_run * tl.exp(m_run - m_safe) + tl.sum(tl.exp(z - m_safe[:, None]), axis=1)
         m_run = m_new
     on = l_run > 0.0
     lse = tl.where(on, m_run, 0.0) + tl.log(tl.where(on, l_run, 1.0))
+    # tl.store, not _store_vec: the value is formed after the pointers, which keeps the compiled instruction order
     if RAW:  # the LSE itself, -inf where the row has no active entry (merged with dustbin terms outside)
-        tl.store(OUT + bh * Lx + offs_x, tl.where(on, lse, float("-inf")), mask=in_x)
+        tl.store(_vec_ptrs(OUT, bh, Lx, offs_x), tl.where(on, lse, float("-inf")), mask=in_x)
     else:
-        logm = tl.load(LOGM_X + b * Lx + offs_x, mask=in_x, other=0.0)
-        tl.store(OUT + bh * Lx + offs_x, tl.where(on, logm - lse, 0.0), mask=in_x)
+        logm = _load_vec(LOGM_X, b, Lx, offs_x, in_x)
+        tl.store(_vec_ptrs(OUT, bh, Lx, offs_x), tl.where(on, logm - lse, 0.0), mask=in_x)
 
 
 @triton.jit
@@ -115,38 +203,27 @@ def output_kernel(
     D: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr, PREC: tl.constexpr, DOT_T: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    bh = tl.program_id(1).to(tl.int64)
-    b = bh // H
-    m0 = pid * BLOCK_M
-    offs_m = (m0 + tl.arange(0, BLOCK_M)).to(tl.int64)
+    bh, b, m0, offs_m = _owned_block(H, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D).to(tl.int64)
     offs_e = tl.arange(0, BLOCK_DV).to(tl.int64)
     in_m = offs_m < Lq
-    qm = tl.load(QM + b * Lq + offs_m, mask=in_m, other=0) != 0
-    q = tl.load(Q + bh * Lq * D + offs_m[:, None] * D + offs_d[None, :],
-                mask=in_m[:, None] & (offs_d[None, :] < D), other=0.0).to(DOT_T)  # [BM, BD]
-    u = tl.load(U + bh * Lq + offs_m, mask=in_m, other=0.0)  # [BM]
+    qm = _load_mask(QM, b, Lq, offs_m, in_m)
+    q = _load_tile(Q, bh, Lq, offs_m, in_m, offs_d, D, DOT_T)  # [BM, BD]
+    u = _load_vec(U, bh, Lq, offs_m, in_m)  # [BM]
     acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
     ar_n = tl.arange(0, BLOCK_N).to(tl.int64)
-    lo = tl.maximum(m0 - W, 0) // BLOCK_N * BLOCK_N
-    hi = tl.minimum(tl.minimum(m0 + BLOCK_M, Lq) + W, Lk)
+    lo, hi = _band(m0, Lq, Lk, W, BLOCK_M, BLOCK_N)
     for n0 in range(lo, hi, BLOCK_N):
         offs_n = n0 + ar_n
         in_n = offs_n < Lk
-        km = tl.load(KM + b * Lk + offs_n, mask=in_n, other=0) != 0
-        k = tl.load(K + bh * Lk * D + offs_n[:, None] * D + offs_d[None, :],
-                    mask=in_n[:, None] & (offs_d[None, :] < D), other=0.0).to(DOT_T)  # [BN, BD]
-        val = tl.load(V + bh * Lk * DV + offs_n[:, None] * DV + offs_e[None, :],
-                      mask=in_n[:, None] & (offs_e[None, :] < DV), other=0.0).to(DOT_T)  # [BN, BDV]
-        vp = tl.load(VP + bh * Lk + offs_n, mask=in_n, other=0.0)  # [BN]
+        km = _load_mask(KM, b, Lk, offs_n, in_n)
+        k = _load_tile(K, bh, Lk, offs_n, in_n, offs_d, D, DOT_T)  # [BN, BD]
+        val = _load_tile(V, bh, Lk, offs_n, in_n, offs_e, DV, DOT_T)  # [BN, BDV]
+        vp = _load_vec(VP, bh, Lk, offs_n, in_n)  # [BN]
         s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale  # [BM, BN]
-        diff = offs_m[:, None] - offs_n[None, :]
-        active = qm[:, None] & km[None, :] & (tl.abs(diff) <= W)
-        p = tl.exp(tl.where(active, s + u[:, None] + vp[None, :], float("-inf")))  # P^(2,2) tile
-        acc += tl.dot(p.to(V.dtype.element_ty).to(DOT_T), val, input_precision=PREC)
-    tl.store(O + bh * Lq * DV + offs_m[:, None] * DV + offs_e[None, :], acc.to(O.dtype.element_ty),
-             mask=in_m[:, None] & (offs_e[None, :] < DV))
+        p = _plan(s, u, vp, offs_m, offs_n, qm, km, W)  # P^(2,2) tile
+        acc += _dot_rounded(p, val, V, PREC, DOT_T)
+    _store_tile(O, bh, Lq, offs_m, in_m, offs_e, DV, acc)
 
 
 @triton.jit
@@ -156,35 +233,26 @@ def plan_matvec_kernel(
     D: tl.constexpr, BLOCK_X: tl.constexpr, BLOCK_Y: tl.constexpr, BLOCK_D: tl.constexpr, PREC: tl.constexpr,
     DOT_T: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    bh = tl.program_id(1).to(tl.int64)
-    b = bh // H
-    x0 = pid * BLOCK_X
-    offs_x = (x0 + tl.arange(0, BLOCK_X)).to(tl.int64)
+    bh, b, x0, offs_x = _owned_block(H, BLOCK_X)
     offs_d = tl.arange(0, BLOCK_D).to(tl.int64)
     in_x = offs_x < Lx
-    mx = tl.load(MASK_X + b * Lx + offs_x, mask=in_x, other=0) != 0
-    x = tl.load(X + bh * Lx * D + offs_x[:, None] * D + offs_d[None, :],
-                mask=in_x[:, None] & (offs_d[None, :] < D), other=0.0).to(DOT_T)  # [BX, BD]
-    px = tl.load(PX + bh * Lx + offs_x, mask=in_x, other=0.0)
+    mx = _load_mask(MASK_X, b, Lx, offs_x, in_x)
+    x = _load_tile(X, bh, Lx, offs_x, in_x, offs_d, D, DOT_T)  # [BX, BD]
+    px = _load_vec(PX, bh, Lx, offs_x, in_x)
     acc = tl.zeros([BLOCK_X], tl.float32)
     ar_y = tl.arange(0, BLOCK_Y).to(tl.int64)
-    lo = tl.maximum(x0 - W, 0) // BLOCK_Y * BLOCK_Y
-    hi = tl.minimum(tl.minimum(x0 + BLOCK_X, Lx) + W, Ly)
+    lo, hi = _band(x0, Lx, Ly, W, BLOCK_X, BLOCK_Y)
     for y0 in range(lo, hi, BLOCK_Y):
         offs_y = y0 + ar_y
         in_y = offs_y < Ly
-        my = tl.load(MASK_Y + b * Ly + offs_y, mask=in_y, other=0) != 0
-        y = tl.load(Y + bh * Ly * D + offs_y[:, None] * D + offs_d[None, :],
-                    mask=in_y[:, None] & (offs_d[None, :] < D), other=0.0).to(DOT_T)  # [BY, BD]
-        py = tl.load(PY + bh * Ly + offs_y, mask=in_y, other=0.0)
-        wy = tl.load(WY + bh * Ly + offs_y, mask=in_y, other=0.0)
+        my = _load_mask(MASK_Y, b, Ly, offs_y, in_y)
+        y = _load_tile(Y, bh, Ly, offs_y, in_y, offs_d, D, DOT_T)  # [BY, BD]
+        py = _load_vec(PY, bh, Ly, offs_y, in_y)
+        wy = _load_vec(WY, bh, Ly, offs_y, in_y)
         s = tl.dot(x, tl.trans(y), input_precision=PREC) * scale  # [BX, BY]
-        diff = offs_x[:, None] - offs_y[None, :]
-        active = mx[:, None] & my[None, :] & (tl.abs(diff) <= W)
-        p = tl.exp(tl.where(active, s + px[:, None] + py[None, :], float("-inf")))
+        p = _plan(s, px, py, offs_x, offs_y, mx, my, W)
         acc += tl.sum(p * wy[None, :], axis=1)
-    tl.store(OUT + bh * Lx + offs_x, acc, mask=in_x)
+    _store_vec(OUT, bh, Lx, offs_x, in_x, acc)
 
 
 @triton.jit
@@ -194,44 +262,32 @@ def bwd_col_gv_dv_kernel(
     D: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr, PREC: tl.constexpr, DOT_T: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    bh = tl.program_id(1).to(tl.int64)
-    b = bh // H
-    n0 = pid * BLOCK_N
-    offs_n = (n0 + tl.arange(0, BLOCK_N)).to(tl.int64)
+    bh, b, n0, offs_n = _owned_block(H, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D).to(tl.int64)
     offs_e = tl.arange(0, BLOCK_DV).to(tl.int64)
     in_n = offs_n < Lk
-    km = tl.load(KM + b * Lk + offs_n, mask=in_n, other=0) != 0
-    k = tl.load(K + bh * Lk * D + offs_n[:, None] * D + offs_d[None, :],
-                mask=in_n[:, None] & (offs_d[None, :] < D), other=0.0).to(DOT_T)  # [BN, BD]
-    val = tl.load(V + bh * Lk * DV + offs_n[:, None] * DV + offs_e[None, :],
-                  mask=in_n[:, None] & (offs_e[None, :] < DV), other=0.0).to(DOT_T)  # [BN, BDV]
-    v2 = tl.load(V2 + bh * Lk + offs_n, mask=in_n, other=0.0)
+    km = _load_mask(KM, b, Lk, offs_n, in_n)
+    k = _load_tile(K, bh, Lk, offs_n, in_n, offs_d, D, DOT_T)  # [BN, BD]
+    val = _load_tile(V, bh, Lk, offs_n, in_n, offs_e, DV, DOT_T)  # [BN, BDV]
+    v2 = _load_vec(V2, bh, Lk, offs_n, in_n)
     gv = tl.zeros([BLOCK_N], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_DV], tl.float32)
     ar_m = tl.arange(0, BLOCK_M).to(tl.int64)
-    lo = tl.maximum(n0 - W, 0) // BLOCK_M * BLOCK_M
-    hi = tl.minimum(tl.minimum(n0 + BLOCK_N, Lk) + W, Lq)
+    lo, hi = _band(n0, Lk, Lq, W, BLOCK_N, BLOCK_M)
     for m0 in range(lo, hi, BLOCK_M):
         offs_m = m0 + ar_m
         in_m = offs_m < Lq
-        qm = tl.load(QM + b * Lq + offs_m, mask=in_m, other=0) != 0
-        q = tl.load(Q + bh * Lq * D + offs_m[:, None] * D + offs_d[None, :],
-                    mask=in_m[:, None] & (offs_d[None, :] < D), other=0.0).to(DOT_T)  # [BM, BD]
-        g = tl.load(G + bh * Lq * DV + offs_m[:, None] * DV + offs_e[None, :],
-                    mask=in_m[:, None] & (offs_e[None, :] < DV), other=0.0).to(DOT_T)  # [BM, BDV]
-        u2 = tl.load(U2 + bh * Lq + offs_m, mask=in_m, other=0.0)
+        qm = _load_mask(QM, b, Lq, offs_m, in_m)
+        q = _load_tile(Q, bh, Lq, offs_m, in_m, offs_d, D, DOT_T)  # [BM, BD]
+        g = _load_tile(G, bh, Lq, offs_m, in_m, offs_e, DV, DOT_T)  # [BM, BDV]
+        u2 = _load_vec(U2, bh, Lq, offs_m, in_m)
         st = tl.dot(k, tl.trans(q), input_precision=PREC) * scale  # [BN, BM] = S^T tile
-        diff = offs_n[:, None] - offs_m[None, :]
-        active = km[:, None] & qm[None, :] & (tl.abs(diff) <= W)
-        pt = tl.exp(tl.where(active, st + v2[:, None] + u2[None, :], float("-inf")))  # P^T
+        pt = _plan(st, v2, u2, offs_n, offs_m, km, qm, W)  # P^T
         zt = tl.dot(val, tl.trans(g), input_precision=PREC)  # [BN, BM] = Z^T
         gv += tl.sum(pt * zt, axis=1)
-        dv += tl.dot(pt.to(G.dtype.element_ty).to(DOT_T), g, input_precision=PREC)
-    tl.store(GV + bh * Lk + offs_n, gv, mask=in_n)
-    tl.store(DVAL + bh * Lk * DV + offs_n[:, None] * DV + offs_e[None, :], dv.to(DVAL.dtype.element_ty),
-             mask=in_n[:, None] & (offs_e[None, :] < DV))
+        dv += _dot_rounded(pt, g, G, PREC, DOT_T)
+    _store_vec(GV, bh, Lk, offs_n, in_n, gv)
+    _store_tile(DVAL, bh, Lk, offs_n, in_n, offs_e, DV, dv)
 
 
 @triton.jit
@@ -241,41 +297,30 @@ def bwd_row_ubar2_kernel(
     D: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr, PREC: tl.constexpr, DOT_T: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    bh = tl.program_id(1).to(tl.int64)
-    b = bh // H
-    m0 = pid * BLOCK_M
-    offs_m = (m0 + tl.arange(0, BLOCK_M)).to(tl.int64)
+    bh, b, m0, offs_m = _owned_block(H, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D).to(tl.int64)
     offs_e = tl.arange(0, BLOCK_DV).to(tl.int64)
     in_m = offs_m < Lq
-    qm = tl.load(QM + b * Lq + offs_m, mask=in_m, other=0) != 0
-    q = tl.load(Q + bh * Lq * D + offs_m[:, None] * D + offs_d[None, :],
-                mask=in_m[:, None] & (offs_d[None, :] < D), other=0.0).to(DOT_T)  # [BM, BD]
-    g = tl.load(G + bh * Lq * DV + offs_m[:, None] * DV + offs_e[None, :],
-                mask=in_m[:, None] & (offs_e[None, :] < DV), other=0.0).to(DOT_T)  # [BM, BDV]
-    u2 = tl.load(U2 + bh * Lq + offs_m, mask=in_m, other=0.0)
+    qm = _load_mask(QM, b, Lq, offs_m, in_m)
+    q = _load_tile(Q, bh, Lq, offs_m, in_m, offs_d, D, DOT_T)  # [BM, BD]
+    g = _load_tile(G, bh, Lq, offs_m, in_m, offs_e, DV, DOT_T)  # [BM, BDV]
+    u2 = _load_vec(U2, bh, Lq, offs_m, in_m)
     acc = tl.zeros([BLOCK_M], tl.float32)
     ar_n = tl.arange(0, BLOCK_N).to(tl.int64)
-    lo = tl.maximum(m0 - W, 0) // BLOCK_N * BLOCK_N
-    hi = tl.minimum(tl.minimum(m0 + BLOCK_M, Lq) + W, Lk)
+    lo, hi = _band(m0, Lq, Lk, W, BLOCK_M, BLOCK_N)
     for n0 in range(lo, hi, BLOCK_N):
         offs_n = n0 + ar_n
         in_n = offs_n < Lk
-        km = tl.load(KM + b * Lk + offs_n, mask=in_n, other=0) != 0
-        k = tl.load(K + bh * Lk * D + offs_n[:, None] * D + offs_d[None, :],
-                    mask=in_n[:, None] & (offs_d[None, :] < D), other=0.0).to(DOT_T)  # [BN, BD]
-        val = tl.load(V + bh * Lk * DV + offs_n[:, None] * DV + offs_e[None, :],
-                      mask=in_n[:, None] & (offs_e[None, :] < DV), other=0.0).to(DOT_T)  # [BN, BDV]
-        v2 = tl.load(V2 + bh * Lk + offs_n, mask=in_n, other=0.0)
-        w2 = tl.load(W2 + bh * Lk + offs_n, mask=in_n, other=0.0)
+        km = _load_mask(KM, b, Lk, offs_n, in_n)
+        k = _load_tile(K, bh, Lk, offs_n, in_n, offs_d, D, DOT_T)  # [BN, BD]
+        val = _load_tile(V, bh, Lk, offs_n, in_n, offs_e, DV, DOT_T)  # [BN, BDV]
+        v2 = _load_vec(V2, bh, Lk, offs_n, in_n)
+        w2 = _load_vec(W2, bh, Lk, offs_n, in_n)
         s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale  # [BM, BN]
-        diff = offs_m[:, None] - offs_n[None, :]
-        active = qm[:, None] & km[None, :] & (tl.abs(diff) <= W)
-        p = tl.exp(tl.where(active, s + u2[:, None] + v2[None, :], float("-inf")))
+        p = _plan(s, u2, v2, offs_m, offs_n, qm, km, W)
         z = tl.dot(g, tl.trans(val), input_precision=PREC)  # [BM, BN]
         acc += tl.sum(p * (z - w2[None, :]), axis=1)
-    tl.store(UBAR2 + bh * Lq + offs_m, acc, mask=in_m)
+    _store_vec(UBAR2, bh, Lq, offs_m, in_m, acc)
 
 
 @triton.jit
@@ -286,59 +331,47 @@ def bwd_row_dq_kernel(
     D: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr, PREC: tl.constexpr, DOT_T: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    bh = tl.program_id(1).to(tl.int64)
-    b = bh // H
-    m0 = pid * BLOCK_M
-    offs_m = (m0 + tl.arange(0, BLOCK_M)).to(tl.int64)
+    bh, b, m0, offs_m = _owned_block(H, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D).to(tl.int64)
     offs_e = tl.arange(0, BLOCK_DV).to(tl.int64)
     in_m = offs_m < Lq
-    qm = tl.load(QM + b * Lq + offs_m, mask=in_m, other=0) != 0
-    q = tl.load(Q + bh * Lq * D + offs_m[:, None] * D + offs_d[None, :],
-                mask=in_m[:, None] & (offs_d[None, :] < D), other=0.0).to(DOT_T)  # [BM, BD]
-    g = tl.load(G + bh * Lq * DV + offs_m[:, None] * DV + offs_e[None, :],
-                mask=in_m[:, None] & (offs_e[None, :] < DV), other=0.0).to(DOT_T)  # [BM, BDV]
-    u2 = tl.load(U2 + bh * Lq + offs_m, mask=in_m, other=0.0)
-    alpha = tl.load(ALPHA + bh * Lq + offs_m, mask=in_m, other=0.0)
-    x2 = tl.load(X2 + bh * Lq + offs_m, mask=in_m, other=0.0)
+    qm = _load_mask(QM, b, Lq, offs_m, in_m)
+    q = _load_tile(Q, bh, Lq, offs_m, in_m, offs_d, D, DOT_T)  # [BM, BD]
+    g = _load_tile(G, bh, Lq, offs_m, in_m, offs_e, DV, DOT_T)  # [BM, BDV]
+    u2 = _load_vec(U2, bh, Lq, offs_m, in_m)
+    alpha = _load_vec(ALPHA, bh, Lq, offs_m, in_m)
+    x2 = _load_vec(X2, bh, Lq, offs_m, in_m)
     # sum_j P_ij beta_j w1_j, started from EXTRA: the share of support pieces outside the kernel
     # (dustbin columns), so that x1 is complete before Sbar is formed below (0 without them)
-    r = tl.load(EXTRA + bh * Lq + offs_m, mask=in_m, other=0.0)
+    r = _load_vec(EXTRA, bh, Lq, offs_m, in_m)
     acc_a = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)  # sum_j P_ij (Z_ij - w2_j - beta_j x2_i - alpha_i beta_j w1_j) K_j
     acc_c = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)  # sum_j P_ij delta_j K_j
     ar_n = tl.arange(0, BLOCK_N).to(tl.int64)
-    lo = tl.maximum(m0 - W, 0) // BLOCK_N * BLOCK_N
-    hi = tl.minimum(tl.minimum(m0 + BLOCK_M, Lq) + W, Lk)
+    lo, hi = _band(m0, Lq, Lk, W, BLOCK_M, BLOCK_N)
     for n0 in range(lo, hi, BLOCK_N):
         offs_n = n0 + ar_n
         in_n = offs_n < Lk
-        km = tl.load(KM + b * Lk + offs_n, mask=in_n, other=0) != 0
-        k = tl.load(K + bh * Lk * D + offs_n[:, None] * D + offs_d[None, :],
-                    mask=in_n[:, None] & (offs_d[None, :] < D), other=0.0).to(DOT_T)  # [BN, BD]
-        val = tl.load(V + bh * Lk * DV + offs_n[:, None] * DV + offs_e[None, :],
-                      mask=in_n[:, None] & (offs_e[None, :] < DV), other=0.0).to(DOT_T)  # [BN, BDV]
-        v2 = tl.load(V2 + bh * Lk + offs_n, mask=in_n, other=0.0)
-        w2 = tl.load(W2 + bh * Lk + offs_n, mask=in_n, other=0.0)
-        beta = tl.load(BETA + bh * Lk + offs_n, mask=in_n, other=0.0)
-        w1 = tl.load(W1 + bh * Lk + offs_n, mask=in_n, other=0.0)
-        delta = tl.load(DELTA + bh * Lk + offs_n, mask=in_n, other=0.0)
+        km = _load_mask(KM, b, Lk, offs_n, in_n)
+        k = _load_tile(K, bh, Lk, offs_n, in_n, offs_d, D, DOT_T)  # [BN, BD]
+        val = _load_tile(V, bh, Lk, offs_n, in_n, offs_e, DV, DOT_T)  # [BN, BDV]
+        v2 = _load_vec(V2, bh, Lk, offs_n, in_n)
+        w2 = _load_vec(W2, bh, Lk, offs_n, in_n)
+        beta = _load_vec(BETA, bh, Lk, offs_n, in_n)
+        w1 = _load_vec(W1, bh, Lk, offs_n, in_n)
+        delta = _load_vec(DELTA, bh, Lk, offs_n, in_n)
         s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale  # [BM, BN]
-        diff = offs_m[:, None] - offs_n[None, :]
-        active = qm[:, None] & km[None, :] & (tl.abs(diff) <= W)
-        p = tl.exp(tl.where(active, s + u2[:, None] + v2[None, :], float("-inf")))
+        p = _plan(s, u2, v2, offs_m, offs_n, qm, km, W)
         z = tl.dot(g, tl.trans(val), input_precision=PREC)  # [BM, BN]
         bw1 = beta * w1
         r += tl.sum(p * bw1[None, :], axis=1)
         sb = p * (z - w2[None, :] - x2[:, None] * beta[None, :] - alpha[:, None] * bw1[None, :])
-        acc_a += tl.dot(sb.to(K.dtype.element_ty).to(DOT_T), k, input_precision=PREC)
-        acc_c += tl.dot((p * delta[None, :]).to(K.dtype.element_ty).to(DOT_T), k, input_precision=PREC)
-    inv_a = tl.load(INV_A + b * Lq + offs_m, mask=in_m, other=0.0)
+        acc_a += _dot_rounded(sb, k, K, PREC, DOT_T)
+        acc_c += _dot_rounded(p * delta[None, :], k, K, PREC, DOT_T)
+    inv_a = _load_vec(INV_A, b, Lq, offs_m, in_m)
     x1 = -alpha * r * inv_a  # ubar1 / a
     dq = (acc_a - (alpha * x1)[:, None] * acc_c) * scale
-    tl.store(X1 + bh * Lq + offs_m, x1, mask=in_m)
-    tl.store(DQ + bh * Lq * D + offs_m[:, None] * D + offs_d[None, :], dq.to(DQ.dtype.element_ty),
-             mask=in_m[:, None] & (offs_d[None, :] < D))
+    _store_vec(X1, bh, Lq, offs_m, in_m, x1)
+    _store_tile(DQ, bh, Lq, offs_m, in_m, offs_d, D, dq)
 
 
 @triton.jit
@@ -348,51 +381,41 @@ def bwd_col_dk_kernel(
     D: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr, PREC: tl.constexpr, DOT_T: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    bh = tl.program_id(1).to(tl.int64)
-    b = bh // H
-    n0 = pid * BLOCK_N
-    offs_n = (n0 + tl.arange(0, BLOCK_N)).to(tl.int64)
+    bh, b, n0, offs_n = _owned_block(H, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D).to(tl.int64)
     offs_e = tl.arange(0, BLOCK_DV).to(tl.int64)
     in_n = offs_n < Lk
-    km = tl.load(KM + b * Lk + offs_n, mask=in_n, other=0) != 0
-    k = tl.load(K + bh * Lk * D + offs_n[:, None] * D + offs_d[None, :],
-                mask=in_n[:, None] & (offs_d[None, :] < D), other=0.0).to(DOT_T)  # [BN, BD]
-    val = tl.load(V + bh * Lk * DV + offs_n[:, None] * DV + offs_e[None, :],
-                  mask=in_n[:, None] & (offs_e[None, :] < DV), other=0.0).to(DOT_T)  # [BN, BDV]
-    v2 = tl.load(V2 + bh * Lk + offs_n, mask=in_n, other=0.0)
-    w2 = tl.load(W2 + bh * Lk + offs_n, mask=in_n, other=0.0)
-    beta = tl.load(BETA + bh * Lk + offs_n, mask=in_n, other=0.0)
-    w1 = tl.load(W1 + bh * Lk + offs_n, mask=in_n, other=0.0)
-    delta = tl.load(DELTA + bh * Lk + offs_n, mask=in_n, other=0.0)
+    km = _load_mask(KM, b, Lk, offs_n, in_n)
+    k = _load_tile(K, bh, Lk, offs_n, in_n, offs_d, D, DOT_T)  # [BN, BD]
+    val = _load_tile(V, bh, Lk, offs_n, in_n, offs_e, DV, DOT_T)  # [BN, BDV]
+    v2 = _load_vec(V2, bh, Lk, offs_n, in_n)
+    w2 = _load_vec(W2, bh, Lk, offs_n, in_n)
+    beta = _load_vec(BETA, bh, Lk, offs_n, in_n)
+    w1 = _load_vec(W1, bh, Lk, offs_n, in_n)
+    delta = _load_vec(DELTA, bh, Lk, offs_n, in_n)
     bw1 = beta * w1
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     ar_m = tl.arange(0, BLOCK_M).to(tl.int64)
-    lo = tl.maximum(n0 - W, 0) // BLOCK_M * BLOCK_M
-    hi = tl.minimum(tl.minimum(n0 + BLOCK_N, Lk) + W, Lq)
+    lo, hi = _band(n0, Lk, Lq, W, BLOCK_N, BLOCK_M)
     for m0 in range(lo, hi, BLOCK_M):
         offs_m = m0 + ar_m
         in_m = offs_m < Lq
-        qm = tl.load(QM + b * Lq + offs_m, mask=in_m, other=0) != 0
-        q = tl.load(Q + bh * Lq * D + offs_m[:, None] * D + offs_d[None, :],
-                    mask=in_m[:, None] & (offs_d[None, :] < D), other=0.0).to(DOT_T)  # [BM, BD]
-        g = tl.load(G + bh * Lq * DV + offs_m[:, None] * DV + offs_e[None, :],
-                    mask=in_m[:, None] & (offs_e[None, :] < DV), other=0.0).to(DOT_T)  # [BM, BDV]
-        u2 = tl.load(U2 + bh * Lq + offs_m, mask=in_m, other=0.0)
-        alpha = tl.load(ALPHA + bh * Lq + offs_m, mask=in_m, other=0.0)
-        x2 = tl.load(X2 + bh * Lq + offs_m, mask=in_m, other=0.0)
-        x1 = tl.load(X1 + bh * Lq + offs_m, mask=in_m, other=0.0)
+        qm = _load_mask(QM, b, Lq, offs_m, in_m)
+        q = _load_tile(Q, bh, Lq, offs_m, in_m, offs_d, D, DOT_T)  # [BM, BD]
+        g = _load_tile(G, bh, Lq, offs_m, in_m, offs_e, DV, DOT_T)  # [BM, BDV]
+        u2 = _load_vec(U2, bh, Lq, offs_m, in_m)
+        alpha = _load_vec(ALPHA, bh, Lq, offs_m, in_m)
+        x2 = _load_vec(X2, bh, Lq, offs_m, in_m)
+        x1 = _load_vec(X1, bh, Lq, offs_m, in_m)
         st = tl.dot(k, tl.trans(q), input_precision=PREC) * scale  # [BN, BM]
-        diff = offs_n[:, None] - offs_m[None, :]
-        active = km[:, None] & qm[None, :] & (tl.abs(diff) <= W)
-        pt = tl.exp(tl.where(active, st + v2[:, None] + u2[None, :], float("-inf")))
+        pt = _plan(st, v2, u2, offs_n, offs_m, km, qm, W)
         zt = tl.dot(val, tl.trans(g), input_precision=PREC)  # [BN, BM]
         sbt = pt * (zt - w2[:, None] - beta[:, None] * x2[None, :] - bw1[:, None] * alpha[None, :]
                     - delta[:, None] * (alpha * x1)[None, :])
-        dk += tl.dot(sbt.to(Q.dtype.element_ty).to(DOT_T), q, input_precision=PREC)
-    tl.store(DK + bh * Lk * D + offs_n[:, None] * D + offs_d[None, :], (dk * scale).to(DK.dtype.element_ty),
-             mask=in_n[:, None] & (offs_d[None, :] < D))
+        dk += _dot_rounded(sbt, q, Q, PREC, DOT_T)
+    # tl.store, not _store_tile: dk * scale is formed after the pointers, which keeps the compiled instruction order
+    tl.store(_tile_ptrs(DK, bh, Lk, offs_n, offs_d, D), (dk * scale).to(DK.dtype.element_ty),
+             mask=_tile_mask(in_n, offs_d, D))
 
 
 def interpreter_mode() -> bool:
