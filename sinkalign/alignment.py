@@ -248,12 +248,12 @@ def to_biopython(query_id: str, query: str, target_id: str, target: str, alignme
     """The pair as a Biopython ``Bio.Align.Alignment``: two ``SeqRecord`` (query first, then
     target, named by their ids) and the coordinates of the global layout. Biopython then
     prints it (``print(aln)``: rows with a ``|``/``.``/``-`` match line), counts it
-    (``aln.counts()``), gives its ``substitutions`` and writes it
-    (``Bio.Align.write(aln, path, "clustal")``). ``aln.score`` is ``score`` (or ``alignment.score``) when known;
+    (``aln.counts()``), gives its ``substitutions`` and writes it (``Bio.Align.write(aln,
+    path, "clustal")``). ``aln.score`` is ``score`` (or ``alignment.score``) when known,
     ``aln.annotations["evalue"]`` the E-value when known; with posteriors (an
     :class:`Alignment`), ``aln.column_annotations["consensus posterior probability"]`` holds
-    :func:`posterior_digits` (written by Biopython's Stockholm writer as ``#=GC PP_cons``;
-    otherwise ``column_annotations`` is empty)."""
+    :func:`posterior_digits` (written by Biopython's Stockholm writer as ``#=GC PP_cons``),
+    otherwise ``column_annotations`` is empty."""
     from Bio import Align
     from Bio.Seq import Seq
     from Bio.SeqRecord import SeqRecord

@@ -17,7 +17,8 @@ file (a temporary file beside it, renamed at the end: an interrupted run leaves 
 output) or to standard output (``output="-"``). The target FASTA of an all-vs-all run is held
 in memory (it is read for every query). ``plan_out`` is a ``.npz`` written one plan at a time.
 Exceptions: SAM/BAM headers list every target (``pairing="zip"`` keeps one name and length
-per pair), and a ``-`` input (standard input) is first copied to a temporary file.
+per pair), a ``-`` input (standard input) is first copied to a temporary file, and
+``max_hits`` holds each query's pairs until its last one is done.
 
 Every input is checked before the first pair is aligned: records (errors name file, record and
 position), equal record counts for ``zip``, every pair-list id present in the FASTA (the error
@@ -699,7 +700,8 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
                 pairing: str = "all", model=None, embedder: str | None = None, esm_weights=None,
                 backend: str = "reference", plan_out=None, batch_size: int = 8, gap_weight: float | None = None,
                 min_confidence: float | None = None, max_evalue: float | None = None,
-                db_size: int | str | None = None, max_hits: int | None = None, progress: bool = False, overwrite: bool = False,
+                db_size: int | str | None = None, max_hits: int | None = None,
+                progress: bool = False, overwrite: bool = False,
                 workers: int | None = None, engine: str = "auto",
                 scheduler: str | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE, _task=None) -> int:
     """Align pairs of sequences and write them in ``fmt``; returns the number of pairs written.
