@@ -217,32 +217,54 @@ def test_json_lines_round_trip(tmp_path, records):
 
 
 def test_text_shows_the_layout_for_reading_by_eye(tmp_path, records):
-    """Each pair: a '#' line with the figures, then Biopython's printed rows, which join up to
-    the global layout, with a match line of | (identical), . (mismatch) and - (gap)."""
+    """Each pair: a '#' line with the figures, then blocks of 60 columns whose rows join up to
+    the global layout, 1-based first/last positions per row and block, a match line (|
+    identical, . mismatch, blank at a gap) and, with posteriors, the PP digits."""
+    from sinkalign.alignment import posterior_digits
+
     path = tmp_path / "out.txt"
     recs = [*records[:3], AlignedPair(*records[3][:5], None, None, 2.5e-4)]
     assert write_alignments(recs, path, "text") == 4
-    pairs_text = [p for p in path.read_text().split("\n# ") if p.strip()]
+    pairs_text = [p for p in path.read_text().split("# ") if p.strip()]
     assert len(pairs_text) == 4
     for rec, text in zip(recs, pairs_text):
-        lines = text.lstrip("# ").splitlines()
-        head = lines[0]
+        head, *blocks = [b for b in text.split("\n\n") if b.strip()]
         pairs = as_pairs(rec)
         st = alignment_stats(rec[1], rec[3], pairs)
         assert head.startswith(f"{rec[0]} ({len(rec[1])}) vs {rec[2]} ({len(rec[3])}): ")
         assert f"aligned={len(pairs)} identity={st.n_identical}/{len(pairs)}" in head
-        rows = {0: "", 1: "", 2: ""}
-        body = [line for line in lines[1:] if line.strip()]
-        assert len(body) % 3 == 0
-        for k, line in enumerate(body):  # [name cut to 9 letters,] start, columns[, end]
-            rows[k % 3] += line.split()[1 if k % 3 == 1 else 2]
         qrow, trow = to_gapped(rec[1], rec[3], pairs)
-        assert (rows[0], rows[2]) == (qrow, trow)
-        expect = "".join("-" if "-" in (a, b) else "|" if a.upper() == b.upper() else "." for a, b in zip(qrow, trow))
-        assert rows[1] == expect
+        with_pp = isinstance(rec[4], Alignment)
+        got = {"q": "", "m": "", "t": "", "pp": ""}
+        done = [0, 0]
+        for block in blocks:
+            lines = block.split("\n")
+            assert len(lines) == (4 if with_pp else 3)
+            for k, (key, line) in enumerate((("q", lines[0]), ("t", lines[2]))):
+                name, first, piece, last = line.split()
+                assert name == (rec[0], rec[2])[k][:20]
+                residues = len(piece) - piece.count("-")
+                assert (int(first), int(last)) == (done[k] + (1 if residues else 0), done[k] + residues)
+                done[k] += residues
+                got[key] += piece
+            offset = len(lines[0]) - len(lines[0].split()[-1]) - 1 - len(lines[0].split()[2])
+            width = len(lines[0].split()[2])
+            got["m"] += lines[1][offset:].ljust(width)
+            if with_pp:
+                assert lines[3].startswith("PP ")
+                got["pp"] += lines[3][offset:]
+            assert width == 60 or block is blocks[-1]
+        assert (got["q"], got["t"]) == (qrow, trow)
+        assert got["m"] == "".join(" " if "-" in (a, b) else "|" if a.upper() == b.upper() else "."
+                                   for a, b in zip(qrow, trow))
+        if with_pp:
+            assert got["pp"] == posterior_digits(rec[4])
     assert "mean_confidence=" in pairs_text[0] and "score=12.5" in pairs_text[2]
     assert "evalue=0.00025" in pairs_text[3] and "evalue" not in pairs_text[0]
     assert "identity=0/0 mean_confidence=NA" in pairs_text[3]
+    long_id = AlignedPair("a_very_long_query_identifier_here", "MKV", "t", "MKV", np.array([[0, 0], [1, 1], [2, 2]]))
+    write_alignments([long_id], path, "text")
+    assert path.read_text().splitlines()[2].startswith("a_very_long_query_id 1 MKV 3")
 
 
 def test_to_biopython_is_the_same_alignment(records):

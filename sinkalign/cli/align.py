@@ -46,7 +46,8 @@ class _DbSize(click.ParamType):
                    "given) through a .fai index, built beside the FASTA when missing.")
 @click.option("--format", "fmt", type=click.Choice(["fasta", "tsv", "sam", "bam", "stockholm", "json", "text"]),
               default="tsv", show_default=True,
-              help="text: each pair's figures and its rows with a match line, to read by eye.")
+              help="text: each pair's figures, its rows with a match line and its column confidences, to read "
+                   "by eye.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
               help="Output file, written atomically (temporary file renamed at the end). Default or '-': "
                    "standard output, written as pairs finish (not for bam).")

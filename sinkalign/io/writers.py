@@ -36,10 +36,12 @@ Formats (:data:`FORMATS`):
   gap columns. The two ids of a pair must differ.
 * ``json``: JSON Lines, one object per pair (keys: see :func:`_json_object`); NaN is null.
 * ``text``: for reading by eye: per pair a ``#`` line (ids and lengths, score, aligned pairs,
-  identity, mean confidence, E-value when known) and Biopython's printed alignment of the
-  global layout (query row, a ``|`` identical / ``.`` mismatch / ``-`` gap line, target row;
-  60 columns per block, 0-based positions; ids cut to 9 letters there, whole in the ``#``
-  line), then a blank line. Per-column confidences: the Stockholm ``PP_cons`` line or JSON.
+  identity, mean confidence, E-value when known), then the global layout in blocks of 60
+  columns, as EMBOSS and BLAST show a pair: the query row, a match line (``|`` identical,
+  ``.`` mismatch, blank at a gap), the target row, each row between the 1-based positions of
+  its first and last residue in the block (a block of gaps repeats the last), and, when
+  posteriors are known, a ``PP`` line of HMMER-style digits (as Stockholm's ``PP_cons``).
+  Ids are cut to 20 letters in the blocks.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ from sinkalign.alignment import (
     alignment_stats,
     check_pairs,
     cigar,
+    posterior_digits,
     to_biopython,
     to_gapped,
 )
@@ -319,6 +322,10 @@ def _stockholm_to(records: Iterable[_Record], handle: IO[str]) -> int:
     return count
 
 
+_TEXT_WIDTH = 60  # alignment columns per block of the text format
+_TEXT_NAME = 20  # id letters shown in its blocks (the '#' line has them whole)
+
+
 def _text_to(records: Iterable[_Record], handle: IO[str]) -> int:
     count = 0
     for rec in records:
@@ -333,9 +340,27 @@ def _text_to(records: Iterable[_Record], handle: IO[str]) -> int:
         if rec.evalue is not None:
             facts.append(f"evalue={rec.evalue:.3g}")
         handle.write(f"# {rec.query_id} ({len(rec.query)}) vs {rec.target_id} ({len(rec.target)}): "
-                     f"{' '.join(facts)}\n")
-        handle.write(format(_biopython(rec), ""))
-        handle.write("\n")
+                     f"{' '.join(facts)}\n\n")
+        qrow, trow = to_gapped(rec.query, rec.target, rec.pairs)
+        match = "".join(" " if "-" in (a, b) else "|" if a.upper() == b.upper() else "." for a, b in zip(qrow, trow))
+        pp = None if rec.posterior is None else posterior_digits(rec.posterior)
+        names = (rec.query_id[:_TEXT_NAME], rec.target_id[:_TEXT_NAME])
+        name_w, num_w = max(2, *map(len, names)), len(str(max(len(rec.query), len(rec.target))))
+        done = [0, 0]  # residues of each sequence before the block
+        for c0 in range(0, len(qrow), _TEXT_WIDTH):
+            cols = slice(c0, c0 + _TEXT_WIDTH)
+            rows = []
+            for k, row in enumerate((qrow, trow)):
+                piece = row[cols]
+                residues = len(piece) - piece.count("-")
+                first = done[k] + 1 if residues else done[k]  # 1-based; a block of gaps repeats the last
+                done[k] += residues
+                rows.append(f"{names[k]:<{name_w}} {first:>{num_w}} {piece} {done[k]}")
+            blank = " " * (name_w + num_w + 2)
+            block = [rows[0], blank + match[cols], rows[1]]
+            if pp is not None:
+                block.append(f"{'PP':<{name_w}} {'':>{num_w}} {pp[cols]}")
+            handle.write("\n".join(block) + "\n\n")
         count += 1
     return count
 
