@@ -356,3 +356,88 @@ def test_validation_split_missing_or_broken(shards, tmp_path, caplog):
         train(_cfg(broken, tmp_path / "run_n", 2), progress=False)  # evaluates at step 2
     assert "has no validation split: training without validation" in caplog.text
     assert not (tmp_path / "run_n" / "best").exists()
+
+
+# --------------------------------------------------------------------------- --init and --anchor
+
+
+def _learned_like(shards, out, steps, **kw):
+    """A small model with the encoder and gap head (as the shipped learned model has)."""
+    cfg = _cfg(shards, out, steps, **kw)
+    model = cfg.model.replace(res_ctx_dim=8, res_ctx_layers=1, res_qk_dim=4, gap_head=True)
+    return TrainConfig(**{**{k: getattr(cfg, k) for k in cfg.__dataclass_fields__}, "model": model})
+
+
+def test_init_starts_from_a_trained_model_and_anchor_holds_it_there(shards, tmp_path):
+    """--init: step 0 is the given model's weights (not the preset's); --anchor adds
+    anchor/2 |theta - theta_0|^2 (its gradient pulls back towards theta_0, exactly)."""
+    from sinkalign.align.train import anchor_drift, starting_params
+
+    first = train(_learned_like(shards, tmp_path / "first", 4), progress=False)
+    base = export_model(tmp_path / "base", first.params, _learned_like(shards, tmp_path, 1).model, provenance="test")
+    cfg = _learned_like(shards, tmp_path / "tuned", 6, init=str(base))
+    theta_0 = starting_params(cfg)
+    fresh = M.init_params(cfg.model)
+    for k in fresh:
+        np.testing.assert_array_equal(np.asarray(theta_0[k]), np.asarray(first.params[k]))
+    assert not np.array_equal(np.asarray(theta_0["res_wk"]), np.asarray(fresh["res_wk"]))
+    # the penalty and its gradient
+    moved = {k: v + 0.01 * (i + 1) for i, (k, v) in enumerate(sorted(theta_0.items()))}
+    drift = float(anchor_drift(moved, theta_0))
+    exact = sum(float(np.sum((np.asarray(moved[k], np.float64) - np.asarray(theta_0[k], np.float64)) ** 2))
+                for k in theta_0)
+    assert drift == pytest.approx(exact, rel=1e-4)  # JAX sums ~2,000 float32 squares
+    grad = jax.grad(lambda p: 0.5 * 3.0 * anchor_drift(p, theta_0, ("sub",)))(moved)
+    for k in theta_0:
+        expect = 0 if k == "sub" else 3.0 * (np.asarray(moved[k]) - np.asarray(theta_0[k]))
+        np.testing.assert_allclose(np.asarray(grad[k]), expect, rtol=1e-5, atol=1e-7)
+    # training: without an anchor the weights walk away (Adam: about lr per step and weight);
+    # a strong anchor holds them within about one step of theta_0
+    free = train(cfg, progress=False)
+    held = train(TrainConfig(**{**cfg.__dict__, "out": str(tmp_path / "held"), "anchor": 1e4}), progress=False)
+    dist = {name: float(anchor_drift(res.params, theta_0)) for name, res in (("free", free), ("held", held))}
+    assert dist["held"] < 0.1 * dist["free"], dist
+    records = [json.loads(x) for x in (tmp_path / "held" / "metrics.jsonl").read_text().splitlines()]
+    assert "anchor" in records[-1] and records[0]["anchor"] == 0.0  # theta = theta_0 before the first update
+    state = json.loads((tmp_path / "held" / "best" / "state.json").read_text())
+    assert state["train"]["init"] == str(base) and state["train"]["anchor"] == 1e4
+
+
+def test_init_refuses_a_model_of_another_shape_and_resume_keeps_init(shards, tmp_path):
+    first = train(_cfg(shards, tmp_path / "small", 2), progress=False)  # no encoder
+    small = export_model(tmp_path / "small_model", first.params, _cfg(shards, tmp_path, 1).model, provenance="test")
+    with pytest.raises(CheckpointError, match=r"its parameters do not fit .*res_wk: absent there"):
+        train(_learned_like(shards, tmp_path / "x", 2, init=str(small)), progress=False)
+    train(_cfg(shards, tmp_path / "a", 4, init=str(small)), progress=False, stop_after=2)
+    with pytest.raises(CheckpointError, match="the run started with --init"):
+        train(_cfg(shards, tmp_path / "a", 4), progress=False, resume=True)
+    with pytest.raises(CheckpointError, match="the run started with --anchor"):
+        train(_cfg(shards, tmp_path / "a", 4, init=str(small), anchor=2.0), progress=False, resume=True)
+    assert train(_cfg(shards, tmp_path / "a", 4, init=str(small)), progress=False, resume=True).step == 4
+    with pytest.raises(ValueError, match="anchor=-1.0 must be a finite number >= 0"):
+        _cfg(shards, tmp_path / "y", 2, anchor=-1.0)
+
+
+def test_train_cli_init_from_a_shipped_model(shards, tmp_path):
+    """`sinkalign train --init blosum`: the shipped model's settings and weights (its embedder,
+    none, by default), a model option that keeps the shapes; --config or the DNA model on
+    protein shards are refused."""
+    from sinkalign.align.aligner import resolve_model
+
+    args = ["train", "--pfam-shards", str(shards), "--steps", "1", "--batch-size", "2", "--eval-every", "1000",
+            "--certify-every", "0", "--max-length", "64", "--no-progress"]
+    r = CliRunner().invoke(cli, [*args, "--init", "blosum", "--model-option", "n_iters=4", "--anchor", "0.5",
+                                 "--out", str(tmp_path / "ft")])
+    assert r.exit_code == 0, r.output
+    _, state, _ = load_checkpoint(tmp_path / "ft")
+    shipped, shipped_state, _ = load_checkpoint(resolve_model("blosum"))
+    assert state["model"]["window"] == shipped_state["model"]["window"]
+    assert state["model"]["sinkhorn"]["n_iters"] == 4 and state["train"]["anchor"] == 0.5
+    assert state["train"]["init"] == str(resolve_model("blosum").resolve())
+    r = CliRunner().invoke(cli, [*args, "--init", "blosum", "--config", "k2_eps1", "--out", str(tmp_path / "c")])
+    assert r.exit_code == 2 and "leave out --config" in r.output
+    r = CliRunner().invoke(cli, [*args, "--init", "blosum", "--model-option", "window=3", "--out", str(tmp_path / "w")])
+    assert r.exit_code == 1 and "do not fit this model's configuration" in r.output
+    r = CliRunner().invoke(cli, [*args, "--init", "dna", "--out", str(tmp_path / "d")])
+    assert r.exit_code == 1 and "the train split holds ['protein'] families, and the model is for dna" in r.output
+    assert not (tmp_path / "d" / "metrics.jsonl").exists()

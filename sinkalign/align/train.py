@@ -15,6 +15,13 @@ interrupted run always resumes from a complete checkpoint. Metrics are JSON line
 references) beats every earlier evaluation, the parameters are also written to ``OUT/best/``
 (a model directory, with ``val_f1`` and ``step`` in its ``state.json``): checkpoint selection
 on the validation split. Run-directory logic lives in :mod:`sinkalign.align.checkpoints`.
+
+Starting point: the model's initial parameters (the BLOSUM62 window, zero residual scores),
+or with ``init`` the weights of a trained model (fine-tuning, e.g. the shipped ``learned``
+model on a user's own reference alignments; its optimiser state is not taken). ``anchor``
+adds ``anchor / 2 * |theta - theta_0|^2`` to the loss, ``theta_0`` the starting weights (the
+L2-SP penalty of transfer learning): training on few pairs stays near what the starting model
+knows. The penalty is reported as the metric ``anchor`` (its ``|theta - theta_0|^2``).
 """
 
 from __future__ import annotations
@@ -49,7 +56,8 @@ from sinkalign.align.checkpoints import (
 from sinkalign.errors import CheckpointError, InputError
 
 __all__ = ["TrainConfig", "TrainResult", "train", "save_checkpoint", "load_checkpoint", "init_distributed",
-           "evaluate_split", "export_model", "BUCKETS", "crop_example", "save_best", "read_best"]
+           "evaluate_split", "export_model", "BUCKETS", "crop_example", "save_best", "read_best", "anchor_drift",
+           "starting_params"]
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +85,8 @@ class TrainConfig:
     keep_checkpoints: int = 3
     crop: bool = False  # crop longer pairs to a max_length window around a reference pair (else skip them)
     freeze: tuple[str, ...] = ()  # parameter names kept at their initial values (e.g. "sub")
+    init: str | None = None  # a trained model (model, checkpoint or run directory) whose weights start the run
+    anchor: float = 0.0  # L2-SP weight: anchor / 2 * |theta - theta_0|^2 is added to the loss
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "checkpoint_every", "eval_every", "keep_checkpoints"):
@@ -84,6 +94,8 @@ class TrainConfig:
                 raise InputError(f"{name}={getattr(self, name)} must be >= 1")
         if self.lr <= 0:
             raise InputError(f"lr={self.lr} must be positive")
+        if not (math.isfinite(self.anchor) and self.anchor >= 0):
+            raise InputError(f"anchor={self.anchor} must be a finite number >= 0")
         if self.max_length > BUCKETS[-1]:
             raise InputError(f"max_length={self.max_length} must be <= {BUCKETS[-1]}")
         object.__setattr__(self, "freeze", tuple(self.freeze))
@@ -262,6 +274,29 @@ def certified_depth(params, batch: M.Batch, config: M.AlignerConfig, *, tau: flo
 # --------------------------------------------------------------------------------------
 # the loop
 # --------------------------------------------------------------------------------------
+def starting_params(cfg: TrainConfig) -> dict:
+    """``theta_0``: the weights of ``cfg.init`` (a model, checkpoint or run directory), which
+    must have the names and shapes of ``cfg.model``'s parameters, or the model's initial
+    parameters (seed ``cfg.seed``)."""
+    fresh = M.init_params(cfg.model, seed=cfg.seed)
+    if cfg.init is None:
+        return fresh
+    params, _, _ = load_checkpoint(cfg.init)
+    shapes = {k: tuple(np.shape(v)) for k, v in params.items()}
+    wanted = {k: tuple(np.shape(v)) for k, v in fresh.items()}
+    if shapes != wanted:
+        diff = sorted(k for k in set(shapes) | set(wanted) if shapes.get(k) != wanted.get(k))
+        raise CheckpointError(f"--init {cfg.init}: its parameters do not fit this model's configuration ("
+                              + ", ".join(f"{k}: {shapes.get(k, 'absent')} there, {wanted.get(k, 'absent')} here"
+                                          for k in diff) + "); train with the model's own settings")
+    return {k: jnp.asarray(v, dtype=fresh[k].dtype) for k, v in params.items()}
+
+
+def anchor_drift(params: dict, anchor: dict, frozen=()) -> jax.Array:
+    """``|theta - theta_0|^2`` over the trained (not ``frozen``) parameters."""
+    return sum(jnp.sum(jnp.square(params[k] - anchor[k])) for k in sorted(params) if k not in frozen)
+
+
 def _optimizer(cfg: TrainConfig):
     warmup = max(1, min(cfg.warmup, cfg.steps - 1))
     # optax needs at least one decay step after the warm-up (a 1-step run included)
@@ -292,6 +327,14 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
         raise InputError(f"{cfg.shards} holds no pair shards: {exc}") from exc
     if len(train_set) == 0:
         raise InputError(f"{cfg.shards}: the train split is empty")
+    kinds = {f["alphabet"] for f in train_set.index.get("families", {}).values()
+             if f.get("split") == "train" and f.get("alphabet")}  # (indexes of old builds may lack it)
+    if kinds and cfg.model.alphabet not in kinds:
+        raise InputError(f"{cfg.shards}: the train split holds {sorted(kinds)} families, and the model is for "
+                         f"{cfg.model.alphabet} (--init of the other alphabet, or --model-option alphabet=...)")
+    if len(kinds) > 1:
+        log.warning("%s: the train split mixes %s families; the model reads every sequence as %s", cfg.shards,
+                    sorted(kinds), cfg.model.alphabet)
     # shards without a validation split train without validation (and keep no best/); a
     # validation split that is there but unreadable is an error, not silently skipped
     if "valid" in train_set.index["splits"]:
@@ -311,7 +354,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
     replicated = NamedSharding(mesh, PartitionSpec())
 
     tx, schedule = _optimizer(cfg)
-    params = M.init_params(cfg.model, seed=cfg.seed)
+    theta_0 = starting_params(cfg)
+    params = theta_0
     opt_state = tx.init(params)
     start = 0
     latest = find_latest_checkpoint(out) if resume else None
@@ -319,6 +363,11 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
         params, state, flat = load_checkpoint(latest)
         if M.AlignerConfig.from_dict(state.get("model") or {}) != cfg.model:  # flat (older) or nested form
             raise CheckpointError(f"{latest}: the checkpoint's model config differs from this run's; use a new --out")
+        before = state.get("train") or {}
+        for name, flag in (("init", "--init"), ("anchor", "--anchor")):
+            if before.get(name, TrainConfig.__dataclass_fields__[name].default) != getattr(cfg, name):
+                raise CheckpointError(f"{latest}: the run started with {flag} {before.get(name)!r}, not "
+                                      f"{getattr(cfg, name)!r}; resume with the same {flag}")
         leaves, treedef = jax.tree_util.tree_flatten(opt_state)
         if not isinstance(state.get("step"), int) or flat is None or len(flat) != len(leaves):
             raise CheckpointError(f"{latest}: not a resumable training checkpoint (state.json needs 'step' and "
@@ -330,10 +379,18 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
         log.warning("--resume: %s holds no complete checkpoint; starting from step 0", out)
     params = jax.device_put(params, replicated)
     opt_state = jax.device_put(opt_state, replicated)
+    theta_0 = jax.device_put(theta_0, replicated) if cfg.anchor else None
+
+    def objective(params, batch, theta_0):
+        loss, terms = M.loss_fn(params, batch, cfg.model)
+        if cfg.anchor:
+            drift = anchor_drift(params, theta_0, cfg.freeze)
+            loss, terms = loss + 0.5 * cfg.anchor * drift, {**terms, "anchor": drift}
+        return loss, terms
 
     @jax.jit
-    def step_fn(params, opt_state, batch):
-        (loss, terms), grads = jax.value_and_grad(M.loss_fn, has_aux=True)(params, batch, cfg.model)
+    def step_fn(params, opt_state, batch, theta_0):
+        (loss, terms), grads = jax.value_and_grad(objective, has_aux=True)(params, batch, theta_0)
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss, terms, optax.tree.norm(grads)
 
@@ -353,7 +410,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
             step, items = next(stream)
             batch = examples_to_batch(items, cfg.model)
             batch = jax.device_put(batch, data_sharding)
-            params, opt_state, loss, terms, gnorm = step_fn(params, opt_state, batch)
+            params, opt_state, loss, terms, gnorm = step_fn(params, opt_state, batch, theta_0)
             step += 1
             n_window += len(items)
             record = {"step": step, "loss": float(loss), **{k: float(v) for k, v in terms.items()},

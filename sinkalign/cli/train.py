@@ -17,8 +17,9 @@ from sinkalign.cli.options import model_options
 @click.option("--model-option", "model_opts", multiple=True, callback=model_options,
               help="Override an AlignerConfig setting of the preset as KEY=VALUE, e.g. eps=6 or window=16 "
                    "(repeatable).")
-@click.option("--embedder", type=click.Choice(["builtin", "esm2", "none"]), default="builtin", show_default=True,
-              help="Features the shards were embedded with (none: substitution part only).")
+@click.option("--embedder", type=click.Choice(["builtin", "esm2", "none"]),
+              help="Features the shards were embedded with (none: substitution part only). Default: builtin, or "
+                   "with --init the starting model's.")
 @click.option("--steps", type=click.IntRange(min=1), default=1000, show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True,
               help="Global batch; split over all local devices.")
@@ -40,11 +41,21 @@ from sinkalign.cli.options import model_options
 @click.option("--warmup", type=click.IntRange(min=0), default=50, show_default=True, help="Warm-up steps.")
 @click.option("--freeze", multiple=True, help="Keep this parameter at its initial value (repeatable), e.g. "
                                               "--freeze sub keeps the BLOSUM62 window score and trains the rest.")
+@click.option("--init", "init_model", metavar="MODEL",
+              help="Start from a trained model's weights (fine-tuning): a shipped model by name (learned, blosum, "
+                   "dna) or a model, checkpoint or run directory. The model keeps its own settings (no --config; "
+                   "--model-option only where the parameters keep their shapes); default: the preset's initial "
+                   "BLOSUM62 window.")
+@click.option("--anchor", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Add anchor/2 * |weights - starting weights|^2 to the loss (L2-SP): with few training pairs, "
+                   "stay near what the starting model knows.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--distributed", is_flag=True, help="Multi-host: call jax.distributed.initialize() first.")
 @click.option("--progress/--no-progress", default=True)
-def train(shards, preset_name, model_opts, embedder, steps, batch_size, lr, out, resume, overwrite, checkpoint_every,
-          eval_every, certify_every, max_length, crop, eval_pairs, warmup, freeze, seed, distributed, progress):
+@click.pass_context
+def train(ctx, shards, preset_name, model_opts, embedder, steps, batch_size, lr, out, resume, overwrite,
+          checkpoint_every, eval_every, certify_every, max_length, crop, eval_pairs, warmup, freeze, init_model, anchor,
+          seed, distributed, progress):
     """Train the aligner; metrics go to OUT/metrics.jsonl, checkpoints to OUT/checkpoints.
 
     An OUT that already holds a run needs --resume (continue) or --overwrite (start again).
@@ -59,6 +70,18 @@ def train(shards, preset_name, model_opts, embedder, steps, batch_size, lr, out,
     if distributed:
         T.init_distributed()
     index = read_index(shards)  # no index: MissingFileError naming `sinkalign shards build`; corrupt: FormatError
+    init_path = init_state = None
+    if init_model is not None:
+        if ctx.get_parameter_source("preset_name") is not click.core.ParameterSource.DEFAULT:
+            raise click.UsageError("--init trains the model with its own settings: leave out --config")
+        from sinkalign.align.aligner import resolve_model
+        from sinkalign.align.checkpoints import load_checkpoint
+
+        init_path = resolve_model(init_model).resolve()
+        _, init_state, _ = load_checkpoint(init_path)
+        init_config = M.AlignerConfig.from_dict(init_state["model"])
+        embedder = embedder or (init_config.embedder or {}).get("name", "none")
+    embedder = embedder or "builtin"
     feature_dim, emb_config = 0, {"name": "none"}
     if embedder != "none":
         import json
@@ -81,14 +104,25 @@ def train(shards, preset_name, model_opts, embedder, steps, batch_size, lr, out,
     if unknown:
         raise click.BadParameter(f"unknown AlignerConfig settings {unknown}; valid: "
                                  f"{M.AlignerConfig.setting_names()}", param_hint="--model-option")
-    try:
-        model = M.preset(preset_name, feature_dim=feature_dim, embedder=emb_config, **overrides)
-    except InputError as exc:  # an unknown preset or a bad setting value (a bug keeps its traceback)
-        raise click.BadParameter(str(exc), param_hint="--config / --model-option") from exc
+    if init_model is not None:
+        try:
+            model = init_config.replace(**overrides)
+        except InputError as exc:
+            raise click.BadParameter(str(exc), param_hint="--model-option") from exc
+        if (model.feature_dim, model.embedder) != (feature_dim, emb_config):
+            raise click.BadParameter(f"--init {init_model} takes {model.embedder.get('name', 'none')!r} features "
+                                     f"(dimension {model.feature_dim}); these shards and --embedder give "
+                                     f"{emb_config.get('name')!r} ({feature_dim})", param_hint="--embedder")
+    else:
+        try:
+            model = M.preset(preset_name, feature_dim=feature_dim, embedder=emb_config, **overrides)
+        except InputError as exc:  # an unknown preset or a bad setting value (a bug keeps its traceback)
+            raise click.BadParameter(str(exc), param_hint="--config / --model-option") from exc
     cfg = T.TrainConfig(shards=str(shards), out=str(out), model=model, steps=steps, batch_size=batch_size, lr=lr,
                         seed=seed, checkpoint_every=checkpoint_every, eval_every=eval_every,
                         certify_every=certify_every, max_length=max_length, crop=crop, eval_pairs=eval_pairs,
-                        warmup=warmup, freeze=tuple(freeze))
+                        warmup=warmup, freeze=tuple(freeze),
+                        init=None if init_path is None else str(init_path), anchor=anchor)
     result = T.train(cfg, resume=resume, overwrite=overwrite, progress=progress)
     click.echo(f"step {result.step}: " + ", ".join(f"{k}={v:.4g}" for k, v in result.last_metrics.items()
                                                     if isinstance(v, float)))
