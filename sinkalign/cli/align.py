@@ -50,12 +50,13 @@ class _DbSize(click.ParamType):
                    "by eye.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
               help="Output file, written atomically (temporary file renamed at the end). Default or '-': "
-                   "standard output, written as pairs finish (not for bam).")
+                   "standard output, written as pairs finish (not for bam; with --max-hits, a query's pairs "
+                   "when its last is done).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output or --plan-out file (when the run "
               "succeeds). Without it an existing file is an error.")
 @click.option("--model", type=str,
               help="Trained model (run, checkpoint or model directory) or a shipped model by name: learned (the "
-                   "protein default, trained on structure-based pairs), blosum (its BLOSUM62 starting point: "
+                   "protein default, trained on structure-based and Pfam pairs), blosum (its BLOSUM62 starting point: "
                    "about 3x faster, less accurate on remote homologs), dna. Default: the shipped model for the "
                    "input (DNA when every record is nucleotides, else learned; DNA against protein is an error).")
 @click.option("--embedder", type=str, help="Embedder name; must be the one the model was trained with.")
@@ -67,7 +68,8 @@ class _DbSize(click.ParamType):
                    "passes, on a GPU when JAX has one; the only engine for models with embedder features and for "
                    "--backend pallas. auto: numpy whenever the model allows it.")
 @click.option("--plan-out", type=click.Path(dir_okay=False, path_type=Path),
-              help="Also write every transport plan (with dustbin row/column) to this .npz file.")
+              help="Also write the transport plan (with dustbin row/column) of every pair written to this .npz "
+                   "file.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True)
 @click.option("--chunk-size", type=click.IntRange(min=1), default=256, show_default=True,
               help="Pairs per chunk: the unit of work sent to a cluster worker.")
@@ -83,7 +85,7 @@ class _DbSize(click.ParamType):
 @click.option("--max-evalue", type=click.FloatRange(min=0),
               help="Write only the pairs whose E-value is at most this (e.g. 1e-3 in an all-vs-all run: the "
                    "likely homologs); needs a model with an E-value null (every shipped model has one).")
-@click.option("--db-size", type=_DbSize(),
+@click.option("--db-size", type=_DbSize(), metavar="N|targets",
               help="Report E-values for a search of N comparisons per query (each pair's E-value times N, as "
                    "HMMER's -Z), or 'targets': the number of pairs of this run the query is in (the target count "
                    "all-vs-all). Default: per comparison, as bl2seq. --max-evalue applies to the E-values as "

@@ -19,8 +19,9 @@ def _reference_options(purpose: str, split: str):
         for opt in reversed((
             click.option("--reference", "references", multiple=True, required=True,
                          type=click.Path(exists=True, path_type=Path),
-                         help=f"Reference set {purpose}: Stockholm/aligned FASTA/A2M/MSF file, TM-align TSV, or "
-                              "shard directory. Repeatable."),
+                         help=f"Reference set {purpose}: Stockholm/aligned FASTA/A2M/MSF file, TM-align TSV, "
+                              "structure-based PIR file (HOMSTRAD) or folder of them or of bench1.0 aligned FASTA "
+                              "(SABRE, PREFAB, OXBench), or shard directory. Repeatable."),
             click.option("--model", help="Model directory, checkpoint or run, or a shipped model by name "
                                          "(learned, blosum, dna). Default: the shipped protein model."),
             click.option("--split", default=split, show_default=True, help="Split to read from shard directories."),
@@ -148,7 +149,8 @@ def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, ma
               help="Skip pairs with a sequence longer than this.")
 @click.option("--shuffles", type=click.IntRange(min=1), default=2, show_default=True,
               help="Shuffled copies of each pair (target and query shuffled in turn) that make the null.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the shuffles.")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of the shuffles and of where the --null-fasta windows are cut.")
 @click.option("--null-fasta", "null_fastas", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Draw the null from shuffled windows of these sequences (e.g. genomes; plain or gzipped FASTA) "
                    "instead of from shuffled reference pairs: for references whose lengths span too little "
