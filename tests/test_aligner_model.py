@@ -35,7 +35,7 @@ def test_config_errors():
         ({"window": 1.5}, "window=1.5 must be an integer >= 0"),
         ({"feature_dim": -1}, "feature_dim=-1 must be an integer >= 0"),
         ({"res_ctx_dim": 4, "res_ctx_kernel": 0}, "res_ctx_kernel=0 must be an integer >= 1"),
-        ({"losses": 3}, r"losses=3 must map loss terms \('ce', 'recon', 'mono'\) to numbers"),
+        ({"losses": 3}, r"losses=3 must map loss terms \('ce', 'recon', 'mono', 'f1'\) to numbers"),
         ({"losses": {"ce": "x"}}, r"losses=\{'ce': 'x'\} must map loss terms"),
         ({"alphabet": ["x"]}, r"alphabet=\['x'\] is not one of"),
         ({"eps": "x"}, "eps='x' must be a finite number > 0"),
@@ -206,3 +206,36 @@ def test_aligner_config_holds_the_operators_configs_and_reads_the_flat_form():
         if eps is not None:
             assert loaded.sinkhorn.eps == eps
         assert M.AlignerConfig.from_dict(loaded.to_dict()) == loaded
+
+
+def test_soft_f1_term_reads_the_plan_as_expected_counts():
+    """The f1 term from given plan rows: 0 for the reference itself, the expected-count F1
+    otherwise (hand-computed), only query residues with a known reference state counting."""
+    cfg = M.preset("default", feature_dim=0, embedder={"name": "none"}, n_iters=4, window=2)
+    items = [("MKVLA", "MKVA", None, None, np.array([[0, 0], [1, 1], [2, 2], [4, 3]]))]
+    batch = M.make_batch(items, cfg, 6, 6)
+    lq, lk = batch.a.shape[1], batch.b.shape[1]
+    ta = np.asarray(batch.ta[0])
+    assert list(ta[:5]) == [0, 1, 2, lk, 3]  # residue 3 is a gap (the dustbin column lk)
+    exact = np.zeros((1, lq, lk + 1))
+    for i, t in enumerate(ta[:5]):
+        exact[0, i, t] = 1.0
+    transported = np.zeros((1, lq, 0))
+    _, terms = M.loss_from_outputs(jnp.asarray(exact), jnp.asarray(transported), batch, cfg)
+    assert float(terms["f1"]) == pytest.approx(0.0, abs=1e-7)
+    # half of each aligned residue's mass on its partner, half on the next target (or the dustbin);
+    # the gap residue puts 0.3 on target 0
+    soft = np.zeros_like(exact)
+    for i, t in enumerate(ta[:5]):
+        if t < lk:
+            soft[0, i, t] = 0.5
+            soft[0, i, t + 1 if t + 1 < 4 else lk] += 0.5
+        else:
+            soft[0, i, 0], soft[0, i, lk] = 0.3, 0.7
+    tp = 4 * 0.5
+    predicted = 3 * 1.0 + 0.5 + 0.3  # rows 0-2 keep all their mass on targets, row 4 half, row 3 (gap) 0.3
+    assert soft[0, :5, :lk].sum() == pytest.approx(predicted)
+    expect = 1 - 2 * tp / (4 + predicted)
+    _, terms = M.loss_from_outputs(jnp.asarray(soft), jnp.asarray(transported), batch, cfg)
+    assert float(terms["f1"]) == pytest.approx(expect, rel=1e-6)
+    assert 0 < expect < 1

@@ -33,6 +33,11 @@ transported target features, so every loss below is a function of ``O``:
 * ``mono`` (monotonicity): with ``c_i`` the expected target position of query ``i``
   (``sum_j j P[i, j] / sum_j P[i, j]``), ``mean_i relu(c_i - c_{i+1}) / Lk``: the expected
   alignment path should not run backwards.
+* ``f1`` (soft F1, off by default): ``1 - 2 TP / (R + S)`` over the batch's query residues with
+  a known reference state, where ``TP = sum_i P[i, t(i)]`` over those aligned in the reference,
+  ``R`` their number and ``S = sum_i sum_j P[i, j]`` the expected number of pairs the plan
+  aligns them to: the F1 of the plan read as expected counts, bounded, so it does not reward
+  sharpening a plan whose decisions are already right as the cross-entropy does.
 """
 
 from __future__ import annotations
@@ -70,7 +75,7 @@ __all__ = [
 ]
 
 ALPHABETS = {"protein": "ARNDCQEGHILKMFPSTWYVX", "dna": "ACGTN"}
-LOSSES = ("ce", "recon", "mono")
+LOSSES = ("ce", "recon", "mono", "f1")
 
 
 # Settings of the operator's own configs that an AlignerConfig takes by their flat names (in
@@ -565,6 +570,11 @@ def loss_from_outputs(rows, transported, batch: Batch, config: AlignerConfig):
     pair_ok = ma[:, :-1] * ma[:, 1:] * jnp.minimum(mass[:, :-1], mass[:, 1:])
     back = jax.nn.relu(pos[:, :-1] - pos[:, 1:]) / lk
     terms["mono"] = jnp.sum(back * pair_ok) / jnp.maximum(jnp.sum(ma[:, 1:]), 1)
+    # soft F1 of the plan (expected counts) over the query residues with a known reference state
+    aligned = ta_ok & (batch.ta < lk)
+    tp = jnp.sum(jnp.where(aligned, p_a, 0.0))
+    predicted = jnp.sum(jnp.where(ta_ok, mass, 0.0))
+    terms["f1"] = 1.0 - 2.0 * tp / jnp.maximum(jnp.sum(aligned) + predicted, tiny)
     loss = sum(config.losses.get(name, 0.0) * terms[name] for name in LOSSES)
     return loss, terms
 
