@@ -41,3 +41,10 @@ def test_shipped_model_output_is_golden(name, fmt, tmp_path):
         golden.write_text(got)
     assert golden.exists(), f"{golden} missing: run with SINKALIGN_UPDATE_GOLDEN=1 and review it"
     assert got == golden.read_text(), f"{name} --format {fmt} differs from {golden.name}"
+
+
+def test_readme_shows_the_golden_text_output():
+    """README's `--format text` block is the start of the shipped model's golden text output."""
+    readme = (GOLDEN.parents[1] / "README.md").read_text()
+    block = readme.split("```text\n", 1)[1].split("```", 1)[0]
+    assert (GOLDEN / "example_default.text").read_text().startswith(block)
