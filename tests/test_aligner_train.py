@@ -438,6 +438,7 @@ def test_train_cli_init_from_a_shipped_model(shards, tmp_path):
     assert r.exit_code == 2 and "leave out --config" in r.output
     r = CliRunner().invoke(cli, [*args, "--init", "blosum", "--model-option", "window=3", "--out", str(tmp_path / "w")])
     assert r.exit_code == 1 and "do not fit this model's configuration" in r.output
+    assert not (tmp_path / "w").exists()  # refused before the run directory is made
     r = CliRunner().invoke(cli, [*args, "--init", "dna", "--out", str(tmp_path / "d")])
     assert r.exit_code == 1 and "the train split holds ['protein'] families, and the model is for dna" in r.output
     assert not (tmp_path / "d" / "metrics.jsonl").exists()

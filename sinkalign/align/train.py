@@ -346,6 +346,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
     n_dev = len(devices)
     if cfg.batch_size % n_dev:
         raise InputError(f"batch_size={cfg.batch_size} must be a multiple of the {n_dev} local devices")
+    theta_0 = starting_params(cfg)  # a bad --init is an error before the run directory is touched
     check_run_dir(out, resume=resume, overwrite=overwrite)  # after every input check: --overwrite deletes
     out.mkdir(parents=True, exist_ok=True)
     clean_leftovers(out)
@@ -354,7 +355,6 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
     replicated = NamedSharding(mesh, PartitionSpec())
 
     tx, schedule = _optimizer(cfg)
-    theta_0 = starting_params(cfg)
     params = theta_0
     opt_state = tx.init(params)
     start = 0
