@@ -220,3 +220,12 @@ def test_errors():
         measure_throughput([("A", "A")], repeats=0)
     with pytest.raises(ValueError, match="pairs is empty"):
         measure_throughput([])
+
+
+def test_default_scoring_of_each_kind():
+    from sinkalign.align.baselines import Scoring
+
+    assert Scoring.default("protein") == Scoring.protein() == Scoring("protein", 11, 1)
+    assert Scoring.default("dna") == Scoring.dna() == Scoring("dna", 5, 2, 2, -3)
+    with pytest.raises(ValueError, match="kind='rna' is not one of"):
+        Scoring.default("rna")

@@ -98,6 +98,13 @@ class Scoring:
         return cls("dna", gap_open, gap_extend, match, mismatch)
 
     @classmethod
+    def default(cls, kind: str) -> Scoring:
+        """The standard scoring of ``kind``: :meth:`protein` or :meth:`dna` with their defaults."""
+        if kind not in KINDS:
+            raise ValueError(f"kind={kind!r} is not one of {KINDS}")
+        return cls.protein() if kind == "protein" else cls.dna()
+
+    @classmethod
     def from_blast(cls, kind: str, existence: int, extension: int, **kwargs: int) -> Scoring:
         """Scoring from BLAST's gap costs (gap of length g costs ``existence + g * extension``)."""
         return cls(kind, existence + extension, extension, **kwargs)

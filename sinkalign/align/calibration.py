@@ -172,7 +172,7 @@ def column_features(aln: Alignment, match, query: str, target: str, *, kind: str
     k = pairs.shape[0]
     if k == 0:
         return np.zeros((0, len(COLUMN_FEATURES)))
-    scoring = Scoring.protein() if kind == "protein" else Scoring.dna()
+    scoring = Scoring.default(kind)
     q, t = _baseline_letters(query, kind), _baseline_letters(target, kind)
     i, j = pairs[:, 0], pairs[:, 1]
     M = np.asarray(match, dtype=np.float64)

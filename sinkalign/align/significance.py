@@ -136,7 +136,7 @@ def _score_classes(kind: str) -> tuple[np.ndarray, np.ndarray, str]:
     if kind not in _COMPOSITION_LETTERS:
         raise ValueError(f"{kind=} is not 'protein' or 'dna'")
     letters = _COMPOSITION_LETTERS[kind]
-    lut, table = _score_lookup(Scoring.protein() if kind == "protein" else Scoring.dna())
+    lut, table = _score_lookup(Scoring.default(kind))
     rows = np.array([lut[ord(a)] for a in letters])
     values, classes = np.unique(table[np.ix_(rows, rows)], return_inverse=True)
     return values.astype(np.float64), classes.ravel(), letters
@@ -151,7 +151,7 @@ def pair_features(confidences, query: str, target: str, *, threshold: float = 0.
 
     if kind not in ("protein", "dna"):
         raise ValueError(f"{kind=} is not 'protein' or 'dna'")
-    scoring = Scoring.protein() if kind == "protein" else Scoring.dna()
+    scoring = Scoring.default(kind)
     conf = np.asarray(confidences, dtype=np.float64).ravel()
     q, t = _baseline_letters(query, kind), _baseline_letters(target, kind)
     nats = local_score(q, t, scoring=scoring) * composition_lambda(q, t, kind=kind)
