@@ -156,6 +156,12 @@ class Alignment:
         """Mean match posterior over aligned pairs (NaN when nothing is aligned)."""
         return float(self.match_posterior.mean()) if self.match_posterior.size else float("nan")
 
+    def transposed(self) -> Alignment:
+        """The same alignment with query and target exchanged (pairs ``(j, i)``, gap
+        posteriors swapped; confidences, expected accuracy and score unchanged)."""
+        return Alignment(self.pairs[:, ::-1].copy(), self.match_posterior, self.target_gap_posterior,
+                         self.query_gap_posterior, self.expected_accuracy, self.score)
+
     def __repr__(self) -> str:
         return (
             f"Alignment(m={self.m}, n={self.n}, k={self.pairs.shape[0]}, "
@@ -415,6 +421,16 @@ class AlignedPair(NamedTuple):
     def pairs(self) -> np.ndarray:
         """Aligned residue pairs ``int64 [k, 2]`` (0-based)."""
         return as_pairs(self.alignment, len(self.query), len(self.target))
+
+    def transposed(self) -> AlignedPair:
+        """The pair with query and target exchanged: ids, sequences, the alignment
+        (:meth:`Alignment.transposed`, or the pairs turned round) and the plan transposed;
+        score and E-value unchanged."""
+        aln = self.alignment
+        turned = aln.transposed() if isinstance(aln, Alignment) else self.pairs[:, ::-1].copy()
+        plan = None if self.plan is None else np.ascontiguousarray(np.asarray(self.plan).T)
+        return AlignedPair(self.target_id, self.target, self.query_id, self.query, turned, self.score, plan,
+                           self.evalue)
 
     @property
     def stats(self) -> AlignmentStats:

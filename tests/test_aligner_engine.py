@@ -67,20 +67,22 @@ SHAPES = [(1, 1), (1, 40), (40, 1), (5, 130), (130, 5), (97, 257), (300, 290)]
     ("protein", dict(window=4, eps=0.5, band=12)),  # a band, a sharper plan
     ("protein", dict(window=3, eps=2.0, dustbin_mass="unit")),
 ])
-@pytest.mark.parametrize("model", ["triangular", "triangular+dustbins", "learned"])
+@pytest.mark.parametrize("model", ["triangular", "triangular+dustbins", "learned", "learned+symmetric"])
 def test_engine_plans_are_the_reference_plans_to_float64_precision(alphabet, settings, model):
     """Triangular windows (the blosum and dna models' filter path) with zero and random
-    dustbin tokens, and learned models (any window, the residue encoder, the gap head)."""
-    extra = LEARNED if model == "learned" else {}
+    dustbin tokens, and learned models (any window, the residue encoder, the gap head), one
+    of them symmetric (both directions' scores averaged)."""
+    learned = model.startswith("learned")
+    extra = LEARNED if learned else {}
     config = M.AlignerConfig.create(alphabet=alphabet, embedder={"name": "none"}, feature_dim=0, dustbin="banded",
-                                    **settings, **extra)
+                                    symmetric=model.endswith("symmetric"), **settings, **extra)
     rng = np.random.default_rng(len(settings) + len(model))
-    if model == "learned":
+    if learned:
         params = _learned_params(config, rng)
     else:
         params = _separable_params(config, rng, dustbins=model.endswith("dustbins"))
     engine = NumpyEngine.from_model(params, config)
-    assert (engine.base is None) == (model == "learned") and (engine.encoder is None) == (model != "learned")
+    assert (engine.base is None) == learned and (engine.encoder is None) == (not learned)
     letters = AA if alphabet == "protein" else "ACGT"
     pairs = []
     for m, n in SHAPES:
@@ -107,20 +109,23 @@ def test_engine_plans_are_the_reference_plans_to_float64_precision(alphabet, set
                                        err_msg=name)
 
 
-@pytest.mark.parametrize("model", ["triangular", "learned", "encoder+triangular"])
+@pytest.mark.parametrize("model", ["triangular", "learned", "encoder+triangular", "triangular+symmetric",
+                                   "learned+symmetric"])
 def test_engine_scores_match_the_models_q_k_scores(model):
     """The score matrix itself (real block and dustbin row/column) against Q K^T / eps: the
-    triangular filters, a trained window with the encoder, and the encoder with an untrained
-    (triangular) window, as at step 0 of training."""
+    triangular filters, a trained window with the encoder, the encoder with an untrained
+    (triangular) window, as at step 0 of training, and symmetric models (both directions'
+    scores averaged: the window, the residual pair score, the gap head and the dustbins)."""
     rng = np.random.default_rng(3)
-    if model != "triangular":
-        config = M.preset("default", embedder={"name": "none"}, feature_dim=0, **LEARNED)
+    symmetric = model.endswith("symmetric")
+    if not model.startswith("triangular"):
+        config = M.preset("default", embedder={"name": "none"}, feature_dim=0, symmetric=symmetric, **LEARNED)
         params = _learned_params(config, rng)
         if model == "encoder+triangular":
             params["sub"] = _separable_params(config, rng, dustbins=False)["sub"]
             assert NumpyEngine.from_model(params, config).base is not None
     else:
-        config = M.preset("default", embedder={"name": "none"}, feature_dim=0)
+        config = M.preset("default", embedder={"name": "none"}, feature_dim=0, symmetric=symmetric)
         params = _separable_params(config, rng, dustbins=True)
     engine = NumpyEngine.from_model(params, config)
     long_q, long_t = _random_seq(rng, 150), _random_seq(rng, 2100)  # several row tiles of the filters
@@ -133,12 +138,16 @@ def test_engine_scores_match_the_models_q_k_scores(model):
         m, n = len(query), len(target)
         ref = np.empty((m + 1, n + 1))
         ref[:m, :n] = q @ k.T * scale
-        ref[:m, n] = q @ params["k_dustbin"] * scale
-        ref[m, :n] = k @ params["q_dustbin"] * scale
-        ref[m, n] = params["q_dustbin"] @ params["k_dustbin"] * scale
+        q_db, k_db = (np.asarray(x) for x in M.dustbin_tokens(params, config))
+        ref[:m, n] = q @ k_db * scale
+        ref[m, :n] = k @ q_db * scale
+        ref[m, n] = q_db @ k_db * scale
         got = engine.scores(engine.encode(query), engine.encode(target))
         np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-13)
         np.testing.assert_array_equal(engine.scores(engine.sides(query), engine.sides(target)), got)
+        if symmetric:  # the pair the other way round: the transposed scores
+            np.testing.assert_allclose(engine.scores(engine.encode(target), engine.encode(query)), got.T,
+                                       rtol=1e-12, atol=1e-13)
 
 
 def test_shipped_models_run_on_the_numpy_engine():
@@ -287,6 +296,49 @@ def test_results_stream_in_input_order_and_a_bad_pair_is_named_after_the_ones_be
     assert seen == [q for q, *_ in items[35:40]]
 
 
+@pytest.mark.parametrize("engine", ["numpy", "jax"])
+def test_a_symmetric_model_aligns_a_pair_the_same_either_way(engine):
+    """Aligning b to a is exactly aligning a to b turned round: pairs, confidences, gap
+    posteriors (swapped), score and plan (transposed), whatever order the stream gives; the
+    one-way model with the same parameters does not have this property. (A sequence against
+    itself has one order: its plan is symmetric to float64 rounding.)"""
+    config = M.preset("default", embedder={"name": "none"}, feature_dim=0, window=6, **LEARNED)
+    params = _learned_params(config, np.random.default_rng(8))
+    rng = np.random.default_rng(9)
+    pairs = []
+    for m in (12, 40, 40, 75):
+        a = _random_seq(rng, m)
+        pairs += [(a, _mutate(rng, a)), (a, _random_seq(rng, m))]  # related, unrelated, equal lengths
+    pairs.append(("MKVLA", "MKVLA"))
+    items = [(f"a{i}", a, f"b{i}", b) for i, (a, b) in enumerate(pairs)]
+    swapped = [(t, b, q, a) for q, a, t, b in items]
+    differs = 0
+    for symmetric in (True, False):
+        aligner = Aligner(params, config.replace(symmetric=symmetric), engine=engine)
+        both = list(aligner.align_many(items + swapped, keep_plan=True, batch_size=3))
+        for one, other in zip(both[: len(items)], both[len(items) :]):
+            turned = other.transposed()
+            assert (turned.query_id, turned.target_id) == (one.query_id, one.target_id)
+            tol = 1e-12 if one.query == one.target else 0.0
+            x, y = turned.alignment, one.alignment
+            same = (np.array_equal(x.pairs, y.pairs)
+                    and all(np.allclose(getattr(x, name), getattr(y, name), rtol=0, atol=tol)
+                            for name in ("match_posterior", "query_gap_posterior", "target_gap_posterior", "score"))
+                    and np.allclose(turned.plan, one.plan, rtol=0, atol=tol))
+            if symmetric:
+                assert same, one.query_id
+            else:
+                differs += not same
+    assert differs >= len(items) // 2
+    # a bad pair is named as given, after the results before it
+    aligner = Aligner(params, config.replace(symmetric=True), engine=engine)
+    seen = []
+    with pytest.raises(ValueError, match="pair q / bad: the target sequence is empty"):
+        for res in aligner.align_many(swapped[:3] + [("q", "MKVLL", "bad", "")] + items):
+            seen.append(res.query_id)
+    assert seen == [q for q, *_ in swapped[:3]]
+
+
 def test_align_pairs_takes_records_or_tuples_and_keeps_plans():
     from sinkalign.io.fasta import Sequence
 
@@ -296,7 +348,8 @@ def test_align_pairs_takes_records_or_tuples_and_keeps_plans():
     got = list(aligner.align_pairs(pairs, keep_plan=True))
     got_first = got[0].alignment.pairs.tolist()
     assert [(r.query_id, r.target_id) for r in got] == [("a", "b"), ("c", "d")]
-    np.testing.assert_array_equal(got[0].plan, aligner._numpy.plan("MKVLAAGHWER", "MKVLAGHWER"))
+    # (a symmetric model solves the shorter sequence as the query, and turns the plan round)
+    np.testing.assert_array_equal(got[0].plan, aligner._numpy.plan("MKVLAGHWER", "MKVLAAGHWER").T)
     assert got[1].plan.shape == (10, 9)
     assert got[0].alignment.pairs.tolist() == aligner.align("MKVLAAGHWER", "MKVLAGHWER").alignment.pairs.tolist()
     # Biopython records and plain strings too; anything else is an error naming the pair

@@ -347,6 +347,37 @@ def test_column_model_validation():
         Calibration(**base, match_feature="columns", column_model=good).apply(aln, post.match)
 
 
+def test_a_symmetric_column_model_reads_the_two_gap_features_as_one():
+    """Fitted for a symmetric aligner, the column model sees the query- and target-side gap
+    posteriors only through their mean: a column's confidence does not change when the pair is
+    turned round (the two features swap), while the one-way fit does depend on which is which."""
+    from sinkalign.align.calibration import COLUMN_FEATURES, fit_from_samples, logistic
+
+    rng = np.random.default_rng(4)
+    qg, tg = COLUMN_FEATURES.index("query_gap"), COLUMN_FEATURES.index("target_gap")
+    X = rng.random((4000, len(COLUMN_FEATURES)))
+    y = (rng.random(4000) < 1 / (1 + np.exp(-(3 * X[:, 0] - 4 * X[:, qg] + 1 * X[:, tg] - 0.5)))).astype(float)
+    samples = [(X, y, rng.random(50), (rng.random(50) < 0.5).astype(float))]
+    swapped = X.copy()
+    swapped[:, [qg, tg]] = X[:, [tg, qg]]
+    one_way = fit_from_samples(samples, match_feature="columns")
+    both = fit_from_samples(samples, match_feature="columns", symmetric=True)
+    assert "symmetric" not in one_way.column_model and both.column_model["symmetric"] is True
+    assert np.abs(one_way.confidence(X) - one_way.confidence(swapped)).max() > 0.05
+    np.testing.assert_array_equal(both.confidence(X), both.confidence(swapped))
+    # the same as a one-way fit on the averaged features, and it round-trips through JSON
+    mean = X.copy()
+    mean[:, [qg, tg]] = (0.5 * (X[:, qg] + X[:, tg]))[:, None]
+    np.testing.assert_allclose(logistic(both.column_model, X),
+                               logistic(fit_from_samples([(mean, *samples[0][1:])],
+                                                         match_feature="columns").column_model, mean), atol=1e-9)
+    assert Calibration.from_dict(json.loads(json.dumps(both.to_dict()))) == both
+    with pytest.raises(ValueError, match="symmetric='yes' must be true or false"):
+        Calibration.from_dict({**both.to_dict(), "column_model": {**both.column_model, "symmetric": "yes"}})
+    with pytest.raises(ValueError, match="must be a mapping with keys"):
+        Calibration.from_dict({**both.to_dict(), "column_model": {**both.column_model, "other": 1}})
+
+
 def test_calibration_samples_count_core_columns_only():
     from types import SimpleNamespace
 

@@ -298,6 +298,31 @@ def test_to_biopython_is_the_same_alignment(records):
     assert not getattr(records[1].to_biopython(), "column_annotations", None)
 
 
+def test_a_pair_turned_round(records):
+    """AlignedPair.transposed: ids, sequences and pairs exchanged, gap posteriors swapped,
+    the plan transposed; twice is the pair itself."""
+    rng = np.random.default_rng(1)
+    for k, rec in enumerate(records):
+        pair = rec if isinstance(rec, AlignedPair) else AlignedPair(*rec[:5], *rec[5:])
+        m, n = len(pair.query), len(pair.target)
+        pair = pair._replace(plan=rng.random((m + 1, n + 1)), evalue=1e-3 * k)
+        turned = pair.transposed()
+        assert (turned.query_id, turned.query, turned.target_id, turned.target) == (
+            pair.target_id, pair.target, pair.query_id, pair.query)
+        np.testing.assert_array_equal(turned.pairs, pair.pairs[:, ::-1])
+        np.testing.assert_array_equal(turned.plan, pair.plan.T)
+        assert (turned.score, turned.evalue) == (pair.score, pair.evalue)
+        back = turned.transposed()
+        np.testing.assert_array_equal(back.pairs, pair.pairs)
+        if isinstance(pair.alignment, Alignment):
+            a, t = pair.alignment, turned.alignment
+            assert (t.m, t.n) == (a.n, a.m)
+            np.testing.assert_array_equal(t.query_gap_posterior, a.target_gap_posterior)
+            np.testing.assert_array_equal(t.target_gap_posterior, a.query_gap_posterior)
+            np.testing.assert_array_equal(t.match_posterior, a.match_posterior)
+            assert (t.expected_accuracy, t.score) == (a.expected_accuracy, a.score)
+
+
 def test_empty_stream(tmp_path):
     write_alignments([], tmp_path / "e.tsv", "tsv")
     assert (tmp_path / "e.tsv").read_text() == "\t".join(TSV_COLUMNS) + "\n"

@@ -280,9 +280,37 @@ class Aligner:
         """
         if batch_size < 1:
             raise InputError(f"{batch_size=} must be >= 1")
+        if self.config.symmetric:
+            return self._either_way(pairs, batch_size, keep_plan)
+        return self._results(pairs, batch_size, keep_plan)
+
+    def _results(self, pairs, batch_size: int, keep_plan: bool) -> Iterator[AlignedPair]:
         if self._numpy is not None:
             return self._numpy_results(pairs, keep_plan)
         return self._jax_results(pairs, batch_size, keep_plan)
+
+    def _either_way(self, pairs, batch_size: int, keep_plan: bool) -> Iterator[AlignedPair]:
+        """A symmetric model's results: each pair aligned with its two sequences in one fixed
+        order (the shorter first, then the one that sorts first) and turned round when given
+        the other way, so that aligning b to a gives exactly the transpose of aligning a to b,
+        alignment, confidences and E-value alike. (The model's scores are symmetric already;
+        the solve's last half-step, the decoding's tie-breaks and the baselines the confidences
+        read are not quite.)"""
+        turned: deque = deque()
+
+        def ordered():
+            for item in pairs:
+                _, q, _, t = item
+                try:
+                    self._check(item)  # a bad pair goes as given: its error names it as given
+                    turn = (len(t), t) < (len(q), q)
+                except (ValueError, TypeError):
+                    turn = False
+                turned.append(turn)
+                yield (item[2], t, item[0], q) if turn else item
+
+        for result in self._results(ordered(), batch_size, keep_plan):
+            yield result.transposed() if turned.popleft() else result
 
     def align_pairs(self, pairs: Iterable[tuple[Any, Any]], *, batch_size: int = 8,
                     keep_plan: bool = False) -> Iterator[AlignedPair]:

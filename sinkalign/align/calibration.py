@@ -67,6 +67,17 @@ COLUMN_FEATURES = (
     "alignment_identity", "log_end_distance", "abs_log_length_ratio", "aligned_fraction",
     "in_nw", "in_sw", "in_sw_span", "nw_path4", "sw_path4", "nw_path12",
 )
+# the only features that depend on which sequence is the query: a column model fitted for a
+# symmetric aligner reads both as their mean (``"symmetric": true``), so that its confidences
+# do not depend on the order of the pair either
+_GAP_FEATURES = (COLUMN_FEATURES.index("query_gap"), COLUMN_FEATURES.index("target_gap"))
+
+
+def _symmetric_gaps(X: np.ndarray) -> np.ndarray:
+    """``X [N, F]`` with both gap-posterior features replaced by their mean (a copy)."""
+    X = np.array(X, dtype=np.float64)
+    X[:, _GAP_FEATURES] = (0.5 * (X[:, _GAP_FEATURES[0]] + X[:, _GAP_FEATURES[1]]))[:, None]
+    return X
 
 
 def isotonic_knots(x, y, *, max_knots: int = 16) -> tuple[list[float], list[float]]:
@@ -234,10 +245,13 @@ def fit_logistic(X, y, *, l2: float = 1e-3) -> dict:
 
 
 def logistic(model: dict, X) -> np.ndarray:
-    """Probabilities of the :func:`fit_logistic` ``model`` at the feature rows ``X [N, F]``."""
+    """Probabilities of the :func:`fit_logistic` ``model`` at the feature rows ``X [N, F]``
+    (of :data:`COLUMN_FEATURES`, the gap features read as their mean when ``model["symmetric"]``)."""
     X = np.asarray(X, dtype=np.float64)
     if X.shape[0] == 0:
         return np.zeros(0)
+    if model.get("symmetric", False):
+        X = _symmetric_gaps(X)
     s = ((X - np.asarray(model["mean"])) / np.asarray(model["scale"])) @ np.asarray(model["weights"]) + model["bias"]
     return 0.5 * (1.0 + np.tanh(0.5 * s))
 
@@ -370,8 +384,11 @@ class Calibration:
 
 
 def _check_column_model(model: dict) -> None:
-    if not isinstance(model, dict) or set(model) != {"mean", "scale", "weights", "bias"}:
-        raise ValueError("column_model must be a mapping with keys bias, mean, scale, weights")
+    required = {"mean", "scale", "weights", "bias"}
+    if not isinstance(model, dict) or not required <= set(model) <= required | {"symmetric"}:
+        raise ValueError("column_model must be a mapping with keys bias, mean, scale, weights (and symmetric)")
+    if not isinstance(model.get("symmetric", False), bool):
+        raise ValueError(f"column_model symmetric={model['symmetric']!r} must be true or false")
     for key in ("mean", "scale", "weights"):
         value = np.asarray(model[key], dtype=np.float64)
         if value.shape != (len(COLUMN_FEATURES),) or not np.all(np.isfinite(value)):
@@ -444,10 +461,12 @@ def fit_calibration(alignments: Iterable[Alignment], references: Iterable, *, ma
 
 def fit_from_samples(samples, *, match_feature: str = "local_share", radius: int = 3, fitted_on: str = "",
                      max_knots: int = 16, kind: str = "protein", min_confidence: float = 0.0,
-                     l2: float = 1e-3) -> Calibration:
+                     l2: float = 1e-3, symmetric: bool = False) -> Calibration:
     """A :class:`Calibration` from :func:`calibration_samples` tuples (one per alignment).
     For ``columns`` the logistic column model is fitted first (:func:`fit_logistic`, ``l2``)
-    and the match knots then map its probabilities."""
+    and the match knots then map its probabilities; ``symmetric`` (for a symmetric aligner,
+    ``AlignerConfig.symmetric``) fits and reads it on the mean of the two gap features, so
+    that a column's confidence is the same whichever sequence is the query."""
     samples = list(samples)
     if not samples:
         raise ValueError("fit_calibration needs at least one alignment")
@@ -456,7 +475,9 @@ def fit_from_samples(samples, *, match_feature: str = "local_share", radius: int
         raise ValueError(f"need aligned columns and unaligned residues to fit, got {mx.shape[0]} and {gx.size}")
     column_model = None
     if match_feature == "columns":
-        column_model = fit_logistic(mx, my, l2=l2)
+        column_model = fit_logistic(_symmetric_gaps(mx) if symmetric else mx, my, l2=l2)
+        if symmetric:
+            column_model["symmetric"] = True
         mx = logistic(column_model, mx)
     match_x, match_y = isotonic_knots(mx, my, max_knots=max_knots)
     gap_x, gap_y = isotonic_knots(gx, gy, max_knots=max_knots)

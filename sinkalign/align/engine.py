@@ -48,7 +48,7 @@ from __future__ import annotations
 import functools
 import math
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -322,27 +322,46 @@ class NumpyEngine:
         qdb = qdb_all[:n_sub].reshape(2 * K + 1, A)
         kdb = kdb_all[:n_sub].reshape(2 * K + 1, A)
         sqrt_d = math.sqrt(config.qk_dim)
-        base = _triangular_base(sub, K)
+        # a symmetric model scores the mean of both directions (model.queries_keys): the window
+        # of sub[k] and of its transpose; the dustbin parts are averaged below
+        sub_scores = 0.5 * (sub + sub.transpose(0, 2, 1)) if config.symmetric else sub
+        base = _triangular_base(sub_scores, K)
         if base is not None:
             base_x, sub_x = np.zeros((A + 1, A + 1)), None
             base_x[:A, :A] = base
         else:
             base_x, sub_x = None, np.zeros((2 * K + 1, A + 1, A + 1))
-            sub_x[:, :A, :A] = sub
+            sub_x[:, :A, :A] = sub_scores
         to_kdb = np.zeros((2 * K + 1, A + 1))
         to_kdb[:, :A] = kdb  # S[i, db] = sum_k kdb[k, a[i+k]] (q is pre-scaled by sqrt(d))
         from_qdb = np.zeros((2 * K + 1, A + 1))
         from_qdb[:, :A] = np.einsum("kc,kcb->kb", qdb, sub) / sqrt_d  # S[db, j] = q_db . k_j / sqrt(d)
-        corner = float(np.dot(qdb_all, kdb_all)) / sqrt_d
+        corner = float(np.dot(qdb_all, kdb_all)) / sqrt_d  # the same in both directions
+        if config.symmetric:  # a residue's score with the other side's dustbin, as query and as target
+            to_kdb = from_qdb = 0.5 * (to_kdb + from_qdb)
         extra: dict = {}
         if config.res_ctx_dim:
             # features after the window: [h W_q | g_q, 0] for queries, [h W_k | 0, g_k sqrt(d)] for
             # keys (model.queries_keys); the key dustbin meets the query's, the query dustbin the key's
             D = config.res_qk_dim
-            extra = dict(encoder=ResidueEncoder.from_model(params, config), kdb_res=kdb_all[n_sub : n_sub + D].copy(),
-                         qdb_res=qdb_all[n_sub : n_sub + D] / sqrt_d)
-            if config.gap_head:
-                extra.update(kdb_gap=float(kdb_all[n_sub + D]), qdb_gap=float(qdb_all[n_sub + D + 1]))
+            encoder = ResidueEncoder.from_model(params, config)
+            kdb_res, qdb_res = kdb_all[n_sub : n_sub + D].copy(), qdb_all[n_sub : n_sub + D] / sqrt_d
+            kdb_gap = float(kdb_all[n_sub + D]) if config.gap_head else 0.0
+            qdb_gap = float(qdb_all[n_sub + D + 1]) if config.gap_head else 0.0
+            if config.symmetric:
+                # (h_a W_q)(h_b W_k)^T / 2 + (h_a W_k)(h_b W_q)^T / 2 as one product of D * 2 features,
+                # and each residue's dustbin scores the mean of its two roles'
+                r2 = math.sqrt(0.5)
+                gap = None
+                if config.gap_head:
+                    gap_w = 0.5 * (kdb_gap * encoder.gap_w[:, :1] + qdb_gap * encoder.gap_w[:, 1:])
+                    gap_b = 0.5 * (kdb_gap * encoder.gap_b[0] + qdb_gap * encoder.gap_b[1])
+                    gap = dict(gap_w=np.concatenate([gap_w, gap_w], 1), gap_b=np.array([gap_b, gap_b]))
+                    kdb_gap = qdb_gap = 1.0
+                encoder = replace(encoder, wq=np.concatenate([encoder.wq, encoder.wk], 1) * r2,
+                                  wk=np.concatenate([encoder.wk, encoder.wq], 1) * r2, **(gap or {}))
+                kdb_res, qdb_res = np.concatenate([kdb_res, qdb_res]) * r2, np.concatenate([qdb_res, kdb_res]) * r2
+            extra = dict(encoder=encoder, kdb_res=kdb_res, qdb_res=qdb_res, kdb_gap=kdb_gap, qdb_gap=qdb_gap)
         sk = config.sinkhorn
         return cls(config.alphabet, K, float(sk.eps), sk.band, config.dustbin.mass == "length", sk.n_iters + sk.tail,
                    base_x, sub_x, to_kdb, from_qdb, corner, cache_residues=cache_residues, **extra)

@@ -116,6 +116,9 @@ class AlignerConfig:
     res_ctx_kernel: int = 5
     res_qk_dim: int = 32
     gap_head: bool = False  # position-specific gap (dustbin) scores from the residue encoder
+    # score each pair as the mean of its two directions: aligning b to a is then aligning a to b
+    # transposed (see queries_keys); the parameters are those of the one-directional model
+    symmetric: bool = False
 
     def __post_init__(self) -> None:
         # every check is an InputError (a ValueError) whatever the value's type: settings come
@@ -140,6 +143,8 @@ class AlignerConfig:
             check_int("res_ctx_layers", self.res_ctx_layers, 0)
             check_int("res_ctx_kernel", self.res_ctx_kernel, 1)
             check_int("res_qk_dim", self.res_qk_dim, 1)
+        if not isinstance(self.symmetric, bool):
+            raise InputError(f"symmetric={self.symmetric!r} must be true or false")
         if self.gap_head and not (self.res_ctx_dim and self.dustbin is not None):
             raise InputError("gap_head needs the residue encoder (res_ctx_dim > 0) and dustbins")
         if not isinstance(self.losses, dict) or not all(
@@ -464,36 +469,68 @@ def residue_context(params, idx, mask, config: AlignerConfig):
     return h
 
 
-def queries_keys(params, batch: Batch, config: AlignerConfig):
-    """Q [B, Lq, D] and K [B, Lk, D], pre-scaled so that the operator's S = Q K^T / eps."""
+def _roles(params, idx, mask, x, config: AlignerConfig, *, query: bool, key: bool):
+    """One side's features as a query and/or as a target (``None`` for a role not asked for):
+    ``[B, L, D]`` each, the query role pre-scaled by ``sqrt(qk_dim)`` (see :func:`queries_keys`)."""
     A, K = config.n_symbols, config.window
-    oa = jax.nn.one_hot(batch.a, A) * batch.ma[..., None]
-    ob = jax.nn.one_hot(batch.b, A) * batch.mb[..., None]
-    wa = _windows(oa, K)  # [B, Lq, 2K+1, A]
-    wb = _windows(ob, K)
-    q = wa.reshape(wa.shape[:2] + (-1,))
-    k = jnp.einsum("blka,kca->blkc", wb, params["sub"]).reshape(wb.shape[:2] + (-1,))
+    w = _windows(jax.nn.one_hot(idx, A) * mask[..., None], K)  # [B, L, 2K+1, A]
+    q = [w.reshape(w.shape[:2] + (-1,))] if query else None
+    k = [jnp.einsum("blka,kca->blkc", w, params["sub"]).reshape(w.shape[:2] + (-1,))] if key else None
     if config.feature_dim:
-        ha = _context(params, batch.xa, batch.ma, config)
-        hb = _context(params, batch.xb, batch.mb, config)
-        q = jnp.concatenate([q, ha @ params["wq"]], -1)
-        k = jnp.concatenate([k, hb @ params["wk"]], -1)
+        h = _context(params, x, mask, config)
+        if q is not None:
+            q.append(h @ params["wq"])
+        if k is not None:
+            k.append(h @ params["wk"])
     scale = math.sqrt(config.qk_dim)
     if config.res_ctx_dim:
-        ra = residue_context(params, batch.a, batch.ma, config)
-        rb = residue_context(params, batch.b, batch.mb, config)
-        q = jnp.concatenate([q, ra @ params["res_wq"]], -1)
-        k = jnp.concatenate([k, rb @ params["res_wk"]], -1)
+        r = residue_context(params, idx, mask, config)
+        if q is not None:
+            q.append(r @ params["res_wq"])
+        if k is not None:
+            k.append(r @ params["res_wk"])
         if config.gap_head:
-            # S[i, dustbin] gains g_a(i) / eps, S[dustbin, j] gains g_b(j) / eps (the dustbin
-            # tokens hold 1 in these features; k is pre-scaled as q is, since the dustbin
-            # token on the query side is not)
-            ga = (ra @ params["gap_w"][:, 0] + params["gap_b"][0]) * batch.ma
-            gb = (rb @ params["gap_w"][:, 1] + params["gap_b"][1]) * batch.mb
-            zq, zk = jnp.zeros_like(ga), jnp.zeros_like(gb)
-            q = jnp.concatenate([q, ga[..., None], zq[..., None]], -1)
-            k = jnp.concatenate([k, zk[..., None], gb[..., None] * scale], -1)
-    return q * scale, k
+            # S[i, dustbin] gains g_q(i) / eps, S[dustbin, j] gains g_k(j) / eps (the dustbin
+            # tokens hold 1 in these features; the key's is pre-scaled as queries are, since
+            # the dustbin token on the query side is not)
+            zero = jnp.zeros(idx.shape + (1,), r.dtype)
+            if q is not None:
+                q += [((r @ params["gap_w"][:, 0] + params["gap_b"][0]) * mask)[..., None], zero]
+            if k is not None:
+                k += [zero, ((r @ params["gap_w"][:, 1] + params["gap_b"][1]) * mask)[..., None] * scale]
+    return (None if q is None else jnp.concatenate(q, -1) * scale), (None if k is None else jnp.concatenate(k, -1))
+
+
+# The symmetric model's factor on each side of the concatenated features: the operator divides
+# Q K^T by sqrt of the feature dimension, which concatenation doubles, so 2^(-1/4) on both sides
+# makes the scores the mean of the two directions' exactly.
+_SYMMETRIC_SCALE = 2.0**-0.25
+
+
+def queries_keys(params, batch: Batch, config: AlignerConfig):
+    """Q [B, Lq, D] and K [B, Lk, D], pre-scaled so that the operator's S = Q K^T / eps.
+
+    With ``config.symmetric`` the scores are the mean of the two directions', ``S(a, b) / 2 +
+    S(b, a)^T / 2``, as ``[Q_a | K_a] [K_b | Q_b]^T / 2``: D doubles, and aligning b to a gives
+    the transposed scores exactly (the dustbin tokens likewise, :func:`dustbin_tokens`)."""
+    if not config.symmetric:
+        q, _ = _roles(params, batch.a, batch.ma, batch.xa, config, query=True, key=False)
+        _, k = _roles(params, batch.b, batch.mb, batch.xb, config, query=False, key=True)
+        return q, k
+    qa, ka = _roles(params, batch.a, batch.ma, batch.xa, config, query=True, key=True)
+    qb, kb = _roles(params, batch.b, batch.mb, batch.xb, config, query=True, key=True)
+    c = _SYMMETRIC_SCALE
+    return jnp.concatenate([qa, ka], -1) * c, jnp.concatenate([kb, qb], -1) * c
+
+
+def dustbin_tokens(params, config: AlignerConfig):
+    """The query- and key-side dustbin tokens as the operator takes them (for a symmetric model,
+    ``[q_db | k_db]`` and ``[k_db | q_db]``: see :func:`queries_keys`)."""
+    qd, kd = params["q_dustbin"], params["k_dustbin"]
+    if not config.symmetric:
+        return qd, kd
+    c = _SYMMETRIC_SCALE
+    return jnp.concatenate([qd, kd]) * c, jnp.concatenate([kd, qd]) * c
 
 
 def forward(params, batch: Batch, config: AlignerConfig):
@@ -527,7 +564,8 @@ def transport_problem(params, batch: Batch, config: AlignerConfig):
     if config.dustbin is None:
         return q, k, v, None
     v_db = jnp.concatenate([jnp.zeros((lk,), q.dtype), jnp.ones((1,), q.dtype), params["v_dustbin"].astype(q.dtype)])
-    aug = augment(q, k, v, params["q_dustbin"], params["k_dustbin"], v_db, q_mask=batch.ma, k_mask=batch.mb,
+    q_db, k_db = dustbin_tokens(params, config)
+    aug = augment(q, k, v, q_db, k_db, v_db, q_mask=batch.ma, k_mask=batch.mb,
                   config=config.sinkhorn, dustbin=config.dustbin)
     return q, k, v, aug
 

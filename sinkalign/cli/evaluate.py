@@ -126,7 +126,7 @@ def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, ma
     names = ", ".join(r.name for r in references)
     fitted_on = f"{len(pairs)} pairs of {names} (split {split}, <= {max_length} residues)"
     cal = fit_from_samples(samples, max_knots=knots, match_feature=match_feature, kind=kind,
-                           min_confidence=min_confidence, fitted_on=fitted_on)
+                           min_confidence=min_confidence, fitted_on=fitted_on, symmetric=aligner.config.symmetric)
     earlier = aligner.provenance.split(" Calibrated confidences fitted with")[0]  # a calibration replaces the last
     threshold = f", columns below {min_confidence} left unaligned" if min_confidence else ""
     provenance = (earlier + f" Calibrated confidences fitted with `sinkalign calibrate` ({match_feature}{threshold}) "
