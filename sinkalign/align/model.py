@@ -17,6 +17,11 @@ concatenated along the feature axis:
 Gaps. A learned dustbin token per side (the band-preserving variant, dustbin mass = the
 other side's length by default) takes the mass of residues that align to nothing.
 
+Symmetry. With ``symmetric`` (every shipped model) a pair's scores are the mean of its two
+directions' of the same parameters (:func:`queries_keys`), and
+:class:`~sinkalign.align.aligner.Aligner` solves each pair in one order of its two sequences, so
+that aligning b to a gives exactly the transpose of aligning a to b.
+
 Outputs. The operator returns ``O = P V`` with the exact tail-refinement gradient. With
 ``V = [I | X_b]`` (identity over target positions and the dustbin, then target features),
 ``O`` holds each query row of the plan, including its dustbin column, and the
@@ -469,68 +474,106 @@ def residue_context(params, idx, mask, config: AlignerConfig):
     return h
 
 
-def _roles(params, idx, mask, x, config: AlignerConfig, *, query: bool, key: bool):
-    """One side's features as a query and/or as a target (``None`` for a role not asked for):
-    ``[B, L, D]`` each, the query role pre-scaled by ``sqrt(qk_dim)`` (see :func:`queries_keys`)."""
+def _side(params, idx, mask, x, config: AlignerConfig) -> dict:
+    """What one sequence brings to a pair, unscaled: its one-hot windows ``win`` [B, L, (2K+1) A]
+    and, per part of the model, its features as a query and as a target (``ctx_q``/``ctx_k``:
+    the embedder context, ``res_q``/``res_k``: the residue encoder, ``gap_q``/``gap_k`` [B, L]:
+    the gap head's scores with the other side's dustbin)."""
     A, K = config.n_symbols, config.window
     w = _windows(jax.nn.one_hot(idx, A) * mask[..., None], K)  # [B, L, 2K+1, A]
-    q = [w.reshape(w.shape[:2] + (-1,))] if query else None
-    k = [jnp.einsum("blka,kca->blkc", w, params["sub"]).reshape(w.shape[:2] + (-1,))] if key else None
+    side = {"win": w.reshape(w.shape[:2] + (-1,))}
     if config.feature_dim:
         h = _context(params, x, mask, config)
-        if q is not None:
-            q.append(h @ params["wq"])
-        if k is not None:
-            k.append(h @ params["wk"])
-    scale = math.sqrt(config.qk_dim)
+        side["ctx_q"], side["ctx_k"] = h @ params["wq"], h @ params["wk"]
     if config.res_ctx_dim:
         r = residue_context(params, idx, mask, config)
-        if q is not None:
-            q.append(r @ params["res_wq"])
-        if k is not None:
-            k.append(r @ params["res_wk"])
+        side["res_q"], side["res_k"] = r @ params["res_wq"], r @ params["res_wk"]
         if config.gap_head:
-            # S[i, dustbin] gains g_q(i) / eps, S[dustbin, j] gains g_k(j) / eps (the dustbin
-            # tokens hold 1 in these features; the key's is pre-scaled as queries are, since
-            # the dustbin token on the query side is not)
-            zero = jnp.zeros(idx.shape + (1,), r.dtype)
-            if q is not None:
-                q += [((r @ params["gap_w"][:, 0] + params["gap_b"][0]) * mask)[..., None], zero]
-            if k is not None:
-                k += [zero, ((r @ params["gap_w"][:, 1] + params["gap_b"][1]) * mask)[..., None] * scale]
-    return (None if q is None else jnp.concatenate(q, -1) * scale), (None if k is None else jnp.concatenate(k, -1))
+            side["gap_q"] = (r @ params["gap_w"][:, 0] + params["gap_b"][0]) * mask
+            side["gap_k"] = (r @ params["gap_w"][:, 1] + params["gap_b"][1]) * mask
+    return side
 
 
-# The symmetric model's factor on each side of the concatenated features: the operator divides
-# Q K^T by sqrt of the feature dimension, which concatenation doubles, so 2^(-1/4) on both sides
-# makes the scores the mean of the two directions' exactly.
-_SYMMETRIC_SCALE = 2.0**-0.25
+def _window_keys(win, sub):
+    """``K_sub[j] = concat_k sub[k] onehot(b[j+k])`` from the one-hot windows ``win`` [B, L, (2K+1) A]."""
+    w = win.reshape(win.shape[:2] + sub.shape[:1] + sub.shape[2:])
+    return jnp.einsum("blka,kca->blkc", w, sub).reshape(win.shape)
+
+
+def _one_way(params, side: dict, config: AlignerConfig, *, query: bool):
+    """A side's one-way query (``query=True``, unscaled) or key features: window, embedder
+    context, residue encoder, then the two gap features (the query's gap score and 0, or 0 and
+    the key's gap score times ``sqrt(qk_dim)``: the dustbin tokens hold 1 in them)."""
+    parts = [side["win"] if query else _window_keys(side["win"], params["sub"])]
+    role = "q" if query else "k"
+    parts += [side[f"{part}_{role}"] for part in ("ctx", "res") if f"{part}_{role}" in side]
+    if "gap_q" in side:
+        zero = jnp.zeros_like(side["gap_q"])
+        gaps = (side["gap_q"], zero) if query else (zero, side["gap_k"] * math.sqrt(config.qk_dim))
+        parts += [g[..., None] for g in gaps]
+    return jnp.concatenate(parts, -1)
+
+
+def symmetric_dim(config: AlignerConfig) -> int:
+    """Features of a symmetric model's queries and keys (see :func:`queries_keys`): the
+    window, both roles of the embedder and residue-encoder features, and with dustbins three
+    more for the dustbin scores."""
+    return (config.sub_dim + 2 * (config.qk_ctx_dim if config.feature_dim else 0)
+            + 2 * (config.res_qk_dim if config.res_ctx_dim else 0) + (3 if config.dustbin is not None else 0))
 
 
 def queries_keys(params, batch: Batch, config: AlignerConfig):
     """Q [B, Lq, D] and K [B, Lk, D], pre-scaled so that the operator's S = Q K^T / eps.
 
-    With ``config.symmetric`` the scores are the mean of the two directions', ``S(a, b) / 2 +
-    S(b, a)^T / 2``, as ``[Q_a | K_a] [K_b | Q_b]^T / 2``: D doubles, and aligning b to a gives
-    the transposed scores exactly (the dustbin tokens likewise, :func:`dustbin_tokens`)."""
+    With ``config.symmetric`` the scores are the mean of the two directions' of the same
+    parameters, ``S(a, b) / 2 + S(b, a)^T / 2``, so that aligning b to a scores the transpose
+    exactly: the window keys use ``(sub[k] + sub[k]^T) / 2``; the embedder and residue-encoder
+    scores are ``[q_a | k_a] [k_b | q_b]^T / 2``; and each residue's scores with the other
+    side's dustbin (as a query and as a target, averaged) and the dustbins' own score become
+    three features that :func:`dustbin_tokens` meet (D = :func:`symmetric_dim`).
+    """
+    sa = _side(params, batch.a, batch.ma, batch.xa, config)
+    sb = _side(params, batch.b, batch.mb, batch.xb, config)
     if not config.symmetric:
-        q, _ = _roles(params, batch.a, batch.ma, batch.xa, config, query=True, key=False)
-        _, k = _roles(params, batch.b, batch.mb, batch.xb, config, query=False, key=True)
-        return q, k
-    qa, ka = _roles(params, batch.a, batch.ma, batch.xa, config, query=True, key=True)
-    qb, kb = _roles(params, batch.b, batch.mb, batch.xb, config, query=True, key=True)
-    c = _SYMMETRIC_SCALE
-    return jnp.concatenate([qa, ka], -1) * c, jnp.concatenate([kb, qb], -1) * c
+        return _one_way(params, sa, config, query=True) * math.sqrt(config.qk_dim), \
+            _one_way(params, sb, config, query=False)
+    c = math.sqrt(0.5)
+    sub = params["sub"]
+    q = [sa["win"]]
+    k = [_window_keys(sb["win"], 0.5 * (sub + jnp.swapaxes(sub, -1, -2)))]
+    for part in ("ctx", "res"):
+        if f"{part}_q" in sa:
+            q += [c * sa[f"{part}_q"], c * sa[f"{part}_k"]]
+            k += [c * sb[f"{part}_k"], c * sb[f"{part}_q"]]
+    scale = math.sqrt(symmetric_dim(config))
+    if config.dustbin is not None:
+        zero = jnp.zeros_like(batch.ma, dtype=q[0].dtype)
+        q += [_dustbin_score(params, sa, batch.ma, config)[..., None], zero[..., None], zero[..., None]]
+        zero = jnp.zeros_like(batch.mb, dtype=q[0].dtype)
+        k += [zero[..., None], _dustbin_score(params, sb, batch.mb, config)[..., None] * scale, zero[..., None]]
+    return jnp.concatenate(q, -1) * scale, jnp.concatenate(k, -1)
+
+
+def _dustbin_score(params, side: dict, mask, config: AlignerConfig):
+    """[B, L]: each residue's one-way score with the other side's dustbin as a query and as a
+    target, averaged (times eps)."""
+    as_query = _one_way(params, side, config, query=True) @ params["k_dustbin"]
+    as_key = _one_way(params, side, config, query=False) @ params["q_dustbin"] / math.sqrt(config.qk_dim)
+    return 0.5 * (as_query + as_key) * mask
 
 
 def dustbin_tokens(params, config: AlignerConfig):
-    """The query- and key-side dustbin tokens as the operator takes them (for a symmetric model,
-    ``[q_db | k_db]`` and ``[k_db | q_db]``: see :func:`queries_keys`)."""
+    """The query- and key-side dustbin tokens as the operator takes them: the model's own, or
+    for a symmetric model the ones meeting the dustbin features of :func:`queries_keys` (the
+    last holds the dustbins' score with each other, the same in both directions)."""
     qd, kd = params["q_dustbin"], params["k_dustbin"]
     if not config.symmetric:
         return qd, kd
-    c = _SYMMETRIC_SCALE
-    return jnp.concatenate([qd, kd]) * c, jnp.concatenate([kd, qd]) * c
+    D = symmetric_dim(config)
+    corner = jnp.dot(qd, kd) / math.sqrt(config.qk_dim) * math.sqrt(D)
+    q_tok = jnp.zeros(D, qd.dtype).at[D - 2].set(1.0).at[D - 1].set(1.0)
+    k_tok = jnp.zeros(D, kd.dtype).at[D - 3].set(1.0).at[D - 1].set(corner)
+    return q_tok, k_tok
 
 
 def forward(params, batch: Batch, config: AlignerConfig):

@@ -1,0 +1,86 @@
+"""Does a model align a pair the same whichever sequence is the query?
+
+Every pair of one split of a shard directory is aligned as stored (a, b) and turned round
+(b, a), in one process, with each model given. Printed per model: how many pairs give the same
+aligned residue pairs both ways, the mean and largest share of columns that differ (symmetric
+difference over union), the largest ratio of the two E-values, and F1 (core residues,
+micro-averaged) of each direction against the reference.
+
+    python benchmarks/aligner_symmetry.py --shards SHARDS --split valid --model learned \
+        --model blosum --json benchmarks/results/aligner_symmetry.json
+
+``SHARDS`` as in ``benchmarks/aligner_learned.py``. A model is a shipped name or a model
+directory (e.g. an older model exported from the git history, to compare).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from datetime import date
+
+import numpy as np
+
+from sinkalign import Aligner
+from sinkalign.align.metrics import core_pair_scores, micro_average
+from sinkalign.io.shards import ShardDataset
+
+
+def measure(aligner: Aligner, examples: list) -> dict:
+    stored = [(e.pair.query_id, e.pair.query_seq, e.pair.target_id, e.pair.target_seq) for e in examples]
+    t0 = time.perf_counter()
+    forward = list(aligner.align_many(stored))
+    backward = list(aligner.align_many([(t, b, q, a) for q, a, t, b in stored]))
+    seconds = time.perf_counter() - t0
+    same, shares, log_ratios, f1 = 0, [], [], {"forward": [], "backward": []}
+    for example, one, other in zip(examples, forward, backward):
+        a = {tuple(p) for p in one.alignment.pairs.tolist()}
+        b = {(j, i) for i, j in other.alignment.pairs.tolist()}
+        same += a == b
+        shares.append(len(a ^ b) / max(1, len(a | b)))
+        if one.evalue is not None and other.evalue is not None and one.evalue > 0 and other.evalue > 0:
+            log_ratios.append(abs(np.log(one.evalue) - np.log(other.evalue)))
+        f1["forward"].append(core_pair_scores(one.alignment.pairs, example.pair))
+        f1["backward"].append(core_pair_scores(other.alignment.pairs[:, ::-1], example.pair))
+    return {
+        "pairs": len(examples),
+        "same_both_ways": same,
+        "mean_share_of_columns_differing": float(np.mean(shares)),
+        "max_share_of_columns_differing": float(np.max(shares)),
+        "max_evalue_ratio": float(np.exp(max(log_ratios))) if log_ratios else None,
+        "f1_forward": micro_average(f1["forward"])["f1"],
+        "f1_backward": micro_average(f1["backward"])["f1"],
+        "pairs_per_s_both_ways": 2 * len(examples) / seconds,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shards", required=True)
+    ap.add_argument("--split", default="valid", choices=["train", "valid", "test"])
+    ap.add_argument("--model", action="append", required=True, help="repeatable")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    data = ShardDataset(args.shards, args.split)
+    examples = [data[k] for k in range(len(data))]
+    out = {"date": date.today().isoformat(), "machine": f"{platform.machine()} {platform.processor()}".strip(),
+           "split": args.split, "models": {}}
+    print("| model | pairs | same both ways | columns differing (mean / max) | largest E-value ratio "
+          "| F1 a-b / b-a |")
+    print("|---|---|---|---|---|---|")
+    for name in args.model:
+        r = measure(Aligner.load(name), examples)
+        out["models"][name] = r
+        ratio = "-" if r["max_evalue_ratio"] is None else f"{r['max_evalue_ratio']:.3g}"
+        print(f"| {name} | {r['pairs']} | {r['same_both_ways']} | {r['mean_share_of_columns_differing']:.4f} / "
+              f"{r['max_share_of_columns_differing']:.3f} | {ratio} | {r['f1_forward']:.4f} / {r['f1_backward']:.4f} |")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(out, fh, indent=2)
+            fh.write("\n")
+
+
+if __name__ == "__main__":
+    main()
