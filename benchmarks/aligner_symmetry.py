@@ -10,7 +10,9 @@ micro-averaged) of each direction against the reference.
         --model blosum --json benchmarks/results/aligner_symmetry.json
 
 ``SHARDS`` as in ``benchmarks/aligner_learned.py``. A model is a shipped name or a model
-directory (e.g. an older model exported from the git history, to compare).
+directory (e.g. an older model exported from the git history, to compare). ``--time`` also
+times each model on each engine over the first ``--time-pairs`` pairs of at most 400 residues
+(wall clock, one way, best of ``--repeats``, the models taking turns in one process).
 """
 
 from __future__ import annotations
@@ -62,6 +64,9 @@ def main() -> None:
     ap.add_argument("--split", default="valid", choices=["train", "valid", "test"])
     ap.add_argument("--model", action="append", required=True, help="repeatable")
     ap.add_argument("--json")
+    ap.add_argument("--time", action="store_true", help="also time every model on both engines")
+    ap.add_argument("--time-pairs", type=int, default=300)
+    ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     data = ShardDataset(args.shards, args.split)
     examples = [data[k] for k in range(len(data))]
@@ -76,6 +81,26 @@ def main() -> None:
         ratio = "-" if r["max_evalue_ratio"] is None else f"{r['max_evalue_ratio']:.3g}"
         print(f"| {name} | {r['pairs']} | {r['same_both_ways']} | {r['mean_share_of_columns_differing']:.4f} / "
               f"{r['max_share_of_columns_differing']:.3f} | {ratio} | {r['f1_forward']:.4f} / {r['f1_backward']:.4f} |")
+    if args.time:
+        subset = [e for e in examples if max(len(e.pair.query_seq), len(e.pair.target_seq)) <= 400][: args.time_pairs]
+        jobs = [(e.pair.query_id, e.pair.query_seq, e.pair.target_id, e.pair.target_seq) for e in subset]
+        aligners = {(name, engine): Aligner.load(name, engine=engine) for engine in ("numpy", "jax")
+                    for name in args.model}
+        for aligner in aligners.values():  # compile the jax engine's programs before timing
+            list(aligner.align_many(jobs))
+        best = {key: float("inf") for key in aligners}
+        for _ in range(args.repeats):
+            for key, aligner in aligners.items():
+                if aligner.engine == "numpy":
+                    aligner._numpy.clear_cache()
+                t0 = time.perf_counter()
+                list(aligner.align_many(jobs))
+                best[key] = min(best[key], time.perf_counter() - t0)
+        out["timing"] = {"pairs": len(jobs), "repeats": args.repeats,
+                         "pairs_per_s": {f"{name} / {engine}": len(jobs) / t for (name, engine), t in best.items()}}
+        print(f"\n{len(jobs)} pairs of <= 400 residues, best of {args.repeats}, pairs/s (wall):")
+        for (name, engine), t in best.items():
+            print(f"  {name} / {engine}: {len(jobs) / t:.1f}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(out, fh, indent=2)
