@@ -482,6 +482,40 @@ def test_align_max_hits_keeps_each_querys_best_pairs(tmp_path):
     assert r.exit_code == 2
 
 
+def test_max_hits_holds_only_the_best_pairs_of_a_query():
+    """The --max-hits selection keeps at most N pairs (and their plans) alive while a query's
+    pairs stream past, however many there are, and still gives the N best in order."""
+    from types import SimpleNamespace
+
+    from sinkalign.pipelines.align import _best_per_query
+
+    alive = {"now": 0, "most": 0}
+
+    class Plan:  # stands in for a pair's plan: counts how many exist at once
+        def __init__(self):
+            alive["now"] += 1
+            alive["most"] = max(alive["most"], alive["now"])
+
+        def __del__(self):
+            alive["now"] -= 1
+
+    rng = np.random.default_rng(0)
+    evalues = {q: rng.random(500) for q in ("a", "b")}
+
+    def stream():
+        k = 0
+        for q in ("a", "b"):
+            for e in evalues[q]:
+                yield k, Plan(), SimpleNamespace(query_id=q, evalue=float(e))
+                k += 1
+
+    got = [(pair.query_id, pair.evalue) for _, _, pair in _best_per_query(stream(), 3)]
+    assert got == [(q, float(e)) for q in ("a", "b") for e in np.sort(evalues[q])[:3]]
+    # the best 3, the pair being compared, the one groupby has read ahead, the last one taken
+    # here (a whole query's 500 before the selection was bounded)
+    assert alive["most"] <= 3 + 3
+
+
 @pytest.mark.shared_data
 def test_shipped_null_on_held_out_pfam_families(shared_data):
     """The shipped learned model's E-values on the three Pfam validation families (60 pairs

@@ -18,7 +18,7 @@ output) or to standard output (``output="-"``). The target FASTA of an all-vs-al
 in memory (it is read for every query). ``plan_out`` is a ``.npz`` written one plan at a time.
 Exceptions: SAM/BAM headers list every target (``pairing="zip"`` keeps one name and length
 per pair), a ``-`` input (standard input) is first copied to a temporary file, and
-``max_hits`` holds each query's pairs until its last one is done.
+``max_hits`` holds each query's best ``max_hits`` pairs until its last one is done.
 
 Every input is checked before the first pair is aligned: records (errors name file, record and
 position), equal record counts for ``zip``, every pair-list id present in the FASTA (the error
@@ -42,6 +42,7 @@ from __future__ import annotations
 import array
 import contextlib
 import dataclasses
+import heapq
 import io
 import itertools
 import logging
@@ -678,9 +679,10 @@ def _run_cluster(spec, chunks, batch_size, keep_plan, scheduler, workers, task):
 # --------------------------------------------------------------------------------------
 def _best_per_query(stream, max_hits: int):
     """The ``max_hits`` items of smallest E-value of each run of one query in ``stream`` (items
-    ``(index, plan, AlignedPair)``), best first, ties in input order."""
+    ``(index, plan, AlignedPair)``), best first, ties in input order. At most ``max_hits`` items
+    (and their plans) are held at a time, however many targets a query has."""
     for _, group in itertools.groupby(stream, key=lambda item: item[2].query_id):
-        yield from sorted(group, key=lambda item: (item[2].evalue, item[0]))[:max_hits]
+        yield from heapq.nsmallest(max_hits, group, key=lambda item: (item[2].evalue, item[0]))
 
 
 @contextlib.contextmanager
