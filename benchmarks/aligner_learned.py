@@ -119,11 +119,15 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     ap.add_argument("--alpha", type=float, default=None,
                     help="shrink the learned model towards its initialisation (model.shrink_params) first")
+    ap.add_argument("--temperature", type=float, default=None,
+                    help="with --export: decode at this temperature (the model's eps times it)")
+    ap.add_argument("--symmetric", action="store_true",
+                    help="with --export: score each pair as the mean of its two directions (AlignerConfig.symmetric)")
     ap.add_argument("--export", default=None, help="write the (shrunk) learned model to this directory and stop")
     args = ap.parse_args()
 
-    if args.alpha is not None and not args.export:
-        ap.error("--alpha goes with --export (evaluate the exported model with --model)")
+    if (args.alpha is not None or args.temperature is not None or args.symmetric) and not args.export:
+        ap.error("--alpha, --temperature and --symmetric go with --export (evaluate the exported model with --model)")
     if args.export:
         from sinkalign.align import model as M
         from sinkalign.align.train import export_model, load_checkpoint
@@ -132,12 +136,18 @@ def main() -> None:
         cfg = M.AlignerConfig.from_dict(state["model"])
         alpha = 1.0 if args.alpha is None else args.alpha
         params = M.shrink_params(params, cfg, alpha)
+        if args.temperature is not None:
+            cfg = cfg.replace(eps=cfg.sinkhorn.eps * args.temperature)
+        if args.symmetric:
+            cfg = cfg.replace(symmetric=True)
         cal = Aligner.load(args.model).calibration
         export_model(args.export, params, cfg, calibration=None if cal is None else cal.to_dict(),
                      provenance=f"issue 14 learned aligner: {args.model} (step {state.get('step')}, validation "
                                 f"F1 {state.get('val_f1')}) shrunk towards its BLOSUM-window initialisation "
-                                f"with alpha {alpha} (chosen on the validation split); trained with "
-                                f"`sinkalign train` on the mixed structural + Pfam shards "
+                                f"with alpha {alpha} (chosen on the validation split)"
+                                + (f", decoded at temperature {args.temperature}" if args.temperature else "")
+                                + ("; symmetric" if args.symmetric else "") + "; trained with "
+                                "`sinkalign train` on the mixed structural + Pfam shards "
                                 "(data_manifests/structural.md).")
         print(f"wrote {args.export}")
         return

@@ -261,6 +261,27 @@ def test_align_turns_only_user_errors_into_one_line(monkeypatch, tmp_path):
             assert isinstance(res.exception, ValueError) and "Error:" not in res.output
 
 
+def test_threads_option_sets_the_engines_threads(fastas, tmp_path):
+    """--threads N runs the numpy engine on N threads (the same output as the default), and is
+    refused with a cluster, whose workers use their own."""
+    from sinkalign.pipelines import align as pipeline
+
+    outs = {}
+    for threads in (None, 1, 3):
+        outs[threads] = tmp_path / f"t{threads}.tsv"
+        extra = [] if threads is None else ["--threads", str(threads)]
+        r = CliRunner().invoke(cli, ["align", str(fastas[0]), str(fastas[1]), *extra, "-o", str(outs[threads]),
+                                     "--no-progress"])
+        assert r.exit_code == 0, r.output
+    assert outs[1].read_text() == outs[None].read_text() == outs[3].read_text()
+    loaded = {spec.threads: aligner for spec, (_, aligner) in pipeline._ALIGNERS.items() if spec.path is None}
+    assert loaded[1].workers == 1 and loaded[3].workers == 3
+    r = CliRunner().invoke(cli, ["align", str(fastas[0]), str(fastas[1]), "--threads", "2", "--workers", "2"])
+    assert r.exit_code == 2 and "--threads is for a local run" in r.output
+    r = CliRunner().invoke(cli, ["align", str(fastas[0]), str(fastas[1]), "--threads", "0"])
+    assert r.exit_code == 2
+
+
 def test_engine_option(fastas, tmp_path):
     """--engine numpy and --engine jax give the same alignments (the scores differ in the last
     digits: float64 against float32 plans); --engine numpy on a model it cannot run is one

@@ -134,12 +134,13 @@ def test_train_cli_config_bug_keeps_its_traceback(shards, tmp_path, monkeypatch)
 
 def test_train_cli_model_options_reach_the_saved_config(shards, tmp_path):
     r = CliRunner().invoke(cli, ["train", "--pfam-shards", str(shards), "--embedder", "none", "--model-option", "eps=6",
-                                 "--model-option", "window=3", "--steps", "1", "--batch-size", "2",
-                                 "--eval-every", "1000", "--certify-every", "0", "--max-length", "64",
-                                 "--out", str(tmp_path), "--no-progress"])
+                                 "--model-option", "window=3", "--model-option", "symmetric=true", "--steps", "1",
+                                 "--batch-size", "2", "--eval-every", "1000", "--certify-every", "0", "--max-length",
+                                 "64", "--out", str(tmp_path), "--no-progress"])
     assert r.exit_code == 0, r.output
     params, state, _ = load_checkpoint(tmp_path)
     assert state["model"]["sinkhorn"]["eps"] == 6 and state["model"]["window"] == 3
+    assert state["model"]["symmetric"] is True
     assert params["sub"].shape[0] == 7  # 2 * window + 1 diagonal offsets
 
 

@@ -67,6 +67,9 @@ class _DbSize(click.ParamType):
               help="numpy: float64 plans pair by pair on every CPU, nothing to compile. jax: batched JAX forward "
                    "passes, on a GPU when JAX has one; the only engine for models with embedder features and for "
                    "--backend pallas. auto: numpy whenever the model allows it.")
+@click.option("--threads", type=click.IntRange(min=1), metavar="N",
+              help="Threads of the numpy engine (default: every CPU this process may use), as BLAST's "
+                   "-num_threads; not with --workers/--scheduler, whose workers use their own.")
 @click.option("--plan-out", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the transport plan (with dustbin row/column) of every pair written to this .npz "
                    "file.")
@@ -96,7 +99,8 @@ class _DbSize(click.ParamType):
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar on stderr.")
 @click.pass_context
 def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, overwrite, model, embedder,
-          esm_weights, backend, engine, plan_out, batch_size, chunk_size, workers, scheduler, gap_weight, min_confidence,
+          esm_weights, backend, engine, threads, plan_out, batch_size, chunk_size, workers, scheduler, gap_weight,
+          min_confidence,
           max_evalue, db_size, max_hits, progress):
     """Align the records of QUERY_FASTA against those of TARGET_FASTA (protein or DNA).
 
@@ -126,6 +130,9 @@ def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, 
         raise click.UsageError("--format bam needs -o FILE")
     if workers is not None and scheduler is not None:
         raise click.UsageError("give --workers (a local cluster) or --scheduler (an existing one), not both")
+    if threads is not None and (workers is not None or scheduler is not None):
+        raise click.UsageError("--threads is for a local run: a cluster's workers use their own threads "
+                               "(dask worker --nthreads)")
     try:
         n = align_fasta(query_fasta, target_fasta, pairs=pairs, output=output, fmt=fmt, pairing=pairing,
                         model=model, embedder=embedder, esm_weights=esm_weights, backend=backend,
@@ -133,7 +140,7 @@ def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, 
                         min_confidence=min_confidence, max_evalue=max_evalue, db_size=db_size, max_hits=max_hits,
                         progress=progress,
                         overwrite=overwrite, workers=workers, scheduler=scheduler, chunk_size=chunk_size,
-                        engine=engine)
+                        engine=engine, threads=threads)
     except BrokenPipeError:  # e.g. `sinkalign align ... | head`: stop quietly, as other filters do
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

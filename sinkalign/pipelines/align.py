@@ -97,6 +97,7 @@ class ModelSpec:
     esm_weights: str | None = None
     min_confidence: float | None = None
     engine: str = "auto"
+    threads: int | None = None  # the numpy engine's threads in this process (None: every CPU it may use)
 
 
 _ALIGNERS: dict = {}
@@ -143,7 +144,7 @@ def load_aligner(spec: ModelSpec):
     if cached is not None and cached[0] == key:
         return cached[1]
     options = {"weights": spec.esm_weights} if spec.esm_weights else {}
-    threads = _worker_threads()
+    threads = _worker_threads() or spec.threads
     extra = {} if threads is None else {"workers": threads}
     extra["min_confidence"] = spec.min_confidence
     extra["engine"] = spec.engine
@@ -704,7 +705,7 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
                 min_confidence: float | None = None, max_evalue: float | None = None,
                 db_size: int | str | None = None, max_hits: int | None = None,
                 progress: bool = False, overwrite: bool = False,
-                workers: int | None = None, engine: str = "auto",
+                workers: int | None = None, engine: str = "auto", threads: int | None = None,
                 scheduler: str | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE, _task=None) -> int:
     """Align pairs of sequences and write them in ``fmt``; returns the number of pairs written.
 
@@ -740,6 +741,8 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
             held until the query's last one is done (with their plans, for ``plan_out``).
         engine: the aligner's engine (:data:`~sinkalign.align.aligner.ENGINES`): ``auto``
             (``numpy`` whenever the model allows it), ``numpy`` or ``jax``.
+        threads: the numpy engine's threads in a local run (default: every CPU this process
+            may use; a cluster's workers use their own thread counts).
 
     Raises:
         InputError (FormatError, AlphabetError), OutputExistsError, DependencyError, naming
@@ -764,6 +767,11 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
         raise InputError("give either workers (a local cluster) or scheduler (an existing one), not both")
     if workers is not None and workers < 1:
         raise InputError(f"workers={workers} must be >= 1")
+    if threads is not None and not (isinstance(threads, int) and threads >= 1):
+        raise InputError(f"threads={threads!r} must be a whole number >= 1")
+    if threads is not None and (workers is not None or scheduler is not None):
+        raise InputError("threads is for a local run: on a cluster each worker aligns with its own threads "
+                         "(dask worker --nthreads)")
     if workers is not None or scheduler is not None:  # before anything is read or written
         require("distributed", "cluster", "sinkalign align --workers/--scheduler")
     to_stdout = output is None or _is_stdio(output)
@@ -790,14 +798,14 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
 
             spec = ModelSpec(str(resolve_model(model).resolve()), backend=backend, gap_weight=gap_weight,
                              embedder=embedder, esm_weights=None if esm_weights is None else str(esm_weights),
-                             min_confidence=min_confidence, engine=engine)
+                             min_confidence=min_confidence, engine=engine, threads=threads)
             model_alphabet = load_aligner(spec).config.alphabet
         scan = source.scan(fmt)
         alphabet = _check_alphabets(scan, model_alphabet)
         if spec is None:
             spec = ModelSpec(None, alphabet, backend=backend, gap_weight=gap_weight, embedder=embedder,
                              esm_weights=None if esm_weights is None else str(esm_weights),
-                             min_confidence=min_confidence, engine=engine)
+                             min_confidence=min_confidence, engine=engine, threads=threads)
             if scheduler is None and workers is None:
                 load_aligner(spec)  # the shipped model, loaded before the first pair
         if max_hits is not None and scan.scattered is not None:
