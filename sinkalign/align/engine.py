@@ -27,6 +27,10 @@ and nothing to compile:
   while the cache holds them, and a stream in which nothing recurs keeps nothing.
 * **Dustbins.** The dustbin row and column scores are windowed lookups of the stored
   dustbin tokens plus their encoder parts (exact for any tokens).
+* **Symmetric models** (``config.symmetric``, every shipped model): the window is that of
+  ``(sub[k] + sub[k]^T) / 2``, the encoder's maps are ``[W_q | W_k]`` and ``[W_k | W_q]`` over
+  sqrt(2), and each residue's dustbin scores (window, residual and gap head) are the mean of
+  its two roles', so the scores are ``S(a, b) / 2 + S(b, a)^T / 2`` as in the JAX forward pass.
 * **Solve.** The operator's forward (``T`` centred base steps from ``v = 0``, then ``R``
   tail steps; :mod:`sinkalign.sinkhorn.core`) in scaling form: with ``K = exp(S - max S)``
   a full step is ``x = a / (K y)``, ``y = b / (K^T x)`` and the plan is
