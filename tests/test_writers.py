@@ -298,6 +298,35 @@ def test_to_biopython_is_the_same_alignment(records):
     assert not getattr(records[1].to_biopython(), "column_annotations", None)
 
 
+def test_blast6_counts_as_blast_does(tmp_path, records):
+    """-outfmt 6 rows against Biopython's counts of the same pair cut to its local part (the
+    columns from the first to the last aligned pair): length = its columns, mismatches, gap
+    openings, pident of length; 1-based inclusive positions; a pair with nothing aligned has no
+    row; no header."""
+    out = tmp_path / "hits.m8"
+    evalues = [1.5e-30, None, 0.25, 2.0]
+    recs = [(r if isinstance(r, AlignedPair) else AlignedPair(*r[:5], *r[5:]))._replace(evalue=e)
+            for r, e in zip(records, evalues)]
+    assert write_alignments(recs, out, "blast6") == 3
+    rows = [line.split("\t") for line in out.read_text().splitlines()]
+    assert [row[:2] for row in rows] == [[r.query_id, r.target_id] for r in recs if len(r.pairs)]
+    for row, rec in zip(rows, [r for r in recs if len(r.pairs)]):
+        assert len(row) == 12
+        aln = rec.to_biopython()
+        both = np.flatnonzero((aln.indices >= 0).all(0))  # the columns that align two residues
+        local = aln[:, both[0] : both[-1] + 1]
+        counts = local.counts()
+        length = local.length
+        assert int(row[3]) == length == counts.aligned + counts.gaps and int(row[4]) == counts.mismatches
+        assert int(row[5]) == counts.open_gaps
+        assert float(row[2]) == pytest.approx(100 * counts.identities / length, abs=5e-4)
+        p = rec.pairs
+        assert [int(x) for x in row[6:10]] == [p[0, 0] + 1, p[-1, 0] + 1, p[0, 1] + 1, p[-1, 1] + 1]
+        assert row[10] == ("NA" if rec.evalue is None else format(rec.evalue, ".2e"))
+        assert float(row[11]) == pytest.approx(score_of(rec), rel=1e-3)
+    assert any(int(row[5]) > 0 for row in rows)  # the records have internal gaps to count
+
+
 def test_a_pair_turned_round(records):
     """AlignedPair.transposed: ids, sequences and pairs exchanged, gap posteriors swapped,
     the plan transposed; twice is the pair itself."""
@@ -346,7 +375,7 @@ def test_failure_keeps_previous_file_and_leaves_no_temp(tmp_path, records, fmt):
 
 
 def test_unknown_format():
-    valid = r"\('fasta', 'tsv', 'sam', 'bam', 'stockholm', 'json', 'text'\)"
+    valid = r"\('fasta', 'tsv', 'sam', 'bam', 'stockholm', 'json', 'text', 'blast6'\)"
     with pytest.raises(ValueError, match=rf"fmt='maf' is not one of {valid}"):
         write_alignments([], "x.maf", "maf")
 
@@ -420,7 +449,8 @@ def test_a_text_stream_gets_the_file_contents(tmp_path, records, fmt):
     import io
 
     path, buf = tmp_path / f"out.{fmt}", io.StringIO()
-    assert write_alignments(records, path, fmt) == write_alignments(records, buf, fmt) == len(records)
+    written = len(records) - (fmt == "blast6")  # blast6 has no line for the pair with nothing aligned
+    assert write_alignments(records, path, fmt) == write_alignments(records, buf, fmt) == written
     assert buf.getvalue() == path.read_text()
     with pytest.raises(ValueError, match="bam is binary"):
         write_alignments(records, io.StringIO(), "bam")

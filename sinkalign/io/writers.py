@@ -35,6 +35,16 @@ Formats (:data:`FORMATS`):
   ``*`` >= 95%): the match posterior on aligned columns, the residue's gap posterior on
   gap columns. The two ids of a pair must differ.
 * ``json``: JSON Lines, one object per pair (keys: see :func:`_json_object`); NaN is null.
+* ``blast6``: BLAST's tabular output (``-outfmt 6``, MMseqs2's and DIAMOND's ``m8``), no header,
+  one row per pair with something aligned: ``qseqid sseqid pident length mismatch gapopen
+  qstart qend sstart send evalue bitscore``. As BLAST counts them, over the local alignment
+  from the first to the last aligned pair: ``length`` is its columns (aligned pairs plus the
+  unaligned residues between them), ``pident`` the identical pairs in percent of ``length``,
+  ``gapopen`` its runs of gap columns (residues of both sequences between two aligned pairs
+  are two runs, laid out as the FASTA output lays them out), positions 1-based and inclusive.
+  ``evalue`` is the pair's E-value (``NA`` without a fitted null); the last column holds the
+  pair's score (for the OT aligner the expected number of correctly aligned pairs, not bits:
+  the model has no bit score), so that sorting by it still ranks the hits.
 * ``text``: for reading by eye: per pair a ``#`` line (ids and lengths, score, aligned pairs,
   identity, mean confidence, E-value when known), then the global layout in blocks of 60
   columns, as EMBOSS and BLAST show a pair: the query row, a match line (``|`` identical,
@@ -75,7 +85,7 @@ __all__ = ["FORMATS", "TSV_COLUMNS", "AlignedPair", "write_alignments"]
 
 logger = logging.getLogger(__name__)
 
-FORMATS = ("fasta", "tsv", "sam", "bam", "stockholm", "json", "text")
+FORMATS = ("fasta", "tsv", "sam", "bam", "stockholm", "json", "text", "blast6")
 TSV_COLUMNS = (
     "query",
     "target",
@@ -248,6 +258,44 @@ def _tsv_to(records: Iterable[_Record], handle: IO[str]) -> int:
     for rec in records:
         writer.writerow(_tsv_row(rec))
         count += 1
+    return count
+
+
+def _blast6_row(rec: _Record) -> list[str] | None:
+    """One ``-outfmt 6`` row (see the module docstring); ``None`` when nothing is aligned."""
+    p = rec.pairs
+    k = len(p)
+    if k == 0:
+        return None
+    q = np.frombuffer(rec.query.upper().encode("ascii", "replace"), np.uint8)
+    t = np.frombuffer(rec.target.upper().encode("ascii", "replace"), np.uint8)
+    identical = int(np.count_nonzero(q[p[:, 0]] == t[p[:, 1]]))
+    steps = np.diff(p, axis=0) - 1  # unaligned residues of each sequence between consecutive pairs
+    length = k + int(steps.sum())
+    return [
+        rec.query_id,
+        rec.target_id,
+        format(100.0 * identical / length, ".3f"),
+        str(length),
+        str(k - identical),
+        str(int(np.count_nonzero(steps))),
+        str(int(p[0, 0]) + 1),
+        str(int(p[-1, 0]) + 1),
+        str(int(p[0, 1]) + 1),
+        str(int(p[-1, 1]) + 1),
+        "NA" if rec.evalue is None else format(rec.evalue, ".2e"),
+        _fmt(rec.score, ".4g"),
+    ]
+
+
+def _blast6_to(records: Iterable[_Record], handle: IO[str]) -> int:
+    count = 0
+    writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
+    for rec in records:
+        row = _blast6_row(rec)
+        if row is not None:  # as BLAST, a pair without a hit has no line
+            writer.writerow(row)
+            count += 1
     return count
 
 
@@ -495,6 +543,7 @@ _TEXT_WRITERS: dict[str, Callable[..., int]] = {
     "stockholm": lambda recs, handle, refs: _stockholm_to(recs, handle),
     "json": lambda recs, handle, refs: _json_to(recs, handle),
     "text": lambda recs, handle, refs: _text_to(recs, handle),
+    "blast6": lambda recs, handle, refs: _blast6_to(recs, handle),
 }
 
 
