@@ -263,26 +263,24 @@ def _tsv_to(records: Iterable[_Record], handle: IO[str]) -> int:
 
 def _blast6_row(rec: _Record) -> list[str] | None:
     """One ``-outfmt 6`` row (see the module docstring); ``None`` when nothing is aligned."""
-    p = rec.pairs
-    k = len(p)
+    st = alignment_stats(rec.query, rec.target, rec.pairs)
+    k = st.aligned_length
     if k == 0:
         return None
-    q = np.frombuffer(rec.query.upper().encode("ascii", "replace"), np.uint8)
-    t = np.frombuffer(rec.target.upper().encode("ascii", "replace"), np.uint8)
-    identical = int(np.count_nonzero(q[p[:, 0]] == t[p[:, 1]]))
-    steps = np.diff(p, axis=0) - 1  # unaligned residues of each sequence between consecutive pairs
-    length = k + int(steps.sum())
+    # the local alignment's columns: every residue of both spans, an aligned pair counted once
+    length = (st.query_end - st.query_start) + (st.target_end - st.target_start) - k
+    steps = np.diff(rec.pairs, axis=0) - 1  # unaligned residues of each sequence between consecutive pairs
     return [
         rec.query_id,
         rec.target_id,
-        format(100.0 * identical / length, ".3f"),
+        format(100.0 * st.n_identical / length, ".3f"),
         str(length),
-        str(k - identical),
+        str(k - st.n_identical),
         str(int(np.count_nonzero(steps))),
-        str(int(p[0, 0]) + 1),
-        str(int(p[-1, 0]) + 1),
-        str(int(p[0, 1]) + 1),
-        str(int(p[-1, 1]) + 1),
+        str(st.query_start + 1),
+        str(st.query_end),
+        str(st.target_start + 1),
+        str(st.target_end),
         "NA" if rec.evalue is None else format(rec.evalue, ".2e"),
         _fmt(rec.score, ".4g"),
     ]
