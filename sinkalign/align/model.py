@@ -500,11 +500,21 @@ def _window_keys(win, sub):
     return jnp.einsum("blka,kca->blkc", w, sub).reshape(win.shape)
 
 
-def _one_way(params, side: dict, config: AlignerConfig, *, query: bool):
+def _window_token(token, sub):
+    """The window part of a token folded through ``sub``, so that
+    ``_window_keys(win, sub) @ token == win @ _window_token(token, sub)`` without forming the keys."""
+    n = sub.shape[0] * sub.shape[2]
+    folded = jnp.einsum("kca,kc->ka", sub, jnp.reshape(token[:n], sub.shape[:2])).reshape(-1)
+    return jnp.concatenate([folded, token[n:]])
+
+
+def _one_way(params, side: dict, config: AlignerConfig, *, query: bool, raw_window: bool = False):
     """A side's one-way query (``query=True``, unscaled) or key features: window, embedder
     context, residue encoder, then the two gap features (the query's gap score and 0, or 0 and
-    the key's gap score times ``sqrt(qk_dim)``: the dustbin tokens hold 1 in them)."""
-    parts = [side["win"] if query else _window_keys(side["win"], params["sub"])]
+    the key's gap score times ``sqrt(qk_dim)``: the dustbin tokens hold 1 in them). With
+    ``raw_window`` a key keeps the one-hot window in place of its window keys (to meet a token
+    folded by :func:`_window_token`)."""
+    parts = [side["win"] if query or raw_window else _window_keys(side["win"], params["sub"])]
     role = "q" if query else "k"
     parts += [side[f"{part}_{role}"] for part in ("ctx", "res") if f"{part}_{role}" in side]
     if "gap_q" in side:
@@ -558,7 +568,8 @@ def _dustbin_score(params, side: dict, mask, config: AlignerConfig):
     """[B, L]: each residue's one-way score with the other side's dustbin as a query and as a
     target, averaged (times eps)."""
     as_query = _one_way(params, side, config, query=True) @ params["k_dustbin"]
-    as_key = _one_way(params, side, config, query=False) @ params["q_dustbin"] / math.sqrt(config.qk_dim)
+    as_key = (_one_way(params, side, config, query=False, raw_window=True)
+              @ _window_token(params["q_dustbin"], params["sub"]) / math.sqrt(config.qk_dim))
     return 0.5 * (as_query + as_key) * mask
 
 
