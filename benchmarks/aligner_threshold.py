@@ -1,0 +1,101 @@
+"""Precision, recall and F1 of a calibrated model against its confidence threshold.
+
+Each pair of one split is aligned once with every MEA column kept (``min_confidence=0``), so
+each column carries its calibrated confidence; a threshold ``t`` then keeps the columns of
+confidence ``>= t``, which is exactly what ``sinkalign align --min-confidence t`` writes. Printed
+per threshold: micro-averaged precision / recall / F1 on trusted (core) residues for the
+structural pairs (all, below 20% identity), the Pfam families and the two pooled, with
+Needleman-Wunsch and Smith-Waterman (parasail, BLOSUM62 11/1) on the same pairs in the same run.
+Recall is the sum-of-pairs score of a reference-based benchmark (the share of reference pairs
+recovered); precision is the share of the written pairs that are right.
+
+    python benchmarks/aligner_threshold.py --shards SHARDS --split valid \\
+        --json benchmarks/results/aligner_threshold_valid.json
+
+``SHARDS`` as in ``benchmarks/aligner_learned.py``. Choose thresholds on ``valid`` only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+from _common import machine, write_json
+
+from sinkalign.align.aligner import Aligner
+from sinkalign.align.baselines import Scoring, align_pair
+from sinkalign.align.evaluate import load_reference_set
+from sinkalign.align.metrics import core_pair_scores, micro_average
+from sinkalign.io.alignments import percent_identity
+
+RESULTS = Path(__file__).resolve().parent / "results"
+THRESHOLDS = (0.0, 0.2, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6)
+
+
+def source_of(pair) -> str:
+    fam = pair.family or ""
+    return fam.split("/", 1)[0] if "/" in fam else "pfam"
+
+
+def groups(pairs) -> dict[str, list[int]]:
+    """Index lists of the reported groups: pooled, structural, structural below 20%, Pfam."""
+    struct = [i for i, p in enumerate(pairs) if source_of(p) != "pfam"]
+    return {"all": list(range(len(pairs))), "structural": struct,
+            "structural <20%": [i for i in struct if percent_identity(pairs[i]) < 20],
+            "pfam": [i for i, p in enumerate(pairs) if source_of(p) == "pfam"]}
+
+
+def scores_of(preds, pairs, idx_groups) -> dict:
+    per_pair = [core_pair_scores(a, p) for a, p in zip(preds, pairs)]
+    return {g: micro_average([per_pair[i] for i in idx]) for g, idx in idx_groups.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shards", required=True)
+    ap.add_argument("--split", default="valid", choices=["valid", "test"])
+    ap.add_argument("--model", default="learned", help="a calibrated model (shipped name or directory)")
+    ap.add_argument("--thresholds", default=",".join(map(str, THRESHOLDS)))
+    ap.add_argument("--max-pairs", type=int, default=None, help="subsample each set (seed 0)")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    thresholds = [float(t) for t in args.thresholds.split(",")]
+
+    aligner = Aligner.load(args.model, min_confidence=0.0)
+    if aligner.calibration is None:
+        ap.error(f"{args.model} has no calibration: its columns have no confidences to threshold")
+    pairs = load_reference_set(args.shards, split=args.split, max_pairs=args.max_pairs)
+    idx_groups = groups(pairs)
+    t0 = time.perf_counter()
+    results = list(aligner.align_many((p.query_id, p.query_seq, p.target_id, p.target_seq) for p in pairs))
+    secs = time.perf_counter() - t0
+    print(f"{len(pairs)} pairs, {len(pairs) / secs:.1f} pairs/s; shipped threshold {aligner.calibration.min_confidence}")
+
+    rows = {}
+    for t in thresholds:
+        preds = [r.alignment.pairs[r.alignment.match_posterior >= t] for r in results]
+        rows[f"t={t:g}"] = scores_of(preds, pairs, idx_groups)
+    for method in ("NW", "SW"):
+        preds = [align_pair(p.query_seq, p.target_seq, method.lower(), scoring=Scoring.protein()).pairs
+                 for p in pairs]
+        rows[method] = scores_of(preds, pairs, idx_groups)
+
+    names = list(idx_groups)
+    print("pairs: " + ", ".join(f"{g} {len(idx)}" for g, idx in idx_groups.items()))
+    print("| threshold | " + " | ".join(f"{g} P / R / F1" for g in names) + " |")
+    print("|---" * (len(names) + 1) + "|")
+    for key, row in rows.items():
+        cells = [f"{row[g]['precision']:.3f} / {row[g]['recall']:.3f} / {row[g]['f1']:.3f}" for g in names]
+        print(f"| {key} | " + " | ".join(cells) + " |")
+    out = Path(args.json) if args.json else RESULTS / f"aligner_threshold_{args.split}.json"
+    write_json(out, {"date": date.today().isoformat(), "machine": machine(), "split": args.split,
+                     "model": args.model, "shipped_threshold": aligner.calibration.min_confidence,
+                     "pairs": {g: len(idx) for g, idx in idx_groups.items()}, "rows": rows})
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
