@@ -194,7 +194,7 @@ def test_shipped_models_report_calibrated_confidences():
     assert raw.mean_posterior < 0.05
     assert cal.mean_posterior > 0.9 and cal.expected_accuracy > 0.9
     learned = Aligner.load()
-    assert learned.calibration.match_feature == "columns" and learned.min_confidence == 0.5
+    assert learned.calibration.match_feature == "columns" and learned.min_confidence == 0.35
     out = learned.align(seq, seq).alignment
     assert len(out.pairs) == len(seq) and out.mean_posterior > 0.9
 
