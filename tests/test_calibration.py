@@ -433,3 +433,23 @@ def test_calibrate_columns_and_align_with_min_confidence(tmp_path):
         assert res.exit_code == 0, res.output
         rows[mc] = res.output
     assert rows["0"] != rows["0.6"]
+
+
+def test_the_default_threshold_keeps_exactly_the_confident_columns_of_every_column_output():
+    """``benchmarks/aligner_threshold.py`` reads each threshold off one every-column run: the
+    shipped model at its own threshold writes exactly the columns of ``min_confidence=0``
+    whose confidence reaches it (with the same confidences and E-value)."""
+    rng = np.random.default_rng(0)
+    hba = "MVLSPADKTNVKAAWGKVGAHAGEYGAEALERMFLSFPTTKTYFPHFDLSHGSAQVKGHGKKVADALTNAVAHVDDMPNALSALSDLHAHKL"
+    myg = "MGLSDGEWQLVLNVWGKVEADIPGHGQEVLIRLFKGHPETLEKFDKFKHLKSEDEMKASEDLKKHGATVLTALGGILKKKGHHEAEIKPLAQSHATKH"
+    jobs = [("a", hba, "b", myg), ("a", hba, "s", "".join(rng.permutation(list(myg))))]
+    every = Aligner.load(min_confidence=0.0)
+    default = Aligner.load()
+    dropped = 0
+    for full, cut in zip(every.align_many(jobs), default.align_many(jobs)):
+        keep = full.alignment.match_posterior >= default.min_confidence
+        dropped += int((~keep).sum())
+        np.testing.assert_array_equal(cut.alignment.pairs, full.alignment.pairs[keep])
+        np.testing.assert_array_equal(cut.alignment.match_posterior, full.alignment.match_posterior[keep])
+        assert cut.evalue == full.evalue
+    assert dropped > 0  # the shuffled pair's weak columns go
