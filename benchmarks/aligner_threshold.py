@@ -22,7 +22,6 @@ import time
 from datetime import date
 from pathlib import Path
 
-import numpy as np
 from _common import machine, write_json
 
 from sinkalign.align.aligner import Aligner
