@@ -310,3 +310,11 @@ def test_engine_option(fastas, tmp_path):
     assert r.output.startswith("Error: engine='numpy' cannot run this model: the model has embedder features")
     r = CliRunner().invoke(cli, ["align", "--example", "--engine", "fast"])
     assert r.exit_code == 2 and "'fast' is not one of" in r.output
+
+
+def test_min_confidence_help_names_the_shipped_protein_threshold():
+    """The help's figure is the shipped model's own threshold, not a copy that can go stale."""
+    out = CliRunner().invoke(cli, ["align", "--help"], terminal_width=1000).output
+    stated = re.search(r"default: the model's own threshold, ([0-9.]+) for the shipped protein model", out)
+    assert stated is not None, out
+    assert float(stated.group(1)) == Aligner.load("learned").min_confidence
