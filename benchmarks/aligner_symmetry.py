@@ -12,7 +12,9 @@ micro-averaged) of each direction against the reference.
 ``SHARDS`` as in ``benchmarks/aligner_learned.py``. A model is a shipped name or a model
 directory (e.g. an older model exported from the git history, to compare). ``--time`` also
 times each model on each engine over the first ``--time-pairs`` pairs of at most 400 residues
-(wall clock, one way, best of ``--repeats``, the models taking turns in one process).
+(wall clock, one way, best of ``--repeats``, the models taking turns in one process), and
+times each model's JAX scores alone (``model.queries_keys``, jit, a batch of the first 8 such
+pairs padded to 400, best of 20).
 """
 
 from __future__ import annotations
@@ -58,6 +60,23 @@ def measure(aligner: Aligner, examples: list) -> dict:
     }
 
 
+def time_queries_keys(aligner: Aligner, jobs: list, repeats: int = 20) -> float:
+    """Best wall time (s) of the jitted ``queries_keys`` of one batch of ``jobs`` padded to 400."""
+    import jax
+
+    from sinkalign.align import model as M
+
+    batch = M.make_batch([(q, t, None, None, None) for _, q, _, t in jobs], aligner.config, 400, 400)
+    fn = jax.jit(lambda p, b: M.queries_keys(p, b, aligner.config))
+    jax.block_until_ready(fn(aligner.params, batch))
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(aligner.params, batch))
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shards", required=True)
@@ -101,6 +120,11 @@ def main() -> None:
         print(f"\n{len(jobs)} pairs of <= 400 residues, best of {args.repeats}, pairs/s (wall):")
         for (name, engine), t in best.items():
             print(f"  {name} / {engine}: {len(jobs) / t:.1f}")
+        forward = {name: time_queries_keys(aligners[(name, "jax")], jobs[:8]) for name in args.model}
+        out["timing"]["queries_keys_ms"] = {name: 1e3 * t for name, t in forward.items()}
+        print(f"\nqueries_keys of {len(jobs[:8])} pairs padded to 400 (jit), best of 20, ms:")
+        for name, t in forward.items():
+            print(f"  {name}: {1e3 * t:.2f}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(out, fh, indent=2)

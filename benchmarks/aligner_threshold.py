@@ -23,6 +23,7 @@ from datetime import date
 from pathlib import Path
 
 from _common import machine, write_json
+from aligner_learned import source_of
 
 from sinkalign.align.aligner import Aligner
 from sinkalign.align.baselines import Scoring, align_pair
@@ -32,11 +33,6 @@ from sinkalign.io.alignments import percent_identity
 
 RESULTS = Path(__file__).resolve().parent / "results"
 THRESHOLDS = (0.0, 0.2, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6)
-
-
-def source_of(pair) -> str:
-    fam = pair.family or ""
-    return fam.split("/", 1)[0] if "/" in fam else "pfam"
 
 
 def groups(pairs) -> dict[str, list[int]]:
