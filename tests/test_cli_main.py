@@ -92,3 +92,48 @@ def test_bugs_keep_their_traceback():
 def test_unknown_command_is_a_usage_error():
     result = CliRunner().invoke(cli, ["alignn"])
     assert result.exit_code == 2 and "No such command 'alignn'" in result.output
+
+
+def _all_commands():
+    """Every command, with the subcommands of the groups (``lm train``, ``shards build``...)."""
+    for name in COMMANDS:
+        command = load_command(name)
+        if isinstance(command, click.Group):
+            for sub in command.commands.values():
+                yield f"{name} {sub.name}", sub
+        else:
+            yield name, command
+
+
+def test_progress_bars_default_to_a_terminal_only():
+    """Every --progress flag is tri-state: unset means "when standard error is a terminal", so
+    a job's log file or a pipe gets no bar unless one is asked for."""
+    from sinkalign.cli.options import show_progress
+
+    flags = {name: p for name, cmd in _all_commands() for p in cmd.params if p.name == "progress"}
+    assert {"align", "train", "gc-profile", "lm train", "shards build", "shards embed"} <= set(flags)
+    for name, param in flags.items():
+        assert param.default is None, f"{name} --progress defaults to {param.default!r}"
+
+    class Stream:
+        def __init__(self, tty):
+            self.tty = tty
+
+        def isatty(self):
+            return self.tty
+
+    for tty in (True, False):
+        saved, sys.stderr = sys.stderr, Stream(tty)
+        try:
+            assert show_progress(None) is tty
+            assert show_progress(True) is True and show_progress(False) is False
+        finally:
+            sys.stderr = saved
+
+
+def test_align_into_a_pipe_shows_no_bar_unless_asked():
+    run = [sys.executable, "-m", "sinkalign.cli.main", "align", "--example", "--model", "blosum"]
+    quiet = subprocess.run(run, capture_output=True, text=True, check=True)
+    loud = subprocess.run(run + ["--progress"], capture_output=True, text=True, check=True)
+    assert quiet.stdout == loud.stdout and quiet.stdout.count("\n") == 3
+    assert "pair" not in quiet.stderr and "2/2" in loud.stderr

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import click
 
+from sinkalign.cli.options import progress_option, show_progress
+
 log = logging.getLogger(__name__)
 
 
@@ -98,7 +100,7 @@ class _DbSize(click.ParamType):
 @click.option("--max-hits", type=click.IntRange(min=1), metavar="N",
               help="Keep the N pairs of smallest E-value per query, best first (as BLAST's -max_target_seqs). "
                    "A query's pairs must be consecutive: always so all-vs-all; group a --pairs list by query.")
-@click.option("--progress/--no-progress", default=True, help="Show a progress bar on stderr.")
+@progress_option("aligned pairs")
 @click.pass_context
 def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, overwrite, model, embedder,
           esm_weights, backend, engine, threads, plan_out, batch_size, chunk_size, workers, scheduler, gap_weight,
@@ -140,7 +142,7 @@ def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, 
                         model=model, embedder=embedder, esm_weights=esm_weights, backend=backend,
                         plan_out=plan_out, batch_size=batch_size, gap_weight=gap_weight,
                         min_confidence=min_confidence, max_evalue=max_evalue, db_size=db_size, max_hits=max_hits,
-                        progress=progress,
+                        progress=show_progress(progress),
                         overwrite=overwrite, workers=workers, scheduler=scheduler, chunk_size=chunk_size,
                         engine=engine, threads=threads)
     except BrokenPipeError:  # e.g. `sinkalign align ... | head`: stop quietly, as other filters do

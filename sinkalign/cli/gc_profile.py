@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from sinkalign.cli.options import progress_option, show_progress
+
 
 def _positive(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
     if value is not None and value <= 0:
@@ -28,10 +30,9 @@ def _positive(ctx: click.Context, param: click.Parameter, value: int | None) -> 
 @click.option("-o", "--out-dir", required=True, type=click.Path(file_okay=False),
               help="Output directory (created if needed); only gc_profile.tsv, gc_profile.png, report.md "
                    "(and overlay.*) are written there.")
-@click.option("--progress/--no-progress", default=True, show_default=True,
-              help="Progress bar on stderr (only shown on a terminal).")
+@progress_option("bases read")
 def gc_profile(fasta: str, window: int, step: int | None, island_threshold: float, overlay: str | None,
-               overlay_window: int, out_dir: str, progress: bool) -> None:
+               overlay_window: int, out_dir: str, progress: bool | None) -> None:
     """GC content, GC skew and cumulative skew of FASTA (plain or .gz) in windows.
 
     Writes gc_profile.tsv, gc_profile.png and report.md into OUT_DIR (plus overlay.tsv and
@@ -47,7 +48,8 @@ def gc_profile(fasta: str, window: int, step: int | None, island_threshold: floa
         raise click.BadParameter(f"{step} exceeds --window {window} (windows would leave gaps)",
                                  param_hint="'--step'")
     res = run_gc_profile(fasta, out_dir, window=window, step=step, overlay=overlay,
-                         overlay_window=overlay_window, island_threshold=island_threshold, progress=progress)
+                         overlay_window=overlay_window, island_threshold=island_threshold,
+                         progress=show_progress(progress))
     for s in res.profile.summaries:
         where = (f"origin={'-' if s.origin is None else s.origin}\tterminus={'-' if s.terminus is None else s.terminus}"
                  if not s.one_replichore else "one replichore (no skew turning point)")

@@ -8,6 +8,7 @@ import logging
 import click
 
 from sinkalign.cli.options import model_options as _model_options
+from sinkalign.cli.options import progress_option, show_progress
 from sinkalign.errors import InputError, require
 from sinkalign.lm.config import ATTENTION_NAMES
 
@@ -72,7 +73,7 @@ def lm() -> None:
 @click.option("--nproc", default=1, show_default=True, type=int,
               help="Processes for DDP (spawned here; gloo on CPU, nccl on CUDA). Under torchrun leave at 1.")
 @click.option("--resume", is_flag=True, help="Continue from the newest checkpoint in --out.")
-@click.option("--progress/--no-progress", default=True, show_default=True)
+@progress_option("training steps")
 @click.option("--time-limit", "time_limit", default=None, type=click.FloatRange(min=0, min_open=True),
               metavar="MINUTES", help="Stop early (held-out evaluation and a checkpoint) after this much training time.")
 def train(fasta, attention, out_dir, steps, batch_size, seq_len, lr, min_lr_ratio, warmup_steps, weight_decay,
@@ -94,7 +95,7 @@ def train(fasta, attention, out_dir, steps, batch_size, seq_len, lr, min_lr_rati
             model_options=model_options, val_fraction=val_fraction, eval_every=eval_every,
             eval_max_bases=eval_max_bases, save_every=save_every, keep_checkpoints=keep_checkpoints,
             log_every=log_every, seed=seed, device=device, num_threads=num_threads, resume=resume,
-            progress=progress, time_limit_minutes=time_limit, genome_split=genome_split, balance=balance,
+            progress=show_progress(progress), time_limit_minutes=time_limit, genome_split=genome_split, balance=balance,
             reverse_complement=reverse_complement)
     except InputError as exc:  # a bad setting (a bug raising ValueError keeps its traceback)
         raise click.UsageError(str(exc)) from exc

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import click
 
-__all__ = ["model_options", "parse_value"]
+__all__ = ["model_options", "parse_value", "progress_option", "show_progress"]
 
 
 def parse_value(text: str):
@@ -26,3 +27,18 @@ def model_options(ctx: click.Context, param: click.Parameter, values: tuple[str,
             raise click.BadParameter(f"{item!r} is not KEY=VALUE", ctx=ctx, param=param)
         out.append((key.strip(), parse_value(raw)))
     return tuple(out)
+
+
+def progress_option(what: str):
+    """``--progress/--no-progress``, by default on only when standard error is a terminal (as
+    pip and tqdm do): a job's log file or a pipe gets no bar unless asked for."""
+    return click.option("--progress/--no-progress", default=None,
+                        help=f"Progress bar of {what} on stderr [default: on a terminal].")
+
+
+def show_progress(flag: bool | None) -> bool:
+    """The ``--progress`` choice, or whether standard error is a terminal when none was made."""
+    if flag is not None:
+        return bool(flag)
+    isatty = getattr(sys.stderr, "isatty", None)
+    return bool(isatty and isatty())

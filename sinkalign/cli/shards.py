@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from sinkalign.cli.options import progress_option, show_progress
+
 __all__ = ["shards"]
 
 
@@ -52,6 +54,7 @@ def shards() -> None:
               help="JSON file assigning every family to train/valid/test ({\"assignment\": {family: split}}), "
                    "e.g. data_manifests/structural_split.json; replaces --split/--seed for the split.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing shard directory.")
+@progress_option("pairs written")
 def build(
     stockholm: tuple[Path, ...],
     out: Path,
@@ -65,6 +68,7 @@ def build(
     mixed_alphabets: bool,
     split_manifest: Path | None,
     overwrite: bool,
+    progress: bool | None,
 ) -> None:
     """Build shards from alignments STOCKHOLM... into --out.
 
@@ -108,7 +112,7 @@ def build(
         max_length=max_length,
         alphabet=alphabet,
         overwrite=overwrite,
-        progress=True,
+        progress=show_progress(progress),
         mixed_alphabets=mixed_alphabets,
         assignment=assignment,
     )
@@ -167,10 +171,13 @@ def info(directory: Path, families: bool, verify: bool) -> None:
               help="Local ESM-2 weights (.pt); default: the torch hub cache.")
 @click.option("--dtype", type=click.Choice(["float16", "float32"]), default="float32", show_default=True)
 @click.option("--overwrite", is_flag=True, help="Replace embeddings already stored.")
-def embed(directory: Path, embedder: str, esm_model: str, esm_weights: Path | None, dtype: str, overwrite: bool) -> None:
+@progress_option("shards embedded")
+def embed(directory: Path, embedder: str, esm_model: str, esm_weights: Path | None, dtype: str, overwrite: bool,
+          progress: bool | None) -> None:
     """Precompute per-residue embeddings for every sequence in the shards."""
     from sinkalign.align.embed import embed_shards, get_embedder
 
     options = {"model": esm_model, "weights": str(esm_weights) if esm_weights else None} if embedder == "esm2" else {}
-    index = embed_shards(directory, get_embedder(embedder, **options), dtype=dtype, overwrite=overwrite, progress=True)
+    index = embed_shards(directory, get_embedder(embedder, **options), dtype=dtype, overwrite=overwrite,
+                         progress=show_progress(progress))
     click.echo(f"embedded {directory} ({index['embeddings']['dim']}-dim, {dtype})")

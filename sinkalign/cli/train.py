@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from sinkalign.cli.options import model_options
+from sinkalign.cli.options import model_options, progress_option, show_progress
 
 
 @click.command()
@@ -51,7 +51,7 @@ from sinkalign.cli.options import model_options
                    "stay near what the starting model knows.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--distributed", is_flag=True, help="Multi-host: call jax.distributed.initialize() first.")
-@click.option("--progress/--no-progress", default=True)
+@progress_option("training steps")
 @click.pass_context
 def train(ctx, shards, preset_name, model_opts, embedder, steps, batch_size, lr, out, resume, overwrite,
           checkpoint_every, eval_every, certify_every, max_length, crop, eval_pairs, warmup, freeze, init_model, anchor,
@@ -123,6 +123,6 @@ def train(ctx, shards, preset_name, model_opts, embedder, steps, batch_size, lr,
                         certify_every=certify_every, max_length=max_length, crop=crop, eval_pairs=eval_pairs,
                         warmup=warmup, freeze=tuple(freeze),
                         init=None if init_path is None else str(init_path), anchor=anchor)
-    result = T.train(cfg, resume=resume, overwrite=overwrite, progress=progress)
+    result = T.train(cfg, resume=resume, overwrite=overwrite, progress=show_progress(progress))
     click.echo(f"step {result.step}: " + ", ".join(f"{k}={v:.4g}" for k, v in result.last_metrics.items()
                                                     if isinstance(v, float)))

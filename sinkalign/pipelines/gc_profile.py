@@ -300,7 +300,7 @@ def gc_profile(records, window: int = 1000, step: int | None = None, *, island_t
         step: distance between window starts, ``0 < step <= window``; ``None``: half the window.
         island_threshold: flag windows whose GC departs from their record's GC by more
             than this (a GC fraction in (0, 1)).
-        progress: show a tqdm bar (bases processed) on stderr when it is a terminal.
+        progress: show a tqdm bar (bases processed) on stderr.
 
     Returns:
         :class:`GCProfile` with ``W`` rows (see module docstring for definitions).
@@ -313,7 +313,7 @@ def gc_profile(records, window: int = 1000, step: int | None = None, *, island_t
     recs = _as_records(records)
     cols: dict[str, list[np.ndarray]] = {c: [] for c in TSV_COLUMNS}
     summaries = []
-    with tqdm(total=sum(len(s) for _, s in recs), unit="nt", unit_scale=True, disable=None if progress else True,
+    with tqdm(total=sum(len(s) for _, s in recs), unit="nt", unit_scale=True, disable=not progress,
               desc="GC profile") as bar:
         for chrom, seq in recs:
             if len(seq) == 0:
