@@ -5,15 +5,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import logging
 import os
+import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
-__all__ = ["atomic_dir", "atomic_path", "atomic_write", "atomic_write_bytes", "atomic_write_text", "dataclass_from_dict",
-           "file_sha256"]
+__all__ = ["atomic_dir", "atomic_path", "atomic_write", "atomic_write_bytes", "atomic_write_text",
+           "dataclass_from_dict", "file_sha256", "newest_checkpoint"]
 
 
 @contextlib.contextmanager
@@ -130,3 +132,38 @@ def dataclass_from_dict(cls, data, what: str):
     if unknown:
         raise ValueError(f"unknown {what} keys {sorted(unknown)}")
     return cls(**data)
+
+
+log = logging.getLogger(__name__)
+
+
+def newest_checkpoint(root: str | os.PathLike, *, pointer: str, pointed: Callable[[str], object],
+                      step_name: re.Pattern, complete: Callable[[Path], bool]) -> Path | None:
+    """The newest complete checkpoint directory in ``root`` (a run's ``checkpoints/``), or ``None``.
+
+    The file ``root/pointer`` names the newest checkpoint; ``pointed(text)`` reads that name from
+    its text. The name is trusted only when it fully matches ``step_name`` (whose first group is
+    the step) and names a real directory (not a link) inside ``root`` for which ``complete`` holds.
+    Otherwise (no pointer, unreadable, stale, naming something outside the run or a checkpoint a
+    kill left half-written) a warning is logged and the complete step directory with the highest
+    step is taken.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        return None
+
+    def usable(path: Path) -> bool:
+        return path.is_dir() and not path.is_symlink() and complete(path)
+
+    if (root / pointer).is_file():
+        try:
+            name = pointed((root / pointer).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
+            log.warning("%s is unreadable (%s); using the newest complete checkpoint", root / pointer, err)
+        else:
+            if isinstance(name, str) and step_name.fullmatch(name) and usable(root / name):
+                return root / name
+            log.warning("%s names %r, which is not a complete checkpoint of this run; using the newest complete one",
+                        root / pointer, str(name)[:80])
+    done = [p for p in root.iterdir() if step_name.fullmatch(p.name) and usable(p)]
+    return max(done, key=lambda p: int(step_name.fullmatch(p.name).group(1))) if done else None

@@ -41,3 +41,14 @@ def test_no_checkpoints(tmp_path):
     assert find_latest_checkpoint(tmp_path) is None
     run, _ = _run(tmp_path, [5], complete=False)
     assert find_latest_checkpoint(run) is None
+
+
+def test_steps_compare_as_numbers_and_links_are_not_checkpoints(tmp_path):
+    """Past step 99,999,999 the names grow a digit: the newest is still the largest step. A
+    complete-looking link inside checkpoints/ (e.g. to another run) is never taken."""
+    run, root = _run(tmp_path, [99_999_999, 100_000_000, 5])
+    assert find_latest_checkpoint(run) == root / "step-100000000"
+    other, other_root = _run(tmp_path / "x", [200_000_000])
+    (root / "step-300000000").symlink_to(other_root / "step-200000000")
+    (root / LATEST).write_text(json.dumps({"dir": "step-300000000"}))
+    assert find_latest_checkpoint(run) == root / "step-100000000"

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from sinkalign.errors import CheckpointError, OutputExistsError
-from sinkalign.utils import atomic_dir, atomic_write_text
+from sinkalign.utils import atomic_dir, atomic_write_text, newest_checkpoint
 
 __all__ = ["BUCKETS", "METRICS", "check_model_output", "check_run_dir", "clean_leftovers", "export_model",
            "find_latest_checkpoint", "load_checkpoint", "read_best", "rewrite_metrics", "save_best", "save_checkpoint"]
@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 BUCKETS = (64, 128, 192, 256, 384, 512, 768, 1024)
 METRICS = "metrics.jsonl"
 LATEST = "latest"
-_STEP_RE = re.compile(r"step_(\d{8})")
+_STEP_RE = re.compile(r"step_(\d{8,})")
 _MODEL_FILES = ("params.safetensors", "state.json")
 
 
@@ -57,22 +57,8 @@ def find_latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
     step or to an incomplete one is ignored (with a warning) in favour of the complete
     ``step_*`` directory with the highest step.
     """
-    root = Path(run_dir) / "checkpoints"
-    if not root.is_dir():
-        return None
-    pointer = root / LATEST
-    if pointer.is_file():
-        try:
-            name = pointer.read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError):
-            name = ""
-        if _STEP_RE.fullmatch(name) and _is_complete(root / name) and not (root / name).is_symlink():
-            return root / name
-        log.warning("%s names %r, which is not a complete checkpoint of this run; using the newest complete one",
-                    pointer, name[:80])
-    done = sorted(p for p in root.iterdir() if _STEP_RE.fullmatch(p.name) and p.is_dir() and not p.is_symlink()
-                  and _is_complete(p))
-    return done[-1] if done else None
+    return newest_checkpoint(Path(run_dir) / "checkpoints", pointer=LATEST, pointed=str.strip, step_name=_STEP_RE,
+                             complete=_is_complete)
 
 
 def clean_leftovers(run_dir: str | os.PathLike) -> list[Path]:

@@ -8,16 +8,17 @@ trainer. A run directory holds ``checkpoints/step-NNNNNNNN/`` (complete once its
 from __future__ import annotations
 
 import json
-import logging
 import os
+import re
 from pathlib import Path
+
+from sinkalign.utils import newest_checkpoint
 
 __all__ = ["LATEST", "TRAINER_STATE", "find_latest_checkpoint", "step_dir_name"]
 
-logger = logging.getLogger(__name__)
-
 TRAINER_STATE = "trainer_state.json"
 LATEST = "latest.json"
+_STEP_RE = re.compile(r"step-(\d{8,})")
 
 
 def step_dir_name(step: int) -> str:
@@ -28,24 +29,9 @@ def step_dir_name(step: int) -> str:
 def find_latest_checkpoint(out_dir: str | os.PathLike) -> Path | None:
     """The newest complete checkpoint directory under ``out_dir/checkpoints`` (or ``None``).
 
-    ``latest.json`` names it; if that pointer is missing, unreadable, stale or names a
-    directory outside ``checkpoints/``, the complete ``step-*`` directory with the highest
-    step is taken (with a warning).
+    ``latest.json`` names it; if that pointer is missing, unreadable, stale or names
+    anything but a complete ``step-NNNNNNNN`` directory inside ``checkpoints/``, the complete
+    one with the highest step is taken (with a warning).
     """
-    root = Path(out_dir) / "checkpoints"
-    if not root.is_dir():
-        return None
-    pointer = root / LATEST
-    if pointer.is_file():
-        try:
-            name = json.loads(pointer.read_text(encoding="utf-8"))["dir"]
-            target = root / name
-            inside = isinstance(name, str) and target.resolve().parent == root.resolve()
-            if inside and (target / TRAINER_STATE).is_file():
-                return target
-            logger.warning("%s names %r, which is not a complete checkpoint of this run; "
-                           "taking the newest complete one", pointer, name)
-        except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError):
-            logger.warning("%s is unreadable; looking for step directories", pointer)
-    done = sorted(p for p in root.glob("step-*") if (p / TRAINER_STATE).is_file())
-    return done[-1] if done else None
+    return newest_checkpoint(Path(out_dir) / "checkpoints", pointer=LATEST, pointed=lambda text: json.loads(text)["dir"],
+                             step_name=_STEP_RE, complete=lambda path: (path / TRAINER_STATE).is_file())
