@@ -36,6 +36,8 @@ __all__ = [
     "as_pairs",
     "check_pairs",
     "cigar",
+    "format_number",
+    "format_text",
     "percent_identity",
     "posterior_digits",
     "to_biopython",
@@ -249,6 +251,69 @@ def posterior_digits(alignment: Alignment) -> str:
     return "".join(chars)
 
 
+def format_number(x: float | None, spec: str = ".6g") -> str:
+    """A number as the writers print it: ``NA`` when missing or not finite, integers without a
+    decimal point, anything else with ``spec``."""
+    if x is None or not math.isfinite(x):
+        return "NA"
+    if float(x).is_integer() and abs(x) < 2**53:
+        return str(int(x))
+    return format(x, spec)
+
+
+TEXT_WIDTH = 60  # alignment columns per block of the text layout
+_TEXT_NAME = 20  # id letters shown in its blocks (the '#' line has them whole)
+
+
+def format_text(query_id: str, query: str, target_id: str, target: str, alignment: Any, *,
+                score: float | None = None, evalue: float | None = None, width: int = TEXT_WIDTH) -> str:
+    """One pair laid out to read by eye (``sinkalign align --format text``): a ``#`` line of
+    figures (score, aligned length, identity, mean confidence, E-value when known), then blocks
+    of ``width`` columns: the query row, a match line (``|`` identical, ``.`` substituted), the
+    target row, each row with the 1-based numbers of its first and last residue, and, for an
+    :class:`Alignment`, HMMER-style posterior digits (``PP``, :func:`posterior_digits`).
+
+    ``alignment``: an :class:`Alignment` or aligned pairs (:func:`as_pairs`); ``score``
+    defaults to ``alignment.score`` where there is one.
+    """
+    if not isinstance(width, int) or width < 1:
+        raise ValueError(f"{width=} must be a positive integer")
+    posterior = alignment if isinstance(alignment, Alignment) else None
+    pairs = as_pairs(alignment, len(query), len(target))
+    if score is None:
+        score = getattr(alignment, "score", None)
+    st = alignment_stats(query, target, pairs)
+    facts = [
+        f"score={format_number(score, '.4g')}",
+        f"aligned={st.aligned_length}",
+        f"identity={st.n_identical}/{st.aligned_length}" + (f" ({st.identity:.1f}%)" if st.aligned_length else ""),
+        f"mean_confidence={format_number(posterior.mean_posterior if posterior is not None else None, '.3f')}",
+    ]
+    if evalue is not None:
+        facts.append(f"evalue={evalue:.3g}")
+    out = [f"# {query_id} ({len(query)}) vs {target_id} ({len(target)}): {' '.join(facts)}\n\n"]
+    qrow, trow = to_gapped(query, target, pairs)
+    match = "".join(" " if "-" in (a, b) else "|" if a.upper() == b.upper() else "." for a, b in zip(qrow, trow))
+    pp = None if posterior is None else posterior_digits(posterior)
+    names = (query_id[:_TEXT_NAME], target_id[:_TEXT_NAME])
+    name_w, num_w = max(2, *map(len, names)), len(str(max(len(query), len(target))))
+    done = [0, 0]  # residues of each sequence before the block
+    for c0 in range(0, len(qrow), width):
+        cols = slice(c0, c0 + width)
+        rows = []
+        for k, row in enumerate((qrow, trow)):
+            piece = row[cols]
+            residues = len(piece) - piece.count("-")
+            first = done[k] + 1 if residues else done[k]  # 1-based; a block of gaps repeats the last
+            done[k] += residues
+            rows.append(f"{names[k]:<{name_w}} {first:>{num_w}} {piece} {done[k]}")
+        block = [rows[0], " " * (name_w + num_w + 2) + match[cols], rows[1]]
+        if pp is not None:
+            block.append(f"{'PP':<{name_w}} {'':>{num_w}} {pp[cols]}")
+        out.append("\n".join(block) + "\n\n")
+    return "".join(out)
+
+
 def to_biopython(query_id: str, query: str, target_id: str, target: str, alignment: Any, *,
                  score: float | None = None, evalue: float | None = None):
     """The pair as a Biopython ``Bio.Align.Alignment``: two ``SeqRecord`` (query first, then
@@ -450,6 +515,12 @@ class AlignedPair(NamedTuple):
     def gapped(self, gap: str = "-") -> tuple[str, str]:
         """The two sequences with gaps inserted (the global layout of the FASTA output)."""
         return to_gapped(self.query, self.target, self.alignment, gap=gap)
+
+    def __str__(self) -> str:
+        """The pair laid out to read by eye, as ``sinkalign align --format text`` writes it
+        (:func:`format_text`): ``print(aligner.align(a, b))``."""
+        return format_text(self.query_id, self.query, self.target_id, self.target, self.alignment,
+                           score=self.score, evalue=self.evalue)
 
     def to_biopython(self):
         """This pair as a Biopython ``Bio.Align.Alignment`` (:func:`to_biopython`): ``print()``

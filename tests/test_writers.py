@@ -267,6 +267,28 @@ def test_text_shows_the_layout_for_reading_by_eye(tmp_path, records):
     assert path.read_text().splitlines()[2].startswith("a_very_long_query_id 1 MKV 3")
 
 
+def test_printing_a_pair_shows_the_text_layout(records):
+    """print(pair) shows what --format text writes for it, posteriors or not; format_text's
+    width folds the same columns into other blocks."""
+    import io
+
+    from sinkalign.alignment import format_text
+
+    for rec in records[:3]:
+        pair = AlignedPair(*rec[:5], rec[5] if len(rec) > 5 else None, None, 3e-7)
+        written = io.StringIO()
+        write_alignments([pair], written, "text")
+        assert str(pair) == written.getvalue()
+        assert str(pair).count("evalue=3e-07") == 1
+    pair = AlignedPair(*records[0][:5])
+    narrow = format_text(pair.query_id, pair.query, pair.target_id, pair.target, pair.alignment, width=7)
+    wide_rows, narrow_rows = ([line.split()[2] for line in text.splitlines() if line.startswith(pair.query_id + " ")]
+                              for text in (str(pair), narrow))
+    assert "".join(narrow_rows) == "".join(wide_rows) and {len(r) for r in narrow_rows[:-1]} == {7}
+    with pytest.raises(ValueError, match="width"):
+        format_text("a", "MK", "b", "MK", np.array([[0, 0]]), width=0)
+
+
 def test_to_biopython_is_the_same_alignment(records):
     """AlignedPair.to_biopython: the rows, the aligned pairs (read back from Biopython's
     indices), its counts, score, E-value and posterior digits; Biopython writes it as Clustal

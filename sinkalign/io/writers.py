@@ -74,10 +74,11 @@ from sinkalign.alignment import (
     alignment_stats,
     check_pairs,
     cigar,
-    posterior_digits,
+    format_text,
     to_biopython,
     to_gapped,
 )
+from sinkalign.alignment import format_number as _fmt
 from sinkalign.errors import InputError
 from sinkalign.utils import atomic_path, atomic_write
 
@@ -173,14 +174,6 @@ def _prepare(records: Iterable[Any]) -> Iterator[_Record]:
 
 
 # --------------------------------------------------------------------------- formatting helpers
-
-
-def _fmt(x: float, spec: str = ".6g") -> str:
-    if x is None or not math.isfinite(x):
-        return "NA"
-    if float(x).is_integer() and abs(x) < 2**53:
-        return str(int(x))
-    return format(x, spec)
 
 
 def _mean_posterior(rec: _Record) -> float:
@@ -368,45 +361,12 @@ def _stockholm_to(records: Iterable[_Record], handle: IO[str]) -> int:
     return count
 
 
-_TEXT_WIDTH = 60  # alignment columns per block of the text format
-_TEXT_NAME = 20  # id letters shown in its blocks (the '#' line has them whole)
-
-
 def _text_to(records: Iterable[_Record], handle: IO[str]) -> int:
     count = 0
     for rec in records:
-        st = alignment_stats(rec.query, rec.target, rec.pairs)
-        facts = [
-            f"score={_fmt(rec.score, '.4g')}",
-            f"aligned={st.aligned_length}",
-            f"identity={st.n_identical}/{st.aligned_length}"
-            + (f" ({st.identity:.1f}%)" if st.aligned_length else ""),
-            f"mean_confidence={_fmt(_mean_posterior(rec), '.3f')}",
-        ]
-        if rec.evalue is not None:
-            facts.append(f"evalue={rec.evalue:.3g}")
-        handle.write(f"# {rec.query_id} ({len(rec.query)}) vs {rec.target_id} ({len(rec.target)}): "
-                     f"{' '.join(facts)}\n\n")
-        qrow, trow = to_gapped(rec.query, rec.target, rec.pairs)
-        match = "".join(" " if "-" in (a, b) else "|" if a.upper() == b.upper() else "." for a, b in zip(qrow, trow))
-        pp = None if rec.posterior is None else posterior_digits(rec.posterior)
-        names = (rec.query_id[:_TEXT_NAME], rec.target_id[:_TEXT_NAME])
-        name_w, num_w = max(2, *map(len, names)), len(str(max(len(rec.query), len(rec.target))))
-        done = [0, 0]  # residues of each sequence before the block
-        for c0 in range(0, len(qrow), _TEXT_WIDTH):
-            cols = slice(c0, c0 + _TEXT_WIDTH)
-            rows = []
-            for k, row in enumerate((qrow, trow)):
-                piece = row[cols]
-                residues = len(piece) - piece.count("-")
-                first = done[k] + 1 if residues else done[k]  # 1-based; a block of gaps repeats the last
-                done[k] += residues
-                rows.append(f"{names[k]:<{name_w}} {first:>{num_w}} {piece} {done[k]}")
-            blank = " " * (name_w + num_w + 2)
-            block = [rows[0], blank + match[cols], rows[1]]
-            if pp is not None:
-                block.append(f"{'PP':<{name_w}} {'':>{num_w}} {pp[cols]}")
-            handle.write("\n".join(block) + "\n\n")
+        handle.write(format_text(rec.query_id, rec.query, rec.target_id, rec.target,
+                                 rec.pairs if rec.posterior is None else rec.posterior, score=rec.score,
+                                 evalue=rec.evalue))
         count += 1
     return count
 
