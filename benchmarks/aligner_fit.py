@@ -57,7 +57,7 @@ def f1(preds, pairs) -> float:
 
 def run(aligner, pairs, keep_plan=False):
     return list(aligner.align_many(((p.query_id, p.query_seq, p.target_id, p.target_seq) for p in pairs),
-                                   keep_plan=keep_plan))
+                                   keep_plan=keep_plan, strand="plus"))
 
 
 def nw(pairs, scoring) -> float:

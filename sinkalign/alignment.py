@@ -12,6 +12,10 @@ Conventions (used everywhere in sinkalign):
   before the target-only columns. This fixes the column order used by
   :func:`alignment_columns`, :func:`to_gapped` and :func:`cigar`; it is a layout choice
   only (the pair set, not the order, defines the alignment).
+* A nucleotide pair aligned on the minus strand (``AlignedPair.strand == "-"``) holds the
+  reverse complement of the query as given, and its pairs index into that (as SAM stores a
+  reverse-strand read); its spans (:meth:`AlignedPair.stats`, the TSV and JSON outputs) are
+  on the query as given, as PAF and BLAST report them.
 * Percent identity is ``100 * identical aligned pairs / aligned pairs`` (letters compared
   case-insensitively; gaps in neither numerator nor denominator), NaN when nothing is
   aligned.
@@ -20,7 +24,7 @@ Conventions (used everywhere in sinkalign):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -40,6 +44,8 @@ __all__ = [
     "format_text",
     "percent_identity",
     "posterior_digits",
+    "reverse_complement",
+    "stranded_stats",
     "to_biopython",
     "to_gapped",
 ]
@@ -100,6 +106,19 @@ def as_pairs(alignment: Any, m: int | None = None, n: int | None = None) -> np.n
 
 
 # --------------------------------------------------------------------------- results
+
+
+STRAND_SIGNS = ("+", "-")
+
+
+def reverse_complement(seq: str) -> str:
+    """The reverse complement of a nucleotide sequence (Biopython's; IUPAC codes and case kept;
+    an RNA sequence, with ``U`` and no ``T``, stays RNA)."""
+    from Bio.Seq import reverse_complement as dna
+    from Bio.Seq import reverse_complement_rna as rna
+
+    upper = seq.upper()
+    return (rna if "U" in upper and "T" not in upper else dna)(seq)
 
 
 @dataclass(frozen=True, eq=False)
@@ -163,6 +182,16 @@ class Alignment:
         posteriors swapped; confidences, expected accuracy and score unchanged)."""
         return Alignment(self.pairs[:, ::-1].copy(), self.match_posterior, self.target_gap_posterior,
                          self.query_gap_posterior, self.expected_accuracy, self.score)
+
+    def reversed(self) -> Alignment:
+        """The same alignment read from the other end of both sequences: pair ``(i, j)``
+        becomes ``(m - 1 - i, n - 1 - j)`` (the alignment of the two reverse complements),
+        posteriors reversed with it."""
+        m, n = self.m, self.n
+        flipped = np.stack([m - 1 - self.pairs[::-1, 0], n - 1 - self.pairs[::-1, 1]], 1) if self.pairs.size \
+            else self.pairs.copy()
+        return Alignment(flipped, self.match_posterior[::-1].copy(), self.query_gap_posterior[::-1].copy(),
+                         self.target_gap_posterior[::-1].copy(), self.expected_accuracy, self.score)
 
     def __repr__(self) -> str:
         return (
@@ -266,7 +295,8 @@ _TEXT_NAME = 20  # id letters shown in its blocks (the '#' line has them whole)
 
 
 def format_text(query_id: str, query: str, target_id: str, target: str, alignment: Any, *,
-                score: float | None = None, evalue: float | None = None, width: int = TEXT_WIDTH) -> str:
+                score: float | None = None, evalue: float | None = None, width: int = TEXT_WIDTH,
+                strand: str = "+") -> str:
     """One pair laid out to read by eye (``sinkalign align --format text``): a ``#`` line of
     figures (score, aligned length, identity, mean confidence, E-value when known), then blocks
     of ``width`` columns: the query row, a match line (``|`` identical, ``.`` substituted), the
@@ -274,8 +304,12 @@ def format_text(query_id: str, query: str, target_id: str, target: str, alignmen
     :class:`Alignment`, HMMER-style posterior digits (``PP``, :func:`posterior_digits`).
 
     ``alignment``: an :class:`Alignment` or aligned pairs (:func:`as_pairs`); ``score``
-    defaults to ``alignment.score`` where there is one.
+    defaults to ``alignment.score`` where there is one. ``strand="-"``: ``query`` is the
+    reverse complement of the query as given; the ``#`` line says ``strand=-`` and the query
+    rows are numbered on the query as given (descending, as BLAST numbers a minus strand).
     """
+    if strand not in STRAND_SIGNS:
+        raise ValueError(f"strand={strand!r} is not one of {STRAND_SIGNS}")
     if not isinstance(width, int) or width < 1:
         raise ValueError(f"{width=} must be a positive integer")
     posterior = alignment if isinstance(alignment, Alignment) else None
@@ -291,6 +325,8 @@ def format_text(query_id: str, query: str, target_id: str, target: str, alignmen
     ]
     if evalue is not None:
         facts.append(f"evalue={evalue:.3g}")
+    if strand == "-":
+        facts.append("strand=-")
     out = [f"# {query_id} ({len(query)}) vs {target_id} ({len(target)}): {' '.join(facts)}\n\n"]
     qrow, trow = to_gapped(query, target, pairs)
     match = "".join(" " if "-" in (a, b) else "|" if a.upper() == b.upper() else "." for a, b in zip(qrow, trow))
@@ -306,7 +342,10 @@ def format_text(query_id: str, query: str, target_id: str, target: str, alignmen
             residues = len(piece) - piece.count("-")
             first = done[k] + 1 if residues else done[k]  # 1-based; a block of gaps repeats the last
             done[k] += residues
-            rows.append(f"{names[k]:<{name_w}} {first:>{num_w}} {piece} {done[k]}")
+            last = done[k]
+            if k == 0 and strand == "-":  # residue r of the reverse complement is m + 1 - r as given
+                first, last = len(query) + 1 - first, len(query) + 1 - last
+            rows.append(f"{names[k]:<{name_w}} {first:>{num_w}} {piece} {last}")
         block = [rows[0], " " * (name_w + num_w + 2) + match[cols], rows[1]]
         if pp is not None:
             block.append(f"{'PP':<{name_w}} {'':>{num_w}} {pp[cols]}")
@@ -427,6 +466,18 @@ def alignment_stats(query: str, target: str, alignment: Any) -> AlignmentStats:
     )
 
 
+def stranded_stats(query: str, target: str, alignment: Any, strand: str = "+") -> AlignmentStats:
+    """:func:`alignment_stats`; for ``strand="-"`` (``query`` is the reverse complement of the
+    query as given) the query span is turned back onto the query as given."""
+    if strand not in STRAND_SIGNS:
+        raise InputError(f"strand={strand!r} is not one of {STRAND_SIGNS}")
+    st = alignment_stats(query, target, alignment)
+    if strand == "+" or st.aligned_length == 0:
+        return st
+    m = len(query)
+    return replace(st, query_start=m - st.query_end, query_end=m - st.query_start)
+
+
 def _identical(query: str, target: str, pairs: np.ndarray) -> int:
     qa = np.frombuffer(query.upper().encode("ascii"), dtype=np.uint8)
     ta = np.frombuffer(target.upper().encode("ascii"), dtype=np.uint8)
@@ -468,6 +519,11 @@ class AlignedPair(NamedTuple):
         evalue: how many shuffled pairs of these lengths would be expected to align at least
             as well (:mod:`sinkalign.align.significance`), when the model carries a fitted
             null; else ``None``.
+        strand: ``"+"``, or ``"-"`` when the query was aligned as its reverse complement (a
+            nucleotide model's ``strand="minus"`` or ``"both"``): then ``query`` holds that
+            reverse complement, ``alignment``, ``plan``, :attr:`cigar` and :meth:`gapped`
+            read it as aligned (as SAM's SEQ and CIGAR of a reverse-strand read), and
+            :attr:`stats` gives the query span on the query as given (as PAF and BLAST).
 
     A plain 6-tuple ``(query_id, query, target_id, target, alignment, score)`` is accepted
     wherever an ``AlignedPair`` is.
@@ -481,6 +537,7 @@ class AlignedPair(NamedTuple):
     score: float | None = None
     plan: np.ndarray | None = None
     evalue: float | None = None
+    strand: str = "+"
 
     @property
     def pairs(self) -> np.ndarray:
@@ -490,17 +547,37 @@ class AlignedPair(NamedTuple):
     def transposed(self) -> AlignedPair:
         """The pair with query and target exchanged: ids, sequences, the alignment
         (:meth:`Alignment.transposed`, or the pairs turned round) and the plan transposed;
-        score and E-value unchanged."""
+        score, E-value and strand unchanged. On the minus strand the new query is the
+        reverse complement of the target, aligned to the query as given (the same
+        alignment read from the other end: :meth:`Alignment.reversed`)."""
         aln = self.alignment
+        if self.strand == "-":
+            m, n = len(self.query), len(self.target)
+            if isinstance(aln, Alignment):
+                turned = aln.reversed().transposed()
+            else:
+                p = self.pairs[::-1]
+                turned = np.stack([n - 1 - p[:, 1], m - 1 - p[:, 0]], 1)
+            plan = None
+            if self.plan is not None:
+                P = np.asarray(self.plan)  # [m + 1, n + 1]: rows the aligned query, last row/column the dustbins
+                plan = np.empty((n + 1, m + 1), dtype=P.dtype)
+                plan[:n, :m] = P[:m, :n][::-1, ::-1].T
+                plan[:n, m] = P[m, :n][::-1]
+                plan[n, :m] = P[:m, n][::-1]
+                plan[n, m] = P[m, n]
+            return AlignedPair(self.target_id, reverse_complement(self.target), self.query_id,
+                               reverse_complement(self.query), turned, self.score, plan, self.evalue, "-")
         turned = aln.transposed() if isinstance(aln, Alignment) else self.pairs[:, ::-1].copy()
         plan = None if self.plan is None else np.ascontiguousarray(np.asarray(self.plan).T)
         return AlignedPair(self.target_id, self.target, self.query_id, self.query, turned, self.score, plan,
-                           self.evalue)
+                           self.evalue, self.strand)
 
     @property
     def stats(self) -> AlignmentStats:
-        """Identity, aligned length and the 0-based half-open spans (:func:`alignment_stats`)."""
-        return alignment_stats(self.query, self.target, self.alignment)
+        """Identity, aligned length and the 0-based half-open spans (:func:`alignment_stats`;
+        on the minus strand the query span is on the query as given)."""
+        return stranded_stats(self.query, self.target, self.alignment, self.strand)
 
     @property
     def identity(self) -> float:
@@ -520,7 +597,7 @@ class AlignedPair(NamedTuple):
         """The pair laid out to read by eye, as ``sinkalign align --format text`` writes it
         (:func:`format_text`): ``print(aligner.align(a, b))``."""
         return format_text(self.query_id, self.query, self.target_id, self.target, self.alignment,
-                           score=self.score, evalue=self.evalue)
+                           score=self.score, evalue=self.evalue, strand=self.strand)
 
     def to_biopython(self):
         """This pair as a Biopython ``Bio.Align.Alignment`` (:func:`to_biopython`): ``print()``

@@ -337,7 +337,7 @@ def test_writers_carry_the_evalue(tmp_path):
         write_alignments(recs, tmp_path / f"o.{fmt}", fmt)
         out[fmt] = (tmp_path / f"o.{fmt}").read_text()
     rows = [line.split("\t") for line in out["tsv"].splitlines()]
-    assert rows[0][-1] == "evalue" and rows[1][-1] == "1.23e-07" and rows[2][-1] == "NA"
+    assert rows[0][-2:] == ["evalue", "strand"] and rows[1][-2:] == ["1.23e-07", "+"] and rows[2][-2] == "NA"
     objs = [json.loads(line) for line in out["json"].splitlines()]
     assert objs[0]["evalue"] == 1.234e-7 and objs[1]["evalue"] is None
     assert ">q1 aligned_to=t1 score=3 evalue=1.23e-07" in out["fasta"] and ">q2 aligned_to=t2 score=2\n" in out["fasta"]
@@ -358,7 +358,7 @@ def test_align_cli_max_evalue_keeps_the_likely_homologs(tmp_path):
     out, plans = tmp_path / "o.tsv", tmp_path / "plans.npz"
     r = CliRunner().invoke(cli, ["align", str(queries), str(targets), "-o", str(out), "--no-progress"])
     assert r.exit_code == 0, r.output
-    every = {line.split("\t")[0]: float(line.split("\t")[-1]) for line in out.read_text().splitlines()[1:]}
+    every = {line.split("\t")[0]: float(line.split("\t")[-2]) for line in out.read_text().splitlines()[1:]}
     assert every["hba"] < 1e-10 < 1e-3 < every["hba_shuffled"]
     r = CliRunner().invoke(cli, ["align", str(queries), str(targets), "-o", str(out), "--overwrite", "--no-progress",
                                  "--max-evalue", "1e-3", "--plan-out", str(plans)])

@@ -38,16 +38,17 @@ from sinkalign.align.checkpoints import BUCKETS, load_checkpoint
 from sinkalign.align.decode import mea_batch, plan_posteriors
 from sinkalign.align.engine import NumpyEngine, engine_support
 from sinkalign.align.significance import Significance
-from sinkalign.alignment import AlignedPair
+from sinkalign.alignment import AlignedPair, reverse_complement
 from sinkalign.errors import CheckpointError, InputError
 
-__all__ = ["AlignedPair", "Aligner", "ENGINES", "PairResult", "SHIPPED_MODELS", "default_model_path",
+__all__ = ["AlignedPair", "Aligner", "ENGINES", "PairResult", "SHIPPED_MODELS", "STRANDS", "default_model_path",
            "enable_compilation_cache", "resolve_model"]
 
 log = logging.getLogger(__name__)
 
 BACKENDS = ("reference", "pallas")
 ENGINES = ("auto", "numpy", "jax")
+STRANDS = ("plus", "minus", "both")  # BLAST's -strand
 MAX_LENGTH = 8192  # residues per sequence; the plan is dense, [L + 1, L + 1] per pair
 LONG_STEP = 512
 TASK_PAIRS = 16  # pairs per task of the numpy engine (a thread aligns one task at a time)
@@ -174,13 +175,21 @@ class Aligner:
         engine: ``auto`` (``numpy`` when the model allows it, else ``jax``), ``numpy`` (an
             error naming the reason when the model does not allow it) or ``jax``.
         workers: threads of the ``numpy`` engine (default: the CPUs this process may use).
+        strand: nucleotide models only: ``plus`` aligns the query as given, ``minus`` its
+            reverse complement, ``both`` (the default for a nucleotide model, as BLAST and
+            minimap2 search) each pair both ways, keeping the strand of smaller E-value (of
+            larger score without E-values; the plus strand on a tie). Searching both strands
+            makes two comparisons of each pair, so ``both`` reports twice that strand's
+            E-value. A result on the minus strand has ``strand="-"`` and holds the reverse
+            complement as its query (:class:`~sinkalign.alignment.AlignedPair`). Protein
+            models align the sequences as given (``plus``).
     """
 
     def __init__(self, params: dict, config: M.AlignerConfig, *, embedder=None,
                  embedder_options: dict | None = None, backend: str = "reference",
                  gap_weight: float | None = None, calibration: Calibration | None = None, engine: str = "auto",
                  workers: int | None = None, min_confidence: float | None = None,
-                 significance: Significance | None = None):
+                 significance: Significance | None = None, strand: str | None = None):
         if backend not in BACKENDS:
             raise InputError(f"backend={backend!r} is not one of {BACKENDS}")
         if engine not in ENGINES:
@@ -197,6 +206,7 @@ class Aligner:
         if self.min_confidence > 0 and calibration is None:
             raise InputError("min_confidence needs calibrated confidences: this model has no calibration "
                              "(fit one with `sinkalign calibrate`)")
+        self.strand = self._resolve_strand(strand)
         self.workers = default_workers() if workers is None else int(workers)
         if self.workers < 1:
             raise InputError(f"workers={self.workers} must be >= 1")
@@ -264,13 +274,15 @@ class Aligner:
 
     # ---------------------------------------------------------------- public API
     def align(self, query: str, target: str, *, query_id: str = "query", target_id: str = "target",
-              keep_plan: bool = False) -> AlignedPair:
+              keep_plan: bool = False, strand: str | None = None) -> AlignedPair:
         """Align one pair of sequences."""
-        return next(self.align_many([(query_id, query, target_id, target)], keep_plan=keep_plan))
+        return next(self.align_many([(query_id, query, target_id, target)], keep_plan=keep_plan, strand=strand))
 
     def align_many(self, pairs: Iterable[tuple[str, str, str, str]], *, batch_size: int = 8,
-                   keep_plan: bool = False) -> Iterator[AlignedPair]:
+                   keep_plan: bool = False, strand: str | None = None) -> Iterator[AlignedPair]:
         """Align ``(query_id, query, target_id, target)`` tuples; results come in input order.
+        ``strand`` (nucleotide models: ``plus``, ``minus``, ``both``) overrides the aligner's
+        own :attr:`strand` for this call.
 
         The stream is consumed lazily and a bounded number of pairs is in flight at once
         (``numpy`` engine: ``2 * workers`` tasks of 16 pairs; ``jax`` engine: two batches of
@@ -280,9 +292,47 @@ class Aligner:
         """
         if batch_size < 1:
             raise InputError(f"{batch_size=} must be >= 1")
-        if self.config.symmetric:
-            return self._either_way(pairs, batch_size, keep_plan)
-        return self._results(pairs, batch_size, keep_plan)
+        strand = self.strand if strand is None else self._resolve_strand(strand)
+
+        def aligned(stream):
+            if self.config.symmetric:
+                return self._either_way(stream, batch_size, keep_plan)
+            return self._results(stream, batch_size, keep_plan)
+
+        return aligned(pairs) if strand == "plus" else self._strands(pairs, aligned, both=strand == "both")
+
+    def _strands(self, pairs, aligned: Callable, *, both: bool) -> Iterator[AlignedPair]:
+        """Results on the minus strand or on the better of both (see :class:`Aligner`)."""
+        ways: deque = deque()
+
+        def jobs():
+            for item in pairs:
+                try:
+                    self._check(item)  # a bad pair goes as given: its error names it as given
+                    reverse = (item[0], reverse_complement(item[1]), item[2], item[3])
+                except (ValueError, TypeError):
+                    ways.append("as given")
+                    yield item
+                    continue
+                ways.append("both" if both else "minus")
+                if both:
+                    yield item
+                yield reverse
+
+        results = aligned(jobs())
+        for first in results:
+            way = ways.popleft()
+            if way == "minus":
+                yield first._replace(strand="-")
+            elif way == "both":
+                plus, minus = first, next(results)._replace(strand="-")
+                if plus.evalue is not None and minus.evalue is not None:
+                    best = minus if minus.evalue < plus.evalue else plus
+                else:
+                    best = minus if minus.score > plus.score else plus
+                yield best if best.evalue is None else best._replace(evalue=2.0 * best.evalue)
+            else:  # pragma: no cover - a pair that fails the checks raises before its result
+                yield first
 
     def _results(self, pairs, batch_size: int, keep_plan: bool) -> Iterator[AlignedPair]:
         if self._numpy is not None:
@@ -313,7 +363,7 @@ class Aligner:
             yield result.transposed() if turned.popleft() else result
 
     def align_pairs(self, pairs: Iterable[tuple[Any, Any]], *, batch_size: int = 8,
-                    keep_plan: bool = False) -> Iterator[AlignedPair]:
+                    keep_plan: bool = False, strand: str | None = None) -> Iterator[AlignedPair]:
         """Align ``(query_record, target_record)`` pairs of records with ``.id`` and ``.seq``
         (e.g. :class:`sinkalign.io.fasta.Sequence` or Biopython's ``SeqRecord``), ``(id, seq)``
         tuples or plain sequence strings (named ``query<k>`` / ``target<k>`` by their pair's
@@ -330,9 +380,22 @@ class Aligner:
                              f"sequence string, got {type(rec).__name__}")
 
         return self.align_many(((*fields(q, k, "query"), *fields(t, k, "target")) for k, (q, t) in enumerate(pairs)),
-                               batch_size=batch_size, keep_plan=keep_plan)
+                               batch_size=batch_size, keep_plan=keep_plan, strand=strand)
 
     # ---------------------------------------------------------------- shared pieces
+    def _resolve_strand(self, strand: str | None) -> str:
+        """``strand`` checked against the model's alphabet; ``None``: ``both`` for a nucleotide
+        model, ``plus`` for protein."""
+        nucleotide = self.config.alphabet == "dna"
+        if strand is None:
+            return "both" if nucleotide else "plus"
+        if strand not in STRANDS:
+            raise InputError(f"strand={strand!r} is not one of {STRANDS}")
+        if strand != "plus" and not nucleotide:
+            raise InputError(f"strand={strand!r}: strands are for nucleotide models; a {self.config.alphabet} "
+                             "model aligns the sequences as given")
+        return strand
+
     @staticmethod
     def _check(item) -> None:
         qid, q, tid, t = item

@@ -303,7 +303,8 @@ def fit_significance(features, lengths, null_features, null_lengths, *, threshol
 
 def aligned_features(aligner, items) -> tuple[np.ndarray, np.ndarray]:
     """``(features [N, F], lengths [N, 2])`` of ``(query, target)`` sequence pairs aligned by
-    ``aligner`` (calibrated, at its calibration's own threshold, as the E-values see them)."""
+    ``aligner`` (calibrated, at its calibration's own threshold, as the E-values see them), each
+    as given (on the plus strand: the null is that of one comparison)."""
     cal = aligner.calibration
     if cal is None:
         raise ValueError("E-values need a calibrated model (fit one with `sinkalign calibrate`)")
@@ -312,7 +313,7 @@ def aligned_features(aligner, items) -> tuple[np.ndarray, np.ndarray]:
                          f"{cal.min_confidence}: fit E-values at the calibration's own threshold")
     kind = aligner.config.alphabet  # "protein" or "dna" (AlignerConfig checks it)
     items = [(str(q), str(t)) for q, t in items]
-    stream = aligner.align_many((f"q{i}", q, f"t{i}", t) for i, (q, t) in enumerate(items))
+    stream = aligner.align_many(((f"q{i}", q, f"t{i}", t) for i, (q, t) in enumerate(items)), strand="plus")
     feats = np.array([pair_features(r.alignment.match_posterior, r.query, r.target, threshold=0.0, kind=kind)
                       for r in stream]).reshape(-1, len(PAIR_FEATURES))
     return feats, np.array([(len(q), len(t)) for q, t in items], dtype=np.float64).reshape(-1, 2)

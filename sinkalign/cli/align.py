@@ -75,7 +75,7 @@ class _DbSize(click.ParamType):
                    "-num_threads; not with --workers/--scheduler, whose workers use their own.")
 @click.option("--plan-out", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the transport plan (with dustbin row/column) of every pair written to this .npz "
-                   "file.")
+                   "file (on the minus strand: the plan of the query's reverse complement).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True)
 @click.option("--chunk-size", type=click.IntRange(min=1), default=256, show_default=True,
               help="Pairs per chunk: the unit of work sent to a cluster worker.")
@@ -100,12 +100,17 @@ class _DbSize(click.ParamType):
 @click.option("--max-hits", type=click.IntRange(min=1), metavar="N",
               help="Keep the N pairs of smallest E-value per query, best first (as BLAST's -max_target_seqs). "
                    "A query's pairs must be consecutive: always so all-vs-all; group a --pairs list by query.")
+@click.option("--strand", type=click.Choice(["plus", "minus", "both"]),
+              help="Nucleotide pairs: align the query as given (plus), its reverse complement (minus) or both, "
+                   "keeping the strand of smaller E-value (default: both, as BLAST; the E-value is doubled: two "
+                   "comparisons). A minus-strand pair is written as SAM writes a reverse-strand read (flag 16, the "
+                   "reverse complement as SEQ), with query spans on the query as given (TSV, JSON, blast6).")
 @progress_option("aligned pairs")
 @click.pass_context
 def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, overwrite, model, embedder,
           esm_weights, backend, engine, threads, plan_out, batch_size, chunk_size, workers, scheduler, gap_weight,
           min_confidence,
-          max_evalue, db_size, max_hits, progress):
+          max_evalue, db_size, max_hits, strand, progress):
     """Align the records of QUERY_FASTA against those of TARGET_FASTA (protein or DNA).
 
     \b
@@ -144,7 +149,7 @@ def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, 
                         min_confidence=min_confidence, max_evalue=max_evalue, db_size=db_size, max_hits=max_hits,
                         progress=show_progress(progress),
                         overwrite=overwrite, workers=workers, scheduler=scheduler, chunk_size=chunk_size,
-                        engine=engine, threads=threads)
+                        engine=engine, threads=threads, strand=strand)
     except BrokenPipeError:  # e.g. `sinkalign align ... | head`: stop quietly, as other filters do
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

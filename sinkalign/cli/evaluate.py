@@ -65,7 +65,7 @@ def evaluate(references, model, split, min_tm, max_pairs, methods, backend, json
     if "sinkalign" in chosen:
         from sinkalign.align.aligner import Aligner
 
-        aligner = Aligner.load(model, backend=backend)
+        aligner = Aligner.load(model, backend=backend, strand="plus")  # references pair the sequences as given
     result = evaluate_sets(sets, aligner, methods=chosen)
     console = Console()
     for name, data in result["sets"].items():
@@ -114,7 +114,7 @@ def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, ma
     if not pairs:
         raise InputError(f"no reference pair of at most {max_length} residues in {[str(r) for r in references]}")
     source = resolve_model(model) if model else default_model_path()
-    aligner = Aligner.load(source, calibration=None)  # the raw posteriors are what is fitted
+    aligner = Aligner.load(source, calibration=None, strand="plus")  # the raw posteriors are what is fitted
     samples, raw = [], []
     kind = aligner.config.alphabet  # "protein" or "dna" (AlignerConfig checks it)
     for r, p in zip(aligner.align_many(((p.query_id, p.query_seq, p.target_id, p.target_seq) for p in pairs),

@@ -7,12 +7,22 @@ Input is a stream of records ``(query_id, query, target_id, target, alignment, s
 ``score=None`` takes ``alignment.score`` when there is one, else it is missing (NaN).
 Every output is written atomically (temporary file beside the destination, then rename).
 
+A nucleotide pair aligned on the minus strand (:class:`AlignedPair` with ``strand="-"``, whose
+``query`` is the reverse complement of the query as given) is written as each format writes a
+reverse-strand hit: SAM/BAM flag 16 with that reverse complement as SEQ (pysam's
+``get_forward_sequence()`` gives the query back) and the CIGAR along it; TSV and JSON spans on
+the query as given (PAF's convention), with a ``strand`` column / key; blast6 with the query
+forward and the target's positions descending (BLAST's); ``strand=-`` in the FASTA
+descriptions, the Stockholm ``#=GF CC`` line and the text format's ``#`` line, whose query rows
+are numbered on the query as given (descending). The gapped rows (FASTA, Stockholm, JSON, text)
+show the query as aligned.
+
 Formats (:data:`FORMATS`):
 
 * ``fasta``: each pair as two gapped records (query then target, global layout), in input
   order; descriptions ``aligned_to=<other id> score=<score>`` (and ``evalue=<E>`` when known).
 * ``tsv``: one row per pair, header ``query target score identity aligned_length
-  query_start query_end target_start target_end cigar mean_posterior evalue``. Spans are 0-based
+  query_start query_end target_start target_end cigar mean_posterior evalue strand``. Spans are 0-based
   half-open; identity is percent of aligned pairs that are identical; the CIGAR is the
   SAM-style local one (soft clips for unaligned query ends, target span from
   ``target_start``); the E-value (:mod:`sinkalign.align.significance`) when the model has a
@@ -69,12 +79,14 @@ from typing import IO, Any, NamedTuple
 import numpy as np
 
 from sinkalign.alignment import (
+    STRAND_SIGNS,
     AlignedPair,
     Alignment,
     alignment_stats,
     check_pairs,
     cigar,
     format_text,
+    stranded_stats,
     to_biopython,
     to_gapped,
 )
@@ -100,6 +112,7 @@ TSV_COLUMNS = (
     "cigar",
     "mean_posterior",
     "evalue",
+    "strand",
 )
 _BAD_SEQ_RE = re.compile(r"[^A-Za-z*]")
 _QNAME_RE = re.compile(r"[!-?A-~]{1,254}")
@@ -118,6 +131,7 @@ class _Record(NamedTuple):
     posterior: Alignment | None
     score: float
     evalue: float | None = None
+    strand: str = "+"
 
     @property
     def where(self) -> str:
@@ -127,11 +141,11 @@ class _Record(NamedTuple):
 def _prepare(records: Iterable[Any]) -> Iterator[_Record]:
     """Validate and normalise the input stream (InputError naming the record)."""
     for index, rec in enumerate(records):
-        evalue = None
+        evalue, strand = None, "+"
         try:
             if isinstance(rec, AlignedPair):  # its plan is not written
                 qid, q, tid, t, aln, *rest = rec[:6]
-                evalue = rec.evalue
+                evalue, strand = rec.evalue, rec.strand
             else:
                 qid, q, tid, t, aln, *rest = rec
         except (TypeError, ValueError):
@@ -170,7 +184,10 @@ def _prepare(records: Iterable[Any]) -> Iterator[_Record]:
             score = float(score)
         except (TypeError, ValueError):
             raise InputError(f"{where}: score={score!r} is not a number") from None
-        yield _Record(index, qid, q, tid, t, pairs, posterior, score, None if evalue is None else float(evalue))
+        if strand not in STRAND_SIGNS:
+            raise InputError(f"{where}: strand={strand!r} is not one of {STRAND_SIGNS}")
+        yield _Record(index, qid, q, tid, t, pairs, posterior, score, None if evalue is None else float(evalue),
+                      strand)
 
 
 # --------------------------------------------------------------------------- formatting helpers
@@ -211,7 +228,7 @@ def _fasta_to(records: Iterable[_Record], handle: IO[str]) -> int:
         nonlocal count
         for rec in records:
             qg, tg = to_gapped(rec.query, rec.target, rec.pairs)
-            score = f"score={_fmt(rec.score, '.10g')}{_evalue_note(rec)}"
+            score = f"score={_fmt(rec.score, '.10g')}{_evalue_note(rec)}{_strand_note(rec)}"
             yield SeqRecord(Seq(qg), id=rec.query_id, description=f"aligned_to={rec.target_id} {score}")
             yield SeqRecord(Seq(tg), id=rec.target_id, description=f"aligned_to={rec.query_id} {score}")
             count += 1
@@ -225,8 +242,13 @@ def _evalue_note(rec: _Record) -> str:
     return "" if rec.evalue is None else f" evalue={rec.evalue:.3g}"
 
 
+def _strand_note(rec: _Record) -> str:
+    """`` strand=-`` for the FASTA descriptions and the Stockholm comment of a minus-strand pair."""
+    return " strand=-" if rec.strand == "-" else ""
+
+
 def _tsv_row(rec: _Record) -> list[str]:
-    st = alignment_stats(rec.query, rec.target, rec.pairs)
+    st = stranded_stats(rec.query, rec.target, rec.pairs, rec.strand)
     empty = st.aligned_length == 0
     return [
         rec.query_id,
@@ -241,6 +263,7 @@ def _tsv_row(rec: _Record) -> list[str]:
         "*" if empty else cigar(rec.pairs, len(rec.query), len(rec.target), local=True),
         _fmt(_mean_posterior(rec)),
         "NA" if rec.evalue is None else format(rec.evalue, ".3g"),
+        rec.strand,
     ]
 
 
@@ -263,6 +286,10 @@ def _blast6_row(rec: _Record) -> list[str] | None:
     # the local alignment's columns: every residue of both spans, an aligned pair counted once
     length = (st.query_end - st.query_start) + (st.target_end - st.target_start) - k
     steps = np.diff(rec.pairs, axis=0) - 1  # unaligned residues of each sequence between consecutive pairs
+    qstart, qend, sstart, send = st.query_start + 1, st.query_end, st.target_start + 1, st.target_end
+    if rec.strand == "-":  # as BLAST: the query forward, the subject's positions descending
+        m = len(rec.query)
+        qstart, qend, sstart, send = m - st.query_end + 1, m - st.query_start, send, sstart
     return [
         rec.query_id,
         rec.target_id,
@@ -270,10 +297,10 @@ def _blast6_row(rec: _Record) -> list[str] | None:
         str(length),
         str(k - st.n_identical),
         str(int(np.count_nonzero(steps))),
-        str(st.query_start + 1),
-        str(st.query_end),
-        str(st.target_start + 1),
-        str(st.target_end),
+        str(qstart),
+        str(qend),
+        str(sstart),
+        str(send),
         "NA" if rec.evalue is None else format(rec.evalue, ".2e"),
         _fmt(rec.score, ".4g"),
     ]
@@ -294,8 +321,9 @@ def _json_object(rec: _Record) -> dict[str, Any]:
     """Keys: index, query_id, target_id, query_length, target_length, score, identity,
     aligned_length, query_start, query_end, target_start, target_end, cigar (local, SAM
     style; null when empty), mean_posterior, expected_accuracy, evalue (null when unknown), pairs ([[i, j], ...]),
-    match_posterior (list or null), query_gapped, target_gapped."""
-    st = alignment_stats(rec.query, rec.target, rec.pairs)
+    match_posterior (list or null), query_gapped, target_gapped, strand (``+`` or ``-``: on the minus strand
+    the spans are on the query as given; pairs, cigar and query_gapped read its reverse complement)."""
+    st = stranded_stats(rec.query, rec.target, rec.pairs, rec.strand)
     qg, tg = to_gapped(rec.query, rec.target, rec.pairs)
 
     def num(x: float) -> float | None:
@@ -323,6 +351,7 @@ def _json_object(rec: _Record) -> dict[str, Any]:
         "match_posterior": [num(x) for x in post.match_posterior.tolist()] if post is not None else None,
         "query_gapped": qg,
         "target_gapped": tg,
+        "strand": rec.strand,
     }
 
 
@@ -352,7 +381,7 @@ def _stockholm_to(records: Iterable[_Record], handle: IO[str]) -> int:
             block = _biopython(rec)
             block.annotations = {
                 "identifier": f"{rec.query_id}_vs_{rec.target_id}",
-                "comment": f"score={_fmt(rec.score, '.10g')}{_evalue_note(rec)}",
+                "comment": f"score={_fmt(rec.score, '.10g')}{_evalue_note(rec)}{_strand_note(rec)}",
             }
             count += 1
             yield block
@@ -366,7 +395,7 @@ def _text_to(records: Iterable[_Record], handle: IO[str]) -> int:
     for rec in records:
         handle.write(format_text(rec.query_id, rec.query, rec.target_id, rec.target,
                                  rec.pairs if rec.posterior is None else rec.posterior, score=rec.score,
-                                 evalue=rec.evalue))
+                                 evalue=rec.evalue, strand=rec.strand))
         count += 1
     return count
 
@@ -434,13 +463,14 @@ def _segments(records: Iterable[_Record], header, ref_index: dict[str, int]):
         else:
             seg.query_sequence = None
             seg.set_tag("XQ", rec.query, "Z")
+        reverse = 16 if rec.strand == "-" else 0  # SEQ (the query as aligned) is the reverse complement
         if rec.pairs.shape[0] == 0:
-            seg.flag = 4
+            seg.flag = 4 | reverse
             seg.reference_id = -1
             seg.reference_start = -1
             seg.mapping_quality = 0
         else:
-            seg.flag = 0
+            seg.flag = reverse
             seg.reference_id = ref_index[rec.target_id]
             seg.reference_start = int(rec.pairs[0, 1])
             seg.cigarstring = cigar(rec.pairs, len(rec.query), len(rec.target), local=True)

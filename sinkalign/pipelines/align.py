@@ -56,7 +56,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sinkalign.alignment import AlignedPair
+from sinkalign.alignment import AlignedPair, reverse_complement
 from sinkalign.errors import (
     AlphabetError,
     FormatError,
@@ -98,6 +98,7 @@ class ModelSpec:
     min_confidence: float | None = None
     engine: str = "auto"
     threads: int | None = None  # the numpy engine's threads in this process (None: every CPU it may use)
+    strand: str | None = None  # nucleotide models: plus, minus or both (None: the aligner's default, both)
 
 
 _ALIGNERS: dict = {}
@@ -148,6 +149,7 @@ def load_aligner(spec: ModelSpec):
     extra = {} if threads is None else {"workers": threads}
     extra["min_confidence"] = spec.min_confidence
     extra["engine"] = spec.engine
+    extra["strand"] = spec.strand
     aligner = Aligner.load(path, backend=spec.backend, gap_weight=spec.gap_weight, **extra)
     trained_with = aligner.config.embedder.get("name") if aligner.config.feature_dim else None
     if spec.embedder is not None and trained_with is not None and spec.embedder != trained_with:
@@ -188,12 +190,13 @@ def _trim_heap() -> None:
 
 def align_chunk(spec: ModelSpec, chunk: list, batch_size: int, keep_plan: bool) -> list:
     """Align one chunk of ``(query_id, query, target_id, target)``: a list of ``(alignment,
-    plan or None, E-value or None)`` in the chunk's order. The task a cluster worker runs (and the single
+    plan or None, E-value or None, strand)`` in the chunk's order. The task a cluster worker runs (and the single
     process too, chunk by chunk, so both give the same batches and the same results)."""
     aligner = load_aligner(spec)
     out = []
     for res in _align_pairs(aligner, chunk, batch_size=batch_size, keep_plan=keep_plan):
-        out.append((res.alignment, None if res.plan is None else res.plan.astype(np.float32), res.evalue))
+        out.append((res.alignment, None if res.plan is None else res.plan.astype(np.float32), res.evalue,
+                    res.strand))
     if len(out) != len(chunk):  # an aligner that drops or adds pairs is a bug, never silent
         raise RuntimeError(f"the aligner returned {len(out)} results for {len(chunk)} pairs")
     _trim_heap()
@@ -706,7 +709,8 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
                 db_size: int | str | None = None, max_hits: int | None = None,
                 progress: bool = False, overwrite: bool = False,
                 workers: int | None = None, engine: str = "auto", threads: int | None = None,
-                scheduler: str | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE, _task=None) -> int:
+                scheduler: str | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE, strand: str | None = None,
+                _task=None) -> int:
     """Align pairs of sequences and write them in ``fmt``; returns the number of pairs written.
 
     Args:
@@ -743,6 +747,9 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
             (``numpy`` whenever the model allows it), ``numpy`` or ``jax``.
         threads: the numpy engine's threads in a local run (default: every CPU this process
             may use; a cluster's workers use their own thread counts).
+        strand: nucleotide models: ``plus``, ``minus`` or ``both`` (default; the strand of
+            smaller E-value is written, with twice its E-value: two comparisons), see
+            :class:`~sinkalign.align.aligner.Aligner`; an error for protein.
 
     Raises:
         InputError (FormatError, AlphabetError), OutputExistsError, DependencyError, naming
@@ -751,10 +758,12 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
     """
     if fmt not in FORMATS:
         raise InputError(f"format {fmt!r} is not one of {FORMATS}")
-    from sinkalign.align.aligner import ENGINES
+    from sinkalign.align.aligner import ENGINES, STRANDS
 
     if engine not in ENGINES:
         raise InputError(f"engine={engine!r} is not one of {ENGINES}")
+    if strand is not None and strand not in STRANDS:
+        raise InputError(f"strand={strand!r} is not one of {STRANDS}")
     if max_evalue is not None and not max_evalue >= 0:
         raise InputError(f"max_evalue={max_evalue} must be >= 0")
     if db_size is not None and db_size != "targets" and not (isinstance(db_size, int) and db_size >= 1):
@@ -798,14 +807,17 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
 
             spec = ModelSpec(str(resolve_model(model).resolve()), backend=backend, gap_weight=gap_weight,
                              embedder=embedder, esm_weights=None if esm_weights is None else str(esm_weights),
-                             min_confidence=min_confidence, engine=engine, threads=threads)
+                             min_confidence=min_confidence, engine=engine, threads=threads, strand=strand)
             model_alphabet = load_aligner(spec).config.alphabet
         scan = source.scan(fmt)
         alphabet = _check_alphabets(scan, model_alphabet)
+        if strand not in (None, "plus") and alphabet != "dna":
+            raise InputError(f"--strand {strand}: strands are for nucleotide sequences and models; these are "
+                             f"aligned with a {alphabet} model, as given")
         if spec is None:
             spec = ModelSpec(None, alphabet, backend=backend, gap_weight=gap_weight, embedder=embedder,
                              esm_weights=None if esm_weights is None else str(esm_weights),
-                             min_confidence=min_confidence, engine=engine, threads=threads)
+                             min_confidence=min_confidence, engine=engine, threads=threads, strand=strand)
             if scheduler is None and workers is None:
                 load_aligner(spec)  # the shipped model, loaded before the first pair
         if max_hits is not None and scan.scattered is not None:
@@ -830,13 +842,15 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
             def hits():  # (input index, plan, pair) of the pairs that pass max_evalue
                 index = 0
                 for chunk, out in results:
-                    for (qid, q, tid, t), (aln, plan, evalue) in zip(chunk, out):
+                    for (qid, q, tid, t), (aln, plan, evalue, strand) in zip(chunk, out):
                         index += 1
                         if db_size is not None:
                             evalue *= scan.comparisons(qid) if db_size == "targets" else db_size
                         if max_evalue is not None and not evalue <= max_evalue:
                             continue
-                        yield index - 1, plan, AlignedPair(qid, q, tid, t, aln, aln.score, None, evalue)
+                        if strand == "-":
+                            q = reverse_complement(q)
+                        yield index - 1, plan, AlignedPair(qid, q, tid, t, aln, aln.score, None, evalue, strand)
                     bar.update(len(chunk))
                 if index != scan.total:  # every pair exactly once, checked before the output is kept
                     raise RuntimeError(f"aligned {index} pairs of {scan.total}")
