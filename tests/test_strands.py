@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import numpy as np
 import pysam
@@ -151,6 +152,10 @@ def test_every_format_reports_the_minus_strand(dna, seqs, tmp_path):
     qstart, qend, sstart, send = map(int, b6[6:10])
     assert (qstart, qend) == (st.query_start + 1, st.query_end) and (sstart, send) == (st.target_end, st.target_start + 1)
     assert sstart > send
+    # PAF: the query span as given, strand -, the CIGAR along the reverse complement (no clips)
+    paf = _written(pair, "paf").rstrip("\n").split("\t")
+    assert paf[2:5] == [str(st.query_start), str(st.query_end), "-"]
+    assert paf[7:9] == [str(st.target_start), str(st.target_end)] and paf[12] == "cg:Z:" + re.sub(r"^\d+S|\d+S$", "", pair.cigar)
     # SAM / BAM: flag 16, the reverse complement as SEQ; pysam turns it back into the read as given
     for fmt in ("sam", "bam"):
         path = tmp_path / f"x.{fmt}"

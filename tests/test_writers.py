@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 
 import numpy as np
 import pysam
@@ -349,6 +350,39 @@ def test_blast6_counts_as_blast_does(tmp_path, records):
     assert any(int(row[5]) > 0 for row in rows)  # the records have internal gaps to count
 
 
+def test_paf_as_minimap2_writes_it(tmp_path, records):
+    """PAF lines: the 12 columns (0-based half-open spans, identical pairs, columns as blast6
+    counts them, MAPQ as SAM's), the clip-free CIGAR, score, mean confidence and E-value tags; a
+    pair with nothing aligned has no line."""
+    out = tmp_path / "hits.paf"
+    evalues = [1.5e-30, None, 0.25, 2.0]
+    recs = [(r if isinstance(r, AlignedPair) else AlignedPair(*r[:5], *r[5:]))._replace(evalue=e)
+            for r, e in zip(records, evalues)]
+    assert write_alignments(recs, out, "paf") == 3
+    rows = [line.split("\t") for line in out.read_text().splitlines()]
+    b6 = [line.split("\t") for line in _written_text(recs, "blast6").splitlines()]
+    sam = [line.split("\t") for line in _written_text(recs, "sam").splitlines() if not line.startswith("@")]
+    aligned = [r for r in recs if len(r.pairs)]
+    for row, rec, blast, seg in zip(rows, aligned, b6, [s for s in sam if s[1] != "4"]):
+        st = rec.stats
+        assert row[:12] == [rec.query_id, str(len(rec.query)), str(st.query_start), str(st.query_end), "+",
+                            rec.target_id, str(len(rec.target)), str(st.target_start), str(st.target_end),
+                            str(st.n_identical), blast[3], seg[4]]
+        tags = dict(t.split(":", 1) for t in row[12:])
+        assert tags["cg"] == "Z:" + re.sub(r"^\d+S|\d+S$", "", seg[5]) and "S" not in tags["cg"]
+        assert float(tags["AS"].split(":")[1]) == pytest.approx(score_of(rec), rel=1e-5)
+        assert ("ZE" in tags) == (rec.evalue is not None)
+        assert ("XP" in tags) == isinstance(rec.alignment, Alignment)
+
+
+def _written_text(recs, fmt: str) -> str:
+    import io
+
+    buf = io.StringIO()
+    write_alignments(recs, buf, fmt)
+    return buf.getvalue()
+
+
 def test_a_pair_turned_round(records):
     """AlignedPair.transposed: ids, sequences and pairs exchanged, gap posteriors swapped,
     the plan transposed; twice is the pair itself."""
@@ -397,7 +431,7 @@ def test_failure_keeps_previous_file_and_leaves_no_temp(tmp_path, records, fmt):
 
 
 def test_unknown_format():
-    valid = r"\('fasta', 'tsv', 'sam', 'bam', 'stockholm', 'json', 'text', 'blast6'\)"
+    valid = r"\('fasta', 'tsv', 'sam', 'bam', 'stockholm', 'json', 'text', 'blast6', 'paf'\)"
     with pytest.raises(ValueError, match=rf"fmt='maf' is not one of {valid}"):
         write_alignments([], "x.maf", "maf")
 
@@ -471,7 +505,7 @@ def test_a_text_stream_gets_the_file_contents(tmp_path, records, fmt):
     import io
 
     path, buf = tmp_path / f"out.{fmt}", io.StringIO()
-    written = len(records) - (fmt == "blast6")  # blast6 has no line for the pair with nothing aligned
+    written = len(records) - (fmt in ("blast6", "paf"))  # no line for the pair with nothing aligned
     assert write_alignments(records, path, fmt) == write_alignments(records, buf, fmt) == written
     assert buf.getvalue() == path.read_text()
     with pytest.raises(ValueError, match="bam is binary"):

@@ -55,6 +55,13 @@ Formats (:data:`FORMATS`):
   ``evalue`` is the pair's E-value (``NA`` without a fitted null); the last column holds the
   pair's score (for the OT aligner the expected number of correctly aligned pairs, not bits:
   the model has no bit score), so that sorting by it still ranks the hits.
+* ``paf``: minimap2's Pairwise mApping Format, no header, one line per pair with something
+  aligned: ``qname qlen qstart qend strand tname tlen tstart tend nmatch alen mapq`` (0-based
+  half-open spans, the query's on the query as given; ``nmatch`` the identical pairs, ``alen``
+  the local alignment's columns as blast6 counts them, ``mapq`` as the SAM output's), then the
+  tags ``cg:Z`` (the CIGAR from the first to the last aligned pair, no clips; on the minus
+  strand along the query's reverse complement, as minimap2 writes it), ``AS`` (the score, as
+  in SAM), ``XP:f`` (mean posterior, when known) and ``ZE:f`` (the E-value, when known).
 * ``text``: for reading by eye: per pair a ``#`` line (ids and lengths, score, aligned pairs,
   identity, mean confidence, E-value when known), then the global layout in blocks of 60
   columns, as EMBOSS and BLAST show a pair: the query row, a match line (``|`` identical,
@@ -98,7 +105,7 @@ __all__ = ["FORMATS", "TSV_COLUMNS", "AlignedPair", "write_alignments"]
 
 logger = logging.getLogger(__name__)
 
-FORMATS = ("fasta", "tsv", "sam", "bam", "stockholm", "json", "text", "blast6")
+FORMATS = ("fasta", "tsv", "sam", "bam", "stockholm", "json", "text", "blast6", "paf")
 TSV_COLUMNS = (
     "query",
     "target",
@@ -313,6 +320,41 @@ def _blast6_to(records: Iterable[_Record], handle: IO[str]) -> int:
         row = _blast6_row(rec)
         if row is not None:  # as BLAST, a pair without a hit has no line
             writer.writerow(row)
+            count += 1
+    return count
+
+
+_CLIPS_RE = re.compile(r"^\d+S|\d+S$")
+
+
+def _paf_row(rec: _Record) -> list[str] | None:
+    """One PAF line (see the module docstring); ``None`` when nothing is aligned."""
+    st = stranded_stats(rec.query, rec.target, rec.pairs, rec.strand)
+    k = st.aligned_length
+    if k == 0:
+        return None
+    length = (st.query_end - st.query_start) + (st.target_end - st.target_start) - k
+    mean_post = _mean_posterior(rec)
+    row = [rec.query_id, str(len(rec.query)), str(st.query_start), str(st.query_end), rec.strand,
+           rec.target_id, str(len(rec.target)), str(st.target_start), str(st.target_end), str(st.n_identical),
+           str(length), str(_mapq(mean_post)),
+           "cg:Z:" + _CLIPS_RE.sub("", cigar(rec.pairs, len(rec.query), len(rec.target), local=True))]
+    if math.isfinite(rec.score):
+        integral = rec.score.is_integer() and abs(rec.score) < 2**31
+        row.append(f"AS:i:{int(rec.score)}" if integral else f"AS:f:{rec.score:.6g}")
+    if math.isfinite(mean_post):
+        row.append(f"XP:f:{mean_post:.6g}")
+    if rec.evalue is not None and math.isfinite(rec.evalue):
+        row.append(f"ZE:f:{rec.evalue:.3g}")
+    return row
+
+
+def _paf_to(records: Iterable[_Record], handle: IO[str]) -> int:
+    count = 0
+    for rec in records:
+        row = _paf_row(rec)
+        if row is not None:  # as minimap2, an unmapped query has no line
+            handle.write("\t".join(row) + "\n")
             count += 1
     return count
 
@@ -532,6 +574,7 @@ _TEXT_WRITERS: dict[str, Callable[..., int]] = {
     "json": lambda recs, handle, refs: _json_to(recs, handle),
     "text": lambda recs, handle, refs: _text_to(recs, handle),
     "blast6": lambda recs, handle, refs: _blast6_to(recs, handle),
+    "paf": lambda recs, handle, refs: _paf_to(recs, handle),
 }
 
 
