@@ -51,7 +51,7 @@ import numpy as np
 from sinkalign.utils import dataclass_from_dict
 
 __all__ = ["CENSOR_BELOW", "MIX_GRID", "PAIR_FEATURES", "Significance", "composition_lambda", "fit_gumbel",
-           "aligned_features", "fit_significance", "pair_features", "shuffled", "significance_samples",
+           "aligned_features", "fit_significance", "local_nats", "pair_features", "shuffled", "significance_samples",
            "window_pairs"]
 
 PAIR_FEATURES = ("local_nats", "expected_correct")
@@ -146,16 +146,21 @@ def pair_features(confidences, query: str, target: str, *, threshold: float = 0.
                   kind: str = "protein") -> np.ndarray:
     """``float64 [len(PAIR_FEATURES)]`` of one pair: ``confidences`` are the calibrated
     confidences of every MEA column (before any threshold), ``threshold`` the calibration's own."""
+    conf = np.asarray(confidences, dtype=np.float64).ravel()
+    return np.array([local_nats(query, target, kind=kind), conf[conf >= threshold].sum()])
+
+
+def local_nats(query: str, target: str, *, kind: str = "protein") -> float:
+    """The Smith-Waterman score (BLOSUM62 11/1 for protein, +2/-3 5/2 for DNA; parasail) in
+    nats: times the Karlin-Altschul lambda of the pair's own compositions
+    (:func:`composition_lambda`). The first of :data:`PAIR_FEATURES`."""
     from sinkalign.align.baselines import Scoring, local_score
     from sinkalign.align.calibration import _baseline_letters
 
     if kind not in ("protein", "dna"):
         raise ValueError(f"{kind=} is not 'protein' or 'dna'")
-    scoring = Scoring.default(kind)
-    conf = np.asarray(confidences, dtype=np.float64).ravel()
     q, t = _baseline_letters(query, kind), _baseline_letters(target, kind)
-    nats = local_score(q, t, scoring=scoring) * composition_lambda(q, t, kind=kind)
-    return np.array([nats, conf[conf >= threshold].sum()])
+    return local_score(q, t, scoring=Scoring.default(kind)) * composition_lambda(q, t, kind=kind)
 
 
 def _gumbel_nll(theta: np.ndarray, s: np.ndarray, x: np.ndarray,

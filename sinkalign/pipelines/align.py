@@ -307,12 +307,17 @@ def _self_pair(fmt: str, qid: str, tid: str, where: str) -> None:
 
 
 class _FastaPairs:
-    """Pairs of records of two FASTA files (``all`` or ``zip``)."""
+    """Pairs of records of two FASTA files (``all`` or ``zip``); ``all`` with ``prefilter=N``:
+    each query with its ``N`` best targets by :func:`sinkalign.align.prefilter.best_targets`."""
 
-    def __init__(self, query: Path, target: Path, pairing: str):
+    def __init__(self, query: Path, target: Path, pairing: str, prefilter: int | None = None,
+                 strand: str | None = None):
         if pairing not in PAIRINGS:
             raise InputError(f"pairing={pairing!r} is not one of {PAIRINGS}")
+        if prefilter is not None and (pairing != "all" or prefilter < 1):
+            raise InputError(f"prefilter={prefilter} needs pairing='all' and a count >= 1")
         self.query, self.target, self.pairing = query, target, pairing
+        self.prefilter, self.strand = prefilter, strand
         self._targets: list[tuple[str, str]] | None = None
 
     def scan(self, fmt: str) -> _Scan:
@@ -340,7 +345,7 @@ class _FastaPairs:
                 queries.add(q.id)
                 if q.id in tids:
                     _self_pair(fmt, q.id, q.id, f"record {q.id!r} (#{n}) of {self.query} (all-vs-all)")
-                scan.total += n_targets
+                scan.total += n_targets if self.prefilter is None else min(self.prefilter, n_targets)
             queries.check()
             return scan
         refs: dict[str, int] = {}
@@ -378,8 +383,16 @@ class _FastaPairs:
                 yield q.id, q.seq, t.id, t.seq
             return
         targets = [(t.id, t.seq) for t in read_fasta(self.target, alphabet=alphabet)]
+        strand = self.strand or ("both" if alphabet == "dna" else "plus")
         for q in read_fasta(self.query, alphabet=alphabet, unique_ids=False):
-            for tid, tseq in targets:
+            if self.prefilter is None:
+                kept = targets
+            else:
+                from sinkalign.align.prefilter import best_targets
+
+                kept = [targets[k] for k in best_targets(q.seq, [s for _, s in targets], self.prefilter,
+                                                          kind=alphabet, strand=strand)]
+            for tid, tseq in kept:
                 yield q.id, q.seq, tid, tseq
 
 
@@ -710,7 +723,7 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
                 progress: bool = False, overwrite: bool = False,
                 workers: int | None = None, engine: str = "auto", threads: int | None = None,
                 scheduler: str | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE, strand: str | None = None,
-                _task=None) -> int:
+                prefilter: int | None = None, _task=None) -> int:
     """Align pairs of sequences and write them in ``fmt``; returns the number of pairs written.
 
     Args:
@@ -750,6 +763,10 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
         strand: nucleotide models: ``plus``, ``minus`` or ``both`` (default; the strand of
             smaller E-value is written, with twice its E-value: two comparisons), see
             :class:`~sinkalign.align.aligner.Aligner`; an error for protein.
+        prefilter: all-vs-all only: align each query with only its ``prefilter`` best targets
+            by Smith-Waterman score (:mod:`sinkalign.align.prefilter`), scored in this process
+            before they are aligned (also with a cluster); E-values stay per comparison, and
+            ``db_size="targets"`` counts every target searched.
 
     Raises:
         InputError (FormatError, AlphabetError), OutputExistsError, DependencyError, naming
@@ -800,7 +817,11 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
         raise InputError(f"--plan-out and the output are the same file, {output}")
 
     with _stdin_spooled([query_fasta, target_fasta, pairs]) as (qpath, tpath, ppath):
-        source = _ListedPairs(ppath, qpath, tpath) if ppath is not None else _FastaPairs(qpath, tpath, pairing)
+        if prefilter is not None and (ppath is not None or pairing != "all"):
+            raise InputError("--prefilter picks each query's targets in an all-vs-all run: not with --pairs or "
+                             "--pairing zip")
+        source = (_ListedPairs(ppath, qpath, tpath) if ppath is not None
+                  else _FastaPairs(qpath, tpath, pairing, prefilter, strand))
         spec, model_alphabet = None, None
         if model is not None:  # load it first: a bad model fails fast, and its alphabet is known
             from sinkalign.align.aligner import resolve_model
