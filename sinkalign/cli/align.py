@@ -96,8 +96,8 @@ class _DbSize(click.ParamType):
 @click.option("--db-size", type=_DbSize(), metavar="N|targets",
               help="Report E-values for a search of N comparisons per query (each pair's E-value times N, as "
                    "HMMER's -Z), or 'targets': the number of pairs of this run the query is in (the target count "
-                   "all-vs-all). Default: per comparison, as bl2seq. --max-evalue applies to the E-values as "
-                   "reported.")
+                   "all-vs-all, every target searched with --prefilter). Default: per comparison, as bl2seq. "
+                   "--max-evalue applies to the E-values as reported.")
 @click.option("--max-hits", type=click.IntRange(min=1), metavar="N",
               help="Keep the N pairs of smallest E-value per query, best first (as BLAST's -max_target_seqs). "
                    "A query's pairs must be consecutive: always so all-vs-all; group a --pairs list by query.")
