@@ -321,15 +321,20 @@ def test_to_biopython_is_the_same_alignment(records):
     assert not getattr(records[1].to_biopython(), "column_annotations", None)
 
 
+def _with_evalues(records) -> list[AlignedPair]:
+    """The records as AlignedPairs with E-values (one unknown), the pair with nothing aligned last."""
+    evalues = [1.5e-30, None, 0.25, 2.0]
+    return [(r if isinstance(r, AlignedPair) else AlignedPair(*r[:5], *r[5:]))._replace(evalue=e)
+            for r, e in zip(records, evalues)]
+
+
 def test_blast6_counts_as_blast_does(tmp_path, records):
     """-outfmt 6 rows against Biopython's counts of the same pair cut to its local part (the
     columns from the first to the last aligned pair): length = its columns, mismatches, gap
     openings, pident of length; 1-based inclusive positions; a pair with nothing aligned has no
     row; no header."""
     out = tmp_path / "hits.m8"
-    evalues = [1.5e-30, None, 0.25, 2.0]
-    recs = [(r if isinstance(r, AlignedPair) else AlignedPair(*r[:5], *r[5:]))._replace(evalue=e)
-            for r, e in zip(records, evalues)]
+    recs = _with_evalues(records)
     assert write_alignments(recs, out, "blast6") == 3
     rows = [line.split("\t") for line in out.read_text().splitlines()]
     assert [row[:2] for row in rows] == [[r.query_id, r.target_id] for r in recs if len(r.pairs)]
@@ -355,9 +360,7 @@ def test_paf_as_minimap2_writes_it(tmp_path, records):
     counts them, MAPQ as SAM's), the clip-free CIGAR, score, mean confidence and E-value tags; a
     pair with nothing aligned has no line."""
     out = tmp_path / "hits.paf"
-    evalues = [1.5e-30, None, 0.25, 2.0]
-    recs = [(r if isinstance(r, AlignedPair) else AlignedPair(*r[:5], *r[5:]))._replace(evalue=e)
-            for r, e in zip(records, evalues)]
+    recs = _with_evalues(records)
     assert write_alignments(recs, out, "paf") == 3
     rows = [line.split("\t") for line in out.read_text().splitlines()]
     b6 = [line.split("\t") for line in _written_text(recs, "blast6").splitlines()]
