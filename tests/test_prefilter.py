@@ -93,3 +93,28 @@ def test_cli_prefilter_aligns_only_the_kept_targets_the_same_way(tmp_path):
                  ["--pairs", str(tmp_path / "pairs.tsv"), str(tmp_path / "q.fa"), str(tmp_path / "t.fa")]):
         r = CliRunner().invoke(cli, ["align", *args, "--prefilter", "1"])
         assert r.exit_code == 1 and "--prefilter picks each query's targets in an all-vs-all run" in r.output
+
+
+def test_batched_scores_are_the_single_pair_numbers():
+    """local_scores (one SIMD profile for the query, a 32-bit rerun where 16 bits saturate) and
+    composition_lambdas (every target's Newton iteration at once) give what the one-pair
+    functions give, including pairs without a root (the floor) and empty targets."""
+    from sinkalign.align.baselines import Scoring, local_score, local_scores
+    from sinkalign.align.significance import composition_lambda, composition_lambdas
+
+    rng = np.random.default_rng(4)
+    long = _random(rng, 7000)
+    targets = [HBB, _random(rng, 50), "WWWWWWWW", "", long, long[:6500], "X"]
+    for query in (HBA, long, "W" * 40):
+        want = [local_score(query, t) for t in targets]
+        assert local_scores(query, targets).tolist() == want
+        lam = composition_lambdas(query, targets)
+        np.testing.assert_allclose(lam, [composition_lambda(query, t) for t in targets], rtol=1e-12)
+    assert local_score(long, long) > 2**15  # the 16-bit kernel saturates: the 32-bit rerun ran
+    assert 0.01 in composition_lambdas("W" * 40, targets)  # a no-root pair gets the floor
+    dna = _random(rng, 200, "ACGT")
+    dtargets = [_random(rng, 150, "ACGT") for _ in range(20)] + ["AAAAAAAA"]
+    assert local_scores(dna, dtargets, scoring=Scoring.dna()).tolist() == [
+        local_score(dna, t, scoring=Scoring.dna()) for t in dtargets]
+    np.testing.assert_allclose(composition_lambdas(dna, dtargets, kind="dna"),
+                               [composition_lambda(dna, t, kind="dna") for t in dtargets], rtol=1e-12)

@@ -41,6 +41,7 @@ __all__ = [
     "align_pairs",
     "measure_throughput",
     "local_score",
+    "local_scores",
     "score_pairs",
 ]
 
@@ -350,6 +351,32 @@ def local_score(query: str, target: str, *, scoring: Scoring | None = None) -> f
     if res.saturated:
         res = parasail.sw_striped_32(q, t, o, e, matrix)
     return max(float(res.score), 0.0)
+
+
+def local_scores(query: str, targets: Sequence[str], *, scoring: Scoring | None = None) -> np.ndarray:
+    """:func:`local_score` of ``query`` against each of ``targets`` (``float64``), the same
+    numbers, with the query's striped profile built once (parasail ``sw_striped_profile``: about
+    half the time of a pair on its own at a few hundred residues)."""
+    import parasail
+
+    scoring = scoring or Scoring()
+    q = _clean(query, "query", scoring)
+    out = np.zeros(len(targets))
+    if not q:
+        return out
+    matrix = _parasail_matrix(scoring)
+    o, e = int(scoring.gap_open), int(scoring.gap_extend)
+    profile16, profile32 = parasail.profile_create_16(q, matrix), None
+    for k, target in enumerate(targets):
+        t = _clean(target, f"target {k}", scoring)
+        if not t:
+            continue
+        res = parasail.sw_striped_profile_16(profile16, t, o, e)
+        if res.saturated:
+            profile32 = profile32 or parasail.profile_create_32(q, matrix)
+            res = parasail.sw_striped_profile_32(profile32, t, o, e)
+        out[k] = max(float(res.score), 0.0)
+    return out
 
 
 def align_pairs(

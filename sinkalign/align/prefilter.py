@@ -3,11 +3,12 @@
 Aligning a query against a large target set costs the aligner's per-pair time for every
 target. ``sinkalign align Q.fasta T.fasta --prefilter N`` first scores the query against every
 target with the Smith-Waterman score the E-values start from (striped SIMD, parasail; about
-0.1 ms a pair of a few hundred residues against several ms for the learned model) and aligns
+0.02 ms a pair of a few hundred residues against several ms for the learned model) and aligns
 only the ``N`` targets that rank best, as BLAST's and MMseqs2's prefilters do before their
 costlier stages. Targets are ranked by ``lambda S - ln n``: the SW score in nats
 (:func:`sinkalign.align.significance.local_nats`, the composition-adjusted Karlin-Altschul
-lambda) less the log of the target's length, which orders one query's targets as the
+lambda; computed with the query's SIMD profile built once and every target's lambda solved
+together) less the log of the target's length, which orders one query's targets as the
 Karlin-Altschul E-values ``K m n exp(-lambda S)`` of the SW score alone would. Nucleotide
 queries are scored on the strands the aligner will search (the better of the two for ``both``).
 ``benchmarks/search_prefilter.py`` measures what it keeps and what it costs.
@@ -15,12 +16,13 @@ queries are scored on the strands the aligner will search (the better of the two
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
 
-from sinkalign.align.significance import local_nats
+from sinkalign.align.baselines import Scoring, local_scores
+from sinkalign.align.calibration import _baseline_letters
+from sinkalign.align.significance import composition_lambdas
 from sinkalign.alignment import reverse_complement
 from sinkalign.errors import InputError
 
@@ -39,10 +41,10 @@ def prefilter_scores(query: str, targets: Sequence[str], *, kind: str = "protein
         raise InputError(f"strand={strand!r}: strands are for nucleotide sequences")
     queries = {"plus": [query], "minus": [reverse_complement(query)],
                "both": [query, reverse_complement(query)]}[strand]
-    out = np.empty(len(targets))
-    for k, target in enumerate(targets):
-        out[k] = max(local_nats(q, target, kind=kind) for q in queries) - math.log(max(len(target), 1))
-    return out
+    cleaned = [_baseline_letters(t, kind) for t in targets]
+    nats = [local_scores(q, cleaned, scoring=Scoring.default(kind)) * composition_lambdas(q, cleaned, kind=kind)
+            for q in (_baseline_letters(q, kind) for q in queries)]
+    return np.max(nats, axis=0) - np.log(np.maximum([len(t) for t in targets], 1))
 
 
 def best_targets(query: str, targets: Sequence[str], keep: int, *, kind: str = "protein",

@@ -50,7 +50,8 @@ import numpy as np
 
 from sinkalign.utils import dataclass_from_dict
 
-__all__ = ["CENSOR_BELOW", "MIX_GRID", "PAIR_FEATURES", "Significance", "composition_lambda", "fit_gumbel",
+__all__ = ["CENSOR_BELOW", "MIX_GRID", "PAIR_FEATURES", "Significance", "composition_lambda",
+           "composition_lambdas", "fit_gumbel",
            "aligned_features", "fit_significance", "local_nats", "pair_features", "shuffled", "significance_samples",
            "window_pairs"]
 
@@ -110,6 +111,42 @@ def composition_lambda(query: str, target: str, *, kind: str = "protein") -> flo
             return lam
         h_step = h_and_step(lam)
     raise ArithmeticError(f"composition_lambda: Newton's method did not converge (lambda {lam}, step {h_step[1]})")
+
+
+def composition_lambdas(query: str, targets, *, kind: str = "protein") -> np.ndarray:
+    """:func:`composition_lambda` of ``query`` with each of ``targets`` (``float64``; the same
+    numbers to rounding), all Newton iterations run together: one query against many targets
+    (a search's prefilter) costs a fraction of one call per pair."""
+    values, classes, letters = _score_classes(kind)
+    n_letters = len(letters)
+    p = _composition(query, letters)
+    # weights of each score class for each target: W[t, k] = sum_ab p_a q_tb [class(a, b) = k]
+    by_target = np.zeros((n_letters, values.size))
+    pair = np.arange(classes.size)
+    np.add.at(by_target, (pair % n_letters, classes), p[pair // n_letters])
+    W = np.array([_composition(t, letters) for t in targets]).reshape(-1, n_letters) @ by_target
+    out = np.full(W.shape[0], 0.01)
+    todo = np.flatnonzero(W @ values < 0)  # the rest has no root: the floor, as composition_lambda
+
+    def h_and_step(rows, lam):
+        em1 = np.expm1(lam[:, None] * values)
+        h = np.einsum("tk,tk->t", W[rows], em1)
+        return h, np.log1p(h) * (1.0 + h) / np.einsum("tk,tk->t", W[rows], (em1 + 1.0) * values)
+
+    lam = np.ones(todo.size)
+    h, step = h_and_step(todo, lam)
+    while np.any(low := h <= 0):  # h < 0 just above 0 (negative drift), unbounded above
+        lam[low] *= 2.0
+        h[low], step[low] = h_and_step(todo[low], lam[low])
+    for _ in range(100):
+        lam -= step
+        done = step <= 1e-14 * lam
+        out[todo[done]] = lam[done]
+        todo, lam = todo[~done], lam[~done]
+        if not todo.size:
+            return out
+        h, step = h_and_step(todo, lam)
+    raise ArithmeticError(f"composition_lambdas: Newton's method did not converge for {todo.size} targets")
 
 
 def _composition(seq: str, letters: str) -> np.ndarray:
