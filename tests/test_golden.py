@@ -18,7 +18,7 @@ from sinkalign.cli.main import cli
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 UPDATE = os.environ.get("SINKALIGN_UPDATE_GOLDEN") == "1"
-FORMATS = ("tsv", "sam", "stockholm", "fasta", "text", "blast6", "paf")
+FORMATS = ("tsv", "sam", "stockholm", "fasta", "text", "blast6", "paf", "maf")
 INPUTS = {
     "example_default": ["--example"],  # the shipped protein model on the built-in globins
     "dna_default": [str(GOLDEN / "dna_query.fasta"), str(GOLDEN / "dna_target.fasta")],  # the DNA model

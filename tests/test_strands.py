@@ -156,6 +156,16 @@ def test_every_format_reports_the_minus_strand(dna, seqs, tmp_path):
     paf = _written(pair, "paf").rstrip("\n").split("\t")
     assert paf[2:5] == [str(st.query_start), str(st.query_end), "-"]
     assert paf[7:9] == [str(st.target_start), str(st.target_end)] and paf[12] == "cg:Z:" + re.sub(r"^\d+S|\d+S$", "", pair.cigar)
+    # MAF: the query line on the minus strand, read back by Biopython onto the query as given
+    from Bio import Align
+
+    (tmp_path / "x.maf").write_text(_written(pair, "maf"))
+    (block,) = list(Align.parse(str(tmp_path / "x.maf"), "maf"))
+    assert "s q " in _written(pair, "maf") and " - 300 " in _written(pair, "maf")
+    idx = block.indices
+    got = idx[:, (idx >= 0).all(0)].T  # (target, query as given) per aligned column
+    m = len(query)
+    np.testing.assert_array_equal(got, np.stack([pair.pairs[:, 1], m - 1 - pair.pairs[:, 0]], 1))
     # SAM / BAM: flag 16, the reverse complement as SEQ; pysam turns it back into the read as given
     for fmt in ("sam", "bam"):
         path = tmp_path / f"x.{fmt}"

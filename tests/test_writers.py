@@ -434,9 +434,9 @@ def test_failure_keeps_previous_file_and_leaves_no_temp(tmp_path, records, fmt):
 
 
 def test_unknown_format():
-    valid = r"\('fasta', 'tsv', 'sam', 'bam', 'stockholm', 'json', 'text', 'blast6', 'paf'\)"
-    with pytest.raises(ValueError, match=rf"fmt='maf' is not one of {valid}"):
-        write_alignments([], "x.maf", "maf")
+    valid = r"\('fasta', 'tsv', 'sam', 'bam', 'stockholm', 'json', 'text', 'blast6', 'paf', 'maf'\)"
+    with pytest.raises(ValueError, match=rf"fmt='clustal' is not one of {valid}"):
+        write_alignments([], "x.aln", "clustal")
 
 
 @pytest.mark.parametrize(
@@ -508,7 +508,7 @@ def test_a_text_stream_gets_the_file_contents(tmp_path, records, fmt):
     import io
 
     path, buf = tmp_path / f"out.{fmt}", io.StringIO()
-    written = len(records) - (fmt in ("blast6", "paf"))  # no line for the pair with nothing aligned
+    written = len(records) - (fmt in ("blast6", "paf", "maf"))  # nothing for the pair with nothing aligned
     assert write_alignments(records, path, fmt) == write_alignments(records, buf, fmt) == written
     assert buf.getvalue() == path.read_text()
     with pytest.raises(ValueError, match="bam is binary"):
@@ -547,3 +547,24 @@ def test_sam_and_bam_stream_when_the_references_are_given(tmp_path, records, fmt
     with pytest.raises(ValueError, match="references are for the sam and bam formats, not 'tsv'"):
         write_alignments(records, tmp_path / "c.tsv", "tsv", references=refs)
     assert not (tmp_path / f"c.{fmt}").exists()
+
+
+def test_maf_blocks_read_back_with_biopython(tmp_path, records):
+    """MAF: one block per pair with something aligned, target first, its local alignment; read
+    back by Biopython's parser to the same aligned pairs, score and sequences."""
+    out = tmp_path / "x.maf"
+    recs = _with_evalues(records)
+    assert write_alignments(recs, out, "maf") == 3
+    text = out.read_text()
+    assert text.startswith("##maf version=1") and text.count("# evalue=") == 2  # one E-value unknown
+    blocks = list(Align.parse(str(out), "maf"))
+    for block, rec in zip(blocks, [r for r in recs if len(r.pairs)]):
+        assert [s.id for s in block.sequences] == [rec.target_id, rec.query_id]
+        idx = block.indices
+        got = idx[:, (idx >= 0).all(0)][::-1].T  # (query, target) of every column that aligns both
+        np.testing.assert_array_equal(got, rec.pairs)
+        p = rec.pairs
+        assert block.coordinates[1, 0] == p[0, 0] and block.coordinates[0, 0] == p[0, 1]  # local: no end gaps
+        assert block.coordinates[1, -1] == p[-1, 0] + 1 and block.coordinates[0, -1] == p[-1, 1] + 1
+        assert block.score == pytest.approx(score_of(rec), abs=1e-6)
+        assert str(block[1]).replace("-", "") == rec.query[p[0, 0] : p[-1, 0] + 1]

@@ -47,11 +47,12 @@ class _DbSize(click.ParamType):
                    "further columns ignored, '#' comments), fetched from QUERY_FASTA (and TARGET_FASTA when "
                    "given) through a .fai index, built beside the FASTA when missing.")
 @click.option("--format", "fmt", type=click.Choice(["fasta", "tsv", "sam", "bam", "stockholm", "json", "text",
-                                                  "blast6", "paf"]),
+                                                  "blast6", "paf", "maf"]),
               default="tsv", show_default=True,
               help="text: each pair's figures, its rows with a match line and its column confidences, to read "
                    "by eye. blast6: BLAST's tabular -outfmt 6 (m8), its last column sinkalign's score. paf: "
-                   "minimap2's PAF, with the CIGAR (cg:Z), score, mean confidence and E-value as tags.")
+                   "minimap2's PAF, with the CIGAR (cg:Z), score, mean confidence and E-value as tags. maf: UCSC's and "
+                   "LAST's MAF, a block per pair (target first).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
               help="Output file, written atomically (temporary file renamed at the end). Default or '-': "
                    "standard output, written as pairs finish (not for bam; with --max-hits, a query's pairs "

@@ -62,6 +62,13 @@ Formats (:data:`FORMATS`):
   tags ``cg:Z`` (the CIGAR from the first to the last aligned pair, no clips; on the minus
   strand along the query's reverse complement, as minimap2 writes it), ``AS`` (the score, as
   in SAM), ``XP:f`` (mean posterior, when known) and ``ZE:f`` (the E-value, when known).
+* ``maf``: the Multiple Alignment Format of UCSC, LAST and LASTZ (Biopython's writer), one
+  ``a`` block per pair with something aligned, holding its local alignment (from the first to
+  the last aligned pair): the target's ``s`` line first (the reference), then the query's;
+  ``a score=...``, and the E-value, when known, on a ``# evalue=...`` comment line before the
+  block (MAF's ``a`` line has no key for it, and readers such as Biopython's refuse unknown
+  keys). A minus-strand pair's query line has strand ``-`` with its start counted on the
+  reverse complement, as MAF counts it.
 * ``text``: for reading by eye: per pair a ``#`` line (ids and lengths, score, aligned pairs,
   identity, mean confidence, E-value when known), then the global layout in blocks of 60
   columns, as EMBOSS and BLAST show a pair: the query row, a match line (``|`` identical,
@@ -93,6 +100,7 @@ from sinkalign.alignment import (
     check_pairs,
     cigar,
     format_text,
+    reverse_complement,
     stranded_stats,
     to_biopython,
     to_gapped,
@@ -105,7 +113,7 @@ __all__ = ["FORMATS", "TSV_COLUMNS", "AlignedPair", "write_alignments"]
 
 logger = logging.getLogger(__name__)
 
-FORMATS = ("fasta", "tsv", "sam", "bam", "stockholm", "json", "text", "blast6", "paf")
+FORMATS = ("fasta", "tsv", "sam", "bam", "stockholm", "json", "text", "blast6", "paf", "maf")
 TSV_COLUMNS = (
     "query",
     "target",
@@ -359,6 +367,41 @@ def _paf_to(records: Iterable[_Record], handle: IO[str]) -> int:
     return count
 
 
+def _maf_block(rec: _Record) -> str | None:
+    """One MAF block (see the module docstring); ``None`` when nothing is aligned."""
+    from Bio import Align
+    from Bio.Align import maf
+    from Bio.Seq import Seq
+    from Bio.SeqRecord import SeqRecord
+
+    if rec.pairs.shape[0] == 0:
+        return None
+    whole = _biopython(rec)  # query row, then target row: the global layout
+    both = np.flatnonzero((whole.indices >= 0).all(0))  # the columns that align two residues
+    local = whole[:, both[0] : both[-1] + 1]
+    query, coords = rec.query, local.coordinates[0]
+    if rec.strand == "-":  # position x of the reverse complement is len - x of the query as given
+        query, coords = reverse_complement(rec.query), len(rec.query) - coords
+    block = Align.Alignment([SeqRecord(Seq(rec.target), id=rec.target_id, description=""),
+                             SeqRecord(Seq(query), id=rec.query_id, description="")],
+                            np.stack([local.coordinates[1], coords]))
+    if math.isfinite(rec.score):
+        block.score = rec.score
+    text = maf.AlignmentWriter(None).format_alignment(block)
+    return text if rec.evalue is None else f"# evalue={rec.evalue:.3g}\n{text}"
+
+
+def _maf_to(records: Iterable[_Record], handle: IO[str]) -> int:
+    count = 0
+    handle.write("##maf version=1 program=sinkalign\n\n")
+    for rec in records:
+        block = _maf_block(rec)
+        if block is not None:
+            handle.write(block)
+            count += 1
+    return count
+
+
 def _json_object(rec: _Record) -> dict[str, Any]:
     """Keys: index, query_id, target_id, query_length, target_length, score, identity,
     aligned_length, query_start, query_end, target_start, target_end, cigar (local, SAM
@@ -575,6 +618,7 @@ _TEXT_WRITERS: dict[str, Callable[..., int]] = {
     "text": lambda recs, handle, refs: _text_to(recs, handle),
     "blast6": lambda recs, handle, refs: _blast6_to(recs, handle),
     "paf": lambda recs, handle, refs: _paf_to(recs, handle),
+    "maf": lambda recs, handle, refs: _maf_to(recs, handle),
 }
 
 
