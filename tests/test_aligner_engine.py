@@ -524,3 +524,73 @@ def test_engines_agree_on_real_remote_homologs(shared_data):
     for a, b in zip(fast, ref):
         np.testing.assert_array_equal(a.alignment.pairs, b.alignment.pairs, err_msg=f"{a.query_id} / {a.target_id}")
         np.testing.assert_allclose(a.alignment.match_posterior, b.alignment.match_posterior, atol=1e-5)
+
+
+def test_a_short_query_meets_a_target_past_the_old_square_limit():
+    """The aligner's limit is a cell budget (m n <= MAX_CELLS) and a per-sequence ceiling, not
+    8192 residues a side: a 40-residue query against a 12,000-residue target is one dense
+    40 x 12,000 plan. The numpy engine's plan is the float64 JAX forward pass's (the scaling
+    form with a dustbin mass of 12,000), the jax engine pads each side on its own (no square
+    12,288 x 12,288 batch) and gives the same alignment, found where the copy is."""
+    import sinkalign.align.aligner as A
+    from sinkalign.align.aligner import resolve_model
+    from sinkalign.align.checkpoints import load_checkpoint
+
+    rng = np.random.default_rng(31)
+    query = _random_seq(rng, 40)
+    target = _random_seq(rng, 9000) + _mutate(rng, query, rate=0.15) + _random_seq(rng, 2960)
+    n = len(target)  # about 12,000 (the copy has indels)
+    assert n > 8192 and 40 * n <= A.MAX_CELLS
+    assert A.padded_shape(40, n) == (64, 12288) and A.padded_shape(300, 1100) == (1536, 1536)
+    params, state, _ = load_checkpoint(resolve_model("learned"))
+    config = M.AlignerConfig.from_dict(state["model"])
+    params = {k: np.asarray(v, np.float64) for k, v in params.items()}
+    batch = M.make_batch([(query, target, None, None, None)], config, *A.padded_shape(40, n))
+    ref = M.pair_plan(np.asarray(M.forward(params, batch, config)[0], np.float64)[0], 40, n)
+    got = NumpyEngine.from_model(params, config).plan(query, target)
+    np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-13 * ref.max())
+    # every MEA column: the learned model's column confidences extrapolate past its training
+    # pairs' length ratios (at most 9:1) and fall here, though the copy's columns are right
+    by_numpy = Aligner.load(min_confidence=0.0).align(query, target)
+    by_jax = Aligner.load(engine="jax", min_confidence=0.0).align(query, target)
+    np.testing.assert_array_equal(by_numpy.pairs, by_jax.pairs)
+    for pairs in (by_numpy.pairs, Aligner.load("blosum").align(query, target).pairs):  # blosum: its default
+        in_copy = pairs[(pairs[:, 1] >= 9000) & (pairs[:, 1] < 9045)]
+        assert len(in_copy) >= 25 and np.all(np.abs(in_copy[:, 1] - in_copy[:, 0] - 9000) <= 5)
+    assert by_numpy.evalue < 1e-3  # found as a homolog at the usual bar, in a 40 x 12,000 search space
+
+
+def test_the_scaling_form_holds_for_the_largest_marginals():
+    """With a length dustbin mass the marginals reach MAX_LENGTH (131,072): the scaling form
+    on scores spread over MAX_SPREAD still gives the log-domain plan."""
+    import sinkalign.align.aligner as A
+    import sinkalign.align.engine as E
+
+    config = M.AlignerConfig.create(embedder={"name": "none"}, feature_dim=0, dustbin="banded", window=4)
+    engine = NumpyEngine.from_model(_separable_params(config, np.random.default_rng(3), dustbins=True), config)
+    assert engine.length_mass
+    rng = np.random.default_rng(5)
+    m, n = 3, A.MAX_LENGTH
+    S = rng.uniform(-MAX_SPREAD, 0.0, size=(m + 1, n + 1))
+    S[0, 0], S[-1, -1] = 0.0, -MAX_SPREAD  # the full spread the scaling form takes
+    a, b = np.ones(m + 1), np.ones(n + 1)
+    a[m], b[n] = n, m
+    scaled = engine.solve_scores(S.copy())
+    assert np.all(np.isfinite(scaled.x)) and np.all(np.isfinite(scaled.y))
+    logd = E._log_domain_solve(S - S.max(), np.log(a), np.log(b), engine.n_steps)
+    P, Q = scaled.plan(), logd.plan()
+    np.testing.assert_allclose(P, Q, rtol=1e-9, atol=1e-14 * Q.max())
+
+
+def test_pairs_past_the_cell_budget_are_named(monkeypatch):
+    import sinkalign.align.aligner as A
+
+    aligner = Aligner.load("blosum")
+    with pytest.raises(ValueError, match=r"pair q / t: a sequence of 200000 residues is longer than the 131072"):
+        list(aligner.align_many([("q", "MKV", "t", "A" * 200000)]))
+    monkeypatch.setattr(A, "MAX_CELLS", 1000)
+    stream = aligner.align_many([("ok", "MKV", "ok2", "MKV"), ("q", "A" * 20, "t", "A" * 60)])
+    assert next(stream).query_id == "ok"
+    with pytest.raises(ValueError, match=r"pair q / t: 20 x 60 residues make 1,200 residue pairs, more than "
+                                         r"the 1,000 the aligner takes"):
+        next(stream)

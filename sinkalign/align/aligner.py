@@ -22,6 +22,7 @@ come in input order.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 from collections import deque
@@ -49,7 +50,11 @@ log = logging.getLogger(__name__)
 BACKENDS = ("reference", "pallas")
 ENGINES = ("auto", "numpy", "jax")
 STRANDS = ("plus", "minus", "both")  # BLAST's -strand
-MAX_LENGTH = 8192  # residues per sequence; the plan is dense, [L + 1, L + 1] per pair
+# The plan is dense, [m + 1, n + 1] per pair: at most MAX_CELLS residue pairs (8192 x 8192, as
+# before, when each sequence had that limit), so a short query may meet a long target (a gene
+# against a contig); and at most MAX_LENGTH residues per sequence (the encoder holds [L, 480]).
+MAX_CELLS = 8192 * 8192
+MAX_LENGTH = 131072
 LONG_STEP = 512
 TASK_PAIRS = 16  # pairs per task of the numpy engine (a thread aligns one task at a time)
 TASK_CELLS = 2**22  # and at most this many residue pairs per task (a longer pair goes alone): bounded memory
@@ -74,6 +79,17 @@ def padded_length(longest: int) -> int:
     if longest <= BUCKETS[-1]:
         return next(b for b in BUCKETS if longest <= b)
     return -(-longest // LONG_STEP) * LONG_STEP
+
+
+def padded_shape(query_length: int, target_length: int) -> tuple[int, int]:
+    """The padded ``(query, target)`` lengths of a ``jax`` engine batch whose longest query and
+    target have these lengths: square at :func:`padded_length` of the longer (one compiled shape
+    per bucket) while that fits :data:`MAX_CELLS`, else each side padded on its own (a short
+    query against a long target)."""
+    square = padded_length(max(query_length, target_length))
+    if square * square <= MAX_CELLS:
+        return square, square
+    return padded_length(query_length), padded_length(target_length)
 
 
 def default_workers() -> int:
@@ -287,7 +303,8 @@ class Aligner:
         The stream is consumed lazily and a bounded number of pairs is in flight at once
         (``numpy`` engine: ``2 * workers`` tasks of 16 pairs; ``jax`` engine: two batches of
         ``batch_size`` pairs padded to a common length bucket), so a long stream runs in
-        bounded memory. A bad pair (an empty sequence, one longer than ``MAX_LENGTH``)
+        bounded memory. A bad pair (an empty sequence, one longer than ``MAX_LENGTH``, more
+        than ``MAX_CELLS`` residue pairs)
         raises ``ValueError`` naming it, after the results of the pairs before it.
         """
         if batch_size < 1:
@@ -402,8 +419,11 @@ class Aligner:
         longest = max(len(q), len(t))
         if longest > MAX_LENGTH:
             raise InputError(f"pair {qid} / {tid}: a sequence of {longest} residues is longer than "
-                             f"the {MAX_LENGTH} the aligner takes (its plan is dense: O(L^2) memory); "
-                             "split the sequence into domains first")
+                             f"the {MAX_LENGTH} the aligner takes; split it (into domains, or windows) first")
+        if len(q) * len(t) > MAX_CELLS:
+            raise InputError(f"pair {qid} / {tid}: {len(q)} x {len(t)} residues make {len(q) * len(t):,} residue "
+                             f"pairs, more than the {MAX_CELLS:,} the aligner takes (its plan is "
+                             "dense: O(m n) memory); split the longer sequence first")
         if not q or not t:
             raise InputError(f"pair {qid} / {tid}: the {'query' if not q else 'target'} sequence is empty")
 
@@ -460,11 +480,12 @@ class Aligner:
         """Chunks of pairs for one padded batch each; a bad pair ends the stream with its error.
 
         A chunk holds at most ``batch_size`` pairs and at most :data:`JAX_BATCH_CELLS` cells
-        (pairs x padded length squared) of the default backend, so long pairs are batched
-        together on a GPU and go one at a time on the CPU; the input order is kept."""
+        (pairs x padded query length x padded target length) of the default backend, so long
+        pairs are batched together on a GPU and go one at a time on the CPU; the input order is
+        kept."""
         budget = jax_batch_cells()
         chunk: list = []
-        longest = 0
+        lq = lt = 0
         for item in pairs:
             try:
                 self._check(item)
@@ -473,26 +494,25 @@ class Aligner:
                     yield chunk
                 yield exc
                 return
-            size = max(len(item[1]), len(item[3]))
-            grown = padded_length(max(longest, size))
-            if chunk and (len(chunk) + 1) * grown * grown > budget:
+            grown = math.prod(padded_shape(max(lq, len(item[1])), max(lt, len(item[3]))))
+            if chunk and (len(chunk) + 1) * grown > budget:
                 yield chunk
-                chunk, longest = [], 0
+                chunk, lq, lt = [], 0, 0
             chunk.append(item)
-            longest = max(longest, size)
+            lq, lt = max(lq, len(item[1])), max(lt, len(item[3]))
             if len(chunk) == batch_size:
                 yield chunk
-                chunk, longest = [], 0
+                chunk, lq, lt = [], 0, 0
         if chunk:
             yield chunk
 
     def _jax_dispatch(self, chunk):
         """Start the solve of one chunk (JAX dispatches asynchronously); returns its rows."""
-        L = padded_length(max(max(len(q), len(t)) for _, q, _, t in chunk))
+        lq, lt = padded_shape(max(len(q) for _, q, _, _ in chunk), max(len(t) for _, _, _, t in chunk))
         feats = self._features([q for _, q, _, _ in chunk] + [t for _, _, _, t in chunk])
         n = len(chunk)
         items = [(q, t, feats[i], feats[n + i], None) for i, (_, q, _, t) in enumerate(chunk)]
-        return self._plans_fn()(self.params, M.make_batch(items, self.config, L, L))
+        return self._plans_fn()(self.params, M.make_batch(items, self.config, lq, lt))
 
     def _jax_results(self, pairs, batch_size, keep_plan):
         pending = None  # (chunk, rows being computed)

@@ -62,7 +62,8 @@ from sinkalign.align.model import ALPHABETS, AlignerConfig, encode_residues
 __all__ = ["CACHE_RESIDUES", "MAX_SPREAD", "NumpyEngine", "ResidueEncoder", "Solution", "engine_support"]
 
 # Largest range of scores (natural-log units) the scaling form takes: exp(-MAX_SPREAD) and the
-# scaling vectors stay far inside float64's range (e^-708) for any marginal up to 8192.
+# scaling vectors stay far inside float64's range (e^-708) for any marginal up to the aligner's
+# MAX_LENGTH, 131,072 (tests/test_aligner_engine.py checks that extreme against the log domain).
 MAX_SPREAD = 300.0
 _TILE = 2**17  # elements of one tile of the score filters (1 MiB of float64: cache-sized)
 CACHE_RESIDUES = 2**16  # residues of encoded sequences the engine keeps (about 1 kB each: 68 MB)

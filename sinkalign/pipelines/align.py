@@ -292,10 +292,27 @@ def _max_length() -> int:
     return MAX_LENGTH
 
 
+def _max_cells() -> int:
+    from sinkalign.align.aligner import MAX_CELLS
+
+    return MAX_CELLS
+
+
 def _check_length(length: int, where: str, limit: int) -> None:
     if length > limit:
-        raise InputError(f"{where} has {length} residues, more than the {limit} the aligner takes (its plan is "
-                         "dense: O(L^2) memory); split the sequence into domains first")
+        raise InputError(f"{where} has {length} residues, more than the {limit} the aligner takes; split the "
+                         "sequence (into domains, or windows) first")
+
+
+def _check_cells(query: tuple[str, int], target: tuple[str, int], context: str = "") -> None:
+    """``query`` and ``target`` are ``(where, length)``: an error naming both when their dense
+    plan would pass the aligner's cell budget."""
+    limit = _max_cells()
+    cells = query[1] * target[1]
+    if cells > limit:
+        raise InputError(f"{query[0]} ({query[1]} residues) against {target[0]} ({target[1]}) makes {cells:,} "
+                         f"residue pairs{context}, more than the {limit:,} the aligner takes (its "
+                         "plan is dense: O(m n) memory); split the longer sequence first")
 
 
 def _self_pair(fmt: str, qid: str, tid: str, where: str) -> None:
@@ -333,15 +350,20 @@ class _FastaPairs:
 
         if self.pairing == "all":  # the targets are held anyway; the queries are streamed
             tids = set()
+            longest_target = ("", 0)
             for n, t in enumerate(read_fasta(self.target, alphabet="auto"), 1):
                 note(self.target, t, n)
                 tids.add(t.id)
+                if len(t) > longest_target[1]:
+                    longest_target = (f"record {t.id!r} (#{n}) of {self.target}", len(t))
                 if sam:
                     scan.references.append((t.id, len(t)))
             n_targets, queries = len(tids), _UniqueIds(self.query)
             scan.targets_per_query = n_targets
             for n, q in enumerate(read_fasta(self.query, alphabet="auto", unique_ids=False), 1):
                 note(self.query, q, n)
+                _check_cells((f"record {q.id!r} (#{n}) of {self.query}", len(q)), longest_target,
+                             " (all-vs-all aligns every pair)")
                 queries.add(q.id)
                 if q.id in tids:
                     _self_pair(fmt, q.id, q.id, f"record {q.id!r} (#{n}) of {self.query} (all-vs-all)")
@@ -365,6 +387,8 @@ class _FastaPairs:
                     refs.setdefault(t.id, len(t))
             if q is not None and t is not None:
                 _self_pair(fmt, q.id, t.id, f"pair #{nq} ({self.query} x {self.target})")
+                _check_cells((f"record {q.id!r} (#{nq}) of {self.query}", len(q)),
+                             (f"record {t.id!r} (#{nt}) of {self.target}", len(t)))
         qids.check()
         tids.check()
         if nq != nt:
@@ -500,6 +524,8 @@ class _ListedPairs:
                     checked[id(fa), rid] = len(seq)
                     scan.kinds.add(fa.path, kind, where, len(seq))
             _self_pair(fmt, qid, tid, f"{self.path}: line {n}")
+            _check_cells((f"record {qid!r} of {self.qfa.path}", checked[id(self.qfa), qid]),
+                         (f"record {tid!r} of {self.tfa.path}", checked[id(self.tfa), tid]), f" ({self.path}: line {n})")
             if scan.references is not None:
                 refs.setdefault(tid, checked[id(self.tfa), tid])
             if qid != last_qid and qid in scan.per_query and scan.scattered is None:
