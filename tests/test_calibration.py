@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -345,6 +346,49 @@ def test_column_model_validation():
     with pytest.raises(ValueError, match="needs the query and target sequences"):
         post, aln = _plan_alignment(6, 6)
         Calibration(**base, match_feature="columns", column_model=good).apply(aln, post.match)
+    ranged = {**good, "low": [0.0] * len(COLUMN_FEATURES), "high": [1.0] * len(COLUMN_FEATURES)}
+    Calibration(**base, match_feature="columns", column_model=ranged)
+    with pytest.raises(ValueError, match="low and high .* go together"):
+        Calibration(**base, match_feature="columns", column_model={**good, "low": ranged["low"]})
+    with pytest.raises(ValueError, match="high must be 21 finite numbers"):
+        Calibration(**base, match_feature="columns", column_model={**ranged, "high": [1.0, float("inf")] * 10 + [1.0]})
+    with pytest.raises(ValueError, match="low must not exceed high"):
+        Calibration(**base, match_feature="columns", column_model={**ranged, "low": [0.0] * 20 + [2.0]})
+
+
+def test_a_column_model_does_not_extrapolate_past_its_fitted_range():
+    """The fit stores each feature's range over its rows; the model reads features clipped to
+    it: unchanged inside the range (so the ranges change no fitted probability), constant
+    beyond it, where an unclipped logistic would keep moving the log-odds linearly."""
+    from sinkalign.align.calibration import COLUMN_FEATURES, fit_from_samples, logistic
+
+    rng = np.random.default_rng(7)
+    F = len(COLUMN_FEATURES)
+    X = rng.random((3000, F))
+    y = (rng.random(3000) < 1 / (1 + np.exp(-(4 * X[:, 0] - 3 * X[:, 13] - 0.5)))).astype(float)
+    for symmetric in (False, True):
+        cal = fit_from_samples([(X, y, rng.random(40), (rng.random(40) < 0.5).astype(float))],
+                               match_feature="columns", symmetric=symmetric)
+        model = cal.column_model
+        fitted = X.copy()
+        if symmetric:  # the range is that of the features the model reads
+            fitted[:, [2, 3]] = fitted[:, [2, 3]].mean(1, keepdims=True)
+        np.testing.assert_array_equal(model["low"], fitted.min(0))
+        np.testing.assert_array_equal(model["high"], fitted.max(0))
+        unranged = {k: v for k, v in model.items() if k not in ("low", "high")}
+        np.testing.assert_array_equal(logistic(model, X), logistic(unranged, X))  # inside: unchanged
+        far = X[:5].copy()
+        far[:, 13] = [2.0, 5.0, 50.0, 1e6, np.max(X[:, 13])]  # past the top of feature 13
+        at_edge = X[:5].copy()
+        at_edge[:, 13] = np.max(X[:, 13])
+        np.testing.assert_array_equal(logistic(model, far), logistic(model, at_edge))
+        assert np.all(logistic(unranged, far)[:4] < logistic(model, far)[:4])  # its weight is negative
+        below = X[:3].copy()
+        below[:, 0] = -10.0
+        low_edge = X[:3].copy()
+        low_edge[:, 0] = np.min(X[:, 0])
+        np.testing.assert_array_equal(logistic(model, below), logistic(model, low_edge))
+        assert Calibration.from_dict(json.loads(json.dumps(cal.to_dict()))) == cal
 
 
 def test_a_symmetric_column_model_reads_the_two_gap_features_as_one():
@@ -453,3 +497,29 @@ def test_the_default_threshold_keeps_exactly_the_confident_columns_of_every_colu
         np.testing.assert_array_equal(cut.alignment.match_posterior, full.alignment.match_posterior[keep])
         assert cut.evalue == full.evalue
     assert dropped > 0  # the shuffled pair's weak columns go
+
+
+def test_the_learned_model_keeps_the_right_columns_of_a_lopsided_pair():
+    """A 40-residue piece of alpha globin against beta globin inside 2,000 random residues
+    (lengths 54 to 1 apart; the training pairs were at most 9 to 1): the shipped model finds the
+    columns it finds without the flanks, and its confidences, read at the edge of the length
+    ratios it was fitted on, keep them above its threshold (unclipped, a linear extrapolation of
+    the log-odds put a quarter of them below it)."""
+    from Bio import SeqIO
+
+    import sinkalign
+
+    examples = Path(sinkalign.__file__).parent / "data" / "examples"
+    hba = str(next(SeqIO.parse(examples / "globins_query.fasta", "fasta")).seq)
+    hbb = str(SeqIO.read(examples / "globins_target.fasta", "fasta").seq)
+    rng = np.random.default_rng(0)
+    flank = "".join(rng.choice(list("ACDEFGHIKLMNPQRSTVWY"), 2000))
+    aligner = Aligner.load("learned", strand="plus")
+    assert aligner.min_confidence == 0.35
+    query = hba[60:100]
+    plain = aligner.align(query, hbb).alignment
+    flanked = aligner.align(query, flank[:1000] + hbb + flank[1000:]).alignment
+    assert len(plain.pairs) == 40 and plain.match_posterior.min() > 0.35
+    shifted = {(i, j - 1000) for i, j in flanked.pairs.tolist()}
+    assert shifted <= {tuple(p) for p in plain.pairs.tolist()}
+    assert len(shifted) >= 38, len(shifted)

@@ -246,12 +246,21 @@ def fit_logistic(X, y, *, l2: float = 1e-3) -> dict:
 
 def logistic(model: dict, X) -> np.ndarray:
     """Probabilities of the :func:`fit_logistic` ``model`` at the feature rows ``X [N, F]``
-    (of :data:`COLUMN_FEATURES`, the gap features read as their mean when ``model["symmetric"]``)."""
+    (of :data:`COLUMN_FEATURES`, the gap features read as their mean when ``model["symmetric"]``).
+
+    A model with ``"low"`` and ``"high"`` (the range of each feature over the rows it was
+    fitted on, which :func:`fit_from_samples` stores) reads each feature clipped to that range:
+    a column of a pair unlike any it was fitted on (a 40-residue query against a 2,000-residue
+    target: lengths 50 to 1 apart, the shipped model's most lopsided training pair 9 to 1) gets
+    the probability at the nearest fitted value instead of a linear extrapolation of the log-odds.
+    Rows inside the range are unchanged, so the ranges change no fit."""
     X = np.asarray(X, dtype=np.float64)
     if X.shape[0] == 0:
         return np.zeros(0)
     if model.get("symmetric", False):
         X = _symmetric_gaps(X)
+    if "low" in model:  # no feature extrapolates past the range it was fitted on
+        X = np.clip(X, np.asarray(model["low"]), np.asarray(model["high"]))
     s = ((X - np.asarray(model["mean"])) / np.asarray(model["scale"])) @ np.asarray(model["weights"]) + model["bias"]
     return 0.5 * (1.0 + np.tanh(0.5 * s))
 
@@ -385,17 +394,25 @@ class Calibration:
 
 def _check_column_model(model: dict) -> None:
     required = {"mean", "scale", "weights", "bias"}
-    if not isinstance(model, dict) or not required <= set(model) <= required | {"symmetric"}:
-        raise ValueError("column_model must be a mapping with keys bias, mean, scale, weights (and symmetric)")
+    if not isinstance(model, dict) or not required <= set(model) <= required | {"symmetric", "low", "high"}:
+        raise ValueError("column_model must be a mapping with keys bias, mean, scale, weights (and symmetric, "
+                         "low and high)")
+    if ("low" in model) != ("high" in model):
+        raise ValueError("column_model low and high (the fitted range of each feature) go together")
     if not isinstance(model.get("symmetric", False), bool):
         raise ValueError(f"column_model symmetric={model['symmetric']!r} must be true or false")
-    for key in ("mean", "scale", "weights"):
+    for key in ("mean", "scale", "weights", "low", "high"):
+        if key not in model:
+            continue
         value = np.asarray(model[key], dtype=np.float64)
         if value.shape != (len(COLUMN_FEATURES),) or not np.all(np.isfinite(value)):
             raise ValueError(f"column_model {key} must be {len(COLUMN_FEATURES)} finite numbers (one per "
                              f"COLUMN_FEATURES entry), got shape {value.shape}")
     if np.any(np.asarray(model["scale"], dtype=np.float64) <= 0) or not np.isfinite(float(model["bias"])):
         raise ValueError("column_model scale must be positive and bias finite")
+    if "low" in model and np.any(np.asarray(model["low"], dtype=np.float64) > np.asarray(model["high"],
+                                                                                           dtype=np.float64)):
+        raise ValueError("column_model low must not exceed high, feature by feature")
 
 
 def calibration_samples(aln: Alignment, reference, match=None, *, match_feature: str = "local_share",
@@ -466,7 +483,9 @@ def fit_from_samples(samples, *, match_feature: str = "local_share", radius: int
     For ``columns`` the logistic column model is fitted first (:func:`fit_logistic`, ``l2``)
     and the match knots then map its probabilities; ``symmetric`` (for a symmetric aligner,
     ``AlignerConfig.symmetric``) fits and reads it on the mean of the two gap features, so
-    that a column's confidence is the same whichever sequence is the query."""
+    that a column's confidence is the same whichever sequence is the query. The column model
+    keeps the range of each feature over the fitted rows (``"low"``, ``"high"``), which
+    :func:`logistic` clips to."""
     samples = list(samples)
     if not samples:
         raise ValueError("fit_calibration needs at least one alignment")
@@ -475,9 +494,11 @@ def fit_from_samples(samples, *, match_feature: str = "local_share", radius: int
         raise ValueError(f"need aligned columns and unaligned residues to fit, got {mx.shape[0]} and {gx.size}")
     column_model = None
     if match_feature == "columns":
-        column_model = fit_logistic(_symmetric_gaps(mx) if symmetric else mx, my, l2=l2)
+        fitted = _symmetric_gaps(mx) if symmetric else np.asarray(mx, dtype=np.float64)
+        column_model = fit_logistic(fitted, my, l2=l2)
         if symmetric:
             column_model["symmetric"] = True
+        column_model["low"], column_model["high"] = fitted.min(0).tolist(), fitted.max(0).tolist()
         mx = logistic(column_model, mx)
     match_x, match_y = isotonic_knots(mx, my, max_knots=max_knots)
     gap_x, gap_y = isotonic_knots(gx, gy, max_knots=max_knots)
