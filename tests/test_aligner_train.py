@@ -443,3 +443,30 @@ def test_train_cli_init_from_a_shipped_model(shards, tmp_path):
     r = CliRunner().invoke(cli, [*args, "--init", "dna", "--out", str(tmp_path / "d")])
     assert r.exit_code == 1 and "the train split holds ['protein'] families, and the model is for dna" in r.output
     assert not (tmp_path / "d" / "metrics.jsonl").exists()
+
+
+def test_train_cli_flank_trains_on_flanked_pairs_and_records_it(shards, tmp_path, monkeypatch):
+    """`--flank 1 --flank-ratio 3`: every training pair goes through flank_example (the
+    longer side grown), the run records both settings; a share outside [0, 1] is refused."""
+    from sinkalign.align import train as T
+
+    seen = []
+    original = T.flank_example
+
+    def spy(example, donors, max_length, max_ratio, rng):
+        out = original(example, donors, max_length, max_ratio, rng)
+        seen.append((max(len(example.pair.query_seq), len(example.pair.target_seq)),
+                     max(len(out.pair.query_seq), len(out.pair.target_seq)), max_ratio))
+        return out
+
+    monkeypatch.setattr(T, "flank_example", spy)
+    args = ["train", "--pfam-shards", str(shards), "--steps", "2", "--batch-size", "2", "--eval-every", "1000",
+            "--certify-every", "0", "--max-length", "64", "--no-progress", "--init", "blosum"]
+    r = CliRunner().invoke(cli, [*args, "--flank", "1", "--flank-ratio", "3", "--out", str(tmp_path / "f")])
+    assert r.exit_code == 0, r.output
+    assert len(seen) == 4 and all(ratio == 3.0 for *_, ratio in seen)
+    assert any(after > before for before, after, _ in seen)
+    _, state, _ = load_checkpoint(tmp_path / "f")
+    assert state["train"]["flank"] == 1.0 and state["train"]["flank_ratio"] == 3.0
+    r = CliRunner().invoke(cli, [*args, "--flank", "1.5", "--out", str(tmp_path / "g")])
+    assert r.exit_code == 2 and "--flank" in r.output

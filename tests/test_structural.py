@@ -14,7 +14,7 @@ import sinkalign.io.shards as shards_mod
 from sinkalign.align import model as M
 from sinkalign.align.evaluate import load_reference_set
 from sinkalign.align.metrics import core_pair_scores, pair_scores
-from sinkalign.align.train import crop_example, examples_to_batch
+from sinkalign.align.train import crop_example, examples_to_batch, flank_example
 from sinkalign.cli.main import cli
 from sinkalign.cli.shards import shards as shards_cli
 from sinkalign.errors import AlphabetError, FormatError, InputError
@@ -160,6 +160,58 @@ def test_crop_keeps_pairs_and_masks_consistent():
         expected = [not h or pi for h, pi in zip(has_ref, partner_in)]
         assert c.query_core.tolist() == expected
     assert crop_example(p, 400, rng) is p
+
+
+def test_flank_puts_the_longer_side_inside_other_proteins_and_moves_the_reference():
+    """flank_example: the longer side grows to R times the shorter (R <= max_ratio, within
+    max_length) with windows of donor sequences of other families; the reference pairs point
+    at the same residues, the added residues are trusted gaps, embeddings move with them."""
+    from sinkalign.io.shards import ShardExample
+
+    rng = np.random.default_rng(1)
+    amino = list("ACDEFGHIKLMNPQRSTVWY")
+    seq = lambda n: "".join(rng.choice(amino, n))  # noqa: E731
+    q, t = seq(40), seq(46)
+    pairs = np.stack([np.arange(2, 40), np.arange(5, 43)], 1).astype(np.int32)
+    core_q, core_t = np.ones(40, bool), np.ones(46, bool)
+    core_q[:2] = core_t[-2:] = False
+    emb = lambda n, v: np.full((n, 3), v, np.float32)  # noqa: E731
+    ex = ShardExample(ReferencePair("q", "t", q, t, pairs, family="A", query_core=core_q, target_core=core_t),
+                      30.0, emb(40, 1.0), emb(46, 2.0))
+    donors = [ShardExample(ReferencePair(f"d{k}", f"e{k}", seq(70), seq(90), np.zeros((0, 2), np.int32),
+                                         family=f"D{k}"), 20.0, emb(70, 3.0), emb(90, 3.0)) for k in range(3)]
+    same_family = ShardExample(ReferencePair("s", "s2", "X" * 200, "X" * 200, np.zeros((0, 2), np.int32),
+                                             family="A"), 20.0, emb(200, 9.0), emb(200, 9.0))
+    grown = 0
+    for seed in range(30):
+        f = flank_example(ex, [*donors, same_family], 256, 4.0, np.random.default_rng(seed))
+        p = f.pair
+        assert len(p.query_seq) == 40  # the shorter side is left alone
+        if len(p.target_seq) == 46:
+            assert f is ex  # nothing to add: returned as it is
+            continue
+        grown += 1
+        left = p.target_seq.index(t)
+        assert 46 < len(p.target_seq) <= 4.0 * 40 and "X" not in p.target_seq  # no donor of the same family
+        np.testing.assert_array_equal(p.pairs, pairs + [0, left])
+        added = np.r_[np.arange(left), np.arange(left + 46, len(p.target_seq))]
+        assert p.target_core[added].all() and (p.target_core[left:left + 46] == core_t).all()
+        assert (p.query_core == core_q).all()
+        assert (f.target_embedding[left:left + 46] == 2.0).all() and (f.target_embedding[added] == 3.0).all()
+        assert f.target_embedding.shape == (len(p.target_seq), 3) and (f.query_embedding == 1.0).all()
+    assert grown >= 20
+    # a pair too long for the ratio within max_length is cut first, around its reference pairs
+    cut = flank_example(ex.pair, [d.pair for d in donors], 64, 8.0, np.random.default_rng(3))
+    assert max(len(cut.query_seq), len(cut.target_seq)) <= 64 and cut.n_aligned > 0
+    q0 = q.index(cut.query_seq)
+    assert len(cut.target_seq) > 64 // 8 and cut.target_core is not None
+    for i, j in cut.pairs:  # query residue i0 was aligned with target residue i0 + 3
+        assert cut.target_seq[j] == t[i + q0 + 3]
+    with pytest.raises(InputError, match="flank=1.5 must be a share"):
+        from sinkalign.align.train import TrainConfig
+
+        TrainConfig(shards="x", out="y", model=M.preset("default", feature_dim=0, embedder={"name": "none"}),
+                    flank=1.5)
 
 
 def test_residue_encoder_starts_at_the_substitution_model(sdir):

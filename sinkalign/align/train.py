@@ -56,7 +56,7 @@ from sinkalign.align.checkpoints import (
 from sinkalign.errors import CheckpointError, InputError
 
 __all__ = ["TrainConfig", "TrainResult", "train", "save_checkpoint", "load_checkpoint", "init_distributed",
-           "evaluate_split", "export_model", "BUCKETS", "crop_example", "save_best", "read_best", "anchor_drift",
+           "evaluate_split", "export_model", "BUCKETS", "crop_example", "flank_example", "save_best", "read_best", "anchor_drift",
            "starting_params"]
 
 log = logging.getLogger(__name__)
@@ -87,6 +87,8 @@ class TrainConfig:
     freeze: tuple[str, ...] = ()  # parameter names kept at their initial values (e.g. "sub")
     init: str | None = None  # a trained model (model, checkpoint or run directory) whose weights start the run
     anchor: float = 0.0  # L2-SP weight: anchor / 2 * |theta - theta_0|^2 is added to the loss
+    flank: float = 0.0  # share of training pairs whose longer side is put inside unrelated sequence
+    flank_ratio: float = 8.0  # at most this many times the shorter side's length (log-uniform)
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "checkpoint_every", "eval_every", "keep_checkpoints"):
@@ -98,6 +100,10 @@ class TrainConfig:
             raise InputError(f"anchor={self.anchor} must be a finite number >= 0")
         if self.max_length > BUCKETS[-1]:
             raise InputError(f"max_length={self.max_length} must be <= {BUCKETS[-1]}")
+        if not 0.0 <= self.flank <= 1.0:
+            raise InputError(f"flank={self.flank} must be a share of the pairs, in [0, 1]")
+        if not (math.isfinite(self.flank_ratio) and self.flank_ratio > 1.0):
+            raise InputError(f"flank_ratio={self.flank_ratio} must be a finite number > 1")
         object.__setattr__(self, "freeze", tuple(self.freeze))
         unknown = sorted(set(self.freeze) - set(M.init_params(self.model)))
         if unknown:
@@ -178,6 +184,69 @@ def crop_example(example, max_length: int, rng: np.random.Generator):
                                target_embedding=None if te is None else te[t0:t1])
 
 
+def flank_example(example, donors, max_length: int, max_ratio: float, rng: np.random.Generator):
+    """``example`` with its longer side put inside stretches of unrelated sequence: a pair as a
+    search meets it (a domain against a whole protein, a gene against a contig).
+
+    A length ratio ``R`` is drawn log-uniformly from ``[1, max_ratio]``; when the shorter side
+    times ``R`` would pass ``max_length``, the pair is first cut (:func:`crop_example`) to
+    ``max_length / R`` residues a side. The longer side (either, at random, when they are equal)
+    then gets ``R`` times the shorter side's length, the added residues split at random
+    between its two ends and copied from windows of ``donors`` (other training examples, of
+    other families). The added residues are aligned to nothing in the reference and trusted
+    (core) gaps: the loss asks the plan to send them to the dustbin. Reference pairs, core
+    masks and embeddings move with the residues; a pair that cannot grow is returned as it is.
+    """
+    import dataclasses
+
+    pair = getattr(example, "pair", example)
+    ratio = float(np.exp(rng.uniform(0.0, np.log(max_ratio))))
+    short = min(len(pair.query_seq), len(pair.target_seq))
+    if short * ratio > max_length:
+        example = crop_example(example, max(1, int(max_length / ratio)), rng)
+        pair = getattr(example, "pair", example)
+    lq, lt = len(pair.query_seq), len(pair.target_seq)
+    side = 0 if lq > lt else 1 if lt > lq else int(rng.integers(2))  # 0: flank the query
+    long_len = (lq, lt)[side]
+    extra = min(max_length, int(round(min(lq, lt) * ratio))) - long_len
+    family = getattr(pair, "family", None)
+    donors = [d for d in donors if getattr(getattr(d, "pair", d), "family", None) != family or family is None]
+    if extra <= 0 or not donors:
+        return example
+    pieces, embeds = [], []
+    while sum(map(len, pieces)) < extra:  # windows of donor sequences (either side) until there is enough
+        donor = donors[int(rng.integers(len(donors)))]
+        dpair = getattr(donor, "pair", donor)
+        which = int(rng.integers(2))
+        seq = (dpair.query_seq, dpair.target_seq)[which]
+        emb = (getattr(donor, "query_embedding", None), getattr(donor, "target_embedding", None))[which]
+        need = extra - sum(map(len, pieces))
+        start = int(rng.integers(max(1, len(seq) - need + 1)))
+        pieces.append(seq[start:start + need])
+        embeds.append(None if emb is None else emb[start:start + need])
+    flank = "".join(pieces)
+    left = int(rng.integers(extra + 1))
+    seqs = [pair.query_seq, pair.target_seq]
+    seqs[side] = flank[:left] + seqs[side] + flank[left:]
+    cores = [pair.query_core, pair.target_core]
+    if cores[0] is not None:
+        cores[side] = np.concatenate([np.ones(left, bool), cores[side], np.ones(extra - left, bool)])
+    shift = np.zeros(2, dtype=np.int32)
+    shift[side] = left
+    new_pair = dataclasses.replace(pair, query_seq=seqs[0], target_seq=seqs[1],
+                                   pairs=(pair.pairs + shift).astype(np.int32), query_core=cores[0],
+                                   target_core=cores[1])
+    if not hasattr(example, "pair"):
+        return new_pair
+    embs = [example.query_embedding, example.target_embedding]
+    if embs[side] is not None:
+        if any(e is None for e in embeds):
+            raise InputError(f"pair {pair.query_id}/{pair.target_id}: a flank donor has no embeddings")
+        fill = np.concatenate(embeds)
+        embs[side] = np.concatenate([fill[:left], embs[side], fill[left:]]).astype(embs[side].dtype)
+    return dataclasses.replace(example, pair=new_pair, query_embedding=embs[0], target_embedding=embs[1])
+
+
 def examples_to_batch(examples, config: M.AlignerConfig, size: int | None = None) -> M.Batch:
     """Pad a list of ShardExample (or ReferencePair) into one square bucket."""
     items = []
@@ -207,6 +276,11 @@ def _batches(dataset, cfg: TrainConfig, start_step: int):
             if cfg.crop:
                 rng = np.random.default_rng([cfg.seed, epoch, n])
                 items = [crop_example(ex, cfg.max_length, rng) for ex in items]
+            if cfg.flank:
+                rng = np.random.default_rng([cfg.seed, epoch, n, 1])
+                chosen = rng.random(len(items)) < cfg.flank
+                items = [flank_example(ex, items[:k] + items[k + 1:], cfg.max_length, cfg.flank_ratio, rng)
+                         if chosen[k] else ex for k, ex in enumerate(items)]
             items = [ex for ex in items if _fits(ex, cfg.max_length)]
             if not items:
                 continue

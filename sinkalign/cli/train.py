@@ -49,13 +49,21 @@ from sinkalign.cli.options import model_options, progress_option, show_progress
 @click.option("--anchor", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="Add anchor/2 * |weights - starting weights|^2 to the loss (L2-SP): with few training pairs, "
                    "stay near what the starting model knows.")
+@click.option("--flank", type=click.FloatRange(min=0, max=1), default=0.0, show_default=True,
+              help="Share of training pairs whose longer sequence is put inside stretches of other training "
+                   "proteins (the added residues aligned to nothing), up to --flank-ratio times the shorter one: "
+                   "pairs as a search of a domain against whole proteins meets them (BENCHMARKS.md, 'Lopsided "
+                   "pairs', has what it did for the shipped model).")
+@click.option("--flank-ratio", type=click.FloatRange(min=1, min_open=True), default=8.0, show_default=True,
+              help="Largest length ratio of a --flank pair (drawn log-uniformly; pairs are cut to fit "
+                   "--max-length).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--distributed", is_flag=True, help="Multi-host: call jax.distributed.initialize() first.")
 @progress_option("training steps")
 @click.pass_context
 def train(ctx, shards, preset_name, model_opts, embedder, steps, batch_size, lr, out, resume, overwrite,
           checkpoint_every, eval_every, certify_every, max_length, crop, eval_pairs, warmup, freeze, init_model, anchor,
-          seed, distributed, progress):
+          flank, flank_ratio, seed, distributed, progress):
     """Train the aligner; metrics go to OUT/metrics.jsonl, checkpoints to OUT/checkpoints.
 
     An OUT that already holds a run needs --resume (continue) or --overwrite (start again).
@@ -122,7 +130,8 @@ def train(ctx, shards, preset_name, model_opts, embedder, steps, batch_size, lr,
                         seed=seed, checkpoint_every=checkpoint_every, eval_every=eval_every,
                         certify_every=certify_every, max_length=max_length, crop=crop, eval_pairs=eval_pairs,
                         warmup=warmup, freeze=tuple(freeze),
-                        init=None if init_path is None else str(init_path), anchor=anchor)
+                        init=None if init_path is None else str(init_path), anchor=anchor, flank=flank,
+                        flank_ratio=flank_ratio)
     result = T.train(cfg, resume=resume, overwrite=overwrite, progress=show_progress(progress))
     click.echo(f"step {result.step}: " + ", ".join(f"{k}={v:.4g}" for k, v in result.last_metrics.items()
                                                     if isinstance(v, float)))
