@@ -414,6 +414,8 @@ def test_init_refuses_a_model_of_another_shape_and_resume_keeps_init(shards, tmp
         train(_cfg(shards, tmp_path / "a", 4), progress=False, resume=True)
     with pytest.raises(CheckpointError, match="the run started with --anchor"):
         train(_cfg(shards, tmp_path / "a", 4, init=str(small), anchor=2.0), progress=False, resume=True)
+    with pytest.raises(CheckpointError, match="the run started with --flank 0.0, not 0.5"):
+        train(_cfg(shards, tmp_path / "a", 4, init=str(small), flank=0.5), progress=False, resume=True)
     assert train(_cfg(shards, tmp_path / "a", 4, init=str(small)), progress=False, resume=True).step == 4
     with pytest.raises(ValueError, match="anchor=-1.0 must be a finite number >= 0"):
         _cfg(shards, tmp_path / "y", 2, anchor=-1.0)

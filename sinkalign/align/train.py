@@ -438,7 +438,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
         if M.AlignerConfig.from_dict(state.get("model") or {}) != cfg.model:  # flat (older) or nested form
             raise CheckpointError(f"{latest}: the checkpoint's model config differs from this run's; use a new --out")
         before = state.get("train") or {}
-        for name, flag in (("init", "--init"), ("anchor", "--anchor")):
+        for name, flag in (("init", "--init"), ("anchor", "--anchor"), ("flank", "--flank"),
+                           ("flank_ratio", "--flank-ratio")):
             if before.get(name, TrainConfig.__dataclass_fields__[name].default) != getattr(cfg, name):
                 raise CheckpointError(f"{latest}: the run started with {flag} {before.get(name)!r}, not "
                                       f"{getattr(cfg, name)!r}; resume with the same {flag}")

@@ -52,8 +52,8 @@ from sinkalign.cli.options import model_options, progress_option, show_progress
 @click.option("--flank", type=click.FloatRange(min=0, max=1), default=0.0, show_default=True,
               help="Share of training pairs whose longer sequence is put inside stretches of other training "
                    "proteins (the added residues aligned to nothing), up to --flank-ratio times the shorter one: "
-                   "pairs as a search of a domain against whole proteins meets them (BENCHMARKS.md, 'Lopsided "
-                   "pairs', has what it did for the shipped model).")
+                   "pairs as a search of a domain against whole proteins meets them (BENCHMARKS.md, 'Training on "
+                   "flanked pairs': better on such pairs, not confirmed on pairs as they are).")
 @click.option("--flank-ratio", type=click.FloatRange(min=1, min_open=True), default=8.0, show_default=True,
               help="Largest length ratio of a --flank pair (drawn log-uniformly; pairs are cut to fit "
                    "--max-length).")
