@@ -85,7 +85,9 @@ def main() -> None:
     for key, row in rows.items():
         cells = [f"{row[g]['precision']:.3f} / {row[g]['recall']:.3f} / {row[g]['f1']:.3f}" for g in names]
         print(f"| {key} | " + " | ".join(cells) + " |")
-    out = Path(args.json) if args.json else RESULTS / f"aligner_threshold_{args.split}.json"
+    # another model's results never take the shipped model's file
+    suffix = "" if args.model == "learned" else "_" + Path(args.model).name
+    out = Path(args.json) if args.json else RESULTS / f"aligner_threshold_{args.split}{suffix}.json"
     write_json(out, {"date": date.today().isoformat(), "machine": machine(), "split": args.split,
                      "model": args.model, "shipped_threshold": aligner.calibration.min_confidence,
                      "pairs": {g: len(idx) for g, idx in idx_groups.items()}, "rows": rows})

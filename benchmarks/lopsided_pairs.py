@@ -155,7 +155,9 @@ def main() -> None:
         for m, row in rows[f"R={ratio}"]["methods"].items():
             print(f"| {m} | " + " | ".join(f"{row[g]['precision']:.3f} / {row[g]['recall']:.3f} / "
                                           f"{row[g]['f1']:.3f}" for g in groups) + " |")
-    out = Path(args.json) if args.json else RESULTS / f"lopsided_pairs_{args.split}.json"
+    # another model's results never take the shipped model's file
+    suffix = "" if args.model == "learned" else "_" + Path(args.model).name
+    out = Path(args.json) if args.json else RESULTS / f"lopsided_pairs_{args.split}{suffix}.json"
     write_json(out, {"date": date.today().isoformat(), "machine": machine(), "split": args.split, "model": args.model,
                      "threshold": threshold, "pairs": {g: len(v) for g, v in groups.items()},
                      "max_query": args.max_query, "rows": rows})
