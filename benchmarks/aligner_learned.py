@@ -4,7 +4,8 @@
 
 One run over one split of the mixed shards (structure-based pairs of HOMSTRAD, SABRE, PREFAB
 and OXBench split by ``data_manifests/structural_split.json``, plus the Pfam families of the
-project's evaluation split) and the TM-align pairs with min TM >= 0.5. F1 of aligned residue
+project's evaluation split) and, with ``--split test --tmalign FILE``, the TM-align pairs with
+min TM >= 0.5 (the manifest pins them to the test split, so a validation run leaves them out). F1 of aligned residue
 pairs, micro-averaged, on trusted (core) residues for the bench1.0 sets
 (:func:`sinkalign.align.metrics.core_pair_scores`), per source and per identity bin of the
 reference (<20, 20-30, 30-40, >=40 %).
@@ -104,7 +105,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shards", required=True)
     ap.add_argument("--model", required=True, help="the learned model (a run's best/ or a model directory)")
-    ap.add_argument("--tmalign", required=True)
+    ap.add_argument("--tmalign", default=None,
+                    help="DeepBLAST's TM-align pairs (min TM >= 0.5 kept); pinned to the test split by "
+                         "data_manifests/structural_split.json, so only with --split test")
     ap.add_argument("--split", default="valid", choices=["valid", "test"])
     ap.add_argument("--pairhmm", type=float, nargs=3, default=(0.2, 24, 2), metavar=("LAM", "OPEN", "EXTEND"),
                     help="pair-HMM settings (BENCHMARKS.md: chosen on the Pfam training families)")
@@ -126,6 +129,9 @@ def main() -> None:
     ap.add_argument("--export", default=None, help="write the (shrunk) learned model to this directory and stop")
     args = ap.parse_args()
 
+    if args.tmalign and args.split != "test":
+        ap.error("--tmalign pairs (min TM >= 0.5) are pinned to the test split "
+                 "(data_manifests/structural_split.json, 'pinned_test'): use them only with --split test")
     if (args.alpha is not None or args.temperature is not None or args.symmetric) and not args.export:
         ap.error("--alpha, --temperature and --symmetric go with --export (evaluate the exported model with --model)")
     if args.export:
@@ -157,8 +163,9 @@ def main() -> None:
                 "learned-all-columns": Aligner.load(args.model, min_confidence=0.0)}
     pairs = load_reference_set(args.shards, split=args.split, max_pairs=args.max_pairs)
     sets = {"structural": [p for p in pairs if source_of(p) != "pfam"],
-            f"pfam {args.split} families": [p for p in pairs if source_of(p) == "pfam"],
-            "TM-align min TM >= 0.5": list(read_tmalign_pairs(args.tmalign, min_tm=0.5))}
+            f"pfam {args.split} families": [p for p in pairs if source_of(p) == "pfam"]}
+    if args.tmalign:
+        sets["TM-align min TM >= 0.5"] = list(read_tmalign_pairs(args.tmalign, min_tm=0.5))
     result = {"machine": machine(), "split": args.split, "model": args.model, "pairhmm": list(args.pairhmm),
               "pairhmm_mac": args.pairhmm_mac,
               "decode": args.decode,
