@@ -12,7 +12,9 @@ recovered); precision is the share of the written pairs that are right.
     python benchmarks/aligner_threshold.py --shards SHARDS --split valid \\
         --json benchmarks/results/aligner_threshold_valid.json
 
-``SHARDS`` as in ``benchmarks/aligner_learned.py``. Choose thresholds on ``valid`` only.
+``SHARDS`` as in ``benchmarks/aligner_learned.py``. Choose thresholds on ``valid`` only. The
+JSON also keeps each pair's counts (at the model's own threshold, every column, NW and SW), so
+``benchmarks/compare_models.py`` can put an interval on the difference between two models.
 """
 
 from __future__ import annotations
@@ -43,9 +45,11 @@ def groups(pairs) -> dict[str, list[int]]:
             "pfam": [i for i, p in enumerate(pairs) if source_of(p) == "pfam"]}
 
 
-def scores_of(preds, pairs, idx_groups) -> dict:
+def scores_of(preds, pairs, idx_groups) -> tuple[dict, list[list[int]]]:
+    """Micro scores per group, and each pair's ``[tp, n_pred, n_ref]``."""
     per_pair = [core_pair_scores(a, p) for a, p in zip(preds, pairs)]
-    return {g: micro_average([per_pair[i] for i in idx]) for g, idx in idx_groups.items()}
+    counts = [[s.tp, s.n_pred, s.n_ref] for s in per_pair]
+    return {g: micro_average([per_pair[i] for i in idx]) for g, idx in idx_groups.items()}, counts
 
 
 def main() -> None:
@@ -69,14 +73,15 @@ def main() -> None:
     secs = time.perf_counter() - t0
     print(f"{len(pairs)} pairs, {len(pairs) / secs:.1f} pairs/s; shipped threshold {aligner.calibration.min_confidence}")
 
-    rows = {}
+    shipped = f"t={aligner.calibration.min_confidence:g}"
+    rows, counts = {}, {}
     for t in thresholds:
         preds = [r.alignment.pairs[r.alignment.match_posterior >= t] for r in results]
-        rows[f"t={t:g}"] = scores_of(preds, pairs, idx_groups)
+        rows[f"t={t:g}"], counts[f"t={t:g}"] = scores_of(preds, pairs, idx_groups)
     for method in ("NW", "SW"):
         preds = [align_pair(p.query_seq, p.target_seq, method.lower(), scoring=Scoring.protein()).pairs
                  for p in pairs]
-        rows[method] = scores_of(preds, pairs, idx_groups)
+        rows[method], counts[method] = scores_of(preds, pairs, idx_groups)
 
     names = list(idx_groups)
     print("pairs: " + ", ".join(f"{g} {len(idx)}" for g, idx in idx_groups.items()))
@@ -90,7 +95,14 @@ def main() -> None:
     out = Path(args.json) if args.json else RESULTS / f"aligner_threshold_{args.split}{suffix}.json"
     write_json(out, {"date": date.today().isoformat(), "machine": machine(), "split": args.split,
                      "model": args.model, "shipped_threshold": aligner.calibration.min_confidence,
-                     "pairs": {g: len(idx) for g, idx in idx_groups.items()}, "rows": rows})
+                     "pairs": {g: len(idx) for g, idx in idx_groups.items()}, "rows": rows,
+                     # what compare_models.py needs to pair two runs: each pair's counts at the model's
+                     # own threshold, every column, NW and SW
+                     "per_pair": {"id": [f"{p.query_id}/{p.target_id}" for p in pairs],
+                                  "family": [p.family for p in pairs], "source": [source_of(p) for p in pairs],
+                                  "identity": [round(percent_identity(p), 3) for p in pairs],
+                                  "counts": {k: counts[k] for k in dict.fromkeys([shipped, "t=0", "NW", "SW"])
+                                             if k in counts}}})
     print(f"wrote {out}")
 
 

@@ -22,6 +22,7 @@ from sinkalign.align.metrics import (
     identity_bin_labels,
     macro_average,
     micro_average,
+    micro_difference,
     pair_scores,
     percent_identity,
     render_table,
@@ -228,3 +229,73 @@ def test_needleman_wunsch_accuracy_rises_with_identity_on_tmalign_pairs(shared_d
     assert low["n"] > 50 and mid["n"] >= 3
     # Sequence alignment is near useless in the twilight zone and much better above 20%.
     assert mid["f1"] > low["f1"] + 0.2
+
+
+def _random_counts(rng, n):
+    n_ref = rng.integers(5, 60, n)
+    n_pred = rng.integers(0, 60, n)
+    tp = np.minimum(n_ref, n_pred) - rng.integers(0, 5, n).clip(0, None)
+    return np.stack([tp.clip(0, None), n_pred, n_ref], axis=1)
+
+
+def test_micro_difference_matches_explicit_cluster_resampling():
+    rng = np.random.default_rng(3)
+    a = _random_counts(rng, 40)
+    b = a.copy()
+    b[:, 0] = np.minimum(b[:, 0] + rng.integers(0, 3, 40), b[:, 1:].min(axis=1))  # b finds a little more
+    clusters = [f"fam{k % 7}" for k in range(40)]  # 7 families, interleaved
+    out = micro_difference(a, b, clusters, n_boot=300, seed=11)
+    # the same resamples drawn by hand: whole families, with replacement, pairs pooled
+    names = sorted(set(clusters))
+    draw = np.random.default_rng(11)
+    diffs = []
+    for _ in range(300):
+        chosen = [names[i] for i in draw.integers(0, len(names), size=len(names))]
+        rows = [k for fam in chosen for k in range(40) if clusters[k] == fam]
+        ta, tb = a[rows].sum(axis=0), b[rows].sum(axis=0)
+        diffs.append(2 * ta[0] / (ta[1] + ta[2]) - 2 * tb[0] / (tb[1] + tb[2]))
+    assert out["ci"]["f1"] == pytest.approx(list(np.quantile(diffs, [0.025, 0.975])), abs=1e-12)
+    whole_a, whole_b = micro_average(PairScores(*r, 0, 0, 0) for r in a), micro_average(PairScores(*r, 0, 0, 0) for r in b)
+    assert out["difference"]["f1"] == pytest.approx(whole_a["f1"] - whole_b["f1"], abs=1e-15)
+    assert out["difference"]["f1"] < 0 and out["share_a_better"] < 0.5
+    assert (out["n"], out["clusters"]) == (40, 7)
+
+
+def test_micro_difference_identical_and_dominating():
+    rng = np.random.default_rng(0)
+    a = _random_counts(rng, 30)
+    same = micro_difference(a, a.copy(), n_boot=200)
+    assert same["difference"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0}
+    assert same["ci"]["f1"] == [0.0, 0.0] and same["share_a_better"] == 0.5
+    worse = a.copy()
+    worse[:, 0] = np.maximum(worse[:, 0] - 2, 0)  # a finds at least as much on every pair, more on most
+    out = micro_difference(a, worse, n_boot=200)
+    assert out["ci"]["f1"][0] > 0 and out["share_a_better"] == 1.0
+    # PairScores are accepted as well as count rows
+    scores = [PairScores(int(t), int(p), int(r), 0.0, 0.0, 0.0) for t, p, r in a]
+    assert micro_difference(scores, worse, n_boot=200)["ci"] == out["ci"]
+
+
+def test_micro_difference_clusters_widen_correlated_evidence():
+    # a wins in some families and loses in others, by the same amount on each of a family's pairs:
+    # pairs are not independent, and the family-level interval must be the wider one
+    n_fam, per = 12, 15
+    a = np.tile([30, 50, 50], (n_fam * per, 1))
+    b = a.copy()
+    fam = np.repeat(np.arange(n_fam), per)
+    b[:, 0] += np.where(fam % 2 == 0, 5, -4)
+    by_pair = micro_difference(a, b, n_boot=2000, seed=1)["ci"]["f1"]
+    by_family = micro_difference(a, b, fam, n_boot=2000, seed=1)["ci"]["f1"]
+    assert by_family[1] - by_family[0] > 2 * (by_pair[1] - by_pair[0])
+
+
+@pytest.mark.parametrize("b, clusters, match", [
+    (np.array([[1, 2, 3]]), None, "same N"),
+    (np.array([[1, 2, 4], [1, 2, 3]]), None, "n_ref"),
+    (np.array([[1, 2, 3], [1, 2, 3]]), ["x"], "one label per pair"),
+    (np.array([[3, 2, 3], [1, 2, 3]]), None, "tp <= n_pred"),
+])
+def test_micro_difference_errors(b, clusters, match):
+    a = np.array([[1, 2, 3], [1, 2, 3]])
+    with pytest.raises(ValueError, match=match):
+        micro_difference(a, b, clusters)

@@ -32,6 +32,7 @@ __all__ = [
     "identity_bin_labels",
     "macro_average",
     "micro_average",
+    "micro_difference",
     "pair_scores",
     "percent_identity",
     "render_table",
@@ -142,6 +143,83 @@ def micro_average(scores: Iterable[PairScores], *, zero_division: float = 0.0) -
         "recall": _ratio(tp, n_ref, zero_division),
         "f1": _ratio(2 * tp, n_pred + n_ref, zero_division),
     }
+
+
+def micro_difference(
+    counts_a: Any,
+    counts_b: Any,
+    clusters: Sequence[Any] | None = None,
+    *,
+    confidence: float = 0.95,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """How much two methods' micro-averaged precision, recall and F1 differ on the same pairs,
+    with a paired percentile-bootstrap interval of each difference (``a - b``).
+
+    ``counts_a`` and ``counts_b`` are ``[N, 3]`` integer ``(tp, n_pred, n_ref)`` rows of the
+    same ``N`` pairs in the same order (:class:`PairScores` fields), or ``N`` :class:`PairScores`
+    each. ``clusters`` (``N`` labels, e.g. each pair's family) makes it a cluster bootstrap:
+    whole clusters are drawn with replacement, since pairs of one family are not independent
+    evidence (a split by family is a sample of families). ``None``: each pair is its own cluster.
+    Both methods are scored on the same resample, so what they share cancels.
+
+    Returns ``{"n", "clusters", "a", "b", "difference", "ci", "share_a_better"}``: the micro
+    scores of each method on all pairs (dicts as :func:`micro_average` gives), the differences
+    ``{"precision", "recall", "f1"}``, their ``confidence`` intervals ``[low, high]`` and the
+    share of resamples in which ``a`` has the higher F1 (ties count half).
+    """
+    def as_counts(counts: Any, name: str) -> np.ndarray:
+        items = list(counts)
+        if items and isinstance(items[0], PairScores):
+            items = [(c.tp, c.n_pred, c.n_ref) for c in items]
+        arr = np.asarray(items, dtype=np.int64).reshape(-1, 3) if len(items) else np.zeros((0, 3), np.int64)
+        if arr.ndim != 2 or arr.shape[1] != 3 or (arr < 0).any() or (arr[:, 0] > arr[:, 1:].min(axis=1)).any():
+            raise ValueError(f"{name} must be [N, 3] counts (tp, n_pred, n_ref) with 0 <= tp <= n_pred, n_ref")
+        return arr
+
+    a, b = as_counts(counts_a, "counts_a"), as_counts(counts_b, "counts_b")
+    if a.shape != b.shape or a.shape[0] == 0:
+        raise ValueError(f"counts_a and counts_b must hold the same N > 0 pairs, got {a.shape[0]} and {b.shape[0]}")
+    if (a[:, 2] != b[:, 2]).any():
+        raise ValueError("counts_a and counts_b disagree on n_ref: they are not the same pairs")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"{confidence=} must be in (0, 1)")
+    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 1:
+        raise ValueError(f"{n_boot=} must be a positive integer")
+    labels = np.arange(a.shape[0]) if clusters is None else np.asarray(list(clusters), dtype=object)
+    if labels.shape != (a.shape[0],):
+        raise ValueError(f"clusters must give one label per pair ({a.shape[0]}), got {labels.shape}")
+    _, member = np.unique(labels.astype(str), return_inverse=True)
+    k = int(member.max()) + 1
+    # counts summed per cluster; a resample is a multiset of clusters, i.e. a weight per cluster
+    sums_a = np.zeros((k, 3), np.int64)
+    sums_b = np.zeros((k, 3), np.int64)
+    np.add.at(sums_a, member, a)
+    np.add.at(sums_b, member, b)
+    rng = np.random.default_rng(seed)
+    weights = np.stack([np.bincount(rng.integers(0, k, size=k), minlength=k) for _ in range(n_boot)])
+
+    def scores(sums: np.ndarray) -> dict[str, np.ndarray]:
+        tot = weights @ sums  # [n_boot, 3]
+        tp, n_pred, n_ref = tot[:, 0].astype(np.float64), tot[:, 1], tot[:, 2]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return {"precision": np.where(n_pred > 0, tp / n_pred, 0.0),
+                    "recall": np.where(n_ref > 0, tp / n_ref, 0.0),
+                    "f1": np.where(n_pred + n_ref > 0, 2 * tp / (n_pred + n_ref), 0.0)}
+
+    boot_a, boot_b = scores(sums_a), scores(sums_b)
+    whole_a = micro_average(PairScores(int(t), int(p), int(r), 0.0, 0.0, 0.0) for t, p, r in a)
+    whole_b = micro_average(PairScores(int(t), int(p), int(r), 0.0, 0.0, 0.0) for t, p, r in b)
+    alpha = 1.0 - confidence
+    diff, ci = {}, {}
+    for key in ("precision", "recall", "f1"):
+        diff[key] = whole_a[key] - whole_b[key]
+        lo, hi = np.quantile(boot_a[key] - boot_b[key], [alpha / 2, 1.0 - alpha / 2])
+        ci[key] = [float(lo), float(hi)]
+    better = float(np.mean((boot_a["f1"] > boot_b["f1"]) + 0.5 * (boot_a["f1"] == boot_b["f1"])))
+    return {"n": int(a.shape[0]), "clusters": k, "a": whole_a, "b": whole_b, "difference": diff, "ci": ci,
+            "share_a_better": better}
 
 
 def macro_average(scores: Iterable[PairScores]) -> dict[str, float]:
