@@ -66,8 +66,25 @@ def xla_memory(jitted, *args) -> dict:
     }
 
 
+def _flat(x) -> bool:
+    """A list of scalars, or of lists of scalars: written on one line."""
+    scalar = lambda v: not isinstance(v, (dict, list))  # noqa: E731
+    return isinstance(x, list) and all(scalar(v) or (isinstance(v, list) and all(map(scalar, v))) for v in x)
+
+
+def _dumps(x, level: int = 0) -> str:
+    """``json.dumps(x, indent=2)``, except that flat lists (per-pair counts, ...) take one line."""
+    pad, inner = "  " * level, "  " * (level + 1)
+    if isinstance(x, dict) and x:
+        items = (f"{inner}{json.dumps(str(k))}: {_dumps(v, level + 1)}" for k, v in x.items())
+        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+    if isinstance(x, list) and x and not _flat(x):
+        return "[\n" + ",\n".join(inner + _dumps(v, level + 1) for v in x) + "\n" + pad + "]"
+    return json.dumps(x, separators=(", ", ": "))
+
+
 def write_json(path: str | Path, payload: dict) -> None:
-    atomic_write_text(path, json.dumps(payload, indent=2) + "\n")
+    atomic_write_text(path, _dumps(payload) + "\n")
 
 
 def mib(x: float | None) -> str:
