@@ -523,3 +523,73 @@ def test_the_learned_model_keeps_the_right_columns_of_a_lopsided_pair():
     shifted = {(i, j - 1000) for i, j in flanked.pairs.tolist()}
     assert shifted <= {tuple(p) for p in plain.pairs.tolist()}
     assert len(shifted) >= 38, len(shifted)
+
+
+def test_flanked_copies_grow_a_share_of_the_pairs_from_other_families(tmp_path):
+    from sinkalign.align.evaluate import load_reference_set
+    from sinkalign.align.train import flanked_copies
+    from tests.aligner_fixtures import make_families
+
+    fams = make_families(tmp_path / "fams", n_families=3, n_seqs=4, length=40)
+    pairs = [p for f in fams for p in load_reference_set(f)]
+    before = [(p.query_seq, p.target_seq) for p in pairs]
+    assert flanked_copies(pairs, 0.0, 400, 8.0) == []
+    copies = flanked_copies(pairs, 1.0, 400, 8.0, seed=3)
+    assert len(copies) == len(pairs)
+    assert [(p.query_seq, p.target_seq) for p in pairs] == before  # the pairs themselves are left alone
+    grown = 0
+    for p, c in zip(pairs, copies):
+        short = min(len(p.query_seq), len(p.target_seq))
+        long_side = max(len(c.query_seq), len(c.target_seq))
+        assert long_side <= max(400, len(p.query_seq), len(p.target_seq)) and long_side <= 8 * short + 1
+        if long_side > max(len(p.query_seq), len(p.target_seq)):
+            grown += 1
+            # the homologous pair sits inside the flanks, its reference shifted with it
+            side = 0 if len(c.query_seq) > len(p.query_seq) else 1
+            seq, new = (p.query_seq, p.target_seq)[side], (c.query_seq, c.target_seq)[side]
+            shift = int(c.pairs[0, side] - p.pairs[0, side])
+            assert new[shift:shift + len(seq)] == seq
+            np.testing.assert_array_equal(c.pairs[:, side] - shift, p.pairs[:, side])
+            # the added residues are windows of other families' sequences
+            other = "".join(q.query_seq + "|" + q.target_seq + "|" for q in pairs if q.family != p.family)
+            for flank in (new[:shift], new[shift + len(seq):]):
+                # covered by a few long stretches of them (greedy longest matches), not by chance k-mers
+                segments, i = 0, 0
+                while i < len(flank):
+                    n = 1
+                    while i + n < len(flank) and flank[i:i + n + 1] in other:
+                        n += 1
+                    assert flank[i:i + n] in other
+                    segments, i = segments + 1, i + n
+                assert segments <= len(flank) / 30 + 3
+    assert grown > len(pairs) // 2
+    half = flanked_copies(pairs, 0.5, 400, 8.0, seed=3)
+    assert 0 < len(half) < len(pairs)
+    assert [(c.query_seq, c.target_seq) for c in half] == [(c.query_seq, c.target_seq)
+                                                           for c in flanked_copies(pairs, 0.5, 400, 8.0, seed=3)]
+    with pytest.raises(InputError, match="share"):
+        flanked_copies(pairs, 1.5, 400, 8.0)
+    with pytest.raises(InputError, match="ratio"):
+        flanked_copies(pairs, 0.5, 400, 1.0)
+
+
+def test_calibrate_flank_fits_lopsided_copies_too(tmp_path):
+    from sinkalign.align.calibration import COLUMN_FEATURES
+    from tests.aligner_fixtures import make_families
+
+    fams = make_families(tmp_path / "fams", n_families=3, n_seqs=4, length=40)
+    ratio = COLUMN_FEATURES.index("abs_log_length_ratio")
+    highs = {}
+    for name, extra in (("plain", []), ("flank", ["--flank", "1", "--flank-ratio", "6", "--flank-max-length", "300"])):
+        out = tmp_path / name
+        args = ["calibrate", *[a for f in fams for a in ("--reference", str(f))], "--match-feature", "columns",
+                *extra, "-o", str(out)]
+        r = CliRunner().invoke(cli, args)
+        assert r.exit_code == 0, r.output
+        state = json.loads((out / "state.json").read_text())
+        highs[name] = state["calibration"]["column_model"]["high"][ratio]
+        if name == "flank":
+            assert "18 pairs of fam0.sto, fam1.sto, fam2.sto" in state["provenance"]
+            assert "and flanked copies of 18 of them (ratio <= 6, <= 300 residues, seed 0)" in state["provenance"]
+    # the plain fit saw pairs of nearly equal length; the flanked copies reach about 6:1
+    assert highs["plain"] < 0.3 < np.log(4.0) < highs["flank"] <= np.log(6.0) + 0.05

@@ -56,8 +56,8 @@ from sinkalign.align.checkpoints import (
 from sinkalign.errors import CheckpointError, InputError
 
 __all__ = ["TrainConfig", "TrainResult", "train", "save_checkpoint", "load_checkpoint", "init_distributed",
-           "evaluate_split", "export_model", "BUCKETS", "crop_example", "flank_example", "save_best", "read_best", "anchor_drift",
-           "starting_params"]
+           "evaluate_split", "export_model", "BUCKETS", "crop_example", "flank_example", "flanked_copies",
+           "save_best", "read_best", "anchor_drift", "starting_params"]
 
 log = logging.getLogger(__name__)
 
@@ -245,6 +245,19 @@ def flank_example(example, donors, max_length: int, max_ratio: float, rng: np.ra
         fill = np.concatenate(embeds)
         embs[side] = np.concatenate([fill[:left], embs[side], fill[left:]]).astype(embs[side].dtype)
     return dataclasses.replace(example, pair=new_pair, query_embedding=embs[0], target_embedding=embs[1])
+
+
+def flanked_copies(pairs, share: float, max_length: int, max_ratio: float, seed: int = 0) -> list:
+    """Flanked copies (:func:`flank_example`, donors: the other families of ``pairs``) of a
+    ``share`` of ``pairs``, each chosen with that probability in turn (``seed``); the pairs
+    themselves are not changed. What ``sinkalign calibrate --flank`` fits on besides them."""
+    if not 0.0 <= share <= 1.0:
+        raise InputError(f"flank share {share} must be in [0, 1]")
+    if not (math.isfinite(max_ratio) and max_ratio > 1.0):
+        raise InputError(f"flank ratio {max_ratio} must be a finite number > 1")
+    pairs = list(pairs)
+    rng = np.random.default_rng(seed)
+    return [flank_example(p, pairs, max_length, max_ratio, rng) for p in pairs if rng.random() < share]
 
 
 def examples_to_batch(examples, config: M.AlignerConfig, size: int | None = None) -> M.Batch:

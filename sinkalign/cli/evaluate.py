@@ -91,12 +91,22 @@ def evaluate(references, model, split, min_tm, max_pairs, methods, backend, json
 @click.option("--min-confidence", type=click.FloatRange(min=0, max=1, max_open=True), default=0.0, show_default=True,
               help="Store this threshold with the calibration: `sinkalign align` leaves columns less confident "
                    "than it unaligned (choose it on validation pairs, not on these).")
+@click.option("--flank", type=click.FloatRange(min=0, max=1), default=0.0, show_default=True,
+              help="Also fit on flanked copies of this share of the pairs: the longer side put inside windows of "
+                   "other families' sequences, up to --flank-ratio times the shorter side (log-uniform), the added "
+                   "residues unaligned. Gives the confidences support for a domain against a whole protein "
+                   "(BENCHMARKS.md, 'Calibrating on flanked pairs').")
+@click.option("--flank-ratio", type=click.FloatRange(min=1, min_open=True), default=64.0, show_default=True,
+              help="Largest length ratio of a --flank copy.")
+@click.option("--flank-max-length", type=click.IntRange(min=2), default=2048, show_default=True,
+              help="Longest sequence of a --flank copy (a pair is cut first to fit its ratio).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the --flank copies.")
 @click.option("-o", "--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Model directory to write: the model with the fitted calibration. It must be new or empty "
                    "(a directory holding other files is refused).")
 @click.option("--overwrite", is_flag=True, help="Replace the model already in --out (only a model directory).")
 def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, match_feature, min_confidence,
-              out, overwrite):
+              flank, flank_ratio, flank_max_length, seed, out, overwrite):
     """Fit calibrated confidences (isotonic) for a model's posteriors and write the calibrated model.
 
     The calibration goes with the model: `sinkalign align` reports calibrated column
@@ -113,6 +123,15 @@ def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, ma
     pairs = _fitting_pairs(references, split=split, min_tm=min_tm, max_pairs=max_pairs, max_length=max_length)
     if not pairs:
         raise InputError(f"no reference pair of at most {max_length} residues in {[str(r) for r in references]}")
+    names = ", ".join(r.name for r in references)
+    fitted_on = f"{len(pairs)} pairs of {names} (split {split}, <= {max_length} residues)"
+    if flank:
+        from sinkalign.align.train import flanked_copies
+
+        extra = flanked_copies(pairs, flank, flank_max_length, flank_ratio, seed)
+        fitted_on += (f" and flanked copies of {len(extra)} of them (ratio <= {flank_ratio:g}, <= {flank_max_length} "
+                      f"residues, seed {seed})")
+        pairs = pairs + extra
     source = resolve_model(model) if model else default_model_path()
     aligner = Aligner.load(source, calibration=None, strand="plus")  # the raw posteriors are what is fitted
     samples, raw = [], []
@@ -123,8 +142,6 @@ def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, ma
         samples.append(calibration_samples(r.alignment, p, match, match_feature=match_feature, query=p.query_seq,
                                            target=p.target_seq, kind=kind))
         raw.append(r.alignment.match_posterior)
-    names = ", ".join(r.name for r in references)
-    fitted_on = f"{len(pairs)} pairs of {names} (split {split}, <= {max_length} residues)"
     cal = fit_from_samples(samples, max_knots=knots, match_feature=match_feature, kind=kind,
                            min_confidence=min_confidence, fitted_on=fitted_on, symmetric=aligner.config.symmetric)
     earlier = aligner.provenance.split(" Calibrated confidences fitted with")[0]  # a calibration replaces the last
