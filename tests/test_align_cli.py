@@ -74,10 +74,11 @@ def test_nucleotide_inputs_get_the_shipped_dna_model(tmp_path, caplog):
     row = out.read_text().splitlines()[1].split("\t")
     expect = dna.align(a, b).alignment
     from sinkalign.align.decode import cigar
+    from sinkalign.alignment import format_number
 
     assert row[9] == cigar(expect.pairs, len(a), len(b))
     assert re.fullmatch(r"(\d+)M4I(\d+)M", row[9]) and len(expect.pairs) == 86  # the deletion, placed
-    assert float(row[10]) == pytest.approx(expect.mean_posterior, rel=1e-6)
+    assert row[10] == format_number(expect.mean_posterior)  # the TSV's own rounding
     r = CliRunner().invoke(cli, ["align", str(tmp_path / "a.fa"), str(tmp_path / "p.fa"), "-o", str(out),
                                  "--overwrite", "--no-progress"])
     assert r.exit_code == 1
@@ -97,7 +98,7 @@ def test_nucleotide_inputs_get_the_shipped_dna_model(tmp_path, caplog):
     row = out.read_text().splitlines()[1].split("\t")
     if len(prot.pairs):
         assert row[9] == cigar(prot.pairs, len(a), 18, local=True)  # TSV CIGARs clip unaligned ends
-        assert float(row[10]) == pytest.approx(prot.mean_posterior, rel=1e-6)
+        assert row[10] == format_number(prot.mean_posterior)
     else:  # the learned model finds no column it trusts between unrelated DNA and protein
         assert row[9] == "*" and row[10] == "NA"
     with pytest.raises(ValueError, match="alphabet='rna' is not one of"):
