@@ -66,6 +66,16 @@ def xla_memory(jitted, *args) -> dict:
     }
 
 
+def pair_groups(sources, identities) -> dict[str, list[int]]:
+    """Index lists of the groups the aligner benchmarks report, from each pair's source
+    (``"pfam"`` or a structural set) and percent identity: pooled, structural, structural below
+    20% identity, Pfam."""
+    struct = [i for i, s in enumerate(sources) if s != "pfam"]
+    return {"all": list(range(len(sources))), "structural": struct,
+            "structural <20%": [i for i in struct if identities[i] < 20],
+            "pfam": [i for i, s in enumerate(sources) if s == "pfam"]}
+
+
 def _flat(x) -> bool:
     """A list of scalars, or of lists of scalars: written on one line."""
     scalar = lambda v: not isinstance(v, (dict, list))  # noqa: E731

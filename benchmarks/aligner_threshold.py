@@ -24,7 +24,7 @@ import time
 from datetime import date
 from pathlib import Path
 
-from _common import machine, write_json
+from _common import machine, pair_groups, write_json
 from aligner_learned import source_of
 
 from sinkalign.align.aligner import Aligner
@@ -35,14 +35,6 @@ from sinkalign.io.alignments import percent_identity
 
 RESULTS = Path(__file__).resolve().parent / "results"
 THRESHOLDS = (0.0, 0.2, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6)
-
-
-def groups(pairs) -> dict[str, list[int]]:
-    """Index lists of the reported groups: pooled, structural, structural below 20%, Pfam."""
-    struct = [i for i, p in enumerate(pairs) if source_of(p) != "pfam"]
-    return {"all": list(range(len(pairs))), "structural": struct,
-            "structural <20%": [i for i in struct if percent_identity(pairs[i]) < 20],
-            "pfam": [i for i, p in enumerate(pairs) if source_of(p) == "pfam"]}
 
 
 def scores_of(preds, pairs, idx_groups) -> tuple[dict, list[list[int]]]:
@@ -67,7 +59,8 @@ def main() -> None:
     if aligner.calibration is None:
         ap.error(f"{args.model} has no calibration: its columns have no confidences to threshold")
     pairs = load_reference_set(args.shards, split=args.split, max_pairs=args.max_pairs)
-    idx_groups = groups(pairs)
+    sources, identities = [source_of(p) for p in pairs], [percent_identity(p) for p in pairs]
+    idx_groups = pair_groups(sources, identities)
     t0 = time.perf_counter()
     results = list(aligner.align_many((p.query_id, p.query_seq, p.target_id, p.target_seq) for p in pairs))
     secs = time.perf_counter() - t0
@@ -99,8 +92,8 @@ def main() -> None:
                      # what compare_models.py needs to pair two runs: each pair's counts at the model's
                      # own threshold, every column, NW and SW
                      "per_pair": {"id": [f"{p.query_id}/{p.target_id}" for p in pairs],
-                                  "family": [p.family for p in pairs], "source": [source_of(p) for p in pairs],
-                                  "identity": [round(percent_identity(p), 3) for p in pairs],
+                                  "family": [p.family for p in pairs], "source": sources,
+                                  "identity": identities,  # unrounded: compare_models.py regroups by it
                                   "counts": {k: counts[k] for k in dict.fromkeys([shipped, "t=0", "NW", "SW"])
                                              if k in counts}}})
     print(f"wrote {out}")

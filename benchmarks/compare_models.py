@@ -27,7 +27,7 @@ from datetime import date
 from pathlib import Path
 
 import numpy as np
-from _common import machine, write_json
+from _common import machine, pair_groups, write_json
 
 from sinkalign.align.metrics import micro_difference
 
@@ -43,15 +43,6 @@ def load(path: str, row: str | None) -> tuple[dict, str, dict]:
     if row not in data["per_pair"]["counts"]:
         raise SystemExit(f"{path}: no per-pair counts for row {row!r}; it has {list(data['per_pair']['counts'])}")
     return data, row, data["per_pair"]
-
-
-def group_index(per_pair: dict) -> dict[str, np.ndarray]:
-    source = np.asarray(per_pair["source"])
-    ident = np.asarray(per_pair["identity"], dtype=np.float64)
-    struct = source != "pfam"
-    masks = {"all": np.ones(source.size, bool), "structural": struct, "structural <20%": struct & (ident < 20),
-             "pfam": ~struct}
-    return {g: np.flatnonzero(m) for g, m in masks.items()}
 
 
 def main() -> None:
@@ -85,8 +76,8 @@ def main() -> None:
     print("| group | pairs (families) | A P / R / F1 | B P / R / F1 | F1 A - B [95%] | recall A - B [95%] | share A better |")
     print("|---|---|---|---|---|---|---|")
     out = {}
-    for g, idx in group_index(pa).items():
-        if idx.size == 0:
+    for g, idx in pair_groups(pa["source"], pa["identity"]).items():  # the groups aligner_threshold.py reported
+        if not idx:
             continue
         res = micro_difference(counts_a[idx], counts_b[idx], family[idx], n_boot=args.n_boot, seed=args.seed)
         out[g] = res

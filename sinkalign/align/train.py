@@ -100,10 +100,7 @@ class TrainConfig:
             raise InputError(f"anchor={self.anchor} must be a finite number >= 0")
         if self.max_length > BUCKETS[-1]:
             raise InputError(f"max_length={self.max_length} must be <= {BUCKETS[-1]}")
-        if not 0.0 <= self.flank <= 1.0:
-            raise InputError(f"flank={self.flank} must be a share of the pairs, in [0, 1]")
-        if not (math.isfinite(self.flank_ratio) and self.flank_ratio > 1.0):
-            raise InputError(f"flank_ratio={self.flank_ratio} must be a finite number > 1")
+        _check_flank(self.flank, self.flank_ratio)
         object.__setattr__(self, "freeze", tuple(self.freeze))
         unknown = sorted(set(self.freeze) - set(M.init_params(self.model)))
         if unknown:
@@ -184,6 +181,14 @@ def crop_example(example, max_length: int, rng: np.random.Generator):
                                target_embedding=None if te is None else te[t0:t1])
 
 
+def _check_flank(share: float, max_ratio: float) -> None:
+    """The flank settings of training (:class:`TrainConfig`) and calibration (:func:`flanked_copies`)."""
+    if not 0.0 <= share <= 1.0:
+        raise InputError(f"flank={share} must be a share of the pairs, in [0, 1]")
+    if not (math.isfinite(max_ratio) and max_ratio > 1.0):
+        raise InputError(f"flank_ratio={max_ratio} must be a finite number > 1")
+
+
 def flank_example(example, donors, max_length: int, max_ratio: float, rng: np.random.Generator):
     """``example`` with its longer side put inside stretches of unrelated sequence: a pair as a
     search meets it (a domain against a whole protein, a gene against a contig).
@@ -251,10 +256,7 @@ def flanked_copies(pairs, share: float, max_length: int, max_ratio: float, seed:
     """Flanked copies (:func:`flank_example`, donors: the other families of ``pairs``) of a
     ``share`` of ``pairs``, each chosen with that probability in turn (``seed``); the pairs
     themselves are not changed. What ``sinkalign calibrate --flank`` fits on besides them."""
-    if not 0.0 <= share <= 1.0:
-        raise InputError(f"flank share {share} must be in [0, 1]")
-    if not (math.isfinite(max_ratio) and max_ratio > 1.0):
-        raise InputError(f"flank ratio {max_ratio} must be a finite number > 1")
+    _check_flank(share, max_ratio)
     pairs = list(pairs)
     rng = np.random.default_rng(seed)
     return [flank_example(p, pairs, max_length, max_ratio, rng) for p in pairs if rng.random() < share]
