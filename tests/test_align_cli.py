@@ -319,3 +319,33 @@ def test_min_confidence_help_names_the_shipped_protein_threshold():
     stated = re.search(r"default: the model's own threshold, ([0-9.]+) for the shipped protein model", out)
     assert stated is not None, out
     assert float(stated.group(1)) == Aligner.load("learned").min_confidence
+
+
+def test_band_option_aligns_on_corridors_and_refuses_plan_out(fastas, tmp_path):
+    from sinkalign.align.aligner import LONG_BAND
+
+    runner = CliRunner()
+    dense, banded = tmp_path / "dense.tsv", tmp_path / "band.tsv"
+    r = runner.invoke(cli, ["align", "--example", "-o", str(dense), "--no-progress"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(cli, ["align", "--example", "--band", "200", "-o", str(banded), "--no-progress"])
+    assert r.exit_code == 0, r.output
+    # the globins (141-154 residues) lie inside a corridor of 200: the dense alignments, the same
+    # CIGARs and spans (the E-values and scores agree to rounding)
+    def columns(path):
+        rows = [line.split("\t") for line in path.read_text().splitlines()]
+        head = rows[0]
+        keep = [head.index(k) for k in ("query", "target", "query_start", "query_end", "cigar")]
+        return [[row[k] for k in keep] for row in rows[1:]]
+
+    assert columns(banded) == columns(dense) and len(columns(dense)) == 2
+    r = runner.invoke(cli, ["align", str(fastas[0]), str(fastas[1]), "--band", "4", "--plan-out",
+                            str(tmp_path / "p.npz"), "-o", str(tmp_path / "x.tsv")])
+    assert r.exit_code == 1 and "--plan-out writes dense plans; with --band" in r.output
+    assert not (tmp_path / "x.tsv").exists()
+    r = runner.invoke(cli, ["align", "--example", "--band", "-3"])
+    assert r.exit_code == 2 and "--band" in r.output
+    r = runner.invoke(cli, ["align", "--example", "--band", "4", "--engine", "jax"])
+    assert r.exit_code == 1 and "banded plans need the numpy engine" in r.output
+    help_text = " ".join(runner.invoke(cli, ["align", "--help"]).output.split())
+    assert f"a corridor of {LONG_BAND} for a pair past 8192 x 8192" in help_text

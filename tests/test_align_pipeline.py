@@ -362,14 +362,14 @@ def test_duplicate_ids_are_found_in_constant_memory_scans(files, monkeypatch):
 
 
 def test_pairs_past_the_cell_budget_fail_before_aligning(files, monkeypatch):
-    """The dense plan's budget is m x n residue pairs: all-vs-all checks each query against the
-    longest target, zip each pair, a pair list each listed pair, all before the first pair is
+    """The aligner's budget is m x n residue pairs (MAX_PAIR_CELLS: past MAX_CELLS a pair is
+    solved on a corridor): all-vs-all checks each query against the longest target, zip each pair, a pair list each listed pair, all before the first pair is
     aligned, naming both records."""
     import sinkalign.align.aligner as A
 
     calls = []
     monkeypatch.setattr(pipeline, "align_chunk", lambda *a: calls.append(a) or [])
-    monkeypatch.setattr(A, "MAX_CELLS", 600)  # q2 (27) x t2 (25) = 675; every other pair fits
+    monkeypatch.setattr(A, "MAX_PAIR_CELLS", 600)  # q2 (27) x t2 (25) = 675; every other pair fits
     with pytest.raises(InputError, match=r"record 'q2' \(#2\) of .*q.fa \(27 residues\) against record 't2' "
                                          r"\(#2\) of .*t.fa \(25\) makes 675 residue pairs \(all-vs-all aligns "
                                          r"every pair\), more than the 600"):
@@ -384,5 +384,5 @@ def test_pairs_past_the_cell_budget_fail_before_aligning(files, monkeypatch):
         align_fasta(files / "all.fa", pairs=files / "pairs.tsv", output=files / "x.tsv")
     assert calls == [] and not (files / "x.tsv").exists()
     monkeypatch.undo()
-    monkeypatch.setattr(A, "MAX_CELLS", 700)  # now every pair fits
+    monkeypatch.setattr(A, "MAX_PAIR_CELLS", 700)  # now every pair fits
     assert align_fasta(files / "all.fa", pairs=files / "pairs.tsv", output=files / "x.tsv") == 3

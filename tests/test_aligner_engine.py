@@ -588,9 +588,18 @@ def test_pairs_past_the_cell_budget_are_named(monkeypatch):
     aligner = Aligner.load("blosum")
     with pytest.raises(ValueError, match=r"pair q / t: a sequence of 200000 residues is longer than the 131072"):
         list(aligner.align_many([("q", "MKV", "t", "A" * 200000)]))
-    monkeypatch.setattr(A, "MAX_CELLS", 1000)
+    monkeypatch.setattr(A, "MAX_PAIR_CELLS", 1000)
     stream = aligner.align_many([("ok", "MKV", "ok2", "MKV"), ("q", "A" * 20, "t", "A" * 60)])
     assert next(stream).query_id == "ok"
     with pytest.raises(ValueError, match=r"pair q / t: 20 x 60 residues make 1,200 residue pairs, more than "
-                                         r"the 1,000 the aligner takes"):
+                                         r"the 1,000 the aligner takes \(the classical alignments"):
+        next(stream)
+    # past the dense limit the jax engine stops (its plans are dense); the numpy engine bands
+    monkeypatch.setattr(A, "MAX_CELLS", 11_000)  # 40 x 300 = 12,000 cells; a corridor of +-128 holds at most 10,280
+    monkeypatch.setattr(A, "MAX_PAIR_CELLS", 10**6)
+    target = _random_seq(np.random.default_rng(0), 300)
+    assert next(aligner.align_many([("q", target[:40], "t", target)])).alignment.pairs.shape[0] == 40
+    stream = Aligner.load("blosum", engine="jax").align_many([("q", target[:40], "t", target)])
+    with pytest.raises(ValueError, match=r"pair q / t: 40 x 300 residues make 12,000 residue pairs, more than "
+                                         r"the 11,000 the aligner takes \(its plan is dense.*the numpy engine takes"):
         next(stream)

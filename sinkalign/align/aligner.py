@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from sinkalign.align import model as M
+from sinkalign.align.band import band_mea, guide_corridor
 from sinkalign.align.calibration import Calibration, check_min_confidence
 from sinkalign.align.checkpoints import BUCKETS, load_checkpoint
 from sinkalign.align.decode import mea_batch, plan_posteriors
@@ -50,10 +51,16 @@ log = logging.getLogger(__name__)
 BACKENDS = ("reference", "pallas")
 ENGINES = ("auto", "numpy", "jax")
 STRANDS = ("plus", "minus", "both")  # BLAST's -strand
-# The plan is dense, [m + 1, n + 1] per pair: at most MAX_CELLS residue pairs (8192 x 8192, as
+# A dense plan is [m + 1, n + 1] per pair: at most MAX_CELLS residue pairs (8192 x 8192, as
 # before, when each sequence had that limit), so a short query may meet a long target (a gene
 # against a contig); and at most MAX_LENGTH residues per sequence (the encoder holds [L, 480]).
+# A longer pair is solved on a corridor around its classical alignments (sinkalign.align.band:
+# at most MAX_CELLS cells in the corridor), up to MAX_PAIR_CELLS residue pairs: the
+# Needleman-Wunsch and Smith-Waterman tracebacks that guide it (and the confidences) are dense
+# (parasail: about 6 bytes a residue pair, 1.6 GB at the limit). The numpy engine only.
 MAX_CELLS = 8192 * 8192
+MAX_PAIR_CELLS = 16384 * 16384
+LONG_BAND = 128  # the corridor's radius for a pair past MAX_CELLS (BENCHMARKS.md, "Banded long pairs")
 MAX_LENGTH = 131072
 LONG_STEP = 512
 TASK_PAIRS = 16  # pairs per task of the numpy engine (a thread aligns one task at a time)
@@ -191,6 +198,12 @@ class Aligner:
         engine: ``auto`` (``numpy`` when the model allows it, else ``jax``), ``numpy`` (an
             error naming the reason when the model does not allow it) or ``jax``.
         workers: threads of the ``numpy`` engine (default: the CPUs this process may use).
+        band: solve every pair on a corridor of this many residues around its
+            Needleman-Wunsch and Smith-Waterman alignments (:mod:`sinkalign.align.band`),
+            ``O((m + n) band)`` instead of ``O(m n)``: faster on long pairs, and the same
+            result wherever the plan's mass lies inside the corridor. ``None`` (default):
+            dense plans, except for a pair of more than :data:`MAX_CELLS` residue pairs, which
+            gets a corridor of :data:`LONG_BAND`. The ``numpy`` engine only.
         strand: nucleotide models only: ``plus`` aligns the query as given, ``minus`` its
             reverse complement, ``both`` (the default for a nucleotide model, as BLAST and
             minimap2 search) each pair both ways, keeping the strand of smaller E-value (of
@@ -205,7 +218,8 @@ class Aligner:
                  embedder_options: dict | None = None, backend: str = "reference",
                  gap_weight: float | None = None, calibration: Calibration | None = None, engine: str = "auto",
                  workers: int | None = None, min_confidence: float | None = None,
-                 significance: Significance | None = None, strand: str | None = None):
+                 significance: Significance | None = None, strand: str | None = None,
+                 band: int | None = None):
         if backend not in BACKENDS:
             raise InputError(f"backend={backend!r} is not one of {BACKENDS}")
         if engine not in ENGINES:
@@ -245,6 +259,13 @@ class Aligner:
             else:
                 log.info("aligning with the jax engine: %s", reason)
         self.engine = "numpy" if self._numpy is not None else "jax"
+        if band is not None:
+            if isinstance(band, bool) or not isinstance(band, (int, np.integer)) or band < 0:
+                raise InputError(f"band={band!r} must be a whole number of residues >= 0")
+            if self._numpy is None:
+                raise InputError(f"band={band}: banded plans need the numpy engine, and this aligner runs the jax "
+                                 f"engine ({'engine=jax' if engine == 'jax' else reason})")
+        self.band = None if band is None else int(band)
         self._jax_plans: Callable | None = None  # compiled on first use
 
     @classmethod
@@ -413,19 +434,50 @@ class Aligner:
                              "model aligns the sequences as given")
         return strand
 
-    @staticmethod
-    def _check(item) -> None:
+    def _check(self, item) -> None:
         qid, q, tid, t = item
         longest = max(len(q), len(t))
         if longest > MAX_LENGTH:
             raise InputError(f"pair {qid} / {tid}: a sequence of {longest} residues is longer than "
                              f"the {MAX_LENGTH} the aligner takes; split it (into domains, or windows) first")
-        if len(q) * len(t) > MAX_CELLS:
-            raise InputError(f"pair {qid} / {tid}: {len(q)} x {len(t)} residues make {len(q) * len(t):,} residue "
-                             f"pairs, more than the {MAX_CELLS:,} the aligner takes (its plan is "
-                             "dense: O(m n) memory); split the longer sequence first")
+        cells = len(q) * len(t)
+        limit = MAX_CELLS if self._numpy is None else MAX_PAIR_CELLS
+        if cells > limit:
+            how = ("its plan is dense: O(m n) memory; the numpy engine takes longer pairs on a corridor"
+                   if self._numpy is None else "the classical alignments that guide its corridor are dense")
+            raise InputError(f"pair {qid} / {tid}: {len(q)} x {len(t)} residues make {cells:,} residue "
+                             f"pairs, more than the {limit:,} the aligner takes ({how}); split the longer "
+                             "sequence first")
         if not q or not t:
             raise InputError(f"pair {qid} / {tid}: the {'query' if not q else 'target'} sequence is empty")
+
+    def _banded(self, item) -> bool:
+        """Whether the numpy engine solves this pair on a corridor."""
+        return self.band is not None or len(item[1]) * len(item[3]) > MAX_CELLS
+
+    def _band_task(self, item, keep_plan: bool) -> AlignedPair:
+        """One pair on its corridor (:mod:`sinkalign.align.band`)."""
+        qid, q, tid, t = item
+        if keep_plan:
+            raise InputError(f"pair {qid} / {tid}: its plan is banded (a corridor, not a dense matrix) and cannot "
+                             "be kept; drop --plan-out (or keep_plan) for banded pairs")
+        radius = LONG_BAND if self.band is None else self.band
+        lo, hi = guide_corridor(q, t, radius, kind=self._kind)
+        cells = int((hi - lo).sum())
+        if cells > MAX_CELLS:
+            raise InputError(f"pair {qid} / {tid}: its corridor of +-{radius} residues holds {cells:,} residue "
+                             f"pairs, more than the {MAX_CELLS:,} the aligner takes; give a narrower band or "
+                             "split the longer sequence first")
+        sides = self._numpy.sides_many([q, t])
+        post = self._numpy.solve_band(sides[0], sides[1], lo, hi).posteriors()
+        return self._finish(item, post, band_mea(post, gap_weight=self.gap_weight), None)
+
+    @property
+    def _kind(self) -> str:
+        """The baselines' alphabet (``protein`` or ``dna``) for this model."""
+        if self.calibration is not None:
+            return self.calibration.kind
+        return "dna" if self.config.alphabet == "dna" else "protein"
 
     def _finish(self, item, post, aln, plan) -> AlignedPair:
         evalue = None
@@ -440,21 +492,26 @@ class Aligner:
     # ---------------------------------------------------------------- numpy engine
     def _numpy_task(self, items: list, keep_plan: bool) -> list:
         """Plans of a task's pairs one by one, then their MEA decoding as one batch."""
-        good, error = [], None
+        good, error, slots = [], None, []  # slots: the banded results, and None for each dense pair in turn
         for item in items:
             try:
                 self._check(item)
+                if self._banded(item):
+                    slots.append(self._band_task(item, keep_plan))
+                    continue
             except ValueError as exc:
                 error = exc  # raised by the consumer, after the results before it
                 break
             good.append(item)
+            slots.append(None)
         sides = self._numpy.sides_many([seq for item in good for seq in (item[1], item[3])])  # each looked up once
         solved = [self._numpy.solve_sides(sides[2 * i], sides[2 * i + 1]) for i in range(len(good))]
         plans = [sol.plan() if keep_plan else None for sol in solved]
         posts = [sol.posteriors() for sol in solved]
         del solved
         alns = mea_batch(posts, gap_weight=self.gap_weight)
-        out = [self._finish(item, post, aln, plan) for item, plan, post, aln in zip(good, plans, posts, alns)]
+        dense = iter([self._finish(item, post, aln, plan) for item, plan, post, aln in zip(good, plans, posts, alns)])
+        out = [next(dense) if slot is None else slot for slot in slots]
         return out + ([error] if error is not None else [])
 
     def _numpy_results(self, pairs, keep_plan):

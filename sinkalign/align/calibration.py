@@ -50,6 +50,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sinkalign.align.band import BandMatrix
 from sinkalign.align.decode import Alignment, alignment_of_pairs, check_pairs
 from sinkalign.errors import InputError
 from sinkalign.utils import dataclass_from_dict
@@ -115,15 +116,27 @@ def isotonic_knots(x, y, *, max_knots: int = 16) -> tuple[list[float], list[floa
     return xs.tolist(), ys.tolist()
 
 
+def _matrix(match):
+    """A match posterior matrix as given: a :class:`~sinkalign.align.band.BandMatrix` (a
+    banded plan's), or a dense float64 array."""
+    return match if isinstance(match, BandMatrix) else np.asarray(match, dtype=np.float64)
+
+
+def _entries(M, rows, cols) -> np.ndarray:
+    """``M[rows, cols]`` of a :func:`_matrix` (0 outside a band)."""
+    return M.at(rows, cols) if isinstance(M, BandMatrix) else M[rows, cols]
+
+
 def local_share(match, pairs, radius: int = 3) -> np.ndarray:
     """``M_ij / sqrt(R_ij C_ij)`` at each pair (see the module docstring); 0 where ``R C = 0``.
 
     Args:
-        match: ``[m, n]`` match posteriors; pairs: ``[k, 2]`` (i, j); radius: ``r >= 0``.
+        match: ``[m, n]`` match posteriors (an array, or a banded plan's
+            :class:`~sinkalign.align.band.BandMatrix`); pairs: ``[k, 2]`` (i, j); radius: ``r >= 0``.
     """
-    M = np.asarray(match, dtype=np.float64)
+    M = _matrix(match)
     pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
-    if M.ndim != 2:
+    if len(M.shape) != 2:
         raise ValueError(f"match must be [m, n], got shape {M.shape}")
     if radius < 0:
         raise ValueError(f"{radius=} must be >= 0")
@@ -136,10 +149,10 @@ def local_share(match, pairs, radius: int = 3) -> np.ndarray:
     # only the 2r + 1 neighbours of each pair on its row and column are read: O(k r), not O(m n)
     d = np.arange(-radius, radius + 1)
     cols, rows = j[:, None] + d, i[:, None] + d  # [k, 2r + 1]
-    R = np.where((cols >= 0) & (cols < n), M[i[:, None], np.clip(cols, 0, n - 1)], 0.0).sum(1)
-    C = np.where((rows >= 0) & (rows < m), M[np.clip(rows, 0, m - 1), j[:, None]], 0.0).sum(1)
+    R = np.where((cols >= 0) & (cols < n), _entries(M, i[:, None], np.clip(cols, 0, n - 1)), 0.0).sum(1)
+    C = np.where((rows >= 0) & (rows < m), _entries(M, np.clip(rows, 0, m - 1), j[:, None]), 0.0).sum(1)
     den = np.sqrt(np.maximum(R, 0.0) * np.maximum(C, 0.0))
-    out = np.divide(M[i, j], den, out=np.zeros(len(i)), where=den > 0)
+    out = np.divide(_entries(M, i, j), den, out=np.zeros(len(i)), where=den > 0)
     return np.minimum(out, 1.0)
 
 
@@ -186,7 +199,7 @@ def column_features(aln: Alignment, match, query: str, target: str, *, kind: str
     scoring = Scoring.default(kind)
     q, t = _baseline_letters(query, kind), _baseline_letters(target, kind)
     i, j = pairs[:, 0], pairs[:, 1]
-    M = np.asarray(match, dtype=np.float64)
+    M = _matrix(match)
     share = local_share(M, pairs, radius)
     _, table = _score_lookup(scoring)
     scale = 4.0 if kind == "protein" else float(scoring.match)
@@ -208,7 +221,7 @@ def column_features(aln: Alignment, match, query: str, target: str, *, kind: str
             if sw.size else np.zeros(k, dtype=bool))
     full = np.ones(k)
     return np.stack([
-        share, np.log10(M[i, j] + 1e-6), aln.query_gap_posterior[i], aln.target_gap_posterior[j],
+        share, np.log10(_entries(M, i, j) + 1e-6), aln.query_gap_posterior[i], aln.target_gap_posterior[j],
         _path_mean(share, 4), _path_mean(share, 12),
         sub, _path_mean(sub, 4), _path_mean(sub, 12), np.log(run_len),
         full * share.mean(), full * same.mean(), np.log1p(ends), full * abs(np.log(m / n)), full * k / min(m, n),

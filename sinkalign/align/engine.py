@@ -56,15 +56,17 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from sinkalign.align.band import BandMatrix, BandPosteriors
 from sinkalign.align.decode import Posteriors
 from sinkalign.align.model import ALPHABETS, AlignerConfig, encode_residues
 
-__all__ = ["CACHE_RESIDUES", "MAX_SPREAD", "NumpyEngine", "ResidueEncoder", "Solution", "engine_support"]
+__all__ = ["BandSolution", "CACHE_RESIDUES", "MAX_SPREAD", "NumpyEngine", "ResidueEncoder", "Solution", "engine_support"]
 
 # Largest range of scores (natural-log units) the scaling form takes: exp(-MAX_SPREAD) and the
 # scaling vectors stay far inside float64's range (e^-708) for any marginal up to the aligner's
 # MAX_LENGTH, 131,072 (tests/test_aligner_engine.py checks that extreme against the log domain).
 MAX_SPREAD = 300.0
+_BAND_ROWS = 64  # query rows per block of a corridor's scores
 _TILE = 2**17  # elements of one tile of the score filters (1 MiB of float64: cache-sized)
 CACHE_RESIDUES = 2**16  # residues of encoded sequences the engine keeps (about 1 kB each: 68 MB)
 
@@ -412,30 +414,52 @@ class NumpyEngine:
             self._triangular_scores(ax, bx, S)
         else:
             self._window_scores(ax, bx, S)
-        K = self.window
-        if self._dustbin_scores:
-            offsets = np.arange(2 * K + 1)
-            win_a = ax[np.arange(m)[:, None] + offsets]  # [m, 2K + 1]
-            win_b = bx[np.arange(n)[:, None] + offsets]
-            S[:m, n] = self.to_kdb[offsets, win_a].sum(1)
-            S[m, :n] = self.from_qdb[offsets, win_b].sum(1)
-        else:
-            S[:m, n] = S[m, :n] = 0.0
         if self.encoder is not None:
             rq = sa.rq / self.eps
             rows = max(1, _TILE // n)  # in row tiles: no plan-sized temporary
             for r0 in range(0, m, rows):
                 r1 = min(m, r0 + rows)
                 S[r0:r1, :n] += rq[r0:r1] @ sb.rk.T
-            S[:m, n] += sa.rq @ self.kdb_res
-            S[m, :n] += sb.rk @ self.qdb_res
-            if sa.gq is not None:
-                S[:m, n] += self.kdb_gap * sa.gq
-                S[m, :n] += self.qdb_gap * sb.gk
-        S[:m, n] /= self.eps
-        S[m, :n] /= self.eps
-        S[m, n] = self.corner / self.eps
+        S[:m, n], S[m, :n], S[m, n] = self._edge_scores(sa, sb, ax, bx)
         return S
+
+    def _edge_scores(self, sa: _Sides, sb: _Sides, ax: np.ndarray, bx: np.ndarray) -> tuple:
+        """The dustbin column ``[m]``, the dustbin row ``[n]`` and the corner of the augmented
+        scores, divided by eps (``ax``, ``bx``: the padded residue indices)."""
+        K = self.window
+        m, n = len(sa.idx), len(sb.idx)
+        if self._dustbin_scores:
+            offsets = np.arange(2 * K + 1)
+            win_a = ax[np.arange(m)[:, None] + offsets]  # [m, 2K + 1]
+            win_b = bx[np.arange(n)[:, None] + offsets]
+            col = self.to_kdb[offsets, win_a].sum(1)
+            row = self.from_qdb[offsets, win_b].sum(1)
+        else:
+            col, row = np.zeros(m), np.zeros(n)
+        if self.encoder is not None:
+            col += sa.rq @ self.kdb_res
+            row += sb.rk @ self.qdb_res
+            if sa.gq is not None:
+                col += self.kdb_gap * sa.gq
+                row += self.qdb_gap * sb.gk
+        return col / self.eps, row / self.eps, self.corner / self.eps
+
+    def _block_scores(self, sa: _Sides, sb: _Sides, ax: np.ndarray, bx: np.ndarray, rows: tuple, cols: tuple) -> np.ndarray:
+        """The real scores / eps of query rows ``rows = (r0, r1)`` against target columns
+        ``cols = (c0, c1)``: the same numbers as that block of :meth:`scores` (the window's
+        filters read only the residues around the block)."""
+        (r0, r1), (c0, c1) = rows, cols
+        K = self.window
+        T = np.empty((r1 - r0 + 1, c1 - c0 + 1))
+        block_a, block_b = ax[r0 : r1 + 2 * K], bx[c0 : c1 + 2 * K]
+        if self.base is not None:
+            self._triangular_scores(block_a, block_b, T)
+        else:
+            self._window_scores(block_a, block_b, T)
+        out = T[:-1, :-1]
+        if self.encoder is not None:
+            out += (sa.rq[r0:r1] / self.eps) @ sb.rk[c0:c1].T
+        return out
 
     def _index_sides(self, idx: np.ndarray) -> _Sides:
         if self.encoder is not None:
@@ -525,6 +549,84 @@ class NumpyEngine:
         return Solution(Kx, x, y)
 
 
+    def solve_band(self, query: _Sides, target: _Sides, lo, hi) -> BandSolution:
+        """The plan of one pair on the corridor ``lo[i] <= j < hi[i]`` (see
+        :mod:`sinkalign.align.band`; ``query``, ``target`` from :meth:`sides`): the dense
+        solve's iteration with the cells outside the corridor at score ``-inf`` (the dustbin
+        row and column kept whole), in ``O(nnz)`` memory and time per step. Intersected with
+        the model's own band when it has one."""
+        m, n = len(query.idx), len(target.idx)
+        lo, hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
+        if lo.shape != (m,) or hi.shape != (m,):
+            raise ValueError(f"lo and hi must be [{m}], got {lo.shape} and {hi.shape}")
+        if self.band is not None:  # the model's |i - j| <= band
+            i = np.arange(m)
+            lo = np.clip(np.maximum(lo, i - self.band), 0, n)
+            hi = np.maximum(np.clip(np.minimum(hi, i + self.band + 1), 0, n), lo)
+        band = BandMatrix(lo, hi, np.empty(int((hi - lo).sum())), n)
+        ax, bx = self._padded(query.idx), self._padded(target.idx)
+        ptr, rows, cols = band.indptr, band.rows, band.cols
+        for r0 in range(0, m, _BAND_ROWS):
+            r1 = min(m, r0 + _BAND_ROWS)
+            c0, c1 = int(lo[r0]), int(hi[r1 - 1])
+            s, e = ptr[r0], ptr[r1]
+            if e > s:
+                block = self._block_scores(query, target, ax, bx, (r0, r1), (c0, c1))
+                band.data[s:e] = block[rows[s:e] - r0, cols[s:e] - c0]
+        col, row, corner = self._edge_scores(query, target, ax, bx)
+        a, b = np.ones(m + 1), np.ones(n + 1)
+        if self.length_mass:
+            a[m], b[n] = n, m
+        parts = [band.data, col, row, [corner]]
+        top = max(float(np.max(p)) for p in parts if len(p))
+        spread = top - min(float(np.min(p)) for p in parts if len(p))
+        if not spread <= MAX_SPREAD:
+            return _band_log_domain_solve(band, col, row, corner, np.log(a), np.log(b), self.n_steps)
+        Kb = band.with_data(np.exp(band.data - top))
+        kc, kr, kk = np.exp(col - top), np.exp(row - top), math.exp(corner - top)
+        K = Kb.to_csr()
+        KT = K.T.tocsr()
+        y = np.ones(n + 1)
+        x = a
+        for _ in range(self.n_steps):  # as solve_scores, the corridor's cells and the dustbins apart
+            x = a / np.append(K @ y[:n] + kc * y[n], kr @ y[:n] + kk * y[n])
+            y = b / np.append(KT @ x[:m] + kr * x[m], kc @ x[:m] + kk * x[m])
+        return BandSolution(Kb, kc, kr, kk, x, y)
+
+
+def _band_log_domain_solve(band: BandMatrix, col, row, corner: float, log_a, log_b, n_steps: int) -> BandSolution:
+    """:func:`_log_domain_solve` on a corridor: the plan itself as ``K`` (``x = y = 1``)."""
+    m, n = band.shape
+    rows, cols = band.rows, band.cols
+    full = band.hi > band.lo  # rows with band cells; each one's cells start at its indptr
+    starts = band.indptr[:-1][full]
+
+    def row_lse(vals, edge):  # log-sum-exp of each row's band cells and its dustbin entry
+        top = edge.copy()
+        if band.nnz:
+            top[full] = np.maximum(top[full], np.maximum.reduceat(vals, starts))
+        sums = np.exp(edge - top)
+        if band.nnz:
+            sums[full] += np.add.reduceat(np.exp(vals - top[rows]), starts)
+        return top + np.log(sums)
+
+    def col_lse(vals, edge):  # of each column's band cells and its dustbin entry
+        top = edge.copy()
+        np.maximum.at(top, cols, vals)
+        return top + np.log(np.exp(edge - top) + np.bincount(cols, np.exp(vals - top[cols]), minlength=n))
+
+    u, v = np.zeros(m + 1), np.zeros(n + 1)
+    S = band.data
+    for _ in range(n_steps):
+        u[:m] = log_a[:m] - row_lse(S + v[cols], col + v[n])
+        u[m] = log_a[m] - np.logaddexp.reduce(np.append(row + v[:n], corner + v[n]))
+        v[:n] = log_b[:n] - col_lse(S + u[rows], row + u[m])
+        v[n] = log_b[n] - np.logaddexp.reduce(np.append(col + u[:m], corner + u[m]))
+    P = band.with_data(np.exp(S + u[rows] + v[cols]))
+    return BandSolution(P, np.exp(col + u[:m] + v[n]), np.exp(row + u[m] + v[:n]), math.exp(corner + u[m] + v[n]),
+                        np.ones(m + 1), np.ones(n + 1))
+
+
 def _log_domain_solve(S: np.ndarray, log_a: np.ndarray, log_b: np.ndarray, n_steps: int) -> Solution:
     """The operator's steps on log duals (``u = log a - LSE_j(S + v)``, then ``v``), for scores
     too spread out for the scaling form; returns the plan itself as ``K`` (``x = y = 1``)."""
@@ -575,3 +677,39 @@ class Solution:
         match *= (y[:n] / np.sqrt(c))[None, :]
         np.minimum(match, 1.0, out=match)
         return Posteriors(match, x[:m] * K[:m, n] * y[n] / r, td / c)
+
+
+@dataclass(frozen=True, eq=False)
+class BandSolution:
+    """One pair's final plan on a corridor: ``P = diag(x) K diag(y)`` with ``K`` the
+    corridor's cells (:class:`~sinkalign.align.band.BandMatrix`), ``kc [m]`` the dustbin
+    column, ``kr [n]`` the dustbin row and ``kk`` the corner (as :class:`Solution`)."""
+
+    K: BandMatrix
+    kc: np.ndarray
+    kr: np.ndarray
+    kk: float
+    x: np.ndarray
+    y: np.ndarray
+
+    def plan(self) -> tuple[BandMatrix, np.ndarray, np.ndarray]:
+        """The decoded plan as :meth:`Solution.plan` gives it, in parts: the real block on the
+        corridor, each query residue's dustbin mass ``[m]`` and ``1 - sum_i P[i, j]`` ``[n]``."""
+        m, n = self.K.shape
+        real = self.K.with_data(self.K.data * self.x[self.K.rows] * self.y[self.K.cols])
+        col_sums = np.bincount(real.cols, real.data, minlength=n)
+        return real, self.x[:m] * self.kc * self.y[n], np.clip(1.0 - col_sums, 0.0, None)
+
+    def posteriors(self) -> BandPosteriors:
+        """:meth:`Solution.posteriors` on the corridor (the match posteriors 0 outside it)."""
+        K, x, y = self.K, self.x, self.y
+        m, n = K.shape
+        Kc = K.to_csr()
+        r = x[:m] * (Kc @ y[:n] + self.kc * y[n])
+        col = y[:n] * (Kc.T @ x[:m])
+        td = np.clip(1.0 - col, 0.0, None)
+        c = col + td
+        match = K.data * (x[:m] / np.sqrt(r))[K.rows]
+        match *= (y[:n] / np.sqrt(c))[K.cols]
+        np.minimum(match, 1.0, out=match)
+        return BandPosteriors(K.with_data(match), x[:m] * self.kc * y[n] / r, td / c)

@@ -111,12 +111,17 @@ class _DbSize(click.ParamType):
                    "keeping the strand of smaller E-value (default: both, as BLAST; the E-value is doubled: two "
                    "comparisons). A minus-strand pair is written as SAM writes a reverse-strand read (flag 16, the "
                    "reverse complement as SEQ), with query spans on the query as given (TSV, JSON, blast6).")
+@click.option("--band", type=click.IntRange(min=0), metavar="R",
+              help="Solve every pair on a corridor of R residues around its Needleman-Wunsch and Smith-Waterman "
+                   "alignments (O((m + n) R) instead of O(m n)): faster on long pairs, the same where the plan's "
+                   "mass lies inside. Default: dense plans, and a corridor of 128 for a pair past 8192 x 8192 "
+                   "residues. numpy engine; not with --plan-out.")
 @progress_option("aligned pairs")
 @click.pass_context
 def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, overwrite, model, embedder,
           esm_weights, backend, engine, threads, plan_out, batch_size, chunk_size, workers, scheduler, gap_weight,
           min_confidence,
-          max_evalue, db_size, max_hits, prefilter, strand, progress):
+          max_evalue, db_size, max_hits, prefilter, strand, band, progress):
     """Align the records of QUERY_FASTA against those of TARGET_FASTA (protein or DNA).
 
     \b
@@ -155,7 +160,7 @@ def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, 
                         min_confidence=min_confidence, max_evalue=max_evalue, db_size=db_size, max_hits=max_hits,
                         progress=show_progress(progress),
                         overwrite=overwrite, workers=workers, scheduler=scheduler, chunk_size=chunk_size,
-                        engine=engine, threads=threads, strand=strand, prefilter=prefilter)
+                        engine=engine, threads=threads, strand=strand, prefilter=prefilter, band=band)
     except BrokenPipeError:  # e.g. `sinkalign align ... | head`: stop quietly, as other filters do
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

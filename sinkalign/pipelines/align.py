@@ -99,6 +99,7 @@ class ModelSpec:
     engine: str = "auto"
     threads: int | None = None  # the numpy engine's threads in this process (None: every CPU it may use)
     strand: str | None = None  # nucleotide models: plus, minus or both (None: the aligner's default, both)
+    band: int | None = None  # a corridor of this radius for every pair (None: dense, long pairs on LONG_BAND)
 
 
 _ALIGNERS: dict = {}
@@ -150,6 +151,8 @@ def load_aligner(spec: ModelSpec):
     extra["min_confidence"] = spec.min_confidence
     extra["engine"] = spec.engine
     extra["strand"] = spec.strand
+    if spec.band is not None:
+        extra["band"] = spec.band
     aligner = Aligner.load(path, backend=spec.backend, gap_weight=spec.gap_weight, **extra)
     trained_with = aligner.config.embedder.get("name") if aligner.config.feature_dim else None
     if spec.embedder is not None and trained_with is not None and spec.embedder != trained_with:
@@ -293,9 +296,9 @@ def _max_length() -> int:
 
 
 def _max_cells() -> int:
-    from sinkalign.align.aligner import MAX_CELLS
+    from sinkalign.align.aligner import MAX_PAIR_CELLS
 
-    return MAX_CELLS
+    return MAX_PAIR_CELLS
 
 
 def _check_length(length: int, where: str, limit: int) -> None:
@@ -305,14 +308,16 @@ def _check_length(length: int, where: str, limit: int) -> None:
 
 
 def _check_cells(query: tuple[str, int], target: tuple[str, int], context: str = "") -> None:
-    """``query`` and ``target`` are ``(where, length)``: an error naming both when their dense
-    plan would pass the aligner's cell budget."""
+    """``query`` and ``target`` are ``(where, length)``: an error naming both when the pair
+    would pass the aligner's cell budget (:data:`~sinkalign.align.aligner.MAX_PAIR_CELLS`; a
+    pair past the dense limit is solved on a corridor, by the numpy engine)."""
     limit = _max_cells()
     cells = query[1] * target[1]
     if cells > limit:
         raise InputError(f"{query[0]} ({query[1]} residues) against {target[0]} ({target[1]}) makes {cells:,} "
-                         f"residue pairs{context}, more than the {limit:,} the aligner takes (its "
-                         "plan is dense: O(m n) memory); split the longer sequence first")
+                         f"residue pairs{context}, more than the {limit:,} the aligner takes (the "
+                         "classical alignments that guide a long pair's corridor are dense); split the longer "
+                         "sequence first")
 
 
 def _self_pair(fmt: str, qid: str, tid: str, where: str) -> None:
@@ -749,7 +754,7 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
                 progress: bool = False, overwrite: bool = False,
                 workers: int | None = None, engine: str = "auto", threads: int | None = None,
                 scheduler: str | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE, strand: str | None = None,
-                prefilter: int | None = None, _task=None) -> int:
+                prefilter: int | None = None, band: int | None = None, _task=None) -> int:
     """Align pairs of sequences and write them in ``fmt``; returns the number of pairs written.
 
     Args:
@@ -793,6 +798,9 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
             by Smith-Waterman score (:mod:`sinkalign.align.prefilter`), scored in this process
             before they are aligned (also with a cluster); E-values stay per comparison, and
             ``db_size="targets"`` counts every target searched.
+        band: solve every pair on a corridor of ``band`` residues around its classical
+            alignments (:class:`~sinkalign.align.aligner.Aligner`; the numpy engine); not
+            with ``plan_out``. Default: dense plans, a pair past the dense limit on a corridor.
 
     Raises:
         InputError (FormatError, AlphabetError), OutputExistsError, DependencyError, naming
@@ -841,6 +849,10 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
             _check_output(path, overwrite, inputs, what)
     if plan_out is not None and not to_stdout and Path(plan_out).resolve() == Path(output).resolve():
         raise InputError(f"--plan-out and the output are the same file, {output}")
+    if band is not None and (isinstance(band, bool) or not isinstance(band, int) or band < 0):
+        raise InputError(f"band={band!r} must be a whole number of residues >= 0")
+    if band is not None and plan_out is not None:
+        raise InputError("--plan-out writes dense plans; with --band the plans are corridors: give one or the other")
 
     with _stdin_spooled([query_fasta, target_fasta, pairs]) as (qpath, tpath, ppath):
         if prefilter is not None and (ppath is not None or pairing != "all"):
@@ -854,7 +866,8 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
 
             spec = ModelSpec(str(resolve_model(model).resolve()), backend=backend, gap_weight=gap_weight,
                              embedder=embedder, esm_weights=None if esm_weights is None else str(esm_weights),
-                             min_confidence=min_confidence, engine=engine, threads=threads, strand=strand)
+                             min_confidence=min_confidence, engine=engine, threads=threads, strand=strand,
+                             band=band)
             model_alphabet = load_aligner(spec).config.alphabet
         scan = source.scan(fmt)
         alphabet = _check_alphabets(scan, model_alphabet)
@@ -864,7 +877,8 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
         if spec is None:
             spec = ModelSpec(None, alphabet, backend=backend, gap_weight=gap_weight, embedder=embedder,
                              esm_weights=None if esm_weights is None else str(esm_weights),
-                             min_confidence=min_confidence, engine=engine, threads=threads, strand=strand)
+                             min_confidence=min_confidence, engine=engine, threads=threads, strand=strand,
+                             band=band)
             if scheduler is None and workers is None:
                 load_aligner(spec)  # the shipped model, loaded before the first pair
         if max_hits is not None and scan.scattered is not None:

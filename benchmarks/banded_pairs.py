@@ -1,0 +1,144 @@
+"""Banded plans against dense ones: accuracy and time, on validation pairs and on long pairs.
+
+``Aligner(band=R)`` (``sinkalign align --band R``) solves each pair on a corridor of ``R``
+residues around its Needleman-Wunsch and Smith-Waterman alignments (:mod:`sinkalign.align.band`);
+a pair past the dense limit always gets ``LONG_BAND``. This script aligns the same pairs densely
+and at each radius of ``--radii``, in one process, one thread each (``workers=1``), and prints
+micro precision / recall / F1 on trusted (core) residues at the model's own threshold, with
+Needleman-Wunsch and Smith-Waterman (parasail, BLOSUM62 11/1) on the same pairs, and the time per pair.
+
+Three sets:
+
+* ``pairs``: validation pairs as they are (``--max-pairs``, seed 0).
+* ``long``: long pairs made of ``--concat`` validation pairs end to end (queries joined, targets
+  joined, the references shifted): a multi-domain protein against a homologue with the same
+  domains in the same order. ``--long-pairs`` of them, from distinct pairs (seed 1).
+* ``long <20%``: the same from structural pairs below 20% identity only (remote homologues,
+  where the classical guides are least reliable).
+
+    python benchmarks/banded_pairs.py --shards SHARDS --split valid \\
+        --json benchmarks/results/banded_pairs_valid.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+from _common import machine, pair_groups, write_json
+from aligner_learned import source_of
+
+from sinkalign.align.aligner import LONG_BAND, MAX_CELLS, Aligner
+from sinkalign.align.band import guide_corridor
+from sinkalign.align.baselines import Scoring, align_pair
+from sinkalign.align.evaluate import load_reference_set
+from sinkalign.align.metrics import core_pair_scores, micro_average
+from sinkalign.io.alignments import ReferencePair, percent_identity
+
+RESULTS = Path(__file__).resolve().parent / "results"
+RADII = (16, 32, 64, 128, 256)
+
+
+def concatenated(parts: list) -> ReferencePair:
+    """One reference pair of ``parts`` end to end (cores kept; a part without one all trusted)."""
+    pairs, qcore, tcore = [], [], []
+    dq = dt = 0
+    for p in parts:
+        pairs.append(np.asarray(p.pairs, np.int64) + [dq, dt])
+        qcore.append(np.ones(len(p.query_seq), bool) if p.query_core is None else p.query_core)
+        tcore.append(np.ones(len(p.target_seq), bool) if p.target_core is None else p.target_core)
+        dq, dt = dq + len(p.query_seq), dt + len(p.target_seq)
+    return ReferencePair("+".join(p.query_id for p in parts), "+".join(p.target_id for p in parts),
+                         "".join(p.query_seq for p in parts), "".join(p.target_seq for p in parts),
+                         np.concatenate(pairs).astype(np.int32), source="concatenated",
+                         query_core=np.concatenate(qcore), target_core=np.concatenate(tcore))
+
+
+def long_pairs(pool: list, count: int, size: int, seed: int) -> list:
+    """``count`` concatenations of ``size`` distinct pairs of ``pool`` (fewer when it runs out)."""
+    order = np.random.default_rng(seed).permutation(len(pool))
+    return [concatenated([pool[k] for k in order[s : s + size]])
+            for s in range(0, min(len(order), count * size) - size + 1, size)]
+
+
+def run(aligner: Aligner, pairs: list) -> tuple[list, float]:
+    """The thresholded alignments of ``pairs`` and the seconds per pair."""
+    items = [(p.query_id, p.query_seq, p.target_id, p.target_seq) for p in pairs]
+    t0 = time.perf_counter()
+    alns = [r.alignment.pairs for r in aligner.align_many(items)]
+    return alns, (time.perf_counter() - t0) / max(1, len(pairs))
+
+
+def scores(preds, pairs, groups) -> dict:
+    per_pair = [core_pair_scores(a, p) for a, p in zip(preds, pairs)]
+    return {g: micro_average([per_pair[i] for i in idx]) for g, idx in groups.items() if idx}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shards", required=True)
+    ap.add_argument("--split", default="valid", choices=["valid"], help="radii are chosen here: valid only")
+    ap.add_argument("--model", default="learned")
+    ap.add_argument("--radii", default=",".join(map(str, RADII)))
+    ap.add_argument("--max-pairs", type=int, default=400, help="validation pairs as they are (0: none)")
+    ap.add_argument("--concat", type=int, default=10, help="validation pairs per long pair")
+    ap.add_argument("--long-pairs", type=int, default=20, help="long pairs per long set")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    radii = [int(r) for r in args.radii.split(",")]
+
+    every = load_reference_set(args.shards, split=args.split)
+    ident = [percent_identity(p) for p in every]
+    remote = [p for p, i in zip(every, ident) if source_of(p) != "pfam" and i < 20]
+    rng = np.random.default_rng(0)
+    some = [every[k] for k in sorted(rng.choice(len(every), min(args.max_pairs, len(every)), replace=False))]
+    sets = {"pairs": some, "long": long_pairs(every, args.long_pairs, args.concat, 1),
+            "long <20%": long_pairs(remote, args.long_pairs, args.concat, 2)}
+    dense = Aligner.load(args.model, workers=1)
+    banded = {r: Aligner.load(args.model, workers=1, band=r) for r in radii}
+    payload = {"machine": machine(), "date": str(date.today()), "model": args.model, "split": args.split,
+               "threshold": dense.min_confidence, "long_band": LONG_BAND, "sets": {}}
+    protein = Scoring.protein()
+    for name, pairs in sets.items():
+        if not pairs:
+            continue
+        if name == "pairs":
+            groups = pair_groups([source_of(p) for p in pairs], [percent_identity(p) for p in pairs])
+        else:
+            groups = {"all": list(range(len(pairs)))}
+        lengths = [(len(p.query_seq), len(p.target_seq)) for p in pairs]
+        cells = [m * n for m, n in lengths]
+        corridor = {r: sum(int((hi - lo).sum()) for lo, hi in (guide_corridor(p.query_seq, p.target_seq, r)
+                                                                 for p in pairs)) / sum(cells) for r in radii}
+        rows = {}
+        preds, secs = run(dense, pairs)
+        rows["dense"] = {"scores": scores(preds, pairs, groups), "sec_per_pair": secs}
+        for r in radii:
+            preds, secs = run(banded[r], pairs)
+            rows[f"band {r}"] = {"scores": scores(preds, pairs, groups), "sec_per_pair": secs,
+                                 "corridor_share": corridor[r]}
+        for method in ("NW", "SW"):
+            t0 = time.perf_counter()
+            preds = [align_pair(p.query_seq, p.target_seq, method.lower(), scoring=protein).pairs for p in pairs]
+            rows[method] = {"scores": scores(preds, pairs, groups), "sec_per_pair": (time.perf_counter() - t0) / len(pairs)}
+        payload["sets"][name] = {"pairs": len(pairs), "mean_length": float(np.mean(lengths)),
+                                 "max_cells": max(cells), "past_dense_limit": sum(c > MAX_CELLS for c in cells),
+                                 "groups": {g: len(idx) for g, idx in groups.items()}, "rows": rows}
+        print(f"\n{name}: {len(pairs)} pairs, mean length {np.mean(lengths):.0f}, "
+              + ", ".join(f"{g} {len(idx)}" for g, idx in groups.items()))
+        names = [g for g in groups if groups[g]]
+        print("| method | corridor share | s / pair | " + " | ".join(f"{g} P / R / F1" for g in names) + " |")
+        print("|---" * (3 + len(names)) + "|")
+        for label, row in rows.items():
+            share = f"{row['corridor_share']:.3f}" if "corridor_share" in row else "-"
+            cols = " | ".join("{precision:.3f} / {recall:.3f} / {f1:.3f}".format(**row["scores"][g]) for g in names)
+            print(f"| {label} | {share} | {row['sec_per_pair']:.3f} | {cols} |")
+    if args.json:
+        write_json(args.json, payload)
+
+
+if __name__ == "__main__":
+    main()

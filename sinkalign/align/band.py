@@ -1,0 +1,280 @@
+"""Banded plans: a pair's transport restricted to a corridor around guide alignments.
+
+A dense plan holds every residue pair, ``O(m n)`` memory and time. Two long sequences (two
+contigs, two long proteins) make that impossible or slow, while almost all of a homologous
+pair's mass lies near its alignment. A *corridor* keeps, on each query row ``i``, the target
+columns ``lo[i] <= j < hi[i]``: every cell within ``radius`` columns of a guide path on its
+row, the guides being fast classical alignments of the same pair
+(Needleman-Wunsch end to end, Smith-Waterman over its local span). ``lo`` and ``hi`` are
+non-decreasing, so the corridor is one monotone strip; the dustbin row and column stay
+whole, so every residue can still go unaligned. On the corridor the plan is the same
+iteration as the dense one with the cells outside set to zero score mass (``-inf``), and
+decoding is the dense maximum-expected-accuracy programme with the cells outside the
+corridor unavailable (``tests/test_band.py``: a corridor covering every cell gives the
+dense plan, posteriors and alignment).
+
+:class:`BandMatrix` holds such a strip row by row (CSR with contiguous rows);
+:func:`corridor` builds ``lo`` and ``hi`` from guide paths; :func:`band_mea` decodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from sinkalign.alignment import Alignment
+
+__all__ = ["BandMatrix", "BandPosteriors", "band_mea", "corridor"]
+
+
+@dataclass(frozen=True, eq=False)
+class BandMatrix:
+    """An ``[m, n]`` matrix that is zero outside a monotone strip: row ``i`` holds columns
+    ``lo[i] <= j < hi[i]``, stored one row after another in ``data``."""
+
+    lo: np.ndarray  # int64 [m], non-decreasing
+    hi: np.ndarray  # int64 [m], non-decreasing, lo <= hi <= n
+    data: np.ndarray  # float64 [sum(hi - lo)]
+    n: int
+
+    def __post_init__(self) -> None:
+        lo, hi = np.asarray(self.lo, np.int64), np.asarray(self.hi, np.int64)
+        if lo.ndim != 1 or lo.shape != hi.shape:
+            raise ValueError(f"lo and hi must be [m], got {lo.shape} and {hi.shape}")
+        if lo.size and (np.any(lo < 0) or np.any(hi < lo) or np.any(hi > self.n)
+                        or np.any(np.diff(lo) < 0) or np.any(np.diff(hi) < 0)):
+            raise ValueError("a band's rows must satisfy 0 <= lo <= hi <= n with lo and hi non-decreasing")
+        if np.shape(self.data) != (int((hi - lo).sum()),):
+            raise ValueError(f"data must hold the band's {int((hi - lo).sum())} cells, got {np.shape(self.data)}")
+        object.__setattr__(self, "lo", lo)
+        object.__setattr__(self, "hi", hi)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return len(self.lo), self.n
+
+    @property
+    def nnz(self) -> int:
+        """Cells in the band."""
+        return len(self.data)
+
+    @cached_property
+    def indptr(self) -> np.ndarray:
+        """``int64 [m + 1]``: row ``i`` is ``data[indptr[i]:indptr[i + 1]]``."""
+        return np.concatenate([[0], np.cumsum(self.hi - self.lo)])
+
+    @cached_property
+    def rows(self) -> np.ndarray:
+        """``int64 [nnz]``: each cell's row."""
+        return np.repeat(np.arange(len(self.lo)), self.hi - self.lo)
+
+    @cached_property
+    def cols(self) -> np.ndarray:
+        """``int64 [nnz]``: each cell's column."""
+        return np.arange(self.nnz) - np.repeat(self.indptr[:-1] - self.lo, self.hi - self.lo)
+
+    def with_data(self, data: np.ndarray) -> BandMatrix:
+        """The same band holding ``data``."""
+        out = BandMatrix(self.lo, self.hi, data, self.n)
+        for name in ("indptr", "rows", "cols"):  # share what is already computed
+            if name in self.__dict__:
+                out.__dict__[name] = self.__dict__[name]
+        return out
+
+    def contains(self, rows, cols) -> np.ndarray:
+        """Whether each ``(rows[k], cols[k])`` (any in-range indices) lies in the band."""
+        rows, cols = np.asarray(rows, np.int64), np.asarray(cols, np.int64)
+        return (cols >= self.lo[rows]) & (cols < self.hi[rows])
+
+    def at(self, rows, cols) -> np.ndarray:
+        """The entries at ``(rows, cols)`` (broadcast together; 0 outside the band)."""
+        rows, cols = np.broadcast_arrays(np.asarray(rows, np.int64), np.asarray(cols, np.int64))
+        inside = self.contains(rows, cols)
+        where = np.where(inside, self.indptr[:-1][rows] + cols - self.lo[rows], 0)
+        return np.where(inside, self.data[where] if self.nnz else 0.0, 0.0)
+
+    def to_csr(self):
+        """The same matrix as a ``scipy.sparse.csr_matrix``."""
+        from scipy.sparse import csr_matrix
+
+        return csr_matrix((self.data, self.cols, self.indptr), shape=self.shape)
+
+    def to_dense(self) -> np.ndarray:
+        out = np.zeros(self.shape)
+        out[self.rows, self.cols] = self.data
+        return out
+
+
+@dataclass(frozen=True, eq=False)
+class BandPosteriors:
+    """:class:`~sinkalign.align.decode.Posteriors` of a banded plan: ``match`` a
+    :class:`BandMatrix` (0 outside the corridor)."""
+
+    match: BandMatrix
+    query_gap: np.ndarray
+    target_gap: np.ndarray
+
+    def __iter__(self):
+        return iter((self.match, self.query_gap, self.target_gap))
+
+
+def _path_extent(pairs: np.ndarray, m: int, n: int, *, ends: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The columns a guide path crosses on each row: ``(left, right, valid)``, ``[m]`` each.
+
+    Row ``i`` between aligned pairs ``(i0, j0)`` and ``(i1, j1)`` (``i0 <= i <= i1``) is
+    crossed somewhere in ``[j0, j1]``: the path's gaps may lie anywhere between them, so the
+    extent takes both ends. With ``ends`` (a global path) the path runs from the corner
+    ``(-1, -1)`` to ``(m, n)``; otherwise (a local one) only the rows of its span are valid.
+    """
+    pairs = np.asarray(pairs, np.int64).reshape(-1, 2)
+    if ends:
+        pairs = np.concatenate([[[-1, -1]], pairs, [[m, n]]])
+    left, right = np.zeros(m, np.int64), np.zeros(m, np.int64)
+    valid = np.zeros(m, bool)
+    if len(pairs) == 0:
+        return left, right, valid
+    rows = np.arange(m)
+    # the last aligned pair at or above each row and the first at or below it
+    before = np.searchsorted(pairs[:, 0], rows, side="right") - 1
+    after = np.searchsorted(pairs[:, 0], rows, side="left")
+    valid = (before >= 0) & (after < len(pairs))
+    left[valid] = pairs[before[valid], 1]
+    right[valid] = pairs[after[valid], 1]
+    return np.clip(left, 0, n - 1), np.clip(right, 0, n - 1), valid
+
+
+def corridor(guides, m: int, n: int, radius: int, *, local: tuple = ()) -> tuple[np.ndarray, np.ndarray]:
+    """``(lo, hi)``, ``int64 [m]`` each: the monotone strip holding every cell within
+    ``radius`` columns of a guide path on its row (a straight path gets the band
+    ``|j - path(i)| <= radius``; a row inside a gap of the path, every column the gap spans too).
+
+    Args:
+        guides: aligned pairs ``[k, 2]`` of global guide paths (taken from corner to corner).
+        local: aligned pairs of local guide paths (their span only).
+        radius: ``>= 0``.
+    """
+    if radius < 0:
+        raise ValueError(f"{radius=} must be >= 0")
+    if m < 1 or n < 1:
+        raise ValueError(f"a corridor needs m, n >= 1, got {m}, {n}")
+    lo = np.full(m, n, np.int64)
+    hi = np.full(m, -1, np.int64)
+    for paths, ends in ((guides, True), (local, False)):
+        for path in paths:
+            left, right, valid = _path_extent(path, m, n, ends=ends)
+            lo[valid] = np.minimum(lo[valid], left[valid])
+            hi[valid] = np.maximum(hi[valid], right[valid])
+    uncovered = hi < 0
+    if uncovered.all():
+        raise ValueError("a corridor needs at least one guide covering a row (give a global guide)")
+    # rows no guide crosses (before or after every local guide): the nearest covered row's extent
+    if uncovered.any():
+        idx = np.where(~uncovered, np.arange(m), -1)
+        idx = np.maximum.accumulate(idx)
+        first = int(np.argmax(~uncovered))
+        idx[idx < 0] = first
+        lo, hi = lo[idx], hi[idx]
+    lo = lo - radius
+    hi = hi + radius + 1
+    # monotone hull: the strip of one guide is monotone already; the union of several may not be
+    lo = np.minimum.accumulate(lo[::-1])[::-1]
+    hi = np.maximum.accumulate(hi)
+    return np.clip(lo, 0, n), np.clip(hi, 0, n)
+
+
+def band_mea(post: BandPosteriors, *, gap_weight: float = 0.0) -> Alignment:
+    """:func:`~sinkalign.align.decode.mea_from_posteriors` with the cells outside the band
+    unavailable: the heaviest monotone chain of ``W = match - gap_weight (query_gap +
+    target_gap)`` over the band's cells.
+
+    Row by row, keeping of each row of the table ``S`` only its band, the value just left of
+    it and its maximum (to the left of the band a row equals the row above, to its right the
+    maximum of everything above): each kept entry is the dense programme's, bit for bit, and
+    the traceback makes the same moves (ties to gaps), so a band covering every cell gives
+    exactly :func:`~sinkalign.align.decode.mea_batch`'s alignment. ``O(nnz)`` time, ``nnz``
+    bytes of moves.
+    """
+    from sinkalign.align.decode import alignment_of_pairs
+
+    if not np.isfinite(gap_weight) or gap_weight < 0:
+        raise ValueError(f"{gap_weight=} must be finite and >= 0")
+    M, qg, tg = post.match, np.asarray(post.query_gap, np.float64), np.asarray(post.target_gap, np.float64)
+    m, n = M.shape
+    lo, hi, ptr = M.lo, M.hi, M.indptr
+    moves = np.zeros(M.nnz, np.uint8)  # 0 diagonal, 1 up, 2 left (as decode._DIAG, _UP, _LEFT)
+    left_vals = np.zeros(m)  # S[i, lo_i - 1]
+    row_max = np.zeros(m)  # S[i, j] for j >= hi_i
+    prev_lo = prev_hi = 0
+    prev_vals = np.zeros(0)
+    prev_left = prev_max = 0.0
+    for i in range(m):
+        a, b = int(lo[i]), int(hi[i])
+        w = M.data[ptr[i] : ptr[i + 1]]
+        if gap_weight:
+            w = w - gap_weight * (qg[i] + tg[a:b])
+        # S[i - 1, j] for j = a - 1 .. b - 1 (a - 1 >= prev_lo - 1: the strip is monotone)
+        above = np.empty(b - a + 1)
+        j = np.arange(a - 1, b)
+        inside = (j >= prev_lo) & (j < prev_hi)
+        above[inside] = prev_vals[j[inside] - prev_lo]
+        above[j < prev_lo] = prev_left  # only j = prev_lo - 1 (or -1: the table's zero column)
+        above[j >= prev_hi] = prev_max
+        if a == 0:
+            above[0] = 0.0
+        row = np.maximum(above[1:], above[:-1] + w)
+        left = above[0]  # S[i, a - 1] = S[i - 1, a - 1] (left of the band a row is the row above)
+        row = np.maximum.accumulate(np.concatenate([[left], row]))
+        up = row[1:] == above[1:]
+        horizontal = row[1:] == row[:-1]
+        moves[ptr[i] : ptr[i + 1]] = np.where(up, 1, np.where(horizontal, 2, 0))
+        vals = row[1:]
+        left_vals[i] = left
+        row_max[i] = max(prev_max, vals[-1]) if b > a else prev_max
+        prev_lo, prev_hi, prev_vals, prev_left, prev_max = a, b, vals, left, row_max[i]
+    best = float(row_max[m - 1]) if m else 0.0
+    # traceback from (m - 1, n - 1): out of the band a cell left of it moves up; right of it, up
+    # when the row's maximum equals the row above's, else left (as the dense table's ties)
+    pairs = []
+    i, j = m - 1, n - 1
+    while i >= 0 and j >= 0:
+        if j < lo[i]:
+            i -= 1
+        elif j >= hi[i]:
+            if row_max[i] == (row_max[i - 1] if i else 0.0):
+                i -= 1
+            else:
+                j = int(hi[i]) - 1
+        else:
+            move = moves[ptr[i] + j - lo[i]]
+            if move == 1:
+                i -= 1
+            elif move == 2:
+                j -= 1
+            else:
+                pairs.append((i, j))
+                i -= 1
+                j -= 1
+    pairs = np.asarray(pairs[::-1], np.int64).reshape(-1, 2)
+    mp = M.at(pairs[:, 0], pairs[:, 1]) if len(pairs) else np.zeros(0)
+    aln = alignment_of_pairs(pairs, mp, qg, tg, gap_weight=gap_weight)
+    # the objective as the programme found it (the same number alignment_of_pairs sums, up to rounding)
+    return Alignment(aln.pairs, aln.match_posterior, qg, tg, aln.expected_accuracy,
+                     best + gap_weight * (qg.sum() + tg.sum()))
+
+
+def guide_corridor(query: str, target: str, radius: int, *, kind: str = "protein") -> tuple[np.ndarray, np.ndarray]:
+    """:func:`corridor` of ``radius`` around the Needleman-Wunsch (global) and Smith-Waterman
+    (local) alignments of the pair (parasail; BLOSUM62 11/1 for protein, +2/-3 5/2 for DNA:
+    the baselines the calibrated confidences compare with)."""
+    from sinkalign.align.baselines import Scoring, align_pair
+    from sinkalign.align.calibration import _baseline_letters
+
+    if kind not in ("protein", "dna"):
+        raise ValueError(f"{kind=} is not 'protein' or 'dna'")
+    scoring = Scoring.default(kind)
+    q, t = _baseline_letters(query, kind), _baseline_letters(target, kind)
+    nw = align_pair(q, t, "nw", scoring=scoring).pairs
+    sw = align_pair(q, t, "sw", scoring=scoring).pairs
+    return corridor([nw], len(query), len(target), radius, local=[sw])

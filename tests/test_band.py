@@ -1,0 +1,319 @@
+"""Banded plans (sinkalign.align.band and NumpyEngine.solve_band) against dense ones.
+
+A corridor covering every cell must give the dense plan, posteriors and alignment; a narrower
+one must decode exactly as the dense decoder does with the cells outside it unavailable, and
+hold every cell within its radius of the guides.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sinkalign.align import model as M
+from sinkalign.align.aligner import LONG_BAND, Aligner
+from sinkalign.align.band import BandMatrix, BandPosteriors, band_mea, corridor, guide_corridor
+from sinkalign.align.calibration import column_features, local_share
+from sinkalign.align.decode import Posteriors, mea_batch
+from sinkalign.align.engine import NumpyEngine
+from sinkalign.errors import InputError
+from tests.test_aligner_engine import LEARNED, _learned_params, _mutate, _random_seq, _separable_params
+
+AA = "ACDEFGHIKLMNPQRSTVWY"
+
+
+def _random_band(rng, m, n, radius=2, fill=0.7):
+    k = int(rng.integers(0, min(m, n) + 1))
+    path = np.stack([np.sort(rng.choice(m, k, replace=False)), np.sort(rng.choice(n, k, replace=False))], 1)
+    lo, hi = corridor([path], m, n, radius)
+    size = int((hi - lo).sum())
+    return BandMatrix(lo, hi, rng.random(size) * (rng.random(size) < fill), n)
+
+
+# ---------------------------------------------------------------------------- BandMatrix
+
+
+def test_band_matrix_reads_its_cells_and_zero_outside():
+    B = BandMatrix(np.array([0, 1, 1, 3]), np.array([2, 3, 3, 5]), np.arange(1.0, 9.0), 5)
+    dense = np.array([[1, 2, 0, 0, 0], [0, 3, 4, 0, 0], [0, 5, 6, 0, 0], [0, 0, 0, 7, 8]], float)
+    np.testing.assert_array_equal(B.to_dense(), dense)
+    np.testing.assert_array_equal(B.to_csr().toarray(), dense)
+    i, j = np.meshgrid(np.arange(4), np.arange(5), indexing="ij")
+    np.testing.assert_array_equal(B.at(i, j), dense)
+    np.testing.assert_array_equal(B.contains(i, j), dense > 0)
+    assert B.shape == (4, 5) and B.nnz == 8
+    np.testing.assert_array_equal(B.rows, [0, 0, 1, 1, 2, 2, 3, 3])
+    np.testing.assert_array_equal(B.cols, [0, 1, 1, 2, 1, 2, 3, 4])
+    np.testing.assert_array_equal(B.with_data(2 * B.data).to_dense(), 2 * dense)
+
+
+@pytest.mark.parametrize("lo, hi, size, match", [
+    ([1, 0], [2, 2], 3, "non-decreasing"),
+    ([0, 1], [2, 1], 2, "lo <= hi"),
+    ([0, 0], [2, 6], 8, "<= n"),
+    ([0, 0], [1, 2], 4, "hold the band's 3 cells"),
+])
+def test_band_matrix_refuses_a_strip_that_is_not_one(lo, hi, size, match):
+    with pytest.raises(ValueError, match=match):
+        BandMatrix(np.array(lo), np.array(hi), np.zeros(size), 5)
+
+
+# ---------------------------------------------------------------------------- corridor
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_corridor_holds_every_cell_near_its_guides_on_its_row_and_is_monotone(seed):
+    rng = np.random.default_rng(seed)
+    m, n = (int(x) for x in rng.integers(1, 60, 2))
+    radius = int(rng.integers(0, 6))
+    paths = []
+    for _ in range(2):
+        k = int(rng.integers(0, min(m, n) + 1))
+        paths.append(np.stack([np.sort(rng.choice(m, k, replace=False)), np.sort(rng.choice(n, k, replace=False))], 1))
+    lo, hi = corridor([paths[0]], m, n, radius, local=[paths[1]])
+    assert np.all(np.diff(lo) >= 0) and np.all(np.diff(hi) >= 0) and np.all(lo <= hi)
+    assert lo.min() >= 0 and hi.max() <= n
+    inside = np.zeros((m, n), bool)
+    for i in range(m):
+        inside[i, lo[i] : hi[i]] = True
+    i, j = np.meshgrid(np.arange(m), np.arange(n), indexing="ij")
+    # the global guide runs corner to corner: its two ends count as path points too
+    points = np.concatenate([paths[0], paths[1], [[0, 0], [m - 1, n - 1]]])
+    for pi, pj in points:
+        near = (i == pi) & (np.abs(j - pj) <= radius)
+        assert inside[near].all(), (pi, pj)
+    # a row strictly between two consecutive points of the global guide (inside a gap of the
+    # path) holds every column between them
+    for (i0, j0), (i1, j1) in zip(paths[0][:-1], paths[0][1:]):
+        for row in range(i0 + 1, i1):
+            assert lo[row] <= j0 and hi[row] > j1
+
+
+def test_corridor_of_a_straight_path_is_a_diagonal_band():
+    m = 30
+    path = np.stack([np.arange(m), np.arange(m)], 1)
+    lo, hi = corridor([path], m, m, 3)
+    np.testing.assert_array_equal(lo, np.clip(np.arange(m) - 3, 0, m))
+    np.testing.assert_array_equal(hi, np.clip(np.arange(m) + 4, 0, m))
+    lo, hi = corridor([path], m, m, m)  # wider than the matrix: every cell
+    assert (lo == 0).all() and (hi == m).all()
+
+
+def test_corridor_errors():
+    with pytest.raises(ValueError, match="radius=-1"):
+        corridor([np.zeros((0, 2))], 3, 3, -1)
+    with pytest.raises(ValueError, match="at least one guide"):
+        corridor([], 3, 3, 1, local=[np.zeros((0, 2), np.int64)])
+
+
+def test_guide_corridor_follows_an_offset_homolog():
+    rng = np.random.default_rng(0)
+    core = _random_seq(rng, 200)
+    query = _random_seq(rng, 150) + core
+    target = core + _random_seq(rng, 90)
+    lo, hi = guide_corridor(query, target, 8)
+    for k in range(0, 200, 17):  # the homologous diagonal i = j + 150 lies inside
+        assert lo[150 + k] <= k < hi[150 + k]
+    assert int((hi - lo).sum()) < 0.35 * len(query) * len(target)
+
+
+# ---------------------------------------------------------------------------- decoding
+
+
+@pytest.mark.parametrize("gap_weight", [0.0, 0.4])
+def test_band_mea_is_the_dense_decoder_with_the_outside_unavailable(gap_weight):
+    rng = np.random.default_rng(5)
+    for trial in range(150):
+        m, n = (int(x) for x in rng.integers(1, 25, 2))
+        B = _random_band(rng, m, n, radius=int(rng.integers(0, 4)))
+        qg, tg = rng.random(m), rng.random(n)
+        dense = mea_batch([Posteriors(B.to_dense(), qg, tg)], gap_weight=gap_weight)[0]
+        got = band_mea(BandPosteriors(B, qg, tg), gap_weight=gap_weight)
+        np.testing.assert_array_equal(got.pairs, dense.pairs, err_msg=str(trial))
+        np.testing.assert_array_equal(got.match_posterior, dense.match_posterior)
+        assert got.score == pytest.approx(dense.score, rel=1e-13, abs=1e-13)
+        assert got.expected_accuracy == pytest.approx(dense.expected_accuracy, rel=1e-13)
+
+
+def test_band_mea_handles_empty_rows_and_ties():
+    # rows 1 and 2 have no cells; equal posteriors everywhere (ties go to gaps, as densely)
+    B = BandMatrix(np.array([0, 2, 2, 2]), np.array([2, 2, 2, 4]), np.full(4, 0.5), 4)
+    qg, tg = np.zeros(4), np.zeros(4)
+    dense = mea_batch([Posteriors(B.to_dense(), qg, tg)], gap_weight=0.0)[0]
+    got = band_mea(BandPosteriors(B, qg, tg))
+    np.testing.assert_array_equal(got.pairs, dense.pairs)
+    np.testing.assert_array_equal(got.pairs, [[0, 0], [3, 2]])  # the traceback leaves each tie by a gap
+    assert band_mea(BandPosteriors(B.with_data(np.zeros(4)), qg, tg)).pairs.shape == (0, 2)
+    with pytest.raises(ValueError, match="gap_weight"):
+        band_mea(BandPosteriors(B, qg, tg), gap_weight=-1)
+
+
+def test_column_features_read_a_band_as_its_dense_matrix():
+    rng = np.random.default_rng(2)
+    query = _random_seq(rng, 40)
+    target = _mutate(rng, query)
+    B = _random_band(rng, len(query), len(target), radius=3, fill=1.0)
+    aln = band_mea(BandPosteriors(B, rng.random(len(query)), rng.random(len(target))))
+    assert len(aln.pairs) > 10
+    np.testing.assert_array_equal(local_share(B, aln.pairs), local_share(B.to_dense(), aln.pairs))
+    np.testing.assert_array_equal(column_features(aln, B, query, target), column_features(aln, B.to_dense(), query,
+                                                                                         target))
+
+
+# ---------------------------------------------------------------------------- the engine
+
+
+def _engines():
+    out = []
+    for model in ("triangular", "learned+symmetric", "banded-model"):
+        extra = LEARNED if model.startswith("learned") else {}
+        settings = dict(window=4, eps=0.5, band=12) if model == "banded-model" else dict(window=6, eps=2.0)
+        config = M.AlignerConfig.create(embedder={"name": "none"}, feature_dim=0, dustbin="banded",
+                                        symmetric=model.endswith("symmetric"), **settings, **extra)
+        rng = np.random.default_rng(len(model))
+        params = _learned_params(config, rng) if extra else _separable_params(config, rng, dustbins=True)
+        out.append(pytest.param(NumpyEngine.from_model(params, config), id=model))
+    return out
+
+
+@pytest.mark.parametrize("engine", _engines())
+@pytest.mark.parametrize("m, n", [(1, 1), (1, 40), (40, 1), (97, 130), (150, 71)])
+def test_a_corridor_of_every_cell_gives_the_dense_plan_and_posteriors(engine, m, n):
+    rng = np.random.default_rng(m * 1000 + n)
+    query = _random_seq(rng, m)
+    target = (_mutate(rng, query) + _random_seq(rng, n))[:n]
+    sq, st = engine.sides_many([query, target])
+    dense = engine.solve_sides(sq, st)
+    band = engine.solve_band(sq, st, np.zeros(m, np.int64), np.full(m, n))
+    P = dense.plan()
+    real, query_dustbin, target_dustbin = band.plan()
+    np.testing.assert_allclose(real.to_dense(), P[:m, :n], rtol=1e-11, atol=1e-14 * P.max())
+    np.testing.assert_allclose(query_dustbin, P[:m, n], rtol=1e-11, atol=1e-14)
+    np.testing.assert_allclose(target_dustbin, P[m, :n], rtol=1e-10, atol=(m + 1) * 1e-15)
+    want, got = dense.posteriors(), band.posteriors()
+    np.testing.assert_allclose(got.match.to_dense(), want.match, rtol=1e-11, atol=1e-15)
+    for name in ("query_gap", "target_gap"):
+        np.testing.assert_allclose(getattr(got, name), getattr(want, name), rtol=1e-10, atol=(max(m, n) + 1) * 1e-15)
+
+
+@pytest.mark.parametrize("engine", _engines())
+def test_a_narrow_corridor_is_the_dense_solve_with_the_outside_at_minus_infinity(engine):
+    """The reference: the dense scores with the cells outside the corridor set to -inf (the
+    dense engine's own masked solve), solved densely."""
+    rng = np.random.default_rng(4)
+    query = _random_seq(rng, 120)
+    target = _mutate(rng, query[10:110])
+    m, n = len(query), len(target)
+    lo, hi = guide_corridor(query, target, 5)
+    sq, st = engine.sides_many([query, target])
+    S = engine.scores(sq, st)
+    outside = np.ones((m, n), bool)
+    for i in range(m):
+        outside[i, lo[i] : hi[i]] = False
+    S[:m, :n][outside] = -np.inf
+    P = engine.solve_scores(S).plan()
+    real, query_dustbin, _ = engine.solve_band(sq, st, lo, hi).plan()
+    np.testing.assert_allclose(real.to_dense(), P[:m, :n], rtol=1e-11, atol=1e-14 * P.max())
+    np.testing.assert_allclose(query_dustbin, P[:m, n], rtol=1e-11, atol=1e-14)
+
+
+def test_spread_out_scores_take_the_log_domain_on_a_corridor_too(monkeypatch):
+    import sinkalign.align.engine as E
+
+    config = M.AlignerConfig.create(embedder={"name": "none"}, feature_dim=0, dustbin="banded", window=4, eps=0.01,
+                                    **LEARNED)
+    rng = np.random.default_rng(8)
+    engine = NumpyEngine.from_model(_learned_params(config, rng), config)
+    calls = []
+    real_solve = E._band_log_domain_solve
+    monkeypatch.setattr(E, "_band_log_domain_solve", lambda *a: calls.append(1) or real_solve(*a))
+    query = _random_seq(rng, 60)
+    target = _mutate(rng, query)
+    m, n = len(query), len(target)
+    sq, st = engine.sides_many([query, target])
+    for lo, hi in [(np.zeros(m, np.int64), np.full(m, n)), guide_corridor(query, target, 3)]:
+        S = engine.scores(sq, st)
+        for i in range(m):
+            S[i, : lo[i]] = S[i, hi[i] : n] = -np.inf
+        P = engine.solve_scores(S).plan()
+        got = engine.solve_band(sq, st, lo, hi)
+        real, query_dustbin, target_dustbin = got.plan()
+        np.testing.assert_allclose(real.to_dense(), P[:m, :n], rtol=1e-9, atol=1e-12 * P.max())
+        np.testing.assert_allclose(query_dustbin, P[:m, n], rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(target_dustbin, P[m, :n], rtol=1e-9, atol=1e-12)
+    assert len(calls) == 2
+
+
+def test_solve_band_checks_its_corridor():
+    engine = Aligner.load("blosum")._numpy
+    sides = engine.sides_many(["MKV", "MKVL"])
+    with pytest.raises(ValueError, match=r"lo and hi must be \[3\]"):
+        engine.solve_band(*sides, np.zeros(2, np.int64), np.full(2, 4))
+
+
+# ---------------------------------------------------------------------------- the aligner
+
+
+@pytest.mark.parametrize("name", ["learned", "blosum", "dna"])
+def test_an_aligner_band_wider_than_the_pair_gives_the_dense_results(name):
+    rng = np.random.default_rng(1)
+    letters = "ACGT" if name == "dna" else AA
+    anc = _random_seq(rng, 260, letters)
+    items = [("a", anc[:200], "b", _mutate(rng, anc[30:260], alphabet=letters)),
+             ("c", anc[:9], "d", anc[100:250]), ("e", "W" if name != "dna" else "A", "f", anc[:40])]
+    dense = list(Aligner.load(name).align_many(items))
+    banded = list(Aligner.load(name, band=300).align_many(items))
+    for d, b in zip(dense, banded):
+        np.testing.assert_array_equal(b.alignment.pairs, d.alignment.pairs)
+        np.testing.assert_allclose(b.alignment.match_posterior, d.alignment.match_posterior, rtol=1e-9)
+        assert b.score == pytest.approx(d.score, rel=1e-9)
+        if d.evalue is not None:
+            assert b.evalue == pytest.approx(d.evalue, rel=1e-6)
+        assert b.strand == d.strand
+
+
+def test_a_pair_past_the_dense_limit_is_aligned_on_a_corridor(monkeypatch):
+    import sinkalign.align.aligner as A
+
+    rng = np.random.default_rng(3)
+    anc = _random_seq(rng, 900)
+    items = [("s", anc[:50], "t", anc[:60]), ("long", anc, "long2", _mutate(rng, anc, rate=0.2)),
+             ("s2", anc[100:140], "t2", anc[90:150])]
+    dense = list(Aligner.load("learned", workers=1).align_many(items))
+    # the long pair is past it (its corridor is not), the short ones are not
+    monkeypatch.setattr(A, "MAX_CELLS", 300_000)
+    calls = []
+    aligner = Aligner.load("learned", workers=1)
+    real_task = aligner._band_task
+    monkeypatch.setattr(aligner, "_band_task",
+                        lambda item, keep: calls.append({item[0], item[2]}) or real_task(item, keep))
+    got = list(aligner.align_many(items))
+    assert calls == [{"long", "long2"}]  # (the symmetric model may take a pair the other way round)
+    assert [r.query_id for r in got] == ["s", "long", "s2"]
+    for d, g in zip(dense, got):  # a well-aligned pair keeps its alignment on the default corridor
+        shared = {tuple(p) for p in d.alignment.pairs} & {tuple(p) for p in g.alignment.pairs}
+        assert len(shared) >= 0.97 * len(d.alignment.pairs), d.query_id
+    np.testing.assert_array_equal(got[0].alignment.pairs, dense[0].alignment.pairs)
+    assert LONG_BAND >= 32
+
+
+def test_band_errors_name_the_pair_and_the_reason(monkeypatch):
+    import sinkalign.align.aligner as A
+
+    with pytest.raises(InputError, match="band=-1 must be a whole number"):
+        Aligner.load("blosum", band=-1)
+    with pytest.raises(InputError, match="band=True must be a whole number"):
+        Aligner.load("blosum", band=True)
+    with pytest.raises(InputError, match="band=8: banded plans need the numpy engine.*engine=jax"):
+        Aligner.load("blosum", engine="jax", band=8)
+    aligner = Aligner.load("blosum", band=8)
+    with pytest.raises(InputError, match=r"pair q / t: its plan is banded .* cannot be kept"):
+        aligner.align("MKVLA", "MKVLAW", query_id="q", target_id="t", keep_plan=True)
+    monkeypatch.setattr(A, "MAX_CELLS", 30)
+    with pytest.raises(InputError, match=r"pair q / t: its corridor of \+-8 residues holds \d+ residue pairs, more "
+                                         r"than the 30"):
+        aligner.align("MKVLAGHWERTY", "MKVLAGHWERTY", query_id="q", target_id="t")
+    monkeypatch.setattr(A, "MAX_PAIR_CELLS", 50)
+    with pytest.raises(InputError, match=r"pair q / t: 5 x 12 residues make 60 residue pairs, more than the 50 "
+                                         r"the aligner takes \(the classical alignments that guide"):
+        aligner.align("MKVLA", "MKVLAGHWERTY", query_id="q", target_id="t")
