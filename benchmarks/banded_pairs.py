@@ -15,6 +15,9 @@ Three sets:
   domains in the same order. ``--long-pairs`` of them, from distinct pairs (seed 1).
 * ``long <20%``: the same from structural pairs below 20% identity only (remote homologues,
   where the classical guides are least reliable).
+* ``past the limit`` (``--past-limit N``): ``N`` pairs joined from as many validation pairs as
+  make them longer than the dense limit (``MAX_CELLS``, 8192 x 8192 residue pairs), which the
+  aligner solves on a ``LONG_BAND`` corridor; no dense row, and the peak memory of the process.
 
     python benchmarks/banded_pairs.py --shards SHARDS --split valid \\
         --json benchmarks/results/banded_pairs_valid.json
@@ -64,6 +67,27 @@ def long_pairs(pool: list, count: int, size: int, seed: int) -> list:
             for s in range(0, min(len(order), count * size) - size + 1, size)]
 
 
+def past_limit(pool: list, count: int, seed: int) -> list:
+    """``count`` concatenations of distinct pairs of ``pool``, each long enough to pass MAX_CELLS."""
+    order = iter(np.random.default_rng(seed).permutation(len(pool)))
+    out = []
+    for _ in range(count):
+        parts: list = []
+        while sum(len(p.query_seq) for p in parts) * sum(len(p.target_seq) for p in parts) <= 1.1 * MAX_CELLS:
+            k = next(order, None)
+            if k is None:
+                return out
+            parts.append(pool[k])
+        out.append(concatenated(parts))
+    return out
+
+
+def peak_rss_mib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def run(aligner: Aligner, pairs: list) -> tuple[list, float]:
     """The thresholded alignments of ``pairs`` and the seconds per pair."""
     items = [(p.query_id, p.query_seq, p.target_id, p.target_seq) for p in pairs]
@@ -86,6 +110,7 @@ def main() -> None:
     ap.add_argument("--max-pairs", type=int, default=400, help="validation pairs as they are (0: none)")
     ap.add_argument("--concat", type=int, default=10, help="validation pairs per long pair")
     ap.add_argument("--long-pairs", type=int, default=20, help="long pairs per long set")
+    ap.add_argument("--past-limit", type=int, default=2, help="pairs past the dense limit (0: none)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     radii = [int(r) for r in args.radii.split(",")]
@@ -96,7 +121,8 @@ def main() -> None:
     rng = np.random.default_rng(0)
     some = [every[k] for k in sorted(rng.choice(len(every), min(args.max_pairs, len(every)), replace=False))]
     sets = {"pairs": some, "long": long_pairs(every, args.long_pairs, args.concat, 1),
-            "long <20%": long_pairs(remote, args.long_pairs, args.concat, 2)}
+            "long <20%": long_pairs(remote, args.long_pairs, args.concat, 2),
+            "past the limit": past_limit(every, args.past_limit, 3)}
     dense = Aligner.load(args.model, workers=1)
     banded = {r: Aligner.load(args.model, workers=1, band=r) for r in radii}
     payload = {"machine": machine(), "date": str(date.today()), "model": args.model, "split": args.split,
@@ -111,12 +137,20 @@ def main() -> None:
             groups = {"all": list(range(len(pairs)))}
         lengths = [(len(p.query_seq), len(p.target_seq)) for p in pairs]
         cells = [m * n for m, n in lengths]
+        huge = name == "past the limit"
+        set_radii = [LONG_BAND] if huge else radii
         corridor = {r: sum(int((hi - lo).sum()) for lo, hi in (guide_corridor(p.query_seq, p.target_seq, r)
-                                                                 for p in pairs)) / sum(cells) for r in radii}
+                                                                 for p in pairs)) / sum(cells) for r in set_radii}
         rows = {}
-        preds, secs = run(dense, pairs)
-        rows["dense"] = {"scores": scores(preds, pairs, groups), "sec_per_pair": secs}
-        for r in radii:
+        if huge:  # past the dense limit: the default aligner takes them on LONG_BAND corridors
+            preds, secs = run(dense, pairs)
+            rows[f"default (band {LONG_BAND})"] = {"scores": scores(preds, pairs, groups), "sec_per_pair": secs,
+                                                   "corridor_share": corridor[LONG_BAND],
+                                                   "peak_rss_mib": peak_rss_mib()}
+        else:
+            preds, secs = run(dense, pairs)
+            rows["dense"] = {"scores": scores(preds, pairs, groups), "sec_per_pair": secs}
+        for r in [] if huge else radii:
             preds, secs = run(banded[r], pairs)
             rows[f"band {r}"] = {"scores": scores(preds, pairs, groups), "sec_per_pair": secs,
                                  "corridor_share": corridor[r]}
@@ -127,6 +161,8 @@ def main() -> None:
         payload["sets"][name] = {"pairs": len(pairs), "mean_length": float(np.mean(lengths)),
                                  "max_cells": max(cells), "past_dense_limit": sum(c > MAX_CELLS for c in cells),
                                  "groups": {g: len(idx) for g, idx in groups.items()}, "rows": rows}
+        if huge:
+            print(f"\npeak RSS of the process after the pairs past the limit: {peak_rss_mib():.0f} MiB")
         print(f"\n{name}: {len(pairs)} pairs, mean length {np.mean(lengths):.0f}, "
               + ", ".join(f"{g} {len(idx)}" for g, idx in groups.items()))
         names = [g for g in groups if groups[g]]

@@ -12,7 +12,7 @@ import pytest
 
 from sinkalign.align import model as M
 from sinkalign.align.aligner import LONG_BAND, Aligner
-from sinkalign.align.band import BandMatrix, BandPosteriors, band_mea, corridor, guide_corridor
+from sinkalign.align.band import BandMatrix, BandPosteriors, band_mea, classical_guides, corridor, guide_corridor
 from sinkalign.align.calibration import column_features, local_share
 from sinkalign.align.decode import Posteriors, mea_batch
 from sinkalign.align.engine import NumpyEngine
@@ -152,12 +152,18 @@ def test_column_features_read_a_band_as_its_dense_matrix():
     rng = np.random.default_rng(2)
     query = _random_seq(rng, 40)
     target = _mutate(rng, query)
-    B = _random_band(rng, len(query), len(target), radius=3, fill=1.0)
+    lo, hi = guide_corridor(query, target, 3)
+    B = BandMatrix(lo, hi, rng.random(int((hi - lo).sum())), len(target))
     aln = band_mea(BandPosteriors(B, rng.random(len(query)), rng.random(len(target))))
-    assert len(aln.pairs) > 10
+    assert len(aln.pairs) > 10 and (B.to_dense() == 0).any()
     np.testing.assert_array_equal(local_share(B, aln.pairs), local_share(B.to_dense(), aln.pairs))
-    np.testing.assert_array_equal(column_features(aln, B, query, target), column_features(aln, B.to_dense(), query,
-                                                                                         target))
+    want = column_features(aln, B.to_dense(), query, target)
+    np.testing.assert_array_equal(column_features(aln, B, query, target), want)
+    # the baselines given (as the aligner passes a banded pair's guides) or computed: the same features
+    guides = classical_guides(query, target)
+    np.testing.assert_array_equal(column_features(aln, B, query, target, baselines=guides), want)
+    moved = {"nw": np.zeros((0, 2), np.int64), "sw": guides["sw"]}  # and they are read: another NW, other features
+    assert not np.array_equal(column_features(aln, B, query, target, baselines=moved), want)
 
 
 # ---------------------------------------------------------------------------- the engine

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from sinkalign.align import model as M
-from sinkalign.align.band import band_mea, guide_corridor
+from sinkalign.align.band import band_mea, classical_guides, guide_corridor
 from sinkalign.align.calibration import Calibration, check_min_confidence
 from sinkalign.align.checkpoints import BUCKETS, load_checkpoint
 from sinkalign.align.decode import mea_batch, plan_posteriors
@@ -60,7 +60,7 @@ STRANDS = ("plus", "minus", "both")  # BLAST's -strand
 # (parasail: about 6 bytes a residue pair, 1.6 GB at the limit). The numpy engine only.
 MAX_CELLS = 8192 * 8192
 MAX_PAIR_CELLS = 16384 * 16384
-LONG_BAND = 128  # the corridor's radius for a pair past MAX_CELLS (BENCHMARKS.md, "Banded long pairs")
+LONG_BAND = 32  # the corridor's radius for a pair past MAX_CELLS (BENCHMARKS.md, "Banded long pairs")
 MAX_LENGTH = 131072
 LONG_STEP = 512
 TASK_PAIRS = 16  # pairs per task of the numpy engine (a thread aligns one task at a time)
@@ -462,7 +462,8 @@ class Aligner:
             raise InputError(f"pair {qid} / {tid}: its plan is banded (a corridor, not a dense matrix) and cannot "
                              "be kept; drop --plan-out (or keep_plan) for banded pairs")
         radius = LONG_BAND if self.band is None else self.band
-        lo, hi = guide_corridor(q, t, radius, kind=self._kind)
+        guides = classical_guides(q, t, kind=self._kind)  # the confidences compare with the same alignments
+        lo, hi = guide_corridor(q, t, radius, guides=guides)
         cells = int((hi - lo).sum())
         if cells > MAX_CELLS:
             raise InputError(f"pair {qid} / {tid}: its corridor of +-{radius} residues holds {cells:,} residue "
@@ -470,7 +471,7 @@ class Aligner:
                              "split the longer sequence first")
         sides = self._numpy.sides_many([q, t])
         post = self._numpy.solve_band(sides[0], sides[1], lo, hi).posteriors()
-        return self._finish(item, post, band_mea(post, gap_weight=self.gap_weight), None)
+        return self._finish(item, post, band_mea(post, gap_weight=self.gap_weight), None, baselines=guides)
 
     @property
     def _kind(self) -> str:
@@ -479,10 +480,11 @@ class Aligner:
             return self.calibration.kind
         return "dna" if self.config.alphabet == "dna" else "protein"
 
-    def _finish(self, item, post, aln, plan) -> AlignedPair:
+    def _finish(self, item, post, aln, plan, *, baselines: dict | None = None) -> AlignedPair:
         evalue = None
         if self.calibration is not None:
-            conf = self.calibration.column_confidences(aln, post.match, query=item[1], target=item[3])
+            conf = self.calibration.column_confidences(aln, post.match, query=item[1], target=item[3],
+                                                       baselines=baselines)
             if self.significance is not None:
                 evalue = self.significance.pair_evalue(conf, item[1], item[3])
             aln = self.calibration.apply(aln, post.match, query=item[1], target=item[3], confidences=conf,

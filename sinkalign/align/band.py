@@ -26,7 +26,7 @@ import numpy as np
 
 from sinkalign.alignment import Alignment
 
-__all__ = ["BandMatrix", "BandPosteriors", "band_mea", "corridor"]
+__all__ = ["BandMatrix", "BandPosteriors", "band_mea", "classical_guides", "corridor", "guide_corridor"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -264,10 +264,11 @@ def band_mea(post: BandPosteriors, *, gap_weight: float = 0.0) -> Alignment:
                      best + gap_weight * (qg.sum() + tg.sum()))
 
 
-def guide_corridor(query: str, target: str, radius: int, *, kind: str = "protein") -> tuple[np.ndarray, np.ndarray]:
-    """:func:`corridor` of ``radius`` around the Needleman-Wunsch (global) and Smith-Waterman
-    (local) alignments of the pair (parasail; BLOSUM62 11/1 for protein, +2/-3 5/2 for DNA:
-    the baselines the calibrated confidences compare with)."""
+def classical_guides(query: str, target: str, *, kind: str = "protein") -> dict[str, np.ndarray]:
+    """The Needleman-Wunsch (``"nw"``) and Smith-Waterman (``"sw"``) aligned pairs of a pair
+    (parasail; BLOSUM62 11/1 for protein, +2/-3 5/2 for DNA): the alignments the calibrated
+    confidences compare with (:func:`sinkalign.align.calibration.column_features`, which takes
+    them as ``baselines``) and the guides of :func:`guide_corridor`."""
     from sinkalign.align.baselines import Scoring, align_pair
     from sinkalign.align.calibration import _baseline_letters
 
@@ -275,6 +276,12 @@ def guide_corridor(query: str, target: str, radius: int, *, kind: str = "protein
         raise ValueError(f"{kind=} is not 'protein' or 'dna'")
     scoring = Scoring.default(kind)
     q, t = _baseline_letters(query, kind), _baseline_letters(target, kind)
-    nw = align_pair(q, t, "nw", scoring=scoring).pairs
-    sw = align_pair(q, t, "sw", scoring=scoring).pairs
-    return corridor([nw], len(query), len(target), radius, local=[sw])
+    return {method: align_pair(q, t, method, scoring=scoring).pairs for method in ("nw", "sw")}
+
+
+def guide_corridor(query: str, target: str, radius: int, *, kind: str = "protein",
+                   guides: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`corridor` of ``radius`` around the pair's :func:`classical_guides` (given, or
+    computed): the Needleman-Wunsch path end to end and the Smith-Waterman path over its span."""
+    guides = classical_guides(query, target, kind=kind) if guides is None else guides
+    return corridor([guides["nw"]], len(query), len(target), radius, local=[guides["sw"]])

@@ -174,7 +174,7 @@ def _baseline_letters(seq: str, kind: str) -> str:
 
 
 def column_features(aln: Alignment, match, query: str, target: str, *, kind: str = "protein",
-                    radius: int = 3) -> np.ndarray:
+                    radius: int = 3, baselines: dict | None = None) -> np.ndarray:
     """``float64 [k, len(COLUMN_FEATURES)]``: the features of :data:`COLUMN_FEATURES` at each
     aligned pair of ``aln`` (raw posteriors), in that order.
 
@@ -183,6 +183,8 @@ def column_features(aln: Alignment, match, query: str, target: str, *, kind: str
             the sequences (``m`` and ``n`` letters); kind: ``"protein"`` (BLOSUM62) or
             ``"dna"`` (+2/-3), the substitution scores and baselines (open 11 / extend 1 for
             protein, 5 / 2 for DNA, parasail) compared with.
+        baselines: those baselines' aligned pairs when already computed, ``{"nw": [k, 2],
+            "sw": [k, 2]}`` (:func:`sinkalign.align.band.classical_guides`); default: computed here.
     """
     from sinkalign.align.baselines import Scoring, _residue_indices, _score_lookup, align_pair
 
@@ -211,7 +213,8 @@ def column_features(aln: Alignment, match, query: str, target: str, *, kind: str
     ends = np.minimum.reduce([i, j, m - 1 - i, n - 1 - j])
 
     def agreement(method: str) -> tuple[np.ndarray, np.ndarray]:
-        other = align_pair(q, t, method, scoring=scoring).pairs
+        other = (align_pair(q, t, method, scoring=scoring).pairs if baselines is None
+                 else np.asarray(baselines[method], np.int64).reshape(-1, 2))
         keys = other[:, 0] * n + other[:, 1]
         return np.isin(i * n + j, keys).astype(np.float64), other
 
@@ -279,7 +282,8 @@ def logistic(model: dict, X) -> np.ndarray:
 
 
 def column_feature(aln: Alignment, match=None, feature: str = "local_share", radius: int = 3, *,
-                   query: str | None = None, target: str | None = None, kind: str = "protein") -> np.ndarray:
+                   query: str | None = None, target: str | None = None, kind: str = "protein",
+                   baselines: dict | None = None) -> np.ndarray:
     """The match feature ``feature`` at each aligned pair of ``aln`` (raw posteriors):
     ``posterior`` is ``aln.match_posterior``; ``local_share`` needs ``match``, the ``[m, n]``
     match posteriors; ``columns`` (the rows of :func:`column_features`, ``[k, F]``) also
@@ -293,7 +297,7 @@ def column_feature(aln: Alignment, match=None, feature: str = "local_share", rad
     if feature == "columns":
         if query is None or target is None:
             raise ValueError("the columns calibration needs the query and target sequences")
-        return column_features(aln, match, query, target, kind=kind, radius=radius)
+        return column_features(aln, match, query, target, kind=kind, radius=radius, baselines=baselines)
     return local_share(match, aln.pairs, radius)
 
 
@@ -354,9 +358,10 @@ class Calibration:
         return np.interp(np.asarray(p, dtype=np.float64), self.gap_x, self.gap_y)
 
     def feature(self, aln: Alignment, match=None, *, query: str | None = None,
-                target: str | None = None) -> np.ndarray:
+                target: str | None = None, baselines: dict | None = None) -> np.ndarray:
         """This calibration's match feature at each aligned pair of ``aln`` (see :func:`column_feature`)."""
-        return column_feature(aln, match, self.match_feature, self.radius, query=query, target=target, kind=self.kind)
+        return column_feature(aln, match, self.match_feature, self.radius, query=query, target=target, kind=self.kind,
+                              baselines=baselines)
 
     def confidence(self, feature) -> np.ndarray:
         """Calibrated confidences of columns from their match feature (:meth:`feature`; for
@@ -364,10 +369,11 @@ class Calibration:
         return self.match(feature if self.column_model is None else logistic(self.column_model, feature))
 
     def column_confidences(self, aln: Alignment, match=None, *, query: str | None = None,
-                           target: str | None = None) -> np.ndarray:
+                           target: str | None = None, baselines: dict | None = None) -> np.ndarray:
         """Calibrated confidences of every column of ``aln`` (raw posteriors; ``match`` and
-        the sequences as :meth:`apply` needs them), before any threshold."""
-        return self.confidence(self.feature(aln, match, query=query, target=target))
+        the sequences as :meth:`apply` needs them; ``baselines`` as :func:`column_features`
+        takes them), before any threshold."""
+        return self.confidence(self.feature(aln, match, query=query, target=target, baselines=baselines))
 
     def apply(self, aln: Alignment, match=None, *, query: str | None = None, target: str | None = None,
               min_confidence: float | None = None, gap_weight: float = 0.0,

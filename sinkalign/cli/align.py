@@ -114,7 +114,7 @@ class _DbSize(click.ParamType):
 @click.option("--band", type=click.IntRange(min=0), metavar="R",
               help="Solve every pair on a corridor of R residues around its Needleman-Wunsch and Smith-Waterman "
                    "alignments (O((m + n) R) instead of O(m n)): faster on long pairs, the same where the plan's "
-                   "mass lies inside. Default: dense plans, and a corridor of 128 for a pair past 8192 x 8192 "
+                   "mass lies inside. Default: dense plans, and a corridor of 32 for a pair past 8192 x 8192 "
                    "residues. numpy engine; not with --plan-out.")
 @progress_option("aligned pairs")
 @click.pass_context
