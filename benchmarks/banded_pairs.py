@@ -4,7 +4,8 @@
 residues around its Needleman-Wunsch and Smith-Waterman alignments (:mod:`sinkalign.align.band`);
 a pair past the dense limit always gets ``LONG_BAND``. This script aligns the same pairs densely
 and at each radius of ``--radii``, in one process, one thread each (``workers=1``), and prints
-micro precision / recall / F1 on trusted (core) residues at the model's own threshold, with
+micro precision / recall / F1 on trusted (core) residues at the model's own threshold (and the
+F1 with every MEA column kept, and the mean column confidence), with
 Needleman-Wunsch and Smith-Waterman (parasail, BLOSUM62 11/1) on the same pairs, and the time per pair.
 
 Three sets:
@@ -88,12 +89,18 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run(aligner: Aligner, pairs: list) -> tuple[list, float]:
-    """The thresholded alignments of ``pairs`` and the seconds per pair."""
+def run(aligner: Aligner, pairs: list, groups: dict, threshold: float) -> dict:
+    """Scores of ``aligner`` (every MEA column kept) on ``pairs``: its columns at or above
+    ``threshold`` (what ``--min-confidence threshold`` writes) and every column, the mean
+    column confidence and the seconds per pair."""
     items = [(p.query_id, p.query_seq, p.target_id, p.target_seq) for p in pairs]
     t0 = time.perf_counter()
-    alns = [r.alignment.pairs for r in aligner.align_many(items)]
-    return alns, (time.perf_counter() - t0) / max(1, len(pairs))
+    alns = [r.alignment for r in aligner.align_many(items)]
+    secs = (time.perf_counter() - t0) / max(1, len(pairs))
+    kept = [a.pairs[a.match_posterior >= threshold] for a in alns]
+    confidence = np.concatenate([a.match_posterior for a in alns])
+    return {"scores": scores(kept, pairs, groups), "every_column": scores([a.pairs for a in alns], pairs, groups),
+            "mean_confidence": float(confidence.mean()) if confidence.size else None, "sec_per_pair": secs}
 
 
 def scores(preds, pairs, groups) -> dict:
@@ -123,10 +130,11 @@ def main() -> None:
     sets = {"pairs": some, "long": long_pairs(every, args.long_pairs, args.concat, 1),
             "long <20%": long_pairs(remote, args.long_pairs, args.concat, 2),
             "past the limit": past_limit(every, args.past_limit, 3)}
-    dense = Aligner.load(args.model, workers=1)
-    banded = {r: Aligner.load(args.model, workers=1, band=r) for r in radii}
+    threshold = Aligner.load(args.model).min_confidence
+    dense = Aligner.load(args.model, workers=1, min_confidence=0.0)
+    banded = {r: Aligner.load(args.model, workers=1, band=r, min_confidence=0.0) for r in radii}
     payload = {"machine": machine(), "date": str(date.today()), "model": args.model, "split": args.split,
-               "threshold": dense.min_confidence, "long_band": LONG_BAND, "sets": {}}
+               "threshold": threshold, "long_band": LONG_BAND, "sets": {}}
     protein = Scoring.protein()
     for name, pairs in sets.items():
         if not pairs:
@@ -143,17 +151,13 @@ def main() -> None:
                                                                  for p in pairs)) / sum(cells) for r in set_radii}
         rows = {}
         if huge:  # past the dense limit: the default aligner takes them on LONG_BAND corridors
-            preds, secs = run(dense, pairs)
-            rows[f"default (band {LONG_BAND})"] = {"scores": scores(preds, pairs, groups), "sec_per_pair": secs,
+            rows[f"default (band {LONG_BAND})"] = {**run(dense, pairs, groups, threshold),
                                                    "corridor_share": corridor[LONG_BAND],
                                                    "peak_rss_mib": peak_rss_mib()}
         else:
-            preds, secs = run(dense, pairs)
-            rows["dense"] = {"scores": scores(preds, pairs, groups), "sec_per_pair": secs}
+            rows["dense"] = run(dense, pairs, groups, threshold)
         for r in [] if huge else radii:
-            preds, secs = run(banded[r], pairs)
-            rows[f"band {r}"] = {"scores": scores(preds, pairs, groups), "sec_per_pair": secs,
-                                 "corridor_share": corridor[r]}
+            rows[f"band {r}"] = {**run(banded[r], pairs, groups, threshold), "corridor_share": corridor[r]}
         for method in ("NW", "SW"):
             t0 = time.perf_counter()
             preds = [align_pair(p.query_seq, p.target_seq, method.lower(), scoring=protein).pairs for p in pairs]
@@ -166,12 +170,16 @@ def main() -> None:
         print(f"\n{name}: {len(pairs)} pairs, mean length {np.mean(lengths):.0f}, "
               + ", ".join(f"{g} {len(idx)}" for g, idx in groups.items()))
         names = [g for g in groups if groups[g]]
-        print("| method | corridor share | s / pair | " + " | ".join(f"{g} P / R / F1" for g in names) + " |")
-        print("|---" * (3 + len(names)) + "|")
+        print("| method | corridor share | s / pair | mean confidence | "
+              + " | ".join(f"{g} P / R / F1 (F1, every column)" for g in names) + " |")
+        print("|---" * (4 + len(names)) + "|")
         for label, row in rows.items():
             share = f"{row['corridor_share']:.3f}" if "corridor_share" in row else "-"
-            cols = " | ".join("{precision:.3f} / {recall:.3f} / {f1:.3f}".format(**row["scores"][g]) for g in names)
-            print(f"| {label} | {share} | {row['sec_per_pair']:.3f} | {cols} |")
+            conf = f"{row['mean_confidence']:.3f}" if row.get("mean_confidence") is not None else "-"
+            every = row.get("every_column")
+            cols = " | ".join("{precision:.3f} / {recall:.3f} / {f1:.3f}".format(**row["scores"][g])
+                              + (f" ({every[g]['f1']:.3f})" if every else "") for g in names)
+            print(f"| {label} | {share} | {row['sec_per_pair']:.3f} | {conf} | {cols} |")
     if args.json:
         write_json(args.json, payload)
 

@@ -386,3 +386,19 @@ def test_pairs_past_the_cell_budget_fail_before_aligning(files, monkeypatch):
     monkeypatch.undo()
     monkeypatch.setattr(A, "MAX_PAIR_CELLS", 700)  # now every pair fits
     assert align_fasta(files / "all.fa", pairs=files / "pairs.tsv", output=files / "x.tsv") == 3
+
+
+def test_pairs_past_the_dense_limit_are_refused_up_front_only_for_the_jax_engine(files, monkeypatch):
+    """The numpy engine solves a pair past MAX_CELLS on a corridor; the jax engine cannot, so
+    with it such a pair is an error before anything is aligned, naming both records."""
+    import sinkalign.align.aligner as A
+
+    monkeypatch.setattr(A, "MAX_CELLS", 600)  # q2 (27) x t2 (25) = 675
+    monkeypatch.setattr(A, "LONG_BAND", 2)  # so that its corridor fits
+    with pytest.raises(InputError, match=r"record 'q2' \(#2\) of .*z.fa \(27 residues\) against record 't2' "
+                                         r"\(#2\) of .*t.fa \(25\) makes 675 residue pairs, more than the 600 .*"
+                                         r"the jax engine's plans are dense"):
+        (files / "z.fa").write_text(fasta(["q1", "q2"]))
+        align_fasta(files / "z.fa", files / "t.fa", pairing="zip", output=files / "x.tsv", engine="jax")
+    assert not (files / "x.tsv").exists()
+    assert align_fasta(files / "z.fa", files / "t.fa", pairing="zip", output=files / "x.tsv") == 2

@@ -319,6 +319,9 @@ def test_band_errors_name_the_pair_and_the_reason(monkeypatch):
     with pytest.raises(InputError, match=r"pair q / t: its corridor of \+-8 residues holds \d+ residue pairs, more "
                                          r"than the 30"):
         aligner.align("MKVLAGHWERTY", "MKVLAGHWERTY", query_id="q", target_id="t")
+    # found after a symmetric model turned the pair round (the shorter first): named as given
+    with pytest.raises(InputError, match=r"pair long / short: its corridor of \+-8 residues holds \d+"):
+        aligner.align("MKVLAGHWERTYAAGH", "MKVLAGHWERTY", query_id="long", target_id="short")
     monkeypatch.setattr(A, "MAX_PAIR_CELLS", 50)
     with pytest.raises(InputError, match=r"pair q / t: 5 x 12 residues make 60 residue pairs, more than the 50 "
                                          r"the aligner takes \(the classical alignments that guide"):

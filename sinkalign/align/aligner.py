@@ -384,7 +384,7 @@ class Aligner:
         alignment, confidences and E-value alike. (The model's scores are symmetric already;
         the solve's last half-step, the decoding's tie-breaks and the baselines the confidences
         read are not quite.)"""
-        turned: deque = deque()
+        turned: deque = deque()  # (turned round?, the pair as given)
 
         def ordered():
             for item in pairs:
@@ -394,11 +394,22 @@ class Aligner:
                     turn = (len(t), t) < (len(q), q)
                 except (ValueError, TypeError):
                     turn = False
-                turned.append(turn)
+                turned.append((turn, item))
                 yield (item[2], t, item[0], q) if turn else item
 
-        for result in self._results(ordered(), batch_size, keep_plan):
-            yield result.transposed() if turned.popleft() else result
+        results = self._results(ordered(), batch_size, keep_plan)
+        while True:
+            try:
+                result = next(results)
+            except StopIteration:
+                return
+            except InputError as exc:  # found after the turn (a banded pair's corridor): named as given
+                turn, item = turned[0] if turned else (False, None)
+                if not turn:
+                    raise
+                raise InputError(str(exc).replace(f"pair {item[2]} / {item[0]}:", f"pair {item[0]} / {item[2]}:", 1)) \
+                    from exc
+            yield result.transposed() if turned.popleft()[0] else result
 
     def align_pairs(self, pairs: Iterable[tuple[Any, Any]], *, batch_size: int = 8,
                     keep_plan: bool = False, strand: str | None = None) -> Iterator[AlignedPair]:

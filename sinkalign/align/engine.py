@@ -41,6 +41,11 @@ and nothing to compile:
   learned score) is solved in the log domain instead, as the operator does: the same
   plan, 2 ``exp`` per cell and step instead of one per cell.
 
+* **Corridors** (:meth:`NumpyEngine.solve_band`, :mod:`sinkalign.align.band`): the same
+  scores on a monotone strip of cells only (computed in blocks of rows, each the dense
+  computation of its rectangle), the same steps with the strip as a sparse matrix and the
+  dustbin row and column whole: ``O(nnz)`` memory and time per step, for long pairs.
+
 The plan returned is the one :meth:`sinkalign.align.aligner.Aligner` decodes:
 ``[m + 1, n + 1]`` with the real block, each query residue's dustbin mass in the last
 column and ``1 - sum_i P[i, j]`` in the last row (:func:`sinkalign.align.model.pair_plan`).

@@ -295,10 +295,12 @@ def _max_length() -> int:
     return MAX_LENGTH
 
 
-def _max_cells() -> int:
-    from sinkalign.align.aligner import MAX_PAIR_CELLS
+def _max_cells(engine: str = "numpy") -> int:
+    """The most residue pairs a pair may have: past the dense limit the numpy engine solves a
+    pair on a corridor, the jax engine cannot."""
+    from sinkalign.align.aligner import MAX_CELLS, MAX_PAIR_CELLS
 
-    return MAX_PAIR_CELLS
+    return MAX_PAIR_CELLS if engine == "numpy" else MAX_CELLS
 
 
 def _check_length(length: int, where: str, limit: int) -> None:
@@ -307,17 +309,18 @@ def _check_length(length: int, where: str, limit: int) -> None:
                          "sequence (into domains, or windows) first")
 
 
-def _check_cells(query: tuple[str, int], target: tuple[str, int], context: str = "") -> None:
+def _check_cells(query: tuple[str, int], target: tuple[str, int], context: str = "", engine: str = "numpy") -> None:
     """``query`` and ``target`` are ``(where, length)``: an error naming both when the pair
     would pass the aligner's cell budget (:data:`~sinkalign.align.aligner.MAX_PAIR_CELLS`; a
     pair past the dense limit is solved on a corridor, by the numpy engine)."""
-    limit = _max_cells()
+    limit = _max_cells(engine)
     cells = query[1] * target[1]
     if cells > limit:
+        why = ("the classical alignments that guide a long pair's corridor are dense" if engine == "numpy" else
+               "the jax engine's plans are dense; the numpy engine takes longer pairs on a corridor")
         raise InputError(f"{query[0]} ({query[1]} residues) against {target[0]} ({target[1]}) makes {cells:,} "
-                         f"residue pairs{context}, more than the {limit:,} the aligner takes (the "
-                         "classical alignments that guide a long pair's corridor are dense); split the longer "
-                         "sequence first")
+                         f"residue pairs{context}, more than the {limit:,} the aligner takes ({why}); split the "
+                         "longer sequence first")
 
 
 def _self_pair(fmt: str, qid: str, tid: str, where: str) -> None:
@@ -340,6 +343,7 @@ class _FastaPairs:
             raise InputError(f"prefilter={prefilter} needs pairing='all' and a count >= 1")
         self.query, self.target, self.pairing = query, target, pairing
         self.prefilter, self.strand = prefilter, strand
+        self.engine = "numpy"  # the aligner's engine: its cell budget (_max_cells)
         self._targets: list[tuple[str, str]] | None = None
 
     def scan(self, fmt: str) -> _Scan:
@@ -368,7 +372,7 @@ class _FastaPairs:
             for n, q in enumerate(read_fasta(self.query, alphabet="auto", unique_ids=False), 1):
                 note(self.query, q, n)
                 _check_cells((f"record {q.id!r} (#{n}) of {self.query}", len(q)), longest_target,
-                             " (all-vs-all aligns every pair)")
+                             " (all-vs-all aligns every pair)", self.engine)
                 queries.add(q.id)
                 if q.id in tids:
                     _self_pair(fmt, q.id, q.id, f"record {q.id!r} (#{n}) of {self.query} (all-vs-all)")
@@ -393,7 +397,7 @@ class _FastaPairs:
             if q is not None and t is not None:
                 _self_pair(fmt, q.id, t.id, f"pair #{nq} ({self.query} x {self.target})")
                 _check_cells((f"record {q.id!r} (#{nq}) of {self.query}", len(q)),
-                             (f"record {t.id!r} (#{nt}) of {self.target}", len(t)))
+                             (f"record {t.id!r} (#{nt}) of {self.target}", len(t)), engine=self.engine)
         qids.check()
         tids.check()
         if nq != nt:
@@ -489,6 +493,7 @@ class _ListedPairs:
 
     def __init__(self, pairs: Path, query: Path, target: Path | None):
         self.path = pairs
+        self.engine = "numpy"  # the aligner's engine: its cell budget (_max_cells)
         self.qfa = _IndexedFasta(query)
         self.tfa = self.qfa if target is None or Path(target).resolve() == Path(query).resolve() \
             else _IndexedFasta(target)
@@ -530,7 +535,8 @@ class _ListedPairs:
                     scan.kinds.add(fa.path, kind, where, len(seq))
             _self_pair(fmt, qid, tid, f"{self.path}: line {n}")
             _check_cells((f"record {qid!r} of {self.qfa.path}", checked[id(self.qfa), qid]),
-                         (f"record {tid!r} of {self.tfa.path}", checked[id(self.tfa), tid]), f" ({self.path}: line {n})")
+                         (f"record {tid!r} of {self.tfa.path}", checked[id(self.tfa), tid]), f" ({self.path}: line {n})",
+                         self.engine)
             if scan.references is not None:
                 refs.setdefault(tid, checked[id(self.tfa), tid])
             if qid != last_qid and qid in scan.per_query and scan.scattered is None:
@@ -869,6 +875,9 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
                              min_confidence=min_confidence, engine=engine, threads=threads, strand=strand,
                              band=band)
             model_alphabet = load_aligner(spec).config.alphabet
+            source.engine = load_aligner(spec).engine
+        if engine == "jax" or backend != "reference":
+            source.engine = "jax"
         scan = source.scan(fmt)
         alphabet = _check_alphabets(scan, model_alphabet)
         if strand not in (None, "plus") and alphabet != "dna":
