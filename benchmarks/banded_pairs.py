@@ -2,11 +2,12 @@
 
 ``Aligner(band=R)`` (``sinkalign align --band R``) solves each pair on a corridor of ``R``
 residues around its Needleman-Wunsch and Smith-Waterman alignments (:mod:`sinkalign.align.band`);
-a pair past the dense limit always gets ``LONG_BAND``. This script aligns the same pairs densely
-and at each radius of ``--radii``, in one process, one thread each (``workers=1``), and prints
-micro precision / recall / F1 on trusted (core) residues at the model's own threshold (and the
-F1 with every MEA column kept, and the mean column confidence), with
-Needleman-Wunsch and Smith-Waterman (parasail, BLOSUM62 11/1) on the same pairs, and the time per pair.
+by default a pair past ``AUTO_BAND_CELLS`` residue pairs gets ``LONG_BAND``. This script aligns
+the same pairs densely (``band="dense"``), as the default aligner does, and at each radius of
+``--radii``, in one process, one thread each (``workers=1``), and prints micro precision /
+recall / F1 on trusted (core) residues at the model's own threshold (and the F1 with every MEA
+column kept, and the mean column confidence), with Needleman-Wunsch and Smith-Waterman
+(parasail, BLOSUM62 11/1) on the same pairs, and the time per pair.
 
 Three sets:
 
@@ -35,7 +36,7 @@ import numpy as np
 from _common import machine, pair_groups, write_json
 from aligner_learned import source_of
 
-from sinkalign.align.aligner import LONG_BAND, MAX_CELLS, Aligner
+from sinkalign.align.aligner import AUTO_BAND_CELLS, LONG_BAND, MAX_CELLS, Aligner
 from sinkalign.align.band import guide_corridor
 from sinkalign.align.baselines import Scoring, align_pair
 from sinkalign.align.evaluate import load_reference_set
@@ -111,7 +112,8 @@ def scores(preds, pairs, groups) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shards", required=True)
-    ap.add_argument("--split", default="valid", choices=["valid"], help="radii are chosen here: valid only")
+    ap.add_argument("--split", default="valid", choices=["valid", "test"],
+                    help="choose on valid; test only for a release check written down before the look")
     ap.add_argument("--model", default="learned")
     ap.add_argument("--radii", default=",".join(map(str, RADII)))
     ap.add_argument("--max-pairs", type=int, default=400, help="validation pairs as they are (0: none)")
@@ -131,7 +133,8 @@ def main() -> None:
             "long <20%": long_pairs(remote, args.long_pairs, args.concat, 2),
             "past the limit": past_limit(every, args.past_limit, 3)}
     threshold = Aligner.load(args.model).min_confidence
-    dense = Aligner.load(args.model, workers=1, min_confidence=0.0)
+    default = Aligner.load(args.model, workers=1, min_confidence=0.0)
+    dense = Aligner.load(args.model, workers=1, min_confidence=0.0, band="dense")
     banded = {r: Aligner.load(args.model, workers=1, band=r, min_confidence=0.0) for r in radii}
     payload = {"machine": machine(), "date": str(date.today()), "model": args.model, "split": args.split,
                "threshold": threshold, "long_band": LONG_BAND, "sets": {}}
@@ -151,11 +154,13 @@ def main() -> None:
                                                                  for p in pairs)) / sum(cells) for r in set_radii}
         rows = {}
         if huge:  # past the dense limit: the default aligner takes them on LONG_BAND corridors
-            rows[f"default (band {LONG_BAND})"] = {**run(dense, pairs, groups, threshold),
+            rows[f"default (band {LONG_BAND})"] = {**run(default, pairs, groups, threshold),
                                                    "corridor_share": corridor[LONG_BAND],
                                                    "peak_rss_mib": peak_rss_mib()}
         else:
             rows["dense"] = run(dense, pairs, groups, threshold)
+            banded_by_default = sum(c > AUTO_BAND_CELLS for c in cells)
+            rows[f"default ({banded_by_default} of {len(pairs)} banded)"] = run(default, pairs, groups, threshold)
         for r in [] if huge else radii:
             rows[f"band {r}"] = {**run(banded[r], pairs, groups, threshold), "corridor_share": corridor[r]}
         for method in ("NW", "SW"):

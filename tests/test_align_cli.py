@@ -321,8 +321,8 @@ def test_min_confidence_help_names_the_shipped_protein_threshold():
     assert float(stated.group(1)) == Aligner.load("learned").min_confidence
 
 
-def test_band_option_aligns_on_corridors_and_refuses_plan_out(fastas, tmp_path):
-    from sinkalign.align.aligner import LONG_BAND
+def test_band_option_aligns_on_corridors_or_densely_and_keeps_plans(fastas, tmp_path):
+    from sinkalign.align.aligner import AUTO_BAND_CELLS, LONG_BAND
 
     runner = CliRunner()
     dense, banded = tmp_path / "dense.tsv", tmp_path / "band.tsv"
@@ -339,13 +339,19 @@ def test_band_option_aligns_on_corridors_and_refuses_plan_out(fastas, tmp_path):
         return [[row[k] for k in keep] for row in rows[1:]]
 
     assert columns(banded) == columns(dense) and len(columns(dense)) == 2
-    r = runner.invoke(cli, ["align", str(fastas[0]), str(fastas[1]), "--band", "4", "--plan-out",
-                            str(tmp_path / "p.npz"), "-o", str(tmp_path / "x.tsv")])
-    assert r.exit_code == 1 and "--plan-out writes dense plans; with --band" in r.output
-    assert not (tmp_path / "x.tsv").exists()
+    r = runner.invoke(cli, ["align", "--example", "--band", "dense", "-o", str(tmp_path / "d.tsv"), "--no-progress"])
+    assert r.exit_code == 0 and columns(tmp_path / "d.tsv") == columns(dense)
+    # a banded plan is written dense, 0 outside its corridor
+    r = runner.invoke(cli, ["align", str(fastas[0]), str(fastas[1]), "--band", "1", "--plan-out",
+                            str(tmp_path / "p.npz"), "-o", str(tmp_path / "x.tsv"), "--no-progress"])
+    assert r.exit_code == 0, r.output
+    with np.load(tmp_path / "p.npz") as z:
+        plans = [z[k] for k in z.files]
+    assert len(plans) == 4 and all((p[:-1, :-1] == 0).any() for p in plans)
     r = runner.invoke(cli, ["align", "--example", "--band", "-3"])
-    assert r.exit_code == 2 and "--band" in r.output
+    assert r.exit_code == 2 and "'-3' is not a whole number >= 0 or 'dense'" in r.output
     r = runner.invoke(cli, ["align", "--example", "--band", "4", "--engine", "jax"])
     assert r.exit_code == 1 and "banded plans need the numpy engine" in r.output
     help_text = " ".join(runner.invoke(cli, ["align", "--help"]).output.split())
-    assert f"a corridor of {LONG_BAND} for a pair past 8192 x 8192" in help_text
+    assert f"dense plans up to {round(AUTO_BAND_CELLS ** 0.5)} x {round(AUTO_BAND_CELLS ** 0.5)} residues, a " \
+           f"corridor of {LONG_BAND} past it" in help_text

@@ -397,8 +397,10 @@ def test_pairs_past_the_dense_limit_are_refused_up_front_only_for_the_jax_engine
     monkeypatch.setattr(A, "LONG_BAND", 2)  # so that its corridor fits
     with pytest.raises(InputError, match=r"record 'q2' \(#2\) of .*z.fa \(27 residues\) against record 't2' "
                                          r"\(#2\) of .*t.fa \(25\) makes 675 residue pairs, more than the 600 .*"
-                                         r"the jax engine's plans are dense"):
+                                         r"these plans are dense \(the jax engine"):
         (files / "z.fa").write_text(fasta(["q1", "q2"]))
         align_fasta(files / "z.fa", files / "t.fa", pairing="zip", output=files / "x.tsv", engine="jax")
     assert not (files / "x.tsv").exists()
+    with pytest.raises(InputError, match=r"makes 675 residue pairs, more than the 600 .*--band dense"):
+        align_fasta(files / "z.fa", files / "t.fa", pairing="zip", output=files / "x.tsv", band="dense")
     assert align_fasta(files / "z.fa", files / "t.fa", pairing="zip", output=files / "x.tsv") == 2

@@ -278,7 +278,7 @@ def test_an_aligner_band_wider_than_the_pair_gives_the_dense_results(name):
         assert b.strand == d.strand
 
 
-def test_a_pair_past_the_dense_limit_is_aligned_on_a_corridor(monkeypatch):
+def test_a_long_pair_is_aligned_on_a_corridor_by_default(monkeypatch):
     import sinkalign.align.aligner as A
 
     rng = np.random.default_rng(3)
@@ -286,8 +286,8 @@ def test_a_pair_past_the_dense_limit_is_aligned_on_a_corridor(monkeypatch):
     items = [("s", anc[:50], "t", anc[:60]), ("long", anc, "long2", _mutate(rng, anc, rate=0.2)),
              ("s2", anc[100:140], "t2", anc[90:150])]
     dense = list(Aligner.load("learned", workers=1).align_many(items))
-    # the long pair is past it (its corridor is not), the short ones are not
-    monkeypatch.setattr(A, "MAX_CELLS", 300_000)
+    # the long pair is past it, the short ones are not
+    monkeypatch.setattr(A, "AUTO_BAND_CELLS", 300_000)
     calls = []
     aligner = Aligner.load("learned", workers=1)
     real_task = aligner._band_task
@@ -301,20 +301,57 @@ def test_a_pair_past_the_dense_limit_is_aligned_on_a_corridor(monkeypatch):
         assert len(shared) >= 0.97 * len(d.alignment.pairs), d.query_id
     np.testing.assert_array_equal(got[0].alignment.pairs, dense[0].alignment.pairs)
     assert LONG_BAND >= 32
+    # band="dense" keeps every pair dense: the dense results exactly
+    calls.clear()
+    forced = Aligner.load("learned", workers=1, band="dense")
+    monkeypatch.setattr(forced, "_band_task", lambda item, keep: calls.append(item) or None)
+    for d, g in zip(dense, forced.align_many(items)):
+        np.testing.assert_array_equal(g.alignment.pairs, d.alignment.pairs)
+    assert calls == []
+    # and a pair past the dense limit is then an error, naming it
+    monkeypatch.setattr(A, "MAX_CELLS", 300_000)
+    with pytest.raises(InputError, match=r"pair long / long2: 900 x \d+ residues make .* more than the 300,000 the "
+                                         r"aligner takes \(its plan is dense: O\(m n\) memory; without band='dense'"):
+        list(forced.align_many(items))
+
+
+def test_a_banded_plan_is_kept_dense_with_zeros_outside_its_corridor(monkeypatch):
+    import sinkalign.align.aligner as A
+
+    rng = np.random.default_rng(6)
+    anc = _random_seq(rng, 150)
+    query, target = _mutate(rng, anc[10:]), anc  # the shorter first: the symmetric model keeps the order
+    aligner = Aligner.load("learned", band=4)
+    got = aligner.align(query, target, keep_plan=True)
+    engine = aligner._numpy
+    sq, st = engine.sides_many([query, target])
+    lo, hi = guide_corridor(query, target, 4)
+    real, query_dustbin, target_dustbin = engine.solve_band(sq, st, lo, hi).plan()
+    m, n = len(query), len(target)
+    assert got.plan.shape == (m + 1, n + 1)
+    # (to rounding: the aligner runs BLAS on one thread)
+    np.testing.assert_allclose(got.plan[:m, :n], real.to_dense(), rtol=1e-12, atol=0)
+    np.testing.assert_allclose(got.plan[:m, n], query_dustbin, rtol=1e-12)
+    np.testing.assert_allclose(got.plan[m, :n], target_dustbin, rtol=1e-10, atol=1e-15)
+    assert (got.plan[:m, :n] == 0).sum() > 0.5 * m * n  # outside the corridor
+    monkeypatch.setattr(A, "MAX_CELLS", 1000)  # too large to keep densely: named
+    with pytest.raises(InputError, match=r"pair q / t: its plan \(a corridor of \d+ x 150 residues\) is too large to keep"):
+        aligner.align(query, target, query_id="q", target_id="t", keep_plan=True)
 
 
 def test_band_errors_name_the_pair_and_the_reason(monkeypatch):
     import sinkalign.align.aligner as A
 
-    with pytest.raises(InputError, match="band=-1 must be a whole number"):
+    with pytest.raises(InputError, match="band=-1 must be a whole number of residues >= 0, 'dense' or None"):
         Aligner.load("blosum", band=-1)
     with pytest.raises(InputError, match="band=True must be a whole number"):
         Aligner.load("blosum", band=True)
+    with pytest.raises(InputError, match="band='wide' must be a whole number"):
+        Aligner.load("blosum", band="wide")
     with pytest.raises(InputError, match="band=8: banded plans need the numpy engine.*engine=jax"):
         Aligner.load("blosum", engine="jax", band=8)
+    assert Aligner.load("blosum", engine="jax", band="dense").band == "dense"
     aligner = Aligner.load("blosum", band=8)
-    with pytest.raises(InputError, match=r"pair q / t: its plan is banded .* cannot be kept"):
-        aligner.align("MKVLA", "MKVLAW", query_id="q", target_id="t", keep_plan=True)
     monkeypatch.setattr(A, "MAX_CELLS", 30)
     with pytest.raises(InputError, match=r"pair q / t: its corridor of \+-8 residues holds \d+ residue pairs, more "
                                          r"than the 30"):

@@ -60,7 +60,11 @@ STRANDS = ("plus", "minus", "both")  # BLAST's -strand
 # (parasail: about 6 bytes a residue pair, 1.6 GB at the limit). The numpy engine only.
 MAX_CELLS = 8192 * 8192
 MAX_PAIR_CELLS = 16384 * 16384
-LONG_BAND = 32  # the corridor's radius for a pair past MAX_CELLS (BENCHMARKS.md, "Banded long pairs")
+LONG_BAND = 32  # the corridor's radius of a long pair (BENCHMARKS.md, "Banded plans")
+# Past this many residue pairs the default aligner puts a pair on a LONG_BAND corridor (pairs past
+# the lengths the shipped calibration was fitted on: dense plans of long pairs spread their mass
+# and lose their confidences; BENCHMARKS.md, "Banded plans").
+AUTO_BAND_CELLS = 1024 * 1024
 MAX_LENGTH = 131072
 LONG_STEP = 512
 TASK_PAIRS = 16  # pairs per task of the numpy engine (a thread aligns one task at a time)
@@ -198,12 +202,13 @@ class Aligner:
         engine: ``auto`` (``numpy`` when the model allows it, else ``jax``), ``numpy`` (an
             error naming the reason when the model does not allow it) or ``jax``.
         workers: threads of the ``numpy`` engine (default: the CPUs this process may use).
-        band: solve every pair on a corridor of this many residues around its
+        band: a whole number: solve every pair on a corridor of this many residues around its
             Needleman-Wunsch and Smith-Waterman alignments (:mod:`sinkalign.align.band`),
-            ``O((m + n) band)`` instead of ``O(m n)``: faster on long pairs, and the same
-            result wherever the plan's mass lies inside the corridor. ``None`` (default):
-            dense plans, except for a pair of more than :data:`MAX_CELLS` residue pairs, which
-            gets a corridor of :data:`LONG_BAND`. The ``numpy`` engine only.
+            ``O((m + n) band)`` instead of ``O(m n)``, the same result wherever the plan's
+            mass lies inside the corridor. ``None`` (default): dense plans up to
+            :data:`AUTO_BAND_CELLS` residue pairs, a corridor of :data:`LONG_BAND` past it (the
+            ``numpy`` engine; the ``jax`` engine is dense up to :data:`MAX_CELLS`). ``"dense"``:
+            dense plans for every pair (up to :data:`MAX_CELLS`).
         strand: nucleotide models only: ``plus`` aligns the query as given, ``minus`` its
             reverse complement, ``both`` (the default for a nucleotide model, as BLAST and
             minimap2 search) each pair both ways, keeping the strand of smaller E-value (of
@@ -219,7 +224,7 @@ class Aligner:
                  gap_weight: float | None = None, calibration: Calibration | None = None, engine: str = "auto",
                  workers: int | None = None, min_confidence: float | None = None,
                  significance: Significance | None = None, strand: str | None = None,
-                 band: int | None = None):
+                 band: int | str | None = None):
         if backend not in BACKENDS:
             raise InputError(f"backend={backend!r} is not one of {BACKENDS}")
         if engine not in ENGINES:
@@ -259,13 +264,14 @@ class Aligner:
             else:
                 log.info("aligning with the jax engine: %s", reason)
         self.engine = "numpy" if self._numpy is not None else "jax"
-        if band is not None:
+        if band is not None and band != "dense":
             if isinstance(band, bool) or not isinstance(band, (int, np.integer)) or band < 0:
-                raise InputError(f"band={band!r} must be a whole number of residues >= 0")
+                raise InputError(f"band={band!r} must be a whole number of residues >= 0, 'dense' or None")
             if self._numpy is None:
                 raise InputError(f"band={band}: banded plans need the numpy engine, and this aligner runs the jax "
                                  f"engine ({'engine=jax' if engine == 'jax' else reason})")
-        self.band = None if band is None else int(band)
+            band = int(band)
+        self.band = band
         self._jax_plans: Callable | None = None  # compiled on first use
 
     @classmethod
@@ -452,10 +458,13 @@ class Aligner:
             raise InputError(f"pair {qid} / {tid}: a sequence of {longest} residues is longer than "
                              f"the {MAX_LENGTH} the aligner takes; split it (into domains, or windows) first")
         cells = len(q) * len(t)
-        limit = MAX_CELLS if self._numpy is None else MAX_PAIR_CELLS
+        dense = self._numpy is None or self.band == "dense"
+        limit = MAX_CELLS if dense else MAX_PAIR_CELLS
         if cells > limit:
-            how = ("its plan is dense: O(m n) memory; the numpy engine takes longer pairs on a corridor"
-                   if self._numpy is None else "the classical alignments that guide its corridor are dense")
+            how = ("its plan is dense: O(m n) memory; "
+                   + ("the numpy engine takes" if self._numpy is None else "without band='dense' it takes")
+                   + " longer pairs on a corridor" if dense
+                   else "the classical alignments that guide its corridor are dense")
             raise InputError(f"pair {qid} / {tid}: {len(q)} x {len(t)} residues make {cells:,} residue "
                              f"pairs, more than the {limit:,} the aligner takes ({how}); split the longer "
                              "sequence first")
@@ -464,14 +473,17 @@ class Aligner:
 
     def _banded(self, item) -> bool:
         """Whether the numpy engine solves this pair on a corridor."""
-        return self.band is not None or len(item[1]) * len(item[3]) > MAX_CELLS
+        if self.band is None:
+            return len(item[1]) * len(item[3]) > AUTO_BAND_CELLS
+        return self.band != "dense"
 
     def _band_task(self, item, keep_plan: bool) -> AlignedPair:
         """One pair on its corridor (:mod:`sinkalign.align.band`)."""
         qid, q, tid, t = item
-        if keep_plan:
-            raise InputError(f"pair {qid} / {tid}: its plan is banded (a corridor, not a dense matrix) and cannot "
-                             "be kept; drop --plan-out (or keep_plan) for banded pairs")
+        if keep_plan and len(q) * len(t) > MAX_CELLS:
+            raise InputError(f"pair {qid} / {tid}: its plan (a corridor of {len(q)} x {len(t)} residues) is too large "
+                             f"to keep as a dense matrix (more than {MAX_CELLS:,} residue pairs); drop --plan-out "
+                             "(keep_plan) for it")
         radius = LONG_BAND if self.band is None else self.band
         guides = classical_guides(q, t, kind=self._kind)  # the confidences compare with the same alignments
         lo, hi = guide_corridor(q, t, radius, guides=guides)
@@ -481,8 +493,10 @@ class Aligner:
                              f"pairs, more than the {MAX_CELLS:,} the aligner takes; give a narrower band or "
                              "split the longer sequence first")
         sides = self._numpy.sides_many([q, t])
-        post = self._numpy.solve_band(sides[0], sides[1], lo, hi).posteriors()
-        return self._finish(item, post, band_mea(post, gap_weight=self.gap_weight), None, baselines=guides)
+        solution = self._numpy.solve_band(sides[0], sides[1], lo, hi)
+        post = solution.posteriors()
+        plan = solution.dense_plan() if keep_plan else None
+        return self._finish(item, post, band_mea(post, gap_weight=self.gap_weight), plan, baselines=guides)
 
     @property
     def _kind(self) -> str:

@@ -705,6 +705,17 @@ class BandSolution:
         col_sums = np.bincount(real.cols, real.data, minlength=n)
         return real, self.x[:m] * self.kc * self.y[n], np.clip(1.0 - col_sums, 0.0, None)
 
+    def dense_plan(self) -> np.ndarray:
+        """:meth:`plan` as the dense ``[m + 1, n + 1]`` matrix of :meth:`Solution.plan` (0
+        outside the corridor), e.g. to write it out."""
+        real, query_dustbin, target_dustbin = self.plan()
+        m, n = real.shape
+        P = np.zeros((m + 1, n + 1))
+        P[real.rows, real.cols] = real.data
+        P[:m, n] = query_dustbin
+        P[m, :n] = target_dustbin
+        return P
+
     def posteriors(self) -> BandPosteriors:
         """:meth:`Solution.posteriors` on the corridor (the match posteriors 0 outside it)."""
         K, x, y = self.K, self.x, self.y

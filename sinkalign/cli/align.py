@@ -35,6 +35,21 @@ class _DbSize(click.ParamType):
         return n
 
 
+class _Band(click.ParamType):
+    """A whole number >= 0 (a corridor's radius), or ``dense``."""
+
+    name = "R|dense"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) or value == "dense":
+            return value
+        try:
+            return int(value) if int(value) >= 0 else self.fail(f"{value!r} is not a whole number >= 0 or 'dense'",
+                                                                param, ctx)
+        except ValueError:
+            self.fail(f"{value!r} is not a whole number >= 0 or 'dense'", param, ctx)
+
+
 @click.command()
 @click.argument("query_fasta", type=_INPUT, required=False)
 @click.argument("target_fasta", type=_INPUT, required=False)
@@ -111,11 +126,12 @@ class _DbSize(click.ParamType):
                    "keeping the strand of smaller E-value (default: both, as BLAST; the E-value is doubled: two "
                    "comparisons). A minus-strand pair is written as SAM writes a reverse-strand read (flag 16, the "
                    "reverse complement as SEQ), with query spans on the query as given (TSV, JSON, blast6).")
-@click.option("--band", type=click.IntRange(min=0), metavar="R",
+@click.option("--band", type=_Band(), metavar="R|dense",
               help="Solve every pair on a corridor of R residues around its Needleman-Wunsch and Smith-Waterman "
-                   "alignments (O((m + n) R) instead of O(m n)): faster on long pairs, the same where the plan's "
-                   "mass lies inside. Default: dense plans, and a corridor of 32 for a pair past 8192 x 8192 "
-                   "residues. numpy engine; not with --plan-out.")
+                   "alignments (O((m + n) R) instead of O(m n)); 'dense': every pair's plan dense (up to 8192 x "
+                   "8192 residues). Default: dense plans up to 1024 x 1024 residues, a corridor of 32 past it "
+                   "(long pairs: faster, and their confidences keep; numpy engine). With --plan-out a banded "
+                   "plan is written dense, 0 outside its corridor.")
 @progress_option("aligned pairs")
 @click.pass_context
 def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, overwrite, model, embedder,

@@ -99,7 +99,7 @@ class ModelSpec:
     engine: str = "auto"
     threads: int | None = None  # the numpy engine's threads in this process (None: every CPU it may use)
     strand: str | None = None  # nucleotide models: plus, minus or both (None: the aligner's default, both)
-    band: int | None = None  # a corridor of this radius for every pair (None: dense, long pairs on LONG_BAND)
+    band: int | str | None = None  # a corridor of this radius for every pair, "dense", or None (long pairs banded)
 
 
 _ALIGNERS: dict = {}
@@ -295,12 +295,12 @@ def _max_length() -> int:
     return MAX_LENGTH
 
 
-def _max_cells(engine: str = "numpy") -> int:
+def _max_cells(dense: bool = False) -> int:
     """The most residue pairs a pair may have: past the dense limit the numpy engine solves a
-    pair on a corridor, the jax engine cannot."""
+    pair on a corridor; with dense plans only (the jax engine, ``band="dense"``) it cannot."""
     from sinkalign.align.aligner import MAX_CELLS, MAX_PAIR_CELLS
 
-    return MAX_PAIR_CELLS if engine == "numpy" else MAX_CELLS
+    return MAX_CELLS if dense else MAX_PAIR_CELLS
 
 
 def _check_length(length: int, where: str, limit: int) -> None:
@@ -309,15 +309,16 @@ def _check_length(length: int, where: str, limit: int) -> None:
                          "sequence (into domains, or windows) first")
 
 
-def _check_cells(query: tuple[str, int], target: tuple[str, int], context: str = "", engine: str = "numpy") -> None:
+def _check_cells(query: tuple[str, int], target: tuple[str, int], context: str = "", dense: bool = False) -> None:
     """``query`` and ``target`` are ``(where, length)``: an error naming both when the pair
     would pass the aligner's cell budget (:data:`~sinkalign.align.aligner.MAX_PAIR_CELLS`; a
     pair past the dense limit is solved on a corridor, by the numpy engine)."""
-    limit = _max_cells(engine)
+    limit = _max_cells(dense)
     cells = query[1] * target[1]
     if cells > limit:
-        why = ("the classical alignments that guide a long pair's corridor are dense" if engine == "numpy" else
-               "the jax engine's plans are dense; the numpy engine takes longer pairs on a corridor")
+        why = ("the classical alignments that guide a long pair's corridor are dense" if not dense else
+               "these plans are dense (the jax engine, or --band dense); the numpy engine takes longer pairs on a "
+               "corridor")
         raise InputError(f"{query[0]} ({query[1]} residues) against {target[0]} ({target[1]}) makes {cells:,} "
                          f"residue pairs{context}, more than the {limit:,} the aligner takes ({why}); split the "
                          "longer sequence first")
@@ -343,7 +344,7 @@ class _FastaPairs:
             raise InputError(f"prefilter={prefilter} needs pairing='all' and a count >= 1")
         self.query, self.target, self.pairing = query, target, pairing
         self.prefilter, self.strand = prefilter, strand
-        self.engine = "numpy"  # the aligner's engine: its cell budget (_max_cells)
+        self.dense = False  # whether every plan is dense (the jax engine, band="dense"): the cell budget
         self._targets: list[tuple[str, str]] | None = None
 
     def scan(self, fmt: str) -> _Scan:
@@ -372,7 +373,7 @@ class _FastaPairs:
             for n, q in enumerate(read_fasta(self.query, alphabet="auto", unique_ids=False), 1):
                 note(self.query, q, n)
                 _check_cells((f"record {q.id!r} (#{n}) of {self.query}", len(q)), longest_target,
-                             " (all-vs-all aligns every pair)", self.engine)
+                             " (all-vs-all aligns every pair)", self.dense)
                 queries.add(q.id)
                 if q.id in tids:
                     _self_pair(fmt, q.id, q.id, f"record {q.id!r} (#{n}) of {self.query} (all-vs-all)")
@@ -397,7 +398,7 @@ class _FastaPairs:
             if q is not None and t is not None:
                 _self_pair(fmt, q.id, t.id, f"pair #{nq} ({self.query} x {self.target})")
                 _check_cells((f"record {q.id!r} (#{nq}) of {self.query}", len(q)),
-                             (f"record {t.id!r} (#{nt}) of {self.target}", len(t)), engine=self.engine)
+                             (f"record {t.id!r} (#{nt}) of {self.target}", len(t)), dense=self.dense)
         qids.check()
         tids.check()
         if nq != nt:
@@ -493,7 +494,7 @@ class _ListedPairs:
 
     def __init__(self, pairs: Path, query: Path, target: Path | None):
         self.path = pairs
-        self.engine = "numpy"  # the aligner's engine: its cell budget (_max_cells)
+        self.dense = False  # whether every plan is dense (the jax engine, band="dense"): the cell budget
         self.qfa = _IndexedFasta(query)
         self.tfa = self.qfa if target is None or Path(target).resolve() == Path(query).resolve() \
             else _IndexedFasta(target)
@@ -536,7 +537,7 @@ class _ListedPairs:
             _self_pair(fmt, qid, tid, f"{self.path}: line {n}")
             _check_cells((f"record {qid!r} of {self.qfa.path}", checked[id(self.qfa), qid]),
                          (f"record {tid!r} of {self.tfa.path}", checked[id(self.tfa), tid]), f" ({self.path}: line {n})",
-                         self.engine)
+                         self.dense)
             if scan.references is not None:
                 refs.setdefault(tid, checked[id(self.tfa), tid])
             if qid != last_qid and qid in scan.per_query and scan.scattered is None:
@@ -760,7 +761,7 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
                 progress: bool = False, overwrite: bool = False,
                 workers: int | None = None, engine: str = "auto", threads: int | None = None,
                 scheduler: str | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE, strand: str | None = None,
-                prefilter: int | None = None, band: int | None = None, _task=None) -> int:
+                prefilter: int | None = None, band: int | str | None = None, _task=None) -> int:
     """Align pairs of sequences and write them in ``fmt``; returns the number of pairs written.
 
     Args:
@@ -805,8 +806,9 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
             before they are aligned (also with a cluster); E-values stay per comparison, and
             ``db_size="targets"`` counts every target searched.
         band: solve every pair on a corridor of ``band`` residues around its classical
-            alignments (:class:`~sinkalign.align.aligner.Aligner`; the numpy engine); not
-            with ``plan_out``. Default: dense plans, a pair past the dense limit on a corridor.
+            alignments, or (``"dense"``) every pair densely (:class:`~sinkalign.align.aligner.Aligner`);
+            default: dense up to ``AUTO_BAND_CELLS`` residue pairs, a ``LONG_BAND`` corridor past
+            it. A banded plan goes to ``plan_out`` dense, 0 outside its corridor.
 
     Raises:
         InputError (FormatError, AlphabetError), OutputExistsError, DependencyError, naming
@@ -855,10 +857,8 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
             _check_output(path, overwrite, inputs, what)
     if plan_out is not None and not to_stdout and Path(plan_out).resolve() == Path(output).resolve():
         raise InputError(f"--plan-out and the output are the same file, {output}")
-    if band is not None and (isinstance(band, bool) or not isinstance(band, int) or band < 0):
-        raise InputError(f"band={band!r} must be a whole number of residues >= 0")
-    if band is not None and plan_out is not None:
-        raise InputError("--plan-out writes dense plans; with --band the plans are corridors: give one or the other")
+    if band is not None and band != "dense" and (isinstance(band, bool) or not isinstance(band, int) or band < 0):
+        raise InputError(f"band={band!r} must be a whole number of residues >= 0, 'dense' or None")
 
     with _stdin_spooled([query_fasta, target_fasta, pairs]) as (qpath, tpath, ppath):
         if prefilter is not None and (ppath is not None or pairing != "all"):
@@ -875,9 +875,9 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
                              min_confidence=min_confidence, engine=engine, threads=threads, strand=strand,
                              band=band)
             model_alphabet = load_aligner(spec).config.alphabet
-            source.engine = load_aligner(spec).engine
-        if engine == "jax" or backend != "reference":
-            source.engine = "jax"
+            source.dense = load_aligner(spec).engine == "jax"
+        if engine == "jax" or backend != "reference" or band == "dense":
+            source.dense = True
         scan = source.scan(fmt)
         alphabet = _check_alphabets(scan, model_alphabet)
         if strand not in (None, "plus") and alphabet != "dna":
