@@ -20,6 +20,10 @@ Three sets:
 * ``past the limit`` (``--past-limit N``): ``N`` pairs joined from as many validation pairs as
   make them longer than the dense limit (``MAX_CELLS``, 8192 x 8192 residue pairs), which the
   aligner solves on a ``LONG_BAND`` corridor; no dense row, and the peak memory of the process.
+* ``null`` (``--null N``): ``N`` long pairs as in ``long`` (seed 5) with the target shuffled
+  (the kind of pair the E-value null was fitted on, but long): the share of them with an E-value
+  at most 0.01, 0.1 and 1, dense and by default (a calibrated E-value is at most ``x`` in about
+  a share ``1 - exp(-x)`` of such pairs), and the share of the same pairs unshuffled at E <= 1e-3.
 
     python benchmarks/banded_pairs.py --shards SHARDS --split valid \\
         --json benchmarks/results/banded_pairs_valid.json
@@ -84,6 +88,27 @@ def past_limit(pool: list, count: int, seed: int) -> list:
     return out
 
 
+def null_check(count: int, pool: list, dense: Aligner, default: Aligner) -> dict:
+    """E-values of long pairs with the target shuffled, and of the same pairs as they are."""
+    from sinkalign.align.significance import shuffled
+
+    joined = long_pairs(pool, count, 10, 5)
+    rng = np.random.default_rng(0)
+    null = [(p.query_id, p.query_seq, "shuffled", shuffled(p.target_seq, rng)) for p in joined]
+    real = [(p.query_id, p.query_seq, p.target_id, p.target_seq) for p in joined]
+    out = {"pairs": len(joined), "mean_length": float(np.mean([len(p.query_seq) for p in joined]))}
+    print(f"\nnull: {len(joined)} long pairs (mean query length {out['mean_length']:.0f}) with the target shuffled")
+    print("| plans | E <= 0.01 | E <= 0.1 | E <= 1 | the pairs unshuffled at E <= 1e-3 |\n|---|---|---|---|---|")
+    for label, aligner in (("dense", dense), ("default", default)):
+        ev = np.array([r.evalue for r in aligner.align_many(null)])
+        hits = np.array([r.evalue for r in aligner.align_many(real)])
+        row = {f"E<={x:g}": float((ev <= x).mean()) for x in (0.01, 0.1, 1.0)}
+        row["homologs_E<=1e-3"] = float((hits <= 1e-3).mean())
+        out[label] = row
+        print(f"| {label} | " + " | ".join(f"{v:.3f}" for v in row.values()) + " |")
+    return out
+
+
 def peak_rss_mib() -> float:
     import resource
 
@@ -120,6 +145,7 @@ def main() -> None:
     ap.add_argument("--concat", type=int, default=10, help="validation pairs per long pair")
     ap.add_argument("--long-pairs", type=int, default=20, help="long pairs per long set")
     ap.add_argument("--past-limit", type=int, default=2, help="pairs past the dense limit (0: none)")
+    ap.add_argument("--null", type=int, default=0, help="shuffled long pairs for the E-values (0: none)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     radii = [int(r) for r in args.radii.split(",")]
@@ -185,6 +211,8 @@ def main() -> None:
             cols = " | ".join("{precision:.3f} / {recall:.3f} / {f1:.3f}".format(**row["scores"][g])
                               + (f" ({every[g]['f1']:.3f})" if every else "") for g in names)
             print(f"| {label} | {share} | {row['sec_per_pair']:.3f} | {conf} | {cols} |")
+    if args.null:
+        payload["null"] = null_check(args.null, every, dense, default)
     if args.json:
         write_json(args.json, payload)
 

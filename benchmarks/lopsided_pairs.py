@@ -78,6 +78,8 @@ def main() -> None:
                     help="baselines run on the same flanked pairs (blosum: the shipped BLOSUM-window model)")
     ap.add_argument("--pairhmm-max-ratio", type=int, default=4,
                     help="run the pair-HMM (quadratic time in a JAX scan, the slowest) only up to this ratio")
+    ap.add_argument("--band", default=None, help="the learned model's band (Aligner(band=...)): a radius or "
+                                                 "'dense'; default: the aligner's own (long pairs on a corridor)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     ratios = [int(r) for r in args.ratios.split(",")]
@@ -93,7 +95,8 @@ def main() -> None:
     remote = [i for i, p in enumerate(pairs) if percent_identity(p) < 30]
     groups = {"all": list(range(len(pairs))), "<30% identity": remote}
 
-    raw = Aligner.load(args.model, calibration=None, strand="plus")
+    band = None if args.band is None else args.band if args.band == "dense" else int(args.band)
+    raw = Aligner.load(args.model, calibration=None, strand="plus", band=band)
     shipped = Aligner.load(args.model).calibration
     unclipped = None
     if shipped is not None and shipped.column_model is not None:
@@ -159,7 +162,7 @@ def main() -> None:
     suffix = "" if args.model == "learned" else "_" + Path(args.model).name
     out = Path(args.json) if args.json else RESULTS / f"lopsided_pairs_{args.split}{suffix}.json"
     write_json(out, {"date": date.today().isoformat(), "machine": machine(), "split": args.split, "model": args.model,
-                     "threshold": threshold, "pairs": {g: len(v) for g, v in groups.items()},
+                     "band": args.band, "threshold": threshold, "pairs": {g: len(v) for g, v in groups.items()},
                      "max_query": args.max_query, "rows": rows})
     print(f"wrote {out}")
 
