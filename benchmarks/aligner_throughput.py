@@ -131,11 +131,14 @@ def main() -> None:
                          "sequence in N of them: what `sinkalign align q.fasta t.fasta` does)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--model", default="blosum", help="shipped model name or model directory")
+    ap.add_argument("--band", default=None, help="the aligner's band (a radius or 'dense'; default: its own, "
+                                                 "long pairs on a corridor)")
     ap.add_argument("--json", default=str(RESULTS))
     args = ap.parse_args()
 
-    fast = Aligner.load(args.model)
-    single = Aligner.load(args.model, workers=1)
+    band = None if args.band is None else args.band if args.band == "dense" else int(args.band)
+    fast = Aligner.load(args.model, band=band)
+    single = Aligner.load(args.model, workers=1, band=band)
     workloads = [(f"length {L}", homologous_pairs(L, args.pairs or DEFAULT_PAIRS.get(L, 20)), None)
                  for L in args.lengths]
     if args.all_vs_all:
@@ -196,6 +199,7 @@ def main() -> None:
         rows.extend(block)
     payload = {
         "benchmark": "aligner_throughput",
+        "band": args.band,
         "date": datetime.date.today().isoformat(),
         "machine": machine(),
         "model": args.model,
