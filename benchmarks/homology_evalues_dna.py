@@ -39,6 +39,7 @@ from sinkalign.io.fasta import read_fasta
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
+LENGTH_EDGES = (50, 200, 500, 1000, 2000, 3000)
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -79,6 +80,8 @@ def main() -> None:
     ap.add_argument("--null-pairs", type=int, default=20000)
     ap.add_argument("--held-pairs", type=int, default=4000)
     ap.add_argument("--lengths", type=int, nargs=2, default=(50, 1000))
+    ap.add_argument("--alpha", type=float, default=None, help="fix the statistic's mix (as `fit-evalues --alpha`; "
+                                                              "default: chosen on the MADE1 pairs)")
     ap.add_argument("--export", default=None, help="write the model with the fitted null to this directory")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -95,10 +98,11 @@ def main() -> None:
     null, null_len = aligned_features(aligner, null_items)
     fitted_on = (f"{len(made1)} pairs of MADE1_dfam_dna.sto and {len(null)} pairs of shuffled {lo}-{hi} letter "
                  f"windows of the {len(train_paths)} training genomes of data_manifests/genomes_multi_split.json "
-                 f"(seed 0)")
+                 f"(seed 0)" + ("" if args.alpha is None else f", alpha fixed at {args.alpha:g}"))
     sw = [1.0, 0.0]
+    alphas = {} if args.alpha is None else {"alphas": (args.alpha,)}
     stats = {"sinkalign": fit_significance(real, real_len, null, null_len, threshold=aligner.calibration.min_confidence,
-                                           kind="dna", fitted_on=fitted_on),
+                                           kind="dna", fitted_on=fitted_on, **alphas),
              "SW (composition-adjusted)": with_weights(sw, null, null_len, "dna", 0.0, "local nats only"),
              "SW (raw score)": with_weights(sw, raw(null, null_items), null_len, "dna", 0.0, "raw local score only")}
     t_fit = time.perf_counter() - t0
@@ -128,6 +132,25 @@ def main() -> None:
         f = raw(real, items) if name == "SW (raw score)" else real
         row["made1_found_1e-3"] = float(np.mean(sig.evalue(f, real_len[:, 0], real_len[:, 1]) <= 1e-3))
         result["methods"][name] = row
+    # by length: a null fitted on mixed lengths can be right on average and wrong at every length
+    edges = sorted({lo, *(e for e in LENGTH_EDGES if lo < e < hi), hi + 1})
+    print("\nBy length (geometric mean of the two windows): share with E <= 0.01 / 0.1 / 1 "
+          "(expected 0.010 / 0.095 / 0.63)")
+    print("| method | set | " + " | ".join(f"{a}-{b - 1} bp" for a, b in zip(edges[:-1], edges[1:])) + " |")
+    print("|---|---|" + "---|" * (len(edges) - 1))
+    for name, sig in stats.items():
+        for label, (its, feats, lens) in sets.items():
+            f = raw(feats, its) if name == "SW (raw score)" else feats
+            e = sig.evalue(f, lens[:, 0], lens[:, 1])
+            size = np.sqrt(lens[:, 0] * lens[:, 1])
+            cells, shares = [], []
+            for a, b in zip(edges[:-1], edges[1:]):
+                inside = (size >= a) & (size < b)
+                share = [float(np.mean(e[inside] <= t)) if inside.any() else None for t in (0.01, 0.1, 1.0)]
+                shares.append({"from": a, "to": b - 1, "pairs": int(inside.sum()), "shares": share})
+                cells.append("-" if not inside.any() else " / ".join(f"{v:.3f}" for v in share) + f" ({inside.sum()})")
+            result["methods"][name].setdefault("by_length", {})[label] = shares
+            print(f"| {name} | {label} | " + " | ".join(cells) + " |")
     print("\nMADE1 pairs (the DNA model's own training family) found at E <= 1e-3: "
           + ", ".join(f"{k} {v['made1_found_1e-3']:.3f}" for k, v in result["methods"].items()))
     save_result(result, t0, Path(args.out) if args.out else RESULTS / f"homology_evalues_dna_{args.split}.json")

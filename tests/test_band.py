@@ -363,3 +363,18 @@ def test_band_errors_name_the_pair_and_the_reason(monkeypatch):
     with pytest.raises(InputError, match=r"pair q / t: 5 x 12 residues make 60 residue pairs, more than the 50 "
                                          r"the aligner takes \(the classical alignments that guide"):
         aligner.align("MKVLA", "MKVLAGHWERTY", query_id="q", target_id="t")
+
+
+@pytest.mark.parametrize("name, kind", [("dna", "dna"), ("learned", "protein"), ("blosum", "protein")])
+def test_the_guides_score_as_the_models_alphabet(name, kind, monkeypatch):
+    """A nucleotide model's corridor follows +-2/-3 alignments, a protein model's BLOSUM62 ones
+    (whatever its calibration's own kind: the shipped DNA calibration reads no baselines)."""
+    import sinkalign.align.aligner as A
+
+    seen = []
+    real = A.classical_guides
+    monkeypatch.setattr(A, "classical_guides", lambda q, t, kind: seen.append(kind) or real(q, t, kind=kind))
+    letters = "ACGT" if kind == "dna" else AA
+    anc = _random_seq(np.random.default_rng(2), 120, letters)
+    Aligner.load(name, band=8, strand="plus" if kind == "dna" else None).align(anc, anc[5:])
+    assert seen == [kind]

@@ -114,6 +114,13 @@ def test_fit_significance_keeps_the_mix_that_finds_most_pairs():
     # ... or the same for real and shuffled pairs: the local score alone
     noise = np.stack([sw_real, rng.uniform(0, 5, n_real)], 1)
     assert fit_significance(noise, real_len, null, null_len).weights == [1.0, 0.0]
+    # a fixed mix: the grid left alone (the DNA model keeps the local score alone)
+    fixed = fit_significance(real, real_len, null, null_len, alphas=(0.0,))
+    assert fixed.weights == [1.0, 0.0] and fixed.location == sw_only.location and fixed.scale == sw_only.scale
+    assert fit_significance(real, real_len, null, null_len, alphas=(0.25,)).weights == [1.0, 0.25]
+    for bad in ((), (-0.5,), (float("nan"),)):
+        with pytest.raises(ValueError, match="alphas must be finite numbers >= 0"):
+            fit_significance(real, real_len, null, null_len, alphas=bad)
     with pytest.raises(ValueError, match="features must be"):
         fit_significance(real[:, :1], real_len, null, null_len)
     with pytest.raises(ValueError, match="null_lengths must be"):
@@ -580,6 +587,14 @@ def test_fit_evalues_cli_with_a_window_null(tmp_path):
     state = json.loads((out / "state.json").read_text())
     assert "60 pairs of shuffled 30-200 letter windows of genome.fasta" in state["provenance"]
     assert np.isfinite(Aligner.load(out).align(HBA, HBB).evalue)
+    r = CliRunner().invoke(cli, ["fit-evalues", "--model", "blosum", "--reference", str(fams[0]), "--reference",
+                                 str(fams[1]), "--null-fasta", str(genome), "--null-pairs", "60", "--null-lengths",
+                                 "30", "200", "--alpha", "0", "-o", str(tmp_path / "ev0")])
+    assert r.exit_code == 0, r.output
+    state = json.loads((tmp_path / "ev0" / "state.json").read_text())
+    assert state["significance"]["weights"] == [1.0, 0.0] and "alpha fixed at 0" in state["provenance"]
+    help_text = " ".join(CliRunner().invoke(cli, ["fit-evalues", "--help"]).output.split())
+    assert f"chosen from {', '.join(f'{a:g}' for a in MIX_GRID)} on the reference pairs" in help_text
     r = CliRunner().invoke(cli, ["fit-evalues", "--model", "blosum", "--reference", str(fams[0]), "--reference",
                                  str(fams[1]), "--null-fasta", str(genome), "--null-lengths", "300", "30", "-o",
                                  str(tmp_path / "x")])

@@ -485,7 +485,7 @@ class Aligner:
                              f"to keep as a dense matrix (more than {MAX_CELLS:,} residue pairs); drop --plan-out "
                              "(keep_plan) for it")
         radius = LONG_BAND if self.band is None else self.band
-        guides = classical_guides(q, t, kind=self._kind)  # the confidences compare with the same alignments
+        guides = classical_guides(q, t, kind=self._kind)
         lo, hi = guide_corridor(q, t, radius, guides=guides)
         cells = int((hi - lo).sum())
         if cells > MAX_CELLS:
@@ -496,13 +496,14 @@ class Aligner:
         solution = self._numpy.solve_band(sides[0], sides[1], lo, hi)
         post = solution.posteriors()
         plan = solution.dense_plan() if keep_plan else None
-        return self._finish(item, post, band_mea(post, gap_weight=self.gap_weight), plan, baselines=guides)
+        # the confidences compare with the same alignments when they score as the guides do
+        same = self.calibration is not None and self.calibration.kind == self._kind
+        return self._finish(item, post, band_mea(post, gap_weight=self.gap_weight), plan,
+                            baselines=guides if same else None)
 
     @property
     def _kind(self) -> str:
-        """The baselines' alphabet (``protein`` or ``dna``) for this model."""
-        if self.calibration is not None:
-            return self.calibration.kind
+        """The classical baselines' scoring (``protein`` or ``dna``) for this model's alphabet."""
         return "dna" if self.config.alphabet == "dna" else "protein"
 
     def _finish(self, item, post, aln, plan, *, baselines: dict | None = None) -> AlignedPair:

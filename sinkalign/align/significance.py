@@ -317,11 +317,16 @@ class Significance:
 
 
 def fit_significance(features, lengths, null_features, null_lengths, *, threshold: float = 0.0,
-                     kind: str = "protein", fitted_on: str = "") -> Significance:
-    """The statistic's mix ``alpha`` and its Gumbel null: for each ``alpha`` of
-    :data:`MIX_GRID`, the null fitted on ``null_features [M, F]`` of shuffled pairs (lengths
-    ``null_lengths [M, 2]``); kept: the ``alpha`` whose E-values put most real pairs
-    (``features [N, F]``, ``lengths [N, 2]``) at ``E <= FIT_EVALUE`` (ties: the smaller alpha)."""
+                     kind: str = "protein", fitted_on: str = "", alphas=MIX_GRID) -> Significance:
+    """The statistic's mix ``alpha`` and its Gumbel null: for each ``alpha`` of ``alphas``
+    (default :data:`MIX_GRID`), the null fitted on ``null_features [M, F]`` of shuffled pairs
+    (lengths ``null_lengths [M, 2]``); kept: the ``alpha`` whose E-values put most real pairs
+    (``features [N, F]``, ``lengths [N, 2]``) at ``E <= FIT_EVALUE`` (ties: the smaller alpha).
+
+    ``alphas=(0.0,)`` keeps the local score alone, whose null moves with ``ln(m n)`` as the
+    Gumbel location assumes at every length; a positive ``alpha`` adds expected correct columns,
+    which grow with the length itself wherever the model's confidences on unrelated pairs are not
+    small (the DNA model's), so its null holds only at the lengths it was fitted on."""
     X = np.asarray(features, dtype=np.float64)
     N = np.asarray(null_features, dtype=np.float64)
     lx = np.asarray(lengths, dtype=np.float64)
@@ -332,8 +337,11 @@ def fit_significance(features, lengths, null_features, null_lengths, *, threshol
     for name, arr, rows in (("lengths", lx, len(X)), ("null_lengths", ln, len(N))):
         if arr.shape != (rows, 2) or np.any(arr < 1):
             raise ValueError(f"{name} must be [{rows}, 2] positive lengths, got {arr.shape}")
+    alphas = [float(a) for a in alphas]
+    if not alphas or any(not np.isfinite(a) or a < 0 for a in alphas):
+        raise ValueError(f"alphas must be finite numbers >= 0, got {alphas!r}")
     best = None
-    for alpha in MIX_GRID:
+    for alpha in alphas:
         w = [1.0, alpha]
         location, scale = fit_gumbel(N @ np.asarray(w), np.log(ln[:, 0] * ln[:, 1]), censor_below=CENSOR_BELOW)
         sig = Significance(w, location, scale, threshold=float(threshold), kind=kind, fitted_on=fitted_on)

@@ -176,12 +176,16 @@ def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, ma
               help="Window pairs of the --null-fasta null.")
 @click.option("--null-lengths", type=(click.IntRange(min=1), click.IntRange(min=1)), default=(50, 1000),
               show_default=True, help="Shortest and longest window of the --null-fasta null (log-uniform).")
+@click.option("--alpha", type=click.FloatRange(min=0), default=None,
+              help="Fix the statistic's multiple of expected correct columns (default: chosen from "
+                   f"{', '.join(f'{a:g}' for a in (0.0, 0.03125, 0.0625, 0.125, 0.25, 0.5, 1.0))} on the reference "
+                   "pairs). 0: the local score alone, whose null holds at every length; the shipped DNA model's.")
 @click.option("-o", "--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Model directory to write: the model with its E-value null. It must be new or empty "
                    "(a directory holding other files is refused).")
 @click.option("--overwrite", is_flag=True, help="Replace the model already in --out (only a model directory).")
 def fit_evalues(references, model, split, min_tm, max_pairs, max_length, shuffles, seed, null_fastas, null_pairs,
-                null_lengths, out, overwrite):
+                null_lengths, alpha, out, overwrite):
     """Fit the null of a calibrated model's E-values on shuffled pairs and write the model.
 
     Each reference pair is aligned as it is and with one sequence shuffled. The statistic is
@@ -225,8 +229,10 @@ def fit_evalues(references, model, split, min_tm, max_pairs, max_length, shuffle
         real, real_lengths, null, lengths = significance_samples(aligner, items, shuffles=shuffles, seed=seed)
         null_from = f"{len(null)} shuffled copies (seed {seed})"
     fitted_on = f"{len(pairs)} pairs of {names} (split {split}, <= {max_length} residues) and {null_from}"
+    if alpha is not None:
+        fitted_on += f", alpha fixed at {alpha:g}"
     sig = fit_significance(real, real_lengths, null, lengths, threshold=aligner.calibration.min_confidence,
-                           kind=kind, fitted_on=fitted_on)
+                           kind=kind, fitted_on=fitted_on, **({} if alpha is None else {"alphas": (alpha,)}))
     earlier = aligner.provenance.split(" E-values fitted with")[0]  # a new fit replaces the last
     provenance = f"{earlier} E-values fitted with `sinkalign fit-evalues` on {fitted_on}.".strip()
     export_model(out, aligner.params, aligner.config, provenance=provenance,
