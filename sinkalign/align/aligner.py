@@ -103,6 +103,16 @@ def padded_shape(query_length: int, target_length: int) -> tuple[int, int]:
     return padded_length(query_length), padded_length(target_length)
 
 
+def check_band(band) -> int | str | None:
+    """``band`` as :class:`Aligner` takes it (a corridor radius, ``"dense"`` or ``None``), else
+    :class:`~sinkalign.errors.InputError` naming it."""
+    if band is None or band == "dense":
+        return band
+    if isinstance(band, bool) or not isinstance(band, (int, np.integer)) or band < 0:
+        raise InputError(f"band={band!r} must be a whole number of residues >= 0, 'dense' or None")
+    return int(band)
+
+
 def default_workers() -> int:
     """Threads for the numpy engine: the CPUs this process may run on."""
     try:
@@ -264,13 +274,10 @@ class Aligner:
             else:
                 log.info("aligning with the jax engine: %s", reason)
         self.engine = "numpy" if self._numpy is not None else "jax"
-        if band is not None and band != "dense":
-            if isinstance(band, bool) or not isinstance(band, (int, np.integer)) or band < 0:
-                raise InputError(f"band={band!r} must be a whole number of residues >= 0, 'dense' or None")
-            if self._numpy is None:
-                raise InputError(f"band={band}: banded plans need the numpy engine, and this aligner runs the jax "
-                                 f"engine ({'engine=jax' if engine == 'jax' else reason})")
-            band = int(band)
+        band = check_band(band)
+        if isinstance(band, int) and self._numpy is None:
+            raise InputError(f"band={band}: banded plans need the numpy engine, and this aligner runs the jax "
+                             f"engine ({'engine=jax' if engine == 'jax' else reason})")
         self.band = band
         self._jax_plans: Callable | None = None  # compiled on first use
 
@@ -461,10 +468,11 @@ class Aligner:
         dense = self._numpy is None or self.band == "dense"
         limit = MAX_CELLS if dense else MAX_PAIR_CELLS
         if cells > limit:
-            how = ("its plan is dense: O(m n) memory; "
-                   + ("the numpy engine takes" if self._numpy is None else "without band='dense' it takes")
-                   + " longer pairs on a corridor" if dense
-                   else "the classical alignments that guide its corridor are dense")
+            if not dense:
+                how = "the classical alignments that guide its corridor are dense"
+            else:
+                who = "the numpy engine takes" if self._numpy is None else "without band='dense' it takes"
+                how = f"its plan is dense: O(m n) memory; {who} longer pairs on a corridor"
             raise InputError(f"pair {qid} / {tid}: {len(q)} x {len(t)} residues make {cells:,} residue "
                              f"pairs, more than the {limit:,} the aligner takes ({how}); split the longer "
                              "sequence first")

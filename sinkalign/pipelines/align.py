@@ -857,8 +857,10 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
             _check_output(path, overwrite, inputs, what)
     if plan_out is not None and not to_stdout and Path(plan_out).resolve() == Path(output).resolve():
         raise InputError(f"--plan-out and the output are the same file, {output}")
-    if band is not None and band != "dense" and (isinstance(band, bool) or not isinstance(band, int) or band < 0):
-        raise InputError(f"band={band!r} must be a whole number of residues >= 0, 'dense' or None")
+    if band is not None:  # before anything is read or written
+        from sinkalign.align.aligner import check_band
+
+        band = check_band(band)
 
     with _stdin_spooled([query_fasta, target_fasta, pairs]) as (qpath, tpath, ppath):
         if prefilter is not None and (ppath is not None or pairing != "all"):
