@@ -23,6 +23,7 @@ on trusted (core) residues, per ratio, for all pairs and below 30% identity.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import time
 from datetime import date
@@ -31,6 +32,7 @@ from pathlib import Path
 import numpy as np
 from _common import machine, write_json
 
+import sinkalign.align.aligner as A
 from sinkalign.align.aligner import Aligner
 from sinkalign.align.baselines import Scoring, align_pair
 from sinkalign.align.calibration import Calibration
@@ -52,16 +54,38 @@ def shorter_first(p):
                                query_core=p.target_core, target_core=p.query_core)
 
 
-def flanked(p, ratio: int, letters: np.ndarray, rng):
-    """``p`` with its target in the middle of random ``letters``, ``ratio`` times the query long."""
+def flanked(p, ratio: int, letters: np.ndarray, rng, donors: list | None = None):
+    """``p`` with its target in the middle of random ``letters`` (or, given ``donors``, of
+    windows of their sequences from other families), ``ratio`` times the query long."""
     extra = max(0, ratio * len(p.query_seq) - len(p.target_seq)) if ratio > 1 else 0
     left = extra // 2
-    flank = "".join(rng.choice(letters, extra))
+    if donors is None:
+        flank = "".join(rng.choice(letters, extra))
+    else:
+        others = [d for d in donors if d.family != p.family]
+        pieces: list[str] = []
+        while sum(map(len, pieces)) < extra:
+            d = others[int(rng.integers(len(others)))]
+            seq = (d.query_seq, d.target_seq)[int(rng.integers(2))]
+            need = extra - sum(map(len, pieces))
+            start = int(rng.integers(max(1, len(seq) - need + 1)))
+            pieces.append(seq[start:start + need])
+        flank = "".join(pieces)
     target_core = p.target_core
     if target_core is not None:
         target_core = np.concatenate([np.zeros(left, bool), target_core, np.zeros(extra - left, bool)])
     return dataclasses.replace(p, target_seq=flank[:left] + p.target_seq + flank[left:],
                                pairs=p.pairs + np.array([0, left], dtype=p.pairs.dtype), target_core=target_core)
+
+
+@contextlib.contextmanager
+def no_box():
+    """The aligner as before session 17: a lopsided pair is not put in the box around its local hit."""
+    ratio, A.LOPSIDED_RATIO = A.LOPSIDED_RATIO, float("inf")
+    try:
+        yield
+    finally:
+        A.LOPSIDED_RATIO = ratio
 
 
 def main() -> None:
@@ -80,6 +104,15 @@ def main() -> None:
                     help="run the pair-HMM (quadratic time in a JAX scan, the slowest) only up to this ratio")
     ap.add_argument("--band", default=None, help="the learned model's band (Aligner(band=...)): a radius or "
                                                  "'dense'; default: the aligner's own (long pairs on a corridor)")
+    ap.add_argument("--flanks", default="random", choices=["random", "real"],
+                    help="random residues of the split's composition, or windows of the split's sequences of other "
+                         "families")
+    ap.add_argument("--before", action="store_true",
+                    help="also the learned model as before session 17 (no box around the local hit of a lopsided "
+                         "pair: LOPSIDED_RATIO set to infinity), calibrated, in the same run")
+    ap.add_argument("--null", action="store_true",
+                    help="also E-values of the same pairs with the query shuffled (seed 7): the share at E <= 0.01 / "
+                         "0.1 / 1 (calibrated: 0.010 / 0.095 / 0.63), by the default and (with --before) as before")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     ratios = [int(r) for r in args.ratios.split(",")]
@@ -97,7 +130,8 @@ def main() -> None:
 
     band = None if args.band is None else args.band if args.band == "dense" else int(args.band)
     raw = Aligner.load(args.model, calibration=None, strand="plus", band=band)
-    shipped = Aligner.load(args.model).calibration
+    full = Aligner.load(args.model, strand="plus", band=band)
+    shipped = full.calibration
     unclipped = None
     if shipped is not None and shipped.column_model is not None:
         model = {k: v for k, v in shipped.column_model.items() if k not in ("low", "high")}
@@ -109,10 +143,11 @@ def main() -> None:
 
     rows: dict[str, dict] = {}
     print(f"{args.model}: {len(pairs)} {args.split} pairs ({len(remote)} below 30% identity), queries of at most "
-          f"{args.max_query} residues; threshold {threshold}")
+          f"{args.max_query} residues, {args.flanks} flanks; threshold {threshold}")
+    donors = everything if args.flanks == "real" else None
     for ratio in ratios:
         flank_rng = np.random.default_rng(ratio)
-        cases = [flanked(p, ratio, letters, flank_rng) for p in pairs]
+        cases = [flanked(p, ratio, letters, flank_rng, donors) for p in pairs]
         preds = {"learned (clipped, shipped)": [], "learned (unclipped, before)": [], "learned every column": []}
         if shipped is None:
             preds = {"learned every column": []}
@@ -131,6 +166,19 @@ def main() -> None:
                 preds["learned (unclipped, before)"].append(aln.pairs[unclipped.confidence(feats) >= threshold])
             preds["learned every column"].append(aln.pairs)
         secs = {"learned": time.perf_counter() - t0}
+        jobs = [(p.query_id, p.query_seq, p.target_id, p.target_seq) for p in cases]
+        shuffle_rng = np.random.default_rng(7)
+        shuffled = [(q, "".join(shuffle_rng.permutation(list(qs))), t, ts) for q, qs, t, ts in jobs]
+        null = {}
+        if args.null and shipped is not None:
+            null["default"] = [r.evalue for r in full.align_many(shuffled)]
+        if args.before and shipped is not None:
+            t0 = time.perf_counter()
+            with no_box():
+                preds["learned, no box (session 16)"] = [r.alignment.pairs for r in full.align_many(jobs)]
+                if args.null:
+                    null["no box (session 16)"] = [r.evalue for r in full.align_many(shuffled)]
+            secs["no box"] = time.perf_counter() - t0
         for method in baselines:
             if method == "pairHMM-mac" and ratio > args.pairhmm_max_ratio:
                 continue
@@ -149,6 +197,8 @@ def main() -> None:
         rows[f"R={ratio}"] = {
             "mean_target_length": float(np.mean([len(p.target_seq) for p in cases])),
             "seconds": secs,
+            "shuffled_query_evalues": {k: {f"E<={t:g}": float(np.mean(np.array(v) <= t)) for t in (0.01, 0.1, 1.0)}
+                                       for k, v in null.items()},
             "methods": {m: {g: micro_average([s[i] for i in idx]) for g, idx in groups.items()}
                         for m, s in per_pair.items()}}
         print(f"\nR = {ratio} (mean target {rows[f'R={ratio}']['mean_target_length']:.0f} residues; "
@@ -158,11 +208,15 @@ def main() -> None:
         for m, row in rows[f"R={ratio}"]["methods"].items():
             print(f"| {m} | " + " | ".join(f"{row[g]['precision']:.3f} / {row[g]['recall']:.3f} / "
                                           f"{row[g]['f1']:.3f}" for g in groups) + " |")
+        for k, v in rows[f"R={ratio}"]["shuffled_query_evalues"].items():
+            print(f"shuffled queries, {k}: E <= 0.01 / 0.1 / 1: " + " / ".join(f"{x:.3f}" for x in v.values()))
     # another model's results never take the shipped model's file
-    suffix = "" if args.model == "learned" else "_" + Path(args.model).name
+    suffix = ("" if args.model == "learned" else "_" + Path(args.model).name) + ("_real" if args.flanks == "real" else "")
     out = Path(args.json) if args.json else RESULTS / f"lopsided_pairs_{args.split}{suffix}.json"
     write_json(out, {"date": date.today().isoformat(), "machine": machine(), "split": args.split, "model": args.model,
-                     "band": args.band, "threshold": threshold, "pairs": {g: len(v) for g, v in groups.items()},
+                     "band": args.band, "flanks": args.flanks,
+                     "lopsided_ratio": A.LOPSIDED_RATIO, "box_margin": A.BOX_MARGIN,
+                     "threshold": threshold, "pairs": {g: len(v) for g, v in groups.items()},
                      "max_query": args.max_query, "rows": rows})
     print(f"wrote {out}")
 

@@ -12,7 +12,16 @@ import pytest
 
 from sinkalign.align import model as M
 from sinkalign.align.aligner import LONG_BAND, Aligner
-from sinkalign.align.band import BandMatrix, BandPosteriors, band_mea, classical_guides, corridor, guide_corridor
+from sinkalign.align.band import (
+    BandMatrix,
+    BandPosteriors,
+    band_mea,
+    classical_guides,
+    corridor,
+    guide_corridor,
+    hit_box,
+    local_corridor,
+)
 from sinkalign.align.calibration import column_features, local_share
 from sinkalign.align.decode import Posteriors, mea_batch
 from sinkalign.align.engine import NumpyEngine
@@ -115,6 +124,49 @@ def test_guide_corridor_follows_an_offset_homolog():
     for k in range(0, 200, 17):  # the homologous diagonal i = j + 150 lies inside
         assert lo[150 + k] <= k < hi[150 + k]
     assert int((hi - lo).sum()) < 0.35 * len(query) * len(target)
+
+
+def _cells(lo, hi, n):
+    m = len(lo)
+    inside = np.zeros((m, n), bool)
+    for i in range(m):
+        inside[i, lo[i]:hi[i]] = True
+    return inside
+
+
+@pytest.mark.parametrize("span, margin", [((3, 10, 8, 30), 2), ((0, 0, 19, 39), 5), ((5, 35, 5, 35), 0),
+                                          ((12, 2, 17, 6), 4)])
+def test_hit_box_is_the_rectangle_around_the_local_span(span, margin):
+    i0, j0, i1, j1 = span
+    m, n = 20, 40
+    local = np.array([[i0, j0], [(i0 + i1) // 2, (j0 + j1) // 2], [i1, j1]])
+    lo, hi = hit_box(local, m, n, margin)
+    BandMatrix(lo, hi, np.zeros(int((hi - lo).sum())), n)  # a valid strip: monotone, in range
+    want = np.zeros((m, n), bool)
+    want[max(0, i0 - margin):i1 + 1 + margin, max(0, j0 - margin):j1 + 1 + margin] = True
+    np.testing.assert_array_equal(_cells(lo, hi, n), want)
+
+
+def test_hit_box_and_local_corridor_errors_and_empty_hits():
+    assert hit_box(np.zeros((0, 2), np.int64), 5, 9, 1) is None
+    assert local_corridor({"sw": np.zeros((0, 2), np.int64), "nw": np.zeros((0, 2))}, 5, 9, 1, 3) is None
+    with pytest.raises(ValueError, match="margin=-1"):
+        hit_box(np.array([[0, 0]]), 5, 9, -1)
+
+
+def test_local_corridor_with_a_radius_is_the_box_and_the_local_guides_corridor():
+    rng = np.random.default_rng(8)
+    core = _random_seq(rng, 60)
+    query, target = _mutate(rng, core), _random_seq(rng, 200) + core + _random_seq(rng, 150)
+    guides = classical_guides(query, target)
+    m, n = len(query), len(target)
+    box = _cells(*local_corridor(guides, m, n, 6), n)
+    ring = _cells(*corridor([], m, n, 4, local=[guides["sw"]]), n)
+    lo, hi = local_corridor(guides, m, n, 6, 4)
+    BandMatrix(lo, hi, np.zeros(int((hi - lo).sum())), n)
+    np.testing.assert_array_equal(_cells(lo, hi, n), box & ring)
+    assert box[:, 200:200 + 50].any(axis=1).mean() > 0.9  # the box is where the homolog is
+    assert not box[:, :150].any() and not box[:, 270:].any()
 
 
 # ---------------------------------------------------------------------------- decoding
@@ -267,7 +319,7 @@ def test_an_aligner_band_wider_than_the_pair_gives_the_dense_results(name):
     anc = _random_seq(rng, 260, letters)
     items = [("a", anc[:200], "b", _mutate(rng, anc[30:260], alphabet=letters)),
              ("c", anc[:9], "d", anc[100:250]), ("e", "W" if name != "dna" else "A", "f", anc[:40])]
-    dense = list(Aligner.load(name).align_many(items))
+    dense = list(Aligner.load(name, band="dense").align_many(items))
     banded = list(Aligner.load(name, band=300).align_many(items))
     for d, b in zip(dense, banded):
         np.testing.assert_array_equal(b.alignment.pairs, d.alignment.pairs)
@@ -378,3 +430,88 @@ def test_the_guides_score_as_the_models_alphabet(name, kind, monkeypatch):
     anc = _random_seq(np.random.default_rng(2), 120, letters)
     Aligner.load(name, band=8, strand="plus" if kind == "dna" else None).align(anc, anc[5:])
     assert seen == [kind]
+
+
+def _buried(rng, length=120, left=900, right=700, rate=0.25):
+    """A protein against a mutated copy of it buried in random residues, and the copy's offset."""
+    core = _random_seq(rng, length)
+    copy = "".join(rng.choice(list(AA)) if rng.random() < rate else c for c in core)  # no indels: truth i -> i + left
+    return core, _random_seq(rng, left) + copy + _random_seq(rng, right), left
+
+
+def test_a_lopsided_pair_is_solved_in_the_box_around_its_local_hit_by_default(monkeypatch):
+    import math
+
+    import sinkalign.align.aligner as A
+
+    rng = np.random.default_rng(11)
+    query, target, left = _buried(rng)
+    m, n = len(query), len(target)
+    assert A.lopsided(m, n) and not A.lopsided(100, 199) and A.lopsided(100, 200) and A.lopsided(200, 100)
+    aligner = Aligner.load("learned", workers=1)
+    seen = []
+    real_solve = NumpyEngine.solve_band
+    monkeypatch.setattr(NumpyEngine, "solve_band",
+                        lambda self, a, b, lo, hi: seen.append((lo, hi)) or real_solve(self, a, b, lo, hi))
+    got = aligner.align(query, target, keep_plan=True)
+    guides = classical_guides(query, target)
+    lo, hi = local_corridor(guides, m, n, math.ceil(A.BOX_MARGIN * m))
+    assert len(seen) == 1
+    np.testing.assert_array_equal(seen[0][0], lo)
+    np.testing.assert_array_equal(seen[0][1], hi)
+    assert not got.plan[:m, :n][~_cells(lo, hi, n)].any()  # nothing outside the box
+    truth = {(i, i + left) for i in range(m)}
+    found = {tuple(p) for p in got.alignment.pairs}
+    assert len(found & truth) >= 0.9 * m and len(found - truth) <= 0.05 * m
+    # band="dense" solves the whole pair, as before: its plan spreads over the random residues
+    dense = Aligner.load("learned", workers=1, band="dense").align(query, target, keep_plan=True)
+    assert dense.plan[:m, :n][~_cells(lo, hi, n)].sum() > 1e3 * got.plan[:m, :n][~_cells(lo, hi, n)].sum()
+    # the pair given the other way round: the same alignment turned round (the symmetric model)
+    turned = aligner.align(target, query)
+    np.testing.assert_array_equal(turned.alignment.pairs, got.alignment.pairs[:, ::-1])
+    assert turned.evalue == got.evalue
+
+
+def test_a_long_box_gets_a_corridor_inside_it_and_a_hitless_pair_its_size_default(monkeypatch):
+    import math
+
+    import sinkalign.align.aligner as A
+
+    rng = np.random.default_rng(12)
+    query, target, _ = _buried(rng, length=80, left=200, right=150)
+    m, n = len(query), len(target)
+    monkeypatch.setattr(A, "AUTO_BAND_CELLS", 3000)  # the box (about 96 x 96) is "long"
+    aligner = Aligner.load("learned", workers=1)
+    seen = []
+    real_solve = NumpyEngine.solve_band
+    monkeypatch.setattr(NumpyEngine, "solve_band",
+                        lambda self, a, b, lo, hi: seen.append((lo, hi)) or real_solve(self, a, b, lo, hi))
+    aligner.align(query, target)
+    want = local_corridor(classical_guides(query, target), m, n, math.ceil(A.BOX_MARGIN * m), A.LONG_BAND)
+    np.testing.assert_array_equal(seen[-1][0], want[0])
+    np.testing.assert_array_equal(seen[-1][1], want[1])
+    # no local hit (W against prolines scores below zero everywhere): a small pair is solved whole,
+    # a long one on the guides' corridor
+    monkeypatch.setattr(A, "AUTO_BAND_CELLS", 1024 * 1024)
+    for name in ("learned", "blosum"):
+        dense = Aligner.load(name, band="dense").align("W", "P" * 40)
+        got = Aligner.load(name).align("W", "P" * 40)
+        np.testing.assert_array_equal(got.alignment.pairs, dense.alignment.pairs)
+        np.testing.assert_allclose(got.alignment.match_posterior, dense.alignment.match_posterior, rtol=1e-9)
+    seen.clear()
+    monkeypatch.setattr(A, "AUTO_BAND_CELLS", 30)
+    aligner.align("W", "P" * 40)
+    want = guide_corridor("W", "P" * 40, A.LONG_BAND)
+    np.testing.assert_array_equal(seen[-1][0], want[0])
+    np.testing.assert_array_equal(seen[-1][1], want[1])
+
+
+def test_a_box_too_large_is_named(monkeypatch):
+    import sinkalign.align.aligner as A
+
+    rng = np.random.default_rng(13)
+    query, target, _ = _buried(rng, length=40, left=60, right=60)
+    monkeypatch.setattr(A, "MAX_CELLS", 500)
+    with pytest.raises(InputError, match=r"pair q / t: its box around its Smith-Waterman hit \(\+-4 residues\) holds "
+                                         r"[\d,]+ residue pairs, more than the 500"):
+        Aligner.load("blosum").align(query, target, query_id="q", target_id="t")

@@ -598,8 +598,10 @@ def test_calibrate_flank_fits_lopsided_copies_too(tmp_path):
 def test_shipped_calibration_was_fitted_on_lopsided_pairs_too():
     """The learned model's column model was fitted with `sinkalign calibrate --flank` (BENCHMARKS.md,
     'Calibrating on flanked pairs'): its length-ratio feature reaches past 16:1, and myoglobin
-    against beta globin inside 8,000 random residues (about 55:1) keeps 131 of the 146 columns it
-    aligns without the flanks (118 with the calibration fitted on pairs as they are)."""
+    against beta globin inside 8,000 random residues (about 55:1) keeps 144 of the 146 columns it
+    aligns without the flanks, solved in the box around its Smith-Waterman hit as the aligner
+    does by default since session 17 (129 solved whole on the session-16 corridor; 118 with the
+    calibration fitted on pairs as they are)."""
     from Bio import SeqIO
 
     import sinkalign
@@ -616,4 +618,4 @@ def test_shipped_calibration_was_fitted_on_lopsided_pairs_too():
     buried = aligner.align(myg, flank[:4000] + hbb + flank[4000:]).alignment
     kept = {(i, j - 4000) for i, j in buried.pairs.tolist()}
     assert len(every) == 146 and kept <= every
-    assert len(kept) >= 127, len(kept)
+    assert len(kept) >= 140, len(kept)

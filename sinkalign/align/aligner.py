@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from sinkalign.align import model as M
-from sinkalign.align.band import band_mea, classical_guides, guide_corridor
+from sinkalign.align.band import band_mea, classical_guides, guide_corridor, local_corridor
 from sinkalign.align.calibration import Calibration, check_min_confidence
 from sinkalign.align.checkpoints import BUCKETS, load_checkpoint
 from sinkalign.align.decode import mea_batch, plan_posteriors
@@ -65,6 +65,12 @@ LONG_BAND = 32  # the corridor's radius of a long pair (BENCHMARKS.md, "Banded p
 # the lengths the shipped calibration was fitted on: dense plans of long pairs spread their mass
 # and lose their confidences; BENCHMARKS.md, "Banded plans").
 AUTO_BAND_CELLS = 1024 * 1024
+# A lopsided pair (one side at least LOPSIDED_RATIO times the other: a domain against a whole
+# protein, a gene against a contig) is solved inside the box around its Smith-Waterman hit,
+# BOX_MARGIN of the shorter side's length wider each way (sinkalign.align.band.local_corridor);
+# dense plans spread over the unrelated residues (BENCHMARKS.md, "Lopsided pairs in a box").
+LOPSIDED_RATIO = 2
+BOX_MARGIN = 0.1
 MAX_LENGTH = 131072
 LONG_STEP = 512
 TASK_PAIRS = 16  # pairs per task of the numpy engine (a thread aligns one task at a time)
@@ -101,6 +107,11 @@ def padded_shape(query_length: int, target_length: int) -> tuple[int, int]:
     if square * square <= MAX_CELLS:
         return square, square
     return padded_length(query_length), padded_length(target_length)
+
+
+def lopsided(m: int, n: int) -> bool:
+    """Whether a pair of these lengths is solved in the box around its local hit by default."""
+    return max(m, n) >= LOPSIDED_RATIO * min(m, n)
 
 
 def check_band(band) -> int | str | None:
@@ -215,10 +226,15 @@ class Aligner:
         band: a whole number: solve every pair on a corridor of this many residues around its
             Needleman-Wunsch and Smith-Waterman alignments (:mod:`sinkalign.align.band`),
             ``O((m + n) band)`` instead of ``O(m n)``, the same result wherever the plan's
-            mass lies inside the corridor. ``None`` (default): dense plans up to
-            :data:`AUTO_BAND_CELLS` residue pairs, a corridor of :data:`LONG_BAND` past it (the
-            ``numpy`` engine; the ``jax`` engine is dense up to :data:`MAX_CELLS`). ``"dense"``:
-            dense plans for every pair (up to :data:`MAX_CELLS`).
+            mass lies inside the corridor. ``None`` (default, the ``numpy`` engine): a lopsided
+            pair (one side at least :data:`LOPSIDED_RATIO` times the other: a domain against a
+            whole protein, a gene against a contig) inside the box around its Smith-Waterman hit,
+            :data:`BOX_MARGIN` of the shorter side wider each way
+            (:func:`~sinkalign.align.band.local_corridor`: the residues outside go to the
+            dustbins); other pairs dense up to
+            :data:`AUTO_BAND_CELLS` residue pairs, on a corridor of :data:`LONG_BAND` past it (and
+            a box past it on that corridor inside it). The ``jax`` engine is dense up to
+            :data:`MAX_CELLS`. ``"dense"``: dense plans for every pair (up to :data:`MAX_CELLS`).
         strand: nucleotide models only: ``plus`` aligns the query as given, ``minus`` its
             reverse complement, ``both`` (the default for a nucleotide model, as BLAST and
             minimap2 search) each pair both ways, keeping the strand of smaller E-value (of
@@ -482,8 +498,25 @@ class Aligner:
     def _banded(self, item) -> bool:
         """Whether the numpy engine solves this pair on a corridor."""
         if self.band is None:
-            return len(item[1]) * len(item[3]) > AUTO_BAND_CELLS
+            return len(item[1]) * len(item[3]) > AUTO_BAND_CELLS or lopsided(len(item[1]), len(item[3]))
         return self.band != "dense"
+
+    def _corridor(self, q: str, t: str, guides: dict) -> tuple[np.ndarray, np.ndarray, str]:
+        """``(lo, hi, what)``: the corridor a banded pair is solved on, and its name for errors."""
+        m, n = len(q), len(t)
+        if self.band is None and lopsided(m, n):
+            margin = math.ceil(BOX_MARGIN * min(m, n))
+            box = local_corridor(guides, m, n, margin)
+            if box is not None and int((box[1] - box[0]).sum()) > AUTO_BAND_CELLS:
+                box = local_corridor(guides, m, n, margin, LONG_BAND)  # a long box: on a corridor inside it
+                if box is not None:
+                    return *box, f"box around its Smith-Waterman hit (+-{margin} residues) and +-{LONG_BAND} of it"
+            if box is not None:
+                return *box, f"box around its Smith-Waterman hit (+-{margin} residues)"
+            if m * n <= AUTO_BAND_CELLS:  # no local hit: as a pair of its size that is not lopsided
+                return np.zeros(m, np.int64), np.full(m, n, np.int64), "plan"
+        radius = LONG_BAND if self.band is None else self.band
+        return *guide_corridor(q, t, radius, guides=guides), f"corridor of +-{radius} residues"
 
     def _band_task(self, item, keep_plan: bool) -> AlignedPair:
         """One pair on its corridor (:mod:`sinkalign.align.band`)."""
@@ -492,12 +525,11 @@ class Aligner:
             raise InputError(f"pair {qid} / {tid}: its plan (a corridor of {len(q)} x {len(t)} residues) is too large "
                              f"to keep as a dense matrix (more than {MAX_CELLS:,} residue pairs); drop --plan-out "
                              "(keep_plan) for it")
-        radius = LONG_BAND if self.band is None else self.band
         guides = classical_guides(q, t, kind=self._kind)
-        lo, hi = guide_corridor(q, t, radius, guides=guides)
+        lo, hi, what = self._corridor(q, t, guides)
         cells = int((hi - lo).sum())
         if cells > MAX_CELLS:
-            raise InputError(f"pair {qid} / {tid}: its corridor of +-{radius} residues holds {cells:,} residue "
+            raise InputError(f"pair {qid} / {tid}: its {what} holds {cells:,} residue "
                              f"pairs, more than the {MAX_CELLS:,} the aligner takes; give a narrower band or "
                              "split the longer sequence first")
         sides = self._numpy.sides_many([q, t])

@@ -13,6 +13,11 @@ decoding is the dense maximum-expected-accuracy programme with the cells outside
 corridor unavailable (``tests/test_band.py``: a corridor covering every cell gives the
 dense plan, posteriors and alignment).
 
+A *lopsided* pair (a domain against a whole protein, a gene against a contig) is better
+solved inside the rectangle around its Smith-Waterman hit (:func:`hit_box`): the rows and
+columns outside it hold no cell, so their residues go to the dustbins, and the plan cannot
+spread over the unrelated part of the longer sequence (:func:`local_corridor`).
+
 :class:`BandMatrix` holds such a strip row by row (CSR with contiguous rows);
 :func:`corridor` builds ``lo`` and ``hi`` from guide paths; :func:`band_mea` decodes.
 """
@@ -26,7 +31,8 @@ import numpy as np
 
 from sinkalign.alignment import Alignment
 
-__all__ = ["BandMatrix", "BandPosteriors", "band_mea", "classical_guides", "corridor", "guide_corridor"]
+__all__ = ["BandMatrix", "BandPosteriors", "band_mea", "classical_guides", "corridor", "guide_corridor", "hit_box",
+           "local_corridor"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -285,3 +291,35 @@ def guide_corridor(query: str, target: str, radius: int, *, kind: str = "protein
     computed): the Needleman-Wunsch path end to end and the Smith-Waterman path over its span."""
     guides = classical_guides(query, target, kind=kind) if guides is None else guides
     return corridor([guides["nw"]], len(query), len(target), radius, local=[guides["sw"]])
+
+
+def hit_box(local, m: int, n: int, margin: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(lo, hi)``: the rectangle of rows ``[i0 - margin, i1 + margin]`` and columns ``[j0 -
+    margin, j1 + margin]`` around a local alignment's span ``(i0, j0) .. (i1, j1)`` (clipped to
+    the matrix), as a strip whose rows outside it are empty; ``None`` for an empty alignment."""
+    if margin < 0:
+        raise ValueError(f"{margin=} must be >= 0")
+    local = np.asarray(local, np.int64).reshape(-1, 2)
+    if len(local) == 0:
+        return None
+    (i0, j0), (i1, j1) = local[0], local[-1]
+    r0, r1 = max(0, int(i0) - margin), min(m, int(i1) + 1 + margin)
+    c0, c1 = max(0, int(j0) - margin), min(n, int(j1) + 1 + margin)
+    lo, hi = np.full(m, c0, np.int64), np.full(m, c1, np.int64)
+    hi[:r0] = c0  # rows above the box: empty, at its left edge (the strip stays monotone)
+    lo[r1:] = c1  # and below it: empty, at its right edge
+    return lo, hi
+
+
+def local_corridor(guides: dict, m: int, n: int, margin: int,
+                   radius: int | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+    """The corridor of a lopsided pair: the :func:`hit_box` of its Smith-Waterman guide
+    (``guides["sw"]``, as :func:`classical_guides` gives) with ``margin``, whole, or with
+    ``radius`` only its cells within ``radius`` of the Smith-Waterman path (:func:`corridor` of
+    that guide alone). ``None`` when the pair has no local hit."""
+    box = hit_box(guides["sw"], m, n, margin)
+    if box is None or radius is None:
+        return box
+    lo, hi = corridor([], m, n, radius, local=[guides["sw"]])
+    lo = np.maximum(lo, box[0])
+    return lo, np.maximum(np.minimum(hi, box[1]), lo)

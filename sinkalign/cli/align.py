@@ -129,9 +129,11 @@ class _Band(click.ParamType):
 @click.option("--band", type=_Band(), metavar="R|dense",
               help="Solve every pair on a corridor of R residues around its Needleman-Wunsch and Smith-Waterman "
                    "alignments (O((m + n) R) instead of O(m n)); 'dense': every pair's plan dense (up to 8192 x "
-                   "8192 residues). Default: dense plans up to 1024 x 1024 residues, a corridor of 32 past it "
-                   "(long pairs: faster, and their confidences keep; numpy engine). With --plan-out a banded "
-                   "plan is written dense, 0 outside its corridor.")
+                   "8192 residues). Default (numpy engine): a pair with one side at least twice the other (a domain "
+                   "against a whole protein, a gene against a contig) in the box around its Smith-Waterman hit, "
+                   "10% of the shorter side wider each way; other pairs dense up to 1024 x 1024 residues, a "
+                   "corridor of 32 past it (long pairs: faster, and their confidences keep). With --plan-out a "
+                   "banded plan is written dense, 0 outside its corridor.")
 @progress_option("aligned pairs")
 @click.pass_context
 def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, overwrite, model, embedder,
