@@ -54,10 +54,10 @@ def shorter_first(p):
                                query_core=p.target_core, target_core=p.query_core)
 
 
-def flanked(p, ratio: int, letters: np.ndarray, rng, donors: list | None = None):
+def flanked(p, ratio: float, letters: np.ndarray, rng, donors: list | None = None):
     """``p`` with its target in the middle of random ``letters`` (or, given ``donors``, of
-    windows of their sequences from other families), ``ratio`` times the query long."""
-    extra = max(0, ratio * len(p.query_seq) - len(p.target_seq)) if ratio > 1 else 0
+    windows of their sequences from other families), ``ratio`` times the query long (rounded down)."""
+    extra = max(0, int(ratio * len(p.query_seq)) - len(p.target_seq)) if ratio > 1 else 0
     left = extra // 2
     if donors is None:
         flank = "".join(rng.choice(letters, extra))
