@@ -322,7 +322,7 @@ def test_min_confidence_help_names_the_shipped_protein_threshold():
 
 
 def test_band_option_aligns_on_corridors_or_densely_and_keeps_plans(fastas, tmp_path):
-    from sinkalign.align.aligner import AUTO_BAND_CELLS, LONG_BAND
+    from sinkalign.align.aligner import AUTO_BAND_CELLS, BOX_MARGIN, LONG_BAND, LOPSIDED_RATIO
 
     runner = CliRunner()
     dense, banded = tmp_path / "dense.tsv", tmp_path / "band.tsv"
@@ -353,5 +353,7 @@ def test_band_option_aligns_on_corridors_or_densely_and_keeps_plans(fastas, tmp_
     r = runner.invoke(cli, ["align", "--example", "--band", "4", "--engine", "jax"])
     assert r.exit_code == 1 and "banded plans need the numpy engine" in r.output
     help_text = " ".join(runner.invoke(cli, ["align", "--help"]).output.split())
-    assert f"dense plans up to {round(AUTO_BAND_CELLS ** 0.5)} x {round(AUTO_BAND_CELLS ** 0.5)} residues, a " \
+    assert f"other pairs dense up to {round(AUTO_BAND_CELLS ** 0.5)} x {round(AUTO_BAND_CELLS ** 0.5)} residues, a " \
            f"corridor of {LONG_BAND} past it" in help_text
+    assert LOPSIDED_RATIO == 2 and "a pair with one side at least twice the other" in help_text
+    assert f"Smith-Waterman hit, {round(100 * BOX_MARGIN)}% of the shorter side wider each way" in help_text

@@ -259,7 +259,8 @@ def _awkward_pairs():
 @pytest.mark.parametrize("name", ["blosum", "learned"])
 def test_numpy_engine_gives_the_reference_alignments_on_awkward_inputs(name):
     items = _awkward_pairs()
-    fast = list(Aligner.load(name, workers=2).align_many(items))
+    # dense plans on both engines (the numpy engine's default puts lopsided pairs in a box: test_band.py)
+    fast = list(Aligner.load(name, workers=2, band="dense").align_many(items))
     ref = list(Aligner.load(name, engine="jax").align_many(items, batch_size=4))
     assert [(r.query_id, r.target_id) for r in fast] == [(q, t) for q, _, t, _ in items]
     for a, b, (qid, q, tid, t) in zip(fast, ref, items):
@@ -458,7 +459,7 @@ def test_encoded_sequences_are_cached_within_a_bound_and_give_the_same_alignment
     params, config = Aligner.load().params, Aligner.load().config
     results = {}
     for residues in (10**6, sum(map(len, targets)) // 2, 0):
-        aligner = Aligner(params, config, workers=1)
+        aligner = Aligner(params, config, workers=1, band="dense")  # a task encodes its dense pairs together
         object.__setattr__(aligner._numpy, "cache_residues", residues)
         encoded = []
         encoder = aligner._numpy.encoder
@@ -518,7 +519,7 @@ def test_engines_agree_on_real_remote_homologs(shared_data):
 
     pairs = list(itertools.islice(read_tmalign_pairs(shared_data / "tmalign_pairs" / "valid.tsv"), 40))
     items = [(p.query_id, p.query_seq, p.target_id, p.target_seq) for p in pairs]
-    fast = list(Aligner.load().align_many(items))
+    fast = list(Aligner.load(band="dense").align_many(items))  # (lopsided pairs: dense, as the jax engine)
     ref = list(Aligner.load(engine="jax").align_many(items))
     assert Aligner.load().engine == "numpy"
     for a, b in zip(fast, ref):
@@ -551,13 +552,14 @@ def test_a_short_query_meets_a_target_past_the_old_square_limit():
     np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-13 * ref.max())
     # every MEA column: the learned model's column confidences extrapolate past its training
     # pairs' length ratios (at most 9:1) and fall here, though the copy's columns are right
-    by_numpy = Aligner.load(min_confidence=0.0).align(query, target)
+    by_numpy = Aligner.load(min_confidence=0.0, band="dense").align(query, target)
     by_jax = Aligner.load(engine="jax", min_confidence=0.0).align(query, target)
     np.testing.assert_array_equal(by_numpy.pairs, by_jax.pairs)
-    for pairs in (by_numpy.pairs, Aligner.load("blosum").align(query, target).pairs):  # blosum: its default
+    boxed = Aligner.load().align(query, target)  # the default: in the box around the local hit, at its threshold
+    for pairs in (by_numpy.pairs, boxed.pairs, Aligner.load("blosum").align(query, target).pairs):
         in_copy = pairs[(pairs[:, 1] >= 9000) & (pairs[:, 1] < 9045)]
         assert len(in_copy) >= 25 and np.all(np.abs(in_copy[:, 1] - in_copy[:, 0] - 9000) <= 5)
-    assert by_numpy.evalue < 1e-3  # found as a homolog at the usual bar, in a 40 x 12,000 search space
+    assert by_numpy.evalue < 1e-3 and boxed.evalue < 1e-3  # found as a homolog at the usual bar, in a 40 x 12,000 search space
 
 
 def test_the_scaling_form_holds_for_the_largest_marginals():
