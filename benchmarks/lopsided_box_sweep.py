@@ -26,12 +26,11 @@ from datetime import date
 
 import numpy as np
 from _common import machine, write_json
-from lopsided_pairs import flanked, shorter_first
+from lopsided_pairs import flanked, reference_cases
 
 import sinkalign.align.aligner as A
 from sinkalign.align.aligner import Aligner
 from sinkalign.align.band import classical_guides
-from sinkalign.align.evaluate import load_reference_set
 from sinkalign.align.metrics import core_pair_scores, micro_average
 from sinkalign.io.alignments import percent_identity
 
@@ -80,14 +79,7 @@ def main() -> None:
     ap.add_argument("--low-ratios", default="1.25,1.5,1.75")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    rng = np.random.default_rng(0)  # the pairs of lopsided_pairs.py
-    everything = [shorter_first(p) for p in load_reference_set(args.shards, split="valid")]
-    letters = np.array(list("".join(p.query_seq + p.target_seq for p in everything)))
-    letters = letters[np.isin(letters, list("ACDEFGHIKLMNPQRSTVWY"))]
-    eligible = [p for p in everything if len(p.query_seq) <= args.max_query]
-    pick = np.sort(rng.choice(len(eligible), min(args.pairs, len(eligible)), replace=False))
-    pairs = [eligible[i] for i in pick]
-    remote = [i for i, p in enumerate(pairs) if percent_identity(p) < 30]
+    everything, letters, pairs, remote = reference_cases(args.shards, "valid", args.pairs, args.max_query)
     default = Aligner.load(args.model, strand="plus")
     dense = Aligner.load(args.model, strand="plus", band="dense")
     out = {"date": date.today().isoformat(), "machine": machine(), "model": args.model, "pairs": len(pairs),

@@ -78,6 +78,20 @@ def flanked(p, ratio: float, letters: np.ndarray, rng, donors: list | None = Non
                                pairs=p.pairs + np.array([0, left], dtype=p.pairs.dtype), target_core=target_core)
 
 
+def reference_cases(shards, split: str, n_pairs: int, max_query: int):
+    """``(everything, letters, pairs, remote)``: the split's pairs (the shorter side first), the
+    residues flanks are drawn from (its pooled composition), ``n_pairs`` of those with a query of
+    at most ``max_query`` residues (seed 0), and the indices of those below 30% identity."""
+    rng = np.random.default_rng(0)
+    everything = [shorter_first(p) for p in load_reference_set(shards, split=split)]
+    letters = np.array(list("".join(p.query_seq + p.target_seq for p in everything)))
+    letters = letters[np.isin(letters, list("ACDEFGHIKLMNPQRSTVWY"))]
+    eligible = [p for p in everything if len(p.query_seq) <= max_query]
+    pick = np.sort(rng.choice(len(eligible), min(n_pairs, len(eligible)), replace=False))
+    pairs = [eligible[i] for i in pick]
+    return everything, letters, pairs, [i for i, p in enumerate(pairs) if percent_identity(p) < 30]
+
+
 @contextlib.contextmanager
 def no_box():
     """The aligner as before session 17: a lopsided pair is not put in the box around its local hit."""
@@ -118,14 +132,7 @@ def main() -> None:
     ratios = [int(r) for r in args.ratios.split(",")]
     baselines = [m for m in args.methods.split(",") if m]
 
-    rng = np.random.default_rng(0)
-    everything = [shorter_first(p) for p in load_reference_set(args.shards, split=args.split)]
-    letters = np.array(list("".join(p.query_seq + p.target_seq for p in everything)))
-    letters = letters[np.isin(letters, list("ACDEFGHIKLMNPQRSTVWY"))]
-    eligible = [p for p in everything if len(p.query_seq) <= args.max_query]
-    pick = np.sort(rng.choice(len(eligible), min(args.pairs, len(eligible)), replace=False))
-    pairs = [eligible[i] for i in pick]
-    remote = [i for i, p in enumerate(pairs) if percent_identity(p) < 30]
+    everything, letters, pairs, remote = reference_cases(args.shards, args.split, args.pairs, args.max_query)
     groups = {"all": list(range(len(pairs))), "<30% identity": remote}
 
     band = None if args.band is None else args.band if args.band == "dense" else int(args.band)
