@@ -20,29 +20,18 @@ Printed: precision / recall / F1 on trusted (core) residues, all pairs and below
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 from datetime import date
 
 import numpy as np
 from _common import machine, write_json
-from lopsided_pairs import flanked, reference_cases
+from lopsided_pairs import flanked, reference_cases, setting
 
 import sinkalign.align.aligner as A
 from sinkalign.align.aligner import Aligner
 from sinkalign.align.band import classical_guides
 from sinkalign.align.metrics import core_pair_scores, micro_average
 from sinkalign.io.alignments import percent_identity
-
-
-@contextlib.contextmanager
-def setting(name: str, value):
-    old = getattr(A, name)
-    setattr(A, name, value)
-    try:
-        yield
-    finally:
-        setattr(A, name, old)
 
 
 def scores(preds, cases, remote) -> dict:

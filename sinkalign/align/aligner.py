@@ -507,12 +507,12 @@ class Aligner:
         if self.band is None and lopsided(m, n):
             margin = math.ceil(BOX_MARGIN * min(m, n))
             box = local_corridor(guides, m, n, margin)
-            if box is not None and int((box[1] - box[0]).sum()) > AUTO_BAND_CELLS:
-                box = local_corridor(guides, m, n, margin, LONG_BAND)  # a long box: on a corridor inside it
-                if box is not None:
-                    return *box, f"box around its Smith-Waterman hit (+-{margin} residues) and +-{LONG_BAND} of it"
             if box is not None:
-                return *box, f"box around its Smith-Waterman hit (+-{margin} residues)"
+                what = f"box around its Smith-Waterman hit (+-{margin} residues)"
+                if int((box[1] - box[0]).sum()) > AUTO_BAND_CELLS:  # a long box: on a corridor inside it
+                    box = local_corridor(guides, m, n, margin, LONG_BAND)
+                    what += f" and +-{LONG_BAND} of it"
+                return *box, what
             if m * n <= AUTO_BAND_CELLS:  # no local hit: as a pair of its size that is not lopsided
                 return np.zeros(m, np.int64), np.full(m, n, np.int64), "plan"
         radius = LONG_BAND if self.band is None else self.band

@@ -9,6 +9,7 @@ import click
 import numpy as np
 from rich.console import Console
 
+from sinkalign.align.significance import MIX_GRID
 from sinkalign.utils import atomic_write_text
 
 
@@ -178,7 +179,7 @@ def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, ma
               show_default=True, help="Shortest and longest window of the --null-fasta null (log-uniform).")
 @click.option("--alpha", type=click.FloatRange(min=0), default=None,
               help="Fix the statistic's multiple of expected correct columns (default: chosen from "
-                   f"{', '.join(f'{a:g}' for a in (0.0, 0.03125, 0.0625, 0.125, 0.25, 0.5, 1.0))} on the reference "
+                   f"{', '.join(f'{a:g}' for a in MIX_GRID)} on the reference "
                    "pairs). 0: the local score alone, whose null holds at every length; the shipped DNA model's.")
 @click.option("-o", "--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Model directory to write: the model with its E-value null. It must be new or empty "
