@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                      "Continue --prompt by --length bases sampled from a DNA language model."),
     "lm": ("sinkalign.cli.lm", "lm",
            "Genome language models: train, evaluate (see also `sinkalign generate-dna`)."),
+    "msa": ("sinkalign.cli.msa", "msa", "Align the records of FASTA all together (a multiple alignment)."),
     "shards": ("sinkalign.cli.shards", "shards",
                "Pfam pair shards: family-disjoint train/valid/test pairs with reference alignments."),
     "train": ("sinkalign.cli.train", "train",

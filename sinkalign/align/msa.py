@@ -1,0 +1,367 @@
+"""Multiple sequence alignment from pairwise match posteriors (ProbCons' recipe).
+
+Every pair of sequences is aligned once and its match posterior matrix kept (entries of at
+least :data:`MIN_POSTERIOR`, sparse). Then, as ProbCons (Do et al. 2005) does with its
+pair-HMM posteriors:
+
+1. **Guide tree**: the expected accuracy of each pair (the free-gap MEA score of its posteriors
+   over the shorter length) is a similarity; the tree is average linkage (UPGMA) on one minus
+   it (:func:`scipy.cluster.hierarchy.linkage`).
+2. **Consistency** (``consistency`` rounds): ``P'_xy = (2 P_xy + sum_{z != x, y} P_xz P_zy) / N``,
+   the evidence that ``x_i`` matches ``y_j`` through every third sequence ``z``.
+3. **Progressive alignment** up the tree: two profiles are aligned by the free-gap MEA of the
+   summed posteriors of their sequences' residues in each pair of columns (divided by the
+   number of sequence pairs, so each entry is in ``[0, 1]``); the matched columns merge.
+4. **Refinement** (``refine`` rounds, optional): the sequences are split in two at random, the
+   two halves (their columns kept, all-gap columns dropped) aligned again the same way, and
+   the result kept when the sum-of-pairs posterior score is not lower.
+
+The posteriors come from any source: the OT aligner's plans (:func:`aligner_posteriors`, the
+default of :func:`align_multiple`), or a function of two sequences (:func:`function_posteriors`:
+the pair-HMM, a hard Needleman-Wunsch alignment, ...), so the same recipe compares them.
+
+Cost: ``N (N - 1) / 2`` pairwise alignments, and per consistency round ``O(N^3)`` sparse
+products (each about ``L`` times the number of kept entries per row): ``consistency=0`` for
+many sequences.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from sinkalign.align.decode import mea_batch
+
+__all__ = [
+    "MIN_POSTERIOR",
+    "MultipleAlignment",
+    "align_multiple",
+    "aligner_posteriors",
+    "consistency_transform",
+    "function_posteriors",
+    "guide_tree",
+    "progressive",
+    "refine",
+    "sum_of_pairs",
+]
+
+#: posterior entries below this are dropped (ProbCons' cutoff): the matrices stay sparse
+MIN_POSTERIOR = 0.01
+
+Posts = dict  # (x, y) with x < y -> csr_matrix [L_x, L_y]
+
+
+@dataclass(frozen=True)
+class MultipleAlignment:
+    """``ids`` and ``rows`` (gapped, ``-`` for a gap, all of one length) in input order, the
+    guide tree as Newick (``tree``, branch lengths in units of one minus expected accuracy),
+    and ``score``: the sum-of-pairs posterior score (the summed consistency-transformed
+    posteriors of every aligned residue pair)."""
+
+    ids: tuple[str, ...]
+    rows: tuple[str, ...]
+    tree: str
+    score: float
+
+    @property
+    def n_columns(self) -> int:
+        return len(self.rows[0]) if self.rows else 0
+
+    def to_biopython(self, alphabet: str | None = None):
+        """A :class:`Bio.Align.MultipleSeqAlignment` of the rows (for ``Bio.AlignIO.write``)."""
+        from Bio.Align import MultipleSeqAlignment
+        from Bio.Seq import Seq
+        from Bio.SeqRecord import SeqRecord
+
+        annotations = {"molecule_type": "DNA" if alphabet == "dna" else "protein"} if alphabet else {}
+        return MultipleSeqAlignment([SeqRecord(Seq(row), id=i, description="", annotations=dict(annotations))
+                                     for i, row in zip(self.ids, self.rows)])
+
+
+# ----------------------------------------------------------------------------- posteriors
+
+def _sparse(match: np.ndarray) -> sp.csr_matrix:
+    M = np.where(match >= MIN_POSTERIOR, match, 0.0)
+    return sp.csr_matrix(M)
+
+
+def aligner_posteriors(aligner, seqs: Sequence[str], *, pairs: Iterable[tuple[int, int]] | None = None) -> Posts:
+    """The calibrated column confidences of ``aligner`` (an
+    :class:`~sinkalign.align.aligner.Aligner` with a calibration) for every pair ``x < y`` of
+    ``seqs`` (or the ``pairs`` given): each pair's MEA columns, every one of them (the
+    aligner's threshold is set aside), at their confidences, as T-Coffee's primary library
+    holds each pairwise alignment's residue pairs; nucleotide pairs on the plus strand. The plans' raw posteriors are not used:
+    an entropic plan spreads its mass thinly (a right column may carry 0.01), so they are
+    not probabilities; the calibrated confidences are."""
+    if getattr(aligner, "calibration", None) is None:
+        raise ValueError("a multiple alignment needs the aligner's calibrated column confidences: this model has "
+                         "no calibration (fit one with `sinkalign calibrate`)")
+    if aligner.min_confidence > 0:
+        aligner = copy.copy(aligner)
+        aligner.min_confidence = 0.0
+    todo = list(pairs) if pairs is not None else [(x, y) for x in range(len(seqs)) for y in range(x + 1, len(seqs))]
+    items = [(str(x), seqs[x], str(y), seqs[y]) for x, y in todo]
+    out = {}
+    strand = {"strand": "plus"} if aligner.config.alphabet == "dna" else {}  # the sequences as given
+    for (x, y), result in zip(todo, aligner.align_many(items, **strand)):
+        aln = result.alignment
+        out[(x, y)] = sp.csr_matrix((aln.match_posterior, (aln.pairs[:, 0], aln.pairs[:, 1])),
+                                    shape=(len(seqs[x]), len(seqs[y])))
+    return out
+
+
+def function_posteriors(fn: Callable[[str, str], Any], seqs: Sequence[str]) -> Posts:
+    """``fn(seqs[x], seqs[y])`` (a ``[L_x, L_y]`` match posterior matrix) for every pair
+    ``x < y``, entries below :data:`MIN_POSTERIOR` dropped."""
+    out = {}
+    for x in range(len(seqs)):
+        for y in range(x + 1, len(seqs)):
+            M = np.asarray(fn(seqs[x], seqs[y]), np.float64)
+            if M.shape != (len(seqs[x]), len(seqs[y])):
+                raise ValueError(f"posteriors of sequences {x} and {y} have shape {M.shape}, expected "
+                                 f"({len(seqs[x])}, {len(seqs[y])})")
+            out[(x, y)] = _sparse(M)
+    return out
+
+
+def _check_posts(posts: Posts, lengths: Sequence[int]) -> None:
+    n = len(lengths)
+    for x in range(n):
+        for y in range(x + 1, n):
+            P = posts.get((x, y))
+            if P is None:
+                raise ValueError(f"no posteriors for the pair of sequences {x} and {y}")
+            if P.shape != (lengths[x], lengths[y]):
+                raise ValueError(f"posteriors of sequences {x} and {y} have shape {P.shape}, expected "
+                                 f"({lengths[x]}, {lengths[y]})")
+
+
+def _get(posts: Posts, x: int, y: int) -> sp.csr_matrix:
+    return posts[(x, y)] if x < y else posts[(y, x)].T.tocsr()
+
+
+def consistency_transform(posts: Posts, lengths: Sequence[int], rounds: int = 1) -> Posts:
+    """``rounds`` rounds of ProbCons' consistency transformation (module docstring, step 2) of
+    the posteriors of every pair ``x < y`` (``posts[(x, y)]``, ``[L_x, L_y]``)."""
+    n = len(lengths)
+    _check_posts(posts, lengths)
+    for _ in range(rounds):
+        full = {}
+        for (x, y), P in posts.items():
+            full[(x, y)] = P
+            full[(y, x)] = P.T.tocsr()
+        new = {}
+        for x in range(n):
+            for y in range(x + 1, n):
+                acc = 2.0 * full[(x, y)]
+                for z in range(n):
+                    if z != x and z != y:
+                        acc = acc + full[(x, z)] @ full[(z, y)]
+                acc = (acc / n).tocsr()
+                acc.data[acc.data < MIN_POSTERIOR] = 0.0
+                acc.eliminate_zeros()
+                new[(x, y)] = acc
+        posts = new
+    return posts
+
+
+# ----------------------------------------------------------------------------- guide tree
+
+def _mea(S: np.ndarray) -> np.ndarray:
+    """Free-gap MEA pairs of a score matrix with entries in ``[0, 1]``."""
+    zeros = np.zeros(S.shape[0]), np.zeros(S.shape[1])
+    return mea_batch([(S, *zeros)], gap_weight=0.0)[0].pairs
+
+
+def _expected_accuracy(posts: Posts, lengths: Sequence[int]) -> np.ndarray:
+    n = len(lengths)
+    keys = [(x, y) for x in range(n) for y in range(x + 1, n)]
+    zeros = [(np.zeros(lengths[x]), np.zeros(lengths[y])) for x, y in keys]
+    alns = mea_batch([(posts[k].toarray(), *z) for k, z in zip(keys, zeros)], gap_weight=0.0)
+    ea = np.ones((n, n))
+    for (x, y), aln in zip(keys, alns):
+        ea[x, y] = ea[y, x] = min(1.0, aln.score / max(1, min(lengths[x], lengths[y])))
+    return ea
+
+
+def guide_tree(posts: Posts, lengths: Sequence[int]) -> np.ndarray:
+    """The UPGMA linkage (:func:`scipy.cluster.hierarchy.linkage`, ``[N - 1, 4]``) on one minus
+    each pair's expected accuracy."""
+    from scipy.cluster.hierarchy import linkage
+    from scipy.spatial.distance import squareform
+
+    _check_posts(posts, lengths)
+    dist = 1.0 - _expected_accuracy(posts, lengths)
+    np.fill_diagonal(dist, 0.0)
+    return linkage(squareform(dist, checks=False), method="average")
+
+
+def _newick(Z: np.ndarray, ids: Sequence[str]) -> str:
+    n = len(ids)
+    if n == 1:
+        return f"{_newick_name(ids[0])};"
+    heights = np.zeros(2 * n - 1)
+    text = {i: _newick_name(name) for i, name in enumerate(ids)}
+    for k, (a, b, d, _) in enumerate(Z):
+        a, b, node = int(a), int(b), n + k
+        heights[node] = d / 2.0
+        text[node] = f"({text[a]}:{heights[node] - heights[a]:.4g},{text[b]}:{heights[node] - heights[b]:.4g})"
+    return text[2 * n - 2] + ";"
+
+
+def _newick_name(name: str) -> str:
+    return "'" + name.replace("'", "''") + "'" if any(c in name for c in " ():;,[]'") else name
+
+
+# ----------------------------------------------------------------------------- profiles
+
+@dataclass
+class _Profile:
+    members: list[int]  # sequence indices
+    cols: dict[int, np.ndarray]  # sequence -> column of each residue
+    width: int
+
+
+def _column_scores(a: _Profile, b: _Profile, posts: Posts) -> np.ndarray:
+    """``[a.width, b.width]``: the summed posteriors of the residue pairs in each pair of
+    columns over the number of sequence pairs (entries in ``[0, 1]``)."""
+    keys, weights = [], []
+    for x in a.members:
+        for y in b.members:
+            P = _get(posts, x, y).tocoo()
+            keys.append(a.cols[x][P.row] * b.width + b.cols[y][P.col])
+            weights.append(P.data)
+    flat = np.bincount(np.concatenate(keys), weights=np.concatenate(weights), minlength=a.width * b.width)
+    S = flat.reshape(a.width, b.width) / (len(a.members) * len(b.members))
+    return np.minimum(S, 1.0)
+
+
+def _merge(a: _Profile, b: _Profile, pairs: np.ndarray) -> _Profile:
+    """Profiles ``a`` and ``b`` merged on their matched columns ``pairs [k, 2]`` (both
+    increasing); between two matches, ``a``'s unmatched columns come before ``b``'s."""
+    new_a, new_b = np.empty(a.width, np.int64), np.empty(b.width, np.int64)
+    col, ia, ib = 0, 0, 0
+    for i, j in list(map(tuple, pairs)) + [(a.width, b.width)]:
+        span_a, span_b = i - ia, j - ib
+        new_a[ia:i] = np.arange(col, col + span_a)
+        col += span_a
+        new_b[ib:j] = np.arange(col, col + span_b)
+        col += span_b
+        if i < a.width:
+            new_a[i] = new_b[j] = col
+            col += 1
+        ia, ib = i + 1, j + 1
+    cols = {x: new_a[c] for x, c in a.cols.items()}
+    cols.update({y: new_b[c] for y, c in b.cols.items()})
+    return _Profile(a.members + b.members, cols, col)
+
+
+def _align_profiles(a: _Profile, b: _Profile, posts: Posts) -> _Profile:
+    return _merge(a, b, _mea(_column_scores(a, b, posts)))
+
+
+def progressive(posts: Posts, lengths: Sequence[int], Z: np.ndarray) -> dict[int, np.ndarray]:
+    """The column of every residue (``{x: [L_x]}``) of the alignment built up the linkage
+    ``Z`` (:func:`guide_tree`) from the posteriors ``posts``."""
+    n = len(lengths)
+    nodes = {x: _Profile([x], {x: np.arange(lengths[x])}, lengths[x]) for x in range(n)}
+    for k, (a, b, _, _) in enumerate(Z):
+        nodes[n + k] = _align_profiles(nodes.pop(int(a)), nodes.pop(int(b)), posts)
+    (root,) = nodes.values()
+    return root.cols
+
+
+def _subprofile(cols: dict[int, np.ndarray], members: list[int]) -> _Profile:
+    used = np.unique(np.concatenate([cols[x] for x in members]))  # all-gap columns dropped
+    remap = np.full(int(used.max()) + 1 if used.size else 0, -1, np.int64)
+    remap[used] = np.arange(used.size)
+    return _Profile(list(members), {x: remap[cols[x]] for x in members}, int(used.size))
+
+
+def sum_of_pairs(cols: dict[int, np.ndarray], posts: Posts) -> float:
+    """The summed posteriors of every residue pair that the alignment ``cols`` puts in one column."""
+    total = 0.0
+    for (x, y), P in posts.items():
+        P = P.tocoo()
+        same = cols[x][P.row] == cols[y][P.col]
+        total += float(P.data[same].sum())
+    return total
+
+
+def refine(cols: dict[int, np.ndarray], posts: Posts, rounds: int, *, seed: int = 0) -> dict[int, np.ndarray]:
+    """``rounds`` of ProbCons' iterative refinement (module docstring, step 4)."""
+    n = len(cols)
+    if n < 3 or rounds <= 0:
+        return cols
+    rng = np.random.default_rng(seed)
+    best = sum_of_pairs(cols, posts)
+    for _ in range(rounds):
+        side = rng.random(n) < 0.5
+        if side.all() or not side.any():
+            side[rng.integers(n)] = not side[0]
+        first = [x for x in range(n) if side[x]]
+        second = [x for x in range(n) if not side[x]]
+        merged = _align_profiles(_subprofile(cols, first), _subprofile(cols, second), posts)
+        score = sum_of_pairs(merged.cols, posts)
+        if score >= best:
+            cols, best = merged.cols, score
+    return cols
+
+
+# ----------------------------------------------------------------------------- the recipe
+
+def _rows(seqs: Sequence[str], cols: dict[int, np.ndarray]) -> tuple[str, ...]:
+    width = 1 + max((int(c.max()) for c in cols.values() if c.size), default=-1)
+    rows = []
+    for x, seq in enumerate(seqs):
+        row = np.full(width, ord("-"), np.uint8)
+        row[cols[x]] = np.frombuffer(seq.encode("ascii"), np.uint8)
+        rows.append(row.tobytes().decode("ascii"))
+    return tuple(rows)
+
+
+def align_multiple(ids: Sequence[str], seqs: Sequence[str], posteriors: Any, *, consistency: int = 2,
+                   refine_rounds: int = 0, seed: int = 0) -> MultipleAlignment:
+    """Align ``seqs`` (named ``ids``) all together (module docstring).
+
+    Args:
+        posteriors: an :class:`~sinkalign.align.aligner.Aligner` (its plans' posteriors), a
+            function of two sequences returning their ``[L_x, L_y]`` match posteriors, or the
+            posteriors already computed (``{(x, y): [L_x, L_y]}`` for every ``x < y``, dense
+            or sparse).
+        consistency: rounds of the consistency transformation (0: none; ProbCons uses 2).
+        refine_rounds: rounds of iterative refinement (0: none).
+        seed: of the refinement's random splits.
+    """
+    ids, seqs = list(ids), [str(s) for s in seqs]
+    if len(ids) != len(seqs):
+        raise ValueError(f"{len(ids)} ids but {len(seqs)} sequences")
+    if not seqs:
+        raise ValueError("no sequences to align")
+    if len(set(ids)) != len(ids):
+        raise ValueError("sequence ids must be unique")
+    for name, seq in zip(ids, seqs):
+        if not seq:
+            raise ValueError(f"sequence {name!r} is empty")
+    if consistency < 0 or refine_rounds < 0:
+        raise ValueError(f"{consistency=} and {refine_rounds=} must be >= 0")
+    lengths = [len(s) for s in seqs]
+    if isinstance(posteriors, dict):
+        posts = {k: _sparse(v.toarray() if sp.issparse(v) else np.asarray(v, np.float64))
+                 for k, v in posteriors.items()}
+    elif callable(posteriors) and not hasattr(posteriors, "align_many"):
+        posts = function_posteriors(posteriors, seqs)
+    else:
+        posts = aligner_posteriors(posteriors, seqs)
+    _check_posts(posts, lengths)
+    if len(seqs) == 1:
+        return MultipleAlignment(tuple(ids), tuple(seqs), _newick(np.zeros((0, 4)), ids), 0.0)
+    Z = guide_tree(posts, lengths)
+    posts = consistency_transform(posts, lengths, consistency)
+    cols = refine(progressive(posts, lengths, Z), posts, refine_rounds, seed=seed)
+    return MultipleAlignment(tuple(ids), _rows(seqs, cols), _newick(Z, ids), sum_of_pairs(cols, posts))

@@ -1,0 +1,57 @@
+"""``sinkalign msa``: a multiple alignment of the records of one FASTA file."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import click
+
+log = logging.getLogger(__name__)
+
+_INPUT = click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path)
+
+
+@click.command()
+@click.argument("fasta", type=_INPUT)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+              help="Alignment file, written atomically (temporary file renamed at the end). Default or '-': "
+                   "standard output.")
+@click.option("--format", "fmt", type=click.Choice(["fasta", "clustal", "stockholm", "phylip"]), default="fasta",
+              show_default=True, help="Aligned FASTA, Clustal, Stockholm or relaxed PHYLIP (Biopython's writers).")
+@click.option("--tree", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+              help="Also write the guide tree (Newick; UPGMA on one minus each pair's expected accuracy).")
+@click.option("--model", help="Trained model or a shipped model by name (learned, blosum, dna); it needs "
+              "calibrated confidences. Default: the shipped model for the input.")
+@click.option("--consistency", type=click.IntRange(min=0), default=2, show_default=True,
+              help="Rounds of ProbCons' consistency transformation of the pairwise confidences (each round "
+                   "O(N^3) in the number of records: 0 for hundreds).")
+@click.option("--refine", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Rounds of iterative refinement: the records split in two at random and the halves "
+                   "aligned again, kept when the sum-of-pairs score does not drop.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the refinement's splits.")
+@click.option("--engine", type=click.Choice(["auto", "numpy", "jax"]), default="auto", show_default=True,
+              help="The pairwise aligner's engine (see `sinkalign align --help`).")
+@click.option("--threads", type=click.IntRange(min=1), metavar="N",
+              help="Threads of the numpy engine (default: every CPU this process may use).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing output or --tree file (when the run "
+              "succeeds). Without it an existing file is an error.")
+def msa(fasta, output, fmt, tree, model, consistency, refine, seed, engine, threads, overwrite):
+    """Align the records of FASTA all together (a multiple alignment).
+
+    \b
+    sinkalign msa family.fasta -o family.afa
+    sinkalign msa family.fasta --format clustal --tree family.nwk -o family.aln
+
+    Every pair of records is aligned by the OT aligner; the pairs' calibrated column
+    confidences are combined as ProbCons combines its posteriors (consistency, a guide tree,
+    progressive alignment). Nucleotide records are aligned on the strand given.
+    """
+    from sinkalign.pipelines.msa import msa_fasta
+
+    try:
+        result = msa_fasta(fasta, output=output, fmt=fmt, tree=tree, model=model, consistency=consistency,
+                           refine=refine, seed=seed, threads=threads, engine=engine, overwrite=overwrite)
+    except OSError as exc:
+        raise click.ClickException(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc)) from exc
+    log.info("aligned %d records in %d columns", len(result.ids), result.n_columns)

@@ -1,0 +1,111 @@
+"""``sinkalign msa``: a multiple alignment of the records of one FASTA file.
+
+Every pair of records is aligned by the OT aligner (the shipped model for the input's
+alphabet, or ``model``); the pairs' calibrated column confidences are combined by ProbCons'
+consistency and progressive recipe (:mod:`sinkalign.align.msa`). The alignment is written by
+Biopython (``Bio.AlignIO``) in aligned FASTA, Clustal, Stockholm or relaxed PHYLIP, atomically;
+the guide tree optionally as Newick.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from sinkalign.errors import InputError
+from sinkalign.pipelines.align import ModelSpec, _check_output, _is_stdio, _stdin_spooled, load_aligner
+
+log = logging.getLogger(__name__)
+
+__all__ = ["MSA_FORMATS", "msa_fasta"]
+
+#: ``--format`` name -> ``Bio.AlignIO`` format
+MSA_FORMATS = {"fasta": "fasta", "clustal": "clustal", "stockholm": "stockholm", "phylip": "phylip-relaxed"}
+
+
+def _records(path: Path) -> list:
+    from sinkalign.io.fasta import read_fasta
+
+    records = list(read_fasta(path, alphabet="auto"))
+    if not records:
+        raise InputError(f"{path}: no FASTA records")
+    return records
+
+
+def _alphabet(records: list, path: Path, model_alphabet: str | None) -> str:
+    kinds = {r.alphabet for r in records}
+    if model_alphabet is None:
+        if len(kinds) > 1:
+            first = next(r for r in records if r.alphabet != records[0].alphabet)
+            raise InputError(f"{path}: record {records[0].id!r} is {records[0].alphabet} but record {first.id!r} "
+                             f"is {first.alphabet}; a multiple alignment is of one kind of sequence")
+        return kinds.pop()
+    if model_alphabet == "dna" and "protein" in kinds:
+        first = next(r for r in records if r.alphabet == "protein")
+        raise InputError(f"{path}: the model is a DNA model and record {first.id!r} is protein")
+    return model_alphabet
+
+
+def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, consistency: int = 2,
+              refine: int = 0, seed: int = 0, threads: int | None = None, engine: str = "auto",
+              overwrite: bool = False):
+    """Align the records of ``fasta`` all together and write the alignment.
+
+    Args:
+        fasta: a FASTA file (``-``: standard input), protein or nucleotide (plus strands as given).
+        output: the alignment file (written atomically), ``None`` or ``-``: standard output.
+        fmt: one of :data:`MSA_FORMATS`.
+        tree: also write the guide tree (Newick) to this file.
+        model: a model directory or shipped name (default: the shipped model for the input).
+        consistency, refine, seed: as :func:`sinkalign.align.msa.align_multiple`.
+        threads: the numpy engine's threads; engine: the aligner's engine.
+        overwrite: replace existing ``output`` / ``tree`` files (default: refuse, before
+            anything is aligned).
+
+    Returns the :class:`~sinkalign.align.msa.MultipleAlignment`.
+    """
+    from Bio import AlignIO
+
+    from sinkalign.align.msa import align_multiple
+    from sinkalign.utils import atomic_write
+
+    if fmt not in MSA_FORMATS:
+        raise InputError(f"format {fmt!r} is not one of {sorted(MSA_FORMATS)}")
+    if consistency < 0 or refine < 0:
+        raise InputError(f"--consistency ({consistency}) and --refine ({refine}) must be >= 0")
+    inputs = [] if _is_stdio(fasta) else [Path(fasta)]
+    for path, what in ((output, "output"), (tree, "tree file")):
+        if path is not None and not _is_stdio(path):
+            _check_output(path, overwrite, inputs, what)
+    with _stdin_spooled([fasta]) as (path,):
+        records = _records(path)
+    path = None
+    if model is not None:
+        from sinkalign.align.aligner import resolve_model
+
+        path = str(resolve_model(model).resolve())
+    spec = ModelSpec(path, "protein", min_confidence=0.0, engine=engine, threads=threads)
+    model_alphabet = load_aligner(spec).config.alphabet if path is not None else None
+    alphabet = _alphabet(records, Path(str(fasta)), model_alphabet)
+    if path is None and alphabet == "dna":
+        spec = ModelSpec(None, "dna", min_confidence=0.0, engine=engine, threads=threads)
+    aligner = load_aligner(spec)
+    n = len(records)
+    log.info("aligning %d records: %d pairs, %d consistency rounds", n, n * (n - 1) // 2, consistency)
+    result = align_multiple([r.id for r in records], [r.seq for r in records], aligner,
+                            consistency=consistency, refine_rounds=refine, seed=seed)
+    alignment = result.to_biopython(alphabet)
+    if output is None or _is_stdio(output):
+        import sys
+
+        AlignIO.write(alignment, sys.stdout, MSA_FORMATS[fmt])
+    else:
+        with atomic_write(output) as handle:
+            AlignIO.write(alignment, handle, MSA_FORMATS[fmt])
+    if tree is not None:
+        if _is_stdio(tree):
+            print(result.tree)
+        else:
+            with atomic_write(tree) as handle:
+                handle.write(result.tree + "\n")
+    return result
