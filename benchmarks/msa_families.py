@@ -123,7 +123,8 @@ def run_method(method: str, ids, seqs, refs, aligners, args) -> dict[tuple[str, 
             source = {"msa": aligners["learned"], "msa-c0": aligners["learned"], "msa-blosum": aligners["blosum"],
                       "msa-pairhmm": lambda q, t: pairhmm_posteriors(q, t, scoring=hmm_scoring, lam=lam),
                       "msa-nw": nw_matrix}[method]
-            result = align_multiple(ids, seqs, source, consistency=0 if method == "msa-c0" else args.consistency)
+            result = align_multiple(ids, seqs, source, consistency=0 if method == "msa-c0" else args.consistency,
+                                    refine_rounds=args.refine)
             rows = dict(zip(result.ids, result.rows))
         return {(r.query_id, r.target_id): induced_pairs(rows, r.query_id, r.target_id) for r in refs}, rows
     if method in ("pair", "pair-all"):
@@ -152,7 +153,8 @@ def main() -> None:
     ap.add_argument("--min-seqs", type=int, default=3)
     ap.add_argument("--max-seqs", type=int, default=40)
     ap.add_argument("--max-families", type=int, default=0, help="at most this many families per source (0: all)")
-    ap.add_argument("--consistency", type=int, default=2)
+    ap.add_argument("--consistency", type=int, default=2, help="consistency rounds of the msa methods but msa-c0")
+    ap.add_argument("--refine", type=int, default=20, help="refinement rounds of the msa methods")
     ap.add_argument("--pairhmm", type=float, nargs=3, default=(0.2, 24, 2), metavar=("LAM", "OPEN", "EXTEND"))
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -223,7 +225,7 @@ def main() -> None:
         print(f"| {m} | " + " | ".join(cells) + f" | {tcs} | {seconds[m]:.1f} |")
     payload = {"machine": machine(), "date": datetime.date.today().isoformat(), "split": args.split,
                "sources": args.sources.split(","), "min_seqs": args.min_seqs, "max_seqs": args.max_seqs,
-               "consistency": args.consistency, "pairhmm": list(args.pairhmm), "families": len(fams),
+               "consistency": args.consistency, "refine": args.refine, "pairhmm": list(args.pairhmm), "families": len(fams),
                "table": table, "per_family": per_family}
     out = args.json or str(RESULTS / f"msa_families_{args.split}.json")
     write_json(out, payload)

@@ -41,6 +41,9 @@ _EXPORTS: dict[str, str] = {
     "AlignedPair": "sinkalign.alignment",
     "Alignment": "sinkalign.alignment",
     "align_fasta": "sinkalign.pipelines.align",
+    "MultipleAlignment": "sinkalign.align.msa",
+    "align_multiple": "sinkalign.align.msa",
+    "msa_fasta": "sinkalign.pipelines.msa",
     # sequences and alignments on disk
     "read_fasta": "sinkalign.io.fasta",
     "write_alignments": "sinkalign.io.writers",

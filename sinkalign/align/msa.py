@@ -1,8 +1,10 @@
 """Multiple sequence alignment from pairwise match posteriors (ProbCons' recipe).
 
-Every pair of sequences is aligned once and its match posterior matrix kept (entries of at
-least :data:`MIN_POSTERIOR`, sparse). Then, as ProbCons (Do et al. 2005) does with its
-pair-HMM posteriors:
+Every pair of sequences is aligned once and its match probabilities kept as a sparse matrix:
+for the OT aligner, the pair's MEA columns at their calibrated confidences (a library of
+residue pairs with probabilities, as T-Coffee's primary library); for a source of full
+posterior matrices (the pair-HMM), the entries of at least :data:`MIN_POSTERIOR`. Then, as
+ProbCons (Do et al. 2005) does with its pair-HMM posteriors:
 
 1. **Guide tree**: the expected accuracy of each pair (the free-gap MEA score of its posteriors
    over the shorter length) is a similarity; the tree is average linkage (UPGMA) on one minus
@@ -16,9 +18,9 @@ pair-HMM posteriors:
    two halves (their columns kept, all-gap columns dropped) aligned again the same way, and
    the result kept when the sum-of-pairs posterior score is not lower.
 
-The posteriors come from any source: the OT aligner's plans (:func:`aligner_posteriors`, the
-default of :func:`align_multiple`), or a function of two sequences (:func:`function_posteriors`:
-the pair-HMM, a hard Needleman-Wunsch alignment, ...), so the same recipe compares them.
+The probabilities come from any source: the OT aligner (:func:`aligner_posteriors`, what
+``sinkalign msa`` uses), or a function of two sequences (:func:`function_posteriors`: the
+pair-HMM, a hard Needleman-Wunsch alignment, ...), so the same recipe compares them.
 
 Cost: ``N (N - 1) / 2`` pairwise alignments, and per consistency round ``O(N^3)`` sparse
 products (each about ``L`` times the number of kept entries per row): ``consistency=0`` for
@@ -36,6 +38,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from sinkalign.align.decode import mea_batch
+from sinkalign.errors import InputError
 
 __all__ = [
     "MIN_POSTERIOR",
@@ -86,7 +89,7 @@ class MultipleAlignment:
 # ----------------------------------------------------------------------------- posteriors
 
 def _sparse(match: np.ndarray) -> sp.csr_matrix:
-    M = np.where(match >= MIN_POSTERIOR, match, 0.0)
+    M = np.where(match >= MIN_POSTERIOR, np.minimum(match, 1.0), 0.0)
     return sp.csr_matrix(M)
 
 
@@ -99,7 +102,7 @@ def aligner_posteriors(aligner, seqs: Sequence[str], *, pairs: Iterable[tuple[in
     an entropic plan spreads its mass thinly (a right column may carry 0.01), so they are
     not probabilities; the calibrated confidences are."""
     if getattr(aligner, "calibration", None) is None:
-        raise ValueError("a multiple alignment needs the aligner's calibrated column confidences: this model has "
+        raise InputError("a multiple alignment needs the aligner's calibrated column confidences: this model has "
                          "no calibration (fit one with `sinkalign calibrate`)")
     if aligner.min_confidence > 0:
         aligner = copy.copy(aligner)
@@ -125,12 +128,25 @@ def function_posteriors(fn: Callable[[str, str], Any], seqs: Sequence[str]) -> P
             if M.shape != (len(seqs[x]), len(seqs[y])):
                 raise ValueError(f"posteriors of sequences {x} and {y} have shape {M.shape}, expected "
                                  f"({len(seqs[x])}, {len(seqs[y])})")
+            _check_values(x, y, M)
             out[(x, y)] = _sparse(M)
     return out
 
 
+def _check_values(x: int, y: int, P) -> None:
+    """Probabilities, up to a rounding error above 1 (which :func:`_sparse` clips)."""
+    values = P.data if sp.issparse(P) else np.asarray(P, np.float64)
+    if values.size and not (np.all(np.isfinite(values)) and values.min() >= 0.0 and values.max() <= 1.0 + 1e-9):
+        raise ValueError(f"posteriors of sequences {x} and {y} must be probabilities in [0, 1]")
+
+
 def _check_posts(posts: Posts, lengths: Sequence[int]) -> None:
+    """Keys, values and shapes of ``posts``, and that every pair ``x < y`` is there."""
     n = len(lengths)
+    for key, P in posts.items():
+        if not (isinstance(key, tuple) and len(key) == 2 and 0 <= key[0] < key[1] < n):
+            raise ValueError(f"posteriors are keyed by (x, y) with 0 <= x < y < {n}, got {key!r}")
+        _check_values(*key, P)
     for x in range(n):
         for y in range(x + 1, n):
             P = posts.get((x, y))
@@ -147,26 +163,30 @@ def _get(posts: Posts, x: int, y: int) -> sp.csr_matrix:
 
 def consistency_transform(posts: Posts, lengths: Sequence[int], rounds: int = 1) -> Posts:
     """``rounds`` rounds of ProbCons' consistency transformation (module docstring, step 2) of
-    the posteriors of every pair ``x < y`` (``posts[(x, y)]``, ``[L_x, L_y]``)."""
+    the posteriors of every pair ``x < y`` (``posts[(x, y)]``, ``[L_x, L_y]``).
+
+    All pairs at once: with ``B`` the block matrix of every ``P_xy`` (zero diagonal blocks),
+    block ``(x, y)`` of ``B @ B`` is ``sum_{z != x, y} P_xz P_zy``: one sparse product."""
     n = len(lengths)
     _check_posts(posts, lengths)
+    if n < 2:
+        return dict(posts)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
     for _ in range(rounds):
-        full = {}
+        blocks = [[None] * n for _ in range(n)]
         for (x, y), P in posts.items():
-            full[(x, y)] = P
-            full[(y, x)] = P.T.tocsr()
-        new = {}
+            blocks[x][y], blocks[y][x] = P, P.T
+        for x in range(n):  # bmat needs each block row and column's size
+            blocks[x][x] = sp.csr_matrix((lengths[x], lengths[x]))
+        B = sp.bmat(blocks, format="csr")
+        C = ((2.0 * B + B @ B) / n).tocsr()
+        C.data[C.data < MIN_POSTERIOR] = 0.0
+        C.eliminate_zeros()
+        posts = {}
         for x in range(n):
+            rows = C[offsets[x]:offsets[x + 1]]
             for y in range(x + 1, n):
-                acc = 2.0 * full[(x, y)]
-                for z in range(n):
-                    if z != x and z != y:
-                        acc = acc + full[(x, z)] @ full[(z, y)]
-                acc = (acc / n).tocsr()
-                acc.data[acc.data < MIN_POSTERIOR] = 0.0
-                acc.eliminate_zeros()
-                new[(x, y)] = acc
-        posts = new
+                posts[(x, y)] = rows[:, offsets[y]:offsets[y + 1]].tocsr()
     return posts
 
 
@@ -326,7 +346,7 @@ def _rows(seqs: Sequence[str], cols: dict[int, np.ndarray]) -> tuple[str, ...]:
 
 
 def align_multiple(ids: Sequence[str], seqs: Sequence[str], posteriors: Any, *, consistency: int = 2,
-                   refine_rounds: int = 0, seed: int = 0) -> MultipleAlignment:
+                   refine_rounds: int = 20, seed: int = 0) -> MultipleAlignment:
     """Align ``seqs`` (named ``ids``) all together (module docstring).
 
     Args:
@@ -335,7 +355,7 @@ def align_multiple(ids: Sequence[str], seqs: Sequence[str], posteriors: Any, *, 
             posteriors already computed (``{(x, y): [L_x, L_y]}`` for every ``x < y``, dense
             or sparse).
         consistency: rounds of the consistency transformation (0: none; ProbCons uses 2).
-        refine_rounds: rounds of iterative refinement (0: none).
+        refine_rounds: rounds of iterative refinement (0: none; 20 chosen on validation families).
         seed: of the refinement's random splits.
     """
     ids, seqs = list(ids), [str(s) for s in seqs]
@@ -352,6 +372,7 @@ def align_multiple(ids: Sequence[str], seqs: Sequence[str], posteriors: Any, *, 
         raise ValueError(f"{consistency=} and {refine_rounds=} must be >= 0")
     lengths = [len(s) for s in seqs]
     if isinstance(posteriors, dict):
+        _check_posts(posteriors, lengths)  # before the cutoff, which would hide a NaN
         posts = {k: _sparse(v.toarray() if sp.issparse(v) else np.asarray(v, np.float64))
                  for k, v in posteriors.items()}
     elif callable(posteriors) and not hasattr(posteriors, "align_many"):

@@ -13,7 +13,9 @@ _INPUT = click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path
 
 
 @click.command()
-@click.argument("fasta", type=_INPUT)
+@click.argument("fasta", type=_INPUT, required=False)
+@click.option("--example", is_flag=True, help="Align the built-in example: human alpha and beta globin and "
+              "myoglobin.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
               help="Alignment file, written atomically (temporary file renamed at the end). Default or '-': "
                    "standard output.")
@@ -26,7 +28,7 @@ _INPUT = click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path
 @click.option("--consistency", type=click.IntRange(min=0), default=2, show_default=True,
               help="Rounds of ProbCons' consistency transformation of the pairwise confidences (each round "
                    "O(N^3) in the number of records: 0 for hundreds).")
-@click.option("--refine", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--refine", type=click.IntRange(min=0), default=20, show_default=True,
               help="Rounds of iterative refinement: the records split in two at random and the halves "
                    "aligned again, kept when the sum-of-pairs score does not drop.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the refinement's splits.")
@@ -36,11 +38,12 @@ _INPUT = click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path
               help="Threads of the numpy engine (default: every CPU this process may use).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output or --tree file (when the run "
               "succeeds). Without it an existing file is an error.")
-def msa(fasta, output, fmt, tree, model, consistency, refine, seed, engine, threads, overwrite):
+def msa(fasta, example, output, fmt, tree, model, consistency, refine, seed, engine, threads, overwrite):
     """Align the records of FASTA all together (a multiple alignment).
 
     \b
     sinkalign msa family.fasta -o family.afa
+    sinkalign msa --example
     sinkalign msa family.fasta --format clustal --tree family.nwk -o family.aln
 
     Every pair of records is aligned by the OT aligner; the pairs' calibrated column
@@ -49,6 +52,12 @@ def msa(fasta, output, fmt, tree, model, consistency, refine, seed, engine, thre
     """
     from sinkalign.pipelines.msa import msa_fasta
 
+    if example == (fasta is not None):
+        raise click.UsageError("give FASTA or --example (and not both)")
+    if example:
+        from sinkalign.cli.align import EXAMPLES
+
+        fasta = [EXAMPLES / "globins_query.fasta", EXAMPLES / "globins_target.fasta"]
     try:
         result = msa_fasta(fasta, output=output, fmt=fmt, tree=tree, model=model, consistency=consistency,
                            refine=refine, seed=seed, threads=threads, engine=engine, overwrite=overwrite)

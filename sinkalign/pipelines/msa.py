@@ -32,7 +32,7 @@ def _records(path: Path) -> list:
     return records
 
 
-def _alphabet(records: list, path: Path, model_alphabet: str | None) -> str:
+def _alphabet(records: list, path: str, model_alphabet: str | None) -> str:
     kinds = {r.alphabet for r in records}
     if model_alphabet is None:
         if len(kinds) > 1:
@@ -47,12 +47,13 @@ def _alphabet(records: list, path: Path, model_alphabet: str | None) -> str:
 
 
 def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, consistency: int = 2,
-              refine: int = 0, seed: int = 0, threads: int | None = None, engine: str = "auto",
+              refine: int = 20, seed: int = 0, threads: int | None = None, engine: str = "auto",
               overwrite: bool = False):
     """Align the records of ``fasta`` all together and write the alignment.
 
     Args:
-        fasta: a FASTA file (``-``: standard input), protein or nucleotide (plus strands as given).
+        fasta: a FASTA file (``-``: standard input), or a list of them (their records in
+            order), protein or nucleotide (aligned on the strands given).
         output: the alignment file (written atomically), ``None`` or ``-``: standard output.
         fmt: one of :data:`MSA_FORMATS`.
         tree: also write the guide tree (Newick) to this file.
@@ -73,12 +74,17 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
         raise InputError(f"format {fmt!r} is not one of {sorted(MSA_FORMATS)}")
     if consistency < 0 or refine < 0:
         raise InputError(f"--consistency ({consistency}) and --refine ({refine}) must be >= 0")
-    inputs = [] if _is_stdio(fasta) else [Path(fasta)]
+    fastas = list(fasta) if isinstance(fasta, (list, tuple)) else [fasta]
+    inputs = [Path(f) for f in fastas if not _is_stdio(f)]
     for path, what in ((output, "output"), (tree, "tree file")):
         if path is not None and not _is_stdio(path):
             _check_output(path, overwrite, inputs, what)
-    with _stdin_spooled([fasta]) as (path,):
-        records = _records(path)
+    with _stdin_spooled(fastas) as paths:
+        records = [r for path in paths for r in _records(path)]
+    seen: dict[str, int] = {}
+    for k, r in enumerate(records):
+        if seen.setdefault(r.id, k) != k:
+            raise InputError(f"record id {r.id!r} appears twice in {', '.join(map(str, fastas))}; ids must be unique")
     path = None
     if model is not None:
         from sinkalign.align.aligner import resolve_model
@@ -86,7 +92,7 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
         path = str(resolve_model(model).resolve())
     spec = ModelSpec(path, "protein", min_confidence=0.0, engine=engine, threads=threads)
     model_alphabet = load_aligner(spec).config.alphabet if path is not None else None
-    alphabet = _alphabet(records, Path(str(fasta)), model_alphabet)
+    alphabet = _alphabet(records, ', '.join(map(str, fastas)), model_alphabet)
     if path is None and alphabet == "dna":
         spec = ModelSpec(None, "dna", min_confidence=0.0, engine=engine, threads=threads)
     aligner = load_aligner(spec)

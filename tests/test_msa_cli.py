@@ -1,0 +1,151 @@
+"""`sinkalign msa` end to end: formats read back by Biopython, files kept, bad input named."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from Bio import AlignIO, Phylo
+from click.testing import CliRunner
+
+from sinkalign.cli.main import cli
+
+FAMILY = (">a first\nMKVLAAGHWERTYLLKPQDESTRIVNG\n>b\nMKILSAGHWERTLLKPQDESTRIVNG\n"
+          ">c\nMSTNPKPQRKTKRNTNRRPQDVKFPGG\n>d\nMKVLAGHWERTYLLKPQDSTRIVNGA\n")
+DNA = ">x\nACGTACGTTAGCTAGGCTAACG\n>y\nACGTACGATAGCTAGCTAACG\n>z\nACGTTCGTTAGCTAGGCTAAC\n"
+
+
+@pytest.fixture()
+def family(tmp_path):
+    path = tmp_path / "family.fa"
+    path.write_text(FAMILY)
+    return path
+
+
+def _run(*args, input=None):
+    return CliRunner().invoke(cli, list(map(str, args)), input=input, catch_exceptions=False)
+
+
+def _ungapped(aln) -> dict[str, str]:
+    return {rec.id: str(rec.seq).replace("-", "") for rec in aln}
+
+
+@pytest.mark.parametrize("fmt, bio", [("fasta", "fasta"), ("clustal", "clustal"), ("stockholm", "stockholm"),
+                                      ("phylip", "phylip-relaxed")])
+def test_every_format_reads_back_with_the_input_residues(family, tmp_path, fmt, bio):
+    out = tmp_path / f"out.{fmt}"
+    res = _run("msa", family, "-o", out, "--format", fmt)
+    assert res.exit_code == 0, res.output
+    aln = AlignIO.read(out, bio)
+    assert [rec.id for rec in aln] == ["a", "b", "c", "d"]
+    assert _ungapped(aln) == {"a": "MKVLAAGHWERTYLLKPQDESTRIVNG", "b": "MKILSAGHWERTLLKPQDESTRIVNG",
+                              "c": "MSTNPKPQRKTKRNTNRRPQDVKFPGG", "d": "MKVLAGHWERTYLLKPQDSTRIVNGA"}
+    grid = np.array([list(str(rec.seq)) for rec in aln])
+    assert not (grid == "-").all(axis=0).any()  # no all-gap column
+
+
+def test_the_library_and_the_command_give_the_same_alignment(family, tmp_path):
+    from sinkalign.align.aligner import Aligner
+    from sinkalign.align.msa import align_multiple
+
+    out = tmp_path / "out.afa"
+    assert _run("msa", family, "-o", out, "--consistency", "1").exit_code == 0
+    recs = [r.split("\n", 1) for r in FAMILY.strip(">\n").split("\n>")]
+    ids, seqs = [r[0].split()[0] for r in recs], [r[1].strip() for r in recs]
+    want = align_multiple(ids, seqs, Aligner.load("learned"), consistency=1)
+    got = AlignIO.read(out, "fasta")
+    assert tuple(str(rec.seq) for rec in got) == want.rows
+
+
+def test_stdout_stdin_and_the_guide_tree(family, tmp_path):
+    tree = tmp_path / "guide.nwk"
+    res = _run("msa", "-", "--tree", tree, input=family.read_text())
+    assert res.exit_code == 0, res.output
+    assert res.output.startswith(">a")
+    leaves = {c.name for c in Phylo.read(tree, "newick").get_terminals()}
+    assert leaves == {"a", "b", "c", "d"}
+
+
+def test_existing_files_are_kept_unless_overwrite(family, tmp_path):
+    out = tmp_path / "out.afa"
+    out.write_text("precious\n")
+    res = CliRunner().invoke(cli, ["msa", str(family), "-o", str(out)])
+    assert res.exit_code != 0 and "already exists" in res.output and "--overwrite" in res.output
+    assert out.read_text() == "precious\n"
+    tree = tmp_path / "t.nwk"
+    tree.write_text("keep\n")
+    res = CliRunner().invoke(cli, ["msa", str(family), "-o", str(tmp_path / "new.afa"), "--tree", str(tree)])
+    assert res.exit_code != 0 and "already exists" in res.output
+    assert tree.read_text() == "keep\n" and not (tmp_path / "new.afa").exists()
+    assert _run("msa", family, "-o", out, "--overwrite").exit_code == 0
+    assert out.read_text().startswith(">a")
+
+
+def test_nucleotides_get_the_dna_model_on_the_strand_given(tmp_path, monkeypatch):
+    import sinkalign.align.msa as msa_mod
+
+    path = tmp_path / "dna.fa"
+    path.write_text(DNA)
+    used = []
+    real = msa_mod.aligner_posteriors
+
+    def spy(aligner, seqs, **kw):
+        used.append(aligner.config.alphabet)
+        return real(aligner, seqs, **kw)
+
+    monkeypatch.setattr(msa_mod, "aligner_posteriors", spy)
+    res = _run("msa", path)
+    assert res.exit_code == 0, res.output
+    assert used == ["dna"]
+    rows = [line for line in res.output.splitlines() if not line.startswith(">")]
+    assert "".join(rows).replace("-", "") == "ACGTACGTTAGCTAGGCTAACG" "ACGTACGATAGCTAGCTAACG" "ACGTTCGTTAGCTAGGCTAAC"
+
+
+def test_the_example_aligns_three_globins():
+    res = _run("msa", "--example")
+    assert res.exit_code == 0, res.output
+    assert [line[1:] for line in res.output.splitlines() if line.startswith(">")] == ["HBA_HUMAN", "MYG_HUMAN",
+                                                                                     "HBB_HUMAN"]
+
+
+@pytest.mark.parametrize("text, words", [
+    (">a\nMKV\n>a\nMKL\n", ["record 'a'", "duplicate"]),
+    (">a\nMKV-L\n", ["record 'a'", "position 3"]),
+    (">a\nMKVLLAG\n>b\nACGTACGT\n", ["record 'a' is protein", "record 'b' is dna"]),
+])
+def test_bad_input_names_file_and_record(tmp_path, text, words):
+    path = tmp_path / "bad.fa"
+    path.write_text(text)
+    res = CliRunner().invoke(cli, ["msa", str(path), "-o", str(tmp_path / "o.afa")])
+    assert res.exit_code != 0
+    assert "bad.fa" in res.output
+    for word in words:
+        assert word in res.output
+    assert not (tmp_path / "o.afa").exists()
+
+
+def test_a_model_without_calibration_is_refused(family, tmp_path, monkeypatch):
+    from sinkalign.align import aligner as A
+
+    real = A.Aligner.__init__
+
+    def no_calibration(self, *args, **kwargs):
+        kwargs["calibration"] = None
+        kwargs["significance"] = None
+        kwargs["min_confidence"] = 0.0
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(A.Aligner, "__init__", no_calibration)
+    import sinkalign.pipelines.align as P
+
+    monkeypatch.setattr(P, "_ALIGNERS", {})
+    res = CliRunner().invoke(cli, ["msa", str(family), "--model", "blosum"])
+    assert res.exit_code != 0 and "calibrat" in res.output
+
+
+def test_usage_errors(family):
+    res = CliRunner().invoke(cli, ["msa"])
+    assert res.exit_code == 2 and "FASTA or --example" in res.output
+    res = CliRunner().invoke(cli, ["msa", str(family), "--example"])
+    assert res.exit_code == 2
+    res = CliRunner().invoke(cli, ["msa", str(family), "--consistency", "-1"])
+    assert res.exit_code == 2
