@@ -700,3 +700,24 @@ def test_step_errors(shipped):
     assert uncalibrated.calibration is None
     with pytest.raises(ValueError, match="no calibration"):
         align_multiple(["a", "b"], ["ACDE", "GHIK"], uncalibrated)
+
+
+def test_chain_score_takes_a_pairwise_alignment_as_its_own_mea():
+    from sinkalign.align.msa import _chain_score, _expected_accuracy
+
+    chain = sp.csr_matrix((np.array([0.5, 0.9, 0.2]), (np.array([0, 2, 3]), np.array([1, 2, 4]))), shape=(4, 5))
+    assert _chain_score(chain) == pytest.approx(1.6, abs=1e-15)
+    assert _chain_score(sp.csr_matrix((4, 5))) == 0.0
+    crossing = sp.csr_matrix((np.array([0.5, 0.9]), (np.array([0, 1]), np.array([3, 2]))), shape=(4, 5))
+    same_row = sp.csr_matrix((np.array([0.5, 0.9]), (np.array([1, 1]), np.array([2, 3]))), shape=(4, 5))
+    same_col = sp.csr_matrix((np.array([0.5, 0.9]), (np.array([1, 2]), np.array([3, 3]))), shape=(4, 5))
+    for P in (crossing, same_row, same_col):
+        assert _chain_score(P) is None
+    # the shortcut and the MEA agree, chain or not
+    lengths = [4, 5, 3]
+    posts = {(0, 1): chain, (0, 2): sp.csr_matrix(np.array([[0, 0.5, 0], [0.9, 0, 0], [0, 0, 0.3], [0, 0, 0]])),
+             (1, 2): sp.csr_matrix((5, 3))}
+    ea = _expected_accuracy(posts, lengths)
+    want_02 = mea_from_posteriors(posts[(0, 2)].toarray(), np.zeros(4), np.zeros(3), gap_weight=0.0).score / 3
+    assert ea[0, 1] == pytest.approx(1.6 / 4, abs=1e-15) and ea[0, 2] == pytest.approx(want_02, abs=1e-15)
+    assert ea[1, 2] == 0.0 and np.allclose(np.diag(ea), 1.0)

@@ -149,3 +149,11 @@ def test_usage_errors(family):
     assert res.exit_code == 2
     res = CliRunner().invoke(cli, ["msa", str(family), "--consistency", "-1"])
     assert res.exit_code == 2
+
+
+def test_progress_counts_the_pairwise_alignments(family, tmp_path):
+    res = _run("msa", family, "-o", tmp_path / "o.afa", "--progress")
+    assert res.exit_code == 0
+    assert "6/6" in res.output  # four records: six pairs
+    res = _run("msa", family, "-o", tmp_path / "p.afa", "--no-progress")
+    assert "pairwise" not in res.output

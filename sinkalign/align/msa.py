@@ -93,12 +93,14 @@ def _sparse(match: np.ndarray) -> sp.csr_matrix:
     return sp.csr_matrix(M)
 
 
-def aligner_posteriors(aligner, seqs: Sequence[str], *, pairs: Iterable[tuple[int, int]] | None = None) -> Posts:
+def aligner_posteriors(aligner, seqs: Sequence[str], *, pairs: Iterable[tuple[int, int]] | None = None,
+                       progress: Callable[[int], Any] | None = None) -> Posts:
     """The calibrated column confidences of ``aligner`` (an
     :class:`~sinkalign.align.aligner.Aligner` with a calibration) for every pair ``x < y`` of
     ``seqs`` (or the ``pairs`` given): each pair's MEA columns, every one of them (the
     aligner's threshold is set aside), at their confidences, as T-Coffee's primary library
-    holds each pairwise alignment's residue pairs; nucleotide pairs on the plus strand. The plans' raw posteriors are not used:
+    holds each pairwise alignment's residue pairs; nucleotide pairs on the plus strand.
+    ``progress(1)`` is called after each pair (e.g. a tqdm bar's ``update``). The plans' raw posteriors are not used:
     an entropic plan spreads its mass thinly (a right column may carry 0.01), so they are
     not probabilities; the calibrated confidences are."""
     if getattr(aligner, "calibration", None) is None:
@@ -115,12 +117,15 @@ def aligner_posteriors(aligner, seqs: Sequence[str], *, pairs: Iterable[tuple[in
         aln = result.alignment
         out[(x, y)] = sp.csr_matrix((aln.match_posterior, (aln.pairs[:, 0], aln.pairs[:, 1])),
                                     shape=(len(seqs[x]), len(seqs[y])))
+        if progress is not None:
+            progress(1)
     return out
 
 
-def function_posteriors(fn: Callable[[str, str], Any], seqs: Sequence[str]) -> Posts:
+def function_posteriors(fn: Callable[[str, str], Any], seqs: Sequence[str], *,
+                        progress: Callable[[int], Any] | None = None) -> Posts:
     """``fn(seqs[x], seqs[y])`` (a ``[L_x, L_y]`` match posterior matrix) for every pair
-    ``x < y``, entries below :data:`MIN_POSTERIOR` dropped."""
+    ``x < y``, entries below :data:`MIN_POSTERIOR` dropped; ``progress`` as in :func:`aligner_posteriors`."""
     out = {}
     for x in range(len(seqs)):
         for y in range(x + 1, len(seqs)):
@@ -130,6 +135,8 @@ def function_posteriors(fn: Callable[[str, str], Any], seqs: Sequence[str]) -> P
                                  f"({len(seqs[x])}, {len(seqs[y])})")
             _check_values(x, y, M)
             out[(x, y)] = _sparse(M)
+            if progress is not None:
+                progress(1)
     return out
 
 
@@ -198,14 +205,29 @@ def _mea(S: np.ndarray) -> np.ndarray:
     return mea_batch([(S, *zeros)], gap_weight=0.0)[0].pairs
 
 
+def _chain_score(P: sp.csr_matrix) -> float | None:
+    """The summed entries of ``P`` when they form one monotone chain (each row and column at
+    most once, both increasing: a pairwise alignment's columns, which is its own free-gap MEA),
+    else ``None``."""
+    coo = P.tocoo()
+    order = np.argsort(coo.row, kind="stable")
+    rows, cols = coo.row[order], coo.col[order]
+    if np.all(np.diff(rows) > 0) and np.all(np.diff(cols) > 0):
+        return float(coo.data.sum())
+    return None
+
+
 def _expected_accuracy(posts: Posts, lengths: Sequence[int]) -> np.ndarray:
     n = len(lengths)
     keys = [(x, y) for x in range(n) for y in range(x + 1, n)]
-    zeros = [(np.zeros(lengths[x]), np.zeros(lengths[y])) for x, y in keys]
-    alns = mea_batch([(posts[k].toarray(), *z) for k, z in zip(keys, zeros)], gap_weight=0.0)
+    score = {k: _chain_score(posts[k]) for k in keys}
+    todo = [k for k in keys if score[k] is None]  # full posterior matrices: their MEA
+    alns = mea_batch([(posts[k].toarray(), np.zeros(lengths[k[0]]), np.zeros(lengths[k[1]])) for k in todo],
+                     gap_weight=0.0)
+    score.update({k: aln.score for k, aln in zip(todo, alns)})
     ea = np.ones((n, n))
-    for (x, y), aln in zip(keys, alns):
-        ea[x, y] = ea[y, x] = min(1.0, aln.score / max(1, min(lengths[x], lengths[y])))
+    for x, y in keys:
+        ea[x, y] = ea[y, x] = min(1.0, score[(x, y)] / max(1, min(lengths[x], lengths[y])))
     return ea
 
 
@@ -346,7 +368,8 @@ def _rows(seqs: Sequence[str], cols: dict[int, np.ndarray]) -> tuple[str, ...]:
 
 
 def align_multiple(ids: Sequence[str], seqs: Sequence[str], posteriors: Any, *, consistency: int = 2,
-                   refine_rounds: int = 20, seed: int = 0) -> MultipleAlignment:
+                   refine_rounds: int = 20, seed: int = 0,
+                   progress: Callable[[int], Any] | None = None) -> MultipleAlignment:
     """Align ``seqs`` (named ``ids``) all together (module docstring).
 
     Args:
@@ -357,6 +380,7 @@ def align_multiple(ids: Sequence[str], seqs: Sequence[str], posteriors: Any, *, 
         consistency: rounds of the consistency transformation (0: none; ProbCons uses 2).
         refine_rounds: rounds of iterative refinement (0: none; 20 chosen on validation families).
         seed: of the refinement's random splits.
+        progress: called with 1 after each pairwise alignment (e.g. a tqdm bar's ``update``).
     """
     ids, seqs = list(ids), [str(s) for s in seqs]
     if len(ids) != len(seqs):
@@ -376,9 +400,9 @@ def align_multiple(ids: Sequence[str], seqs: Sequence[str], posteriors: Any, *, 
         posts = {k: _sparse(v.toarray() if sp.issparse(v) else np.asarray(v, np.float64))
                  for k, v in posteriors.items()}
     elif callable(posteriors) and not hasattr(posteriors, "align_many"):
-        posts = function_posteriors(posteriors, seqs)
+        posts = function_posteriors(posteriors, seqs, progress=progress)
     else:
-        posts = aligner_posteriors(posteriors, seqs)
+        posts = aligner_posteriors(posteriors, seqs, progress=progress)
     _check_posts(posts, lengths)
     if len(seqs) == 1:
         return MultipleAlignment(tuple(ids), tuple(seqs), _newick(np.zeros((0, 4)), ids), 0.0)

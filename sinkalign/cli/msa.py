@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from sinkalign.cli.options import progress_option, show_progress
+
 log = logging.getLogger(__name__)
 
 _INPUT = click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path)
@@ -36,9 +38,11 @@ _INPUT = click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path
               help="The pairwise aligner's engine (see `sinkalign align --help`).")
 @click.option("--threads", type=click.IntRange(min=1), metavar="N",
               help="Threads of the numpy engine (default: every CPU this process may use).")
+@progress_option("pairwise alignments")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output or --tree file (when the run "
               "succeeds). Without it an existing file is an error.")
-def msa(fasta, example, output, fmt, tree, model, consistency, refine, seed, engine, threads, overwrite):
+def msa(fasta, example, output, fmt, tree, model, consistency, refine, seed, engine, threads, progress,
+        overwrite):
     """Align the records of FASTA all together (a multiple alignment).
 
     \b
@@ -60,7 +64,8 @@ def msa(fasta, example, output, fmt, tree, model, consistency, refine, seed, eng
         fasta = [EXAMPLES / "globins_query.fasta", EXAMPLES / "globins_target.fasta"]
     try:
         result = msa_fasta(fasta, output=output, fmt=fmt, tree=tree, model=model, consistency=consistency,
-                           refine=refine, seed=seed, threads=threads, engine=engine, overwrite=overwrite)
+                           refine=refine, seed=seed, threads=threads, engine=engine,
+                           progress=show_progress(progress), overwrite=overwrite)
     except OSError as exc:
         raise click.ClickException(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc)) from exc
     log.info("aligned %d records in %d columns", len(result.ids), result.n_columns)

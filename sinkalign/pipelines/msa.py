@@ -48,7 +48,7 @@ def _alphabet(records: list, path: str, model_alphabet: str | None) -> str:
 
 def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, consistency: int = 2,
               refine: int = 20, seed: int = 0, threads: int | None = None, engine: str = "auto",
-              overwrite: bool = False):
+              progress: bool = False, overwrite: bool = False):
     """Align the records of ``fasta`` all together and write the alignment.
 
     Args:
@@ -60,12 +60,14 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
         model: a model directory or shipped name (default: the shipped model for the input).
         consistency, refine, seed: as :func:`sinkalign.align.msa.align_multiple`.
         threads: the numpy engine's threads; engine: the aligner's engine.
+        progress: a progress bar of the pairwise alignments on standard error.
         overwrite: replace existing ``output`` / ``tree`` files (default: refuse, before
             anything is aligned).
 
     Returns the :class:`~sinkalign.align.msa.MultipleAlignment`.
     """
     from Bio import AlignIO
+    from tqdm import tqdm
 
     from sinkalign.align.msa import align_multiple
     from sinkalign.utils import atomic_write
@@ -98,8 +100,9 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
     aligner = load_aligner(spec)
     n = len(records)
     log.info("aligning %d records: %d pairs, %d consistency rounds", n, n * (n - 1) // 2, consistency)
-    result = align_multiple([r.id for r in records], [r.seq for r in records], aligner,
-                            consistency=consistency, refine_rounds=refine, seed=seed)
+    with tqdm(total=n * (n - 1) // 2, disable=not progress, unit="pair", desc="pairwise") as bar:
+        result = align_multiple([r.id for r in records], [r.seq for r in records], aligner,
+                                consistency=consistency, refine_rounds=refine, seed=seed, progress=bar.update)
     alignment = result.to_biopython(alphabet)
     if output is None or _is_stdio(output):
         import sys
