@@ -103,16 +103,17 @@ def _triangular_base(sub: np.ndarray, window: int) -> np.ndarray | None:
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:
-    """``jax.nn.gelu`` (its default tanh form)."""
-    inner = x * x
-    inner *= 0.044715 * x  # x * x * x: far faster than x**3 (a general power)
-    inner += x
-    inner *= math.sqrt(2.0 / math.pi)
-    np.tanh(inner, out=inner)
-    inner += 1.0
-    inner *= 0.5
-    inner *= x
-    return inner
+    """``jax.nn.gelu`` (its default tanh form), as ``x * sigmoid(2 u)``: the same function
+    (``(1 + tanh u) / 2 = sigmoid(2 u)``), one ``exp`` instead of a ``tanh`` (2x faster here),
+    and no cancellation in ``1 + tanh u`` where ``u`` is very negative."""
+    u = x * x
+    u *= 0.044715 * x  # x * x * x: far faster than x**3 (a general power)
+    u += x
+    u *= -2.0 * math.sqrt(2.0 / math.pi)
+    with np.errstate(over="ignore"):  # exp(-2 u) = inf: x / inf = -0, the limit
+        np.exp(u, out=u)
+    u += 1.0
+    return np.divide(x, u, out=u)
 
 
 @dataclass(frozen=True, eq=False)

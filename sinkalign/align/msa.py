@@ -172,8 +172,10 @@ def consistency_transform(posts: Posts, lengths: Sequence[int], rounds: int = 1)
     """``rounds`` rounds of ProbCons' consistency transformation (module docstring, step 2) of
     the posteriors of every pair ``x < y`` (``posts[(x, y)]``, ``[L_x, L_y]``).
 
-    All pairs at once: with ``B`` the block matrix of every ``P_xy`` (zero diagonal blocks),
-    block ``(x, y)`` of ``B @ B`` is ``sum_{z != x, y} P_xz P_zy``: one sparse product."""
+    With ``B`` the block matrix of every ``P_xy`` (zero diagonal blocks), block ``(x, y)`` of
+    ``B @ B`` is ``sum_{z != x, y} P_xz P_zy``: one sparse product per block row (the rows of
+    ``x`` against the columns of every ``y > x``), so memory holds one block row's product
+    before its cutoff, not all of them."""
     n = len(lengths)
     _check_posts(posts, lengths)
     if n < 2:
@@ -186,14 +188,18 @@ def consistency_transform(posts: Posts, lengths: Sequence[int], rounds: int = 1)
         for x in range(n):  # bmat needs each block row and column's size
             blocks[x][x] = sp.csr_matrix((lengths[x], lengths[x]))
         B = sp.bmat(blocks, format="csr")
-        C = ((2.0 * B + B @ B) / n).tocsr()
-        C.data[C.data < MIN_POSTERIOR] = 0.0
-        C.eliminate_zeros()
-        posts = {}
-        for x in range(n):
-            rows = C[offsets[x]:offsets[x + 1]]
+        right = B.tocsc()
+        new = {}
+        for x in range(n - 1):
+            cols = right[:, offsets[x + 1]:]  # every y > x
+            rows = B[offsets[x]:offsets[x + 1]]
+            C = ((2.0 * rows[:, offsets[x + 1]:] + rows @ cols) / n).tocsr()
+            C.data[C.data < MIN_POSTERIOR] = 0.0
+            C.eliminate_zeros()
+            C = C.tocsc()
             for y in range(x + 1, n):
-                posts[(x, y)] = rows[:, offsets[y]:offsets[y + 1]].tocsr()
+                new[(x, y)] = C[:, offsets[y] - offsets[x + 1]:offsets[y + 1] - offsets[x + 1]].tocsr()
+        posts = new
     return posts
 
 
@@ -269,9 +275,8 @@ class _Profile:
     width: int
 
 
-def _column_scores(a: _Profile, b: _Profile, posts: Posts) -> np.ndarray:
-    """``[a.width, b.width]``: the summed posteriors of the residue pairs in each pair of
-    columns over the number of sequence pairs (entries in ``[0, 1]``)."""
+def _column_sums(a: _Profile, b: _Profile, posts: Posts) -> np.ndarray:
+    """``[a.width, b.width]``: the summed posteriors of the residue pairs in each pair of columns."""
     keys, weights = [], []
     for x in a.members:
         for y in b.members:
@@ -279,8 +284,13 @@ def _column_scores(a: _Profile, b: _Profile, posts: Posts) -> np.ndarray:
             keys.append(a.cols[x][P.row] * b.width + b.cols[y][P.col])
             weights.append(P.data)
     flat = np.bincount(np.concatenate(keys), weights=np.concatenate(weights), minlength=a.width * b.width)
-    S = flat.reshape(a.width, b.width) / (len(a.members) * len(b.members))
-    return np.minimum(S, 1.0)
+    return flat.reshape(a.width, b.width)
+
+
+def _column_scores(a: _Profile, b: _Profile, posts: Posts, sums: np.ndarray | None = None) -> np.ndarray:
+    """:func:`_column_sums` over the number of sequence pairs (entries in ``[0, 1]``)."""
+    sums = _column_sums(a, b, posts) if sums is None else sums
+    return np.minimum(sums / (len(a.members) * len(b.members)), 1.0)
 
 
 def _merge(a: _Profile, b: _Profile, pairs: np.ndarray) -> _Profile:
@@ -318,11 +328,13 @@ def progressive(posts: Posts, lengths: Sequence[int], Z: np.ndarray) -> dict[int
     return root.cols
 
 
-def _subprofile(cols: dict[int, np.ndarray], members: list[int]) -> _Profile:
-    used = np.unique(np.concatenate([cols[x] for x in members]))  # all-gap columns dropped
+def _subprofile(cols: dict[int, np.ndarray], members: list[int]) -> tuple[_Profile, np.ndarray]:
+    """The rows ``members`` of the alignment ``cols`` with their all-gap columns dropped, and
+    the alignment's column of each of its columns."""
+    used = np.unique(np.concatenate([cols[x] for x in members]))
     remap = np.full(int(used.max()) + 1 if used.size else 0, -1, np.int64)
     remap[used] = np.arange(used.size)
-    return _Profile(list(members), {x: remap[cols[x]] for x in members}, int(used.size))
+    return _Profile(list(members), {x: remap[cols[x]] for x in members}, int(used.size)), used
 
 
 def sum_of_pairs(cols: dict[int, np.ndarray], posts: Posts) -> float:
@@ -341,17 +353,19 @@ def refine(cols: dict[int, np.ndarray], posts: Posts, rounds: int, *, seed: int 
     if n < 3 or rounds <= 0:
         return cols
     rng = np.random.default_rng(seed)
-    best = sum_of_pairs(cols, posts)
     for _ in range(rounds):
         side = rng.random(n) < 0.5
         if side.all() or not side.any():
             side[rng.integers(n)] = not side[0]
-        first = [x for x in range(n) if side[x]]
-        second = [x for x in range(n) if not side[x]]
-        merged = _align_profiles(_subprofile(cols, first), _subprofile(cols, second), posts)
-        score = sum_of_pairs(merged.cols, posts)
-        if score >= best:
-            cols, best = merged.cols, score
+        (a, used_a), (b, used_b) = (_subprofile(cols, [x for x in range(n) if side[x] == half])
+                                    for half in (True, False))
+        sums = _column_sums(a, b, posts)
+        pairs = _mea(_column_scores(a, b, posts, sums))
+        # only the residue pairs across the split change: their sum before (the columns the two
+        # halves shared) against after (the matched columns)
+        _, before_a, before_b = np.intersect1d(used_a, used_b, assume_unique=True, return_indices=True)
+        if sums[pairs[:, 0], pairs[:, 1]].sum() >= sums[before_a, before_b].sum():
+            cols = _merge(a, b, pairs).cols
     return cols
 
 
