@@ -157,3 +157,19 @@ def test_progress_counts_the_pairwise_alignments(family, tmp_path):
     assert "6/6" in res.output  # four records: six pairs
     res = _run("msa", family, "-o", tmp_path / "p.afa", "--no-progress")
     assert "pairwise" not in res.output
+
+
+def test_a_local_cluster_gives_the_single_process_alignment(family, tmp_path, monkeypatch):
+    pytest.importorskip("distributed")
+    import sinkalign.align.msa as msa_mod
+
+    monkeypatch.setenv("JAX_ENABLE_X64", "1")  # the workers compute as this process does
+    one, two = tmp_path / "one.afa", tmp_path / "two.afa"
+    assert _run("msa", family, "-o", one, "--tree", tmp_path / "one.nwk").exit_code == 0
+    monkeypatch.setattr(msa_mod, "aligner_posteriors", None)  # from here on, only workers may align
+    res = _run("msa", family, "-o", two, "--tree", tmp_path / "two.nwk", "--workers", "2", "--chunk-size", "2")
+    assert res.exit_code == 0, res.output
+    assert two.read_text() == one.read_text()
+    assert (tmp_path / "two.nwk").read_text() == (tmp_path / "one.nwk").read_text()
+    res = CliRunner().invoke(cli, ["msa", str(family), "--workers", "2", "--threads", "2"])
+    assert res.exit_code == 2 and "--threads is for a local run" in res.output

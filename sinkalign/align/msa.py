@@ -1,9 +1,9 @@
 """Multiple sequence alignment from pairwise match posteriors (ProbCons' recipe).
 
-Every pair of sequences is aligned once and its match probabilities kept as a sparse matrix:
-for the OT aligner, the pair's MEA columns at their calibrated confidences (a library of
-residue pairs with probabilities, as T-Coffee's primary library); for a source of full
-posterior matrices (the pair-HMM), the entries of at least :data:`MIN_POSTERIOR`. Then, as
+Every pair of sequences is aligned once and its match probabilities of at least
+:data:`MIN_POSTERIOR` kept as a sparse matrix: for the OT aligner, the pair's MEA columns at
+their calibrated confidences (a library of residue pairs with probabilities, as T-Coffee's
+primary library); for a source of full posterior matrices (the pair-HMM), every entry. Then, as
 ProbCons (Do et al. 2005) does with its pair-HMM posteriors:
 
 1. **Guide tree**: the expected accuracy of each pair (the free-gap MEA score of its posteriors
@@ -45,6 +45,8 @@ __all__ = [
     "MultipleAlignment",
     "align_multiple",
     "aligner_posteriors",
+    "library_aligner",
+    "library_entry",
     "consistency_transform",
     "function_posteriors",
     "guide_tree",
@@ -93,30 +95,46 @@ def _sparse(match: np.ndarray) -> sp.csr_matrix:
     return sp.csr_matrix(M)
 
 
-def aligner_posteriors(aligner, seqs: Sequence[str], *, pairs: Iterable[tuple[int, int]] | None = None,
-                       progress: Callable[[int], Any] | None = None) -> Posts:
-    """The calibrated column confidences of ``aligner`` (an
-    :class:`~sinkalign.align.aligner.Aligner` with a calibration) for every pair ``x < y`` of
-    ``seqs`` (or the ``pairs`` given): each pair's MEA columns, every one of them (the
-    aligner's threshold is set aside), at their confidences, as T-Coffee's primary library
-    holds each pairwise alignment's residue pairs; nucleotide pairs on the plus strand.
-    ``progress(1)`` is called after each pair (e.g. a tqdm bar's ``update``). The plans' raw posteriors are not used:
-    an entropic plan spreads its mass thinly (a right column may carry 0.01), so they are
-    not probabilities; the calibrated confidences are."""
+def library_entry(alignment, m: int, n: int) -> sp.csr_matrix:
+    """``[m, n]``: an :class:`~sinkalign.alignment.Alignment`'s columns at their posteriors
+    (calibrated confidences, from a calibrated aligner), those below :data:`MIN_POSTERIOR` dropped."""
+    keep = alignment.match_posterior >= MIN_POSTERIOR
+    pairs = alignment.pairs[keep]
+    return sp.csr_matrix((np.minimum(alignment.match_posterior[keep], 1.0), (pairs[:, 0], pairs[:, 1])),
+                         shape=(m, n))
+
+
+def library_aligner(aligner):
+    """``aligner`` as a multiple alignment reads it: every MEA column kept (its threshold set
+    aside; a copy when it has one). Raises :class:`~sinkalign.errors.InputError` when it has no
+    calibration."""
     if getattr(aligner, "calibration", None) is None:
         raise InputError("a multiple alignment needs the aligner's calibrated column confidences: this model has "
                          "no calibration (fit one with `sinkalign calibrate`)")
     if aligner.min_confidence > 0:
         aligner = copy.copy(aligner)
         aligner.min_confidence = 0.0
+    return aligner
+
+
+def aligner_posteriors(aligner, seqs: Sequence[str], *, pairs: Iterable[tuple[int, int]] | None = None,
+                       progress: Callable[[int], Any] | None = None) -> Posts:
+    """The calibrated column confidences of ``aligner`` (an
+    :class:`~sinkalign.align.aligner.Aligner` with a calibration) for every pair ``x < y`` of
+    ``seqs`` (or the ``pairs`` given): each pair's MEA columns, every one of them (the
+    aligner's threshold is set aside, :func:`library_aligner`), at their confidences
+    (:func:`library_entry`), as T-Coffee's primary library holds each pairwise alignment's
+    residue pairs; nucleotide pairs on the plus strand. ``progress(1)`` is called after each
+    pair (e.g. a tqdm bar's ``update``). The plans' raw posteriors are not used: an entropic
+    plan spreads its mass thinly (a right column may carry 0.01), so they are not
+    probabilities; the calibrated confidences are."""
+    aligner = library_aligner(aligner)
     todo = list(pairs) if pairs is not None else [(x, y) for x in range(len(seqs)) for y in range(x + 1, len(seqs))]
     items = [(str(x), seqs[x], str(y), seqs[y]) for x, y in todo]
     out = {}
     strand = {"strand": "plus"} if aligner.config.alphabet == "dna" else {}  # the sequences as given
     for (x, y), result in zip(todo, aligner.align_many(items, **strand)):
-        aln = result.alignment
-        out[(x, y)] = sp.csr_matrix((aln.match_posterior, (aln.pairs[:, 0], aln.pairs[:, 1])),
-                                    shape=(len(seqs[x]), len(seqs[y])))
+        out[(x, y)] = library_entry(result.alignment, len(seqs[x]), len(seqs[y]))
         if progress is not None:
             progress(1)
     return out

@@ -38,16 +38,23 @@ _INPUT = click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path
               help="The pairwise aligner's engine (see `sinkalign align --help`).")
 @click.option("--threads", type=click.IntRange(min=1), metavar="N",
               help="Threads of the numpy engine (default: every CPU this process may use).")
+@click.option("--workers", type=click.IntRange(min=1), help="Run the pairwise alignments on a local Dask cluster "
+              "of this many worker processes (needs the 'cluster' extra).")
+@click.option("--scheduler", metavar="ADDRESS", help="Run the pairwise alignments on the Dask cluster whose "
+              "scheduler is at ADDRESS, e.g. tcp://host:8786 (the model path must be readable by every worker).")
+@click.option("--chunk-size", type=click.IntRange(min=1), default=256, show_default=True,
+              help="Pairs per chunk: the unit of work sent to a cluster worker.")
 @progress_option("pairwise alignments")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output or --tree file (when the run "
               "succeeds). Without it an existing file is an error.")
-def msa(fasta, example, output, fmt, tree, model, consistency, refine, seed, engine, threads, progress,
-        overwrite):
+def msa(fasta, example, output, fmt, tree, model, consistency, refine, seed, engine, threads, workers, scheduler,
+        chunk_size, progress, overwrite):
     """Align the records of FASTA all together (a multiple alignment).
 
     \b
     sinkalign msa family.fasta -o family.afa
     sinkalign msa --example
+    sinkalign msa big_family.fasta --workers 4 -o big_family.afa
     sinkalign msa family.fasta --format clustal --tree family.nwk -o family.aln
 
     Every pair of records is aligned by the OT aligner; the pairs' calibrated column
@@ -58,14 +65,19 @@ def msa(fasta, example, output, fmt, tree, model, consistency, refine, seed, eng
 
     if example == (fasta is not None):
         raise click.UsageError("give FASTA or --example (and not both)")
+    if workers is not None and scheduler is not None:
+        raise click.UsageError("give --workers (a local cluster) or --scheduler (an existing one), not both")
+    if threads is not None and (workers is not None or scheduler is not None):
+        raise click.UsageError("--threads is for a local run: a cluster's workers use their own threads")
     if example:
         from sinkalign.cli.align import EXAMPLES
 
         fasta = [EXAMPLES / "globins_query.fasta", EXAMPLES / "globins_target.fasta"]
     try:
         result = msa_fasta(fasta, output=output, fmt=fmt, tree=tree, model=model, consistency=consistency,
-                           refine=refine, seed=seed, threads=threads, engine=engine,
-                           progress=show_progress(progress), overwrite=overwrite)
+                           refine=refine, seed=seed, threads=threads, engine=engine, workers=workers,
+                           scheduler=scheduler, chunk_size=chunk_size, progress=show_progress(progress),
+                           overwrite=overwrite)
     except OSError as exc:
         raise click.ClickException(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc)) from exc
     log.info("aligned %d records in %d columns", len(result.ids), result.n_columns)

@@ -13,7 +13,17 @@ import logging
 from pathlib import Path
 
 from sinkalign.errors import InputError
-from sinkalign.pipelines.align import ModelSpec, _check_output, _is_stdio, _stdin_spooled, load_aligner
+from sinkalign.pipelines.align import (
+    DEFAULT_CHUNK_SIZE,
+    ModelSpec,
+    _check_output,
+    _chunks,
+    _is_stdio,
+    _run_cluster,
+    _stdin_spooled,
+    align_chunk,
+    load_aligner,
+)
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +58,7 @@ def _alphabet(records: list, path: str, model_alphabet: str | None) -> str:
 
 def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, consistency: int = 2,
               refine: int = 20, seed: int = 0, threads: int | None = None, engine: str = "auto",
+              workers: int | None = None, scheduler: str | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE,
               progress: bool = False, overwrite: bool = False):
     """Align the records of ``fasta`` all together and write the alignment.
 
@@ -60,6 +71,9 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
         model: a model directory or shipped name (default: the shipped model for the input).
         consistency, refine, seed: as :func:`sinkalign.align.msa.align_multiple`.
         threads: the numpy engine's threads; engine: the aligner's engine.
+        workers, scheduler: run the pairwise alignments, in chunks of ``chunk_size`` pairs, on a
+            local Dask cluster of ``workers`` processes or on the cluster whose scheduler is at
+            ``scheduler`` (as ``sinkalign align``; the same alignment as a single process).
         progress: a progress bar of the pairwise alignments on standard error.
         overwrite: replace existing ``output`` / ``tree`` files (default: refuse, before
             anything is aligned).
@@ -69,13 +83,15 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
     from Bio import AlignIO
     from tqdm import tqdm
 
-    from sinkalign.align.msa import align_multiple
+    from sinkalign.align.msa import align_multiple, library_aligner, library_entry
     from sinkalign.utils import atomic_write
 
     if fmt not in MSA_FORMATS:
         raise InputError(f"format {fmt!r} is not one of {sorted(MSA_FORMATS)}")
     if consistency < 0 or refine < 0:
         raise InputError(f"--consistency ({consistency}) and --refine ({refine}) must be >= 0")
+    if workers is not None and scheduler is not None:
+        raise InputError("give either workers (a local cluster) or scheduler (an existing one), not both")
     fastas = list(fasta) if isinstance(fasta, (list, tuple)) else [fasta]
     inputs = [Path(f) for f in fastas if not _is_stdio(f)]
     for path, what in ((output, "output"), (tree, "tree file")):
@@ -95,14 +111,25 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
     spec = ModelSpec(path, "protein", min_confidence=0.0, engine=engine, threads=threads)
     model_alphabet = load_aligner(spec).config.alphabet if path is not None else None
     alphabet = _alphabet(records, ', '.join(map(str, fastas)), model_alphabet)
-    if path is None and alphabet == "dna":
-        spec = ModelSpec(None, "dna", min_confidence=0.0, engine=engine, threads=threads)
-    aligner = load_aligner(spec)
+    spec = ModelSpec(path, alphabet, min_confidence=0.0, engine=engine, threads=threads,
+                     strand="plus" if alphabet == "dna" else None)  # the strands as given
+    aligner = library_aligner(load_aligner(spec))  # a model without calibration fails here, before any pair
+    ids, seqs = [r.id for r in records], [r.seq for r in records]
     n = len(records)
     log.info("aligning %d records: %d pairs, %d consistency rounds", n, n * (n - 1) // 2, consistency)
     with tqdm(total=n * (n - 1) // 2, disable=not progress, unit="pair", desc="pairwise") as bar:
-        result = align_multiple([r.id for r in records], [r.seq for r in records], aligner,
-                                consistency=consistency, refine_rounds=refine, seed=seed, progress=bar.update)
+        if workers is None and scheduler is None:
+            posteriors = aligner
+        else:  # the pairs on the cluster, then the library as aligner_posteriors builds it
+            items = [(str(x), seqs[x], str(y), seqs[y]) for x in range(n) for y in range(x + 1, n)]
+            posteriors = {}
+            for chunk, out in _run_cluster(spec, _chunks(items, chunk_size), 8, False, scheduler, workers,
+                                           align_chunk):
+                for (x, _, y, _), (aln, *_) in zip(chunk, out):
+                    posteriors[(int(x), int(y))] = library_entry(aln, len(seqs[int(x)]), len(seqs[int(y)]))
+                bar.update(len(chunk))
+        result = align_multiple(ids, seqs, posteriors, consistency=consistency, refine_rounds=refine, seed=seed,
+                                progress=bar.update)
     alignment = result.to_biopython(alphabet)
     if output is None or _is_stdio(output):
         import sys
