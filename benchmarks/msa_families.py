@@ -28,6 +28,11 @@ Methods (``--methods``):
 
     python benchmarks/msa_families.py --split valid
     python benchmarks/msa_families.py --split test --json benchmarks/results/msa_families_test.json
+    python benchmarks/msa_families.py --split valid --sources pfam --json benchmarks/results/msa_pfam_valid.json
+
+``--sources pfam``: the Pfam seed families of the split (validation LuxC, RRM_1, fn3; test
+Pkinase, 3Beta_HSD), ``--pfam-sample`` rows each (60), every residue trusted: larger families
+than the structural sets hold, against references that are profile-HMM alignments.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import argparse
 import datetime
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -46,7 +52,7 @@ from sinkalign.align.baselines import Scoring, align_pair
 from sinkalign.align.metrics import IDENTITY_BINS, assign_identity_bins, core_pair_scores, identity_bin_labels, micro_average
 from sinkalign.align.msa import align_multiple
 from sinkalign.align.pairhmm import pairhmm_align, pairhmm_posteriors
-from sinkalign.io.alignments import msa_to_pairs, percent_identity
+from sinkalign.io.alignments import msa_to_pairs, percent_identity, read_stockholm
 from sinkalign.io.splits import structural_files
 from sinkalign.io.structural import read_reference_alignment
 
@@ -58,11 +64,23 @@ SOURCES = ("homstrad", "sabre", "oxbench")
 METHODS = ("msa", "msa-c0", "msa-blosum", "msa-pairhmm", "msa-nw", "famsa", "pair", "pair-all", "nw", "sw", "pairhmm")
 
 
-def families(split: str, sources, min_seqs: int, max_seqs: int):
+def families(split: str, sources, min_seqs: int, max_seqs: int, sample: int = 0):
+    """``(source, MSA)`` of the split's families; ``pfam`` (the Pfam protein seed alignments,
+    hundreds of rows) with ``sample`` rows drawn at random (seed 0) when it has more."""
     side = json.loads(SPLIT.read_text())["assignment"]
     out = []
     files = structural_files(SHARED)
     for src in sources:
+        if src == "pfam":
+            for path in sorted((SHARED / "pfam_seed").glob("*.sto")):
+                for msa in read_stockholm(path):
+                    if side.get(msa.family) != split or msa.alphabet != "protein":
+                        continue
+                    if sample and len(msa) > sample:
+                        keep = np.sort(np.random.default_rng(0).choice(len(msa), sample, replace=False))
+                        msa = replace(msa, ids=[msa.ids[k] for k in keep], rows=[msa.rows[k] for k in keep])
+                    out.append((src, msa))
+            continue
         for path in files[src]:
             for msa in read_reference_alignment(path):
                 if side.get(msa.family) == split and min_seqs <= len(msa) <= max_seqs:
@@ -148,7 +166,10 @@ def nw_matrix(q: str, t: str) -> np.ndarray:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--split", choices=("valid", "test"), default="valid")
-    ap.add_argument("--sources", default=",".join(SOURCES))
+    ap.add_argument("--sources", default=",".join(SOURCES),
+                    help="of homstrad, sabre, oxbench and pfam (the Pfam seed families: larger, their "
+                         "references profile-HMM alignments, not structural)")
+    ap.add_argument("--pfam-sample", type=int, default=60, help="rows drawn from each Pfam family (0: all)")
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--min-seqs", type=int, default=3)
     ap.add_argument("--max-seqs", type=int, default=40)
@@ -168,7 +189,7 @@ def main() -> None:
         except ImportError:
             print("pyfamsa is not installed: famsa left out")
             methods.remove("famsa")
-    fams = families(args.split, args.sources.split(","), args.min_seqs, args.max_seqs)
+    fams = families(args.split, args.sources.split(","), args.min_seqs, args.max_seqs, args.pfam_sample)
     if args.max_families:
         kept: list = []
         for src in args.sources.split(","):
@@ -225,6 +246,7 @@ def main() -> None:
         print(f"| {m} | " + " | ".join(cells) + f" | {tcs} | {seconds[m]:.1f} |")
     payload = {"machine": machine(), "date": datetime.date.today().isoformat(), "split": args.split,
                "sources": args.sources.split(","), "min_seqs": args.min_seqs, "max_seqs": args.max_seqs,
+               "pfam_sample": args.pfam_sample,
                "consistency": args.consistency, "refine": args.refine, "pairhmm": list(args.pairhmm), "families": len(fams),
                "table": table, "per_family": per_family}
     out = args.json or str(RESULTS / f"msa_families_{args.split}.json")

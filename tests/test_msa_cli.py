@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
 from Bio import AlignIO, Phylo
@@ -110,7 +112,7 @@ def test_the_example_aligns_three_globins():
 @pytest.mark.parametrize("text, words", [
     (">a\nMKV\n>a\nMKL\n", ["record 'a'", "duplicate"]),
     (">a\nMKV-L\n", ["record 'a'", "position 3"]),
-    (">a\nMKVLLAG\n>b\nACGTACGT\n", ["record 'a' is protein", "record 'b' is dna"]),
+    (">a\nMKVLLAG\n>b\n" + "ACGT" * 10 + "\n", ["record 'b' is DNA", "record 'a' is protein"]),
 ])
 def test_bad_input_names_file_and_record(tmp_path, text, words):
     path = tmp_path / "bad.fa"
@@ -173,3 +175,12 @@ def test_a_local_cluster_gives_the_single_process_alignment(family, tmp_path, mo
     assert (tmp_path / "two.nwk").read_text() == (tmp_path / "one.nwk").read_text()
     res = CliRunner().invoke(cli, ["msa", str(family), "--workers", "2", "--threads", "2"])
     assert res.exit_code == 2 and "--threads is for a local run" in res.output
+
+
+def test_a_short_nucleotide_looking_record_in_a_protein_family_is_a_peptide(tmp_path):
+    path = tmp_path / "family.fa"
+    path.write_text(FAMILY + ">e\nGATTACAGAT\n")  # all nucleotide codes, but 10 residues: a peptide
+    res = _run("msa", path)
+    assert res.exit_code == 0, res.output
+    rows = AlignIO.read(io.StringIO(res.output), "fasta")
+    assert _ungapped(rows)["e"] == "GATTACAGAT" and len(rows) == 5

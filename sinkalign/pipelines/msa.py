@@ -15,6 +15,7 @@ from pathlib import Path
 from sinkalign.errors import InputError
 from sinkalign.pipelines.align import (
     DEFAULT_CHUNK_SIZE,
+    STRONG_DNA,
     ModelSpec,
     _check_output,
     _chunks,
@@ -43,16 +44,20 @@ def _records(path: Path) -> list:
 
 
 def _alphabet(records: list, path: str, model_alphabet: str | None) -> str:
-    kinds = {r.alphabet for r in records}
+    """The alphabet to align in, as ``sinkalign align`` decides it: protein when any record is
+    protein (a nucleotide-looking record shorter than ``STRONG_DNA`` is a peptide), an error when
+    protein meets a longer nucleotide record, or when a DNA model meets protein."""
+    protein = next((r for r in records if r.alphabet == "protein"), None)
+    strong_dna = next((r for r in records if r.alphabet == "dna" and len(r) >= STRONG_DNA), None)
     if model_alphabet is None:
-        if len(kinds) > 1:
-            first = next(r for r in records if r.alphabet != records[0].alphabet)
-            raise InputError(f"{path}: record {records[0].id!r} is {records[0].alphabet} but record {first.id!r} "
-                             f"is {first.alphabet}; a multiple alignment is of one kind of sequence")
-        return kinds.pop()
-    if model_alphabet == "dna" and "protein" in kinds:
-        first = next(r for r in records if r.alphabet == "protein")
-        raise InputError(f"{path}: the model is a DNA model and record {first.id!r} is protein")
+        if protein is not None and strong_dna is not None:
+            raise InputError(f"{path}: record {strong_dna.id!r} is DNA but record {protein.id!r} is protein; a "
+                             "multiple alignment is of one kind of sequence")
+        return "protein" if protein is not None else "dna"
+    if model_alphabet == "dna" and protein is not None:
+        raise InputError(f"{path}: the model is a DNA model and record {protein.id!r} is protein")
+    if model_alphabet == "protein" and protein is None:
+        log.warning("%s: every record is nucleotides; aligning them with the given protein model anyway", path)
     return model_alphabet
 
 
