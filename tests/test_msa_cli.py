@@ -184,3 +184,26 @@ def test_a_short_nucleotide_looking_record_in_a_protein_family_is_a_peptide(tmp_
     assert res.exit_code == 0, res.output
     rows = AlignIO.read(io.StringIO(res.output), "fasta")
     assert _ungapped(rows)["e"] == "GATTACAGAT" and len(rows) == 5
+
+
+def test_a_pair_the_aligner_refuses_is_named_by_its_records(family, tmp_path, monkeypatch):
+    import sinkalign.align.aligner as A
+
+    monkeypatch.setattr(A, "MAX_LENGTH", 26)  # records a and c have 27 residues
+    res = CliRunner().invoke(cli, ["msa", str(family), "-o", str(tmp_path / "o.afa")])
+    assert res.exit_code != 0
+    assert "pair a / b: a sequence of 27 residues" in res.output  # named by its records, not "0 / 1"
+    assert not (tmp_path / "o.afa").exists()
+
+
+@pytest.mark.parametrize("records", [">only\nMKVLAAGHW\n", ">a\nMKVLAAGHW\n>b\nMKVLSAGHWE\n"])
+def test_one_and_two_records(tmp_path, records):
+    path = tmp_path / "f.fa"
+    path.write_text(records)
+    res = _run("msa", path, "--tree", tmp_path / "t.nwk")
+    assert res.exit_code == 0, res.output
+    aln = AlignIO.read(io.StringIO(res.output), "fasta")
+    assert {k: v for k, v in _ungapped(aln).items()} == dict(
+        (r.split("\n")[0], r.split("\n")[1]) for r in records.strip(">\n").split("\n>"))
+    leaves = {c.name for c in Phylo.read(tmp_path / "t.nwk", "newick").get_terminals()}
+    assert leaves == {rec.id for rec in aln}

@@ -118,19 +118,21 @@ def library_aligner(aligner):
 
 
 def aligner_posteriors(aligner, seqs: Sequence[str], *, pairs: Iterable[tuple[int, int]] | None = None,
-                       progress: Callable[[int], Any] | None = None) -> Posts:
+                       ids: Sequence[str] | None = None, progress: Callable[[int], Any] | None = None) -> Posts:
     """The calibrated column confidences of ``aligner`` (an
     :class:`~sinkalign.align.aligner.Aligner` with a calibration) for every pair ``x < y`` of
     ``seqs`` (or the ``pairs`` given): each pair's MEA columns, every one of them (the
     aligner's threshold is set aside, :func:`library_aligner`), at their confidences
     (:func:`library_entry`), as T-Coffee's primary library holds each pairwise alignment's
-    residue pairs; nucleotide pairs on the plus strand. ``progress(1)`` is called after each
-    pair (e.g. a tqdm bar's ``update``). The plans' raw posteriors are not used: an entropic
+    residue pairs; nucleotide pairs on the plus strand. ``ids``: the sequences' names, which
+    the aligner's errors about a pair use (default: their indices). ``progress(1)`` is called
+    after each pair (e.g. a tqdm bar's ``update``). The plans' raw posteriors are not used: an entropic
     plan spreads its mass thinly (a right column may carry 0.01), so they are not
     probabilities; the calibrated confidences are."""
     aligner = library_aligner(aligner)
     todo = list(pairs) if pairs is not None else [(x, y) for x in range(len(seqs)) for y in range(x + 1, len(seqs))]
-    items = [(str(x), seqs[x], str(y), seqs[y]) for x, y in todo]
+    names = [str(k) for k in range(len(seqs))] if ids is None else list(ids)
+    items = [(names[x], seqs[x], names[y], seqs[y]) for x, y in todo]
     out = {}
     strand = {"strand": "plus"} if aligner.config.alphabet == "dna" else {}  # the sequences as given
     for (x, y), result in zip(todo, aligner.align_many(items, **strand)):
@@ -434,7 +436,7 @@ def align_multiple(ids: Sequence[str], seqs: Sequence[str], posteriors: Any, *, 
     elif callable(posteriors) and not hasattr(posteriors, "align_many"):
         posts = function_posteriors(posteriors, seqs, progress=progress)
     else:
-        posts = aligner_posteriors(posteriors, seqs, progress=progress)
+        posts = aligner_posteriors(posteriors, seqs, ids=ids, progress=progress)
     _check_posts(posts, lengths)
     if len(seqs) == 1:
         return MultipleAlignment(tuple(ids), tuple(seqs), _newick(np.zeros((0, 4)), ids), 0.0)

@@ -126,12 +126,13 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
         if workers is None and scheduler is None:
             posteriors = aligner
         else:  # the pairs on the cluster, then the library as aligner_posteriors builds it
-            items = [(str(x), seqs[x], str(y), seqs[y]) for x in range(n) for y in range(x + 1, n)]
+            items = [(ids[x], seqs[x], ids[y], seqs[y]) for x in range(n) for y in range(x + 1, n)]
+            index = {name: k for k, name in enumerate(ids)}
             posteriors = {}
             for chunk, out in _run_cluster(spec, _chunks(items, chunk_size), 8, False, scheduler, workers,
                                            align_chunk):
-                for (x, _, y, _), (aln, *_) in zip(chunk, out):
-                    posteriors[(int(x), int(y))] = library_entry(aln, len(seqs[int(x)]), len(seqs[int(y)]))
+                for (qid, q, tid, t), (aln, *_) in zip(chunk, out):
+                    posteriors[(index[qid], index[tid])] = library_entry(aln, len(q), len(t))
                 bar.update(len(chunk))
         result = align_multiple(ids, seqs, posteriors, consistency=consistency, refine_rounds=refine, seed=seed,
                                 progress=bar.update)
