@@ -207,3 +207,17 @@ def test_one_and_two_records(tmp_path, records):
         (r.split("\n")[0], r.split("\n")[1]) for r in records.strip(">\n").split("\n>"))
     leaves = {c.name for c in Phylo.read(tmp_path / "t.nwk", "newick").get_terminals()}
     assert leaves == {rec.id for rec in aln}
+
+
+def test_clustal_names_that_would_collide_are_refused_before_aligning(tmp_path, caplog):
+    long = "sp|P69905|HBA_HUMAN_Hemoglobin_subunit_alpha"
+    path = tmp_path / "f.fa"
+    path.write_text(f">{long}_1\nMKVLAAGHWERTY\n>{long}_2\nMKVLSAGHWERTY\n>b\nMKILAAGHWERT\n")
+    res = CliRunner().invoke(cli, ["msa", str(path), "--format", "clustal", "-o", str(tmp_path / "o.aln")])
+    assert res.exit_code != 0 and f"'{long}_1' and '{long}_2'" in res.output and "--format fasta" in res.output
+    assert not (tmp_path / "o.aln").exists()
+    path.write_text(f">{long}_1\nMKVLAAGHWERTY\n>b\nMKILAAGHWERT\n")
+    with caplog.at_level("WARNING"):
+        res = _run("msa", path, "--format", "clustal", "-o", tmp_path / "o.aln")
+    assert res.exit_code == 0 and "cut to 30 characters" in caplog.text
+    assert _run("msa", path, "--format", "fasta").exit_code == 0  # other formats keep whole names

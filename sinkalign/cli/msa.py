@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import sys
 from pathlib import Path
 
 import click
@@ -78,6 +80,10 @@ def msa(fasta, example, output, fmt, tree, model, consistency, refine, seed, eng
                            refine=refine, seed=seed, threads=threads, engine=engine, workers=workers,
                            scheduler=scheduler, chunk_size=chunk_size, progress=show_progress(progress),
                            overwrite=overwrite)
+    except BrokenPipeError:  # e.g. `sinkalign msa ... | head`: stop quietly, as other filters do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        raise SystemExit(1) from None
     except OSError as exc:
         raise click.ClickException(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc)) from exc
     log.info("aligned %d records in %d columns", len(result.ids), result.n_columns)

@@ -32,6 +32,27 @@ __all__ = ["MSA_FORMATS", "msa_fasta"]
 
 #: ``--format`` name -> ``Bio.AlignIO`` format
 MSA_FORMATS = {"fasta": "fasta", "clustal": "clustal", "stockholm": "stockholm", "phylip": "phylip-relaxed"}
+#: Biopython's Clustal writer keeps the first 30 characters of a name (as Clustal W does)
+CLUSTAL_ID_WIDTH = 30
+
+
+def _check_names(records: list, fmt: str, where: str) -> None:
+    """A Clustal file keeps 30 characters of each name: two records that would share one are an
+    error (the output could not tell them apart); a name merely cut is a warning."""
+    if fmt != "clustal":
+        return
+    seen: dict[str, str] = {}
+    for r in records:
+        short = r.id[:CLUSTAL_ID_WIDTH]
+        if short in seen:
+            raise InputError(f"{where}: records {seen[short]!r} and {r.id!r} share their first {CLUSTAL_ID_WIDTH} "
+                             f"characters, all that a Clustal file keeps of a name; write --format fasta or "
+                             "stockholm, or rename them")
+        seen[short] = r.id
+    long = [r.id for r in records if len(r.id) > CLUSTAL_ID_WIDTH]
+    if long:
+        log.warning("%s: %d record names are cut to %d characters in the Clustal file (first: %r)", where, len(long),
+                    CLUSTAL_ID_WIDTH, long[0])
 
 
 def _records(path: Path) -> list:
@@ -108,6 +129,7 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
     for k, r in enumerate(records):
         if seen.setdefault(r.id, k) != k:
             raise InputError(f"record id {r.id!r} appears twice in {', '.join(map(str, fastas))}; ids must be unique")
+    _check_names(records, fmt, ", ".join(map(str, fastas)))
     path = None
     if model is not None:
         from sinkalign.align.aligner import resolve_model
