@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 from _common import machine, write_json
+from msa_families import famsa_rows, induced_pairs
 
 RESULTS = Path(__file__).resolve().parent / "results" / "msa_scaling.json"
 AA = "ACDEFGHIKLMNPQRSTVWY"
@@ -68,20 +69,18 @@ def family(n: int, length: int, subs: float, seed: int = 0) -> tuple[list[str], 
 
 def scores(rows: list[str], sites: list[np.ndarray]) -> dict:
     """Precision, recall (SP) and F1 of the residue pairs the rows put in one column, against
-    the pairs of one ancestral site."""
-    cols = [np.nonzero(np.frombuffer(r.encode("ascii"), np.uint8) != ord("-"))[0] for r in rows]
-    tp = n_pred = n_ref = 0
+    the pairs of one ancestral site (micro-averaged over every pair of rows)."""
+    from sinkalign.align.metrics import micro_average, pair_scores
+
+    named = {str(k): row for k, row in enumerate(rows)}
+    out = []
     for x in range(len(rows)):
         for y in range(x + 1, len(rows)):
-            at = {c: i for i, c in enumerate(cols[x].tolist())}  # column -> residue of x
-            pred = {(at[c], j) for j, c in enumerate(cols[y].tolist()) if c in at}
             sx = {int(s): i for i, s in enumerate(sites[x]) if s >= 0}
-            ref = {(sx[int(s)], j) for j, s in enumerate(sites[y]) if s >= 0 and int(s) in sx}
-            tp += len(pred & ref)
-            n_pred += len(pred)
-            n_ref += len(ref)
-    p, r = tp / max(n_pred, 1), tp / max(n_ref, 1)
-    return {"precision": p, "recall": r, "f1": 2 * p * r / max(p + r, 1e-12)}
+            ref = np.array([(sx[int(s)], j) for j, s in enumerate(sites[y]) if s >= 0 and int(s) in sx],
+                           np.int64).reshape(-1, 2)
+            out.append(pair_scores(induced_pairs(named, str(x), str(y)), ref))
+    return {k: v for k, v in micro_average(out).items() if k in ("precision", "recall", "f1")}
 
 
 def one(n: int, args) -> dict:
@@ -115,15 +114,13 @@ def one(n: int, args) -> dict:
            "total_s": sum(t.values()), "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
            "msa": scores(rows, sites)}
     try:
-        from pyfamsa import Aligner as Famsa
-        from pyfamsa import Sequence
+        import pyfamsa  # noqa: F401
     except ImportError:
         return out
     t0 = time.perf_counter()
-    aligned = Famsa(guide_tree="upgma").align([Sequence(str(i).encode(), s.encode()) for i, s in enumerate(seqs)])
+    aligned = famsa_rows([str(i) for i in range(n)], seqs)
     out["famsa_s"] = time.perf_counter() - t0
-    by_id = {int(s.id.decode()): s.sequence.decode() for s in aligned}
-    out["famsa"] = scores([by_id[i] for i in range(n)], sites)
+    out["famsa"] = scores([aligned[str(i)] for i in range(n)], sites)
     return out
 
 

@@ -90,18 +90,20 @@ class MultipleAlignment:
 
 # ----------------------------------------------------------------------------- posteriors
 
-def _sparse(match: np.ndarray) -> sp.csr_matrix:
-    M = np.where(match >= MIN_POSTERIOR, np.minimum(match, 1.0), 0.0)
-    return sp.csr_matrix(M)
+def _sparse(match) -> sp.csr_matrix:
+    """``match`` (dense or sparse) as CSR, entries below :data:`MIN_POSTERIOR` dropped and a
+    rounding error above 1 clipped."""
+    M = sp.csr_matrix(match, dtype=np.float64, copy=True)
+    M.data = np.where(M.data >= MIN_POSTERIOR, np.minimum(M.data, 1.0), 0.0)
+    M.eliminate_zeros()
+    return M
 
 
 def library_entry(alignment, m: int, n: int) -> sp.csr_matrix:
     """``[m, n]``: an :class:`~sinkalign.alignment.Alignment`'s columns at their posteriors
     (calibrated confidences, from a calibrated aligner), those below :data:`MIN_POSTERIOR` dropped."""
-    keep = alignment.match_posterior >= MIN_POSTERIOR
-    pairs = alignment.pairs[keep]
-    return sp.csr_matrix((np.minimum(alignment.match_posterior[keep], 1.0), (pairs[:, 0], pairs[:, 1])),
-                         shape=(m, n))
+    pairs = alignment.pairs
+    return _sparse(sp.csr_matrix((alignment.match_posterior, (pairs[:, 0], pairs[:, 1])), shape=(m, n)))
 
 
 def library_aligner(aligner):
@@ -407,10 +409,10 @@ def align_multiple(ids: Sequence[str], seqs: Sequence[str], posteriors: Any, *, 
     """Align ``seqs`` (named ``ids``) all together (module docstring).
 
     Args:
-        posteriors: an :class:`~sinkalign.align.aligner.Aligner` (its plans' posteriors), a
-            function of two sequences returning their ``[L_x, L_y]`` match posteriors, or the
-            posteriors already computed (``{(x, y): [L_x, L_y]}`` for every ``x < y``, dense
-            or sparse).
+        posteriors: an :class:`~sinkalign.align.aligner.Aligner` with a calibration (its MEA
+            columns at their calibrated confidences, :func:`aligner_posteriors`), a function of
+            two sequences returning their ``[L_x, L_y]`` match posteriors, or the posteriors
+            already computed (``{(x, y): [L_x, L_y]}`` for every ``x < y``, dense or sparse).
         consistency: rounds of the consistency transformation (0: none; ProbCons uses 2).
         refine_rounds: rounds of iterative refinement (0: none; 20 chosen on validation families).
         seed: of the refinement's random splits.
@@ -431,13 +433,11 @@ def align_multiple(ids: Sequence[str], seqs: Sequence[str], posteriors: Any, *, 
     lengths = [len(s) for s in seqs]
     if isinstance(posteriors, dict):
         _check_posts(posteriors, lengths)  # before the cutoff, which would hide a NaN
-        posts = {k: _sparse(v.toarray() if sp.issparse(v) else np.asarray(v, np.float64))
-                 for k, v in posteriors.items()}
+        posts = {k: _sparse(v) for k, v in posteriors.items()}
     elif callable(posteriors) and not hasattr(posteriors, "align_many"):
         posts = function_posteriors(posteriors, seqs, progress=progress)
     else:
         posts = aligner_posteriors(posteriors, seqs, ids=ids, progress=progress)
-    _check_posts(posts, lengths)
     if len(seqs) == 1:
         return MultipleAlignment(tuple(ids), tuple(seqs), _newick(np.zeros((0, 4)), ids), 0.0)
     Z = guide_tree(posts, lengths)

@@ -10,6 +10,7 @@ the guide tree optionally as Newick.
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 
 from sinkalign.errors import InputError
@@ -123,13 +124,14 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
     for path, what in ((output, "output"), (tree, "tree file")):
         if path is not None and not _is_stdio(path):
             _check_output(path, overwrite, inputs, what)
+    where = ", ".join(map(str, fastas))
     with _stdin_spooled(fastas) as paths:
         records = [r for path in paths for r in _records(path)]
     seen: dict[str, int] = {}
     for k, r in enumerate(records):
         if seen.setdefault(r.id, k) != k:
-            raise InputError(f"record id {r.id!r} appears twice in {', '.join(map(str, fastas))}; ids must be unique")
-    _check_names(records, fmt, ", ".join(map(str, fastas)))
+            raise InputError(f"record id {r.id!r} appears twice in {where}; ids must be unique")
+    _check_names(records, fmt, where)
     path = None
     if model is not None:
         from sinkalign.align.aligner import resolve_model
@@ -137,7 +139,7 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
         path = str(resolve_model(model).resolve())
     spec = ModelSpec(path, "protein", min_confidence=0.0, engine=engine, threads=threads)
     model_alphabet = load_aligner(spec).config.alphabet if path is not None else None
-    alphabet = _alphabet(records, ', '.join(map(str, fastas)), model_alphabet)
+    alphabet = _alphabet(records, where, model_alphabet)
     spec = ModelSpec(path, alphabet, min_confidence=0.0, engine=engine, threads=threads,
                      strand="plus" if alphabet == "dna" else None)  # the strands as given
     aligner = library_aligner(load_aligner(spec))  # a model without calibration fails here, before any pair
@@ -160,8 +162,6 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
                                 progress=bar.update)
     alignment = result.to_biopython(alphabet)
     if output is None or _is_stdio(output):
-        import sys
-
         AlignIO.write(alignment, sys.stdout, MSA_FORMATS[fmt])
     else:
         with atomic_write(output) as handle:
