@@ -265,7 +265,7 @@ def test_align_turns_only_user_errors_into_one_line(monkeypatch, tmp_path):
 def test_threads_option_sets_the_engines_threads(fastas, tmp_path):
     """--threads N runs the numpy engine on N threads (the same output as the default), and is
     refused with a cluster, whose workers use their own."""
-    from sinkalign.pipelines import align as pipeline
+    from sinkalign.pipelines import runner as pipeline
 
     outs = {}
     for threads in (None, 1, 3):

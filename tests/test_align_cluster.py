@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 import sinkalign.pipelines.align as pipeline
+import sinkalign.pipelines.runner as runner
 from sinkalign.cli.main import cli
 from sinkalign.pipelines.align import align_fasta
 
@@ -44,7 +45,7 @@ def crash_once(marker, spec, chunk, batch_size, keep_plan):
         else:
             os.close(fd)
             os.kill(os.getpid(), signal.SIGKILL)
-    return pipeline.align_chunk(spec, chunk, batch_size, keep_plan)
+    return runner.align_chunk(spec, chunk, batch_size, keep_plan)
 
 
 def test_two_local_workers_give_the_single_process_output(inputs, monkeypatch):
@@ -52,7 +53,7 @@ def test_two_local_workers_give_the_single_process_output(inputs, monkeypatch):
             "--no-progress"]
     r = CliRunner().invoke(cli, [*args, "-o", str(inputs / "one.tsv"), "--plan-out", str(inputs / "one.npz")])
     assert r.exit_code == 0, r.output
-    monkeypatch.setattr(pipeline, "_run_local", None)  # from here on, only workers may align
+    monkeypatch.setattr(pipeline, "run_local", None)  # from here on, only workers may align
     r = CliRunner().invoke(cli, [*args, "--workers", "2", "-o", str(inputs / "two.tsv"),
                                  "--plan-out", str(inputs / "two.npz")])
     assert r.exit_code == 0, r.output
@@ -75,8 +76,8 @@ def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(inputs):
         n = align_fasta(inputs / "q.fa", inputs / "t.fa", fmt="json", output=out, chunk_size=2, batch_size=2,
                         scheduler=cluster.scheduler_address, _task=functools.partial(crash_once, str(marker)))
         client.wait_for_workers(2, timeout=120)  # the nanny restarts the killed worker
-        loads = client.run(lambda: pipeline._LOADS)
-        threads = client.run(lambda: sorted({a.workers for _, a in pipeline._ALIGNERS.values()}))
+        loads = client.run(lambda: runner._LOADS)
+        threads = client.run(lambda: sorted({a.workers for _, a in runner._ALIGNERS.values()}))
     assert marker.exists()  # the worker running q3's chunk was killed
     assert n == len(QUERIES) * len(TARGETS)
     assert out.read_text() == single.read_text()

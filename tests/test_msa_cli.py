@@ -137,7 +137,7 @@ def test_a_model_without_calibration_is_refused(family, tmp_path, monkeypatch):
         real(self, *args, **kwargs)
 
     monkeypatch.setattr(A.Aligner, "__init__", no_calibration)
-    import sinkalign.pipelines.align as P
+    import sinkalign.pipelines.runner as P
 
     monkeypatch.setattr(P, "_ALIGNERS", {})
     res = CliRunner().invoke(cli, ["msa", str(family), "--model", "blosum"])

@@ -14,17 +14,17 @@ import sys
 from pathlib import Path
 
 from sinkalign.errors import InputError
-from sinkalign.pipelines.align import (
+from sinkalign.pipelines.align import STRONG_DNA
+from sinkalign.pipelines.runner import (
     DEFAULT_CHUNK_SIZE,
-    STRONG_DNA,
     ModelSpec,
-    _check_output,
-    _chunks,
-    _is_stdio,
-    _run_cluster,
-    _stdin_spooled,
     align_chunk,
+    check_output,
+    chunks,
+    is_stdio,
     load_aligner,
+    run_cluster,
+    stdin_spooled,
 )
 
 log = logging.getLogger(__name__)
@@ -120,12 +120,12 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
     if workers is not None and scheduler is not None:
         raise InputError("give either workers (a local cluster) or scheduler (an existing one), not both")
     fastas = list(fasta) if isinstance(fasta, (list, tuple)) else [fasta]
-    inputs = [Path(f) for f in fastas if not _is_stdio(f)]
+    inputs = [Path(f) for f in fastas if not is_stdio(f)]
     for path, what in ((output, "output"), (tree, "tree file")):
-        if path is not None and not _is_stdio(path):
-            _check_output(path, overwrite, inputs, what)
+        if path is not None and not is_stdio(path):
+            check_output(path, overwrite, inputs, what)
     where = ", ".join(map(str, fastas))
-    with _stdin_spooled(fastas) as paths:
+    with stdin_spooled(fastas) as paths:
         records = [r for path in paths for r in _records(path)]
     seen: dict[str, int] = {}
     for k, r in enumerate(records):
@@ -153,7 +153,7 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
             items = [(ids[x], seqs[x], ids[y], seqs[y]) for x in range(n) for y in range(x + 1, n)]
             index = {name: k for k, name in enumerate(ids)}
             posteriors = {}
-            for chunk, out in _run_cluster(spec, _chunks(items, chunk_size), 8, False, scheduler, workers,
+            for chunk, out in run_cluster(spec, chunks(items, chunk_size), 8, False, scheduler, workers,
                                            align_chunk):
                 for (qid, q, tid, t), (aln, *_) in zip(chunk, out):
                     posteriors[(index[qid], index[tid])] = library_entry(aln, len(q), len(t))
@@ -161,13 +161,13 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
         result = align_multiple(ids, seqs, posteriors, consistency=consistency, refine_rounds=refine, seed=seed,
                                 progress=bar.update)
     alignment = result.to_biopython(alphabet)
-    if output is None or _is_stdio(output):
+    if output is None or is_stdio(output):
         AlignIO.write(alignment, sys.stdout, MSA_FORMATS[fmt])
     else:
         with atomic_write(output) as handle:
             AlignIO.write(alignment, handle, MSA_FORMATS[fmt])
     if tree is not None:
-        if _is_stdio(tree):
+        if is_stdio(tree):
             print(result.tree)
         else:
             with atomic_write(tree) as handle:

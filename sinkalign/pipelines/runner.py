@@ -1,0 +1,249 @@
+"""What the alignment pipelines (``sinkalign align``, ``sinkalign msa``) share: the model,
+loaded once per process; chunks of pairs aligned here or as tasks on a Dask cluster, results in
+input order; and the guards on inputs and outputs (standard input spooled once, an existing
+output never replaced unasked)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from collections import deque
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+from sinkalign.errors import InputError, OutputExistsError, SinkalignError, require
+
+__all__ = ["DEFAULT_CHUNK_SIZE", "STDIO", "ModelSpec", "align_chunk", "check_output", "chunks", "is_stdio",
+           "load_aligner", "run_cluster", "run_local", "stdin_spooled"]
+
+log = logging.getLogger(__name__)
+
+STDIO = "-"
+#: Pairs per chunk: the unit of work of a cluster task (and of the single-process loop).
+DEFAULT_CHUNK_SIZE = 256
+
+# --------------------------------------------------------------------------------------
+# the model, loaded once per process
+# --------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """What a process needs to build the aligner (small, picklable, hashable).
+
+    ``path=None`` is the shipped model for ``alphabet``, resolved in the process that loads it.
+    """
+
+    path: str | None
+    alphabet: str = "protein"
+    backend: str = "reference"
+    gap_weight: float | None = None
+    embedder: str | None = None
+    esm_weights: str | None = None
+    min_confidence: float | None = None
+    engine: str = "auto"
+    threads: int | None = None  # the numpy engine's threads in this process (None: every CPU it may use)
+    strand: str | None = None  # nucleotide models: plus, minus or both (None: the aligner's default, both)
+    band: int | str | None = None  # a corridor of this radius for every pair, "dense", or None (long pairs banded)
+
+
+_ALIGNERS: dict = {}
+_LOADS = 0  # models loaded by this process (a cluster test reads it on each worker)
+
+
+def _fingerprint(path: Path) -> tuple:
+    """Names, sizes and times of the files under ``path``: a model changed on disk is reloaded."""
+    if path.is_file():
+        st = path.stat()
+        return ((path.name, st.st_size, st.st_mtime_ns),)
+    out = []
+    for root, _, files in os.walk(path):
+        for name in files:
+            st = os.stat(os.path.join(root, name))
+            out.append((os.path.relpath(os.path.join(root, name), path), st.st_size, st.st_mtime_ns))
+    return tuple(sorted(out))
+
+
+def _worker_threads() -> int | None:
+    """Inside a Dask worker, that worker's thread count: a machine runs several worker
+    processes, so the aligner's engine must not start a thread per CPU in each of them.
+    Elsewhere ``None`` (the engine's default)."""
+    distributed = sys.modules.get("distributed")
+    if distributed is None:
+        return None
+    try:
+        worker = distributed.get_worker()
+    except ValueError:  # not running inside a worker
+        return None
+    nthreads = getattr(worker, "nthreads", None) or getattr(getattr(worker, "state", None), "nthreads", None)
+    return max(1, int(nthreads)) if nthreads else None
+
+
+def load_aligner(spec: ModelSpec):
+    """The :class:`~sinkalign.align.aligner.Aligner` of ``spec``, loaded once per process
+    (again only when the model's files change)."""
+    global _LOADS
+    from sinkalign.align.aligner import Aligner, default_model_path
+
+    path = Path(spec.path) if spec.path is not None else default_model_path(spec.alphabet)
+    key = (spec, _fingerprint(path) if path.exists() else None)
+    cached = _ALIGNERS.get(spec)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    options = {"weights": spec.esm_weights} if spec.esm_weights else {}
+    threads = _worker_threads() or spec.threads
+    extra = {} if threads is None else {"workers": threads}
+    extra["min_confidence"] = spec.min_confidence
+    extra["engine"] = spec.engine
+    extra["strand"] = spec.strand
+    if spec.band is not None:
+        extra["band"] = spec.band
+    aligner = Aligner.load(path, backend=spec.backend, gap_weight=spec.gap_weight, **extra)
+    trained_with = aligner.config.embedder.get("name") if aligner.config.feature_dim else None
+    if spec.embedder is not None and trained_with is not None and spec.embedder != trained_with:
+        raise InputError(f"the model was trained with the {trained_with!r} embedder, not {spec.embedder!r}")
+    if trained_with == "esm2" and options:
+        aligner = Aligner.load(path, backend=spec.backend, gap_weight=spec.gap_weight, embedder_options=options,
+                               **extra)
+    _ALIGNERS[spec] = (key, aligner)
+    _LOADS += 1
+    return aligner
+
+
+def _align_pairs(aligner, pairs, *, batch_size: int, keep_plan: bool):
+    """The pipeline's one call into the aligner: ``(query_id, query, target_id, target)``
+    tuples in, :class:`~sinkalign.alignment.AlignedPair` out, in input order."""
+    return aligner.align_many(pairs, batch_size=batch_size, keep_plan=keep_plan)
+
+
+_MALLOC_TRIM = None
+
+
+def _trim_heap() -> None:
+    """Hand freed heap memory back to the OS (glibc only; elsewhere nothing). glibc keeps what
+    is freed in per-thread arenas, and as JAX's threads allocate and free batch buffers the
+    resident size creeps up by hundreds of MB over a long run; trimming after each chunk keeps
+    it flat (``benchmarks/align_memory.py``)."""
+    global _MALLOC_TRIM
+    if _MALLOC_TRIM is None:
+        import ctypes
+
+        try:
+            _MALLOC_TRIM = ctypes.CDLL(None).malloc_trim
+        except (OSError, AttributeError):
+            _MALLOC_TRIM = False
+    if _MALLOC_TRIM:
+        _MALLOC_TRIM(0)
+
+
+def align_chunk(spec: ModelSpec, chunk: list, batch_size: int, keep_plan: bool) -> list:
+    """Align one chunk of ``(query_id, query, target_id, target)``: a list of ``(alignment,
+    plan or None, E-value or None, strand)`` in the chunk's order. The task a cluster worker runs (and the single
+    process too, chunk by chunk, so both give the same batches and the same results)."""
+    aligner = load_aligner(spec)
+    out = []
+    for res in _align_pairs(aligner, chunk, batch_size=batch_size, keep_plan=keep_plan):
+        out.append((res.alignment, None if res.plan is None else res.plan.astype(np.float32), res.evalue,
+                    res.strand))
+    if len(out) != len(chunk):  # an aligner that drops or adds pairs is a bug, never silent
+        raise RuntimeError(f"the aligner returned {len(out)} results for {len(chunk)} pairs")
+    _trim_heap()
+    return out
+
+
+
+
+# --------------------------------------------------------------------------------------
+# inputs and outputs
+# --------------------------------------------------------------------------------------
+def is_stdio(path) -> bool:
+    return path is not None and str(path) == STDIO
+
+
+def check_output(path, overwrite: bool, inputs: list[Path], what: str) -> None:
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{what} {path} is a directory; give a file name")
+    for src in inputs:
+        if path.exists() and src.exists() and path.resolve() == src.resolve():
+            raise InputError(f"{what} {path} is also an input; write the output somewhere else")
+    if path.exists() and not overwrite:
+        raise OutputExistsError(f"{what} {path} already exists; remove it, or pass --overwrite to replace it "
+                                "(it is replaced only when the run succeeds)")
+
+
+@contextlib.contextmanager
+def stdin_spooled(paths: list):
+    """Replace each ``-`` by one temporary copy of standard input (read once, constant memory)."""
+    if not any(is_stdio(p) for p in paths):
+        yield [None if p is None else Path(p) for p in paths]
+        return
+    with tempfile.TemporaryDirectory(prefix="sinkalign-stdin-") as tmp:
+        spool = Path(tmp) / "stdin"
+        with open(spool, "wb") as out:
+            shutil.copyfileobj(sys.stdin.buffer, out, 1 << 20)
+        yield [spool if is_stdio(p) else (None if p is None else Path(p)) for p in paths]
+
+
+# --------------------------------------------------------------------------------------
+# running the chunks: here or on a Dask cluster
+# --------------------------------------------------------------------------------------
+def chunks(pairs: Iterable, size: int) -> Iterator[list]:
+    it = iter(pairs)
+    while chunk := list(itertools.islice(it, size)):
+        yield chunk
+
+
+def run_local(spec, chunks, batch_size, keep_plan, task=None):
+    """Chunks aligned in this process by ``task`` (default :func:`align_chunk`), in order."""
+    task = task or align_chunk
+    for chunk in chunks:
+        yield chunk, task(spec, chunk, batch_size, keep_plan)
+
+
+@contextlib.contextmanager
+def _client(scheduler: str | None, workers: int | None):
+    distributed = require("distributed", "cluster", "sinkalign align --workers/--scheduler")
+    if scheduler is not None:
+        try:
+            client = distributed.Client(scheduler, set_as_default=False)  # distributed.comm.timeouts.connect
+        except OSError as exc:
+            raise InputError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from exc
+        with client:
+            yield client
+        return
+    with distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                  dashboard_address=":0", silence_logs=logging.ERROR) as cluster, \
+            distributed.Client(cluster, set_as_default=False) as client:
+        yield client
+
+
+def run_cluster(spec, chunks, batch_size, keep_plan, scheduler, workers, task):
+    """Chunks as Dask tasks; a bounded window in flight; results yielded in input order."""
+    distributed = require("distributed", "cluster", "sinkalign align --workers/--scheduler")
+    with _client(scheduler, workers) as client:
+        window = max(2, 2 * sum(client.nthreads().values()))
+        pending: deque = deque()
+
+        def submit(chunk):
+            pending.append((chunk, client.submit(task, spec, chunk, batch_size, keep_plan, pure=False)))
+
+        for chunk in itertools.islice(chunks, window):
+            submit(chunk)
+        while pending:
+            chunk, future = pending.popleft()
+            try:
+                out = future.result()
+            except distributed.KilledWorker as exc:
+                raise SinkalignError(f"a chunk of {len(chunk)} pairs (from {chunk[0][0]} / {chunk[0][2]}) "
+                                     f"killed every worker that ran it: {exc}") from exc
+            future.release()
+            for nxt in itertools.islice(chunks, 1):
+                submit(nxt)
+            yield chunk, out
