@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import json
 import zlib
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from sinkalign.align.aligner import Aligner
 from sinkalign.align.decode import mea_from_posteriors
 from sinkalign.align.msa import (
     MIN_POSTERIOR,
+    MsaCalibration,
     MultipleAlignment,
     _column_scores,
     _mea,
@@ -28,9 +30,14 @@ from sinkalign.align.msa import (
     _Profile,
     align_multiple,
     aligner_posteriors,
+    calibration_samples,
+    clustal_consensus,
+    confidences,
     consistency_transform,
+    fit_msa_calibration,
     function_posteriors,
     guide_tree,
+    pp_code,
     progressive,
     refine,
     sum_of_pairs,
@@ -616,7 +623,8 @@ def test_align_multiple_with_the_aligner_equals_its_posteriors(shipped, globins)
     ids, seqs = [i for i, _ in globins], [s for _, s in globins]
     msa = align_multiple(ids, seqs, shipped, consistency=2)
     check_msa(msa, ids, seqs)
-    assert msa == align_multiple(ids, seqs, aligner_posteriors(shipped, seqs), consistency=2)
+    assert msa == align_multiple(ids, seqs, aligner_posteriors(shipped, seqs), consistency=2,
+                                 calibration=shipped.msa_calibration)
     single = align_multiple(ids[:1], seqs[:1], shipped)
     assert single.rows == (seqs[0],)
     some = aligner_posteriors(shipped, seqs, pairs=[(0, 2)])
@@ -721,3 +729,252 @@ def test_chain_score_takes_a_pairwise_alignment_as_its_own_mea():
     want_02 = mea_from_posteriors(posts[(0, 2)].toarray(), np.zeros(4), np.zeros(3), gap_weight=0.0).score / 3
     assert ea[0, 1] == pytest.approx(1.6 / 4, abs=1e-15) and ea[0, 2] == pytest.approx(want_02, abs=1e-15)
     assert ea[1, 2] == 0.0 and np.allclose(np.diag(ea), 1.0)
+
+
+# ----------------------------------------------------------------------------- confidences
+
+def confidences_reference(rows, dense: dict) -> tuple[list[list[float]], list[float]]:
+    """Column by column over the gapped rows: each residue's mean posterior with every other
+    residue of its column, and each column's mean over its residue pairs (NaN where none)."""
+    index = [np.cumsum([c != "-" for c in row]) - 1 for row in rows]
+    residue = [[] for _ in rows]
+    column = []
+    for c in range(len(rows[0])):
+        present = [x for x, row in enumerate(rows) if row[c] != "-"]
+        values = []
+        for x in present:
+            mine = [get(dense, x, y)[index[x][c], index[y][c]] for y in present if y != x]
+            residue[x].append(float(np.mean(mine)) if mine else float("nan"))
+            values += mine
+        column.append(float(np.mean(values)) if values else float("nan"))
+    return residue, column
+
+
+@pytest.mark.parametrize("lengths", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_confidences_match_a_loop_over_columns(lengths):
+    rng = np.random.default_rng(sum(lengths) * 7 + len(lengths))
+    seqs = random_seqs(rng, lengths)
+    dense = random_dense_posts(rng, lengths, density=0.7)
+    for consistency, rounds in [(0, 0), (2, 3)]:
+        msa = align_multiple([f"s{k}" for k in range(len(seqs))], seqs, dense, consistency=consistency,
+                             refine_rounds=rounds)
+        posts = consistency_transform(sparse_posts(dense), lengths, consistency)
+        residue, column = confidences(cols_of_rows(msa.rows), posts, lengths)
+        want_residue, want_column = confidences_reference(msa.rows, dense_of(posts))
+        np.testing.assert_allclose(column, want_column, rtol=0, atol=TOL)
+        assert len(residue) == len(lengths)
+        for got, want, length in zip(residue, want_residue, lengths):
+            assert got.shape == (length,)
+            np.testing.assert_allclose(got, want, rtol=0, atol=TOL)
+
+
+def test_confidences_of_hand_made_columns():
+    # rows "AC-", "A-D", "-CD": every column holds two residues
+    dense = {(0, 1): np.array([[0.9, 0.3], [0.0, 0.0]]), (0, 2): np.array([[0.0, 0.0], [0.5, 0.0]]),
+             (1, 2): np.array([[0.0, 0.0], [0.0, 0.25]])}
+    cols = cols_of_rows(["AC-", "A-D", "-CD"])
+    residue, column = confidences(cols, {k: sp.csr_matrix(v) for k, v in dense.items()}, [2, 2, 2])
+    np.testing.assert_array_equal(column, [0.9, 0.5, 0.25])
+    np.testing.assert_array_equal(residue[0], [0.9, 0.5])
+    np.testing.assert_array_equal(residue[1], [0.9, 0.25])
+    np.testing.assert_array_equal(residue[2], [0.5, 0.25])
+    # a residue alone in its column, and a pair absent from the posteriors (probability 0)
+    residue, column = confidences(cols_of_rows(["AC", "-C"]), {(0, 1): sp.csr_matrix((2, 1))}, [2, 1])
+    assert np.isnan(residue[0][0]) and residue[0][1] == 0.0 and residue[1][0] == 0.0
+    assert np.isnan(column[0]) and column[1] == 0.0
+
+
+@pytest.mark.parametrize(("p", "code"), [(0.0, "0"), (0.0499, "0"), (0.05, "1"), (0.5, "5"), (0.849, "8"),
+                                          (0.85, "9"), (0.9499, "9"), (0.95, "*"), (1.0, "*"),
+                                          (float("nan"), ".")])
+def test_pp_code_is_hmmers(p, code):
+    assert pp_code(p) == code
+
+
+def test_pp_lines_and_stockholm_annotations():
+    seqs = ["ACDE", "ACE", "CDE"]
+    dense = {(0, 1): np.zeros((4, 3)), (0, 2): np.zeros((4, 3)), (1, 2): np.zeros((3, 3))}
+    dense[(0, 1)][[0, 1, 3], [0, 1, 2]] = [0.97, 0.88, 0.42]
+    dense[(0, 2)][[1, 2, 3], [0, 1, 2]] = [0.6, 0.3, 0.5]
+    dense[(1, 2)][[1, 2], [0, 2]] = [0.7, 0.2]
+    msa = align_multiple(["a", "b", "c"], seqs, dense, consistency=0, refine_rounds=0)
+    rows, cons = msa.pp_lines()
+    assert len(rows) == 3 and all(len(r) == msa.n_columns for r in rows)
+    for row, pp in zip(msa.rows, rows):
+        assert all(p == "." for c, p in zip(row, pp) if c == "-")  # gaps are '.'
+    want_residue, want_column = confidences_reference(msa.rows, dense)
+    assert cons == "".join(pp_code(p) for p in want_column)
+    for row, pp, want in zip(msa.rows, rows, want_residue):
+        assert [p for c, p in zip(row, pp) if c != "-"] == [pp_code(v) for v in want]
+    buf = io.StringIO()
+    AlignIO.write(msa.to_biopython("protein"), buf, "stockholm")
+    text = buf.getvalue()
+    assert "#=GR a PP " + rows[0] in text and "#=GC PP_cons " + cons in text
+    back = AlignIO.read(io.StringIO(text), "stockholm")
+    assert [r.letter_annotations["posterior_probability"] for r in back] == list(rows)
+    assert back.column_annotations["posterior_probability"] == cons
+
+
+def clustal_reference(column: str, alphabet: str) -> str:
+    strong = ["STA", "NEQK", "NHQK", "NDEQ", "QHRK", "MILV", "MILF", "HY", "FYW"]
+    weak = ["CSA", "ATV", "SAG", "STNK", "STPA", "SGND", "SNDEQK", "NDEQHK", "NEQHRK", "FVLIM", "HFY"]
+    if "-" in column:
+        return " "
+    if len(set(column.upper())) == 1:
+        return "*"
+    if alphabet == "dna":
+        return " "
+    for mark, groups in ((":", strong), (".", weak)):
+        if any(all(c in g for c in column.upper()) for g in groups):
+            return mark
+    return " "
+
+
+@pytest.mark.parametrize("alphabet", ["protein", "dna"])
+def test_clustal_consensus_matches_its_definition(alphabet):
+    rng = np.random.default_rng(5)
+    letters = list(PROTEIN + "-") if alphabet == "protein" else list("ACGT-")
+    for n in (1, 2, 3, 5):
+        for _ in range(40):
+            rows = ["".join(rng.choice(letters[:rng.integers(2, len(letters) + 1)], size=12)) for _ in range(n)]
+            want = "".join(clustal_reference("".join(col), alphabet) for col in zip(*rows))
+            assert clustal_consensus(rows, alphabet) == want
+    # M/L/I strong (MILV), S alone, G/A weak (SAG), A/V weak (ATV), W/A none, a gap, a/A one residue
+    assert clustal_consensus(["MSGAWCa", "LSAVA-A", "ISGAWCA"]) == ":*..  *"
+    assert clustal_consensus(["ACGT", "ACGA"], "dna") == "*** "
+
+
+def test_clustal_output_has_the_conservation_line():
+    msa = align_multiple(["a", "b"], ["MKV", "MRV"], {(0, 1): np.eye(3)}, consistency=0)
+    buf = io.StringIO()
+    AlignIO.write(msa.to_biopython("protein"), buf, "clustal")
+    lines = buf.getvalue().splitlines()
+    k = next(i for i, line in enumerate(lines) if line.startswith("b "))
+    start = lines[k].index("MRV")
+    assert lines[k + 1][start:start + 3] == "*:*"
+
+
+# ----------------------------------------------------------------------------- calibrated confidences
+
+def random_calibration(rng, rounds=(0, 2)) -> MsaCalibration:
+    knots = {}
+    for r in rounds:
+        xs = np.sort(rng.choice(np.linspace(0.0, 1.0, 101), size=5, replace=False))
+        knots[r] = (tuple(xs), tuple(np.sort(rng.random(5))))
+    return MsaCalibration(knots, "random knots")
+
+
+def test_msa_calibration_maps_round_trips_and_checks():
+    cal = MsaCalibration({2: ((0.1, 0.5, 0.9), (0.2, 0.6, 0.95))}, "somewhere")
+    np.testing.assert_allclose(cal.mapper(2)(np.array([0.0, 0.1, 0.3, 0.9, 1.0])), [0.2, 0.2, 0.4, 0.95, 0.95])
+    assert cal.covers(2) and not cal.covers(0)
+    back = MsaCalibration.from_dict(json.loads(json.dumps(cal.to_dict())))
+    assert back == cal and back.fitted_on == "somewhere"
+    for bad in ({2: ((0.5, 0.1), (0.1, 0.2))}, {2: ((0.1, 0.5), (0.3, 0.2))}, {2: ((0.1,), (1.5,))},
+                {2: ((0.1, 0.5), (0.3,))}, {-1: ((0.1,), (0.3,))}, {2: ((), ())}):
+        with pytest.raises(ValueError):
+            MsaCalibration(bad)
+    for bad in ({}, {"knots": {"two": {"x": [0.1], "y": [0.2]}}}, {"knots": {"2": {"x": [0.1]}}}):
+        with pytest.raises(ValueError):
+            MsaCalibration.from_dict(bad)
+
+
+def test_align_multiple_applies_a_calibration_covering_its_rounds():
+    rng = np.random.default_rng(11)
+    lengths = [6, 3, 9, 5]
+    seqs = random_seqs(rng, lengths)
+    dense = random_dense_posts(rng, lengths, density=0.7)
+    cal = random_calibration(rng)
+    for consistency in (0, 1, 2):
+        msa = align_multiple("abcd", seqs, dense, consistency=consistency, refine_rounds=2, calibration=cal)
+        plain = align_multiple("abcd", seqs, dense, consistency=consistency, refine_rounds=2)
+        assert msa.rows == plain.rows and msa.score == plain.score
+        posts = consistency_transform(sparse_posts(dense), lengths, consistency)
+        mapper = cal.mapper(consistency) if cal.covers(consistency) else None
+        residue, column = confidences(cols_of_rows(msa.rows), posts, lengths, mapper)
+        assert msa.calibrated == cal.covers(consistency) and not plain.calibrated
+        np.testing.assert_array_equal(msa.column_confidence, column)
+        for got, want in zip(msa.confidence, residue):
+            np.testing.assert_array_equal(got, want)
+        # calibrated residue confidences: the mean of the mapped probabilities, by a loop over columns
+        mapped = {k: (np.vectorize(mapper)(M) if mapper else M) for k, M in dense_of(posts).items()}
+        want_residue, want_column = confidences_reference(msa.rows, mapped)
+        np.testing.assert_allclose(msa.column_confidence, want_column, rtol=0, atol=TOL)
+        for got, want in zip(msa.confidence, want_residue):
+            np.testing.assert_allclose(got, want, rtol=0, atol=TOL)
+
+
+def test_calibration_samples_count_core_pairs_as_precision_does():
+    from sinkalign.align.metrics import core_pair_scores
+    from sinkalign.io.alignments import ReferencePair
+
+    rng = np.random.default_rng(19)
+    lengths = [7, 5, 8]
+    seqs = random_seqs(rng, lengths)
+    dense = random_dense_posts(rng, lengths, density=0.6)
+    msa = align_multiple("xyz", seqs, dense, consistency=1, refine_rounds=0)
+    posts = consistency_transform(sparse_posts(dense), lengths, 1)
+    cols = cols_of_rows(msa.rows)
+    refs = []
+    for a, b in [(0, 1), (2, 0), (1, 2)]:  # one pair given target-first
+        truth = np.array(sorted({(i, j) for i, j in zip(rng.integers(0, lengths[a], 4), rng.integers(0, lengths[b], 4))}))
+        keep = (np.diff(truth[:, 0], prepend=-1) > 0) & (np.diff(truth[:, 1], prepend=-1) > 0)
+        qcore, tcore = rng.random(lengths[a]) < 0.6, rng.random(lengths[b]) < 0.6
+        truth = truth[keep & qcore[truth[:, 0]] & tcore[truth[:, 1]]]
+        refs.append(ReferencePair("xyz"[a], "xyz"[b], seqs[a], seqs[b], truth.reshape(-1, 2),
+                                  query_core=qcore, target_core=tcore))
+    p, right, column = calibration_samples(cols, posts, "xyz", refs)
+    want_p, want_right, want_column = [], [], []
+    D = dense_of(posts)
+    for ref in refs:
+        a, b = "xyz".index(ref.query_id), "xyz".index(ref.target_id)
+        pred = induced_pairs(msa.rows[a], msa.rows[b])
+        pred = pred[ref.query_core[pred[:, 0]] | ref.target_core[pred[:, 1]]]
+        truth = set(map(tuple, ref.pairs.tolist()))
+        want_p += [get(D, a, b)[i, j] for i, j in pred]
+        want_right += [(i, j) in truth for i, j in pred]
+        want_column += [cols[a][i] for i, _ in pred]
+        # as precision counts: the same pairs, the same hits
+        scores = core_pair_scores(pred, ref)
+        assert scores.n_pred == len(pred) and scores.tp == sum((i, j) in truth for i, j in pred)
+    np.testing.assert_allclose(p, want_p, rtol=0, atol=TOL)
+    np.testing.assert_array_equal(right, want_right)
+    np.testing.assert_array_equal(column, want_column)
+
+
+def test_fit_msa_calibration_recovers_a_known_reliability():
+    rng = np.random.default_rng(23)
+    p = rng.random(200_000)
+    right = rng.random(p.size) < np.sqrt(p)  # a monotone, not identity, reliability
+    cal = fit_msa_calibration({2: (p, right)}, fitted_on="draws", max_knots=16)
+    assert cal.covers(2) and not cal.covers(0) and len(cal.knots[2][0]) <= 16
+    grid = np.linspace(0.05, 0.95, 19)
+    np.testing.assert_allclose(cal.mapper(2)(grid), np.sqrt(grid), atol=0.03)
+
+
+def test_a_model_carries_its_msa_calibration(shipped, globins, tmp_path):
+    from sinkalign.align.checkpoints import export_model
+    from sinkalign.errors import CheckpointError
+
+    cal = MsaCalibration({2: ((0.1, 0.6), (0.3, 0.9))}, "hand-made")
+    blosum = Aligner.load("blosum")
+    out = tmp_path / "model"
+    export_model(out, blosum.params, blosum.config, provenance="test", calibration=blosum.calibration.to_dict(),
+                 msa_calibration=cal.to_dict())
+    loaded = Aligner.load(out)
+    assert loaded.msa_calibration == cal
+    ids, seqs = [i for i, _ in globins], [s for _, s in globins]
+    msa = align_multiple(ids, seqs, loaded)
+    assert msa.calibrated
+    plain = align_multiple(ids, seqs, aligner_posteriors(loaded, seqs))
+    assert not plain.calibrated and plain.rows == msa.rows
+    assert not align_multiple(ids, seqs, loaded, consistency=1).calibrated  # no map for 1 round
+    # fitted on the model's own confidences: not with another calibration
+    assert Aligner.load(out, calibration=blosum.calibration).msa_calibration is None
+    with pytest.raises(ValueError, match="goes with the calibration"):
+        export_model(tmp_path / "bad", blosum.params, blosum.config, provenance="t", msa_calibration=cal.to_dict())
+    state = json.loads((out / "state.json").read_text())
+    state["msa_calibration"]["knots"]["2"]["y"] = [0.9, 0.3]
+    (out / "state.json").write_text(json.dumps(state))
+    with pytest.raises(CheckpointError, match="bad msa_calibration"):
+        Aligner.load(out)

@@ -221,3 +221,50 @@ def test_clustal_names_that_would_collide_are_refused_before_aligning(tmp_path, 
         res = _run("msa", path, "--format", "clustal", "-o", tmp_path / "o.aln")
     assert res.exit_code == 0 and "cut to 30 characters" in caplog.text
     assert _run("msa", path, "--format", "fasta").exit_code == 0  # other formats keep whole names
+
+
+def test_confidences_in_stockholm_and_the_column_scores(family, tmp_path):
+    from sinkalign.align.aligner import Aligner
+    from sinkalign.align.msa import align_multiple, clustal_consensus
+
+    out, scores = tmp_path / "out.sto", tmp_path / "columns.tsv"
+    res = _run("msa", family, "-o", out, "--format", "stockholm", "--column-scores", scores)
+    assert res.exit_code == 0, res.output
+    recs = [r.split("\n", 1) for r in FAMILY.strip(">\n").split("\n>")]
+    ids, seqs = [r[0].split()[0] for r in recs], [r[1].strip() for r in recs]
+    want = align_multiple(ids, seqs, Aligner.load("learned"))
+    aln = AlignIO.read(out, "stockholm")
+    assert tuple(str(rec.seq) for rec in aln) == want.rows
+    pp_rows, pp_cons = want.pp_lines()
+    assert [rec.letter_annotations["posterior_probability"] for rec in aln] == list(pp_rows)
+    assert aln.column_annotations["posterior_probability"] == pp_cons
+    lines = scores.read_text().splitlines()
+    assert lines[0] == f"# column confidences: {'calibrated' if want.calibrated else 'not calibrated'}"
+    assert lines[1].split("\t") == ["column", "residues", "confidence", "conservation"]
+    marks = clustal_consensus(want.rows)
+    assert len(lines) == 2 + want.n_columns
+    for c, line in enumerate(lines[2:]):
+        col, residues, conf, mark = line.split("\t")
+        assert int(col) == c + 1 and int(residues) == sum(row[c] != "-" for row in want.rows)
+        assert mark == marks[c].strip()
+        if int(residues) < 2:
+            assert conf == "NA"
+        else:
+            assert abs(float(conf) - want.column_confidence[c]) <= 5e-5
+            assert pp_cons[c] != "."
+    # the clustal file carries the conservation line
+    aln_file = tmp_path / "out.aln"
+    assert _run("msa", family, "-o", aln_file, "--format", "clustal").exit_code == 0
+    assert AlignIO.read(aln_file, "clustal").column_annotations["clustal_consensus"] == marks
+
+
+def test_column_scores_are_kept_unless_overwrite_and_share_stdout_with_nothing(family, tmp_path):
+    scores = tmp_path / "columns.tsv"
+    scores.write_text("mine")
+    res = _run("msa", family, "-o", tmp_path / "o.afa", "--column-scores", scores)
+    assert res.exit_code != 0 and "already exists" in res.output and scores.read_text() == "mine"
+    assert not (tmp_path / "o.afa").exists()
+    res = _run("msa", family, "--column-scores", "-")
+    assert res.exit_code != 0 and "both go to standard output" in res.output
+    res = _run("msa", family, "-o", tmp_path / "o.afa", "--column-scores", "-")
+    assert res.exit_code == 0 and res.output.startswith("# column confidences")

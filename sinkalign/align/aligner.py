@@ -280,6 +280,7 @@ class Aligner:
         self.calibration = calibration
         self.significance = significance
         self.provenance = ""  # how the model was made (set by :meth:`load` from its state.json)
+        self.msa_calibration = None  # calibrated multiple-alignment confidences (sinkalign.align.msa), from state.json
         self._numpy: NumpyEngine | None = None
         if engine != "jax":
             reason = engine_support(params, config) if backend == "reference" else f"backend={backend!r}"
@@ -317,8 +318,17 @@ class Aligner:
                 kwargs["significance"] = Significance.from_dict(state["significance"])
             except (TypeError, ValueError) as exc:
                 raise CheckpointError(f"{path}/state.json: bad significance: {exc}") from exc
+        msa_calibration = None
+        if "msa_calibration" in state and own_calibration:  # fitted on the model's own confidences
+            from sinkalign.align.msa import MsaCalibration
+
+            try:
+                msa_calibration = MsaCalibration.from_dict(state["msa_calibration"])
+            except (TypeError, ValueError) as exc:
+                raise CheckpointError(f"{path}/state.json: bad msa_calibration: {exc}") from exc
         aligner = cls(params, M.AlignerConfig.from_dict(state["model"]), **kwargs)
         aligner.provenance = state.get("provenance", "")
+        aligner.msa_calibration = msa_calibration
         return aligner
 
     @property

@@ -166,12 +166,14 @@ def _remove_dir(path: Path) -> None:
 
 def export_model(out_dir: str | os.PathLike, params: dict, config, *, provenance: str,
                  calibration: dict | None = None, significance: dict | None = None,
-                 overwrite: bool = False) -> Path:
+                 msa_calibration: dict | None = None, overwrite: bool = False) -> Path:
     """Write a standalone model directory (params.safetensors + state.json), atomically.
 
     ``calibration``: a :meth:`sinkalign.align.calibration.Calibration.to_dict` stored with the
     model, applied to the posteriors of every alignment it makes. ``significance``: a
     :meth:`sinkalign.align.significance.Significance.to_dict` (the null of its E-values,
+    fitted with that calibration). ``msa_calibration``: a
+    :meth:`sinkalign.align.msa.MsaCalibration.to_dict` (multiple alignments' confidences,
     fitted with that calibration).
 
     Nothing a user has is lost: an existing empty directory is filled; an existing model
@@ -190,6 +192,10 @@ def export_model(out_dir: str | os.PathLike, params: dict, config, *, provenance
         if calibration is None:
             raise ValueError("a significance (E-value null) goes with the calibration it was fitted with")
         state["significance"] = significance
+    if msa_calibration is not None:
+        if calibration is None:
+            raise ValueError("an MSA calibration goes with the calibration it was fitted with")
+        state["msa_calibration"] = msa_calibration
     with atomic_dir(out_dir) as tmp:
         save_file({k: np.asarray(v) for k, v in params.items()}, tmp / "params.safetensors")
         (tmp / "state.json").write_text(json.dumps(state, indent=1) + "\n")

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -42,10 +42,16 @@ from sinkalign.errors import InputError
 
 __all__ = [
     "MIN_POSTERIOR",
+    "MsaCalibration",
     "MultipleAlignment",
     "align_multiple",
+    "calibration_samples",
+    "clustal_consensus",
+    "column_pairs",
+    "confidences",
     "aligner_posteriors",
     "consistency_transform",
+    "fit_msa_calibration",
     "function_posteriors",
     "guide_tree",
     "library_aligner",
@@ -61,31 +67,100 @@ MIN_POSTERIOR = 0.01
 Posts = dict  # (x, y) with x < y -> csr_matrix [L_x, L_y]
 
 
+#: Clustal's conservation groups (Clustal W / Omega): a column of residues all in one strong
+#: group is marked ``:``, all in one weak group ``.``, all one residue ``*``
+CLUSTAL_STRONG = ("STA", "NEQK", "NHQK", "NDEQ", "QHRK", "MILV", "MILF", "HY", "FYW")
+CLUSTAL_WEAK = ("CSA", "ATV", "SAG", "STNK", "STPA", "SGND", "SNDEQK", "NDEQHK", "NEQHRK", "FVLIM", "HFY")
+
+
+def clustal_consensus(rows: Sequence[str], alphabet: str | None = "protein") -> str:
+    """Clustal's conservation line of gapped ``rows``: ``*`` where every row has the same
+    residue, and for protein ``:`` / ``.`` where every residue is in one of
+    :data:`CLUSTAL_STRONG` / :data:`CLUSTAL_WEAK`; a space elsewhere and in any column with a gap."""
+    out = []
+    for column in zip(*rows):
+        letters = {c.upper() for c in column}
+        if "-" in letters or "." in letters:
+            out.append(" ")
+        elif len(letters) == 1:
+            out.append("*")
+        elif alphabet == "dna":
+            out.append(" ")
+        elif any(letters <= set(g) for g in CLUSTAL_STRONG):
+            out.append(":")
+        elif any(letters <= set(g) for g in CLUSTAL_WEAK):
+            out.append(".")
+        else:
+            out.append(" ")
+    return "".join(out)
+
+
+def pp_code(p: float) -> str:
+    """A probability as one character of a Stockholm ``PP`` line (HMMER's code): ``*`` for
+    >= 0.95, else the digit ``d`` of ``[d - 0.5, d + 0.5) / 10``; ``.`` for NaN (no value)."""
+    if not np.isfinite(p):
+        return "."
+    return "*" if p + 0.05 >= 1.0 else str(min(9, max(0, int((p + 0.05) * 10))))
+
+
 @dataclass(frozen=True)
 class MultipleAlignment:
     """``ids`` and ``rows`` (gapped, ``-`` for a gap, all of one length) in input order, the
     guide tree as Newick (``tree``, branch lengths in units of one minus expected accuracy),
     and ``score``: the sum-of-pairs posterior score (the summed consistency-transformed
-    posteriors of every aligned residue pair)."""
+    posteriors of every aligned residue pair).
+
+    ``confidence``: per row, each residue's confidence (:func:`confidences`: the mean
+    probability of its pairings with the other residues of its column; NaN for a residue
+    alone in its column); ``column_confidence``: per column, the mean over its residue pairs
+    (NaN for a column of fewer than two residues). ``calibrated``: whether those
+    probabilities are calibrated (an :class:`MsaCalibration` covering the consistency rounds
+    used), else the consistency-transformed library's own, which rank pairs but understate
+    how often they are right."""
 
     ids: tuple[str, ...]
     rows: tuple[str, ...]
     tree: str
     score: float
+    confidence: tuple[np.ndarray, ...] = field(default=(), compare=False, repr=False)
+    column_confidence: np.ndarray = field(default_factory=lambda: np.zeros(0), compare=False, repr=False)
+    calibrated: bool = False
 
     @property
     def n_columns(self) -> int:
         return len(self.rows[0]) if self.rows else 0
 
+    def pp_lines(self) -> tuple[tuple[str, ...], str]:
+        """The confidences as Stockholm ``PP`` strings (:func:`pp_code`): one per row, ``.`` at
+        gaps, and the columns' (``PP_cons``). Empty when there are no confidences."""
+        if not self.confidence:
+            return (), ""
+        rows = []
+        for row, conf in zip(self.rows, self.confidence):
+            codes = iter(pp_code(p) for p in conf)
+            rows.append("".join("." if c == "-" else next(codes) for c in row))
+        return tuple(rows), "".join(pp_code(p) for p in self.column_confidence)
+
     def to_biopython(self, alphabet: str | None = None):
-        """A :class:`Bio.Align.MultipleSeqAlignment` of the rows (for ``Bio.AlignIO.write``)."""
+        """A :class:`Bio.Align.MultipleSeqAlignment` of the rows (for ``Bio.AlignIO.write``):
+        with each row's confidences as its ``posterior_probability`` letter annotation and the
+        columns' as a column annotation (Stockholm ``#=GR id PP`` and ``#=GC PP_cons`` lines),
+        and Clustal's conservation line (``clustal_consensus``)."""
         from Bio.Align import MultipleSeqAlignment
         from Bio.Seq import Seq
         from Bio.SeqRecord import SeqRecord
 
         annotations = {"molecule_type": "DNA" if alphabet == "dna" else "protein"} if alphabet else {}
-        return MultipleSeqAlignment([SeqRecord(Seq(row), id=i, description="", annotations=dict(annotations))
-                                     for i, row in zip(self.ids, self.rows)])
+        pp_rows, pp_cons = self.pp_lines()
+        records = []
+        for k, (i, row) in enumerate(zip(self.ids, self.rows)):
+            letters = {"posterior_probability": pp_rows[k]} if pp_rows else {}
+            records.append(SeqRecord(Seq(row), id=i, description="", annotations=dict(annotations),
+                                     letter_annotations=letters))
+        columns = {"clustal_consensus": clustal_consensus(self.rows, alphabet)}
+        if pp_cons:
+            columns["posterior_probability"] = pp_cons
+        return MultipleSeqAlignment(records, column_annotations=columns)
 
 
 # ----------------------------------------------------------------------------- posteriors
@@ -369,6 +444,150 @@ def sum_of_pairs(cols: dict[int, np.ndarray], posts: Posts) -> float:
     return total
 
 
+def column_pairs(cols: dict[int, np.ndarray], posts: Posts):
+    """For every pair ``x < y`` of ``posts``: ``(x, y, i, j, p)``, the residue pairs ``(i, j)``
+    that the alignment ``cols`` puts in one column and their probabilities ``p`` under
+    ``posts`` (0 where a pair has no entry)."""
+    for (x, y), P in posts.items():
+        width = 1 + max(int(cols[x].max(initial=-1)), int(cols[y].max(initial=-1)))
+        residue_y = np.full(width, -1, np.int64)
+        residue_y[cols[y]] = np.arange(cols[y].size)
+        j = residue_y[cols[x]]
+        i = np.nonzero(j >= 0)[0]
+        j = j[i]
+        p = np.asarray(P[i, j]).ravel() if i.size else np.zeros(0)
+        yield x, y, i, j, p
+
+
+def confidences(cols: dict[int, np.ndarray], posts: Posts, lengths: Sequence[int],
+                calibrate: Callable[[np.ndarray], np.ndarray] | None = None) -> tuple[list[np.ndarray], np.ndarray]:
+    """Each residue's and each column's confidence in the alignment ``cols`` under ``posts``.
+
+    A residue's: the mean probability (``posts``, mapped by ``calibrate`` when given) of its
+    pairings, with every residue of another row in its column; a column's: the mean over
+    every residue pair in it. NaN for a residue alone in its column and for a column with
+    fewer than two residues.
+    """
+    n = len(lengths)
+    total = [np.zeros(length) for length in lengths]
+    count = [np.zeros(length) for length in lengths]
+    for x, y, i, j, p in column_pairs(cols, posts):
+        if calibrate is not None:
+            p = calibrate(p)
+        np.add.at(total[x], i, p)
+        np.add.at(count[x], i, 1.0)
+        np.add.at(total[y], j, p)
+        np.add.at(count[y], j, 1.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        residue = [total[x] / count[x] for x in range(n)]
+    width = 1 + max((int(c.max()) for c in cols.values() if c.size), default=-1)
+    col_total = np.zeros(width)
+    col_count = np.zeros(width)
+    for x in range(n):
+        np.add.at(col_total, cols[x], total[x])
+        np.add.at(col_count, cols[x], count[x])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        column = col_total / col_count
+    return residue, column
+
+
+@dataclass(frozen=True)
+class MsaCalibration:
+    """Calibrated confidences of a multiple alignment's residue pairs.
+
+    A residue pair that the alignment puts in one column has a probability under the
+    consistency-transformed library (:func:`consistency_transform`); it ranks pairs well, but
+    is not the frequency with which such pairs are right (the transformation divides by the
+    number of sequences, and a pair the pairwise alignment left out has none). ``knots`` maps
+    it, for each number of consistency rounds, to that frequency: an isotonic fit
+    (:func:`~sinkalign.align.calibration.isotonic_knots`, piecewise linear through the knots,
+    constant beyond the end ones) on reference families (:func:`fit_msa_calibration`). Stored
+    with the model (``state.json``, key ``msa_calibration``), and used with the model's own
+    pairwise calibration only (the library is made of those confidences).
+    """
+
+    knots: dict  # consistency rounds -> (xs, ys)
+    fitted_on: str = ""
+
+    def __post_init__(self) -> None:
+        for rounds, (xs, ys) in self.knots.items():
+            xs, ys = np.asarray(xs, np.float64), np.asarray(ys, np.float64)
+            if not (isinstance(rounds, int) and rounds >= 0):
+                raise ValueError(f"consistency rounds must be integers >= 0, got {rounds!r}")
+            if xs.ndim != 1 or xs.shape != ys.shape or xs.size < 1:
+                raise ValueError(f"knots of {rounds} rounds: xs and ys must be non-empty and of one length")
+            if not (np.all(np.isfinite(xs)) and np.all(np.diff(xs) > 0)):
+                raise ValueError(f"knots of {rounds} rounds: xs must be finite and increasing")
+            if not (np.all(np.diff(ys) >= 0) and ys.min() >= 0.0 and ys.max() <= 1.0):
+                raise ValueError(f"knots of {rounds} rounds: ys must be non-decreasing probabilities")
+
+    def covers(self, consistency: int) -> bool:
+        return consistency in self.knots
+
+    def mapper(self, consistency: int) -> Callable[[np.ndarray], np.ndarray]:
+        xs, ys = (np.asarray(v, np.float64) for v in self.knots[consistency])
+        return lambda p: np.interp(p, xs, ys)
+
+    def to_dict(self) -> dict:
+        return {"knots": {str(k): {"x": list(map(float, xs)), "y": list(map(float, ys))}
+                          for k, (xs, ys) in sorted(self.knots.items())},
+                "fitted_on": self.fitted_on}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> MsaCalibration:
+        if not isinstance(data, dict) or not isinstance(data.get("knots"), dict):
+            raise ValueError("an MSA calibration is a mapping with 'knots'")
+        knots = {}
+        for key, value in data["knots"].items():
+            if not (isinstance(key, str) and key.isdigit()):
+                raise ValueError(f"consistency rounds {key!r} is not a non-negative integer")
+            if not (isinstance(value, dict) and {"x", "y"} <= set(value)):
+                raise ValueError(f"knots of {key} rounds need 'x' and 'y'")
+            knots[int(key)] = (tuple(value["x"]), tuple(value["y"]))
+        return cls(knots, str(data.get("fitted_on", "")))
+
+
+def calibration_samples(cols: dict[int, np.ndarray], posts: Posts, ids: Sequence[str],
+                        references: Iterable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(p, right, column)``: the probability under ``posts`` of every residue pair that the
+    alignment ``cols`` puts in one column, whether the reference has it, and that column, for
+    the pairs the references score (:class:`~sinkalign.io.alignments.ReferencePair` of rows ``ids``, e.g.
+    :func:`~sinkalign.io.alignments.msa_to_pairs` of a reference family): as
+    :func:`~sinkalign.align.metrics.core_pair_scores` counts precision, a pair with a trusted
+    (core) residue on either side."""
+    index = {name: k for k, name in enumerate(ids)}
+    probs, rights, columns = [], [], []
+    placed = {(x, y): (i, j, p) for x, y, i, j, p in column_pairs(cols, posts)}
+    for ref in references:
+        x, y = index[ref.query_id], index[ref.target_id]
+        i, j, p = placed[(min(x, y), max(x, y))]
+        qi, tj = (i, j) if x < y else (j, i)
+        if ref.query_core is not None:
+            keep = ref.query_core[qi] | ref.target_core[tj]
+            qi, tj, p = qi[keep], tj[keep], p[keep]
+        width = len(ref.target_seq) + 1
+        truth = np.asarray(ref.pairs, np.int64)
+        rights.append(np.isin(qi * width + tj, truth[:, 0] * width + truth[:, 1]))
+        probs.append(p)
+        columns.append(cols[x][qi])
+    if not probs:
+        return np.zeros(0), np.zeros(0, bool), np.zeros(0, np.int64)
+    return np.concatenate(probs), np.concatenate(rights), np.concatenate(columns)
+
+
+def fit_msa_calibration(samples: dict, *, fitted_on: str = "", max_knots: int = 16) -> MsaCalibration:
+    """An :class:`MsaCalibration` from ``{consistency rounds: (p, right)}`` (each the
+    concatenated first two of :func:`calibration_samples` over reference families aligned
+    with that many rounds): the isotonic fit of ``right`` on ``p``."""
+    from sinkalign.align.calibration import isotonic_knots
+
+    knots = {}
+    for rounds, (p, right) in samples.items():
+        xs, ys = isotonic_knots(p, np.asarray(right, np.float64), max_knots=max_knots)
+        knots[int(rounds)] = (tuple(xs), tuple(ys))
+    return MsaCalibration(knots, fitted_on)
+
+
 def refine(cols: dict[int, np.ndarray], posts: Posts, rounds: int, *, seed: int = 0) -> dict[int, np.ndarray]:
     """``rounds`` of ProbCons' iterative refinement (module docstring, step 4)."""
     n = len(cols)
@@ -404,8 +623,8 @@ def _rows(seqs: Sequence[str], cols: dict[int, np.ndarray]) -> tuple[str, ...]:
 
 
 def align_multiple(ids: Sequence[str], seqs: Sequence[str], posteriors: Any, *, consistency: int = 2,
-                   refine_rounds: int = 20, seed: int = 0,
-                   progress: Callable[[int], Any] | None = None) -> MultipleAlignment:
+                   refine_rounds: int = 20, seed: int = 0, progress: Callable[[int], Any] | None = None,
+                   calibration: MsaCalibration | None = None) -> MultipleAlignment:
     """Align ``seqs`` (named ``ids``) all together (module docstring).
 
     Args:
@@ -417,6 +636,10 @@ def align_multiple(ids: Sequence[str], seqs: Sequence[str], posteriors: Any, *, 
         refine_rounds: rounds of iterative refinement (0: none; 20 chosen on validation families).
         seed: of the refinement's random splits.
         progress: called with 1 after each pairwise alignment (e.g. a tqdm bar's ``update``).
+        calibration: maps the residue pairs' probabilities to calibrated confidences
+            (:class:`MsaCalibration`); default: the aligner's own (``Aligner.msa_calibration``)
+            when ``posteriors`` is an aligner. Without one covering ``consistency`` rounds the
+            confidences are the library's own (``calibrated=False``).
     """
     ids, seqs = list(ids), [str(s) for s in seqs]
     if len(ids) != len(seqs):
@@ -431,6 +654,8 @@ def align_multiple(ids: Sequence[str], seqs: Sequence[str], posteriors: Any, *, 
     if consistency < 0 or refine_rounds < 0:
         raise ValueError(f"{consistency=} and {refine_rounds=} must be >= 0")
     lengths = [len(s) for s in seqs]
+    if calibration is None and hasattr(posteriors, "align_many"):
+        calibration = getattr(posteriors, "msa_calibration", None)
     if isinstance(posteriors, dict):
         _check_posts(posteriors, lengths)  # before the cutoff, which would hide a NaN
         posts = {k: _sparse(v) for k, v in posteriors.items()}
@@ -439,8 +664,12 @@ def align_multiple(ids: Sequence[str], seqs: Sequence[str], posteriors: Any, *, 
     else:
         posts = aligner_posteriors(posteriors, seqs, ids=ids, progress=progress)
     if len(seqs) == 1:
-        return MultipleAlignment(tuple(ids), tuple(seqs), _newick(np.zeros((0, 4)), ids), 0.0)
+        return MultipleAlignment(tuple(ids), tuple(seqs), _newick(np.zeros((0, 4)), ids), 0.0,
+                                 (np.full(lengths[0], np.nan),), np.full(lengths[0], np.nan))
     Z = guide_tree(posts, lengths)
     posts = consistency_transform(posts, lengths, consistency)
     cols = refine(progressive(posts, lengths, Z), posts, refine_rounds, seed=seed)
-    return MultipleAlignment(tuple(ids), _rows(seqs, cols), _newick(Z, ids), sum_of_pairs(cols, posts))
+    calibrated = calibration is not None and calibration.covers(consistency)
+    residue, column = confidences(cols, posts, lengths, calibration.mapper(consistency) if calibrated else None)
+    return MultipleAlignment(tuple(ids), _rows(seqs, cols), _newick(Z, ids), sum_of_pairs(cols, posts),
+                             tuple(residue), column, calibrated)

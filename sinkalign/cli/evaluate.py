@@ -158,6 +158,9 @@ def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, ma
     if "significance" in load_checkpoint(source)[1]:
         console.print("note: the model's E-value null was fitted with its old calibration and is not carried over; "
                       f"refit it with `sinkalign fit-evalues --model {out} ...`")
+    if "msa_calibration" in load_checkpoint(source)[1]:
+        console.print("note: the model's multiple-alignment confidences were calibrated with its old calibration and "
+                      "are not carried over (`sinkalign msa` reports them uncalibrated)")
     console.print(f"wrote {out}")
 
 
@@ -236,8 +239,10 @@ def fit_evalues(references, model, split, min_tm, max_pairs, max_length, shuffle
                            kind=kind, fitted_on=fitted_on, **({} if alpha is None else {"alphas": (alpha,)}))
     earlier = aligner.provenance.split(" E-values fitted with")[0]  # a new fit replaces the last
     provenance = f"{earlier} E-values fitted with `sinkalign fit-evalues` on {fitted_on}.".strip()
+    msa = aligner.msa_calibration  # fitted with the same calibration: kept
     export_model(out, aligner.params, aligner.config, provenance=provenance,
-                 calibration=aligner.calibration.to_dict(), significance=sig.to_dict(), overwrite=overwrite)
+                 calibration=aligner.calibration.to_dict(), significance=sig.to_dict(),
+                 msa_calibration=None if msa is None else msa.to_dict(), overwrite=overwrite)
     e_real = sig.evalue(real, real_lengths[:, 0], real_lengths[:, 1])
     e_null = sig.evalue(null, lengths[:, 0], lengths[:, 1])
     console.print(f"statistic: composition-adjusted local score (nats) + {sig.weights[1]:g} x expected correct columns")

@@ -24,9 +24,14 @@ _INPUT = click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path
               help="Alignment file, written atomically (temporary file renamed at the end). Default or '-': "
                    "standard output.")
 @click.option("--format", "fmt", type=click.Choice(["fasta", "clustal", "stockholm", "phylip"]), default="fasta",
-              show_default=True, help="Aligned FASTA, Clustal, Stockholm or relaxed PHYLIP (Biopython's writers).")
+              show_default=True, help="Aligned FASTA, Clustal (with its conservation line), Stockholm (with each "
+              "residue's confidence, #=GR PP, and each column's, #=GC PP_cons, in HMMER's code: * for >= 0.95, "
+              "else the tenths digit) or relaxed PHYLIP (Biopython's writers).")
 @click.option("--tree", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
               help="Also write the guide tree (Newick; UPGMA on one minus each pair's expected accuracy).")
+@click.option("--column-scores", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+              help="Also write each column's confidence (the mean calibrated probability of its residue pairs), "
+                   "residue count and conservation mark as a tab-separated table, e.g. to trim unreliable columns.")
 @click.option("--model", help="Trained model or a shipped model by name (learned, blosum, dna); it needs "
               "calibrated confidences. Default: the shipped model for the input.")
 @click.option("--consistency", type=click.IntRange(min=0), default=2, show_default=True,
@@ -49,7 +54,7 @@ _INPUT = click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path
 @progress_option("pairwise alignments")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output or --tree file (when the run "
               "succeeds). Without it an existing file is an error.")
-def msa(fasta, example, output, fmt, tree, model, consistency, refine, seed, engine, threads, workers, scheduler,
+def msa(fasta, example, output, fmt, tree, column_scores, model, consistency, refine, seed, engine, threads, workers, scheduler,
         chunk_size, progress, overwrite):
     """Align the records of FASTA all together (a multiple alignment).
 
@@ -58,10 +63,13 @@ def msa(fasta, example, output, fmt, tree, model, consistency, refine, seed, eng
     sinkalign msa --example
     sinkalign msa big_family.fasta --workers 4 -o big_family.afa
     sinkalign msa family.fasta --format clustal --tree family.nwk -o family.aln
+    sinkalign msa family.fasta --format stockholm --column-scores family.tsv -o family.sto
 
     Every pair of records is aligned by the OT aligner; the pairs' calibrated column
     confidences are combined as ProbCons combines its posteriors (consistency, a guide tree,
-    progressive alignment). Nucleotide records are aligned on the strand given.
+    progressive alignment). Nucleotide records are aligned on the strand given. Each
+    residue and column gets a confidence: the mean probability that its residue pairs are
+    right (calibrated on reference families for the shipped protein model).
     """
     from sinkalign.pipelines.msa import msa_fasta
 
@@ -79,7 +87,7 @@ def msa(fasta, example, output, fmt, tree, model, consistency, refine, seed, eng
         result = msa_fasta(fasta, output=output, fmt=fmt, tree=tree, model=model, consistency=consistency,
                            refine=refine, seed=seed, threads=threads, engine=engine, workers=workers,
                            scheduler=scheduler, chunk_size=chunk_size, progress=show_progress(progress),
-                           overwrite=overwrite)
+                           overwrite=overwrite, column_scores=column_scores)
     except BrokenPipeError:  # e.g. `sinkalign msa ... | head`: stop quietly, as other filters do
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

@@ -13,6 +13,8 @@ import logging
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from sinkalign.errors import InputError
 from sinkalign.pipelines.align import STRONG_DNA
 from sinkalign.pipelines.runner import (
@@ -29,7 +31,7 @@ from sinkalign.pipelines.runner import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MSA_FORMATS", "msa_fasta"]
+__all__ = ["MSA_FORMATS", "msa_fasta", "write_column_scores"]
 
 #: ``--format`` name -> ``Bio.AlignIO`` format
 MSA_FORMATS = {"fasta": "fasta", "clustal": "clustal", "stockholm": "stockholm", "phylip": "phylip-relaxed"}
@@ -83,10 +85,25 @@ def _alphabet(records: list, path: str, model_alphabet: str | None) -> str:
     return model_alphabet
 
 
+def write_column_scores(result, handle, alphabet: str | None = "protein") -> None:
+    """The columns of ``result`` (a :class:`~sinkalign.align.msa.MultipleAlignment`) as a
+    tab-separated table: 1-based column, residues in it, its confidence (``NA`` for fewer than
+    two residues) and Clustal's conservation mark (``*``, ``:``, ``.``, or empty)."""
+    from sinkalign.align.msa import clustal_consensus
+
+    handle.write(f"# column confidences: {'calibrated' if result.calibrated else 'not calibrated'}\n")
+    handle.write("column\tresidues\tconfidence\tconservation\n")
+    marks = clustal_consensus(result.rows, alphabet)
+    for c, conf in enumerate(result.column_confidence):
+        residues = sum(row[c] != "-" for row in result.rows)
+        value = f"{conf:.4f}" if np.isfinite(conf) else "NA"
+        handle.write(f"{c + 1}\t{residues}\t{value}\t{marks[c].strip()}\n")
+
+
 def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, consistency: int = 2,
               refine: int = 20, seed: int = 0, threads: int | None = None, engine: str = "auto",
               workers: int | None = None, scheduler: str | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE,
-              progress: bool = False, overwrite: bool = False):
+              progress: bool = False, overwrite: bool = False, column_scores=None):
     """Align the records of ``fasta`` all together and write the alignment.
 
     Args:
@@ -102,8 +119,15 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
             local Dask cluster of ``workers`` processes or on the cluster whose scheduler is at
             ``scheduler`` (as ``sinkalign align``; the same alignment as a single process).
         progress: a progress bar of the pairwise alignments on standard error.
-        overwrite: replace existing ``output`` / ``tree`` files (default: refuse, before
-            anything is aligned).
+        overwrite: replace existing ``output`` / ``tree`` / ``column_scores`` files (default:
+            refuse, before anything is aligned).
+        column_scores: also write each column's confidence (:func:`write_column_scores`) to
+            this file.
+
+    A Stockholm file carries each residue's confidence (``#=GR id PP``) and each column's
+    (``#=GC PP_cons``), a Clustal file the conservation line. The confidences are calibrated
+    when the model carries a calibration for ``consistency`` rounds (the shipped protein
+    model, 0 to 3 rounds); otherwise a warning says they are not.
 
     Returns the :class:`~sinkalign.align.msa.MultipleAlignment`.
     """
@@ -121,7 +145,12 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
         raise InputError("give either workers (a local cluster) or scheduler (an existing one), not both")
     fastas = list(fasta) if isinstance(fasta, (list, tuple)) else [fasta]
     inputs = [Path(f) for f in fastas if not is_stdio(f)]
-    for path, what in ((output, "output"), (tree, "tree file")):
+    to_stdout = [what for path, what in ((output, "the alignment"), (tree, "the tree"),
+                                         (column_scores, "the column scores"))
+                 if (path is None and what == "the alignment") or is_stdio(path)]
+    if len(to_stdout) > 1:
+        raise InputError(f"{' and '.join(to_stdout)} would both go to standard output; give one of them a file")
+    for path, what in ((output, "output"), (tree, "tree file"), (column_scores, "column scores file")):
         if path is not None and not is_stdio(path):
             check_output(path, overwrite, inputs, what)
     where = ", ".join(map(str, fastas))
@@ -172,4 +201,17 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
         else:
             with atomic_write(tree) as handle:
                 handle.write(result.tree + "\n")
+    if column_scores is not None:
+        if is_stdio(column_scores):
+            write_column_scores(result, sys.stdout, alphabet)
+        else:
+            with atomic_write(column_scores) as handle:
+                write_column_scores(result, handle, alphabet)
+    if not result.calibrated and (fmt == "stockholm" or column_scores is not None):
+        log.warning("the confidences written are the consistency-transformed library's own, not calibrated: the "
+                    "model has no multiple-alignment calibration for %d consistency rounds", consistency)
+    finite = result.column_confidence[np.isfinite(result.column_confidence)]
+    if finite.size:
+        log.info("mean column confidence %.3f (%s)", finite.mean(), "calibrated" if result.calibrated else
+                 "not calibrated")
     return result
