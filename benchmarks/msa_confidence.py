@@ -9,7 +9,8 @@ as precision is counted) is a sample: its probability under the consistency-tran
 library, and whether the reference has it (:func:`sinkalign.align.msa.calibration_samples`).
 
 * ``--fit-split`` (train): :func:`~sinkalign.align.msa.fit_msa_calibration`, an isotonic map
-  per number of consistency rounds; ``--out MODEL_DIR`` writes the model with it.
+  per number of consistency rounds and class of family size (``--size-classes``; ``0``: one
+  class); ``--out MODEL_DIR`` writes the model with it.
 * ``--eval-splits`` (valid; ``test`` once, by the rule set down before): reliability of the
   raw and the calibrated probabilities, as pairs (expected calibration error over ten equal
   bins, and by the family's number of sequences), as columns (mean confidence of a column's
@@ -18,6 +19,7 @@ library, and whether the reference has it (:func:`sinkalign.align.msa.calibratio
 
     python benchmarks/msa_confidence.py --eval-splits valid
     python benchmarks/msa_confidence.py --eval-splits valid --out /tmp/learned_msa   # a model with the fit
+    python benchmarks/msa_confidence.py --fit-split none --eval-splits test   # the shipped model's own
 
 The pairwise library of each family is computed once and shared by every number of rounds.
 """
@@ -35,6 +37,7 @@ from msa_families import families
 
 from sinkalign.align.aligner import Aligner
 from sinkalign.align.msa import (
+    SIZE_CLASSES,
     aligner_posteriors,
     calibration_samples,
     consistency_transform,
@@ -93,14 +96,14 @@ def reliability(p: np.ndarray, y: np.ndarray) -> list[dict]:
             for k in range(len(BINS) - 1) if np.any(b == k)]
 
 
-def evaluate(rows: list[dict], rounds: int, mapper) -> dict:
-    """Reliability of the raw (``mapper`` None) or calibrated probabilities."""
+def evaluate(rows: list[dict], rounds: int, cal) -> dict:
+    """Reliability of the raw (``cal`` None) or calibrated probabilities."""
     pair_p, pair_y, col_p, col_y, fam_p, fam_y, size = [], [], [], [], [], [], []
     for row in rows:
         p, y, column = row["samples"][rounds]
         if not p.size:
             continue
-        p = p if mapper is None else mapper(p)
+        p = p if cal is None else cal.mapper(rounds, row["n"])(p)
         y = y.astype(np.float64)
         pair_p.append(p)
         pair_y.append(y)
@@ -130,36 +133,70 @@ def evaluate(rows: list[dict], rounds: int, mapper) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="learned")
-    ap.add_argument("--fit-split", default="train", choices=("train", "valid"))
+    ap.add_argument("--fit-split", default="train", choices=("train", "valid", "none"),
+                    help="none: check the model's own MSA calibration instead of fitting one")
     ap.add_argument("--eval-splits", default="valid", help="comma-separated of valid, test")
     ap.add_argument("--consistency", type=int, nargs="+", default=[0, 1, 2, 3])
     ap.add_argument("--refine", type=int, default=20)
     ap.add_argument("--min-seqs", type=int, default=3)
     ap.add_argument("--max-seqs", type=int, default=40)
     ap.add_argument("--knots", type=int, default=16)
+    ap.add_argument("--size-classes", type=int, nargs="+", default=list(SIZE_CLASSES),
+                    help="smallest family size of each class mapped apart (0: one class)")
     ap.add_argument("--out", default=None, help="write the model with the fitted calibration to this directory")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     splits = [s for s in args.eval_splits.split(",") if s]
     aligner = library_aligner(Aligner.load(args.model, min_confidence=0.0))
+    if args.fit_split == "none":
+        cal = aligner.msa_calibration
+        if cal is None:
+            ap.error(f"the model {args.model} has no MSA calibration to check")
+        fitted_on = cal.fitted_on
+    else:
+        cal, fitted_on = fit(aligner, args)
+    result = {"benchmark": "msa_confidence", "machine": machine(), "date": datetime.date.today().isoformat(),
+              "model": args.model, "fit_split": args.fit_split, "calibration": cal.to_dict(), "eval": {}}
+    evaluate_splits(aligner, cal, splits, result, args)
+    if args.out:
+        from sinkalign.align.checkpoints import export_model
+
+        source = Aligner.load(args.model)
+        provenance = (source.provenance.split(" Multiple-alignment confidences")[0] + " Multiple-alignment "
+                      f"confidences calibrated with benchmarks/msa_confidence.py on {fitted_on}.").strip()
+        export_model(args.out, source.params, source.config, provenance=provenance,
+                     calibration=source.calibration.to_dict(),
+                     significance=None if source.significance is None else source.significance.to_dict(),
+                     msa_calibration=cal.to_dict())
+        print(f"wrote the model with its MSA calibration to {args.out}")
+    out = args.json or str(RESULTS / f"msa_confidence_{'_'.join(splits) or 'fit'}.json")
+    write_json(out, result)
+    print(f"wrote {out}")
+
+
+def fit(aligner, args):
     fit_rows = collect(aligner, args.fit_split, args.consistency, args)
     n_fams = len(fit_rows)
-    samples = {r: tuple(np.concatenate([row["samples"][r][k] for row in fit_rows]) for k in (0, 1))
+    samples = {r: (np.concatenate([row["samples"][r][0] for row in fit_rows]),
+                   np.concatenate([row["samples"][r][1] for row in fit_rows]),
+                   np.concatenate([np.full(row["samples"][r][0].size, row["n"]) for row in fit_rows]))
                for r in args.consistency}
     fitted_on = (f"{n_fams} {args.fit_split} families of {', '.join(SOURCES)} ({args.min_seqs}-{args.max_seqs} "
                  f"sequences, data_manifests/structural_split.json), {args.refine} refinement rounds, "
                  f"{sum(len(s[0]) for s in samples.values()) // len(samples)} scored residue pairs per setting")
-    cal = fit_msa_calibration(samples, fitted_on=fitted_on, max_knots=args.knots)
-    result = {"benchmark": "msa_confidence", "machine": machine(), "date": datetime.date.today().isoformat(),
-              "model": args.model, "fit_split": args.fit_split, "calibration": cal.to_dict(), "eval": {}}
+    classes = [3] if args.size_classes == [0] else args.size_classes
+    return fit_msa_calibration(samples, fitted_on=fitted_on, max_knots=args.knots, size_classes=classes), fitted_on
+
+
+def evaluate_splits(aligner, cal, splits, result, args) -> None:
     for split in splits:
         rows = collect(aligner, split, args.consistency, args)
         result["eval"][split] = {}
         for r in args.consistency:
-            raw, calibrated = evaluate(rows, r, None), evaluate(rows, r, cal.mapper(r))
+            raw, calibrated = evaluate(rows, r, None), evaluate(rows, r, cal)
             result["eval"][split][str(r)] = {"raw": raw, "calibrated": calibrated}
-    print(f"\nresidue pairs in one column, scored on trusted residues; ECE over ten equal bins; "
-          f"calibration fitted on {args.fit_split}")
+    source = "the model's own" if args.fit_split == "none" else f"fitted on {args.fit_split}"
+    print(f"\nresidue pairs in one column, scored on trusted residues; ECE over ten equal bins; calibration: {source}")
     print("| split | consistency | pairs | right | raw mean / ECE | calibrated mean / ECE | column ECE raw / cal "
           "| family MAE raw / cal | calibrated ECE by sequences |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -176,20 +213,6 @@ def main() -> None:
             print(f"\n{split}, 2 rounds (the default), calibrated: bin, pairs, mean confidence, share right")
             for b in default["calibrated"]["reliability"]:
                 print(f"  {b['bin']:12s} {b['n']:7d} {b['confidence']:.3f} {b['right']:.3f}")
-    if args.out:
-        from sinkalign.align.checkpoints import export_model
-
-        source = Aligner.load(args.model)
-        provenance = (source.provenance.split(" Multiple-alignment confidences")[0] + " Multiple-alignment "
-                      f"confidences calibrated with benchmarks/msa_confidence.py on {fitted_on}.").strip()
-        export_model(args.out, source.params, source.config, provenance=provenance,
-                     calibration=source.calibration.to_dict(),
-                     significance=None if source.significance is None else source.significance.to_dict(),
-                     msa_calibration=cal.to_dict())
-        print(f"wrote the model with its MSA calibration to {args.out}")
-    out = args.json or str(RESULTS / f"msa_confidence_{'_'.join(splits) or 'fit'}.json")
-    write_json(out, result)
-    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

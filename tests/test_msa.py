@@ -856,25 +856,35 @@ def test_clustal_output_has_the_conservation_line():
 
 # ----------------------------------------------------------------------------- calibrated confidences
 
-def random_calibration(rng, rounds=(0, 2)) -> MsaCalibration:
+def random_calibration(rng, rounds=(0, 2), sizes=(3, 4)) -> MsaCalibration:
     knots = {}
     for r in rounds:
-        xs = np.sort(rng.choice(np.linspace(0.0, 1.0, 101), size=5, replace=False))
-        knots[r] = (tuple(xs), tuple(np.sort(rng.random(5))))
+        classes = []
+        for size in sizes:
+            xs = np.sort(rng.choice(np.linspace(0.0, 1.0, 101), size=5, replace=False))
+            classes.append((size, tuple(xs), tuple(np.sort(rng.random(5)))))
+        knots[r] = tuple(classes)
     return MsaCalibration(knots, "random knots")
 
 
 def test_msa_calibration_maps_round_trips_and_checks():
-    cal = MsaCalibration({2: ((0.1, 0.5, 0.9), (0.2, 0.6, 0.95))}, "somewhere")
-    np.testing.assert_allclose(cal.mapper(2)(np.array([0.0, 0.1, 0.3, 0.9, 1.0])), [0.2, 0.2, 0.4, 0.95, 0.95])
+    cal = MsaCalibration({2: ((3, (0.1, 0.5, 0.9), (0.2, 0.6, 0.95)), (6, (0.5,), (0.7,)))}, "somewhere")
+    p = np.array([0.0, 0.1, 0.3, 0.9, 1.0])
+    for n in (3, 4, 5):
+        np.testing.assert_allclose(cal.mapper(2, n)(p), [0.2, 0.2, 0.4, 0.95, 0.95])
+    for n in (6, 40):
+        np.testing.assert_allclose(cal.mapper(2, n)(p), [0.7] * 5)
+    np.testing.assert_array_equal(cal.mapper(2, 2)(p), p)  # two sequences: their own confidences
     assert cal.covers(2) and not cal.covers(0)
     back = MsaCalibration.from_dict(json.loads(json.dumps(cal.to_dict())))
     assert back == cal and back.fitted_on == "somewhere"
-    for bad in ({2: ((0.5, 0.1), (0.1, 0.2))}, {2: ((0.1, 0.5), (0.3, 0.2))}, {2: ((0.1,), (1.5,))},
-                {2: ((0.1, 0.5), (0.3,))}, {-1: ((0.1,), (0.3,))}, {2: ((), ())}):
+    for bad in ({2: ((3, (0.5, 0.1), (0.1, 0.2)),)}, {2: ((3, (0.1, 0.5), (0.3, 0.2)),)}, {2: ((3, (0.1,), (1.5,)),)},
+                {2: ((3, (0.1, 0.5), (0.3,)),)}, {-1: ((3, (0.1,), (0.3,)),)}, {2: ((3, (), ()),)}, {2: ()},
+                {2: ((2, (0.1,), (0.3,)),)}, {2: ((6, (0.1,), (0.3,)), (3, (0.1,), (0.3,)))}):
         with pytest.raises(ValueError):
             MsaCalibration(bad)
-    for bad in ({}, {"knots": {"two": {"x": [0.1], "y": [0.2]}}}, {"knots": {"2": {"x": [0.1]}}}):
+    for bad in ({}, {"knots": {"two": []}}, {"knots": {"2": [{"x": [0.1], "y": [0.2]}]}},
+                {"knots": {"2": {"min_sequences": 3, "x": [0.1], "y": [0.2]}}}):
         with pytest.raises(ValueError):
             MsaCalibration.from_dict(bad)
 
@@ -890,7 +900,10 @@ def test_align_multiple_applies_a_calibration_covering_its_rounds():
         plain = align_multiple("abcd", seqs, dense, consistency=consistency, refine_rounds=2)
         assert msa.rows == plain.rows and msa.score == plain.score
         posts = consistency_transform(sparse_posts(dense), lengths, consistency)
-        mapper = cal.mapper(consistency) if cal.covers(consistency) else None
+        mapper = cal.mapper(consistency, 4) if cal.covers(consistency) else None
+        if mapper is not None:  # four sequences take the class of 4+, not of 3+
+            x4, y4 = cal.knots[consistency][1][1:]
+            np.testing.assert_array_equal(mapper(np.linspace(0, 1, 7)), np.interp(np.linspace(0, 1, 7), x4, y4))
         residue, column = confidences(cols_of_rows(msa.rows), posts, lengths, mapper)
         assert msa.calibrated == cal.covers(consistency) and not plain.calibrated
         np.testing.assert_array_equal(msa.column_confidence, column)
@@ -944,19 +957,31 @@ def test_calibration_samples_count_core_pairs_as_precision_does():
 
 def test_fit_msa_calibration_recovers_a_known_reliability():
     rng = np.random.default_rng(23)
-    p = rng.random(200_000)
-    right = rng.random(p.size) < np.sqrt(p)  # a monotone, not identity, reliability
-    cal = fit_msa_calibration({2: (p, right)}, fitted_on="draws", max_knots=16)
-    assert cal.covers(2) and not cal.covers(0) and len(cal.knots[2][0]) <= 16
+    p = rng.random(300_000)
+    sequences = rng.choice([3, 4, 7, 12, 30], size=p.size)
+    right = rng.random(p.size) < np.where(sequences >= 6, np.sqrt(p), p ** 2)  # reliabilities differ by size
+    cal = fit_msa_calibration({2: (p, right, sequences)}, fitted_on="draws", max_knots=16, size_classes=(3, 6))
+    assert cal.covers(2) and not cal.covers(0) and [c[0] for c in cal.knots[2]] == [3, 6]
+    assert all(len(c[1]) <= 16 for c in cal.knots[2])
     grid = np.linspace(0.05, 0.95, 19)
-    np.testing.assert_allclose(cal.mapper(2)(grid), np.sqrt(grid), atol=0.03)
+    np.testing.assert_allclose(cal.mapper(2, 4)(grid), grid ** 2, atol=0.03)
+    np.testing.assert_allclose(cal.mapper(2, 12)(grid), np.sqrt(grid), atol=0.03)
+    # a class with too few samples joins the one below; the first, the one above
+    few = fit_msa_calibration({1: (p, right, sequences)}, size_classes=(3, 6, 20), min_samples=70_000)
+    assert [c[0] for c in few.knots[1]] == [3, 6]  # 30-sequence draws (~60,000) merged into 6+
+    few = fit_msa_calibration({1: (p, right, sequences)}, size_classes=(3, 5, 6), min_samples=70_000)
+    assert [c[0] for c in few.knots[1]] == [3, 6]  # 3-4 (~120,000) kept, the empty 5 class merged into 3
+    first = fit_msa_calibration({1: (p, right, sequences)}, size_classes=(3, 4, 6), min_samples=70_000)
+    assert [c[0] for c in first.knots[1]] == [3, 6]  # 3 alone (~60,000) takes 4 with it
+    with pytest.raises(ValueError, match="no sample"):
+        fit_msa_calibration({1: (p[:5], right[:5], np.full(5, 2))})
 
 
 def test_a_model_carries_its_msa_calibration(shipped, globins, tmp_path):
     from sinkalign.align.checkpoints import export_model
     from sinkalign.errors import CheckpointError
 
-    cal = MsaCalibration({2: ((0.1, 0.6), (0.3, 0.9))}, "hand-made")
+    cal = MsaCalibration({2: ((3, (0.1, 0.6), (0.3, 0.9)),)}, "hand-made")
     blosum = Aligner.load("blosum")
     out = tmp_path / "model"
     export_model(out, blosum.params, blosum.config, provenance="test", calibration=blosum.calibration.to_dict(),
@@ -969,12 +994,18 @@ def test_a_model_carries_its_msa_calibration(shipped, globins, tmp_path):
     plain = align_multiple(ids, seqs, aligner_posteriors(loaded, seqs))
     assert not plain.calibrated and plain.rows == msa.rows
     assert not align_multiple(ids, seqs, loaded, consistency=1).calibrated  # no map for 1 round
+    two = align_multiple(ids[:2], seqs[:2], loaded, consistency=1)  # two: the pair's own calibrated confidences
+    assert two.calibrated
+    library = aligner_posteriors(loaded, seqs[:2])[(0, 1)].toarray()
+    pairs = induced_pairs(*two.rows)
+    np.testing.assert_array_equal(two.column_confidence[~np.isnan(two.column_confidence)],
+                                  library[pairs[:, 0], pairs[:, 1]])
     # fitted on the model's own confidences: not with another calibration
     assert Aligner.load(out, calibration=blosum.calibration).msa_calibration is None
     with pytest.raises(ValueError, match="goes with the calibration"):
         export_model(tmp_path / "bad", blosum.params, blosum.config, provenance="t", msa_calibration=cal.to_dict())
     state = json.loads((out / "state.json").read_text())
-    state["msa_calibration"]["knots"]["2"]["y"] = [0.9, 0.3]
+    state["msa_calibration"]["knots"]["2"][0]["y"] = [0.9, 0.3]
     (out / "state.json").write_text(json.dumps(state))
     with pytest.raises(CheckpointError, match="bad msa_calibration"):
         Aligner.load(out)

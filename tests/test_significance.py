@@ -671,3 +671,25 @@ def test_both_strands_stay_calibrated_on_held_out_genomes(shared_data):
     minus = np.array([r.evalue for r in aligner.align_many(jobs, strand="minus")])
     np.testing.assert_allclose(e, 2 * np.minimum(plus, minus), rtol=1e-12)
     assert np.mean(np.minimum(plus, minus) <= 0.1) > 0.16
+
+
+def test_fit_evalues_keeps_and_calibrate_drops_the_msa_calibration(tmp_path):
+    from sinkalign.align.checkpoints import export_model
+    from sinkalign.align.msa import MsaCalibration
+    from tests.aligner_fixtures import make_families
+
+    fams = make_families(tmp_path / "fams", n_families=2, n_seqs=4, length=40)
+    blosum = Aligner.load("blosum")
+    msa = MsaCalibration({2: ((3, (0.1, 0.6), (0.3, 0.9)),)}, "hand-made")
+    model = tmp_path / "with_msa"
+    export_model(model, blosum.params, blosum.config, provenance="test", calibration=blosum.calibration.to_dict(),
+                 msa_calibration=msa.to_dict())
+    r = CliRunner().invoke(cli, ["fit-evalues", "--model", str(model), "--reference", str(fams[0]), "--reference",
+                                 str(fams[1]), "--shuffles", "1", "-o", str(tmp_path / "ev")])
+    assert r.exit_code == 0, r.output
+    assert Aligner.load(tmp_path / "ev").msa_calibration == msa  # fitted with the same calibration: kept
+    r = CliRunner().invoke(cli, ["calibrate", "--model", str(model), "--reference", str(fams[0]), "--knots", "4",
+                                 "-o", str(tmp_path / "recal")])
+    assert r.exit_code == 0, r.output
+    assert "multiple-alignment confidences were calibrated with its old calibration" in " ".join(r.output.split())
+    assert "msa_calibration" not in json.loads((tmp_path / "recal" / "state.json").read_text())

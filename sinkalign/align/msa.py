@@ -42,6 +42,7 @@ from sinkalign.errors import InputError
 
 __all__ = [
     "MIN_POSTERIOR",
+    "SIZE_CLASSES",
     "MsaCalibration",
     "MultipleAlignment",
     "align_multiple",
@@ -491,6 +492,12 @@ def confidences(cols: dict[int, np.ndarray], posts: Posts, lengths: Sequence[int
     return residue, column
 
 
+#: the smallest family size of each class that an :class:`MsaCalibration` maps apart: the
+#: consistency transformation divides by the number of sequences, so the same probability
+#: means more in a small family than in a large one
+SIZE_CLASSES = (3, 6, 11)
+
+
 @dataclass(frozen=True)
 class MsaCalibration:
     """Calibrated confidences of a multiple alignment's residue pairs.
@@ -499,38 +506,56 @@ class MsaCalibration:
     consistency-transformed library (:func:`consistency_transform`); it ranks pairs well, but
     is not the frequency with which such pairs are right (the transformation divides by the
     number of sequences, and a pair the pairwise alignment left out has none). ``knots`` maps
-    it, for each number of consistency rounds, to that frequency: an isotonic fit
+    it to that frequency, for each number of consistency rounds and each class of family size
+    (:data:`SIZE_CLASSES`): ``{rounds: ((min_sequences, xs, ys), ...)}``, isotonic fits
     (:func:`~sinkalign.align.calibration.isotonic_knots`, piecewise linear through the knots,
-    constant beyond the end ones) on reference families (:func:`fit_msa_calibration`). Stored
-    with the model (``state.json``, key ``msa_calibration``), and used with the model's own
-    pairwise calibration only (the library is made of those confidences).
+    constant beyond the end ones) on reference families (:func:`fit_msa_calibration`). A
+    family takes the class of the largest ``min_sequences`` it reaches (the smallest class
+    when it reaches none). Two sequences need no map: their library is one pairwise
+    alignment's calibrated confidences. Stored with the model (``state.json``, key
+    ``msa_calibration``), and used with the model's own pairwise calibration only (the library
+    is made of those confidences).
     """
 
-    knots: dict  # consistency rounds -> (xs, ys)
+    knots: dict  # consistency rounds -> ((min_sequences, xs, ys), ...) by increasing min_sequences
     fitted_on: str = ""
 
     def __post_init__(self) -> None:
-        for rounds, (xs, ys) in self.knots.items():
-            xs, ys = np.asarray(xs, np.float64), np.asarray(ys, np.float64)
+        for rounds, classes in self.knots.items():
             if not (isinstance(rounds, int) and rounds >= 0):
                 raise ValueError(f"consistency rounds must be integers >= 0, got {rounds!r}")
-            if xs.ndim != 1 or xs.shape != ys.shape or xs.size < 1:
-                raise ValueError(f"knots of {rounds} rounds: xs and ys must be non-empty and of one length")
-            if not (np.all(np.isfinite(xs)) and np.all(np.diff(xs) > 0)):
-                raise ValueError(f"knots of {rounds} rounds: xs must be finite and increasing")
-            if not (np.all(np.diff(ys) >= 0) and ys.min() >= 0.0 and ys.max() <= 1.0):
-                raise ValueError(f"knots of {rounds} rounds: ys must be non-decreasing probabilities")
+            if not classes:
+                raise ValueError(f"no knots for {rounds} rounds")
+            sizes = [c[0] for c in classes]
+            if not all(isinstance(s, int) and s >= 3 for s in sizes) or sizes != sorted(set(sizes)):
+                raise ValueError(f"{rounds} rounds: family-size classes must be increasing integers >= 3, "
+                                 f"got {sizes}")
+            for size, xs, ys in classes:
+                xs, ys = np.asarray(xs, np.float64), np.asarray(ys, np.float64)
+                where = f"knots of {rounds} rounds, {size}+ sequences"
+                if xs.ndim != 1 or xs.shape != ys.shape or xs.size < 1:
+                    raise ValueError(f"{where}: xs and ys must be non-empty and of one length")
+                if not (np.all(np.isfinite(xs)) and np.all(np.diff(xs) > 0)):
+                    raise ValueError(f"{where}: xs must be finite and increasing")
+                if not (np.all(np.diff(ys) >= 0) and ys.min() >= 0.0 and ys.max() <= 1.0):
+                    raise ValueError(f"{where}: ys must be non-decreasing probabilities")
 
     def covers(self, consistency: int) -> bool:
         return consistency in self.knots
 
-    def mapper(self, consistency: int) -> Callable[[np.ndarray], np.ndarray]:
-        xs, ys = (np.asarray(v, np.float64) for v in self.knots[consistency])
+    def mapper(self, consistency: int, sequences: int) -> Callable[[np.ndarray], np.ndarray]:
+        """The map of ``consistency`` rounds for a family of ``sequences`` (identity for two)."""
+        if sequences <= 2:
+            return lambda p: np.asarray(p, np.float64)
+        classes = self.knots[consistency]
+        _, xs, ys = next((c for c in reversed(classes) if c[0] <= sequences), classes[0])
+        xs, ys = np.asarray(xs, np.float64), np.asarray(ys, np.float64)
         return lambda p: np.interp(p, xs, ys)
 
     def to_dict(self) -> dict:
-        return {"knots": {str(k): {"x": list(map(float, xs)), "y": list(map(float, ys))}
-                          for k, (xs, ys) in sorted(self.knots.items())},
+        return {"knots": {str(k): [{"min_sequences": int(s), "x": list(map(float, xs)), "y": list(map(float, ys))}
+                                   for s, xs, ys in classes]
+                          for k, classes in sorted(self.knots.items())},
                 "fitted_on": self.fitted_on}
 
     @classmethod
@@ -541,9 +566,10 @@ class MsaCalibration:
         for key, value in data["knots"].items():
             if not (isinstance(key, str) and key.isdigit()):
                 raise ValueError(f"consistency rounds {key!r} is not a non-negative integer")
-            if not (isinstance(value, dict) and {"x", "y"} <= set(value)):
-                raise ValueError(f"knots of {key} rounds need 'x' and 'y'")
-            knots[int(key)] = (tuple(value["x"]), tuple(value["y"]))
+            if not (isinstance(value, list) and all(isinstance(c, dict) and {"min_sequences", "x", "y"} <= set(c)
+                                                    for c in value)):
+                raise ValueError(f"knots of {key} rounds: a list of {{min_sequences, x, y}}")
+            knots[int(key)] = tuple((c["min_sequences"], tuple(c["x"]), tuple(c["y"])) for c in value)
         return cls(knots, str(data.get("fitted_on", "")))
 
 
@@ -575,16 +601,38 @@ def calibration_samples(cols: dict[int, np.ndarray], posts: Posts, ids: Sequence
     return np.concatenate(probs), np.concatenate(rights), np.concatenate(columns)
 
 
-def fit_msa_calibration(samples: dict, *, fitted_on: str = "", max_knots: int = 16) -> MsaCalibration:
-    """An :class:`MsaCalibration` from ``{consistency rounds: (p, right)}`` (each the
+def fit_msa_calibration(samples: dict, *, fitted_on: str = "", max_knots: int = 16,
+                        size_classes: Sequence[int] = SIZE_CLASSES, min_samples: int = 1000) -> MsaCalibration:
+    """An :class:`MsaCalibration` from ``{consistency rounds: (p, right, sequences)}``: the
     concatenated first two of :func:`calibration_samples` over reference families aligned
-    with that many rounds): the isotonic fit of ``right`` on ``p``."""
+    with that many rounds, and each sample's family size. One isotonic fit of ``right`` on
+    ``p`` per class of ``size_classes`` holding at least ``min_samples`` samples of families
+    of three or more sequences (a class with fewer joins the class below it, the first
+    class the one above it)."""
     from sinkalign.align.calibration import isotonic_knots
 
     knots = {}
-    for rounds, (p, right) in samples.items():
-        xs, ys = isotonic_knots(p, np.asarray(right, np.float64), max_knots=max_knots)
-        knots[int(rounds)] = (tuple(xs), tuple(ys))
+    for rounds, (p, right, sequences) in samples.items():
+        p, right, sequences = (np.asarray(a) for a in (p, right, sequences))
+        edges = sorted(size_classes)
+        while True:  # merge classes that are too small
+            cls = np.searchsorted(edges, sequences, side="right") - 1
+            counts = np.bincount(cls[cls >= 0], minlength=len(edges))
+            small = np.flatnonzero(counts < min_samples)
+            if not small.size or len(edges) == 1:
+                break
+            k = int(small[0])
+            edges.pop(k if k > 0 else 1)  # into the class below; the first takes the one above
+        cls = np.searchsorted(edges, sequences, side="right") - 1
+        if not np.any(cls >= 0):
+            raise ValueError(f"{rounds} rounds: no sample from a family of {edges[0]} or more sequences")
+        fits = []
+        for k, size in enumerate(edges):
+            keep = cls == k
+            if keep.any():
+                xs, ys = isotonic_knots(p[keep], right[keep].astype(np.float64), max_knots=max_knots)
+                fits.append((int(size), tuple(xs), tuple(ys)))
+        knots[int(rounds)] = tuple(fits)
     return MsaCalibration(knots, fitted_on)
 
 
@@ -669,7 +717,8 @@ def align_multiple(ids: Sequence[str], seqs: Sequence[str], posteriors: Any, *, 
     Z = guide_tree(posts, lengths)
     posts = consistency_transform(posts, lengths, consistency)
     cols = refine(progressive(posts, lengths, Z), posts, refine_rounds, seed=seed)
-    calibrated = calibration is not None and calibration.covers(consistency)
-    residue, column = confidences(cols, posts, lengths, calibration.mapper(consistency) if calibrated else None)
+    calibrated = calibration is not None and (calibration.covers(consistency) or len(seqs) == 2)
+    mapper = calibration.mapper(consistency, len(seqs)) if calibrated else None
+    residue, column = confidences(cols, posts, lengths, mapper)
     return MultipleAlignment(tuple(ids), _rows(seqs, cols), _newick(Z, ids), sum_of_pairs(cols, posts),
                              tuple(residue), column, calibrated)
