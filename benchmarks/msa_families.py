@@ -12,6 +12,8 @@ tables, :func:`sinkalign.io.alignments.msa_to_pairs`):
 * TC: the share of the reference's columns with at least two trusted residues whose trusted
   residues all share one column of the method's alignment (per family, pooled over families).
 
+Both as ``sinkalign score-msa`` scores them (:mod:`sinkalign.align.msa_scores`).
+
 Methods (``--methods``):
 
 * ``msa`` / ``msa-c0``: :func:`sinkalign.align.msa.align_multiple` over the default learned
@@ -51,8 +53,9 @@ from sinkalign.align.aligner import Aligner
 from sinkalign.align.baselines import Scoring, align_pair
 from sinkalign.align.metrics import IDENTITY_BINS, assign_identity_bins, core_pair_scores, identity_bin_labels, micro_average
 from sinkalign.align.msa import align_multiple
+from sinkalign.align.msa_scores import aligned_pairs, total_column
 from sinkalign.align.pairhmm import pairhmm_align, pairhmm_posteriors
-from sinkalign.io.alignments import msa_to_pairs, percent_identity, read_stockholm
+from sinkalign.io.alignments import MSA, msa_to_pairs, percent_identity, read_stockholm
 from sinkalign.io.splits import structural_files
 from sinkalign.io.structural import read_reference_alignment
 
@@ -90,36 +93,12 @@ def families(split: str, sources, min_seqs: int, max_seqs: int, sample: int = 0)
 
 def induced_pairs(rows: dict[str, str], a: str, b: str) -> np.ndarray:
     """The residue pairs that an alignment's rows ``a`` and ``b`` put in one column."""
-    ra = np.frombuffer(rows[a].encode("ascii"), np.uint8) != ord("-")
-    rb = np.frombuffer(rows[b].encode("ascii"), np.uint8) != ord("-")
-    ia, ib = np.cumsum(ra) - 1, np.cumsum(rb) - 1
-    both = ra & rb
-    return np.stack([ia[both], ib[both]], axis=1).astype(np.int64)
+    return aligned_pairs(rows[a], rows[b])
 
 
-def columns_of(rows: dict[str, str]) -> dict[str, np.ndarray]:
-    """Each row's column per residue."""
-    return {k: np.nonzero(np.frombuffer(r.encode("ascii"), np.uint8) != ord("-"))[0] for k, r in rows.items()}
-
-
-def reference_columns(msa) -> list[list[tuple[str, int]]]:
-    """The reference's columns with at least two trusted residues: ``[(row id, residue index)]``.
-    Trusted: upper case (HOMSTRAD rows are all trusted)."""
-    grid = np.array([np.frombuffer(r.encode("ascii"), np.uint8) for r in msa.rows])
-    upper = (grid >= ord("A")) & (grid <= ord("Z"))
-    residue = np.cumsum(upper | ((grid >= ord("a")) & (grid <= ord("z"))), axis=1) - 1
-    out = []
-    for c in range(grid.shape[1]):
-        rows = np.nonzero(upper[:, c])[0]
-        if len(rows) >= 2:
-            out.append([(msa.ids[r], int(residue[r, c])) for r in rows])
-    return out
-
-
-def total_column(ref_cols, rows: dict[str, str]) -> tuple[int, int]:
-    cols = columns_of(rows)
-    ok = sum(len({int(cols[i][k]) for i, k in col}) == 1 for col in ref_cols)
-    return ok, len(ref_cols)
+def tc_counts(msa, rows: dict[str, str]) -> tuple[int, int]:
+    """:func:`sinkalign.align.msa_scores.total_column` of the method's rows against the reference."""
+    return total_column(MSA(tuple(msa.ids), tuple(rows[i] for i in msa.ids), "method", "fasta", msa.alphabet), msa)
 
 
 def famsa_rows(ids, seqs) -> dict[str, str]:
@@ -206,7 +185,6 @@ def main() -> None:
         refs = msa_to_pairs(msa)
         ids = list(msa.ids)
         seqs = [msa.ungapped(k) for k in range(len(msa))]
-        ref_cols = reference_columns(msa)
         pair_src += [src] * len(refs)
         pair_id += [percent_identity(r) for r in refs]
         fam_row = {"family": msa.family, "source": src, "sequences": len(msa), "pairs": len(refs)}
@@ -218,7 +196,7 @@ def main() -> None:
             scores[m] += s
             fam_row[m] = {"f1": micro_average(s)["f1"]}
             if rows is not None:
-                ok, total = total_column(ref_cols, rows)
+                ok, total = tc_counts(msa, rows)
                 tc[m][0] += ok
                 tc[m][1] += total
                 fam_row[m]["tc"] = ok / max(total, 1)

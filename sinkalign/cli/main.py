@@ -34,6 +34,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "lm": ("sinkalign.cli.lm", "lm",
            "Genome language models: train, evaluate (see also `sinkalign generate-dna`)."),
     "msa": ("sinkalign.cli.msa", "msa", "Align the records of FASTA all together (a multiple alignment)."),
+    "score-msa": ("sinkalign.cli.score_msa", "score_msa",
+                  "Score the multiple alignment TEST against the REFERENCE alignment of the same sequences."),
     "shards": ("sinkalign.cli.shards", "shards",
                "Pfam pair shards: family-disjoint train/valid/test pairs with reference alignments."),
     "train": ("sinkalign.cli.train", "train",

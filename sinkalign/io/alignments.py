@@ -60,6 +60,7 @@ __all__ = [
     "msa_to_pairs",
     "percent_identity",
     "read_aligned_fasta",
+    "read_alignment",
     "read_msf",
     "read_stockholm",
     "read_tmalign_pairs",
@@ -554,6 +555,66 @@ def read_msf(path: str | os.PathLike, *, alphabet: str = "auto") -> MSA:
     ids = [rec.id for rec in aln.sequences]
     rows = [aln[k].upper() for k in range(len(ids))]
     return _finish_msa(ids, rows, path=path, fmt="msf", alphabet=alphabet)
+
+
+def _detect_msa_format(path: Path) -> str:
+    """The format of an alignment file from its first non-blank line."""
+    with open_text(path) as handle:
+        for line_no, line in enumerate(handle, 1):
+            s = line.strip()
+            if not s:
+                continue
+            if s.startswith("# STOCKHOLM"):
+                return "stockholm"
+            if s.split()[0].upper() in ("CLUSTAL", "MUSCLE", "PROBCONS") or s.upper().startswith("CLUSTAL"):
+                return "clustal"
+            if s.startswith(">P1;") or s.startswith(">F1;") or s.startswith(">DL;"):
+                return "pir"
+            if s.startswith(">"):
+                return "fasta"
+            if s.startswith("!!") or "MSF:" in s or s.upper().startswith("PILEUP"):
+                return "msf"
+            if re.fullmatch(r"\d+\s+\d+", s):
+                return "phylip"
+            raise SequenceFormatError(f"{path}: line {line_no} starts with {s[:20]!r}: not an aligned FASTA, A2M, "
+                                      "Stockholm, Clustal, MSF, PIR or PHYLIP alignment", path=path)
+    raise SequenceFormatError(f"{path}: empty file, no alignment", path=path)
+
+
+def read_alignment(path: str | os.PathLike, *, alphabet: str = "auto") -> MSA:
+    """One multiple alignment from a file in any format the toolkit reads, told by its content:
+    aligned FASTA or A2M (:func:`read_aligned_fasta`, A2M by a ``.a2m`` suffix), Stockholm
+    (:func:`read_stockholm`; one alignment), Clustal and relaxed PHYLIP (Biopython's
+    ``Bio.AlignIO``; rows upper-cased), GCG MSF (:func:`read_msf`) or PIR
+    (:func:`sinkalign.io.structural.read_pir`).
+
+    Raises:
+        SequenceFormatError: an unknown or broken format, a Stockholm file of several
+            alignments, bad rows (named as the readers name them).
+    """
+    _check_alphabet(alphabet)
+    path = _existing(path, "alignment")
+    fmt = _detect_msa_format(path)
+    if fmt == "fasta":
+        return read_aligned_fasta(path, alphabet=alphabet)
+    if fmt == "msf":
+        return read_msf(path, alphabet=alphabet)
+    if fmt == "pir":
+        from sinkalign.io.structural import read_pir
+
+        return read_pir(path)
+    if fmt == "stockholm":
+        msas = list(read_stockholm(path, alphabet=alphabet))
+        if len(msas) != 1:
+            raise SequenceFormatError(f"{path}: holds {len(msas)} alignments; give a file of one", path=path)
+        return msas[0]
+    try:
+        with open_text(path) as handle:
+            aln = AlignIO.read(handle, "clustal" if fmt == "clustal" else "phylip-relaxed")
+    except ValueError as err:
+        raise SequenceFormatError(f"{path}: cannot parse {fmt}: {err}", path=path) from err
+    return _finish_msa([rec.id for rec in aln], [str(rec.seq).upper() for rec in aln], path=path, fmt=fmt,
+                       alphabet=alphabet)
 
 
 def msa_to_pairs(

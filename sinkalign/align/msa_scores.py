@@ -1,0 +1,157 @@
+"""A multiple alignment scored against a reference alignment of the same sequences.
+
+What BAliBASE's ``bali_score``, QSCORE and FastSP report, on the reference's trusted residues:
+
+* **SP** (sum-of-pairs, recall): the share of the reference's aligned residue pairs that the
+  test alignment also aligns, pooled over every pair of rows;
+* **precision** (FastSP's "modeler" score): the share of the test's aligned residue pairs
+  that the reference has; **F1** of the two;
+* **TC** (total column): the share of the reference's columns with at least two trusted
+  residues whose trusted residues all share one column of the test alignment.
+
+The pairs of rows are :func:`~sinkalign.io.alignments.msa_to_pairs` of the reference, so a
+structure-based reference counts only its trusted (upper-case) core, as
+:func:`~sinkalign.align.metrics.core_pair_scores` counts it, and a Stockholm or A2M
+reference's lower-case insertions are aligned to nothing. In the test alignment upper-case
+residues are aligned by their columns and lower-case ones (insertions, in Stockholm and A2M
+files) to nothing. Scores are also given per identity bin of the reference pairs
+(:data:`~sinkalign.align.metrics.IDENTITY_BINS`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sinkalign.align.metrics import (
+    IDENTITY_BINS,
+    PairScores,
+    assign_identity_bins,
+    core_pair_scores,
+    identity_bin_labels,
+    micro_average,
+)
+from sinkalign.errors import InputError
+from sinkalign.io.alignments import MSA, ReferencePair, msa_to_pairs, percent_identity
+
+__all__ = ["MsaScores", "aligned_pairs", "score_alignment", "total_column"]
+
+
+@dataclass(frozen=True)
+class MsaScores:
+    """Scores of a test alignment against a reference (module docstring).
+
+    ``pairs``: per pair of reference rows ``(query id, target id, percent identity of the
+    reference pair, PairScores)``; ``overall`` and ``by_identity`` (bin label -> scores, the
+    bins holding pairs) are :func:`~sinkalign.align.metrics.micro_average` dicts with
+    ``pairs`` added; ``tc``: ``(columns reproduced, reference columns)``; ``extra``: test rows
+    that the reference does not have (ignored)."""
+
+    pairs: list
+    overall: dict
+    by_identity: dict
+    tc: tuple[int, int]
+    extra: tuple[str, ...] = field(default=())
+
+    @property
+    def total_column(self) -> float | None:
+        return self.tc[0] / self.tc[1] if self.tc[1] else None
+
+    def to_dict(self) -> dict:
+        return {"overall": self.overall, "by_identity": self.by_identity, "tc": self.total_column,
+                "tc_columns": list(self.tc), "extra_rows": list(self.extra),
+                "pairs": [{"query": q, "target": t, "identity": None if ident != ident else ident, **s.to_dict()}
+                          for q, t, ident, s in self.pairs]}
+
+
+def _grid(rows) -> np.ndarray:
+    return np.array([np.frombuffer(r.encode("ascii"), np.uint8) for r in rows])
+
+
+def aligned_pairs(row_a: str, row_b: str) -> np.ndarray:
+    """``[k, 2]``: the residue pairs that two gapped rows put in one column, upper-case residues
+    only (a lower-case residue counts in its sequence but is aligned to nothing)."""
+    a, b = _grid([row_a]), _grid([row_b])
+    res_a, res_b = np.char.isalpha(np.array(list(row_a))), np.char.isalpha(np.array(list(row_b)))
+    up_a = (a[0] >= ord("A")) & (a[0] <= ord("Z"))
+    up_b = (b[0] >= ord("A")) & (b[0] <= ord("Z"))
+    ia, ib = np.cumsum(res_a) - 1, np.cumsum(res_b) - 1
+    both = up_a & up_b
+    return np.stack([ia[both], ib[both]], axis=1).astype(np.int64).reshape(-1, 2)
+
+
+def total_column(test: MSA, reference: MSA) -> tuple[int, int]:
+    """``(reproduced, columns)``: the reference's columns with at least two trusted
+    (upper-case) residues, and how many of them have all those residues in one column of
+    ``test`` (as upper-case residues)."""
+    ref = _grid(reference.rows)
+    upper = (ref >= ord("A")) & (ref <= ord("Z"))
+    residue = np.cumsum(np.char.isalpha(np.array([list(r) for r in reference.rows])), axis=1) - 1
+    columns = {}
+    for name, row in zip(test.ids, test.rows):
+        g = _grid([row])[0]
+        letters = np.flatnonzero(np.char.isalpha(np.array(list(row))))
+        col = np.full(letters.size, -1, np.int64)
+        up = (g[letters] >= ord("A")) & (g[letters] <= ord("Z"))
+        col[up] = letters[up]  # a lower-case residue is in no column
+        columns[name] = col
+    ok = total = 0
+    for c in range(ref.shape[1]):
+        rows = np.flatnonzero(upper[:, c])
+        if rows.size < 2:
+            continue
+        total += 1
+        placed = {int(columns[reference.ids[r]][residue[r, c]]) for r in rows}
+        ok += len(placed) == 1 and -1 not in placed
+    return ok, total
+
+
+def _check_same_sequences(test: MSA, reference: MSA) -> tuple[str, ...]:
+    names = set(test.ids)
+    missing = [i for i in reference.ids if i not in names]
+    if missing:
+        raise InputError(f"{test.source}: no row {missing[0]!r} of the reference {reference.source}"
+                         + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+                         + "; the two alignments must hold the same sequences under the same names")
+    by_name = dict(zip(test.ids, test.rows))
+    for name, row in zip(reference.ids, reference.rows):
+        want = "".join(c for c in row if c.isalpha()).upper()
+        got = "".join(c for c in by_name[name] if c.isalpha()).upper()
+        if got != want:
+            k = next((k for k, (x, y) in enumerate(zip(got, want)) if x != y), min(len(got), len(want)))
+            what = (f"residue {k + 1} is {got[k]!r} in the test and {want[k]!r} in the reference"
+                    if k < min(len(got), len(want)) else f"it has {len(got)} residues in the test and {len(want)} "
+                    "in the reference")
+            raise InputError(f"{test.source}: row {name!r} is not the reference's sequence ({reference.source}): "
+                             f"{what}")
+    ref_names = set(reference.ids)
+    return tuple(i for i in test.ids if i not in ref_names)
+
+
+def score_alignment(test: MSA, reference: MSA) -> MsaScores:
+    """Score ``test`` against ``reference`` (module docstring). Every reference row must be in
+    ``test`` under its name with the same residues (case and gaps aside); test rows the
+    reference lacks are ignored (listed in ``extra``).
+
+    Raises :class:`~sinkalign.errors.InputError` naming the row and the residue that differ.
+    """
+    extra = _check_same_sequences(test, reference)
+    by_name = dict(zip(test.ids, test.rows))
+    refs: list[ReferencePair] = msa_to_pairs(reference) if len(reference) > 1 else []
+    pairs = []
+    for ref in refs:
+        pred = aligned_pairs(by_name[ref.query_id], by_name[ref.target_id])
+        scores: PairScores = core_pair_scores(pred, ref)
+        pairs.append((ref.query_id, ref.target_id, percent_identity(ref), scores))
+    overall = {**micro_average([p[3] for p in pairs]), "pairs": len(pairs)}
+    ident = np.array([p[2] for p in pairs], np.float64)
+    known = np.flatnonzero(np.isfinite(ident))
+    by_identity = {}
+    if known.size:
+        bins = assign_identity_bins(ident[known])
+        for b, label in enumerate(identity_bin_labels(IDENTITY_BINS)):
+            members = known[bins == b]
+            if members.size:
+                by_identity[label] = {**micro_average([pairs[k][3] for k in members]), "pairs": int(members.size)}
+    return MsaScores(pairs, overall, by_identity, total_column(test, reference), extra)

@@ -1,0 +1,231 @@
+"""Scoring a multiple alignment against a reference (`sinkalign.align.msa_scores`, `sinkalign
+score-msa`): SP, precision, F1 and TC against brute-force counts over residue pairs and columns,
+trusted cores, every readable format, errors that name the row."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from Bio import AlignIO
+from Bio.Align import MultipleSeqAlignment
+from Bio.Seq import Seq
+from Bio.SeqRecord import SeqRecord
+from click.testing import CliRunner
+
+from sinkalign.align.msa_scores import aligned_pairs, score_alignment, total_column
+from sinkalign.cli.main import cli
+from sinkalign.errors import InputError, SinkalignError
+from sinkalign.io.alignments import MSA, read_alignment
+
+PROTEIN = "ACDEFGHIKLMNPQRSTVWY"
+
+
+def random_alignment(rng, seqs, width_extra=4, lower=0.0) -> list[str]:
+    """Gapped rows of ``seqs``: each residue at a random increasing column; a share ``lower``
+    of residues lower case."""
+    width = max(map(len, seqs)) + width_extra
+    rows = []
+    for s in seqs:
+        cols = np.sort(rng.choice(width, size=len(s), replace=False))
+        row = ["-"] * width
+        for c, a in zip(cols, s):
+            row[c] = a.lower() if rng.random() < lower else a
+        rows.append("".join(row))
+    keep = [c for c in range(width) if any(r[c] != "-" for r in rows)]
+    return ["".join(r[c] for c in keep) for r in rows]
+
+
+def brute_pairs(row_a: str, row_b: str, upper_only=True) -> set:
+    out, i, j = set(), -1, -1
+    for a, b in zip(row_a, row_b):
+        i += a.isalpha()
+        j += b.isalpha()
+        if a.isalpha() and b.isalpha() and (not upper_only or (a.isupper() and b.isupper())):
+            out.add((i, j))
+    return out
+
+
+def brute_scores(test_rows: dict, ref_ids, ref_rows):
+    tp = n_pred = n_ref = 0
+    for a in range(len(ref_ids)):
+        for b in range(a + 1, len(ref_ids)):
+            truth = brute_pairs(ref_rows[a], ref_rows[b])
+            pred = brute_pairs(test_rows[ref_ids[a]], test_rows[ref_ids[b]])
+            tp += len(truth & pred)
+            n_pred += len(pred)
+            n_ref += len(truth)
+    return tp, n_pred, n_ref
+
+
+def brute_tc(test_rows: dict, ref_ids, ref_rows) -> tuple[int, int]:
+    def column_of(row):
+        out, k = {}, -1
+        for c, a in enumerate(row):
+            if a.isalpha():
+                k += 1
+                out[k] = c if a.isupper() else None
+        return out
+
+    test_cols = {name: column_of(row) for name, row in test_rows.items()}
+    ok = total = 0
+    for c in range(len(ref_rows[0])):
+        members = []
+        for name, row in zip(ref_ids, ref_rows):
+            if row[c].isupper():
+                members.append((name, sum(ch.isalpha() for ch in row[:c])))
+        if len(members) < 2:
+            continue
+        total += 1
+        placed = {test_cols[name][k] for name, k in members}
+        ok += len(placed) == 1 and None not in placed
+    return ok, total
+
+
+def msa(ids, rows, fmt="fasta", source="ref") -> MSA:
+    return MSA(tuple(ids), tuple(rows), source, fmt, "protein")
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_scores_match_brute_force_counts(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 7))
+    seqs = ["".join(rng.choice(list(PROTEIN), size=int(rng.integers(1, 15)))) for _ in range(n)]
+    ids = [f"s{k}" for k in range(n)]
+    ref_rows = random_alignment(rng, seqs, lower=0.2 if seed % 2 else 0.0)  # Stockholm-like insertions
+    test_rows = random_alignment(rng, seqs, lower=0.15 if seed % 3 == 0 else 0.0)
+    order = rng.permutation(n)  # the test lists its rows in another order
+    test = msa([ids[k] for k in order], [test_rows[k] for k in order], source="test")
+    got = score_alignment(test, msa(ids, ref_rows, "stockholm"))
+    tp, n_pred, n_ref = brute_scores(dict(zip(ids, test_rows)), ids, ref_rows)
+    assert (got.overall["tp"], got.overall["n_pred"], got.overall["n_ref"]) == (tp, n_pred, n_ref)
+    assert got.overall["pairs"] == n * (n - 1) // 2
+    assert got.tc == brute_tc(dict(zip(ids, test_rows)), ids, ref_rows)
+    assert sum(s["pairs"] for s in got.by_identity.values()) == sum(p[2] == p[2] for p in got.pairs)  # NaN: none
+    for q, t, _, s in got.pairs:
+        a, b = ids.index(q), ids.index(t)
+        np.testing.assert_array_equal(sorted(map(tuple, aligned_pairs(test_rows[a], test_rows[b]).tolist())),
+                                      sorted(brute_pairs(test_rows[a], test_rows[b])))
+        assert s.tp == len(brute_pairs(test_rows[a], test_rows[b]) & brute_pairs(ref_rows[a], ref_rows[b]))
+
+
+def test_an_alignment_against_itself_scores_one():
+    rows = ["MK-VL", "MKAV-", "-KAVL"]
+    s = score_alignment(msa("abc", rows, source="test"), msa("abc", rows))
+    assert s.overall["precision"] == s.overall["recall"] == s.overall["f1"] == 1.0
+    assert s.tc == (5, 5) and s.total_column == 1.0 and s.extra == ()
+
+
+def test_a_structural_reference_counts_its_trusted_core_only():
+    # bench1.0: lower case = aligned but untrusted; a pair counts when either residue is trusted
+    ref = msa("ab", ["ACDef", "ACDgh"], "bench")
+    test = msa("ab", ["ACDEF-", "ACD-GH"], source="test")  # E/F mis-placed, but they are untrusted
+    s = score_alignment(test, ref)
+    assert (s.overall["tp"], s.overall["n_pred"], s.overall["n_ref"]) == (3, 3, 3)
+    assert s.tc == (3, 3)
+    wrong = msa("ab", ["ACD-EF", "AC-DGH"], source="test")  # D moved: a trusted pair lost and one made
+    s = score_alignment(wrong, ref)
+    assert (s.overall["tp"], s.overall["n_pred"], s.overall["n_ref"]) == (2, 2, 3)
+    assert s.tc == (2, 3)
+
+
+def test_rows_must_match_by_name_and_residues():
+    ref = msa("ab", ["MKV-L", "MK-AL"])
+    with pytest.raises(InputError, match="no row 'b' of the reference"):
+        score_alignment(msa(["a", "c"], ["MKVL", "MKAL"], source="t.afa"), ref)
+    with pytest.raises(InputError, match=r"row 'b' is not the reference's sequence .*residue 3 is 'S' in the test "
+                                         r"and 'A' in the reference"):
+        score_alignment(msa("ab", ["MKVL", "MKSL"], source="t.afa"), ref)
+    with pytest.raises(InputError, match="5 residues in the test and 4"):
+        score_alignment(msa("ab", ["MKVL-", "MKALL"], source="t.afa"), ref)
+    extra = score_alignment(msa("abz", ["MKV-L", "MK-AL", "WWWWW"], source="t.afa"), ref)
+    assert extra.extra == ("z",) and extra.overall["pairs"] == 1
+
+
+def test_total_column_needs_every_trusted_residue_in_one_test_column():
+    ref = msa("abc", ["AC", "AC", "A-"])
+    assert total_column(msa("abc", ["AC", "AC", "A-"]), ref) == (2, 2)
+    assert total_column(msa("abc", ["A-C", "AC-", "A--"]), ref) == (1, 2)
+    assert total_column(msa("abc", ["aC", "AC", "A-"]), ref) == (1, 2)  # an insertion is in no column
+
+
+FORMATS = {"fasta": "fasta", "clustal": "clustal", "stockholm": "stockholm", "phylip": "phylip-relaxed"}
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_every_format_reads_to_the_same_rows(tmp_path, fmt):
+    rows = ["MKV-LAGH", "MK-ALAGH", "-KVALA-H"]
+    aln = MultipleSeqAlignment([SeqRecord(Seq(r), id=i, description="") for i, r in zip(["x1", "x2", "x3"], rows)])
+    path = tmp_path / f"a.{fmt}"
+    AlignIO.write(aln, path, FORMATS[fmt])
+    got = read_alignment(path)
+    assert got.ids == ("x1", "x2", "x3") and got.rows == tuple(rows)
+
+
+def test_read_alignment_errors(tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_text("hello world\n")
+    with pytest.raises(SinkalignError, match="not an aligned FASTA"):
+        read_alignment(bad)
+    two = tmp_path / "two.sto"
+    two.write_text("# STOCKHOLM 1.0\na MKV\nb MKA\n//\n# STOCKHOLM 1.0\na MKV\nb MKA\n//\n")
+    with pytest.raises(SinkalignError, match="holds 2 alignments"):
+        read_alignment(two)
+
+
+def _write(path: Path, ids, rows) -> Path:
+    path.write_text("".join(f">{i}\n{r}\n" for i, r in zip(ids, rows)))
+    return path
+
+
+def test_score_msa_cli(tmp_path):
+    ref = _write(tmp_path / "ref.afa", "abc", ["MKV-LAGH", "MK-ALAGH", "-KVALA-H"])
+    test = _write(tmp_path / "test.afa", "cab", ["KVALAH", "MKVLAGH", "MKALAGH"])  # other order, no gaps
+    r = CliRunner().invoke(cli, ["score-msa", str(test), str(ref), "--json", str(tmp_path / "s.json"),
+                                 "--pairs", str(tmp_path / "p.tsv")])
+    assert r.exit_code == 1 and "has 7 columns, the first row has 6" in r.output  # not an alignment
+    test = _write(tmp_path / "test.afa", "cab", ["-KVALA-H", "MKV-LAGH", "MK-ALAGH"])
+    r = CliRunner().invoke(cli, ["score-msa", str(test), str(ref), "--json", str(tmp_path / "s.json"),
+                                 "--pairs", str(tmp_path / "p.tsv")])
+    assert r.exit_code == 0, r.output
+    assert "TC (total column): 1.000" in r.output
+    data = json.loads((tmp_path / "s.json").read_text())
+    assert data["overall"]["recall"] == data["overall"]["precision"] == 1.0 and data["tc"] == 1.0
+    lines = (tmp_path / "p.tsv").read_text().splitlines()
+    assert lines[0].split("\t")[:3] == ["query", "target", "identity"] and len(lines) == 4
+    # nothing is clobbered unasked
+    before = (tmp_path / "s.json").read_text()
+    r = CliRunner().invoke(cli, ["score-msa", str(test), str(ref), "--json", str(tmp_path / "s.json")])
+    assert r.exit_code == 1 and "already exists" in r.output and (tmp_path / "s.json").read_text() == before
+    r = CliRunner().invoke(cli, ["score-msa", str(test), str(ref), "--json", str(tmp_path / "s.json"), "--overwrite"])
+    assert r.exit_code == 0, r.output
+    # a sequence that differs is named
+    other = _write(tmp_path / "other.afa", "abc", ["MKV-LAGH", "MK-ALAGW", "-KVALA-H"])
+    r = CliRunner().invoke(cli, ["score-msa", str(other), str(ref)])
+    assert r.exit_code == 1 and "row 'b' is not the reference's sequence" in r.output
+
+
+def test_sinkalign_msa_scored_against_a_structural_reference(tmp_path):
+    """The command's own output, in each format, scores the same against a bench1.0 reference."""
+    ref = tmp_path / "ref.afa"
+    ref.write_text(">a\nMKVLAAGHWERTYLLKPQDESTRIVNG-\n>b\nMKILSAGHWERT-LLKPQDESTRIVNG-\n"
+                   ">c\nMKVLA-GHWERTYLLKPQD-STRIVNga\n")
+    fasta = tmp_path / "in.fa"
+    fasta.write_text(">a\nMKVLAAGHWERTYLLKPQDESTRIVNG\n>b\nMKILSAGHWERTLLKPQDESTRIVNG\n"
+                     ">c\nMKVLAGHWERTYLLKPQDSTRIVNGA\n")
+    results = []
+    for fmt in ("fasta", "clustal", "stockholm", "phylip"):
+        out = tmp_path / f"out.{fmt}"
+        r = CliRunner().invoke(cli, ["msa", str(fasta), "--format", fmt, "-o", str(out)])
+        assert r.exit_code == 0, r.output
+        r = CliRunner().invoke(cli, ["score-msa", str(out), str(ref), "--json", str(tmp_path / f"{fmt}.json")])
+        assert r.exit_code == 0, r.output
+        results.append(json.loads((tmp_path / f"{fmt}.json").read_text()))
+    assert all(r["overall"] == results[0]["overall"] and r["tc"] == results[0]["tc"] for r in results)
+    from sinkalign.io.structural import read_reference_alignment
+
+    want = score_alignment(read_alignment(tmp_path / "out.fasta"), read_reference_alignment(ref)[0])
+    assert results[0]["overall"] == json.loads(json.dumps(want.overall)) and results[0]["tc"] == want.total_column
+    assert want.overall["n_ref"] == 26 + 24 + 23  # (a, b), (a, c), (b, c): c's last two residues untrusted
