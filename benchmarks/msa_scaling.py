@@ -107,9 +107,13 @@ def one(n: int, args) -> dict:
     t0 = time.perf_counter()
     cols = msa.refine(cols, posts, 20, seed=0)
     t["refine"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    _, column = msa.confidences(cols, posts, lengths, aligner.msa_calibration.mapper(2, n))
+    t["confidences"] = time.perf_counter() - t0
     rows = list(msa._rows(seqs, cols))
     whole = msa.align_multiple([str(i) for i in range(n)], seqs, aligner)
     assert list(whole.rows) == rows, "the stages timed one by one are not align_multiple"
+    np.testing.assert_array_equal(whole.column_confidence, column)
     out = {"n": n, "mean_length": float(np.mean(lengths)), "pairs": n * (n - 1) // 2, "seconds": t,
            "total_s": sum(t.values()), "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
            "msa": scores(rows, sites)}
@@ -142,15 +146,16 @@ def main() -> None:
         rows.append(json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.splitlines()[-1]))
         r = rows[-1]
         print(f"N={n}: {r['total_s']:.1f} s, peak {r['peak_rss_mib']:.0f} MiB, F1 {r['msa']['f1']:.3f}", flush=True)
-    print("\n| N (pairs) | pairwise s | tree s | consistency s | progressive s | refine s | total s | peak MiB "
-          "| F1 (SP) | FAMSA s | FAMSA F1 (SP) |")
-    print("|---" * 11 + "|")
+    print("\n| N (pairs) | pairwise s | tree s | consistency s | progressive s | refine s | confidences s | total s "
+          "| peak MiB | F1 (SP) | FAMSA s | FAMSA F1 (SP) |")
+    print("|---" * 12 + "|")
     for r in rows:
         s = r["seconds"]
         fam = (f"{r['famsa_s']:.2f} | {r['famsa']['f1']:.3f} ({r['famsa']['recall']:.3f})" if "famsa" in r
                else "- | -")
         print(f"| {r['n']} ({r['pairs']}) | {s['pairwise']:.1f} | {s['tree']:.2f} | {s['consistency']:.2f} | "
-              f"{s['progressive']:.2f} | {s['refine']:.2f} | {r['total_s']:.1f} | {r['peak_rss_mib']:.0f} | "
+              f"{s['progressive']:.2f} | {s['refine']:.2f} | {s['confidences']:.2f} | {r['total_s']:.1f} | "
+              f"{r['peak_rss_mib']:.0f} | "
               f"{r['msa']['f1']:.3f} ({r['msa']['recall']:.3f}) | {fam} |")
     write_json(args.json, {"machine": machine(), "date": datetime.date.today().isoformat(), "length": args.length,
                            "substitutions": args.substitutions, "rows": rows})
