@@ -229,3 +229,10 @@ def test_sinkalign_msa_scored_against_a_structural_reference(tmp_path):
     want = score_alignment(read_alignment(tmp_path / "out.fasta"), read_reference_alignment(ref)[0])
     assert results[0]["overall"] == json.loads(json.dumps(want.overall)) and results[0]["tc"] == want.total_column
     assert want.overall["n_ref"] == 26 + 24 + 23  # (a, b), (a, c), (b, c): c's last two residues untrusted
+
+
+def test_read_alignment_takes_homstrad_pir_with_its_comment_lines(tmp_path):
+    pir = tmp_path / "fam.ali"
+    pir.write_text("C; a HOMSTRAD family\n\n>P1;a\nstructureX:a\nMKV-L*\n>P1;b\nsequence:b\nMK-AL*\n")
+    got = read_alignment(pir)
+    assert got.ids == ("a", "b") and got.rows == ("MKV-L", "MK-AL") and got.format == "pir"

@@ -57,6 +57,7 @@ from sinkalign.io.fasta import (
 __all__ = [
     "MSA",
     "ReferencePair",
+    "detect_msa_format",
     "msa_to_pairs",
     "percent_identity",
     "read_aligned_fasta",
@@ -557,18 +558,25 @@ def read_msf(path: str | os.PathLike, *, alphabet: str = "auto") -> MSA:
     return _finish_msa(ids, rows, path=path, fmt="msf", alphabet=alphabet)
 
 
-def _detect_msa_format(path: Path) -> str:
-    """The format of an alignment file from its first non-blank line."""
+def detect_msa_format(path: str | os.PathLike) -> str:
+    """``"stockholm"``, ``"clustal"``, ``"pir"``, ``"fasta"`` (aligned FASTA or A2M),
+    ``"msf"`` or ``"phylip"`` from a file's first non-blank line (PIR comment lines ``C;``
+    before the first record skipped, as HOMSTRAD writes them).
+
+    Raises:
+        SequenceFormatError: an empty file, or a first line that fits none of them.
+    """
+    path = Path(path)
     with open_text(path) as handle:
         for line_no, line in enumerate(handle, 1):
             s = line.strip()
-            if not s:
+            if not s or s.startswith("C;"):
                 continue
             if s.startswith("# STOCKHOLM"):
                 return "stockholm"
-            if s.split()[0].upper() in ("CLUSTAL", "MUSCLE", "PROBCONS") or s.upper().startswith("CLUSTAL"):
+            if s.upper().startswith(("CLUSTAL", "MUSCLE", "PROBCONS")):
                 return "clustal"
-            if s.startswith(">P1;") or s.startswith(">F1;") or s.startswith(">DL;"):
+            if s.startswith((">P1;", ">F1;", ">DL;")):
                 return "pir"
             if s.startswith(">"):
                 return "fasta"
@@ -594,7 +602,7 @@ def read_alignment(path: str | os.PathLike, *, alphabet: str = "auto") -> MSA:
     """
     _check_alphabet(alphabet)
     path = _existing(path, "alignment")
-    fmt = _detect_msa_format(path)
+    fmt = detect_msa_format(path)
     if fmt == "fasta":
         return read_aligned_fasta(path, alphabet=alphabet)
     if fmt == "msf":

@@ -174,28 +174,18 @@ def _named(msa: MSA, path: Path) -> MSA:
 
 
 def detect_alignment_format(path: str | os.PathLike) -> str:
-    """``"stockholm"``, ``"pir"`` or ``"bench"`` from a file's first non-blank line.
+    """``"stockholm"``, ``"pir"`` or ``"bench"`` (aligned FASTA) from a file's first non-blank
+    line (:func:`~sinkalign.io.alignments.detect_msa_format`).
 
     Raises:
-        FormatError: the first line fits none of them.
+        FormatError: an empty file, or one in none of these formats.
     """
-    path = Path(path)
-    with open_text(path) as handle:
-        for line_no, line in enumerate(handle, 1):
-            s = line.strip()
-            if not s:
-                continue
-            if s.startswith("# STOCKHOLM"):
-                return "stockholm"
-            if s.startswith(">P1;") or s.startswith(">F1;") or s.startswith(">DL;"):
-                return "pir"
-            if s.startswith(">"):
-                return "bench"
-            if s.startswith("C;"):  # PIR comment lines before the first record (HOMSTRAD)
-                continue
-            raise FormatError(f"{path}: line {line_no} starts with {s[:20]!r}: not a Stockholm, PIR or aligned "
-                              "FASTA alignment")
-    raise FormatError(f"{path}: empty file")
+    from sinkalign.io.alignments import detect_msa_format
+
+    fmt = detect_msa_format(path)
+    if fmt not in ("stockholm", "pir", "fasta"):
+        raise FormatError(f"{path}: a {fmt} file: not a Stockholm, PIR or aligned FASTA reference alignment")
+    return "bench" if fmt == "fasta" else fmt
 
 
 def read_reference_alignment(path: str | os.PathLike) -> list[MSA]:
