@@ -69,7 +69,7 @@ def msa(fasta, example, output, fmt, tree, column_scores, model, consistency, re
     confidences are combined as ProbCons combines its posteriors (consistency, a guide tree,
     progressive alignment). Nucleotide records are aligned on the strand given. Each
     residue and column gets a confidence: the mean probability that its residue pairs are
-    right (calibrated on reference families for the shipped protein model).
+    right (calibrated on reference families for the shipped protein models).
     """
     from sinkalign.pipelines.msa import msa_fasta
 

@@ -127,7 +127,7 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
     A Stockholm file carries each residue's confidence (``#=GR id PP``) and each column's
     (``#=GC PP_cons``), a Clustal file the conservation line. The confidences are calibrated
     when the model carries a calibration for ``consistency`` rounds (the shipped protein
-    model, 0 to 3 rounds); otherwise a warning says they are not.
+    models, learned and blosum: 0 to 3 rounds); otherwise a warning says they are not.
 
     Returns the :class:`~sinkalign.align.msa.MultipleAlignment`.
     """
