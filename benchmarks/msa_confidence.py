@@ -15,7 +15,8 @@ library, and whether the reference has it (:func:`sinkalign.align.msa.calibratio
   raw and the calibrated probabilities, as pairs (expected calibration error over ten equal
   bins, and by the family's number of sequences), as columns (mean confidence of a column's
   scored pairs against the share of them right: what ``#=GC PP_cons`` reports) and as
-  families (mean confidence against precision).
+  families (mean confidence against precision); and what ``sinkalign msa --trim T`` keeps
+  (columns, precision and recall of the pairs left) at a few thresholds.
 
     python benchmarks/msa_confidence.py --eval-splits valid
     python benchmarks/msa_confidence.py --eval-splits valid --out /tmp/learned_msa   # a model with the fit
@@ -40,6 +41,7 @@ from sinkalign.align.msa import (
     SIZE_CLASSES,
     aligner_posteriors,
     calibration_samples,
+    column_pairs,
     consistency_transform,
     fit_msa_calibration,
     guide_tree,
@@ -53,10 +55,12 @@ RESULTS = Path(__file__).resolve().parent / "results"
 SOURCES = ("homstrad", "sabre", "oxbench")
 BINS = np.linspace(0.0, 1.0, 11)
 SIZE_BINS = ((3, 5), (6, 10), (11, 40))
+TRIM_THRESHOLDS = (0.0, 0.3, 0.5, 0.7, 0.9)
 
 
 def family_samples(aligner, msa, rounds_list, refine_rounds: int) -> dict:
-    """``{rounds: (p, right, column)}`` of one family."""
+    """``{rounds: (p, right, column, all_p, all_column)}`` of one family: the scored samples,
+    and every residue pair in one column (for the columns' confidences)."""
     ids = list(msa.ids)
     seqs = [msa.ungapped(k) for k in range(len(msa))]
     lengths = [len(s) for s in seqs]
@@ -67,7 +71,10 @@ def family_samples(aligner, msa, rounds_list, refine_rounds: int) -> dict:
     for rounds in rounds_list:
         posts = consistency_transform(library, lengths, rounds)
         cols = refine(progressive(posts, lengths, Z), posts, refine_rounds)
-        out[rounds] = calibration_samples(cols, posts, ids, refs)
+        placed = list(column_pairs(cols, posts))
+        all_p = np.concatenate([p for *_, p in placed]) if placed else np.zeros(0)
+        all_col = np.concatenate([cols[x][i] for x, _, i, _, _ in placed]) if placed else np.zeros(0, np.int64)
+        out[rounds] = (*calibration_samples(cols, posts, ids, refs), all_p, all_col)
     return out
 
 
@@ -77,6 +84,7 @@ def collect(aligner, split: str, rounds_list, args) -> list[dict]:
     rows = []
     for src, msa in fams:
         rows.append({"family": msa.family, "source": src, "n": len(msa),
+                     "n_ref": sum(len(r.pairs) for r in msa_to_pairs(msa)),
                      "samples": family_samples(aligner, msa, rounds_list, args.refine)})
     print(f"{split}: {len(fams)} families, {sum(r['n'] * (r['n'] - 1) // 2 for r in rows)} pairs of sequences, "
           f"{time.perf_counter() - t0:.0f} s")
@@ -100,7 +108,7 @@ def evaluate(rows: list[dict], rounds: int, cal) -> dict:
     """Reliability of the raw (``cal`` None) or calibrated probabilities."""
     pair_p, pair_y, col_p, col_y, fam_p, fam_y, size = [], [], [], [], [], [], []
     for row in rows:
-        p, y, column = row["samples"][rounds]
+        p, y, column = row["samples"][rounds][:3]
         if not p.size:
             continue
         p = p if cal is None else cal.mapper(rounds, row["n"])(p)
@@ -128,6 +136,32 @@ def evaluate(rows: list[dict], rounds: int, cal) -> dict:
             "columns": int(cp.size), "column_ece": ece(cp, cy),
             "families": int(fam_p.size), "family_mae": float(np.mean(np.abs(fam_p - fam_y))),
             "family_corr": float(np.corrcoef(fam_p, fam_y)[0, 1]) if fam_p.size > 2 else None}
+
+
+def trimming(rows: list[dict], rounds: int, cal, thresholds) -> list[dict]:
+    """``--trim T`` on each family: the columns of (calibrated) confidence >= T kept; the share
+    of columns kept, the precision of the scored pairs left and their share of the reference's
+    trusted pairs (recall, SP)."""
+    out = []
+    for threshold in thresholds:
+        kept_cols = total_cols = tp = n_pred = n_ref = 0
+        for row in rows:
+            p, y, column, all_p, all_col = row["samples"][rounds]
+            n_ref += row["n_ref"]
+            if not all_p.size:
+                continue
+            mapped = cal.mapper(rounds, row["n"])(all_p)
+            used, inv = np.unique(all_col, return_inverse=True)
+            conf = np.bincount(inv, weights=mapped) / np.bincount(inv)
+            keep = set(used[conf >= threshold].tolist())
+            kept_cols += len(keep)
+            total_cols += used.size
+            mask = np.isin(column, list(keep))
+            tp += int(y[mask].sum())
+            n_pred += int(mask.sum())
+        out.append({"threshold": threshold, "columns_kept": kept_cols / max(1, total_cols),
+                    "precision": tp / max(1, n_pred), "recall": tp / max(1, n_ref)})
+    return out
 
 
 def main() -> None:
@@ -194,7 +228,8 @@ def evaluate_splits(aligner, cal, splits, result, args) -> None:
         result["eval"][split] = {}
         for r in args.consistency:
             raw, calibrated = evaluate(rows, r, None), evaluate(rows, r, cal)
-            result["eval"][split][str(r)] = {"raw": raw, "calibrated": calibrated}
+            result["eval"][split][str(r)] = {"raw": raw, "calibrated": calibrated,
+                                             "trim": trimming(rows, r, cal, TRIM_THRESHOLDS)}
     source = "the model's own" if args.fit_split == "none" else f"fitted on {args.fit_split}"
     print(f"\nresidue pairs in one column, scored on trusted residues; ECE over ten equal bins; calibration: {source}")
     print("| split | consistency | pairs | right | raw mean / ECE | calibrated mean / ECE | column ECE raw / cal "
@@ -213,6 +248,10 @@ def evaluate_splits(aligner, cal, splits, result, args) -> None:
             print(f"\n{split}, 2 rounds (the default), calibrated: bin, pairs, mean confidence, share right")
             for b in default["calibrated"]["reliability"]:
                 print(f"  {b['bin']:12s} {b['n']:7d} {b['confidence']:.3f} {b['right']:.3f}")
+            print(f"\n{split}, 2 rounds, `sinkalign msa --trim T` (columns with two or more residues; the rest "
+                  "dropped at any T > 0): T, columns kept, precision, recall (SP)")
+            for d in default["trim"]:
+                print(f"  {d['threshold']:.2f} {d['columns_kept']:.3f} {d['precision']:.3f} {d['recall']:.3f}")
 
 
 if __name__ == "__main__":

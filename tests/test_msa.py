@@ -1021,3 +1021,35 @@ def test_the_shipped_protein_models_carry_msa_calibrations(name, globins):
     msa = align_multiple(ids, seqs, aligner)
     assert msa.calibrated and not align_multiple(ids, seqs, aligner, consistency=4).calibrated
     assert Aligner.load("dna").msa_calibration is None
+
+
+@pytest.mark.parametrize("lengths", [[5, 1, 9], [4, 4, 4, 4, 4], [2, 25, 3, 1, 6]], ids=str)
+def test_trimmed_keeps_the_columns_at_or_above_the_threshold(lengths):
+    rng = np.random.default_rng(len(lengths) * 13 + sum(lengths))
+    seqs = random_seqs(rng, lengths)
+    msa = align_multiple([f"s{k}" for k in range(len(seqs))], seqs, random_dense_posts(rng, lengths, 0.7),
+                         consistency=1, refine_rounds=2)
+    for threshold in (0.0, 0.05, 0.2, 0.5, 1.0):
+        got, kept = msa.trimmed(threshold)
+        want = [c for c in range(msa.n_columns)
+                if threshold == 0.0 or (not np.isnan(msa.column_confidence[c]) and msa.column_confidence[c] >= threshold)]
+        assert list(kept) == want
+        assert got.rows == tuple("".join(row[c] for c in want) for row in msa.rows)
+        np.testing.assert_array_equal(got.column_confidence, msa.column_confidence[want])
+        for row_before, conf_before, row, conf in zip(msa.rows, msa.confidence, got.rows, got.confidence):
+            by_column = {}
+            k = 0
+            for c, ch in enumerate(row_before):
+                if ch != "-":
+                    by_column[c] = conf_before[k]
+                    k += 1
+            np.testing.assert_array_equal(conf, [by_column[c] for c in want if row_before[c] != "-"])
+            assert len(conf) == sum(ch != "-" for ch in row)
+        assert got.ids == msa.ids and got.calibrated == msa.calibrated
+        if threshold == 0.0:
+            assert got.rows == msa.rows
+    with pytest.raises(ValueError, match="must be in"):
+        msa.trimmed(1.5)
+    bare = MultipleAlignment(("a",), ("AC",), "a;", 0.0)
+    with pytest.raises(ValueError, match="no confidences"):
+        bare.trimmed(0.5)

@@ -268,3 +268,23 @@ def test_column_scores_are_kept_unless_overwrite_and_share_stdout_with_nothing(f
     assert res.exit_code != 0 and "both go to standard output" in res.output
     res = _run("msa", family, "-o", tmp_path / "o.afa", "--column-scores", "-")
     assert res.exit_code == 0 and res.output.startswith("# column confidences")
+
+
+def test_trim_drops_the_low_confidence_columns(family, tmp_path):
+    from sinkalign.align.aligner import Aligner
+    from sinkalign.align.msa import align_multiple
+
+    recs = [r.split("\n", 1) for r in FAMILY.strip(">\n").split("\n>")]
+    ids, seqs = [r[0].split()[0] for r in recs], [r[1].strip() for r in recs]
+    whole = align_multiple(ids, seqs, Aligner.load("learned"))
+    threshold = float(np.nanmedian(whole.column_confidence))
+    out, scores = tmp_path / "trimmed.sto", tmp_path / "columns.tsv"
+    res = _run("msa", family, "--trim", threshold, "--format", "stockholm", "-o", out, "--column-scores", scores)
+    assert res.exit_code == 0, res.output
+    want, kept = whole.trimmed(threshold)
+    aln = AlignIO.read(out, "stockholm")
+    assert tuple(str(rec.seq) for rec in aln) == want.rows and 0 < len(kept) < whole.n_columns
+    assert [rec.letter_annotations["posterior_probability"] for rec in aln] == list(want.pp_lines()[0])
+    assert len(scores.read_text().splitlines()) == 2 + whole.n_columns  # every column listed
+    res = _run("msa", family, "--trim", 1.5)
+    assert res.exit_code == 2 and "1.5" in res.output

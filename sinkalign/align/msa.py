@@ -134,6 +134,27 @@ class MultipleAlignment:
     def n_columns(self) -> int:
         return len(self.rows[0]) if self.rows else 0
 
+    def trimmed(self, min_confidence: float) -> tuple[MultipleAlignment, np.ndarray]:
+        """The alignment without its columns of confidence below ``min_confidence`` (and,
+        for any ``min_confidence > 0``, without those of fewer than two residues, which have
+        none), and the 0-based indices of the columns kept. As trimAl or GUIDANCE trim an
+        alignment before a tree is built from it; the residues of a dropped column are gone
+        from the rows (a row may become all gaps). ``score`` and ``tree`` are the untrimmed
+        alignment's."""
+        if not 0.0 <= min_confidence <= 1.0:
+            raise ValueError(f"min_confidence={min_confidence} must be in [0, 1]")
+        if not self.confidence:
+            raise ValueError("this alignment has no confidences to trim by")
+        conf = self.column_confidence
+        keep = np.flatnonzero(conf >= min_confidence) if min_confidence > 0 else np.arange(self.n_columns)
+        rows = tuple("".join(row[c] for c in keep) for row in self.rows)
+        confidence = []
+        for row, values in zip(self.rows, self.confidence):
+            residue = np.cumsum([c != "-" for c in row]) - 1  # each column's residue index in this row
+            confidence.append(np.asarray([values[residue[c]] for c in keep if row[c] != "-"], np.float64))
+        return (MultipleAlignment(self.ids, rows, self.tree, self.score, tuple(confidence), conf[keep],
+                                  self.calibrated), keep)
+
     def pp_lines(self) -> tuple[tuple[str, ...], str]:
         """The confidences as Stockholm ``PP`` strings (:func:`pp_code`): one per row, ``.`` at
         gaps, and the columns' (``PP_cons``). Empty when there are no confidences."""

@@ -32,6 +32,10 @@ _INPUT = click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path
 @click.option("--column-scores", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
               help="Also write each column's confidence (the mean calibrated probability of its residue pairs), "
                    "residue count and conservation mark as a tab-separated table, e.g. to trim unreliable columns.")
+@click.option("--trim", type=click.FloatRange(0.0, 1.0), metavar="CONFIDENCE",
+              help="Write the alignment without its columns of confidence below CONFIDENCE (and, above 0, without "
+                   "the columns of a single residue), as trimAl or GUIDANCE trim an alignment for a tree. "
+                   "--column-scores still lists every column.")
 @click.option("--model", help="Trained model or a shipped model by name (learned, blosum, dna); it needs "
               "calibrated confidences. Default: the shipped model for the input.")
 @click.option("--consistency", type=click.IntRange(min=0), default=2, show_default=True,
@@ -54,8 +58,8 @@ _INPUT = click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path
 @progress_option("pairwise alignments")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output or --tree file (when the run "
               "succeeds). Without it an existing file is an error.")
-def msa(fasta, example, output, fmt, tree, column_scores, model, consistency, refine, seed, engine, threads, workers, scheduler,
-        chunk_size, progress, overwrite):
+def msa(fasta, example, output, fmt, tree, column_scores, trim, model, consistency, refine, seed, engine, threads,
+        workers, scheduler, chunk_size, progress, overwrite):
     """Align the records of FASTA all together (a multiple alignment).
 
     \b
@@ -64,6 +68,7 @@ def msa(fasta, example, output, fmt, tree, column_scores, model, consistency, re
     sinkalign msa big_family.fasta --workers 4 -o big_family.afa
     sinkalign msa family.fasta --format clustal --tree family.nwk -o family.aln
     sinkalign msa family.fasta --format stockholm --column-scores family.tsv -o family.sto
+    sinkalign msa family.fasta --trim 0.5 -o family.trimmed.afa
 
     Every pair of records is aligned by the OT aligner; the pairs' calibrated column
     confidences are combined as ProbCons combines its posteriors (consistency, a guide tree,
@@ -87,7 +92,7 @@ def msa(fasta, example, output, fmt, tree, column_scores, model, consistency, re
         result = msa_fasta(fasta, output=output, fmt=fmt, tree=tree, model=model, consistency=consistency,
                            refine=refine, seed=seed, threads=threads, engine=engine, workers=workers,
                            scheduler=scheduler, chunk_size=chunk_size, progress=show_progress(progress),
-                           overwrite=overwrite, column_scores=column_scores)
+                           overwrite=overwrite, column_scores=column_scores, trim=trim)
     except BrokenPipeError:  # e.g. `sinkalign msa ... | head`: stop quietly, as other filters do
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

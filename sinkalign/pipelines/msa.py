@@ -103,7 +103,7 @@ def write_column_scores(result, handle, alphabet: str | None = "protein") -> Non
 def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, consistency: int = 2,
               refine: int = 20, seed: int = 0, threads: int | None = None, engine: str = "auto",
               workers: int | None = None, scheduler: str | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE,
-              progress: bool = False, overwrite: bool = False, column_scores=None):
+              progress: bool = False, overwrite: bool = False, column_scores=None, trim: float | None = None):
     """Align the records of ``fasta`` all together and write the alignment.
 
     Args:
@@ -122,7 +122,9 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
         overwrite: replace existing ``output`` / ``tree`` / ``column_scores`` files (default:
             refuse, before anything is aligned).
         column_scores: also write each column's confidence (:func:`write_column_scores`) to
-            this file.
+            this file (of the untrimmed alignment, its columns numbered as there).
+        trim: write the alignment without its columns of confidence below this
+            (:meth:`~sinkalign.align.msa.MultipleAlignment.trimmed`).
 
     A Stockholm file carries each residue's confidence (``#=GR id PP``) and each column's
     (``#=GC PP_cons``), a Clustal file the conservation line. The confidences are calibrated
@@ -139,6 +141,8 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
 
     if fmt not in MSA_FORMATS:
         raise InputError(f"format {fmt!r} is not one of {sorted(MSA_FORMATS)}")
+    if trim is not None and not 0.0 <= trim <= 1.0:
+        raise InputError(f"--trim ({trim}) must be a confidence in [0, 1]")
     if consistency < 0 or refine < 0:
         raise InputError(f"--consistency ({consistency}) and --refine ({refine}) must be >= 0")
     if workers is not None and scheduler is not None:
@@ -189,7 +193,17 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
                 bar.update(len(chunk))
         result = align_multiple(ids, seqs, posteriors, consistency=consistency, refine_rounds=refine, seed=seed,
                                 progress=bar.update)
-    alignment = result.to_biopython(alphabet)
+    written = result
+    if trim is not None:
+        if not result.calibrated:
+            log.warning("trimming by confidences that are not calibrated (see --help): %s is not a probability "
+                        "here", trim)
+        written, kept = result.trimmed(trim)
+        log.info("--trim %s kept %d of %d columns", trim, len(kept), result.n_columns)
+        if not len(kept):
+            raise InputError(f"--trim {trim} leaves no column (the highest column confidence is "
+                             f"{np.nanmax(result.column_confidence, initial=0.0):.3f}); lower it")
+    alignment = written.to_biopython(alphabet)
     if output is None or is_stdio(output):
         AlignIO.write(alignment, sys.stdout, MSA_FORMATS[fmt])
     else:
