@@ -15,7 +15,7 @@ from Bio.Seq import Seq
 from Bio.SeqRecord import SeqRecord
 from click.testing import CliRunner
 
-from sinkalign.align.msa_scores import aligned_pairs, score_alignment, total_column
+from sinkalign.align.msa_scores import aligned_pairs, pooled, score_alignment, total_column
 from sinkalign.cli.main import cli
 from sinkalign.errors import InputError, SinkalignError
 from sinkalign.io.alignments import MSA, read_alignment
@@ -194,7 +194,8 @@ def test_score_msa_cli(tmp_path):
     data = json.loads((tmp_path / "s.json").read_text())
     assert data["overall"]["recall"] == data["overall"]["precision"] == 1.0 and data["tc"] == 1.0
     lines = (tmp_path / "p.tsv").read_text().splitlines()
-    assert lines[0].split("\t")[:3] == ["query", "target", "identity"] and len(lines) == 4
+    assert lines[0].split("\t")[:4] == ["family", "query", "target", "identity"] and len(lines) == 4
+    assert all(line.startswith("ref\t") for line in lines[1:])
     # nothing is clobbered unasked
     before = (tmp_path / "s.json").read_text()
     r = CliRunner().invoke(cli, ["score-msa", str(test), str(ref), "--json", str(tmp_path / "s.json")])
@@ -236,3 +237,42 @@ def test_read_alignment_takes_homstrad_pir_with_its_comment_lines(tmp_path):
     pir.write_text("C; a HOMSTRAD family\n\n>P1;a\nstructureX:a\nMKV-L*\n>P1;b\nsequence:b\nMK-AL*\n")
     got = read_alignment(pir)
     assert got.ids == ("a", "b") and got.rows == ("MKV-L", "MK-AL") and got.format == "pir"
+
+
+def test_score_msa_cli_on_folders_pools_the_families(tmp_path):
+    refs, tests = tmp_path / "refs", tmp_path / "tests"
+    refs.mkdir()
+    tests.mkdir()
+    fams = {"fam1": ("abc", ["MKV-LAGH", "MK-ALAGH", "-KVALA-H"], ["MKVL-AGH", "MKAL-AGH", "-KVALA-H"]),
+            "fam2": ("xy", ["WWERT-Y", "WWE-TTY"], ["WWERTY-", "WWETTY-"])}
+    for name, (ids, ref_rows, test_rows) in fams.items():
+        _write(refs / f"{name}.afa", ids, ref_rows)
+        _write(tests / f"{name}.fasta", ids, test_rows)
+    (tests / "extra.afa").write_text(">q\nMK\n")  # a test file without a reference: not scored
+    r = CliRunner().invoke(cli, ["score-msa", str(tests), str(refs), "--json", str(tmp_path / "s.json"),
+                                 "--families", str(tmp_path / "f.tsv"), "--pairs", str(tmp_path / "p.tsv")])
+    assert r.exit_code == 0, r.output
+    from sinkalign.io.structural import read_reference_alignment
+
+    each = [score_alignment(read_alignment(tests / f"{n}.fasta"), read_reference_alignment(refs / f"{n}.afa")[0])
+            for n in fams]
+    want = pooled(each)
+    data = json.loads((tmp_path / "s.json").read_text())
+    assert data["overall"] == json.loads(json.dumps(want.overall)) and data["tc_columns"] == list(want.tc)
+    assert want.overall["pairs"] == 3 + 1 and want.tc == (each[0].tc[0] + each[1].tc[0], each[0].tc[1] + each[1].tc[1])
+    assert set(data["families"]) == {"fam1", "fam2"}
+    rows = [line.split("\t") for line in (tmp_path / "f.tsv").read_text().splitlines()]
+    assert rows[0] == ["family", "pairs", "sp", "precision", "f1", "tc", "tc_columns"]
+    assert [r[0] for r in rows[1:]] == ["fam1", "fam2"]
+    assert float(rows[1][2]) == pytest.approx(each[0].overall["recall"], abs=1e-4)
+    assert len((tmp_path / "p.tsv").read_text().splitlines()) == 1 + 4
+    # a reference without its test alignment, a file against a folder, two files of one family
+    (refs / "fam3.afa").write_text(">a\nMK\n>b\nMK\n")
+    r = CliRunner().invoke(cli, ["score-msa", str(tests), str(refs)])
+    assert r.exit_code == 2 and "no alignment of family 'fam3'" in r.output
+    r = CliRunner().invoke(cli, ["score-msa", str(tests / "fam1.fasta"), str(refs)])
+    assert r.exit_code == 2 and "both as files or both as folders" in r.output
+    (refs / "fam3.afa").unlink()
+    (tests / "fam1.sto").write_text("# STOCKHOLM 1.0\na MK\n//\n")
+    r = CliRunner().invoke(cli, ["score-msa", str(tests), str(refs)])
+    assert r.exit_code == 2 and "are both family 'fam1'" in r.output

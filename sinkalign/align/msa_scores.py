@@ -35,7 +35,7 @@ from sinkalign.align.metrics import (
 from sinkalign.errors import InputError
 from sinkalign.io.alignments import MSA, ReferencePair, msa_to_pairs, percent_identity
 
-__all__ = ["MsaScores", "aligned_pairs", "score_alignment", "total_column"]
+__all__ = ["MsaScores", "aligned_pairs", "pooled", "score_alignment", "total_column"]
 
 
 @dataclass(frozen=True)
@@ -144,6 +144,10 @@ def score_alignment(test: MSA, reference: MSA) -> MsaScores:
         pred = aligned_pairs(by_name[ref.query_id], by_name[ref.target_id])
         scores: PairScores = core_pair_scores(pred, ref)
         pairs.append((ref.query_id, ref.target_id, percent_identity(ref), scores))
+    return _summarised(pairs, total_column(test, reference), extra)
+
+
+def _summarised(pairs: list, tc: tuple[int, int], extra: tuple[str, ...]) -> MsaScores:
     overall = {**micro_average([p[3] for p in pairs]), "pairs": len(pairs)}
     ident = np.array([p[2] for p in pairs], np.float64)
     known = np.flatnonzero(np.isfinite(ident))
@@ -154,4 +158,12 @@ def score_alignment(test: MSA, reference: MSA) -> MsaScores:
             members = known[bins == b]
             if members.size:
                 by_identity[label] = {**micro_average([pairs[k][3] for k in members]), "pairs": int(members.size)}
-    return MsaScores(pairs, overall, by_identity, total_column(test, reference), extra)
+    return MsaScores(pairs, overall, by_identity, tc, extra)
+
+
+def pooled(scores: list[MsaScores]) -> MsaScores:
+    """Several families' scores as one set: every pair of rows pooled (micro averages, as
+    ``sinkalign evaluate`` pools a reference set), TC over every reference column."""
+    pairs = [p for s in scores for p in s.pairs]
+    tc = (sum(s.tc[0] for s in scores), sum(s.tc[1] for s in scores))
+    return _summarised(pairs, tc, tuple(e for s in scores for e in s.extra))

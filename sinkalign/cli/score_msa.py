@@ -8,12 +8,43 @@ from pathlib import Path
 
 import click
 
-_INPUT = click.Path(exists=True, dir_okay=False, path_type=Path)
+_INPUT = click.Path(exists=True, path_type=Path)
 _OUTPUT = click.Path(dir_okay=False, path_type=Path)
 
 
 def _fmt(value) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3f}"
+
+
+def _stem(path: Path) -> str:
+    """A file's name without its suffixes: ``sup_002.afa`` and ``sup_002.fasta.gz`` -> ``sup_002``."""
+    return path.name.split(".")[0]
+
+
+def _matched(test: Path, reference: Path) -> list[tuple[str, Path, Path]]:
+    """``(family, test file, reference file)``: one pair of files, or every reference file of a
+    folder with the test file of the same name (suffixes aside) in the test folder."""
+    if test.is_dir() != reference.is_dir():
+        raise click.UsageError("give TEST and REFERENCE both as files or both as folders")
+    if not test.is_dir():
+        return [(_stem(reference), test, reference)]
+
+    def files(folder: Path) -> dict[str, Path]:
+        out: dict[str, Path] = {}
+        for f in sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")):
+            if _stem(f) in out:
+                raise click.UsageError(f"{folder}: {out[_stem(f)].name} and {f.name} are both family {_stem(f)!r}")
+            out[_stem(f)] = f
+        return out
+
+    tests, refs = files(test), files(reference)
+    if not refs:
+        raise click.UsageError(f"{reference}: no reference files")
+    missing = [name for name in refs if name not in tests]
+    if missing:
+        raise click.UsageError(f"{test}: no alignment of family {missing[0]!r} ({refs[missing[0]].name} in "
+                               f"{reference})" + (f" nor of {len(missing) - 1} more" if len(missing) > 1 else ""))
+    return [(name, tests[name], refs[name]) for name in refs]
 
 
 @click.command("score-msa")
@@ -22,14 +53,17 @@ def _fmt(value) -> str:
 @click.option("--json", "json_path", type=_OUTPUT, help="Also write the scores (and every pair's) as JSON.")
 @click.option("--pairs", "pairs_path", type=_OUTPUT, help="Also write each pair of rows' scores as a "
               "tab-separated table.")
-@click.option("--overwrite", is_flag=True, help="Replace existing --json / --pairs files (without it an existing "
-              "file is an error).")
-def score_msa(test, reference, json_path, pairs_path, overwrite):
+@click.option("--families", "families_path", type=_OUTPUT, help="Also write each family's scores (folders) as a "
+              "tab-separated table.")
+@click.option("--overwrite", is_flag=True, help="Replace existing --json / --pairs / --families files (without it "
+              "an existing file is an error).")
+def score_msa(test, reference, json_path, pairs_path, families_path, overwrite):
     """Score the multiple alignment TEST against the REFERENCE alignment of the same sequences.
 
     \b
     sinkalign score-msa family.afa reference.sto
     sinkalign msa family.fasta -o mine.afa && sinkalign score-msa mine.afa reference.afa --pairs pairs.tsv
+    sinkalign score-msa my_alignments/ references/ --families families.tsv
 
     SP (sum-of-pairs: the share of the reference's aligned residue pairs that TEST aligns too),
     precision (the share of TEST's aligned pairs that the reference has), F1 and TC (the share
@@ -37,46 +71,69 @@ def score_msa(test, reference, json_path, pairs_path, overwrite):
     pairs. A structure-based reference (HOMSTRAD PIR, bench1.0 aligned FASTA with a lower-case
     untrusted region) counts its trusted core only. Either file may be aligned FASTA, A2M,
     Stockholm, Clustal, MSF, PIR or relaxed PHYLIP (told by content); rows are matched by name
-    and must hold the same residues.
+    and must hold the same residues. Given two folders, each reference file is scored against
+    the test file of the same name (suffixes aside) and the pairs of every family pooled.
     """
     from rich.console import Console
     from rich.table import Table
 
-    from sinkalign.align.msa_scores import score_alignment
+    from sinkalign.align.msa_scores import pooled, score_alignment
     from sinkalign.io.alignments import read_alignment
     from sinkalign.io.structural import read_reference_alignment
     from sinkalign.pipelines.runner import check_output
     from sinkalign.utils import atomic_write
 
-    for path, what in ((json_path, "JSON file"), (pairs_path, "pairs file")):
+    jobs = _matched(test, reference)
+    inputs = [p for _, t, r in jobs for p in (t, r)]
+    for path, what in ((json_path, "JSON file"), (pairs_path, "pairs file"), (families_path, "families file")):
         if path is not None:
-            check_output(path, overwrite, [test, reference], what)
-    references = read_reference_alignment(reference)
-    if len(references) != 1:
-        raise click.ClickException(f"{reference}: holds {len(references)} alignments; give a file of one")
-    scores = score_alignment(read_alignment(test), references[0])
+            check_output(path, overwrite, inputs, what)
+    per_family = []
     console = Console()
-    if scores.extra:
-        console.print(f"note: {len(scores.extra)} rows of {test} are not in the reference and are not scored "
-                      f"(first: {scores.extra[0]!r})")
-    table = Table(title=f"{test.name} against {reference.name}: {scores.overall['pairs']} pairs of rows")
-    for head in ("pairs", "identity", "SP (recall)", "precision", "F1"):
-        table.add_column(head, justify="right" if head != "pairs" else "left")
+    for name, test_file, ref_file in jobs:
+        references = read_reference_alignment(ref_file)
+        if len(references) != 1:
+            raise click.ClickException(f"{ref_file}: holds {len(references)} alignments; give a file of one")
+        s = score_alignment(read_alignment(test_file), references[0])
+        if s.extra:
+            console.print(f"note: {len(s.extra)} rows of {test_file} are not in the reference and are not scored "
+                          f"(first: {s.extra[0]!r})")
+        per_family.append((name, s))
+    scores = per_family[0][1] if len(per_family) == 1 and not test.is_dir() else pooled([s for _, s in per_family])
+    what = f"{len(per_family)} families" if test.is_dir() else f"{test.name} against {reference.name}"
+    table = Table(title=f"{what}: {scores.overall['pairs']} pairs of rows")
+    for head in ("identity", "pairs", "SP (recall)", "precision", "F1"):
+        table.add_column(head, justify="left" if head == "identity" else "right")
     rows = [("all", scores.overall)] + list(scores.by_identity.items())
     for label, s in rows:
-        table.add_row(str(s["pairs"]), label, _fmt(s["recall"]), _fmt(s["precision"]), _fmt(s["f1"]))
+        table.add_row(label, str(s["pairs"]), _fmt(s["recall"]), _fmt(s["precision"]), _fmt(s["f1"]))
     console.print(table)
     ok, total = scores.tc
     console.print(f"TC (total column): {_fmt(scores.total_column)} ({ok} of {total} reference columns with two or "
                   "more trusted residues)")
     if json_path is not None:
+        payload = {"test": str(test), "reference": str(reference), **scores.to_dict()}
+        if test.is_dir():
+            payload.pop("pairs")
+            payload["families"] = {name: s.to_dict() for name, s in per_family}
         with atomic_write(json_path) as handle:
-            json.dump({"test": str(test), "reference": str(reference), **scores.to_dict()}, handle, indent=1)
+            json.dump(payload, handle, indent=1)
         console.print(f"wrote {json_path}")
     if pairs_path is not None:
         with atomic_write(pairs_path) as handle:
-            handle.write("query\ttarget\tidentity\treference_pairs\ttest_pairs\tcorrect\tprecision\trecall\tf1\n")
-            for q, t, ident, s in scores.pairs:
-                handle.write(f"{q}\t{t}\t{'NA' if ident != ident else f'{ident:.1f}'}\t{s.n_ref}\t{s.n_pred}\t{s.tp}\t"
-                             f"{s.precision:.4f}\t{s.recall:.4f}\t{s.f1:.4f}\n")
+            handle.write("family\tquery\ttarget\tidentity\treference_pairs\ttest_pairs\tcorrect\tprecision\trecall"
+                         "\tf1\n")
+            for name, fam in per_family:
+                for q, t, ident, s in fam.pairs:
+                    handle.write(f"{name}\t{q}\t{t}\t{'NA' if ident != ident else f'{ident:.1f}'}\t{s.n_ref}\t"
+                                 f"{s.n_pred}\t{s.tp}\t{s.precision:.4f}\t{s.recall:.4f}\t{s.f1:.4f}\n")
         console.print(f"wrote {pairs_path}")
+    if families_path is not None:
+        with atomic_write(families_path) as handle:
+            handle.write("family\tpairs\tsp\tprecision\tf1\ttc\ttc_columns\n")
+            for name, s in per_family:
+                o = s.overall
+                tc = "NA" if s.total_column is None else f"{s.total_column:.4f}"
+                handle.write(f"{name}\t{o['pairs']}\t{o['recall']:.4f}\t{o['precision']:.4f}\t{o['f1']:.4f}\t{tc}\t"
+                             f"{s.tc[1]}\n")
+        console.print(f"wrote {families_path}")
