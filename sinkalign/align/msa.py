@@ -17,6 +17,11 @@ ProbCons (Do et al. 2005) does with its pair-HMM posteriors:
 4. **Refinement** (``refine`` rounds, optional): the sequences are split in two at random, the
    two halves (their columns kept, all-gap columns dropped) aligned again the same way, and
    the result kept when the sum-of-pairs posterior score is not lower.
+5. **Confidences**: each residue's, the mean probability (consistency-transformed) of its
+   pairings with the other residues of its column, and each column's, the mean over its
+   residue pairs (:func:`confidences`); calibrated by an :class:`MsaCalibration` (per number
+   of consistency rounds and family size, fitted on reference families) when the aligner
+   carries one. Stockholm ``PP`` lines, ``sinkalign msa --column-scores`` and ``--trim``.
 
 The probabilities come from any source: the OT aligner (:func:`aligner_posteriors`, what
 ``sinkalign msa`` uses), or a function of two sequences (:func:`function_posteriors`: the

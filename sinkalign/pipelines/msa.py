@@ -131,7 +131,7 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
     when the model carries a calibration for ``consistency`` rounds (the shipped protein
     models, learned and blosum: 0 to 3 rounds); otherwise a warning says they are not.
 
-    Returns the :class:`~sinkalign.align.msa.MultipleAlignment`.
+    Returns the :class:`~sinkalign.align.msa.MultipleAlignment` (untrimmed: ``.trimmed(trim)`` is what was written).
     """
     from Bio import AlignIO
     from tqdm import tqdm
