@@ -1053,3 +1053,24 @@ def test_trimmed_keeps_the_columns_at_or_above_the_threshold(lengths):
     bare = MultipleAlignment(("a",), ("AC",), "a;", 0.0)
     with pytest.raises(ValueError, match="no confidences"):
         bare.trimmed(0.5)
+
+
+def test_sequence_confidence_is_the_mean_over_every_pairing():
+    rng = np.random.default_rng(29)
+    lengths = [6, 2, 9, 5]
+    seqs = random_seqs(rng, lengths)
+    dense = random_dense_posts(rng, lengths, density=0.7)
+    msa = align_multiple("abcd", seqs, dense, consistency=1, refine_rounds=2)
+    posts = dense_of(consistency_transform(sparse_posts(dense), lengths, 1))
+    for x in range(len(seqs)):  # brute force: every pair of residues of row x and another row in one column
+        values = []
+        for y in range(len(seqs)):
+            if y != x:
+                values += [get(posts, x, y)[i, j] for i, j in induced_pairs(msa.rows[x], msa.rows[y])]
+        if values:
+            assert abs(msa.sequence_confidence[x] - np.mean(values)) <= TOL
+        else:
+            assert np.isnan(msa.sequence_confidence[x])
+    assert np.isnan(MultipleAlignment(("a",), ("AC",), "a;", 0.0).sequence_confidence).all()
+    lone = align_multiple("ab", ["A", "C"], {(0, 1): np.array([[0.0]])}, consistency=0)
+    assert lone.rows == ("A-", "-C") and np.isnan(lone.sequence_confidence).all()

@@ -288,3 +288,23 @@ def test_trim_drops_the_low_confidence_columns(family, tmp_path):
     assert len(scores.read_text().splitlines()) == 2 + whole.n_columns  # every column listed
     res = _run("msa", family, "--trim", 1.5)
     assert res.exit_code == 2 and "1.5" in res.output
+
+
+def test_sequence_scores(family, tmp_path):
+    from sinkalign.align.aligner import Aligner
+    from sinkalign.align.msa import align_multiple
+
+    scores = tmp_path / "seqs.tsv"
+    res = _run("msa", family, "-o", tmp_path / "o.afa", "--sequence-scores", scores)
+    assert res.exit_code == 0, res.output
+    recs = [r.split("\n", 1) for r in FAMILY.strip(">\n").split("\n>")]
+    ids, seqs = [r[0].split()[0] for r in recs], [r[1].strip() for r in recs]
+    want = align_multiple(ids, seqs, Aligner.load("learned"))
+    lines = scores.read_text().splitlines()
+    assert lines[:2] == ["# sequence confidences: calibrated", "id\tresidues\tconfidence"]
+    for line, name, seq, conf in zip(lines[2:], ids, seqs, want.sequence_confidence):
+        assert line.split("\t")[:2] == [name, str(len(seq))] and abs(float(line.split("\t")[2]) - conf) <= 5e-5
+    assert len(lines) == 2 + len(ids)
+    assert min(want.sequence_confidence) == want.sequence_confidence[2]  # c is the unrelated record
+    res = _run("msa", family, "--sequence-scores", "-", "--tree", "-", "-o", tmp_path / "x.afa")
+    assert res.exit_code != 0 and "would both go to standard output" in res.output

@@ -139,6 +139,24 @@ class MultipleAlignment:
     def n_columns(self) -> int:
         return len(self.rows[0]) if self.rows else 0
 
+    @property
+    def sequence_confidence(self) -> np.ndarray:
+        """Per row, the mean probability of all its residue pairings (each residue's
+        confidence weighted by how many residues share its column): the expected share of the
+        row's aligned pairs that are right, as GUIDANCE scores sequences to find the ones that
+        fit the family worst. NaN for a row with no residue in a shared column."""
+        out = np.full(len(self.rows), np.nan)
+        if not self.confidence:
+            return out
+        grid = np.array([np.frombuffer(r.encode("ascii"), np.uint8) != ord("-") for r in self.rows])
+        occupancy = grid.sum(axis=0)
+        for k, conf in enumerate(self.confidence):
+            partners = occupancy[grid[k]] - 1  # the other residues in each of the row's columns
+            keep = partners > 0
+            if keep.any():
+                out[k] = float(np.sum(conf[keep] * partners[keep]) / np.sum(partners[keep]))
+        return out
+
     def trimmed(self, min_confidence: float) -> tuple[MultipleAlignment, np.ndarray]:
         """The alignment without its columns of confidence below ``min_confidence`` (and,
         for any ``min_confidence > 0``, without those of fewer than two residues, which have

@@ -32,6 +32,9 @@ _INPUT = click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path
 @click.option("--column-scores", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
               help="Also write each column's confidence (the mean calibrated probability of its residue pairs), "
                    "residue count and conservation mark as a tab-separated table, e.g. to trim unreliable columns.")
+@click.option("--sequence-scores", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+              help="Also write each record's confidence (the mean calibrated probability of its residue pairs: the "
+                   "records that fit the family worst score lowest) as a tab-separated table.")
 @click.option("--trim", type=click.FloatRange(0.0, 1.0), metavar="CONFIDENCE",
               help="Write the alignment without its columns of confidence below CONFIDENCE (and, above 0, without "
                    "the columns of a single residue), as trimAl or GUIDANCE trim an alignment for a tree. "
@@ -56,10 +59,10 @@ _INPUT = click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path
 @click.option("--chunk-size", type=click.IntRange(min=1), default=256, show_default=True,
               help="Pairs per chunk: the unit of work sent to a cluster worker.")
 @progress_option("pairwise alignments")
-@click.option("--overwrite", is_flag=True, help="Replace an existing output or --tree file (when the run "
-              "succeeds). Without it an existing file is an error.")
-def msa(fasta, example, output, fmt, tree, column_scores, trim, model, consistency, refine, seed, engine, threads,
-        workers, scheduler, chunk_size, progress, overwrite):
+@click.option("--overwrite", is_flag=True, help="Replace an existing output, --tree, --column-scores or "
+              "--sequence-scores file (when the run succeeds). Without it an existing file is an error.")
+def msa(fasta, example, output, fmt, tree, column_scores, sequence_scores, trim, model, consistency, refine, seed,
+        engine, threads, workers, scheduler, chunk_size, progress, overwrite):
     """Align the records of FASTA all together (a multiple alignment).
 
     \b
@@ -92,7 +95,8 @@ def msa(fasta, example, output, fmt, tree, column_scores, trim, model, consisten
         result = msa_fasta(fasta, output=output, fmt=fmt, tree=tree, model=model, consistency=consistency,
                            refine=refine, seed=seed, threads=threads, engine=engine, workers=workers,
                            scheduler=scheduler, chunk_size=chunk_size, progress=show_progress(progress),
-                           overwrite=overwrite, column_scores=column_scores, trim=trim)
+                           overwrite=overwrite, column_scores=column_scores, trim=trim,
+                           sequence_scores=sequence_scores)
     except BrokenPipeError:  # e.g. `sinkalign msa ... | head`: stop quietly, as other filters do
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

@@ -31,7 +31,7 @@ from sinkalign.pipelines.runner import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MSA_FORMATS", "msa_fasta", "write_column_scores"]
+__all__ = ["MSA_FORMATS", "msa_fasta", "write_column_scores", "write_sequence_scores"]
 
 #: ``--format`` name -> ``Bio.AlignIO`` format
 MSA_FORMATS = {"fasta": "fasta", "clustal": "clustal", "stockholm": "stockholm", "phylip": "phylip-relaxed"}
@@ -100,10 +100,21 @@ def write_column_scores(result, handle, alphabet: str | None = "protein") -> Non
         handle.write(f"{c + 1}\t{residues}\t{value}\t{marks[c].strip()}\n")
 
 
+def write_sequence_scores(result, handle) -> None:
+    """The rows of ``result`` as a tab-separated table: id, residues, and its confidence
+    (:attr:`~sinkalign.align.msa.MultipleAlignment.sequence_confidence`; ``NA`` when none)."""
+    handle.write(f"# sequence confidences: {'calibrated' if result.calibrated else 'not calibrated'}\n")
+    handle.write("id\tresidues\tconfidence\n")
+    for name, row, conf in zip(result.ids, result.rows, result.sequence_confidence):
+        value = f"{conf:.4f}" if np.isfinite(conf) else "NA"
+        handle.write(f"{name}\t{sum(c != '-' for c in row)}\t{value}\n")
+
+
 def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, consistency: int = 2,
               refine: int = 20, seed: int = 0, threads: int | None = None, engine: str = "auto",
               workers: int | None = None, scheduler: str | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE,
-              progress: bool = False, overwrite: bool = False, column_scores=None, trim: float | None = None):
+              progress: bool = False, overwrite: bool = False, column_scores=None, trim: float | None = None,
+              sequence_scores=None):
     """Align the records of ``fasta`` all together and write the alignment.
 
     Args:
@@ -125,6 +136,8 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
             this file (of the untrimmed alignment, its columns numbered as there).
         trim: write the alignment without its columns of confidence below this
             (:meth:`~sinkalign.align.msa.MultipleAlignment.trimmed`).
+        sequence_scores: also write each record's confidence (:func:`write_sequence_scores`,
+            of the untrimmed alignment) to this file.
 
     A Stockholm file carries each residue's confidence (``#=GR id PP``) and each column's
     (``#=GC PP_cons``), a Clustal file the conservation line. The confidences are calibrated
@@ -149,12 +162,13 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
         raise InputError("give either workers (a local cluster) or scheduler (an existing one), not both")
     fastas = list(fasta) if isinstance(fasta, (list, tuple)) else [fasta]
     inputs = [Path(f) for f in fastas if not is_stdio(f)]
-    to_stdout = [what for path, what in ((output, "the alignment"), (tree, "the tree"),
-                                         (column_scores, "the column scores"))
+    extras = ((tree, "the tree", "tree file"), (column_scores, "the column scores", "column scores file"),
+              (sequence_scores, "the sequence scores", "sequence scores file"))
+    to_stdout = [what for path, what in ((output, "the alignment"), *((p, w) for p, w, _ in extras))
                  if (path is None and what == "the alignment") or is_stdio(path)]
     if len(to_stdout) > 1:
         raise InputError(f"{' and '.join(to_stdout)} would both go to standard output; give one of them a file")
-    for path, what in ((output, "output"), (tree, "tree file"), (column_scores, "column scores file")):
+    for path, what in ((output, "output"), *((p, w) for p, _, w in extras)):
         if path is not None and not is_stdio(path):
             check_output(path, overwrite, inputs, what)
     where = ", ".join(map(str, fastas))
@@ -215,13 +229,16 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
         else:
             with atomic_write(tree) as handle:
                 handle.write(result.tree + "\n")
-    if column_scores is not None:
-        if is_stdio(column_scores):
-            write_column_scores(result, sys.stdout, alphabet)
+    for path, write in ((column_scores, lambda h: write_column_scores(result, h, alphabet)),
+                        (sequence_scores, lambda h: write_sequence_scores(result, h))):
+        if path is None:
+            continue
+        if is_stdio(path):
+            write(sys.stdout)
         else:
-            with atomic_write(column_scores) as handle:
-                write_column_scores(result, handle, alphabet)
-    if not result.calibrated and (fmt == "stockholm" or column_scores is not None):
+            with atomic_write(path) as handle:
+                write(handle)
+    if not result.calibrated and (fmt == "stockholm" or column_scores is not None or sequence_scores is not None):
         log.warning("the confidences written are the consistency-transformed library's own, not calibrated: the "
                     "model has no multiple-alignment calibration for %d consistency rounds", consistency)
     finite = result.column_confidence[np.isfinite(result.column_confidence)]
