@@ -67,6 +67,7 @@ __all__ = [
     "pp_code",
     "progressive",
     "refine",
+    "same_column",
     "sum_of_pairs",
 ]
 
@@ -492,17 +493,25 @@ def sum_of_pairs(cols: dict[int, np.ndarray], posts: Posts) -> float:
     return total
 
 
+def same_column(cols_x: np.ndarray, cols_y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(i, j)``: the residues of two rows in one column, from each residue's column
+    (``cols_x[i] == cols_y[j]``; a residue at column ``-1`` is in none, e.g. an insertion)."""
+    width = 1 + max(int(cols_x.max(initial=-1)), int(cols_y.max(initial=-1)))
+    residue_y = np.full(width, -1, np.int64)
+    placed = np.flatnonzero(cols_y >= 0)
+    residue_y[cols_y[placed]] = placed
+    i = np.flatnonzero(cols_x >= 0)
+    j = residue_y[cols_x[i]]
+    keep = j >= 0
+    return i[keep], j[keep]
+
+
 def column_pairs(cols: dict[int, np.ndarray], posts: Posts):
     """For every pair ``x < y`` of ``posts``: ``(x, y, i, j, p)``, the residue pairs ``(i, j)``
-    that the alignment ``cols`` puts in one column and their probabilities ``p`` under
-    ``posts`` (0 where a pair has no entry)."""
+    that the alignment ``cols`` puts in one column (:func:`same_column`) and their
+    probabilities ``p`` under ``posts`` (0 where a pair has no entry)."""
     for (x, y), P in posts.items():
-        width = 1 + max(int(cols[x].max(initial=-1)), int(cols[y].max(initial=-1)))
-        residue_y = np.full(width, -1, np.int64)
-        residue_y[cols[y]] = np.arange(cols[y].size)
-        j = residue_y[cols[x]]
-        i = np.nonzero(j >= 0)[0]
-        j = j[i]
+        i, j = same_column(cols[x], cols[y])
         p = np.asarray(P[i, j]).ravel() if i.size else np.zeros(0)
         yield x, y, i, j, p
 

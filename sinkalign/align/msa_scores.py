@@ -32,10 +32,11 @@ from sinkalign.align.metrics import (
     identity_bin_labels,
     micro_average,
 )
+from sinkalign.align.msa import same_column
 from sinkalign.errors import InputError
 from sinkalign.io.alignments import MSA, ReferencePair, msa_to_pairs, percent_identity
 
-__all__ = ["MsaScores", "aligned_pairs", "pooled", "score_alignment", "total_column"]
+__all__ = ["MsaScores", "aligned_pairs", "pooled", "residue_columns", "score_alignment", "total_column"]
 
 
 @dataclass(frozen=True)
@@ -65,44 +66,39 @@ class MsaScores:
                           for q, t, ident, s in self.pairs]}
 
 
-def _grid(rows) -> np.ndarray:
-    return np.array([np.frombuffer(r.encode("ascii"), np.uint8) for r in rows])
+def residue_columns(row: str) -> np.ndarray:
+    """Each residue's column in a gapped row: upper-case residues at their columns, lower-case
+    ones (insertions) at ``-1``, in no column."""
+    g = np.frombuffer(row.encode("ascii"), np.uint8)
+    letters = np.flatnonzero(((g >= ord("A")) & (g <= ord("Z"))) | ((g >= ord("a")) & (g <= ord("z"))))
+    return np.where(g[letters] <= ord("Z"), letters, -1)
 
 
 def aligned_pairs(row_a: str, row_b: str) -> np.ndarray:
     """``[k, 2]``: the residue pairs that two gapped rows put in one column, upper-case residues
     only (a lower-case residue counts in its sequence but is aligned to nothing)."""
-    a, b = _grid([row_a]), _grid([row_b])
-    res_a, res_b = np.char.isalpha(np.array(list(row_a))), np.char.isalpha(np.array(list(row_b)))
-    up_a = (a[0] >= ord("A")) & (a[0] <= ord("Z"))
-    up_b = (b[0] >= ord("A")) & (b[0] <= ord("Z"))
-    ia, ib = np.cumsum(res_a) - 1, np.cumsum(res_b) - 1
-    both = up_a & up_b
-    return np.stack([ia[both], ib[both]], axis=1).astype(np.int64).reshape(-1, 2)
+    return np.stack(same_column(residue_columns(row_a), residue_columns(row_b)), axis=1).reshape(-1, 2)
 
 
 def total_column(test: MSA, reference: MSA) -> tuple[int, int]:
     """``(reproduced, columns)``: the reference's columns with at least two trusted
     (upper-case) residues, and how many of them have all those residues in one column of
     ``test`` (as upper-case residues)."""
-    ref = _grid(reference.rows)
-    upper = (ref >= ord("A")) & (ref <= ord("Z"))
-    residue = np.cumsum(np.char.isalpha(np.array([list(r) for r in reference.rows])), axis=1) - 1
-    columns = {}
-    for name, row in zip(test.ids, test.rows):
-        g = _grid([row])[0]
-        letters = np.flatnonzero(np.char.isalpha(np.array(list(row))))
-        col = np.full(letters.size, -1, np.int64)
-        up = (g[letters] >= ord("A")) & (g[letters] <= ord("Z"))
-        col[up] = letters[up]  # a lower-case residue is in no column
-        columns[name] = col
+    return _total_column({name: residue_columns(row) for name, row in zip(test.ids, test.rows)}, reference)
+
+
+def _total_column(columns: dict[str, np.ndarray], reference: MSA) -> tuple[int, int]:
     ok = total = 0
-    for c in range(ref.shape[1]):
-        rows = np.flatnonzero(upper[:, c])
-        if rows.size < 2:
+    placed_ref = [residue_columns(row) for row in reference.rows]
+    members: dict[int, list[tuple[str, int]]] = {}  # reference column -> its trusted (row, residue)
+    for name, cols in zip(reference.ids, placed_ref):
+        for k in np.flatnonzero(cols >= 0):
+            members.setdefault(int(cols[k]), []).append((name, int(k)))
+    for c in sorted(members):
+        if len(members[c]) < 2:
             continue
         total += 1
-        placed = {int(columns[reference.ids[r]][residue[r, c]]) for r in rows}
+        placed = {int(columns[name][k]) for name, k in members[c]}
         ok += len(placed) == 1 and -1 not in placed
     return ok, total
 
@@ -137,14 +133,14 @@ def score_alignment(test: MSA, reference: MSA) -> MsaScores:
     Raises :class:`~sinkalign.errors.InputError` naming the row and the residue that differ.
     """
     extra = _check_same_sequences(test, reference)
-    by_name = dict(zip(test.ids, test.rows))
+    columns = {name: residue_columns(row) for name, row in zip(test.ids, test.rows)}  # each row parsed once
     refs: list[ReferencePair] = msa_to_pairs(reference) if len(reference) > 1 else []
     pairs = []
     for ref in refs:
-        pred = aligned_pairs(by_name[ref.query_id], by_name[ref.target_id])
+        pred = np.stack(same_column(columns[ref.query_id], columns[ref.target_id]), axis=1).reshape(-1, 2)
         scores: PairScores = core_pair_scores(pred, ref)
         pairs.append((ref.query_id, ref.target_id, percent_identity(ref), scores))
-    return _summarised(pairs, total_column(test, reference), extra)
+    return _summarised(pairs, _total_column(columns, reference), extra)
 
 
 def _summarised(pairs: list, tc: tuple[int, int], extra: tuple[str, ...]) -> MsaScores:
