@@ -58,13 +58,13 @@ SIZE_BINS = ((3, 5), (6, 10), (11, 40))
 TRIM_THRESHOLDS = (0.0, 0.3, 0.5, 0.7, 0.9)
 
 
-def family_samples(aligner, msa, rounds_list, refine_rounds: int) -> dict:
-    """``{rounds: (p, right, column, all_p, all_column)}`` of one family: the scored samples,
-    and every residue pair in one column (for the columns' confidences)."""
+def family_samples(aligner, msa, refs, rounds_list, refine_rounds: int) -> dict:
+    """``{rounds: (p, right, column, all_p, all_column)}`` of one family (its reference pairs
+    ``refs``): the scored samples, and every residue pair in one column (for the columns'
+    confidences)."""
     ids = list(msa.ids)
     seqs = [msa.ungapped(k) for k in range(len(msa))]
     lengths = [len(s) for s in seqs]
-    refs = msa_to_pairs(msa)
     library = aligner_posteriors(aligner, seqs, ids=ids)
     Z = guide_tree(library, lengths)
     out = {}
@@ -83,18 +83,17 @@ def collect(aligner, split: str, rounds_list, args) -> list[dict]:
     t0 = time.perf_counter()
     rows = []
     for src, msa in fams:
-        rows.append({"family": msa.family, "source": src, "n": len(msa),
-                     "n_ref": sum(len(r.pairs) for r in msa_to_pairs(msa)),
-                     "samples": family_samples(aligner, msa, rounds_list, args.refine)})
+        refs = msa_to_pairs(msa)
+        rows.append({"family": msa.family, "source": src, "n": len(msa), "n_ref": sum(len(r.pairs) for r in refs),
+                     "samples": family_samples(aligner, msa, refs, rounds_list, args.refine)})
     print(f"{split}: {len(fams)} families, {sum(r['n'] * (r['n'] - 1) // 2 for r in rows)} pairs of sequences, "
           f"{time.perf_counter() - t0:.0f} s")
     return rows
 
 
 def ece(p: np.ndarray, y: np.ndarray) -> float:
-    b = np.clip(np.digitize(p, BINS) - 1, 0, len(BINS) - 2)
-    return float(sum(abs(p[b == k].mean() - y[b == k].mean()) * np.sum(b == k)
-                     for k in range(len(BINS) - 1) if np.any(b == k)) / max(1, len(p)))
+    """Expected calibration error over the bins of :func:`reliability`."""
+    return float(sum(abs(b["confidence"] - b["right"]) * b["n"] for b in reliability(p, y)) / max(1, len(p)))
 
 
 def reliability(p: np.ndarray, y: np.ndarray) -> list[dict]:

@@ -155,10 +155,11 @@ def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, ma
     hits = np.concatenate([s[1] for s in samples])
     console.print(f"{len(pairs)} pairs, {conf.size} aligned columns: mean raw posterior "
                   f"{np.mean(np.concatenate(raw)):.4f}, mean calibrated {conf.mean():.3f}, precision {hits.mean():.3f}")
-    if "significance" in load_checkpoint(source)[1]:
+    source_state = load_checkpoint(source)[1]  # read once: what of the old model is not carried over
+    if "significance" in source_state:
         console.print("note: the model's E-value null was fitted with its old calibration and is not carried over; "
                       f"refit it with `sinkalign fit-evalues --model {out} ...`")
-    if "msa_calibration" in load_checkpoint(source)[1]:
+    if "msa_calibration" in source_state:
         console.print("note: the model's multiple-alignment confidences were calibrated with its old calibration and "
                       "are not carried over (`sinkalign msa` reports them uncalibrated)")
     console.print(f"wrote {out}")
