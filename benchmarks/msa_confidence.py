@@ -17,10 +17,16 @@ library, and whether the reference has it (:func:`sinkalign.align.msa.calibratio
   scored pairs against the share of them right: what ``#=GC PP_cons`` reports) and as
   families (mean confidence against precision); and what ``sinkalign msa --trim T`` keeps
   (columns, precision and recall of the pairs left) at a few thresholds.
+* ``--cv K``: also maps fitted on each evaluated split itself, by K-fold cross-fitting over its
+  families (each family mapped by a fit that did not see it), for each variant of size classes
+  in ``--cv-size-classes``: how a map fitted on held-out families would do. ``--fit-split
+  valid --out DIR`` then writes a model with the maps fitted on all validation families.
+* ``--cache DIR`` keeps each split's aligned families (pickles) for the next run.
 
     python benchmarks/msa_confidence.py --eval-splits valid
     python benchmarks/msa_confidence.py --eval-splits valid --out /tmp/learned_msa   # a model with the fit
     python benchmarks/msa_confidence.py --fit-split none --eval-splits test   # the shipped model's own
+    python benchmarks/msa_confidence.py --fit-split none --eval-splits valid --cv 5   # against cross-fitted maps
 
 The pairwise library of each family is computed once and shared by every number of rounds.
 """
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import pickle
 import time
 from pathlib import Path
 
@@ -79,6 +86,16 @@ def family_samples(aligner, msa, refs, rounds_list, refine_rounds: int) -> dict:
 
 
 def collect(aligner, split: str, rounds_list, args) -> list[dict]:
+    cache = None
+    if args.cache:
+        rounds = "-".join(map(str, rounds_list))
+        key = f"{Path(args.model).name}_{split}_r{rounds}_ref{args.refine}_{args.min_seqs}-{args.max_seqs}"
+        cache = Path(args.cache) / f"{key}.pkl"
+        if cache.exists():
+            with open(cache, "rb") as fh:
+                rows = pickle.load(fh)
+            print(f"{split}: {len(rows)} families from {cache}")
+            return rows
     fams = families(split, SOURCES, args.min_seqs, args.max_seqs)
     t0 = time.perf_counter()
     rows = []
@@ -88,12 +105,25 @@ def collect(aligner, split: str, rounds_list, args) -> list[dict]:
                      "samples": family_samples(aligner, msa, refs, rounds_list, args.refine)})
     print(f"{split}: {len(fams)} families, {sum(r['n'] * (r['n'] - 1) // 2 for r in rows)} pairs of sequences, "
           f"{time.perf_counter() - t0:.0f} s")
+    if cache is not None:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(".tmp")
+        with open(tmp, "wb") as fh:
+            pickle.dump(rows, fh)
+        tmp.replace(cache)
     return rows
 
 
 def ece(p: np.ndarray, y: np.ndarray) -> float:
     """Expected calibration error over the bins of :func:`reliability`."""
     return float(sum(abs(b["confidence"] - b["right"]) * b["n"] for b in reliability(p, y)) / max(1, len(p)))
+
+
+def mid_ece(p: np.ndarray, y: np.ndarray, below: float = 0.9) -> float:
+    """:func:`ece` over the pairs of confidence below ``below`` (the bins below it): how far the
+    middle of the range is from the truth, which the pairs above 0.9 (most of them) hide."""
+    keep = p < below
+    return ece(p[keep], y[keep]) if keep.any() else 0.0
 
 
 def reliability(p: np.ndarray, y: np.ndarray) -> list[dict]:
@@ -104,13 +134,15 @@ def reliability(p: np.ndarray, y: np.ndarray) -> list[dict]:
 
 
 def evaluate(rows: list[dict], rounds: int, cal) -> dict:
-    """Reliability of the raw (``cal`` None) or calibrated probabilities."""
+    """Reliability of the raw (``cal`` None) or calibrated probabilities; ``cal`` may also be a
+    function of the row (cross-fitting: each family mapped by a fit without it)."""
     pair_p, pair_y, col_p, col_y, fam_p, fam_y, size = [], [], [], [], [], [], []
     for row in rows:
         p, y, column = row["samples"][rounds][:3]
         if not p.size:
             continue
-        p = p if cal is None else cal.mapper(rounds, row["n"])(p)
+        row_cal = cal(row) if callable(cal) else cal
+        p = p if row_cal is None else row_cal.mapper(rounds, row["n"])(p)
         y = y.astype(np.float64)
         pair_p.append(p)
         pair_y.append(y)
@@ -131,7 +163,7 @@ def evaluate(rows: list[dict], rounds: int, cal) -> dict:
             by_size[f"{lo}-{hi}"] = {"pairs": int(keep.sum()), "ece": ece(p[keep], y[keep]),
                                      "confidence": float(p[keep].mean()), "right": float(y[keep].mean())}
     return {"pairs": int(p.size), "confidence": float(p.mean()), "right": float(y.mean()), "ece": ece(p, y),
-            "reliability": reliability(p, y), "by_sequences": by_size,
+            "mid_ece": mid_ece(p, y), "reliability": reliability(p, y), "by_sequences": by_size,
             "columns": int(cp.size), "column_ece": ece(cp, cy),
             "families": int(fam_p.size), "family_mae": float(np.mean(np.abs(fam_p - fam_y))),
             "family_corr": float(np.corrcoef(fam_p, fam_y)[0, 1]) if fam_p.size > 2 else None}
@@ -177,6 +209,12 @@ def main() -> None:
     ap.add_argument("--size-classes", type=int, nargs="+", default=list(SIZE_CLASSES),
                     help="smallest family size of each class mapped apart (0: one class)")
     ap.add_argument("--out", default=None, help="write the model with the fitted calibration to this directory")
+    ap.add_argument("--cv", type=int, default=0,
+                    help="also fit maps on each evaluated split by K-fold cross-fitting over its families")
+    ap.add_argument("--cv-size-classes", nargs="+", default=["3,6", "0"],
+                    help="the size classes of each cross-fitted variant (comma-separated; 0: one class)")
+    ap.add_argument("--seed", type=int, default=0, help="of the cross-fitting folds")
+    ap.add_argument("--cache", default=None, help="keep each split's aligned families here (pickles) and reuse them")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     splits = [s for s in args.eval_splits.split(",") if s]
@@ -208,30 +246,46 @@ def main() -> None:
 
 
 def fit(aligner, args):
-    fit_rows = collect(aligner, args.fit_split, args.consistency, args)
-    n_fams = len(fit_rows)
-    samples = {r: (np.concatenate([row["samples"][r][0] for row in fit_rows]),
-                   np.concatenate([row["samples"][r][1] for row in fit_rows]),
-                   np.concatenate([np.full(row["samples"][r][0].size, row["n"]) for row in fit_rows]))
+    return fit_rows(collect(aligner, args.fit_split, args.consistency, args), args.fit_split, args.size_classes, args)
+
+
+def fit_rows(rows: list[dict], label: str, size_classes, args):
+    """The isotonic maps fitted on the families ``rows`` (of the split ``label``), and their description."""
+    samples = {r: (np.concatenate([row["samples"][r][0] for row in rows]),
+                   np.concatenate([row["samples"][r][1] for row in rows]),
+                   np.concatenate([np.full(row["samples"][r][0].size, row["n"]) for row in rows]))
                for r in args.consistency}
-    fitted_on = (f"{n_fams} {args.fit_split} families of {', '.join(SOURCES)} ({args.min_seqs}-{args.max_seqs} "
+    fitted_on = (f"{len(rows)} {label} families of {', '.join(SOURCES)} ({args.min_seqs}-{args.max_seqs} "
                  f"sequences, data_manifests/structural_split.json), {args.refine} refinement rounds, "
                  f"{sum(len(s[0]) for s in samples.values()) // len(samples)} scored residue pairs per setting")
-    classes = [3] if args.size_classes == [0] else args.size_classes
+    classes = [3] if list(size_classes) == [0] else size_classes
     return fit_msa_calibration(samples, fitted_on=fitted_on, max_knots=args.knots, size_classes=classes), fitted_on
+
+
+def cross_fitted(rows: list[dict], folds: int, size_classes, args):
+    """A function of a row: the maps fitted on the other folds' families (families shuffled with
+    ``--seed``, dealt into ``folds`` folds), so that no family is mapped by a fit that saw it."""
+    order = np.random.default_rng(args.seed).permutation(len(rows))
+    fold_of = {rows[i]["family"]: k % folds for k, i in enumerate(order)}
+    fits = [fit_rows([r for r in rows if fold_of[r["family"]] != k], "cross-fitting", size_classes, args)[0]
+            for k in range(folds)]
+    return lambda row: fits[fold_of[row["family"]]]
 
 
 def evaluate_splits(aligner, cal, splits, result, args) -> None:
     for split in splits:
         rows = collect(aligner, split, args.consistency, args)
         result["eval"][split] = {}
+        variants = {v: cross_fitted(rows, args.cv, [int(c) for c in v.split(",")], args)
+                    for v in args.cv_size_classes} if args.cv else {}
         for r in args.consistency:
             raw, calibrated = evaluate(rows, r, None), evaluate(rows, r, cal)
             result["eval"][split][str(r)] = {"raw": raw, "calibrated": calibrated,
-                                             "trim": trimming(rows, r, cal, TRIM_THRESHOLDS)}
+                                             "trim": trimming(rows, r, cal, TRIM_THRESHOLDS),
+                                             "cross_fitted": {v: evaluate(rows, r, f) for v, f in variants.items()}}
     source = "the model's own" if args.fit_split == "none" else f"fitted on {args.fit_split}"
     print(f"\nresidue pairs in one column, scored on trusted residues; ECE over ten equal bins; calibration: {source}")
-    print("| split | consistency | pairs | right | raw mean / ECE | calibrated mean / ECE | column ECE raw / cal "
+    print("| split | consistency | pairs | right | raw mean / ECE | calibrated mean / ECE / mid ECE | column ECE raw / cal "
           "| family MAE raw / cal | calibrated ECE by sequences |")
     print("|---|---|---|---|---|---|---|---|---|")
     for split in splits:
@@ -239,14 +293,27 @@ def evaluate_splits(aligner, cal, splits, result, args) -> None:
             raw, c = (result["eval"][split][str(r)][k] for k in ("raw", "calibrated"))
             sizes = ", ".join(f"{k}: {v['ece']:.3f}" for k, v in c["by_sequences"].items())
             print(f"| {split} | {r} | {c['pairs']} | {c['right']:.3f} | {raw['confidence']:.3f} / {raw['ece']:.3f} | "
-                  f"{c['confidence']:.3f} / {c['ece']:.3f} | {raw['column_ece']:.3f} / {c['column_ece']:.3f} | "
-                  f"{raw['family_mae']:.3f} / {c['family_mae']:.3f} | {sizes} |")
+                  f"{c['confidence']:.3f} / {c['ece']:.3f} / {c['mid_ece']:.3f} | {raw['column_ece']:.3f} / "
+                  f"{c['column_ece']:.3f} | {raw['family_mae']:.3f} / {c['family_mae']:.3f} | {sizes} |")
+    if args.cv:
+        print(f"\ncross-fitted on the evaluated split itself ({args.cv} folds by family, seed {args.seed}): "
+              "size classes, consistency, mean / ECE / mid ECE (pairs below 0.9), column ECE, family MAE, by sequences")
+        for split in splits:
+            for r in args.consistency:
+                for v, c in result["eval"][split][str(r)]["cross_fitted"].items():
+                    sizes = ", ".join(f"{k}: {x['ece']:.3f}" for k, x in c["by_sequences"].items())
+                    print(f"| {split} | {v} | {r} | {c['confidence']:.3f} / {c['ece']:.3f} / {c['mid_ece']:.3f} | "
+                          f"{c['column_ece']:.3f} | {c['family_mae']:.3f} | {sizes} |")
     for split in splits:
         default = result["eval"][split].get("2")
         if default:
             print(f"\n{split}, 2 rounds (the default), calibrated: bin, pairs, mean confidence, share right")
             for b in default["calibrated"]["reliability"]:
                 print(f"  {b['bin']:12s} {b['n']:7d} {b['confidence']:.3f} {b['right']:.3f}")
+            for v, c in default["cross_fitted"].items():
+                print(f"\n{split}, 2 rounds, cross-fitted (size classes {v}): bin, pairs, mean confidence, share right")
+                for b in c["reliability"]:
+                    print(f"  {b['bin']:12s} {b['n']:7d} {b['confidence']:.3f} {b['right']:.3f}")
             print(f"\n{split}, 2 rounds, `sinkalign msa --trim T` (columns with two or more residues; the rest "
                   "dropped at any T > 0): T, columns kept, precision, recall (SP)")
             for d in default["trim"]:

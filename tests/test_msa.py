@@ -1015,8 +1015,11 @@ def test_a_model_carries_its_msa_calibration(shipped, globins, tmp_path):
 def test_the_shipped_protein_models_carry_msa_calibrations(name, globins):
     aligner = Aligner.load(name)
     cal = aligner.msa_calibration
-    assert cal is not None and all(cal.covers(r) for r in range(4)) and "369 train families" in cal.fitted_on
-    assert [c[0] for c in cal.knots[2]] == [3, 6, 11]
+    assert cal is not None and all(cal.covers(r) for r in range(4))
+    if name == "learned":  # fitted on held-out families: the weights were trained on the training ones
+        assert "68 valid families" in cal.fitted_on and [c[0] for c in cal.knots[2]] == [3]
+    else:
+        assert "369 train families" in cal.fitted_on and [c[0] for c in cal.knots[2]] == [3, 6, 11]
     ids, seqs = [i for i, _ in globins], [s for _, s in globins]
     msa = align_multiple(ids, seqs, aligner)
     assert msa.calibrated and not align_multiple(ids, seqs, aligner, consistency=4).calibrated
