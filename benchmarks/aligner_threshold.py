@@ -7,7 +7,10 @@ per threshold: micro-averaged precision / recall / F1 on trusted (core) residues
 structural pairs (all, below 20% identity), the Pfam families and the two pooled, with
 Needleman-Wunsch and Smith-Waterman (parasail, BLOSUM62 11/1) on the same pairs in the same run.
 Recall is the sum-of-pairs score of a reference-based benchmark (the share of reference pairs
-recovered); precision is the share of the written pairs that are right.
+recovered); precision is the share of the written pairs that are right. Also printed: the
+reliability of the confidences themselves (every MEA column on a trusted residue, in ten equal
+bins of confidence: mean confidence against the share right, and the expected calibration
+error), per group.
 
     python benchmarks/aligner_threshold.py --shards SHARDS --split valid \\
         --json benchmarks/results/aligner_threshold_valid.json
@@ -24,6 +27,7 @@ import time
 from datetime import date
 from pathlib import Path
 
+import numpy as np
 from _common import machine, pair_groups, write_json
 from aligner_learned import source_of
 
@@ -42,6 +46,33 @@ def scores_of(preds, pairs, idx_groups) -> tuple[dict, list[list[int]]]:
     per_pair = [core_pair_scores(a, p) for a, p in zip(preds, pairs)]
     counts = [[s.tp, s.n_pred, s.n_ref] for s in per_pair]
     return {g: micro_average([per_pair[i] for i in idx]) for g, idx in idx_groups.items()}, counts
+
+
+def reliability(results, pairs, idx_groups) -> dict:
+    """Per group: the columns' confidences in ten equal bins (``n``, mean confidence, share
+    right) and the expected calibration error; columns as :func:`core_pair_scores` counts them
+    (a trusted residue on either side)."""
+    conf, right = [], []
+    for r, ref in zip(results, pairs):
+        pred, c = r.alignment.pairs, r.alignment.match_posterior
+        if getattr(ref, "query_core", None) is not None and len(pred):
+            keep = ref.query_core[pred[:, 0]] | ref.target_core[pred[:, 1]]
+            pred, c = pred[keep], c[keep]
+        truth = {tuple(x) for x in np.asarray(ref.pairs).tolist()}
+        conf.append(np.asarray(c, np.float64))
+        right.append(np.array([tuple(x) in truth for x in pred.tolist()], np.float64))
+    out = {}
+    for g, idx in idx_groups.items():
+        p = np.concatenate([conf[i] for i in idx]) if idx else np.zeros(0)
+        y = np.concatenate([right[i] for i in idx]) if idx else np.zeros(0)
+        b = np.clip((p * 10).astype(int), 0, 9)
+        bins = [{"bin": f"[{k / 10:.1f}, {(k + 1) / 10:.1f})", "n": int(np.sum(b == k)),
+                 "confidence": float(p[b == k].mean()), "right": float(y[b == k].mean())}
+                for k in range(10) if np.any(b == k)]
+        out[g] = {"columns": int(p.size), "confidence": float(p.mean()) if p.size else None,
+                  "right": float(y.mean()) if p.size else None, "bins": bins,
+                  "ece": float(sum(abs(x["confidence"] - x["right"]) * x["n"] for x in bins) / max(1, p.size))}
+    return out
 
 
 def main() -> None:
@@ -83,12 +114,20 @@ def main() -> None:
     for key, row in rows.items():
         cells = [f"{row[g]['precision']:.3f} / {row[g]['recall']:.3f} / {row[g]['f1']:.3f}" for g in names]
         print(f"| {key} | " + " | ".join(cells) + " |")
+    calib = reliability(results, pairs, idx_groups)
+    print("\nconfidences of every MEA column (trusted residues): columns, mean confidence, share right, ECE")
+    for g, c in calib.items():
+        print(f"  {g}: {c['columns']}, {c['confidence']:.3f}, {c['right']:.3f}, {c['ece']:.3f}")
+    first = next(iter(calib))
+    print(f"  {first}, by bin: " + "; ".join(f"{x['bin']} {x['n']} {x['confidence']:.3f} {x['right']:.3f}"
+                                          for x in calib[first]["bins"]))
     # another model's results never take the shipped model's file
     suffix = "" if args.model == "learned" else "_" + Path(args.model).name
     out = Path(args.json) if args.json else RESULTS / f"aligner_threshold_{args.split}{suffix}.json"
     write_json(out, {"date": date.today().isoformat(), "machine": machine(), "split": args.split,
                      "model": args.model, "shipped_threshold": aligner.calibration.min_confidence,
                      "pairs": {g: len(idx) for g, idx in idx_groups.items()}, "rows": rows,
+                     "reliability": calib,
                      # what compare_models.py needs to pair two runs: each pair's counts at the model's
                      # own threshold, every column, NW and SW
                      "per_pair": {"id": [f"{p.query_id}/{p.target_id}" for p in pairs],

@@ -125,6 +125,47 @@ def test_every_backend_words_a_bad_setting_or_an_empty_row_the_same_way():
         assert messages[0] == messages[1], messages
 
 
+@pytest.mark.parametrize("bad", ["nan_q", "inf_v", "feature_dims", "v_length", "batch"])
+def test_every_backend_words_bad_arrays_the_same_way(bad):
+    """The same bad arrays through the JAX operator, the Pallas kernels (interpreter), the torch
+    reference and the Triton operator: one message (sinkalign.sinkhorn.checks)."""
+    torch = pytest.importorskip("torch")
+    import sinkalign.kernels.pallas  # noqa: F401  (registers backend="pallas")
+    from sinkalign.kernels.triton import sinkhorn_attention_triton
+    from sinkalign.kernels.triton.ref import sinkhorn_attention_ref
+    from sinkalign.sinkhorn import SinkhornConfig, sinkhorn_attention
+
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.normal(size=s).astype(np.float32) for s in ((2, 1, 10, 4), (2, 1, 12, 4), (2, 1, 12, 3)))
+    if bad == "nan_q":
+        q[1, 0, 7, 2] = np.nan
+    elif bad == "inf_v":
+        v[0, 0, 11, 1] = -np.inf
+    elif bad == "feature_dims":
+        k = k[..., :3]
+    elif bad == "v_length":
+        v = v[:, :, :11]
+    else:
+        v = v[:1]
+    cfg = SinkhornConfig(eps=1.0, n_iters=3, band=4)
+    tq, tk, tv = (torch.tensor(x) for x in (q, k, v))
+    runs = {"jax": lambda: sinkhorn_attention(q, k, v, config=cfg),
+            "pallas": lambda: sinkhorn_attention(q, k, v, config=cfg.replace(backend="pallas")),
+            "torch reference": lambda: sinkhorn_attention_ref(tq, tk, tv, eps=1.0, n_iters=3, band=4),
+            "triton": lambda: sinkhorn_attention_triton(tq, tk, tv, config=cfg)}
+    messages = {}
+    for name, run in runs.items():
+        with pytest.raises(ValueError) as info:
+            run()
+        messages[name] = str(info.value)
+    want = {"nan_q": "q has a non-finite value at index (1, 0, 7, 2)",
+            "inf_v": "v has a non-finite value at index (0, 0, 11, 1)",
+            "feature_dims": "q and k feature dims differ: 4 vs 3",
+            "v_length": "k and v lengths differ: 12 vs 11",
+            "batch": "batch dims differ: q (2, 1, 10, 4), k (2, 1, 12, 4), v (1, 1, 12, 3)"}[bad]
+    assert set(messages.values()) == {want}, messages
+
+
 def test_support_check_names_the_batch_index_the_user_gave():
     from sinkalign.sinkhorn.checks import check_support
 

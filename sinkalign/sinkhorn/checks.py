@@ -41,6 +41,23 @@ def check_f32_dots(precision, *, native: bool, needs: str, here: str) -> None:
                          "dots at full precision ('ieee')")
 
 
+def check_shapes(q_shape, k_shape, v_shape) -> None:
+    """ValueError unless ``q [..., Lq, d]``, ``k [..., Lk, d]`` and ``v [..., Lk, dv]`` agree
+    (leading dims, feature dims, key lengths): the message every backend gives."""
+    q_shape, k_shape, v_shape = (tuple(int(n) for n in s) for s in (q_shape, k_shape, v_shape))
+    if not (q_shape[:-2] == k_shape[:-2] == v_shape[:-2]):
+        raise ValueError(f"batch dims differ: q {q_shape}, k {k_shape}, v {v_shape}")
+    if q_shape[-1] != k_shape[-1]:
+        raise ValueError(f"q and k feature dims differ: {q_shape[-1]} vs {k_shape[-1]}")
+    if k_shape[-2] != v_shape[-2]:
+        raise ValueError(f"k and v lengths differ: {k_shape[-2]} vs {v_shape[-2]}")
+
+
+def nonfinite(name: str, index) -> ValueError:
+    """The error for a NaN or infinity in ``name`` at ``index`` (its first one), as every backend words it."""
+    return ValueError(f"{name} has a non-finite value at index {tuple(int(i) for i in index)}")
+
+
 def check_settings(*, eps, n_iters, tail, band) -> None:
     """The solver settings: eps finite > 0, n_iters and tail integers >= 0, band an integer
     >= 1 (half-width) or None (dense); :class:`~sinkalign.errors.InputError` (a ValueError) otherwise."""

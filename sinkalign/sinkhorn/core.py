@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from sinkalign.sinkhorn.backends import tail_operator_for
-from sinkalign.sinkhorn.checks import check_support
+from sinkalign.sinkhorn.checks import check_shapes, check_support, nonfinite
 from sinkalign.sinkhorn.config import SinkhornConfig
 from sinkalign.sinkhorn.support import Support
 
@@ -385,8 +385,7 @@ def _norm_marginal(x, batch, length, name, dtype):
 
 def _check_finite(name, x):
     if _is_concrete(x) and not bool(np.all(np.isfinite(np.asarray(x, dtype=np.float64)))):
-        bad = np.argwhere(~np.isfinite(np.asarray(x, dtype=np.float64)))[0]
-        raise ValueError(f"{name} has a non-finite value at index {tuple(int(i) for i in bad)}")
+        raise nonfinite(name, np.argwhere(~np.isfinite(np.asarray(x, dtype=np.float64)))[0])
 
 
 def check_nonempty(q_valid, k_valid, band: int | None) -> None:
@@ -409,14 +408,7 @@ def prepare(q, k, v, q_mask=None, k_mask=None, log_a=None, log_b=None, *, band=N
     for name, x in (("q", q), ("k", k), ("v", v)):
         if x.ndim < 2:
             raise ValueError(f"{name} must have shape [..., L, d], got {tuple(x.shape)}")
-    if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]):
-        raise ValueError(
-            f"batch dims differ: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
-        )
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k feature dims differ: {q.shape[-1]} vs {k.shape[-1]}")
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"k and v lengths differ: {k.shape[-2]} vs {v.shape[-2]}")
+    check_shapes(q.shape, k.shape, v.shape)
     if min(q.shape[-2], k.shape[-2], q.shape[-1]) < 1:
         raise ValueError(f"empty input: q {tuple(q.shape)}, k {tuple(k.shape)}")
     dtype = _compute_dtype(q, k, v)

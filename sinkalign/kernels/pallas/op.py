@@ -55,7 +55,7 @@ from jax.experimental import pallas as pl
 
 from sinkalign.kernels.pallas import kernels as K
 from sinkalign.kernels.pallas.kernels import BlockSizes, Launch
-from sinkalign.sinkhorn.checks import check_f32_dots
+from sinkalign.sinkhorn.checks import check_f32_dots, check_shapes
 from sinkalign.sinkhorn.config import SinkhornConfig
 from sinkalign.sinkhorn.support import Piece, Support
 
@@ -430,12 +430,7 @@ def _check(q, k, v, q_valid, k_valid, log_a, log_b, support, cfg) -> None:
     for name, x in (("q", q), ("k", k), ("v", v)):
         if x.ndim < 2:
             raise ValueError(f"{name} must have shape [..., L, d], got {tuple(x.shape)}")
-    if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]):
-        raise ValueError(f"batch dims differ: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k feature dims differ: {q.shape[-1]} vs {k.shape[-1]}")
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"k and v lengths differ: {k.shape[-2]} vs {v.shape[-2]}")
+    check_shapes(q.shape, k.shape, v.shape)
     if (support.lq, support.lk) != (q.shape[-2], k.shape[-2]):
         raise ValueError(f"support is {support.lq} x {support.lk} but q, k have lengths {q.shape[-2]}, {k.shape[-2]}")
     dts = {jnp.dtype(x.dtype) for x in (q, k, v)}

@@ -155,13 +155,9 @@ def prepare_inputs(q, k, v, *, q_mask, k_mask, log_a, log_b, eps, n_iters, tail,
             raise ValueError(f"{name} must have shape [B, H, L, d], got {tuple(t.shape)}")
         if not t.is_floating_point():
             raise ValueError(f"{name} must be a floating tensor, got {t.dtype}")
+    checks.check_shapes(q.shape, k.shape, v.shape)
     batch, heads, lq, dim = q.shape
-    if tuple(k.shape[:2]) != (batch, heads) or k.shape[3] != dim:
-        raise ValueError(f"k has shape {tuple(k.shape)}, expected [B, H, Lk, d] = [{batch}, {heads}, Lk, {dim}] like q "
-                         f"{tuple(q.shape)}")
     lk = k.shape[2]
-    if tuple(v.shape[:3]) != (batch, heads, lk):
-        raise ValueError(f"v has shape {tuple(v.shape)}, expected [B, H, Lk, dv] = [{batch}, {heads}, {lk}, dv]")
     if min(batch, heads, lq, lk, dim, v.shape[3]) == 0:
         raise ValueError(f"empty input: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
     if not (q.dtype == k.dtype == v.dtype):
@@ -172,9 +168,7 @@ def prepare_inputs(q, k, v, *, q_mask, k_mask, log_a, log_b, eps, n_iters, tail,
     for name, t in (("q", q), ("k", k), ("v", v)):
         finite = torch.isfinite(t)
         if not bool(finite.all()):
-            idx = tuple(int(x) for x in (~finite).nonzero()[0])
-            raise ValueError(f"{name} has a non-finite value at index {idx} (batch {idx[0]}, head {idx[1]}, "
-                             f"position {idx[2]})")
+            raise checks.nonfinite(name, (~finite).nonzero()[0].tolist())
     q_mask = _check_mask("q_mask", q_mask, batch, lq, q.device)
     k_mask = _check_mask("k_mask", k_mask, batch, lk, q.device)
     log_a = _check_log_marginal("log_a", log_a, q_mask, q.device)
@@ -329,7 +323,7 @@ def _dustbin_token(name: str, x, ref: torch.Tensor, dim: int) -> torch.Tensor:
         raise ValueError(f"{name} of shape {tuple(x.shape)} does not broadcast to {(batch, heads, dim)}")
     finite = torch.isfinite(x.detach())
     if not bool(finite.all()):
-        raise ValueError(f"{name} has a non-finite value at index {tuple(int(i) for i in (~finite).nonzero()[0])}")
+        raise checks.nonfinite(name, (~finite).nonzero()[0].tolist())
     return x.to(ref.dtype).broadcast_to(batch, heads, dim)[:, :, None, :]
 
 
