@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gzip as gz
 import hashlib
+import io
 import logging
 import os
 import re
@@ -19,12 +21,14 @@ __all__ = ["atomic_dir", "atomic_path", "atomic_write", "atomic_write_bytes", "a
 
 
 @contextlib.contextmanager
-def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
+def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8", *,
+                 gzip: bool = False) -> Iterator[IO]:
     """Open a temporary file beside ``path``; on success fsync and rename it over ``path``.
 
     An exception inside the ``with`` block (or a killed process) leaves any previous
     ``path`` untouched and removes the temporary file, so readers never see a
-    half-written result.
+    half-written result. ``gzip``: what is written is gzip-compressed on its way to the
+    file (:func:`wants_gzip` tells it from an output's name).
     """
     if mode not in ("w", "wb"):
         raise ValueError(f"{mode=} must be 'w' or 'wb'")
@@ -33,16 +37,33 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None 
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         kwargs = {"encoding": encoding, "newline": ""} if mode == "w" else {}
-        with os.fdopen(fd, mode, **kwargs) as handle:
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
+        if gzip:
+            with os.fdopen(fd, "wb") as raw:
+                with gz.GzipFile(fileobj=raw, mode="wb", mtime=0) as packed:
+                    handle = io.TextIOWrapper(packed, **kwargs) if mode == "w" else packed
+                    yield handle
+                    handle.flush()
+                    if mode == "w":
+                        handle.detach()
+                raw.flush()
+                os.fsync(raw.fileno())
+        else:
+            with os.fdopen(fd, mode, **kwargs) as handle:
+                yield handle
+                handle.flush()
+                os.fsync(handle.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the usual mode
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def wants_gzip(path: str | os.PathLike) -> bool:
+    """Whether an output named ``path`` should be gzip-compressed: its name ends in ``.gz``
+    (``hits.tsv.gz``), as the inputs are read compressed by content."""
+    return str(path).lower().endswith(".gz")
 
 
 @contextlib.contextmanager

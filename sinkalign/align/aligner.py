@@ -42,6 +42,7 @@ from sinkalign.align.engine import NumpyEngine, engine_support
 from sinkalign.align.significance import Significance
 from sinkalign.alignment import AlignedPair, reverse_complement
 from sinkalign.errors import CheckpointError, InputError
+from sinkalign.io.fasta import rna_as_dna
 
 __all__ = ["AlignedPair", "Aligner", "ENGINES", "PairResult", "SHIPPED_MODELS", "STRANDS", "default_model_path",
            "enable_compilation_cache", "resolve_model"]
@@ -370,6 +371,8 @@ class Aligner:
         if batch_size < 1:
             raise InputError(f"{batch_size=} must be >= 1")
         strand = self.strand if strand is None else self._resolve_strand(strand)
+        if self.config.alphabet == "dna":  # RNA as DNA: U is T for the model, the identity and the E-value
+            pairs = ((qid, rna_as_dna(q), tid, rna_as_dna(t)) for qid, q, tid, t in pairs)
 
         def aligned(stream):
             if self.config.symmetric:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from sinkalign.cli.options import progress_option, show_progress
+from sinkalign.cli.options import FiniteFloatRange, progress_option, show_progress
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +101,8 @@ class _Band(click.ParamType):
 @click.option("--scheduler", metavar="ADDRESS",
               help="Run on the Dask cluster whose scheduler is at ADDRESS, e.g. tcp://host:8786 (needs the "
                    "'cluster' extra; the model path must be readable by every worker).")
-@click.option("--gap-weight", type=click.FloatRange(min=0), help="MEA gap weight (default: the model's).")
-@click.option("--min-confidence", type=click.FloatRange(min=0, max=1, max_open=True),
+@click.option("--gap-weight", type=FiniteFloatRange(min=0), help="MEA gap weight (default: the model's).")
+@click.option("--min-confidence", type=FiniteFloatRange(min=0, max=1, max_open=True),
               help="Leave unaligned the columns whose calibrated confidence is below this (default: the model's "
                    "own threshold, 0.4 for the shipped protein model; 0 keeps every MEA column). Higher: fewer, "
                    "surer columns (precision up, recall down).")

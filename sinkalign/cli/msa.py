@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from sinkalign.cli.options import progress_option, show_progress
+from sinkalign.cli.options import FiniteFloatRange, progress_option, show_progress
 
 log = logging.getLogger(__name__)
 
@@ -35,19 +35,22 @@ _INPUT = click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path
 @click.option("--sequence-scores", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
               help="Also write each record's confidence (the mean calibrated probability of its residue pairs: the "
                    "records that fit the family worst score lowest) as a tab-separated table.")
-@click.option("--trim", type=click.FloatRange(0.0, 1.0), metavar="CONFIDENCE",
+@click.option("--trim", type=FiniteFloatRange(0.0, 1.0), metavar="CONFIDENCE",
               help="Write the alignment without its columns of confidence below CONFIDENCE (and, above 0, without "
                    "the columns of a single residue), as trimAl or GUIDANCE trim an alignment for a tree. "
                    "--column-scores still lists every column.")
 @click.option("--model", help="Trained model or a shipped model by name (learned, blosum, dna); it needs "
               "calibrated confidences. Default: the shipped model for the input.")
-@click.option("--consistency", type=click.IntRange(min=0), default=2, show_default=True,
+@click.option("--consistency", type=click.IntRange(0, 3), default=2, show_default=True,
               help="Rounds of ProbCons' consistency transformation of the pairwise confidences (each round "
-                   "O(N^3) in the number of records: 0 for hundreds).")
+                   "O(N^3) in the number of records: 0 for hundreds). At most 3: each round averages every pair's "
+                   "confidences over the family, and past 3 the library thins until columns fall apart (the "
+                   "confidences are calibrated for 0-3).")
 @click.option("--refine", type=click.IntRange(min=0), default=20, show_default=True,
               help="Rounds of iterative refinement: the records split in two at random and the halves "
                    "aligned again, kept when the sum-of-pairs score does not drop.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the refinement's splits.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Seed of the refinement's splits.")
 @click.option("--engine", type=click.Choice(["auto", "numpy", "jax"]), default="auto", show_default=True,
               help="The pairwise aligner's engine (see `sinkalign align --help`).")
 @click.option("--threads", type=click.IntRange(min=1), metavar="N",

@@ -7,7 +7,20 @@ import sys
 
 import click
 
-__all__ = ["model_options", "parse_value", "progress_option", "show_progress"]
+__all__ = ["FiniteFloatRange", "model_options", "parse_value", "progress_option", "show_progress"]
+
+
+class FiniteFloatRange(click.FloatRange):
+    """:class:`click.FloatRange` that also refuses ``nan`` and ``inf`` (which Python's ``float``
+    parses and a range check lets through: ``nan`` compares false with every bound)."""
+
+    def convert(self, value, param, ctx):
+        import math
+
+        out = super().convert(value, param, ctx)
+        if not math.isfinite(out):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return out
 
 
 def parse_value(text: str):

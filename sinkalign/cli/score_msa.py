@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import sys
 from pathlib import Path
 
 import click
 
 _INPUT = click.Path(exists=True, path_type=Path)
-_OUTPUT = click.Path(dir_okay=False, path_type=Path)
+_OUTPUT = click.Path(dir_okay=False, allow_dash=True, path_type=Path)
 
 
 def _fmt(value) -> str:
@@ -19,6 +21,27 @@ def _fmt(value) -> str:
 def _stem(path: Path) -> str:
     """A file's name without its suffixes: ``sup_002.afa`` and ``sup_002.fasta.gz`` -> ``sup_002``."""
     return path.name.split(".")[0]
+
+
+@contextlib.contextmanager
+def _sink(path: Path):
+    """Standard output for ``-``, else the file, written atomically."""
+    from sinkalign.pipelines.runner import is_stdio
+    from sinkalign.utils import atomic_write
+
+    if is_stdio(path):
+        yield sys.stdout
+        sys.stdout.flush()
+        return
+    with atomic_write(path) as handle:
+        yield handle
+
+
+def _wrote(console, path: Path) -> None:
+    from sinkalign.pipelines.runner import is_stdio
+
+    if not is_stdio(path):
+        console.print(f"wrote {path}")
 
 
 def _matched(test: Path, reference: Path) -> list[tuple[str, Path, Path]]:
@@ -50,11 +73,12 @@ def _matched(test: Path, reference: Path) -> list[tuple[str, Path, Path]]:
 @click.command("score-msa")
 @click.argument("test", type=_INPUT)
 @click.argument("reference", type=_INPUT)
-@click.option("--json", "json_path", type=_OUTPUT, help="Also write the scores (and every pair's) as JSON.")
+@click.option("--json", "json_path", type=_OUTPUT, help="Also write the scores (and every pair's) as JSON ('-': "
+              "standard output, the table then going to standard error).")
 @click.option("--pairs", "pairs_path", type=_OUTPUT, help="Also write each pair of rows' scores as a "
-              "tab-separated table.")
+              "tab-separated table ('-': standard output).")
 @click.option("--families", "families_path", type=_OUTPUT, help="Also write each family's scores (folders) as a "
-              "tab-separated table.")
+              "tab-separated table ('-': standard output).")
 @click.option("--overwrite", is_flag=True, help="Replace existing --json / --pairs / --families files (without it "
               "an existing file is an error).")
 def score_msa(test, reference, json_path, pairs_path, families_path, overwrite):
@@ -80,16 +104,20 @@ def score_msa(test, reference, json_path, pairs_path, families_path, overwrite):
     from sinkalign.align.msa_scores import pooled, score_alignment
     from sinkalign.io.alignments import read_alignment
     from sinkalign.io.structural import read_reference_alignment
-    from sinkalign.pipelines.runner import check_output
-    from sinkalign.utils import atomic_write
+    from sinkalign.pipelines.runner import check_distinct_outputs, check_output, is_stdio
 
     jobs = _matched(test, reference)
     inputs = [p for _, t, r in jobs for p in (t, r)]
-    for path, what in ((json_path, "JSON file"), (pairs_path, "pairs file"), (families_path, "families file")):
-        if path is not None:
+    outputs = ((json_path, "--json"), (pairs_path, "--pairs"), (families_path, "--families"))
+    to_stdout = [what for path, what in outputs if path is not None and is_stdio(path)]
+    if len(to_stdout) > 1:
+        raise click.UsageError(f"{' and '.join(to_stdout)} would both go to standard output; give one of them a file")
+    check_distinct_outputs(outputs)
+    for path, what in outputs:
+        if path is not None and not is_stdio(path):
             check_output(path, overwrite, inputs, what)
     per_family = []
-    console = Console()
+    console = Console(stderr=bool(to_stdout))  # standard output is the machine-readable file's
     for name, test_file, ref_file in jobs:
         references = read_reference_alignment(ref_file)
         if len(references) != 1:
@@ -98,6 +126,11 @@ def score_msa(test, reference, json_path, pairs_path, families_path, overwrite):
         if s.extra:
             console.print(f"note: {len(s.extra)} rows of {test_file} are not in the reference and are not scored "
                           f"(first: {s.extra[0]!r})")
+        if not s.overall["n_ref"]:
+            if not test.is_dir():
+                raise click.ClickException(f"{ref_file} aligns no pair of trusted residues: there is nothing to "
+                                           "score (lower-case residues are untrusted, as in bench1.0)")
+            console.print(f"note: {ref_file} aligns no pair of trusted residues: family {name} adds nothing")
         per_family.append((name, s))
     scores = per_family[0][1] if len(per_family) == 1 and not test.is_dir() else pooled([s for _, s in per_family])
     what = f"{len(per_family)} families" if test.is_dir() else f"{test.name} against {reference.name}"
@@ -116,24 +149,25 @@ def score_msa(test, reference, json_path, pairs_path, families_path, overwrite):
         if test.is_dir():
             payload.pop("pairs")
             payload["families"] = {name: s.to_dict() for name, s in per_family}
-        with atomic_write(json_path) as handle:
+        with _sink(json_path) as handle:
             json.dump(payload, handle, indent=1)
-        console.print(f"wrote {json_path}")
+            handle.write("\n")
+        _wrote(console, json_path)
     if pairs_path is not None:
-        with atomic_write(pairs_path) as handle:
+        with _sink(pairs_path) as handle:
             handle.write("family\tquery\ttarget\tidentity\treference_pairs\ttest_pairs\tcorrect\tprecision\trecall"
                          "\tf1\n")
             for name, fam in per_family:
                 for q, t, ident, s in fam.pairs:
                     handle.write(f"{name}\t{q}\t{t}\t{'NA' if ident != ident else f'{ident:.1f}'}\t{s.n_ref}\t"
                                  f"{s.n_pred}\t{s.tp}\t{s.precision:.4f}\t{s.recall:.4f}\t{s.f1:.4f}\n")
-        console.print(f"wrote {pairs_path}")
+        _wrote(console, pairs_path)
     if families_path is not None:
-        with atomic_write(families_path) as handle:
+        with _sink(families_path) as handle:
             handle.write("family\tpairs\tsp\tprecision\tf1\ttc\ttc_columns\n")
             for name, s in per_family:
                 o = s.overall
                 tc = "NA" if s.total_column is None else f"{s.total_column:.4f}"
                 handle.write(f"{name}\t{o['pairs']}\t{o['recall']:.4f}\t{o['precision']:.4f}\t{o['f1']:.4f}\t{tc}\t"
                              f"{s.tc[1]}\n")
-        console.print(f"wrote {families_path}")
+        _wrote(console, families_path)

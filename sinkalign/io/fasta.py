@@ -208,6 +208,15 @@ def open_text(path: str | os.PathLike) -> IO[str]:
     return _CheckedText(open(path, "rb"), path, compressed=False)
 
 
+_U_AS_T = str.maketrans("Uu", "Tt")
+
+
+def rna_as_dna(seq: str) -> str:
+    """``seq`` with U read as T (case kept), as minimap2 and BLAST read RNA against DNA: the
+    nucleotide model, percent identity and the E-value then see one letter for one base."""
+    return seq.translate(_U_AS_T)
+
+
 def detect_alphabet(seq: str) -> str:
     """``"dna"`` if every letter of ``seq`` is a nucleotide code and >= half are ACGTUN, else ``"protein"``."""
     letters = seq.upper()

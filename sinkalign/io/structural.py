@@ -33,6 +33,7 @@ Errors are :class:`~sinkalign.errors.FormatError` naming the file, the record (i
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
@@ -40,6 +41,8 @@ from pathlib import Path
 from sinkalign.errors import FormatError
 from sinkalign.io.alignments import MSA, _finish_msa
 from sinkalign.io.fasta import _seek_first_header, open_text
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "STRUCTURAL_FORMATS",
@@ -134,7 +137,9 @@ def read_pir(path: str | os.PathLike) -> MSA:
 def read_bench_fasta(path: str | os.PathLike) -> MSA:
     """Read a bench1.0 aligned FASTA file (SABRE, PREFAB, OXBench) keeping the core mask.
 
-    Upper case = trusted core, lower case = aligned but not trusted, ``-`` / ``.`` = gaps.
+    Upper case = trusted core, lower case = aligned but not trusted, ``-`` / ``.`` = gaps. A
+    file with no upper-case residue at all marks nothing (an aligner that kept its input's soft
+    masking, as MAFFT does): it is read as wholly trusted, with a warning.
 
     Raises:
         FormatError: empty file, rows of unequal length, illegal characters (record id,
@@ -163,6 +168,9 @@ def read_bench_fasta(path: str | os.PathLike) -> MSA:
     if not ids:
         raise FormatError(f"{path}: no aligned sequences (expected '>id' lines)")
     _check_rows(path, ids, rows)
+    if not any(ch.isupper() for row in rows for ch in row):
+        log.warning("%s has no upper-case residue, so its case marks no trusted core: every residue counts", path)
+        rows = [row.upper() for row in rows]
     msa = _finish_msa(ids, rows, path=path, fmt="bench", alphabet="auto")
     return _named(msa, path)
 

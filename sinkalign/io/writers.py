@@ -107,7 +107,7 @@ from sinkalign.alignment import (
 )
 from sinkalign.alignment import format_number as _fmt
 from sinkalign.errors import InputError
-from sinkalign.utils import atomic_path, atomic_write
+from sinkalign.utils import atomic_path, atomic_write, wants_gzip
 
 __all__ = ["FORMATS", "TSV_COLUMNS", "AlignedPair", "write_alignments"]
 
@@ -132,6 +132,23 @@ TSV_COLUMNS = (
 _BAD_SEQ_RE = re.compile(r"[^A-Za-z*]")
 _QNAME_RE = re.compile(r"[!-?A-~]{1,254}")
 _RNAME_RE = re.compile(r"[0-9A-Za-z!#$%&+./:;?@^_|~-][0-9A-Za-z!#$%&*+./:;=?@^_|~-]*")
+
+
+def check_name(fmt: str, name: str, role: str, where: str) -> None:
+    """:class:`InputError` if the record name ``name`` (a ``"query"`` or ``"target"``) cannot be
+    written in ``fmt``: SAM/BAM's QNAME and RNAME grammars, and a Stockholm row name starting
+    with ``#`` (a comment or markup line to every reader) or ``//`` (the end of the alignment).
+    Run on every record before the first pair, so that nothing is half written."""
+    if fmt in ("sam", "bam"):
+        ok, grammar = ((_QNAME_RE, "a SAM QNAME, [!-?A-~]{1,254}") if role == "query" else
+                       (_RNAME_RE, "a SAM reference name"))
+        if not ok.fullmatch(name):
+            raise InputError(f"{where}: {role} id {name!r} is not valid as {grammar}; rename it or use another "
+                             "--format")
+    elif fmt == "stockholm" and (name.startswith("#") or name.startswith("//")):
+        raise InputError(f"{where}: a Stockholm row named {name!r} would be read as "
+                         f"{'markup' if name.startswith('#') else 'the end of the alignment'}; rename it or use "
+                         "another --format")
 _BAM_SEQ = frozenset("=ACMGRSVTWYHKDBN")
 _MAX_MAPQ = 60
 
@@ -667,7 +684,7 @@ def write_alignments(
         count = _write_bam(recs, Path(path), references)
         where = path
     else:
-        with atomic_write(path, "w") as handle:
+        with atomic_write(path, "w", gzip=wants_gzip(path)) as handle:
             count = _TEXT_WRITERS[fmt](recs, handle, references)
         where = path
     logger.info("wrote %d alignments to %s (%s)", count, where, fmt)

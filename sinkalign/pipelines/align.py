@@ -62,12 +62,13 @@ from sinkalign.errors import (
     InputError,
     require,
 )
-from sinkalign.io.fasta import detect_alphabet, open_text, read_fasta, validate_residues
-from sinkalign.io.writers import FORMATS, write_alignments
+from sinkalign.io.fasta import detect_alphabet, open_text, read_fasta, rna_as_dna, validate_residues
+from sinkalign.io.writers import FORMATS, check_name, write_alignments
 from sinkalign.pipelines.runner import (
     DEFAULT_CHUNK_SIZE,
     ModelSpec,
     align_chunk,
+    check_distinct_outputs,
     check_output,
     chunks,
     is_stdio,
@@ -236,6 +237,7 @@ class _FastaPairs:
             where = f"record {rec.id!r} (#{n}) of {path}"
             scan.kinds.add(path, rec.alphabet, where, len(rec))
             _check_length(len(rec), where, limit)
+            check_name(fmt, rec.id, "target" if path == self.target else "query", f"record #{n} of {path}")
 
         if self.pairing == "all":  # the targets are held anyway; the queries are streamed
             tids = set()
@@ -414,6 +416,8 @@ class _ListedPairs:
                     checked[id(fa), rid] = len(seq)
                     scan.kinds.add(fa.path, kind, where, len(seq))
             _self_pair(fmt, qid, tid, f"{self.path}: line {n}")
+            check_name(fmt, qid, "query", f"{self.path}: line {n}")
+            check_name(fmt, tid, "target", f"{self.path}: line {n}")
             _check_cells((f"record {qid!r} of {self.qfa.path}", checked[id(self.qfa), qid]),
                          (f"record {tid!r} of {self.tfa.path}", checked[id(self.tfa), tid]), f" ({self.path}: line {n})",
                          self.dense)
@@ -655,8 +659,7 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
     for path, what in ((None if to_stdout else output, "output"), (plan_out, "--plan-out")):
         if path is not None:
             check_output(path, overwrite, inputs, what)
-    if plan_out is not None and not to_stdout and Path(plan_out).resolve() == Path(output).resolve():
-        raise InputError(f"--plan-out and the output are the same file, {output}")
+    check_distinct_outputs([(None if to_stdout else output, "the output"), (plan_out, "--plan-out")])
     if band is not None:  # before anything is read or written
         from sinkalign.align.aligner import check_band
 
@@ -700,7 +703,10 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
                 raise InputError(f"{option}: the model {spec.path or 'shipped for ' + alphabet} has no E-value null "
                                  "(fit one with `sinkalign fit-evalues`)")
         keep_plan = plan_out is not None
-        work = chunks(source.pairs(alphabet), chunk_size)
+        pairs = source.pairs(alphabet)
+        if alphabet == "dna":  # U as T in the outputs too (identity, SAM SEQ), as the aligner reads it
+            pairs = ((qid, rna_as_dna(q), tid, rna_as_dna(t)) for qid, q, tid, t in pairs)
+        work = chunks(pairs, chunk_size)
         if scheduler is None and workers is None:
             results = run_local(spec, work, batch_size, keep_plan, _task or align_chunk)
         else:

@@ -16,11 +16,13 @@ from pathlib import Path
 import numpy as np
 
 from sinkalign.errors import InputError
+from sinkalign.io.writers import check_name
 from sinkalign.pipelines.align import STRONG_DNA
 from sinkalign.pipelines.runner import (
     DEFAULT_CHUNK_SIZE,
     ModelSpec,
     align_chunk,
+    check_distinct_outputs,
     check_output,
     chunks,
     is_stdio,
@@ -41,7 +43,11 @@ CLUSTAL_ID_WIDTH = 30
 
 def _check_names(records: list, fmt: str, where: str) -> None:
     """A Clustal file keeps 30 characters of each name: two records that would share one are an
-    error (the output could not tell them apart); a name merely cut is a warning."""
+    error (the output could not tell them apart); a name merely cut is a warning. A Stockholm
+    row cannot start with ``#`` or ``//`` (:func:`~sinkalign.io.writers.check_name`)."""
+    if fmt == "stockholm":
+        for n, r in enumerate(records, 1):
+            check_name("stockholm", r.id, "query", f"record #{n} of {where}")
     if fmt != "clustal":
         return
     seen: dict[str, str] = {}
@@ -150,7 +156,7 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
     from tqdm import tqdm
 
     from sinkalign.align.msa import align_multiple, library_aligner, library_entry
-    from sinkalign.utils import atomic_write
+    from sinkalign.utils import atomic_write, wants_gzip
 
     if fmt not in MSA_FORMATS:
         raise InputError(f"format {fmt!r} is not one of {sorted(MSA_FORMATS)}")
@@ -168,6 +174,7 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
                  if (path is None and what == "the alignment") or is_stdio(path)]
     if len(to_stdout) > 1:
         raise InputError(f"{' and '.join(to_stdout)} would both go to standard output; give one of them a file")
+    check_distinct_outputs([(output, "the output"), *((p, w) for p, _, w in extras)])
     for path, what in ((output, "output"), *((p, w) for p, _, w in extras)):
         if path is not None and not is_stdio(path):
             check_output(path, overwrite, inputs, what)
@@ -221,13 +228,13 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
     if output is None or is_stdio(output):
         AlignIO.write(alignment, sys.stdout, MSA_FORMATS[fmt])
     else:
-        with atomic_write(output) as handle:
+        with atomic_write(output, gzip=wants_gzip(output)) as handle:
             AlignIO.write(alignment, handle, MSA_FORMATS[fmt])
     if tree is not None:
         if is_stdio(tree):
             print(result.tree)
         else:
-            with atomic_write(tree) as handle:
+            with atomic_write(tree, gzip=wants_gzip(tree)) as handle:
                 handle.write(result.tree + "\n")
     for path, write in ((column_scores, lambda h: write_column_scores(result, h, alphabet)),
                         (sequence_scores, lambda h: write_sequence_scores(result, h))):
@@ -236,7 +243,7 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
         if is_stdio(path):
             write(sys.stdout)
         else:
-            with atomic_write(path) as handle:
+            with atomic_write(path, gzip=wants_gzip(path)) as handle:
                 write(handle)
     if not result.calibrated and (fmt == "stockholm" or column_scores is not None or sequence_scores is not None):
         log.warning("the confidences written are the consistency-transformed library's own, not calibrated: the "

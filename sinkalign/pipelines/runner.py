@@ -106,8 +106,13 @@ def load_aligner(spec: ModelSpec):
         extra["band"] = spec.band
     aligner = Aligner.load(path, backend=spec.backend, gap_weight=spec.gap_weight, **extra)
     trained_with = aligner.config.embedder.get("name") if aligner.config.feature_dim else None
-    if spec.embedder is not None and trained_with is not None and spec.embedder != trained_with:
-        raise InputError(f"the model was trained with the {trained_with!r} embedder, not {spec.embedder!r}")
+    if spec.embedder is not None and spec.embedder != (trained_with or "none"):
+        raise InputError(f"--embedder {spec.embedder}: the model {path} was trained with "
+                         + (f"the {trained_with!r} embedder" if trained_with else "no embedder (its own residue encoder)"))
+    if spec.esm_weights and trained_with != "esm2":
+        raise InputError(f"--esm-weights: the model {path} takes no ESM-2 features (it was trained with "
+                         f"{'the ' + repr(trained_with) + ' embedder' if trained_with else 'no embedder'}); drop the option "
+                         "or give a model trained on esm2 features")
     if trained_with == "esm2" and options:
         aligner = Aligner.load(path, backend=spec.backend, gap_weight=spec.gap_weight, embedder_options=options,
                                **extra)
@@ -178,6 +183,19 @@ def check_output(path, overwrite: bool, inputs: list[Path], what: str) -> None:
                                 "(it is replaced only when the run succeeds)")
 
 
+def check_distinct_outputs(outputs) -> None:
+    """:class:`InputError` if two of ``outputs`` (``(path, what)``; ``None`` and ``-`` skipped)
+    name one file (through links too): the second write would silently replace the first."""
+    seen: dict[str, str] = {}
+    for path, what in outputs:
+        if path is None or is_stdio(path):
+            continue
+        key = os.path.realpath(os.path.abspath(os.fspath(path)))
+        if key in seen:
+            raise InputError(f"{seen[key]} and {what} are the same file, {path}; give each its own")
+        seen[key] = what
+
+
 @contextlib.contextmanager
 def stdin_spooled(paths: list):
     """Replace each ``-`` by one temporary copy of standard input (read once, constant memory)."""
@@ -213,7 +231,7 @@ def _client(scheduler: str | None, workers: int | None):
     if scheduler is not None:
         try:
             client = distributed.Client(scheduler, set_as_default=False)  # distributed.comm.timeouts.connect
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: an address Dask cannot parse
             raise InputError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from exc
         with client:
             yield client

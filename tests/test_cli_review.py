@@ -1,0 +1,181 @@
+"""What a hostile-input review of `sinkalign align`, `msa` and `score-msa` found (session 20):
+each case failed before its fix (a silent loss, a wrong number or a traceback)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+from Bio import AlignIO
+from click.testing import CliRunner
+
+from sinkalign.cli.main import cli
+
+FAMILY = (">a first\nMKVLAAGHWERTYLLKPQDESTRIVNG\n>b\nMKILSAGHWERTLLKPQDESTRIVNG\n"
+          ">c\nMSTNPKPQRKTKRNTNRRPQDVKFPGG\n>d\nMKVLAGHWERTYLLKPQDSTRIVNGA\n")
+QUERY, TARGET = "MVLSPADKTNVKAAWGKVGAHAGEYGAEALERMF", "MVHLTPEEKSAVTALWGKVNVDEVGGEALGRLL"
+# one DNA pair: a 60-base stretch and a copy with a few substitutions
+DNA_Q = "ATGGCGTACGTTAGCCTAGGCTTACGATCGGATCCATGCAAGTTCGCGATATCGGCTAAC"
+DNA_T = "ATGGCGTACGATAGCCTAGGCTTACGTTCGGATCCATGCTAGTTCGCGATATCGGCTAAC"
+
+
+def _run(*args, input=None):
+    return CliRunner().invoke(cli, list(map(str, args)), input=input, catch_exceptions=False)
+
+
+@pytest.fixture()
+def family(tmp_path):
+    path = tmp_path / "family.fa"
+    path.write_text(FAMILY)
+    return path
+
+
+@pytest.mark.parametrize("side", ["--tree", "--column-scores", "--sequence-scores"])
+def test_msa_refuses_a_side_output_on_the_alignment_path(family, tmp_path, side):
+    out = tmp_path / "out.afa"
+    res = _run("msa", family, "-o", out, side, out)
+    assert res.exit_code != 0 and "are the same file" in res.output, res.output
+    assert not out.exists()  # nothing was aligned, nothing written
+    res = _run("msa", family, "-o", out, side, tmp_path / "sub" / ".." / "out.afa")  # the same file by another name
+    assert res.exit_code != 0 and "are the same file" in res.output, res.output
+
+
+def test_msa_keeps_consistency_to_the_rounds_it_is_calibrated_for(family, tmp_path):
+    res = _run("msa", family, "--consistency", "4")
+    assert res.exit_code == 2 and "--consistency" in res.output and "0<=x<=3" in res.output
+
+
+@pytest.mark.parametrize("args, option", [(["align", "--example", "--gap-weight", "nan"], "--gap-weight"),
+                                          (["align", "--example", "--gap-weight", "inf"], "--gap-weight"),
+                                          (["align", "--example", "--min-confidence", "nan"], "--min-confidence"),
+                                          (["msa", "--example", "--trim", "nan"], "--trim"),
+                                          (["msa", "--example", "--seed", "-5"], "--seed")])
+def test_nonsense_numbers_are_usage_errors_naming_the_option(args, option):
+    res = _run(*args)
+    assert res.exit_code == 2 and f"Invalid value for '{option}'" in res.output, res.output
+    assert "Traceback" not in res.output
+
+
+def test_an_unparseable_scheduler_address_is_one_clean_error():
+    pytest.importorskip("distributed")
+    res = CliRunner().invoke(cli, ["align", "--example", "--scheduler", "foo"])
+    assert res.exit_code == 1 and "cannot reach the Dask scheduler at foo" in res.output, res.output
+    assert not isinstance(res.exception, ValueError) or isinstance(res.exception, SystemExit)
+
+
+def test_stockholm_refuses_row_names_that_readers_take_for_markup(tmp_path):
+    fa = tmp_path / "h.fa"
+    fa.write_text(f">#hash\n{QUERY}\n>ok\n{TARGET}\n>//end\n{QUERY[:20]}\n")
+    res = _run("msa", fa, "--format", "stockholm", "-o", tmp_path / "h.sto")
+    assert res.exit_code == 1 and "'#hash' would be read as markup" in res.output
+    assert not (tmp_path / "h.sto").exists()
+    fa.write_text(f">ok\n{TARGET}\n>//end\n{QUERY[:20]}\n")
+    res = _run("msa", fa, "--format", "stockholm")
+    assert res.exit_code == 1 and "'//end' would be read as the end of the alignment" in res.output
+    q, t = tmp_path / "q.fa", tmp_path / "t.fa"
+    q.write_text(f">#q\n{QUERY}\n")
+    t.write_text(f">t\n{TARGET}\n")
+    res = _run("align", q, t, "--format", "stockholm")
+    assert res.exit_code == 1 and "record #1 of" in res.output and "'#q' would be read as markup" in res.output
+    assert "# STOCKHOLM" not in res.output
+    fa.write_text(f">ok\n{TARGET}\n>fine#inside\n{QUERY[:20]}\n")  # a '#' inside a name is fine
+    assert _run("msa", fa, "--format", "stockholm", "-o", tmp_path / "ok.sto").exit_code == 0
+    assert [r.id for r in AlignIO.read(tmp_path / "ok.sto", "stockholm")] == ["ok", "fine#inside"]
+
+
+def test_sam_names_are_checked_before_the_first_record_is_written(tmp_path):
+    q, t = tmp_path / "q.fa", tmp_path / "t.fa"
+    q.write_text(f">good\n{QUERY}\n>also_good\n{QUERY}\n>bad@id\n{QUERY}\n")
+    t.write_text(f">t\n{TARGET}\n")
+    res = _run("align", q, t, "--format", "sam")
+    assert res.exit_code == 1 and "record #3 of" in res.output and "'bad@id' is not valid as a SAM QNAME" in res.output
+    assert "@HD" not in res.output and "good\t" not in res.output  # no partial SAM on standard output
+
+
+def test_options_a_model_cannot_use_are_errors(tmp_path):
+    q, t = tmp_path / "q.fa", tmp_path / "t.fa"
+    q.write_text(f">q\n{QUERY}\n")
+    t.write_text(f">t\n{TARGET}\n")
+    res = _run("align", q, t, "--embedder", "foo")
+    assert res.exit_code == 1 and "--embedder foo" in res.output and "no embedder" in res.output
+    res = _run("align", q, t, "--esm-weights", q)
+    assert res.exit_code == 1 and "--esm-weights" in res.output and "takes no ESM-2 features" in res.output
+    assert _run("align", q, t, "--embedder", "none").exit_code == 0
+
+
+@pytest.mark.parametrize("command, fmt", [("align", "tsv"), ("align", "sam"), ("msa", "stockholm"), ("msa", "fasta")])
+def test_outputs_named_gz_are_gzip_compressed(tmp_path, command, fmt):
+    plain, packed = tmp_path / f"out.{fmt}", tmp_path / f"out.{fmt}.gz"
+    for out in (plain, packed):
+        assert _run(command, "--example", "--format", fmt, "-o", out).exit_code == 0
+    assert packed.read_bytes()[:2] == b"\x1f\x8b"
+    assert gzip.decompress(packed.read_bytes()) == plain.read_bytes()
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_msa_tree_named_gz_is_compressed_too(family, tmp_path):
+    assert _run("msa", family, "-o", tmp_path / "a.afa", "--tree", tmp_path / "t.nwk.gz").exit_code == 0
+    assert gzip.decompress((tmp_path / "t.nwk.gz").read_bytes()).decode().rstrip().endswith(";")
+
+
+def test_rna_aligns_to_dna_as_its_dna(tmp_path):
+    q_dna, q_rna, t = tmp_path / "q.fa", tmp_path / "r.fa", tmp_path / "t.fa"
+    q_dna.write_text(f">q\n{DNA_Q}\n")
+    q_rna.write_text(f">q\n{DNA_Q.replace('T', 'U')}\n")
+    t.write_text(f">t\n{DNA_T}\n")
+    rows = []
+    for q in (q_dna, q_rna):
+        res = _run("align", q, t, "--format", "json", "--strand", "plus")
+        assert res.exit_code == 0, res.output
+        rows.append(json.loads(res.output.splitlines()[0]))
+    dna, rna = rows
+    assert rna["identity"] == dna["identity"] > 90  # the U's were compared with T's as mismatches before
+    assert rna["evalue"] == dna["evalue"] and rna["cigar"] == dna["cigar"]
+
+    from sinkalign.align.aligner import Aligner
+
+    aligner = Aligner.load("dna", strand="plus")
+    a = aligner.align(DNA_Q, DNA_T)
+    b = aligner.align(DNA_Q.replace("T", "U"), DNA_T)
+    assert b.identity == a.identity and b.evalue == a.evalue
+
+
+# --------------------------------------------------------------------------------------- score-msa
+REF = ">a\nMKVLAAGHWERTYLLK-PQDESTRIVNG\n>b\nMKILSAGHWERT-LLKPQDESTRIVNG-\n>c\nMKVLAGHWERTYLLKPQD-STRIVNGA-\n"
+
+
+def test_score_msa_reads_an_all_lower_case_reference_as_wholly_trusted(tmp_path):
+    test, upper, lower = tmp_path / "t.afa", tmp_path / "u.afa", tmp_path / "l.afa"
+    test.write_text(REF)
+    upper.write_text(REF)
+    lower.write_text("".join(line.lower() if not line.startswith(">") else line for line in REF.splitlines(True)))
+    got = []
+    for ref in (upper, lower):
+        res = _run("score-msa", test, ref, "--json", "-")
+        assert res.exit_code == 0, res.output
+        got.append(json.loads(res.stdout))
+    assert got[0]["overall"]["n_ref"] > 0 and got[0]["overall"]["recall"] == 1.0
+    assert got[1]["overall"] == got[0]["overall"]  # was SP 0 over 0 trusted pairs
+
+
+def test_score_msa_refuses_a_reference_with_nothing_trusted_to_score(tmp_path):
+    test, ref = tmp_path / "t.afa", tmp_path / "r.afa"
+    test.write_text(">a\nMKVLA\n>b\n--ILS\n")
+    ref.write_text(">a\nMKvla\n>b\n--ils\n")  # the trusted residues face gaps: no trusted pair
+    res = _run("score-msa", test, ref)
+    assert res.exit_code == 1 and "aligns no pair of trusted residues" in res.output, res.output
+
+
+def test_score_msa_outputs_to_standard_output_and_never_onto_each_other(tmp_path):
+    test, ref = tmp_path / "t.afa", tmp_path / "r.afa"
+    test.write_text(REF)
+    ref.write_text(REF)
+    res = _run("score-msa", test, ref, "--pairs", "-")
+    assert res.exit_code == 0 and res.stdout.splitlines()[0].startswith("family\tquery\ttarget")
+    assert len(res.stdout.splitlines()) == 4 and not (tmp_path / "-").exists()
+    res = _run("score-msa", test, ref, "--json", "-", "--pairs", "-")
+    assert res.exit_code == 2 and "would both go to standard output" in res.output
+    same = tmp_path / "same.out"
+    res = _run("score-msa", test, ref, "--json", same, "--pairs", same)
+    assert res.exit_code == 1 and "are the same file" in res.output and not same.exists()
