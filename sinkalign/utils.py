@@ -11,6 +11,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -33,10 +34,14 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None 
     if mode not in ("w", "wb"):
         raise ValueError(f"{mode=} must be 'w' or 'wb'")
     path = Path(path)
+    kwargs = {"encoding": encoding, "newline": ""} if mode == "w" else {}
+    if is_special(path):  # /dev/null, a named pipe: nothing to replace, written in place
+        with open(path, mode, **kwargs) as handle:
+            yield handle
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        kwargs = {"encoding": encoding, "newline": ""} if mode == "w" else {}
         if gzip:
             with os.fdopen(fd, "wb") as raw:
                 with gz.GzipFile(fileobj=raw, mode="wb", mtime=0) as packed:
@@ -60,6 +65,17 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None 
         raise
 
 
+def is_special(path: str | os.PathLike) -> bool:
+    """Whether ``path`` exists and is neither a regular file nor a directory (``/dev/null``, a
+    named pipe, a terminal): an output there is written in place, not through a renamed
+    temporary file, and replacing it needs no ``--overwrite``."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
 def wants_gzip(path: str | os.PathLike) -> bool:
     """Whether an output named ``path`` should be gzip-compressed: its name ends in ``.gz``
     (``hits.tsv.gz``), as the inputs are read compressed by content."""
@@ -72,6 +88,9 @@ def atomic_path(path: str | os.PathLike) -> Iterator[str]:
     on success fsync it, give it the usual mode (``0666 & ~umask``) and rename it over ``path``.
     On error the temporary file is removed and any previous ``path`` is left as it was."""
     path = Path(path)
+    if is_special(path):  # /dev/null, a named pipe: written in place
+        yield str(path)
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)

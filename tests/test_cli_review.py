@@ -179,3 +179,31 @@ def test_score_msa_outputs_to_standard_output_and_never_onto_each_other(tmp_path
     same = tmp_path / "same.out"
     res = _run("score-msa", test, ref, "--json", same, "--pairs", same)
     assert res.exit_code == 1 and "are the same file" in res.output and not same.exists()
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_record(tmp_path):
+    q, t = tmp_path / "q.fa", tmp_path / "t.fa"
+    q.write_bytes(b"\xef\xbb\xbf" + f">q1\n{QUERY}\n".encode())
+    t.write_text(f">t\n{TARGET}\n")
+    res = _run("align", q, t, "--format", "json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output.splitlines()[0])["query_id"] == "q1"
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="needs named pipes")
+@pytest.mark.parametrize("command", ["align", "msa"])
+def test_an_existing_named_pipe_is_written_in_place_without_overwrite(tmp_path, command):
+    import os
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    res = _run(command, "--example", "-o", fifo)
+    reader.join(timeout=60)
+    assert res.exit_code == 0, res.output
+    want = _run(command, "--example").stdout.encode()
+    assert got == [want] and want
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]  # no temporary file beside it

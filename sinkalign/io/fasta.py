@@ -145,7 +145,7 @@ class _CheckedText(io.TextIOWrapper):
     """
 
     def __init__(self, buffer, path: Path, compressed: bool) -> None:
-        super().__init__(buffer, encoding="utf-8", newline=None)
+        super().__init__(buffer, encoding="utf-8-sig", newline=None)  # a byte-order mark (Windows) is dropped
         self._path = path
         self._compressed = compressed
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from sinkalign.errors import InputError, OutputExistsError, SinkalignError, require
+from sinkalign.utils import is_special
 
 __all__ = ["DEFAULT_CHUNK_SIZE", "STDIO", "ModelSpec", "align_chunk", "check_output", "chunks", "is_stdio",
            "load_aligner", "run_cluster", "run_local", "stdin_spooled"]
@@ -178,7 +179,7 @@ def check_output(path, overwrite: bool, inputs: list[Path], what: str) -> None:
     for src in inputs:
         if path.exists() and src.exists() and path.resolve() == src.resolve():
             raise InputError(f"{what} {path} is also an input; write the output somewhere else")
-    if path.exists() and not overwrite:
+    if path.exists() and not overwrite and not is_special(path):
         raise OutputExistsError(f"{what} {path} already exists; remove it, or pass --overwrite to replace it "
                                 "(it is replaced only when the run succeeds)")
 
@@ -228,6 +229,9 @@ def run_local(spec, chunks, batch_size, keep_plan, task=None):
 @contextlib.contextmanager
 def _client(scheduler: str | None, workers: int | None):
     distributed = require("distributed", "cluster", "sinkalign align --workers/--scheduler")
+    if logging.getLogger().getEffectiveLevel() > logging.INFO:  # Dask sets its loggers to INFO: keep them to -v
+        for name in ("distributed", "bokeh", "tornado"):
+            logging.getLogger(name).setLevel(logging.WARNING)
     if scheduler is not None:
         try:
             client = distributed.Client(scheduler, set_as_default=False)  # distributed.comm.timeouts.connect
