@@ -207,3 +207,21 @@ def test_an_existing_named_pipe_is_written_in_place_without_overwrite(tmp_path, 
     want = _run(command, "--example").stdout.encode()
     assert got == [want] and want
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]  # no temporary file beside it
+
+
+@pytest.mark.parametrize("fmt", ["sam", "bam"])
+def test_all_vs_all_sam_has_one_primary_line_per_query(tmp_path, fmt):
+    import pysam
+
+    q, t = tmp_path / "q.fa", tmp_path / "t.fa"
+    q.write_text(f">q1\n{QUERY}\n>q2\n{TARGET}\n")
+    t.write_text(f">t1\n{TARGET}\n>t2\n{QUERY}\n>t3\n{QUERY[:25]}\n")
+    out = tmp_path / f"out.{fmt}"
+    assert _run("align", q, t, "--format", fmt, "-o", out).exit_code == 0
+    with pysam.AlignmentFile(str(out), "r" if fmt == "sam" else "rb", check_sq=False) as fh:
+        segs = list(fh)
+    assert [s.query_name for s in segs] == ["q1"] * 3 + ["q2"] * 3
+    for name in ("q1", "q2"):
+        mapped = [s for s in segs if s.query_name == name and not s.is_unmapped]
+        assert len(mapped) >= 2 and not mapped[0].is_secondary and all(s.is_secondary for s in mapped[1:])
+        assert all(s.flag & ~(16 | 256) == 0 for s in mapped)

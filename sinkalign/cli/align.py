@@ -101,7 +101,10 @@ class _Band(click.ParamType):
 @click.option("--scheduler", metavar="ADDRESS",
               help="Run on the Dask cluster whose scheduler is at ADDRESS, e.g. tcp://host:8786 (needs the "
                    "'cluster' extra; the model path must be readable by every worker).")
-@click.option("--gap-weight", type=FiniteFloatRange(min=0), help="MEA gap weight (default: the model's).")
+@click.option("--gap-weight", type=FiniteFloatRange(min=0),
+              help="MEA gap weight (default: the model's, 0 for the shipped ones, which were tuned with it): a "
+                   "column is kept only where its posterior beats this times the two residues' gap posteriors, so "
+                   "values near 0.5 and above leave most pairs nearly unaligned.")
 @click.option("--min-confidence", type=FiniteFloatRange(min=0, max=1, max_open=True),
               help="Leave unaligned the columns whose calibrated confidence is below this (default: the model's "
                    "own threshold, 0.4 for the shipped protein model; 0 keeps every MEA column). Higher: fewer, "

@@ -35,7 +35,9 @@ Formats (:data:`FORMATS`):
   posterior), ``NM:i`` (mismatches + inserted + deleted residues), ``ZE:f`` (the E-value, when
   known; as GraphMap and DIAMOND write it; BAM stores it as float32, so below ~1e-45 it
   reads 0). A pair without aligned
-  residues is written unmapped (flag 4). BAM stores SEQ in a 4-bit nucleotide code, so a
+  residues is written unmapped (flag 4). A query's first aligned record is its primary
+  alignment, any later one secondary (flag 256), as SAM wants one primary line per read
+  (with ``--max-hits`` the hits come best first, so the primary is the best). BAM stores SEQ in a 4-bit nucleotide code, so a
   query that is not entirely in ``=ACMGRSVTWYHKDBN`` (a protein) gets SEQ ``*`` and its
   residues in the ``XQ:Z`` tag (same rule in SAM so the two round-trip identically). SAM and
   BAM need every reference before the first record: these two formats read the whole stream.
@@ -548,6 +550,7 @@ def _segments(records: Iterable[_Record], header, ref_index: dict[str, int]):
 
     lengths = {name: header.get_reference_length(name) for name in ref_index}
     seqs: dict[str, str] = {}
+    primary: set[str] = set()  # queries whose primary alignment is written
     for rec in records:
         if not _QNAME_RE.fullmatch(rec.query_id):
             raise InputError(f"{rec.where}: query_id is not a valid SAM QNAME ([!-?A-~]{{1,254}})")
@@ -572,7 +575,8 @@ def _segments(records: Iterable[_Record], header, ref_index: dict[str, int]):
             seg.reference_start = -1
             seg.mapping_quality = 0
         else:
-            seg.flag = reverse
+            seg.flag = reverse | (256 if rec.query_id in primary else 0)  # one primary line per read
+            primary.add(rec.query_id)
             seg.reference_id = ref_index[rec.target_id]
             seg.reference_start = int(rec.pairs[0, 1])
             seg.cigarstring = cigar(rec.pairs, len(rec.query), len(rec.target), local=True)
