@@ -15,7 +15,7 @@ from scipy.stats import pearsonr
 
 from sinkalign.cli.gc_profile import gc_profile as gc_profile_cmd
 from sinkalign.cli.main import cli
-from sinkalign.lm.data import GenomeRecord, read_genome
+from sinkalign.lm.data import GenomeRecord, read_genome, read_genome_records
 from sinkalign.pipelines.gc_profile import (
     TSV_COLUMNS,
     compare_continuations,
@@ -56,20 +56,24 @@ def test_hand_computed_windows():
     p = gc_profile([("r", seq)], window=4, step=2)
     np.testing.assert_array_equal(p.start, [0, 2, 4, 6, 8])
     np.testing.assert_array_equal(p.end, [4, 6, 8, 10, 11])
-    # GGGC: G3 C1 | GCAT: G1 C1 | ATNN: no G/C | NNAT: no G/C | ATC: C1 (3 ACGT)
+    # GGGC: G3 C1 | GCAT: G1 C1 | ATNN: no G/C | NNAT: no G/C | ATC: C1 (3 ACGT); every window
+    # has at least ceil(4 / 2) = 2 A/C/G/T bases, so none is NA
     np.testing.assert_allclose(p.gc, [1.0, 0.5, 0.0, 0.0, 1 / 3])
     np.testing.assert_allclose(p.gc_skew, [0.5, 0.0, np.nan, np.nan, -1.0])
-    np.testing.assert_allclose(p.cumulative_gc_skew, [0.5, 0.5, 0.5, 0.5, -0.5])
+    # each window adds skew * ACGT / window: the 3-base tail window adds -1 * 3/4
+    np.testing.assert_allclose(p.cumulative_gc_skew, [0.5, 0.5, 0.5, 0.5, -0.25])
     np.testing.assert_allclose(p.n_fraction, [0, 0, 0.5, 0.5, 0])
     (s,) = p.summaries
-    assert (s.length, s.n_windows) == (11, 5)
+    assert (s.length, s.n_windows, s.n_na_windows, s.min_acgt) == (11, 5, 0, 2)
     assert s.gc == pytest.approx(5 / 9) and s.n_fraction == pytest.approx(2 / 11)
     assert (s.min_window_gc, s.max_window_gc) == (0.0, 1.0)
-    # curve [0 @0, .5 @ mid0 + step/2 = 3, ..., -.5 @ min(floor(9.5 + 1), 11) = 10]: the maximum
-    # at 3 is a turning point (0.5 down to 0 on the left, 1.0 down on the right); the minimum is
-    # the last point, so the origin is not on the sequence
-    assert (s.origin, s.terminus) == (None, 3)
-    assert "does not turn at its minimum (10, at or near an end)" in s.replichore_note() and not s.one_replichore
+    # curve [0 @0, .5 @ mid0 + step/2 = 3, ..., -.25 @ min(floor(9.5 + 1), 11) = 10]: its extremes
+    # are placed at 3 and 10, but 11 nt (5 windows = 2.5 window lengths) is far too little
+    # sequence for an origin/terminus call
+    assert (s.skew_max_at, s.skew_min_at) == (3, 10)
+    assert (s.origin, s.terminus) == (None, None) and not s.one_replichore
+    assert "no origin/terminus call: too few informative windows to tell a skew from noise (2.5 window lengths" in (
+        s.replichore_note())
 
 
 def test_all_n_window_and_record_shorter_than_window():
@@ -79,9 +83,13 @@ def test_all_n_window_and_record_shorter_than_window():
     assert p.gc[1] == 0.5 and p.gc_skew[1] == -1.0 and p.n_fraction[1] == 0.5
     assert p.gc[2] == 0.0 and math.isnan(p.gc_skew[2])
     assert p.summaries[1].origin is None and p.summaries[1].terminus is None
-    short = gc_profile(("c", "GGC"), window=100, step=50)  # a single (id, seq) is accepted
-    np.testing.assert_array_equal([short.start[0], short.end[0]], [0, 3])
-    assert short.gc_skew[0] == pytest.approx(1 / 3)
+    short = gc_profile(("c", "GGC" * 20), window=100, step=50)  # a single (id, seq) is accepted
+    np.testing.assert_array_equal([short.start[0], short.end[0]], [0, 60])
+    assert short.gc_skew[0] == pytest.approx(1 / 3)  # 60 A/C/G/T bases: at least half the window
+    tiny = gc_profile(("c", "GGC"), window=100, step=50)  # 3 bases of a 100-nt window: NA
+    np.testing.assert_array_equal([tiny.start[0], tiny.end[0]], [0, 3])
+    assert math.isnan(tiny.gc[0]) and math.isnan(tiny.gc_skew[0]) and tiny.cumulative_gc_skew[0] == 0
+    assert tiny.summaries[0].gc == pytest.approx(1.0)  # the record's GC is still reported
     np.testing.assert_array_equal(p.record("b").start, [0])
 
 
@@ -91,11 +99,18 @@ def test_against_biopython_gc_fraction_and_gc_skew(window, step):
     seq = _random_dna(rng, 2003, 0.05).lower()  # lower case is accepted
     p = gc_profile([("r", seq)], window=window, step=step)
     up = seq.upper()
-    for s, e, gc in zip(p.start, p.end, p.gc):
-        assert gc == pytest.approx(gc_fraction(up[s:e], ambiguous="remove"), abs=1e-12)
+    acgt = np.array([e - s - up[s:e].count("N") for s, e in zip(p.start, p.end)])
+    ok = acgt >= math.ceil(window / 2)  # informative windows; the others (here the 3-nt tail of 2003) are NA
+    assert ok[:-1].all() and ok[-1] == (p.end[-1] - p.start[-1] > 3)
+    for s, e, gc, good in zip(p.start, p.end, p.gc, ok):
+        if good:
+            assert gc == pytest.approx(gc_fraction(up[s:e], ambiguous="remove"), abs=1e-12)
+        else:
+            assert math.isnan(gc)
     if step == window:  # Biopython's GC_skew tiles with step == window, partial tail included
-        np.testing.assert_allclose(np.nan_to_num(p.gc_skew, nan=0.0), GC_skew(up, window), atol=1e-12)
-    np.testing.assert_allclose(p.cumulative_gc_skew, np.cumsum(np.nan_to_num(p.gc_skew)))
+        np.testing.assert_allclose(np.nan_to_num(p.gc_skew, nan=0.0)[ok], np.array(GC_skew(up, window))[ok], atol=1e-12)
+    # each window adds its skew weighted by its share of A/C/G/T bases
+    np.testing.assert_allclose(p.cumulative_gc_skew, np.cumsum(np.nan_to_num(p.gc_skew) * acgt / window))
 
 
 @pytest.mark.parametrize("length", [1, 99, 100, 101, 1000, 1049, 1050, 1051])
@@ -234,8 +249,9 @@ def test_tsv_png_report(tmp_path):
     text = report.read_text()
     assert "![GC profile](gc.png)" in text and "[gc.tsv](gc.tsv)" in text
     assert "| chrA | 5,000 |" in text and "| chrB | 1,100 |" in text
-    s = p.summaries[0]
-    assert f"{s.gc:.4f}" in text and f"{s.origin:,}" in text and f"{s.terminus:,}" in text
+    s = p.summaries[0]  # 5,000 nt of random sequence: no origin/terminus call, and the report says why
+    assert f"| chrA | 5,000 | {s.gc:.4f} |" in text and (s.origin, s.terminus) == (None, None)
+    assert "- chrA: no origin/terminus call: " in text
     assert sorted(x.name for x in (tmp_path / "out").iterdir()) == ["gc.png", "gc.tsv", "report.md"]  # no temp files
 
 
@@ -342,14 +358,17 @@ def test_ecoli_contig_large_window(shared_data, tmp_path):
     res = run_gc_profile(shared_data / ECOLI, tmp_path / "out", window=50000, step=50000)
     p = res.profile
     assert len(p) == math.ceil(869782 / 50000) and p.end[-1] == 869782
+    ok = []
     for s, e, gc, nf in zip(p.start, p.end, p.gc, p.n_fraction):
         w = seq[s:e]
         assert nf == pytest.approx(w.count("N") / len(w))
-        if nf < 1:
+        ok.append(len(w) - w.count("N") >= 25000)
+        if ok[-1]:
             assert gc == pytest.approx(gc_fraction(w, ambiguous="remove"), abs=1e-12)
-        else:  # the contig holds one 432,770-nt run of N
+        else:  # inside the contig's 432,770-nt run of N, or the 19,782-nt tail: fewer than 25,000 ACGT
             assert math.isnan(gc)
-    np.testing.assert_allclose(np.nan_to_num(p.gc_skew), GC_skew(seq, 50000), atol=1e-12)
+    assert sum(ok) == 9 and not ok[-1]  # 7 windows before the N run, one on each of its edges
+    np.testing.assert_allclose(np.nan_to_num(p.gc_skew)[ok], np.array(GC_skew(seq, 50000))[ok], atol=1e-12)
     (summ,) = p.summaries
     assert summ.gc == pytest.approx(gc_fraction(seq, ambiguous="remove"))
     assert summ.n_fraction == pytest.approx(seq.count("N") / len(seq))
@@ -451,3 +470,208 @@ def test_real_complete_chromosome_and_contig(shared_data, tmp_path):
     assert "the origin is there or beyond that end" in res.report.read_text()
     (e,) = run_gc_profile(shared_data / ECOLI, tmp_path / "ec", window=10_000).profile.summaries
     assert e.one_replichore
+
+
+# ----------------------------------------------------------------------------- review fixes
+
+
+def test_gc_rich_and_at_rich_neighbours_are_separate_islands(tmp_path):
+    """Touching flagged windows that depart in opposite directions used to merge into one island
+    whose GC averaged out to the record's (difference ~0)."""
+    #     0-20: 50% GC        20-24 GGGG   24-28 AAAA   28-48: 50% GC;  record GC 24/48 = 0.5
+    seq = "ACGT" * 5 + "GGGG" + "AAAA" + "ACGT" * 5
+    p = gc_profile([("r", seq)], window=4, step=4)
+    np.testing.assert_array_equal(p.island, [0] * 5 + [1, 1] + [0] * 5)
+    (s,) = p.summaries
+    assert s.islands == ((20, 24, 1.0, 1, 1), (24, 28, 0.0, 1, -1))
+    assert [i.kind for i in s.islands] == ["GC-rich", "AT-rich"]
+    text = write_report(p, tmp_path / "report.md").read_text()
+    assert "| r | 20 | 24 | 4 | 1.0000 | 0.5000 | +0.5000 | GC-rich | 1 |" in text
+    assert "| r | 24 | 28 | 4 | 0.0000 | 0.5000 | -0.5000 | AT-rich | 1 |" in text
+    # windows departing the same way still merge: GGGG GGGG gives one island of 2 windows
+    (s2,) = gc_profile([("r", "ACGT" * 5 + "GGGG" * 2 + "ACGT" * 5)], window=4, step=4).summaries
+    assert s2.islands == ((20, 28, 1.0, 2, 1),)
+    # the reviewer's case: 20 kb at 50% GC, 3 kb at 75%, 3 kb at 25%, 20 kb at 50%, window 1000 (step 500)
+    rng = np.random.default_rng(11)
+    seq = "".join(_skewed(rng, n, gc, 0.0) for n, gc in ((20_000, 0.5), (3_000, 0.75), (3_000, 0.25), (20_000, 0.5)))
+    (s3,) = gc_profile([("isl", seq)], window=1000).summaries
+    assert [(i.kind, i.start, i.end) for i in s3.islands] == [("GC-rich", 19_500, 23_000), ("AT-rich", 23_000, 26_500)]
+    assert s3.islands[0].gc - s3.gc > 0.15 and s3.islands[1].gc - s3.gc < -0.15
+
+
+def test_windows_with_few_acgt_are_na(tmp_path):
+    """A window with fewer than half the window length in A/C/G/T (mostly N, or a short tail) used
+    to get a GC and a skew from its few bases: flagged as an island, +-1 added to the cumulative skew."""
+    #      ACGT | NNNG (1 ACGT) | ACGT | G (1-nt tail); window 4 needs 2 A/C/G/T bases
+    p = gc_profile([("r", "ACGT" + "NNNG" + "ACGT" + "G")], window=4, step=4, island_threshold=0.3)
+    np.testing.assert_allclose(p.gc, [0.5, np.nan, 0.5, np.nan])
+    np.testing.assert_allclose(p.gc_skew, [0.0, np.nan, 0.0, np.nan])
+    np.testing.assert_allclose(p.gc_deviation, [-0.1, np.nan, -0.1, np.nan])
+    np.testing.assert_allclose(p.cumulative_gc_skew, [0.0, 0.0, 0.0, 0.0])  # was [0, 1, 1, 2]
+    assert not p.island.any()  # NNNG and G have GC 1.0, 0.4 above the record's 0.6: they were islands
+    (s,) = p.summaries
+    assert (s.n_na_windows, s.min_acgt, s.gc, s.islands) == (2, 2, pytest.approx(0.6), ())
+    assert (s.min_window_gc, s.max_window_gc) == (0.5, 0.5)
+    # an informative window with N adds its skew in proportion to its A/C/G/T bases: GGNN adds 1 * 2/4
+    q = gc_profile([("w", "GGNN" + "CCCC")], window=4, step=4)
+    np.testing.assert_allclose(q.gc_skew, [1.0, -1.0])
+    np.testing.assert_allclose(q.cumulative_gc_skew, [0.5, -0.5])
+    # in the TSV an NA window is nan (never an island), and its cumulative skew carries on unchanged
+    rows = _read_tsv(write_tsv(p, tmp_path / "gc.tsv"))
+    assert [(r["gc"], r["gc_skew"], r["gc_deviation"], r["island"], r["cumulative_gc_skew"]) for r in rows[1::2]] == [
+        ("nan", "nan", "nan", "0", "0.000000")] * 2
+
+
+def test_cli_na_windows_in_report(tmp_path):
+    fa = tmp_path / "ngap.fa"
+    rng = np.random.default_rng(12)
+    fa.write_text(">ngap\n" + _skewed(rng, 5000, 0.5, 0.0) + "N" * 995 + "GGGGG" + _skewed(rng, 5000, 0.5, 0.0) + "\n")
+    res = CliRunner().invoke(cli, ["gc-profile", str(fa), "--window", "1000", "--step", "1000", "-o", str(tmp_path / "o")])
+    assert res.exit_code == 0 and "candidate_islands=0" in res.output, res.output
+    report = (tmp_path / "o" / "report.md").read_text()
+    assert "Windows with fewer than 500 A/C/G/T bases (NA in the table):" in report and "- ngap: 1 of 11 windows." in report
+    row = _read_tsv(tmp_path / "o" / "gc_profile.tsv")[5]
+    assert (row["start"], row["gc"], row["island"], row["n_fraction"]) == ("5000", "nan", "0", "0.995000")
+
+
+def test_no_origin_terminus_without_evidence():
+    """Origin/terminus used to be called on any curve that turned: short draft contigs, random sequence."""
+    rng = np.random.default_rng(13)
+    # a clear V (skew -0.3 then +0.3) on a 30-kb contig: a signal that turns, but no chromosome
+    (s,) = gc_profile([("contig", _skewed(rng, 15_000, 0.5, -0.3) + _skewed(rng, 15_000, 0.5, 0.3))]).summaries
+    assert (s.origin, s.terminus) == (None, None) and not s.one_replichore
+    assert abs(s.skew_min_at - 15_000) <= 1000 and s.skew_range > 2 * s.skew_noise_range
+    assert s.no_call_reason == "the record is too short for a chromosome (30,000 nt; at least 100,000 nt)"
+    # 200 kb of random sequence: its cumulative skew is a random walk, whose turns mean nothing
+    (r,) = gc_profile([("random", _skewed(rng, 200_000, 0.5, 0.0))]).summaries
+    assert (r.origin, r.terminus) == (None, None) and not r.one_replichore
+    assert r.skew_range < r.skew_noise_range
+    assert r.replichore_note().startswith("no origin/terminus call: the cumulative skew's range (")
+    assert "is within what a sequence without strand bias gives (4 SD of a random walk: " in r.no_call_reason
+    # the same length with two replichores is called (as in test_two_replichores_give_origin_and_terminus)
+    (c,) = gc_profile([("chr", _skewed(rng, 100_000, 0.5, -0.05) + _skewed(rng, 100_000, 0.5, 0.05))]).summaries
+    assert abs(c.origin - 100_000) <= 5000 and c.no_call_reason == "" and c.skew_range > c.skew_noise_range
+
+
+def test_no_call_reason_in_cli_output_and_report(tmp_path):
+    fa = tmp_path / "contig.fa"
+    rng = np.random.default_rng(14)
+    fa.write_text(">contig\n" + _skewed(rng, 15_000, 0.5, -0.3) + _skewed(rng, 15_000, 0.5, 0.3) + "\n")
+    res = CliRunner().invoke(cli, ["gc-profile", str(fa), "-o", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    assert "origin=-\tterminus=-\tno call: the record is too short for a chromosome (30,000 nt" in res.output
+    report = (tmp_path / "o" / "report.md").read_text()
+    row = next(line for line in report.splitlines() if line.startswith("| contig |"))
+    assert row.split("|")[8:10] == [" - ", " - "]
+    assert "- contig: no origin/terminus call: the record is too short for a chromosome (30,000 nt" in report
+
+
+def _summaries(path, window):
+    return gc_profile(read_genome_records(path), window=window).summaries
+
+
+def test_real_genomes_keep_their_calls_and_mag_contigs_get_none(shared_data):
+    """S. pyogenes M1 (complete): terminus at 977,500 as before; Bathyarchaeota MAG contigs (5-28 kb),
+    which used to get origins and termini, get none."""
+    multi = shared_data / "genomes" / "multi"
+    (s,) = _summaries(multi / "Streptococcus_pyogenes__M1_GAS.fna.gz", window=10_000)
+    assert (s.origin, s.terminus) == (None, 977_500) and s.skew_range > 3 * s.skew_noise_range
+    mag = _summaries(multi / "Bathyarchaeota_archaeon_B26-1_MAG__GCA_001593925.1.fna.gz", window=1000)
+    assert len(mag) == 124 and max(x.length for x in mag) < 30_000
+    assert all(x.origin is None and x.terminus is None for x in mag)
+
+
+def test_plot_of_many_records_says_which_are_shown(tmp_path):
+    rng = np.random.default_rng(15)
+    fa = tmp_path / "many.fa"
+    lengths = [3000, 500, 2500, 4000, 3500]
+    fa.write_text("".join(f">r{i}\n{_skewed(rng, n, 0.5, 0.0)}\n" for i, n in enumerate(lengths)))
+    res = CliRunner().invoke(cli, ["gc-profile", str(fa), "--window", "200", "-o", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    assert f"plotted: the 4 longest of 5 records in {tmp_path / 'o' / 'gc_profile.png'}" in res.output
+    report = (tmp_path / "o" / "report.md").read_text()
+    assert "Plotted: the 4 longest of 5 records (r0, r2, r3, r4); the tables cover all of them." in report
+    assert report.index("Plotted: the 4 longest") < report.index("![GC profile](gc_profile.png)")
+    # four records or fewer: all are plotted and nothing is said
+    four = gc_profile([(f"r{i}", _skewed(rng, n, 0.5, 0.0)) for i, n in enumerate(lengths[:4])], window=200)
+    assert "Plotted:" not in write_report(four, tmp_path / "four.md").read_text()
+
+
+def test_pipe_in_record_id_is_escaped_in_report(tmp_path):
+    """NCBI-style IDs (``gi|15282445|ref|NC_000918.1|``) used to split the Markdown table rows."""
+    import re
+
+    chrom = "gi|15282445|ref|NC_000918.1|"
+    p = gc_profile([(chrom, "ACGT" * 5 + "GGGG" + "ACGT" * 5)], window=4, step=4)  # one GC-rich island
+    comps = compare_continuations([(chrom, "ACGT" * 20)], [GenomeRecord("g|1", f"g|1 chrom={chrom} start=10",
+                                                                       "ACGT" * 10)], window=5)
+    text = write_report(p, tmp_path / "report.md", overlay=comps).read_text()
+    escaped = r"gi\|15282445\|ref\|NC_000918.1\|"
+    assert f"| {escaped} | 44 |" in text and f"| {escaped} | 20 | 24 | 4 |" in text
+    assert rf"| g\|1 | {escaped} | 10 | 40 |" in text
+    tables = [t.splitlines() for t in re.findall(r"(?m)(?:^\|.*\n?)+", text)]
+    assert len(tables) == 3  # summary, islands, continuations
+    for rows in tables:  # every row has as many cells (split at unescaped pipes) as its header
+        counts = {len(re.split(r"(?<!\\)\|", row)) for row in rows}
+        assert len(rows) == 3 and len(counts) == 1, rows
+
+
+def _outputs(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+
+
+def test_cli_refuses_to_overwrite_an_earlier_run(tmp_path, monkeypatch):
+    runner = CliRunner()
+    monkeypatch.chdir(tmp_path)
+    _write_inputs(np.random.default_rng(16))
+    Path("out").mkdir()
+    Path("out/notes.txt").write_text("mine")  # a directory holding other files is fine
+    res = runner.invoke(cli, ["gc-profile", "genome.fa", "--window", "500", "--overlay", "gen.fa", "-o", "out"])
+    assert res.exit_code == 0, res.output
+    before = _outputs(Path("out"))
+    assert sorted(before) == ["gc_profile.png", "gc_profile.tsv", "notes.txt", "overlay.png", "overlay.tsv", "report.md"]
+    res = runner.invoke(cli, ["gc-profile", "genome.fa", "--window", "1000", "-o", "out"])
+    assert res.exit_code == 1
+    assert ("Error: out already holds the outputs of a gc-profile run (gc_profile.tsv, gc_profile.png, report.md, "
+            "overlay.tsv, overlay.png); pass --overwrite to replace them") in " ".join(res.output.split())
+    assert _outputs(Path("out")) == before  # nothing touched
+    with pytest.raises(FileExistsError, match="already holds the outputs of a gc-profile run"):
+        run_gc_profile("missing.fa", "out")  # refused before the input is read
+    # an earlier run without an overlay is refused too: any one of the outputs counts
+    Path("out2").mkdir()
+    Path("out2/report.md").write_text("old")
+    res = runner.invoke(cli, ["gc-profile", "genome.fa", "-o", "out2"])
+    assert res.exit_code == 1 and "(report.md)" in res.output and Path("out2/report.md").read_text() == "old"
+
+
+def test_overwrite_replaces_outputs_and_removes_stale_overlay(tmp_path, monkeypatch):
+    runner = CliRunner()
+    monkeypatch.chdir(tmp_path)
+    _write_inputs(np.random.default_rng(17))
+    res = runner.invoke(cli, ["gc-profile", "genome.fa", "--window", "500", "--overlay", "gen.fa", "-o", "out"])
+    assert res.exit_code == 0, res.output
+    Path("out/notes.txt").write_text("mine")
+    Path("out/other.png").write_bytes(b"not ours")
+    res = runner.invoke(cli, ["gc-profile", "genome.fa", "--window", "1000", "-o", "out", "--overwrite"])
+    assert res.exit_code == 0, res.output
+    assert "removed out/overlay.tsv (from an earlier run)" in res.output
+    assert "removed out/overlay.png (from an earlier run)" in res.output
+    # only the new run's files and the user's own remain; no temporary files are left
+    assert sorted(p.name for p in Path("out").iterdir()) == [
+        "gc_profile.png", "gc_profile.tsv", "notes.txt", "other.png", "report.md"]
+    assert Path("out/notes.txt").read_text() == "mine" and Path("out/other.png").read_bytes() == b"not ours"
+    report = Path("out/report.md").read_text()
+    assert "Window 1000 nt" in report and "overlay" not in report
+    assert _read_tsv(Path("out/gc_profile.tsv"))[1]["start"] == "500"  # window 1000, step 500
+    # --overwrite into a fresh directory is fine too
+    res = runner.invoke(cli, ["gc-profile", "genome.fa", "-o", "new", "--overwrite"])
+    assert res.exit_code == 0 and "removed" not in res.output
+
+
+def test_output_name_taken_by_a_directory_is_refused(tmp_path):
+    fa = tmp_path / "g.fa"
+    fa.write_text(">r\n" + "ACGT" * 100 + "\n")
+    (tmp_path / "out" / "report.md").mkdir(parents=True)
+    with pytest.raises(FileExistsError, match=r"report.md is a directory, where gc-profile writes a file"):
+        run_gc_profile(fa, tmp_path / "out", window=100, overwrite=True)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["report.md"]

@@ -22,7 +22,8 @@ def _positive(ctx: click.Context, param: click.Parameter, value: int | None) -> 
 @click.option("--island-threshold", default=0.10, show_default=True, type=click.FloatRange(0, 1, min_open=True,
                                                                                           max_open=True),
               help="Flag windows whose GC departs from their record's GC by more than this (GC fraction) as "
-                   "candidate islands (TSV column island, shaded in the plot, listed in the report).")
+                   "candidate islands (TSV column island, shaded in the plot, listed in the report); neighbouring "
+                   "flagged windows merge only when they depart in the same direction (GC-rich or AT-rich).")
 @click.option("--overlay", type=click.Path(exists=True, dir_okay=False, readable=True), default=None,
               help="FASTA of generated continuations (headers carry chrom=ID start=POS, 0-based).")
 @click.option("--overlay-window", default=25, show_default=True, type=int, callback=_positive,
@@ -30,15 +31,35 @@ def _positive(ctx: click.Context, param: click.Parameter, value: int | None) -> 
 @click.option("-o", "--out-dir", required=True, type=click.Path(file_okay=False),
               help="Output directory (created if needed); only gc_profile.tsv, gc_profile.png, report.md "
                    "(and overlay.*) are written there.")
+@click.option("--overwrite", is_flag=True,
+              help="Replace the outputs of an earlier run in --out-dir and remove those this run does not write "
+                   "(overlay.* without --overlay). Without it, a directory holding any of them is an error.")
 @progress_option("bases read")
 def gc_profile(fasta: str, window: int, step: int | None, island_threshold: float, overlay: str | None,
-               overlay_window: int, out_dir: str, progress: bool | None) -> None:
+               overlay_window: int, out_dir: str, overwrite: bool, progress: bool | None) -> None:
     """GC content, GC skew and cumulative skew of FASTA (plain or .gz) in windows.
 
     Writes gc_profile.tsv, gc_profile.png and report.md into OUT_DIR (plus overlay.tsv and
-    overlay.png with --overlay). Coordinates are 0-based half-open. Origin and terminus are
-    reported only where the cumulative skew turns inside a record; windows whose GC departs
-    from the record's by more than --island-threshold are candidate islands.
+    overlay.png with --overlay); an OUT_DIR that already holds them needs --overwrite.
+    Coordinates are 0-based half-open.
+
+    A window with fewer A/C/G/T bases than half the window length (mostly N, or the short
+    tail window of a record) is NA: empty GC and skew (nan in the TSV, a gap in the plot),
+    never an island, and it leaves the cumulative skew unchanged. Other windows add their
+    skew times (A/C/G/T bases / window) to the cumulative skew, so a full window without N
+    adds its skew.
+
+    Origin and terminus (minimum and maximum of the cumulative skew) are called only with
+    the evidence for them: at least 10 window lengths of informative windows; a curve whose
+    range exceeds 4 standard deviations of the random walk a sequence without strand bias
+    gives (4 x sigma x sqrt(windows x window / step), sigma estimated from non-overlapping
+    neighbouring windows); a turning point inside the record; and a record of at least
+    100,000 nt. Otherwise they are '-' and report.md says why; a curve that never turns is
+    reported as one replichore.
+
+    Windows whose GC departs from the record's by more than --island-threshold are
+    candidate islands. The plot shows the 4 longest records (stdout and report.md say so
+    when there are more).
     """
     from sinkalign.pipelines.gc_profile import default_step, run_gc_profile
 
@@ -49,9 +70,16 @@ def gc_profile(fasta: str, window: int, step: int | None, island_threshold: floa
                                  param_hint="'--step'")
     res = run_gc_profile(fasta, out_dir, window=window, step=step, overlay=overlay,
                          overlay_window=overlay_window, island_threshold=island_threshold,
-                         progress=show_progress(progress))
+                         progress=show_progress(progress), overwrite=overwrite)
     for s in res.profile.summaries:
         where = (f"origin={'-' if s.origin is None else s.origin}\tterminus={'-' if s.terminus is None else s.terminus}"
                  if not s.one_replichore else "one replichore (no skew turning point)")
+        if s.no_call_reason:
+            where += f"\tno call: {s.no_call_reason}"
         click.echo(f"{s.chrom}\tlength={s.length}\tgc={s.gc:.4f}\t{where}\tcandidate_islands={len(s.islands)}")
+    n = len(res.profile.summaries)
+    if len(res.plotted) < n:
+        click.echo(f"plotted: the {len(res.plotted)} longest of {n} records in {res.png}")
+    for path in res.removed:
+        click.echo(f"removed {path} (from an earlier run)")
     click.echo(f"wrote {res.report}")

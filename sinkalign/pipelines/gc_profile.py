@@ -2,13 +2,21 @@
 
 Definitions (per window, counts taken over the window's bases):
 
-* ``gc = (G + C) / (A + C + G + T)``; N bases are excluded from the denominator, so a
-  window that is half N but otherwise all G/C has ``gc = 1``. NaN when the window is all N.
+* A window is *informative* when at least :data:`MIN_ACGT_FRACTION` (half) of the window
+  length (``--window``, not the window's own length) is unambiguous A/C/G/T: ``acgt >=
+  ceil(window / 2)``. GC or a skew from a handful of bases (a window that is almost all N, the
+  few-base tail window of a record) is noise, so the other windows report NA for ``gc``,
+  ``gc_skew`` and ``gc_deviation``, are never candidate islands and leave the cumulative skew
+  where it was. A record shorter than half the window has no informative window.
+* ``gc = (G + C) / (A + C + G + T)``; N bases are excluded from the denominator.
 * ``gc_skew = (G - C) / (G + C)``; NaN when the window has no G or C.
-* ``cumulative_gc_skew``: running sum of ``gc_skew`` over the windows of one record, in
-  order, NaN windows adding 0 (Grigoriev 1998; as in GenSkew). With overlapping windows
-  (``step < window``) the sum grows by about ``window / step`` times but its minimum
-  and maximum stay where they are.
+* ``cumulative_gc_skew``: running sum over the windows of one record, in order, of
+  ``gc_skew * acgt / window`` (Grigoriev 1998; as in GenSkew). A full window without N adds
+  its skew exactly; a window with fewer real bases (N, the shorter tail window) adds in
+  proportion to the bases it has, so every base of sequence weighs the same whatever the N
+  content or the window's length; NA windows and windows without G or C add 0. With overlapping windows
+  (``step < window``) the sum grows by about ``window / step`` times but its minimum and
+  maximum stay where they are.
 * ``n_fraction = N / (end - start)``.
 
 Windows are 0-based half-open ``[start, end)``: starts ``0, step, 2*step, ...`` while the
@@ -25,20 +33,43 @@ falls from the terminus to the origin and rises from the origin to the terminus;
 minimum marks the origin and its maximum the terminus. The cumulative curve starts at 0
 at position 0; the value after window ``i`` is placed at ``midpoint_i + step / 2``, the
 boundary between window ``i`` and window ``i + 1`` (exactly the window end when
-``step == window``). An extremum is reported only where the curve *turns* inside the
-sequence: it is not at either end and the curve rises (or falls) on both sides of it by
-at least :data:`TURN_FRACTION` of the curve's range. A sequence whose curve never turns
-(a draft contig, a plasmid, a fragment) lies on one replichore: neither origin nor
-terminus is on it, and the report says so instead of naming the contig's ends. The
-prediction is only meaningful for complete circular chromosomes.
+``step == window``). A call needs evidence, checked in this order (the report gives the
+first reason that stops it):
 
-Candidate islands: a window whose GC differs from its record's GC (all non-N bases) by
-more than ``island_threshold`` (default :data:`ISLAND_THRESHOLD`, 0.10 = 10 percentage
-points) is flagged (TSV column ``island``); overlapping flagged windows are merged into
-regions, listed in the report and shaded in the plot. Horizontally transferred islands
-(phages, pathogenicity islands) often differ from their genome's GC by this much; a
-1000-nt window of uniform sequence has a sampling SD of about 0.016, so the default is
-about six SD. Small windows (a few hundred nt) flag noise: raise the threshold for them.
+1. enough sequence: at least :data:`MIN_SKEW_WINDOWS` window lengths of informative
+   windows (``n * step / window >= 10`` for ``n`` informative windows);
+2. a skew signal: the curve's range (maximum minus minimum) must exceed
+   :data:`SKEW_NOISE_Z` (4) times ``sigma * sqrt(n * window / step)``. In a sequence
+   without strand bias (a random one) the curve is a random walk: ``n`` steps of standard
+   deviation ``sigma``, consecutive steps correlated through the ``window / step``-fold
+   overlap, and the range of such a walk exceeds 4 of those standard deviations with
+   probability below 1 in 1,000 (Brownian-motion range; about 1.6 on average). ``sigma``,
+   one window's noise, is estimated from the differences between non-overlapping neighbours
+   (``sigma^2 = mean((c[i + k] - c[i])^2) / 2``, ``k = ceil(window / step)``, over the
+   informative windows' additions ``c``), which the replichore signal (a sign that changes
+   twice per chromosome) hardly inflates;
+3. a turning point: an extremum counts only where the curve *turns* inside the sequence:
+   it is not at either end and the curve rises (or falls) on both sides of it by at least
+   :data:`TURN_FRACTION` of the curve's range. A sequence whose curve (with a signal) never
+   turns (a draft contig, a plasmid, a fragment) lies on one replichore: neither origin nor
+   terminus is on it, and the report says so instead of naming the contig's ends;
+4. a chromosome-sized record: at least :data:`MIN_SKEW_RECORD_LENGTH` (100,000) nt; the
+   smallest known complete bacterial chromosomes are about 110 kb, while a draft or MAG
+   contig of a few tens of kb that turns is a fragment whose turn says nothing about an
+   origin.
+
+The prediction is only meaningful for complete circular chromosomes.
+
+Candidate islands: an informative window whose GC differs from its record's GC (all
+non-N bases) by more than ``island_threshold`` (default :data:`ISLAND_THRESHOLD`, 0.10 =
+10 percentage points) is flagged (TSV column ``island``); flagged windows that overlap or
+touch and depart in the same direction (all GC-rich or all AT-rich) are merged into
+regions, listed in the report with their direction and shaded in the plot. A GC-rich run
+next to an AT-rich run gives two islands, never one whose GC averages out. Horizontally
+transferred islands (phages, pathogenicity islands) often differ from their genome's GC by
+this much; a 1000-nt window of uniform sequence has a sampling SD of about 0.016, so the
+default is about six SD. Small windows (a few hundred nt) flag noise: raise the threshold
+for them.
 
 Overlay mode compares generated continuations with the true genome: see
 :func:`gc_trajectory`, :func:`trajectory_correlation` and :func:`compare_continuations`.
@@ -46,6 +77,11 @@ A generated FASTA record names the true sequence it continues with ``key=value``
 in its header (:func:`continuation_description`): ``chrom=<record id>`` (optional when the
 genome has a single record) and ``start=<0-based position where the continuation
 begins>``, i.e. the end of the prompt.
+
+:func:`run_gc_profile` writes only the files in :data:`OUTPUT_NAMES` into its directory and
+refuses a directory that already holds any of them unless ``overwrite`` is given; it then
+replaces them and removes those of the earlier run that this run does not write (an
+``overlay.tsv`` / ``overlay.png`` left from a run with an overlay).
 """
 
 from __future__ import annotations
@@ -66,13 +102,19 @@ import matplotlib.pyplot as plt
 import numpy as np
 from tqdm.auto import tqdm
 
-from sinkalign.errors import InputError
+from sinkalign.errors import InputError, OutputExistsError
 from sinkalign.lm.data import GenomeRecord, encode, read_genome_records
 from sinkalign.lm.gc import gc_trajectory, trajectory_correlation
 from sinkalign.utils import atomic_write, atomic_write_bytes, atomic_write_text
 
 __all__ = [
     "ISLAND_THRESHOLD",
+    "MIN_ACGT_FRACTION",
+    "MIN_SKEW_RECORD_LENGTH",
+    "MIN_SKEW_WINDOWS",
+    "OUTPUT_NAMES",
+    "PLOT_MAX_RECORDS",
+    "SKEW_NOISE_Z",
     "TURN_FRACTION",
     "ContinuationComparison",
     "GCProfile",
@@ -102,6 +144,19 @@ ISLAND_THRESHOLD = 0.10
 #: An extremum of the cumulative skew is a turning point when the curve moves away from it by
 #: at least this fraction of the curve's range on both sides.
 TURN_FRACTION = 0.10
+#: A window is informative (has a GC, a skew, may be an island, moves the cumulative skew) when at
+#: least this fraction of the window length is A/C/G/T.
+MIN_ACGT_FRACTION = 0.5
+#: An origin/terminus call needs at least this many window lengths of informative windows.
+MIN_SKEW_WINDOWS = 10
+#: ... a cumulative-skew range above this many random-walk standard deviations (see the module docstring) ...
+SKEW_NOISE_Z = 4.0
+#: ... and a record at least this long (nt): the smallest complete bacterial chromosomes are about 110 kb.
+MIN_SKEW_RECORD_LENGTH = 100_000
+#: :func:`run_gc_profile` plots the longest this many records.
+PLOT_MAX_RECORDS = 4
+#: Every file :func:`run_gc_profile` writes into its output directory (and the only ones it replaces or removes).
+OUTPUT_NAMES = ("gc_profile.tsv", "gc_profile.png", "report.md", "overlay.tsv", "overlay.png")
 _A, _C, _G, _T, _N = range(5)
 
 
@@ -134,12 +189,22 @@ def window_bounds(length: int, window: int, step: int) -> tuple[np.ndarray, np.n
 
 
 class Island(NamedTuple):
-    """A candidate island: merged flagged windows ``[start, end)`` (0-based) and their GC."""
+    """A candidate island: merged flagged windows ``[start, end)`` (0-based) and their GC.
+
+    ``direction`` is ``+1`` for a GC-rich island (its windows' GC above the record's) and ``-1``
+    for an AT-rich one; only windows departing in the same direction are merged.
+    """
 
     start: int
     end: int
     gc: float  # over the region's non-N bases
     n_windows: int
+    direction: int
+
+    @property
+    def kind(self) -> str:
+        """``"GC-rich"`` or ``"AT-rich"``, for tables and legends."""
+        return "GC-rich" if self.direction > 0 else "AT-rich"
 
 
 @dataclass(frozen=True)
@@ -147,8 +212,13 @@ class RecordSummary:
     """Whole-record statistics.
 
     ``origin``/``terminus`` are 0-based positions of the cumulative skew's minimum/maximum,
-    ``None`` unless the curve turns there inside the record (see the module docstring).
-    ``islands``: candidate islands (GC departing from ``gc`` by more than ``island_threshold``).
+    ``None`` unless the evidence supports a call there (see the module docstring);
+    ``no_call_reason`` says why no call was made at all (too few windows, no skew signal
+    above random, a record too short for a chromosome), empty when the curve was judged.
+    ``skew_range`` is the curve's range and ``skew_noise_range`` the random-walk threshold it
+    had to exceed (NaN where not computed). ``islands``: candidate islands (GC departing from
+    ``gc`` by more than ``island_threshold``). ``n_na_windows``: windows with fewer than
+    ``min_acgt`` A/C/G/T bases (NA in the table).
     """
 
     chrom: str
@@ -162,19 +232,28 @@ class RecordSummary:
     terminus: int | None
     islands: tuple[Island, ...] = ()
     island_threshold: float = ISLAND_THRESHOLD
-    has_skew: bool = False  # some window holds G or C
+    has_skew: bool = False  # some informative window holds G or C
     skew_min_at: int | None = None  # positions of the cumulative skew's extremes, turning or not
     skew_max_at: int | None = None
+    no_call_reason: str = ""
+    skew_range: float = math.nan
+    skew_noise_range: float = math.nan
+    n_na_windows: int = 0
+    min_acgt: int = 1
 
     @property
     def one_replichore(self) -> bool:
         """True when the skew has a signal but never turns: no origin or terminus on the record."""
-        return self.origin is None and self.terminus is None and self.has_skew
+        return self.origin is None and self.terminus is None and self.has_skew and not self.no_call_reason
 
     def replichore_note(self) -> str:
         """One line on the origin/terminus call, for tables and reports."""
         if not self.has_skew:
+            if self.n_na_windows == self.n_windows:
+                return f"no window has {self.min_acgt:,} A/C/G/T bases (half the window): no skew"
             return "no G/C: no skew"
+        if self.no_call_reason:
+            return f"no origin/terminus call: {self.no_call_reason}"
         if self.one_replichore:
             return "cumulative skew never turns: the sequence lies on one replichore (origin and terminus not on it)"
         parts = []
@@ -270,23 +349,80 @@ def _turning_points(curve: np.ndarray) -> tuple[int | None, int | None]:
     return (lo if turns(lo, 1.0) else None), (hi if turns(hi, -1.0) else None)
 
 
-def _islands(flag: np.ndarray, starts: np.ndarray, ends: np.ndarray, cum_gc: np.ndarray,
+def _islands(flag: np.ndarray, deviation: np.ndarray, starts: np.ndarray, ends: np.ndarray, cum_gc: np.ndarray,
              cum_n: np.ndarray) -> tuple[Island, ...]:
-    """Merge runs of flagged, overlapping or adjacent windows into regions with their GC."""
+    """Merge runs of flagged windows into regions with their GC.
+
+    Consecutive flagged windows join one region when they overlap or touch *and* depart from
+    the record's GC in the same direction (sign of ``deviation``): a GC-rich run beside an
+    AT-rich run gives two islands, not one whose GC averages out to the record's.
+    """
     out = []
     k = 0
     idx = np.flatnonzero(flag)
     while k < idx.size:
         first = last = idx[k]
-        while k + 1 < idx.size and starts[idx[k + 1]] <= ends[last]:
+        direction = 1 if deviation[first] > 0 else -1
+        count = 1
+        while (k + 1 < idx.size and starts[idx[k + 1]] <= ends[last]
+               and (1 if deviation[idx[k + 1]] > 0 else -1) == direction):
             k += 1
             last = idx[k]
+            count += 1
         a, b = int(starts[first]), int(ends[last])
         acgt = (b - a) - int(cum_n[b] - cum_n[a])
         gc = int(cum_gc[b] - cum_gc[a]) / acgt if acgt else math.nan
-        out.append(Island(a, b, gc, int(np.count_nonzero(flag[first : last + 1]))))
+        out.append(Island(a, b, gc, count, direction))
         k += 1
     return tuple(out)
+
+
+def _min_acgt(window: int, fraction: float = MIN_ACGT_FRACTION) -> int:
+    """The fewest A/C/G/T bases an informative window holds: ``ceil(fraction * window)``, at least 1.
+
+    Counted against the window length, not the window's own length, so a short tail window
+    or one that is mostly N is NA rather than a GC from a few bases.
+    """
+    return max(1, math.ceil(fraction * _check_positive_int("window", window)))
+
+
+class _SkewCall(NamedTuple):
+    """What :func:`_skew_call` decided: indices into the curve (or None) and why no call."""
+
+    lo: int | None
+    hi: int | None
+    reason: str
+    span: float
+    noise_span: float
+
+
+def _skew_call(curve: np.ndarray, added: np.ndarray, informative: np.ndarray, *, window: int, step: int,
+               length: int) -> _SkewCall:
+    """Origin/terminus indices of ``curve`` (``[W + 1]``, starting at 0) where the evidence allows.
+
+    ``added [W]`` is what each window added to the curve, ``informative [W]`` which windows
+    count. The checks (enough sequence, a range above random, a turning point, a
+    chromosome-sized record) are those of the module docstring; ``reason`` names the first
+    one that stops a call (empty when the curve was judged, turning or not).
+    """
+    n = int(np.count_nonzero(informative))
+    lengths = n * step / window
+    span = float(curve.max() - curve.min())
+    if lengths < MIN_SKEW_WINDOWS:
+        return _SkewCall(None, None, f"too few informative windows to tell a skew from noise ({lengths:.1f} window "
+                         f"lengths of sequence; at least {MIN_SKEW_WINDOWS} needed)", span, math.nan)
+    c = added[informative]
+    lag = math.ceil(window / step)  # the nearest window that does not overlap
+    sigma = math.sqrt(float(np.mean((c[lag:] - c[:-lag]) ** 2)) / 2)
+    noise_span = SKEW_NOISE_Z * sigma * math.sqrt(n * window / step)
+    if span <= noise_span:
+        return _SkewCall(None, None, f"the cumulative skew's range ({span:.3g}) is within what a sequence without "
+                         f"strand bias gives ({SKEW_NOISE_Z:g} SD of a random walk: {noise_span:.3g})", span, noise_span)
+    lo, hi = _turning_points(curve)
+    if (lo is not None or hi is not None) and length < MIN_SKEW_RECORD_LENGTH:
+        return _SkewCall(None, None, f"the record is too short for a chromosome ({length:,} nt; at least "
+                         f"{MIN_SKEW_RECORD_LENGTH:,} nt)", span, noise_span)
+    return _SkewCall(lo, hi, "", span, noise_span)
 
 
 def gc_profile(records, window: int = 1000, step: int | None = None, *, island_threshold: float = ISLAND_THRESHOLD,
@@ -303,13 +439,17 @@ def gc_profile(records, window: int = 1000, step: int | None = None, *, island_t
         progress: show a tqdm bar (bases processed) on stderr.
 
     Returns:
-        :class:`GCProfile` with ``W`` rows (see module docstring for definitions).
+        :class:`GCProfile` with ``W`` rows (see module docstring for definitions). Windows with
+        fewer than ``ceil(window / 2)`` A/C/G/T bases are NA (NaN ``gc``, ``gc_skew``,
+        ``gc_deviation``), never islands, and leave the cumulative skew unchanged, so that
+        neither an N gap nor a few-base tail window makes an island or a skew extremum.
     """
     window = _check_positive_int("window", window)
     step = default_step(window) if step is None else _check_positive_int("step", step)
     if step > window:
         raise InputError(f"step={step} must not exceed window={window} (windows would leave gaps)")
     island_threshold = _check_island_threshold(island_threshold)
+    need = _min_acgt(window)
     recs = _as_records(records)
     cols: dict[str, list[np.ndarray]] = {c: [] for c in TSV_COLUMNS}
     summaries = []
@@ -329,27 +469,30 @@ def gc_profile(records, window: int = 1000, step: int | None = None, *, island_t
             c = (cum[_C][ends] - cum[_C][starts]).astype(np.float64)
             n = (cum[_N][ends] - cum[_N][starts]).astype(np.float64)
             acgt = (ends - starts) - n
+            informative = acgt >= need
             with np.errstate(invalid="ignore", divide="ignore"):
-                gc = np.where(acgt > 0, (g + c) / acgt, np.nan)
-                skew = np.where(g + c > 0, (g - c) / (g + c), np.nan)
-            cumskew = np.cumsum(np.nan_to_num(skew, nan=0.0))
+                gc = np.where(informative, (g + c) / acgt, np.nan)
+                skew = np.where(informative & (g + c > 0), (g - c) / (g + c), np.nan)
+            added = np.where(np.isfinite(skew), skew, 0.0) * (acgt / window)  # a full window without N: its skew
+            cumskew = np.cumsum(added)
             total_gc = int(cum[_G][-1] + cum[_C][-1])
             total_n = int(cum[_N][-1])
             origin = terminus = min_at = max_at = None
+            call = _SkewCall(None, None, "", math.nan, math.nan)
             has_skew = bool(np.isfinite(skew).any())
             if has_skew:
                 pos = np.concatenate([[0.0], (starts + ends) / 2 + step / 2])
                 pos = np.minimum(np.floor(pos), tokens.size).astype(np.int64)
                 curve = np.concatenate([[0.0], cumskew])
                 min_at, max_at = int(pos[np.argmin(curve)]), int(pos[np.argmax(curve)])
-                lo, hi = _turning_points(curve)
-                origin = None if lo is None else int(pos[lo])
-                terminus = None if hi is None else int(pos[hi])
+                call = _skew_call(curve, added, informative, window=window, step=step, length=int(tokens.size))
+                origin = None if call.lo is None else int(pos[call.lo])
+                terminus = None if call.hi is None else int(pos[call.hi])
             n_acgt = tokens.size - total_n
             record_gc = total_gc / n_acgt if n_acgt else math.nan
             deviation = gc - record_gc
             with np.errstate(invalid="ignore"):
-                flag = np.abs(deviation) > island_threshold  # NaN windows are never flagged
+                flag = np.abs(deviation) > island_threshold  # NA windows are never flagged
             cum_gc = cum[_G] + cum[_C]
             summaries.append(
                 RecordSummary(
@@ -362,11 +505,16 @@ def gc_profile(records, window: int = 1000, step: int | None = None, *, island_t
                     max_window_gc=float(np.nanmax(gc)) if np.isfinite(gc).any() else math.nan,
                     origin=origin,
                     terminus=terminus,
-                    islands=_islands(flag, starts, ends, cum_gc, cum[_N]),
+                    islands=_islands(flag, deviation, starts, ends, cum_gc, cum[_N]),
                     island_threshold=island_threshold,
                     has_skew=has_skew,
                     skew_min_at=min_at,
                     skew_max_at=max_at,
+                    no_call_reason=call.reason,
+                    skew_range=call.span,
+                    skew_noise_range=call.noise_span,
+                    n_na_windows=int(np.count_nonzero(~informative)),
+                    min_acgt=need,
                 )
             )
             cols["chrom"].append(np.full(starts.size, chrom, dtype=object))
@@ -409,15 +557,21 @@ def _save_png(fig, path: Path) -> Path:
     return path
 
 
-def plot_profile(profile: GCProfile, path: str | os.PathLike, *, max_records: int = 4) -> Path:
+def _plotted(profile: GCProfile, max_records: int) -> list[RecordSummary]:
+    """The records :func:`plot_profile` draws: the ``max_records`` longest, in file order."""
+    max_records = _check_positive_int("max_records", max_records)
+    order = {s.chrom: i for i, s in enumerate(profile.summaries)}
+    return sorted(sorted(profile.summaries, key=lambda s: -s.length)[:max_records], key=lambda s: order[s.chrom])
+
+
+def plot_profile(profile: GCProfile, path: str | os.PathLike, *, max_records: int = PLOT_MAX_RECORDS) -> Path:
     """PNG of GC, GC skew and cumulative skew (with predicted origin/terminus) per record.
 
     Three stacked panels per record, for at most ``max_records`` records (the longest
-    ones, in file order). Written atomically; returns the path.
+    ones, in file order; :func:`write_report` and the command say so when records are left
+    out). NA windows are gaps in the GC and skew lines. Written atomically; returns the path.
     """
-    max_records = _check_positive_int("max_records", max_records)
-    shown = sorted(sorted(profile.summaries, key=lambda s: -s.length)[:max_records],
-                   key=lambda s: profile.summaries.index(s))
+    shown = _plotted(profile, max_records)
     fig, axes = plt.subplots(3 * len(shown), 1, figsize=(10, 2.2 * 3 * len(shown)), squeeze=False)
     for r, summ in enumerate(shown):
         sub = profile.record(summ.chrom)
@@ -429,9 +583,11 @@ def plot_profile(profile: GCProfile, path: str | os.PathLike, *, max_records: in
             for sign in (-1, 1):
                 ax_gc.axhline(summ.gc + sign * summ.island_threshold, color="grey", ls=":", lw=0.6,
                               label=f"island threshold +-{summ.island_threshold:g}" if sign > 0 else None)
-        for k, isl in enumerate(summ.islands):
-            ax_gc.axvspan(isl.start, isl.end, color="tab:orange", alpha=0.3, lw=0,
-                          label=f"candidate islands ({len(summ.islands)})" if k == 0 else None)
+        for direction, color in ((1, "tab:orange"), (-1, "tab:cyan")):
+            group = [isl for isl in summ.islands if isl.direction == direction]
+            for k, isl in enumerate(group):
+                ax_gc.axvspan(isl.start, isl.end, color=color, alpha=0.3, lw=0,
+                              label=f"{isl.kind} candidate islands ({len(group)})" if k == 0 else None)
         ax_gc.set_ylabel("GC")
         ax_gc.set_title(f"{summ.chrom} ({summ.length:,} nt; window {profile.window}, step {profile.step})")
         ax_gc.legend(loc="upper right", fontsize=8)
@@ -447,6 +603,8 @@ def plot_profile(profile: GCProfile, path: str | os.PathLike, *, max_records: in
             ax_cum.legend(loc="best", fontsize=8)
         elif summ.one_replichore:
             ax_cum.set_title("no turning point: one replichore", fontsize=9)
+        elif summ.no_call_reason:
+            ax_cum.set_title("no origin/terminus call (see report.md)", fontsize=9)
         ax_cum.set_ylabel("cumulative skew")
         ax_cum.set_xlabel("position (0-based, window midpoint)")
     fig.tight_layout()
@@ -603,6 +761,11 @@ def _f(x: float, digits: int = 4) -> str:
     return "NA" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
+def _cell(text: str) -> str:
+    """``text`` safe in a Markdown table cell: ``|`` (as in ``gi|15282445|ref|NC_000918.1|``) escaped."""
+    return str(text).replace("|", "\\|")
+
+
 def write_report(
     profile: GCProfile,
     path: str | os.PathLike,
@@ -613,22 +776,32 @@ def write_report(
     overlay: Sequence[ContinuationComparison] | None = None,
     overlay_png_name: str | None = None,
     overlay_window: int = 25,
+    plot_max_records: int = PLOT_MAX_RECORDS,
 ) -> Path:
     """Markdown report: per-record summary table, linked TSV, embedded PNG(s), overlay table.
 
-    PNG/TSV names are written as relative links, so keep the report beside them.
+    PNG/TSV names are written as relative links, so keep the report beside them. When the
+    profile has more records than ``plot_max_records`` (what :func:`plot_profile` was given),
+    the report says which ones the PNG shows. Record IDs are escaped for the tables.
     """
     lines = ["# GC profile", ""]
     if source:
         lines += [f"Input: `{source}`", ""]
     threshold = profile.summaries[0].island_threshold if profile.summaries else ISLAND_THRESHOLD
+    need = _min_acgt(profile.window)
     lines += [
         f"Window {profile.window} nt, step {profile.step} nt; 0-based half-open coordinates. "
-        "GC excludes N from the denominator; skew = (G-C)/(G+C). Origin/terminus are the "
-        "minimum/maximum of the cumulative GC skew, reported only where the curve turns inside the "
-        f"sequence (it moves away by at least {TURN_FRACTION:.0%} of its range on both sides); meaningful "
-        f"for complete circular chromosomes only. Candidate islands: windows whose GC departs from the "
-        f"record's GC by more than {threshold:g}, merged where they overlap.",
+        "GC excludes N from the denominator; skew = (G-C)/(G+C). A window with fewer than "
+        f"{need:,} A/C/G/T bases (half the window) is NA: no GC or skew, never an island, and it leaves "
+        "the cumulative skew unchanged; every other window adds its skew times its A/C/G/T bases / window. "
+        "Origin/terminus are the minimum/maximum of the cumulative GC skew, called only with the evidence "
+        f"for it: at least {MIN_SKEW_WINDOWS} window lengths of informative windows, a curve whose range "
+        f"exceeds {SKEW_NOISE_Z:g} standard deviations of the random walk that a sequence without strand "
+        "bias gives, a turning point inside the sequence (the curve moves away by at least "
+        f"{TURN_FRACTION:.0%} of its range on both sides) and a record of at least "
+        f"{MIN_SKEW_RECORD_LENGTH:,} nt; meaningful for complete circular chromosomes only. Candidate "
+        f"islands: windows whose GC departs from the record's GC by more than {threshold:g}, merged where "
+        "they overlap or touch and depart in the same direction (GC-rich or AT-rich).",
         "",
         "| record | length | GC | N fraction | windows | min window GC | max window GC | predicted origin "
         "| predicted terminus | candidate islands |",
@@ -638,24 +811,27 @@ def write_report(
         ori = "-" if s.origin is None else f"{s.origin:,}"
         ter = "-" if s.terminus is None else f"{s.terminus:,}"
         lines.append(
-            f"| {s.chrom} | {s.length:,} | {_f(s.gc)} | {_f(s.n_fraction)} | {s.n_windows} | "
+            f"| {_cell(s.chrom)} | {s.length:,} | {_f(s.gc)} | {_f(s.n_fraction)} | {s.n_windows} | "
             f"{_f(s.min_window_gc)} | {_f(s.max_window_gc)} | {ori} | {ter} | {len(s.islands)} |"
         )
     lines.append("")
     notes = [f"- {s.chrom}: {s.replichore_note()}." for s in profile.summaries if s.replichore_note()]
     if notes:
         lines += ["Origin and terminus:", "", *notes, ""]
+    na = [f"- {s.chrom}: {s.n_na_windows} of {s.n_windows} windows." for s in profile.summaries if s.n_na_windows]
+    if na:
+        lines += [f"Windows with fewer than {need:,} A/C/G/T bases (NA in the table):", "", *na, ""]
     islands = [(s, isl) for s in profile.summaries for isl in s.islands]
     lines += ["## Candidate islands", ""]
     if islands:
         lines += [
-            "| record | start | end | length | GC | record GC | difference | windows |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|",
+            "| record | start | end | length | GC | record GC | difference | direction | windows |",
+            "|---|---:|---:|---:|---:|---:|---:|---|---:|",
         ]
         for s, isl in islands:
             lines.append(
-                f"| {s.chrom} | {isl.start:,} | {isl.end:,} | {isl.end - isl.start:,} | {_f(isl.gc)} | {_f(s.gc)} | "
-                f"{isl.gc - s.gc:+.4f} | {isl.n_windows} |"
+                f"| {_cell(s.chrom)} | {isl.start:,} | {isl.end:,} | {isl.end - isl.start:,} | {_f(isl.gc)} | "
+                f"{_f(s.gc)} | {isl.gc - s.gc:+.4f} | {isl.kind} | {isl.n_windows} |"
             )
     else:
         lines.append(f"None: no window's GC departs from its record's GC by more than {threshold:g}.")
@@ -663,6 +839,10 @@ def write_report(
     if tsv_name:
         lines += [f"Window table: [{tsv_name}]({tsv_name})", ""]
     if png_name:
+        shown = _plotted(profile, plot_max_records)
+        if len(shown) < len(profile.summaries):
+            lines += [f"Plotted: the {len(shown)} longest of {len(profile.summaries)} records "
+                      f"({', '.join(s.chrom for s in shown)}); the tables cover all of them.", ""]
         lines += [f"![GC profile]({png_name})", ""]
     if overlay:
         lines += [
@@ -676,7 +856,7 @@ def write_report(
         ]
         for c in overlay:
             lines.append(
-                f"| {c.id} | {c.chrom} | {c.start:,} | {c.length:,} | {_f(c.true_gc)} | "
+                f"| {_cell(c.id)} | {_cell(c.chrom)} | {c.start:,} | {c.length:,} | {_f(c.true_gc)} | "
                 f"{_f(c.generated_gc)} | {_f(c.pearson_r, 3)} |"
             )
         rs = np.array([c.pearson_r for c in overlay])
@@ -691,7 +871,11 @@ def write_report(
 
 
 class GCProfileOutputs(NamedTuple):
-    """Files written by :func:`run_gc_profile` (overlay paths are None without an overlay)."""
+    """Files written by :func:`run_gc_profile` (overlay paths are None without an overlay).
+
+    ``plotted``: the IDs of the records drawn in the PNG (the :data:`PLOT_MAX_RECORDS` longest);
+    ``removed``: outputs of an earlier run that this run does not write, removed (with ``overwrite``).
+    """
 
     profile: GCProfile
     tsv: Path
@@ -700,6 +884,30 @@ class GCProfileOutputs(NamedTuple):
     overlay: list[ContinuationComparison] | None
     overlay_tsv: Path | None
     overlay_png: Path | None
+    plotted: tuple[str, ...] = ()
+    removed: tuple[Path, ...] = ()
+
+
+def _earlier_outputs(out: Path, overwrite: bool) -> list[Path]:
+    """The files of :data:`OUTPUT_NAMES` already in ``out`` (an earlier run's), checked before any work.
+
+    Raises :class:`~sinkalign.errors.OutputExistsError` when ``out`` is not a directory, when
+    one of those names is a directory (never replaced), or when any of them exists and
+    ``overwrite`` is false: a second run must not silently replace the first's results, nor
+    leave a stale ``overlay.*`` beside a new report.
+    """
+    if out.exists() and not out.is_dir():
+        raise OutputExistsError(f"{out} exists and is not a directory; give a directory for the outputs")
+    found = [out / name for name in OUTPUT_NAMES if (out / name).exists() or (out / name).is_symlink()]
+    dirs = [p for p in found if p.is_dir()]
+    if dirs:
+        raise OutputExistsError(f"{dirs[0]} is a directory, where gc-profile writes a file; move it or choose "
+                                "another output directory")
+    if found and not overwrite:
+        raise OutputExistsError(f"{out} already holds the outputs of a gc-profile run ({', '.join(p.name for p in found)}); "
+                                "pass --overwrite to replace them (and remove the ones this run does not write), or "
+                                "choose another directory")
+    return found
 
 
 def run_gc_profile(
@@ -712,6 +920,7 @@ def run_gc_profile(
     overlay_window: int = 25,
     island_threshold: float = ISLAND_THRESHOLD,
     progress: bool = False,
+    overwrite: bool = False,
 ) -> GCProfileOutputs:
     """Full pipeline: read ``fasta``, profile it, write TSV + PNG + ``report.md`` into ``out_dir``.
 
@@ -719,6 +928,13 @@ def run_gc_profile(
     tags) also writes ``overlay.tsv`` and ``overlay.png`` and adds them to the report.
     Every file is written atomically; ``out_dir`` is created if needed. ``step`` defaults to
     half the window.
+
+    An ``out_dir`` that already holds any of :data:`OUTPUT_NAMES` raises
+    :class:`~sinkalign.errors.OutputExistsError` before anything is read, unless
+    ``overwrite``: then the new files replace the old ones and, once they are all written,
+    the earlier run's files that this run does not write (``overlay.*`` after a run without
+    ``overlay``) are removed, so the directory never mixes two runs. No other file in
+    ``out_dir`` is touched.
     """
     window = _check_positive_int("window", window)
     step = default_step(window) if step is None else _check_positive_int("step", step)
@@ -727,13 +943,14 @@ def run_gc_profile(
         raise InputError(f"step={step} must not exceed window={window} (windows would leave gaps)")
     island_threshold = _check_island_threshold(island_threshold)
     out = Path(out_dir)
+    earlier = _earlier_outputs(out, overwrite)  # refuse before the work, not after
     records = read_genome_records(fasta)
     generated = read_genome_records(overlay) if overlay is not None else None
     profile = gc_profile(records, window, step, island_threshold=island_threshold, progress=progress)
     comps = compare_continuations(records, generated, window=overlay_window) if generated else None
     out.mkdir(parents=True, exist_ok=True)
     tsv = write_tsv(profile, out / "gc_profile.tsv")
-    png = plot_profile(profile, out / "gc_profile.png")
+    png = plot_profile(profile, out / "gc_profile.png", max_records=PLOT_MAX_RECORDS)
     ov_tsv = ov_png = None
     if comps:
         ov_tsv = write_overlay_tsv(comps, out / "overlay.tsv")
@@ -741,6 +958,14 @@ def run_gc_profile(
     report = write_report(
         profile, out / "report.md", source=str(fasta), overlay=comps,
         overlay_png_name=ov_png.name if ov_png else None, overlay_window=overlay_window,
+        plot_max_records=PLOT_MAX_RECORDS,
     )
-    logger.info("wrote %s, %s, %s", tsv, png, report)
-    return GCProfileOutputs(profile, tsv, png, report, comps, ov_tsv, ov_png)
+    written = {p.name for p in (tsv, png, ov_tsv, ov_png, report) if p is not None}
+    removed = []
+    for old in earlier:
+        if old.name not in written:
+            old.unlink(missing_ok=True)
+            removed.append(old)
+    logger.info("wrote %s, %s, %s%s", tsv, png, report, f"; removed {[str(p) for p in removed]}" if removed else "")
+    plotted = tuple(s.chrom for s in _plotted(profile, PLOT_MAX_RECORDS))
+    return GCProfileOutputs(profile, tsv, png, report, comps, ov_tsv, ov_png, plotted, tuple(removed))
