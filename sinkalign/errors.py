@@ -14,6 +14,7 @@ so code written against the plain built-ins keeps working::
 from __future__ import annotations
 
 __all__ = [
+    "Interrupted",
     "AlphabetError",
     "CheckpointError",
     "DependencyError",
@@ -71,3 +72,26 @@ def require(module: str, extra: str, what: str):
             f"{what} needs {module.split('.')[0]}, which is not installed; install the "
             f"'{extra}' extra: pip install 'sinkalign[{extra}]'"
         ) from exc
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM stopped a training run (:func:`sinkalign.utils.stop_on_signals`)
+    after ``step``, with a checkpoint at ``checkpoint`` that ``--resume`` continues (both
+    ``None`` when the signal came before the first step: nothing was saved). Not a user
+    error: the command line prints how to resume and exits with :attr:`exit_status`."""
+
+    def __init__(self, signum: int, step: int | None, checkpoint) -> None:
+        import signal
+
+        self.signum, self.step, self.checkpoint = int(signum), step, checkpoint
+        self.signal_name = signal.Signals(self.signum).name
+        if step is None:
+            msg = f"training stopped by {self.signal_name} before its first step; nothing was saved"
+        else:
+            msg = f"training stopped by {self.signal_name} after step {step}; checkpoint {checkpoint}"
+        super().__init__(msg)
+
+    @property
+    def exit_status(self) -> int:
+        """The shell's status of a process ended by the signal: 130 for SIGINT, 143 for SIGTERM."""
+        return 128 + self.signum

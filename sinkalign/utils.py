@@ -11,8 +11,10 @@ import logging
 import os
 import re
 import shutil
+import signal
 import stat
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
@@ -207,3 +209,49 @@ def newest_checkpoint(root: str | os.PathLike, *, pointer: str, pointed: Callabl
                         root / pointer, str(name)[:80])
     done = [p for p in root.iterdir() if step_name.fullmatch(p.name) and usable(p)]
     return max(done, key=lambda p: int(step_name.fullmatch(p.name).group(1))) if done else None
+
+
+class StopFlag:
+    """The first SIGINT / SIGTERM received (0: none yet); set by :func:`stop_on_signals`."""
+
+    def __init__(self) -> None:
+        self.signum = 0
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def stop_on_signals(flag: StopFlag, *, repeat_aborts: bool, forward=None):
+    """Record SIGINT / SIGTERM in ``flag`` instead of dying, while the block runs.
+
+    ``repeat_aborts``: after the first signal the previous handlers come back, so a second one
+    aborts at once (a single process; under DDP the terminal and the launcher may both deliver
+    one, so repeats are ignored there). ``forward(signum)`` is called for every signal (the DDP
+    launcher passes it on to its workers). Outside the main thread (where Python takes no
+    signal handlers) nothing is installed, nor for a signal the process ignores (a background
+    job of a shell without job control ignores SIGINT).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+    previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    previous = {s: signal.SIG_DFL if h is None else h for s, h in previous.items() if h != signal.SIG_IGN}
+
+    def handler(signum, frame) -> None:
+        first = flag.signum == 0
+        if first:
+            flag.signum = signum
+        if forward is not None:
+            forward(signum)
+        if first and repeat_aborts:
+            for s, h in previous.items():
+                signal.signal(s, h)
+
+    for s in previous:
+        signal.signal(s, handler)
+    try:
+        yield flag
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)

@@ -99,6 +99,43 @@ def test_resume_after_sigkill(shards, tmp_path):
     assert state["step"] == killed_at + 2
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_stops_training_with_a_checkpoint_and_the_printed_command_resumes(shards, tmp_path, signum):
+    """Ctrl-C, or a scheduler's SIGTERM, finishes the step under way, checkpoints it (with
+    --checkpoint-every far away), prints the command that resumes, and exits 130 / 143."""
+    import shlex
+
+    out = tmp_path / "stopped"
+    args = ["train", "--pfam-shards", str(shards), "--embedder", "none", "--steps", "400", "--batch-size", "2",
+            "--checkpoint-every", "1000", "--eval-every", "1000", "--certify-every", "0", "--max-length", "64",
+            "--out", str(out), "--no-progress"]
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
+    proc = subprocess.Popen([sys.executable, "-m", "sinkalign.cli.main", *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    metrics = out / "metrics.jsonl"
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None and not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+        time.sleep(0.2)
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=240)
+    err = err.decode()
+    assert proc.returncode == 128 + signum, err[-2000:]
+    _, state, _ = load_checkpoint(out)
+    stopped_at = state["step"]
+    assert 2 <= stopped_at < 400
+    steps = [json.loads(x)["step"] for x in metrics.read_text().splitlines()]
+    assert steps == list(range(1, stopped_at + 1))  # every step up to the stop logged, once
+    assert f"training stopped by {signal.Signals(signum).name} after step {stopped_at}" in err
+    (line,) = [x for x in err.splitlines() if x.startswith("resume with: ")]
+    command = shlex.split(line.removeprefix("resume with: "))
+    assert command == ["sinkalign", *args, "--resume"]
+    command[command.index("--steps") + 1] = str(stopped_at + 2)
+    result = CliRunner().invoke(cli, command[1:])
+    assert result.exit_code == 0, result.output
+    steps = [json.loads(x)["step"] for x in metrics.read_text().splitlines()]
+    assert steps == list(range(1, stopped_at + 3))
+
+
 def test_train_cli_errors(shards, tmp_path):
     r = CliRunner().invoke(cli, ["train", "--pfam-shards", str(shards), "--embedder", "builtin", "--out", str(tmp_path)])
     assert r.exit_code == 2 and "has no embeddings" in r.output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 
 import numpy as np
@@ -255,3 +256,99 @@ def test_shipped_default_knows_an_unseen_genus(shared_data):
         model = load_model(name).model
         bits[name] = heldout_bits_per_base(model, val, context=256, prefix=train, max_bases=n).bits_per_base
     assert bits["default"] < markov < bits["cdiph"], (bits, markov)
+
+
+def _checkpoint(tmp_path):
+    ck = tmp_path / "ck"
+    save_checkpoint(ck, tiny_model("rope").float())
+    return ck
+
+
+def test_cli_eval_json_is_not_overwritten_unasked_and_dash_is_stdout(fasta, tmp_path, monkeypatch):
+    ck = _checkpoint(tmp_path)
+    base = ["lm", "eval", "--model", str(ck), "--fasta", str(fasta), "--sections", "heldout", "--markov-order", "2",
+            "--max-bases", "64"]
+    out = tmp_path / "report.json"
+    out.write_text("an earlier report\n")
+    runner = CliRunner()
+    res = runner.invoke(cli, [*base, "--json", str(out)])
+    assert_one_line_error(res, f"--json {out} already exists; remove it, or pass --overwrite to replace it")
+    assert out.read_text() == "an earlier report\n"
+    res = runner.invoke(cli, [*base, "--json", str(fasta)])  # the input itself: refused even with --overwrite
+    assert_one_line_error(res, f"--json {fasta} is also an input")
+    res = runner.invoke(cli, [*base, "--json", str(out), "--overwrite"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(out.read_text())["heldout"]["markov"]["order"] == 2
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".report.json")]  # no temporary file left
+    # '-': the JSON on standard output, the summary on standard error; no file named '-'
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    res = runner.invoke(cli, [*base, "--json", "-"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["heldout"]["markov"]["order"] == 2
+    assert "held-out bits/base: LM" in res.stderr and list(work.iterdir()) == []
+
+
+def test_cli_eval_too_little_sequence_for_the_markov_baseline_is_a_clean_error(tmp_path):
+    """An 8-bp genome cannot fit the Markov baseline the held-out figure is compared with: a
+    one-line error naming the file and the length needed, not markov.py's ValueError."""
+    ck = _checkpoint(tmp_path)
+    tiny = tmp_path / "tiny.fa"
+    tiny.write_text(">t1\nGGCCAATT\n")
+    res = CliRunner().invoke(cli, ["lm", "eval", "--model", str(ck), "--fasta", str(tiny), "--sections", "heldout"])
+    assert_one_line_error(res, f"{tiny}: too little sequence for the Markov baseline: choosing its order (0-12) fits "
+                               "order 12 on the first 81% of each record, which needs a record of at least 17 bases "
+                               "without N (the longest here has 8)")
+    res = CliRunner().invoke(cli, ["lm", "eval", "--model", str(ck), "--fasta", str(tiny), "--sections", "heldout",
+                                   "--markov-order", "7"])
+    assert_one_line_error(res, "order 7 is fitted on the first 90% of each record, which needs a record of at least "
+                               "9 bases without N", "a lower fixed --markov-order")
+    # the lengths named are the shortest that work
+    for n, order in ((17, None), (9, 7)):
+        seq = tmp_path / f"seq{n}.fa"
+        seq.write_text(f">s\n{_random_dna(n, 3)}\n")
+        rep = evaluate_lm(tiny_model(), EvalConfig(fasta=str(seq), sections=("heldout",), markov_order=order))
+        assert rep.heldout["markov"]["n_scored"] >= 1
+
+
+def test_all_n_records_are_skipped_with_a_note(tmp_path, caplog):
+    """A record of nothing but N has nothing to score: it is left out (and named), the rest evaluated."""
+    path = tmp_path / "withN.fa"
+    real = _random_dna(3000, 4)
+    path.write_text(f">r\n{real}\n>gap\n{'N' * 56}\n>tail\n{_random_dna(200, 5)}{'N' * 100}\n")
+    cfg = EvalConfig(fasta=str(path), sections=("heldout",), markov_orders=(0, 1, 2))
+    with caplog.at_level(logging.WARNING, logger="sinkalign.lm.evaluate"):
+        rep = evaluate_lm(tiny_model(), cfg)
+    assert f"{path}: skipped 1 record(s) in which every base is N: 'gap'" in caplog.text
+    assert "skip 1 record(s) whose held-out part is all N: 'tail'" in caplog.text
+    assert rep.data["skipped_records"] == [{"id": "gap", "length": 56, "reason": "every base is N"}]
+    assert [r["id"] for r in rep.data["records"]] == ["r", "tail"]
+    assert rep.heldout["skipped_records"] == ["tail"] and rep.heldout["n_scored"] == 300
+    assert rep.heldout["n_scored"] == rep.heldout["markov"]["n_scored"]
+    ck = _checkpoint(tmp_path)
+    res = CliRunner().invoke(cli, ["lm", "eval", "--model", str(ck), "--fasta", str(path), "--sections", "heldout"])
+    assert res.exit_code == 0, res.output
+    assert "held-out bits/base: LM" in res.output
+    only_n = tmp_path / "onlyN.fa"
+    only_n.write_text(">a\nNNNN\n>b\nNNNNNNNN\n")
+    res = CliRunner().invoke(cli, ["lm", "eval", "--model", str(ck), "--fasta", str(only_n)])
+    assert_one_line_error(res, f"{only_n}: every base of every record is N: nothing to evaluate")
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--max-bases", "0", "Invalid value for '--max-bases': 0 is not in the range x>=1."),
+        ("--val-fraction", "1.5", "Invalid value for '--val-fraction': 1.5 is not in the range 0<x<1."),
+        ("--top-k", "0", "Invalid value for '--top-k': 0 is not in the range x>=1."),
+        ("--temperature", "nan", "Invalid value for '--temperature': nan is not a finite number."),
+        ("--top-p", "inf", "Invalid value for '--top-p': inf is not in the range 0<x<=1."),
+        ("--markov-order", "31", "Invalid value for '--markov-order': 31 is not in the range 0<=x<=30."),
+        ("--seed", "-1", "Invalid value for '--seed': -1 is not in the range x>=0."),
+        ("--context", "0", "Invalid value for '--context': 0 is not in the range x>=1."),
+    ],
+)
+def test_cli_eval_option_errors_name_the_option(fasta, option, value, message):
+    res = CliRunner().invoke(cli, ["lm", "eval", "--fasta", str(fasta), option, value])
+    assert res.exit_code == 2 and message in res.output, res.output

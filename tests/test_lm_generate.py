@@ -199,7 +199,8 @@ def test_cli_generate_dna(tmp_path):
     assert parse_continuation_description(rec.description) == ("chr1", 100)
     assert max(len(line) for line in out.read_text().splitlines()[1:]) == 60
     res = runner.invoke(cli, base + ["--format", "fasta", "--include-prompt", "--chrom", "c", "--start", "10",
-                                     "-o", str(out)])
+                                     "-o", str(out), "--overwrite"])
+    assert res.exit_code == 0, res.output
     (rec,) = read_genome_records(out)
     assert rec.seq == "ACGTACGGTA" + plain.output.strip()
     assert parse_continuation_description(rec.description) == ("c", 0)
@@ -211,8 +212,21 @@ def test_cli_generate_dna(tmp_path):
         (["--prompt", "ACGRT", "--length", "5"], "invalid character 'R' at 0-based position 3"),
         (["--prompt", "", "--length", "5"], "prompt is empty"),
         (["--prompt", "ACGT", "--length", "0"], "Invalid value for '--length': must be a positive integer, got 0"),
-        (["--prompt", "ACGT", "--length", "5", "--top-p", "2"], "top_p=2.0 must be in (0, 1]"),
+        (["--prompt", "ACGT", "--length", "5", "--top-p", "2"], "Invalid value for '--top-p': 2.0 is not in the range 0<x<=1."),
         (["--prompt", "ACGT", "--length", "5", "--chrom", "c"], "--chrom and --start go together"),
+        (["--prompt", "ACGT", "--length", "5", "--top-k", "0"], "Invalid value for '--top-k': 0 is not in the range x>=1."),
+        (["--prompt", "ACGT", "--length", "5", "--temperature", "nan"],
+         "Invalid value for '--temperature': nan is not a finite number."),
+        (["--prompt", "ACGT", "--length", "5", "--temperature", "-1"],
+         "Invalid value for '--temperature': -1.0 is not in the range x>=0."),
+        (["--prompt", "ACGT", "--length", "5", "--top-p", "nan"], "Invalid value for '--top-p': nan is not a finite number."),
+        (["--prompt", "ACGT", "--length", "5", "--format", "fasta", "--id", "a b"],
+         "Invalid value for '--id': 'a b' contains whitespace; it must be one word, as FASTA reads ids (e.g. 'a_b')"),
+        (["--prompt", "ACGT", "--length", "5", "--format", "fasta", "--id", ""], "Invalid value for '--id': must not be empty"),
+        (["--prompt", "ACGT", "--length", "5", "--format", "fasta", "--chrom", "x y", "--start", "4"],
+         "Invalid value for '--chrom': 'x y' contains whitespace"),
+        (["--prompt", "ACGT", "--length", "5", "--format", "fasta", "--chrom", "", "--start", "4"],
+         "Invalid value for '--chrom': must not be empty"),
     ],
 )
 def test_cli_generate_dna_errors(tmp_path, args, message):
@@ -221,6 +235,28 @@ def test_cli_generate_dna_errors(tmp_path, args, message):
     res = CliRunner().invoke(cli, ["generate-dna", "--model", str(ck), *args])
     assert res.exit_code != 0
     assert message in res.output
+    assert "Traceback" not in res.output and "_k=" not in res.output and "_p=" not in res.output
+
+
+def test_cli_generate_dna_does_not_replace_an_existing_file_unasked(tmp_path):
+    ck = tmp_path / "ck"
+    save_checkpoint(ck, tiny_model("rope", dtype=torch.float32))
+    out = tmp_path / "exist.fa"
+    out.write_text(">mine\nACGT\n")
+    base = ["generate-dna", "--model", str(ck), "--prompt", "ACGTACGGTA", "--length", "20", "--seed", "4",
+            "--format", "fasta", "-o", str(out)]
+    runner = CliRunner()
+    res = runner.invoke(cli, base)
+    assert_one_line_error(res, f"output {out} already exists; remove it, or pass --overwrite to replace it")
+    assert out.read_text() == ">mine\nACGT\n"
+    res = runner.invoke(cli, [*base, "--overwrite"])
+    assert res.exit_code == 0, res.output
+    (rec,) = read_genome_records(out)
+    assert rec.id == "generated" and len(rec.seq) == 20
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck", "exist.fa"]  # written atomically: no leftovers
+    new = tmp_path / "new.fa"
+    res = runner.invoke(cli, [*base[:-1], str(new), "--overwrite"])  # --overwrite with no file there: fine
+    assert res.exit_code == 0 and read_genome_records(new)[0].seq == rec.seq
 
 
 def test_cli_generate_dna_missing_or_corrupt_model(tmp_path):

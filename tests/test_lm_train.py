@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
+import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -19,18 +22,21 @@ import torch
 from click.testing import CliRunner
 
 from sinkalign.cli.main import cli
+from sinkalign.errors import CheckpointError
 from sinkalign.lm import load_checkpoint
 from sinkalign.lm.data import encode
 from sinkalign.lm.train import (
     OPTIMIZER_STATE,
     TRAINER_STATE,
     TrainConfig,
+    TrainingInterrupted,
     WindowSampler,
     find_latest_checkpoint,
     lr_multiplier,
     train_lm,
     train_lm_ddp,
 )
+from tests.cli_errors import assert_one_line_error
 
 
 def _markov_chain_dna(n: int, seed: int = 0) -> str:
@@ -295,7 +301,150 @@ def test_cli_train(fasta, tmp_path):
     assert bad.exit_code == 2 and "'goat_n_freqs' is not KEY=VALUE" in bad.output
     bad = runner.invoke(cli, ["lm", "train", "--fasta", str(fasta), "--attention", "goat", "--steps", "0",
                               "--out", str(tmp_path / "x")])
-    assert bad.exit_code == 2 and "steps=0 must be >= 1" in bad.output
+    assert bad.exit_code == 2 and "Invalid value for '--steps': 0 is not in the range x>=1." in bad.output
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--steps", "0", "Invalid value for '--steps': 0 is not in the range x>=1."),
+        ("--val-fraction", "1.5", "Invalid value for '--val-fraction': 1.5 is not in the range 0<x<1."),
+        ("--lr", "nan", "Invalid value for '--lr': nan is not a finite number."),
+        ("--weight-decay", "inf", "Invalid value for '--weight-decay': inf is not a finite number."),
+        ("--eval-max-bases", "0", "Invalid value for '--eval-max-bases': 0 is not in the range x>=1."),
+        ("--seq-len", "1", "Invalid value for '--seq-len': 1 is not in the range x>=2."),
+        ("--dropout", "1", "Invalid value for '--dropout': 1.0 is not in the range 0<=x<1."),
+        ("--time-limit", "nan", "Invalid value for '--time-limit': nan is not a finite number."),
+        ("--nproc", "0", "Invalid value for '--nproc': 0 is not in the range x>=1."),
+    ],
+)
+def test_cli_train_option_errors_name_the_option(fasta, tmp_path, option, value, message):
+    """Bad option values are click usage errors naming the option (not TrainConfig's field)."""
+    res = CliRunner().invoke(cli, ["lm", "train", "--fasta", str(fasta), "--attention", "rope", "--out",
+                                   str(tmp_path / "x"), option, value])
+    assert res.exit_code == 2 and message in res.output, res.output
+    assert re.search(r"[a-z_]+=", res.output) is None  # no `field=value` wording
+    assert not (tmp_path / "x").exists()
+
+
+def test_cli_train_manifest_naming_a_missing_genome_is_a_clean_error(tmp_path):
+    man = tmp_path / "genomes.tsv"
+    man.write_text("file\tspecies\nabsent.fa\tnobody\n")
+    res = CliRunner().invoke(cli, ["lm", "train", "--fasta", str(man), "--attention", "rope", "--out",
+                                   str(tmp_path / "run")])
+    assert_one_line_error(res, f"{man}: line 2: genome file not found: {tmp_path / 'absent.fa'}")
+    man.write_text("file\tspecies\n\tnobody\n")
+    res = CliRunner().invoke(cli, ["lm", "train", "--fasta", str(man), "--attention", "rope", "--out",
+                                   str(tmp_path / "run")])
+    assert_one_line_error(res, f"{man}: line 2: the 'file' column is empty")
+
+
+def test_run_stopped_before_its_first_checkpoint_is_refused_and_resume_starts_over(fasta, tmp_path, caplog):
+    """A run killed before its first checkpoint leaves its metrics.jsonl (and maybe a half-written
+    checkpoint): a new run there used to append its steps to that log. It is refused; --resume
+    starts from scratch with a new log, the old one renamed (never deleted)."""
+    out = tmp_path / "run"
+    out.mkdir()
+    old = '{"step": 10, "loss": 1.0}\n{"step": 20, "loss": 1.0}\n'
+    (out / "metrics.jsonl").write_text(old)
+    args = ["lm", "train", "--fasta", str(fasta), "--attention", "rope", "--out", str(out), "--steps", "6",
+            "--batch-size", "2", "--seq-len", "16", "--d-model", "16", "--n-layers", "1", "--n-heads", "2",
+            "--log-every", "2", "--eval-max-bases", "64", "--threads", "1", "--no-progress"]
+    res = CliRunner().invoke(cli, args)
+    assert_one_line_error(res, f"{out} holds an earlier training run (metrics.jsonl) stopped before its first "
+                               "checkpoint; pass resume=True (--resume) to start over there from scratch (its "
+                               "metrics.jsonl is kept as metrics.jsonl.1)")
+    assert (out / "metrics.jsonl").read_text() == old and sorted(p.name for p in out.iterdir()) == ["metrics.jsonl"]
+    with caplog.at_level(logging.WARNING, logger="sinkalign.lm.train"):
+        res = CliRunner().invoke(cli, [*args, "--resume"])
+    assert res.exit_code == 0, res.output
+    assert f"resume requested but {out} holds no checkpoint; starting from scratch with a new metrics.jsonl (the " \
+           "earlier one is kept as metrics.jsonl.1)" in caplog.text
+    assert (out / "metrics.jsonl.1").read_text() == old
+    assert _metric_steps(out / "metrics.jsonl") == [2, 4, 6]
+    # a first checkpoint a kill left half-written counts as a run too; --resume clears it away
+    half = tmp_path / "half"
+    (half / "checkpoints" / ".tmp-step-00000006-123").mkdir(parents=True)
+    with pytest.raises(CheckpointError, match=rf"{re.escape(str(half))} holds an earlier training run "
+                                              r"\(checkpoints/\) stopped before its first checkpoint"):
+        train_lm(_config(fasta, half))
+    res = train_lm(_config(fasta, half, resume=True))
+    assert res.start_step == 0 and not list((half / "checkpoints").glob(".tmp-*"))
+    assert _metric_steps(half / "metrics.jsonl") == [3, 6, 9, 12] and not (half / "metrics.jsonl.1").exists()
+
+
+_TINY_RUN = ["--attention", "rope", "--steps", "300", "--batch-size", "2", "--seq-len", "16", "--d-model", "16",
+             "--n-layers", "1", "--n-heads", "2", "--eval-every", "0", "--eval-max-bases", "64", "--save-every", "0",
+             "--log-every", "1", "--threads", "1", "--no-progress"]
+
+
+def _signal_after_first_step(args: list[str], out: Path, signum: int) -> tuple[int, str]:
+    """Run `sinkalign ARGS` in a subprocess, send ``signum`` once its first step is logged; (status, stderr)."""
+    proc = subprocess.Popen([sys.executable, "-c", "from sinkalign.cli.main import cli; cli()", *args],
+                            env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not ((out / "metrics.jsonl").exists() and (out / "metrics.jsonl").read_text()):
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline, "no step logged within 120 s"
+            time.sleep(0.02)
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, err
+
+
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_stops_training_with_a_checkpoint_and_the_printed_command_resumes(fasta, tmp_path, signum, status):
+    """Ctrl-C or a scheduler's SIGTERM (with --save-every 0: no checkpoint planned before the end)
+    finishes the step, writes a checkpoint, prints it and the command that resumes, and exits
+    128 + the signal; that command completes the run without logging a step twice."""
+    out = tmp_path / "run"
+    args = ["lm", "train", "--fasta", str(fasta), "--out", str(out), *_TINY_RUN]
+    code, err = _signal_after_first_step(args, out, signum)
+    assert code == status, err
+    assert "Aborted!" not in err and "Traceback" not in err
+    logged = _metric_steps(out / "metrics.jsonl")
+    k = logged[-1]
+    assert logged == list(range(1, k + 1)) and k < 300
+    ckpt = out / "checkpoints" / f"step-{k:08d}"
+    assert find_latest_checkpoint(out) == ckpt and load_checkpoint(ckpt).extra["step"] == k
+    assert f"training stopped by {signal.Signals(signum).name} after step {k}; checkpoint {ckpt}" in err
+    (line,) = [x for x in err.splitlines() if x.startswith("resume with: ")]
+    command = shlex.split(line.removeprefix("resume with: "))
+    assert command == ["sinkalign", *args, "--resume"]
+    res = CliRunner().invoke(cli, command[1:])
+    assert res.exit_code == 0, res.output
+    assert "step 300:" in res.output
+    assert _metric_steps(out / "metrics.jsonl") == list(range(1, 301))  # no step logged twice
+
+
+def test_signal_under_ddp_stops_every_rank_after_the_same_step(fasta, tmp_path):
+    """--nproc 2: SIGTERM to the launcher reaches the workers, which stop together (no deadlock),
+    rank 0 writes the checkpoint, and a resume with --nproc 2 completes the run."""
+    out = tmp_path / "ddp"
+    args = ["lm", "train", "--fasta", str(fasta), "--out", str(out), *_TINY_RUN, "--nproc", "2"]
+    args[args.index("--steps") + 1] = "200"
+    code, err = _signal_after_first_step(args, out, signal.SIGTERM)
+    assert code == 143, err
+    k = _metric_steps(out / "metrics.jsonl")[-1]
+    assert _metric_steps(out / "metrics.jsonl") == list(range(1, k + 1)) and k < 200
+    latest = find_latest_checkpoint(out)
+    assert latest.name == f"step-{k:08d}" and json.loads((latest / TRAINER_STATE).read_text())["world_size"] == 2
+    assert f"training stopped by SIGTERM after step {k}; checkpoint {latest}" in err
+    res = CliRunner().invoke(cli, [*args, "--resume"])
+    assert res.exit_code == 0, res.output
+    assert _metric_steps(out / "metrics.jsonl") == list(range(1, 201))
+
+
+def test_training_interrupted_names_the_signal_and_exit_status():
+    assert TrainingInterrupted(signal.SIGINT, None).exit_status == 130
+    err = TrainingInterrupted(signal.SIGTERM, None)
+    assert err.exit_status == 143 and str(err) == "training stopped by SIGTERM before its first step; nothing was saved"
 
 
 # ----------------------------------------------------------------------------- many genomes

@@ -53,7 +53,8 @@ from sinkalign.align.checkpoints import (
     save_best,
     save_checkpoint,
 )
-from sinkalign.errors import CheckpointError, InputError
+from sinkalign.errors import CheckpointError, InputError, Interrupted
+from sinkalign.utils import StopFlag, stop_on_signals
 
 __all__ = ["TrainConfig", "TrainResult", "train", "save_checkpoint", "load_checkpoint", "init_distributed",
            "evaluate_split", "export_model", "BUCKETS", "crop_example", "flank_example", "flanked_copies",
@@ -404,6 +405,11 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
 
     An ``out`` that already holds a run is refused unless ``resume`` (continue from its newest
     complete checkpoint) or ``overwrite`` (delete its metrics and checkpoints first).
+
+    Raises:
+        Interrupted: SIGINT or SIGTERM (in the main thread) during the steps: the step under
+            way finishes, is logged and checkpointed, then the run stops (``resume`` continues
+            it from there). A second signal aborts at once.
     """
     from sinkalign.io.shards import ShardDataset
 
@@ -495,7 +501,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
     end = cfg.steps if stop_after is None else min(cfg.steps, start + stop_after)
     stream = _batches(train_set, cfg, start)
     step = start
-    with open(metrics_path, "a") as metrics_file:
+    with open(metrics_path, "a") as metrics_file, stop_on_signals(StopFlag(), repeat_aborts=True) as stop:
         while step < end:
             step, items = next(stream)
             batch = examples_to_batch(items, cfg.model)
@@ -528,9 +534,13 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
             last = record
             bar.update(1)
             bar.set_postfix(loss=f"{record['loss']:.3f}")
-            if step % cfg.checkpoint_every == 0 or step == end:
-                save_checkpoint(out, step, params, opt_state,
-                                {"model": cfg.model.to_dict(), "train": _train_dict(cfg)}, keep=cfg.keep_checkpoints)
+            if step % cfg.checkpoint_every == 0 or step == end or stop.signum:
+                saved = save_checkpoint(out, step, params, opt_state,
+                                        {"model": cfg.model.to_dict(), "train": _train_dict(cfg)},
+                                        keep=cfg.keep_checkpoints)
+            if stop.signum:  # SIGINT / SIGTERM: this step is done and saved; stop before the next
+                bar.close()
+                raise Interrupted(stop.signum, step, saved)
     bar.close()
     return TrainResult(step, params, last, out)
 

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from sinkalign.cli.options import FiniteFloatRange
 from sinkalign.utils import atomic_write_text
 
 # torch is an optional extra: nothing here imports it at module level (`sinkalign --help`
@@ -19,22 +20,34 @@ def _fasta(header: str, seq: str) -> str:
     return f">{header}\n{body}\n"
 
 
+def _record_id(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A FASTA id (or the chrom= tag): one word, as the first word of a header is read back."""
+    if value is not None and not value:
+        raise click.BadParameter("must not be empty", ctx=ctx, param=param)
+    if value is not None and any(c.isspace() for c in value):
+        raise click.BadParameter(f"{value!r} contains whitespace; it must be one word, as FASTA reads ids (e.g. "
+                                 f"{'_'.join(value.split())!r})", ctx=ctx, param=param)
+    return value
+
+
 @click.command("generate-dna")
 @click.option("--prompt", required=True, help="Bases to continue (A, C, G, T, N; either case).")
 @click.option("--length", required=True, type=int,
               help="Number of bases to generate (> 0, at most 1,000,000 per call).")
-@click.option("--temperature", default=1.0, show_default=True, type=float,
+@click.option("--temperature", default=1.0, show_default=True, type=FiniteFloatRange(min=0),
               help="Sampling temperature; 0 = greedy.")
-@click.option("--top-k", default=None, type=int, help="Sample among the k most likely bases.")
-@click.option("--top-p", default=None, type=float, help="Nucleus sampling mass in (0, 1].")
+@click.option("--top-k", default=None, type=click.IntRange(min=1), help="Sample among the k most likely bases.")
+@click.option("--top-p", default=None, type=FiniteFloatRange(0, 1, min_open=True),
+              help="Nucleus sampling mass in (0, 1].")
 @click.option("--seed", default=None, type=int, help="Random seed (same seed, same output).")
 @click.option("--model", "model_path", default=None, type=click.Path(),
               help="Checkpoint directory, training run directory or a shipped model by name: default (GOAT "
                    "trained on 35 bacterial and archaeal genomes), cdiph (GOAT trained on the C. diphtheriae "
                    "chromosome only) [default: default].")
 @click.option("--format", "fmt", type=click.Choice(["plain", "fasta"]), default="plain", show_default=True)
-@click.option("--id", "record_id", default="generated", show_default=True, help="FASTA record id.")
-@click.option("--chrom", default=None,
+@click.option("--id", "record_id", default="generated", show_default=True, callback=_record_id,
+              help="FASTA record id (one word).")
+@click.option("--chrom", default=None, callback=_record_id,
               help="FASTA: the record the prompt comes from (header tag chrom=, for gc-profile --overlay).")
 @click.option("--start", default=None, type=int,
               help="FASTA: 0-based position where the continuation begins in --chrom (the prompt's end).")
@@ -42,11 +55,13 @@ def _fasta(header: str, seq: str) -> str:
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option("-o", "--output", default=None, type=click.Path(dir_okay=False, allow_dash=True),
               help="Output file (written atomically; '-' = stdout) [default: stdout].")
+@click.option("--overwrite", is_flag=True,
+              help="Replace an existing --output file (when the run succeeds). Without it an existing file is an error.")
 @click.option("--progress/--no-progress", default=None,
               help="Progress bar of generated bases on stderr [default: on a terminal, for 1000+ bases].")
 def generate_dna(prompt: str, length: int, temperature: float, top_k: int | None, top_p: float | None,
                  seed: int | None, model_path: str | None, fmt: str, record_id: str, chrom: str | None,
-                 start: int | None, include_prompt: bool, device: str, output: str | None,
+                 start: int | None, include_prompt: bool, device: str, output: str | None, overwrite: bool,
                  progress: bool | None) -> None:
     """Continue --prompt by --length bases sampled from a DNA language model.
 
@@ -67,6 +82,11 @@ def generate_dna(prompt: str, length: int, temperature: float, top_k: int | None
         raise click.BadParameter(f"must be a positive integer, got {length}", param_hint="'--length'")
     if fmt == "plain" and chrom is not None:
         raise click.UsageError("--chrom/--start only apply to --format fasta")
+    to_stdout = output is None or output == "-"
+    if not to_stdout:  # before any work: an existing file is replaced only with --overwrite
+        from sinkalign.pipelines.runner import check_output
+
+        check_output(output, overwrite, [], "output")
     from sinkalign.errors import require
 
     torch = require("torch", "torch", "sinkalign generate-dna")
@@ -97,7 +117,7 @@ def generate_dna(prompt: str, length: int, temperature: float, top_k: int | None
         text = _fasta(header, seq)
     else:
         text = seq + "\n"
-    if output is None or output == "-":
+    if to_stdout:
         sys.stdout.write(text)
     else:
         atomic_write_text(output, text)

@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
+from pathlib import Path
 
 import click
 
+from sinkalign.cli.options import FiniteFloatRange, ResumableCommand, progress_option, report_interrupted, show_progress
 from sinkalign.cli.options import model_options as _model_options
-from sinkalign.cli.options import progress_option, show_progress
 from sinkalign.errors import InputError, require
 from sinkalign.lm.config import ATTENTION_NAMES
 
 logger = logging.getLogger(__name__)
+
+
+_POSITIVE = click.IntRange(min=1)
+_NON_NEGATIVE = click.IntRange(min=0)
+_FRACTION = FiniteFloatRange(0, 1, min_open=True, max_open=True)
 
 
 def _int_tuple(ctx: click.Context, param: click.Parameter, value: str | None):
@@ -33,7 +40,7 @@ def lm() -> None:
     """Genome language models: train, evaluate (see also `sinkalign generate-dna`)."""
 
 
-@lm.command("train")
+@lm.command("train", cls=ResumableCommand)
 @click.option("--fasta", "fasta", required=True, multiple=True, type=click.Path(exists=True, readable=True),
               help="Genomes: a FASTA file (plain or gzip), a directory of them, or a genome manifest (.tsv with "
                    "a 'file' column); repeat for more. Each file is one genome.")
@@ -47,45 +54,51 @@ def lm() -> None:
 @click.option("--attention", required=True, type=click.Choice(ATTENTION_NAMES))
 @click.option("--out", "out_dir", default="runs/lm", show_default=True, type=click.Path(file_okay=False),
               help="Run directory: metrics.jsonl and checkpoints/.")
-@click.option("--steps", default=2000, show_default=True, type=int)
-@click.option("--batch-size", default=16, show_default=True, type=int, help="Windows per step per process.")
-@click.option("--seq-len", default=256, show_default=True, type=int, help="Training context length.")
-@click.option("--lr", default=2e-3, show_default=True, type=float, help="Peak learning rate.")
-@click.option("--min-lr-ratio", default=0.1, show_default=True, type=float)
-@click.option("--warmup-steps", default=100, show_default=True, type=int)
-@click.option("--weight-decay", default=0.1, show_default=True, type=float)
-@click.option("--grad-clip", default=1.0, show_default=True, type=float, help="0 disables clipping.")
-@click.option("--d-model", default=128, show_default=True, type=int)
-@click.option("--n-layers", default=4, show_default=True, type=int)
-@click.option("--n-heads", default=4, show_default=True, type=int)
-@click.option("--dropout", default=0.0, show_default=True, type=float)
+@click.option("--steps", default=2000, show_default=True, type=_POSITIVE)
+@click.option("--batch-size", default=16, show_default=True, type=_POSITIVE, help="Windows per step per process.")
+@click.option("--seq-len", default=256, show_default=True, type=click.IntRange(min=2), help="Training context length.")
+@click.option("--lr", default=2e-3, show_default=True, type=FiniteFloatRange(min=0, min_open=True),
+              help="Peak learning rate.")
+@click.option("--min-lr-ratio", default=0.1, show_default=True, type=FiniteFloatRange(0, 1))
+@click.option("--warmup-steps", default=100, show_default=True, type=_NON_NEGATIVE)
+@click.option("--weight-decay", default=0.1, show_default=True, type=FiniteFloatRange(min=0))
+@click.option("--grad-clip", default=1.0, show_default=True, type=FiniteFloatRange(min=0), help="0 disables clipping.")
+@click.option("--d-model", default=128, show_default=True, type=_POSITIVE)
+@click.option("--n-layers", default=4, show_default=True, type=_POSITIVE)
+@click.option("--n-heads", default=4, show_default=True, type=_POSITIVE)
+@click.option("--dropout", default=0.0, show_default=True, type=FiniteFloatRange(0, 1, max_open=True))
 @click.option("--model-option", "model_options", multiple=True, callback=_model_options,
               help="Further LMConfig field as KEY=VALUE, e.g. goat_init=alibi (repeatable).")
-@click.option("--val-fraction", default=0.1, show_default=True, type=float)
-@click.option("--eval-every", default=500, show_default=True, type=int, help="0: only at the end.")
-@click.option("--eval-max-bases", default=None, type=int, help="Held-out bases per evaluation [default: all].")
-@click.option("--save-every", default=500, show_default=True, type=int, help="0: only at the end.")
-@click.option("--keep-checkpoints", default=2, show_default=True, type=int)
-@click.option("--log-every", default=10, show_default=True, type=int)
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--val-fraction", default=0.1, show_default=True, type=_FRACTION)
+@click.option("--eval-every", default=500, show_default=True, type=_NON_NEGATIVE, help="0: only at the end.")
+@click.option("--eval-max-bases", default=None, type=_POSITIVE, help="Held-out bases per evaluation [default: all].")
+@click.option("--save-every", default=500, show_default=True, type=_NON_NEGATIVE,
+              help="0: only at the end (and when stopped by Ctrl-C or SIGTERM, as at any time).")
+@click.option("--keep-checkpoints", default=2, show_default=True, type=_POSITIVE)
+@click.option("--log-every", default=10, show_default=True, type=_POSITIVE)
+@click.option("--seed", default=0, show_default=True, type=_NON_NEGATIVE)
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
-@click.option("--threads", "num_threads", default=None, type=int, help="torch.set_num_threads per process.")
-@click.option("--nproc", default=1, show_default=True, type=int,
+@click.option("--threads", "num_threads", default=None, type=_POSITIVE, help="torch.set_num_threads per process.")
+@click.option("--nproc", default=1, show_default=True, type=_POSITIVE,
               help="Processes for DDP (spawned here; gloo on CPU, nccl on CUDA). Under torchrun leave at 1.")
-@click.option("--resume", is_flag=True, help="Continue from the newest checkpoint in --out.")
+@click.option("--resume", is_flag=True,
+              help="Continue from the newest checkpoint in --out (none there: start over, the old log kept aside).")
 @progress_option("training steps")
-@click.option("--time-limit", "time_limit", default=None, type=click.FloatRange(min=0, min_open=True),
+@click.option("--time-limit", "time_limit", default=None, type=FiniteFloatRange(min=0, min_open=True),
               metavar="MINUTES", help="Stop early (held-out evaluation and a checkpoint) after this much training time.")
-def train(fasta, attention, out_dir, steps, batch_size, seq_len, lr, min_lr_ratio, warmup_steps, weight_decay,
+@click.pass_context
+def train(ctx, fasta, attention, out_dir, steps, batch_size, seq_len, lr, min_lr_ratio, warmup_steps, weight_decay,
           grad_clip, d_model, n_layers, n_heads, dropout, model_options, val_fraction, eval_every, eval_max_bases,
           save_every, keep_checkpoints, log_every, seed, device, num_threads, nproc, resume, progress,
           time_limit, genome_split, balance, reverse_complement) -> None:
-    """Train a DNA language model on FASTA with the chosen attention."""
-    require("torch", "torch", "sinkalign lm train")
-    from sinkalign.lm.train import TrainConfig, train_lm, train_lm_ddp
+    """Train a DNA language model on FASTA with the chosen attention.
 
-    if nproc < 1:
-        raise click.BadParameter(f"must be >= 1, got {nproc}", param_hint="'--nproc'")
+    Ctrl-C or SIGTERM (a batch scheduler's time limit) ends the run after the current step with a
+    checkpoint, and prints the command that resumes it (exit status 130 or 143).
+    """
+    require("torch", "torch", "sinkalign lm train")
+    from sinkalign.lm.train import TrainConfig, TrainingInterrupted, train_lm, train_lm_ddp
+
     try:
         config = TrainConfig(
             fasta=fasta[0] if len(fasta) == 1 else tuple(fasta), attention=attention, out_dir=out_dir, steps=steps,
@@ -99,7 +112,12 @@ def train(fasta, attention, out_dir, steps, batch_size, seq_len, lr, min_lr_rati
             reverse_complement=reverse_complement)
     except InputError as exc:  # a bad setting (a bug raising ValueError keeps its traceback)
         raise click.UsageError(str(exc)) from exc
-    result = train_lm(config) if nproc == 1 else train_lm_ddp(config, nproc)[0]
+    try:
+        result = train_lm(config) if nproc == 1 else train_lm_ddp(config, nproc)[0]
+    except TrainingInterrupted as exc:
+        if exc.result is not None and exc.result.rank != 0:  # under torchrun rank 0 alone reports
+            ctx.exit(exc.exit_status)
+        report_interrupted(ctx, exc, exc.result is not None)
     if result.rank == 0:
         val = "n/a" if result.val_bits_per_base is None else f"{result.val_bits_per_base:.4f}"
         click.echo(f"step {result.step}: train {result.train_loss / 0.6931471805599453:.4f} bits/base, "
@@ -111,39 +129,42 @@ def train(fasta, attention, out_dir, steps, batch_size, seq_len, lr, min_lr_rati
               help="Checkpoint or training run directory, or a shipped model by name: default (35 genomes), "
                    "cdiph (C. diphtheriae only) [default: default].")
 @click.option("--fasta", required=True, type=click.Path(exists=True, dir_okay=False, readable=True))
-@click.option("--json", "json_out", default=None, type=click.Path(dir_okay=False),
-              help="Write the full report as JSON here (atomically).")
-@click.option("--val-fraction", default=0.1, show_default=True, type=float)
-@click.option("--context", default=None, type=int, help="Evaluation window [default: training length].")
-@click.option("--stride", default=None, type=int, help="New targets per window [default: context/2].")
-@click.option("--max-bases", default=None, type=int, help="Score only the first N held-out bases per record.")
-@click.option("--markov-order", default=None, type=int,
+@click.option("--json", "json_out", default=None, type=click.Path(dir_okay=False, allow_dash=True),
+              help="Write the full report as JSON here (atomically; '-' = stdout, the summary then goes to stderr).")
+@click.option("--overwrite", is_flag=True,
+              help="Replace an existing --json file (when the run succeeds). Without it an existing file is an error.")
+@click.option("--val-fraction", default=0.1, show_default=True, type=_FRACTION)
+@click.option("--context", default=None, type=_POSITIVE, help="Evaluation window [default: training length].")
+@click.option("--stride", default=None, type=_POSITIVE, help="New targets per window [default: context/2].")
+@click.option("--max-bases", default=None, type=_POSITIVE, help="Score only the first N held-out bases per record.")
+@click.option("--markov-order", default=None, type=click.IntRange(0, 30),
               help="Fixed Markov order [default: best of 0..12 on the training split's tail].")
 @click.option("--lengths", "length_multipliers", default="1,2,4,8,16", show_default=True, callback=_int_tuple,
               help="Extrapolation: multiples of the training length.")
-@click.option("--extrapolation-bases", default=8192, show_default=True, type=int,
+@click.option("--extrapolation-bases", default=8192, show_default=True, type=_POSITIVE,
               help="Held-out targets scored at every context length (the same bases at each).")
-@click.option("--extrapolation-stride", default=None, type=int,
+@click.option("--extrapolation-stride", default=None, type=_POSITIVE,
               help="New targets per window in the extrapolation section: a base sees between length - stride + 1 "
                    "and length bases of context [default: training length / 2].")
 @click.option("--passkey-lengths", "passkey_multipliers", default="1,2,4", show_default=True,
               callback=_int_tuple, help="Passkey contexts: multiples of the training length.")
-@click.option("--passkey-trials", default=50, show_default=True, type=int)
-@click.option("--prompts", "completion_prompts", default=100, show_default=True, type=int,
+@click.option("--passkey-trials", default=50, show_default=True, type=_POSITIVE)
+@click.option("--prompts", "completion_prompts", default=100, show_default=True, type=_POSITIVE,
               help="Completion prompts from the held-out split.")
-@click.option("--prompt-len", default=None, type=int, help="[default: training length]")
-@click.option("--completion-len", default=200, show_default=True, type=int)
-@click.option("--gc-window", default=25, show_default=True, type=int,
+@click.option("--prompt-len", default=None, type=_POSITIVE, help="[default: training length]")
+@click.option("--completion-len", default=200, show_default=True, type=_POSITIVE)
+@click.option("--gc-window", default=25, show_default=True, type=_POSITIVE,
               help="Completion: window of the GC trajectories whose Pearson r is reported (the GOAT paper's: 25).")
-@click.option("--temperature", default=1.0, show_default=True, type=float)
-@click.option("--top-k", default=None, type=int)
-@click.option("--top-p", default=None, type=float)
+@click.option("--temperature", default=1.0, show_default=True, type=FiniteFloatRange(min=0),
+              help="Completion sampling temperature; 0 = greedy.")
+@click.option("--top-k", default=None, type=_POSITIVE)
+@click.option("--top-p", default=None, type=FiniteFloatRange(0, 1, min_open=True))
 @click.option("--sections", default="heldout,extrapolation,passkey,completion", show_default=True,
               help="Comma-separated subset of the evaluation sections.")
-@click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--batch-size", default=16, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=_NON_NEGATIVE)
+@click.option("--batch-size", default=16, show_default=True, type=_POSITIVE)
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
-def eval_cmd(model_path, fasta, json_out, val_fraction, context, stride, max_bases, markov_order,
+def eval_cmd(model_path, fasta, json_out, overwrite, val_fraction, context, stride, max_bases, markov_order,
              length_multipliers, extrapolation_bases, extrapolation_stride, passkey_multipliers, passkey_trials,
              completion_prompts, prompt_len, completion_len, gc_window, temperature, top_k, top_p, sections, seed, batch_size,
              device) -> None:
@@ -165,33 +186,46 @@ def eval_cmd(model_path, fasta, json_out, val_fraction, context, stride, max_bas
             batch_size=batch_size, device=device)
     except InputError as exc:  # a bad setting (a bug raising ValueError keeps its traceback)
         raise click.UsageError(str(exc)) from exc
+    to_stdout = json_out == "-"
+    if json_out is not None and not to_stdout:  # before any work: replaced only with --overwrite
+        from sinkalign.pipelines.runner import check_output
+
+        check_output(json_out, overwrite, [Path(fasta)], "--json")
     path = resolve_model_path(model_path)  # a missing or corrupt model: MissingFileError / CheckpointError
     ckpt = load_model(path, device=device)
     report = evaluate_lm(ckpt.model, config, model_path=str(path))
     doc = report.to_dict()
-    if json_out is not None:
-        atomic_write_text(json_out, json.dumps(doc, indent=2) + "\n")
-    _echo_summary(doc)
+    text = json.dumps(doc, indent=2) + "\n"
+    if to_stdout:
+        sys.stdout.write(text)
+    elif json_out is not None:
+        atomic_write_text(json_out, text)
+    _echo_summary(doc, err=to_stdout)
 
 
-def _echo_summary(doc: dict) -> None:
+def _echo_summary(doc: dict, *, err: bool = False) -> None:
+    """The report in a few lines (on stderr with ``err``: standard output holds the JSON)."""
+
+    def echo(line: str) -> None:
+        click.echo(line, err=err)
+
     h = doc.get("heldout")
     if h:
         m = h["markov"]
-        click.echo(f"held-out bits/base: LM {h['bits_per_base']:.4f} ({h['n_scored']} bases, context "
+        echo(f"held-out bits/base: LM {h['bits_per_base']:.4f} ({h['n_scored']} bases, context "
                    f"{h['context']}, stride {h['stride']}); Markov order {m['order']} ({m['order_selection']}) "
                    f"{m['bits_per_base']:.4f}; delta {h['delta_vs_markov']:+.4f}")
     x = doc.get("extrapolation")
     if x:
         for r in x["rows"]:
             delta = "" if r["delta_vs_1x"] is None else f" (delta vs 1x {r['delta_vs_1x']:+.4f})"
-            click.echo(f"length {r['multiplier']:>2}x = {r['length']:>6} (context {r['context_min']}-{r['context_max']}): "
+            echo(f"length {r['multiplier']:>2}x = {r['length']:>6} (context {r['context_min']}-{r['context_max']}): "
                        f"{r['bits_per_base']:.4f} bits/base{delta}")
     p = doc.get("passkey")
     if p:
         for r in p["rows"]:
             a = r["base_accuracy"]
-            click.echo(f"passkey {r['multiplier']}x = {r['length']}: base accuracy {a['mean']:.3f} "
+            echo(f"passkey {r['multiplier']}x = {r['length']}: base accuracy {a['mean']:.3f} "
                        f"[{a['ci_low']:.3f}, {a['ci_high']:.3f}], exact {r['exact_match_rate']:.3f}")
     c = doc.get("completion")
     if c:
@@ -199,7 +233,7 @@ def _echo_summary(doc: dict) -> None:
             if who in c:
                 i, g = c[who]["identity"], c[who]["gc_pearson_r"]
                 o, k = c[who]["orf_fraction"], c[who]["kmer_js_divergence"]
-                click.echo(f"completion ({who}): identity {i['mean']:.3f} [{i['ci_low']:.3f}, {i['ci_high']:.3f}], "
+                echo(f"completion ({who}): identity {i['mean']:.3f} [{i['ci_low']:.3f}, {i['ci_high']:.3f}], "
                            f"GC r {g['mean']:.3f} [{g['ci_low']:.3f}, {g['ci_high']:.3f}] (n={g['n']}); in ORFs >= "
                            f"{c['orf_min_len']} bp {o['mean']:.3f} (true {c['true_orf_fraction']['mean']:.3f}); "
                            f"{k['k']}-mer JS {k['value']:.4f} bits (noise floor {c['kmer_js_noise_floor'] or 0:.4f}); "

@@ -7,7 +7,8 @@ import sys
 
 import click
 
-__all__ = ["FiniteFloatRange", "model_options", "parse_value", "progress_option", "show_progress"]
+__all__ = ["FiniteFloatRange", "ResumableCommand", "model_options", "parse_value", "progress_option", "report_interrupted",
+           "show_progress"]
 
 
 class FiniteFloatRange(click.FloatRange):
@@ -19,7 +20,7 @@ class FiniteFloatRange(click.FloatRange):
 
         out = super().convert(value, param, ctx)
         if not math.isfinite(out):
-            self.fail(f"{value!r} is not a finite number.", param, ctx)
+            self.fail(f"{out} is not a finite number.", param, ctx)
         return out
 
 
@@ -55,3 +56,31 @@ def show_progress(flag: bool | None) -> bool:
         return bool(flag)
     isatty = getattr(sys.stderr, "isatty", None)
     return bool(isatty and isatty())
+
+
+class ResumableCommand(click.Command):
+    """A training command that keeps the command line it was given (``ctx.meta``), so that
+    :func:`report_interrupted` can print the command that resumes it."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["sinkalign.args"] = list(args)
+        return super().parse_args(ctx, args)
+
+
+def report_interrupted(ctx: click.Context, exc, saved: bool) -> None:
+    """Say that a signal stopped the run (:class:`sinkalign.errors.Interrupted`) and, when a
+    checkpoint was ``saved``, the command that resumes it; exit with the signal's status."""
+    import shlex
+
+    click.echo(str(exc), err=True)
+    if saved:
+        args = ctx.meta.get("sinkalign.args", [])
+        if "--resume" not in args:
+            args = [*args, "--resume"]
+        names, c = [], ctx
+        while c.parent is not None:  # the subcommands, whatever name the program ran under
+            names.insert(0, c.info_name)
+            c = c.parent
+        command = ["sinkalign", *names]
+        click.echo(f"resume with: {shlex.join([*command, *args])}", err=True)
+    ctx.exit(exc.exit_status)

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import click
 
-from sinkalign.cli.options import model_options, progress_option, show_progress
+from sinkalign.cli.options import ResumableCommand, model_options, progress_option, report_interrupted, show_progress
+from sinkalign.errors import Interrupted
 
 
-@click.command()
+@click.command(cls=ResumableCommand)
 @click.option("--pfam-shards", "shards", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="Shard directory from `sinkalign shards build` (with `sinkalign shards embed` for features).")
 @click.option("--config", "preset_name", default="default", show_default=True,
@@ -132,6 +133,9 @@ def train(ctx, shards, preset_name, model_opts, embedder, steps, batch_size, lr,
                         warmup=warmup, freeze=tuple(freeze),
                         init=None if init_path is None else str(init_path), anchor=anchor, flank=flank,
                         flank_ratio=flank_ratio)
-    result = T.train(cfg, resume=resume, overwrite=overwrite, progress=show_progress(progress))
+    try:
+        result = T.train(cfg, resume=resume, overwrite=overwrite, progress=show_progress(progress))
+    except Interrupted as exc:
+        report_interrupted(ctx, exc, exc.step is not None)
     click.echo(f"step {result.step}: " + ", ".join(f"{k}={v:.4g}" for k, v in result.last_metrics.items()
                                                     if isinstance(v, float)))

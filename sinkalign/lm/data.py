@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 from Bio import SeqIO
 
-from sinkalign.errors import FormatError, InputError
+from sinkalign.errors import FormatError, InputError, MissingFileError
 from sinkalign.io.fasta import open_text
 
 __all__ = [
@@ -94,13 +94,13 @@ def read_genome_records(path: str | os.PathLike) -> list[GenomeRecord]:
     naming the file, the record and the 0-based position in that record.
 
     Raises:
-        FileNotFoundError: ``path`` does not exist.
+        MissingFileError (a FileNotFoundError): ``path`` does not exist.
         FormatError (a ValueError): not FASTA, a truncated or corrupt gzip file, no records,
             an empty record, a duplicate record id, or an invalid character.
     """
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"FASTA file not found: {path}")
+        raise MissingFileError(f"FASTA file not found: {path}")
     if not path.is_file():
         raise InputError(f"{path}: not a regular file")
     records: list[GenomeRecord] = []
@@ -155,7 +155,7 @@ def genome_files(sources: str | os.PathLike | Sequence[str | os.PathLike]) -> li
     Each source is a FASTA file (plain or gzip); a directory (its files ending in
     :data:`GENOME_SUFFIXES`, sorted by name); or a manifest (``.tsv`` with a ``file`` column,
     paths relative to the manifest, like ``genomes/multi/MANIFEST.tsv``). Raises
-    FileNotFoundError / InputError naming the source.
+    MissingFileError (a FileNotFoundError) / InputError naming the source.
     """
     if isinstance(sources, (str, os.PathLike)):
         sources = [sources]
@@ -163,7 +163,7 @@ def genome_files(sources: str | os.PathLike | Sequence[str | os.PathLike]) -> li
     for src in sources:
         path = Path(src)
         if not path.exists():
-            raise FileNotFoundError(f"FASTA file not found: {path}")
+            raise MissingFileError(f"FASTA file not found: {path}")
         if path.is_dir():
             found = sorted(p for p in path.iterdir() if p.is_file() and p.name.lower().endswith(GENOME_SUFFIXES))
             if not found:
@@ -177,9 +177,11 @@ def genome_files(sources: str | os.PathLike | Sequence[str | os.PathLike]) -> li
             if not rows or "file" not in rows[0]:
                 raise InputError(f"{path}: a genome manifest needs a tab-separated 'file' column")
             for n, row in enumerate(rows, start=2):
+                if not (row["file"] or "").strip():
+                    raise InputError(f"{path}: line {n}: the 'file' column is empty")
                 f = path.parent / row["file"]
                 if not f.is_file():
-                    raise FileNotFoundError(f"{path}: line {n}: genome file not found: {f}")
+                    raise MissingFileError(f"{path}: line {n}: genome file not found: {f}")
                 out.append(f)
         else:
             out.append(path)

@@ -238,7 +238,9 @@ def bootstrap_ci(values: Sequence[float] | np.ndarray, *, n_boot: int = 1000, le
 class EvalConfig:
     """Configuration of :func:`evaluate_lm`.
 
-    Held-out split: the last ``val_fraction`` of every record of ``fasta``.
+    Held-out split: the last ``val_fraction`` of every record of ``fasta``. Records in which every
+    base is N are left out (with a warning; the report's ``data.skipped_records`` names them), and
+    held-out bits/base skip a record whose held-out part is all N (``heldout.skipped_records``).
 
     * Bits/base: windows of ``context`` tokens (None: the model's training length)
       advancing by ``stride`` (None: ``context // 2``), over the first ``max_bases``
@@ -335,6 +337,8 @@ class EvalConfig:
             raise InputError(f"temperature={self.temperature!r} must be a finite number >= 0")
         if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
             raise InputError(f"top_p={self.top_p!r} must be in (0, 1]")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise InputError(f"seed={self.seed!r} must be a non-negative integer")
         if not 0.0 < self.ci_level < 1.0:
             raise InputError(f"ci_level={self.ci_level!r} must be in (0, 1)")
         if self.device not in ("cpu", "cuda"):
@@ -376,15 +380,25 @@ class _Split(NamedTuple):
     val: str
 
 
-def _splits(config: EvalConfig) -> list[_Split]:
-    out = []
+def _splits(config: EvalConfig) -> tuple[list[_Split], list[dict[str, Any]]]:
+    """The records' ``(train, held-out)`` splits, and the records left out (every base N: nothing to
+    score or fit), each as ``{"id", "length", "reason"}``."""
+    out, skipped = [], []
     for rid, seq in read_genome(config.fasta):
+        if seq.count("N") == len(seq):
+            skipped.append({"id": rid, "length": len(seq), "reason": "every base is N"})
+            continue
         try:
             tr, va = train_val_split(seq, config.val_fraction)
         except ValueError as exc:
             raise InputError(f"{config.fasta}: record {rid!r}: {exc}") from None
         out.append(_Split(rid, tr, va))
-    return out
+    if skipped:
+        logger.warning("%s: skipped %d record(s) in which every base is N: %s", config.fasta, len(skipped),
+                       ", ".join(repr(r["id"]) for r in skipped))
+    if not out:
+        raise InputError(f"{config.fasta}: every base of every record is N: nothing to evaluate")
+    return out, skipped
 
 
 class _Markov(NamedTuple):
@@ -412,12 +426,50 @@ def _fit_markov(splits: list[_Split], config: EvalConfig) -> _Markov:
                 tune_part.append((b, a))
         sweep = {}
         for k in config.markov_orders:
-            model = MarkovModel(k).fit(fit_part)
-            lps = np.concatenate([model.log2_probs(b, prefix=a) for b, a in tune_part])
-            sweep[int(k)] = float(-np.nanmean(lps))
+            model = _fit_order(k, fit_part, splits, config, parts=2)
+            lps = np.concatenate([model.log2_probs(b, prefix=a) for b, a in tune_part]) if tune_part else np.zeros(0)
+            scored = lps[np.isfinite(lps)]
+            if scored.size:  # else no base of the tail is scored at this order (N in every window)
+                sweep[int(k)] = float(-scored.mean())
+        if not sweep:
+            raise InputError(f"{config.fasta}: no base of the training splits' tails can be scored by the Markov "
+                             f"baseline, whose order is chosen there; give a fixed --markov-order")
         order = min(sweep, key=lambda o: (sweep[o], o))
         logger.info("Markov order %d chosen on the training tail", order)
-    return _Markov(MarkovModel(order).fit([sp.train for sp in splits]), selection, sweep)
+    return _Markov(_fit_order(order, [sp.train for sp in splits], splits, config, parts=1), selection, sweep)
+
+
+def _fit_order(order: int, seqs: list[str], splits: list[_Split], config: EvalConfig, *, parts: int) -> MarkovModel:
+    """``MarkovModel(order).fit(seqs)``; when the sequences hold no N-free ``order + 1``-mer, an
+    :class:`InputError` saying how long a record must be (``seqs`` is what is left of each record
+    after ``parts`` train/validation splits: 1 to fit, 2 to choose the order)."""
+    try:
+        return MarkovModel(order).fit(seqs)
+    except ValueError:  # the records were read and checked: too short (or N everywhere)
+        pass
+    top = max(config.markov_orders) if parts == 2 else order  # choosing the order fits every one of them
+    frac = 1.0 - config.val_fraction  # about what a split keeps; the exact length is searched below
+    need = max(top + 1, int((top + 1) / frac**parts) - 2)
+    while _kept(need, config.val_fraction, parts) < top + 1:
+        need += 1
+    what = (f"choosing its order ({min(config.markov_orders)}-{top}) fits order {top} on the first "
+            f"{100 * frac**parts:.0f}% of each record" if parts == 2 else
+            f"order {order} is fitted on the first {100 * frac:.0f}% of each record")
+    longest = max(len(sp.train) + len(sp.val) for sp in splits)
+    raise InputError(f"{config.fasta}: too little sequence for the Markov baseline: {what}, which needs a record "
+                     f"of at least {need} bases without N (the longest here has {longest}); give longer sequences, "
+                     f"a{' lower' if parts == 1 else ''} fixed --markov-order, or leave out the heldout and "
+                     f"completion sections")
+
+
+def _kept(n: int, val_fraction: float, parts: int) -> int:
+    """The length of the training part of a record of ``n`` bases after ``parts`` splits."""
+    for _ in range(parts):
+        try:
+            n = len(train_val_split("A" * n, val_fraction)[0])
+        except ValueError:
+            return 0
+    return n
 
 
 def _heldout_section(model: DNALanguageModel, splits: list[_Split], config: EvalConfig, context: int,
@@ -426,24 +478,36 @@ def _heldout_section(model: DNALanguageModel, splits: list[_Split], config: Eval
     if stride > context:
         raise InputError(f"stride={stride} must not exceed context={context}")
     total, n = 0.0, 0
+    scored_splits, all_n = [], []
     for sp in splits:
+        part = sp.val[: config.max_bases] if config.max_bases else sp.val
+        if part.count("N") == len(part):  # no target to score in this record's held-out part
+            all_n.append(sp.chrom)
+            continue
         res = heldout_bits_per_base(model, sp.val, context=context, stride=stride, prefix=sp.train,
                                     batch_size=config.batch_size, max_bases=config.max_bases, device=device,
                                     autocast_bf16=device.type == "cuda")
         total += res.bits_per_base * res.n_scored
         n += res.n_scored
+        scored_splits.append((part, sp.train))
+    if all_n:
+        logger.warning("%s: held-out bits/base skip %d record(s) whose held-out part is all N: %s", config.fasta,
+                       len(all_n), ", ".join(map(repr, all_n)))
+    if not scored_splits:
+        raise InputError(f"{config.fasta}: the held-out part (the last {config.val_fraction:g}) of every record is "
+                         f"all N: nothing to score")
     # the Markov chain is scored on exactly the same held-out bases
-    lps = np.concatenate([markov.model.log2_probs(sp.val[: config.max_bases] if config.max_bases else sp.val,
-                                                  prefix=sp.train) for sp in splits])
+    lps = np.concatenate([markov.model.log2_probs(part, prefix=train) for part, train in scored_splits])
     scored = lps[np.isfinite(lps)]
     mk: dict[str, Any] = {"order": markov.model.order, "order_selection": markov.selection,
-                          "bits_per_base": float(-scored.mean()), "n_scored": int(scored.size),
-                          "pseudocount": markov.model.pseudocount}
+                          "bits_per_base": float(-scored.mean()) if scored.size else math.nan,
+                          "n_scored": int(scored.size), "pseudocount": markov.model.pseudocount}
     if markov.sweep is not None:
         mk["train_tail_sweep"] = {str(k): v for k, v in markov.sweep.items()}
     lm_bpb = total / n
     return {"bits_per_base": lm_bpb, "n_scored": n, "context": context, "stride": stride,
-            "min_context": context - stride + 1, "markov": mk, "delta_vs_markov": lm_bpb - mk["bits_per_base"]}
+            "min_context": context - stride + 1, "markov": mk, "delta_vs_markov": lm_bpb - mk["bits_per_base"],
+            "skipped_records": all_n}
 
 
 def _extrapolation_section(model: DNALanguageModel, splits: list[_Split], config: EvalConfig, train_len: int,
@@ -606,7 +670,7 @@ def evaluate_lm(model: DNALanguageModel, config: EvalConfig, *, model_path: str 
     model = model.to(device)
     train_len = model.config.max_train_len
     context = config.context or train_len
-    splits = _splits(config)
+    splits, skipped = _splits(config)
     heldout = extrap = passkey = completion = None
     markov = _fit_markov(splits, config) if {"heldout", "completion"} & set(config.sections) else None
     if "heldout" in config.sections:
@@ -624,6 +688,7 @@ def evaluate_lm(model: DNALanguageModel, config: EvalConfig, *, model_path: str 
                "n_parameters": model.num_parameters(), "config": model.config.to_dict()},
         data={"fasta": config.fasta, "val_fraction": config.val_fraction,
               "records": [{"id": sp.chrom, "train_bases": len(sp.train), "val_bases": len(sp.val)}
-                          for sp in splits]},
+                          for sp in splits],
+              "skipped_records": skipped},
         heldout=heldout, extrapolation=extrap, passkey=passkey, completion=completion,
         elapsed_s=time.perf_counter() - t0)

@@ -29,10 +29,17 @@ is complete; ``latest.json`` is then replaced atomically. A process killed at an
 leaves the previous checkpoint intact, and ``resume=True`` restarts from the newest
 complete one (temporary leftovers are removed). Nothing is pickled: tensors go to
 safetensors, everything else to JSON.
+
+Stopping: SIGINT (Ctrl-C) or SIGTERM (what a batch scheduler sends at its time limit) during
+the training steps ends the run as ``time_limit_minutes`` does, less the held-out evaluation:
+the current step finishes, a checkpoint is written and :class:`TrainingInterrupted` is raised
+(``resume=True`` continues from it). Under DDP every rank stops after the same step. In a single
+process a second signal aborts at once, without saving.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -40,6 +47,7 @@ import logging
 import math
 import os
 import shutil
+import signal
 import socket
 import time
 from collections.abc import Mapping, Sequence
@@ -54,18 +62,19 @@ import torch.distributed as dist
 from torch import nn
 from tqdm.auto import tqdm
 
-from sinkalign.errors import CheckpointError, InputError
+from sinkalign.errors import CheckpointError, InputError, Interrupted, MissingFileError
 from sinkalign.lm.checkpoints import LATEST, TRAINER_STATE, find_latest_checkpoint, step_dir_name
 from sinkalign.lm.config import ATTENTION_NAMES, LMConfig
 from sinkalign.lm.data import encode, genome_files, read_genome, reverse_complement_tokens, train_val_split
 from sinkalign.lm.evaluate import heldout_bits_per_base
 from sinkalign.lm.model import DNALanguageModel, load_checkpoint, save_checkpoint
 from sinkalign.lm.tokenizer import NucleotideTokenizer
-from sinkalign.utils import atomic_write_bytes, atomic_write_text
+from sinkalign.utils import StopFlag, atomic_write_bytes, atomic_write_text, stop_on_signals
 
 __all__ = [
     "TrainConfig",
     "TrainResult",
+    "TrainingInterrupted",
     "WindowSampler",
     "find_latest_checkpoint",
     "lr_multiplier",
@@ -136,7 +145,9 @@ class TrainConfig:
     ``eval_every`` steps and at the end (0: only at the end) on the first
     ``eval_max_bases`` validation bases (``None``: all); checkpoints every ``save_every``
     steps and at the end, keeping the newest ``keep_checkpoints``; ``resume`` continues
-    from the newest checkpoint in ``out_dir``.
+    from the newest checkpoint in ``out_dir`` (when there is none, the run starts from scratch
+    there and an earlier ``metrics.jsonl`` is renamed ``metrics.jsonl.1``; without ``resume`` an
+    ``out_dir`` holding an earlier run's files is refused).
 
     Execution: ``device`` "cpu" | "cuda" (bf16 autocast on CUDA only);
     ``num_threads`` sets ``torch.set_num_threads`` for the process (``None``: unchanged);
@@ -289,6 +300,21 @@ class TrainResult(NamedTuple):
     rank: int
     world_size: int
     weights_sha256: str
+
+
+class TrainingInterrupted(Interrupted):
+    """SIGINT or SIGTERM stopped :func:`train_lm` (or :func:`train_lm_ddp`) before ``steps``.
+
+    ``signum``: the signal; ``result``: what was done (its ``checkpoint_dir`` holds the
+    checkpoint written at the stop, which ``resume=True`` continues), or ``None`` when the
+    signal came before the first step (nothing was saved). ``exit_status`` is the shell's
+    convention for a process ended by that signal (130 for SIGINT, 143 for SIGTERM).
+    """
+
+    def __init__(self, signum: int, result: TrainResult | None) -> None:
+        self.result = result
+        super().__init__(signum, None if result is None else result.step,
+                         None if result is None else result.checkpoint_dir)
 
 
 def lr_multiplier(step: int, *, steps: int, warmup_steps: int, min_lr_ratio: float) -> float:
@@ -568,7 +594,7 @@ def _genome_split(path: str) -> dict[str, str]:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
         out = {name: entry["split"] for name, entry in data["genomes"].items()}
     except FileNotFoundError:
-        raise
+        raise MissingFileError(f"genome split not found: {path}") from None
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise InputError(f"{path}: not a genome split (a JSON object whose 'genomes' maps file names to "
                          f"{{'split': 'train' | 'valid' | 'test'}}): {exc}") from None
@@ -611,10 +637,19 @@ def train_lm(config: TrainConfig) -> TrainResult:
 
     Raises:
         ValueError: unreadable / invalid FASTA (naming the file and record), a sequence
-            too short for ``seq_len``, an ``out_dir`` that already holds checkpoints without
-            ``resume``, or a resume whose settings differ from the checkpoint's.
+            too short for ``seq_len``, an ``out_dir`` that already holds checkpoints, or the
+            files of a run stopped before its first checkpoint, without ``resume``, or a resume
+            whose settings differ from the checkpoint's.
         InputError: ``device="cuda"`` without CUDA.
+        TrainingInterrupted: SIGINT or SIGTERM during the steps; raised after the step that was
+            running finished and its checkpoint was written.
     """
+    return _train_lm(config, None)
+
+
+def _train_lm(config: TrainConfig, stop: StopFlag | None) -> TrainResult:
+    """:func:`train_lm`; ``stop`` is the flag of signal handlers a DDP worker installed (``None``:
+    installed here, around the steps)."""
     if not isinstance(config, TrainConfig):
         raise InputError(f"config must be a TrainConfig, got {type(config).__name__}")
     if config.device == "cuda" and not torch.cuda.is_available():
@@ -628,27 +663,57 @@ def train_lm(config: TrainConfig) -> TrainResult:
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
         torch.cuda.set_device(device)
     try:
-        return _train(config, device, rank, world)
+        return _train(config, device, rank, world, stop)
     finally:
         if dinfo.owns_group:
             dist.destroy_process_group()
 
 
-def _train(config: TrainConfig, device: torch.device, rank: int, world: int) -> TrainResult:
+def _run_files(out_dir: Path) -> list[str]:
+    """What an earlier run left in ``out_dir`` (its log, its ``checkpoints/`` folder), by name."""
+    found = [METRICS] if (out_dir / METRICS).exists() else []
+    root = out_dir / "checkpoints"
+    if root.is_dir() and any(root.iterdir()):
+        found.append("checkpoints/")
+    return found
+
+
+def _aside_name(path: Path) -> Path:
+    """The first of ``path.1``, ``path.2``, ... that does not exist."""
+    n = 1
+    while (dest := path.with_name(f"{path.name}.{n}")).exists():
+        n += 1
+    return dest
+
+
+def _train(config: TrainConfig, device: torch.device, rank: int, world: int, stop: StopFlag | None) -> TrainResult:
     out_dir = Path(config.out_dir)
     is_main = rank == 0
+    latest = find_latest_checkpoint(out_dir)
+    if latest is not None and not config.resume:
+        raise CheckpointError(f"{out_dir} already holds checkpoints ({latest.name}); pass resume=True (--resume) "
+                              f"to continue, or choose another out_dir")
+    earlier = _run_files(out_dir) if latest is None else []
+    if earlier and not config.resume:  # a run stopped before its first checkpoint: never append to its log
+        kept = f" (its {METRICS} is kept as {_aside_name(out_dir / METRICS).name})" if METRICS in earlier else ""
+        raise CheckpointError(f"{out_dir} holds an earlier training run ({', '.join(earlier)}) stopped before its "
+                              f"first checkpoint; pass resume=True (--resume) to start over there from scratch{kept}, "
+                              f"remove those files, or choose another out_dir")
     train_seqs, groups, val = _load_data(config)
     sampler = WindowSampler(train_seqs, config.seq_len + 1, seed=config.seed, rank=rank,
                             max_n_fraction=config.max_n_fraction, groups=groups if config.balance == "genome" else None,
                             reverse_complement=config.reverse_complement)
     del train_seqs
 
-    latest = find_latest_checkpoint(out_dir)
-    if latest is not None and not config.resume:
-        raise CheckpointError(f"{out_dir} already holds checkpoints ({latest.name}); pass resume=True (--resume) "
-                              f"to continue, or choose another out_dir")
-    if config.resume and latest is None:
-        logger.warning("resume requested but %s holds no checkpoint; starting from scratch", out_dir)
+    if config.resume and latest is None and is_main:
+        kept = None
+        if (out_dir / METRICS).exists():  # never appended to, never deleted: renamed
+            kept = _aside_name(out_dir / METRICS)
+            os.rename(out_dir / METRICS, kept)
+        for leftover in (out_dir / "checkpoints").glob(".tmp-*"):  # a first checkpoint a kill left half-written
+            shutil.rmtree(leftover, ignore_errors=True)
+        logger.warning("resume requested but %s holds no checkpoint; starting from scratch%s", out_dir,
+                       f" with a new {METRICS} (the earlier one is kept as {kept.name})" if kept else "")
 
     torch.manual_seed(config.seed)  # identical initialisation on every rank
     model_cfg = config.model_config()
@@ -709,7 +774,11 @@ def _train(config: TrainConfig, device: torch.device, rank: int, world: int) -> 
                desc=f"train {config.attention}", unit="step", dynamic_ncols=True)
     model.train()
     done = start_step
-    try:
+    interrupted = 0  # the signal that ended the run before config.steps
+    with contextlib.ExitStack() as stack:
+        stack.callback(bar.close)
+        if stop is None:  # a single process: a second signal aborts; under torchrun repeats are ignored
+            stop = stack.enter_context(stop_on_signals(StopFlag(), repeat_aborts=world == 1))
         for step in range(start_step, config.steps):
             t0 = time.perf_counter()
             tokens = sampler.batch(step, config.batch_size).to(device, non_blocking=True)
@@ -733,7 +802,12 @@ def _train(config: TrainConfig, device: torch.device, rank: int, world: int) -> 
             done = step + 1
             bar.update(1)
 
-            final = done == config.steps or _out_of_time(config, t_start, device, world)
+            late, signum = _stop_requests(config, t_start, device, rank, world, stop)
+            interrupted = signum if done < config.steps else 0
+            if interrupted and is_main:
+                logger.warning("%s received: stopping after step %d and writing a checkpoint",
+                               signal.Signals(interrupted).name, done)
+            final = done == config.steps or late or bool(interrupted)
             record: dict[str, Any] | None = None
             if done % config.log_every == 0 or final:
                 mean = torch.tensor([interval_loss, float(interval_steps)], dtype=torch.float64)
@@ -744,7 +818,7 @@ def _train(config: TrainConfig, device: torch.device, rank: int, world: int) -> 
                           "tokens_per_s": interval_steps * tokens_per_step / max(interval_time, 1e-9),
                           "tokens_seen": tokens_seen, "elapsed_s": time.perf_counter() - t_start}
                 interval_loss, interval_steps, interval_time = 0.0, 0, 0.0
-            if (config.eval_every and done % config.eval_every == 0) or final:
+            if (config.eval_every and done % config.eval_every == 0) or (final and not interrupted):
                 if is_main:
                     val_bpb = _validate(model, val, config, device)
                     record = record or {"step": done}
@@ -773,28 +847,31 @@ def _train(config: TrainConfig, device: torch.device, rank: int, world: int) -> 
                     dist.barrier()
             if final:
                 break
-    finally:
-        bar.close()
 
     if ckpt_dir is None:  # steps already complete at resume time and nothing was re-saved
         ckpt_dir = find_latest_checkpoint(out_dir)
-    return TrainResult(
+    result = TrainResult(
         step=max(start_step, done), start_step=start_step, train_loss=last_loss,
         val_bits_per_base=val_bpb, tokens_seen=tokens_seen, elapsed_s=time.perf_counter() - t_start,
         checkpoint_dir=str(ckpt_dir) if ckpt_dir is not None else "", metrics_path=str(metrics_path),
         rank=rank, world_size=world, weights_sha256=_weights_digest(model))
+    if interrupted:
+        raise TrainingInterrupted(interrupted, result)
+    return result
 
 
-def _out_of_time(config: TrainConfig, t_start: float, device, world: int) -> bool:
-    """Whether the run's time limit has passed (every rank takes rank 0's answer)."""
-    if config.time_limit_minutes is None:
-        return False
-    late = time.perf_counter() - t_start >= 60.0 * config.time_limit_minutes
-    if world > 1:
-        flag = torch.tensor([float(late)], device=device if device.type == "cuda" else "cpu")
-        dist.broadcast(flag, 0)
-        late = bool(flag.item())
-    return late
+def _stop_requests(config: TrainConfig, t_start: float, device: torch.device, rank: int, world: int,
+                   stop: StopFlag) -> tuple[bool, int]:
+    """``(late, signum)``: whether the time limit has passed (rank 0's clock decides) and the stop
+    signal received (0: none; under DDP the largest any rank received), the same on every rank."""
+    late = config.time_limit_minutes is not None and \
+        time.perf_counter() - t_start >= 60.0 * config.time_limit_minutes
+    if world == 1:
+        return late, stop.signum
+    flags = torch.tensor([float(late and rank == 0), float(stop.signum)],
+                         device=device if device.type == "cuda" else "cpu")
+    dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+    return bool(flags[0].item()), int(flags[1].item())
 
 
 # ----------------------------------------------------------------------------- DDP launcher
@@ -807,19 +884,27 @@ def _free_port() -> int:
 
 
 def _ddp_worker(rank: int, config_dict: dict[str, Any], world: int, port: int, queue: Any) -> None:
-    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
-                       "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world)})
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.WARNING)
-    result = train_lm(TrainConfig.from_dict(config_dict))
-    queue.put(tuple(result))
+    # signal handlers first: a SIGINT / SIGTERM at any time from here on stops every rank after one step
+    with stop_on_signals(StopFlag(), repeat_aborts=False) as stop:
+        os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
+                           "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world)})
+        if not logging.getLogger().handlers:
+            logging.basicConfig(level=logging.WARNING)
+        try:
+            result = _train_lm(TrainConfig.from_dict(config_dict), stop)
+        except TrainingInterrupted as exc:
+            queue.put((exc.signum, None if exc.result is None else tuple(exc.result)))
+        else:
+            queue.put((0, tuple(result)))
 
 
 def train_lm_ddp(config: TrainConfig, nprocs: int) -> list[TrainResult]:
     """Run :func:`train_lm` in ``nprocs`` spawned processes joined by DDP (gloo on CPU).
 
     Returns the per-rank results in rank order. Each process takes ``batch_size`` windows
-    per step; rank 0 alone writes metrics and checkpoints.
+    per step; rank 0 alone writes metrics and checkpoints. A SIGINT or SIGTERM to this process
+    is passed on to the workers, which stop after the same step, write a checkpoint and end;
+    then :class:`TrainingInterrupted` is raised here with rank 0's result.
     """
     if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
         raise InputError(f"{nprocs=} must be a positive integer")
@@ -829,6 +914,33 @@ def train_lm_ddp(config: TrainConfig, nprocs: int) -> list[TrainResult]:
 
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
-    mp.spawn(_ddp_worker, args=(config.to_dict(), nprocs, _free_port(), queue), nprocs=nprocs, join=True)
-    results = [TrainResult(*queue.get()) for _ in range(nprocs)]
-    return sorted(results, key=lambda r: r.rank)
+    workers: list[Any] = []
+
+    def forward(signum: int) -> None:
+        for proc in workers:
+            if proc.exitcode is None:
+                os.kill(proc.pid, signum)
+
+    with stop_on_signals(StopFlag(), repeat_aborts=False, forward=forward) as stop:
+        context = mp.start_processes(_ddp_worker, args=(config.to_dict(), nprocs, _free_port(), queue),
+                                     nprocs=nprocs, join=False, start_method="spawn")
+        workers.extend(context.processes)
+        if stop.signum:  # it came while the workers were starting
+            forward(stop.signum)
+        try:
+            while not context.join():
+                pass
+        except Exception as exc:  # a worker failed: killed by the signal before it could take it, or a real error
+            if stop.signum:
+                raise TrainingInterrupted(stop.signum, None) from exc
+            raise
+    got = []
+    while not queue.empty():
+        got.append(queue.get())
+    results = sorted((TrainResult(*r) for _, r in got if r is not None), key=lambda r: r.rank)
+    signum = max([s for s, _ in got] + [stop.signum if len(got) < nprocs else 0])
+    if signum:
+        raise TrainingInterrupted(signum, next((r for r in results if r.rank == 0), None))
+    if len(results) != nprocs:  # pragma: no cover - a worker that ended without a result or an error
+        raise RuntimeError(f"{nprocs - len(results)} DDP worker(s) ended without a result")
+    return results
