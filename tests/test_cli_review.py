@@ -225,3 +225,19 @@ def test_all_vs_all_sam_has_one_primary_line_per_query(tmp_path, fmt):
         mapped = [s for s in segs if s.query_name == name and not s.is_unmapped]
         assert len(mapped) >= 2 and not mapped[0].is_secondary and all(s.is_secondary for s in mapped[1:])
         assert all(s.flag & ~(16 | 256) == 0 for s in mapped)
+
+
+def test_msa_keeps_each_header_description(tmp_path):
+    fa = tmp_path / "f.fa"
+    fa.write_text(">a first protein [Homo sapiens]\nMKVLAAGHWERTYLLKPQDESTRIVNG\n>b\nMKILSAGHWERTLLKPQDESTRIVNG\n"
+                  ">c some desc\nMSTNPKPQRKTKRNTNRRPQDVKFPGG\n")
+    out, sto = tmp_path / "out.afa", tmp_path / "out.sto"
+    assert _run("msa", fa, "-o", out).exit_code == 0
+    assert [line for line in out.read_text().splitlines() if line.startswith(">")] == [
+        ">a first protein [Homo sapiens]", ">b", ">c some desc"]
+    assert _run("msa", fa, "-o", sto, "--format", "stockholm").exit_code == 0
+    assert "#=GS a DE first protein [Homo sapiens]" in sto.read_text()
+    read = {r.id: r.description for r in AlignIO.read(sto, "stockholm")}  # (Biopython: the id where there is none)
+    assert read["a"] == "first protein [Homo sapiens]" and read["c"] == "some desc"
+    res = _run("score-msa", out, sto, "--json", "-")  # the rows still match by name
+    assert res.exit_code == 0 and json.loads(res.stdout)["overall"]["recall"] == 1.0

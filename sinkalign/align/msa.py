@@ -35,7 +35,7 @@ many sequences.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -190,11 +190,13 @@ class MultipleAlignment:
             rows.append("".join("." if c == "-" else next(codes) for c in row))
         return tuple(rows), "".join(pp_code(p) for p in self.column_confidence)
 
-    def to_biopython(self, alphabet: str | None = None):
+    def to_biopython(self, alphabet: str | None = None, descriptions: Mapping[str, str] | None = None):
         """A :class:`Bio.Align.MultipleSeqAlignment` of the rows (for ``Bio.AlignIO.write``):
         with each row's confidences as its ``posterior_probability`` letter annotation and the
         columns' as a column annotation (Stockholm ``#=GR id PP`` and ``#=GC PP_cons`` lines),
-        and Clustal's conservation line (``clustal_consensus``)."""
+        and Clustal's conservation line (``clustal_consensus``). ``descriptions``: the rest of
+        each input header by id, kept as FASTA writes it (``>id description``) and Stockholm
+        (``#=GS id DE``), as MAFFT and Clustal Omega keep it."""
         from Bio.Align import MultipleSeqAlignment
         from Bio.Seq import Seq
         from Bio.SeqRecord import SeqRecord
@@ -204,7 +206,8 @@ class MultipleAlignment:
         records = []
         for k, (i, row) in enumerate(zip(self.ids, self.rows)):
             letters = {"posterior_probability": pp_rows[k]} if pp_rows else {}
-            records.append(SeqRecord(Seq(row), id=i, description="", annotations=dict(annotations),
+            description = (descriptions or {}).get(i, "")
+            records.append(SeqRecord(Seq(row), id=i, description=description, annotations=dict(annotations),
                                      letter_annotations=letters))
         columns = {"clustal_consensus": clustal_consensus(self.rows, alphabet)}
         if pp_cons:

@@ -224,7 +224,7 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
         if not len(kept):
             raise InputError(f"--trim {trim} leaves no column (the highest column confidence is "
                              f"{np.nanmax(result.column_confidence, initial=0.0):.3f}); lower it")
-    alignment = written.to_biopython(alphabet)
+    alignment = written.to_biopython(alphabet, {r.id: r.description for r in records})
     if output is None or is_stdio(output):
         AlignIO.write(alignment, sys.stdout, MSA_FORMATS[fmt])
     else:
