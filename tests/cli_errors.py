@@ -1,4 +1,5 @@
-"""What a user error looks like on the command line: one ``Error: ...`` line, exit status 1."""
+"""Shared helpers of the command-line tests: what a user error looks like on the command line (one
+``Error: ...`` line, exit status 1), and signals as from a terminal."""
 
 from __future__ import annotations
 
@@ -15,3 +16,13 @@ def assert_one_line_error(result, *fragments: str) -> None:
     assert "Traceback" not in result.output
     for fragment in fragments:
         assert fragment in last, (fragment, last)
+
+
+def terminal_signals() -> None:
+    """``preexec_fn`` of a subprocess that should take SIGINT / SIGTERM as from a terminal: a
+    process started from a background job of a shell without job control (as CI runs it)
+    inherits SIGINT ignored, and a program rightly leaves an ignored signal alone."""
+    import signal
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_DFL)

@@ -22,7 +22,7 @@ from sinkalign.cli.main import cli
 from sinkalign.errors import CheckpointError, InputError, OutputExistsError
 from sinkalign.io.shards import build_shards
 from tests.aligner_fixtures import make_families
-from tests.cli_errors import assert_one_line_error
+from tests.cli_errors import assert_one_line_error, terminal_signals
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +111,7 @@ def test_a_signal_stops_training_with_a_checkpoint_and_the_printed_command_resum
             "--out", str(out), "--no-progress"]
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
     proc = subprocess.Popen([sys.executable, "-m", "sinkalign.cli.main", *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+                            stderr=subprocess.PIPE, preexec_fn=terminal_signals)
     metrics = out / "metrics.jsonl"
     deadline = time.time() + 240
     while time.time() < deadline and proc.poll() is None and not (metrics.exists() and metrics.read_text().count("\n") >= 2):

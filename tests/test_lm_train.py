@@ -36,7 +36,7 @@ from sinkalign.lm.train import (
     train_lm,
     train_lm_ddp,
 )
-from tests.cli_errors import assert_one_line_error
+from tests.cli_errors import assert_one_line_error, terminal_signals
 
 
 def _markov_chain_dna(n: int, seed: int = 0) -> str:
@@ -382,7 +382,7 @@ def _signal_after_first_step(args: list[str], out: Path, signum: int) -> tuple[i
     """Run `sinkalign ARGS` in a subprocess, send ``signum`` once its first step is logged; (status, stderr)."""
     proc = subprocess.Popen([sys.executable, "-c", "from sinkalign.cli.main import cli; cli()", *args],
                             env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=terminal_signals)
     try:
         deadline = time.monotonic() + 120
         while not ((out / "metrics.jsonl").exists() and (out / "metrics.jsonl").read_text()):
