@@ -77,7 +77,12 @@ def residue_columns(row: str) -> np.ndarray:
 def aligned_pairs(row_a: str, row_b: str) -> np.ndarray:
     """``[k, 2]``: the residue pairs that two gapped rows put in one column, upper-case residues
     only (a lower-case residue counts in its sequence but is aligned to nothing)."""
-    return np.stack(same_column(residue_columns(row_a), residue_columns(row_b)), axis=1).reshape(-1, 2)
+    return _pairs(residue_columns(row_a), residue_columns(row_b))
+
+
+def _pairs(cols_a: np.ndarray, cols_b: np.ndarray) -> np.ndarray:
+    """:func:`~sinkalign.align.msa.same_column` of two rows' :func:`residue_columns` as ``[k, 2]``."""
+    return np.stack(same_column(cols_a, cols_b), axis=1).reshape(-1, 2)
 
 
 def total_column(test: MSA, reference: MSA) -> tuple[int, int]:
@@ -137,7 +142,7 @@ def score_alignment(test: MSA, reference: MSA) -> MsaScores:
     refs: list[ReferencePair] = msa_to_pairs(reference) if len(reference) > 1 else []
     pairs = []
     for ref in refs:
-        pred = np.stack(same_column(columns[ref.query_id], columns[ref.target_id]), axis=1).reshape(-1, 2)
+        pred = _pairs(columns[ref.query_id], columns[ref.target_id])
         scores: PairScores = core_pair_scores(pred, ref)
         pairs.append((ref.query_id, ref.target_id, percent_identity(ref), scores))
     return _summarised(pairs, _total_column(columns, reference), extra)

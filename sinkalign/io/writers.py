@@ -135,24 +135,25 @@ _BAD_SEQ_RE = re.compile(r"[^A-Za-z*]")
 _QNAME_RE = re.compile(r"[!-?A-~]{1,254}")
 _RNAME_RE = re.compile(r"[0-9A-Za-z!#$%&+./:;?@^_|~-][0-9A-Za-z!#$%&*+./:;=?@^_|~-]*")
 
+_BAM_SEQ = frozenset("=ACMGRSVTWYHKDBN")
+_MAX_MAPQ = 60
+
 
 def check_name(fmt: str, name: str, role: str, where: str) -> None:
     """:class:`InputError` if the record name ``name`` (a ``"query"`` or ``"target"``) cannot be
     written in ``fmt``: SAM/BAM's QNAME and RNAME grammars, and a Stockholm row name starting
     with ``#`` (a comment or markup line to every reader) or ``//`` (the end of the alignment).
-    Run on every record before the first pair, so that nothing is half written."""
+    The pipelines run it on every record before the first pair, so that nothing is half
+    written; the SAM/BAM writer runs it on each record it writes."""
     if fmt in ("sam", "bam"):
-        ok, grammar = ((_QNAME_RE, "a SAM QNAME, [!-?A-~]{1,254}") if role == "query" else
-                       (_RNAME_RE, "a SAM reference name"))
+        ok, grammar = ((_QNAME_RE, "a valid SAM QNAME ([!-?A-~]{1,254})") if role == "query" else
+                       (_RNAME_RE, "a valid SAM reference name"))
         if not ok.fullmatch(name):
-            raise InputError(f"{where}: {role} id {name!r} is not valid as {grammar}; rename it or use another "
-                             "--format")
+            raise InputError(f"{where}: {role}_id is not {grammar}: {name!r}; rename it or use another --format")
     elif fmt == "stockholm" and (name.startswith("#") or name.startswith("//")):
         raise InputError(f"{where}: a Stockholm row named {name!r} would be read as "
                          f"{'markup' if name.startswith('#') else 'the end of the alignment'}; rename it or use "
                          "another --format")
-_BAM_SEQ = frozenset("=ACMGRSVTWYHKDBN")
-_MAX_MAPQ = 60
 
 
 class _Record(NamedTuple):
@@ -552,10 +553,8 @@ def _segments(records: Iterable[_Record], header, ref_index: dict[str, int]):
     seqs: dict[str, str] = {}
     primary: set[str] = set()  # queries whose primary alignment is written
     for rec in records:
-        if not _QNAME_RE.fullmatch(rec.query_id):
-            raise InputError(f"{rec.where}: query_id is not a valid SAM QNAME ([!-?A-~]{{1,254}})")
-        if not _RNAME_RE.fullmatch(rec.target_id):
-            raise InputError(f"{rec.where}: target_id is not a valid SAM reference name")
+        check_name("sam", rec.query_id, "query", rec.where)
+        check_name("sam", rec.target_id, "target", rec.where)
         if rec.target_id not in ref_index:
             raise InputError(f"{rec.where}: target_id {rec.target_id!r} is not one of the header's references")
         seen = seqs.setdefault(rec.target_id, rec.target)
