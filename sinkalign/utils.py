@@ -13,14 +13,23 @@ import re
 import shutil
 import signal
 import stat
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
-__all__ = ["atomic_dir", "atomic_path", "atomic_write", "atomic_write_bytes", "atomic_write_text",
-           "dataclass_from_dict", "file_sha256", "newest_checkpoint"]
+__all__ = ["STDIO", "atomic_dir", "atomic_path", "atomic_write", "atomic_write_bytes", "atomic_write_text",
+           "dataclass_from_dict", "file_sha256", "is_stdio", "newest_checkpoint", "open_output"]
+
+#: The name of standard input or output, as an input or output path.
+STDIO = "-"
+
+
+def is_stdio(path) -> bool:
+    """Whether ``path`` is ``-``: standard input or output."""
+    return path is not None and str(path) == STDIO
 
 
 @contextlib.contextmanager
@@ -124,6 +133,18 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` atomically (temp file + rename)."""
     with atomic_write(path, "w") as handle:
         handle.write(text)
+
+
+@contextlib.contextmanager
+def open_output(path: str | os.PathLike) -> Iterator[IO[str]]:
+    """Standard output for ``-``; else ``path`` through :func:`atomic_write` (gzip-compressed
+    when its name ends in ``.gz``; a named pipe or device written in place)."""
+    if is_stdio(path):
+        yield sys.stdout
+        sys.stdout.flush()
+        return
+    with atomic_write(path, gzip=wants_gzip(path)) as handle:
+        yield handle
 
 
 def file_sha256(path: str | os.PathLike) -> str:

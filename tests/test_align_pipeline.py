@@ -225,6 +225,28 @@ def test_pair_list_errors_name_the_line(files, monkeypatch):
     assert calls == [] and not (files / "x.tsv").exists()  # all of it before aligning anything
 
 
+def test_indexing_a_pair_list_fasta_keeps_htslib_quiet(files, capfd):
+    """htslib's own messages while pysam builds a .fai (a duplicate name's [W::fai_insert_index], a
+    line width's [E::fai_build_core]) stay off stderr: the errors are ours, naming file and line."""
+    pairs = files / "pairs.tsv"
+    pairs.write_text("q1\tt1\n")
+    verbosity = pysam.get_verbosity()
+    (files / "dup.fa").write_text(fasta(["q1", "t1"]) + ">q1\nMKV\n")
+    with pytest.raises(FormatError, match=rf"{files / 'dup.fa'}: line 5: duplicate record id 'q1'"):
+        align_fasta(files / "dup.fa", pairs=pairs, output=files / "x.tsv")
+    (files / "wide.fa").write_text(">q1\nMKVLA\nMKVLAAGH\n>t1\nMKV\n")
+    with pytest.raises(FormatError, match=rf"{files / 'wide.fa'}: line 3: record 'q1' has a line longer than its "
+                                          r"first \(5 characters\); .* rewrap it"):
+        align_fasta(files / "wide.fa", pairs=pairs, output=files / "x.tsv")
+    (files / "gap.fa").write_text(">q1\nMKVLA\n\nMKV\n>t1\nMKV\n")
+    with pytest.raises(FormatError, match=rf"{files / 'gap.fa'}: line 4: record 'q1' goes on after line 3, which "
+                                          "is shorter"):
+        align_fasta(files / "gap.fa", pairs=pairs, output=files / "x.tsv")
+    err = capfd.readouterr().err
+    assert "[W::" not in err and "[E::" not in err, err
+    assert pysam.get_verbosity() == verbosity  # htslib's verbosity is the process's: given back
+
+
 def test_pair_list_index_that_cannot_be_built_or_is_stale(files, monkeypatch):
     pairs = files / "pairs.tsv"
     pairs.write_text("q1\tt1\n")

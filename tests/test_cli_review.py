@@ -11,6 +11,7 @@ from Bio import AlignIO
 from click.testing import CliRunner
 
 from sinkalign.cli.main import cli
+from tests.cli_errors import assert_one_line_error
 
 FAMILY = (">a first\nMKVLAAGHWERTYLLKPQDESTRIVNG\n>b\nMKILSAGHWERTLLKPQDESTRIVNG\n"
           ">c\nMSTNPKPQRKTKRNTNRRPQDVKFPGG\n>d\nMKVLAGHWERTYLLKPQDSTRIVNGA\n")
@@ -175,7 +176,7 @@ def test_score_msa_outputs_to_standard_output_and_never_onto_each_other(tmp_path
     assert res.exit_code == 0 and res.stdout.splitlines()[0].startswith("family\tquery\ttarget")
     assert len(res.stdout.splitlines()) == 4 and not (tmp_path / "-").exists()
     res = _run("score-msa", test, ref, "--json", "-", "--pairs", "-")
-    assert res.exit_code == 2 and "would both go to standard output" in res.output
+    assert res.exit_code == 1 and "would both go to standard output" in res.output  # as msa: one check, one status
     same = tmp_path / "same.out"
     res = _run("score-msa", test, ref, "--json", same, "--pairs", same)
     assert res.exit_code == 1 and "are the same file" in res.output and not same.exists()
@@ -241,3 +242,52 @@ def test_msa_keeps_each_header_description(tmp_path):
     assert read["a"] == "first protein [Homo sapiens]" and read["c"] == "some desc"
     res = _run("score-msa", out, sto, "--json", "-")  # the rows still match by name
     assert res.exit_code == 0 and json.loads(res.stdout)["overall"]["recall"] == 1.0
+
+
+@pytest.mark.parametrize("case", ["msa-stdout", "score-msa-stdout", "msa-same", "align-same", "score-msa-same",
+                                  "msa-exists", "align-exists", "score-msa-exists"])
+def test_align_msa_and_score_msa_check_their_outputs_in_one_wording(tmp_path, family, case):
+    """One check of a command's outputs (``runner.check_outputs``): the same message, and exit
+    status 1, from each command; nothing is read or aligned before it."""
+    test, ref, query = tmp_path / "t.afa", tmp_path / "r.afa", tmp_path / "q.fa"
+    test.write_text(REF)
+    ref.write_text(REF)
+    query.write_text(f">q\n{QUERY}\n")
+    out, old = tmp_path / "out.txt", tmp_path / "old.txt"
+    old.write_text("mine\n")
+    command, check = case.rsplit("-", 1)
+    inputs = {"msa": [family], "align": [query, query], "score-msa": [test, ref]}[command]
+    first, second = {"msa": ("output", "--tree"), "align": ("output", "--plan-out"),
+                     "score-msa": ("--json", "--pairs")}[command]
+    flag = {"output": "-o"}.get(first, first)
+    if check == "stdout":
+        res = _run(command, *inputs, second, "-", *([first, "-"] if command == "score-msa" else []))
+        message = f"{first} and {second} would both go to standard output; give one of them a file"
+    elif check == "same":
+        res = _run(command, *inputs, flag, out, second, out)
+        message = f"{first} and {second} are the same file, {out}; give each its own"
+    else:
+        res = _run(command, *inputs, flag, old)
+        message = f"{first} {old} already exists; remove it, or pass --overwrite to replace it"
+    assert_one_line_error(res, message)
+    assert not out.exists() and old.read_text() == "mine\n"
+
+
+BAD_STDIN = ">a\nMKVLAAGHWERT\n>b\nMKV1LSAGHW\n"
+
+
+@pytest.mark.parametrize("args", [["msa", "-"], ["align", "-", "{query}"], ["align", "{query}", "-"],
+                                  ["align", "--pairs", "{pairs}", "-"]])
+def test_errors_in_fasta_from_standard_input_name_stdin_not_its_temporary_copy(tmp_path, args):
+    query, pairs = tmp_path / "q.fa", tmp_path / "pairs.tsv"
+    query.write_text(f">q\n{QUERY}\n")
+    pairs.write_text("a\tb\n")
+    res = _run(*(a.format(query=query, pairs=pairs) for a in args), input=BAD_STDIN)
+    where = "record 'b'" if "--pairs" in args else "record 'b' (#2)"  # an indexed FASTA's records have no number
+    assert_one_line_error(res, f"Error: <stdin>: {where}: illegal character '1' for alphabet 'protein' at position 3")
+    assert "sinkalign-stdin" not in res.output
+
+
+def test_msa_names_stdin_in_its_own_errors_too():
+    res = _run("msa", "-", input=f">p\n{QUERY}\n>d\n{DNA_Q}\n")
+    assert_one_line_error(res, "Error: <stdin>: record 'd' is DNA but record 'p' is protein")

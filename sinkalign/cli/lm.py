@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from pathlib import Path
 
 import click
@@ -172,7 +171,8 @@ def eval_cmd(model_path, fasta, json_out, overwrite, val_fraction, context, stri
     require("torch", "torch", "sinkalign lm eval")
     from sinkalign.lm.evaluate import EvalConfig, evaluate_lm
     from sinkalign.lm.generate import load_model, resolve_model_path
-    from sinkalign.utils import atomic_write_text
+    from sinkalign.pipelines.runner import check_outputs
+    from sinkalign.utils import is_stdio, open_output
 
     try:
         config = EvalConfig(
@@ -186,21 +186,15 @@ def eval_cmd(model_path, fasta, json_out, overwrite, val_fraction, context, stri
             batch_size=batch_size, device=device)
     except InputError as exc:  # a bad setting (a bug raising ValueError keeps its traceback)
         raise click.UsageError(str(exc)) from exc
-    to_stdout = json_out == "-"
-    if json_out is not None and not to_stdout:  # before any work: replaced only with --overwrite
-        from sinkalign.pipelines.runner import check_output
-
-        check_output(json_out, overwrite, [Path(fasta)], "--json")
+    check_outputs([(json_out, "--json")], overwrite, [Path(fasta)])  # before any work
     path = resolve_model_path(model_path)  # a missing or corrupt model: MissingFileError / CheckpointError
     ckpt = load_model(path, device=device)
     report = evaluate_lm(ckpt.model, config, model_path=str(path))
     doc = report.to_dict()
-    text = json.dumps(doc, indent=2) + "\n"
-    if to_stdout:
-        sys.stdout.write(text)
-    elif json_out is not None:
-        atomic_write_text(json_out, text)
-    _echo_summary(doc, err=to_stdout)
+    if json_out is not None:
+        with open_output(json_out) as handle:
+            handle.write(json.dumps(doc, indent=2) + "\n")
+    _echo_summary(doc, err=is_stdio(json_out))
 
 
 def _echo_summary(doc: dict, *, err: bool = False) -> None:

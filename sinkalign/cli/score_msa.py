@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import sys
 from pathlib import Path
 
 import click
@@ -23,22 +21,8 @@ def _stem(path: Path) -> str:
     return path.name.split(".")[0]
 
 
-@contextlib.contextmanager
-def _sink(path: Path):
-    """Standard output for ``-``, else the file, written atomically."""
-    from sinkalign.pipelines.runner import is_stdio
-    from sinkalign.utils import atomic_write
-
-    if is_stdio(path):
-        yield sys.stdout
-        sys.stdout.flush()
-        return
-    with atomic_write(path) as handle:
-        yield handle
-
-
 def _wrote(console, path: Path) -> None:
-    from sinkalign.pipelines.runner import is_stdio
+    from sinkalign.utils import is_stdio
 
     if not is_stdio(path):
         console.print(f"wrote {path}")
@@ -104,20 +88,15 @@ def score_msa(test, reference, json_path, pairs_path, families_path, overwrite):
     from sinkalign.align.msa_scores import pooled, score_alignment
     from sinkalign.io.alignments import read_alignment
     from sinkalign.io.structural import read_reference_alignment
-    from sinkalign.pipelines.runner import check_distinct_outputs, check_output, is_stdio
+    from sinkalign.pipelines.runner import check_outputs
+    from sinkalign.utils import is_stdio, open_output
 
     jobs = _matched(test, reference)
     inputs = [p for _, t, r in jobs for p in (t, r)]
     outputs = ((json_path, "--json"), (pairs_path, "--pairs"), (families_path, "--families"))
-    to_stdout = [what for path, what in outputs if path is not None and is_stdio(path)]
-    if len(to_stdout) > 1:
-        raise click.UsageError(f"{' and '.join(to_stdout)} would both go to standard output; give one of them a file")
-    check_distinct_outputs(outputs)
-    for path, what in outputs:
-        if path is not None and not is_stdio(path):
-            check_output(path, overwrite, inputs, what)
+    check_outputs(outputs, overwrite, inputs)
     per_family = []
-    console = Console(stderr=bool(to_stdout))  # standard output is the machine-readable file's
+    console = Console(stderr=any(is_stdio(path) for path, _ in outputs))  # stdout: the machine-readable file's
     for name, test_file, ref_file in jobs:
         references = read_reference_alignment(ref_file)
         if len(references) != 1:
@@ -149,12 +128,12 @@ def score_msa(test, reference, json_path, pairs_path, families_path, overwrite):
         if test.is_dir():
             payload.pop("pairs")
             payload["families"] = {name: s.to_dict() for name, s in per_family}
-        with _sink(json_path) as handle:
+        with open_output(json_path) as handle:
             json.dump(payload, handle, indent=1)
             handle.write("\n")
         _wrote(console, json_path)
     if pairs_path is not None:
-        with _sink(pairs_path) as handle:
+        with open_output(pairs_path) as handle:
             handle.write("family\tquery\ttarget\tidentity\treference_pairs\ttest_pairs\tcorrect\tprecision\trecall"
                          "\tf1\n")
             for name, fam in per_family:
@@ -163,7 +142,7 @@ def score_msa(test, reference, json_path, pairs_path, families_path, overwrite):
                                  f"{s.n_pred}\t{s.tp}\t{s.precision:.4f}\t{s.recall:.4f}\t{s.f1:.4f}\n")
         _wrote(console, pairs_path)
     if families_path is not None:
-        with _sink(families_path) as handle:
+        with open_output(families_path) as handle:
             handle.write("family\tpairs\tsp\tprecision\tf1\ttc\ttc_columns\n")
             for name, s in per_family:
                 o = s.overall

@@ -66,10 +66,10 @@ from sinkalign.io.fasta import detect_alphabet, open_text, read_fasta, rna_as_dn
 from sinkalign.io.writers import FORMATS, check_name, write_alignments
 from sinkalign.pipelines.runner import (
     DEFAULT_CHUNK_SIZE,
+    STDIO,
     ModelSpec,
     align_chunk,
-    check_distinct_outputs,
-    check_output,
+    check_outputs,
     chunks,
     is_stdio,
     load_aligner,
@@ -340,11 +340,18 @@ class _IndexedFasta:
                                  f"elsewhere (copy the FASTA to a writable directory, or run samtools faidx "
                                  f"there) and give that copy")
             built = True
+        old = pysam.set_verbosity(0)  # htslib's own messages (a duplicate name's warning) stay off stderr
         try:
             self._fa = pysam.FastaFile(str(path))
         except (OSError, ValueError) as exc:
+            where = _line_width_problem(path)
+            if where is not None:  # htslib's message (off) named the line; so does this one
+                raise FormatError(f"{path}: {where}; --pairs reads the FASTA through a .fai index, which needs "
+                                  "every line of a record but its last to have one width: rewrap it") from exc
             raise FormatError(f"{path}: cannot read or index it as FASTA for --pairs ({exc}); the index needs "
                               "the same line width within each record") from exc
+        finally:
+            pysam.set_verbosity(old)
         self.ids = frozenset(self._fa.references)
         if built:
             self._check_unique()
@@ -364,6 +371,29 @@ class _IndexedFasta:
 
     def fetch(self, rid: str) -> str:
         return self._fa.fetch(rid).upper()
+
+
+def _line_width_problem(path: Path) -> str | None:
+    """Where ``path`` breaks the rule of a ``.fai`` index, every line of a record but its last of
+    one width (``line N: record 'id' ...``), or ``None``."""
+    with open_text(path) as fh:
+        rid, width, short = None, None, None
+        for n, line in enumerate(fh, 1):
+            if line.startswith(">"):
+                rid, width, short = (line[1:].split(maxsplit=1) or [""])[0], None, None
+                continue
+            size = len(line.rstrip("\n"))
+            if rid is None or (short is not None and not size):
+                continue
+            if short is not None:
+                return f"line {n}: record {rid!r} goes on after line {short}, which is shorter"
+            if width is None and size:
+                width = size
+            elif not size or size < width:
+                short = n
+            elif size > width:
+                return f"line {n}: record {rid!r} has a line longer than its first ({width} characters)"
+    return None
 
 
 def _protein_stop(seq: str, alphabet: str) -> str:
@@ -656,10 +686,7 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
     if pairs is None and target_fasta is None:
         raise InputError("give a query and a target FASTA file (or a pair list)")
     inputs = [Path(p) for p in (query_fasta, target_fasta, pairs) if p is not None and not is_stdio(p)]
-    for path, what in ((None if to_stdout else output, "output"), (plan_out, "--plan-out")):
-        if path is not None:
-            check_output(path, overwrite, inputs, what)
-    check_distinct_outputs([(None if to_stdout else output, "the output"), (plan_out, "--plan-out")])
+    check_outputs([(STDIO if to_stdout else output, "output"), (plan_out, "--plan-out")], overwrite, inputs)
     if band is not None:  # before anything is read or written
         from sinkalign.align.aligner import check_band
 

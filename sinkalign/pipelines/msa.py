@@ -20,10 +20,11 @@ from sinkalign.io.writers import check_name
 from sinkalign.pipelines.align import STRONG_DNA
 from sinkalign.pipelines.runner import (
     DEFAULT_CHUNK_SIZE,
+    STDIN_NAME,
+    STDIO,
     ModelSpec,
     align_chunk,
-    check_distinct_outputs,
-    check_output,
+    check_outputs,
     chunks,
     is_stdio,
     load_aligner,
@@ -168,17 +169,9 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
         raise InputError("give either workers (a local cluster) or scheduler (an existing one), not both")
     fastas = list(fasta) if isinstance(fasta, (list, tuple)) else [fasta]
     inputs = [Path(f) for f in fastas if not is_stdio(f)]
-    extras = ((tree, "the tree", "tree file"), (column_scores, "the column scores", "column scores file"),
-              (sequence_scores, "the sequence scores", "sequence scores file"))
-    to_stdout = [what for path, what in ((output, "the alignment"), *((p, w) for p, w, _ in extras))
-                 if (path is None and what == "the alignment") or is_stdio(path)]
-    if len(to_stdout) > 1:
-        raise InputError(f"{' and '.join(to_stdout)} would both go to standard output; give one of them a file")
-    check_distinct_outputs([(output, "the output"), *((p, w) for p, _, w in extras)])
-    for path, what in ((output, "output"), *((p, w) for p, _, w in extras)):
-        if path is not None and not is_stdio(path):
-            check_output(path, overwrite, inputs, what)
-    where = ", ".join(map(str, fastas))
+    check_outputs([(STDIO if output is None else output, "output"), (tree, "--tree"),
+                   (column_scores, "--column-scores"), (sequence_scores, "--sequence-scores")], overwrite, inputs)
+    where = ", ".join(STDIN_NAME if is_stdio(f) else str(f) for f in fastas)
     with stdin_spooled(fastas) as paths:
         records = [r for path in paths for r in _records(path)]
     seen: dict[str, int] = {}

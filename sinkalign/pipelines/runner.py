@@ -20,14 +20,15 @@ from pathlib import Path
 import numpy as np
 
 from sinkalign.errors import InputError, OutputExistsError, SinkalignError, require
-from sinkalign.utils import is_special
+from sinkalign.utils import STDIO, is_special, is_stdio
 
-__all__ = ["DEFAULT_CHUNK_SIZE", "STDIO", "ModelSpec", "align_chunk", "check_output", "chunks", "is_stdio",
-           "load_aligner", "run_cluster", "run_local", "stdin_spooled"]
+__all__ = ["DEFAULT_CHUNK_SIZE", "STDIN_NAME", "STDIO", "ModelSpec", "align_chunk", "check_output", "check_outputs",
+           "chunks", "is_stdio", "load_aligner", "run_cluster", "run_local", "stdin_spooled"]
 
 log = logging.getLogger(__name__)
 
-STDIO = "-"
+#: How messages name standard input read through :func:`stdin_spooled` (as Python and Biopython do).
+STDIN_NAME = "<stdin>"
 #: Pairs per chunk: the unit of work of a cluster task (and of the single-process loop).
 DEFAULT_CHUNK_SIZE = 256
 
@@ -168,10 +169,6 @@ def align_chunk(spec: ModelSpec, chunk: list, batch_size: int, keep_plan: bool) 
 # --------------------------------------------------------------------------------------
 # inputs and outputs
 # --------------------------------------------------------------------------------------
-def is_stdio(path) -> bool:
-    return path is not None and str(path) == STDIO
-
-
 def check_output(path, overwrite: bool, inputs: list[Path], what: str) -> None:
     path = Path(path)
     if path.is_dir():
@@ -197,9 +194,24 @@ def check_distinct_outputs(outputs) -> None:
         seen[key] = what
 
 
+def check_outputs(outputs, overwrite: bool, inputs: list[Path]) -> None:
+    """Check a command's outputs before any work: ``outputs`` are ``(path, what)`` (``None``: not
+    written, ``-``: standard output). At most one goes to standard output, no two name one file
+    (:func:`check_distinct_outputs`), and each file passes :func:`check_output`."""
+    outputs = [(path, what) for path, what in outputs if path is not None]
+    to_stdout = [what for path, what in outputs if is_stdio(path)]
+    if len(to_stdout) > 1:
+        raise InputError(f"{' and '.join(to_stdout)} would both go to standard output; give one of them a file")
+    check_distinct_outputs(outputs)
+    for path, what in outputs:
+        if not is_stdio(path):
+            check_output(path, overwrite, inputs, what)
+
+
 @contextlib.contextmanager
 def stdin_spooled(paths: list):
-    """Replace each ``-`` by one temporary copy of standard input (read once, constant memory)."""
+    """Replace each ``-`` by one temporary copy of standard input (read once, constant memory).
+    A :class:`SinkalignError` raised inside names the copy :data:`STDIN_NAME`, not its path."""
     if not any(is_stdio(p) for p in paths):
         yield [None if p is None else Path(p) for p in paths]
         return
@@ -207,7 +219,18 @@ def stdin_spooled(paths: list):
         spool = Path(tmp) / "stdin"
         with open(spool, "wb") as out:
             shutil.copyfileobj(sys.stdin.buffer, out, 1 << 20)
-        yield [spool if is_stdio(p) else (None if p is None else Path(p)) for p in paths]
+        try:
+            yield [spool if is_stdio(p) else (None if p is None else Path(p)) for p in paths]
+        except SinkalignError as exc:
+            _rename_path(exc, str(spool), STDIN_NAME)
+            raise
+
+
+def _rename_path(exc: BaseException, old: str, new: str) -> None:
+    """Name the file ``old`` as ``new`` in ``exc``'s message (and its ``path``, where it has one)."""
+    exc.args = tuple(a.replace(old, new) if isinstance(a, str) else a for a in exc.args)
+    if getattr(exc, "path", None) == old:
+        exc.path = new
 
 
 # --------------------------------------------------------------------------------------
