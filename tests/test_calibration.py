@@ -619,3 +619,55 @@ def test_shipped_calibration_was_fitted_on_lopsided_pairs_too():
     kept = {(i, j - 4000) for i, j in buried.pairs.tolist()}
     assert len(every) == 146 and kept <= every
     assert len(kept) >= 140, len(kept)
+
+
+def test_calibrate_keep_column_model_refits_only_the_maps(tmp_path):
+    """`--keep-column-model`: the model's own logistic column model is kept to the last digit and
+    only the isotonic maps of its probabilities are refitted (a recalibration on other pairs); the
+    library call it makes is `fit_from_samples(column_model=...)`."""
+    from sinkalign.align.calibration import calibration_samples, fit_from_samples
+    from sinkalign.align.decode import plan_posteriors
+    from sinkalign.align.evaluate import load_reference_set
+    from tests.aligner_fixtures import make_families
+
+    fams = make_families(tmp_path / "fams", n_families=4, n_seqs=4, length=40)
+    first = tmp_path / "first"
+    r = CliRunner().invoke(cli, ["calibrate", "--reference", str(fams[0]), "--reference", str(fams[1]),
+                                 "--match-feature", "columns", "--knots", "6", "-o", str(first)])
+    assert r.exit_code == 0, r.output
+    second = tmp_path / "second"
+    r = CliRunner().invoke(cli, ["calibrate", "--model", str(first), "--reference", str(fams[2]), "--reference",
+                                 str(fams[3]), "--keep-column-model", "--knots", "6", "--min-confidence", "0.3",
+                                 "-o", str(second)])
+    assert r.exit_code == 0, r.output
+    old = json.loads((first / "state.json").read_text())["calibration"]
+    new = json.loads((second / "state.json").read_text())
+    assert new["calibration"]["column_model"] == old["column_model"]
+    assert new["calibration"]["match_x"] != old["match_x"]
+    assert new["calibration"]["min_confidence"] == 0.3
+    assert ("(columns: the column model fitted on 12 pairs of fam0.sto, fam1.sto (split train, <= 1024 residues) "
+            "kept, its maps refitted, columns below 0.3 left unaligned) on 12 pairs of fam2.sto, fam3.sto"
+            in new["provenance"])
+    # the same maps as the isotonic fit of the kept model's probabilities on those pairs
+    raw = Aligner.load(first, calibration=None, strand="plus")
+    pairs = [p for f in fams[2:] for p in load_reference_set(f, split="train")]
+    samples = []
+    for res, p in zip(raw.align_many(((p.query_id, p.query_seq, p.target_id, p.target_seq) for p in pairs),
+                                     keep_plan=True), pairs):
+        samples.append(calibration_samples(res.alignment, p, plan_posteriors(res.plan).match,
+                                           match_feature="columns", query=p.query_seq, target=p.target_seq))
+    cal = fit_from_samples(samples, match_feature="columns", max_knots=6, column_model=old["column_model"])
+    assert cal.match_x == new["calibration"]["match_x"] and cal.match_y == new["calibration"]["match_y"]
+    assert cal.gap_x == new["calibration"]["gap_x"]
+    # a refit without the kept model fits another logistic model on the same pairs
+    assert fit_from_samples(samples, match_feature="columns").column_model["weights"] != old["column_model"]["weights"]
+    with pytest.raises(ValueError, match="column_model goes with match_feature='columns'"):
+        fit_from_samples(samples, match_feature="posterior", column_model=old["column_model"])
+    # a model without a column model has nothing to keep
+    plain = tmp_path / "plain"
+    r = CliRunner().invoke(cli, ["calibrate", "--reference", str(fams[0]), "--knots", "4", "-o", str(plain)])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(cli, ["calibrate", "--model", str(plain), "--reference", str(fams[1]),
+                                 "--keep-column-model", "-o", str(tmp_path / "none")])
+    assert r.exit_code != 0 and "--keep-column-model" in r.output and "no column model to keep" in r.output
+    assert not (tmp_path / "none").exists()

@@ -497,27 +497,34 @@ def fit_calibration(alignments: Iterable[Alignment], references: Iterable, *, ma
 
 def fit_from_samples(samples, *, match_feature: str = "local_share", radius: int = 3, fitted_on: str = "",
                      max_knots: int = 16, kind: str = "protein", min_confidence: float = 0.0,
-                     l2: float = 1e-3, symmetric: bool = False) -> Calibration:
+                     l2: float = 1e-3, symmetric: bool = False, column_model: dict | None = None) -> Calibration:
     """A :class:`Calibration` from :func:`calibration_samples` tuples (one per alignment).
     For ``columns`` the logistic column model is fitted first (:func:`fit_logistic`, ``l2``)
     and the match knots then map its probabilities; ``symmetric`` (for a symmetric aligner,
     ``AlignerConfig.symmetric``) fits and reads it on the mean of the two gap features, so
     that a column's confidence is the same whichever sequence is the query. The column model
     keeps the range of each feature over the fitted rows (``"low"``, ``"high"``), which
-    :func:`logistic` clips to."""
+    :func:`logistic` clips to. ``column_model`` (``columns`` only): keep this fitted column
+    model (an earlier calibration's) and fit only the two isotonic maps: a recalibration of
+    its probabilities on other pairs (``symmetric`` and ``l2`` are then the kept model's)."""
     samples = list(samples)
     if not samples:
         raise ValueError("fit_calibration needs at least one alignment")
     mx, my, gx, gy = (np.concatenate([s[k] for s in samples]) for k in range(4))
     if mx.shape[0] == 0 or gx.size == 0:
         raise ValueError(f"need aligned columns and unaligned residues to fit, got {mx.shape[0]} and {gx.size}")
-    column_model = None
-    if match_feature == "columns":
+    if column_model is not None:
+        if match_feature != "columns":
+            raise ValueError("a column_model goes with match_feature='columns', and only with it")
+        _check_column_model(column_model)
+        column_model = dict(column_model)  # kept as it is; the caller's dict is not shared
+    elif match_feature == "columns":
         fitted = _symmetric_gaps(mx) if symmetric else np.asarray(mx, dtype=np.float64)
         column_model = fit_logistic(fitted, my, l2=l2)
         if symmetric:
             column_model["symmetric"] = True
         column_model["low"], column_model["high"] = fitted.min(0).tolist(), fitted.max(0).tolist()
+    if column_model is not None:
         mx = logistic(column_model, mx)
     match_x, match_y = isotonic_knots(mx, my, max_knots=max_knots)
     gap_x, gap_y = isotonic_knots(gx, gy, max_knots=max_knots)

@@ -102,12 +102,17 @@ def evaluate(references, model, split, min_tm, max_pairs, methods, backend, json
 @click.option("--flank-max-length", type=click.IntRange(min=2), default=2048, show_default=True,
               help="Longest sequence of a --flank copy (a pair is cut first to fit its ratio).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the --flank copies.")
+@click.option("--keep-column-model", is_flag=True,
+              help="Keep the model's own column model (its calibration's logistic model over column features) and "
+                   "refit only the isotonic maps of its probabilities: a recalibration on other pairs, e.g. held-out "
+                   "ones (BENCHMARKS.md, 'pairwise confidences refitted on held-out pairs'). Implies --match-feature "
+                   "columns.")
 @click.option("-o", "--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Model directory to write: the model with the fitted calibration. It must be new or empty "
                    "(a directory holding other files is refused).")
 @click.option("--overwrite", is_flag=True, help="Replace the model already in --out (only a model directory).")
 def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, match_feature, min_confidence,
-              flank, flank_ratio, flank_max_length, seed, out, overwrite):
+              flank, flank_ratio, flank_max_length, seed, keep_column_model, out, overwrite):
     """Fit calibrated confidences (isotonic) for a model's posteriors and write the calibrated model.
 
     The calibration goes with the model: `sinkalign align` reports calibrated column
@@ -134,6 +139,14 @@ def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, ma
                       f"residues, seed {seed})")
         pairs = pairs + extra
     source = resolve_model(model) if model else default_model_path()
+    kept = None
+    if keep_column_model:
+        own = Aligner.load(source).calibration
+        if own is None or own.column_model is None:
+            raise InputError(f"--keep-column-model: {source} has no column model to keep (its calibration is "
+                             f"{'missing' if own is None else repr(own.match_feature)}); fit one with "
+                             "--match-feature columns")
+        kept, kept_from, match_feature = own.column_model, own.fitted_on, "columns"
     aligner = Aligner.load(source, calibration=None, strand="plus")  # the raw posteriors are what is fitted
     samples, raw = [], []
     kind = aligner.config.alphabet  # "protein" or "dna" (AlignerConfig checks it)
@@ -144,10 +157,12 @@ def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, ma
                                            target=p.target_seq, kind=kind))
         raw.append(r.alignment.match_posterior)
     cal = fit_from_samples(samples, max_knots=knots, match_feature=match_feature, kind=kind,
-                           min_confidence=min_confidence, fitted_on=fitted_on, symmetric=aligner.config.symmetric)
+                           min_confidence=min_confidence, fitted_on=fitted_on, symmetric=aligner.config.symmetric,
+                           column_model=kept)
     earlier = aligner.provenance.split(" Calibrated confidences fitted with")[0]  # a calibration replaces the last
     threshold = f", columns below {min_confidence} left unaligned" if min_confidence else ""
-    provenance = (earlier + f" Calibrated confidences fitted with `sinkalign calibrate` ({match_feature}{threshold}) "
+    what = match_feature if kept is None else f"columns: the column model fitted on {kept_from} kept, its maps refitted"
+    provenance = (earlier + f" Calibrated confidences fitted with `sinkalign calibrate` ({what}{threshold}) "
                   f"on {cal.fitted_on}.").strip()
     export_model(out, aligner.params, aligner.config, provenance=provenance,
                  calibration=cal.to_dict(), overwrite=overwrite)
