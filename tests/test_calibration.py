@@ -195,7 +195,7 @@ def test_shipped_models_report_calibrated_confidences():
     assert raw.mean_posterior < 0.05
     assert cal.mean_posterior > 0.9 and cal.expected_accuracy > 0.9
     learned = Aligner.load()
-    assert learned.calibration.match_feature == "columns" and learned.min_confidence == 0.4
+    assert learned.calibration.match_feature == "columns" and learned.min_confidence == 0.35
     out = learned.align(seq, seq).alignment
     assert len(out.pairs) == len(seq) and out.mean_posterior > 0.9
 
@@ -515,11 +515,11 @@ def test_the_learned_model_keeps_the_right_columns_of_a_lopsided_pair():
     rng = np.random.default_rng(0)
     flank = "".join(rng.choice(list("ACDEFGHIKLMNPQRSTVWY"), 2000))
     aligner = Aligner.load("learned", strand="plus")
-    assert aligner.min_confidence == 0.4
+    assert aligner.min_confidence == 0.35
     query = hba[60:100]
     plain = aligner.align(query, hbb).alignment
     flanked = aligner.align(query, flank[:1000] + hbb + flank[1000:]).alignment
-    assert len(plain.pairs) == 40 and plain.match_posterior.min() > 0.4
+    assert len(plain.pairs) == 40 and plain.match_posterior.min() > 0.35
     shifted = {(i, j - 1000) for i, j in flanked.pairs.tolist()}
     assert shifted <= {tuple(p) for p in plain.pairs.tolist()}
     assert len(shifted) >= 38, len(shifted)
@@ -601,7 +601,11 @@ def test_shipped_calibration_was_fitted_on_lopsided_pairs_too():
     against beta globin inside 8,000 random residues (about 55:1) keeps 144 of the 146 columns it
     aligns without the flanks, solved in the box around its Smith-Waterman hit as the aligner
     does by default since session 17 (129 solved whole on the session-16 corridor; 118 with the
-    calibration fitted on pairs as they are)."""
+    calibration fitted on pairs as they are). Past the end of beta globin the path runs on into
+    the flank for myoglobin's C-terminal tail; the session-21 calibration (fitted on validation
+    pairs, threshold 0.35) keeps the first three of those columns (confidences 0.35-0.44; the
+    session-15 one, threshold 0.4, gave them 0.25-0.35 and kept none): they are the only wrong
+    ones, and stay below 0.45 (BENCHMARKS.md, 'The pairwise confidences refitted on held-out pairs')."""
     from Bio import SeqIO
 
     import sinkalign
@@ -617,8 +621,12 @@ def test_shipped_calibration_was_fitted_on_lopsided_pairs_too():
     every = {tuple(p) for p in Aligner.load("learned", min_confidence=0.0).align(myg, hbb).alignment.pairs.tolist()}
     buried = aligner.align(myg, flank[:4000] + hbb + flank[4000:]).alignment
     kept = {(i, j - 4000) for i, j in buried.pairs.tolist()}
-    assert len(every) == 146 and kept <= every
-    assert len(kept) >= 140, len(kept)
+    confidence = {(i, j - 4000): c for (i, j), c in zip(buried.pairs.tolist(), buried.match_posterior.tolist())}
+    assert len(every) == 146
+    assert len(kept & every) >= 140, len(kept & every)
+    wrong = kept - every
+    assert all(j >= len(hbb) for _, j in wrong) and len(wrong) <= 3, sorted(wrong)
+    assert all(confidence[p] < 0.45 for p in wrong)
 
 
 def test_calibrate_keep_column_model_refits_only_the_maps(tmp_path):

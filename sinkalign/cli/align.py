@@ -107,7 +107,7 @@ class _Band(click.ParamType):
                    "values near 0.5 and above leave most pairs nearly unaligned.")
 @click.option("--min-confidence", type=FiniteFloatRange(min=0, max=1, max_open=True),
               help="Leave unaligned the columns whose calibrated confidence is below this (default: the model's "
-                   "own threshold, 0.4 for the shipped protein model; 0 keeps every MEA column). Higher: fewer, "
+                   "own threshold, 0.35 for the shipped protein model; 0 keeps every MEA column). Higher: fewer, "
                    "surer columns (precision up, recall down).")
 @click.option("--max-evalue", type=click.FloatRange(min=0),
               help="Write only the pairs whose E-value is at most this (e.g. 1e-3 in an all-vs-all run: the "
