@@ -214,6 +214,18 @@ def test_pair_list_errors_name_the_line(files, monkeypatch):
     with pytest.raises(FormatError, match=rf"{files / 'dup.fa'}: line 5: duplicate record id 'q1'"):
         align_fasta(files / "dup.fa", pairs=pairs, output=files / "x.tsv")
     assert not (files / "dup.fa.fai").exists()
+    # an index built before (samtools faidx keeps the first of the two records) hides nothing either,
+    # and is the user's: it stays
+    verbosity = pysam.set_verbosity(0)
+    try:
+        pysam.faidx(str(files / "dup.fa"))
+    finally:
+        pysam.set_verbosity(verbosity)
+    index = (files / "dup.fa.fai").read_text()
+    assert index.count("q1\t") == 1
+    with pytest.raises(FormatError, match=rf"{files / 'dup.fa'}: line 5: duplicate record id 'q1'"):
+        align_fasta(files / "dup.fa", pairs=pairs, output=files / "x.tsv")
+    assert (files / "dup.fa.fai").read_text() == index
     import gzip
 
     (files / "z.fa.gz").write_bytes(gzip.compress(fasta(["q1", "t1"]).encode()))

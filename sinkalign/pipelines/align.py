@@ -353,11 +353,12 @@ class _IndexedFasta:
         finally:
             pysam.set_verbosity(old)
         self.ids = frozenset(self._fa.references)
-        if built:
-            self._check_unique()
+        self._check_unique(remove_index=built)
 
-    def _check_unique(self) -> None:
-        """htslib keeps the first of two records with the same id; that is an error here."""
+    def _check_unique(self, *, remove_index: bool) -> None:
+        """htslib keeps the first of two records with the same id (and so does an index that
+        samtools faidx built beside the file); that is an error here. An index built by this
+        run is removed with it, one that was there before is left alone."""
         seen: set[str] = set()
         with open_text(self.path) as fh:
             for n, line in enumerate(fh, 1):
@@ -365,7 +366,8 @@ class _IndexedFasta:
                     rid = line[1:].split(maxsplit=1)[0] if line[1:].strip() else ""
                     if rid in seen:
                         self._fa.close()
-                        Path(f"{self.path}.fai").unlink(missing_ok=True)
+                        if remove_index:
+                            Path(f"{self.path}.fai").unlink(missing_ok=True)
                         raise FormatError(f"{self.path}: line {n}: duplicate record id {rid!r}")
                     seen.add(rid)
 
