@@ -26,6 +26,7 @@ from sinkalign.align.calibration import column_features, local_share
 from sinkalign.align.decode import Posteriors, mea_batch
 from sinkalign.align.engine import NumpyEngine
 from sinkalign.errors import InputError
+from tests.band_reference import band_mea_rows
 from tests.test_aligner_engine import LEARNED, _learned_params, _mutate, _random_seq, _separable_params
 
 AA = "ACDEFGHIKLMNPQRSTVWY"
@@ -198,6 +199,82 @@ def test_band_mea_handles_empty_rows_and_ties():
     assert band_mea(BandPosteriors(B.with_data(np.zeros(4)), qg, tg)).pairs.shape == (0, 2)
     with pytest.raises(ValueError, match="gap_weight"):
         band_mea(BandPosteriors(B, qg, tg), gap_weight=-1)
+
+
+def _awkward_strip(rng, m, n):
+    """``(lo, hi)`` of one of several kinds of strip: a corridor of up to three guides (a local
+    one too), any monotone strip (empty rows, rows that skip past the row above's band), a
+    hit box (empty rows above and below), every cell, or radius 0 around one path."""
+    kind = rng.integers(5)
+    if kind == 0:
+        paths = [np.stack([np.sort(rng.choice(m, k, replace=False)), np.sort(rng.choice(n, k, replace=False))], 1)
+                 for k in rng.integers(0, min(m, n) + 1, int(rng.integers(1, 4)))]
+        return corridor(paths[:1], m, n, int(rng.integers(0, 4)), local=paths[1:])
+    if kind == 1:
+        lo, hi = np.sort(rng.integers(0, n + 1, m)), np.sort(rng.integers(0, n + 1, m))
+        return lo, np.maximum(lo, hi)
+    if kind == 2:
+        i0, j0 = int(rng.integers(m)), int(rng.integers(n))
+        span = np.array([[i0, j0], [int(rng.integers(i0, m)), int(rng.integers(j0, n))]])
+        return hit_box(span, m, n, int(rng.integers(0, 3)))
+    if kind == 3:
+        return np.zeros(m, np.int64), np.full(m, n, np.int64)
+    k = min(m, n)
+    return corridor([np.stack([np.sort(rng.choice(m, k, replace=False)), np.sort(rng.choice(n, k, replace=False))], 1)],
+                    m, n, 0)
+
+
+def _posterior_values(rng, size, kind):
+    if kind == "random":
+        return rng.random(size)
+    if kind == "sparse":
+        return rng.random(size) * (rng.random(size) < 0.3)
+    if kind == "equal":  # every path of a length ties
+        return np.full(size, 0.25)
+    return rng.integers(0, 4, size) / 8.0  # "levels": a few values, many ties, zeros among them
+
+
+@pytest.mark.parametrize("gap_weight", [0.0, 0.4])
+@pytest.mark.parametrize("values", ["random", "sparse", "equal", "levels"])
+def test_band_mea_is_its_row_by_row_reference_bit_for_bit_on_awkward_strips(values, gap_weight):
+    rng = np.random.default_rng([7, ["random", "sparse", "equal", "levels"].index(values), int(10 * gap_weight)])
+    seen = {"m = 1": 0, "n = 1": 0, "empty row": 0, "row past the band above": 0, "every cell": 0,
+            "both edges": 0, "aligned": 0}
+    for trial in range(160):
+        m, n = (int(rng.choice([1, 2, 3, int(rng.integers(4, 30))])) for _ in range(2))
+        lo, hi = _awkward_strip(rng, m, n)
+        B = BandMatrix(lo, hi, _posterior_values(rng, int((hi - lo).sum()), values), n)
+        post = BandPosteriors(B, _posterior_values(rng, m, values), _posterior_values(rng, n, values))
+        got = band_mea(post, gap_weight=gap_weight)
+        want = band_mea_rows(post, gap_weight=gap_weight)
+        np.testing.assert_array_equal(got.pairs, want.pairs, err_msg=f"{trial=}")
+        np.testing.assert_array_equal(got.match_posterior, want.match_posterior)
+        assert got.score == want.score and got.expected_accuracy == want.expected_accuracy, trial
+        # and the dense decoder with the cells outside at zero (never better than a gap there)
+        dense = mea_batch([Posteriors(B.to_dense(), post.query_gap, post.target_gap)], gap_weight=gap_weight)[0]
+        np.testing.assert_array_equal(got.pairs, dense.pairs, err_msg=f"{trial=}")
+        seen["m = 1"] += m == 1
+        seen["n = 1"] += n == 1
+        seen["empty row"] += bool((lo == hi).any())
+        seen["row past the band above"] += bool((lo[1:] > hi[:-1]).any())
+        seen["every cell"] += B.nnz == m * n
+        seen["both edges"] += lo[0] == 0 and hi[-1] == n and B.nnz < m * n
+        seen["aligned"] += len(got.pairs) > 0
+    assert min(seen.values()) >= 5, seen  # the awkward cases were all there
+
+
+def test_band_mea_keeps_the_ties_to_gaps_on_a_long_banded_pair():
+    # a long strip of equal posteriors (every path of a length ties) and one quantised to 3 levels
+    rng = np.random.default_rng(11)
+    m, n = 400, 430
+    path = np.stack([np.sort(rng.choice(m, 300, replace=False)), np.sort(rng.choice(n, 300, replace=False))], 1)
+    lo, hi = corridor([path], m, n, 6)
+    for data in (np.full(int((hi - lo).sum()), 0.5), rng.integers(0, 3, int((hi - lo).sum())) / 2.0):
+        for gap_weight in (0.0, 1.0):
+            post = BandPosteriors(BandMatrix(lo, hi, data, n), rng.integers(0, 3, m) / 4.0, rng.integers(0, 3, n) / 4.0)
+            got, want = band_mea(post, gap_weight=gap_weight), band_mea_rows(post, gap_weight=gap_weight)
+            np.testing.assert_array_equal(got.pairs, want.pairs)
+            assert got.score == want.score and len(got.pairs) > 50
 
 
 def test_column_features_read_a_band_as_its_dense_matrix():

@@ -199,8 +199,8 @@ def band_mea(post: BandPosteriors, *, gap_weight: float = 0.0) -> Alignment:
     it and its maximum (to the left of the band a row equals the row above, to its right the
     maximum of everything above): each kept entry is the dense programme's, bit for bit, and
     the traceback makes the same moves (ties to gaps), so a band covering every cell gives
-    exactly :func:`~sinkalign.align.decode.mea_batch`'s alignment. ``O(nnz)`` time, ``nnz``
-    bytes of moves.
+    exactly :func:`~sinkalign.align.decode.mea_batch`'s alignment. ``O(nnz)`` time, one float
+    of ``S`` per cell.
     """
     from sinkalign.align.decode import alignment_of_pairs
 
@@ -208,42 +208,73 @@ def band_mea(post: BandPosteriors, *, gap_weight: float = 0.0) -> Alignment:
         raise ValueError(f"{gap_weight=} must be finite and >= 0")
     M, qg, tg = post.match, np.asarray(post.query_gap, np.float64), np.asarray(post.target_gap, np.float64)
     m, n = M.shape
-    lo, hi, ptr = M.lo, M.hi, M.indptr
-    moves = np.zeros(M.nnz, np.uint8)  # 0 diagonal, 1 up, 2 left (as decode._DIAG, _UP, _LEFT)
-    left_vals = np.zeros(m)  # S[i, lo_i - 1]
-    row_max = np.zeros(m)  # S[i, j] for j >= hi_i
-    prev_lo = prev_hi = 0
-    prev_vals = np.zeros(0)
-    prev_left = prev_max = 0.0
+    w = np.asarray(M.data, np.float64)
+    if gap_weight:  # the same operations, cell by cell, as row by row
+        widths = M.hi - M.lo
+        cols = np.arange(M.nnz) - np.repeat(M.indptr[:-1] - M.lo, widths)  # M.cols, not kept on M
+        w = w - gap_weight * (np.repeat(qg, widths) + tg[cols])
+    lo, hi, ptr = M.lo.tolist(), M.hi.tolist(), M.indptr.tolist()
+    S, row_max = _band_table(w, lo, hi, ptr, n)
+    at = (M.indptr[:-1] + np.arange(1, m + 1) - M.lo).tolist()  # cell (i, j) is S[at[i] + j]
+    best = row_max[m - 1] if m else 0.0
+    pairs = _band_traceback(S, row_max, lo, hi, at, n)
+    mp = M.at(pairs[:, 0], pairs[:, 1]) if len(pairs) else np.zeros(0)
+    aln = alignment_of_pairs(pairs, mp, qg, tg, gap_weight=gap_weight)
+    # the objective as the programme found it (the same number alignment_of_pairs sums, up to rounding)
+    return Alignment(aln.pairs, aln.match_posterior, qg, tg, aln.expected_accuracy,
+                     best + gap_weight * (qg.sum() + tg.sum()))
+
+
+def _band_table(w: np.ndarray, lo: list, hi: list, ptr: list, n: int) -> tuple[np.ndarray, list]:
+    """The programme of :func:`band_mea` on the gains ``w [nnz]`` of a band's cells (row
+    ``i`` at ``ptr[i]:ptr[i + 1]``): ``(S, row_max)``. ``S [nnz + m]`` holds at ``ptr[i] + i``,
+    for each row ``i`` that has cells, the value left of its band, ``S[i, lo_i - 1]``, then
+    its band, ``S[i, lo_i .. hi_i - 1]`` (an empty row's one entry is left unset, never read);
+    ``row_max[i]`` is ``S[i, j]`` for ``j >= hi_i``.
+
+    One row of the table is kept whole, ``row[j + 1] = S[i, j]`` (``row[0]``: the zero
+    column): left of a band it holds the row above already (a row equals it there), and right
+    of it the maximum of the rows above, written as the next bands reach those columns (``hi``
+    is non-decreasing: ``n`` entries written in all). So a row is a few array operations on
+    slices of it, each entry the same addition and maxima (exact in any order) as densely.
+    """
+    m = len(lo)
+    S = np.empty(len(w) + m)
+    row = np.zeros(n + 1)
+    read = memoryview(row)  # its entries as Python floats
+    add, maximum, running_max = np.add, np.maximum, np.maximum.accumulate
+    row_max = [0.0] * m
+    filled, best = 0, 0.0  # row[1 : filled + 1] is S[i - 1, :filled]; right of it, S[i - 1, j] = best
     for i in range(m):
-        a, b = int(lo[i]), int(hi[i])
-        w = M.data[ptr[i] : ptr[i + 1]]
-        if gap_weight:
-            w = w - gap_weight * (qg[i] + tg[a:b])
-        # S[i - 1, j] for j = a - 1 .. b - 1 (a - 1 >= prev_lo - 1: the strip is monotone)
-        above = np.empty(b - a + 1)
-        j = np.arange(a - 1, b)
-        inside = (j >= prev_lo) & (j < prev_hi)
-        above[inside] = prev_vals[j[inside] - prev_lo]
-        above[j < prev_lo] = prev_left  # only j = prev_lo - 1 (or -1: the table's zero column)
-        above[j >= prev_hi] = prev_max
-        if a == 0:
-            above[0] = 0.0
-        row = np.maximum(above[1:], above[:-1] + w)
-        left = above[0]  # S[i, a - 1] = S[i - 1, a - 1] (left of the band a row is the row above)
-        row = np.maximum.accumulate(np.concatenate([[left], row]))
-        up = row[1:] == above[1:]
-        horizontal = row[1:] == row[:-1]
-        moves[ptr[i] : ptr[i + 1]] = np.where(up, 1, np.where(horizontal, 2, 0))
-        vals = row[1:]
-        left_vals[i] = left
-        row_max[i] = max(prev_max, vals[-1]) if b > a else prev_max
-        prev_lo, prev_hi, prev_vals, prev_left, prev_max = a, b, vals, left, row_max[i]
-    best = float(row_max[m - 1]) if m else 0.0
-    # traceback from (m - 1, n - 1): out of the band a cell left of it moves up; right of it, up
-    # when the row's maximum equals the row above's, else left (as the dense table's ties)
+        a, b = lo[i], hi[i]
+        if b > filled:
+            if b == filled + 1:
+                read[b] = best
+            else:
+                row[filled + 1 : b + 1] = best
+            filled = b
+        if b > a:
+            p, q = ptr[i], ptr[i + 1]
+            band = row[a : b + 1]  # [b - a + 1]: S[i - 1, a - 1 .. b - 1], S[i, a - 1] the same
+            up = band[1:]
+            maximum(add(band[:-1], w[p:q]), up, out=up)  # the diagonal or up
+            out = S[p + i : q + i + 1]
+            running_max(band, out=out)  # or left, from S[i, a - 1] on
+            band[:] = out
+            best = max(best, read[b])
+        row_max[i] = best
+    return S, row_max
+
+
+def _band_traceback(S: np.ndarray, row_max: list, lo: list, hi: list, at: list, n: int) -> np.ndarray:
+    """The aligned pairs ``int64 [k, 2]`` of :func:`_band_table`'s table, traced from ``(m - 1,
+    n - 1)``: out of a band cell up where ``S[i, j] == S[i - 1, j]``, else left where ``S[i, j] ==
+    S[i, j - 1]``, else diagonally (ties to gaps, as the dense traceback); out of the band a cell
+    left of it moves up, right of it up when the row's maximum equals the row above's, else left
+    (as the dense table's ties). A move is decided when the path reaches its cell."""
+    read = memoryview(S)  # its entries as Python floats
     pairs = []
-    i, j = m - 1, n - 1
+    i, j = len(lo) - 1, n - 1
     while i >= 0 and j >= 0:
         if j < lo[i]:
             i -= 1
@@ -251,23 +282,25 @@ def band_mea(post: BandPosteriors, *, gap_weight: float = 0.0) -> Alignment:
             if row_max[i] == (row_max[i - 1] if i else 0.0):
                 i -= 1
             else:
-                j = int(hi[i]) - 1
+                j = hi[i] - 1
         else:
-            move = moves[ptr[i] + j - lo[i]]
-            if move == 1:
+            k = at[i] + j
+            s = read[k]
+            if i == 0:
+                above = 0.0
+            elif j < hi[i - 1]:  # and j >= lo[i] >= lo[i - 1]: in the band of the row above
+                above = read[at[i - 1] + j]
+            else:
+                above = row_max[i - 1]
+            if s == above:
                 i -= 1
-            elif move == 2:
+            elif s == read[k - 1]:  # S[i, lo_i - 1] when j = lo_i
                 j -= 1
             else:
                 pairs.append((i, j))
                 i -= 1
                 j -= 1
-    pairs = np.asarray(pairs[::-1], np.int64).reshape(-1, 2)
-    mp = M.at(pairs[:, 0], pairs[:, 1]) if len(pairs) else np.zeros(0)
-    aln = alignment_of_pairs(pairs, mp, qg, tg, gap_weight=gap_weight)
-    # the objective as the programme found it (the same number alignment_of_pairs sums, up to rounding)
-    return Alignment(aln.pairs, aln.match_posterior, qg, tg, aln.expected_accuracy,
-                     best + gap_weight * (qg.sum() + tg.sum()))
+    return np.asarray(pairs[::-1], np.int64).reshape(-1, 2)
 
 
 def classical_guides(query: str, target: str, *, kind: str = "protein") -> dict[str, np.ndarray]:
