@@ -43,9 +43,11 @@ _EXPORTS: dict[str, str] = {
     "align_fasta": "sinkalign.pipelines.align",
     "MultipleAlignment": "sinkalign.align.msa",
     "align_multiple": "sinkalign.align.msa",
+    "add_to_alignment": "sinkalign.align.msa",
     "msa_fasta": "sinkalign.pipelines.msa",
     # sequences and alignments on disk
     "read_fasta": "sinkalign.io.fasta",
+    "read_alignment": "sinkalign.io.alignments",
     "write_alignments": "sinkalign.io.writers",
     # errors
     "SinkalignError": "sinkalign.errors",

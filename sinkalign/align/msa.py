@@ -52,6 +52,7 @@ __all__ = [
     "SIZE_CLASSES",
     "MsaCalibration",
     "MultipleAlignment",
+    "add_to_alignment",
     "align_multiple",
     "aligner_posteriors",
     "calibration_samples",
@@ -171,13 +172,20 @@ class MultipleAlignment:
             raise ValueError("this alignment has no confidences to trim by")
         conf = self.column_confidence
         keep = np.flatnonzero(conf >= min_confidence) if min_confidence > 0 else np.arange(self.n_columns)
+        return self.columns(keep), keep
+
+    def columns(self, keep: np.ndarray) -> MultipleAlignment:
+        """The alignment of the columns ``keep`` (0-based, increasing) alone: the residues of
+        the others are gone from the rows, with their confidences; ``score`` and ``tree`` are
+        this alignment's."""
+        keep = np.asarray(keep, np.int64)
         rows = tuple("".join(row[c] for c in keep) for row in self.rows)
         confidence = []
         for row, values in zip(self.rows, self.confidence):
             residue = np.cumsum([c != "-" for c in row]) - 1  # each column's residue index in this row
             confidence.append(np.asarray([values[residue[c]] for c in keep if row[c] != "-"], np.float64))
-        return (MultipleAlignment(self.ids, rows, self.tree, self.score, tuple(confidence), conf[keep],
-                                  self.calibrated), keep)
+        column = self.column_confidence[keep] if len(self.column_confidence) else self.column_confidence
+        return MultipleAlignment(self.ids, rows, self.tree, self.score, tuple(confidence), column, self.calibrated)
 
     def pp_lines(self) -> tuple[tuple[str, ...], str]:
         """The confidences as Stockholm ``PP`` strings (:func:`pp_code`): one per row, ``.`` at
@@ -272,20 +280,22 @@ def aligner_posteriors(aligner, seqs: Sequence[str], *, pairs: Iterable[tuple[in
 
 
 def function_posteriors(fn: Callable[[str, str], Any], seqs: Sequence[str], *,
+                        pairs: Iterable[tuple[int, int]] | None = None,
                         progress: Callable[[int], Any] | None = None) -> Posts:
     """``fn(seqs[x], seqs[y])`` (a ``[L_x, L_y]`` match posterior matrix) for every pair
-    ``x < y``, entries below :data:`MIN_POSTERIOR` dropped; ``progress`` as in :func:`aligner_posteriors`."""
+    ``x < y`` (or the ``pairs`` given), entries below :data:`MIN_POSTERIOR` dropped;
+    ``progress`` as in :func:`aligner_posteriors`."""
     out = {}
-    for x in range(len(seqs)):
-        for y in range(x + 1, len(seqs)):
-            M = np.asarray(fn(seqs[x], seqs[y]), np.float64)
-            if M.shape != (len(seqs[x]), len(seqs[y])):
-                raise ValueError(f"posteriors of sequences {x} and {y} have shape {M.shape}, expected "
-                                 f"({len(seqs[x])}, {len(seqs[y])})")
-            _check_values(x, y, M)
-            out[(x, y)] = _sparse(M)
-            if progress is not None:
-                progress(1)
+    todo = list(pairs) if pairs is not None else [(x, y) for x in range(len(seqs)) for y in range(x + 1, len(seqs))]
+    for x, y in todo:
+        M = np.asarray(fn(seqs[x], seqs[y]), np.float64)
+        if M.shape != (len(seqs[x]), len(seqs[y])):
+            raise ValueError(f"posteriors of sequences {x} and {y} have shape {M.shape}, expected "
+                             f"({len(seqs[x])}, {len(seqs[y])})")
+        _check_values(x, y, M)
+        out[(x, y)] = _sparse(M)
+        if progress is not None:
+            progress(1)
     return out
 
 
@@ -719,8 +729,9 @@ def refine(cols: dict[int, np.ndarray], posts: Posts, rounds: int, *, seed: int 
 
 # ----------------------------------------------------------------------------- the recipe
 
-def _rows(seqs: Sequence[str], cols: dict[int, np.ndarray]) -> tuple[str, ...]:
-    width = 1 + max((int(c.max()) for c in cols.values() if c.size), default=-1)
+def _rows(seqs: Sequence[str], cols: dict[int, np.ndarray], width: int | None = None) -> tuple[str, ...]:
+    if width is None:
+        width = 1 + max((int(c.max()) for c in cols.values() if c.size), default=-1)
     rows = []
     for x, seq in enumerate(seqs):
         row = np.full(width, ord("-"), np.uint8)
@@ -781,3 +792,114 @@ def align_multiple(ids: Sequence[str], seqs: Sequence[str], posteriors: Any, *, 
     residue, column = confidences(cols, posts, lengths, mapper)
     return MultipleAlignment(tuple(ids), _rows(seqs, cols), _newick(Z, ids), sum_of_pairs(cols, posts),
                              tuple(residue), column, calibrated)
+
+
+# ----------------------------------------------------------------------------- adding to an alignment
+
+def _letter_columns(row: str) -> np.ndarray:
+    """The column of each letter of a gapped row (any other character is a gap), either case."""
+    g = np.frombuffer(row.encode("ascii"), np.uint8) | 0x20  # lower-cased
+    return np.flatnonzero((g >= ord("a")) & (g <= ord("z")))
+
+
+def _pair_source(posteriors: Any, seqs: list[str], names: list[str], pairs: list[tuple[int, int]],
+                 progress: Callable[[int], Any] | None) -> Posts:
+    """The posteriors of ``pairs`` from an aligner (:func:`aligner_posteriors`) or a function of
+    two sequences (:func:`function_posteriors`)."""
+    if hasattr(posteriors, "align_many"):
+        return aligner_posteriors(posteriors, seqs, pairs=pairs, ids=names, progress=progress)
+    if callable(posteriors):
+        return function_posteriors(posteriors, seqs, pairs=pairs, progress=progress)
+    raise TypeError(f"posteriors must be an Aligner or a function of two sequences, got {type(posteriors).__name__}")
+
+
+def add_to_alignment(ref_ids: Sequence[str], ref_rows: Sequence[str], ids: Sequence[str], seqs: Sequence[str],
+                     posteriors: Any, *, consistency: int = 2, keep_length: bool = False,
+                     progress: Callable[[int], Any] | None = None) -> MultipleAlignment:
+    """Add ``seqs`` (named ``ids``) to an existing alignment (gapped ``ref_rows`` named
+    ``ref_ids``) without changing it, as MAFFT's ``--add`` and Clustal Omega's profile mode do.
+
+    The existing alignment is taken as right: its rows form a library of their own, each pair's
+    residues in one column at probability 1. Every new sequence is aligned pairwise against
+    every non-empty row and every other new sequence (``posteriors``: an
+    :class:`~sinkalign.align.aligner.Aligner`, its calibrated column confidences as in
+    :func:`align_multiple`, or a function of two sequences giving their match posteriors);
+    ``consistency`` rounds of the consistency transformation run over the whole library (so a
+    new sequence's evidence reaches every row through the others); then each new sequence in
+    turn, in the order given, is aligned to the profile of the alignment so far (the existing
+    rows and the sequences added before it) by the free-gap MEA of the column scores, as in
+    progressive alignment. The existing rows' columns never move apart or together: a new
+    residue matched to no column opens a column of its own, a gap in every other row; with
+    ``keep_length`` such residues are dropped instead (the output has exactly the existing
+    columns; MAFFT's ``--keeplength``).
+
+    Cost: ``N K + N (N - 1) / 2`` pairwise alignments for ``N`` new sequences and ``K`` rows
+    (a fresh multiple alignment of all of them: ``(N + K)(N + K - 1) / 2``), and the
+    consistency rounds' ``O((N + K)^3)`` sparse products (``consistency=0`` for large
+    alignments).
+
+    Returns:
+        A :class:`MultipleAlignment`: the existing rows as given (letter case kept, any gap
+        character written ``-``, new columns as gaps), then the new ones. ``tree`` is empty
+        (there is no guide tree); the confidences are the library's own (``calibrated`` is
+        False: the calibrations were fitted on alignments built from scratch).
+    """
+    ref_ids, ref_rows = list(ref_ids), [str(r) for r in ref_rows]
+    ids, seqs = list(ids), [str(s) for s in seqs]
+    if len(ref_ids) != len(ref_rows) or not ref_rows:
+        raise ValueError(f"the alignment needs rows, one per id: {len(ref_ids)} ids, {len(ref_rows)} rows")
+    if len(ids) != len(seqs):
+        raise ValueError(f"{len(ids)} ids but {len(seqs)} sequences")
+    if not seqs:
+        raise ValueError("no sequences to add")
+    if len(set(ref_ids + ids)) != len(ref_ids) + len(ids):
+        dup = next(i for k, i in enumerate(ref_ids + ids) if i in (ref_ids + ids)[:k])
+        raise ValueError(f"sequence ids must be unique across the alignment and the new sequences: {dup!r} is repeated")
+    width = len(ref_rows[0])
+    for name, row in zip(ref_ids, ref_rows):
+        if len(row) != width:
+            raise ValueError(f"alignment row {name!r} has {len(row)} columns, expected {width}")
+        if not row.isascii():
+            raise ValueError(f"alignment row {name!r} has a character that is not ASCII")
+    for name, seq in zip(ids, seqs):
+        if not seq:
+            raise ValueError(f"sequence {name!r} is empty")
+    if consistency < 0:
+        raise ValueError(f"{consistency=} must be >= 0")
+
+    letters = [_letter_columns(row) for row in ref_rows]
+    active = [r for r in range(len(ref_rows)) if letters[r].size]  # rows with a residue: the library's
+    K = len(active)
+    if not K:
+        raise ValueError("the alignment has no residues to add to")
+    names = [ref_ids[r] for r in active] + ids
+    library = ["".join(ref_rows[r][c] for c in letters[r]).upper() for r in active] + seqs
+    lengths = [len(s) for s in library]
+    todo = [(x, y) for y in range(K, len(library)) for x in range(y)]
+    posts = _pair_source(posteriors, library, names, todo, progress)
+    for x in range(K):
+        for y in range(x + 1, K):
+            i, j = same_column(letters[active[x]], letters[active[y]])
+            posts[(x, y)] = sp.csr_matrix((np.ones(i.size), (i, j)), shape=(lengths[x], lengths[y]))
+    posts = consistency_transform(posts, lengths, consistency)
+
+    # the existing columns, tracked through the merges by a member of no column sums (key -1)
+    profile = _Profile(list(range(K)), {x: letters[active[x]] for x in range(K)} | {-1: np.arange(width)}, width)
+    for y in range(K, len(library)):
+        new = _Profile([y], {y: np.arange(lengths[y])}, lengths[y])
+        profile = _merge(profile, new, _mea(_column_scores(profile, new, posts)))
+    cols, place = profile.cols, profile.cols[-1]
+    rows = []
+    for r, row in enumerate(ref_rows):
+        out = np.full(profile.width, ord("-"), np.uint8)
+        out[place[letters[r]]] = np.frombuffer(row.encode("ascii"), np.uint8)[letters[r]]
+        rows.append(out.tobytes().decode("ascii"))
+    rows.extend(_rows(seqs, {k: cols[K + k] for k in range(len(seqs))}, profile.width))
+    residue, column = confidences({x: cols[x] for x in range(len(library))}, posts, lengths)
+    if column.size < profile.width:  # trailing columns of no residue pair
+        column = np.r_[column, np.full(profile.width - column.size, np.nan)]
+    by_ref = dict(zip(active, residue[:K]))
+    confidence = tuple(by_ref.get(r, np.zeros(0)) for r in range(len(ref_rows))) + tuple(residue[K:])
+    result = MultipleAlignment(tuple(ref_ids + ids), tuple(rows), "",
+                               sum_of_pairs({x: cols[x] for x in range(len(library))}, posts), confidence, column)
+    return result.columns(place) if keep_length else result

@@ -61,11 +61,19 @@ _INPUT = click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path
               "scheduler is at ADDRESS, e.g. tcp://host:8786 (the model path must be readable by every worker).")
 @click.option("--chunk-size", type=click.IntRange(min=1), default=256, show_default=True,
               help="Pairs per chunk: the unit of work sent to a cluster worker.")
+@click.option("--add-to", type=_INPUT, metavar="ALIGNMENT",
+              help="Add the records of FASTA to this existing alignment (aligned FASTA, A2M, Stockholm, Clustal, MSF, "
+                   "PIR or PHYLIP, told by content) without changing it, as MAFFT's --add: its rows come out as they "
+                   "went in, with a new column only where a new record has residues that no existing column takes. "
+                   "Each record is aligned to every row and to the other records; --consistency applies, --refine "
+                   "and --tree do not.")
+@click.option("--keep-length", is_flag=True, help="With --add-to: drop the new records' residues that no existing "
+              "column takes, so that the output has exactly the alignment's columns (MAFFT's --keeplength).")
 @progress_option("pairwise alignments")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output, --tree, --column-scores or "
               "--sequence-scores file (when the run succeeds). Without it an existing file is an error.")
 def msa(fasta, example, output, fmt, tree, column_scores, sequence_scores, trim, model, consistency, refine, seed,
-        engine, threads, workers, scheduler, chunk_size, progress, overwrite):
+        engine, threads, workers, scheduler, chunk_size, add_to, keep_length, progress, overwrite):
     """Align the records of FASTA all together (a multiple alignment).
 
     \b
@@ -75,6 +83,7 @@ def msa(fasta, example, output, fmt, tree, column_scores, sequence_scores, trim,
     sinkalign msa family.fasta --format clustal --tree family.nwk -o family.aln
     sinkalign msa family.fasta --format stockholm --column-scores family.tsv -o family.sto
     sinkalign msa family.fasta --trim 0.5 -o family.trimmed.afa
+    sinkalign msa new.fasta --add-to family.afa -o family_plus_new.afa
 
     Every pair of records is aligned by the OT aligner; the pairs' calibrated column
     confidences are combined as ProbCons combines its posteriors (consistency, a guide tree,
@@ -99,7 +108,7 @@ def msa(fasta, example, output, fmt, tree, column_scores, sequence_scores, trim,
                            refine=refine, seed=seed, threads=threads, engine=engine, workers=workers,
                            scheduler=scheduler, chunk_size=chunk_size, progress=show_progress(progress),
                            overwrite=overwrite, column_scores=column_scores, trim=trim,
-                           sequence_scores=sequence_scores)
+                           sequence_scores=sequence_scores, add_to=add_to, keep_length=keep_length)
     except BrokenPipeError:  # e.g. `sinkalign msa ... | head`: stop quietly, as other filters do
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

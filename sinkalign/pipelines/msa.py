@@ -121,7 +121,7 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
               refine: int = 20, seed: int = 0, threads: int | None = None, engine: str = "auto",
               workers: int | None = None, scheduler: str | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE,
               progress: bool = False, overwrite: bool = False, column_scores=None, trim: float | None = None,
-              sequence_scores=None):
+              sequence_scores=None, add_to=None, keep_length: bool = False):
     """Align the records of ``fasta`` all together and write the alignment.
 
     Args:
@@ -145,6 +145,11 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
             (:meth:`~sinkalign.align.msa.MultipleAlignment.trimmed`).
         sequence_scores: also write each record's confidence (:func:`write_sequence_scores`,
             of the untrimmed alignment) to this file.
+        add_to: an existing alignment (any format ``score-msa`` reads, told by content) to add
+            the records to, its columns kept (:func:`~sinkalign.align.msa.add_to_alignment`;
+            no guide tree, no refinement; one process).
+        keep_length: with ``add_to``, drop the new records' residues that no existing column
+            takes, so that the output has exactly the existing columns.
 
     A Stockholm file carries each residue's confidence (``#=GR id PP``) and each column's
     (``#=GC PP_cons``), a Clustal file the conservation line. The confidences are calibrated
@@ -153,11 +158,9 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
 
     Returns the :class:`~sinkalign.align.msa.MultipleAlignment` (untrimmed: ``.trimmed(trim)`` is what was written).
     """
-    from Bio import AlignIO
     from tqdm import tqdm
 
     from sinkalign.align.msa import align_multiple, library_aligner, library_entry
-    from sinkalign.utils import atomic_write, wants_gzip
 
     if fmt not in MSA_FORMATS:
         raise InputError(f"format {fmt!r} is not one of {sorted(MSA_FORMATS)}")
@@ -167,8 +170,15 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
         raise InputError(f"--consistency ({consistency}) and --refine ({refine}) must be >= 0")
     if workers is not None and scheduler is not None:
         raise InputError("give either workers (a local cluster) or scheduler (an existing one), not both")
+    if keep_length and add_to is None:
+        raise InputError("--keep-length keeps the columns of the alignment given by --add-to; give one")
+    if add_to is not None and tree is not None:
+        raise InputError("--tree: adding to an alignment builds no guide tree")
+    if add_to is not None and (workers is not None or scheduler is not None):
+        raise InputError("--add-to runs in one process (--threads for more cores); --workers and --scheduler are for "
+                         "alignments built from scratch")
     fastas = list(fasta) if isinstance(fasta, (list, tuple)) else [fasta]
-    inputs = [Path(f) for f in fastas if not is_stdio(f)]
+    inputs = [Path(f) for f in fastas if not is_stdio(f)] + ([Path(add_to)] if add_to is not None else [])
     check_outputs([(STDIO if output is None else output, "output"), (tree, "--tree"),
                    (column_scores, "--column-scores"), (sequence_scores, "--sequence-scores")], overwrite, inputs)
     where = ", ".join(STDIN_NAME if is_stdio(f) else str(f) for f in fastas)
@@ -178,7 +188,8 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
     for k, r in enumerate(records):
         if seen.setdefault(r.id, k) != k:
             raise InputError(f"record id {r.id!r} appears twice in {where}; ids must be unique")
-    _check_names(records, fmt, where)
+    existing = _existing_alignment(add_to, seen, where) if add_to is not None else None
+    _check_names(([] if existing is None else [_Named(i) for i in existing.ids]) + records, fmt, where)
     path = None
     if model is not None:
         from sinkalign.align.aligner import resolve_model
@@ -187,11 +198,17 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
     spec = ModelSpec(path, "protein", min_confidence=0.0, engine=engine, threads=threads)
     model_alphabet = load_aligner(spec).config.alphabet if path is not None else None
     alphabet = _alphabet(records, where, model_alphabet)
+    if existing is not None and existing.alphabet != alphabet:
+        raise InputError(f"{add_to}: the alignment is {existing.alphabet}, the records of {where} are {alphabet}")
     spec = ModelSpec(path, alphabet, min_confidence=0.0, engine=engine, threads=threads,
                      strand="plus" if alphabet == "dna" else None)  # the strands as given
     aligner = library_aligner(load_aligner(spec))  # a model without calibration fails here, before any pair
     ids, seqs = [r.id for r in records], [r.seq for r in records]
     n = len(records)
+    if existing is not None:
+        result = _add(existing, ids, seqs, aligner, consistency, keep_length, progress)
+        return _write(result, records, alphabet, fmt, output, tree, column_scores, sequence_scores, trim,
+                      "the calibrations were fitted on alignments built from scratch, not on records added to one")
     log.info("aligning %d records: %d pairs, %d consistency rounds", n, n * (n - 1) // 2, consistency)
     with tqdm(total=n * (n - 1) // 2, disable=not progress, unit="pair", desc="pairwise") as bar:
         if workers is None and scheduler is None:
@@ -207,6 +224,67 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
                 bar.update(len(chunk))
         result = align_multiple(ids, seqs, posteriors, consistency=consistency, refine_rounds=refine, seed=seed,
                                 progress=bar.update)
+    return _write(result, records, alphabet, fmt, output, tree, column_scores, sequence_scores, trim,
+                  f"the model has no multiple-alignment calibration for {consistency} consistency rounds")
+
+
+class _Named:
+    """A name where :func:`_check_names` wants a record (an existing alignment's row)."""
+
+    def __init__(self, name: str) -> None:
+        self.id = name
+
+
+def _existing_alignment(path, new_ids: dict, where: str):
+    """The alignment at ``path`` (any format :func:`~sinkalign.io.alignments.read_alignment`
+    reads), its row ids apart from the new records'."""
+    from sinkalign.io.alignments import read_alignment
+
+    existing = read_alignment(path)
+    for name in existing.ids:
+        if name in new_ids:
+            raise InputError(f"record {name!r} of {where} is already a row of the alignment {path}; ids must be unique")
+    return existing
+
+
+def _add(existing, ids: list, seqs: list, aligner, consistency: int, keep_length: bool, progress: bool):
+    """:func:`~sinkalign.align.msa.add_to_alignment` of the records to ``existing``, with a
+    progress bar of the pairwise alignments and a note of the residues ``keep_length`` dropped."""
+    from tqdm import tqdm
+
+    from sinkalign.align.msa import add_to_alignment
+
+    k = sum(any(c.isalpha() for c in row) for row in existing.rows)
+    n = len(ids)
+    total = n * k + n * (n - 1) // 2
+    log.info("adding %d records to an alignment of %d rows and %d columns: %d pairs, %d consistency rounds", n,
+             len(existing), existing.n_columns, total, consistency)
+    with tqdm(total=total, disable=not progress, unit="pair", desc="pairwise") as bar:
+        try:
+            result = add_to_alignment(existing.ids, existing.rows, ids, seqs, aligner, consistency=consistency,
+                                      keep_length=keep_length, progress=bar.update)
+        except ValueError as err:  # what the readers let through: an alignment of no residues
+            raise InputError(f"{existing.source}: {err}") from err
+    if keep_length:
+        dropped = {i: len(s) - sum(c != "-" for c in row) for i, s, row in zip(ids, seqs, result.rows[len(existing):])}
+        cut = {i: d for i, d in dropped.items() if d}
+        if cut:
+            log.warning("--keep-length dropped %d residues of %d records that no column of %s takes (first: %s, %d)",
+                        sum(cut.values()), len(cut), existing.source, *next(iter(cut.items())))
+    else:
+        log.info("%d columns added to the alignment's %d", result.n_columns - existing.n_columns, existing.n_columns)
+    return result
+
+
+def _write(result, records: list, alphabet: str, fmt: str, output, tree, column_scores, sequence_scores,
+           trim: float | None, uncalibrated: str):
+    """Write ``result`` (a :class:`~sinkalign.align.msa.MultipleAlignment`) and its side
+    outputs as :func:`msa_fasta` says; ``uncalibrated``: why its confidences are not calibrated,
+    for the warning."""
+    from Bio import AlignIO
+
+    from sinkalign.utils import atomic_write, wants_gzip
+
     written = result
     if trim is not None:
         if not result.calibrated:
@@ -239,8 +317,8 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
             with atomic_write(path, gzip=wants_gzip(path)) as handle:
                 write(handle)
     if not result.calibrated and (fmt == "stockholm" or column_scores is not None or sequence_scores is not None):
-        log.warning("the confidences written are the consistency-transformed library's own, not calibrated: the "
-                    "model has no multiple-alignment calibration for %d consistency rounds", consistency)
+        log.warning("the confidences written are the consistency-transformed library's own, not calibrated: %s",
+                    uncalibrated)
     finite = result.column_confidence[np.isfinite(result.column_confidence)]
     if finite.size:
         log.info("mean column confidence %.3f (%s)", finite.mean(), "calibrated" if result.calibrated else

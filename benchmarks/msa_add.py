@@ -1,0 +1,172 @@
+"""Adding a sequence to an existing alignment (``sinkalign msa --add-to``), left out and added back.
+
+For every structure-based family of the chosen side of ``data_manifests/structural_split.json``
+(``../shared/data/structural/{homstrad,sabre,oxbench}``, ``--min-seqs`` to ``--max-seqs``
+sequences), up to ``--rows`` of its rows (drawn with seed 0) are each left out in turn: the
+reference without that row (its columns that become all gaps dropped, as an alignment of the
+others would have none) is the existing alignment, and the row's sequence is added back. The
+result is scored on the reference's trusted (core) residues over the pairs of the added row
+with every other row (the pairs of the pairwise tables, :func:`sinkalign.io.alignments.msa_to_pairs`):
+micro precision / recall (sum-of-pairs) / F1, pooled, per source and per identity bin of the
+reference pair. The other rows' pairs among themselves are the reference's own and not counted.
+
+Methods (``--methods``), each on the same left-out rows in the same run:
+
+* ``add`` / ``add-c0``: :func:`sinkalign.align.msa.add_to_alignment` over the default learned
+  model's calibrated confidences, 2 / 0 consistency rounds (``sinkalign msa --add-to``);
+* ``add-nw``: the same recipe over Needleman-Wunsch's alignments (parasail BLOSUM62 11/1, each
+  aligned pair at 1), 2 rounds;
+* ``famsa-add``: FAMSA's profile-profile alignment of the existing alignment and the sequence
+  (``pyfamsa``'s ``align_profiles``, which keeps each profile's columns; when installed): an
+  outside aligner doing the same job;
+* ``msa``: the whole family aligned from scratch (``sinkalign msa``, its pairs of that row),
+  which knows nothing of the reference: what a user without ``--add-to`` would do;
+* ``pair``, ``nw``: the row aligned to each other row alone (the learned aligner at its
+  threshold; parasail Needleman-Wunsch).
+
+    python benchmarks/msa_add.py --split valid
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import time
+from pathlib import Path
+
+import numpy as np
+from _common import machine, write_json
+from msa_families import families, induced_pairs, nw_matrix
+
+from sinkalign.align.aligner import Aligner
+from sinkalign.align.baselines import Scoring, align_pair
+from sinkalign.align.metrics import IDENTITY_BINS, assign_identity_bins, core_pair_scores, identity_bin_labels, micro_average
+from sinkalign.align.msa import add_to_alignment, align_multiple
+from sinkalign.io.alignments import MSA, msa_to_pairs, percent_identity
+
+RESULTS = Path(__file__).resolve().parent / "results"
+METHODS = ("add", "add-c0", "add-nw", "famsa-add", "msa", "pair", "nw")
+
+
+def without_row(msa: MSA, k: int) -> MSA:
+    """``msa`` without row ``k`` and without the columns that leaves with no residue."""
+    rows = [r for i, r in enumerate(msa.rows) if i != k]
+    keep = [c for c in range(msa.n_columns) if any(r[c].isalpha() for r in rows)]
+    return MSA(tuple(i for j, i in enumerate(msa.ids) if j != k), tuple("".join(r[c] for c in keep) for r in rows),
+               msa.source, msa.format, msa.alphabet, msa.family)
+
+
+def famsa_add(existing: MSA, name: str, seq: str) -> dict[str, str]:
+    """FAMSA's profile-profile alignment of ``existing`` (upper-cased, gaps as '-') and ``seq``."""
+    from pyfamsa import Aligner as Famsa
+    from pyfamsa import Alignment, GappedSequence
+
+    profile = Alignment([GappedSequence(i.encode(), "".join(c if c.isalpha() else "-" for c in r).upper().encode())
+                         for i, r in zip(existing.ids, existing.rows)])
+    new = Alignment([GappedSequence(name.encode(), seq.encode())])
+    out = Famsa(guide_tree="upgma").align_profiles(profile, new)
+    return {s.id.decode(): s.sequence.decode() for s in out}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--split", choices=("valid", "test"), default="valid")
+    ap.add_argument("--sources", default="homstrad,sabre,oxbench")
+    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--min-seqs", type=int, default=4, help="the existing alignment has at least min-seqs - 1 rows")
+    ap.add_argument("--max-seqs", type=int, default=25)
+    ap.add_argument("--rows", type=int, default=2, help="rows left out and added back per family")
+    ap.add_argument("--max-families", type=int, default=0, help="at most this many families per source (0: all)")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    methods = [m for m in args.methods.split(",") if m]
+    for m in methods:
+        if m not in METHODS:
+            ap.error(f"unknown method {m!r}; choose from {METHODS}")
+    if "famsa-add" in methods:
+        try:
+            import pyfamsa  # noqa: F401
+        except ImportError:
+            print("pyfamsa is not installed: famsa-add left out")
+            methods.remove("famsa-add")
+    sources = args.sources.split(",")
+    fams = families(args.split, sources, args.min_seqs, args.max_seqs)
+    if args.max_families:
+        fams = [f for src in sources for f in [g for g in fams if g[0] == src][: args.max_families]]
+    learned = Aligner.load("learned")
+    sources_of = {"add": learned, "add-c0": learned, "add-nw": nw_matrix}
+    scores = {m: [] for m in methods}
+    seconds = {m: 0.0 for m in methods}
+    pair_src, pair_id, per_row = [], [], []
+    print(f"{len(fams)} families ({args.split}), up to {args.rows} rows each left out and added back")
+    for src, msa in fams:
+        ids = list(msa.ids)
+        seqs = [msa.ungapped(k) for k in range(len(msa))]
+        refs = msa_to_pairs(msa)
+        scratch = None
+        if "msa" in methods:
+            t0 = time.perf_counter()
+            res = align_multiple(ids, seqs, learned)
+            seconds["msa"] += time.perf_counter() - t0
+            scratch = dict(zip(res.ids, res.rows))
+        picks = np.sort(np.random.default_rng(0).choice(len(msa), min(args.rows, len(msa)), replace=False))
+        for k in picks:
+            name = ids[k]
+            mine = [r for r in refs if name in (r.query_id, r.target_id)]
+            existing = without_row(msa, int(k))
+            row = {"family": msa.family, "source": src, "row": name, "pairs": len(mine)}
+            for m in methods:
+                t0 = time.perf_counter()
+                if m.startswith("add"):
+                    res = add_to_alignment(existing.ids, existing.rows, [name], [seqs[k]], sources_of[m],
+                                           consistency=0 if m == "add-c0" else 2)
+                    # scored upper-cased, as every other method's rows are: a lower-case (untrusted)
+                    # residue of a bench1.0 row is in its column as much as an upper-case one
+                    rows = {i: r.upper() for i, r in zip(res.ids, res.rows)}
+                    preds = [induced_pairs(rows, r.query_id, r.target_id) for r in mine]
+                elif m == "famsa-add":
+                    rows = famsa_add(existing, name, seqs[k])
+                    preds = [induced_pairs(rows, r.query_id, r.target_id) for r in mine]
+                elif m == "msa":
+                    preds = [induced_pairs(scratch, r.query_id, r.target_id) for r in mine]
+                elif m == "pair":
+                    out = learned.align_many([(r.query_id, r.query_seq, r.target_id, r.target_seq) for r in mine])
+                    preds = [x.alignment.pairs for x in out]
+                else:
+                    preds = [align_pair(r.query_seq, r.target_seq, "nw", scoring=Scoring.protein()).pairs for r in mine]
+                seconds[m] += time.perf_counter() - t0
+                s = [core_pair_scores(p, r) for p, r in zip(preds, mine)]
+                scores[m] += s
+                row[m] = micro_average(s)["f1"]
+            pair_src += [src] * len(mine)
+            pair_id += [percent_identity(r) for r in mine]
+            per_row.append(row)
+        print(f"  {src} {msa.family}: {len(msa)} rows; " + ", ".join(f"{m} {np.mean([r[m] for r in per_row[-len(picks):]]):.3f}"
+                                                            for m in methods), flush=True)
+    pair_src, pair_id = np.array(pair_src), np.array(pair_id)
+    bins = assign_identity_bins(pair_id)
+    labels = identity_bin_labels(IDENTITY_BINS)
+    groups = {"all": np.arange(len(pair_src))}
+    groups.update({s: np.nonzero(pair_src == s)[0] for s in sources})
+    groups.update({f"id {lab}": np.nonzero(bins == b)[0] for b, lab in enumerate(labels)})
+    head = [g for g in groups if len(groups[g])]
+    table = {m: {g: {**micro_average([scores[m][i] for i in groups[g]]), "pairs": int(len(groups[g]))} for g in head}
+             | {"seconds": seconds[m]} for m in methods}
+    print(f"\nP / R (SP) / F1 on trusted residues of the added row's pairs, {args.split}, "
+          f"{len(per_row)} rows added back, pairs per group in brackets")
+    print("| method | " + " | ".join(f"{g} ({len(groups[g])})" for g in head) + " | s |")
+    print("|---" * (len(head) + 2) + "|")
+    for m in methods:
+        cells = [f"{table[m][g]['precision']:.3f} / {table[m][g]['recall']:.3f} / {table[m][g]['f1']:.3f}" for g in head]
+        print(f"| {m} | " + " | ".join(cells) + f" | {seconds[m]:.1f} |")
+    payload = {"benchmark": "msa_add", "machine": machine(), "date": datetime.date.today().isoformat(),
+               "split": args.split, "sources": sources, "min_seqs": args.min_seqs, "max_seqs": args.max_seqs,
+               "rows_per_family": args.rows, "families": len(fams), "rows_added": len(per_row), "table": table,
+               "per_row": per_row}
+    out = args.json or str(RESULTS / f"msa_add_{args.split}.json")
+    write_json(out, payload)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
