@@ -864,6 +864,8 @@ def add_to_alignment(ref_ids: Sequence[str], ref_rows: Sequence[str], ids: Seque
     for name, seq in zip(ids, seqs):
         if not seq:
             raise ValueError(f"sequence {name!r} is empty")
+        if not seq.isascii():
+            raise ValueError(f"sequence {name!r} has a character that is not ASCII")
     if consistency < 0:
         raise ValueError(f"{consistency=} must be >= 0")
 

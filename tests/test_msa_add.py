@@ -1,0 +1,405 @@
+"""Adding sequences to an existing alignment without changing it (MAFFT's --add):
+:func:`sinkalign.align.msa.add_to_alignment` and ``sinkalign msa NEW --add-to ALIGNMENT``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from Bio import AlignIO, SeqIO
+from click.testing import CliRunner
+
+from sinkalign.align.aligner import Aligner
+from sinkalign.align.baselines import Scoring, align_pair
+from sinkalign.align.msa import MultipleAlignment, add_to_alignment, align_multiple
+from sinkalign.cli.align import EXAMPLES
+from sinkalign.cli.main import cli
+
+# a hand-written alignment: '.' and '-' gaps, lower-case letters, an all-gap column (14) and a
+# row with no residues at all
+REF_IDS = ["r1", "r2", "r3", "r4"]
+REF_ROWS = ["MKV.LAg-HWE-RT-Y",
+            "MK--LAGaHWE-RT-Y",
+            "................",
+            "MkVL-AG.HWEkRT-."]
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def nw_posterior(a: str, b: str) -> np.ndarray:
+    """1 at the residue pairs of the Needleman-Wunsch alignment of ``a`` and ``b``, else 0."""
+    pairs = align_pair(a.upper(), b.upper(), "nw", scoring=Scoring.protein()).pairs
+    M = np.zeros((len(a), len(b)))
+    M[pairs[:, 0], pairs[:, 1]] = 1.0
+    return M
+
+
+def lcs_posterior(a: str, b: str) -> np.ndarray:
+    """1 at the residue pairs of a longest common subsequence of ``a`` and ``b`` (identical
+    letters along one path; every case below has a single such path), else 0."""
+    m, n = len(a), len(b)
+    D = np.zeros((m + 1, n + 1), np.int64)
+    for i in range(m - 1, -1, -1):
+        for j in range(n - 1, -1, -1):
+            D[i, j] = D[i + 1, j + 1] + 1 if a[i] == b[j] else max(D[i + 1, j], D[i, j + 1])
+    M = np.zeros((m, n))
+    i = j = 0
+    while i < m and j < n:
+        if a[i] == b[j]:
+            M[i, j] = 1.0
+            i, j = i + 1, j + 1
+        elif D[i + 1, j] >= D[i, j + 1]:
+            i += 1
+        else:
+            j += 1
+    return M
+
+
+def never_called(a: str, b: str) -> np.ndarray:
+    raise AssertionError("the input should have been refused before any pairwise alignment")
+
+
+def dashed(row: str) -> str:
+    """Every character that is not a letter written '-'."""
+    return "".join(c if c.isalpha() else "-" for c in row)
+
+
+def without_all_gap_columns(rows) -> list[str]:
+    keep = [c for c in range(len(rows[0])) if any(row[c] != "-" for row in rows)]
+    return ["".join(row[c] for c in keep) for row in rows]
+
+
+def existing_columns(out_rows, in_rows) -> list[int]:
+    """The output columns that are the input's, in order: the input's columns must appear, in
+    order, among the output's, and every other output column be a gap in every row (a greedy
+    match is exact: all-gap columns are interchangeable)."""
+    width = len(in_rows[0])
+    place, k = [], 0
+    for c in range(len(out_rows[0])):
+        column = [row[c] for row in out_rows]
+        if k < width and column == [row[k] for row in in_rows]:
+            place.append(c)
+            k += 1
+        else:
+            assert set(column) == {"-"}, f"output column {c} is neither the next existing column nor a new one"
+    assert k == width, f"only {k} of the {width} existing columns are in the output"
+    return place
+
+
+def is_subsequence(short: str, long: str) -> bool:
+    it = iter(long)
+    return all(c in it for c in short)
+
+
+def check_shape(aln: MultipleAlignment) -> None:
+    """Rows of one width; one confidence per residue of each row and per column."""
+    width = aln.n_columns
+    assert all(len(row) == width for row in aln.rows)
+    assert len(aln.confidence) == len(aln.rows)
+    for row, conf in zip(aln.rows, aln.confidence):
+        assert len(conf) == sum(c != "-" for c in row)
+    assert len(aln.column_confidence) == width
+
+
+# ----------------------------------------------------------------------------- the existing rows are kept
+
+NEW_SETS = [
+    (["n1"], ["MKVLAGHWERTY"]),
+    (["n1"], ["MKVLWWWAGHWERTYYY"]),  # insertions that no column takes
+    (["n1"], ["QQQPPP"]),  # nothing in common with the alignment
+    (["n1"], ["GHWE"]),  # a fragment
+    (["n1", "n2", "n3"], ["MKVLAGHWERTY", "WWMKVLAGHWERTYWW", "KVLAGHW"]),
+]
+
+
+@pytest.mark.parametrize("consistency", [0, 2])
+@pytest.mark.parametrize("ids, seqs", NEW_SETS)
+def test_full_mode_keeps_the_existing_rows_and_adds_every_residue(ids, seqs, consistency):
+    out = add_to_alignment(REF_IDS, REF_ROWS, ids, seqs, nw_posterior, consistency=consistency)
+    check_shape(out)
+    assert out.ids == tuple(REF_IDS + ids)
+    ref_out, new_out = list(out.rows[:len(REF_IDS)]), list(out.rows[len(REF_IDS):])
+    given = [dashed(row) for row in REF_ROWS]
+    # the existing rows, the columns new to them deleted, are the rows given
+    assert without_all_gap_columns(ref_out) == without_all_gap_columns(given)
+    place = existing_columns(ref_out, given)  # every existing column, the all-gap one too, in order
+    assert ref_out[2] == "-" * out.n_columns  # the row without residues stays so
+    assert out.rows[0][place[6]] == "g" and out.rows[3][place[1]] == "k"  # letter case kept
+    # each new row holds its sequence, and a column is opened only for a new residue: no column
+    # is all gaps but (at most) the one given so
+    assert [row.replace("-", "") for row in new_out] == seqs
+    assert sum(all(row[c] == "-" for row in out.rows) for c in range(out.n_columns)) <= 1
+    assert out.tree == "" and out.calibrated is False
+
+
+@pytest.mark.parametrize("ids, seqs", NEW_SETS)
+def test_keep_length_keeps_the_rows_and_the_width_exactly(ids, seqs):
+    out = add_to_alignment(REF_IDS, REF_ROWS, ids, seqs, nw_posterior, keep_length=True)
+    check_shape(out)
+    assert out.ids == tuple(REF_IDS + ids)
+    assert out.n_columns == len(REF_ROWS[0])
+    assert list(out.rows[:len(REF_IDS)]) == [dashed(row) for row in REF_ROWS]
+    for row, seq in zip(out.rows[len(REF_IDS):], seqs):
+        assert is_subsequence(row.replace("-", ""), seq)
+
+
+def test_keep_length_drops_what_full_mode_puts_in_new_columns():
+    ids, seqs = ["n1", "n2"], ["MKVLWWWAGHWERTYYY", "QMKVLAGHWERTY"]
+    full = add_to_alignment(REF_IDS, REF_ROWS, ids, seqs, nw_posterior)
+    kept = add_to_alignment(REF_IDS, REF_ROWS, ids, seqs, nw_posterior, keep_length=True)
+    assert full.n_columns > len(REF_ROWS[0])  # the W and Y insertions opened columns
+    place = existing_columns(full.rows[:len(REF_IDS)], [dashed(row) for row in REF_ROWS])
+    # the all-gap column is matched to some all-gap column of the existing rows: compare the others
+    real = [k for k in range(len(REF_ROWS[0])) if k != 14]
+    for full_row, kept_row in zip(full.rows, kept.rows):
+        assert [full_row[place[k]] for k in real] == [kept_row[k] for k in real]
+
+
+# ----------------------------------------------------------------------------- a case checked by hand
+
+# the rows AC-GT and ACAGT; a posterior function matching identical letters along their single
+# longest common path
+HAND = ["AC-GT", "ACAGT"]
+
+
+@pytest.mark.parametrize("consistency", [0, 2])
+@pytest.mark.parametrize("seq, full, kept", [
+    ("ACAGT", ["AC-GT", "ACAGT", "ACAGT"], "ACAGT"),  # fits the existing columns
+    ("ACGT", ["AC-GT", "ACAGT", "AC-GT"], "AC-GT"),
+    ("ACAWGT", ["AC--GT", "ACA-GT", "ACAWGT"], "ACAGT"),  # W: exactly one new column, inside
+    ("WACGT", ["-AC-GT", "-ACAGT", "WAC-GT"], "AC-GT"),  # ... at the start
+    ("ACGTW", ["AC-GT-", "ACAGT-", "AC-GTW"], "AC-GT"),  # ... at the end
+    ("WW", ["AC-GT--", "ACAGT--", "-----WW"], "-----"),  # nothing matches: every residue its own column
+])
+def test_a_residue_no_column_takes_opens_one_column_or_is_dropped(seq, full, kept, consistency):
+    out = add_to_alignment(["a", "b"], HAND, ["n"], [seq], lcs_posterior, consistency=consistency)
+    assert out.ids == ("a", "b", "n")
+    assert list(out.rows) == full
+    out = add_to_alignment(["a", "b"], HAND, ["n"], [seq], lcs_posterior, consistency=consistency, keep_length=True)
+    assert list(out.rows) == [*HAND, kept]
+
+
+def test_new_sequences_share_the_column_they_open_together():
+    out = add_to_alignment(["a", "b"], HAND, ["n1", "n2", "n3"], ["ACAWGT", "ACAWGT", "CG"], lcs_posterior)
+    assert list(out.rows) == ["AC--GT", "ACA-GT", "ACAWGT", "ACAWGT", "-C--G-"]
+    out = add_to_alignment(["a", "b"], HAND, ["n1", "n2", "n3"], ["ACAWGT", "ACAWGT", "CG"], lcs_posterior,
+                           keep_length=True)
+    assert list(out.rows) == [*HAND, "ACAGT", "ACAGT", "-C-G-"]
+
+
+def test_each_new_sequence_is_aligned_to_every_nonempty_row_and_the_others():
+    calls, counted = [], []
+
+    def spy(a, b):
+        calls.append((a, b))
+        return lcs_posterior(a, b)
+
+    out = add_to_alignment(["a", "e", "b"], ["Ac-Gt", "-.-.-", "ACAGT"], ["n1", "n2", "n3"], ["ACAWGT", "CG", "AT"],
+                           spy, progress=counted.append)
+    # N K + N (N - 1) / 2 pairs: 3 * 2 + 3, the row without residues not aligned; the rows given
+    # to the function ungapped and upper-cased
+    assert sum(counted) == len(calls) == 9
+    assert sorted(calls) == sorted([("ACGT", "ACAWGT"), ("ACAGT", "ACAWGT"), ("ACGT", "CG"), ("ACAGT", "CG"),
+                                    ("ACAWGT", "CG"), ("ACGT", "AT"), ("ACAGT", "AT"), ("ACAWGT", "AT"), ("CG", "AT")])
+    assert out.rows[:3] == ("Ac--Gt", "------", "ACA-GT")
+
+
+# ----------------------------------------------------------------------------- bad input
+
+@pytest.mark.parametrize("args, kwargs, message", [
+    ((["a", "b"], ["MK-V", "MKV"], ["n"], ["MKV"]), {}, "row 'b' has 3 columns, expected 4"),
+    ((["a", "b"], ["MK-V", "MKIV"], ["b"], ["MKV"]), {}, "unique.*'b' is repeated"),
+    ((["a"], ["MK-V"], ["n", "n"], ["MKV", "MV"]), {}, "unique.*'n' is repeated"),
+    ((["a"], ["MK-V"], ["n", "m"], ["MKV", ""]), {}, "sequence 'm' is empty"),
+    ((["a"], ["MK-V"], [], []), {}, "no sequences to add"),
+    ((["a"], ["MK-V"], ["n"], ["MKV"]), {"consistency": -1}, "consistency=-1 must be >= 0"),
+    ((["a"], ["MK-V"], ["n"], ["MKV", "MV"]), {}, "1 ids but 2 sequences"),
+    (([], [], ["n"], ["MKV"]), {}, "needs rows"),
+    ((["a", "b"], ["MK-V"], ["n"], ["MKV"]), {}, "needs rows.*2 ids, 1 rows"),
+    ((["a"], ["MK\u00e9V"], ["n"], ["MKV"]), {}, "row 'a' has a character that is not ASCII"),
+    ((["a"], ["MK-V"], ["n"], ["MK\u00e9V"]), {}, "sequence 'n' has a character that is not ASCII"),
+    ((["a", "b"], ["---", "..."], ["n"], ["MKV"]), {}, "the alignment has no residues to add to"),
+    ((["a"], [""], ["n"], ["MKV"]), {}, "the alignment has no residues to add to"),
+])
+def test_bad_input_is_refused_before_any_alignment(args, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        add_to_alignment(*args, never_called, **kwargs)
+
+
+def test_posteriors_of_another_kind_are_refused():
+    with pytest.raises(TypeError, match="Aligner or a function"):
+        add_to_alignment(["a"], ["MK-V"], ["n"], ["MKV"], {(0, 1): np.ones((3, 3))})
+
+
+# ----------------------------------------------------------------------------- the shipped aligner
+
+@pytest.fixture(scope="module")
+def shipped() -> Aligner:
+    return Aligner.load()
+
+
+@pytest.fixture(scope="module")
+def globins() -> dict[str, str]:
+    return {r.id: str(r.seq) for name in ("globins_query.fasta", "globins_target.fasta")
+            for r in SeqIO.parse(EXAMPLES / name, "fasta")}
+
+
+@pytest.fixture(scope="module")
+def base(shipped, globins) -> MultipleAlignment:
+    """HBA_HUMAN and HBB_HUMAN aligned from scratch (no all-gap column)."""
+    return align_multiple(["HBA_HUMAN", "HBB_HUMAN"], [globins["HBA_HUMAN"], globins["HBB_HUMAN"]], shipped)
+
+
+def residues_kept(row: str, start: int, stop: int) -> str:
+    """``row`` with its residues outside ``[start, stop)`` written '-'."""
+    out, k = [], 0
+    for c in row:
+        out.append(c if c != "-" and start <= k < stop else "-")
+        k += c != "-"
+    return "".join(out)
+
+
+@pytest.mark.parametrize("keep_length", [False, True])
+def test_a_copy_of_a_row_gets_exactly_that_row(shipped, globins, base, keep_length):
+    out = add_to_alignment(base.ids, base.rows, ["HBA_COPY"], [globins["HBA_HUMAN"]], shipped, keep_length=keep_length)
+    check_shape(out)
+    assert out.ids == ("HBA_HUMAN", "HBB_HUMAN", "HBA_COPY")
+    assert out.rows == (*base.rows, base.rows[0])
+
+
+def test_a_fragment_of_a_row_gets_that_rows_columns(shipped, globins, base):
+    out = add_to_alignment(base.ids, base.rows, ["FRAG"], [globins["HBB_HUMAN"][20:70]], shipped)
+    assert out.rows == (*base.rows, residues_kept(base.rows[1], 20, 70))
+
+
+def test_adding_myoglobin_keeps_the_two_rows(shipped, globins, base):
+    myg = globins["MYG_HUMAN"]
+    full = add_to_alignment(base.ids, base.rows, ["MYG_HUMAN"], [myg], shipped)
+    check_shape(full)
+    place = existing_columns(full.rows[:2], base.rows)
+    assert full.rows[2].replace("-", "") == myg
+    kept = add_to_alignment(base.ids, base.rows, ["MYG_HUMAN"], [myg], shipped, keep_length=True)
+    check_shape(kept)
+    assert kept.rows[:2] == base.rows and kept.n_columns == base.n_columns
+    assert is_subsequence(kept.rows[2].replace("-", ""), myg)
+    # keep_length is full mode without the new columns (base has no all-gap column to confuse them)
+    assert kept.rows == tuple("".join(row[c] for c in place) for row in full.rows)
+    assert full.n_columns - base.n_columns == len(myg) - len(kept.rows[2].replace("-", ""))
+
+
+def test_several_sequences_added_at_once(shipped, globins, base):
+    ids = ["MYG_HUMAN", "HBA_COPY", "HBB_FRAG"]
+    seqs = [globins["MYG_HUMAN"], globins["HBA_HUMAN"], globins["HBB_HUMAN"][20:70]]
+    out = add_to_alignment(base.ids, base.rows, ids, seqs, shipped, consistency=1)
+    check_shape(out)
+    assert out.ids == (*base.ids, *ids)
+    existing_columns(out.rows[:2], base.rows)
+    assert [row.replace("-", "") for row in out.rows[2:]] == seqs
+    assert out.rows[3] == out.rows[0]  # the copy in HBA's columns, new ones included
+    assert out.rows[4] == residues_kept(out.rows[1], 20, 70)
+    kept = add_to_alignment(base.ids, base.rows, ids, seqs, shipped, consistency=1, keep_length=True)
+    assert kept.rows[:2] == base.rows and kept.rows[3:] == (base.rows[0], residues_kept(base.rows[1], 20, 70))
+
+
+# ----------------------------------------------------------------------------- the command
+
+def _run(*args, input=None):
+    return CliRunner().invoke(cli, list(map(str, args)), input=input, catch_exceptions=False)
+
+
+@pytest.fixture()
+def ref_file(tmp_path, base):
+    path = tmp_path / "ref.afa"
+    path.write_text("".join(f">{i}\n{row}\n" for i, row in zip(base.ids, base.rows)))
+    return path
+
+
+@pytest.fixture()
+def new_file(tmp_path, globins):
+    path = tmp_path / "new.fa"
+    path.write_text(f">MYG_HUMAN Myoglobin\n{globins['MYG_HUMAN']}\n>HBB_FRAG\n{globins['HBB_HUMAN'][20:70]}\n")
+    return path
+
+
+def test_cli_adds_the_records_as_the_library_does(ref_file, new_file, tmp_path, shipped, globins, base):
+    out = tmp_path / "out.afa"
+    res = _run("msa", new_file, "--add-to", ref_file, "-o", out)
+    assert res.exit_code == 0, res.output
+    aln = AlignIO.read(out, "fasta")
+    assert [rec.id for rec in aln] == ["HBA_HUMAN", "HBB_HUMAN", "MYG_HUMAN", "HBB_FRAG"]
+    rows = [str(rec.seq) for rec in aln]
+    existing_columns(rows[:2], base.rows)
+    assert rows[2].replace("-", "") == globins["MYG_HUMAN"]
+    assert rows[3] == residues_kept(rows[1], 20, 70)
+    assert "Myoglobin" in aln[2].description
+    want = add_to_alignment(base.ids, base.rows, ["MYG_HUMAN", "HBB_FRAG"],
+                            [globins["MYG_HUMAN"], globins["HBB_HUMAN"][20:70]], shipped)
+    assert tuple(rows) == want.rows
+
+
+@pytest.mark.parametrize("fmt, bio", [("fasta", "fasta"), ("stockholm", "stockholm")])
+def test_cli_keep_length_writes_the_alignments_columns(ref_file, new_file, tmp_path, base, globins, fmt, bio):
+    out = tmp_path / f"out.{fmt}"
+    res = _run("msa", new_file, "--add-to", ref_file, "--keep-length", "--format", fmt, "-o", out)
+    assert res.exit_code == 0, res.output
+    aln = AlignIO.read(out, bio)
+    assert [rec.id for rec in aln] == ["HBA_HUMAN", "HBB_HUMAN", "MYG_HUMAN", "HBB_FRAG"]
+    assert aln.get_alignment_length() == base.n_columns
+    assert tuple(str(rec.seq) for rec in aln[:2]) == base.rows
+    assert is_subsequence(str(aln[2].seq).replace("-", ""), globins["MYG_HUMAN"])
+    assert str(aln[3].seq) == residues_kept(base.rows[1], 20, 70)
+
+
+def test_cli_stockholm_reads_back_with_the_librarys_confidences(ref_file, new_file, tmp_path, shipped, base, globins):
+    out = tmp_path / "out.sto"
+    res = _run("msa", new_file, "--add-to", ref_file, "--format", "stockholm", "--consistency", "1", "-o", out)
+    assert res.exit_code == 0, res.output
+    aln = AlignIO.read(out, "stockholm")
+    assert [rec.id for rec in aln] == ["HBA_HUMAN", "HBB_HUMAN", "MYG_HUMAN", "HBB_FRAG"]
+    existing_columns([str(rec.seq) for rec in aln[:2]], base.rows)
+    assert str(aln[2].seq).replace("-", "") == globins["MYG_HUMAN"]
+    # the rounds given reach the library: its residues' confidences at one round, not the default two
+    want = add_to_alignment(base.ids, base.rows, ["MYG_HUMAN", "HBB_FRAG"],
+                            [globins["MYG_HUMAN"], globins["HBB_HUMAN"][20:70]], shipped, consistency=1)
+    assert tuple(str(rec.seq) for rec in aln) == want.rows
+    pp_rows, pp_cons = want.pp_lines()
+    assert [rec.letter_annotations["posterior_probability"] for rec in aln] == list(pp_rows)
+    assert aln.column_annotations["posterior_probability"] == pp_cons
+
+
+@pytest.mark.parametrize("records, args, words", [
+    (None, ["--keep-length"], ["--keep-length", "--add-to"]),
+    (None, ["--add-to", "{ref}", "--tree", "{tmp}/guide.nwk"], ["--tree"]),
+    (None, ["--add-to", "{ref}", "--workers", "2"], ["--workers", "--add-to"]),
+    (None, ["--add-to", "{ref}", "--scheduler", "tcp://127.0.0.1:1"], ["--scheduler", "--add-to"]),
+    (">HBB_HUMAN\nMVHLTPEEKSAVTALWG\n", ["--add-to", "{ref}"], ["'HBB_HUMAN'", "already a row", "ref.afa"]),
+    (">x\n" + "ACGTTGCA" * 6 + "\n", ["--add-to", "{ref}"], ["ref.afa", "protein", "dna"]),
+])
+def test_cli_errors_are_one_line_naming_the_option_or_record(ref_file, new_file, tmp_path, records, args, words):
+    fasta = new_file
+    if records is not None:
+        fasta = tmp_path / "other.fa"
+        fasta.write_text(records)
+    out = tmp_path / "out.afa"
+    args = [a.format(ref=ref_file, tmp=tmp_path) for a in args]
+    res = CliRunner().invoke(cli, ["msa", str(fasta), "-o", str(out), *args])
+    assert res.exit_code != 0
+    assert "Traceback" not in res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error:"), res.output
+    for word in words:
+        assert word in lines[0]
+    assert not out.exists() and not (tmp_path / "guide.nwk").exists()
+
+
+def test_cli_keeps_existing_files_and_its_inputs(ref_file, new_file, tmp_path):
+    out = tmp_path / "out.afa"
+    out.write_text("precious\n")
+    res = CliRunner().invoke(cli, ["msa", str(new_file), "--add-to", str(ref_file), "-o", str(out)])
+    assert res.exit_code != 0 and "already exists" in res.output and "--overwrite" in res.output
+    assert out.read_text() == "precious\n"
+    before = ref_file.read_text()
+    res = CliRunner().invoke(cli, ["msa", str(new_file), "--add-to", str(ref_file), "-o", str(ref_file), "--overwrite"])
+    assert res.exit_code != 0 and "ref.afa" in res.output and "Traceback" not in res.output
+    assert ref_file.read_text() == before
+    assert _run("msa", new_file, "--add-to", ref_file, "-o", out, "--overwrite").exit_code == 0
+    assert out.read_text().startswith(">HBA_HUMAN")
