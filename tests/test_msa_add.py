@@ -403,3 +403,24 @@ def test_cli_keeps_existing_files_and_its_inputs(ref_file, new_file, tmp_path):
     assert ref_file.read_text() == before
     assert _run("msa", new_file, "--add-to", ref_file, "-o", out, "--overwrite").exit_code == 0
     assert out.read_text().startswith(">HBA_HUMAN")
+
+
+def test_the_confidences_are_of_what_was_added():
+    # an existing residue is judged by its pairings with new residues only: NaN in a column
+    # that no new residue joins, a probability where one does; a new residue's is its pairings'
+    ids, rows = ["a", "b"], ["MKVLAGHWE", "MKILSGHWE"]
+    for consistency in (0, 2):
+        out = add_to_alignment(ids, rows, ["n"], ["LAGH"], nw_posterior, consistency=consistency)
+        new_cols = [c for c, ch in enumerate(out.rows[2]) if ch != "-"]
+        for r in range(2):
+            joined = np.array([c in new_cols for c, ch in enumerate(out.rows[r]) if ch != "-"])
+            conf = out.confidence[r]
+            assert joined.any() and not joined.all()
+            assert np.isnan(conf[~joined]).all() and np.isfinite(conf[joined]).all(), (consistency, r)
+        assert np.isfinite(out.confidence[2]).all() and not out.calibrated
+        others = [c for c in range(out.n_columns) if c not in new_cols]
+        assert np.isnan(out.column_confidence[others]).all()
+        # with no consistency each pairing is the pairwise library's: NW puts LAGH on r1's LAGH
+        if consistency == 0:
+            assert out.rows[2] == "---LAGH--"
+            np.testing.assert_allclose(out.confidence[0][3:7], 1.0)

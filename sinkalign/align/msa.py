@@ -841,8 +841,12 @@ def add_to_alignment(ref_ids: Sequence[str], ref_rows: Sequence[str], ids: Seque
     Returns:
         A :class:`MultipleAlignment`: the existing rows as given (letter case kept, any gap
         character written ``-``, new columns as gaps), then the new ones. ``tree`` is empty
-        (there is no guide tree); the confidences are the library's own (``calibrated`` is
-        False: the calibrations were fitted on alignments built from scratch).
+        (there is no guide tree). The score and the confidences are of what was added: the
+        residue pairs of a new sequence's residue with each other residue of its column (a
+        new row's residue, the mean probability of its pairings; an existing row's, of its
+        pairings with new residues, NaN where its column has none; a column's, the mean over
+        those pairs); the probabilities are the library's own (``calibrated`` is False: the
+        calibrations were fitted on alignments built from scratch).
     """
     ref_ids, ref_rows = list(ref_ids), [str(r) for r in ref_rows]
     ids, seqs = list(ids), [str(s) for s in seqs]
@@ -879,11 +883,12 @@ def add_to_alignment(ref_ids: Sequence[str], ref_rows: Sequence[str], ids: Seque
     lengths = [len(s) for s in library]
     todo = [(x, y) for y in range(K, len(library)) for x in range(y)]
     posts = _pair_source(posteriors, library, names, todo, progress)
-    for x in range(K):
-        for y in range(x + 1, K):
-            i, j = same_column(letters[active[x]], letters[active[y]])
-            posts[(x, y)] = sp.csr_matrix((np.ones(i.size), (i, j)), shape=(lengths[x], lengths[y]))
-    posts = consistency_transform(posts, lengths, consistency)
+    if consistency:  # the rows' own pairs count only through the consistency transformation
+        for x in range(K):
+            for y in range(x + 1, K):
+                i, j = same_column(letters[active[x]], letters[active[y]])
+                posts[(x, y)] = sp.csr_matrix((np.ones(i.size), (i, j)), shape=(lengths[x], lengths[y]))
+        posts = {key: P for key, P in consistency_transform(posts, lengths, consistency).items() if key[1] >= K}
 
     # the existing columns, tracked through the merges by a member of no column sums (key -1)
     profile = _Profile(list(range(K)), {x: letters[active[x]] for x in range(K)} | {-1: np.arange(width)}, width)
