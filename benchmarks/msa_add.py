@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 from _common import machine, write_json
-from msa_families import families, induced_pairs, nw_matrix
+from msa_families import families, first_families, induced_pairs, nw_matrix, parse_methods
 
 from sinkalign.align.aligner import Aligner
 from sinkalign.align.baselines import Scoring, align_pair
@@ -79,20 +79,9 @@ def main() -> None:
     ap.add_argument("--max-families", type=int, default=0, help="at most this many families per source (0: all)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    methods = [m for m in args.methods.split(",") if m]
-    for m in methods:
-        if m not in METHODS:
-            ap.error(f"unknown method {m!r}; choose from {METHODS}")
-    if "famsa-add" in methods:
-        try:
-            import pyfamsa  # noqa: F401
-        except ImportError:
-            print("pyfamsa is not installed: famsa-add left out")
-            methods.remove("famsa-add")
+    methods = parse_methods(ap, args.methods, METHODS, "famsa-add")
     sources = args.sources.split(",")
-    fams = families(args.split, sources, args.min_seqs, args.max_seqs)
-    if args.max_families:
-        fams = [f for src in sources for f in [g for g in fams if g[0] == src][: args.max_families]]
+    fams = first_families(families(args.split, sources, args.min_seqs, args.max_seqs), sources, args.max_families)
     learned = Aligner.load("learned")
     sources_of = {"add": learned, "add-c0": learned, "add-nw": nw_matrix}
     scores = {m: [] for m in methods}

@@ -91,6 +91,27 @@ def families(split: str, sources, min_seqs: int, max_seqs: int, sample: int = 0)
     return out
 
 
+def parse_methods(ap: argparse.ArgumentParser, text: str, known: tuple, famsa: str) -> list[str]:
+    """The comma-separated methods of ``text``, each one of ``known`` (else a usage error);
+    ``famsa`` (the method that needs pyfamsa) left out with a note when pyfamsa is not installed."""
+    methods = [m for m in text.split(",") if m]
+    for m in methods:
+        if m not in known:
+            ap.error(f"unknown method {m!r}; choose from {known}")
+    if famsa in methods:
+        try:
+            import pyfamsa  # noqa: F401
+        except ImportError:
+            print(f"pyfamsa is not installed: {famsa} left out")
+            methods.remove(famsa)
+    return methods
+
+
+def first_families(fams: list, sources: list[str], limit: int) -> list:
+    """The first ``limit`` families of each source, in ``sources``' order (0: all, as they are)."""
+    return [f for src in sources for f in [g for g in fams if g[0] == src][:limit]] if limit else fams
+
+
 def induced_pairs(rows: dict[str, str], a: str, b: str) -> np.ndarray:
     """The residue pairs that an alignment's rows ``a`` and ``b`` put in one column."""
     return aligned_pairs(rows[a], rows[b])
@@ -158,22 +179,9 @@ def main() -> None:
     ap.add_argument("--pairhmm", type=float, nargs=3, default=(0.2, 24, 2), metavar=("LAM", "OPEN", "EXTEND"))
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    methods = [m for m in args.methods.split(",") if m]
-    for m in methods:
-        if m not in METHODS:
-            ap.error(f"unknown method {m!r}; choose from {METHODS}")
-    if "famsa" in methods:
-        try:
-            import pyfamsa  # noqa: F401
-        except ImportError:
-            print("pyfamsa is not installed: famsa left out")
-            methods.remove("famsa")
-    fams = families(args.split, args.sources.split(","), args.min_seqs, args.max_seqs, args.pfam_sample)
-    if args.max_families:
-        kept: list = []
-        for src in args.sources.split(","):
-            kept += [f for f in fams if f[0] == src][: args.max_families]
-        fams = kept
+    methods = parse_methods(ap, args.methods, METHODS, "famsa")
+    fams = first_families(families(args.split, args.sources.split(","), args.min_seqs, args.max_seqs, args.pfam_sample),
+                          args.sources.split(","), args.max_families)
     aligners = {"learned": Aligner.load("learned"), "learned-all": Aligner.load("learned", min_confidence=0.0),
                 "blosum": Aligner.load("blosum")}
     print(f"{len(fams)} families ({args.split}), {sum(len(m) * (len(m) - 1) // 2 for _, m in fams)} pairs")
