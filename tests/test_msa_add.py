@@ -424,3 +424,21 @@ def test_the_confidences_are_of_what_was_added():
         if consistency == 0:
             assert out.rows[2] == "---LAGH--"
             np.testing.assert_allclose(out.confidence[0][3:7], 1.0)
+
+
+@pytest.mark.parametrize("fmt", ["fasta", "stockholm"])
+def test_cli_keeps_the_descriptions_of_the_alignments_rows(tmp_path, base, new_file, fmt):
+    # as MAFFT keeps them: '>id description' of an aligned FASTA reference, '#=GS id DE' of a Stockholm one
+    ref = tmp_path / f"ref.{fmt}"
+    if fmt == "fasta":
+        ref.write_text(f">HBA_HUMAN Hemoglobin subunit alpha\n{base.rows[0]}\n>HBB_HUMAN\n{base.rows[1]}\n")
+    else:
+        ref.write_text(f"# STOCKHOLM 1.0\n#=GS HBA_HUMAN DE Hemoglobin subunit alpha\nHBA_HUMAN {base.rows[0]}\n"
+                       f"HBB_HUMAN {base.rows[1]}\n//\n")
+    out = tmp_path / "out"
+    res = _run("msa", new_file, "--add-to", ref, "--format", fmt, "-o", out)
+    assert res.exit_code == 0, res.output
+    aln = AlignIO.read(out, fmt)
+    described = {rec.id: rec.description for rec in aln}
+    assert "Hemoglobin subunit alpha" in described["HBA_HUMAN"]
+    assert "Hemoglobin" not in described["HBB_HUMAN"] and "Myoglobin" in described["MYG_HUMAN"]

@@ -64,6 +64,7 @@ __all__ = [
     "read_alignment",
     "read_msf",
     "read_stockholm",
+    "row_descriptions",
     "read_tmalign_pairs",
 ]
 
@@ -623,6 +624,26 @@ def read_alignment(path: str | os.PathLike, *, alphabet: str = "auto") -> MSA:
         raise SequenceFormatError(f"{path}: cannot parse {fmt}: {err}", path=path) from err
     return _finish_msa([rec.id for rec in aln], [str(rec.seq).upper() for rec in aln], path=path, fmt=fmt,
                        alphabet=alphabet)
+
+
+def row_descriptions(path: str | os.PathLike) -> dict[str, str]:
+    """The description of each row of an alignment file, by id, where its format has one: what
+    follows the id on an aligned FASTA (or A2M) header, a Stockholm ``#=GS id DE`` line
+    (Biopython's parsers); ``{}`` for the other formats. For a file that
+    :func:`read_alignment` reads; rows without a description are left out."""
+    path = _existing(path, "alignment")
+    fmt = detect_msa_format(path)
+    if fmt not in ("fasta", "stockholm"):
+        return {}
+    out = {}
+    with open_text(path) as handle:
+        for rec in SeqIO.parse(handle, fmt):
+            desc = rec.description
+            if fmt == "fasta":  # the whole header
+                desc = desc[len(rec.id):] if desc.startswith(rec.id) else desc
+            if desc.strip():
+                out[rec.id] = desc.strip()
+    return out
 
 
 def msa_to_pairs(

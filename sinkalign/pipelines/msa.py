@@ -206,8 +206,11 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
     ids, seqs = [r.id for r in records], [r.seq for r in records]
     n = len(records)
     if existing is not None:
+        from sinkalign.io.alignments import row_descriptions
+
         result = _add(existing, ids, seqs, aligner, consistency, keep_length, progress)
-        return _write(result, records, alphabet, fmt, output, tree, column_scores, sequence_scores, trim,
+        descriptions = row_descriptions(add_to) | {r.id: r.description for r in records}
+        return _write(result, descriptions, alphabet, fmt, output, tree, column_scores, sequence_scores, trim,
                       "the calibrations were fitted on alignments built from scratch, not on records added to one")
     log.info("aligning %d records: %d pairs, %d consistency rounds", n, n * (n - 1) // 2, consistency)
     with tqdm(total=n * (n - 1) // 2, disable=not progress, unit="pair", desc="pairwise") as bar:
@@ -224,8 +227,8 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
                 bar.update(len(chunk))
         result = align_multiple(ids, seqs, posteriors, consistency=consistency, refine_rounds=refine, seed=seed,
                                 progress=bar.update)
-    return _write(result, records, alphabet, fmt, output, tree, column_scores, sequence_scores, trim,
-                  f"the model has no multiple-alignment calibration for {consistency} consistency rounds")
+    return _write(result, {r.id: r.description for r in records}, alphabet, fmt, output, tree, column_scores,
+                  sequence_scores, trim, f"the model has no multiple-alignment calibration for {consistency} consistency rounds")
 
 
 class _Named:
@@ -276,11 +279,11 @@ def _add(existing, ids: list, seqs: list, aligner, consistency: int, keep_length
     return result
 
 
-def _write(result, records: list, alphabet: str, fmt: str, output, tree, column_scores, sequence_scores,
+def _write(result, descriptions: dict, alphabet: str, fmt: str, output, tree, column_scores, sequence_scores,
            trim: float | None, uncalibrated: str):
     """Write ``result`` (a :class:`~sinkalign.align.msa.MultipleAlignment`) and its side
-    outputs as :func:`msa_fasta` says; ``uncalibrated``: why its confidences are not calibrated,
-    for the warning."""
+    outputs as :func:`msa_fasta` says, each row with its description (by id) from
+    ``descriptions``; ``uncalibrated``: why its confidences are not calibrated, for the warning."""
     from Bio import AlignIO
 
     from sinkalign.utils import atomic_write, wants_gzip
@@ -295,7 +298,7 @@ def _write(result, records: list, alphabet: str, fmt: str, output, tree, column_
         if not len(kept):
             raise InputError(f"--trim {trim} leaves no column (the highest column confidence is "
                              f"{np.nanmax(result.column_confidence, initial=0.0):.3f}); lower it")
-    alignment = written.to_biopython(alphabet, {r.id: r.description for r in records})
+    alignment = written.to_biopython(alphabet, descriptions)
     if output is None or is_stdio(output):
         AlignIO.write(alignment, sys.stdout, MSA_FORMATS[fmt])
     else:
