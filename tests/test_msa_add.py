@@ -203,6 +203,41 @@ def test_each_new_sequence_is_aligned_to_every_nonempty_row_and_the_others():
     assert out.rows[:3] == ("Ac--Gt", "------", "ACA-GT")
 
 
+def test_independent_records_are_aligned_to_the_rows_alone_and_open_their_own_columns():
+    calls = []
+
+    def spy(a, b):
+        calls.append((a, b))
+        return lcs_posterior(a, b)
+
+    out = add_to_alignment(["a", "b"], HAND, ["n1", "n2", "n3"], ["ACAWGT", "ACAWGT", "CG"], spy, consistency=0,
+                           independent=True)
+    assert len(calls) == 6 and all(a in ("ACGT", "ACAGT") for a, _ in calls)  # N K, never two new records
+    # the two W's are not matched to each other: one column each (with them shared, above, one)
+    assert list(out.rows) == ["AC---GT", "ACA--GT", "ACAW-GT", "ACA-WGT", "-C---G-"]
+    kept = add_to_alignment(["a", "b"], HAND, ["n1", "n2", "n3"], ["ACAWGT", "ACAWGT", "CG"], lcs_posterior,
+                            consistency=0, keep_length=True, independent=True)
+    assert list(kept.rows) == [*HAND, "ACAGT", "ACAGT", "-C-G-"]
+    with pytest.raises(ValueError, match="independent placement takes no consistency rounds"):
+        add_to_alignment(["a", "b"], HAND, ["n"], ["ACGT"], never_called, consistency=2, independent=True)
+
+
+def test_an_independent_record_is_placed_as_if_it_were_added_alone(shipped, globins, base):
+    seqs = {"MYG_HUMAN": globins["MYG_HUMAN"], "HBA_FRAG": globins["HBA_HUMAN"][30:100],
+            "HBB_FRAG": globins["HBB_HUMAN"][5:60]}
+    together = add_to_alignment(base.ids, base.rows, list(seqs), list(seqs.values()), shipped, consistency=0,
+                                keep_length=True, independent=True)
+    for k, (name, seq) in enumerate(seqs.items()):
+        alone = add_to_alignment(base.ids, base.rows, [name], [seq], shipped, consistency=0, keep_length=True)
+        assert together.rows[2 + k] == alone.rows[2], name
+        np.testing.assert_allclose(together.confidence[2 + k], alone.confidence[2])
+    # one record: the default recipe at 0 rounds, alignment for alignment, in full mode too
+    one = add_to_alignment(base.ids, base.rows, ["MYG_HUMAN"], [globins["MYG_HUMAN"]], shipped, consistency=0,
+                           independent=True)
+    assert one.rows == add_to_alignment(base.ids, base.rows, ["MYG_HUMAN"], [globins["MYG_HUMAN"]], shipped,
+                                        consistency=0).rows
+
+
 # ----------------------------------------------------------------------------- bad input
 
 @pytest.mark.parametrize("args, kwargs, message", [
@@ -442,3 +477,19 @@ def test_cli_keeps_the_descriptions_of_the_alignments_rows(tmp_path, base, new_f
     described = {rec.id: rec.description for rec in aln}
     assert "Hemoglobin subunit alpha" in described["HBA_HUMAN"]
     assert "Hemoglobin" not in described["HBB_HUMAN"] and "Myoglobin" in described["MYG_HUMAN"]
+
+
+def test_cli_independent_places_each_record_on_the_rows(ref_file, new_file, tmp_path, shipped, base, globins):
+    out = tmp_path / "placed.afa"
+    res = _run("msa", new_file, "--add-to", ref_file, "--independent", "--keep-length", "-o", out)
+    assert res.exit_code == 0, res.output
+    want = add_to_alignment(base.ids, base.rows, ["MYG_HUMAN", "HBB_FRAG"],
+                            [globins["MYG_HUMAN"], globins["HBB_HUMAN"][20:70]], shipped, consistency=0,
+                            keep_length=True, independent=True)
+    assert tuple(str(rec.seq) for rec in AlignIO.read(out, "fasta")) == want.rows
+    for args, message in [(("--consistency", "2"), "--independent takes no consistency rounds"),
+                          ((), "--independent places records on the alignment given by --add-to")]:
+        extra = ("--add-to", ref_file) if args else ()
+        res = _run("msa", new_file, *extra, "--independent", *args, "-o", tmp_path / "x.afa")
+        assert res.exit_code != 0 and message in res.output and "Traceback" not in res.output
+        assert not (tmp_path / "x.afa").exists()

@@ -814,7 +814,7 @@ def _pair_source(posteriors: Any, seqs: list[str], names: list[str], pairs: list
 
 
 def add_to_alignment(ref_ids: Sequence[str], ref_rows: Sequence[str], ids: Sequence[str], seqs: Sequence[str],
-                     posteriors: Any, *, consistency: int = 2, keep_length: bool = False,
+                     posteriors: Any, *, consistency: int = 2, keep_length: bool = False, independent: bool = False,
                      progress: Callable[[int], Any] | None = None) -> MultipleAlignment:
     """Add ``seqs`` (named ``ids``) to an existing alignment (gapped ``ref_rows`` named
     ``ref_ids``) without changing it, as MAFFT's ``--add`` and Clustal Omega's profile mode do.
@@ -832,6 +832,14 @@ def add_to_alignment(ref_ids: Sequence[str], ref_rows: Sequence[str], ids: Seque
     residue matched to no column opens a column of its own, a gap in every other row; with
     ``keep_length`` such residues are dropped instead (the output has exactly the existing
     columns; MAFFT's ``--keeplength``).
+
+    ``independent``: each new sequence is aligned to the existing rows only (``N K`` pairwise
+    alignments), never to the other new sequences, and placed on the profile of the existing
+    rows alone, so that its columns do not depend on what else is added (MAFFT's
+    ``--addfragments``; with ``keep_length``, queries for phylogenetic placement on a reference
+    alignment). A new residue that no column takes gets a column of its own, never shared with
+    another sequence's. No consistency rounds (``consistency`` must be 0): with one new
+    sequence this is the default recipe at ``consistency=0``, alignment for alignment.
 
     Cost: ``N K + N (N - 1) / 2`` pairwise alignments for ``N`` new sequences and ``K`` rows
     (a fresh multiple alignment of all of them: ``(N + K)(N + K - 1) / 2``), and the
@@ -872,6 +880,8 @@ def add_to_alignment(ref_ids: Sequence[str], ref_rows: Sequence[str], ids: Seque
             raise ValueError(f"sequence {name!r} has a character that is not ASCII")
     if consistency < 0:
         raise ValueError(f"{consistency=} must be >= 0")
+    if independent and consistency:
+        raise ValueError(f"independent placement takes no consistency rounds, got {consistency=}")
 
     letters = [_letter_columns(row) for row in ref_rows]
     active = [r for r in range(len(ref_rows)) if letters[r].size]  # rows with a residue: the library's
@@ -881,7 +891,7 @@ def add_to_alignment(ref_ids: Sequence[str], ref_rows: Sequence[str], ids: Seque
     names = [ref_ids[r] for r in active] + ids
     library = ["".join(ref_rows[r][c] for c in letters[r]).upper() for r in active] + seqs
     lengths = [len(s) for s in library]
-    todo = [(x, y) for y in range(K, len(library)) for x in range(y)]
+    todo = [(x, y) for y in range(K, len(library)) for x in range(K if independent else y)]
     posts = _pair_source(posteriors, library, names, todo, progress)
     if consistency:  # the rows' own pairs count only through the consistency transformation
         for x in range(K):
@@ -894,7 +904,8 @@ def add_to_alignment(ref_ids: Sequence[str], ref_rows: Sequence[str], ids: Seque
     profile = _Profile(list(range(K)), {x: letters[active[x]] for x in range(K)} | {-1: np.arange(width)}, width)
     for y in range(K, len(library)):
         new = _Profile([y], {y: np.arange(lengths[y])}, lengths[y])
-        profile = _merge(profile, new, _mea(_column_scores(profile, new, posts)))
+        scored = _Profile(list(range(K)), profile.cols, profile.width) if independent else profile
+        profile = _merge(profile, new, _mea(_column_scores(scored, new, posts)))
     cols, place = profile.cols, profile.cols[-1]
     rows = []
     for r, row in enumerate(ref_rows):

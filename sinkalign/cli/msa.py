@@ -69,11 +69,15 @@ _INPUT = click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path
                    "and --tree do not.")
 @click.option("--keep-length", is_flag=True, help="With --add-to: drop the new records' residues that no existing "
               "column takes, so that the output has exactly the alignment's columns (MAFFT's --keeplength).")
+@click.option("--independent", is_flag=True, help="With --add-to: align each record to the alignment's rows only, "
+              "not to the other records, so that its columns do not depend on what else is added (MAFFT's "
+              "--addfragments): N x K pairwise alignments for N records and K rows, no consistency rounds. With "
+              "--keep-length: many queries for phylogenetic placement on a reference alignment.")
 @progress_option("pairwise alignments")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output, --tree, --column-scores or "
               "--sequence-scores file (when the run succeeds). Without it an existing file is an error.")
 def msa(fasta, example, output, fmt, tree, column_scores, sequence_scores, trim, model, consistency, refine, seed,
-        engine, threads, workers, scheduler, chunk_size, add_to, keep_length, progress, overwrite):
+        engine, threads, workers, scheduler, chunk_size, add_to, keep_length, independent, progress, overwrite):
     """Align the records of FASTA all together (a multiple alignment).
 
     \b
@@ -84,6 +88,7 @@ def msa(fasta, example, output, fmt, tree, column_scores, sequence_scores, trim,
     sinkalign msa family.fasta --format stockholm --column-scores family.tsv -o family.sto
     sinkalign msa family.fasta --trim 0.5 -o family.trimmed.afa
     sinkalign msa new.fasta --add-to family.afa -o family_plus_new.afa
+    sinkalign msa queries.fasta --add-to reference.afa --independent --keep-length -o placed.afa
 
     Every pair of records is aligned by the OT aligner; the pairs' calibrated column
     confidences are combined as ProbCons combines its posteriors (consistency, a guide tree,
@@ -99,6 +104,10 @@ def msa(fasta, example, output, fmt, tree, column_scores, sequence_scores, trim,
         raise click.UsageError("give --workers (a local cluster) or --scheduler (an existing one), not both")
     if threads is not None and (workers is not None or scheduler is not None):
         raise click.UsageError("--threads is for a local run: a cluster's workers use their own threads")
+    if independent:  # no consistency rounds, unless asked for (which is an error the pipeline words)
+        source = click.get_current_context().get_parameter_source("consistency")
+        if source is not click.core.ParameterSource.COMMANDLINE:
+            consistency = 0
     if example:
         from sinkalign.cli.align import EXAMPLES
 
@@ -108,7 +117,8 @@ def msa(fasta, example, output, fmt, tree, column_scores, sequence_scores, trim,
                            refine=refine, seed=seed, threads=threads, engine=engine, workers=workers,
                            scheduler=scheduler, chunk_size=chunk_size, progress=show_progress(progress),
                            overwrite=overwrite, column_scores=column_scores, trim=trim,
-                           sequence_scores=sequence_scores, add_to=add_to, keep_length=keep_length)
+                           sequence_scores=sequence_scores, add_to=add_to, keep_length=keep_length,
+                           independent=independent)
     except BrokenPipeError:  # e.g. `sinkalign msa ... | head`: stop quietly, as other filters do
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

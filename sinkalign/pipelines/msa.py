@@ -121,7 +121,7 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
               refine: int = 20, seed: int = 0, threads: int | None = None, engine: str = "auto",
               workers: int | None = None, scheduler: str | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE,
               progress: bool = False, overwrite: bool = False, column_scores=None, trim: float | None = None,
-              sequence_scores=None, add_to=None, keep_length: bool = False):
+              sequence_scores=None, add_to=None, keep_length: bool = False, independent: bool = False):
     """Align the records of ``fasta`` all together and write the alignment.
 
     Args:
@@ -150,6 +150,8 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
             no guide tree, no refinement; one process).
         keep_length: with ``add_to``, drop the new records' residues that no existing column
             takes, so that the output has exactly the existing columns.
+        independent: with ``add_to``, align each record to the alignment's rows only, not to the
+            other records (``consistency`` must be 0).
 
     A Stockholm file carries each residue's confidence (``#=GR id PP``) and each column's
     (``#=GC PP_cons``), a Clustal file the conservation line. The confidences are calibrated
@@ -172,6 +174,11 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
         raise InputError("give either workers (a local cluster) or scheduler (an existing one), not both")
     if keep_length and add_to is None:
         raise InputError("--keep-length keeps the columns of the alignment given by --add-to; give one")
+    if independent and add_to is None:
+        raise InputError("--independent places records on the alignment given by --add-to; give one")
+    if independent and consistency:
+        raise InputError(f"--independent takes no consistency rounds (--consistency {consistency} given): each record "
+                         "is aligned to the alignment's rows alone")
     if add_to is not None and tree is not None:
         raise InputError("--tree: adding to an alignment builds no guide tree")
     if add_to is not None and (workers is not None or scheduler is not None):
@@ -208,7 +215,7 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
     if existing is not None:
         from sinkalign.io.alignments import row_descriptions
 
-        result = _add(existing, ids, seqs, aligner, consistency, keep_length, progress)
+        result = _add(existing, ids, seqs, aligner, consistency, keep_length, independent, progress)
         descriptions = row_descriptions(add_to) | {r.id: r.description for r in records}
         return _write(result, descriptions, alphabet, fmt, output, tree, column_scores, sequence_scores, trim,
                       "the calibrations were fitted on alignments built from scratch, not on records added to one")
@@ -250,7 +257,8 @@ def _existing_alignment(path, new_ids: dict, where: str):
     return existing
 
 
-def _add(existing, ids: list, seqs: list, aligner, consistency: int, keep_length: bool, progress: bool):
+def _add(existing, ids: list, seqs: list, aligner, consistency: int, keep_length: bool, independent: bool,
+         progress: bool):
     """:func:`~sinkalign.align.msa.add_to_alignment` of the records to ``existing``, with a
     progress bar of the pairwise alignments and a note of the residues ``keep_length`` dropped."""
     from tqdm import tqdm
@@ -259,13 +267,13 @@ def _add(existing, ids: list, seqs: list, aligner, consistency: int, keep_length
 
     k = sum(any(c.isalpha() for c in row) for row in existing.rows)
     n = len(ids)
-    total = n * k + n * (n - 1) // 2
+    total = n * k + (0 if independent else n * (n - 1) // 2)
     log.info("adding %d records to an alignment of %d rows and %d columns: %d pairs, %d consistency rounds", n,
              len(existing), existing.n_columns, total, consistency)
     with tqdm(total=total, disable=not progress, unit="pair", desc="pairwise") as bar:
         try:
             result = add_to_alignment(existing.ids, existing.rows, ids, seqs, aligner, consistency=consistency,
-                                      keep_length=keep_length, progress=bar.update)
+                                      keep_length=keep_length, independent=independent, progress=bar.update)
         except ValueError as err:  # what the readers let through: an alignment of no residues
             raise InputError(f"{existing.source}: {err}") from err
     if keep_length:
