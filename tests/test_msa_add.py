@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from Bio import AlignIO, SeqIO
@@ -10,7 +12,7 @@ from click.testing import CliRunner
 
 from sinkalign.align.aligner import Aligner
 from sinkalign.align.baselines import Scoring, align_pair
-from sinkalign.align.msa import MultipleAlignment, add_to_alignment, align_multiple
+from sinkalign.align.msa import MsaCalibration, MultipleAlignment, add_to_alignment, align_multiple
 from sinkalign.cli.align import EXAMPLES
 from sinkalign.cli.main import cli
 
@@ -441,24 +443,33 @@ def test_cli_keeps_existing_files_and_its_inputs(ref_file, new_file, tmp_path):
 
 
 def test_the_confidences_are_of_what_was_added():
-    # an existing residue is judged by its pairings with new residues only: NaN in a column
-    # that no new residue joins, a probability where one does; a new residue's is its pairings'
+    # the existing residues were given, not placed: NaN; a column's is the mean of its new
+    # residues' (NaN without one); a new residue's is its pairings' mean, mapped when a map for
+    # added records at those rounds is given
     ids, rows = ["a", "b"], ["MKVLAGHWE", "MKILSGHWE"]
+    cal = MsaCalibration({2: ((3, (0.0, 1.0), (0.0, 1.0)),)}, added={0: ((0.0, 1.0), (0.5, 0.9))})
     for consistency in (0, 2):
-        out = add_to_alignment(ids, rows, ["n"], ["LAGH"], nw_posterior, consistency=consistency)
-        new_cols = [c for c, ch in enumerate(out.rows[2]) if ch != "-"]
-        for r in range(2):
-            joined = np.array([c in new_cols for c, ch in enumerate(out.rows[r]) if ch != "-"])
-            conf = out.confidence[r]
-            assert joined.any() and not joined.all()
-            assert np.isnan(conf[~joined]).all() and np.isfinite(conf[joined]).all(), (consistency, r)
-        assert np.isfinite(out.confidence[2]).all() and not out.calibrated
-        others = [c for c in range(out.n_columns) if c not in new_cols]
-        assert np.isnan(out.column_confidence[others]).all()
-        # with no consistency each pairing is the pairwise library's: NW puts LAGH on r1's LAGH
-        if consistency == 0:
-            assert out.rows[2] == "---LAGH--"
-            np.testing.assert_allclose(out.confidence[0][3:7], 1.0)
+        out = add_to_alignment(ids, rows, ["n1", "n2"], ["LAGH", "MKV"], nw_posterior, consistency=consistency)
+        assert all(np.isnan(out.confidence[r]).all() and len(out.confidence[r]) == 9 for r in range(2))
+        assert all(np.isfinite(out.confidence[r]).all() for r in (2, 3)) and not out.calibrated
+        for c in range(out.n_columns):
+            new = [out.confidence[r][len(out.rows[r][:c].replace("-", ""))]
+                   for r in (2, 3) if out.rows[r][c] != "-"]
+            if new:
+                assert out.column_confidence[c] == pytest.approx(np.mean(new))
+            else:
+                assert np.isnan(out.column_confidence[c])
+        mapped = add_to_alignment(ids, rows, ["n1", "n2"], ["LAGH", "MKV"], nw_posterior, consistency=consistency,
+                                  calibration=cal)
+        assert mapped.rows == out.rows and mapped.calibrated == (consistency == 0)
+        for r in (2, 3):
+            want = np.interp(out.confidence[r], (0.0, 1.0), (0.5, 0.9)) if consistency == 0 else out.confidence[r]
+            np.testing.assert_allclose(mapped.confidence[r], want)
+    # with no consistency each pairing is the pairwise library's: NW puts LAGH on a's LAGH (1.0)
+    # and on b's L-S-G-H, of which it aligned L, G and H (1.0) and S (1.0 too: NW's pair)
+    out = add_to_alignment(ids, rows, ["n"], ["LAGH"], nw_posterior, consistency=0)
+    assert out.rows[2] == "---LAGH--"
+    np.testing.assert_allclose(out.confidence[2], 1.0)
 
 
 @pytest.mark.parametrize("fmt", ["fasta", "stockholm"])
@@ -493,3 +504,45 @@ def test_cli_independent_places_each_record_on_the_rows(ref_file, new_file, tmp_
         res = _run("msa", new_file, *extra, "--independent", *args, "-o", tmp_path / "x.afa")
         assert res.exit_code != 0 and message in res.output and "Traceback" not in res.output
         assert not (tmp_path / "x.afa").exists()
+
+
+def test_msa_calibration_keeps_its_maps_for_added_records():
+    cal = MsaCalibration({2: ((3, (0.1, 0.9), (0.2, 0.95)),)}, "here", added={0: ((0.1, 0.5), (0.4, 0.9)),
+                                                                             2: ((0.3,), (0.8,))})
+    back = MsaCalibration.from_dict(json.loads(json.dumps(cal.to_dict())))
+    assert back.added == {0: ((0.1, 0.5), (0.4, 0.9)), 2: ((0.3,), (0.8,))} and back.knots == cal.knots
+    np.testing.assert_allclose(back.added_mapper(0)(np.array([0.0, 0.3, 1.0])), [0.4, 0.65, 0.9])
+    assert back.added_mapper(1) is None
+    assert "added" not in MsaCalibration({2: ((3, (0.5,), (0.5,)),)}).to_dict()  # as the files before it
+    for bad, message in [({0: ((0.5, 0.4), (0.1, 0.2))}, "added knots of 0 rounds: xs must be finite and increasing"),
+                         ({1: ((0.1, 0.2), (0.9, 0.1))}, "added knots of 1 rounds: ys must be non-decreasing"),
+                         ({-1: ((0.1,), (0.5,))}, "rounds must be integers >= 0")]:
+        with pytest.raises(ValueError, match=message):
+            MsaCalibration({}, added=bad)
+    with pytest.raises(ValueError, match="added knots of 0 rounds: a mapping of x and y"):
+        MsaCalibration.from_dict({"knots": {}, "added": {"0": [0.1, 0.2]}})
+
+
+def test_the_shipped_model_calibrates_added_records(shipped, globins, base):
+    assert sorted(shipped.msa_calibration.added) == [0, 1, 2, 3]
+    for consistency in (0, 2):
+        out = add_to_alignment(base.ids, base.rows, ["MYG_HUMAN"], [globins["MYG_HUMAN"]], shipped,
+                               consistency=consistency)
+        raw = add_to_alignment(base.ids, base.rows, ["MYG_HUMAN"], [globins["MYG_HUMAN"]], shipped,
+                               consistency=consistency, calibration=MsaCalibration({}))
+        assert out.calibrated and not raw.calibrated and out.rows == raw.rows
+        np.testing.assert_allclose(out.confidence[2], shipped.msa_calibration.added_mapper(consistency)(raw.confidence[2]))
+        # the library's own understate how often an added residue's pairings are right
+        assert np.nanmean(out.confidence[2]) > np.nanmean(raw.confidence[2])
+
+
+def test_cli_warns_only_where_the_confidences_of_added_records_are_not_calibrated(ref_file, new_file, tmp_path,
+                                                                                 caplog):
+    with caplog.at_level("WARNING"):
+        res = _run("msa", new_file, "--add-to", ref_file, "--format", "stockholm", "-o", tmp_path / "a.sto")
+    assert res.exit_code == 0 and "not calibrated" not in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        res = _run("msa", new_file, "--add-to", ref_file, "--model", "blosum", "--format", "stockholm",
+                   "-o", tmp_path / "b.sto")
+    assert res.exit_code == 0 and "no calibration for records added with 2 consistency rounds" in caplog.text

@@ -584,10 +584,17 @@ class MsaCalibration:
     alignment's calibrated confidences. Stored with the model (``state.json``, key
     ``msa_calibration``), and used with the model's own pairwise calibration only (the library
     is made of those confidences).
+
+    ``added``: for records added to an existing alignment (:func:`add_to_alignment`), the map of
+    a new residue's confidence (the mean library probability of its pairings with the residues
+    of its column) to the share of those pairings that are right, per number of consistency
+    rounds: ``{rounds: (xs, ys)}``, fitted by leaving rows of reference families out and adding
+    them back (``benchmarks/msa_add.py --fit-added``).
     """
 
     knots: dict  # consistency rounds -> ((min_sequences, xs, ys), ...) by increasing min_sequences
     fitted_on: str = ""
+    added: dict = field(default_factory=dict)  # consistency rounds -> (xs, ys), for add_to_alignment
 
     def __post_init__(self) -> None:
         for rounds, classes in self.knots.items():
@@ -601,13 +608,11 @@ class MsaCalibration:
                                  f"got {sizes}")
             for size, xs, ys in classes:
                 xs, ys = np.asarray(xs, np.float64), np.asarray(ys, np.float64)
-                where = f"knots of {rounds} rounds, {size}+ sequences"
-                if xs.ndim != 1 or xs.shape != ys.shape or xs.size < 1:
-                    raise ValueError(f"{where}: xs and ys must be non-empty and of one length")
-                if not (np.all(np.isfinite(xs)) and np.all(np.diff(xs) > 0)):
-                    raise ValueError(f"{where}: xs must be finite and increasing")
-                if not (np.all(np.diff(ys) >= 0) and ys.min() >= 0.0 and ys.max() <= 1.0):
-                    raise ValueError(f"{where}: ys must be non-decreasing probabilities")
+                _check_knots(xs, ys, f"knots of {rounds} rounds, {size}+ sequences")
+        for rounds, (xs, ys) in self.added.items():
+            if not (isinstance(rounds, int) and rounds >= 0):
+                raise ValueError(f"consistency rounds must be integers >= 0, got {rounds!r}")
+            _check_knots(np.asarray(xs, np.float64), np.asarray(ys, np.float64), f"added knots of {rounds} rounds")
 
     def covers(self, consistency: int) -> bool:
         return consistency in self.knots
@@ -621,11 +626,23 @@ class MsaCalibration:
         xs, ys = np.asarray(xs, np.float64), np.asarray(ys, np.float64)
         return lambda p: np.interp(p, xs, ys)
 
+    def added_mapper(self, consistency: int) -> Callable[[np.ndarray], np.ndarray] | None:
+        """The map of an added residue's confidence at ``consistency`` rounds, ``None`` when
+        there is none."""
+        if consistency not in self.added:
+            return None
+        xs, ys = (np.asarray(a, np.float64) for a in self.added[consistency])
+        return lambda p: np.interp(p, xs, ys)
+
     def to_dict(self) -> dict:
-        return {"knots": {str(k): [{"min_sequences": int(s), "x": list(map(float, xs)), "y": list(map(float, ys))}
-                                   for s, xs, ys in classes]
-                          for k, classes in sorted(self.knots.items())},
-                "fitted_on": self.fitted_on}
+        out = {"knots": {str(k): [{"min_sequences": int(s), "x": list(map(float, xs)), "y": list(map(float, ys))}
+                                  for s, xs, ys in classes]
+                         for k, classes in sorted(self.knots.items())},
+               "fitted_on": self.fitted_on}
+        if self.added:
+            out["added"] = {str(k): {"x": list(map(float, xs)), "y": list(map(float, ys))}
+                            for k, (xs, ys) in sorted(self.added.items())}
+        return out
 
     @classmethod
     def from_dict(cls, data: dict) -> MsaCalibration:
@@ -639,7 +656,26 @@ class MsaCalibration:
                                                     for c in value)):
                 raise ValueError(f"knots of {key} rounds: a list of {{min_sequences, x, y}}")
             knots[int(key)] = tuple((c["min_sequences"], tuple(c["x"]), tuple(c["y"])) for c in value)
-        return cls(knots, str(data.get("fitted_on", "")))
+        added = {}
+        for key, value in (data.get("added") or {}).items():
+            if not (isinstance(key, str) and key.isdigit()):
+                raise ValueError(f"consistency rounds {key!r} is not a non-negative integer")
+            if not (isinstance(value, dict) and {"x", "y"} <= set(value)):
+                raise ValueError(f"added knots of {key} rounds: a mapping of x and y")
+            added[int(key)] = (tuple(value["x"]), tuple(value["y"]))
+        return cls(knots, str(data.get("fitted_on", "")), added)
+
+
+def _check_knots(xs: np.ndarray, ys: np.ndarray, where: str) -> None:
+    """Knots of a piecewise linear map of probabilities: ``ValueError`` naming ``where`` unless
+    ``xs`` and ``ys`` are of one length, ``xs`` finite and increasing, ``ys`` non-decreasing in
+    ``[0, 1]``."""
+    if xs.ndim != 1 or xs.shape != ys.shape or xs.size < 1:
+        raise ValueError(f"{where}: xs and ys must be non-empty and of one length")
+    if not (np.all(np.isfinite(xs)) and np.all(np.diff(xs) > 0)):
+        raise ValueError(f"{where}: xs must be finite and increasing")
+    if not (np.all(np.diff(ys) >= 0) and ys.min() >= 0.0 and ys.max() <= 1.0):
+        raise ValueError(f"{where}: ys must be non-decreasing probabilities")
 
 
 def calibration_samples(cols: dict[int, np.ndarray], posts: Posts, ids: Sequence[str],
@@ -815,6 +851,7 @@ def _pair_source(posteriors: Any, seqs: list[str], names: list[str], pairs: list
 
 def add_to_alignment(ref_ids: Sequence[str], ref_rows: Sequence[str], ids: Sequence[str], seqs: Sequence[str],
                      posteriors: Any, *, consistency: int = 2, keep_length: bool = False, independent: bool = False,
+                     calibration: MsaCalibration | None = None,
                      progress: Callable[[int], Any] | None = None) -> MultipleAlignment:
     """Add ``seqs`` (named ``ids``) to an existing alignment (gapped ``ref_rows`` named
     ``ref_ids``) without changing it, as MAFFT's ``--add`` and Clustal Omega's profile mode do.
@@ -849,12 +886,14 @@ def add_to_alignment(ref_ids: Sequence[str], ref_rows: Sequence[str], ids: Seque
     Returns:
         A :class:`MultipleAlignment`: the existing rows as given (letter case kept, any gap
         character written ``-``, new columns as gaps), then the new ones. ``tree`` is empty
-        (there is no guide tree). The score and the confidences are of what was added: the
-        residue pairs of a new sequence's residue with each other residue of its column (a
-        new row's residue, the mean probability of its pairings; an existing row's, of its
-        pairings with new residues, NaN where its column has none; a column's, the mean over
-        those pairs); the probabilities are the library's own (``calibrated`` is False: the
-        calibrations were fitted on alignments built from scratch).
+        (there is no guide tree). The score is the summed probability of the new residues'
+        pairings with the other residues of their columns. The confidences are of what was
+        added: a new residue's, the mean probability of those pairings, mapped by
+        ``calibration``'s map for added records at ``consistency`` rounds
+        (:attr:`MsaCalibration.added`; default: the aligner's own) to the share of them that
+        are right (``calibrated``), else the library's own; a column's, the mean over its new
+        residues (NaN where it has none); an existing row's residues get NaN (they were given,
+        not placed).
     """
     ref_ids, ref_rows = list(ref_ids), [str(r) for r in ref_rows]
     ids, seqs = list(ids), [str(s) for s in seqs]
@@ -913,11 +952,20 @@ def add_to_alignment(ref_ids: Sequence[str], ref_rows: Sequence[str], ids: Seque
         out[place[letters[r]]] = np.frombuffer(row.encode("ascii"), np.uint8)[letters[r]]
         rows.append(out.tobytes().decode("ascii"))
     rows.extend(_rows(seqs, {k: cols[K + k] for k in range(len(seqs))}, profile.width))
-    residue, column = confidences({x: cols[x] for x in range(len(library))}, posts, lengths)
-    if column.size < profile.width:  # trailing columns of no residue pair
-        column = np.r_[column, np.full(profile.width - column.size, np.nan)]
-    by_ref = dict(zip(active, residue[:K]))
-    confidence = tuple(by_ref.get(r, np.zeros(0)) for r in range(len(ref_rows))) + tuple(residue[K:])
+    residue, _ = confidences({x: cols[x] for x in range(len(library))}, posts, lengths)
+    if calibration is None and hasattr(posteriors, "align_many"):
+        calibration = getattr(posteriors, "msa_calibration", None)
+    mapper = calibration.added_mapper(consistency) if calibration is not None else None
+    added = [residue[y] if mapper is None else mapper(residue[y]) for y in range(K, len(library))]
+    total, count = np.zeros(profile.width), np.zeros(profile.width)
+    for y, conf in zip(range(K, len(library)), added):
+        ok = np.isfinite(conf)
+        np.add.at(total, cols[y][ok], conf[ok])
+        np.add.at(count, cols[y][ok], 1.0)
+    with np.errstate(invalid="ignore"):
+        column = total / count  # NaN where no new residue has a confidence
+    confidence = tuple(np.full(len(letters[r]), np.nan) for r in range(len(ref_rows))) + tuple(added)
     result = MultipleAlignment(tuple(ref_ids + ids), tuple(rows), "",
-                               sum_of_pairs({x: cols[x] for x in range(len(library))}, posts), confidence, column)
+                               sum_of_pairs({x: cols[x] for x in range(len(library))}, posts), confidence, column,
+                               mapper is not None)
     return result.columns(place) if keep_length else result

@@ -218,7 +218,7 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
         result = _add(existing, ids, seqs, aligner, consistency, keep_length, independent, progress)
         descriptions = row_descriptions(add_to) | {r.id: r.description for r in records}
         return _write(result, descriptions, alphabet, fmt, output, tree, column_scores, sequence_scores, trim,
-                      "the calibrations were fitted on alignments built from scratch, not on records added to one")
+                      f"the model has no calibration for records added with {consistency} consistency rounds")
     log.info("aligning %d records: %d pairs, %d consistency rounds", n, n * (n - 1) // 2, consistency)
     with tqdm(total=n * (n - 1) // 2, disable=not progress, unit="pair", desc="pairwise") as bar:
         if workers is None and scheduler is None:
