@@ -16,6 +16,15 @@
 #   lm       a GOAT genome LM trained on the GPU for LM_MINUTES (default 5) on the first 90% of
 #            the C. diphtheriae chromosome, then `sinkalign lm eval` of it and of the shipped
 #            CPU model on the same held-out 10%, same run
+#   lm_multi the shipped model's recipe (35 genomes, whole genera held out, genome-balanced, both
+#            strands, input_kmer=4) scaled up (LM_D_MODEL 256, LM_LAYERS 6, LM_SEQ_LEN 512, batch
+#            LM_BATCH 64) and trained for LM_MINUTES on the GPU, then benchmarks/lm_multi_genome.py
+#            on the validation genera (LM_EVAL_BASES held-out bases a record, context 256) for it
+#            and the shipped CPU model in one run. Reads $GENOMES (default .gpu/genomes: carry a
+#            copy of ../shared/data/genomes, 41 MB). LM_DEVICE=cpu with small settings runs the
+#            phase on a CPU (session 22: LM_STEPS=5 LM_D_MODEL=32 LM_LAYERS=1 LM_HEADS=2 LM_SEQ_LEN=64
+#            LM_BATCH=4 LM_EVAL_BASES=300 GENOMES=../shared/data/genomes, 2.4 min, most of it reading
+#            the 35 genomes: count about 1.5 min of device time for that)
 #
 # Results (logs and JSON) go to /tmp/gpu_results/r, packed into $OUT/results.tar.gz (the device
 # tool's folder; default ./gpu_out) at the end of each phase, checkpoints left out. Data the phases read: $GENOME (default
@@ -101,23 +110,29 @@ aligner() {
   pack
 }
 
+# probe_steps TOKENS_PER_STEP ARGS...: LM_STEPS when set, else the steps that LM_MINUTES allow at the
+# rate of a 60-step probe run of `sinkalign lm train ARGS` (so that the cosine schedule ends in time)
+probe_steps() {
+  local per_step=$1
+  shift
+  if [ -n "${LM_STEPS:-}" ]; then echo "$LM_STEPS"; return; fi
+  rm -rf /tmp/lm_probe
+  timeout 120 sinkalign lm train "$@" --out /tmp/lm_probe --steps 60 --log-every 20 --eval-every 0 \
+    --eval-max-bases 4096 --save-every 0 >"$R/lm_probe.log" 2>&1
+  local rate
+  rate=$($PY -c "import json;r=[json.loads(l) for l in open('/tmp/lm_probe/metrics.jsonl')];print(r[-2]['tokens_per_s'] if len(r)>1 else r[-1]['tokens_per_s'])" 2>/dev/null || echo 100000)
+  $PY -c "print(max(200, int(0.92 * $rate * 60 * ${LM_MINUTES:-5} / $per_step)))"
+}
+
 lm() {
   # LM_STEPS: a fixed number of steps (no probe); else as many as LM_MINUTES allow at the probed rate
   local common=(--fasta "$GENOME" --attention goat --device cuda --d-model 256 --n-layers 6 --n-heads 8
                 --seq-len 512 --batch-size 64 --lr 1e-3 --warmup-steps "${LM_WARMUP:-200}" --dropout 0.1
                 --weight-decay 0.1 --model-option input_kmer=4 --model-option goat_init=alibi_sink --no-progress)
   local minutes=${LM_MINUTES:-5}
-  local steps=${LM_STEPS:-}
-  if [ -z "$steps" ]; then
-    stamp "lm: probe"
-    rm -rf /tmp/lm_probe
-    timeout 120 sinkalign lm train "${common[@]}" --out /tmp/lm_probe --steps 60 --log-every 20 --eval-every 0 \
-      --eval-max-bases 4096 --save-every 0 >"$R/lm_probe.log" 2>&1
-    local rate
-    rate=$($PY -c "import json;r=[json.loads(l) for l in open('/tmp/lm_probe/metrics.jsonl')];print(r[-2]['tokens_per_s'] if len(r)>1 else r[-1]['tokens_per_s'])" 2>/dev/null || echo 100000)
-    steps=$($PY -c "print(max(200, int(0.92 * $rate * 60 * $minutes / (64 * 512))))")
-    stamp "lm: probe $rate tokens/s"
-  fi
+  stamp "lm: probe"
+  local steps
+  steps=$(probe_steps $(( 64 * 512 )) "${common[@]}")
   stamp "lm: train $steps steps, limit $minutes min"
   timeout $(( ${minutes%.*} * 60 + 200 )) sinkalign lm train "${common[@]}" --out "$R/lm_gpu" --steps "$steps" \
     --log-every 50 --eval-every 0 --save-every 0 --time-limit "$minutes" 2>&1 | tail -5 | tee "$R/lm_train.log"
@@ -128,6 +143,28 @@ lm() {
     timeout 240 sinkalign lm eval "${model[@]}" --fasta "$GENOME" --device cuda --sections heldout \
       --markov-order 6 --json "$R/lm_eval_$name.json" 2>&1 | tail -15 | tee "$R/lm_eval_$name.log"
   done
+  pack
+}
+
+lm_multi() {
+  local genomes=${GENOMES:-.gpu/genomes} device=${LM_DEVICE:-cuda} minutes=${LM_MINUTES:-5}
+  local seq_len=${LM_SEQ_LEN:-512} batch=${LM_BATCH:-64}
+  local common=(--fasta "$genomes/multi" --fasta "$genomes/GCF_001457455.1_NCTC11397_genomic.fna.gz"
+                --genome-split data_manifests/genomes_multi_split.json --balance genome --reverse-complement
+                --attention goat --model-option input_kmer=4 --model-option goat_init=alibi_sink --device "$device"
+                --d-model "${LM_D_MODEL:-256}" --n-layers "${LM_LAYERS:-6}" --n-heads "${LM_HEADS:-8}"
+                --seq-len "$seq_len" --batch-size "$batch" --lr 1e-3 --warmup-steps "${LM_WARMUP:-200}" --no-progress)
+  stamp "lm_multi: probe on $device"
+  local steps
+  steps=$(probe_steps $(( batch * seq_len )) "${common[@]}")
+  stamp "lm_multi: train $steps steps, limit $minutes min"
+  rm -rf "$R/lm_multi"
+  timeout $(( ${minutes%.*} * 60 + 200 )) sinkalign lm train "${common[@]}" --steps "$steps" --time-limit "$minutes" \
+    --log-every 50 --eval-every 0 --save-every 0 --out "$R/lm_multi" 2>&1 | tail -5 | tee "$R/lm_multi_train.log"
+  stamp "lm_multi: eval"
+  (cd benchmarks && timeout "$(budget 300)" $PY lm_multi_genome.py --split valid --model "$R/lm_multi" --model default \
+      --genomes "$(cd .. && realpath "$genomes/multi")" --device "$device" --max-bases "${LM_EVAL_BASES:-50000}" \
+      --json "$R/lm_multi_genome_gpu.json") 2>&1 | tail -12 | tee "$R/lm_multi_eval.log"
   pack
 }
 

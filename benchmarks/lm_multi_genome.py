@@ -70,6 +70,7 @@ def main() -> None:
     ap.add_argument("--val-fraction", type=float, default=0.1)
     ap.add_argument("--max-bases", type=int, default=None, help="score only the first N held-out bases per record")
     ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the models run")
     ap.add_argument("--genomes", type=Path, default=SHARED / "multi")
     ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "lm_multi_genome.json"))
     args = ap.parse_args()
@@ -78,7 +79,7 @@ def main() -> None:
     models, resolved = {}, {}
     for m in args.model or [None]:
         resolved[m or "shipped"] = str(resolve_model_path(m))  # a run directory: its newest checkpoint
-        models[m or "shipped"] = load_model(resolved[m or "shipped"]).model
+        models[m or "shipped"] = load_model(resolved[m or "shipped"], device=args.device).model
     t0 = time.perf_counter()
     rows = [genome_rows(p, models, args) for p in files]
     cd = genome_rows(CDIPH, models, args) if CDIPH.is_file() else None
