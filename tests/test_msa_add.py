@@ -263,8 +263,12 @@ def test_bad_input_is_refused_before_any_alignment(args, kwargs, message):
 
 
 def test_posteriors_of_another_kind_are_refused():
-    with pytest.raises(TypeError, match="Aligner or a function"):
+    with pytest.raises(TypeError, match="an Aligner, a mapping of pairs of names or a function"):
+        add_to_alignment(["a"], ["MK-V"], ["n"], ["MKV"], [np.ones((3, 3))])
+    with pytest.raises(ValueError, match="no posteriors for the pair 'a', 'n'"):  # keyed by index, not name
         add_to_alignment(["a"], ["MK-V"], ["n"], ["MKV"], {(0, 1): np.ones((3, 3))})
+    with pytest.raises(ValueError, match=r"posteriors of 'a' and 'n' have shape \(2, 3\), expected \(3, 3\)"):
+        add_to_alignment(["a"], ["MK-V"], ["n"], ["MKV"], {("a", "n"): np.ones((2, 3))})
 
 
 # ----------------------------------------------------------------------------- the shipped aligner
@@ -406,8 +410,6 @@ def test_cli_stockholm_reads_back_with_the_librarys_confidences(ref_file, new_fi
 @pytest.mark.parametrize("records, args, words", [
     (None, ["--keep-length"], ["--keep-length", "--add-to"]),
     (None, ["--add-to", "{ref}", "--tree", "{tmp}/guide.nwk"], ["--tree"]),
-    (None, ["--add-to", "{ref}", "--workers", "2"], ["--workers", "--add-to"]),
-    (None, ["--add-to", "{ref}", "--scheduler", "tcp://127.0.0.1:1"], ["--scheduler", "--add-to"]),
     (">HBB_HUMAN\nMVHLTPEEKSAVTALWG\n", ["--add-to", "{ref}"], ["'HBB_HUMAN'", "already a row", "ref.afa"]),
     (">x\n" + "ACGTTGCA" * 6 + "\n", ["--add-to", "{ref}"], ["ref.afa", "protein", "dna"]),
 ])
@@ -546,3 +548,31 @@ def test_cli_warns_only_where_the_confidences_of_added_records_are_not_calibrate
         res = _run("msa", new_file, "--add-to", ref_file, "--model", "blosum", "--format", "stockholm",
                    "-o", tmp_path / "b.sto")
     assert res.exit_code == 0 and "no calibration for records added with 2 consistency rounds" in caplog.text
+
+
+def test_posteriors_given_by_pairs_of_names_are_the_functions(shipped, globins, base):
+    new = {"MYG_HUMAN": globins["MYG_HUMAN"], "HBB_FRAG": globins["HBB_HUMAN"][20:70]}
+    rows = {i: r.replace("-", "") for i, r in zip(base.ids, base.rows)}
+    given = {(a, b): nw_posterior(rows.get(a, new.get(a)), new[b]) for a in rows for b in new}
+    given[("HBB_FRAG", "MYG_HUMAN")] = nw_posterior(new["HBB_FRAG"], new["MYG_HUMAN"])  # either order
+    want = add_to_alignment(base.ids, base.rows, list(new), list(new.values()), nw_posterior)
+    got = add_to_alignment(base.ids, base.rows, list(new), list(new.values()), given)
+    assert got.rows == want.rows
+    np.testing.assert_allclose(got.confidence[2], want.confidence[2])
+    del given[("HBA_HUMAN", "HBB_FRAG")]
+    with pytest.raises(ValueError, match="no posteriors for the pair 'HBA_HUMAN', 'HBB_FRAG'"):
+        add_to_alignment(base.ids, base.rows, list(new), list(new.values()), given)
+
+
+def test_a_local_cluster_adds_as_one_process_does(ref_file, new_file, tmp_path, monkeypatch):
+    pytest.importorskip("distributed")
+    import sinkalign.align.msa as msa_mod
+
+    monkeypatch.setenv("JAX_ENABLE_X64", "1")  # the workers compute as this process does
+    one, two = tmp_path / "one.sto", tmp_path / "two.sto"
+    assert _run("msa", new_file, "--add-to", ref_file, "--format", "stockholm", "-o", one).exit_code == 0
+    monkeypatch.setattr(msa_mod, "aligner_posteriors", None)  # from here on, only workers may align
+    res = _run("msa", new_file, "--add-to", ref_file, "--format", "stockholm", "-o", two, "--workers", "2",
+               "--chunk-size", "2")
+    assert res.exit_code == 0, res.output
+    assert two.read_text() == one.read_text()

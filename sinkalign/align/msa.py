@@ -840,13 +840,30 @@ def _letter_columns(row: str) -> np.ndarray:
 
 def _pair_source(posteriors: Any, seqs: list[str], names: list[str], pairs: list[tuple[int, int]],
                  progress: Callable[[int], Any] | None) -> Posts:
-    """The posteriors of ``pairs`` from an aligner (:func:`aligner_posteriors`) or a function of
-    two sequences (:func:`function_posteriors`)."""
+    """The posteriors of ``pairs`` from an aligner (:func:`aligner_posteriors`), a function of
+    two sequences (:func:`function_posteriors`) or a mapping of pairs of names to their
+    ``[L_a, L_b]`` posteriors (either order of a pair; what a cluster computed)."""
     if hasattr(posteriors, "align_many"):
         return aligner_posteriors(posteriors, seqs, pairs=pairs, ids=names, progress=progress)
+    if isinstance(posteriors, Mapping):
+        out = {}
+        for x, y in pairs:
+            if (names[x], names[y]) in posteriors:
+                P = posteriors[(names[x], names[y])]
+            elif (names[y], names[x]) in posteriors:
+                P = posteriors[(names[y], names[x])].T
+            else:
+                raise ValueError(f"no posteriors for the pair {names[x]!r}, {names[y]!r}")
+            if P.shape != (len(seqs[x]), len(seqs[y])):
+                raise ValueError(f"posteriors of {names[x]!r} and {names[y]!r} have shape {P.shape}, expected "
+                                 f"({len(seqs[x])}, {len(seqs[y])})")
+            _check_values(x, y, P)
+            out[(x, y)] = _sparse(P)
+        return out
     if callable(posteriors):
         return function_posteriors(posteriors, seqs, pairs=pairs, progress=progress)
-    raise TypeError(f"posteriors must be an Aligner or a function of two sequences, got {type(posteriors).__name__}")
+    raise TypeError(f"posteriors must be an Aligner, a mapping of pairs of names or a function of two sequences, "
+                    f"got {type(posteriors).__name__}")
 
 
 def add_to_alignment(ref_ids: Sequence[str], ref_rows: Sequence[str], ids: Sequence[str], seqs: Sequence[str],
@@ -860,7 +877,9 @@ def add_to_alignment(ref_ids: Sequence[str], ref_rows: Sequence[str], ids: Seque
     residues in one column at probability 1. Every new sequence is aligned pairwise against
     every non-empty row and every other new sequence (``posteriors``: an
     :class:`~sinkalign.align.aligner.Aligner`, its calibrated column confidences as in
-    :func:`align_multiple`, or a function of two sequences giving their match posteriors);
+    :func:`align_multiple`, a function of two sequences giving their match posteriors, or
+    those posteriors already computed, ``{(name_a, name_b): [L_a, L_b]}`` for every such pair,
+    in either order);
     ``consistency`` rounds of the consistency transformation run over the whole library (so a
     new sequence's evidence reaches every row through the others); then each new sequence in
     turn, in the order given, is aligned to the profile of the alignment so far (the existing

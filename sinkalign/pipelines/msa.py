@@ -181,9 +181,6 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
                          "is aligned to the alignment's rows alone")
     if add_to is not None and tree is not None:
         raise InputError("--tree: adding to an alignment builds no guide tree")
-    if add_to is not None and (workers is not None or scheduler is not None):
-        raise InputError("--add-to runs in one process (--threads for more cores); --workers and --scheduler are for "
-                         "alignments built from scratch")
     fastas = list(fasta) if isinstance(fasta, (list, tuple)) else [fasta]
     inputs = [Path(f) for f in fastas if not is_stdio(f)] + ([Path(add_to)] if add_to is not None else [])
     check_outputs([(STDIO if output is None else output, "output"), (tree, "--tree"),
@@ -215,7 +212,8 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
     if existing is not None:
         from sinkalign.io.alignments import row_descriptions
 
-        result = _add(existing, ids, seqs, aligner, consistency, keep_length, independent, progress)
+        cluster = None if workers is None and scheduler is None else (spec, workers, scheduler, chunk_size)
+        result = _add(existing, ids, seqs, aligner, consistency, keep_length, independent, progress, cluster)
         descriptions = row_descriptions(add_to) | {r.id: r.description for r in records}
         return _write(result, descriptions, alphabet, fmt, output, tree, column_scores, sequence_scores, trim,
                       f"the model has no calibration for records added with {consistency} consistency rounds")
@@ -258,22 +256,36 @@ def _existing_alignment(path, new_ids: dict, where: str):
 
 
 def _add(existing, ids: list, seqs: list, aligner, consistency: int, keep_length: bool, independent: bool,
-         progress: bool):
+         progress: bool, cluster: tuple | None = None):
     """:func:`~sinkalign.align.msa.add_to_alignment` of the records to ``existing``, with a
-    progress bar of the pairwise alignments and a note of the residues ``keep_length`` dropped."""
+    progress bar of the pairwise alignments and a note of the residues ``keep_length`` dropped;
+    ``cluster``: ``(spec, workers, scheduler, chunk_size)`` to run the pairwise alignments on a
+    Dask cluster (as ``sinkalign align``; the same alignment as one process)."""
     from tqdm import tqdm
 
-    from sinkalign.align.msa import add_to_alignment
+    from sinkalign.align.msa import add_to_alignment, library_entry
 
-    k = sum(any(c.isalpha() for c in row) for row in existing.rows)
+    rows = [(i, "".join(c for c in row if c.isalpha()).upper()) for i, row in zip(existing.ids, existing.rows)]
+    rows = [(i, seq) for i, seq in rows if seq]
     n = len(ids)
-    total = n * k + (0 if independent else n * (n - 1) // 2)
+    items = [(i, seq, name, new) for name, new in zip(ids, seqs) for i, seq in rows]
+    if not independent:
+        items += [(ids[a], seqs[a], ids[b], seqs[b]) for b in range(n) for a in range(b)]
     log.info("adding %d records to an alignment of %d rows and %d columns: %d pairs, %d consistency rounds", n,
-             len(existing), existing.n_columns, total, consistency)
-    with tqdm(total=total, disable=not progress, unit="pair", desc="pairwise") as bar:
+             len(existing), existing.n_columns, len(items), consistency)
+    with tqdm(total=len(items), disable=not progress, unit="pair", desc="pairwise") as bar:
+        posteriors = aligner
+        if cluster is not None:  # the pairs on the cluster, then the library as aligner_posteriors builds it
+            spec, workers, scheduler, chunk_size = cluster
+            posteriors = {}
+            for chunk, out in run_cluster(spec, chunks(items, chunk_size), 8, False, scheduler, workers, align_chunk):
+                for (qid, q, tid, t), (aln, *_) in zip(chunk, out):
+                    posteriors[(qid, tid)] = library_entry(aln, len(q), len(t))
+                bar.update(len(chunk))
         try:
-            result = add_to_alignment(existing.ids, existing.rows, ids, seqs, aligner, consistency=consistency,
-                                      keep_length=keep_length, independent=independent, progress=bar.update)
+            result = add_to_alignment(existing.ids, existing.rows, ids, seqs, posteriors, consistency=consistency,
+                                      keep_length=keep_length, independent=independent,
+                                      calibration=aligner.msa_calibration, progress=bar.update)
         except ValueError as err:  # what the readers let through: an alignment of no residues
             raise InputError(f"{existing.source}: {err}") from err
     if keep_length:
