@@ -99,3 +99,25 @@ def write_json(path: str | Path, payload: dict) -> None:
 
 def mib(x: float | None) -> str:
     return "-" if x is None else f"{x / 2**20:.1f}"
+
+
+def replace_sentence(text: str, start: str, sentence: str) -> str:
+    """``text`` without its sentence that begins with ``start`` (up to the next ``". "`` or the
+    end), and with ``sentence`` appended: a model's provenance keeps one note per fit."""
+    at = text.find(" " + start) if not text.startswith(start) else 0
+    if at >= 0:
+        end = text.find(". ", at + 1)
+        text = text[:at] + ("" if end < 0 else text[end + 1:])
+    return f"{text.strip()} {sentence}".strip()
+
+
+def export_with_msa_calibration(source, out, cal, start: str, sentence: str) -> None:
+    """Write the aligner ``source`` (its weights, pairwise calibration and E-value null) to
+    ``out`` with the multiple-alignment calibration ``cal``, its provenance's note that begins
+    with ``start`` replaced by ``sentence`` (:func:`replace_sentence`)."""
+    from sinkalign.align.checkpoints import export_model
+
+    export_model(out, source.params, source.config, provenance=replace_sentence(source.provenance, start, sentence),
+                 calibration=source.calibration.to_dict(),
+                 significance=None if source.significance is None else source.significance.to_dict(),
+                 msa_calibration=cal.to_dict())

@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import machine, write_json
+from _common import export_with_msa_calibration, machine, write_json
 from msa_families import families, first_families, induced_pairs, nw_matrix, parse_methods
 
 from sinkalign.align.aligner import Aligner
@@ -162,18 +162,11 @@ def fit_mode(fams, learned, args) -> None:
                                 "families": len(per_family), "cv": args.cv, "seed": args.seed, "fitted_on": fitted_on,
                                 "rounds": {str(r): v for r, v in report.items()}})
     print(f"wrote {args.fit_added}")
-    if args.out:
-        from sinkalign.align.checkpoints import export_model
-
-        source = learned
-        base = source.msa_calibration
+    if args.out:  # the model with these maps, its maps for alignments from scratch kept
+        base = learned.msa_calibration
         cal = MsaCalibration(base.knots, base.fitted_on, added) if base is not None else MsaCalibration({}, "", added)
-        provenance = (source.provenance.split(" Confidences of added records")[0] + " Confidences of added records "
-                      f"calibrated on {fitted_on}.").strip()
-        export_model(args.out, source.params, source.config, provenance=provenance,
-                     calibration=source.calibration.to_dict(),
-                     significance=None if source.significance is None else source.significance.to_dict(),
-                     msa_calibration=cal.to_dict())
+        export_with_msa_calibration(learned, args.out, cal, "Confidences of added records",
+                                    f"Confidences of added records calibrated on {fitted_on}.")
         print(f"wrote the model with the maps to {args.out}")
 
 

@@ -40,12 +40,13 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import machine, write_json
+from _common import export_with_msa_calibration, machine, write_json
 from msa_families import families
 
 from sinkalign.align.aligner import Aligner
 from sinkalign.align.msa import (
     SIZE_CLASSES,
+    MsaCalibration,
     aligner_posteriors,
     calibration_samples,
     column_pairs,
@@ -229,16 +230,12 @@ def main() -> None:
     result = {"benchmark": "msa_confidence", "machine": machine(), "date": datetime.date.today().isoformat(),
               "model": args.model, "fit_split": args.fit_split, "calibration": cal.to_dict(), "eval": {}}
     evaluate_splits(aligner, cal, splits, result, args)
-    if args.out:
-        from sinkalign.align.checkpoints import export_model
-
+    if args.out:  # the model with these maps, its maps for added records (msa_add.py --fit-added) kept
         source = Aligner.load(args.model)
-        provenance = (source.provenance.split(" Multiple-alignment confidences")[0] + " Multiple-alignment "
-                      f"confidences calibrated with benchmarks/msa_confidence.py on {fitted_on}.").strip()
-        export_model(args.out, source.params, source.config, provenance=provenance,
-                     calibration=source.calibration.to_dict(),
-                     significance=None if source.significance is None else source.significance.to_dict(),
-                     msa_calibration=cal.to_dict())
+        added = source.msa_calibration.added if source.msa_calibration is not None else {}
+        export_with_msa_calibration(source, args.out, MsaCalibration(cal.knots, cal.fitted_on, added),
+                                    "Multiple-alignment confidences", "Multiple-alignment confidences calibrated with "
+                                    f"benchmarks/msa_confidence.py on {fitted_on}.")
         print(f"wrote the model with its MSA calibration to {args.out}")
     out = args.json or str(RESULTS / f"msa_confidence_{'_'.join(splits) or 'fit'}.json")
     write_json(out, result)
