@@ -256,6 +256,8 @@ def test_an_independent_record_is_placed_as_if_it_were_added_alone(shipped, glob
     ((["a"], ["MK-V"], ["n"], ["MK\u00e9V"]), {}, "sequence 'n' has a character that is not ASCII"),
     ((["a", "b"], ["---", "..."], ["n"], ["MKV"]), {}, "the alignment has no residues to add to"),
     ((["a"], [""], ["n"], ["MKV"]), {}, "the alignment has no residues to add to"),
+    ((["a"], ["MK*V"], ["n"], ["MKV"]), {}, "row 'a' has '\\*' at column 3"),
+    ((["a"], ["MK-V"], ["n"], ["--MKV"]), {}, "sequence 'n' has '-' at position 1: .* ungapped"),
 ])
 def test_bad_input_is_refused_before_any_alignment(args, kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -576,3 +578,66 @@ def test_a_local_cluster_adds_as_one_process_does(ref_file, new_file, tmp_path, 
                "--chunk-size", "2")
     assert res.exit_code == 0, res.output
     assert two.read_text() == one.read_text()
+
+
+def test_cli_keeps_the_letter_case_of_every_format(tmp_path, base, new_file):
+    # aligned FASTA, Clustal, PHYLIP and MSF readers upper-case their rows; the rows added to come
+    # back as the file has them (a bench1.0 core, a lower-case DNA alignment from MAFFT)
+    rows = [base.rows[0][:12].lower() + base.rows[0][12:], base.rows[1].lower()]
+    files = {"afa": "".join(f">{i}\n{r}\n" for i, r in zip(base.ids, rows)),
+             "aln": "CLUSTAL W\n\n" + "".join(f"{i:12s}{r}\n" for i, r in zip(base.ids, rows)),
+             "phy": f" 2 {len(rows[0])}\n" + "".join(f"{i} {r}\n" for i, r in zip(base.ids, rows))}
+    for suffix, text in files.items():
+        ref = tmp_path / f"ref.{suffix}"
+        ref.write_text(text)
+        out = tmp_path / f"out_{suffix}.afa"
+        res = _run("msa", new_file, "--add-to", ref, "--keep-length", "-o", out)
+        assert res.exit_code == 0, res.output
+        assert [str(r.seq) for r in AlignIO.read(out, "fasta")][:2] == rows, suffix
+
+
+def test_cli_reads_an_msf_alignment_with_columns_of_gaps_only(tmp_path, base, new_file):
+    # Bio.Align's MSF parser drops such columns and then counts fewer than the header says
+    rows = [base.rows[0] + "--", base.rows[1] + ".."]
+    width = len(rows[0])
+    lines = ["PileUp", "", f"   MSF: {width}  Type: P  Check: 0  ..", ""]
+    lines += [f" Name: {i}  Len: {width}  Check: 0  Weight: 1.00" for i in base.ids] + ["", "//", ""]
+    for start in range(0, width, 50):
+        lines += [f"{i:12s}{r[start:start + 50].replace('-', '.')}" for i, r in zip(base.ids, rows)] + [""]
+    ref = tmp_path / "ref.msf"
+    ref.write_text("\n".join(lines))
+    out = tmp_path / "out.afa"
+    res = _run("msa", new_file, "--add-to", ref, "--keep-length", "-o", out)
+    assert res.exit_code == 0, res.output
+    assert AlignIO.read(out, "fasta").get_alignment_length() == width
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--trim", "0.5"], ["--trim", "columns"]),
+    (["--format", "phylip", "--new-names"], ["'a(1)'", "'a[1]'", "'a1'", "PHYLIP"]),
+    (["--model", "learned", "--dna"], ["the alignment is dna", "the model (learned) is protein"]),
+])
+def test_cli_refuses_what_it_cannot_do_right(tmp_path, ref_file, new_file, base, args, words):
+    fasta, ref = new_file, ref_file
+    if "--new-names" in args:
+        args = [a for a in args if a != "--new-names"]
+        fasta = tmp_path / "names.fa"
+        fasta.write_text(f">a(1)\n{base.rows[0].replace('-', '')[:40]}\n>a[1]\n{base.rows[1].replace('-', '')[:40]}\n")
+    if "--dna" in args:
+        args = [a for a in args if a != "--dna"]
+        ref = tmp_path / "dna.afa"
+        ref.write_text(">x\nACGTACGTAC-GTACGTACGT\n>y\nACGTACGTACAGTACG-ACGT\n")
+        fasta = tmp_path / "dna.fa"
+        fasta.write_text(">z\nACGTACGTACGTACGTACGT\n")
+    out = tmp_path / "out"
+    res = CliRunner().invoke(cli, ["msa", str(fasta), "--add-to", str(ref), "-o", str(out), *args])
+    assert res.exit_code != 0 and "Traceback" not in res.output and not out.exists(), res.output
+    for word in words:
+        assert word in res.output, (word, res.output)
+
+
+def test_cli_names_a_bad_row_name_by_the_file_it_is_in(tmp_path, base, new_file):
+    ref = tmp_path / "ref.afa"
+    ref.write_text(f">#odd\n{base.rows[0]}\n>HBB_HUMAN\n{base.rows[1]}\n")
+    res = CliRunner().invoke(cli, ["msa", str(new_file), "--add-to", str(ref), "--format", "stockholm"])
+    assert res.exit_code != 0 and "record #1 of the alignment" in res.output and "ref.afa" in res.output, res.output

@@ -35,6 +35,7 @@ many sequences.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -931,11 +932,19 @@ def add_to_alignment(ref_ids: Sequence[str], ref_rows: Sequence[str], ids: Seque
             raise ValueError(f"alignment row {name!r} has {len(row)} columns, expected {width}")
         if not row.isascii():
             raise ValueError(f"alignment row {name!r} has a character that is not ASCII")
+        bad = re.search(r"[^A-Za-z.\-]", row)
+        if bad:
+            raise ValueError(f"alignment row {name!r} has {bad.group()!r} at column {bad.start() + 1}: a row holds "
+                             "letters and the gaps '-' and '.'")
     for name, seq in zip(ids, seqs):
         if not seq:
             raise ValueError(f"sequence {name!r} is empty")
         if not seq.isascii():
             raise ValueError(f"sequence {name!r} has a character that is not ASCII")
+        bad = re.search(r"[^A-Za-z]", seq)
+        if bad:
+            raise ValueError(f"sequence {name!r} has {bad.group()!r} at position {bad.start() + 1}: a sequence to add "
+                             "is letters, ungapped")
     if consistency < 0:
         raise ValueError(f"{consistency=} must be >= 0")
     if independent and consistency:

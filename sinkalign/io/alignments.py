@@ -65,6 +65,7 @@ __all__ = [
     "read_msf",
     "read_stockholm",
     "row_descriptions",
+    "rows_as_written",
     "read_tmalign_pairs",
 ]
 
@@ -550,12 +551,20 @@ def read_msf(path: str | os.PathLike, *, alphabet: str = "auto") -> MSA:
     try:
         with open_text(path) as handle:
             aln = Align.read(handle, "msf")
+        ids = [rec.id for rec in aln.sequences]
+        rows = [aln[k].upper() for k in range(len(ids))]
     except SequenceFormatError:
         raise
     except (ValueError, AssertionError) as err:
-        raise SequenceFormatError(f"{path}: cannot parse MSF: {err}", path=path) from err
-    ids = [rec.id for rec in aln.sequences]
-    rows = [aln[k].upper() for k in range(len(ids))]
+        # Bio.Align's parser drops the columns that are gaps in every row and then finds fewer
+        # columns than the header says; Bio.AlignIO's keeps them
+        try:
+            with open_text(path) as handle:
+                old = AlignIO.read(handle, "msf")
+        except (ValueError, AssertionError):
+            raise SequenceFormatError(f"{path}: cannot parse MSF: {err}", path=path) from err
+        ids = [rec.id for rec in old]
+        rows = [str(rec.seq).upper().replace("~", "-").replace(".", "-") for rec in old]
     return _finish_msa(ids, rows, path=path, fmt="msf", alphabet=alphabet)
 
 
@@ -624,6 +633,31 @@ def read_alignment(path: str | os.PathLike, *, alphabet: str = "auto") -> MSA:
         raise SequenceFormatError(f"{path}: cannot parse {fmt}: {err}", path=path) from err
     return _finish_msa([rec.id for rec in aln], [str(rec.seq).upper() for rec in aln], path=path, fmt=fmt,
                        alphabet=alphabet)
+
+
+def rows_as_written(path: str | os.PathLike, msa: MSA) -> tuple[str, ...]:
+    """The rows of ``msa`` (:func:`read_alignment` of ``path``) with the letter case they have
+    in the file: the aligned FASTA, Clustal, PHYLIP and MSF readers upper-case them (case means
+    nothing there to the toolkit), while a user's bench1.0 core or lower-case DNA should come
+    back as it went in. Stockholm and A2M rows (whose case the readers keep) and PIR rows are
+    ``msa.rows``; so are all rows when the file's do not match them letter for letter."""
+    path = _existing(path, "alignment")
+    fmt = detect_msa_format(path)
+    formats = {"fasta": "fasta", "clustal": "clustal", "phylip": "phylip-relaxed", "msf": "msf"}
+    if msa.format == "a2m" or fmt not in formats:
+        return msa.rows
+    try:
+        with open_text(path) as handle:
+            raw = {rec.id: str(rec.seq).replace("~", "-") for rec in AlignIO.read(handle, formats[fmt])}
+    except (ValueError, AssertionError):
+        return msa.rows
+    out = []
+    for name, row in zip(msa.ids, msa.rows):
+        mine = raw.get(name)
+        if mine is None or mine.upper().replace(".", "-") != row.upper().replace(".", "-"):
+            return msa.rows
+        out.append(mine)
+    return tuple(out)
 
 
 def row_descriptions(path: str | os.PathLike) -> dict[str, str]:

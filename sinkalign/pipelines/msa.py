@@ -44,11 +44,28 @@ CLUSTAL_ID_WIDTH = 30
 
 def _check_names(records: list, fmt: str, where: str) -> None:
     """A Clustal file keeps 30 characters of each name: two records that would share one are an
-    error (the output could not tell them apart); a name merely cut is a warning. A Stockholm
-    row cannot start with ``#`` or ``//`` (:func:`~sinkalign.io.writers.check_name`)."""
+    error (the output could not tell them apart); a name merely cut is a warning. PHYLIP drops
+    ``[](),`` from a name and writes ``:;`` as ``|`` (Biopython's writer): two names that become
+    one are an error, a name changed a warning. A Stockholm row cannot start with ``#`` or
+    ``//`` (:func:`~sinkalign.io.writers.check_name`)."""
     if fmt == "stockholm":
         for n, r in enumerate(records, 1):
             check_name("stockholm", r.id, "query", f"record #{n} of {where}")
+    if fmt == "phylip":
+        from Bio.AlignIO.PhylipIO import sanitize_name
+
+        written: dict[str, str] = {}
+        for r in records:
+            name = sanitize_name(r.id)
+            if name in written:
+                raise InputError(f"{where}: records {written[name]!r} and {r.id!r} are both written {name!r} in a "
+                                 "PHYLIP file (it drops [](), and writes :; as |); write --format fasta or "
+                                 "stockholm, or rename them")
+            written[name] = r.id
+        changed = [r.id for r in records if sanitize_name(r.id) != r.id]
+        if changed:
+            log.warning("%s: %d record names are changed in the PHYLIP file (first: %r as %r)", where, len(changed),
+                        changed[0], sanitize_name(changed[0]))
     if fmt != "clustal":
         return
     seen: dict[str, str] = {}
@@ -174,6 +191,10 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
         raise InputError("give either workers (a local cluster) or scheduler (an existing one), not both")
     if keep_length and add_to is None:
         raise InputError("--keep-length keeps the columns of the alignment given by --add-to; give one")
+    if trim is not None and add_to is not None:
+        raise InputError("--trim: an alignment added to has confidences only in the columns of new residues, so "
+                         "trimming by them would drop the alignment's own columns; trim the result with `sinkalign "
+                         "msa --trim` on the whole family, or by --column-scores")
     if independent and add_to is None:
         raise InputError("--independent places records on the alignment given by --add-to; give one")
     if independent and consistency:
@@ -193,7 +214,11 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
         if seen.setdefault(r.id, k) != k:
             raise InputError(f"record id {r.id!r} appears twice in {where}; ids must be unique")
     existing = _existing_alignment(add_to, seen, where) if add_to is not None else None
-    _check_names(([] if existing is None else [_Named(i) for i in existing.ids]) + records, fmt, where)
+    if existing is not None:
+        _check_names([_Named(i) for i in existing.ids], fmt, f"the alignment {add_to}")
+        if fmt in ("clustal", "phylip"):  # collisions between the two
+            _check_names([_Named(i) for i in existing.ids] + records, fmt, f"{add_to} and {where}")
+    _check_names(records, fmt, where)
     path = None
     if model is not None:
         from sinkalign.align.aligner import resolve_model
@@ -203,7 +228,8 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
     model_alphabet = load_aligner(spec).config.alphabet if path is not None else None
     alphabet = _alphabet(records, where, model_alphabet)
     if existing is not None and existing.alphabet != alphabet:
-        raise InputError(f"{add_to}: the alignment is {existing.alphabet}, the records of {where} are {alphabet}")
+        which = f"the model ({model}) is" if model_alphabet is not None else f"the records of {where} are"
+        raise InputError(f"{add_to}: the alignment is {existing.alphabet}, but {which} {alphabet}")
     spec = ModelSpec(path, alphabet, min_confidence=0.0, engine=engine, threads=threads,
                      strand="plus" if alphabet == "dna" else None)  # the strands as given
     aligner = library_aligner(load_aligner(spec))  # a model without calibration fails here, before any pair
@@ -246,9 +272,12 @@ class _Named:
 def _existing_alignment(path, new_ids: dict, where: str):
     """The alignment at ``path`` (any format :func:`~sinkalign.io.alignments.read_alignment`
     reads), its row ids apart from the new records'."""
-    from sinkalign.io.alignments import read_alignment
+    from dataclasses import replace
+
+    from sinkalign.io.alignments import read_alignment, rows_as_written
 
     existing = read_alignment(path)
+    existing = replace(existing, rows=rows_as_written(path, existing))  # the letter case of the file
     for name in existing.ids:
         if name in new_ids:
             raise InputError(f"record {name!r} of {where} is already a row of the alignment {path}; ids must be unique")
