@@ -54,7 +54,7 @@ from sinkalign.align.msa import MsaCalibration, add_to_alignment, align_multiple
 from sinkalign.io.alignments import MSA, msa_to_pairs, percent_identity
 
 RESULTS = Path(__file__).resolve().parent / "results"
-METHODS = ("add", "add-c0", "add-nw", "famsa-add", "msa", "pair", "nw")
+METHODS = ("add", "add-c0", "add-max", "add-max-c0", "add-nw", "famsa-add", "msa", "pair", "nw")
 
 
 def without_row(msa: MSA, k: int) -> MSA:
@@ -192,6 +192,8 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=2, help="rows left out and added back per family")
     ap.add_argument("--max-families", type=int, default=0, help="at most this many families per source (0: all)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--twins", action="store_true", help="also add a copy of each left-out row to the whole family: "
+                    "the share of copies that land exactly on their row's columns")
     ap.add_argument("--fit-added", default=None, metavar="FILE", help="fit the added records' maps (see above)")
     ap.add_argument("--fit-rounds", default="0,1,2,3")
     ap.add_argument("--cv", type=int, default=5)
@@ -207,9 +209,10 @@ def main() -> None:
     if args.fit_added:
         fit_mode(fams, learned, args)
         return
-    sources_of = {"add": learned, "add-c0": learned, "add-nw": nw_matrix}
+    sources_of = {"add": learned, "add-c0": learned, "add-max": learned, "add-max-c0": learned, "add-nw": nw_matrix}
+    twins = {m: [] for m in methods if m in ("add", "add-c0", "add-max", "add-max-c0")} if args.twins else {}
     scores = {m: [] for m in methods}
-    reliability = {m: [] for m in methods if m in ("add", "add-c0")}
+    reliability = {m: [] for m in methods if m in ("add", "add-c0", "add-max", "add-max-c0")}
     kind = {}  # method -> whether its confidences came out calibrated
     seconds = {m: 0.0 for m in methods}
     pair_src, pair_id, per_row = [], [], []
@@ -233,8 +236,14 @@ def main() -> None:
             for m in methods:
                 t0 = time.perf_counter()
                 if m.startswith("add"):
-                    res = add_to_alignment(existing.ids, existing.rows, [name], [seqs[k]], sources_of[m],
-                                           consistency=0 if m == "add-c0" else 2)
+                    settings = {"consistency": 0 if m.endswith("c0") else 2, "combine": "max" if "max" in m else "mean"}
+                    res = add_to_alignment(existing.ids, existing.rows, [name], [seqs[k]], sources_of[m], **settings)
+                    if m in twins:  # a copy of the row, added to the whole family: on its twin's columns?
+                        twin = add_to_alignment(msa.ids, msa.rows, ["copy"], [seqs[k]], learned, **settings)
+                        copy_cols = [c for c, ch in enumerate(twin.rows[-1]) if ch != "-"]
+                        twin_cols = [c for c, ch in enumerate(twin.rows[int(k)]) if ch != "-"]
+                        on = sum(a == b for a, b in zip(copy_cols, twin_cols))  # residues in their twin's column
+                        twins[m].append((on == len(copy_cols), on, len(copy_cols)))
                     # scored upper-cased, as every other method's rows are: a lower-case (untrusted)
                     # residue of a bench1.0 row is in its column as much as an upper-case one
                     rows = {i: r.upper() for i, r in zip(res.ids, res.rows)}
@@ -277,6 +286,9 @@ def main() -> None:
     for m in methods:
         cells = [f"{table[m][g]['precision']:.3f} / {table[m][g]['recall']:.3f} / {table[m][g]['f1']:.3f}" for g in head]
         print(f"| {m} | " + " | ".join(cells) + f" | {seconds[m]:.1f} |")
+    for m, v in twins.items():
+        print(f"{m}: {sum(e for e, _, _ in v)} of {len(v)} copies of a row on exactly that row's columns; "
+              f"{sum(o for _, o, _ in v) / sum(n for _, _, n in v):.4f} of their residues on their twin's")
     calibration = {m: expected_calibration_error(np.concatenate(v)) for m, v in reliability.items() if v}
     for m, c in calibration.items():
         print(f"{m}: the added rows' residue confidences ({kind[m]}), ECE {c['ece']:.3f}; per bin "
@@ -287,6 +299,9 @@ def main() -> None:
                "split": args.split, "sources": sources, "min_seqs": args.min_seqs, "max_seqs": args.max_seqs,
                "rows_per_family": args.rows, "families": len(fams), "rows_added": len(per_row), "table": table,
                "added_residue_calibration": calibration,
+               "twins": {m: {"exact": int(sum(e for e, _, _ in v)), "copies": len(v),
+                             "residues_on_twin": sum(o for _, o, _ in v) / max(1, sum(n for _, _, n in v))}
+                         for m, v in twins.items()},
                "per_row": per_row}
     out = args.json or str(RESULTS / f"msa_add_{args.split}.json")
     write_json(out, payload)

@@ -641,3 +641,18 @@ def test_cli_names_a_bad_row_name_by_the_file_it_is_in(tmp_path, base, new_file)
     ref.write_text(f">#odd\n{base.rows[0]}\n>HBB_HUMAN\n{base.rows[1]}\n")
     res = CliRunner().invoke(cli, ["msa", str(new_file), "--add-to", str(ref), "--format", "stockholm"])
     assert res.exit_code != 0 and "record #1 of the alignment" in res.output and "ref.afa" in res.output, res.output
+
+
+def test_combine_max_follows_the_most_confident_pairing():
+    # a copy of r1 is sure of r1's columns (1.0) and less so of the other three rows' (0.9): the
+    # mean over the rows follows the three, the most confident pairing follows r1
+    def soft(a, b):
+        M = lcs_posterior(a, b)
+        return M if a == b else 0.9 * M
+
+    ids, rows = ["r1", "r2", "r3", "r4"], ["AC-GT", "ACG-S", "ACG-S", "ACG-S"]
+    mean = add_to_alignment(ids, rows, ["copy"], ["ACGT"], soft, consistency=0)
+    most = add_to_alignment(ids, rows, ["copy"], ["ACGT"], soft, consistency=0, combine="max")
+    assert mean.rows[-1] == "ACG-T" and most.rows[-1] == "AC-GT"
+    with pytest.raises(ValueError, match="combine='sum' is not 'mean' or 'max'"):
+        add_to_alignment(ids, rows, ["copy"], ["ACGT"], never_called, combine="sum")

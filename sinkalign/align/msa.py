@@ -453,6 +453,16 @@ def _column_scores(a: _Profile, b: _Profile, posts: Posts, sums: np.ndarray | No
     return np.minimum(sums / (len(a.members) * len(b.members)), 1.0)
 
 
+def _column_max(a: _Profile, b: _Profile, posts: Posts) -> np.ndarray:
+    """``[a.width, b.width]``: the largest posterior of the residue pairs in each pair of columns."""
+    flat = np.zeros(a.width * b.width)
+    for x in a.members:
+        for y in b.members:
+            P = _get(posts, x, y).tocoo()
+            np.maximum.at(flat, a.cols[x][P.row] * b.width + b.cols[y][P.col], P.data)
+    return np.minimum(flat.reshape(a.width, b.width), 1.0)
+
+
 def _merge(a: _Profile, b: _Profile, pairs: np.ndarray) -> _Profile:
     """Profiles ``a`` and ``b`` merged on their matched columns ``pairs [k, 2]`` (both
     increasing); between two matches, ``a``'s unmatched columns come before ``b``'s."""
@@ -869,7 +879,7 @@ def _pair_source(posteriors: Any, seqs: list[str], names: list[str], pairs: list
 
 def add_to_alignment(ref_ids: Sequence[str], ref_rows: Sequence[str], ids: Sequence[str], seqs: Sequence[str],
                      posteriors: Any, *, consistency: int = 2, keep_length: bool = False, independent: bool = False,
-                     calibration: MsaCalibration | None = None,
+                     calibration: MsaCalibration | None = None, combine: str = "mean",
                      progress: Callable[[int], Any] | None = None) -> MultipleAlignment:
     """Add ``seqs`` (named ``ids``) to an existing alignment (gapped ``ref_rows`` named
     ``ref_ids``) without changing it, as MAFFT's ``--add`` and Clustal Omega's profile mode do.
@@ -897,6 +907,11 @@ def add_to_alignment(ref_ids: Sequence[str], ref_rows: Sequence[str], ids: Seque
     alignment). A new residue that no column takes gets a column of its own, never shared with
     another sequence's. No consistency rounds (``consistency`` must be 0): with one new
     sequence this is the default recipe at ``consistency=0``, alignment for alignment.
+
+    ``combine``: how a new residue's score for a column combines its pairings with the
+    column's residues: ``"mean"`` over the rows (the profile step of :func:`align_multiple`),
+    or ``"max"``, the most confident pairing (measured in ``benchmarks/msa_add.py``, not the
+    default: BENCHMARKS.md).
 
     Cost: ``N K + N (N - 1) / 2`` pairwise alignments for ``N`` new sequences and ``K`` rows
     (a fresh multiple alignment of all of them: ``(N + K)(N + K - 1) / 2``), and the
@@ -949,6 +964,8 @@ def add_to_alignment(ref_ids: Sequence[str], ref_rows: Sequence[str], ids: Seque
         raise ValueError(f"{consistency=} must be >= 0")
     if independent and consistency:
         raise ValueError(f"independent placement takes no consistency rounds, got {consistency=}")
+    if combine not in ("mean", "max"):
+        raise ValueError(f"combine={combine!r} is not 'mean' or 'max'")
 
     letters = [_letter_columns(row) for row in ref_rows]
     active = [r for r in range(len(ref_rows)) if letters[r].size]  # rows with a residue: the library's
@@ -972,7 +989,8 @@ def add_to_alignment(ref_ids: Sequence[str], ref_rows: Sequence[str], ids: Seque
     for y in range(K, len(library)):
         new = _Profile([y], {y: np.arange(lengths[y])}, lengths[y])
         scored = _Profile(list(range(K)), profile.cols, profile.width) if independent else profile
-        profile = _merge(profile, new, _mea(_column_scores(scored, new, posts)))
+        scores = _column_max(scored, new, posts) if combine == "max" else _column_scores(scored, new, posts)
+        profile = _merge(profile, new, _mea(scores))
     cols, place = profile.cols, profile.cols[-1]
     rows = []
     for r, row in enumerate(ref_rows):
