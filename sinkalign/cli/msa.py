@@ -65,8 +65,8 @@ _INPUT = click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path
               help="Add the records of FASTA to this existing alignment (aligned FASTA, A2M, Stockholm, Clustal, MSF, "
                    "PIR or PHYLIP, told by content) without changing it, as MAFFT's --add: its rows come out as they "
                    "went in, with a new column only where a new record has residues that no existing column takes. "
-                   "Each record is aligned to every row and to the other records; --consistency applies, --refine "
-                   "and --tree do not. --workers / --scheduler run the pairwise alignments on a cluster.")
+                   "Each record is aligned to every row and to the other records; --consistency applies; --refine, "
+                   "--trim and --tree do not. --workers / --scheduler run the pairwise alignments on a cluster.")
 @click.option("--keep-length", is_flag=True, help="With --add-to: drop the new records' residues that no existing "
               "column takes, so that the output has exactly the alignment's columns (MAFFT's --keeplength).")
 @click.option("--independent", is_flag=True, help="With --add-to: align each record to the alignment's rows only, "
