@@ -14,6 +14,9 @@ Methods (``--methods``), each on the same left-out rows in the same run:
 
 * ``add`` / ``add-c0``: :func:`sinkalign.align.msa.add_to_alignment` over the default learned
   model's calibrated confidences, 2 / 0 consistency rounds (``sinkalign msa --add-to``);
+* ``add-max`` / ``add-max-c0``: ``combine="max"`` (a column scored by its most confident pairing);
+* ``add-near5`` / ``10`` / ``20``: ``--independent --nearest M`` (the row aligned to its M rows of
+  best Smith-Waterman score only), for large alignments (``--sources pfam --rows 20``);
 * ``add-nw``: the same recipe over Needleman-Wunsch's alignments (parasail BLOSUM62 11/1, each
   aligned pair at 1), 2 rounds;
 * ``famsa-add``: FAMSA's profile-profile alignment of the existing alignment and the sequence
@@ -54,7 +57,8 @@ from sinkalign.align.msa import MsaCalibration, add_to_alignment, align_multiple
 from sinkalign.io.alignments import MSA, msa_to_pairs, percent_identity
 
 RESULTS = Path(__file__).resolve().parent / "results"
-METHODS = ("add", "add-c0", "add-max", "add-max-c0", "add-nw", "famsa-add", "msa", "pair", "nw")
+METHODS = ("add", "add-c0", "add-max", "add-max-c0", "add-near5", "add-near10", "add-near20", "add-nw", "famsa-add",
+           "msa", "pair", "nw")
 
 
 def without_row(msa: MSA, k: int) -> MSA:
@@ -209,10 +213,10 @@ def main() -> None:
     if args.fit_added:
         fit_mode(fams, learned, args)
         return
-    sources_of = {"add": learned, "add-c0": learned, "add-max": learned, "add-max-c0": learned, "add-nw": nw_matrix}
+    sources_of = {m: learned for m in METHODS if m.startswith("add") and m != "add-nw"} | {"add-nw": nw_matrix}
     twins = {m: [] for m in methods if m in ("add", "add-c0", "add-max", "add-max-c0")} if args.twins else {}
     scores = {m: [] for m in methods}
-    reliability = {m: [] for m in methods if m in ("add", "add-c0", "add-max", "add-max-c0")}
+    reliability = {m: [] for m in methods if m.startswith("add") and m != "add-nw"}
     kind = {}  # method -> whether its confidences came out calibrated
     seconds = {m: 0.0 for m in methods}
     pair_src, pair_id, per_row = [], [], []
@@ -236,7 +240,10 @@ def main() -> None:
             for m in methods:
                 t0 = time.perf_counter()
                 if m.startswith("add"):
-                    settings = {"consistency": 0 if m.endswith("c0") else 2, "combine": "max" if "max" in m else "mean"}
+                    settings = {"consistency": 0 if m.endswith("c0") or "near" in m else 2,
+                                "combine": "max" if "max" in m else "mean"}
+                    if "near" in m:
+                        settings |= {"independent": True, "nearest": int(m.split("near")[1])}
                     res = add_to_alignment(existing.ids, existing.rows, [name], [seqs[k]], sources_of[m], **settings)
                     if m in twins:  # a copy of the row, added to the whole family: on its twin's columns?
                         twin = add_to_alignment(msa.ids, msa.rows, ["copy"], [seqs[k]], learned, **settings)

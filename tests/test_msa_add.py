@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from sinkalign.align.aligner import Aligner
 from sinkalign.align.baselines import Scoring, align_pair
-from sinkalign.align.msa import MsaCalibration, MultipleAlignment, add_to_alignment, align_multiple
+from sinkalign.align.msa import MsaCalibration, MultipleAlignment, add_to_alignment, align_multiple, nearest_rows
 from sinkalign.cli.align import EXAMPLES
 from sinkalign.cli.main import cli
 
@@ -656,3 +656,51 @@ def test_combine_max_follows_the_most_confident_pairing():
     assert mean.rows[-1] == "ACG-T" and most.rows[-1] == "AC-GT"
     with pytest.raises(ValueError, match="combine='sum' is not 'mean' or 'max'"):
         add_to_alignment(ids, rows, ["copy"], ["ACGT"], never_called, combine="sum")
+
+
+def test_nearest_rows_are_the_most_similar_by_local_score():
+    rows = ["MKVLAAGHWERT", "QQQQPPPPNNNN", "MKVLSAGHWEKT", "WWWWYYYYFFFF"]
+    near = nearest_rows(rows, ["MKVLAAGHWERT", "PPPPNNNNQQQ"], 2)
+    assert near[0] == [0, 2] and 1 in near[1] and len(near[1]) == 2
+    assert nearest_rows(rows, ["MKV"], 4) == [[0, 1, 2, 3]] and nearest_rows(rows, ["MKV"], None) == [[0, 1, 2, 3]]
+
+
+def test_independent_nearest_aligns_each_record_to_its_nearest_rows_only(shipped, globins, base):
+    calls = []
+
+    def spy(a, b):
+        calls.append((a, b))
+        return lcs_posterior(a, b)
+
+    ids, rows = ["a", "b", "c"], ["ACDEFGHIK-LM", "ACDEFGHIKQLM", "WWYYWWYY-WWY"]
+    out = add_to_alignment(ids, rows, ["n"], ["ACDEFGHIKLM"], spy, consistency=0, independent=True, nearest=2)
+    assert sorted(a for a, _ in calls) == ["ACDEFGHIKLM", "ACDEFGHIKQLM"]  # c is not among its two nearest
+    assert out.rows[-1] == "ACDEFGHIK-LM"
+    # every row, when there are no more than the nearest asked for
+    every = add_to_alignment(ids, rows, ["n"], ["ACDEFGHIKLM"], lcs_posterior, consistency=0, independent=True)
+    assert add_to_alignment(ids, rows, ["n"], ["ACDEFGHIKLM"], lcs_posterior, consistency=0, independent=True,
+                            nearest=3).rows == every.rows
+    # a copy of a row placed on its one nearest row lands on that row's columns
+    twin = add_to_alignment(base.ids, base.rows, ["copy"], [globins["HBA_HUMAN"]], shipped, consistency=0,
+                            independent=True, nearest=1)
+    assert twin.rows[-1] == twin.rows[0]
+    for kwargs, message in [({"nearest": 2}, "nearest=2 needs independent placement"),
+                            ({"nearest": 0, "independent": True}, "must be >= 1")]:
+        with pytest.raises(ValueError, match=message):
+            add_to_alignment(ids, rows, ["n"], ["ACD"], never_called, consistency=0, **kwargs)
+
+
+def test_cli_nearest_needs_independent_and_runs_on_a_cluster(ref_file, new_file, tmp_path, monkeypatch):
+    res = CliRunner().invoke(cli, ["msa", str(new_file), "--add-to", str(ref_file), "--nearest", "1"])
+    assert res.exit_code != 0 and "--nearest 1: only with --independent" in res.output
+    pytest.importorskip("distributed")
+    import sinkalign.align.msa as msa_mod
+
+    monkeypatch.setenv("JAX_ENABLE_X64", "1")
+    one, two = tmp_path / "one.afa", tmp_path / "two.afa"
+    args = ["--add-to", ref_file, "--independent", "--nearest", "1"]
+    assert _run("msa", new_file, *args, "-o", one).exit_code == 0
+    monkeypatch.setattr(msa_mod, "aligner_posteriors", None)  # from here on, only workers may align
+    res = _run("msa", new_file, *args, "-o", two, "--workers", "2")
+    assert res.exit_code == 0, res.output
+    assert two.read_text() == one.read_text()

@@ -55,6 +55,7 @@ __all__ = [
     "MultipleAlignment",
     "add_to_alignment",
     "align_multiple",
+    "nearest_rows",
     "aligner_posteriors",
     "calibration_samples",
     "clustal_consensus",
@@ -877,9 +878,22 @@ def _pair_source(posteriors: Any, seqs: list[str], names: list[str], pairs: list
                     f"got {type(posteriors).__name__}")
 
 
+def nearest_rows(rows: Sequence[str], seqs: Sequence[str], nearest: int | None, *,
+                 kind: str = "protein") -> list[list[int]]:
+    """For each sequence of ``seqs``, the indices (increasing) of its ``nearest`` most similar
+    of the ungapped ``rows`` by the Smith-Waterman score of ``sinkalign align --prefilter``
+    (:func:`~sinkalign.align.prefilter.best_targets`); every row for ``None`` or at least as
+    many as there are rows."""
+    if nearest is None or nearest >= len(rows):
+        return [list(range(len(rows))) for _ in seqs]
+    from sinkalign.align.prefilter import best_targets
+
+    return [[int(x) for x in best_targets(seq, list(rows), nearest, kind=kind)] for seq in seqs]
+
+
 def add_to_alignment(ref_ids: Sequence[str], ref_rows: Sequence[str], ids: Sequence[str], seqs: Sequence[str],
                      posteriors: Any, *, consistency: int = 2, keep_length: bool = False, independent: bool = False,
-                     calibration: MsaCalibration | None = None, combine: str = "mean",
+                     calibration: MsaCalibration | None = None, combine: str = "mean", nearest: int | None = None,
                      progress: Callable[[int], Any] | None = None) -> MultipleAlignment:
     """Add ``seqs`` (named ``ids``) to an existing alignment (gapped ``ref_rows`` named
     ``ref_ids``) without changing it, as MAFFT's ``--add`` and Clustal Omega's profile mode do.
@@ -907,6 +921,12 @@ def add_to_alignment(ref_ids: Sequence[str], ref_rows: Sequence[str], ids: Seque
     alignment). A new residue that no column takes gets a column of its own, never shared with
     another sequence's. No consistency rounds (``consistency`` must be 0): with one new
     sequence this is the default recipe at ``consistency=0``, alignment for alignment.
+
+    ``nearest`` (with ``independent``): each new sequence is aligned to, and placed on the
+    profile of, only its ``nearest`` most similar rows, ranked by the Smith-Waterman score of
+    ``sinkalign align --prefilter`` (:func:`~sinkalign.align.prefilter.prefilter_scores`; DNA
+    scoring for a DNA aligner, else protein): ``N * nearest`` pairwise alignments, for
+    alignments of hundreds or thousands of rows.
 
     ``combine``: how a new residue's score for a column combines its pairings with the
     column's residues: ``"mean"`` over the rows (the profile step of :func:`align_multiple`),
@@ -966,6 +986,8 @@ def add_to_alignment(ref_ids: Sequence[str], ref_rows: Sequence[str], ids: Seque
         raise ValueError(f"independent placement takes no consistency rounds, got {consistency=}")
     if combine not in ("mean", "max"):
         raise ValueError(f"combine={combine!r} is not 'mean' or 'max'")
+    if nearest is not None and (not independent or nearest < 1):
+        raise ValueError(f"nearest={nearest} needs independent placement and must be >= 1")
 
     letters = [_letter_columns(row) for row in ref_rows]
     active = [r for r in range(len(ref_rows)) if letters[r].size]  # rows with a residue: the library's
@@ -975,7 +997,10 @@ def add_to_alignment(ref_ids: Sequence[str], ref_rows: Sequence[str], ids: Seque
     names = [ref_ids[r] for r in active] + ids
     library = ["".join(ref_rows[r][c] for c in letters[r]).upper() for r in active] + seqs
     lengths = [len(s) for s in library]
-    todo = [(x, y) for y in range(K, len(library)) for x in range(K if independent else y)]
+    config = getattr(posteriors, "config", None)
+    kind = "dna" if getattr(config, "alphabet", "protein") == "dna" else "protein"
+    rows_of = dict(zip(range(K, len(library)), nearest_rows(library[:K], seqs, nearest, kind=kind)))
+    todo = [(x, y) for y in range(K, len(library)) for x in (rows_of[y] if independent else range(y))]
     posts = _pair_source(posteriors, library, names, todo, progress)
     if consistency:  # the rows' own pairs count only through the consistency transformation
         for x in range(K):
@@ -988,7 +1013,7 @@ def add_to_alignment(ref_ids: Sequence[str], ref_rows: Sequence[str], ids: Seque
     profile = _Profile(list(range(K)), {x: letters[active[x]] for x in range(K)} | {-1: np.arange(width)}, width)
     for y in range(K, len(library)):
         new = _Profile([y], {y: np.arange(lengths[y])}, lengths[y])
-        scored = _Profile(list(range(K)), profile.cols, profile.width) if independent else profile
+        scored = _Profile(rows_of[y], profile.cols, profile.width) if independent else profile
         scores = _column_max(scored, new, posts) if combine == "max" else _column_scores(scored, new, posts)
         profile = _merge(profile, new, _mea(scores))
     cols, place = profile.cols, profile.cols[-1]

@@ -138,7 +138,8 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
               refine: int = 20, seed: int = 0, threads: int | None = None, engine: str = "auto",
               workers: int | None = None, scheduler: str | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE,
               progress: bool = False, overwrite: bool = False, column_scores=None, trim: float | None = None,
-              sequence_scores=None, add_to=None, keep_length: bool = False, independent: bool = False):
+              sequence_scores=None, add_to=None, keep_length: bool = False, independent: bool = False,
+              nearest: int | None = None):
     """Align the records of ``fasta`` all together and write the alignment.
 
     Args:
@@ -169,6 +170,8 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
             takes, so that the output has exactly the existing columns.
         independent: with ``add_to``, align each record to the alignment's rows only, not to the
             other records (``consistency`` must be 0).
+        nearest: with ``independent``, align each record to its ``nearest`` most similar rows
+            only (:func:`~sinkalign.align.msa.nearest_rows`).
 
     A Stockholm file carries each residue's confidence (``#=GR id PP``) and each column's
     (``#=GC PP_cons``), a Clustal file the conservation line. The confidences are calibrated
@@ -197,6 +200,11 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
                          "msa --trim` on the whole family, or by --column-scores")
     if independent and add_to is None:
         raise InputError("--independent places records on the alignment given by --add-to; give one")
+    if nearest is not None and not independent:
+        raise InputError(f"--nearest {nearest}: only with --independent (each record placed on its nearest rows "
+                         "alone; without it every record is aligned to every row and record)")
+    if nearest is not None and nearest < 1:
+        raise InputError(f"--nearest ({nearest}) must be >= 1")
     if independent and consistency:
         raise InputError(f"--independent takes no consistency rounds (--consistency {consistency} given): each record "
                          "is aligned to the alignment's rows alone")
@@ -239,7 +247,8 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
         from sinkalign.io.alignments import row_descriptions
 
         cluster = None if workers is None and scheduler is None else (spec, workers, scheduler, chunk_size)
-        result = _add(existing, ids, seqs, aligner, consistency, keep_length, independent, progress, cluster)
+        result = _add(existing, ids, seqs, aligner, consistency, keep_length, independent, progress, cluster,
+                      nearest)
         descriptions = row_descriptions(add_to) | {r.id: r.description for r in records}
         return _write(result, descriptions, alphabet, fmt, output, tree, column_scores, sequence_scores, trim,
                       f"the model has no calibration for records added with {consistency} consistency rounds")
@@ -285,19 +294,20 @@ def _existing_alignment(path, new_ids: dict, where: str):
 
 
 def _add(existing, ids: list, seqs: list, aligner, consistency: int, keep_length: bool, independent: bool,
-         progress: bool, cluster: tuple | None = None):
+         progress: bool, cluster: tuple | None = None, nearest: int | None = None):
     """:func:`~sinkalign.align.msa.add_to_alignment` of the records to ``existing``, with a
     progress bar of the pairwise alignments and a note of the residues ``keep_length`` dropped;
     ``cluster``: ``(spec, workers, scheduler, chunk_size)`` to run the pairwise alignments on a
     Dask cluster (as ``sinkalign align``; the same alignment as one process)."""
     from tqdm import tqdm
 
-    from sinkalign.align.msa import add_to_alignment, library_entry
+    from sinkalign.align.msa import add_to_alignment, library_entry, nearest_rows
 
     rows = [(i, "".join(c for c in row if c.isalpha()).upper()) for i, row in zip(existing.ids, existing.rows)]
     rows = [(i, seq) for i, seq in rows if seq]
     n = len(ids)
-    items = [(i, seq, name, new) for name, new in zip(ids, seqs) for i, seq in rows]
+    near = nearest_rows([seq for _, seq in rows], seqs, nearest, kind=aligner.config.alphabet)
+    items = [(*rows[x], name, new) for name, new, mine in zip(ids, seqs, near) for x in mine]
     if not independent:
         items += [(ids[a], seqs[a], ids[b], seqs[b]) for b in range(n) for a in range(b)]
     log.info("adding %d records to an alignment of %d rows and %d columns: %d pairs, %d consistency rounds", n,
@@ -313,7 +323,7 @@ def _add(existing, ids: list, seqs: list, aligner, consistency: int, keep_length
                 bar.update(len(chunk))
         try:
             result = add_to_alignment(existing.ids, existing.rows, ids, seqs, posteriors, consistency=consistency,
-                                      keep_length=keep_length, independent=independent,
+                                      keep_length=keep_length, independent=independent, nearest=nearest,
                                       calibration=aligner.msa_calibration, progress=bar.update)
         except ValueError as err:  # what the readers let through: an alignment of no residues
             raise InputError(f"{existing.source}: {err}") from err
