@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
 from Bio import AlignIO, SeqIO
 from click.testing import CliRunner
 
-from sinkalign.align.aligner import Aligner
+from sinkalign.align.aligner import Aligner, resolve_model
 from sinkalign.align.baselines import Scoring, align_pair
 from sinkalign.align.msa import MsaCalibration, MultipleAlignment, add_to_alignment, align_multiple, nearest_rows
 from sinkalign.cli.align import EXAMPLES
@@ -546,9 +547,20 @@ def test_cli_warns_only_where_the_confidences_of_added_records_are_not_calibrate
         res = _run("msa", new_file, "--add-to", ref_file, "--format", "stockholm", "-o", tmp_path / "a.sto")
     assert res.exit_code == 0 and "not calibrated" not in caplog.text
     caplog.clear()
-    with caplog.at_level("WARNING"):
+    with caplog.at_level("WARNING"):  # the other shipped protein model has its own maps
         res = _run("msa", new_file, "--add-to", ref_file, "--model", "blosum", "--format", "stockholm",
                    "-o", tmp_path / "b.sto")
+    assert res.exit_code == 0 and "not calibrated" not in caplog.text
+    # a model without them (the shipped one, its maps for added records taken out)
+    model = tmp_path / "model"
+    shutil.copytree(resolve_model("learned"), model)
+    state = json.loads((model / "state.json").read_text())
+    del state["msa_calibration"]["added"]
+    (model / "state.json").write_text(json.dumps(state))
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        res = _run("msa", new_file, "--add-to", ref_file, "--model", model, "--format", "stockholm",
+                   "-o", tmp_path / "c.sto")
     assert res.exit_code == 0 and "no calibration for records added with 2 consistency rounds" in caplog.text
 
 
