@@ -45,6 +45,17 @@ from sinkalign.io.alignments import percent_identity
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+@contextlib.contextmanager
+def box_features(flag: bool):
+    """The aligner's boxed pairs' column features read on the box (True) or the whole pair."""
+    old = A.BOX_FEATURES
+    A.BOX_FEATURES = flag
+    try:
+        yield
+    finally:
+        A.BOX_FEATURES = old
+
+
 def shorter_first(p):
     """The reference pair with its shorter sequence as the query."""
     if len(p.query_seq) <= len(p.target_seq):
@@ -133,6 +144,9 @@ def main() -> None:
     ap.add_argument("--null", action="store_true",
                     help="also E-values of the same pairs with the query shuffled (seed 7): the share at E <= 0.01 / "
                          "0.1 / 1 (calibrated: 0.010 / 0.095 / 0.63), by the default and (with --before) as before")
+    ap.add_argument("--compare-features", action="store_true",
+                    help="also align every pair by the default aligner with its boxed pairs' column features read "
+                         "on the box (A.BOX_FEATURES, tried in session 22, off) and on the whole pair (the default)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     ratios = [int(r) for r in args.ratios.split(",")]
@@ -185,6 +199,14 @@ def main() -> None:
             shuffle_rng = np.random.default_rng(7)
             shuffled = [(q, "".join(shuffle_rng.permutation(list(qs))), t, ts) for q, qs, t, ts in jobs]
             null["default"] = [r.evalue for r in full.align_many(shuffled)]
+        if args.compare_features and shipped is not None:
+            for name, flag in (("default, box features", True), ("default, whole-pair features", False)):
+                t0 = time.perf_counter()
+                with box_features(flag):
+                    preds[name] = [r.alignment.pairs for r in full.align_many(jobs)]
+                    if args.null:
+                        null[name] = [r.evalue for r in full.align_many(shuffled)]
+                secs[name] = time.perf_counter() - t0
         if args.before and shipped is not None:
             t0 = time.perf_counter()
             with no_box():

@@ -679,3 +679,42 @@ def test_calibrate_keep_column_model_refits_only_the_maps(tmp_path):
                                  "--keep-column-model", "-o", str(tmp_path / "none")])
     assert r.exit_code != 0 and "--keep-column-model" in r.output and "no column model to keep" in r.output
     assert not (tmp_path / "none").exists()
+
+
+def test_box_features_read_a_boxed_pair_as_the_pair_of_its_box(monkeypatch):
+    """`aligner.BOX_FEATURES` (tried in session 22, off by default): a pair solved in its box gets
+    the column confidences of the box's subsequences as an ordinary pair of them, from the same
+    plan; pairs not in a box, and every pair with the switch off, keep their whole-pair ones."""
+    from Bio import SeqIO
+
+    import sinkalign
+    import sinkalign.align.aligner as A
+
+    examples = Path(sinkalign.__file__).parent / "data" / "examples"
+    myg = str(list(SeqIO.parse(examples / "globins_query.fasta", "fasta"))[1].seq)
+    hbb = str(SeqIO.read(examples / "globins_target.fasta", "fasta").seq)
+    flank = "".join(np.random.default_rng(1).choice(list("ACDEFGHIKLMNPQRSTVWY"), 2000))
+    target = flank[:1000] + hbb + flank[1000:]
+    raw = Aligner.load("learned", calibration=None, strand="plus")
+    aligner = Aligner.load("learned", strand="plus", min_confidence=0.0)
+    assert not A.BOX_FEATURES
+    off = aligner.align(myg, target).alignment
+    lo, hi, what = raw._corridor(myg, target, A.classical_guides(myg, target))
+    assert what.startswith("box")
+    r0, r1, c0, c1 = box = A._box_of(lo, hi)
+    assert (r0, r1) == (0, len(myg)) and c0 < 1000 < 1000 + len(hbb) < c1 < len(target)
+    post = raw._numpy.solve_band(*raw._numpy.sides_many([myg, target]), lo, hi).posteriors()
+    mea = A.band_mea(post)
+    whole = aligner.calibration.column_confidences(mea, post.match, query=myg, target=target)
+    np.testing.assert_allclose(off.match_posterior, whole)
+    on_box = aligner.calibration.column_confidences(A._sub_alignment(mea, box), A._sub_band(post.match, box),
+                                                    query=myg[r0:r1], target=target[c0:c1])
+    monkeypatch.setattr(A, "BOX_FEATURES", True)
+    on = aligner.align(myg, target).alignment
+    np.testing.assert_array_equal(on.pairs, off.pairs)
+    np.testing.assert_allclose(on.match_posterior, on_box)
+    assert not np.allclose(on_box, whole)  # the features differ: the box is about 1.3:1, the pair 15:1
+    np.testing.assert_array_equal(A._sub_band(post.match, box).to_dense(), post.match.to_dense()[r0:r1, c0:c1])
+    plain = aligner.align(myg, hbb).alignment  # not lopsided: no box, the same either way
+    monkeypatch.setattr(A, "BOX_FEATURES", False)
+    np.testing.assert_array_equal(aligner.align(myg, hbb).alignment.match_posterior, plain.match_posterior)

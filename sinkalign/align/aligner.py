@@ -21,6 +21,7 @@ come in input order.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -34,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from sinkalign.align import model as M
-from sinkalign.align.band import band_mea, classical_guides, guide_corridor, local_corridor
+from sinkalign.align.band import BandMatrix, band_mea, classical_guides, guide_corridor, local_corridor
 from sinkalign.align.calibration import Calibration, check_min_confidence
 from sinkalign.align.checkpoints import BUCKETS, load_checkpoint
 from sinkalign.align.decode import mea_batch, plan_posteriors
@@ -72,6 +73,12 @@ AUTO_BAND_CELLS = 1024 * 1024
 # dense plans spread over the unrelated residues (BENCHMARKS.md, "Lopsided pairs in a box").
 LOPSIDED_RATIO = 2
 BOX_MARGIN = 0.1
+# Whether the column confidences of a pair solved in its box read the box (its subsequences,
+# their length ratio and ends, their classical alignments, as an ordinary pair's read the whole
+# pair) instead of the whole pair. Off: with the column model fitted on whole-pair features it
+# lost F1 at 2:1 and 4:1 (BENCHMARKS.md, "Lopsided pairs in a box": session 22); a column model
+# fitted on box features is the next step. benchmarks/lopsided_pairs.py --compare-features
+BOX_FEATURES = False
 MAX_LENGTH = 131072
 LONG_STEP = 512
 TASK_PAIRS = 16  # pairs per task of the numpy engine (a thread aligns one task at a time)
@@ -540,6 +547,7 @@ class Aligner:
                              "(keep_plan) for it")
         guides = classical_guides(q, t, kind=self._kind)
         lo, hi, what = self._corridor(q, t, guides)
+        box = _box_of(lo, hi) if what.startswith("box") and BOX_FEATURES else None
         cells = int((hi - lo).sum())
         if cells > MAX_CELLS:
             raise InputError(f"pair {qid} / {tid}: its {what} holds {cells:,} residue "
@@ -552,18 +560,24 @@ class Aligner:
         # the confidences compare with the same alignments when they score as the guides do
         same = self.calibration is not None and self.calibration.kind == self._kind
         return self._finish(item, post, band_mea(post, gap_weight=self.gap_weight), plan,
-                            baselines=guides if same else None)
+                            baselines=guides if same else None, box=box)
 
     @property
     def _kind(self) -> str:
         """The classical baselines' scoring (``protein`` or ``dna``) for this model's alphabet."""
         return "dna" if self.config.alphabet == "dna" else "protein"
 
-    def _finish(self, item, post, aln, plan, *, baselines: dict | None = None) -> AlignedPair:
+    def _finish(self, item, post, aln, plan, *, baselines: dict | None = None, box: tuple | None = None) -> AlignedPair:
         evalue = None
         if self.calibration is not None:
-            conf = self.calibration.column_confidences(aln, post.match, query=item[1], target=item[3],
-                                                       baselines=baselines)
+            if box is None:
+                conf = self.calibration.column_confidences(aln, post.match, query=item[1], target=item[3],
+                                                           baselines=baselines)
+            else:  # the box as an ordinary pair: its subsequences, its plan's cells, its own guides
+                r0, r1, c0, c1 = box
+                conf = self.calibration.column_confidences(
+                    _sub_alignment(aln, box), _sub_band(post.match, box), query=item[1][r0:r1],
+                    target=item[3][c0:c1])
             if self.significance is not None:
                 evalue = self.significance.pair_evalue(conf, item[1], item[3])
             aln = self.calibration.apply(aln, post.match, query=item[1], target=item[3], confidences=conf,
@@ -759,3 +773,25 @@ def _ordered_map(fn: Callable, tasks: Iterable, workers: int) -> Iterator:
         finally:
             for fut in pending:
                 fut.cancel()
+
+
+def _box_of(lo: np.ndarray, hi: np.ndarray) -> tuple[int, int, int, int]:
+    """``(r0, r1, c0, c1)``: the rows and columns a box strip spans (its non-empty rows)."""
+    rows = np.flatnonzero(hi > lo)
+    r0, r1 = int(rows[0]), int(rows[-1]) + 1
+    return r0, r1, int(lo[r0:r1].min()), int(hi[r0:r1].max())
+
+
+def _sub_band(match: BandMatrix, box: tuple) -> BandMatrix:
+    """The cells of ``match`` inside ``box`` (:func:`_box_of`) as a band of its own."""
+    r0, r1, c0, c1 = box
+    ptr = match.indptr
+    return BandMatrix(match.lo[r0:r1] - c0, match.hi[r0:r1] - c0, match.data[ptr[r0]:ptr[r1]], c1 - c0)
+
+
+def _sub_alignment(aln, box: tuple):
+    """``aln`` (whose pairs all lie in ``box``) as an alignment of the box's subsequences."""
+    r0, r1, c0, c1 = box
+    return dataclasses.replace(aln, pairs=aln.pairs - np.array([r0, c0], np.int64),
+                               query_gap_posterior=aln.query_gap_posterior[r0:r1],
+                               target_gap_posterior=aln.target_gap_posterior[c0:c1])
