@@ -539,6 +539,9 @@ def test_the_shipped_model_calibrates_added_records(shipped, globins, base):
         np.testing.assert_allclose(out.confidence[2], shipped.msa_calibration.added_mapper(consistency)(raw.confidence[2]))
         # the library's own understate how often an added residue's pairings are right
         assert np.nanmean(out.confidence[2]) > np.nanmean(raw.confidence[2])
+    # the maps were fitted on the mean's placements, not on combine="max"'s
+    assert not add_to_alignment(base.ids, base.rows, ["MYG_HUMAN"], [globins["MYG_HUMAN"]], shipped, consistency=0,
+                                combine="max").calibrated
 
 
 def test_cli_warns_only_where_the_confidences_of_added_records_are_not_calibrated(ref_file, new_file, tmp_path,

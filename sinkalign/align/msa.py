@@ -1026,7 +1026,8 @@ def add_to_alignment(ref_ids: Sequence[str], ref_rows: Sequence[str], ids: Seque
     residue, _ = confidences({x: cols[x] for x in range(len(library))}, posts, lengths)
     if calibration is None and hasattr(posteriors, "align_many"):
         calibration = getattr(posteriors, "msa_calibration", None)
-    mapper = calibration.added_mapper(consistency) if calibration is not None else None
+    # the maps were fitted on the mean's placements: combine="max" keeps the library's own numbers
+    mapper = calibration.added_mapper(consistency) if calibration is not None and combine == "mean" else None
     added = [residue[y] if mapper is None else mapper(residue[y]) for y in range(K, len(library))]
     total, count = np.zeros(profile.width), np.zeros(profile.width)
     for y, conf in zip(range(K, len(library)), added):
