@@ -850,6 +850,17 @@ def _letter_columns(row: str) -> np.ndarray:
     return np.flatnonzero((g >= ord("a")) & (g <= ord("z")))
 
 
+def _check_text(text: str, bad: str, what: str, unit: str, rule: str) -> None:
+    """``ValueError`` naming ``what`` and the 1-based ``unit`` of the first character of
+    ``text`` that matches the pattern ``bad`` (``rule`` says what is allowed), or its first
+    character that is not ASCII."""
+    if not text.isascii():
+        raise ValueError(f"{what} has a character that is not ASCII")
+    found = re.search(bad, text)
+    if found:
+        raise ValueError(f"{what} has {found.group()!r} at {unit} {found.start() + 1}: {rule}")
+
+
 def _pair_source(posteriors: Any, seqs: list[str], names: list[str], pairs: list[tuple[int, int]],
                  progress: Callable[[int], Any] | None) -> Posts:
     """The posteriors of ``pairs`` from an aligner (:func:`aligner_posteriors`), a function of
@@ -965,21 +976,12 @@ def add_to_alignment(ref_ids: Sequence[str], ref_rows: Sequence[str], ids: Seque
     for name, row in zip(ref_ids, ref_rows):
         if len(row) != width:
             raise ValueError(f"alignment row {name!r} has {len(row)} columns, expected {width}")
-        if not row.isascii():
-            raise ValueError(f"alignment row {name!r} has a character that is not ASCII")
-        bad = re.search(r"[^A-Za-z.\-]", row)
-        if bad:
-            raise ValueError(f"alignment row {name!r} has {bad.group()!r} at column {bad.start() + 1}: a row holds "
-                             "letters and the gaps '-' and '.'")
+        _check_text(row, r"[^A-Za-z.\-]", f"alignment row {name!r}", "column",
+                    "a row holds letters and the gaps '-' and '.'")
     for name, seq in zip(ids, seqs):
         if not seq:
             raise ValueError(f"sequence {name!r} is empty")
-        if not seq.isascii():
-            raise ValueError(f"sequence {name!r} has a character that is not ASCII")
-        bad = re.search(r"[^A-Za-z]", seq)
-        if bad:
-            raise ValueError(f"sequence {name!r} has {bad.group()!r} at position {bad.start() + 1}: a sequence to add "
-                             "is letters, ungapped")
+        _check_text(seq, r"[^A-Za-z]", f"sequence {name!r}", "position", "a sequence to add is letters, ungapped")
     if consistency < 0:
         raise ValueError(f"{consistency=} must be >= 0")
     if independent and consistency:
