@@ -291,14 +291,19 @@ def function_posteriors(fn: Callable[[str, str], Any], seqs: Sequence[str], *,
     todo = list(pairs) if pairs is not None else [(x, y) for x in range(len(seqs)) for y in range(x + 1, len(seqs))]
     for x, y in todo:
         M = np.asarray(fn(seqs[x], seqs[y]), np.float64)
-        if M.shape != (len(seqs[x]), len(seqs[y])):
-            raise ValueError(f"posteriors of sequences {x} and {y} have shape {M.shape}, expected "
-                             f"({len(seqs[x])}, {len(seqs[y])})")
-        _check_values(x, y, M)
-        out[(x, y)] = _sparse(M)
+        out[(x, y)] = _checked(M, (len(seqs[x]), len(seqs[y])), x, y, f"sequences {x} and {y}")
         if progress is not None:
             progress(1)
     return out
+
+
+def _checked(P, shape: tuple[int, int], x: int, y: int, what: str) -> sp.csr_matrix:
+    """The posteriors ``P`` of the pair ``(x, y)`` (``what``, for the error) as the library keeps
+    them (:func:`_sparse`), after their shape and values are checked."""
+    if P.shape != shape:
+        raise ValueError(f"posteriors of {what} have shape {P.shape}, expected {shape}")
+    _check_values(x, y, P)
+    return _sparse(P)
 
 
 def _check_values(x: int, y: int, P) -> None:
@@ -609,9 +614,10 @@ class MsaCalibration:
     added: dict = field(default_factory=dict)  # consistency rounds -> (xs, ys), for add_to_alignment
 
     def __post_init__(self) -> None:
-        for rounds, classes in self.knots.items():
+        for rounds in [*self.knots, *self.added]:
             if not (isinstance(rounds, int) and rounds >= 0):
                 raise ValueError(f"consistency rounds must be integers >= 0, got {rounds!r}")
+        for rounds, classes in self.knots.items():
             if not classes:
                 raise ValueError(f"no knots for {rounds} rounds")
             sizes = [c[0] for c in classes]
@@ -622,8 +628,6 @@ class MsaCalibration:
                 xs, ys = np.asarray(xs, np.float64), np.asarray(ys, np.float64)
                 _check_knots(xs, ys, f"knots of {rounds} rounds, {size}+ sequences")
         for rounds, (xs, ys) in self.added.items():
-            if not (isinstance(rounds, int) and rounds >= 0):
-                raise ValueError(f"consistency rounds must be integers >= 0, got {rounds!r}")
             _check_knots(np.asarray(xs, np.float64), np.asarray(ys, np.float64), f"added knots of {rounds} rounds")
 
     def covers(self, consistency: int) -> bool:
@@ -635,16 +639,12 @@ class MsaCalibration:
             return lambda p: np.asarray(p, np.float64)
         classes = self.knots[consistency]
         _, xs, ys = next((c for c in reversed(classes) if c[0] <= sequences), classes[0])
-        xs, ys = np.asarray(xs, np.float64), np.asarray(ys, np.float64)
-        return lambda p: np.interp(p, xs, ys)
+        return _piecewise(xs, ys)
 
     def added_mapper(self, consistency: int) -> Callable[[np.ndarray], np.ndarray] | None:
         """The map of an added residue's confidence at ``consistency`` rounds, ``None`` when
         there is none."""
-        if consistency not in self.added:
-            return None
-        xs, ys = (np.asarray(a, np.float64) for a in self.added[consistency])
-        return lambda p: np.interp(p, xs, ys)
+        return _piecewise(*self.added[consistency]) if consistency in self.added else None
 
     def to_dict(self) -> dict:
         out = {"knots": {str(k): [{"min_sequences": int(s), "x": list(map(float, xs)), "y": list(map(float, ys))}
@@ -660,22 +660,27 @@ class MsaCalibration:
     def from_dict(cls, data: dict) -> MsaCalibration:
         if not isinstance(data, dict) or not isinstance(data.get("knots"), dict):
             raise ValueError("an MSA calibration is a mapping with 'knots'")
-        knots = {}
-        for key, value in data["knots"].items():
+        for key in [*data["knots"], *(data.get("added") or {})]:
             if not (isinstance(key, str) and key.isdigit()):
                 raise ValueError(f"consistency rounds {key!r} is not a non-negative integer")
+        knots = {}
+        for key, value in data["knots"].items():
             if not (isinstance(value, list) and all(isinstance(c, dict) and {"min_sequences", "x", "y"} <= set(c)
                                                     for c in value)):
                 raise ValueError(f"knots of {key} rounds: a list of {{min_sequences, x, y}}")
             knots[int(key)] = tuple((c["min_sequences"], tuple(c["x"]), tuple(c["y"])) for c in value)
         added = {}
         for key, value in (data.get("added") or {}).items():
-            if not (isinstance(key, str) and key.isdigit()):
-                raise ValueError(f"consistency rounds {key!r} is not a non-negative integer")
             if not (isinstance(value, dict) and {"x", "y"} <= set(value)):
                 raise ValueError(f"added knots of {key} rounds: a mapping of x and y")
             added[int(key)] = (tuple(value["x"]), tuple(value["y"]))
         return cls(knots, str(data.get("fitted_on", "")), added)
+
+
+def _piecewise(xs, ys) -> Callable[[np.ndarray], np.ndarray]:
+    """The piecewise linear map through the knots ``(xs, ys)``, constant beyond the end ones."""
+    xs, ys = np.asarray(xs, np.float64), np.asarray(ys, np.float64)
+    return lambda p: np.interp(p, xs, ys)
 
 
 def _check_knots(xs: np.ndarray, ys: np.ndarray, where: str) -> None:
@@ -877,11 +882,7 @@ def _pair_source(posteriors: Any, seqs: list[str], names: list[str], pairs: list
                 P = posteriors[(names[y], names[x])].T
             else:
                 raise ValueError(f"no posteriors for the pair {names[x]!r}, {names[y]!r}")
-            if P.shape != (len(seqs[x]), len(seqs[y])):
-                raise ValueError(f"posteriors of {names[x]!r} and {names[y]!r} have shape {P.shape}, expected "
-                                 f"({len(seqs[x])}, {len(seqs[y])})")
-            _check_values(x, y, P)
-            out[(x, y)] = _sparse(P)
+            out[(x, y)] = _checked(P, (len(seqs[x]), len(seqs[y])), x, y, f"{names[x]!r} and {names[y]!r}")
         return out
     if callable(posteriors):
         return function_posteriors(posteriors, seqs, pairs=pairs, progress=progress)

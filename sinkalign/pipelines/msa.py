@@ -42,44 +42,39 @@ MSA_FORMATS = {"fasta": "fasta", "clustal": "clustal", "stockholm": "stockholm",
 CLUSTAL_ID_WIDTH = 30
 
 
-def _check_names(records: list, fmt: str, where: str) -> None:
-    """A Clustal file keeps 30 characters of each name: two records that would share one are an
-    error (the output could not tell them apart); a name merely cut is a warning. PHYLIP drops
-    ``[](),`` from a name and writes ``:;`` as ``|`` (Biopython's writer): two names that become
-    one are an error, a name changed a warning. A Stockholm row cannot start with ``#`` or
-    ``//`` (:func:`~sinkalign.io.writers.check_name`)."""
+def _check_names(names: list[str], fmt: str, where: str) -> None:
+    """The record ``names`` as ``fmt`` writes them. A Clustal file keeps 30 characters of each
+    name; PHYLIP drops ``[](),`` from a name and writes ``:;`` as ``|`` (Biopython's writer): two
+    names that become one are an error (the output could not tell them apart), a name changed a
+    warning. A Stockholm row cannot start with ``#`` or ``//``
+    (:func:`~sinkalign.io.writers.check_name`)."""
     if fmt == "stockholm":
-        for n, r in enumerate(records, 1):
-            check_name("stockholm", r.id, "query", f"record #{n} of {where}")
-    if fmt == "phylip":
-        from Bio.AlignIO.PhylipIO import sanitize_name
+        for n, name in enumerate(names, 1):
+            check_name("stockholm", name, "query", f"record #{n} of {where}")
+        return
+    if fmt == "clustal":
+        def rewrite(name: str) -> str:
+            return name[:CLUSTAL_ID_WIDTH]
 
-        written: dict[str, str] = {}
-        for r in records:
-            name = sanitize_name(r.id)
-            if name in written:
-                raise InputError(f"{where}: records {written[name]!r} and {r.id!r} are both written {name!r} in a "
-                                 "PHYLIP file (it drops [](), and writes :; as |); write --format fasta or "
-                                 "stockholm, or rename them")
-            written[name] = r.id
-        changed = [r.id for r in records if sanitize_name(r.id) != r.id]
-        if changed:
-            log.warning("%s: %d record names are changed in the PHYLIP file (first: %r as %r)", where, len(changed),
-                        changed[0], sanitize_name(changed[0]))
-    if fmt != "clustal":
+        same = f"share their first {CLUSTAL_ID_WIDTH} characters, all that a Clustal file keeps of a name"
+        changed = f"are cut to {CLUSTAL_ID_WIDTH} characters in the Clustal file"
+    elif fmt == "phylip":
+        from Bio.AlignIO.PhylipIO import sanitize_name as rewrite
+
+        same = "are both written {written!r} in a PHYLIP file (it drops [](), and writes :; as |)"
+        changed = "are changed in the PHYLIP file"
+    else:
         return
     seen: dict[str, str] = {}
-    for r in records:
-        short = r.id[:CLUSTAL_ID_WIDTH]
-        if short in seen:
-            raise InputError(f"{where}: records {seen[short]!r} and {r.id!r} share their first {CLUSTAL_ID_WIDTH} "
-                             f"characters, all that a Clustal file keeps of a name; write --format fasta or "
-                             "stockholm, or rename them")
-        seen[short] = r.id
-    long = [r.id for r in records if len(r.id) > CLUSTAL_ID_WIDTH]
-    if long:
-        log.warning("%s: %d record names are cut to %d characters in the Clustal file (first: %r)", where, len(long),
-                    CLUSTAL_ID_WIDTH, long[0])
+    for name in names:
+        written = rewrite(name)
+        if written in seen:
+            raise InputError(f"{where}: records {seen[written]!r} and {name!r} {same.format(written=written)}; write "
+                             "--format fasta or stockholm, or rename them")
+        seen[written] = name
+    other = [(name, written) for written, name in seen.items() if written != name]
+    if other:
+        log.warning("%s: %d record names %s (first: %r as %r)", where, len(other), changed, *other[0])
 
 
 def _records(path: Path) -> list:
@@ -223,10 +218,10 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
             raise InputError(f"record id {r.id!r} appears twice in {where}; ids must be unique")
     existing = _existing_alignment(add_to, seen, where) if add_to is not None else None
     if existing is not None:
-        _check_names([_Named(i) for i in existing.ids], fmt, f"the alignment {add_to}")
+        _check_names(list(existing.ids), fmt, f"the alignment {add_to}")
         if fmt in ("clustal", "phylip"):  # collisions between the two
-            _check_names([_Named(i) for i in existing.ids] + records, fmt, f"{add_to} and {where}")
-    _check_names(records, fmt, where)
+            _check_names(list(existing.ids) + [r.id for r in records], fmt, f"{add_to} and {where}")
+    _check_names([r.id for r in records], fmt, where)
     path = None
     if model is not None:
         from sinkalign.align.aligner import resolve_model
@@ -271,13 +266,6 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
                   sequence_scores, trim, f"the model has no multiple-alignment calibration for {consistency} consistency rounds")
 
 
-class _Named:
-    """A name where :func:`_check_names` wants a record (an existing alignment's row)."""
-
-    def __init__(self, name: str) -> None:
-        self.id = name
-
-
 def _existing_alignment(path, new_ids: dict, where: str):
     """The alignment at ``path`` (any format :func:`~sinkalign.io.alignments.read_alignment`
     reads), its row ids apart from the new records'."""
@@ -303,18 +291,20 @@ def _add(existing, ids: list, seqs: list, aligner, consistency: int, keep_length
 
     from sinkalign.align.msa import add_to_alignment, library_entry, nearest_rows
 
-    rows = [(i, "".join(c for c in row if c.isalpha()).upper()) for i, row in zip(existing.ids, existing.rows)]
-    rows = [(i, seq) for i, seq in rows if seq]
     n = len(ids)
-    near = nearest_rows([seq for _, seq in rows], seqs, nearest, kind=aligner.config.alphabet)
-    items = [(*rows[x], name, new) for name, new, mine in zip(ids, seqs, near) for x in mine]
-    if not independent:
-        items += [(ids[a], seqs[a], ids[b], seqs[b]) for b in range(n) for a in range(b)]
+    k = sum(any(c.isalpha() for c in row) for row in existing.rows)  # the rows with residues
+    total = n * min(k, nearest or k) + (0 if independent else n * (n - 1) // 2)
     log.info("adding %d records to an alignment of %d rows and %d columns: %d pairs, %d consistency rounds", n,
-             len(existing), existing.n_columns, len(items), consistency)
-    with tqdm(total=len(items), disable=not progress, unit="pair", desc="pairwise") as bar:
+             len(existing), existing.n_columns, total, consistency)
+    with tqdm(total=total, disable=not progress, unit="pair", desc="pairwise") as bar:
         posteriors = aligner
         if cluster is not None:  # the pairs on the cluster, then the library as aligner_posteriors builds it
+            rows = [(i, "".join(c for c in row if c.isalpha()).upper()) for i, row in zip(existing.ids, existing.rows)]
+            rows = [(i, seq) for i, seq in rows if seq]
+            near = nearest_rows([seq for _, seq in rows], seqs, nearest, kind=aligner.config.alphabet)
+            items = [(*rows[x], name, new) for name, new, mine in zip(ids, seqs, near) for x in mine]
+            if not independent:
+                items += [(ids[a], seqs[a], ids[b], seqs[b]) for b in range(n) for a in range(b)]
             spec, workers, scheduler, chunk_size = cluster
             posteriors = {}
             for chunk, out in run_cluster(spec, chunks(items, chunk_size), 8, False, scheduler, workers, align_chunk):
