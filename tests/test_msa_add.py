@@ -16,6 +16,8 @@ from sinkalign.align.baselines import Scoring, align_pair
 from sinkalign.align.msa import MsaCalibration, MultipleAlignment, add_to_alignment, align_multiple, nearest_rows
 from sinkalign.cli.align import EXAMPLES
 from sinkalign.cli.main import cli
+from sinkalign.io.alignments import read_alignment
+from sinkalign.io.stockholm import read_stockholm_markup
 
 # a hand-written alignment: '.' and '-' gaps, lower-case letters, an all-gap column (14) and a
 # row with no residues at all
@@ -406,7 +408,9 @@ def test_cli_stockholm_reads_back_with_the_librarys_confidences(ref_file, new_fi
                             [globins["MYG_HUMAN"], globins["HBB_HUMAN"][20:70]], shipped, consistency=1)
     assert tuple(str(rec.seq) for rec in aln) == want.rows
     pp_rows, pp_cons = want.pp_lines()
-    assert [rec.letter_annotations["posterior_probability"] for rec in aln] == list(pp_rows)
+    # the existing rows' residues were given, not placed: no PP line (it would be all '.')
+    assert [rec.letter_annotations.get("posterior_probability", "." * want.n_columns) for rec in aln] == list(pp_rows)
+    assert not any("posterior_probability" in rec.letter_annotations for rec in aln[:2])
     assert aln.column_annotations["posterior_probability"] == pp_cons
 
 
@@ -719,3 +723,86 @@ def test_cli_nearest_needs_independent_and_runs_on_a_cluster(ref_file, new_file,
     res = _run("msa", new_file, *args, "-o", two, "--workers", "2")
     assert res.exit_code == 0, res.output
     assert two.read_text() == one.read_text()
+
+
+# ----------------------------------------------------------------------------- Stockholm markup and stdin
+
+def _globin_stockholm(path, base):
+    """``base`` (HBA and HBB, aligned) as an interleaved Pfam-like Stockholm file: '.' gaps in
+    HBB's row, secondary structure, a reference line, accessions and family lines."""
+    width = base.n_columns
+    ss = "".join("HHHHEEE-CC"[c % 10] for c in range(width))
+    rf = "".join("x" if any(row[c] != "-" for row in base.rows) else "." for c in range(width))
+    hbb = base.rows[1].replace("-", ".")
+    half = width // 2
+    lines = ["# STOCKHOLM 1.0", "#=GF ID   Globin", "#=GF AC   PF00042.1", "#=GF DE   Globin", "#=GF SQ   2",
+             "#=GF CC   two globins", "#=GS HBA_HUMAN AC P69905.2", "#=GS HBB_HUMAN AC P68871.2",
+             "#=GS HBB_HUMAN DE Hemoglobin subunit beta", ""]
+    for lo, hi in ((0, half), (half, width)):
+        lines += [f"HBA_HUMAN {base.rows[0][lo:hi]}", f"#=GR HBA_HUMAN SS {ss[lo:hi]}", f"HBB_HUMAN {hbb[lo:hi]}",
+                  f"#=GC SS_cons {ss[lo:hi]}", f"#=GC RF {rf[lo:hi]}", ""]
+    path.write_text("\n".join(lines[:-1] + ["//"]) + "\n")
+    return ss, rf, hbb
+
+
+@pytest.mark.parametrize("keep_length", [False, True])
+def test_cli_keeps_the_markup_of_a_stockholm_alignment(tmp_path, base, new_file, keep_length):
+    ref = tmp_path / "ref.sto"
+    ss, rf, hbb = _globin_stockholm(ref, base)
+    out = tmp_path / "out.sto"
+    res = _run("msa", new_file, "--add-to", ref, "--format", "stockholm", "-o", out,
+               *(["--keep-length"] if keep_length else []))
+    assert res.exit_code == 0, res.output
+    text = out.read_text()
+    lines = text.splitlines()
+    assert lines[:6] == ["# STOCKHOLM 1.0", "#=GF ID   Globin", "#=GF AC   PF00042.1", "#=GF DE   Globin",
+                         "#=GF CC   two globins", "#=GF SQ 4"]
+    assert lines[6:10] == ["#=GS HBA_HUMAN AC P69905.2", "#=GS HBB_HUMAN AC P68871.2",
+                           "#=GS HBB_HUMAN DE Hemoglobin subunit beta", "#=GS MYG_HUMAN DE Myoglobin"]
+    assert " AC MYG_HUMAN" not in text and " AC HBB_FRAG" not in text  # no invented accession
+    aln = AlignIO.read(out, "stockholm")
+    assert [r.id for r in aln] == ["HBA_HUMAN", "HBB_HUMAN", "MYG_HUMAN", "HBB_FRAG"]
+    raw = read_stockholm_markup(out).rows  # as written (Biopython reads every gap as '-')
+    rows = [raw[r.id] for r in aln]
+    place = existing_columns([r.replace(".", "-") for r in rows[:2]], base.rows)
+    new = [c for c in range(len(rows[0])) if c not in set(place)]
+    assert bool(new) != keep_length
+    # the existing rows as written ('.' gaps kept), '.' in the new columns
+    assert "".join(rows[1][c] for c in place) == hbb
+    assert "".join(rows[0][c] for c in place) == base.rows[0]
+    assert all(rows[r][c] == "." for r in (0, 1) for c in new)
+    # the annotations follow their columns, '.' in the new ones
+    for got, given in ((aln.column_annotations["secondary_structure"], ss),
+                       (aln[0].letter_annotations["secondary_structure"], ss),
+                       (aln.column_annotations["reference_annotation"], rf)):
+        assert "".join(got[c] for c in place) == given
+        assert all(got[c] == "." for c in new)
+    assert "secondary_structure" not in aln[1].letter_annotations
+    # the new rows' confidences; none for the rows given
+    assert "posterior_probability" in aln[2].letter_annotations
+    assert not any("posterior_probability" in aln[r].letter_annotations for r in (0, 1))
+    # the file reads back as the alignment the toolkit wrote
+    again = read_alignment(out)
+    assert again.ids[:2] == ("HBA_HUMAN", "HBB_HUMAN") and again.n_columns == len(rows[0])
+
+
+def test_cli_reads_the_alignment_from_standard_input(tmp_path, base, new_file):
+    ref = tmp_path / "ref.sto"
+    _globin_stockholm(ref, base)
+    piped, named = tmp_path / "piped.sto", tmp_path / "named.sto"
+    for out, where, stdin in ((piped, "-", ref.read_text()), (named, ref, None)):
+        res = _run("msa", new_file, "--add-to", where, "--format", "stockholm", "-o", out, input=stdin)
+        assert res.exit_code == 0, res.output
+    assert piped.read_text() == named.read_text()
+
+
+def test_cli_refuses_standard_input_twice(tmp_path, base):
+    res = _run("msa", "-", "--add-to", "-", input=">a\nMKV\n")
+    assert res.exit_code != 0
+    assert "standard input can be read once" in res.output
+
+
+def test_cli_names_standard_input_in_its_errors(new_file):
+    res = _run("msa", new_file, "--add-to", "-", input="# STOCKHOLM 1.0\na MKV\nb MK\n")
+    assert res.exit_code != 0
+    assert "<stdin>" in res.output and "sinkalign-stdin" not in res.output

@@ -129,7 +129,13 @@ class MultipleAlignment:
     (NaN for a column of fewer than two residues). ``calibrated``: whether those
     probabilities are calibrated (an :class:`MsaCalibration` covering the consistency rounds
     used), else the consistency-transformed library's own, which rank pairs but understate
-    how often they are right."""
+    how often they are right.
+
+    ``source_columns``: for an alignment that records were added to
+    (:func:`add_to_alignment`), the column of this one that each column of the alignment
+    added to became (0-based, increasing; ``-1`` for a column since dropped), so that the
+    annotations of those columns can follow them (:meth:`StockholmMarkup.spread
+    <sinkalign.io.stockholm.StockholmMarkup.spread>`); ``None`` otherwise."""
 
     ids: tuple[str, ...]
     rows: tuple[str, ...]
@@ -138,6 +144,7 @@ class MultipleAlignment:
     confidence: tuple[np.ndarray, ...] = field(default=(), compare=False, repr=False)
     column_confidence: np.ndarray = field(default_factory=lambda: np.zeros(0), compare=False, repr=False)
     calibrated: bool = False
+    source_columns: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @property
     def n_columns(self) -> int:
@@ -187,7 +194,13 @@ class MultipleAlignment:
             residue = np.cumsum([c != "-" for c in row]) - 1  # each column's residue index in this row
             confidence.append(np.asarray([values[residue[c]] for c in keep if row[c] != "-"], np.float64))
         column = self.column_confidence[keep] if len(self.column_confidence) else self.column_confidence
-        return MultipleAlignment(self.ids, rows, self.tree, self.score, tuple(confidence), column, self.calibrated)
+        source = None
+        if self.source_columns is not None:  # where each source column is now, -1 once dropped
+            now = np.full(self.n_columns, -1, np.int64)
+            now[keep] = np.arange(keep.size)
+            source = np.where(self.source_columns >= 0, now[self.source_columns], -1)
+        return MultipleAlignment(self.ids, rows, self.tree, self.score, tuple(confidence), column, self.calibrated,
+                                 source)
 
     def pp_lines(self) -> tuple[tuple[str, ...], str]:
         """The confidences as Stockholm ``PP`` strings (:func:`pp_code`): one per row, ``.`` at
@@ -953,7 +966,8 @@ def add_to_alignment(ref_ids: Sequence[str], ref_rows: Sequence[str], ids: Seque
     Returns:
         A :class:`MultipleAlignment`: the existing rows as given (letter case kept, any gap
         character written ``-``, new columns as gaps), then the new ones. ``tree`` is empty
-        (there is no guide tree). The score is the summed probability of the new residues'
+        (there is no guide tree); ``source_columns``: the column each existing column became.
+        The score is the summed probability of the new residues'
         pairings with the other residues of their columns. The confidences are of what was
         added: a new residue's, the mean probability of those pairings, mapped by
         ``calibration``'s map for added records at ``consistency`` rounds
@@ -1042,5 +1056,5 @@ def add_to_alignment(ref_ids: Sequence[str], ref_rows: Sequence[str], ids: Seque
     confidence = tuple(np.full(len(letters[r]), np.nan) for r in range(len(ref_rows))) + tuple(added)
     result = MultipleAlignment(tuple(ref_ids + ids), tuple(rows), "",
                                sum_of_pairs({x: cols[x] for x in range(len(library))}, posts), confidence, column,
-                               mapper is not None)
+                               mapper is not None, place.astype(np.int64))
     return result.columns(place) if keep_length else result

@@ -61,10 +61,13 @@ _INPUT = click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path
               "scheduler is at ADDRESS, e.g. tcp://host:8786 (the model path must be readable by every worker).")
 @click.option("--chunk-size", type=click.IntRange(min=1), default=256, show_default=True,
               help="Pairs per chunk: the unit of work sent to a cluster worker.")
-@click.option("--add-to", type=click.Path(exists=True, dir_okay=False, path_type=Path), metavar="ALIGNMENT",
+@click.option("--add-to", type=click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path),
+              metavar="ALIGNMENT",
               help="Add the records of FASTA to this existing alignment (aligned FASTA, A2M, Stockholm, Clustal, MSF, "
-                   "PIR or PHYLIP, told by content) without changing it, as MAFFT's --add: its rows come out as they "
-                   "went in, with a new column only where a new record has residues that no existing column takes. "
+                   "PIR or PHYLIP, told by content; '-': standard input) without changing it, as MAFFT's --add: its "
+                   "rows come out as they went in, with a new column only where a new record has residues that no "
+                   "existing column takes; a Stockholm alignment written as Stockholm keeps its markup (#=GF, #=GS "
+                   "lines; #=GC and #=GR annotations follow their columns, '.' in new ones). "
                    "Each record is aligned to every row and to the other records; --consistency applies; --refine, "
                    "--trim and --tree do not. --workers / --scheduler run the pairwise alignments on a cluster.")
 @click.option("--keep-length", is_flag=True, help="With --add-to: drop the new records' residues that no existing "

@@ -662,19 +662,23 @@ def rows_as_written(path: str | os.PathLike, msa: MSA) -> tuple[str, ...]:
 
 def row_descriptions(path: str | os.PathLike) -> dict[str, str]:
     """The description of each row of an alignment file, by id, where its format has one: what
-    follows the id on an aligned FASTA (or A2M) header, a Stockholm ``#=GS id DE`` line
-    (Biopython's parsers); ``{}`` for the other formats. For a file that
-    :func:`read_alignment` reads; rows without a description are left out."""
+    follows the id on an aligned FASTA (or A2M) header (Biopython's parser), a Stockholm
+    ``#=GS id DE`` line (:meth:`StockholmMarkup.descriptions
+    <sinkalign.io.stockholm.StockholmMarkup.descriptions>`); ``{}`` for the other formats. For a
+    file that :func:`read_alignment` reads; rows without a description are left out."""
     path = _existing(path, "alignment")
     fmt = detect_msa_format(path)
-    if fmt not in ("fasta", "stockholm"):
+    if fmt == "stockholm":
+        from sinkalign.io.stockholm import read_stockholm_markup
+
+        return read_stockholm_markup(path).descriptions()
+    if fmt != "fasta":
         return {}
     out = {}
     with open_text(path) as handle:
         for rec in SeqIO.parse(handle, fmt):
-            desc = rec.description
-            if fmt == "fasta":  # the whole header
-                desc = desc[len(rec.id):] if desc.startswith(rec.id) else desc
+            desc = rec.description  # the whole header
+            desc = desc[len(rec.id):] if desc.startswith(rec.id) else desc
             if desc.strip():
                 out[rec.id] = desc.strip()
     return out

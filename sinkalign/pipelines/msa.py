@@ -175,10 +175,6 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
 
     Returns the :class:`~sinkalign.align.msa.MultipleAlignment` (untrimmed: ``.trimmed(trim)`` is what was written).
     """
-    from tqdm import tqdm
-
-    from sinkalign.align.msa import align_multiple, library_aligner, library_entry
-
     if fmt not in MSA_FORMATS:
         raise InputError(f"format {fmt!r} is not one of {sorted(MSA_FORMATS)}")
     if trim is not None and not 0.0 <= trim <= 1.0:
@@ -206,12 +202,29 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
     if add_to is not None and tree is not None:
         raise InputError("--tree: adding to an alignment builds no guide tree")
     fastas = list(fasta) if isinstance(fasta, (list, tuple)) else [fasta]
-    inputs = [Path(f) for f in fastas if not is_stdio(f)] + ([Path(add_to)] if add_to is not None else [])
+    if add_to is not None and is_stdio(add_to) and any(is_stdio(f) for f in fastas):
+        raise InputError("standard input can be read once: give either the records (FASTA) or the alignment "
+                         "(--add-to) as '-', not both")
+    inputs = [Path(f) for f in [*fastas, add_to] if f is not None and not is_stdio(f)]
     check_outputs([(STDIO if output is None else output, "output"), (tree, "--tree"),
                    (column_scores, "--column-scores"), (sequence_scores, "--sequence-scores")], overwrite, inputs)
+    with stdin_spooled([*fastas, add_to]) as paths:  # the alignment read from here on as its spooled copy
+        return _msa(fastas, paths[:-1], paths[-1], output, fmt, tree, model, consistency, refine, seed, threads,
+                    engine, workers, scheduler, chunk_size, progress, column_scores, trim, sequence_scores,
+                    keep_length, independent, nearest)
+
+
+def _msa(fastas: list, paths: list, add_to, output, fmt, tree, model, consistency, refine, seed, threads, engine,
+         workers, scheduler, chunk_size, progress, column_scores, trim, sequence_scores, keep_length, independent,
+         nearest):
+    """:func:`msa_fasta` once its options are checked and standard input is spooled: ``paths``
+    are the FASTA files (``fastas`` as named to the user), ``add_to`` the alignment's file."""
+    from tqdm import tqdm
+
+    from sinkalign.align.msa import align_multiple, library_aligner, library_entry
+
     where = ", ".join(STDIN_NAME if is_stdio(f) else str(f) for f in fastas)
-    with stdin_spooled(fastas) as paths:
-        records = [r for path in paths for r in _records(path)]
+    records = [r for path in paths for r in _records(path)]
     seen: dict[str, int] = {}
     for k, r in enumerate(records):
         if seen.setdefault(r.id, k) != k:
@@ -245,8 +258,13 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
         result = _add(existing, ids, seqs, aligner, consistency, keep_length, independent, progress, cluster,
                       nearest)
         descriptions = row_descriptions(add_to) | {r.id: r.description for r in records}
+        markup = None
+        if fmt == "stockholm" and existing.format == "stockholm":  # the file's annotations follow its columns
+            from sinkalign.io.stockholm import read_stockholm_markup
+
+            markup = read_stockholm_markup(add_to).spread(result.source_columns, result.n_columns)
         return _write(result, descriptions, alphabet, fmt, output, tree, column_scores, sequence_scores, trim,
-                      f"the model has no calibration for records added with {consistency} consistency rounds")
+                      f"the model has no calibration for records added with {consistency} consistency rounds", markup)
     log.info("aligning %d records: %d pairs, %d consistency rounds", n, n * (n - 1) // 2, consistency)
     with tqdm(total=n * (n - 1) // 2, disable=not progress, unit="pair", desc="pairwise") as bar:
         if workers is None and scheduler is None:
@@ -329,12 +347,15 @@ def _add(existing, ids: list, seqs: list, aligner, consistency: int, keep_length
 
 
 def _write(result, descriptions: dict, alphabet: str, fmt: str, output, tree, column_scores, sequence_scores,
-           trim: float | None, uncalibrated: str):
+           trim: float | None, uncalibrated: str, markup=None):
     """Write ``result`` (a :class:`~sinkalign.align.msa.MultipleAlignment`) and its side
     outputs as :func:`msa_fasta` says, each row with its description (by id) from
-    ``descriptions``; ``uncalibrated``: why its confidences are not calibrated, for the warning."""
+    ``descriptions``; ``uncalibrated``: why its confidences are not calibrated, for the warning;
+    ``markup``: a :class:`~sinkalign.io.stockholm.StockholmMarkup` on ``result``'s columns, kept
+    in a Stockholm output (its ``PP`` lines before the confidences of ``result``)."""
     from Bio import AlignIO
 
+    from sinkalign.io.stockholm import write_stockholm
     from sinkalign.utils import atomic_write, wants_gzip
 
     written = result
@@ -347,12 +368,21 @@ def _write(result, descriptions: dict, alphabet: str, fmt: str, output, tree, co
         if not len(kept):
             raise InputError(f"--trim {trim} leaves no column (the highest column confidence is "
                              f"{np.nanmax(result.column_confidence, initial=0.0):.3f}); lower it")
-    alignment = written.to_biopython(alphabet, descriptions)
+
+    def emit(handle):
+        if fmt != "stockholm":
+            AlignIO.write(written.to_biopython(alphabet, descriptions), handle, MSA_FORMATS[fmt])
+            return
+        pp_rows, pp_cons = written.pp_lines()  # those with a value: an existing row's residues have none
+        write_stockholm(handle, written.ids, written.rows, markup=markup, descriptions=descriptions,
+                        residues={i: {"PP": pp} for i, pp in zip(written.ids, pp_rows) if pp.strip(".")},
+                        columns={"PP_cons": pp_cons} if pp_cons.strip(".") else {})
+
     if output is None or is_stdio(output):
-        AlignIO.write(alignment, sys.stdout, MSA_FORMATS[fmt])
+        emit(sys.stdout)
     else:
         with atomic_write(output, gzip=wants_gzip(output)) as handle:
-            AlignIO.write(alignment, handle, MSA_FORMATS[fmt])
+            emit(handle)
     if tree is not None:
         if is_stdio(tree):
             print(result.tree)
