@@ -566,3 +566,33 @@ def test_genome_split_manifest_is_reproducible_and_splits_whole_genera(shared_da
         by_genus.setdefault(g["genus"], set()).add(g["split"])
     assert all(len(s) == 1 for s in by_genus.values())
     assert {s for (s,) in by_genus.values()} == {"train", "valid", "test"}
+
+
+def test_records_whose_held_out_part_is_all_n_are_left_out_before_any_step(tmp_path, caplog):
+    """An assembly gap at a record's end (or at the start of the bases --eval-max-bases scores)
+    is skipped with a warning naming it; the bases scored are the first eval_max_bases of the
+    others. With nothing left the run is refused before its first step, naming the option."""
+    import sinkalign.lm.train as T
+
+    good = _markov_chain_dna(3000, seed=1)
+    gap = _markov_chain_dna(2700, seed=2) + "N" * 300  # its held-out tenth is all N
+    head = _markov_chain_dna(2700, seed=3) + "N" * 200 + _markov_chain_dna(100, seed=4)  # N where scoring starts
+    path = _genome(tmp_path / "g.fa", {"gap": gap, "head": head, "good": good})
+    cfg = _config(path, tmp_path / "run", eval_max_bases=150, steps=3, eval_every=0, save_every=0)
+    with caplog.at_level("WARNING", logger="sinkalign.lm.train"):
+        _, _, val = T._load_data(cfg)
+    assert val == [(good[2700:2850], good[:2700])]  # the first 150 scorable held-out bases
+    assert "g.fa: gap" in caplog.text and "g.fa: head" in caplog.text and "--eval-max-bases" in caplog.text
+    _, _, whole = T._load_data(_config(path, tmp_path / "run", eval_max_bases=None))
+    assert whole == [(head[2700:], head[:2700]), (good[2700:], good[:2700])]  # a part with some bases is scored
+    result = train_lm(cfg)
+    assert result.step == 3 and math.isfinite(result.val_bits_per_base)
+
+    only_gaps = _genome(tmp_path / "n.fa", {"gap": gap})
+    res = CliRunner().invoke(cli, ["lm", "train", "--fasta", str(only_gaps), "--attention", "nope", "--out",
+                                   str(tmp_path / "none"), "--steps", "3", "--batch-size", "2", "--seq-len", "32",
+                                   "--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--threads", "1",
+                                   "--no-progress"])
+    assert res.exit_code != 0
+    assert str(only_gaps) in res.output and "all N" in res.output and "--val-fraction" in res.output
+    assert not (tmp_path / "none" / "metrics.jsonl").exists()  # refused before any step

@@ -579,13 +579,41 @@ def _load_data(config: TrainConfig) -> tuple[list[str], list[int], list[tuple[st
                 train.append(tr)
                 groups.append(g)
             if role == "valid" or not split:
-                val.append((va, tr))
+                val.append((f"{path.name}: {rid}", va, tr))
     if not train:
         raise InputError(f"no training genome in {config.fasta!r} (every one is held out by {config.genome_split})")
     if not val:
         raise InputError(f"no validation genome in {config.fasta!r}: {config.genome_split} holds out none of them")
     logger.info("%d genome file(s): %d training record(s), %d validation record(s)", len(files), len(train), len(val))
-    return train, groups, val
+    return train, groups, _validation_parts(val, config)
+
+
+def _validation_parts(val: list[tuple[str, str, str]], config: TrainConfig) -> list[tuple[str, str]]:
+    """What the held-out bits/base score: ``[(part, preceding_seq)]`` from ``[(name,
+    val_seq, preceding_seq)]``, in order, the first ``eval_max_bases`` bases in all; a record
+    whose part is all N (nothing to score: an assembly gap) is left out with a warning, before
+    any step rather than at the first evaluation. Raises :class:`InputError` when none is left."""
+    budget = config.eval_max_bases
+    parts, all_n = [], []
+    for name, seq, prefix in val:
+        if budget is not None and budget <= 0:
+            break
+        part = seq if budget is None else seq[:budget]
+        if part.count("N") == len(part):
+            all_n.append(name)
+            continue
+        parts.append((part, prefix))
+        if budget is not None:
+            budget -= len(part)
+    within = "" if config.eval_max_bases is None else f" (its first {config.eval_max_bases} bases: --eval-max-bases)"
+    if not parts:
+        where = config.fasta if isinstance(config.fasta, str) else ", ".join(map(str, config.fasta))
+        raise InputError(f"{where}: the held-out part (the last {config.val_fraction:g}) of every validation "
+                         f"record{within} is all N: nothing to score; give other genomes or a larger --val-fraction")
+    if all_n:
+        logger.warning("held-out bits/base skip %d record(s) whose held-out part%s is all N: %s", len(all_n), within,
+                       ", ".join(all_n[:5]) + (", ..." if len(all_n) > 5 else ""))
+    return parts
 
 
 def _genome_split(path: str) -> dict[str, str]:
@@ -606,19 +634,14 @@ def _genome_split(path: str) -> dict[str, str]:
 
 def _validate(model: DNALanguageModel, val: list[tuple[str, str]], config: TrainConfig,
               device: torch.device) -> float:
-    """Held-out bits/base over every record's validation split (first ``eval_max_bases``)."""
+    """Held-out bits/base over the validation parts (:func:`_validation_parts`)."""
     total, n = 0.0, 0
-    budget = config.eval_max_bases
     for seq, prefix in val:
-        if budget is not None and budget <= 0:
-            break
         res = heldout_bits_per_base(model, seq, context=config.seq_len, stride=max(1, config.seq_len // 2),
-                                    prefix=prefix, batch_size=config.eval_batch_size, max_bases=budget,
-                                    device=device, autocast_bf16=device.type == "cuda")
+                                    prefix=prefix, batch_size=config.eval_batch_size, device=device,
+                                    autocast_bf16=device.type == "cuda")
         total += res.bits_per_base * res.n_scored
         n += res.n_scored
-        if budget is not None:
-            budget -= len(seq)
     return total / n
 
 
