@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from Bio import AlignIO
 
 from sinkalign.io.alignments import (
     MSA,
@@ -14,9 +15,11 @@ from sinkalign.io.alignments import (
     msa_to_pairs,
     percent_identity,
     read_aligned_fasta,
+    read_alignment,
     read_msf,
     read_stockholm,
     read_tmalign_pairs,
+    rows_as_written,
 )
 from sinkalign.io.fasta import SequenceFormatError
 
@@ -397,3 +400,39 @@ def test_real_tmalign_pairs(shared_data: Path) -> None:
         j += c in ":.2"
     assert first.pairs.tolist() == expected
     assert (first.query_id, first.target_id) == ("3bxk", "3viq")
+
+
+def test_a2m_under_another_name_is_told_by_its_rows(tmp_path: Path, caplog) -> None:
+    # hmmalign's A2M (lower-case insertions, no '.' padding) saved as .fa: no aligned FASTA is ragged
+    text = ">a\nACgtDE\n>b\nAC..DE\n>c\nA-wDE\n"
+    named = read_aligned_fasta(_write(tmp_path / "a.a2m", text))
+    with caplog.at_level("INFO", logger="sinkalign.io.alignments"):
+        told = read_aligned_fasta(_write(tmp_path / "a.fa", text))
+    assert "read as A2M" in caplog.text
+    assert (told.format, told.rows, told.ids) == ("a2m", named.rows, named.ids)
+    assert read_alignment(tmp_path / "a.fa").rows == named.rows
+    # a rectangular file stays aligned FASTA (case ignored); ragged rows without insertions, or
+    # whose match columns differ, are not A2M and keep the aligned-FASTA error
+    assert read_aligned_fasta(_write(tmp_path / "r.fa", ">a\nACgDE\n>b\nAC-DE\n")).rows == ("ACGDE", "AC-DE")
+    for bad in (">a\nAC-DE\n>b\nACDE\n", ">a\nACgDE\n>b\nACDEFG\n"):
+        with pytest.raises(SequenceFormatError, match="columns, the first row has 5"):
+            read_aligned_fasta(_write(tmp_path / "bad.fa", bad))
+    with pytest.raises(SequenceFormatError, match="columns"):  # told as FASTA: no guessing
+        read_aligned_fasta(_write(tmp_path / "t.fa", text), format="fasta")
+
+
+def test_clustal_without_its_conservation_lines_blanks_is_read(tmp_path: Path) -> None:
+    """A Clustal file whose conservation line lost its trailing blanks (an editor, a git hook)
+    reads as the file did; a broken one is a SequenceFormatError, not Biopython's assertion."""
+    rows = ["-MVLSPADKT-", "MVHLTPEEKSA", "-MGLSDGEWQ-"]
+    body = "".join(f"{i}      {r}\n" for i, r in zip(["s1", "s2", "s3"], rows))
+    path = _write(tmp_path / "a.aln", f"CLUSTAL W\n\n{body}         *   *     \n")
+    trimmed = _write(tmp_path / "trimmed.aln", f"CLUSTAL W\n\n{body}         *   *\n")  # its blanks trimmed
+    with pytest.raises(AssertionError):  # what Biopython does with it
+        AlignIO.read(trimmed, "clustal")
+    assert read_alignment(trimmed).rows == read_alignment(path).rows == tuple(rows)
+    assert rows_as_written(trimmed, read_alignment(trimmed)) == tuple(rows)
+    broken = tmp_path / "broken.aln"
+    broken.write_text("CLUSTAL W\n\ns1 MKV\ns2 MKVLL\n\ns1 MK\n")
+    with pytest.raises(SequenceFormatError, match="cannot parse clustal"):
+        read_alignment(broken)

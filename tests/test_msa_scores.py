@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from sinkalign.align.msa_scores import aligned_pairs, pooled, score_alignment, total_column
 from sinkalign.cli.main import cli
 from sinkalign.errors import InputError, SinkalignError
-from sinkalign.io.alignments import MSA, read_alignment
+from sinkalign.io.alignments import MSA, msa_to_pairs, read_alignment
 
 PROTEIN = "ACDEFGHIKLMNPQRSTVWY"
 
@@ -276,3 +276,39 @@ def test_score_msa_cli_on_folders_pools_the_families(tmp_path):
     (tests / "fam1.sto").write_text("# STOCKHOLM 1.0\na MK\n//\n")
     r = CliRunner().invoke(cli, ["score-msa", str(tests), str(refs)])
     assert r.exit_code == 2 and "are both family 'fam1'" in r.output
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_score_msa_takes_a_reference_in_every_format(tmp_path, fmt):
+    """As README says: either file may be any format read_alignment reads (Clustal, PHYLIP
+    included), the same scores whatever the reference's format."""
+    rows = ["MKV-LAGH", "MK-ALAGH", "-KVALA-H"]
+    aln = MultipleSeqAlignment([SeqRecord(Seq(r), id=i, description="") for i, r in zip("abc", rows)])
+    ref = tmp_path / f"ref.{fmt}"
+    AlignIO.write(aln, ref, FORMATS[fmt])
+    test = _write(tmp_path / "test.afa", "abc", ["MKVLAGH-", "MKALAGH-", "KVALAH--"])
+    want = score_alignment(read_alignment(test), msa("abc", rows))
+    r = CliRunner().invoke(cli, ["score-msa", str(test), str(ref), "--json", str(tmp_path / "s.json")])
+    assert r.exit_code == 0, r.output
+    data = json.loads((tmp_path / "s.json").read_text())
+    assert data["overall"]["recall"] == pytest.approx(want.overall["recall"]) and 0 < want.overall["recall"] < 1
+
+
+def test_an_a2m_reference_aligns_no_insertion(tmp_path):
+    """An A2M reference, told by its suffix or by its ragged rows (not the bench1.0 reader, whose
+    lower case is aligned but untrusted): its lower case are insertions, in no reference pair."""
+    text = ">a\nMKgVLAGH\n>b\nMK.ALAGH\n>c\nMKvALAGH\n"
+    for name in ("ref.a2m", "ref.fa"):
+        path = tmp_path / name
+        path.write_text(text if name.endswith("a2m") else text.replace(".", ""))
+        ref = read_reference(path)
+        assert ref.format == "a2m" and ref.rows[0] == "MKgVLAGH" and ref.rows[1] == "MK-ALAGH"
+        counts = {(p.query_id, p.target_id): len(p.pairs) for p in msa_to_pairs(ref)}
+        assert counts == {("a", "b"): 7, ("a", "c"): 7, ("b", "c"): 7}  # g and v are in no reference pair
+
+
+def read_reference(path):
+    from sinkalign.io.structural import read_reference_alignment
+
+    (ref,) = read_reference_alignment(path)
+    return ref

@@ -447,7 +447,9 @@ def read_aligned_fasta(path: str | os.PathLike, *, format: str | None = None, al
             length) or ``"a2m"`` (upper case + ``-`` are match columns, lower case
             are insertions, ``.`` is a gap in an insert column; every row must have
             the same number of match columns). ``None``: ``"a2m"`` for a ``.a2m``
-            suffix (also before ``.gz``), else ``"fasta"``.
+            suffix (also before ``.gz``), or for rows of unequal length that have lower-case
+            letters or ``.`` and the same number of match columns (hmmalign's A2M under
+            another name, which no aligned FASTA can be); else ``"fasta"``.
         alphabet: ``"protein"``, ``"dna"`` or ``"auto"``.
 
     Raises:
@@ -456,6 +458,7 @@ def read_aligned_fasta(path: str | os.PathLike, *, format: str | None = None, al
     """
     _check_alphabet(alphabet)
     path = _existing(path, "aligned FASTA")
+    told = format
     if format is None:
         suffixes = [s.lower() for s in path.suffixes]
         if suffixes and suffixes[-1] == ".gz":
@@ -476,11 +479,23 @@ def read_aligned_fasta(path: str | os.PathLike, *, format: str | None = None, al
             raise SequenceFormatError(f"{path}: cannot parse FASTA: {err}", path=path) from err
     if not ids:
         raise SequenceFormatError(f"{path}: empty file, no aligned sequences", path=path)
+    if told is None and format == "fasta" and _looks_a2m(raw):
+        logger.info("%s: rows of unequal length with insertions (lower case) and equal match columns: read as A2M",
+                    path)
+        format = "a2m"
     if format == "fasta":
         rows = [r.upper() for r in raw]
     else:
         rows = _a2m_rectangular(ids, raw, path)
     return _finish_msa(ids, rows, path=path, fmt=format, alphabet=alphabet)
+
+
+def _looks_a2m(raw: list[str]) -> bool:
+    """Rows of unequal length (no aligned FASTA) with A2M's insertions (lower case or ``.``)
+    and one number of match columns (upper case and ``-``) in every row."""
+    if len({len(r) for r in raw}) < 2 or not any(c.islower() or c == "." for r in raw for c in r):
+        return False
+    return len({sum(c.isupper() or c == "-" for c in r) for r in raw}) == 1
 
 
 def _a2m_rectangular(ids: list[str], raw: list[str], path: Path) -> list[str]:
@@ -601,7 +616,7 @@ def detect_msa_format(path: str | os.PathLike) -> str:
 
 def read_alignment(path: str | os.PathLike, *, alphabet: str = "auto") -> MSA:
     """One multiple alignment from a file in any format the toolkit reads, told by its content:
-    aligned FASTA or A2M (:func:`read_aligned_fasta`, A2M by a ``.a2m`` suffix), Stockholm
+    aligned FASTA or A2M (:func:`read_aligned_fasta`, A2M by a ``.a2m`` suffix or its rows), Stockholm
     (:func:`read_stockholm`; one alignment), Clustal and relaxed PHYLIP (Biopython's
     ``Bio.AlignIO``; rows upper-cased), GCG MSF (:func:`read_msf`) or PIR
     (:func:`sinkalign.io.structural.read_pir`).
@@ -626,13 +641,28 @@ def read_alignment(path: str | os.PathLike, *, alphabet: str = "auto") -> MSA:
         if len(msas) != 1:
             raise SequenceFormatError(f"{path}: holds {len(msas)} alignments; give a file of one", path=path)
         return msas[0]
-    try:
-        with open_text(path) as handle:
-            aln = AlignIO.read(handle, "clustal" if fmt == "clustal" else "phylip-relaxed")
-    except ValueError as err:
-        raise SequenceFormatError(f"{path}: cannot parse {fmt}: {err}", path=path) from err
+    aln = _biopython_alignment(path, fmt)
     return _finish_msa([rec.id for rec in aln], [str(rec.seq).upper() for rec in aln], path=path, fmt=fmt,
                        alphabet=alphabet)
+
+
+_CONSERVATION = frozenset("*:. ")
+
+
+def _biopython_alignment(path: Path, fmt: str):
+    """A Clustal, PHYLIP (relaxed), MSF or aligned FASTA file through ``Bio.AlignIO``. A
+    Clustal file's conservation lines are left out first: they carry nothing a reader needs,
+    and Biopython's parser fails on one whose trailing blanks an editor trimmed."""
+    name = {"clustal": "clustal", "phylip": "phylip-relaxed", "msf": "msf", "fasta": "fasta"}[fmt]
+    try:
+        with open_text(path) as handle:
+            if fmt != "clustal":
+                return AlignIO.read(handle, name)
+            lines = [line for line in handle
+                     if not (line[:1].isspace() and line.strip() and set(line.strip()) <= _CONSERVATION)]
+            return AlignIO.read(io.StringIO("".join(lines)), name)
+    except (ValueError, AssertionError) as err:
+        raise SequenceFormatError(f"{path}: cannot parse {fmt}: {err or type(err).__name__}", path=path) from err
 
 
 def rows_as_written(path: str | os.PathLike, msa: MSA) -> tuple[str, ...]:
@@ -643,13 +673,11 @@ def rows_as_written(path: str | os.PathLike, msa: MSA) -> tuple[str, ...]:
     ``msa.rows``; so are all rows when the file's do not match them letter for letter."""
     path = _existing(path, "alignment")
     fmt = detect_msa_format(path)
-    formats = {"fasta": "fasta", "clustal": "clustal", "phylip": "phylip-relaxed", "msf": "msf"}
-    if msa.format == "a2m" or fmt not in formats:
+    if msa.format == "a2m" or fmt not in ("fasta", "clustal", "phylip", "msf"):
         return msa.rows
     try:
-        with open_text(path) as handle:
-            raw = {rec.id: str(rec.seq).replace("~", "-") for rec in AlignIO.read(handle, formats[fmt])}
-    except (ValueError, AssertionError):
+        raw = {rec.id: str(rec.seq).replace("~", "-") for rec in _biopython_alignment(path, fmt)}
+    except SequenceFormatError:
         return msa.rows
     out = []
     for name, row in zip(msa.ids, msa.rows):

@@ -24,8 +24,9 @@ Family names. The family of a structural file is ``<parent directory>/<file stem
 file name stay apart.
 
 :func:`read_reference_alignment` picks the reader from the content (``>P1;`` -> PIR, a
-Stockholm header -> Stockholm, ``>`` -> bench1.0 aligned FASTA) and is what ``sinkalign
-shards build`` and ``sinkalign evaluate --reference`` use for these files.
+Stockholm header -> Stockholm, ``>`` -> bench1.0 aligned FASTA; A2M, Clustal, MSF and PHYLIP
+through :func:`~sinkalign.io.alignments.read_alignment`) and is what ``sinkalign shards
+build``, ``sinkalign evaluate --reference`` and ``sinkalign score-msa`` use for these files.
 
 Errors are :class:`~sinkalign.errors.FormatError` naming the file, the record (id and
 1-based number) and the 0-based column.
@@ -182,8 +183,10 @@ def _named(msa: MSA, path: Path) -> MSA:
 
 
 def detect_alignment_format(path: str | os.PathLike) -> str:
-    """``"stockholm"``, ``"pir"`` or ``"bench"`` (aligned FASTA) from a file's first non-blank
-    line (:func:`~sinkalign.io.alignments.detect_msa_format`).
+    """``"stockholm"``, ``"pir"``, ``"bench"`` (aligned FASTA), ``"a2m"`` (by a ``.a2m``
+    suffix, as :func:`~sinkalign.io.alignments.read_aligned_fasta` tells it), ``"clustal"``,
+    ``"msf"`` or ``"phylip"`` from a file's content
+    (:func:`~sinkalign.io.alignments.detect_msa_format`).
 
     Raises:
         FormatError: an empty file, or one in none of these formats.
@@ -191,18 +194,31 @@ def detect_alignment_format(path: str | os.PathLike) -> str:
     from sinkalign.io.alignments import detect_msa_format
 
     fmt = detect_msa_format(path)
-    if fmt not in ("stockholm", "pir", "fasta"):
-        raise FormatError(f"{path}: a {fmt} file: not a Stockholm, PIR or aligned FASTA reference alignment")
-    return "bench" if fmt == "fasta" else fmt
+    if fmt != "fasta":
+        return fmt
+    suffixes = [s.lower() for s in Path(path).suffixes if s.lower() != ".gz"]
+    return "a2m" if suffixes and suffixes[-1] == ".a2m" else "bench"
 
 
 def read_reference_alignment(path: str | os.PathLike) -> list[MSA]:
-    """Every alignment of a Stockholm, PIR or bench1.0 aligned FASTA file (by content)."""
-    from sinkalign.io.alignments import read_stockholm
+    """Every alignment of a reference file, by content: Stockholm, PIR and bench1.0 aligned
+    FASTA (its case a core mask; rows of unequal length with A2M's insertions are read as A2M)
+    here; A2M, Clustal, MSF and PHYLIP by :func:`~sinkalign.io.alignments.read_alignment`,
+    every residue trusted (Clustal, MSF and PHYLIP case means nothing; A2M's lower case are
+    insertions)."""
+    from sinkalign.io.alignments import read_alignment, read_stockholm
 
     fmt = detect_alignment_format(path)
     if fmt == "stockholm":
         return list(read_stockholm(path))
     if fmt == "pir":
         return [read_pir(path)]
-    return [read_bench_fasta(path)]
+    if fmt == "bench":
+        try:
+            return [read_bench_fasta(path)]
+        except FormatError:
+            msa = read_alignment(path)  # A2M under another name, else the same error again
+            if msa.format != "a2m":
+                raise
+            return [_named(msa, path)]
+    return [_named(read_alignment(path), path)]
