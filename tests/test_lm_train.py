@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -159,7 +160,7 @@ def test_train_learns_writes_metrics_and_checkpoints(fasta, tmp_path):
     opt = safetensors.torch.load_file(str(ckdir / "step-00000060" / OPTIMIZER_STATE))
     assert "rng.torch.rank0" in opt and any(k.endswith(".exp_avg_sq") for k in opt)
     # an existing run is not silently overwritten
-    with pytest.raises(ValueError, match=r"already holds checkpoints \(step-00000060\); pass resume=True"):
+    with pytest.raises(ValueError, match=r"already holds checkpoints \(step-00000060\); pass --resume \(resume=True\)"):
         train_lm(_config(fasta, out, steps=60))
 
 
@@ -294,7 +295,7 @@ def test_cli_train(fasta, tmp_path):
     cfg = load_checkpoint(out / "checkpoints" / "step-00000004").config
     assert (cfg.goat_n_freqs, cfg.goat_init, cfg.n_layers) == (3, "alibi", 1)
     again = runner.invoke(cli, args)
-    assert again.exit_code != 0 and "pass resume=True (--resume)" in again.output
+    assert again.exit_code != 0 and "pass --resume (resume=True)" in again.output
     resumed = runner.invoke(cli, args + ["--resume"])  # nothing left to do: returns the final checkpoint
     assert resumed.exit_code == 0 and "step 4:" in resumed.output
     bad = runner.invoke(cli, args + ["--model-option", "goat_n_freqs"])
@@ -352,7 +353,7 @@ def test_run_stopped_before_its_first_checkpoint_is_refused_and_resume_starts_ov
             "--log-every", "2", "--eval-max-bases", "64", "--threads", "1", "--no-progress"]
     res = CliRunner().invoke(cli, args)
     assert_one_line_error(res, f"{out} holds an earlier training run (metrics.jsonl) stopped before its first "
-                               "checkpoint; pass resume=True (--resume) to start over there from scratch (its "
+                               "checkpoint; pass --resume (resume=True) to start over there from scratch (its "
                                "metrics.jsonl is kept as metrics.jsonl.1)")
     assert (out / "metrics.jsonl").read_text() == old and sorted(p.name for p in out.iterdir()) == ["metrics.jsonl"]
     with caplog.at_level(logging.WARNING, logger="sinkalign.lm.train"):
@@ -524,7 +525,7 @@ def test_genus_split_trains_on_train_genomes_validates_on_valid_ones_and_never_r
     cfg = _config(tmp_path / "Alpha_a.fa", tmp_path / "run", genome_split=str(split), balance="genome",
                   reverse_complement=True)
     cfg = TrainConfig.from_dict({**cfg.to_dict(), "fasta": [str(tmp_path)]})
-    train, groups, val = T._load_data(cfg)
+    train, groups, val, _ = T._load_data(cfg)
     gamma = files["Gamma_c"].read_text().split("\n")[1]
     assert len(train) == 2 and groups == [0, 1] and len(val) == 1
     assert val[0][1] + val[0][0] == gamma and all(t not in gamma for t in train)
@@ -580,10 +581,10 @@ def test_records_whose_held_out_part_is_all_n_are_left_out_before_any_step(tmp_p
     path = _genome(tmp_path / "g.fa", {"gap": gap, "head": head, "good": good})
     cfg = _config(path, tmp_path / "run", eval_max_bases=150, steps=3, eval_every=0, save_every=0)
     with caplog.at_level("WARNING", logger="sinkalign.lm.train"):
-        _, _, val = T._load_data(cfg)
+        _, _, val, _ = T._load_data(cfg)
     assert val == [(good[2700:2850], good[:2700])]  # the first 150 scorable held-out bases
     assert "g.fa: gap" in caplog.text and "g.fa: head" in caplog.text and "--eval-max-bases" in caplog.text
-    _, _, whole = T._load_data(_config(path, tmp_path / "run", eval_max_bases=None))
+    _, _, whole, _ = T._load_data(_config(path, tmp_path / "run", eval_max_bases=None))
     assert whole == [(head[2700:], head[:2700]), (good[2700:], good[:2700])]  # a part with some bases is scored
     result = train_lm(cfg)
     assert result.step == 3 and math.isfinite(result.val_bits_per_base)
@@ -596,3 +597,26 @@ def test_records_whose_held_out_part_is_all_n_are_left_out_before_any_step(tmp_p
     assert res.exit_code != 0
     assert str(only_gaps) in res.output and "all N" in res.output and "--val-fraction" in res.output
     assert not (tmp_path / "none" / "metrics.jsonl").exists()  # refused before any step
+
+
+def test_resume_tells_the_data_by_content_not_by_path(tmp_path):
+    import sinkalign.lm.train as T
+
+    a = _genome(tmp_path / "a.fa", {"a": _markov_chain_dna(3000, seed=1)})
+    cfg = _config(a, tmp_path / "run", steps=3, eval_every=0, save_every=3)
+    train_lm(cfg)
+    state = json.loads(next((tmp_path / "run" / "checkpoints").glob("step-*/trainer_state.json")).read_text())
+    assert state["data_sha256"] == T._load_data(cfg)[3]
+    # the same genome by another path resumes
+    (tmp_path / "elsewhere").mkdir()
+    copy = shutil.copy(a, tmp_path / "elsewhere" / "a.fa")
+    again = train_lm(dataclasses.replace(cfg, fasta=str(copy), resume=True))
+    assert again.step == 3
+    # the same path, other bases: refused, naming what differs
+    _genome(copy, {"a": _markov_chain_dna(3000, seed=2)})
+    with pytest.raises(CheckpointError, match="the training data differ from the checkpoint's"):
+        train_lm(dataclasses.replace(cfg, fasta=str(copy), resume=True))
+    # a run of an older version (no digest) compares the paths, as before
+    with pytest.raises(CheckpointError, match="fasta: checkpoint"):
+        T._check_resume_config(state["train_config"], dataclasses.replace(cfg, fasta=str(copy)), tmp_path)
+    T._check_resume_config(state["train_config"], cfg, tmp_path)

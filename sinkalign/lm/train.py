@@ -470,8 +470,10 @@ def _load_optimizer(opt: torch.optim.Optimizer, tensors: Mapping[str, torch.Tens
 def _save_training_checkpoint(out_dir: Path, step: int, model: DNALanguageModel, opt: torch.optim.Optimizer,
                               sched: torch.optim.lr_scheduler.LRScheduler, sampler_state: dict[str, Any],
                               rng_states: list[torch.Tensor], cuda_rng_states: list[torch.Tensor],
-                              config: TrainConfig, tokens_seen: int, world_size: int, keep: int) -> Path:
-    """Write a complete checkpoint for ``step`` (see the module docstring). Rank 0 only."""
+                              config: TrainConfig, tokens_seen: int, world_size: int, keep: int,
+                              data_digest: str) -> Path:
+    """Write a complete checkpoint for ``step`` (see the module docstring); ``data_digest``: the
+    training data's (:func:`_load_data`). Rank 0 only."""
     root = out_dir / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / step_dir_name(step)
@@ -494,6 +496,7 @@ def _save_training_checkpoint(out_dir: Path, step: int, model: DNALanguageModel,
         "scheduler": sched.state_dict(),
         "sampler": sampler_state,
         "train_config": config.to_dict(),
+        "data_sha256": data_digest,
     }
     atomic_write_text(tmp / TRAINER_STATE, json.dumps(state, indent=2, sort_keys=True) + "\n")  # written last
     _fsync_dir(tmp)
@@ -532,15 +535,28 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _check_resume_config(saved: Mapping[str, Any], config: TrainConfig, path: Path) -> None:
+def _check_resume_config(saved: Mapping[str, Any], config: TrainConfig, path: Path, *,
+                         saved_data: str | None = None, data: str | None = None) -> None:
+    """Refuse to resume from the checkpoint at ``path`` when a setting that shapes the run
+    differs from ``saved`` (its config). ``saved_data`` / ``data``: the digests
+    (:func:`_load_data`) of the data the checkpoint was trained on and of the data now; where
+    the checkpoint has one, the data are compared by content, so the same genomes by another path
+    resume and changed ones at the same path are refused (a run of an older version, without one,
+    compares the paths)."""
     now = config.to_dict()
     defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
     saved = {**{k: v for k, v in defaults.items() if k not in saved}, **saved}  # settings newer than the run
+    by_content = saved_data is not None and data is not None
     diffs = sorted(k for k in set(saved) | set(now)
-                   if k not in _RESUMABLE_CHANGES and saved.get(k) != now.get(k))
+                   if k not in _RESUMABLE_CHANGES and saved.get(k) != now.get(k)
+                   and not (by_content and k in ("fasta", "genome_split")))
     if diffs:
         detail = "; ".join(f"{k}: checkpoint {saved.get(k)!r} vs now {now.get(k)!r}" for k in diffs)
         raise CheckpointError(f"cannot resume from {path}: the run's settings differ ({detail})")
+    if by_content and saved_data != data:
+        raise CheckpointError(f"cannot resume from {path}: the training data differ from the checkpoint's (fasta: "
+                              f"checkpoint {saved.get('fasta')!r} vs now {now.get('fasta')!r}; their content digests "
+                              f"{saved_data[:12]} vs {data[:12]}): a genome was changed, added or left out")
 
 
 def _rewrite_metrics(path: Path, upto_step: int) -> None:
@@ -560,17 +576,24 @@ def _rewrite_metrics(path: Path, upto_step: int) -> None:
 # ----------------------------------------------------------------------------- training
 
 
-def _load_data(config: TrainConfig) -> tuple[list[str], list[int], list[tuple[str, str]]]:
-    """``(train_seqs, genome index of each, [(val_seq, preceding_seq)])`` from the genomes of
-    ``config.fasta`` (see :class:`TrainConfig`: splits by record tail, or by genus)."""
+def _load_data(config: TrainConfig) -> tuple[list[str], list[int], list[tuple[str, str]], str]:
+    """``(train_seqs, genome index of each, [(val_seq, preceding_seq)], digest)`` from the
+    genomes of ``config.fasta`` (see :class:`TrainConfig`: splits by record tail, or by genus);
+    ``digest``: the SHA-256 of what was read (each training or validation genome's role, record
+    ids and bases, in order), which a checkpoint keeps to tell the same data from other data on
+    resume."""
     files = genome_files(config.fasta)
     split = _genome_split(config.genome_split) if config.genome_split else {}
     train, groups, val = [], [], []
+    digest = hashlib.sha256()
     for g, path in enumerate(files):
         role = split.get(path.name, "train")
         if role == "test":
             continue
+        digest.update(f"genome\0{role}\0".encode())
         for rid, seq in read_genome(path):
+            digest.update(f"{rid}\0{len(seq)}\0".encode())
+            digest.update(seq.encode("ascii"))
             try:
                 tr, va = train_val_split(seq, config.val_fraction)
             except ValueError as exc:
@@ -585,7 +608,7 @@ def _load_data(config: TrainConfig) -> tuple[list[str], list[int], list[tuple[st
     if not val:
         raise InputError(f"no validation genome in {config.fasta!r}: {config.genome_split} holds out none of them")
     logger.info("%d genome file(s): %d training record(s), %d validation record(s)", len(files), len(train), len(val))
-    return train, groups, _validation_parts(val, config)
+    return train, groups, _validation_parts(val, config), digest.hexdigest()
 
 
 def _validation_parts(val: list[tuple[str, str, str]], config: TrainConfig) -> list[tuple[str, str]]:
@@ -714,15 +737,15 @@ def _train(config: TrainConfig, device: torch.device, rank: int, world: int, sto
     is_main = rank == 0
     latest = find_latest_checkpoint(out_dir)
     if latest is not None and not config.resume:
-        raise CheckpointError(f"{out_dir} already holds checkpoints ({latest.name}); pass resume=True (--resume) "
-                              f"to continue, or choose another out_dir")
+        raise CheckpointError(f"{out_dir} already holds checkpoints ({latest.name}); pass --resume "
+                              f"(resume=True) to continue, or choose another out_dir")
     earlier = _run_files(out_dir) if latest is None else []
     if earlier and not config.resume:  # a run stopped before its first checkpoint: never append to its log
         kept = f" (its {METRICS} is kept as {_aside_name(out_dir / METRICS).name})" if METRICS in earlier else ""
         raise CheckpointError(f"{out_dir} holds an earlier training run ({', '.join(earlier)}) stopped before its "
-                              f"first checkpoint; pass resume=True (--resume) to start over there from scratch{kept}, "
+                              f"first checkpoint; pass --resume (resume=True) to start over there from scratch{kept}, "
                               f"remove those files, or choose another out_dir")
-    train_seqs, groups, val = _load_data(config)
+    train_seqs, groups, val, data_digest = _load_data(config)
     sampler = WindowSampler(train_seqs, config.seq_len + 1, seed=config.seed, rank=rank,
                             max_n_fraction=config.max_n_fraction, groups=groups if config.balance == "genome" else None,
                             reverse_complement=config.reverse_complement)
@@ -753,7 +776,8 @@ def _train(config: TrainConfig, device: torch.device, rank: int, world: int, sto
         state = json.loads((latest / TRAINER_STATE).read_text(encoding="utf-8"))
         if state.get("format") != _STATE_FORMAT:
             raise InputError(f"{latest / TRAINER_STATE}: not a sinkalign.lm training state")
-        _check_resume_config(state["train_config"], config, latest)
+        _check_resume_config(state["train_config"], config, latest, saved_data=state.get("data_sha256"),
+                             data=data_digest)
         ckpt = load_checkpoint(latest, map_location=device)
         model.load_state_dict(ckpt.model.state_dict())
         tensors = safetensors.torch.load(Path(latest / OPTIMIZER_STATE).read_bytes())
@@ -765,8 +789,9 @@ def _train(config: TrainConfig, device: torch.device, rank: int, world: int, sto
             if device.type == "cuda" and f"rng.cuda.rank{rank}" in tensors:
                 torch.cuda.set_rng_state(tensors[f"rng.cuda.rank{rank}"], device)
         else:
-            logger.warning("checkpoint was written by %s process(es), now %d: dropout RNG reseeded",
-                           state["world_size"], world)
+            logger.warning("checkpoint was written by %s process(es), now %d: a step now takes %d windows (%d before: "
+                           "--batch-size is per process) and the dropout RNG is reseeded", state["world_size"], world,
+                           config.batch_size * world, config.batch_size * int(state["world_size"]))
         if is_main:
             _rewrite_metrics(out_dir / METRICS, start_step)
             for leftover in (out_dir / "checkpoints").glob(".tmp-*"):
@@ -865,7 +890,7 @@ def _train(config: TrainConfig, device: torch.device, rank: int, world: int, sto
                 if is_main:
                     ckpt_dir = _save_training_checkpoint(
                         out_dir, done, model, opt, sched, sampler.state(done), rng, cuda_rng, config,
-                        tokens_seen, world, config.keep_checkpoints)
+                        tokens_seen, world, config.keep_checkpoints, data_digest)
                 if world > 1:
                     dist.barrier()
             if final:
