@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -509,3 +510,25 @@ def test_train_cli_flank_trains_on_flanked_pairs_and_records_it(shards, tmp_path
     assert state["train"]["flank"] == 1.0 and state["train"]["flank_ratio"] == 3.0
     r = CliRunner().invoke(cli, [*args, "--flank", "1.5", "--out", str(tmp_path / "g")])
     assert r.exit_code == 2 and "--flank" in r.output
+
+
+def test_data_that_give_no_batch_are_refused_before_any_step(shards, tmp_path):
+    """It spun forever: fewer training pairs than a batch, or none that fits --max-length
+    without --crop, gave no batch in any epoch. Now a one-line error, and no run left behind."""
+    from sinkalign.io.shards import ShardDataset
+
+    n = len(ShardDataset(shards, "train"))
+    for kw, words in (({"batch_size": n + 2}, [f"holds {n} pairs, fewer than --batch-size {n + 2}"]),
+                      ({"max_length": 8}, ["no training pair fits --max-length 8", "--crop"])):
+        out = tmp_path / f"run{len(words)}"
+        cfg = _cfg(shards, out, 2)
+        cfg = dataclasses.replace(cfg, **kw)
+        t0 = time.perf_counter()
+        with pytest.raises(InputError) as err:
+            train(cfg, progress=False)
+        assert time.perf_counter() - t0 < 60
+        assert all(w in str(err.value) for w in words), str(err.value)
+        assert not (out / "metrics.jsonl").exists() and not list(out.glob("**/*.safetensors"))
+    # with --crop the long pairs are cut to windows that fit: it trains
+    assert train(dataclasses.replace(_cfg(shards, tmp_path / "crop", 1), max_length=8, crop=True),
+                 progress=False).step == 1

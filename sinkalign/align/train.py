@@ -286,6 +286,7 @@ def _batches(dataset, cfg: TrainConfig, start_step: int):
     epoch, skip = divmod(start_step, per_epoch)
     step = start_step
     while True:
+        given = False  # an epoch that gives no batch would give none ever after: refuse, not spin
         for n, items in enumerate(dataset.iter_batches(cfg.batch_size, seed=cfg.seed, epoch=epoch, drop_last=True)):
             if n < skip:
                 continue
@@ -302,8 +303,12 @@ def _batches(dataset, cfg: TrainConfig, start_step: int):
                 continue
             while len(items) < cfg.batch_size:  # keep shapes static: repeat to fill
                 items = items + items[: cfg.batch_size - len(items)]
+            given = True
             yield step, items
             step += 1
+        if not given and not skip:
+            raise InputError(f"no training pair fits --max-length {cfg.max_length} (each has a longer side); pass "
+                             "--crop to train on windows of the long pairs, or raise --max-length")
         skip = 0
         epoch += 1
 
@@ -422,6 +427,9 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
         raise InputError(f"{cfg.shards} holds no pair shards: {exc}") from exc
     if len(train_set) == 0:
         raise InputError(f"{cfg.shards}: the train split is empty")
+    if len(train_set) < cfg.batch_size:  # batches are full (static shapes): there would be none
+        raise InputError(f"{cfg.shards}: the train split holds {len(train_set)} pairs, fewer than --batch-size "
+                         f"{cfg.batch_size}; lower --batch-size")
     kinds = {f["alphabet"] for f in train_set.index.get("families", {}).values()
              if f.get("split") == "train" and f.get("alphabet")}  # (indexes of old builds may lack it)
     if kinds and cfg.model.alphabet not in kinds:
@@ -490,6 +498,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss, terms, optax.tree.norm(grads)
 
+    stream = _batches(train_set, cfg, start)
+    ready = [next(stream)]  # the first batch before any file is written: data that give none are refused here
     metrics_path = out / METRICS
     rewrite_metrics(metrics_path, start)  # steps after the checkpoint are re-run: no duplicate lines
     last: dict = {}
@@ -499,11 +509,10 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
     bar = tqdm(total=cfg.steps, initial=start, disable=not progress, desc="train", unit="step")
     t_window, n_window = time.perf_counter(), 0
     end = cfg.steps if stop_after is None else min(cfg.steps, start + stop_after)
-    stream = _batches(train_set, cfg, start)
     step = start
     with open(metrics_path, "a") as metrics_file, stop_on_signals(StopFlag(), repeat_aborts=True) as stop:
         while step < end:
-            step, items = next(stream)
+            step, items = ready.pop() if ready else next(stream)
             batch = examples_to_batch(items, cfg.model)
             batch = jax.device_put(batch, data_sharding)
             params, opt_state, loss, terms, gnorm = step_fn(params, opt_state, batch, theta_0)
