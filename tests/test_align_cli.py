@@ -221,6 +221,27 @@ def test_evaluate_against_needleman_wunsch(tmp_path):
     assert methods["nw"]["micro"]["f1"] > 0.5  # a real alignment problem, not noise
 
 
+def test_evaluate_cli_keeps_existing_files_and_its_reference(tmp_path):
+    from tests.aligner_fixtures import write_family
+
+    sto = write_family(tmp_path / "fam.sto", "famX", 4, 40, seed=3)
+    given = sto.read_text()
+    run = ["evaluate", "--reference", str(sto), "--methods", "nw", "--max-pairs", "2"]
+    r = CliRunner().invoke(cli, [*run, "--json", str(sto)])  # it replaced the reference with its JSON
+    assert r.exit_code == 1 and "is also an input" in r.output and sto.read_text() == given
+    out = tmp_path / "keep.json"
+    out.write_text("mine\n")
+    r = CliRunner().invoke(cli, [*run, "--json", str(out)])
+    assert r.exit_code == 1 and "already exists" in r.output and out.read_text() == "mine\n"
+    r = CliRunner().invoke(cli, [*run, "--json", str(out), "--overwrite"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(out.read_text())["methods"] == ["nw"]
+    r = CliRunner().invoke(cli, [*run, "--json", "-"])  # click 8.2+: stdout and stderr kept apart
+    assert r.exit_code == 0 and json.loads(r.stdout)["methods"] == ["nw"] and "pooled F1" in r.stderr
+    r = CliRunner().invoke(cli, [*run[:-4], "--methods", " , "])
+    assert r.exit_code == 2 and "--methods" in r.output and "name at least one" in r.output
+
+
 def test_model_by_shipped_name(tmp_path):
     """--model takes a shipped model's name; a name that is neither a path nor shipped is one line."""
     from click.testing import CliRunner

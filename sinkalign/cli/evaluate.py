@@ -51,13 +51,20 @@ def _fitting_pairs(references, *, split, min_tm, max_pairs, max_length) -> list:
               help="Comma-separated subset of sinkalign,nw,sw,pairhmm (pairhmm: the affine-gap pair-HMM with "
                    "MAC decoding, the settings of BENCHMARKS.md; the slowest of the four).")
 @click.option("--backend", type=click.Choice(["reference", "pallas"]), default="reference", show_default=True)
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write results as JSON.")
-def evaluate(references, model, split, min_tm, max_pairs, methods, backend, json_path):
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+              help="Write results as JSON ('-': standard output; the tables then go to standard error).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --json file.")
+def evaluate(references, model, split, min_tm, max_pairs, methods, backend, json_path, overwrite):
     """Precision, recall and F1 per reference set, binned by percent identity."""
-    from sinkalign.align.evaluate import evaluate_sets, load_reference_set
+    from sinkalign.align.evaluate import METHODS, evaluate_sets, load_reference_set
     from sinkalign.align.metrics import render_table
+    from sinkalign.pipelines.runner import check_outputs
+    from sinkalign.utils import is_stdio
 
     chosen = tuple(m.strip() for m in methods.split(",") if m.strip())
+    if not chosen:
+        raise click.BadParameter(f"name at least one of {','.join(METHODS)}", param_hint="--methods")
+    check_outputs([(json_path, "--json")], overwrite, [Path(r) for r in references])  # before any work
     sets = {}
     for ref in references:
         name = f"{ref.name}:{split}" if (ref / "index.json").is_file() else ref.name
@@ -68,13 +75,16 @@ def evaluate(references, model, split, min_tm, max_pairs, methods, backend, json
 
         aligner = Aligner.load(model, backend=backend, strand="plus")  # references pair the sequences as given
     result = evaluate_sets(sets, aligner, methods=chosen)
-    console = Console()
+    to_stdout = json_path is not None and is_stdio(json_path)
+    console = Console(stderr=to_stdout)
     for name, data in result["sets"].items():
         for method, m in data["methods"].items():
             speed = "" if m["pairs_per_s"] is None else f", {m['pairs_per_s']:.1f} pairs/s"
             console.print(render_table(m["bins"], title=f"{name} ({data['n_pairs']} pairs): {method}, "
                                                         f"pooled F1 {m['micro']['f1']:.3f}{speed}"))
-    if json_path:
+    if to_stdout:
+        click.echo(json.dumps(result, indent=2))
+    elif json_path:
         atomic_write_text(json_path, json.dumps(result, indent=2) + "\n")
         console.print(f"wrote {json_path}")
 
