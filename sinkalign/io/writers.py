@@ -55,8 +55,9 @@ Formats (:data:`FORMATS`):
   ``gapopen`` its runs of gap columns (residues of both sequences between two aligned pairs
   are two runs, laid out as the FASTA output lays them out), positions 1-based and inclusive.
   ``evalue`` is the pair's E-value (``NA`` without a fitted null); the last column holds the
-  pair's score (for the OT aligner the expected number of correctly aligned pairs, not bits:
-  the model has no bit score), so that sorting by it still ranks the hits.
+  pair's score (for the OT aligner the transport plan's match mass on the aligned pairs, a
+  ranking value of the model, not bits: the model has no bit score), so that sorting by it
+  still ranks the hits.
 * ``paf``: minimap2's Pairwise mApping Format, no header, one line per pair with something
   aligned: ``qname qlen qstart qend strand tname tlen tstart tend nmatch alen mapq`` (0-based
   half-open spans, the query's on the query as given; ``nmatch`` the identical pairs, ``alen``
