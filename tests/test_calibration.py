@@ -718,3 +718,25 @@ def test_box_features_read_a_boxed_pair_as_the_pair_of_its_box(monkeypatch):
     plain = aligner.align(myg, hbb).alignment  # not lopsided: no box, the same either way
     monkeypatch.setattr(A, "BOX_FEATURES", False)
     np.testing.assert_array_equal(aligner.align(myg, hbb).alignment.match_posterior, plain.match_posterior)
+
+
+@pytest.mark.parametrize("command", ["calibrate", "fit-evalues", "evaluate"])
+def test_references_of_the_other_alphabet_are_refused(tmp_path, command):
+    """A protein reference fitted or scored with the DNA model (or DNA with a protein model)
+    gave a calibration, a null or an F1 of nothing, silently: now an error naming the pair."""
+    from tests.aligner_fixtures import make_families
+
+    protein = make_families(tmp_path / "fams", n_families=1, n_seqs=5, length=40)[0]  # 10 pairs: fit-evalues' least
+    rng = np.random.default_rng(0)
+    base = "".join(rng.choice(list("ACGT"), 60))
+    rows = [base, base[:20] + "--" + base[22:]] + ["".join(c if rng.random() > 0.1 else "A" for c in base)] * 3
+    dna = tmp_path / "dna.sto"
+    dna.write_text("# STOCKHOLM 1.0\n" + "".join(f"d{k} {r}\n" for k, r in enumerate(rows)) + "//\n")
+    for ref, model, words in ((protein, "dna", ["is protein", "the model dna is for dna", "a protein model"]),
+                              (dna, "blosum", ["is dna", "the model blosum is for protein", "--model dna"])):
+        out = tmp_path / f"out-{model}"
+        args = {"calibrate": ["-o", str(out)], "fit-evalues": ["-o", str(out)], "evaluate": ["--methods", "sinkalign"]}
+        r = CliRunner().invoke(cli, [command, "--reference", str(ref), "--model", model, *args[command]])
+        assert r.exit_code == 1, r.output
+        assert "reference pair (" in r.output and all(w in r.output for w in words), r.output
+        assert not out.exists() or not any(out.iterdir())

@@ -102,6 +102,22 @@ def _pairhmm_pairs(pair: ReferencePair) -> np.ndarray:
                          threshold=cfg["threshold"]).pairs
 
 
+def check_reference_alphabet(pairs: Iterable[ReferencePair], alphabet: str, model: str) -> None:
+    """Refuse reference pairs of the other alphabet than the model's (``alphabet``; ``model``
+    names it): fitted or scored, they give a calibration, a null or an F1 that mean nothing (a
+    protein sequence read as DNA is mostly N). The alphabet of each pair is its reference's
+    (``meta["alphabet"]``), else told from its residues."""
+    from sinkalign.errors import AlphabetError
+    from sinkalign.io.fasta import detect_alphabet
+
+    for p in pairs:
+        kind = p.meta.get("alphabet") or detect_alphabet(p.query_seq + p.target_seq)
+        if kind != alphabet:
+            hint = "--model dna" if kind == "dna" else "a protein model (--model learned or blosum)"
+            raise AlphabetError(f"reference pair ({p.query_id}, {p.target_id}) of {p.source or 'the references'} is "
+                                f"{kind}, and the model {model} is for {alphabet}; give {hint}")
+
+
 def evaluate_sets(sets: dict[str, list[ReferencePair]], aligner=None, *, methods: Iterable[str] = METHODS,
                   progress: bool = False, n_boot: int = 1000) -> dict:
     """Evaluate every method on every set; returns a JSON-ready dict (``sets`` -> tables)."""

@@ -72,8 +72,11 @@ def evaluate(references, model, split, min_tm, max_pairs, methods, backend, json
     aligner = None
     if "sinkalign" in chosen:
         from sinkalign.align.aligner import Aligner
+        from sinkalign.align.evaluate import check_reference_alphabet
 
         aligner = Aligner.load(model, backend=backend, strand="plus")  # references pair the sequences as given
+        for pairs in sets.values():
+            check_reference_alphabet(pairs, aligner.config.alphabet, model or "learned (the default)")
     result = evaluate_sets(sets, aligner, methods=chosen)
     to_stdout = json_path is not None and is_stdio(json_path)
     console = Console(stderr=to_stdout)
@@ -132,6 +135,7 @@ def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, ma
     from sinkalign.align.calibration import calibration_samples, fit_from_samples
     from sinkalign.align.checkpoints import check_model_output, export_model, load_checkpoint
     from sinkalign.align.decode import plan_posteriors
+    from sinkalign.align.evaluate import check_reference_alphabet
     from sinkalign.errors import InputError
 
     console = Console()
@@ -158,6 +162,7 @@ def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, ma
                              "--match-feature columns")
         kept, kept_from, match_feature = own.column_model, own.fitted_on, "columns"
     aligner = Aligner.load(source, calibration=None, strand="plus")  # the raw posteriors are what is fitted
+    check_reference_alphabet(pairs, aligner.config.alphabet, str(model or source))
     samples, raw = [], []
     kind = aligner.config.alphabet  # "protein" or "dna" (AlignerConfig checks it)
     for r, p in zip(aligner.align_many(((p.query_id, p.query_seq, p.target_id, p.target_seq) for p in pairs),
@@ -227,6 +232,7 @@ def fit_evalues(references, model, split, min_tm, max_pairs, max_length, shuffle
     """
     from sinkalign.align.aligner import Aligner, default_model_path, resolve_model
     from sinkalign.align.checkpoints import check_model_output, export_model
+    from sinkalign.align.evaluate import check_reference_alphabet
     from sinkalign.align.significance import aligned_features, fit_significance, significance_samples, window_pairs
     from sinkalign.errors import InputError
 
@@ -238,6 +244,7 @@ def fit_evalues(references, model, split, min_tm, max_pairs, max_length, shuffle
                          f"{[str(r) for r in references]}: E-values need at least 10")
     source = resolve_model(model) if model else default_model_path()
     aligner = Aligner.load(source, significance=None)
+    check_reference_alphabet(pairs, aligner.config.alphabet, str(model or source))
     if aligner.calibration is None:
         raise InputError(f"{source} has no calibration: fit one with `sinkalign calibrate` first")
     kind = aligner.config.alphabet  # "protein" or "dna" (AlignerConfig checks it)
