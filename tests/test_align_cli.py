@@ -378,3 +378,33 @@ def test_band_option_aligns_on_corridors_or_densely_and_keeps_plans(fastas, tmp_
            f"corridor of {LONG_BAND} past it" in help_text
     assert LOPSIDED_RATIO == 2 and "a pair with one side at least twice the other" in help_text
     assert f"Smith-Waterman hit, {round(100 * BOX_MARGIN)}% of the shorter side wider each way" in help_text
+
+
+def test_sigterm_removes_the_half_written_output(tmp_path):
+    """What a batch scheduler sends: the run ends with status 143 and leaves neither the
+    output nor its temporary file (as Ctrl-C does), and an existing output is kept."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.cli_errors import terminal_signals
+
+    rng = np.random.default_rng(0)
+    seqs = tmp_path / "seqs.fa"
+    seqs.write_text("".join(f">s{k}\n{''.join(rng.choice(list('ACDEFGHIKLMNPQRSTVWY'), 300))}\n" for k in range(80)))
+    out = tmp_path / "out.tsv"
+    out.write_text("mine\n")
+    code = "import sys; sys.argv[0] = 'sinkalign'; from sinkalign.cli.main import main; main()"  # the console script
+    proc = subprocess.Popen([sys.executable, "-c", code, "align", str(seqs), str(seqs), "-o", str(out), "--overwrite",
+                             "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=terminal_signals, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    deadline = time.monotonic() + 240
+    while not list(tmp_path.glob(".out.tsv.*.tmp")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run ended before its output was opened: give it more pairs"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err.decode()[-2000:]
+    assert not list(tmp_path.glob(".out.tsv.*")) and out.read_text() == "mine\n"

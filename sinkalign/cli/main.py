@@ -96,5 +96,23 @@ def cli(verbose: int) -> None:
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
 
 
-if __name__ == "__main__":
+def _terminated(signum: int, frame) -> None:
+    raise SystemExit(128 + signum)  # through every `finally`: half-written outputs are removed
+
+
+def main() -> None:
+    """The ``sinkalign`` program: :func:`cli`, with SIGTERM (what a batch scheduler sends, or
+    ``kill``) ending it as an exception, as SIGINT does, so that a half-written output's
+    temporary file is removed on the way out (exit status 143, the shell's). Commands that
+    stop gracefully on a signal (``train``, ``lm train``) put their own handler in place while
+    they run."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminated)
     cli()
+
+
+if __name__ == "__main__":
+    main()
