@@ -209,6 +209,10 @@ def test_pair_list_errors_name_the_line(files, monkeypatch):
     pairs.write_text("q1\tt1\nqq\tt2\n")
     with pytest.raises(InputError, match=rf"line 2: query id 'qq' is not in {files / 'q.fa'}"):
         align_fasta(files / "q.fa", files / "t.fa", pairs=pairs, output=files / "x.tsv")
+    (files / "empty.fa").write_text(fasta(["q1", "t1"]) + ">t2 nothing here\n>t3\nMKV\n")
+    pairs.write_text("q1\tt2\n")
+    with pytest.raises(InputError, match=rf"line 1: target id 't2' is an empty record of {files / 'empty.fa'}"):
+        align_fasta(files / "empty.fa", pairs=pairs, output=files / "x.tsv")
     pairs.write_text("q1\tt1\n")
     (files / "dup.fa").write_text(fasta(["q1", "t1"]) + ">q1\nMKV\n")
     with pytest.raises(FormatError, match=rf"{files / 'dup.fa'}: line 5: duplicate record id 'q1'"):

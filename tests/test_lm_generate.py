@@ -346,3 +346,12 @@ print('ok')
 """
     out = subprocess.run([sys.executable, "-c", code, __file__], capture_output=True, text=True, check=False)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**63), "99999999999999999999"])
+def test_cli_generate_dna_refuses_a_seed_out_of_range(seed):
+    # a seed past int64 was a traceback ("Overflow when unpacking long long"), -1 was taken
+    res = CliRunner().invoke(cli, ["generate-dna", "--prompt", "ACGT", "--length", "5", "--seed", seed])
+    assert res.exit_code == 2 and "Invalid value for '--seed'" in res.output and "Traceback" not in res.output
+    res = CliRunner().invoke(cli, ["generate-dna", "--prompt", "ACGT", "--length", "5", "--seed", str(2**63 - 1)])
+    assert res.exit_code == 0, res.output

@@ -135,7 +135,7 @@ def test_rows_must_match_by_name_and_residues():
     ref = msa("ab", ["MKV-L", "MK-AL"])
     with pytest.raises(InputError, match="no row 'b' of the reference"):
         score_alignment(msa(["a", "c"], ["MKVL", "MKAL"], source="t.afa"), ref)
-    with pytest.raises(InputError, match=r"row 'b' is not the reference's sequence .*residue 3 is 'S' in the test "
+    with pytest.raises(InputError, match=r"row 'b' is not the reference's sequence .*residue 2 \(0-based\) is 'S' in the test "
                                          r"and 'A' in the reference"):
         score_alignment(msa("ab", ["MKVL", "MKSL"], source="t.afa"), ref)
     with pytest.raises(InputError, match="5 residues in the test and 4"):

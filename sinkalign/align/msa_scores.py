@@ -121,7 +121,7 @@ def _check_same_sequences(test: MSA, reference: MSA) -> tuple[str, ...]:
         got = "".join(c for c in by_name[name] if c.isalpha()).upper()
         if got != want:
             k = next((k for k, (x, y) in enumerate(zip(got, want)) if x != y), min(len(got), len(want)))
-            what = (f"residue {k + 1} is {got[k]!r} in the test and {want[k]!r} in the reference"
+            what = (f"residue {k} (0-based) is {got[k]!r} in the test and {want[k]!r} in the reference"
                     if k < min(len(got), len(want)) else f"it has {len(got)} residues in the test and {len(want)} "
                     "in the reference")
             raise InputError(f"{test.source}: row {name!r} is not the reference's sequence ({reference.source}): "

@@ -39,7 +39,8 @@ def _record_id(ctx: click.Context, param: click.Parameter, value: str | None) ->
 @click.option("--top-k", default=None, type=click.IntRange(min=1), help="Sample among the k most likely bases.")
 @click.option("--top-p", default=None, type=FiniteFloatRange(0, 1, min_open=True),
               help="Nucleus sampling mass in (0, 1].")
-@click.option("--seed", default=None, type=int, help="Random seed (same seed, same output).")
+@click.option("--seed", default=None, type=click.IntRange(min=0, max=2**63 - 1),
+              help="Random seed (same seed, same output).")
 @click.option("--model", "model_path", default=None, type=click.Path(),
               help="Checkpoint directory, training run directory or a shipped model by name: default (GOAT "
                    "trained on 35 bacterial and archaeal genomes), cdiph (GOAT trained on the C. diphtheriae "

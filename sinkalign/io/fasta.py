@@ -257,7 +257,8 @@ def validate_residues(
         if c in AMBIGUOUS[alphabet]:
             why = f"ambiguous/non-standard {alphabet} residue {c!r} (allow_ambiguous=False)"
         elif c in _GAPS:
-            why = f"gap character {c!r} in unaligned input (use sinkalign.io.alignments for alignments)"
+            why = (f"gap character {c!r} in unaligned input (remove the gaps; an alignment is read by `sinkalign "
+                   "msa --add-to`, `sinkalign score-msa` or sinkalign.io.alignments)")
         elif c == "*" and alphabet == "protein":
             why = "stop '*' inside the sequence (only one trailing '*' on a protein is accepted)"
         else:

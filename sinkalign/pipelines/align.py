@@ -437,7 +437,8 @@ class _ListedPairs:
         for n, qid, tid in self._lines():
             for role, fa, rid in (("query", self.qfa, qid), ("target", self.tfa, tid)):
                 if rid not in fa.ids:
-                    raise InputError(f"{self.path}: line {n}: {role} id {rid!r} is not in {fa.path}")
+                    why = "is an empty record of" if _has_header(fa.path, rid) else "is not in"  # the index skips those
+                    raise InputError(f"{self.path}: line {n}: {role} id {rid!r} {why} {fa.path}")
                 if (id(fa), rid) not in checked:
                     raw = fa.fetch(rid)
                     where = f"record {rid!r} of {fa.path}"
@@ -468,6 +469,12 @@ class _ListedPairs:
         for _, qid, tid in self._lines():
             yield (qid, _protein_stop(self.qfa.fetch(qid), alphabet), tid,
                    _protein_stop(self.tfa.fetch(tid), alphabet))
+
+
+def _has_header(path, rid: str) -> bool:
+    """Whether a FASTA file has a record named ``rid`` (its header's first word)."""
+    with open(path, "rb") as handle:
+        return any(line.startswith(b">") and line[1:].split(maxsplit=1)[:1] == [rid.encode()] for line in handle)
 
 
 # --------------------------------------------------------------------------------------
