@@ -193,8 +193,13 @@ def test_evaluate_errors(fasta, tmp_path):
     model = tiny_model(train_len=1024)
     with pytest.raises(ValueError, match=r"too short for a window of 16384"):
         evaluate_lm(model, EvalConfig(fasta=str(fasta), sections=("extrapolation",)))
-    with pytest.raises(ValueError, match=r"no held-out split holds a passkey context of 4096 bases"):
+    with pytest.raises(ValueError, match=r"no held-out split holds a passkey context of 4096 bases: give shorter "
+                                         r"--passkey-lengths"):
         evaluate_lm(model, EvalConfig(fasta=str(fasta), sections=("passkey",), passkey_multipliers=(4,)))
+    short = tiny_model(train_len=32)  # a model trained on short windows: the default passkey does not fit
+    with pytest.raises(ValueError, match=r"passkey context 32 \(1 x the model's training length 32\) is too short "
+                                         r"for cue 16 \+ key 16 \(twice\): give longer --passkey-lengths"):
+        evaluate_lm(short, EvalConfig(fasta=str(fasta), sections=("passkey",)))
     bad = tmp_path / "bad.fa"
     bad.write_text(">x\nACGT\n>y\nAC*T\n")
     with pytest.raises(ValueError, match=r"bad.fa: record 'y' has invalid character '\*' at 0-based position 2"):

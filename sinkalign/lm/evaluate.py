@@ -331,7 +331,8 @@ class EvalConfig:
                     isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in vals):
                 raise InputError(f"{name}={vals!r} must be a non-empty tuple of positive ints")
         if self.completion_len <= self.gc_window:
-            raise InputError(f"completion_len={self.completion_len} must exceed gc_window={self.gc_window}")
+            raise InputError(f"completion_len={self.completion_len} must exceed gc_window={self.gc_window} (--completion-len, "
+                             "--gc-window)")
         if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) \
                 or not 0 <= self.temperature < math.inf:
             raise InputError(f"temperature={self.temperature!r} must be a finite number >= 0")
@@ -561,10 +562,13 @@ def _passkey_section(model: DNALanguageModel, splits: list[_Split], config: Eval
         length = mult * train_len
         p = length // 10
         if p + 2 * cue_len + k > length:
-            raise InputError(f"passkey context {length} is too short for cue {cue_len} + key {k} (twice)")
+            raise InputError(f"passkey context {length} ({mult} x the model's training length {train_len}) is too short "
+                             f"for cue {cue_len} + key {k} (twice): give longer --passkey-lengths, or leave passkey "
+                             "out of --sections")
         pool = [sp.val for sp in splits if len(sp.val) >= length]
         if not pool:
-            raise InputError(f"no held-out split holds a passkey context of {length} bases")
+            raise InputError(f"no held-out split holds a passkey context of {length} bases: give shorter "
+                             "--passkey-lengths or a larger --val-fraction, or leave passkey out of --sections")
         prompts, keys = [], []
         for _ in range(config.passkey_trials):
             src = pool[int(rng.integers(len(pool)))]
