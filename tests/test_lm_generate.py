@@ -355,3 +355,13 @@ def test_cli_generate_dna_refuses_a_seed_out_of_range(seed):
     assert res.exit_code == 2 and "Invalid value for '--seed'" in res.output and "Traceback" not in res.output
     res = CliRunner().invoke(cli, ["generate-dna", "--prompt", "ACGT", "--length", "5", "--seed", str(2**63 - 1)])
     assert res.exit_code == 0, res.output
+
+
+def test_cli_generate_dna_refuses_an_id_for_plain_output():
+    # --chrom/--start with plain output were refused, --id silently ignored
+    res = CliRunner().invoke(cli, ["generate-dna", "--prompt", "ACGT", "--length", "5", "--format", "plain",
+                                   "--id", "foo"])
+    assert res.exit_code == 2 and "--id names the FASTA record" in res.output
+    res = CliRunner().invoke(cli, ["generate-dna", "--prompt", "ACGT", "--length", "5", "--format", "fasta",
+                                   "--id", "foo", "--seed", "1"])
+    assert res.exit_code == 0 and res.output.startswith(">foo"), res.output

@@ -83,6 +83,9 @@ def generate_dna(prompt: str, length: int, temperature: float, top_k: int | None
         raise click.BadParameter(f"must be a positive integer, got {length}", param_hint="'--length'")
     if fmt == "plain" and chrom is not None:
         raise click.UsageError("--chrom/--start only apply to --format fasta")
+    given = click.get_current_context().get_parameter_source("record_id") != click.core.ParameterSource.DEFAULT
+    if fmt == "plain" and given:
+        raise click.UsageError("--id names the FASTA record: it only applies to --format fasta")
     to_stdout = output is None or output == "-"
     if not to_stdout:  # before any work: an existing file is replaced only with --overwrite
         from sinkalign.pipelines.runner import check_output

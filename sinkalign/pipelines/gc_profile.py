@@ -947,7 +947,10 @@ def run_gc_profile(
     records = read_genome_records(fasta)
     generated = read_genome_records(overlay) if overlay is not None else None
     profile = gc_profile(records, window, step, island_threshold=island_threshold, progress=progress)
-    comps = compare_continuations(records, generated, window=overlay_window) if generated else None
+    try:
+        comps = compare_continuations(records, generated, window=overlay_window) if generated else None
+    except InputError as exc:  # the records are named; name their file and the genome's
+        raise InputError(f"{overlay} (against {fasta}): {exc}") from None
     out.mkdir(parents=True, exist_ok=True)
     tsv = write_tsv(profile, out / "gc_profile.tsv")
     png = plot_profile(profile, out / "gc_profile.png", max_records=PLOT_MAX_RECORDS)
