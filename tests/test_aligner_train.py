@@ -532,3 +532,12 @@ def test_data_that_give_no_batch_are_refused_before_any_step(shards, tmp_path):
     # with --crop the long pairs are cut to windows that fit: it trains
     assert train(dataclasses.replace(_cfg(shards, tmp_path / "crop", 1), max_length=8, crop=True),
                  progress=False).step == 1
+
+
+def test_train_cli_resume_of_a_finished_run_says_so(shards, tmp_path):
+    args = ["train", "--pfam-shards", str(shards), "--embedder", "none", "--steps", "1", "--batch-size", "2",
+            "--certify-every", "0", "--eval-pairs", "2", "--out", str(tmp_path / "run"), "--no-progress"]
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 0 and r.output.startswith("step 1: loss="), r.output
+    r = CliRunner().invoke(cli, [*args, "--resume"])
+    assert r.exit_code == 0 and "already at step 1 of 1; nothing to train" in r.output, r.output

@@ -137,5 +137,9 @@ def train(ctx, shards, preset_name, model_opts, embedder, steps, batch_size, lr,
         result = T.train(cfg, resume=resume, overwrite=overwrite, progress=show_progress(progress))
     except Interrupted as exc:
         report_interrupted(ctx, exc, exc.step is not None)
-    click.echo(f"step {result.step}: " + ", ".join(f"{k}={v:.4g}" for k, v in result.last_metrics.items()
-                                                    if isinstance(v, float)))
+    shown = ", ".join(f"{k}={v:.4g}" for k, v in result.last_metrics.items() if isinstance(v, float))
+    if not shown:  # a resumed run that had already reached --steps: no step ran
+        click.echo(f"{out}: already at step {result.step} of {steps}; nothing to train (raise --steps to go on; the "
+                   "schedule follows it)")
+        return
+    click.echo(f"step {result.step}: {shown}")
