@@ -196,8 +196,16 @@ def test_build_errors(tmp_path: Path, families: list[Path]) -> None:
         build_shards(families, out, alphabet="dna")
     assert not (out / "index.json").exists()
     build_shards(families, out, min_length=1)
-    with pytest.raises(FileExistsError, match=r"index.json already exists; pass --overwrite \(overwrite=True\) to rebuild"):
+    with pytest.raises(FileExistsError, match=r"index.json already exists; pass --overwrite to rebuild"):
         build_shards(families, out)
+    # a folder of other files is never written into, even with overwrite
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    for overwrite in (False, True):
+        with pytest.raises(FileExistsError, match=r"mine holds other files \(notes.txt\); give a new or empty"):
+            build_shards(families, mine, min_length=1, overwrite=overwrite)
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
 
 
 def test_user_errors_are_sinkalign_errors(tmp_path: Path, families: list[Path]) -> None:

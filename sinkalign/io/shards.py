@@ -65,6 +65,7 @@ import json
 import logging
 import math
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -437,7 +438,12 @@ def build_shards(
     if out.exists() and not out.is_dir():
         raise InputError(f"out_dir={str(out)!r} exists and is not a directory")
     if (out / INDEX_NAME).exists() and not overwrite:
-        raise OutputExistsError(f"{out / INDEX_NAME} already exists; pass --overwrite (overwrite=True) to rebuild")
+        raise OutputExistsError(f"{out / INDEX_NAME} already exists; pass --overwrite to rebuild")
+    ours = re.compile(r"(train|valid|test)-\d{5}(\.npz|\.emb\.safetensors)|\..+\.tmp")  # an interrupted build's
+    others = sorted(p.name for p in out.iterdir() if not ours.fullmatch(p.name)) if out.is_dir() else []
+    if others and not (out / INDEX_NAME).exists():  # not a shard folder: a user's, never written into
+        raise OutputExistsError(f"{out} holds other files ({', '.join(others[:3])}{', ...' if len(others) > 3 else ''})"
+                                "; give a new or empty directory for the shards")
 
     families, skipped = _load_families(paths, int(min_length), max_length, alphabet)
     if not families:
@@ -835,7 +841,7 @@ def add_embeddings(
     index = read_index(directory)
     if index.get("embeddings") and not overwrite:
         raise OutputExistsError(f"{directory} already has embeddings ({index['embeddings']['name']!r}); pass "
-                                "--overwrite (overwrite=True) to replace them")
+                                "--overwrite to replace them")
     # Validate every shard before touching anything, then drop the embeddings from the index
     # while their files are (re)written.
     entries = [(s, e) for s, info in index["splits"].items() for e in info["shards"]]

@@ -122,7 +122,7 @@ def embed_shards(
     index = read_index(directory)
     if index.get("embeddings") and not overwrite:
         raise OutputExistsError(f"{directory} already has embeddings ({index['embeddings']['name']!r}); pass "
-                                "--overwrite (overwrite=True) to replace them")
+                                "--overwrite to replace them")
     families = index["families"]
     records: dict[str, Sequence] = {}
     for split in index["splits"]:
