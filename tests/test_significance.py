@@ -320,14 +320,26 @@ def test_fit_evalues_cli(tmp_path):
                                  "--shuffles", "1"])
     assert r.exit_code == 0, r.output
     assert json.loads((tmp_path / "ev2" / "state.json").read_text())["provenance"].count("E-values fitted") == 1
-    # re-calibrating drops the null (it was fitted with the old calibration) and says so
-    r = CliRunner().invoke(cli, ["calibrate", "--model", str(out), "--reference", str(fams[0]), "--knots", "4", "-o",
-                                 str(tmp_path / "recal")])
-    assert r.exit_code == 0, r.output
-    said = " ".join(r.output.split())  # rich wraps long lines
-    assert "E-value null was fitted with its old calibration and is not carried over" in said
-    state = json.loads((tmp_path / "recal" / "state.json").read_text())
-    assert "significance" not in state and "E-values fitted" not in state["provenance"]
+    # re-calibrating drops a null whose statistic reads the calibration (alpha > 0) and says so;
+    # one of the local score alone (alpha 0) does not read it, and is carried over
+    for alpha, kept in (("0.125", False), ("0", True)):
+        fitted = tmp_path / f"alpha{alpha}"
+        r = CliRunner().invoke(cli, [*args[:1], "--model", str(out), *args[3:-2], "-o", str(fitted), "--shuffles", "1",
+                                     "--alpha", alpha])
+        assert r.exit_code == 0, r.output
+        r = CliRunner().invoke(cli, ["calibrate", "--model", str(fitted), "--reference", str(fams[0]), "--knots", "4",
+                                     "-o", str(tmp_path / f"recal{alpha}")])
+        assert r.exit_code == 0, r.output
+        said = " ".join(r.output.split())  # rich wraps long lines
+        state = json.loads((tmp_path / f"recal{alpha}" / "state.json").read_text())
+        if kept:
+            assert "E-value null is carried over" in said
+            assert state["significance"] == json.loads((fitted / "state.json").read_text())["significance"]
+            assert Aligner.load(tmp_path / f"recal{alpha}").align("MKVLAAGHWERTYLLKPQ", "MKILSAGHWERTLLKPQ").evalue
+            assert state["provenance"].count("E-values fitted") == 1
+        else:
+            assert "E-value null was fitted with its old calibration and is not carried over" in said
+            assert "significance" not in state
     r = CliRunner().invoke(cli, ["fit-evalues", "--reference", str(fams[0]), "--max-length", "5", "-o",
                                  str(tmp_path / "x")])
     assert r.exit_code == 1 and "E-values need at least 10" in r.output

@@ -9,7 +9,7 @@ import click
 import numpy as np
 from rich.console import Console
 
-from sinkalign.align.significance import MIX_GRID
+from sinkalign.align.significance import MIX_GRID, PAIR_FEATURES
 from sinkalign.utils import atomic_write_text
 
 
@@ -179,16 +179,25 @@ def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, ma
     what = match_feature if kept is None else f"columns: the column model fitted on {kept_from} kept, its maps refitted"
     provenance = (earlier + f" Calibrated confidences fitted with `sinkalign calibrate` ({what}{threshold}) "
                   f"on {cal.fitted_on}.").strip()
+    source_state = load_checkpoint(source)[1]  # read once: what of the old model is carried over
+    null = source_state.get("significance")
+    # a null whose statistic gives the expected correct columns no weight does not read the calibration
+    kept_null = null if null is not None and not null["weights"][PAIR_FEATURES.index("expected_correct")] else None
+    note = aligner.provenance.find(" E-values fitted")
+    if kept_null is not None and note >= 0 and " E-values fitted" not in provenance:  # the note goes with the null
+        provenance += " " + aligner.provenance[note:].strip()
     export_model(out, aligner.params, aligner.config, provenance=provenance,
-                 calibration=cal.to_dict(), overwrite=overwrite)
+                 calibration=cal.to_dict(), significance=kept_null, overwrite=overwrite)
     conf = np.concatenate([cal.confidence(s[0]) for s in samples])
     hits = np.concatenate([s[1] for s in samples])
     console.print(f"{len(pairs)} pairs, {conf.size} aligned columns: mean raw posterior "
                   f"{np.mean(np.concatenate(raw)):.4f}, mean calibrated {conf.mean():.3f}, precision {hits.mean():.3f}")
-    source_state = load_checkpoint(source)[1]  # read once: what of the old model is not carried over
-    if "significance" in source_state:
+    if null is not None and kept_null is None:
         console.print("note: the model's E-value null was fitted with its old calibration and is not carried over; "
                       f"refit it with `sinkalign fit-evalues --model {out} ...`")
+    elif kept_null is not None:
+        console.print("note: the model's E-value null is carried over (its statistic is the local score alone, which "
+                      "the calibration does not change)")
     if "msa_calibration" in source_state:
         console.print("note: the model's multiple-alignment confidences were calibrated with its old calibration and "
                       "are not carried over (`sinkalign msa` reports them uncalibrated)")
