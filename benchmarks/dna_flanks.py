@@ -107,7 +107,8 @@ def model_row(results, truth, cores) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="dna")
-    ap.add_argument("--split", default="valid", choices=["train", "valid"], help="genera (choose on valid)")
+    ap.add_argument("--split", default="valid", choices=["train", "valid", "test"],
+                    help="genera (choose on valid; test: one look)")
     ap.add_argument("--flanks", default="0,0.1,0.25,0.5", help="largest flank, times the window's length")
     ap.add_argument("--lengths", type=int, nargs=2, default=(200, 400), help="window lengths, bp")
     ap.add_argument("--pairs", type=int, default=40, help="windows per flank size and substitution rate")
@@ -119,6 +120,9 @@ def main() -> None:
                     help="write --pairs simulated pairs of the --split genera (windows 100-1000 bp, every flank size "
                          "and substitution rate of training_reference) as Stockholm for `sinkalign calibrate`, "
                          "and stop")
+    ap.add_argument("--reference", default=None, help="also a real DNA family (e.g. ../shared/data/pfam_seed/"
+                    "MADE1_dfam_dna.sto): the confidences against its reference pairs")
+    ap.add_argument("--reference-pairs", type=int, default=400, help="pairs of --reference (a seeded subsample)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     flanks = [float(f) for f in args.flanks.split(",")]
@@ -139,6 +143,17 @@ def main() -> None:
     print(f"{args.model} (threshold {aligner.min_confidence}): windows of {args.lengths[0]}-{args.lengths[1]} bp of "
           f"the {args.split} genera, unrelated DNA on both sides, indels {args.indels} per base, {args.pairs} pairs a "
           "row")
+    if args.reference:  # a real DNA family: what the confidences say of its pairs
+        from sinkalign.align.evaluate import load_reference_set
+
+        pairs = load_reference_set(args.reference, max_pairs=args.reference_pairs)
+        results = list(aligner.align_many([(p.query_id, p.query_seq, p.target_id, p.target_seq) for p in pairs]))
+        ref = model_row(results, [p.pairs for p in pairs], [((0, len(p.query_seq)), (0, len(p.target_seq)))
+                                                             for p in pairs])
+        payload["reference"] = {"path": str(args.reference), "pairs": len(pairs), **ref}
+        print(f"{args.reference} ({len(pairs)} pairs): P / R / F1 {ref['precision']:.3f} / {ref['recall']:.3f} / "
+              f"{ref['f1']:.3f}, mean confidence {ref['mean_confidence']:.3f} vs precision {ref['precision']:.3f}, "
+              f"right / wrong {ref['conf_right']:.2f} / {ref['conf_wrong']:.2f}")
     print("| flank <= | substitutions | model P / R / F1 | columns in the flanks | confidence right / wrong | "
           "mean confidence vs precision | SW P / R / F1 | NW P / R / F1 |")
     print("|---|---|---|---|---|---|---|---|")

@@ -390,29 +390,38 @@ class Aligner:
 
     def _strands(self, pairs, aligned: Callable, *, both: bool) -> Iterator[AlignedPair]:
         """Results on the minus strand or on the better of both (see :class:`Aligner`)."""
-        ways: deque = deque()
+        ways: deque = deque()  # (how, turned round?)
 
         def jobs():
             for item in pairs:
+                qid, q, tid, t = item
                 try:
                     self._check(item)  # a bad pair goes as given: its error names it as given
-                    reverse = (item[0], reverse_complement(item[1]), item[2], item[3])
+                    # A symmetric model solves the minus strand in one orientation whichever side is the
+                    # query: the reverse complement of the sequence that sorts first, against the other
+                    # (the same comparison read from its other end), turned back after.
+                    turn = self.config.symmetric and (len(t), t) < (len(q), q)
+                    reverse = (tid, reverse_complement(t), qid, q) if turn else (qid, reverse_complement(q), tid, t)
                 except (ValueError, TypeError):
-                    ways.append("as given")
+                    ways.append(("as given", False))
                     yield item
                     continue
-                ways.append("both" if both else "minus")
+                ways.append(("both" if both else "minus", turn))
                 if both:
                     yield item
                 yield reverse
 
+        def minus_of(result, turn: bool) -> AlignedPair:
+            result = result._replace(strand="-")
+            return result.transposed() if turn else result  # the query's reverse complement against the target
+
         results = aligned(jobs())
         for first in results:
-            way = ways.popleft()
+            way, turn = ways.popleft()
             if way == "minus":
-                yield first._replace(strand="-")
+                yield minus_of(first, turn)
             elif way == "both":
-                plus, minus = first, next(results)._replace(strand="-")
+                plus, minus = first, minus_of(next(results), turn)
                 if plus.evalue is not None and minus.evalue is not None:
                     best = minus if minus.evalue < plus.evalue else plus
                 else:
