@@ -740,3 +740,33 @@ def test_references_of_the_other_alphabet_are_refused(tmp_path, command):
         assert r.exit_code == 1, r.output
         assert "reference pair (" in r.output and all(w in r.output for w in words), r.output
         assert not out.exists() or not any(out.iterdir())
+
+
+def test_the_simulated_dna_reference_holds_the_true_alignment(tmp_path):
+    """``benchmarks/dna_flanks.py --write-reference`` (what the shipped DNA confidences were
+    fitted on): each simulated pair, read back as a reference, aligns exactly its true pairs,
+    and its flanks are trusted gaps (in no pair)."""
+    import sys
+
+    bench = str(Path(__file__).resolve().parents[1] / "benchmarks")
+    sys.path.insert(0, bench)
+    try:
+        import dna_flanks
+    finally:
+        sys.path.remove(bench)
+    from sinkalign.io.alignments import msa_to_pairs, read_stockholm
+
+    rng = np.random.default_rng(3)
+    genomes = [["".join(rng.choice(list("ACGT"), 3000)) for _ in range(2)] for _ in range(3)]
+    for k, flank in enumerate((0.0, 0.5, 1.0)):
+        jobs, truth, cores = dna_flanks.cases(genomes, flank, 1, (150, 150), 0.2, 0.05, rng)
+        _, query, _, target = jobs[0]
+        path = tmp_path / f"pair{k}.sto"
+        path.write_text(dna_flanks.stockholm_pair(f"q{k}", query, f"t{k}", target, truth[0]))
+        ((pair,),) = [msa_to_pairs(msa) for msa in read_stockholm(path)]
+        assert (pair.query_seq, pair.target_seq) == (query.upper(), target.upper())
+        np.testing.assert_array_equal(pair.pairs, truth[0])
+        (q0, q1), (t0, t1) = cores[0]
+        assert ((pair.pairs[:, 0] >= q0) & (pair.pairs[:, 0] < q1)).all()
+        assert ((pair.pairs[:, 1] >= t0) & (pair.pairs[:, 1] < t1)).all()
+        assert flank == 0 or q0 + (len(query) - q1) + t0 + (len(target) - t1) > 0
