@@ -42,13 +42,36 @@ from sinkalign.align.decode import mea_batch, plan_posteriors
 from sinkalign.align.engine import NumpyEngine, engine_support
 from sinkalign.align.significance import Significance
 from sinkalign.alignment import AlignedPair, reverse_complement
-from sinkalign.errors import CheckpointError, InputError
-from sinkalign.io.fasta import rna_as_dna
+from sinkalign.errors import AlphabetError, CheckpointError, InputError
+from sinkalign.io.fasta import AMBIGUOUS, STANDARD, detect_alphabet, rna_as_dna
 
 __all__ = ["AlignedPair", "Aligner", "ENGINES", "PairResult", "SHIPPED_MODELS", "STRANDS", "default_model_path",
            "enable_compilation_cache", "resolve_model"]
 
 log = logging.getLogger(__name__)
+_NUCLEOTIDE_CODES = STANDARD["dna"] | AMBIGUOUS["dna"]
+
+
+def _as_text(item, alphabet: str):
+    """A pair ``(query_id, query, target_id, target)`` with ``bytes`` and Biopython ``Seq``
+    sequences as ``str`` and a protein's one trailing stop ``*`` dropped (as the FASTA reader
+    drops it); anything else as given, for :meth:`Aligner._check` to refuse in turn."""
+    try:
+        qid, q, tid, t = item
+    except (TypeError, ValueError):
+        return item
+    out = []
+    for seq in (q, t):
+        if isinstance(seq, bytes):
+            seq = seq.decode("ascii", errors="replace")
+        elif type(seq).__name__ in ("Seq", "MutableSeq") and type(seq).__module__.startswith("Bio."):
+            seq = str(seq)
+        if isinstance(seq, str) and alphabet == "protein" and seq.endswith("*"):
+            seq = seq[:-1]
+        elif isinstance(seq, str) and alphabet == "dna":  # RNA as DNA: U is T for the model, identity, E-value
+            seq = rna_as_dna(seq)
+        out.append(seq)
+    return qid, out[0], tid, out[1]
 
 BACKENDS = ("reference", "pallas")
 ENGINES = ("auto", "numpy", "jax")
@@ -276,6 +299,7 @@ class Aligner:
             raise InputError("min_confidence needs calibrated confidences: this model has no calibration "
                              "(fit one with `sinkalign calibrate`)")
         self.strand = self._resolve_strand(strand)
+        self._warned_dna = False  # a protein model given nucleotides: said once
         self.workers = default_workers() if workers is None else int(workers)
         if self.workers < 1:
             raise InputError(f"workers={self.workers} must be >= 1")
@@ -378,8 +402,7 @@ class Aligner:
         if batch_size < 1:
             raise InputError(f"{batch_size=} must be >= 1")
         strand = self.strand if strand is None else self._resolve_strand(strand)
-        if self.config.alphabet == "dna":  # RNA as DNA: U is T for the model, the identity and the E-value
-            pairs = ((qid, rna_as_dna(q), tid, rna_as_dna(t)) for qid, q, tid, t in pairs)
+        pairs = (_as_text(item, self.config.alphabet) for item in pairs)  # checked, pair by pair, in _check
 
         def aligned(stream):
             if self.config.symmetric:
@@ -505,6 +528,25 @@ class Aligner:
 
     def _check(self, item) -> None:
         qid, q, tid, t = item
+        for side, seq in (("query", q), ("target", t)):
+            if not isinstance(seq, str):
+                raise InputError(f"pair {qid} / {tid}: the {side} is of type {type(seq).__name__}, not a sequence (give a "
+                                 "str, bytes or Bio.Seq)")
+            if not seq.isascii() or not seq.isalpha():
+                k = next((k for k, c in enumerate(seq) if not (c.isascii() and c.isalpha())), None)
+                if k is not None:
+                    raise InputError(f"pair {qid} / {tid}: the {side} has {seq[k]!r} at position {k} (0-based): a "
+                                     "sequence is letters, ungapped (a protein may end in one '*')")
+            if self.config.alphabet == "dna" and not set(seq.upper()) <= _NUCLEOTIDE_CODES:
+                k = next(k for k, c in enumerate(seq.upper()) if c not in _NUCLEOTIDE_CODES)
+                raise AlphabetError(f"pair {qid} / {tid}: the {side} has {seq[k]!r} at position {k} (0-based), no "
+                                    "nucleotide code: the DNA model aligns nucleotides (a protein takes a protein "
+                                    "model: Aligner.load() or 'blosum')")
+        if self.config.alphabet == "protein" and not self._warned_dna and \
+                detect_alphabet(q) == "dna" and detect_alphabet(t) == "dna":
+            self._warned_dna = True
+            log.warning("pair %s / %s: both sequences are nucleotides, and this is a protein model: "
+                        "Aligner.load('dna') aligns DNA (said once per aligner)", qid, tid)
         longest = max(len(q), len(t))
         if longest > MAX_LENGTH:
             raise InputError(f"pair {qid} / {tid}: a sequence of {longest} residues is longer than "
@@ -751,7 +793,7 @@ def _chunks(items: Iterable, size: int, cells: int | None = None) -> Iterator[li
     chunk: list = []
     total = 0
     for item in items:
-        area = len(item[1]) * len(item[3])
+        area = len(item[1]) * len(item[3]) if isinstance(item[1], str) and isinstance(item[3], str) else 0  # else refused
         if chunk and cells is not None and total + area > cells:
             yield chunk
             chunk, total = [], 0

@@ -825,18 +825,23 @@ def align_multiple(ids: Sequence[str], seqs: Sequence[str], posteriors: Any, *, 
             when ``posteriors`` is an aligner. Without one covering ``consistency`` rounds the
             confidences are the library's own (``calibrated=False``).
     """
+    if isinstance(seqs, str):
+        raise InputError("seqs is a list of sequences (one per id), not one string")
     ids, seqs = list(ids), [str(s) for s in seqs]
     if len(ids) != len(seqs):
-        raise ValueError(f"{len(ids)} ids but {len(seqs)} sequences")
+        raise InputError(f"{len(ids)} ids but {len(seqs)} sequences")
     if not seqs:
-        raise ValueError("no sequences to align")
+        raise InputError("no sequences to align")
     if len(set(ids)) != len(ids):
-        raise ValueError("sequence ids must be unique")
+        dup = next(i for k, i in enumerate(ids) if i in ids[:k])
+        raise InputError(f"sequence ids must be unique: {dup!r} is repeated")
     for name, seq in zip(ids, seqs):
         if not seq:
-            raise ValueError(f"sequence {name!r} is empty")
+            raise InputError(f"sequence {name!r} is empty")
+        _check_text(seq, r"[^A-Za-z]", f"sequence {name!r}", "position", "a sequence to align is letters, ungapped")
+    seqs = [s.upper() for s in seqs]  # case means nothing here; in the rows written it would mean insertions
     if consistency < 0 or refine_rounds < 0:
-        raise ValueError(f"{consistency=} and {refine_rounds=} must be >= 0")
+        raise InputError(f"{consistency=} and {refine_rounds=} must be >= 0")
     lengths = [len(s) for s in seqs]
     if calibration is None and hasattr(posteriors, "align_many"):
         calibration = getattr(posteriors, "msa_calibration", None)
@@ -869,14 +874,14 @@ def _letter_columns(row: str) -> np.ndarray:
 
 
 def _check_text(text: str, bad: str, what: str, unit: str, rule: str) -> None:
-    """``ValueError`` naming ``what`` and the 1-based ``unit`` of the first character of
-    ``text`` that matches the pattern ``bad`` (``rule`` says what is allowed), or its first
-    character that is not ASCII."""
+    """:class:`~sinkalign.errors.InputError` (a ``ValueError``) naming ``what`` and the 1-based
+    ``unit`` of the first character of ``text`` that matches the pattern ``bad`` (``rule`` says
+    what is allowed), or its first character that is not ASCII."""
     if not text.isascii():
-        raise ValueError(f"{what} has a character that is not ASCII")
+        raise InputError(f"{what} has a character that is not ASCII")
     found = re.search(bad, text)
     if found:
-        raise ValueError(f"{what} has {found.group()!r} at {unit} {found.start() + 1}: {rule}")
+        raise InputError(f"{what} has {found.group()!r} at {unit} {found.start() + 1}: {rule}")
 
 
 def _pair_source(posteriors: Any, seqs: list[str], names: list[str], pairs: list[tuple[int, int]],
@@ -917,7 +922,8 @@ def nearest_rows(rows: Sequence[str], seqs: Sequence[str], nearest: int | None, 
 
 
 def add_to_alignment(ref_ids: Sequence[str], ref_rows: Sequence[str], ids: Sequence[str], seqs: Sequence[str],
-                     posteriors: Any, *, consistency: int = 2, keep_length: bool = False, independent: bool = False,
+                     posteriors: Any, *, consistency: int | None = None, keep_length: bool = False,
+                     independent: bool = False,
                      calibration: MsaCalibration | None = None, combine: str = "mean", nearest: int | None = None,
                      progress: Callable[[int], Any] | None = None) -> MultipleAlignment:
     """Add ``seqs`` (named ``ids``) to an existing alignment (gapped ``ref_rows`` named
@@ -930,7 +936,8 @@ def add_to_alignment(ref_ids: Sequence[str], ref_rows: Sequence[str], ids: Seque
     :func:`align_multiple`, a function of two sequences giving their match posteriors, or
     those posteriors already computed, ``{(name_a, name_b): [L_a, L_b]}`` for every such pair,
     in either order);
-    ``consistency`` rounds of the consistency transformation run over the whole library (so a
+    ``consistency`` (default 2, or 0 with ``independent``) rounds of the consistency
+    transformation run over the whole library (so a
     new sequence's evidence reaches every row through the others); then each new sequence in
     turn, in the order given, is aligned to the profile of the alignment so far (the existing
     rows and the sequences added before it) by the free-gap MEA of the column scores, as in
@@ -944,7 +951,7 @@ def add_to_alignment(ref_ids: Sequence[str], ref_rows: Sequence[str], ids: Seque
     rows alone, so that its columns do not depend on what else is added (MAFFT's
     ``--addfragments``; with ``keep_length``, queries for phylogenetic placement on a reference
     alignment). A new residue that no column takes gets a column of its own, never shared with
-    another sequence's. No consistency rounds (``consistency`` must be 0): with one new
+    another sequence's. No consistency rounds (``consistency`` 0, its default here): with one new
     sequence this is the default recipe at ``consistency=0``, alignment for alignment.
 
     ``nearest`` (with ``independent``): each new sequence is aligned to, and placed on the
@@ -976,35 +983,40 @@ def add_to_alignment(ref_ids: Sequence[str], ref_rows: Sequence[str], ids: Seque
         residues (NaN where it has none); an existing row's residues get NaN (they were given,
         not placed).
     """
+    if isinstance(ref_rows, str) or isinstance(seqs, str):
+        raise InputError("ref_rows and seqs are lists (one row or sequence per id), not one string")
     ref_ids, ref_rows = list(ref_ids), [str(r) for r in ref_rows]
     ids, seqs = list(ids), [str(s) for s in seqs]
     if len(ref_ids) != len(ref_rows) or not ref_rows:
-        raise ValueError(f"the alignment needs rows, one per id: {len(ref_ids)} ids, {len(ref_rows)} rows")
+        raise InputError(f"the alignment needs rows, one per id: {len(ref_ids)} ids, {len(ref_rows)} rows")
     if len(ids) != len(seqs):
-        raise ValueError(f"{len(ids)} ids but {len(seqs)} sequences")
+        raise InputError(f"{len(ids)} ids but {len(seqs)} sequences")
     if not seqs:
-        raise ValueError("no sequences to add")
+        raise InputError("no sequences to add")
     if len(set(ref_ids + ids)) != len(ref_ids) + len(ids):
         dup = next(i for k, i in enumerate(ref_ids + ids) if i in (ref_ids + ids)[:k])
-        raise ValueError(f"sequence ids must be unique across the alignment and the new sequences: {dup!r} is repeated")
+        raise InputError(f"sequence ids must be unique across the alignment and the new sequences: {dup!r} is repeated")
     width = len(ref_rows[0])
     for name, row in zip(ref_ids, ref_rows):
         if len(row) != width:
-            raise ValueError(f"alignment row {name!r} has {len(row)} columns, expected {width}")
+            raise InputError(f"alignment row {name!r} has {len(row)} columns, expected {width}")
         _check_text(row, r"[^A-Za-z.\-]", f"alignment row {name!r}", "column",
                     "a row holds letters and the gaps '-' and '.'")
     for name, seq in zip(ids, seqs):
         if not seq:
-            raise ValueError(f"sequence {name!r} is empty")
+            raise InputError(f"sequence {name!r} is empty")
         _check_text(seq, r"[^A-Za-z]", f"sequence {name!r}", "position", "a sequence to add is letters, ungapped")
+    seqs = [s.upper() for s in seqs]  # written lower case, a new row's residues would read as insertions
+    if consistency is None:  # independent placement has none
+        consistency = 0 if independent else 2
     if consistency < 0:
-        raise ValueError(f"{consistency=} must be >= 0")
+        raise InputError(f"{consistency=} must be >= 0")
     if independent and consistency:
-        raise ValueError(f"independent placement takes no consistency rounds, got {consistency=}")
+        raise InputError(f"independent placement takes no consistency rounds, got {consistency=}")
     if combine not in ("mean", "max"):
-        raise ValueError(f"combine={combine!r} is not 'mean' or 'max'")
+        raise InputError(f"combine={combine!r} is not 'mean' or 'max'")
     if nearest is not None and (not independent or nearest < 1):
-        raise ValueError(f"nearest={nearest} needs independent placement and must be >= 1")
+        raise InputError(f"nearest={nearest} needs independent placement and must be >= 1")
 
     letters = [_letter_columns(row) for row in ref_rows]
     active = [r for r in range(len(ref_rows)) if letters[r].size]  # rows with a residue: the library's

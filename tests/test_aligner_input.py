@@ -1,0 +1,100 @@
+"""What the Python API takes: the same input the command line takes, refused the same way, before
+any alignment (it aligned digits, gaps and spaces as unknown residues, and protein with the DNA
+model, silently)."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+from Bio.Seq import Seq
+
+import sinkalign as sa
+from sinkalign.errors import AlphabetError, InputError
+
+HBA = "MVLSPADKTNVKAAWGKVGAHAGEYGAEALERMFLSFPTTKTYFPHFDLSHGSAQVKGHGKKVADALTNAVAHVDDMPNALSALSDLHAHKL"
+HBB = "MVHLTPEEKSAVTALWGKVNVDEVGGEALGRLLVVYPWTQRFFESFGDLSTPDAVMGNPKVKAHGKKVLGAFSDGLAHLDNLKGTFATLSELH"
+
+
+@pytest.fixture(scope="module")
+def protein():
+    return sa.Aligner.load()
+
+
+@pytest.fixture(scope="module")
+def dna():
+    return sa.Aligner.load("dna")
+
+
+@pytest.mark.parametrize("char", ["1", "-", ".", " ", "\n", "#", "*", "é"])
+def test_a_character_that_is_no_residue_is_refused_with_its_position(protein, char):
+    query = HBA[:50] + char + HBA[50:]
+    with pytest.raises(InputError, match=r"pair query / target: the query has '.+' at position 50 \(0-based\)"):
+        protein.align(query, HBB)
+    with pytest.raises(InputError, match=r"the target has"):
+        protein.align(HBB, query)
+
+
+def test_a_bad_pair_fails_in_turn_after_the_results_before_it(protein):
+    got = []
+    with pytest.raises(InputError, match=r"pair c / d: the query is of type NoneType, not a sequence"):
+        for res in protein.align_many([("a", HBA, "b", HBB), ("c", None, "d", HBB), ("e", HBA, "f", HBB)]):
+            got.append(res.query_id)
+    assert got == ["a"]
+    for bad in (5, ["M", "K"], np.array(list("MKV"))):
+        with pytest.raises(InputError, match="not a sequence"):
+            protein.align(bad, HBB)
+
+
+def test_bytes_biopython_seqs_and_a_trailing_stop_are_the_sequence(protein):
+    plain = protein.align(HBA, HBB)
+    for query in (HBA.encode(), Seq(HBA), HBA + "*"):
+        other = protein.align(query, HBB)
+        assert other.query == HBA
+        np.testing.assert_array_equal(other.pairs, plain.pairs)
+        np.testing.assert_array_equal(other.alignment.match_posterior, plain.alignment.match_posterior)
+    with pytest.raises(InputError, match=r"'\*' at position 3"):
+        protein.align("MKV*LAG", HBB)  # a stop inside is no residue
+
+
+def test_the_dna_model_refuses_protein_and_takes_rna(dna):
+    with pytest.raises(AlphabetError, match=r"the query has 'L' at position 2 \(0-based\), no nucleotide code"):
+        dna.align("MVLSPADKTNVKAAWGKVGAHAG", "ACGTACGTACGT")
+    rna = dna.align("ACGUACGUUUAGCAUGGCUA", "ACGTACGTTTAGCATGGCTA", strand="plus")
+    assert rna.cigar == "20M"
+    assert dna.align("ACGTNRYACGT", "ACGTACGTACGT", strand="plus").cigar  # IUPAC codes are nucleotides
+
+
+def test_a_protein_model_given_nucleotides_says_so_once(caplog):
+    aligner = sa.Aligner.load()
+    gene = "ATGGCTAGCAAAGGAGAAGAACTTTTCACTGGAGTTGTCCCAATTCTTGTTGAATTAGATGGTGATG"
+    with caplog.at_level(logging.WARNING, logger="sinkalign.align.aligner"):
+        aligner.align(gene, gene[10:50])
+        aligner.align(gene, gene[5:40])
+        aligner.align(HBA, HBB)
+    said = [r for r in caplog.records if "both sequences are nucleotides" in r.getMessage()]
+    assert len(said) == 1 and "Aligner.load('dna')" in said[0].getMessage()
+
+
+def test_align_multiple_refuses_gaps_and_reads_case_as_nothing(protein):
+    with pytest.raises(InputError, match=r"sequence 'a' has '-' at position 21: a sequence to align is letters"):
+        sa.align_multiple(["a", "b"], [HBA[:20] + "---" + HBA[20:], HBB], protein)
+    with pytest.raises(InputError, match="not one string"):
+        sa.align_multiple(["a"], HBA, protein)
+    with pytest.raises(InputError, match="'a' is repeated"):
+        sa.align_multiple(["a", "a"], [HBA, HBB], protein)
+    upper = sa.align_multiple(["a", "b"], [HBA, HBB], protein, refine_rounds=0)
+    lower = sa.align_multiple(["a", "b"], [HBA.lower(), HBB], protein, refine_rounds=0)
+    assert lower.rows == upper.rows  # written lower case, a row would read as insertions
+    np.testing.assert_array_equal(lower.confidence[0], upper.confidence[0])
+
+
+def test_add_to_alignment_independent_needs_no_consistency_argument(protein):
+    base = sa.align_multiple(["a", "b"], [HBA, HBB], protein, refine_rounds=0)
+    out = sa.add_to_alignment(base.ids, base.rows, ["c"], [HBA[5:60].lower()], protein, independent=True)
+    assert out.rows[2].replace("-", "") == HBA[5:60]
+    again = sa.add_to_alignment(base.ids, base.rows, ["c"], [HBA[5:60]], protein, independent=True, consistency=0)
+    assert again.rows == out.rows
+    with pytest.raises(InputError, match="independent placement takes no consistency rounds"):
+        sa.add_to_alignment(base.ids, base.rows, ["c"], [HBA[5:60]], protein, independent=True, consistency=1)
