@@ -586,7 +586,9 @@ class AlignedPair(NamedTuple):
 
     @property
     def cigar(self) -> str:
-        """The local CIGAR of the TSV and SAM outputs (soft clips for unaligned query ends)."""
+        """The local CIGAR of the TSV and SAM outputs (soft clips for unaligned query ends); a
+        pair with nothing aligned is all soft clip (``"{m}S"``), which those outputs write as
+        ``*``, SAM's "unavailable"."""
         return cigar(self.alignment, len(self.query), len(self.target), local=True)
 
     def gapped(self, gap: str = "-") -> tuple[str, str]:

@@ -98,3 +98,18 @@ def test_add_to_alignment_independent_needs_no_consistency_argument(protein):
     assert again.rows == out.rows
     with pytest.raises(InputError, match="independent placement takes no consistency rounds"):
         sa.add_to_alignment(base.ids, base.rows, ["c"], [HBA[5:60]], protein, independent=True, consistency=1)
+
+
+def test_missing_files_are_missing_file_errors(tmp_path):
+    # README: a missing file is a MissingFileError (a FileNotFoundError and a SinkalignError)
+    for read in (lambda p: list(sa.read_fasta(p)), sa.read_alignment):
+        with pytest.raises(sa.MissingFileError, match="nope.fa: no such"):
+            read(tmp_path / "nope.fa")
+
+
+def test_reprs_fit_a_notebook_line(protein):
+    assert repr(protein).startswith("Aligner(alphabet='protein', engine=") and "calibrated=True" in repr(protein)
+    seqs = [HBA[:40], HBB[:40], HBA[2:42], HBB[3:40], HBA[:38]]
+    msa = sa.align_multiple(list("abcde"), seqs, protein, refine_rounds=0)
+    text = repr(msa)
+    assert text.startswith("MultipleAlignment(5 rows x ") and "'d', ...]" in text and HBA[:20] not in text

@@ -380,6 +380,11 @@ class Aligner:
                              f"{self.config.feature_dim}")
         return feats
 
+    def __repr__(self) -> str:
+        return (f"Aligner(alphabet={self.config.alphabet!r}, engine={self.engine!r}, strand={self.strand!r}, "
+                f"min_confidence={self.min_confidence:g}, calibrated={self.calibration is not None}, "
+                f"evalues={self.significance is not None})")
+
     # ---------------------------------------------------------------- public API
     def align(self, query: str, target: str, *, query_id: str = "query", target_id: str = "target",
               keep_plan: bool = False, strand: str | None = None) -> AlignedPair:

@@ -150,6 +150,11 @@ class MultipleAlignment:
     def n_columns(self) -> int:
         return len(self.rows[0]) if self.rows else 0
 
+    def __repr__(self) -> str:  # not every row: a notebook shows this
+        names = ", ".join(map(repr, self.ids[:4])) + (", ..." if len(self.ids) > 4 else "")
+        return (f"MultipleAlignment({len(self.rows)} rows x {self.n_columns} columns, ids=[{names}], "
+                f"score={self.score:.4g}, calibrated={self.calibrated})")
+
     @property
     def sequence_confidence(self) -> np.ndarray:
         """Per row, the mean probability of all its residue pairings (each residue's

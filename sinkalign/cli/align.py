@@ -65,7 +65,9 @@ class _Band(click.ParamType):
                                                   "blast6", "paf", "maf"]),
               default="tsv", show_default=True,
               help="text: each pair's figures, its rows with a match line and its column confidences, to read "
-                   "by eye. blast6: BLAST's tabular -outfmt 6 (m8), its last column sinkalign's score. paf: "
+                   "by eye. json: JSON Lines, one object per pair and line (read it line by line, or with "
+                   "pandas.read_json(lines=True)). blast6: BLAST's tabular -outfmt 6 (m8), its last column "
+                   "sinkalign's score. paf: "
                    "minimap2's PAF, with the CIGAR (cg:Z), score, mean confidence and E-value as tags. maf: UCSC's and "
                    "LAST's MAF, a block per pair (target first).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),

@@ -46,6 +46,7 @@ import numpy as np
 from Bio import Align, AlignIO, SeqIO
 
 from sinkalign.alignment import percent_identity as _percent_identity
+from sinkalign.errors import MissingFileError
 from sinkalign.io.fasta import (
     AMBIGUOUS,
     STANDARD,
@@ -339,7 +340,7 @@ def _check_alphabet(alphabet: str) -> None:
 def _existing(path: str | os.PathLike, what: str) -> Path:
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such {what} file")
+        raise MissingFileError(f"{path}: no such {what} file")
     return path
 
 

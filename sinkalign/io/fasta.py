@@ -48,7 +48,7 @@ from typing import IO
 from Bio import SeqIO
 from Bio.SeqRecord import SeqRecord
 
-from sinkalign.errors import FormatError, InputError
+from sinkalign.errors import FormatError, InputError, MissingFileError
 from sinkalign.utils import atomic_write
 
 __all__ = [
@@ -326,7 +326,7 @@ def read_fasta(
         raise ValueError(f"alphabet={alphabet!r} is not one of {ALPHABETS}")
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such FASTA file")
+        raise MissingFileError(f"{path}: no such FASTA file")
     return _read_fasta(path, alphabet, allow_ambiguous, uppercase, unique_ids)
 
 
