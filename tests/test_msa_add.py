@@ -806,3 +806,14 @@ def test_cli_names_standard_input_in_its_errors(new_file):
     res = _run("msa", new_file, "--add-to", "-", input="# STOCKHOLM 1.0\na MKV\nb MK\n")
     assert res.exit_code != 0
     assert "<stdin>" in res.output and "sinkalign-stdin" not in res.output
+
+
+def test_cli_one_record_warns_of_no_missing_calibration(tmp_path, caplog):
+    # it said the model had no multiple-alignment calibration: it has; one record has no pairs
+    one = tmp_path / "one.fa"
+    one.write_text(">solo\nMKVLAAGHWERTY\n")
+    with caplog.at_level("INFO", logger="sinkalign.pipelines.msa"):
+        res = _run("msa", one, "--format", "stockholm", "-o", tmp_path / "one.sto")
+    assert res.exit_code == 0, res.output
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if "not calibrated" in r.getMessage()]
+    assert said and all(level == "INFO" and "one record (solo)" in text for level, text in said)

@@ -280,8 +280,10 @@ def _msa(fastas: list, paths: list, add_to, output, fmt, tree, model, consistenc
                 bar.update(len(chunk))
         result = align_multiple(ids, seqs, posteriors, consistency=consistency, refine_rounds=refine, seed=seed,
                                 progress=bar.update)
+    why = (f"one record ({ids[0]}): nothing aligned to it, so no residue has a confidence" if n == 1 else
+           f"the model has no multiple-alignment calibration for {consistency} consistency rounds")
     return _write(result, {r.id: r.description for r in records}, alphabet, fmt, output, tree, column_scores,
-                  sequence_scores, trim, f"the model has no multiple-alignment calibration for {consistency} consistency rounds")
+                  sequence_scores, trim, why)
 
 
 def _existing_alignment(path, new_ids: dict, where: str):
@@ -399,8 +401,8 @@ def _write(result, descriptions: dict, alphabet: str, fmt: str, output, tree, co
             with atomic_write(path, gzip=wants_gzip(path)) as handle:
                 write(handle)
     if not result.calibrated and (fmt == "stockholm" or column_scores is not None or sequence_scores is not None):
-        log.warning("the confidences written are the consistency-transformed library's own, not calibrated: %s",
-                    uncalibrated)
+        (log.info if len(result.rows) < 2 else log.warning)(
+            "the confidences written are the consistency-transformed library's own, not calibrated: %s", uncalibrated)
     finite = result.column_confidence[np.isfinite(result.column_confidence)]
     if finite.size:
         log.info("mean column confidence %.3f (%s)", finite.mean(), "calibrated" if result.calibrated else
