@@ -442,6 +442,34 @@ def test_signal_under_ddp_stops_every_rank_after_the_same_step(fasta, tmp_path):
     assert _metric_steps(out / "metrics.jsonl") == list(range(1, 201))
 
 
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads a process's children from /proc")
+def test_ctrl_c_while_the_ddp_workers_start_ends_in_one_line(fasta, tmp_path):
+    """A terminal's Ctrl-C reaches the whole process group: while the --nproc workers were still
+    importing it ended them in tracebacks. Now they start with SIGINT ignored and the launcher
+    passes it on: status 130 and its one line, nothing else."""
+    out = tmp_path / "ddp"
+    args = ["lm", "train", "--fasta", str(fasta), "--out", str(out), *_TINY_RUN, "--nproc", "2"]
+    proc = subprocess.Popen([sys.executable, "-c", "from sinkalign.cli.main import main; main()", *args],
+                            env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=terminal_signals, start_new_session=True)
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+    try:
+        deadline = time.monotonic() + 120
+        while len(children.read_text().split()) < 2:  # the launcher has spawned its workers
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline, "no workers within 120 s"
+            time.sleep(0.01)
+        time.sleep(0.3)  # they are importing
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err and "Fatal Python error" not in err, err
+    assert "training stopped by SIGINT" in err
+
+
 def test_training_interrupted_names_the_signal_and_exit_status():
     assert TrainingInterrupted(signal.SIGINT, None).exit_status == 130
     err = TrainingInterrupted(signal.SIGTERM, None)

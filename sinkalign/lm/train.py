@@ -49,6 +49,7 @@ import os
 import shutil
 import signal
 import socket
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -964,14 +965,24 @@ def train_lm_ddp(config: TrainConfig, nprocs: int) -> list[TrainResult]:
     queue = ctx.SimpleQueue()
     workers: list[Any] = []
 
-    def forward(signum: int) -> None:
+    def forward(signum: int) -> None:  # SIGTERM, which the workers take from their first line on
         for proc in workers:
             if proc.exitcode is None:
-                os.kill(proc.pid, signum)
+                os.kill(proc.pid, signal.SIGTERM)
 
     with stop_on_signals(StopFlag(), repeat_aborts=False, forward=forward) as stop:
-        context = mp.start_processes(_ddp_worker, args=(config.to_dict(), nprocs, _free_port(), queue),
-                                     nprocs=nprocs, join=False, start_method="spawn")
+        # The workers start with SIGINT ignored: a terminal's Ctrl-C reaches the whole process
+        # group, and while a worker imports (seconds) it would end it in tracebacks. This
+        # process takes it and passes it on as SIGTERM (during the few milliseconds of the
+        # spawn itself a Ctrl-C is lost; press it again).
+        main = threading.current_thread() is threading.main_thread()
+        before = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+        try:
+            context = mp.start_processes(_ddp_worker, args=(config.to_dict(), nprocs, _free_port(), queue),
+                                         nprocs=nprocs, join=False, start_method="spawn")
+        finally:
+            if main:
+                signal.signal(signal.SIGINT, before)
         workers.extend(context.processes)
         if stop.signum:  # it came while the workers were starting
             forward(stop.signum)
@@ -986,7 +997,8 @@ def train_lm_ddp(config: TrainConfig, nprocs: int) -> list[TrainResult]:
     while not queue.empty():
         got.append(queue.get())
     results = sorted((TrainResult(*r) for _, r in got if r is not None), key=lambda r: r.rank)
-    signum = max([s for s, _ in got] + [stop.signum if len(got) < nprocs else 0])
+    stopped = max((s for s, _ in got), default=0)  # the workers' (SIGTERM when passed on from here)
+    signum = (stop.signum or stopped) if stopped or len(got) < nprocs else 0  # named as this process got it
     if signum:
         raise TrainingInterrupted(signum, next((r for r in results if r.rank == 0), None))
     if len(results) != nprocs:  # pragma: no cover - a worker that ended without a result or an error
