@@ -43,13 +43,12 @@ from sinkalign.align.engine import NumpyEngine, engine_support
 from sinkalign.align.significance import Significance
 from sinkalign.alignment import AlignedPair, reverse_complement
 from sinkalign.errors import AlphabetError, CheckpointError, InputError
-from sinkalign.io.fasta import AMBIGUOUS, STANDARD, detect_alphabet, rna_as_dna
+from sinkalign.io.fasta import NUCLEOTIDE_CODES, detect_alphabet, rna_as_dna
 
 __all__ = ["AlignedPair", "Aligner", "ENGINES", "PairResult", "SHIPPED_MODELS", "STRANDS", "default_model_path",
            "enable_compilation_cache", "resolve_model"]
 
 log = logging.getLogger(__name__)
-_NUCLEOTIDE_CODES = STANDARD["dna"] | AMBIGUOUS["dna"]
 
 
 def _as_text(item, alphabet: str):
@@ -542,8 +541,8 @@ class Aligner:
                 if k is not None:
                     raise InputError(f"pair {qid} / {tid}: the {side} has {seq[k]!r} at position {k} (0-based): a "
                                      "sequence is letters, ungapped (a protein may end in one '*')")
-            if self.config.alphabet == "dna" and not set(seq.upper()) <= _NUCLEOTIDE_CODES:
-                k = next(k for k, c in enumerate(seq.upper()) if c not in _NUCLEOTIDE_CODES)
+            if self.config.alphabet == "dna" and not set(seq.upper()) <= NUCLEOTIDE_CODES:
+                k = next(k for k, c in enumerate(seq.upper()) if c not in NUCLEOTIDE_CODES)
                 raise AlphabetError(f"pair {qid} / {tid}: the {side} has {seq[k]!r} at position {k} (0-based), no "
                                     "nucleotide code: the DNA model aligns nucleotides (a protein takes a protein "
                                     "model: Aligner.load() or 'blosum')")

@@ -54,6 +54,7 @@ from sinkalign.utils import atomic_write
 __all__ = [
     "ALPHABETS",
     "AMBIGUOUS",
+    "NUCLEOTIDE_CODES",
     "STANDARD",
     "Sequence",
     "SequenceFormatError",
@@ -73,7 +74,8 @@ STANDARD = {"protein": frozenset("ACDEFGHIKLMNPQRSTVWY"), "dna": frozenset("ACGT
 #: Letters accepted only with ``allow_ambiguous=True``.
 AMBIGUOUS = {"protein": frozenset("XBZJUO"), "dna": frozenset("NRYSWKMBDHV")}
 # U (selenocysteine) is listed as non-standard for protein; for DNA it is standard.
-_NUCLEOTIDE_CODES = STANDARD["dna"] | AMBIGUOUS["dna"]
+#: Every nucleotide code, IUPAC's ambiguous ones included: what a DNA model can encode.
+NUCLEOTIDE_CODES = STANDARD["dna"] | AMBIGUOUS["dna"]
 _CORE_NUCLEOTIDES = frozenset("ACGTUN")
 _GAPS = frozenset("-.")
 
@@ -220,7 +222,7 @@ def rna_as_dna(seq: str) -> str:
 def detect_alphabet(seq: str) -> str:
     """``"dna"`` if every letter of ``seq`` is a nucleotide code and >= half are ACGTUN, else ``"protein"``."""
     letters = seq.upper()
-    if letters and set(letters) <= _NUCLEOTIDE_CODES:
+    if letters and set(letters) <= NUCLEOTIDE_CODES:
         core = sum(letters.count(c) for c in _CORE_NUCLEOTIDES)
         if 2 * core >= len(letters):
             return "dna"
