@@ -26,6 +26,7 @@ knows. The penalty is reported as the metric ``anchor`` (its ``|theta - theta_0|
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
@@ -499,7 +500,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
         return optax.apply_updates(params, updates), opt_state, loss, terms, optax.tree.norm(grads)
 
     stream = _batches(train_set, cfg, start)
-    ready = [next(stream)]  # the first batch before any file is written: data that give none are refused here
+    stream = itertools.chain([next(stream)], stream)  # the first batch before any file: data giving none refused here
     metrics_path = out / METRICS
     rewrite_metrics(metrics_path, start)  # steps after the checkpoint are re-run: no duplicate lines
     last: dict = {}
@@ -512,7 +513,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
     step = start
     with open(metrics_path, "a") as metrics_file, stop_on_signals(StopFlag(), repeat_aborts=True) as stop:
         while step < end:
-            step, items = ready.pop() if ready else next(stream)
+            step, items = next(stream)
             batch = examples_to_batch(items, cfg.model)
             batch = jax.device_put(batch, data_sharding)
             params, opt_state, loss, terms, gnorm = step_fn(params, opt_state, batch, theta_0)
