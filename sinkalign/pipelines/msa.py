@@ -253,16 +253,18 @@ def _msa(fastas: list, paths: list, add_to, output, fmt, tree, model, consistenc
     n = len(records)
     if existing is not None:
         from sinkalign.io.alignments import row_descriptions
+        from sinkalign.io.stockholm import read_stockholm_markup
 
         cluster = None if workers is None and scheduler is None else (spec, workers, scheduler, chunk_size)
         result = _add(existing, ids, seqs, aligner, consistency, keep_length, independent, progress, cluster,
                       nearest)
-        descriptions = row_descriptions(add_to) | {r.id: r.description for r in records}
-        markup = None
-        if fmt == "stockholm" and existing.format == "stockholm":  # the file's annotations follow its columns
-            from sinkalign.io.stockholm import read_stockholm_markup
-
-            markup = read_stockholm_markup(add_to).spread(result.source_columns, result.n_columns)
+        # a Stockholm file's markup, read once: its rows' descriptions and, written as Stockholm, the
+        # annotations that follow their columns
+        markup = read_stockholm_markup(add_to) if existing.format == "stockholm" else None
+        given = row_descriptions(add_to) if markup is None else markup.descriptions()
+        descriptions = given | {r.id: r.description for r in records}
+        markup = markup.spread(result.source_columns, result.n_columns) if markup is not None and fmt == "stockholm" \
+            else None
         return _write(result, descriptions, alphabet, fmt, output, tree, column_scores, sequence_scores, trim,
                       f"the model has no calibration for records added with {consistency} consistency rounds", markup)
     log.info("aligning %d records: %d pairs, %d consistency rounds", n, n * (n - 1) // 2, consistency)
