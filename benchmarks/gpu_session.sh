@@ -8,6 +8,7 @@
 #   check    `sinkalign validate kernels --backend triton|pallas` compiled natively, then the
 #            tests marked gpu (gpu_tests)
 #   tests_and_lm  the tests marked gpu while the lm phase runs beside them (neither is timed)
+#   check_and_lm  both validations (pallas with --long) and the tests marked gpu, beside the lm phase
 #   kernels  benchmarks/sinkhorn_kernels.py: L = 2k..64k (KERNEL_LENGTHS), W = 1024 and 256
 #            (KERNEL_BANDS), float32 (+ float32 with tf32x3 dots and bfloat16 for the kernels),
 #            roofline of the machine's GPU; KERNEL_TAG names the output files
@@ -83,6 +84,21 @@ gpu_tests() {
   timeout "$(budget 300)" $PY -m pytest -m gpu -k "${PYTEST_K:-}" -q -p no:cacheprovider -rfEs --tb=short --timeout 300 tests \
     >"$R/pytest_gpu.log" 2>&1
   grep -E "^(FAILED|ERROR|SKIPPED)|passed|failed|^E  " "$R/pytest_gpu.log" | tail -40
+}
+
+check_and_lm() {  # check (both validations, then the gpu tests) beside the lm phase: nothing here is timed
+  lm >"$R/lm_phase.log" 2>&1 &
+  local pid=$!
+  stamp "check_and_lm: validate kernels (native) beside the gpu tests and the lm run"
+  ( timeout "$(budget 240)" sinkalign validate kernels --backend triton --json "$R/validate_triton.json" >"$R/validate_triton.log" 2>&1
+    timeout "$(budget 240)" sinkalign validate kernels --backend pallas --long --json "$R/validate_pallas.json" >"$R/validate_pallas.log" 2>&1 ) &
+  local vpid=$!
+  gpu_tests
+  wait $vpid
+  for b in triton pallas; do echo "--- validate $b"; tail -25 "$R/validate_$b.log"; done
+  wait $pid
+  tail -30 "$R/lm_phase.log"
+  pack
 }
 
 tests_and_lm() {  # the GPU tests and the LM run share the GPU: neither is timed
