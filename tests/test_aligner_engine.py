@@ -440,6 +440,36 @@ def test_jax_engine_batches_respect_the_cell_budget_and_keep_the_input_order(mon
         np.testing.assert_array_equal(a.alignment.pairs, b.alignment.pairs, err_msg=a.query_id)
 
 
+def test_jax_engine_decodes_a_chunk_of_long_pairs_on_several_threads(monkeypatch):
+    """The host's share of a solved chunk (plans, posteriors, MEA) is cut into tasks of at most
+    TASK_PAIRS pairs and TASK_CELLS cells, as the numpy engine's: a chunk of long pairs is not
+    decoded on one thread while the others wait. The alignments are the same, in input order."""
+    import sinkalign.align.aligner as A
+
+    rng = np.random.default_rng(12)
+    items = []
+    for n, L in enumerate([120, 40, 45, 150, 130]):
+        anc = "".join(rng.choice(list("ACDEFGHIKLMNPQRSTVWY"), L))
+        items.append((f"q{n}", anc, f"t{n}", _mutate(rng, anc)))
+    aligner = Aligner.load(engine="jax", workers=2)
+    ref = list(aligner.align_many(items, batch_size=8))  # one chunk, one task (5 pairs, < TASK_CELLS)
+    seen = []
+    mea_batch = A.mea_batch
+
+    def spy(posts, **kwargs):  # one call per task
+        seen.append(len(posts))
+        return mea_batch(posts, **kwargs)
+
+    monkeypatch.setattr(A, "mea_batch", spy)
+    monkeypatch.setattr(A, "TASK_CELLS", 100 * 100)  # the two short pairs share a task; longer ones go alone
+    got = list(aligner.align_many(items, batch_size=8))
+    assert sorted(seen) == [1, 1, 1, 2]
+    assert [r.query_id for r in got] == [q for q, _, _, _ in items]
+    for a, b in zip(got, ref):
+        np.testing.assert_array_equal(a.alignment.pairs, b.alignment.pairs, err_msg=a.query_id)
+        assert a.alignment.score == b.alignment.score
+
+
 def test_encoded_sequences_are_cached_within_a_bound_and_give_the_same_alignments():
     """All against all (6 queries x 8 targets, three tasks of 16 pairs): a task encodes each of
     its distinct sequences once, and a sequence is kept from the second task that uses it, so

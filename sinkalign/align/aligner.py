@@ -22,6 +22,7 @@ come in input order.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import os
@@ -397,8 +398,9 @@ class Aligner:
         own :attr:`strand` for this call.
 
         The stream is consumed lazily and a bounded number of pairs is in flight at once
-        (``numpy`` engine: ``2 * workers`` tasks of 16 pairs; ``jax`` engine: two batches of
-        ``batch_size`` pairs padded to a common length bucket), so a long stream runs in
+        (``numpy`` engine: ``2 * workers`` tasks of 16 pairs; ``jax`` engine: the batches of
+        ``batch_size`` pairs, padded to a common length bucket, whose decoding tasks are among
+        the ``2 * workers`` in flight, and the next batch being solved), so a long stream runs in
         bounded memory. A bad pair (an empty sequence, one longer than ``MAX_LENGTH``, more
         than ``MAX_CELLS`` residue pairs)
         raises ``ValueError`` naming it, after the results of the pairs before it.
@@ -666,12 +668,7 @@ class Aligner:
 
     def _numpy_results(self, pairs, keep_plan):
         tasks = _chunks(pairs, TASK_PAIRS, TASK_CELLS)
-        with _BLAS_ONE_THREAD:
-            for results in _ordered_map(lambda items: self._numpy_task(items, keep_plan), tasks, self.workers):
-                for res in results:
-                    if isinstance(res, Exception):
-                        raise res
-                    yield res
+        yield from self._run_tasks(functools.partial(self._numpy_task, items, keep_plan) for items in tasks)
 
     # ---------------------------------------------------------------- jax engine
     def _plans_fn(self) -> Callable:
@@ -722,36 +719,51 @@ class Aligner:
         return self._plans_fn()(self.params, M.make_batch(items, self.config, lq, lt))
 
     def _jax_results(self, pairs, batch_size, keep_plan):
-        pending = None  # (chunk, rows being computed)
-        for chunk in self._jax_batches(pairs, batch_size):
-            if isinstance(chunk, Exception):
+        def tasks():
+            pending = None  # (chunk, rows being computed)
+            for chunk in self._jax_batches(pairs, batch_size):
+                if isinstance(chunk, Exception):
+                    if pending is not None:
+                        yield from self._jax_decode_tasks(*pending, keep_plan)
+                    yield lambda exc=chunk: [exc]  # raised by the consumer, after the results before it
+                    return
+                rows = self._jax_dispatch(chunk)  # the next solve runs while the previous chunk decodes
                 if pending is not None:
-                    yield from self._jax_decode(*pending, keep_plan)
-                raise chunk
-            rows = self._jax_dispatch(chunk)  # the next solve runs while the previous chunk decodes
+                    yield from self._jax_decode_tasks(*pending, keep_plan)
+                pending = (chunk, rows)
             if pending is not None:
-                yield from self._jax_decode(*pending, keep_plan)
-            pending = (chunk, rows)
-        if pending is not None:
-            yield from self._jax_decode(*pending, keep_plan)
+                yield from self._jax_decode_tasks(*pending, keep_plan)
 
-    def _jax_decode(self, chunk, rows, keep_plan):
-        """Decode a solved chunk on the host: tasks of :data:`TASK_PAIRS` pairs, each one stacked
-        MEA (:func:`mea_batch`), on ``workers`` threads (on an accelerator the solve is fast and
-        this is the host's share of the work)."""
-        rows = np.asarray(rows, np.float64)
+        yield from self._run_tasks(tasks())
 
-        def task(start):
-            idx = range(start, min(start + TASK_PAIRS, len(chunk)))
-            plans = [M.pair_plan(rows[i], len(chunk[i][1]), len(chunk[i][3])) for i in idx]
+    def _jax_decode_tasks(self, chunk, rows, keep_plan) -> Iterator[Callable[[], list]]:
+        """The host's share of a solved chunk (on an accelerator the solve is fast and this is
+        what sets the pace): tasks of at most :data:`TASK_PAIRS` pairs and :data:`TASK_CELLS`
+        cells, as the numpy engine's, so a chunk of long pairs spreads over the threads; each
+        widens its pairs' rows to plans, takes posteriors and decodes them as one stacked MEA
+        (:func:`mea_batch`). Waits for the chunk's solve."""
+        rows = np.asarray(rows)  # the device's float32; each task widens its own pairs' rows
+
+        def task(idx):
+            plans = [M.pair_plan(np.asarray(rows[i], np.float64), len(chunk[i][1]), len(chunk[i][3])) for i in idx]
             posts = [plan_posteriors(plan) for plan in plans]
             alns = mea_batch(posts, gap_weight=self.gap_weight)
             return [self._finish(chunk[i], post, aln, plan if keep_plan else None)
                     for i, plan, post, aln in zip(idx, plans, posts, alns)]
 
+        for part in _chunks([(i, chunk[i][1], None, chunk[i][3]) for i in range(len(chunk))], TASK_PAIRS, TASK_CELLS):
+            yield functools.partial(task, [item[0] for item in part])
+
+    def _run_tasks(self, tasks: Iterable[Callable[[], list]]) -> Iterator[AlignedPair]:
+        """Run a stream's tasks on one pool of ``workers`` threads (each keeps its work arrays
+        from task to task), with BLAS on one thread; results in order, and an exception a task
+        returns is raised when the consumer reaches it."""
         with _BLAS_ONE_THREAD:
-            for results in _ordered_map(task, range(0, len(chunk), TASK_PAIRS), self.workers):
-                yield from results
+            for results in _ordered_map(lambda task: task(), tasks, self.workers):
+                for res in results:
+                    if isinstance(res, Exception):
+                        raise res
+                    yield res
 
 
 class _SingleThreadedBlas:

@@ -124,7 +124,8 @@ def _row_posteriors(P: np.ndarray) -> Posteriors:
     c = R.sum(axis=0) + td  # [n]
     inv_r = np.divide(1.0, r, out=np.zeros_like(r), where=r > 0)
     inv_c = np.divide(1.0, c, out=np.zeros_like(c), where=c > 0)
-    match = R * np.sqrt(inv_r)[:, None] * np.sqrt(inv_c)[None, :]
+    match = R * np.sqrt(inv_r)[:, None]
+    match *= np.sqrt(inv_c)[None, :]  # (R * a) * b as before, without a second [m, n] temporary
     # Guard the last ulp: sqrt rounding may push an isolated pair a hair above 1.
     np.minimum(match, 1.0, out=match)
     return Posteriors(match, qd * inv_r, td * inv_c)
@@ -293,20 +294,25 @@ def _move_codes(up: np.ndarray, left: np.ndarray) -> bytes:
 def _trace_moves(buf: bytes, si: int, sj: int, base: int, m: int, n: int) -> np.ndarray:
     """:func:`_traceback` from moves (``buf[base + i * si + j * sj]``: the move out of cell
     ``(i, j)``, see :class:`_Moves`), a run of equal moves at a time: each run is one
-    ``bytes.lstrip``."""
+    ``bytes.lstrip`` of a slice no longer than the row, column or diagonal it walks."""
     i, j = m, n
     runs = []  # diagonal runs (i0, j0, length): pairs (i0 + t, j0 + t), t < length
+
+    def walk(at: int, step: int, count: int) -> bytes:  # buf[at], buf[at - step], ... (count cells)
+        stop = at - count * step
+        return buf[at : (stop if stop >= 0 else None) : -step]  # bounded: never a copy to the buffer's start
+
     while i > 0 and j > 0:
         at = base + i * si + j * sj
         move = buf[at]
         if move == _UP:  # cells (i, j), (i-1, j), ..., (1, j)
-            col = buf[at::-si][:i]
+            col = walk(at, si, i)
             i -= len(col) - len(col.lstrip(b"\x01"))
         elif move == _LEFT:  # cells (i, j), (i, j-1), ..., (i, 1)
-            line = buf[at::-sj][:j]
+            line = walk(at, sj, j)
             j -= len(line) - len(line.lstrip(b"\x02"))
         else:  # cells (i, j), (i-1, j-1), ... while both stay >= 1
-            diag = buf[at :: -(si + sj)][: min(i, j)]
+            diag = walk(at, si + sj, min(i, j))
             run = len(diag) - len(diag.lstrip(b"\x00"))
             i -= run
             j -= run
