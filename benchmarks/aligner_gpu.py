@@ -18,7 +18,10 @@ Two parts, in one process, each against a CPU baseline run in the same process:
   :func:`sinkalign.align.train.train`.
 
 Times are the best of ``--repeats`` runs after a warm-up (wall clock; device work is
-synchronised by converting results to NumPy). Prints a table and writes JSON.
+synchronised by converting results to NumPy). parasail runs first (cheap, and the baseline),
+then each model; the JSON is written after every row, and with ``--deadline-s`` no measurement
+starts past that time (the ones left are listed under ``skipped``), so a run that a device
+session's time limit cuts short keeps what it measured. Prints a table and writes JSON.
 
     python benchmarks/aligner_gpu.py --json benchmarks/results/aligner_gpu.json
 """
@@ -54,7 +57,25 @@ def items_of(pairs):
     return [(f"q{i}", q, f"t{i}", t) for i, (q, t) in enumerate(pairs)]
 
 
-def throughput(args, rows):
+def parasail_rows(args, rows, save):
+    """parasail NW and SW once per length (they do not depend on the model), first: cheap, and
+    the baseline every other row is read against."""
+    for L in args.lengths:
+        pairs = homologous_pairs(L, args.pairs or DEFAULT_PAIRS.get(L, 64))
+        for method in ("nw", "sw"):
+            if not save.time_left(f"parasail {method.upper()} at length {L}"):
+                return
+            t = best_of(lambda m=method, p=pairs: align_pairs(p, m), args.repeats)
+            rows.append({"part": "throughput", "model": None, "length": L, "pairs": len(pairs),
+                         "method": f"parasail {method.upper()}, 1 CPU thread", "wall_s": t,
+                         "pairs_per_s": len(pairs) / t})
+            print(f"{'-':8s} L={L:5d} {'parasail ' + method.upper() + ', 1 CPU thread':40s} "
+                  f"{len(pairs) / t:10.1f} pairs/s", flush=True)
+            save()
+
+
+def throughput(args, rows, save):
+    parasail_rows(args, rows, save)
     for model in args.models:
         jax_aligner = Aligner.load(model, engine="jax")
         cpu_all = Aligner.load(model, workers=os.cpu_count())
@@ -68,17 +89,19 @@ def throughput(args, rows):
                 rows.append({"part": "throughput", "model": model, "length": L, "pairs": n, "method": method,
                              "wall_s": seconds, "pairs_per_s": n / seconds, **extra})
                 print(f"{model:8s} L={L:5d} {method:40s} {n / seconds:10.1f} pairs/s", flush=True)
+                save()
 
-            ref = [r.alignment.pairs for r in cpu_all.align_many(items)] if cpu_all.engine == "numpy" else None
+            ref = None
             for bs in args.batch_sizes:
+                if not save.time_left(f"{model} at length {L}, jax engine batch {bs}"):
+                    break
                 got = []
 
                 def run(bs=bs, got=got):
                     got[:] = [r.alignment.pairs for r in jax_aligner.align_many(items, batch_size=bs)]
 
                 t = best_of(run, args.repeats)
-                same = None if ref is None else sum(np.array_equal(a, b) for a, b in zip(got, ref))
-                add(f"jax engine, {jax.default_backend()}, batch {bs}", t, batch_size=bs, identical_to_numpy=same)
+                add(f"jax engine, {jax.default_backend()}, batch {bs}", t, batch_size=bs)
                 # the solve alone: one full padded batch of the first bs pairs, synchronised
                 chunk = next(iter(jax_aligner._jax_batches(items[:bs], bs)))
                 rows_fn = jax_aligner._jax_dispatch
@@ -88,26 +111,22 @@ def throughput(args, rows):
                              "pairs_per_s": len(chunk) / t_solve})
                 print(f"{model:8s} L={L:5d} {'  solve only, batch ' + str(len(chunk)):40s} "
                       f"{len(chunk) / t_solve:10.1f} pairs/s", flush=True)
-            if cpu_all.engine == "numpy":
+                save()
+                # the numpy engine's alignments, once per length, where it too solves every pair on a
+                # dense plan (a pair it bands is not compared: the jax engine has no corridors)
+                if cpu_all.engine == "numpy" and ref is None and not any(map(cpu_all._banded, items)):
+                    ref = [r.alignment.pairs for r in cpu_all.align_many(items)]
+                if ref is not None:
+                    rows[-2]["identical_to_numpy"] = sum(np.array_equal(a, b) for a, b in zip(got, ref))
+            if cpu_all.engine == "numpy" and save.time_left(f"{model} at length {L}, numpy engine"):
                 add(f"numpy engine, {cpu_all.workers} CPU threads",
                     best_of(lambda: cold(cpu_all) or list(cpu_all.align_many(items)), args.repeats))
                 sub = items[: max(8, n // 8)]
                 t1 = best_of(lambda sub=sub: cold(cpu_one) or list(cpu_one.align_many(sub)), 1)
                 add("numpy engine, 1 CPU thread", t1 * n / len(sub), timed_pairs=len(sub))
-        for L in args.lengths:  # parasail once per length (it does not depend on the model)
-            if any(r.get("method", "").startswith("parasail") and r["length"] == L for r in rows):
-                continue
-            pairs = homologous_pairs(L, args.pairs or DEFAULT_PAIRS.get(L, 64))
-            for method in ("nw", "sw"):
-                t = best_of(lambda m=method, p=pairs: align_pairs(p, m), args.repeats)
-                rows.append({"part": "throughput", "model": None, "length": L, "pairs": len(pairs),
-                             "method": f"parasail {method.upper()}, 1 CPU thread", "wall_s": t,
-                             "pairs_per_s": len(pairs) / t})
-                print(f"{'-':8s} L={L:5d} {'parasail ' + method.upper() + ', 1 CPU thread':40s} "
-                      f"{len(pairs) / t:10.1f} pairs/s", flush=True)
 
 
-def training(args, rows):
+def training(args, rows, save):
     params, state, _ = load_checkpoint(resolve_model("learned"))
     config = M.AlignerConfig.from_dict(state["model"])
     L = args.train_length
@@ -165,18 +184,40 @@ def main() -> None:
     ap.add_argument("--cpu-train-batch", type=int, default=2, help="the CPU's batch (pairs/s are compared)")
     ap.add_argument("--cpu-train-steps", type=int, default=2)
     ap.add_argument("--skip", nargs="*", default=[], choices=["throughput", "training"])
+    ap.add_argument("--deadline-s", type=float, default=None,
+                    help="start no measurement after this many seconds (the rest is listed as skipped)")
     ap.add_argument("--json", default="benchmarks/results/aligner_gpu.json")
     args = ap.parse_args()
     rows: list[dict] = []
     payload = {"benchmark": "aligner_gpu", "date": datetime.date.today().isoformat(), "machine": machine(),
-               "args": vars(args), "rows": rows}
-    t0 = time.perf_counter()
+               "args": vars(args), "rows": rows, "skipped": []}
+    save = Saver(args.json, payload, args.deadline_s)
     for part, fn in (("training", training), ("throughput", throughput)):
         if part not in args.skip:
-            fn(args, rows)
-            payload["wall_s"] = time.perf_counter() - t0
-            write_json(args.json, payload)
-    print(f"wrote {args.json} ({time.perf_counter() - t0:.0f} s)")
+            fn(args, rows, save)
+            save()
+    print(f"wrote {args.json} ({time.perf_counter() - save.t0:.0f} s)")
+
+
+class Saver:
+    """Writes the JSON after every row (a run cut off by its time limit keeps what it measured)
+    and answers whether there is time left before ``deadline_s`` to start a measurement (a
+    skipped one is named in the JSON's ``skipped``)."""
+
+    def __init__(self, path, payload: dict, deadline_s: float | None) -> None:
+        self.path, self.payload, self.deadline_s = path, payload, deadline_s
+        self.t0 = time.perf_counter()
+
+    def __call__(self) -> None:
+        self.payload["wall_s"] = time.perf_counter() - self.t0
+        write_json(self.path, self.payload)
+
+    def time_left(self, what: str) -> bool:
+        if self.deadline_s is None or time.perf_counter() - self.t0 < self.deadline_s:
+            return True
+        self.payload["skipped"].append(what)
+        print(f"skipped (past --deadline-s {self.deadline_s:.0f}): {what}", flush=True)
+        return False
 
 
 if __name__ == "__main__":
