@@ -14,6 +14,8 @@
 #   kernels  benchmarks/sinkhorn_kernels.py: L = 2k..64k (KERNEL_LENGTHS), W = 1024 and 256
 #            (KERNEL_BANDS), float32 (+ float32 with tf32x3 dots and bfloat16 for the kernels),
 #            roofline of the machine's GPU; KERNEL_TAG names the output files
+#   tune     benchmarks/kernel_tune.py: fwd+bwd time of each kernel family per launch (tile size, warps,
+#            stages) at L = 16,384, W = 1,024 for float32 (ieee, tf32x3) and bfloat16 (TUNE_ARGS)
 #   aligner  benchmarks/aligner_gpu.py: batched throughput at 300 and 3,000 residues against
 #            parasail and the numpy engine, training steps/s against the CPU
 #   lm       a GOAT genome LM trained on the GPU for LM_MINUTES (default 5) on the first 90% of
@@ -131,6 +133,14 @@ kernels() {
       --low-precision --tf32x3 --roofline "${ROOFLINE:-h100}" --time-budget "$(budget "${KERNEL_BUDGET:-360}")" \
       --json "$R/sinkhorn_kernels_$tag.json") 2>&1 | tee "$R/sinkhorn_kernels_$tag.log" | grep -v "^W=" | grep -v "^NOTE" | tail -45
   grep "^W=" "$R/sinkhorn_kernels_$tag.log" | tail -60
+  pack
+}
+
+tune() {  # launches of both kernel families at one problem (TUNE_ARGS: kernel_tune.py's options)
+  stamp tune
+  (cd benchmarks && timeout "$(( $(budget ${TUNE_TIMEOUT:-300}) + 45 ))" $PY kernel_tune.py --roofline "${ROOFLINE:-h100}" \
+      --time-budget "$(budget "${TUNE_BUDGET:-240}")" ${TUNE_ARGS:-} --json "$R/kernel_tune.json") 2>&1 \
+    | tee "$R/kernel_tune.log" | tail -50
   pack
 }
 

@@ -134,7 +134,7 @@ def ott_loss(L, W, T, R):
     return out
 
 
-def pallas_loss(L, W, T, R, precision="ieee"):
+def pallas_loss(L, W, T, R, precision="ieee", block_sizes=None):
     from sinkalign.kernels import pallas
 
     cfg = SinkhornConfig(n_iters=T, tail=R, band=W, backend="pallas")
@@ -143,12 +143,13 @@ def pallas_loss(L, W, T, R, precision="ieee"):
     la, lb = jnp.zeros((1, L), jnp.float32), jnp.zeros((1, L), jnp.float32)
 
     def out(q, k, v):
-        return pallas.tail_operator(q, k, v, qv, kv, la, lb, support, cfg, interpret=False, precision=precision)
+        return pallas.tail_operator(q, k, v, qv, kv, la, lb, support, cfg, interpret=False, precision=precision,
+                                    block_sizes=block_sizes)
 
     return out
 
 
-def _jax_method(name, L, W, T, R, precision="ieee"):
+def _jax_method(name, L, W, T, R, precision="ieee", block_sizes=None):
     if name in ("blockwise", "direct"):
         return blockwise_loss(L, W, T, R, "one_reference" if name == "blockwise" else "direct")
     if name == "dense_autodiff":
@@ -156,7 +157,7 @@ def _jax_method(name, L, W, T, R, precision="ieee"):
     if name == "ott":
         return ott_loss(L, W, T, R)
     if name == "pallas":
-        return pallas_loss(L, W, T, R, precision)
+        return pallas_loss(L, W, T, R, precision, block_sizes)
     raise ValueError(name)
 
 
@@ -165,9 +166,10 @@ def _best(fn, *args, reps):
     return time_fn(fn, *args, reps=reps)["min_s"]
 
 
-def bench_jax(name, L, W, d, T, R, reps, dtype="float32", precision="ieee"):
+def bench_jax(name, L, W, d, T, R, reps, dtype="float32", precision="ieee", block_sizes=None):
+    """``block_sizes``: the Pallas kernels' tiles and launch (``pallas.BlockSizes``; None: the default)."""
     q, k, v, g = _inputs(L, d, dtype=dtype)
-    out = _jax_method(name, L, W, T, R, precision)
+    out = _jax_method(name, L, W, T, R, precision, block_sizes)
     fwd = jax.jit(out)
     fwd_bwd = jax.jit(jax.value_and_grad(lambda q, k, v: jnp.sum(out(q, k, v) * g), argnums=(0, 1, 2)))
     t0 = time.perf_counter()
@@ -181,11 +183,13 @@ def bench_jax(name, L, W, d, T, R, reps, dtype="float32", precision="ieee"):
     return row, np.asarray(o, np.float32)
 
 
-def bench_triton(L, W, d, T, R, reps, dtype="float32", precision="ieee"):
+def bench_triton(L, W, d, T, R, reps, dtype="float32", precision="ieee", launch=None):
+    """``launch``: ``block_m``, ``block_n``, ``num_warps``, ``num_stages`` for the operator (None: its default)."""
     import torch
 
     from sinkalign.kernels.triton import sinkhorn_attention_triton
 
+    launch = launch or {}
     rng = np.random.default_rng(0)
     q, k, v, g = (torch.tensor(rng.normal(size=(1, 1, L, d)), dtype=getattr(torch, dtype), device="cuda")
                   for _ in range(4))
@@ -193,10 +197,10 @@ def bench_triton(L, W, d, T, R, reps, dtype="float32", precision="ieee"):
 
     def fwd():
         with torch.no_grad():
-            return sinkhorn_attention_triton(q, k, v, n_iters=T, tail=R, band=W, precision=precision)
+            return sinkhorn_attention_triton(q, k, v, n_iters=T, tail=R, band=W, precision=precision, **launch)
 
     def fwd_bwd():
-        o = sinkhorn_attention_triton(q, k, v, n_iters=T, tail=R, band=W, precision=precision)
+        o = sinkhorn_attention_triton(q, k, v, n_iters=T, tail=R, band=W, precision=precision, **launch)
         return torch.autograd.grad((o * g).sum(), (q, k, v))
 
     def timed(fn):

@@ -427,6 +427,15 @@ def test_block_sizes_validation(value):
         BlockSizes(block_q=value)
 
 
+@pytest.mark.parametrize("value", [3, 0, 64, True, 4.0, None])
+def test_block_sizes_launch_validation(value):
+    with pytest.raises(ValueError, match=rf"num_warps={value!r} must be a power of two from 1 to 32"):
+        BlockSizes(num_warps=value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        with pytest.raises(ValueError, match=rf"num_stages={value!r} must be an integer >= 1"):
+            BlockSizes(num_stages=value)
+
+
 def test_block_sizes_effective_and_defaults():
     assert BlockSizes(block_q=128, block_k=64).effective(1, 300) == (16, 64)
     assert BlockSizes(block_q=8, block_k=8).effective(100, 5) == (8, 8)
@@ -443,6 +452,14 @@ def test_native_lowering_without_hardware(platform, dustbin):
     device compilers are not run.)"""
     res = pallas.lower_native(platform, dtype=jnp.bfloat16, lq=200, lk=157, d=64, dv=32, band=40, dustbin=dustbin)
     assert res["kernels"] == 8, res
+    assert res["launches"] == ([(4, 2)] if platform == "cuda" else []), res  # BlockSizes' defaults on a GPU
+
+
+def test_gpu_launch_options_reach_the_triton_calls():
+    """BlockSizes' num_warps / num_stages are what every Triton custom call is launched with."""
+    blocks = BlockSizes(block_q=32, block_k=64, num_warps=8, num_stages=3)
+    res = pallas.lower_native("cuda", dtype=jnp.float32, lq=100, lk=90, d=16, dv=8, band=20, block_sizes=blocks)
+    assert res["kernels"] == 8 and res["launches"] == [(8, 3)], res
 
 
 def test_native_target():

@@ -43,6 +43,7 @@ vector recurrences between the sweeps.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -83,18 +84,29 @@ class BlockSizes:
             tile of a column-owner program).
         block_k: keys per tile (likewise for keys).
 
-    Both must be powers of two >= 8. Sequences are padded to block multiples; a block
+        num_warps, num_stages: the Triton launch of each kernel on a GPU (warps per program,
+            software-pipelining stages); the interpreter and TPUs ignore them.
+
+    Block sizes must be powers of two >= 8. Sequences are padded to block multiples; a block
     larger than the (padded to a power of two, at least 16) length is shrunk to it.
+    ``num_warps`` is a power of two from 1 to 32, ``num_stages`` at least 1.
     """
 
     block_q: int = 128
     block_k: int = 128
+    num_warps: int = 4
+    num_stages: int = 2
 
     def __post_init__(self) -> None:
         for name in ("block_q", "block_k"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 8 or value & (value - 1):
                 raise ValueError(f"{name}={value!r} must be a power of two >= 8")
+        if (isinstance(self.num_warps, bool) or not isinstance(self.num_warps, int) or not 1 <= self.num_warps <= 32
+                or self.num_warps & (self.num_warps - 1)):
+            raise ValueError(f"num_warps={self.num_warps!r} must be a power of two from 1 to 32")
+        if isinstance(self.num_stages, bool) or not isinstance(self.num_stages, int) or self.num_stages < 1:
+            raise ValueError(f"num_stages={self.num_stages!r} must be an integer >= 1")
 
     @classmethod
     def get_default(cls, target: str = "interpret") -> BlockSizes:
@@ -130,15 +142,17 @@ class Launch:
     low: bool
     target: str
     f32_dot: str = "ieee"
+    num_warps: int = 4
+    num_stages: int = 2
 
     def swap(self) -> Launch:
-        return Launch(self.by, self.bx, self.ny, self.nx, self.band, self.scale, self.low, self.target, self.f32_dot)
+        return dataclasses.replace(self, bx=self.by, by=self.bx, nx=self.ny, ny=self.nx)
 
     def compiler_params(self):
         if self.target == "gpu":
             from jax.experimental.pallas import triton as plgpu
 
-            return plgpu.CompilerParams(num_warps=4, num_stages=2)
+            return plgpu.CompilerParams(num_warps=self.num_warps, num_stages=self.num_stages)
         if self.target == "tpu":
             from jax.experimental.pallas import tpu as pltpu
 

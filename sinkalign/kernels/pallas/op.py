@@ -46,6 +46,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import re
 from dataclasses import dataclass
 
 import jax
@@ -96,7 +97,7 @@ class _Static:
         p = self.piece
         bq, bk = self.blocks.effective(p.nr, p.nc)
         return Launch(bq, bk, -(-p.nr // bq), -(-p.nc // bk), p.band, 1.0 / (math.sqrt(d) * self.eps), low,
-                      self.target, self.f32_dot)
+                      self.target, self.f32_dot, self.blocks.num_warps, self.blocks.num_stages)
 
     def feature_pad(self, n: int) -> int:
         """Head dims are zero-padded natively: a power of two >= 16 (Triton dots), 128 lanes (TPU)."""
@@ -555,7 +556,9 @@ def lower_native(platform: str, *, dtype=jnp.bfloat16, lq: int = 300, lk: int = 
     machine; it does not run the backend compilers (Triton -> PTX inside XLA:GPU, Mosaic in
     libtpu), so a kernel that lowers may still fail to compile on the device. TPU lowering
     uses an abstract 'TPU v5 lite' device. ``dustbin=True`` uses the banded dustbin support
-    (band + dustbin row and column). Returns {'platform', 'target', 'kernels', 'hlo_chars'}.
+    (band + dustbin row and column). Returns {'platform', 'target', 'kernels', 'hlo_chars',
+    'launches'}: the last the sorted distinct ``(num_warps, num_stages)`` of the Triton calls
+    (empty on TPUs).
     """
     target = native_target(platform)
     if dustbin:
@@ -584,4 +587,8 @@ def lower_native(platform: str, *, dtype=jnp.bfloat16, lq: int = 300, lk: int = 
     else:
         text = fn.trace(q, k, v).lower(lowering_platforms=(platform,)).as_text()
         marker = "xla.gpu.triton"
-    return {"platform": platform, "target": target, "kernels": text.count(marker), "hlo_chars": len(text)}
+    # the Triton calls' launches, as the custom calls carry them
+    launches = sorted(set(zip(map(int, re.findall(r"num_warps = (\d+)", text)),
+                              map(int, re.findall(r"num_stages = (\d+)", text)))))
+    return {"platform": platform, "target": target, "kernels": text.count(marker), "hlo_chars": len(text),
+            "launches": launches}

@@ -48,6 +48,8 @@ see :mod:`sinkalign.kernels.triton.op` for the vector recurrences between the sw
 
 from __future__ import annotations
 
+import os
+
 import triton
 import triton.language as tl
 
@@ -57,8 +59,10 @@ __all__ = [
     "bwd_row_dq_kernel",
     "bwd_row_ubar2_kernel",
     "compile_native",
+    "default_launch",
     "half_step_kernel",
     "interpreter_mode",
+    "kernel_resources",
     "output_kernel",
     "plan_matvec_kernel",
 ]
@@ -444,27 +448,48 @@ _MASK_PTRS = {"MASK_X", "MASK_Y", "QM", "KM"}
 _INT_ARGS = {"Lx", "Ly", "Lq", "Lk", "H", "W"}
 
 
-def compile_native(capability: int = 90, dtype: str = "bf16", *, block: int = 64, head_dim: int = 64) -> dict:
-    """Compile every kernel ahead of time for an NVIDIA target; no GPU needed (ptxas only).
+def default_launch(dtype: str, precision: str = "ieee", head_dim: int = 64) -> dict:
+    """The native launch the operator takes unless told otherwise: ``{"block", "num_warps",
+    "num_stages"}`` for token type ``dtype`` (``"fp32"``, ``"bf16"``, ``"fp16"``), float32 dot
+    ``precision`` and head dimension ``max(d, dv)``.
 
-    ``capability`` is the SM version (80 = A100, 90 = H100), ``dtype`` the token type
-    (``"fp32"``, ``"bf16"`` or ``"fp16"``), ``block`` the tile size, ``head_dim`` d = dv.
-    Returns ``{kernel name: shared memory bytes}`` (the half-step twice: ``half_step_kernel`` and
-    ``half_step_kernel[raw]``, its ``RAW=True`` variant); raises on a compilation error.
-    Needs a process where triton is not in interpreter mode.
+    * float32 with exact dots (``"ieee"``: FMA loops, no tensor cores): 32-row tiles and 8
+      warps. At 64 rows and 4 warps (Triton's default, this operator's until 2026-11-27)
+      ptxas spills 14-26 KB per thread in the output and every backward kernel (sm_90, d = 64,
+      ``benchmarks/kernel_registers.py``): the float32 backward measured on an H100 took 3.3x
+      its forward where the bfloat16 one took 1.4x. At 32 x 8 only ``bwd_row_dq`` spills
+      (60 bytes).
+    * otherwise 64-row tiles (32 for float32 with d or dv > 64: ~215 KB of shared memory at
+      64, too much for sm_80), 4 warps, 3 stages (Triton's defaults).
     """
+    if dtype not in _DTYPES:
+        raise ValueError(f"{dtype=} must be one of {sorted(_DTYPES)}")
+    if dtype == "fp32" and precision == "ieee":
+        return {"block": 32, "num_warps": 8, "num_stages": 3}
+    wide = head_dim > 64 and dtype == "fp32"
+    return {"block": 32 if wide else 64, "num_warps": 4, "num_stages": 3}
+
+
+_DTYPES = {"fp32": tl.float32, "bf16": tl.bfloat16, "fp16": tl.float16}
+
+
+def _compiled(capability: int, dtype: str, block, head_dim: int, precision, num_warps, num_stages):
+    """``(label, compiled kernel)`` of every kernel (the half-step twice, see :func:`compile_native`)."""
     import inspect
 
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     if interpreter_mode():
-        raise RuntimeError("compile_native needs triton in native mode (TRITON_INTERPRET unset)")
-    valid = {"fp32": tl.float32, "bf16": tl.bfloat16, "fp16": tl.float16}
-    if dtype not in valid:
-        raise ValueError(f"{dtype=} must be one of {sorted(valid)}")
+        raise RuntimeError("compiling natively needs triton in native mode (TRITON_INTERPRET unset)")
+    if dtype not in _DTYPES:
+        raise ValueError(f"{dtype=} must be one of {sorted(_DTYPES)}")
+    precision = ("ieee" if precision is None else precision) if dtype == "fp32" else "tf32"
+    launch = default_launch(dtype, precision, head_dim)
+    block = launch["block"] if block is None else block
+    options = {"num_warps": launch["num_warps"] if num_warps is None else num_warps,
+               "num_stages": launch["num_stages"] if num_stages is None else num_stages}
     pad_d = max(16, 1 << (head_dim - 1).bit_length())
-    out = {}
     variants = [(name, name, {}) for name in _KERNELS] + [("half_step_kernel[raw]", "half_step_kernel",
                                                            {"RAW": True})]
     for label, name, extra in variants:
@@ -483,7 +508,7 @@ def compile_native(capability: int = 90, dtype: str = "bf16", *, block: int = 64
                          "DOT_T"):
                 signature[arg] = "constexpr"
                 constants[arg] = {"D": head_dim, "DV": head_dim, "BLOCK_D": pad_d, "BLOCK_DV": pad_d,
-                                  "PREC": "ieee" if dtype == "fp32" else "tf32", "DOT_T": valid[dtype]}.get(arg, block)
+                                  "PREC": precision, "DOT_T": _DTYPES[dtype]}.get(arg, block)
             elif arg == "RAW":
                 signature[arg] = "constexpr"
                 constants[arg] = extra.get("RAW", False)
@@ -491,5 +516,53 @@ def compile_native(capability: int = 90, dtype: str = "bf16", *, block: int = 64
                 signature[arg] = "*fp32"  # dual and cotangent vectors, log marginals
         names = list(signature)
         src = ASTSource(fn=fn, signature=signature, constexprs={(names.index(k),): v for k, v in constants.items()})
-        out[label] = triton.compile(src, target=GPUTarget("cuda", capability, 32)).metadata.shared
+        yield label, triton.compile(src, target=GPUTarget("cuda", capability, 32), options=options)
+
+
+def compile_native(capability: int = 90, dtype: str = "bf16", *, block: int | None = None, head_dim: int = 64,
+                   precision: str | None = None, num_warps: int | None = None,
+                   num_stages: int | None = None) -> dict:
+    """Compile every kernel ahead of time for an NVIDIA target; no GPU needed (ptxas only).
+
+    ``capability`` is the SM version (80 = A100, 90 = H100), ``dtype`` the token type
+    (``"fp32"``, ``"bf16"`` or ``"fp16"``), ``head_dim`` d = dv, ``precision`` the float32
+    dots (``"ieee"`` default, ``"tf32x3"``, ``"tf32"``; half types take ``"tf32"``), and
+    ``block``, ``num_warps``, ``num_stages`` the launch (None: :func:`default_launch`'s).
+    Returns ``{kernel name: shared memory bytes}`` (the half-step twice: ``half_step_kernel`` and
+    ``half_step_kernel[raw]``, its ``RAW=True`` variant); raises on a compilation error.
+    Needs a process where triton is not in interpreter mode.
+    """
+    return {label: kernel.metadata.shared
+            for label, kernel in _compiled(capability, dtype, block, head_dim, precision, num_warps, num_stages)}
+
+
+def kernel_resources(capability: int = 90, dtype: str = "bf16", *, block: int | None = None, head_dim: int = 64,
+                     precision: str | None = None, num_warps: int | None = None,
+                     num_stages: int | None = None) -> dict:
+    """:func:`compile_native`, and what ptxas reports for each kernel's PTX (``ptxas -v``, the
+    ptxas Triton ships): ``{kernel name: {"shared", "registers", "spill_stores",
+    "spill_loads"}}`` (registers per thread; spilled bytes per thread). No GPU needed."""
+    import re
+    import subprocess
+    import tempfile
+
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    arch = f"sm_{capability}a" if capability >= 90 else f"sm_{capability}"
+    ptxas = get_ptxas(capability).path
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, kernel in _compiled(capability, dtype, block, head_dim, precision, num_warps, num_stages):
+            ptx = os.path.join(tmp, "kernel.ptx")
+            with open(ptx, "w") as fh:
+                fh.write(kernel.asm["ptx"])
+            res = subprocess.run([ptxas, "-v", "--gpu-name", arch, ptx, "-o", os.path.join(tmp, "kernel.o")],
+                                 capture_output=True, text=True, check=True)
+            report = res.stdout + res.stderr
+            regs = re.search(r"Used (\d+) registers", report)
+            spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
+            if regs is None or spills is None:
+                raise RuntimeError(f"ptxas -v printed no register report for {label}:\n{report}")
+            out[label] = {"shared": kernel.metadata.shared, "registers": int(regs.group(1)),
+                          "spill_stores": int(spills.group(1)), "spill_loads": int(spills.group(2))}
     return out

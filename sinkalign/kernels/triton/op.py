@@ -76,7 +76,8 @@ def _block(name: str, value, default: int) -> int:
 class _Launch:
     """Grid and constexpr bookkeeping shared by the sweeps of one call."""
 
-    def __init__(self, q, k, v, band, eps, interpret, block_m, block_n, precision="ieee"):
+    def __init__(self, q, k, v, band, eps, interpret, block_m, block_n, precision="ieee", num_warps=None,
+                 num_stages=None):
         self.B, self.H, self.Lq, self.D = q.shape
         self.Lk, self.DV = k.shape[2], v.shape[3]
         self.W = max(self.Lq, self.Lk) if band is None else int(band)
@@ -93,6 +94,9 @@ class _Launch:
         native_t = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}[q.dtype]
         self.dot_t = tl.float32 if interpret else native_t
         self.prec = precision if self.dot_t == tl.float32 else "tf32"
+        # launch options of every kernel (Triton's defaults where None; the interpreter ignores them)
+        self.opts = {name: value for name, value in (("num_warps", num_warps), ("num_stages", num_stages))
+                     if value is not None}
 
     def kernel(self, name):
         from sinkalign.kernels.triton import kernels
@@ -111,12 +115,12 @@ class _Launch:
         grid = (-(-lx // bx), self.B * self.H)
         self.kernel("half_step")[grid](x, y, pot_y, mask_x, mask_y, logm_x, out, lx, ly, self.H, self.W, self.scale,
                                        D=self.D, BLOCK_X=bx, BLOCK_Y=by, BLOCK_D=self.BD, PREC=self.prec,
-                                       DOT_T=self.dot_t, RAW=raw)
+                                       DOT_T=self.dot_t, RAW=raw, **self.opts)
         return out
 
     def dims(self):
         return dict(D=self.D, DV=self.DV, BLOCK_M=self.BM, BLOCK_N=self.BN, BLOCK_D=self.BD, BLOCK_DV=self.BDV,
-                    PREC=self.prec, DOT_T=self.dot_t)
+                    PREC=self.prec, DOT_T=self.dot_t, **self.opts)
 
     def sizes(self):
         return (self.Lq, self.Lk, self.H, self.W, self.scale)
@@ -300,7 +304,7 @@ class _SinkhornTail2(torch.autograd.Function):
         p_t_x2 = torch.empty_like(v2)
         lc.kernel("plan_matvec")[lc.cols(lc.BN)](k, q, v2, u2, x2, km, qm, p_t_x2, lc.Lk, lc.Lq, lc.H, lc.W,
                                                  lc.scale, D=lc.D, BLOCK_X=lc.BN, BLOCK_Y=lc.BM, BLOCK_D=lc.BD,
-                                                 PREC=lc.prec, DOT_T=lc.dot_t)
+                                                 PREC=lc.prec, DOT_T=lc.dot_t, **lc.opts)
         for t, P, _, _ in thin:
             p_t_x2 += t.colsum(P * t.r(x2))
         w1 = -beta * p_t_x2 * inv_b
@@ -354,8 +358,22 @@ def _solver(config, eps, n_iters, tail, band) -> dict:
     return out
 
 
-def _kernel_setup(q, v, interpret, block_m, block_n, ref_name, precision="ieee"):
-    """Kernel dtype, Triton mode, device and tile checks; returns (interpret, block_m, block_n)."""
+def _launch_option(name: str, value, low: int, high: int | None, power_of_two: bool) -> int | None:
+    if value is None:
+        return None
+    if (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low
+            or (high is not None and value > high) or (power_of_two and value & (value - 1))):
+        what = f"a power of two from {low} to {high}" if power_of_two else f"an integer >= {low}"
+        raise ValueError(f"{name}={value!r} must be {what} (or None: Triton's default)")
+    return int(value)
+
+
+def _kernel_setup(q, v, interpret, block_m, block_n, ref_name, precision="ieee", num_warps=None, num_stages=None):
+    """Kernel dtype, Triton mode, device, tile and launch checks; returns (interpret, block_m, block_n,
+    num_warps, num_stages), the defaults (:func:`~sinkalign.kernels.triton.kernels.default_launch`)
+    filled in."""
+    _launch_option("num_warps", num_warps, 1, 32, True)
+    _launch_option("num_stages", num_stages, 1, None, False)
     if q.dtype not in _KERNEL_DTYPES:
         raise ValueError(f"q.dtype={q.dtype} is not supported by the Triton kernels (valid: "
                          f"{[str(t) for t in _KERNEL_DTYPES]}); use {ref_name} for float64")
@@ -374,16 +392,20 @@ def _kernel_setup(q, v, interpret, block_m, block_n, ref_name, precision="ieee")
         raise ValueError(f"native Triton kernels need CUDA tensors, got device {q.device}; to run on CPU set "
                          "TRITON_INTERPRET=1 in the environment before triton is imported")
     if interpret:
-        default_block = 16
-    else:  # float32 tiles with a wide head need ~215 KB of shared memory at 64: too much for sm_80
-        wide = max(q.shape[-1], v.shape[-1]) > 64 and q.dtype == torch.float32
-        default_block = 32 if wide else 64
-    return interpret, _block("block_m", block_m, default_block), _block("block_n", block_n, default_block)
+        launch = {"block": 16, "num_warps": None, "num_stages": None}  # the interpreter has no launch options
+    else:
+        from sinkalign.kernels.triton.kernels import default_launch
+
+        dtype = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[q.dtype]
+        launch = default_launch(dtype, precision, max(q.shape[-1], v.shape[-1]))
+    return (interpret, _block("block_m", block_m, launch["block"]), _block("block_n", block_n, launch["block"]),
+            launch["num_warps"] if num_warps is None else num_warps,
+            launch["num_stages"] if num_stages is None else num_stages)
 
 
 def sinkhorn_attention_triton(q, k, v, *, q_mask=None, k_mask=None, log_a=None, log_b=None, config=None, eps=_UNSET,
                               n_iters=_UNSET, tail=_UNSET, band=_UNSET, interpret=None, block_m=None, block_n=None,
-                              precision="ieee") -> torch.Tensor:
+                              precision="ieee", num_warps=None, num_stages=None) -> torch.Tensor:
     """Banded, masked, log-domain balanced Sinkhorn attention with an R = 2 tail (Triton).
 
     Args:
@@ -401,10 +423,15 @@ def sinkhorn_attention_triton(q, k, v, *, q_mask=None, k_mask=None, log_a=None, 
         interpret: expected Triton mode; None accepts the process's mode (the interpreter iff
             TRITON_INTERPRET=1 was set before triton was imported), True/False assert it.
         block_m, block_n: query / key tile sizes (powers of two >= 16; default 16 in the
-            interpreter; natively 64, or 32 for float32 with d or dv > 64).
+            interpreter; natively :func:`~sinkalign.kernels.triton.kernels.default_launch`'s:
+            32 for float32 with exact dots, else 64, or 32 for float32 with d or dv > 64).
         precision: float32 dots at full precision (``"ieee"``, default), or natively as three
             (``"tf32x3"``, close to float32) or one (``"tf32"``, ~1e-3 relative) TF32
             tensor-core passes; bfloat16 / float16 inputs ignore it.
+        num_warps, num_stages: launch options of every kernel (warps per program, a power of
+            two from 1 to 32; software-pipelining stages >= 1); None = ``default_launch``'s (8
+            warps for float32 with exact dots, else 4; 3 stages). Native only (the interpreter
+            has none). For tuning: same results up to float32 summation order.
 
     Returns:
         O = P^(2,2) V [B, H, Lq, dv] in v's dtype; rows of padded queries are 0.
@@ -421,8 +448,9 @@ def sinkhorn_attention_triton(q, k, v, *, q_mask=None, k_mask=None, log_a=None, 
                          "use sinkhorn_attention_ref for other tail depths")
     q_mask, k_mask, log_a, log_b = prepare_inputs(q, k, v, q_mask=q_mask, k_mask=k_mask, log_a=log_a, log_b=log_b,
                                                   eps=eps, n_iters=n_iters, tail=tail, band=band)
-    interpret, block_m, block_n = _kernel_setup(q, v, interpret, block_m, block_n, "sinkhorn_attention_ref", precision)
-    lc = _Launch(q, k, v, band, float(eps), interpret, block_m, block_n, precision)
+    interpret, block_m, block_n, num_warps, num_stages = _kernel_setup(
+        q, v, interpret, block_m, block_n, "sinkhorn_attention_ref", precision, num_warps, num_stages)
+    lc = _Launch(q, k, v, band, float(eps), interpret, block_m, block_n, precision, num_warps, num_stages)
     log.debug("sinkhorn_attention_triton B=%d H=%d Lq=%d Lk=%d d=%d W=%d blocks=%dx%d interpret=%s",
               lc.B, lc.H, lc.Lq, lc.Lk, lc.D, lc.W, block_m, block_n, interpret)
     qm = q_mask.to(torch.int8).contiguous()
@@ -436,7 +464,7 @@ def sinkhorn_attention_triton(q, k, v, *, q_mask=None, k_mask=None, log_a=None, 
 def sinkhorn_dustbin_attention_triton(q, k, v, q_dustbin, k_dustbin, v_dustbin=None, *, q_mask=None, k_mask=None,
                                       config=None, dustbin=None, eps=_UNSET, n_iters=_UNSET, band=_UNSET,
                                       variant=_UNSET, mass=_UNSET, filler=_UNSET, interpret=None, block_m=None,
-                                      block_n=None, precision="ieee") -> torch.Tensor:
+                                      block_n=None, precision="ieee", num_warps=None, num_stages=None) -> torch.Tensor:
     """Sinkhorn attention with learned dustbins (Triton, R = 2): O [B, H, Lq, dv] of the real queries.
 
     The operator of ``sinkalign.sinkhorn.dustbin.dustbin_attention`` (``backward`` R = 2
@@ -465,7 +493,8 @@ def sinkhorn_dustbin_attention_triton(q, k, v, q_dustbin, k_dustbin, v_dustbin=N
         mass: dustbin marginal for ``banded``: ``unit`` (1) or ``length`` (the number of valid
             tokens on the other side, at least 1); ``paper`` requires ``unit``.
         filler: the paper's dustbin block size (>= 1).
-        interpret, block_m, block_n, precision: as :func:`sinkhorn_attention_triton`.
+        interpret, block_m, block_n, precision, num_warps, num_stages: as
+            :func:`sinkhorn_attention_triton`.
 
     Returns:
         O [B, H, Lq, dv] in v's dtype (padded query rows 0), differentiable in q, k, v and the
@@ -484,15 +513,16 @@ def sinkhorn_dustbin_attention_triton(q, k, v, q_dustbin, k_dustbin, v_dustbin=N
                                                                   "filler": filler}).values()
     prob = prepare_dustbin(q, k, v, q_dustbin, k_dustbin, v_dustbin, q_mask=q_mask, k_mask=k_mask, eps=eps,
                            n_iters=n_iters, tail=2, band=band, variant=variant, mass=mass, filler=filler)
-    interpret, block_m, block_n = _kernel_setup(q, v, interpret, block_m, block_n, "sinkhorn_dustbin_attention_ref",
-                                                precision)
+    interpret, block_m, block_n, num_warps, num_stages = _kernel_setup(
+        q, v, interpret, block_m, block_n, "sinkhorn_dustbin_attention_ref", precision, num_warps, num_stages)
     if variant == "paper":
         out = sinkhorn_attention_triton(prob.q, prob.k, prob.v, q_mask=prob.q_valid, k_mask=prob.k_valid,
                                         log_a=prob.log_a, log_b=prob.log_b, eps=eps, n_iters=n_iters, tail=2,
                                         band=prob.band, interpret=interpret, block_m=block_m, block_n=block_n,
-                                        precision=precision)
+                                        precision=precision, num_warps=num_warps, num_stages=num_stages)
         return out[:, :, : prob.lq]
-    lc = _Launch(prob.q, prob.k, prob.v, band, float(eps), interpret, block_m, block_n, precision)
+    lc = _Launch(prob.q, prob.k, prob.v, band, float(eps), interpret, block_m, block_n, precision, num_warps,
+                 num_stages)
     log.debug("sinkhorn_dustbin_attention_triton banded/%s B=%d H=%d Lq=%d Lk=%d d=%d W=%d blocks=%dx%d", mass,
               lc.B, lc.H, prob.lq, prob.lk, lc.D, lc.W, block_m, block_n)
     db = _Dustbins(prob.q_valid, prob.k_valid, lc.H)
