@@ -4,6 +4,7 @@
 #
 #   prepare  (on the development machine, not the device) downloads the wheels setup installs
 #            into .whl/ and copies the C. diphtheriae genome into .gpu/; carry both with the call
+#            (PREPARE_LM_MULTI=1: all the genomes, .gpu/genomes, for lm_multi, and biopython only)
 #   setup    what the machine has (nvidia-smi, versions); installs the wheels in .whl/ that the
 #            image lacks (biopython, pysam, parasail, ott-jax, jaxopt, fair-esm) into /tmp/site
 #            and sinkalign itself (editable, no dependencies)
@@ -51,14 +52,23 @@ pack() { tar -czf "$OUT/results.tar.gz" --exclude=checkpoints -C "$(dirname "$R"
 stamp() { echo "=== $(date -u +%H:%M:%S) $*"; }
 
 prepare() {  # on the development machine, before the first device call: what setup installs and the data
-  stamp "prepare: wheels for the device image (cp312, manylinux) into .whl/, genomes into .gpu/ (both git-ignored)"
-  mkdir -p .whl .gpu
+  # .whl/ and .gpu/ are git-ignored and belong to this phase (remade on each run). The device tool carries
+  # at most 64 MiB with the working tree (~16 MB): the wheels (19 MB) and lm_multi's genomes (41 MB) do
+  # not fit together, so PREPARE_LM_MULTI=1 prepares an lm_multi call (the genomes, biopython only).
+  local wheels="biopython==1.88 parasail==1.3.4 ott-jax==0.6.0 jaxopt==0.8.5"
+  [ "${PREPARE_LM_MULTI:-0}" = 1 ] && wheels="biopython==1.88"
+  stamp "prepare: wheels for the device image (cp312, manylinux) into .whl/ ($wheels), genomes into .gpu/"
+  rm -rf .whl .gpu && mkdir -p .whl .gpu
   $PY -m pip download -q --only-binary=:all: --no-deps --python-version 3.12 --platform manylinux2014_x86_64 \
-    --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 -d .whl \
-    biopython==1.88 parasail==1.3.4 ott-jax==0.6.0 jaxopt==0.8.5 || echo "wheel download failed"
-  cp -n ../shared/data/genomes/GCF_001457455.1_NCTC11397_genomic.fna.gz .gpu/ || echo "genome copy failed"
-  du -sh .whl .gpu  # the device tool carries at most 64 MiB with the working tree: lm_multi's genomes do not fit beside these
+    --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 -d .whl $wheels || echo "wheel download failed"
+  if [ "${PREPARE_LM_MULTI:-0}" = 1 ]; then
+    cp -r ../shared/data/genomes .gpu/genomes || echo "genome copy failed"
+  else
+    cp ../shared/data/genomes/GCF_001457455.1_NCTC11397_genomic.fna.gz .gpu/ || echo "genome copy failed"
+  fi
   grep -qs '^/.whl/$' .git/info/exclude || printf '/.whl/\n/.gpu/\n/gpu_out/\n' >> .git/info/exclude
+  du -sh .whl .gpu
+  echo "working tree that travels: $(git ls-files -z --cached --others --exclude-standard | du -ch --files0-from=- | tail -1)"
 }
 
 setup() {
