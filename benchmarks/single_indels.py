@@ -9,9 +9,10 @@ identity alignment around the gap. A result is **exact** when its pairs equal th
 *some* placement of the deletion that gives the same sequence (a deletion inside a repeat can
 sit anywhere in it with the same residues aligned to the same residues; every such placement
 counts); otherwise its misplaced pairs are counted: those that differ from the nearest correct
-placement, wrong pairs and missing ones (so a column the threshold leaves unaligned counts). Methods: each model (every column: ``min_confidence=0``; and at its threshold), and
-parasail Needleman-Wunsch and Smith-Waterman with the project's scoring (BLOSUM62 11/1; DNA
-+2/-3, 5/2) on the same pairs. Prints a table per alphabet and writes JSON.
+placement, wrong pairs and missing ones (so a column the threshold leaves unaligned counts).
+Methods: each model (every column: ``min_confidence=0``; and at its threshold), and parasail
+Needleman-Wunsch and Smith-Waterman with the project's scoring (BLOSUM62 11/1; DNA +2/-3,
+5/2) on the same pairs. Prints a table per alphabet and writes JSON.
 
     python benchmarks/single_indels.py --lengths 200 500 --indels 1 3
 """
