@@ -82,11 +82,13 @@ def main() -> None:
     ap.add_argument("--model", default="learned", help="a calibrated model (shipped name or directory)")
     ap.add_argument("--thresholds", default=",".join(map(str, THRESHOLDS)))
     ap.add_argument("--max-pairs", type=int, default=None, help="subsample each set (seed 0)")
+    ap.add_argument("--identity-weight", type=float, default=None,
+                    help="the MEA identity tie-break tau (Aligner identity_weight; default: the model's)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     thresholds = [float(t) for t in args.thresholds.split(",")]
 
-    aligner = Aligner.load(args.model, min_confidence=0.0)
+    aligner = Aligner.load(args.model, min_confidence=0.0, identity_weight=args.identity_weight)
     if aligner.calibration is None:
         ap.error(f"{args.model} has no calibration: its columns have no confidences to threshold")
     pairs = load_reference_set(args.shards, split=args.split, max_pairs=args.max_pairs)
@@ -123,9 +125,12 @@ def main() -> None:
                                           for x in calib[first]["bins"]))
     # another model's results never take the shipped model's file
     suffix = "" if args.model == "learned" else "_" + Path(args.model).name
+    if args.identity_weight is not None:
+        suffix += f"_identity{args.identity_weight:g}"
     out = Path(args.json) if args.json else RESULTS / f"aligner_threshold_{args.split}{suffix}.json"
     write_json(out, {"date": date.today().isoformat(), "machine": machine(), "split": args.split,
                      "model": args.model, "shipped_threshold": aligner.calibration.min_confidence,
+                     "identity_weight": aligner.identity_weight,
                      "pairs": {g: len(idx) for g, idx in idx_groups.items()}, "rows": rows,
                      "reliability": calib,
                      # what compare_models.py needs to pair two runs: each pair's counts at the model's
