@@ -10,7 +10,8 @@ identity alignment around the gap. A result is **exact** when its pairs equal th
 sit anywhere in it with the same residues aligned to the same residues; every such placement
 counts); otherwise its misplaced pairs are counted: those that differ from the nearest correct
 placement, wrong pairs and missing ones (so a column the threshold leaves unaligned counts).
-Methods: each model (every column: ``min_confidence=0``; and at its threshold), and parasail
+Methods: each model (every column: ``min_confidence=0``; at its threshold; and every column
+with each MEA identity tie-break of ``--identity-weights``, ``Aligner(identity_weight=)``), and parasail
 Needleman-Wunsch and Smith-Waterman with the project's scoring (BLOSUM62 11/1; DNA +2/-3,
 5/2) on the same pairs. Prints a table per alphabet and writes JSON.
 
@@ -70,6 +71,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--alphabets", nargs="+", default=["protein", "dna"], choices=sorted(ALPHABET))
     ap.add_argument("--protein-models", nargs="+", default=["learned", "blosum"])
+    ap.add_argument("--identity-weights", type=float, nargs="*", default=[0.01, 0.05],
+                    help="also each model, every column, with this MEA identity tie-break (Aligner identity_weight)")
     ap.add_argument("--lengths", type=int, nargs="+", default=[200, 500])
     ap.add_argument("--indels", type=int, nargs="+", default=[1, 3])
     ap.add_argument("--edge", type=int, default=10, help="positions per region (start, middle, end)")
@@ -85,6 +88,9 @@ def main() -> None:
             strand = {"strand": "plus"} if alphabet == "dna" else {}
             methods[f"{name}, every column"] = Aligner.load(model, min_confidence=0.0, **strand)
             methods[f"{name}, threshold"] = Aligner.load(model, **strand)
+            for tau in args.identity_weights:
+                methods[f"{name}, identity {tau:g}"] = Aligner.load(model, min_confidence=0.0, identity_weight=tau,
+                                                                    **strand)
         print(f"\n{alphabet}: exact placements / pairs (misplaced pairs in all), by region start / middle / end")
         for L in args.lengths:
             for k in args.indels:

@@ -33,6 +33,27 @@ def test_shipped_model_loads_and_aligns_identical_sequences_exactly():
     np.testing.assert_array_equal(res.alignment.pairs, np.stack([np.arange(len(seq))] * 2, 1))
 
 
+def test_identity_weight_option_places_a_deletion_between_close_variants(tmp_path):
+    """--identity-weight reaches the aligner: a 300-residue protein and its copy without residue
+    150 get the CIGAR of that deletion with it, and not without it (the default keeps the model's
+    decoding; see benchmarks/single_indels.py)."""
+    rng = np.random.default_rng(300 * 1000 + 150)
+    a = "".join(rng.choice(list("ACDEFGHIKLMNPQRSTVWY"), 300))
+    (tmp_path / "a.fa").write_text(f">a\n{a}\n")
+    (tmp_path / "b.fa").write_text(f">b\n{a[:150] + a[151:]}\n")
+    cigars = []
+    for extra in ([], ["--identity-weight", "0.05"]):
+        out = tmp_path / f"x{len(extra)}.tsv"
+        r = CliRunner().invoke(cli, ["align", str(tmp_path / "a.fa"), str(tmp_path / "b.fa"), "-o", str(out),
+                                     "--min-confidence", "0", "--no-progress", *extra])
+        assert r.exit_code == 0, r.output
+        header, row = out.read_text().splitlines()[:2]
+        cigars.append(row.split("\t")[header.split("\t").index("cigar")])
+    assert cigars[0] != "150M1I149M" and cigars[1] == "150M1I149M"
+    r = CliRunner().invoke(cli, ["align", str(tmp_path / "a.fa"), str(tmp_path / "b.fa"), "--identity-weight", "-1"])
+    assert r.exit_code == 2 and "--identity-weight" in r.output
+
+
 def test_pairs_longer_than_the_largest_bucket_align_in_input_order(monkeypatch):
     """A pair past 1024 residues is aligned alone at a multiple of 512, between the others,
     and a sequence past MAX_LENGTH gets an error naming the pair."""

@@ -20,10 +20,11 @@ from sinkalign.align.band import (
     corridor,
     guide_corridor,
     hit_box,
+    identity_gain_band,
     local_corridor,
 )
 from sinkalign.align.calibration import column_features, local_share
-from sinkalign.align.decode import Posteriors, mea_batch
+from sinkalign.align.decode import Posteriors, identity_gain, mea_batch
 from sinkalign.align.engine import NumpyEngine
 from sinkalign.errors import InputError
 from tests.band_reference import band_mea_rows
@@ -186,6 +187,29 @@ def test_band_mea_is_the_dense_decoder_with_the_outside_unavailable(gap_weight):
         np.testing.assert_array_equal(got.match_posterior, dense.match_posterior)
         assert got.score == pytest.approx(dense.score, rel=1e-13, abs=1e-13)
         assert got.expected_accuracy == pytest.approx(dense.expected_accuracy, rel=1e-13)
+
+
+def test_band_mea_bonus_is_the_dense_decoders_and_the_identity_gain_on_the_band():
+    """With a bonus on the band's cells (an identity tie-break), the banded decoder is the dense
+    one with the same bonus (0 outside), and identity_gain_band is identity_gain on the cells."""
+    rng = np.random.default_rng(6)
+    for trial in range(100):
+        m, n = (int(x) for x in rng.integers(1, 25, 2))
+        B = _random_band(rng, m, n, radius=int(rng.integers(0, 4)))
+        query, target = _random_seq(rng, m, "ACGT"), _random_seq(rng, n, "ACGT")
+        qg, tg = rng.random(m), rng.random(n)
+        ident = identity_gain_band(query, target, B, "dna")
+        np.testing.assert_array_equal(ident, identity_gain(query, target, "dna")[B.rows, B.cols])
+        bonus = 0.3 * ident
+        dense_bonus = B.with_data(bonus).to_dense()
+        dense = mea_batch([Posteriors(B.to_dense(), qg, tg)], gap_weight=0.2, bonus=[dense_bonus])[0]
+        got = band_mea(BandPosteriors(B, qg, tg), gap_weight=0.2, bonus=bonus)
+        np.testing.assert_array_equal(got.pairs, dense.pairs, err_msg=str(trial))
+        np.testing.assert_array_equal(got.match_posterior, dense.match_posterior)
+        assert got.score == pytest.approx(dense.score, rel=1e-13, abs=1e-13)
+    with pytest.raises(ValueError, match=r"bonus must be finite with one entry per band cell \(4\)"):
+        band_mea(BandPosteriors(BandMatrix(np.array([0, 1]), np.array([2, 3]), np.ones(4), 3), np.zeros(2),
+                                np.zeros(3)), bonus=np.zeros(3))
 
 
 def test_band_mea_handles_empty_rows_and_ties():

@@ -18,6 +18,7 @@ from sinkalign.align.decode import (
     alignment_stats,
     check_pairs,
     cigar,
+    identity_gain,
     mea_align,
     mea_batch,
     mea_from_posteriors,
@@ -280,6 +281,47 @@ def test_both_dynamic_programmes_give_the_plain_tables_moves_on_a_padded_stack()
             assert moves.best[b] == S[m, n]
             got = _trace_moves(moves.buf, moves.si, moves.sj, moves.base(b), m, n)
             np.testing.assert_array_equal(got, _traceback(S), err_msg=f"{run.__name__} {m} x {n}")
+
+
+def test_identity_gain_counts_only_canonical_residues():
+    got = identity_gain("ACxXBa", "aXCBA", "protein")
+    assert got.shape == (6, 5) and got.dtype == bool
+    assert got.nonzero()[0].tolist() == [0, 0, 1, 5, 5] and got.nonzero()[1].tolist() == [0, 4, 2, 0, 4]
+    dna = identity_gain("ACGUN", "TNacg", "dna")  # U is T; N matches nothing, not even N
+    assert dna.nonzero()[0].tolist() == [0, 1, 2, 3] and dna.nonzero()[1].tolist() == [2, 3, 4, 0]
+    with pytest.raises(ValueError, match="alphabet='rna' is not one of"):
+        identity_gain("A", "A", "rna")
+
+
+def test_mea_batch_bonus_breaks_a_tie_and_keeps_the_posteriors_objective():
+    """Two chains of equal posterior sum (one target residue, either query residue); a bonus
+    on one chain's cell picks it; without a bonus (None, or no list) the result is the plain
+    one bit for bit; the score and posteriors are those of the posteriors alone."""
+    M = np.array([[0.5], [0.5]])
+    qg, tg = np.array([0.1, 0.2]), np.array([0.05])
+    rng = np.random.default_rng(3)
+    other = (rng.random((7, 6)) * (rng.random((7, 6)) < 0.5), rng.random(7) * 0.1, rng.random(6) * 0.1)
+    plain = mea_batch([(M, qg, tg), other], gap_weight=0.0)
+    for bonus in ([None, None], None):
+        same = mea_batch([(M, qg, tg), other], gap_weight=0.0, bonus=bonus)
+        for a, b in zip(same, plain):
+            np.testing.assert_array_equal(a.pairs, b.pairs)
+            assert a.score == b.score and a.expected_accuracy == b.expected_accuracy
+    for row in (0, 1):
+        bonus = np.zeros_like(M)
+        bonus[row, 0] = 1e-3
+        got = mea_batch([(M, qg, tg), other], gap_weight=0.0, bonus=[bonus, None])
+        assert got[0].pairs.tolist() == [[row, 0]]
+        ref = alignment_of_pairs(got[0].pairs, [0.5], qg, tg, gap_weight=0.0)
+        assert got[0].score == ref.score == 0.5 and got[0].expected_accuracy == ref.expected_accuracy
+        np.testing.assert_array_equal(got[0].match_posterior, [0.5])
+        np.testing.assert_array_equal(got[1].pairs, plain[1].pairs)  # the other pair keeps its decoding
+    with pytest.raises(ValueError, match="bonus has 1 entries for 2 pairs"):
+        mea_batch([(M, qg, tg), other], bonus=[None])
+    with pytest.raises(ValueError, match=r"bonus 0 must be finite with the match posteriors' shape \(2, 1\)"):
+        mea_batch([(M, qg, tg), other], bonus=[np.zeros((1, 2)), None])
+    with pytest.raises(ValueError, match="bonus 1 must be finite"):
+        mea_batch([(M, qg, tg), other], bonus=[None, np.full((7, 6), np.nan)])
 
 
 def test_mea_traceback_follows_long_runs_of_each_move():

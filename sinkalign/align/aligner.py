@@ -36,10 +36,10 @@ from typing import Any
 import numpy as np
 
 from sinkalign.align import model as M
-from sinkalign.align.band import BandMatrix, band_mea, classical_guides, guide_corridor, local_corridor
+from sinkalign.align.band import BandMatrix, band_mea, classical_guides, guide_corridor, identity_gain_band, local_corridor
 from sinkalign.align.calibration import Calibration, check_min_confidence
 from sinkalign.align.checkpoints import BUCKETS, load_checkpoint
-from sinkalign.align.decode import mea_batch, plan_posteriors
+from sinkalign.align.decode import identity_gain, mea_batch, plan_posteriors
 from sinkalign.align.engine import NumpyEngine, engine_support
 from sinkalign.align.significance import Significance
 from sinkalign.alignment import AlignedPair, reverse_complement
@@ -242,6 +242,10 @@ class Aligner:
         backend: ``reference`` (pure JAX operator) or ``pallas`` (blockwise kernels); the
             ``numpy`` engine computes the reference operator's plans.
         gap_weight: MEA gap weight (0 = gaps free, the decoding the model was tuned with).
+        identity_weight: MEA tie-break towards identical residues: ``tau * [a_i == b_j]``
+            added to each residue pair's gain (:func:`~sinkalign.align.decode.identity_gain`;
+            the alignment's posteriors and score are the model's). Default: the model's
+            ``decode_identity_weight``; 0 = off.
         calibration: maps raw plan posteriors to calibrated probabilities (see
             :mod:`sinkalign.align.calibration`); a model directory carries its own, and
             ``None`` reports the raw posteriors.
@@ -281,7 +285,7 @@ class Aligner:
                  gap_weight: float | None = None, calibration: Calibration | None = None, engine: str = "auto",
                  workers: int | None = None, min_confidence: float | None = None,
                  significance: Significance | None = None, strand: str | None = None,
-                 band: int | str | None = None):
+                 band: int | str | None = None, identity_weight: float | None = None):
         if backend not in BACKENDS:
             raise InputError(f"backend={backend!r} is not one of {BACKENDS}")
         if engine not in ENGINES:
@@ -292,6 +296,10 @@ class Aligner:
         self.gap_weight = config.decode_gap_weight if gap_weight is None else float(gap_weight)
         if self.gap_weight < 0:
             raise InputError(f"gap_weight={self.gap_weight} must be >= 0")
+        self.identity_weight = (config.decode_identity_weight if identity_weight is None
+                                else float(identity_weight))
+        if not math.isfinite(self.identity_weight) or self.identity_weight < 0:
+            raise InputError(f"identity_weight={self.identity_weight} must be a finite number >= 0")
         if min_confidence is None:
             min_confidence = 0.0 if calibration is None else calibration.min_confidence
         self.min_confidence = check_min_confidence(min_confidence)
@@ -616,8 +624,17 @@ class Aligner:
         plan = solution.dense_plan() if keep_plan else None
         # the confidences compare with the same alignments when they score as the guides do
         same = self.calibration is not None and self.calibration.kind == self._kind
-        return self._finish(item, post, band_mea(post, gap_weight=self.gap_weight), plan,
+        bonus = None
+        if self.identity_weight:
+            bonus = self.identity_weight * identity_gain_band(q, t, post.match, self._kind)
+        return self._finish(item, post, band_mea(post, gap_weight=self.gap_weight, bonus=bonus), plan,
                             baselines=guides if same else None, box=box)
+
+    def _bonus(self, items) -> list | None:
+        """The identity tie-break of these pairs' dense decoding (None when off)."""
+        if not self.identity_weight:
+            return None
+        return [self.identity_weight * identity_gain(item[1], item[3], self._kind) for item in items]
 
     @property
     def _kind(self) -> str:
@@ -661,7 +678,7 @@ class Aligner:
         plans = [sol.plan() if keep_plan else None for sol in solved]
         posts = [sol.posteriors() for sol in solved]
         del solved
-        alns = mea_batch(posts, gap_weight=self.gap_weight)
+        alns = mea_batch(posts, gap_weight=self.gap_weight, bonus=self._bonus(good))
         dense = iter([self._finish(item, post, aln, plan) for item, plan, post, aln in zip(good, plans, posts, alns)])
         out = [next(dense) if slot is None else slot for slot in slots]
         return out + ([error] if error is not None else [])
@@ -747,7 +764,7 @@ class Aligner:
         def task(idx):
             plans = [M.pair_plan(np.asarray(rows[i], np.float64), len(chunk[i][1]), len(chunk[i][3])) for i in idx]
             posts = [plan_posteriors(plan) for plan in plans]
-            alns = mea_batch(posts, gap_weight=self.gap_weight)
+            alns = mea_batch(posts, gap_weight=self.gap_weight, bonus=self._bonus([chunk[i] for i in idx]))
             return [self._finish(chunk[i], post, aln, plan if keep_plan else None)
                     for i, plan, post, aln in zip(idx, plans, posts, alns)]
 

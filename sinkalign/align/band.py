@@ -32,7 +32,7 @@ import numpy as np
 from sinkalign.alignment import Alignment
 
 __all__ = ["BandMatrix", "BandPosteriors", "band_mea", "classical_guides", "corridor", "guide_corridor", "hit_box",
-           "local_corridor"]
+           "identity_gain_band", "local_corridor"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -190,7 +190,15 @@ def corridor(guides, m: int, n: int, radius: int, *, local: tuple = ()) -> tuple
     return np.clip(lo, 0, n), np.clip(hi, 0, n)
 
 
-def band_mea(post: BandPosteriors, *, gap_weight: float = 0.0) -> Alignment:
+def identity_gain_band(query: str, target: str, band: BandMatrix, alphabet: str = "protein") -> np.ndarray:
+    """:func:`~sinkalign.align.decode.identity_gain` on ``band``'s cells: ``bool [nnz]`` in its
+    data order (row by row, each row's columns ``lo .. hi - 1``)."""
+    from sinkalign.align.decode import _identity_codes
+
+    return _identity_codes(query, alphabet)[band.rows] == _identity_codes(target, alphabet, unknown=-2)[band.cols]
+
+
+def band_mea(post: BandPosteriors, *, gap_weight: float = 0.0, bonus: np.ndarray | None = None) -> Alignment:
     """:func:`~sinkalign.align.decode.mea_from_posteriors` with the cells outside the band
     unavailable: the heaviest monotone chain of ``W = match - gap_weight (query_gap +
     target_gap)`` over the band's cells.
@@ -200,7 +208,9 @@ def band_mea(post: BandPosteriors, *, gap_weight: float = 0.0) -> Alignment:
     maximum of everything above): each kept entry is the dense programme's, bit for bit, and
     the traceback makes the same moves (ties to gaps), so a band covering every cell gives
     exactly :func:`~sinkalign.align.decode.mea_batch`'s alignment. ``O(nnz)`` time, one float
-    of ``S`` per cell.
+    of ``S`` per cell. ``bonus`` (``[nnz]``, the band's cell order, finite): added to the gain,
+    as :func:`~sinkalign.align.decode.mea_batch`'s (:func:`identity_gain_band`); the score is
+    then the objective of the chosen pairs without it.
     """
     from sinkalign.align.decode import alignment_of_pairs
 
@@ -213,6 +223,11 @@ def band_mea(post: BandPosteriors, *, gap_weight: float = 0.0) -> Alignment:
         widths = M.hi - M.lo
         cols = np.arange(M.nnz) - np.repeat(M.indptr[:-1] - M.lo, widths)  # M.cols, not kept on M
         w = w - gap_weight * (np.repeat(qg, widths) + tg[cols])
+    if bonus is not None:
+        bonus = np.asarray(bonus, np.float64)
+        if bonus.shape != (M.nnz,) or not np.all(np.isfinite(bonus)):
+            raise ValueError(f"bonus must be finite with one entry per band cell ({M.nnz}), got shape {bonus.shape}")
+        w = w + bonus
     lo, hi, ptr = M.lo.tolist(), M.hi.tolist(), M.indptr.tolist()
     S, row_max = _band_table(w, lo, hi, ptr, n)
     at = (M.indptr[:-1] + np.arange(1, m + 1) - M.lo).tolist()  # cell (i, j) is S[at[i] + j]
@@ -220,6 +235,8 @@ def band_mea(post: BandPosteriors, *, gap_weight: float = 0.0) -> Alignment:
     pairs = _band_traceback(S, row_max, lo, hi, at, n)
     mp = M.at(pairs[:, 0], pairs[:, 1]) if len(pairs) else np.zeros(0)
     aln = alignment_of_pairs(pairs, mp, qg, tg, gap_weight=gap_weight)
+    if bonus is not None:  # the table holds the bonus too: the objective of the pairs, summed
+        return aln
     # the objective as the programme found it (the same number alignment_of_pairs sums, up to rounding)
     return Alignment(aln.pairs, aln.match_posterior, qg, tg, aln.expected_accuracy,
                      best + gap_weight * (qg.sum() + tg.sum()))

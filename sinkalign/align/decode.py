@@ -37,6 +37,7 @@ __all__ = [
     "as_pairs",
     "check_pairs",
     "cigar",
+    "identity_gain",
     "mea_align",
     "mea_batch",
     "mea_from_posteriors",
@@ -369,7 +370,32 @@ def _gain(M: np.ndarray, qg: np.ndarray, tg: np.ndarray, gap_weight: float) -> n
     return M - gap_weight * (qg[:, None] + tg[None, :])  # [m, n]
 
 
-def mea_batch(posteriors: list, *, gap_weight: float = 1.0, slack: float = 1.3) -> list[Alignment]:
+def identity_gain(query: str, target: str, alphabet: str = "protein") -> np.ndarray:
+    """``bool [m, n]``: the residue pairs that are the same letter of the alphabet's canonical
+    residues (protein: the 20 amino acids; DNA: A, C, G, T, with U as T), case-insensitive. An
+    unknown or ambiguous residue (X, N, B, ...) is identical to nothing. The evidence an
+    identity tie-break adds to the MEA gain (:func:`mea_batch` ``bonus``)."""
+    return _identity_codes(query, alphabet)[:, None] == _identity_codes(target, alphabet, unknown=-2)[None, :]
+
+
+_CANONICAL = {"protein": "ACDEFGHIKLMNPQRSTVWY", "dna": "ACGT"}
+
+
+def _identity_codes(seq: str, alphabet: str, unknown: int = -1) -> np.ndarray:
+    """``int16 [L]``: each residue's index among the alphabet's canonical residues, ``unknown``
+    for any other (two different ``unknown`` values never compare equal)."""
+    if alphabet not in _CANONICAL:
+        raise ValueError(f"{alphabet=} is not one of {tuple(_CANONICAL)}")
+    table = np.full(256, unknown, np.int16)
+    for k, ch in enumerate(_CANONICAL[alphabet]):
+        table[ord(ch)] = table[ord(ch.lower())] = k
+    if alphabet == "dna":
+        table[ord("U")] = table[ord("u")] = _CANONICAL["dna"].index("T")
+    return table[np.frombuffer(seq.encode("latin-1", "replace"), np.uint8)]
+
+
+def mea_batch(posteriors: list, *, gap_weight: float = 1.0, slack: float = 1.3,
+              bonus: list | None = None) -> list[Alignment]:
     """:func:`mea_from_posteriors` of many pairs, faster: the dynamic programmes of pairs of
     similar shape run as one stack (see :func:`_mea_moves`), so each row costs a few array
     operations for the whole group instead of for each pair.
@@ -379,13 +405,31 @@ def mea_batch(posteriors: list, *, gap_weight: float = 1.0, slack: float = 1.3) 
             float64 arrays, as :func:`plan_posteriors` returns them (not re-validated).
         gap_weight: as in :func:`mea_from_posteriors`.
         slack: a group is padded to at most ``slack`` times the cells of its pairs.
+        bonus: per pair, ``None`` or a finite ``[m, n]`` array added to the gain the chain
+            maximises (e.g. ``tau *`` :func:`identity_gain`: an identity tie-break); the
+            alignment's posteriors, score and expected accuracy stay those of the posteriors
+            (:func:`alignment_of_pairs` of the chosen pairs).
 
     Returns the alignments in input order, each identical (pairs, posteriors, score) to
-    :func:`mea_from_posteriors` of the same pair.
+    :func:`mea_from_posteriors` of the same pair where it has no bonus.
     """
     if not np.isfinite(gap_weight) or gap_weight < 0:
         raise ValueError(f"{gap_weight=} must be finite and >= 0")
     posts = [tuple(p) for p in posteriors]
+    if bonus is not None:
+        if len(bonus) != len(posts):
+            raise ValueError(f"bonus has {len(bonus)} entries for {len(posts)} pairs")
+        for k, (b, p) in enumerate(zip(bonus, posts)):
+            if b is not None and (np.shape(b) != np.shape(p[0]) or not np.all(np.isfinite(b))):
+                raise ValueError(f"bonus {k} must be finite with the match posteriors' shape {np.shape(p[0])}, "
+                                 f"got shape {np.shape(b)}")
+    extra = [None] * len(posts) if bonus is None else list(bonus)
+
+    def gain(k):
+        M, qg, tg = posts[k]
+        g = _gain(M, qg, tg, gap_weight)
+        return g if extra[k] is None else g + extra[k]
+
     out: list[Alignment | None] = [None] * len(posts)
     order = sorted(range(len(posts)), key=lambda k: posts[k][0].shape)
     start = 0
@@ -400,23 +444,25 @@ def mea_batch(posteriors: list, *, gap_weight: float = 1.0, slack: float = 1.3) 
             stop += 1
         group = order[start:stop]
         if len(group) == 1:  # alone: no stack to copy into
-            M, qg, tg = posts[group[0]]
-            W = _gain(M, qg, tg, gap_weight)[None]
+            W = gain(group[0])[None]
             group_items = ()
         else:
             W = _scratch("gain", (len(group), big_m, big_n), np.float64)
             group_items = enumerate(group)
         for g, k in group_items:
-            M, qg, tg = posts[k]
-            m, n = M.shape
-            W[g, :m, :n] = _gain(M, qg, tg, gap_weight)
+            m, n = posts[k][0].shape
+            W[g, :m, :n] = gain(k)
             W[g, m:] = 0.0  # padding: never read by the pair's own cells, but kept finite
             W[g, :m, n:] = 0.0
         moves = _mea_moves(W, [posts[k][0].shape for k in group])
         for g, k in enumerate(group):
             M, qg, tg = posts[k]
             pairs = _trace_moves(moves.buf, moves.si, moves.sj, moves.base(g), *M.shape)
-            out[k] = _finish(M, qg, tg, gap_weight, pairs, moves.best[g])
+            if extra[k] is None:
+                out[k] = _finish(M, qg, tg, gap_weight, pairs, moves.best[g])
+            else:  # the table's corner holds the bonus too: the objective of the pairs, summed
+                mp = M[pairs[:, 0], pairs[:, 1]] if pairs.size else np.zeros(0)
+                out[k] = alignment_of_pairs(pairs, mp, qg, tg, gap_weight=gap_weight)
         start = stop
     return out
 

@@ -114,6 +114,9 @@ class AlignerConfig:
     dustbin: DustbinConfig | None = field(default_factory=DustbinConfig)
     losses: dict = field(default_factory=lambda: {"ce": 1.0, "recon": 0.0, "mono": 0.1})
     decode_gap_weight: float = 0.0
+    # MEA tie-break towards identical residues: tau * [a_i == b_j] added to the decoding's gain
+    # (sinkalign.align.decode.identity_gain); 0 = off
+    decode_identity_weight: float = 0.0
     # built-in residue encoder (no embedder, no pretrained weights): residual dilated 1-D
     # convolutions over one-hot + BLOSUM62-row features; 0 channels = off
     res_ctx_dim: int = 0
@@ -141,9 +144,10 @@ class AlignerConfig:
             check_int("ctx_layers", self.ctx_layers, 0)
             check_int("ctx_kernel", self.ctx_kernel, 1)
             check_int("qk_ctx_dim", self.qk_ctx_dim, 1)
-        gw = self.decode_gap_weight
-        if isinstance(gw, bool) or not isinstance(gw, numbers.Real) or not math.isfinite(gw) or gw < 0:
-            raise InputError(f"decode_gap_weight={gw!r} must be a finite number >= 0")
+        for name in ("decode_gap_weight", "decode_identity_weight"):
+            gw = getattr(self, name)
+            if isinstance(gw, bool) or not isinstance(gw, numbers.Real) or not math.isfinite(gw) or gw < 0:
+                raise InputError(f"{name}={gw!r} must be a finite number >= 0")
         if self.res_ctx_dim:
             check_int("res_ctx_layers", self.res_ctx_layers, 0)
             check_int("res_ctx_kernel", self.res_ctx_kernel, 1)

@@ -53,6 +53,7 @@ class ModelSpec:
     threads: int | None = None  # the numpy engine's threads in this process (None: every CPU it may use)
     strand: str | None = None  # nucleotide models: plus, minus or both (None: the aligner's default, both)
     band: int | str | None = None  # a corridor of this radius for every pair, "dense", or None (long pairs banded)
+    identity_weight: float | None = None  # the MEA identity tie-break (None: the model's)
 
 
 _ALIGNERS: dict = {}
@@ -106,6 +107,7 @@ def load_aligner(spec: ModelSpec):
     extra["strand"] = spec.strand
     if spec.band is not None:
         extra["band"] = spec.band
+    extra["identity_weight"] = spec.identity_weight
     aligner = Aligner.load(path, backend=spec.backend, gap_weight=spec.gap_weight, **extra)
     trained_with = aligner.config.embedder.get("name") if aligner.config.feature_dim else None
     if spec.embedder is not None and spec.embedder != (trained_with or "none"):
