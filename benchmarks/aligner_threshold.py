@@ -84,11 +84,14 @@ def main() -> None:
     ap.add_argument("--max-pairs", type=int, default=None, help="subsample each set (seed 0)")
     ap.add_argument("--identity-weight", type=float, default=None,
                     help="the MEA identity tie-break tau (Aligner identity_weight; default: the model's)")
+    ap.add_argument("--identity-min", type=float, default=None,
+                    help="... only for pairs whose plain decoding is at least this identical (Aligner identity_min)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     thresholds = [float(t) for t in args.thresholds.split(",")]
 
-    aligner = Aligner.load(args.model, min_confidence=0.0, identity_weight=args.identity_weight)
+    aligner = Aligner.load(args.model, min_confidence=0.0, identity_weight=args.identity_weight,
+                           identity_min=args.identity_min)
     if aligner.calibration is None:
         ap.error(f"{args.model} has no calibration: its columns have no confidences to threshold")
     pairs = load_reference_set(args.shards, split=args.split, max_pairs=args.max_pairs)
@@ -127,10 +130,12 @@ def main() -> None:
     suffix = "" if args.model == "learned" else "_" + Path(args.model).name
     if args.identity_weight is not None:
         suffix += f"_identity{args.identity_weight:g}"
+    if args.identity_min is not None:
+        suffix += f"_min{args.identity_min:g}"
     out = Path(args.json) if args.json else RESULTS / f"aligner_threshold_{args.split}{suffix}.json"
     write_json(out, {"date": date.today().isoformat(), "machine": machine(), "split": args.split,
                      "model": args.model, "shipped_threshold": aligner.calibration.min_confidence,
-                     "identity_weight": aligner.identity_weight,
+                     "identity_weight": aligner.identity_weight, "identity_min": aligner.identity_min,
                      "pairs": {g: len(idx) for g, idx in idx_groups.items()}, "rows": rows,
                      "reliability": calib,
                      # what compare_models.py needs to pair two runs: each pair's counts at the model's

@@ -10,10 +10,12 @@ identity alignment around the gap. A result is **exact** when its pairs equal th
 sit anywhere in it with the same residues aligned to the same residues; every such placement
 counts); otherwise its misplaced pairs are counted: those that differ from the nearest correct
 placement, wrong pairs and missing ones (so a column the threshold leaves unaligned counts).
-Methods: each model (every column: ``min_confidence=0``; at its threshold; and every column
-with each MEA identity tie-break of ``--identity-weights``, ``Aligner(identity_weight=)``), and parasail
-Needleman-Wunsch and Smith-Waterman with the project's scoring (BLOSUM62 11/1; DNA +2/-3,
-5/2) on the same pairs. Prints a table per alphabet and writes JSON.
+Methods: each model as it decodes (every column: ``min_confidence=0``; at its threshold), its
+plain decoding (``identity_weight=0``; every column, and at the threshold), and every column with each MEA identity
+tie-break of ``--identity-weights`` (``Aligner(identity_weight=)``), for every pair or only
+those whose plain decoding is ``--identity-mins`` identical; and parasail Needleman-Wunsch and
+Smith-Waterman with the project's scoring (BLOSUM62 11/1; DNA +2/-3, 5/2) on the same pairs.
+Prints a table per alphabet and writes JSON.
 
     python benchmarks/single_indels.py --lengths 200 500 --indels 1 3
 """
@@ -73,6 +75,8 @@ def main() -> None:
     ap.add_argument("--protein-models", nargs="+", default=["learned", "blosum"])
     ap.add_argument("--identity-weights", type=float, nargs="*", default=[0.01, 0.05],
                     help="also each model, every column, with this MEA identity tie-break (Aligner identity_weight)")
+    ap.add_argument("--identity-mins", type=float, nargs="+", default=[0.0, 0.9],
+                    help="... for the pairs whose plain decoding is at least this identical (Aligner identity_min)")
     ap.add_argument("--lengths", type=int, nargs="+", default=[200, 500])
     ap.add_argument("--indels", type=int, nargs="+", default=[1, 3])
     ap.add_argument("--edge", type=int, default=10, help="positions per region (start, middle, end)")
@@ -88,9 +92,13 @@ def main() -> None:
             strand = {"strand": "plus"} if alphabet == "dna" else {}
             methods[f"{name}, every column"] = Aligner.load(model, min_confidence=0.0, **strand)
             methods[f"{name}, threshold"] = Aligner.load(model, **strand)
+            methods[f"{name}, plain decoding"] = Aligner.load(model, min_confidence=0.0, identity_weight=0.0, **strand)
+            methods[f"{name}, plain decoding, threshold"] = Aligner.load(model, identity_weight=0.0, **strand)
             for tau in args.identity_weights:
-                methods[f"{name}, identity {tau:g}"] = Aligner.load(model, min_confidence=0.0, identity_weight=tau,
-                                                                    **strand)
+                for h in args.identity_mins:
+                    label = f"{name}, identity {tau:g}" + (f" if >= {h:g}" if h else "")
+                    methods[label] = Aligner.load(model, min_confidence=0.0, identity_weight=tau, identity_min=h,
+                                                  **strand)
         print(f"\n{alphabet}: exact placements / pairs (misplaced pairs in all), by region start / middle / end")
         for L in args.lengths:
             for k in args.indels:

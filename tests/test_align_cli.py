@@ -35,21 +35,24 @@ def test_shipped_model_loads_and_aligns_identical_sequences_exactly():
 
 def test_identity_weight_option_places_a_deletion_between_close_variants(tmp_path):
     """--identity-weight reaches the aligner: a 300-residue protein and its copy without residue
-    150 get the CIGAR of that deletion with it, and not without it (the default keeps the model's
-    decoding; see benchmarks/single_indels.py)."""
+    150 get the CIGAR of that deletion with the shipped model's tie-break (0.05 for pairs at least
+    90% identical) and with --identity-weight 0.05, not with --identity-weight 0
+    (benchmarks/single_indels.py); --identity-min 1 is above this pair's plain decoding."""
     rng = np.random.default_rng(300 * 1000 + 150)
     a = "".join(rng.choice(list("ACDEFGHIKLMNPQRSTVWY"), 300))
     (tmp_path / "a.fa").write_text(f">a\n{a}\n")
     (tmp_path / "b.fa").write_text(f">b\n{a[:150] + a[151:]}\n")
     cigars = []
-    for extra in ([], ["--identity-weight", "0.05"]):
-        out = tmp_path / f"x{len(extra)}.tsv"
+    runs = ([], ["--identity-weight", "0"], ["--identity-weight", "0.05", "--identity-min", "0"],
+            ["--identity-min", "1"])
+    for k, extra in enumerate(runs):
+        out = tmp_path / f"x{k}.tsv"
         r = CliRunner().invoke(cli, ["align", str(tmp_path / "a.fa"), str(tmp_path / "b.fa"), "-o", str(out),
                                      "--min-confidence", "0", "--no-progress", *extra])
         assert r.exit_code == 0, r.output
         header, row = out.read_text().splitlines()[:2]
         cigars.append(row.split("\t")[header.split("\t").index("cigar")])
-    assert cigars[0] != "150M1I149M" and cigars[1] == "150M1I149M"
+    assert cigars[0] == cigars[2] == "150M1I149M" != cigars[1] and cigars[3] == cigars[1]
     r = CliRunner().invoke(cli, ["align", str(tmp_path / "a.fa"), str(tmp_path / "b.fa"), "--identity-weight", "-1"])
     assert r.exit_code == 2 and "--identity-weight" in r.output
 

@@ -451,7 +451,7 @@ def test_jax_engine_decodes_a_chunk_of_long_pairs_on_several_threads(monkeypatch
     for n, L in enumerate([120, 40, 45, 150, 130]):
         anc = "".join(rng.choice(list("ACDEFGHIKLMNPQRSTVWY"), L))
         items.append((f"q{n}", anc, f"t{n}", _mutate(rng, anc)))
-    aligner = Aligner.load(engine="jax", workers=2)
+    aligner = Aligner.load(engine="jax", workers=2, identity_weight=0)  # one MEA call per task
     ref = list(aligner.align_many(items, batch_size=8))  # one chunk, one task (5 pairs, < TASK_CELLS)
     seen = []
     mea_batch = A.mea_batch
@@ -472,26 +472,54 @@ def test_jax_engine_decodes_a_chunk_of_long_pairs_on_several_threads(monkeypatch
 
 def test_identity_weight_places_a_single_deletion_on_every_path():
     """A pair that differs by one deletion in the middle: the shipped model misplaces the gap by a
-    residue or two (benchmarks/single_indels.py); the identity tie-break puts it where it belongs,
-    the same on the dense numpy path, a corridor and the jax engine. Off by default (the model's
-    decode_identity_weight, 0: it costs accuracy on remote homologs)."""
+    residue or two without the identity tie-break (benchmarks/single_indels.py); with it the gap
+    is where it belongs, the same on the dense numpy path, a corridor and the jax engine. The
+    shipped model applies it to close pairs (decode_identity_weight 0.05, decode_identity_min 0.9)."""
     L, pos = 300, 150
     rng = np.random.default_rng(L * 1000 + pos)
     query = "".join(rng.choice(list(AA), L))
     target = query[:pos] + query[pos + 1:]
     truth = [[i, i if i < pos else i - 1] for i in range(L) if i != pos]
     default = Aligner.load(min_confidence=0.0)
-    assert default.identity_weight == default.config.decode_identity_weight == 0.0
-    assert default.align(query, target).pairs.tolist() != truth
+    assert (default.identity_weight, default.identity_min) == (0.05, 0.9)
+    assert (default.config.decode_identity_weight, default.config.decode_identity_min) == (0.05, 0.9)
+    assert default.align(query, target).pairs.tolist() == truth
+    assert Aligner.load(min_confidence=0.0, identity_weight=0).align(query, target).pairs.tolist() != truth
     for kwargs in ({}, {"band": 32}, {"engine": "jax"}):
-        got = Aligner.load(min_confidence=0.0, identity_weight=0.05, **kwargs).align(query, target)
+        got = Aligner.load(min_confidence=0.0, identity_weight=0.05, identity_min=0, **kwargs).align(query, target)
         assert got.pairs.tolist() == truth, kwargs
-        ref = Aligner.load(min_confidence=0.0, **kwargs).align(query, target)
+        ref = Aligner.load(min_confidence=0.0, identity_weight=0, **kwargs).align(query, target)
         np.testing.assert_allclose(got.alignment.query_gap_posterior, ref.alignment.query_gap_posterior)
     with pytest.raises(InputError, match="identity_weight=-1.0 must be a finite number >= 0"):
         Aligner.load(identity_weight=-1)
     with pytest.raises(InputError, match="decode_identity_weight=nan must be a finite number >= 0"):
         M.AlignerConfig(decode_identity_weight=float("nan"))
+
+
+def test_identity_min_limits_the_tie_break_to_close_pairs():
+    """With identity_min, the close pair of the test above is decoded again with the tie-break
+    (on every path), and a remote pair, whose plain decoding is far below the share, keeps its
+    plain decoding bit for bit."""
+    L, pos = 300, 150
+    rng = np.random.default_rng(L * 1000 + pos)
+    query = "".join(rng.choice(list(AA), L))
+    close = query[:pos] + query[pos + 1:]
+    remote = _mutate(np.random.default_rng(5), query, rate=0.75)
+    truth = [[i, i if i < pos else i - 1] for i in range(L) if i != pos]
+    for kwargs in ({}, {"band": 32}, {"engine": "jax"}):
+        plain = Aligner.load(min_confidence=0.0, identity_weight=0, **kwargs)
+        tied = Aligner.load(min_confidence=0.0, identity_weight=0.05, identity_min=0.9, **kwargs)
+        assert tied.identity_min == 0.9 and plain.identity_weight == 0.0
+        got = list(tied.align_many([("q", query, "c", close), ("q", query, "r", remote)]))
+        ref = list(plain.align_many([("q", query, "c", close), ("q", query, "r", remote)]))
+        assert got[0].alignment.pairs.tolist() == truth != ref[0].alignment.pairs.tolist(), kwargs
+        np.testing.assert_array_equal(got[1].alignment.pairs, ref[1].alignment.pairs)
+        assert got[1].alignment.score == ref[1].alignment.score and got[1].evalue == ref[1].evalue
+    for bad in (-0.1, 1.5, float("nan")):
+        with pytest.raises(InputError, match="identity_min=.* must be a share between 0 and 1"):
+            Aligner.load(identity_min=bad)
+    with pytest.raises(InputError, match="decode_identity_min=2 must be at most 1"):
+        M.AlignerConfig(decode_identity_min=2)
 
 
 def test_encoded_sequences_are_cached_within_a_bound_and_give_the_same_alignments():

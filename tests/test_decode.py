@@ -22,6 +22,7 @@ from sinkalign.align.decode import (
     mea_align,
     mea_batch,
     mea_from_posteriors,
+    pair_identity,
     plan_posteriors,
     to_gapped,
 )
@@ -291,6 +292,9 @@ def test_identity_gain_counts_only_canonical_residues():
     assert dna.nonzero()[0].tolist() == [0, 1, 2, 3] and dna.nonzero()[1].tolist() == [2, 3, 4, 0]
     with pytest.raises(ValueError, match="alphabet='rna' is not one of"):
         identity_gain("A", "A", "rna")
+    assert pair_identity("ACDX", "ACEX", [[0, 0], [1, 1], [2, 2], [3, 3]]) == 0.5  # X is identical to nothing
+    assert pair_identity("ACGT", "ACGU", [[3, 3]], "dna") == 1.0
+    assert np.isnan(pair_identity("A", "A", np.zeros((0, 2))))
 
 
 def test_mea_batch_bonus_breaks_a_tie_and_keeps_the_posteriors_objective():

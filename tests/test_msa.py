@@ -37,6 +37,7 @@ from sinkalign.align.msa import (
     fit_msa_calibration,
     function_posteriors,
     guide_tree,
+    library_aligner,
     pp_code,
     progressive,
     refine,
@@ -1077,3 +1078,15 @@ def test_sequence_confidence_is_the_mean_over_every_pairing():
     assert np.isnan(MultipleAlignment(("a",), ("AC",), "a;", 0.0).sequence_confidence).all()
     lone = align_multiple("ab", ["A", "C"], {(0, 1): np.array([[0.0]])}, consistency=0)
     assert lone.rows == ("A-", "-C") and np.isnan(lone.sequence_confidence).all()
+
+
+def test_library_aligner_sets_the_threshold_and_the_identity_tie_break_aside():
+    """A multiple alignment reads every MEA column of the plain decoding (its confidences were
+    calibrated on such libraries), whatever the aligner's threshold and tie-break; the aligner
+    given is not changed."""
+    tied = Aligner.load(identity_weight=0.05, identity_min=0.7)
+    lib = library_aligner(tied)
+    assert lib is not tied and lib.min_confidence == 0.0 and lib.identity_weight == 0.0
+    assert tied.min_confidence == 0.35 and tied.identity_weight == 0.05
+    plain = Aligner.load(min_confidence=0.0, identity_weight=0.0)
+    assert library_aligner(plain) is plain

@@ -39,7 +39,7 @@ from sinkalign.align import model as M
 from sinkalign.align.band import BandMatrix, band_mea, classical_guides, guide_corridor, identity_gain_band, local_corridor
 from sinkalign.align.calibration import Calibration, check_min_confidence
 from sinkalign.align.checkpoints import BUCKETS, load_checkpoint
-from sinkalign.align.decode import identity_gain, mea_batch, plan_posteriors
+from sinkalign.align.decode import identity_gain, mea_batch, pair_identity, plan_posteriors
 from sinkalign.align.engine import NumpyEngine, engine_support
 from sinkalign.align.significance import Significance
 from sinkalign.alignment import AlignedPair, reverse_complement
@@ -246,6 +246,9 @@ class Aligner:
             added to each residue pair's gain (:func:`~sinkalign.align.decode.identity_gain`;
             the alignment's posteriors and score are the model's). Default: the model's
             ``decode_identity_weight``; 0 = off.
+        identity_min: apply ``identity_weight`` only to the pairs whose plain decoding aligns
+            at least this share of identical residues (they are decoded again with it); 0: to
+            every pair, decoded once. Default: the model's ``decode_identity_min``.
         calibration: maps raw plan posteriors to calibrated probabilities (see
             :mod:`sinkalign.align.calibration`); a model directory carries its own, and
             ``None`` reports the raw posteriors.
@@ -285,7 +288,8 @@ class Aligner:
                  gap_weight: float | None = None, calibration: Calibration | None = None, engine: str = "auto",
                  workers: int | None = None, min_confidence: float | None = None,
                  significance: Significance | None = None, strand: str | None = None,
-                 band: int | str | None = None, identity_weight: float | None = None):
+                 band: int | str | None = None, identity_weight: float | None = None,
+                 identity_min: float | None = None):
         if backend not in BACKENDS:
             raise InputError(f"backend={backend!r} is not one of {BACKENDS}")
         if engine not in ENGINES:
@@ -300,6 +304,9 @@ class Aligner:
                                 else float(identity_weight))
         if not math.isfinite(self.identity_weight) or self.identity_weight < 0:
             raise InputError(f"identity_weight={self.identity_weight} must be a finite number >= 0")
+        self.identity_min = config.decode_identity_min if identity_min is None else float(identity_min)
+        if not 0 <= self.identity_min <= 1:  # NaN fails too
+            raise InputError(f"identity_min={self.identity_min} must be a share between 0 and 1")
         if min_confidence is None:
             min_confidence = 0.0 if calibration is None else calibration.min_confidence
         self.min_confidence = check_min_confidence(min_confidence)
@@ -624,17 +631,40 @@ class Aligner:
         plan = solution.dense_plan() if keep_plan else None
         # the confidences compare with the same alignments when they score as the guides do
         same = self.calibration is not None and self.calibration.kind == self._kind
-        bonus = None
-        if self.identity_weight:
-            bonus = self.identity_weight * identity_gain_band(q, t, post.match, self._kind)
-        return self._finish(item, post, band_mea(post, gap_weight=self.gap_weight, bonus=bonus), plan,
+        return self._finish(item, post, self._band_mea(item, post), plan,
                             baselines=guides if same else None, box=box)
 
-    def _bonus(self, items) -> list | None:
-        """The identity tie-break of these pairs' dense decoding (None when off)."""
-        if not self.identity_weight:
-            return None
-        return [self.identity_weight * identity_gain(item[1], item[3], self._kind) for item in items]
+    def _mea(self, items: list, posts: list) -> list:
+        """The MEA alignments of these pairs' dense posteriors, with the identity tie-break
+        where it applies (:attr:`identity_weight`, :attr:`identity_min`)."""
+        if not self.identity_weight or self.identity_min <= 0:
+            bonus = None if not self.identity_weight else [
+                self.identity_weight * identity_gain(item[1], item[3], self._kind) for item in items]
+            return mea_batch(posts, gap_weight=self.gap_weight, bonus=bonus)
+        alns = mea_batch(posts, gap_weight=self.gap_weight)
+        redo = [k for k, (item, aln) in enumerate(zip(items, alns)) if self._close(item, aln)]
+        if redo:
+            again = mea_batch([posts[k] for k in redo], gap_weight=self.gap_weight,
+                              bonus=[self.identity_weight * identity_gain(items[k][1], items[k][3], self._kind)
+                                     for k in redo])
+            for k, aln in zip(redo, again):
+                alns[k] = aln
+        return alns
+
+    def _band_mea(self, item, post):
+        """:meth:`_mea` of one pair's banded posteriors."""
+        aln = None
+        if not self.identity_weight or self.identity_min > 0:
+            aln = band_mea(post, gap_weight=self.gap_weight)
+            if not self.identity_weight or not self._close(item, aln):
+                return aln
+        bonus = self.identity_weight * identity_gain_band(item[1], item[3], post.match, self._kind)
+        return band_mea(post, gap_weight=self.gap_weight, bonus=bonus)
+
+    def _close(self, item, aln) -> bool:
+        """Whether a pair's plain decoding is identical enough for the tie-break."""
+        identity = pair_identity(item[1], item[3], aln.pairs, self._kind)
+        return bool(identity >= self.identity_min)  # NaN (nothing aligned): no
 
     @property
     def _kind(self) -> str:
@@ -678,7 +708,7 @@ class Aligner:
         plans = [sol.plan() if keep_plan else None for sol in solved]
         posts = [sol.posteriors() for sol in solved]
         del solved
-        alns = mea_batch(posts, gap_weight=self.gap_weight, bonus=self._bonus(good))
+        alns = self._mea(good, posts)
         dense = iter([self._finish(item, post, aln, plan) for item, plan, post, aln in zip(good, plans, posts, alns)])
         out = [next(dense) if slot is None else slot for slot in slots]
         return out + ([error] if error is not None else [])
@@ -764,7 +794,7 @@ class Aligner:
         def task(idx):
             plans = [M.pair_plan(np.asarray(rows[i], np.float64), len(chunk[i][1]), len(chunk[i][3])) for i in idx]
             posts = [plan_posteriors(plan) for plan in plans]
-            alns = mea_batch(posts, gap_weight=self.gap_weight, bonus=self._bonus([chunk[i] for i in idx]))
+            alns = self._mea([chunk[i] for i in idx], posts)
             return [self._finish(chunk[i], post, aln, plan if keep_plan else None)
                     for i, plan, post, aln in zip(idx, plans, posts, alns)]
 

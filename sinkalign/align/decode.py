@@ -41,6 +41,7 @@ __all__ = [
     "mea_align",
     "mea_batch",
     "mea_from_posteriors",
+    "pair_identity",
     "plan_posteriors",
     "to_gapped",
 ]
@@ -376,6 +377,16 @@ def identity_gain(query: str, target: str, alphabet: str = "protein") -> np.ndar
     unknown or ambiguous residue (X, N, B, ...) is identical to nothing. The evidence an
     identity tie-break adds to the MEA gain (:func:`mea_batch` ``bonus``)."""
     return _identity_codes(query, alphabet)[:, None] == _identity_codes(target, alphabet, unknown=-2)[None, :]
+
+
+def pair_identity(query: str, target: str, pairs, alphabet: str = "protein") -> float:
+    """The share of aligned ``pairs`` (``[k, 2]``) whose residues are identical (as
+    :func:`identity_gain` counts them); ``nan`` when nothing is aligned."""
+    pairs = np.asarray(pairs, np.int64).reshape(-1, 2)
+    if not len(pairs):
+        return float("nan")
+    same = _identity_codes(query, alphabet)[pairs[:, 0]] == _identity_codes(target, alphabet, unknown=-2)[pairs[:, 1]]
+    return float(same.mean())
 
 
 _CANONICAL = {"protein": "ACDEFGHIKLMNPQRSTVWY", "dna": "ACGT"}

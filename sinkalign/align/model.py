@@ -117,6 +117,8 @@ class AlignerConfig:
     # MEA tie-break towards identical residues: tau * [a_i == b_j] added to the decoding's gain
     # (sinkalign.align.decode.identity_gain); 0 = off
     decode_identity_weight: float = 0.0
+    # ... applied only to the pairs whose first decoding is at least this identical (0: to all)
+    decode_identity_min: float = 0.0
     # built-in residue encoder (no embedder, no pretrained weights): residual dilated 1-D
     # convolutions over one-hot + BLOSUM62-row features; 0 channels = off
     res_ctx_dim: int = 0
@@ -144,10 +146,12 @@ class AlignerConfig:
             check_int("ctx_layers", self.ctx_layers, 0)
             check_int("ctx_kernel", self.ctx_kernel, 1)
             check_int("qk_ctx_dim", self.qk_ctx_dim, 1)
-        for name in ("decode_gap_weight", "decode_identity_weight"):
+        for name in ("decode_gap_weight", "decode_identity_weight", "decode_identity_min"):
             gw = getattr(self, name)
             if isinstance(gw, bool) or not isinstance(gw, numbers.Real) or not math.isfinite(gw) or gw < 0:
                 raise InputError(f"{name}={gw!r} must be a finite number >= 0")
+        if self.decode_identity_min > 1:
+            raise InputError(f"decode_identity_min={self.decode_identity_min!r} must be at most 1 (a share)")
         if self.res_ctx_dim:
             check_int("res_ctx_layers", self.res_ctx_layers, 0)
             check_int("res_ctx_kernel", self.res_ctx_kernel, 1)

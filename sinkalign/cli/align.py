@@ -109,10 +109,15 @@ class _Band(click.ParamType):
                    "values near 0.5 and above leave most pairs nearly unaligned.")
 @click.option("--identity-weight", type=FiniteFloatRange(min=0), metavar="TAU",
               help="Break near-ties of the decoding towards identical residues: TAU times each identical pair "
-                   "is added to the MEA gain (posteriors and scores stay the model's). For close variants: "
-                   "0.05 places a single deletion exactly in 238 of 240 near-identical protein pairs (without: "
-                   "52), but costs accuracy on remote homologs (validation F1 0.827 -> 0.693 at 0.05), so the "
-                   "default is the model's, 0 (BENCHMARKS.md, 'Near-identical pairs with one indel').")
+                   "is added to the MEA gain (posteriors and scores stay the model's). Default: the model's "
+                   "(the shipped protein model: 0.05 for pairs at least 90% identical, see --identity-min: a "
+                   "single deletion between close variants placed exactly in 238 of 240 pairs, 52 without; "
+                   "other shipped models: 0). 0 turns it off. For every pair it costs accuracy on remote "
+                   "homologs (BENCHMARKS.md, 'Near-identical pairs with one indel').")
+@click.option("--identity-min", type=FiniteFloatRange(min=0, max=1), metavar="SHARE",
+              help="Apply --identity-weight only to the pairs whose plain decoding aligns at least this share of "
+                   "identical residues (decoded again with it); 0 applies it to every pair. Default: the model's "
+                   "(0.9 for the shipped protein model).")
 @click.option("--min-confidence", type=FiniteFloatRange(min=0, max=1, max_open=True),
               help="Leave unaligned the columns whose calibrated confidence is below this (default: the model's "
                    "own threshold, 0.35 for the shipped protein model; 0 keeps every MEA column). Higher: fewer, "
@@ -149,7 +154,7 @@ class _Band(click.ParamType):
 @click.pass_context
 def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, overwrite, model, embedder,
           esm_weights, backend, engine, threads, plan_out, batch_size, chunk_size, workers, scheduler, gap_weight,
-          identity_weight, min_confidence,
+          identity_weight, identity_min, min_confidence,
           max_evalue, db_size, max_hits, prefilter, strand, band, progress):
     """Align the records of QUERY_FASTA against those of TARGET_FASTA (protein or DNA).
 
@@ -190,7 +195,7 @@ def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, 
                         progress=show_progress(progress),
                         overwrite=overwrite, workers=workers, scheduler=scheduler, chunk_size=chunk_size,
                         engine=engine, threads=threads, strand=strand, prefilter=prefilter, band=band,
-                        identity_weight=identity_weight)
+                        identity_weight=identity_weight, identity_min=identity_min)
     except BrokenPipeError:  # e.g. `sinkalign align ... | head`: stop quietly, as other filters do
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

@@ -246,8 +246,9 @@ def _msa(fastas: list, paths: list, add_to, output, fmt, tree, model, consistenc
     if existing is not None and existing.alphabet != alphabet:
         which = f"the model ({model}) is" if model_alphabet is not None else f"the records of {where} are"
         raise InputError(f"{add_to}: the alignment is {existing.alphabet}, but {which} {alphabet}")
+    # the strands as given; the plain MEA decoding, as library_aligner reads it (on cluster workers too)
     spec = ModelSpec(path, alphabet, min_confidence=0.0, engine=engine, threads=threads,
-                     strand="plus" if alphabet == "dna" else None)  # the strands as given
+                     strand="plus" if alphabet == "dna" else None, identity_weight=0.0)
     aligner = library_aligner(load_aligner(spec))  # a model without calibration fails here, before any pair
     ids, seqs = [r.id for r in records], [r.seq for r in records]
     n = len(records)

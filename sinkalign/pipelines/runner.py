@@ -54,6 +54,7 @@ class ModelSpec:
     strand: str | None = None  # nucleotide models: plus, minus or both (None: the aligner's default, both)
     band: int | str | None = None  # a corridor of this radius for every pair, "dense", or None (long pairs banded)
     identity_weight: float | None = None  # the MEA identity tie-break (None: the model's)
+    identity_min: float | None = None  # ... for pairs at least this identical (None: the model's)
 
 
 _ALIGNERS: dict = {}
@@ -108,6 +109,7 @@ def load_aligner(spec: ModelSpec):
     if spec.band is not None:
         extra["band"] = spec.band
     extra["identity_weight"] = spec.identity_weight
+    extra["identity_min"] = spec.identity_min
     aligner = Aligner.load(path, backend=spec.backend, gap_weight=spec.gap_weight, **extra)
     trained_with = aligner.config.embedder.get("name") if aligner.config.feature_dim else None
     if spec.embedder is not None and spec.embedder != (trained_with or "none"):
