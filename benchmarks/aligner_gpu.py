@@ -57,6 +57,13 @@ def items_of(pairs):
     return [(f"q{i}", q, f"t{i}", t) for i, (q, t) in enumerate(pairs)]
 
 
+def record(rows, save, label: str, **row) -> None:
+    """Keep one measured row, print it (``label`` then pairs/s) and write the JSON."""
+    rows.append(row)
+    print(f"{label} {row['pairs_per_s']:10.1f} pairs/s", flush=True)
+    save()
+
+
 def parasail_rows(args, rows, save):
     """parasail NW and SW once per length (they do not depend on the model), first: cheap, and
     the baseline every other row is read against."""
@@ -66,12 +73,9 @@ def parasail_rows(args, rows, save):
             if not save.time_left(f"parasail {method.upper()} at length {L}"):
                 return
             t = best_of(lambda m=method, p=pairs: align_pairs(p, m), args.repeats)
-            rows.append({"part": "throughput", "model": None, "length": L, "pairs": len(pairs),
-                         "method": f"parasail {method.upper()}, 1 CPU thread", "wall_s": t,
-                         "pairs_per_s": len(pairs) / t})
-            print(f"{'-':8s} L={L:5d} {'parasail ' + method.upper() + ', 1 CPU thread':40s} "
-                  f"{len(pairs) / t:10.1f} pairs/s", flush=True)
-            save()
+            name = f"parasail {method.upper()}, 1 CPU thread"
+            record(rows, save, f"{'-':8s} L={L:5d} {name:40s}", part="throughput", model=None, length=L,
+                   pairs=len(pairs), method=name, wall_s=t, pairs_per_s=len(pairs) / t)
 
 
 def throughput(args, rows, save):
@@ -86,10 +90,8 @@ def throughput(args, rows, save):
             n = len(items)
 
             def add(method, seconds, **extra):
-                rows.append({"part": "throughput", "model": model, "length": L, "pairs": n, "method": method,
-                             "wall_s": seconds, "pairs_per_s": n / seconds, **extra})
-                print(f"{model:8s} L={L:5d} {method:40s} {n / seconds:10.1f} pairs/s", flush=True)
-                save()
+                record(rows, save, f"{model:8s} L={L:5d} {method:40s}", part="throughput", model=model, length=L,
+                       pairs=n, method=method, wall_s=seconds, pairs_per_s=n / seconds, **extra)
 
             ref = None
             for bs in args.batch_sizes:
@@ -106,12 +108,10 @@ def throughput(args, rows, save):
                 chunk = next(iter(jax_aligner._jax_batches(items[:bs], bs)))
                 rows_fn = jax_aligner._jax_dispatch
                 t_solve = best_of(lambda chunk=chunk: np.asarray(rows_fn(chunk)), args.repeats)
-                rows.append({"part": "solve", "model": model, "length": L, "batch_size": len(chunk),
-                             "method": f"jax solve only, {jax.default_backend()}", "wall_s": t_solve,
-                             "pairs_per_s": len(chunk) / t_solve})
-                print(f"{model:8s} L={L:5d} {'  solve only, batch ' + str(len(chunk)):40s} "
-                      f"{len(chunk) / t_solve:10.1f} pairs/s", flush=True)
-                save()
+                record(rows, save, f"{model:8s} L={L:5d} {'  solve only, batch ' + str(len(chunk)):40s}", part="solve",
+                       model=model, length=L, batch_size=len(chunk),
+                       method=f"jax solve only, {jax.default_backend()}", wall_s=t_solve,
+                       pairs_per_s=len(chunk) / t_solve)
                 # the numpy engine's alignments, once per length, where it too solves every pair on a
                 # dense plan (a pair it bands is not compared: the jax engine has no corridors)
                 if cpu_all.engine == "numpy" and ref is None and not any(map(cpu_all._banded, items)):
