@@ -123,6 +123,10 @@ def main() -> None:
     ap.add_argument("--reference", default=None, help="also a real DNA family (e.g. ../shared/data/pfam_seed/"
                     "MADE1_dfam_dna.sto): the confidences against its reference pairs")
     ap.add_argument("--reference-pairs", type=int, default=400, help="pairs of --reference (a seeded subsample)")
+    ap.add_argument("--identity-weight", type=float, default=None,
+                    help="the MEA identity tie-break (Aligner identity_weight; default: the model's)")
+    ap.add_argument("--identity-min", type=float, default=None,
+                    help="... for pairs whose plain decoding is at least this identical (default: the model's)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     flanks = [float(f) for f in args.flanks.split(",")]
@@ -135,9 +139,11 @@ def main() -> None:
         print(f"wrote {args.pairs} pairs of the {args.split} genera to {args.write_reference}")
         return
     thresholds = [float(t) for t in args.thresholds.split(",")] if args.thresholds else []
-    aligner = Aligner.load(args.model, strand="plus")
+    aligner = Aligner.load(args.model, strand="plus", identity_weight=args.identity_weight,
+                           identity_min=args.identity_min)
     scoring = Scoring.dna()
     payload = {"machine": machine(), "date": str(date.today()), "model": args.model, "split": args.split,
+               "identity_weight": aligner.identity_weight, "identity_min": aligner.identity_min,
                "lengths": list(args.lengths), "indels": args.indels, "threshold": aligner.min_confidence,
                "rows": {}}
     print(f"{args.model} (threshold {aligner.min_confidence}): windows of {args.lengths[0]}-{args.lengths[1]} bp of "
