@@ -653,7 +653,6 @@ class Aligner:
 
     def _band_mea(self, item, post):
         """:meth:`_mea` of one pair's banded posteriors."""
-        aln = None
         if not self.identity_weight or self.identity_min > 0:
             aln = band_mea(post, gap_weight=self.gap_weight)
             if not self.identity_weight or not self._close(item, aln):
