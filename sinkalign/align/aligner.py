@@ -637,12 +637,11 @@ class Aligner:
     def _mea(self, items: list, posts: list) -> list:
         """The MEA alignments of these pairs' dense posteriors, with the identity tie-break
         where it applies (:attr:`identity_weight`, :attr:`identity_min`)."""
-        if not self.identity_weight or self.identity_min <= 0:
-            bonus = None if not self.identity_weight else [
-                self.identity_weight * identity_gain(item[1], item[3], self._kind) for item in items]
-            return mea_batch(posts, gap_weight=self.gap_weight, bonus=bonus)
-        alns = mea_batch(posts, gap_weight=self.gap_weight)
-        redo = [k for k, (item, aln) in enumerate(zip(items, alns)) if self._close(item, aln)]
+        if not self.identity_weight:
+            return mea_batch(posts, gap_weight=self.gap_weight)
+        # with identity_min, a plain decoding first picks the pairs the tie-break applies to; else all of them
+        alns = mea_batch(posts, gap_weight=self.gap_weight) if self.identity_min > 0 else [None] * len(posts)
+        redo = [k for k, (item, aln) in enumerate(zip(items, alns)) if aln is None or self._close(item, aln)]
         if redo:
             again = mea_batch([posts[k] for k in redo], gap_weight=self.gap_weight,
                               bonus=[self.identity_weight * identity_gain(items[k][1], items[k][3], self._kind)

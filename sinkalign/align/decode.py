@@ -11,6 +11,7 @@ dustbin (gap evidence for target residues); ``P[m, n]`` is ignored.
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any, NamedTuple
 
@@ -392,9 +393,10 @@ def pair_identity(query: str, target: str, pairs, alphabet: str = "protein") -> 
 _CANONICAL = {"protein": "ACDEFGHIKLMNPQRSTVWY", "dna": "ACGT"}
 
 
-def _identity_codes(seq: str, alphabet: str, unknown: int = -1) -> np.ndarray:
-    """``int16 [L]``: each residue's index among the alphabet's canonical residues, ``unknown``
-    for any other (two different ``unknown`` values never compare equal)."""
+@functools.cache
+def _identity_table(alphabet: str, unknown: int) -> np.ndarray:
+    """``int16 [256]``: each byte's index among the alphabet's canonical residues, else ``unknown``
+    (built once per alphabet: the aligner reads it for every pair)."""
     if alphabet not in _CANONICAL:
         raise ValueError(f"{alphabet=} is not one of {tuple(_CANONICAL)}")
     table = np.full(256, unknown, np.int16)
@@ -402,7 +404,14 @@ def _identity_codes(seq: str, alphabet: str, unknown: int = -1) -> np.ndarray:
         table[ord(ch)] = table[ord(ch.lower())] = k
     if alphabet == "dna":
         table[ord("U")] = table[ord("u")] = _CANONICAL["dna"].index("T")
-    return table[np.frombuffer(seq.encode("latin-1", "replace"), np.uint8)]
+    table.flags.writeable = False
+    return table
+
+
+def _identity_codes(seq: str, alphabet: str, unknown: int = -1) -> np.ndarray:
+    """``int16 [L]``: each residue's index among the alphabet's canonical residues, ``unknown``
+    for any other (two different ``unknown`` values never compare equal)."""
+    return _identity_table(alphabet, unknown)[np.frombuffer(seq.encode("latin-1", "replace"), np.uint8)]
 
 
 def mea_batch(posteriors: list, *, gap_weight: float = 1.0, slack: float = 1.3,

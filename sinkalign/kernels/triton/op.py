@@ -364,7 +364,7 @@ def _launch_option(name: str, value, low: int, high: int | None, power_of_two: b
     if (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low
             or (high is not None and value > high) or (power_of_two and value & (value - 1))):
         what = f"a power of two from {low} to {high}" if power_of_two else f"an integer >= {low}"
-        raise ValueError(f"{name}={value!r} must be {what} (or None: Triton's default)")
+        raise ValueError(f"{name}={value!r} must be {what} (or None: the default launch)")
     return int(value)
 
 
@@ -372,8 +372,8 @@ def _kernel_setup(q, v, interpret, block_m, block_n, ref_name, precision="ieee",
     """Kernel dtype, Triton mode, device, tile and launch checks; returns (interpret, block_m, block_n,
     num_warps, num_stages), the defaults (:func:`~sinkalign.kernels.triton.kernels.default_launch`)
     filled in."""
-    _launch_option("num_warps", num_warps, 1, 32, True)
-    _launch_option("num_stages", num_stages, 1, None, False)
+    num_warps = _launch_option("num_warps", num_warps, 1, 32, True)
+    num_stages = _launch_option("num_stages", num_stages, 1, None, False)
     if q.dtype not in _KERNEL_DTYPES:
         raise ValueError(f"q.dtype={q.dtype} is not supported by the Triton kernels (valid: "
                          f"{[str(t) for t in _KERNEL_DTYPES]}); use {ref_name} for float64")
