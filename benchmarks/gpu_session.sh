@@ -4,7 +4,8 @@
 #
 #   prepare  (on the development machine, not the device) downloads the wheels setup installs
 #            into .whl/ and copies the C. diphtheriae genome into .gpu/; carry both with the call
-#            (PREPARE_LM_MULTI=1: all the genomes, .gpu/genomes, for lm_multi, and biopython only)
+#            (PREPARE_LM_MULTI=1: all the genomes, .gpu/genomes, for lm_multi, and biopython only, in
+#            .whl-lm/: setup installs from WHEEL_DIR, default .whl). It adds what is missing, removes nothing
 #   setup    what the machine has (nvidia-smi, versions); installs the wheels in .whl/ that the
 #            image lacks (biopython, pysam, parasail, ott-jax, jaxopt, fair-esm) into /tmp/site
 #            and sinkalign itself (editable, no dependencies)
@@ -52,30 +53,38 @@ pack() { tar -czf "$OUT/results.tar.gz" --exclude=checkpoints -C "$(dirname "$R"
 stamp() { echo "=== $(date -u +%H:%M:%S) $*"; }
 
 prepare() {  # on the development machine, before the first device call: what setup installs and the data
-  # .whl/ and .gpu/ are git-ignored and belong to this phase (remade on each run). The device tool carries
-  # at most 64 MiB with the working tree (~16 MB): the wheels (19 MB) and lm_multi's genomes (41 MB) do
-  # not fit together, so PREPARE_LM_MULTI=1 prepares an lm_multi call (the genomes, biopython only).
-  local wheels="biopython==1.88 parasail==1.3.4 ott-jax==0.6.0 jaxopt==0.8.5"
-  [ "${PREPARE_LM_MULTI:-0}" = 1 ] && wheels="biopython==1.88"
-  stamp "prepare: wheels for the device image (cp312, manylinux) into .whl/ ($wheels), genomes into .gpu/"
-  rm -rf .whl .gpu && mkdir -p .whl .gpu
+  # Into git-ignored folders, adding what is missing and removing nothing. The device tool carries at most
+  # 64 MiB with the working tree (~16 MB): the wheels (19 MB) and lm_multi's genomes (41 MB) do not fit
+  # together, so PREPARE_LM_MULTI=1 prepares an lm_multi call: the genomes in .gpu/genomes and only
+  # biopython, in .whl-lm/. Carry only what the call reads: .whl and .gpu/GCF_001457455.1_NCTC11397_genomic.fna.gz,
+  # or .whl-lm and .gpu/genomes with WHEEL_DIR=.whl-lm (printed below).
+  local wheels="biopython==1.88 parasail==1.3.4 ott-jax==0.6.0 jaxopt==0.8.5" dir=.whl
+  [ "${PREPARE_LM_MULTI:-0}" = 1 ] && wheels="biopython==1.88" dir=.whl-lm
+  stamp "prepare: wheels for the device image (cp312, manylinux) into $dir/ ($wheels), genomes into .gpu/"
+  mkdir -p "$dir" .gpu
   $PY -m pip download -q --only-binary=:all: --no-deps --python-version 3.12 --platform manylinux2014_x86_64 \
-    --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 -d .whl $wheels || echo "wheel download failed"
+    --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 -d "$dir" $wheels || echo "wheel download failed"
   if [ "${PREPARE_LM_MULTI:-0}" = 1 ]; then
-    cp -r ../shared/data/genomes .gpu/genomes || echo "genome copy failed"
+    mkdir -p .gpu/genomes && cp -rn ../shared/data/genomes/. .gpu/genomes/ || echo "genome copy failed"
   else
-    cp ../shared/data/genomes/GCF_001457455.1_NCTC11397_genomic.fna.gz .gpu/ || echo "genome copy failed"
+    cp -n ../shared/data/genomes/GCF_001457455.1_NCTC11397_genomic.fna.gz .gpu/ || echo "genome copy failed"
   fi
-  grep -qs '^/.whl/$' .git/info/exclude || printf '/.whl/\n/.gpu/\n/gpu_out/\n' >> .git/info/exclude
-  du -sh .whl .gpu
+  grep -qs '^/.whl-lm/$' .git/info/exclude || printf '/.whl/\n/.whl-lm/\n/.gpu/\n/gpu_out/\n' >> .git/info/exclude
+  du -sh "$dir" .gpu/*
+  if [ "${PREPARE_LM_MULTI:-0}" = 1 ]; then
+    echo "carry: .whl-lm .gpu/genomes (WHEEL_DIR=.whl-lm)"
+  else
+    echo "carry: .whl .gpu/GCF_001457455.1_NCTC11397_genomic.fna.gz"
+  fi
   echo "working tree that travels: $(git ls-files -z --cached --others --exclude-standard | du -ch --files0-from=- | tail -1)"
 }
 
 setup() {
   stamp setup
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$R/gpu.txt"
-  if ls .whl/*.whl >/dev/null 2>&1; then
-    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  local wheels=${WHEEL_DIR:-.whl}
+  if ls "$wheels"/*.whl >/dev/null 2>&1; then
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$wheels"/*.whl \
       || echo "wheel install failed"
   fi
   $PY -m pip install -q --no-index --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "editable install failed"
