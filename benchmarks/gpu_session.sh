@@ -11,6 +11,7 @@
 #            and sinkalign itself (editable, no dependencies)
 #   check    `sinkalign validate kernels --backend triton|pallas` compiled natively, then the
 #            tests marked gpu (gpu_tests)
+#   validate the validations alone: VALIDATE_BACKENDS (default "triton pallas"), VALIDATE_BUDGET s each
 #   tests_and_lm  the tests marked gpu while the lm phase runs beside them (neither is timed)
 #   check_and_lm  both validations (pallas with --long) and the tests marked gpu, beside the lm phase
 #   kernels  benchmarks/sinkhorn_kernels.py: L = 2k..64k (KERNEL_LENGTHS), W = 1024 and 256
@@ -105,11 +106,17 @@ EOF
 command -v sinkalign >/dev/null || sinkalign() { $PY -m sinkalign.cli.main "$@"; }
 
 check() {
-  stamp "check: validate kernels (native)"
-  for b in triton pallas; do
-    timeout "$(budget 170)" sinkalign validate kernels --backend "$b" --json "$R/validate_$b.json" 2>&1 | tail -40 | tee "$R/validate_$b.log"
-  done
+  validate
   gpu_tests
+  pack
+}
+
+validate() {  # the native validations alone (VALIDATE_BACKENDS, default both; VALIDATE_BUDGET s each)
+  stamp "validate kernels (native): ${VALIDATE_BACKENDS:-triton pallas}"
+  for b in ${VALIDATE_BACKENDS:-triton pallas}; do
+    timeout "$(budget "${VALIDATE_BUDGET:-170}")" sinkalign validate kernels --backend "$b" --json "$R/validate_$b.json" 2>&1 \
+      | tail -40 | tee "$R/validate_$b.log"
+  done
   pack
 }
 
