@@ -434,9 +434,11 @@ def test_tf32_precisions_need_native_kernels_and_known_names():
 @pytest.mark.skipif(importlib.util.find_spec("triton.backends.nvidia") is None, reason="no NVIDIA triton backend")
 def test_native_kernels_compile_for_nvidia_targets(tmp_path):
     """Without a GPU: every kernel compiles natively (ptxas) for A100 and H100, within shared
-    memory, and at the default launch no kernel spills registers to local memory beyond 128
-    bytes per thread (float32 with exact dots at 64 rows and 4 warps spilled 14-26 KB in five
-    of them; bfloat16 spills 8 bytes in bwd_row_dq)."""
+    memory, and at the default launch no kernel spills kilobytes of registers to local memory
+    (at most 1,024 bytes per thread). Float32 with exact dots at 64 rows and 4 warps spilled
+    14-26 KB in five kernels and ran fwd+bwd 3.4x slower on an H200 than the default 32 x 4,
+    whose one spill (bwd_row_dq, 344 bytes) measured cheaper than the 8 warps that avoid it
+    (benchmarks/kernel_tune.py, 2026-11-27); bfloat16 spills 8 bytes in bwd_row_dq."""
     env = {key: val for key, val in os.environ.items() if key != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path)
     code = ("from sinkalign.kernels.triton.kernels import compile_native, kernel_resources\n"
@@ -445,7 +447,7 @@ def test_native_kernels_compile_for_nvidia_targets(tmp_path):
             "for dtype in ('fp32', 'bf16'):\n"
             "    b = kernel_resources(90, dtype)\n"
             "    assert len(a) == len(b) == 8, b\n"  # 7 kernels + the RAW half-step
-            "    spills = {k: r['spill_stores'] for k, r in b.items() if r['spill_stores'] > 128}\n"
+            "    spills = {k: r['spill_stores'] for k, r in b.items() if r['spill_stores'] > 1024}\n"
             "    assert not spills, (dtype, spills)\n"
             "    assert all(r['registers'] <= 255 and r['shared'] <= 227 * 1024 for r in b.values()), b\n")
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
@@ -455,7 +457,7 @@ def test_native_kernels_compile_for_nvidia_targets(tmp_path):
 def test_default_launch():
     from sinkalign.kernels.triton.kernels import default_launch
 
-    assert default_launch("fp32") == {"block": 32, "num_warps": 8, "num_stages": 3}
+    assert default_launch("fp32") == {"block": 32, "num_warps": 4, "num_stages": 3}
     assert default_launch("fp32", "tf32x3") == {"block": 64, "num_warps": 4, "num_stages": 3}
     assert default_launch("fp32", "tf32x3", head_dim=128)["block"] == 32
     assert default_launch("bf16", "tf32", head_dim=128) == {"block": 64, "num_warps": 4, "num_stages": 3}

@@ -453,19 +453,20 @@ def default_launch(dtype: str, precision: str = "ieee", head_dim: int = 64) -> d
     "num_stages"}`` for token type ``dtype`` (``"fp32"``, ``"bf16"``, ``"fp16"``), float32 dot
     ``precision`` and head dimension ``max(d, dv)``.
 
-    * float32 with exact dots (``"ieee"``: FMA loops, no tensor cores): 32-row tiles and 8
-      warps. At 64 rows and 4 warps (Triton's default, this operator's until 2026-11-27)
+    * float32 with exact dots (``"ieee"``: FMA loops, no tensor cores): 32-row tiles, 4 warps,
+      3 stages. At 64 rows and 4 warps (Triton's default, this operator's until 2026-11-27)
       ptxas spills 14-26 KB per thread in the output and every backward kernel (sm_90, d = 64,
-      ``benchmarks/kernel_registers.py``): the float32 backward measured on an H100 took 3.3x
-      its forward where the bfloat16 one took 1.4x. At 32 x 8 only ``bwd_row_dq`` spills
-      (60 bytes).
+      ``benchmarks/kernel_registers.py``), and forward + backward took 109 ms at L = 16,384,
+      W = 1,024 on an H200 (``benchmarks/kernel_tune.py``, 2026-11-27); 32 x 4 took 32.3 ms
+      (``bwd_row_dq`` spills 344 bytes there), 32 x 8 (no spill above 60 bytes) 55.7 ms: its
+      forward is 1.7x slower.
     * otherwise 64-row tiles (32 for float32 with d or dv > 64: ~215 KB of shared memory at
       64, too much for sm_80), 4 warps, 3 stages (Triton's defaults).
     """
     if dtype not in _DTYPES:
         raise ValueError(f"{dtype=} must be one of {sorted(_DTYPES)}")
     if dtype == "fp32" and precision == "ieee":
-        return {"block": 32, "num_warps": 8, "num_stages": 3}
+        return {"block": 32, "num_warps": 4, "num_stages": 3}
     wide = head_dim > 64 and dtype == "fp32"
     return {"block": 32 if wide else 64, "num_warps": 4, "num_stages": 3}
 
