@@ -8,6 +8,8 @@ import json
 import logging
 import os
 import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -78,6 +80,7 @@ def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(inputs):
         client.wait_for_workers(2, timeout=120)  # the nanny restarts the killed worker
         loads = client.run(lambda: runner._LOADS)
         threads = client.run(lambda: sorted({a.workers for _, a in runner._ALIGNERS.values()}))
+        restored = client.run(lambda: (runner._LOADS, runner._MALLOC_RESTORED))
     assert marker.exists()  # the worker running q3's chunk was killed
     assert n == len(QUERIES) * len(TARGETS)
     assert out.read_text() == single.read_text()
@@ -87,6 +90,9 @@ def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(inputs):
     assert sorted(loads.values()) in ([1, 1], [0, 1])
     # each worker's engine runs on the worker's one thread, not on a thread per CPU
     assert all(t in ([1], []) for t in threads.values()), threads
+    # and with malloc's thresholds set back from Dask's MALLOC_TRIM_THRESHOLD_ (glibc)
+    if sys.platform.startswith("linux"):
+        assert all(ok for n, ok in restored.values() if n), restored
 
 
 def test_cluster_errors(inputs):
@@ -98,3 +104,46 @@ def test_cluster_errors(inputs):
             pytest.raises(InputError, match="cannot reach the Dask scheduler at tcp://127.0.0.1:9"):
         align_fasta(inputs / "q.fa", inputs / "t.fa", output=inputs / "x.tsv", scheduler="tcp://127.0.0.1:9")
     assert not (inputs / "x.tsv").exists()
+
+
+MALLINFO_PROBE = r"""
+import ctypes, sys
+import numpy as np
+import sinkalign.pipelines.runner as runner
+
+class Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = Mallinfo2
+
+def mapped_for_one_mib_array():
+    before = libc.mallinfo2().hblks
+    a = np.ones(1 << 17)  # 1 MiB
+    return libc.mallinfo2().hblks - before
+
+print(mapped_for_one_mib_array(), mapped_for_one_mib_array())  # glibc: mapped, then dynamic: from the heap
+runner._worker_threads = lambda: 1  # as inside a Dask worker
+print(runner._restore_malloc_thresholds())
+print(mapped_for_one_mib_array())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+def test_dask_workers_malloc_thresholds_are_set_back(tmp_path):
+    """Dask starts workers with MALLOC_TRIM_THRESHOLD_=65536, which maps every array above 128
+    KB afresh (2.6x slower alignment, `benchmarks/host_parallel.py`); in a worker,
+    `_restore_malloc_thresholds` makes a 1 MiB array come from the heap again."""
+    import ctypes
+
+    if not hasattr(ctypes.CDLL(None), "mallinfo2"):
+        pytest.skip("glibc < 2.33: no mallinfo2")
+    env = {**os.environ, "MALLOC_TRIM_THRESHOLD_": "65536"}
+    res = subprocess.run([sys.executable, "-c", MALLINFO_PROBE], env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.split() == ["1", "1", "True", "0"]  # mapped again and again until set back
+    # without the setting nothing is changed (glibc's dynamic threshold)
+    env.pop("MALLOC_TRIM_THRESHOLD_")
+    res = subprocess.run([sys.executable, "-c", MALLINFO_PROBE], env=env, capture_output=True, text=True, timeout=120)
+    assert res.stdout.split() == ["1", "0", "False", "0"], res.stderr[-2000:]
