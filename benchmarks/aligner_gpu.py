@@ -10,6 +10,8 @@ Two parts, in one process, each against a CPU baseline run in the same process:
   jitted forward pass on one padded batch, synchronised). Against: the ``numpy`` engine on all
   CPU threads of the machine and on one, and parasail Needleman-Wunsch / Smith-Waterman
   (BLOSUM62, 11/1, traceback, one thread). Models: ``--models`` (shipped names or paths).
+  With ``--processes N``, both engines again with the host's share on N worker processes
+  (``Aligner(processes=N)``) at the last batch size.
 * **Training.** ``--train-steps`` optimiser steps of the learned model's architecture
   (``learned``) on a fixed padded batch of ``--train-batch`` pairs of ``--train-length``
   residues (the training recipe's crop length), timed after compilation, on the default
@@ -118,6 +120,16 @@ def throughput(args, rows, save):
                     ref = [r.alignment.pairs for r in cpu_all.align_many(items)]
                 if ref is not None:
                     rows[-2]["identical_to_numpy"] = sum(np.array_equal(a, b) for a, b in zip(got, ref))
+            if args.processes and save.time_left(f"{model} at length {L}, jax engine on {args.processes} processes"):
+                bs = args.batch_sizes[-1]
+                with Aligner.load(model, engine="jax", processes=args.processes) as procs:
+                    t = best_of(lambda bs=bs: list(procs.align_many(items, batch_size=bs)), args.repeats)
+                add(f"jax engine, {jax.default_backend()}, batch {bs}, {args.processes} processes", t,
+                    batch_size=bs, processes=args.processes)
+                if cpu_all.engine == "numpy" and save.time_left(f"{model} at length {L}, numpy engine on processes"):
+                    with Aligner.load(model, processes=args.processes) as procs:
+                        add(f"numpy engine, {args.processes} processes",
+                            best_of(lambda: list(procs.align_many(items)), args.repeats), processes=args.processes)
             if cpu_all.engine == "numpy" and save.time_left(f"{model} at length {L}, numpy engine"):
                 add(f"numpy engine, {cpu_all.workers} CPU threads",
                     best_of(lambda: cold(cpu_all) or list(cpu_all.align_many(items)), args.repeats))
@@ -183,6 +195,9 @@ def main() -> None:
     ap.add_argument("--train-length", type=int, default=512)
     ap.add_argument("--cpu-train-batch", type=int, default=2, help="the CPU's batch (pairs/s are compared)")
     ap.add_argument("--cpu-train-steps", type=int, default=2)
+    ap.add_argument("--processes", type=int, default=0,
+                    help="also time both engines with the host's share on this many worker processes "
+                         "(Aligner(processes=N)) at the last batch size")
     ap.add_argument("--skip", nargs="*", default=[], choices=["throughput", "training"])
     ap.add_argument("--deadline-s", type=float, default=None,
                     help="start no measurement after this many seconds (the rest is listed as skipped)")

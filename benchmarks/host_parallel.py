@@ -15,8 +15,12 @@ model by default), for:
 
 Each configuration runs at ``--pairs`` and at a quarter of them: the difference gives the
 marginal rate (pairs/s once started) apart from the fixed cost (start, model, cluster).
-Prints a table and writes JSON. ``--only`` picks configurations (e.g. ``--only Dask`` with
-``PYTHONPATH`` at another checkout, to time its workers).
+
+Then the Python API in this process (``--api``): ``Aligner.align_many`` on the same pairs
+with ``workers`` = 1 and N threads and with ``processes=N`` (``spawn``ed worker processes,
+each with a copy of the aligner), best of ``--repeats`` after a warm-up run that also starts
+the processes (their start is timed apart). Prints tables and writes JSON. ``--only`` picks
+the command-line configurations, ``--no-cli`` / ``--no-api`` leave a part out.
 
     python benchmarks/host_parallel.py --json benchmarks/results/host_parallel.json
 """
@@ -56,6 +60,30 @@ def run_align(fasta_q: Path, fasta_t: Path, n: int, extra: list[str], env: dict,
     return wall
 
 
+def api(args, pairs, rows, save) -> None:
+    """``Aligner.align_many`` in this process: threads against worker processes."""
+    from sinkalign.align.aligner import Aligner
+
+    items = [(f"q{i}", q, f"t{i}", t) for i, (q, t) in enumerate(pairs)]
+    print(f"\nPython API, {len(items)} pairs: {'configuration':28s} {'start s':>8s} {'wall s':>8s} {'pairs/s':>8s}")
+    for name, kwargs in (("workers=1", {"workers": 1}), (f"workers={args.cpus}", {"workers": args.cpus}),
+                         (f"processes={args.cpus}", {"processes": args.cpus})):
+        with Aligner.load(args.model, **kwargs) as aligner:
+            t0 = time.perf_counter()
+            list(aligner.align_many(items[:1]))  # starts the processes
+            start = time.perf_counter() - t0
+            list(aligner.align_many(items))  # warm-up (a fresh cache each run: every pair distinct)
+            walls = []
+            for _ in range(args.repeats):
+                t0 = time.perf_counter()
+                list(aligner.align_many(items))
+                walls.append(time.perf_counter() - t0)
+        row = {"configuration": name, "start_s": start, "wall_s": min(walls), "pairs_per_s": len(items) / min(walls)}
+        rows.append(row)
+        print(f"{'':33s}{name:28s} {start:8.2f} {row['wall_s']:8.2f} {row['pairs_per_s']:8.1f}", flush=True)
+        save()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--length", type=int, default=300)
@@ -64,6 +92,11 @@ def main() -> None:
     ap.add_argument("--cpus", type=int, default=len(os.sched_getaffinity(0)))
     ap.add_argument("--only", nargs="*", default=None,
                     help="run only the configurations whose names contain one of these words")
+    ap.add_argument("--api", action=argparse.BooleanOptionalAction, default=True,
+                    help="also time the Python API (threads against processes)")
+    ap.add_argument("--cli", action=argparse.BooleanOptionalAction, default=True,
+                    help="time `sinkalign align` runs")
+    ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--json", default="benchmarks/results/host_parallel.json")
     args = ap.parse_args()
 
@@ -75,18 +108,22 @@ def main() -> None:
                (f"{args.cpus} Dask workers (--workers)", ["--workers", str(args.cpus)], base)]
     if args.only:
         configs = [c for c in configs if any(word in c[0] for word in args.only)]
+    if not args.cli:
+        configs = []
     small = max(1, args.pairs // 4)
-    rows = []
+    rows, api_rows = [], []
     payload = {"benchmark": "host_parallel", "date": datetime.date.today().isoformat(), "machine": machine(),
-               "length": args.length, "pairs": args.pairs, "small": small, "model": args.model, "rows": rows}
+               "length": args.length, "pairs": args.pairs, "small": small, "model": args.model, "rows": rows,
+               "api_rows": api_rows}
     with tempfile.TemporaryDirectory(prefix="host-parallel-") as tmp:
         fq, ft = Path(tmp) / "q.fa", Path(tmp) / "t.fa"
         pairs = homologous_pairs(args.length, args.pairs, seed=3)
         fq.write_text("".join(f">q{i}\n{q}\n" for i, (q, _) in enumerate(pairs)))
         ft.write_text("".join(f">t{i}\n{t}\n" for i, (_, t) in enumerate(pairs)))
         print(f"{args.pairs} pairs of {args.length} (and {small}), model {args.model}, {args.cpus} CPUs")
-        print(f"{'configuration':42s} {'wall s':>8s} {'pairs/s':>8s} {'wall s (' + str(small) + ')':>12s} "
-              f"{'marginal pairs/s':>17s} {'fixed s':>8s}")
+        if configs:
+            print(f"{'configuration':42s} {'wall s':>8s} {'pairs/s':>8s} {'wall s (' + str(small) + ')':>12s} "
+                  f"{'marginal pairs/s':>17s} {'fixed s':>8s}")
         for name, extra, env in configs:
             full = run_align(fq, ft, args.pairs, extra, env, args.model)
             part = run_align(fq, ft, small, extra, env, args.model)
@@ -98,6 +135,8 @@ def main() -> None:
             print(f"{name:42s} {full:8.2f} {args.pairs / full:8.1f} {part:12.2f} {marginal:17.1f} {fixed:8.2f}",
                   flush=True)
             write_json(args.json, payload)
+        if args.api:
+            api(args, pairs, api_rows, lambda: write_json(args.json, payload))
     write_json(args.json, payload)
     print(f"wrote {args.json}")
 

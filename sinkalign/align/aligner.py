@@ -21,15 +21,18 @@ come in input order.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
 import math
+import multiprocessing
 import os
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -261,6 +264,14 @@ class Aligner:
         engine: ``auto`` (``numpy`` when the model allows it, else ``jax``), ``numpy`` (an
             error naming the reason when the model does not allow it) or ``jax``.
         workers: threads of the ``numpy`` engine (default: the CPUs this process may use).
+        processes: run the host's share (the ``numpy`` engine's pairs, the ``jax`` engine's
+            decoding) on this many worker processes instead of ``workers`` threads. A pair's
+            host work is many small NumPy calls that hold the GIL, so threads add up badly on
+            many cores (16 gave 1.5x one thread); processes do not share it. Each is started
+            (``spawn``) on first use with a copy of the aligner and kept until :meth:`close` (or
+            the aligner is collected; ``with Aligner.load(...) as aligner:`` closes it). A script
+            that uses them needs the ``if __name__ == "__main__":`` guard of
+            :mod:`multiprocessing`. ``None`` or 0 (default): threads.
         band: a whole number: solve every pair on a corridor of this many residues around its
             Needleman-Wunsch and Smith-Waterman alignments (:mod:`sinkalign.align.band`),
             ``O((m + n) band)`` instead of ``O(m n)``, the same result wherever the plan's
@@ -289,7 +300,7 @@ class Aligner:
                  workers: int | None = None, min_confidence: float | None = None,
                  significance: Significance | None = None, strand: str | None = None,
                  band: int | str | None = None, identity_weight: float | None = None,
-                 identity_min: float | None = None):
+                 identity_min: float | None = None, processes: int | None = None):
         if backend not in BACKENDS:
             raise InputError(f"backend={backend!r} is not one of {BACKENDS}")
         if engine not in ENGINES:
@@ -318,6 +329,10 @@ class Aligner:
         self.workers = default_workers() if workers is None else int(workers)
         if self.workers < 1:
             raise InputError(f"workers={self.workers} must be >= 1")
+        if processes is not None and (isinstance(processes, bool) or int(processes) != processes or processes < 0):
+            raise InputError(f"processes={processes!r} must be a whole number >= 0")
+        self.processes = int(processes or 0)
+        self._pool: ProcessPoolExecutor | None = None  # started on first use
         if embedder is not None and embedder_options:
             raise InputError("give either embedder or embedder_options, not both")
         self._embedder = embedder
@@ -713,7 +728,7 @@ class Aligner:
 
     def _numpy_results(self, pairs, keep_plan):
         tasks = _chunks(pairs, TASK_PAIRS, TASK_CELLS)
-        yield from self._run_tasks(functools.partial(self._numpy_task, items, keep_plan) for items in tasks)
+        yield from self._run_tasks(("_numpy_task", (items, keep_plan)) for items in tasks)
 
     # ---------------------------------------------------------------- jax engine
     def _plans_fn(self) -> Callable:
@@ -770,7 +785,7 @@ class Aligner:
                 if isinstance(chunk, Exception):
                     if pending is not None:
                         yield from self._jax_decode_tasks(*pending, keep_plan)
-                    yield lambda exc=chunk: [exc]  # raised by the consumer, after the results before it
+                    yield [chunk]  # a result: raised by the consumer, after the results before it
                     return
                 rows = self._jax_dispatch(chunk)  # the next solve runs while the previous chunk decodes
                 if pending is not None:
@@ -781,34 +796,93 @@ class Aligner:
 
         yield from self._run_tasks(tasks())
 
-    def _jax_decode_tasks(self, chunk, rows, keep_plan) -> Iterator[Callable[[], list]]:
+    def _jax_decode_tasks(self, chunk, rows, keep_plan) -> Iterator[tuple]:
         """The host's share of a solved chunk (on an accelerator the solve is fast and this is
-        what sets the pace): tasks of at most :data:`TASK_PAIRS` pairs and :data:`TASK_CELLS`
-        cells, as the numpy engine's, so a chunk of long pairs spreads over the threads; each
-        widens its pairs' rows to plans, takes posteriors and decodes them as one stacked MEA
-        (:func:`mea_batch`). Waits for the chunk's solve."""
+        what sets the pace): tasks (:meth:`_decode_rows`) of at most :data:`TASK_PAIRS` pairs
+        and :data:`TASK_CELLS` cells, as the numpy engine's, so a chunk of long pairs spreads
+        over the threads or processes. Waits for the chunk's solve."""
         rows = np.asarray(rows)  # the device's float32; each task widens its own pairs' rows
-
-        def task(idx):
-            plans = [M.pair_plan(np.asarray(rows[i], np.float64), len(chunk[i][1]), len(chunk[i][3])) for i in idx]
-            posts = [plan_posteriors(plan) for plan in plans]
-            alns = self._mea([chunk[i] for i in idx], posts)
-            return [self._finish(chunk[i], post, aln, plan if keep_plan else None)
-                    for i, plan, post, aln in zip(idx, plans, posts, alns)]
-
         for part in _chunks([(i, chunk[i][1], None, chunk[i][3]) for i in range(len(chunk))], TASK_PAIRS, TASK_CELLS):
-            yield functools.partial(task, [item[0] for item in part])
+            lo, hi = part[0][0], part[-1][0] + 1  # consecutive pairs: a view of their rows
+            yield "_decode_rows", (chunk[lo:hi], rows[lo:hi], keep_plan)
 
-    def _run_tasks(self, tasks: Iterable[Callable[[], list]]) -> Iterator[AlignedPair]:
-        """Run a stream's tasks on one pool of ``workers`` threads (each keeps its work arrays
-        from task to task), with BLAS on one thread; results in order, and an exception a task
-        returns is raised when the consumer reaches it."""
+    def _decode_rows(self, items, rows, keep_plan) -> list:
+        """Widen solved rows to the pairs' plans, take posteriors, decode them as one stacked
+        MEA (:func:`mea_batch`) and finish each pair."""
+        plans = [M.pair_plan(np.asarray(rows[i], np.float64), len(item[1]), len(item[3]))
+                 for i, item in enumerate(items)]
+        posts = [plan_posteriors(plan) for plan in plans]
+        alns = self._mea(items, posts)
+        return [self._finish(item, post, aln, plan if keep_plan else None)
+                for item, plan, post, aln in zip(items, plans, posts, alns)]
+
+    def _run_tasks(self, tasks: Iterable) -> Iterator[AlignedPair]:
+        """Run a stream's tasks, each ``(method name, args)`` of this aligner (or a list: its
+        results, as they are), on one pool of ``workers`` threads (each keeps its work arrays
+        from task to task), with BLAS on one thread, or on the ``processes``; results in
+        order, and an exception a task returns is raised when the consumer reaches it."""
+        if self.processes:
+            pool = self._process_pool()
+            submit = lambda task: pool.submit(_in_worker, *task)  # noqa: E731
+            width = self.processes
+        else:
+            submit = None
+            width = self.workers
         with _BLAS_ONE_THREAD:
-            for results in _ordered_map(lambda task: task(), tasks, self.workers):
+            for results in _ordered_map(lambda task: getattr(self, task[0])(*task[1]), tasks, width, submit):
                 for res in results:
                     if isinstance(res, Exception):
                         raise res
                     yield res
+
+    # ---------------------------------------------------------------- worker processes
+    def _process_pool(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            pool = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("spawn"),
+                                       initializer=_init_worker, initargs=(self,))
+            self._pool = pool
+            self._pool_finalizer = weakref.finalize(self, pool.shutdown, wait=False, cancel_futures=True)
+        return self._pool
+
+    def close(self) -> None:
+        """Stop the worker processes (``processes``), if any were started; a later call starts
+        them again."""
+        if self._pool is not None:
+            self._pool_finalizer.detach()
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def __enter__(self) -> Aligner:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict:
+        """A copy for a worker process: no pool, nothing compiled, no embedder (the features
+        are computed where the solve runs), an empty sequence cache, one thread."""
+        state = self.__dict__.copy()
+        for key in ("_pool", "_pool_finalizer", "_jax_plans", "_embedder"):
+            state.pop(key, None)
+        state.update(_pool=None, _jax_plans=None, _embedder=None, processes=0, workers=1)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+
+
+_WORKER: Aligner | None = None  # a worker process's copy of the aligner
+
+
+def _init_worker(aligner: Aligner) -> None:
+    global _WORKER
+    _WORKER = aligner
+
+
+def _in_worker(name: str, args: tuple) -> list:
+    """A task of :meth:`Aligner._run_tasks` in a worker process, on its copy of the aligner."""
+    with _BLAS_ONE_THREAD:
+        return getattr(_WORKER, name)(*args)
 
 
 class _SingleThreadedBlas:
@@ -867,17 +941,27 @@ def _chunks(items: Iterable, size: int, cells: int | None = None) -> Iterator[li
         yield chunk
 
 
-def _ordered_map(fn: Callable, tasks: Iterable, workers: int) -> Iterator:
+def _ordered_map(fn: Callable, tasks: Iterable, workers: int, submit: Callable | None = None) -> Iterator:
     """``map(fn, tasks)`` on ``workers`` threads, in input order, with at most ``2 * workers``
-    tasks submitted ahead of the consumer (so memory stays bounded on an endless stream)."""
-    if workers <= 1:
-        yield from map(fn, tasks)
+    tasks submitted ahead of the consumer (so memory stays bounded on an endless stream). A
+    task that is a list is its own result. ``submit(task)``: a future of the task's result
+    from elsewhere (worker processes) instead of ``fn`` on this process's threads."""
+    if workers <= 1 and submit is None:
+        yield from (task if isinstance(task, list) else fn(task) for task in tasks)
         return
-    with ThreadPoolExecutor(workers, thread_name_prefix="sinkalign") as pool:
+    with contextlib.ExitStack() as stack:
+        if submit is None:
+            pool = stack.enter_context(ThreadPoolExecutor(workers, thread_name_prefix="sinkalign"))
+            submit = functools.partial(pool.submit, fn)
         pending: deque = deque()
         try:
             for task in tasks:
-                pending.append(pool.submit(fn, task))
+                if isinstance(task, list):
+                    done: Future = Future()
+                    done.set_result(task)
+                    pending.append(done)
+                else:
+                    pending.append(submit(task))
                 if len(pending) >= 2 * workers:
                     yield pending.popleft().result()
             while pending:

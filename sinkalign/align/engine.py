@@ -219,6 +219,13 @@ class _SequenceCache:
         self._rng = np.random.default_rng(seed)
         self._lock = threading.Lock()
 
+    def __getstate__(self) -> dict:
+        """Pickled (for a worker process) empty: what it caches is rebuilt where it is used."""
+        return {"residues": self.residues}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["residues"])
+
     def get(self, key: str, make):
         """The value of ``key``: cached, or ``make()`` (kept from the key's second use)."""
         return self.get_many([key], lambda _: make())[0]

@@ -1,0 +1,88 @@
+"""`Aligner(processes=N)`: the host's share on worker processes gives what threads give."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+from sinkalign.align.aligner import Aligner
+from sinkalign.errors import InputError
+
+RNG = np.random.default_rng(11)
+AA = np.array(list("ACDEFGHIKLMNPQRSTVWY"))
+
+
+def _pairs(n: int, length: int = 60) -> list:
+    out = []
+    for i in range(n):
+        q = "".join(RNG.choice(AA, length + i % 7))
+        t = list(q)
+        for j in RNG.choice(len(t), len(t) // 4, replace=False):
+            t[j] = RNG.choice(AA)
+        del t[10 : 10 + i % 4]
+        out.append((f"q{i}", q, f"t{i}", "".join(t)))
+    return out
+
+
+ITEMS = _pairs(40)  # three numpy-engine tasks of 16 pairs
+
+
+def _same(a, b) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert (x.query_id, x.target_id) == (y.query_id, y.target_id)
+        np.testing.assert_array_equal(x.alignment.pairs, y.alignment.pairs)
+        np.testing.assert_array_equal(x.alignment.match_posterior, y.alignment.match_posterior)
+        np.testing.assert_array_equal(x.alignment.query_gap_posterior, y.alignment.query_gap_posterior)
+        assert (x.alignment.score, x.score, x.evalue) == (y.alignment.score, y.score, y.evalue)
+
+
+@pytest.fixture(scope="module")
+def threaded():
+    return Aligner.load("learned", workers=2)
+
+
+def test_processes_give_what_threads_give(threaded):
+    want = list(threaded.align_many(ITEMS))
+    with Aligner.load("learned", processes=2) as aligner:
+        got = list(aligner.align_many(ITEMS))
+        _same(got, want)
+        assert aligner._pool is not None
+        again = list(aligner.align_many(ITEMS[:5]))  # the pool is kept between calls
+        _same(again, want[:5])
+    assert aligner._pool is None  # closed by the with block
+    _same(list(aligner.align_many(ITEMS[:3])), want[:3])  # and started again when used
+    aligner.close()
+
+
+def test_a_bad_pair_is_raised_after_the_results_before_it(threaded):
+    bad = [*ITEMS[:20], ("qx", "", "tx", "MKV"), *ITEMS[20:]]
+    outcomes = []
+    for aligner in (threaded, Aligner.load("learned", processes=2)):
+        got = []
+        with pytest.raises(InputError) as err:
+            for res in aligner.align_many(bad):
+                got.append(res)
+        outcomes.append((len(got), str(err.value)))
+        aligner.close()
+    assert outcomes[0] == outcomes[1] and outcomes[0][0] == 20, outcomes
+
+
+def test_the_jax_engine_decodes_on_processes():
+    want = list(Aligner.load("learned", engine="jax").align_many(ITEMS[:24], batch_size=24))
+    with Aligner.load("learned", engine="jax", processes=2) as aligner:
+        _same(list(aligner.align_many(ITEMS[:24], batch_size=24)), want)
+
+
+def test_a_pickled_aligner_aligns_alike(threaded):
+    copy = pickle.loads(pickle.dumps(threaded))
+    assert copy.workers == 1 and copy.processes == 0 and copy._pool is None
+    _same(list(copy.align_many(ITEMS[:6])), list(threaded.align_many(ITEMS[:6])))
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "2"])
+def test_bad_processes(bad):
+    with pytest.raises(InputError, match="processes=.* must be a whole number >= 0"):
+        Aligner.load("learned", processes=bad)
