@@ -11,7 +11,8 @@ model by default), for:
   nanny gives every worker (``distributed.nanny.pre-spawn-environ``), which fixes glibc's mmap
   threshold, so each array above 128 KB is mapped afresh (the workers now set the thresholds
   back, ``sinkalign.pipelines.runner._restore_malloc_thresholds``);
-* ``--threads N`` and ``--workers N`` (N = ``--cpus``, default every CPU this process may use).
+* ``--threads N``, ``--processes N`` and ``--workers N`` (N = ``--cpus``, default every CPU this
+  process may use).
 
 Each configuration runs at ``--pairs`` and at a quarter of them: the difference gives the
 marginal rate (pairs/s once started) apart from the fixed cost (start, model, cluster).
@@ -105,6 +106,7 @@ def main() -> None:
     configs = [("1 thread", ["--threads", "1"], base),
                ("1 thread, MALLOC_TRIM_THRESHOLD_=65536", ["--threads", "1"], dask_env),
                (f"{args.cpus} threads", ["--threads", str(args.cpus)], base),
+               (f"{args.cpus} processes (--processes)", ["--processes", str(args.cpus)], base),
                (f"{args.cpus} Dask workers (--workers)", ["--workers", str(args.cpus)], base)]
     if args.only:
         configs = [c for c in configs if any(word in c[0] for word in args.only)]

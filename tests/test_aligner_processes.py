@@ -86,3 +86,36 @@ def test_a_pickled_aligner_aligns_alike(threaded):
 def test_bad_processes(bad):
     with pytest.raises(InputError, match="processes=.* must be a whole number >= 0"):
         Aligner.load("learned", processes=bad)
+
+
+def test_align_command_on_processes_writes_what_threads_write(tmp_path):
+    from click.testing import CliRunner
+
+    from sinkalign.cli.main import cli
+
+    (tmp_path / "q.fa").write_text("".join(f">{q}\n{qs}\n" for q, qs, _, _ in ITEMS[:20]))
+    (tmp_path / "t.fa").write_text("".join(f">{t}\n{ts}\n" for _, _, t, ts in ITEMS[:20]))
+    args = ["align", str(tmp_path / "q.fa"), str(tmp_path / "t.fa"), "--pairing", "zip", "--no-progress",
+            "--format", "json"]
+    runner = CliRunner()
+    r = runner.invoke(cli, [*args, "--threads", "1", "-o", str(tmp_path / "threads.json")])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(cli, [*args, "--processes", "2", "-o", str(tmp_path / "processes.json")])
+    assert r.exit_code == 0, r.output
+    want = (tmp_path / "threads.json").read_text()
+    assert (tmp_path / "processes.json").read_text() == want and len(want.splitlines()) == 20
+    r = runner.invoke(cli, [*args, "--processes", "2", "--threads", "2"])
+    assert r.exit_code == 2 and "--processes aligns on this machine's processes" in r.output
+
+
+def test_align_fasta_processes_checked(tmp_path):
+    from sinkalign.pipelines.align import align_fasta
+
+    (tmp_path / "q.fa").write_text(">q\nMKVL\n")
+    for bad, match in ((0, "processes=0 must be a whole number >= 1"),
+                       (2.0, "processes=2.0 must be a whole number >= 1")):
+        with pytest.raises(InputError, match=match):
+            align_fasta(tmp_path / "q.fa", tmp_path / "q.fa", output=tmp_path / "o.tsv", processes=bad)
+    with pytest.raises(InputError, match="processes is for a local run"):
+        align_fasta(tmp_path / "q.fa", tmp_path / "q.fa", output=tmp_path / "o.tsv", processes=2, threads=2)
+    assert not (tmp_path / "o.tsv").exists()

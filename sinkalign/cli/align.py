@@ -92,6 +92,10 @@ class _Band(click.ParamType):
 @click.option("--threads", type=click.IntRange(min=1), metavar="N",
               help="Threads of the numpy engine (default: every CPU this process may use), as BLAST's "
                    "-num_threads; not with --workers/--scheduler, whose workers use their own.")
+@click.option("--processes", type=click.IntRange(min=1), metavar="N",
+              help="Align on N worker processes of this machine instead of threads: faster than --threads on "
+                   "many cores (a pair's work holds Python's GIL much of the time), a second or so to start, the "
+                   "same output. Not with --threads, --workers or --scheduler.")
 @click.option("--plan-out", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the transport plan (with dustbin row/column) of every pair written to this .npz "
                    "file (on the minus strand: the plan of the query's reverse complement).")
@@ -153,7 +157,7 @@ class _Band(click.ParamType):
 @progress_option("aligned pairs")
 @click.pass_context
 def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, overwrite, model, embedder,
-          esm_weights, backend, engine, threads, plan_out, batch_size, chunk_size, workers, scheduler, gap_weight,
+          esm_weights, backend, engine, threads, processes, plan_out, batch_size, chunk_size, workers, scheduler, gap_weight,
           identity_weight, identity_min, min_confidence,
           max_evalue, db_size, max_hits, prefilter, strand, band, progress):
     """Align the records of QUERY_FASTA against those of TARGET_FASTA (protein or DNA).
@@ -187,6 +191,9 @@ def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, 
     if threads is not None and (workers is not None or scheduler is not None):
         raise click.UsageError("--threads is for a local run: a cluster's workers use their own threads "
                                "(dask worker --nthreads)")
+    if processes is not None and (threads is not None or workers is not None or scheduler is not None):
+        raise click.UsageError("--processes aligns on this machine's processes instead of threads: not with "
+                               "--threads, --workers or --scheduler")
     try:
         n = align_fasta(query_fasta, target_fasta, pairs=pairs, output=output, fmt=fmt, pairing=pairing,
                         model=model, embedder=embedder, esm_weights=esm_weights, backend=backend,
@@ -194,7 +201,8 @@ def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, 
                         min_confidence=min_confidence, max_evalue=max_evalue, db_size=db_size, max_hits=max_hits,
                         progress=show_progress(progress),
                         overwrite=overwrite, workers=workers, scheduler=scheduler, chunk_size=chunk_size,
-                        engine=engine, threads=threads, strand=strand, prefilter=prefilter, band=band,
+                        engine=engine, threads=threads, processes=processes, strand=strand, prefilter=prefilter,
+                        band=band,
                         identity_weight=identity_weight, identity_min=identity_min)
     except BrokenPipeError:  # e.g. `sinkalign align ... | head`: stop quietly, as other filters do
         devnull = os.open(os.devnull, os.O_WRONLY)

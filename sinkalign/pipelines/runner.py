@@ -51,6 +51,7 @@ class ModelSpec:
     min_confidence: float | None = None
     engine: str = "auto"
     threads: int | None = None  # the numpy engine's threads in this process (None: every CPU it may use)
+    processes: int | None = None  # the host's share on this many worker processes of this one (Aligner(processes=))
     strand: str | None = None  # nucleotide models: plus, minus or both (None: the aligner's default, both)
     band: int | str | None = None  # a corridor of this radius for every pair, "dense", or None (long pairs banded)
     identity_weight: float | None = None  # the MEA identity tie-break (None: the model's)
@@ -149,6 +150,8 @@ def load_aligner(spec: ModelSpec):
         extra["band"] = spec.band
     extra["identity_weight"] = spec.identity_weight
     extra["identity_min"] = spec.identity_min
+    if spec.processes:
+        extra["processes"] = spec.processes
     aligner = Aligner.load(path, backend=spec.backend, gap_weight=spec.gap_weight, **extra)
     trained_with = aligner.config.embedder.get("name") if aligner.config.feature_dim else None
     if spec.embedder is not None and spec.embedder != (trained_with or "none"):
