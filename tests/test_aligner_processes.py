@@ -78,8 +78,21 @@ def test_the_jax_engine_decodes_on_processes():
 
 def test_a_pickled_aligner_aligns_alike(threaded):
     copy = pickle.loads(pickle.dumps(threaded))
-    assert copy.workers == 1 and copy.processes == 0 and copy._pool is None
+    assert copy.workers == threaded.workers == 2 and copy.processes == 0 and copy._pool is None
     _same(list(copy.align_many(ITEMS[:6])), list(threaded.align_many(ITEMS[:6])))
+
+
+def test_a_copy_keeps_its_settings_and_shares_the_model():
+    import copy
+
+    with Aligner.load("learned", engine="jax", processes=2) as aligner:
+        list(aligner.align_many(ITEMS[:2], batch_size=2))
+        twin = copy.copy(aligner)
+        assert (twin.workers, twin.processes) == (aligner.workers, 2)
+        assert twin._pool is None and aligner._pool is not None  # its own processes, when it uses them
+        assert twin._plans_fn() is aligner._plans_fn()  # nothing compiled again
+        twin.close()  # closes nothing of the original's
+        assert aligner._pool is not None
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, True, "2"])
@@ -119,3 +132,21 @@ def test_align_fasta_processes_checked(tmp_path):
     with pytest.raises(InputError, match="processes is for a local run"):
         align_fasta(tmp_path / "q.fa", tmp_path / "q.fa", output=tmp_path / "o.tsv", processes=2, threads=2)
     assert not (tmp_path / "o.tsv").exists()
+
+
+def test_msa_on_processes_gives_the_threads_alignment(tmp_path):
+    from click.testing import CliRunner
+
+    from sinkalign.cli.main import cli
+
+    (tmp_path / "f.fa").write_text("".join(f">{q}\n{qs}\n" for q, qs, _, _ in ITEMS[:6]))
+    runner = CliRunner()
+    out = {}
+    for name, opts in (("threads", ["--threads", "1"]), ("processes", ["--processes", "2"])):
+        r = runner.invoke(cli, ["msa", str(tmp_path / "f.fa"), "--no-progress", *opts, "--column-scores",
+                                str(tmp_path / f"{name}.tsv"), "-o", str(tmp_path / f"{name}.afa")])
+        assert r.exit_code == 0, r.output
+        out[name] = (tmp_path / f"{name}.afa").read_text() + (tmp_path / f"{name}.tsv").read_text()
+    assert out["processes"] == out["threads"] and out["threads"].count(">") == 6
+    r = runner.invoke(cli, ["msa", str(tmp_path / "f.fa"), "--processes", "2", "--workers", "2"])
+    assert r.exit_code == 2 and "--processes aligns on this machine's processes" in r.output

@@ -859,16 +859,24 @@ class Aligner:
         self.close()
 
     def __getstate__(self) -> dict:
-        """A copy for a worker process: no pool, nothing compiled, no embedder (the features
-        are computed where the solve runs), an empty sequence cache, one thread."""
+        """Pickled (e.g. for a worker process): no worker processes, nothing compiled, no
+        embedder (rebuilt on use; a worker process computes no features), an empty sequence cache."""
         state = self.__dict__.copy()
-        for key in ("_pool", "_pool_finalizer", "_jax_plans", "_embedder"):
-            state.pop(key, None)
-        state.update(_pool=None, _jax_plans=None, _embedder=None, processes=0, workers=1)
+        state.pop("_pool_finalizer", None)
+        state.update(_pool=None, _jax_plans=None, _embedder=None)
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
+
+    def __copy__(self) -> Aligner:
+        """A shallow copy (its model, engine and compiled forward pass shared) that starts its
+        own worker processes if it uses any."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new.__dict__.pop("_pool_finalizer", None)
+        new._pool = None
+        return new
 
 
 _WORKER: Aligner | None = None  # a worker process's copy of the aligner
@@ -876,6 +884,7 @@ _WORKER: Aligner | None = None  # a worker process's copy of the aligner
 
 def _init_worker(aligner: Aligner) -> None:
     global _WORKER
+    aligner.workers, aligner.processes = 1, 0  # one thread in each worker process
     _WORKER = aligner
 
 

@@ -130,7 +130,8 @@ def write_sequence_scores(result, handle) -> None:
 
 
 def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, consistency: int = 2,
-              refine: int = 20, seed: int = 0, threads: int | None = None, engine: str = "auto",
+              refine: int = 20, seed: int = 0, threads: int | None = None, processes: int | None = None,
+              engine: str = "auto",
               workers: int | None = None, scheduler: str | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE,
               progress: bool = False, overwrite: bool = False, column_scores=None, trim: float | None = None,
               sequence_scores=None, add_to=None, keep_length: bool = False, independent: bool = False,
@@ -145,7 +146,9 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
         tree: also write the guide tree (Newick) to this file.
         model: a model directory or shipped name (default: the shipped model for the input).
         consistency, refine, seed: as :func:`sinkalign.align.msa.align_multiple`.
-        threads: the numpy engine's threads; engine: the aligner's engine.
+        threads: the numpy engine's threads; engine: the aligner's engine. processes: the
+            pairwise alignments' host work on this many worker processes of this machine
+            instead of threads (``Aligner(processes=)``; the same alignment).
         workers, scheduler: run the pairwise alignments, in chunks of ``chunk_size`` pairs, on a
             local Dask cluster of ``workers`` processes or on the cluster whose scheduler is at
             ``scheduler`` (as ``sinkalign align``; the same alignment as a single process).
@@ -183,6 +186,10 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
         raise InputError(f"--consistency ({consistency}) and --refine ({refine}) must be >= 0")
     if workers is not None and scheduler is not None:
         raise InputError("give either workers (a local cluster) or scheduler (an existing one), not both")
+    if processes is not None and (isinstance(processes, bool) or not isinstance(processes, int) or processes < 1):
+        raise InputError(f"processes={processes!r} must be a whole number >= 1")
+    if processes is not None and (threads is not None or workers is not None or scheduler is not None):
+        raise InputError("processes is for a local run, instead of threads: not with threads, workers or scheduler")
     if keep_length and add_to is None:
         raise InputError("--keep-length keeps the columns of the alignment given by --add-to; give one")
     if trim is not None and add_to is not None:
@@ -211,12 +218,12 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
     with stdin_spooled([*fastas, add_to]) as paths:  # the alignment read from here on as its spooled copy
         return _msa(fastas, paths[:-1], paths[-1], output, fmt, tree, model, consistency, refine, seed, threads,
                     engine, workers, scheduler, chunk_size, progress, column_scores, trim, sequence_scores,
-                    keep_length, independent, nearest)
+                    keep_length, independent, nearest, processes)
 
 
 def _msa(fastas: list, paths: list, add_to, output, fmt, tree, model, consistency, refine, seed, threads, engine,
          workers, scheduler, chunk_size, progress, column_scores, trim, sequence_scores, keep_length, independent,
-         nearest):
+         nearest, processes=None):
     """:func:`msa_fasta` once its options are checked and standard input is spooled: ``paths``
     are the FASTA files (``fastas`` as named to the user), ``add_to`` the alignment's file."""
     from tqdm import tqdm
@@ -240,14 +247,14 @@ def _msa(fastas: list, paths: list, add_to, output, fmt, tree, model, consistenc
         from sinkalign.align.aligner import resolve_model
 
         path = str(resolve_model(model).resolve())
-    spec = ModelSpec(path, "protein", min_confidence=0.0, engine=engine, threads=threads)
+    spec = ModelSpec(path, "protein", min_confidence=0.0, engine=engine, threads=threads, processes=processes)
     model_alphabet = load_aligner(spec).config.alphabet if path is not None else None
     alphabet = _alphabet(records, where, model_alphabet)
     if existing is not None and existing.alphabet != alphabet:
         which = f"the model ({model}) is" if model_alphabet is not None else f"the records of {where} are"
         raise InputError(f"{add_to}: the alignment is {existing.alphabet}, but {which} {alphabet}")
     # the strands as given; the plain MEA decoding, as library_aligner reads it (on cluster workers too)
-    spec = ModelSpec(path, alphabet, min_confidence=0.0, engine=engine, threads=threads,
+    spec = ModelSpec(path, alphabet, min_confidence=0.0, engine=engine, threads=threads, processes=processes,
                      strand="plus" if alphabet == "dna" else None, identity_weight=0.0)
     aligner = library_aligner(load_aligner(spec))  # a model without calibration fails here, before any pair
     ids, seqs = [r.id for r in records], [r.seq for r in records]
