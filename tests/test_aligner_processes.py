@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import pickle
+import signal
+import time
 
 import numpy as np
 import pytest
 
 from sinkalign.align.aligner import Aligner
-from sinkalign.errors import InputError
+from sinkalign.errors import InputError, SinkalignError
 
 RNG = np.random.default_rng(11)
 AA = np.array(list("ACDEFGHIKLMNPQRSTVWY"))
@@ -150,3 +153,18 @@ def test_msa_on_processes_gives_the_threads_alignment(tmp_path):
     assert out["processes"] == out["threads"] and out["threads"].count(">") == 6
     r = runner.invoke(cli, ["msa", str(tmp_path / "f.fa"), "--processes", "2", "--workers", "2"])
     assert r.exit_code == 2 and "--processes aligns on this machine's processes" in r.output
+
+
+def test_a_killed_worker_process_is_an_error_and_the_next_call_starts_anew(threaded):
+    want = list(threaded.align_many(ITEMS[:20]))
+    with Aligner.load("learned", processes=2) as aligner:
+        list(aligner.align_many(ITEMS[:1]))
+        for pid in list(aligner._pool._processes):  # every worker process, killed as the OOM killer would
+            os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while not aligner._pool._broken and time.monotonic() < deadline:  # the executor has seen it
+            time.sleep(0.05)
+        with pytest.raises(SinkalignError, match=r"a worker process of the aligner \(processes=2\) died"):
+            list(aligner.align_many(ITEMS[:20]))
+        assert aligner._pool is None
+        _same(list(aligner.align_many(ITEMS[:20])), want)

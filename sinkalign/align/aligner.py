@@ -33,6 +33,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,7 @@ from sinkalign.align.decode import identity_gain, mea_batch, pair_identity, plan
 from sinkalign.align.engine import NumpyEngine, engine_support
 from sinkalign.align.significance import Significance
 from sinkalign.alignment import AlignedPair, reverse_complement
-from sinkalign.errors import AlphabetError, CheckpointError, InputError
+from sinkalign.errors import AlphabetError, CheckpointError, InputError, SinkalignError
 from sinkalign.io.fasta import NUCLEOTIDE_CODES, detect_alphabet, rna_as_dna
 
 __all__ = ["AlignedPair", "Aligner", "ENGINES", "PairResult", "SHIPPED_MODELS", "STRANDS", "default_model_path",
@@ -829,11 +830,17 @@ class Aligner:
             submit = None
             width = self.workers
         with _BLAS_ONE_THREAD:
-            for results in _ordered_map(lambda task: getattr(self, task[0])(*task[1]), tasks, width, submit):
-                for res in results:
-                    if isinstance(res, Exception):
-                        raise res
-                    yield res
+            try:
+                for results in _ordered_map(lambda task: getattr(self, task[0])(*task[1]), tasks, width, submit):
+                    for res in results:
+                        if isinstance(res, Exception):
+                            raise res
+                        yield res
+            except BrokenProcessPool as exc:  # a worker process was killed (out of memory?) or crashed
+                self._discard_pool()  # the next call starts new ones
+                raise SinkalignError(f"a worker process of the aligner (processes={self.processes}) died in the "
+                                     "middle of its pairs, e.g. killed for want of memory; fewer processes need "
+                                     "less") from exc
 
     # ---------------------------------------------------------------- worker processes
     def _process_pool(self) -> ProcessPoolExecutor:
@@ -848,9 +855,24 @@ class Aligner:
         """Stop the worker processes (``processes``), if any were started; a later call starts
         them again."""
         if self._pool is not None:
+            pool, self._pool = self._pool, None
             self._pool_finalizer.detach()
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _discard_pool(self) -> None:
+        """Kill the processes of a broken pool. Not :meth:`close`: a process killed while it
+        held the task queue's lock leaves the others waiting on it forever, so joining them
+        would hang."""
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            self._pool_finalizer.detach()
+            kill = getattr(pool, "kill_workers", None)  # Python 3.14
+            if kill is not None:
+                kill()
+            else:
+                for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                    proc.kill()
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def __enter__(self) -> Aligner:
         return self
