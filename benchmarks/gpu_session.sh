@@ -127,6 +127,7 @@ gpu_tests() {
   timeout "$(budget 300)" $PY -m pytest -m gpu -k "${PYTEST_K:-}" -q -p no:cacheprovider -rfEs --tb=short --timeout 300 --continue-on-collection-errors tests \
     >"$R/pytest_gpu.log" 2>&1
   grep -E "^(FAILED|ERROR|SKIPPED)|passed|failed|^E  " "$R/pytest_gpu.log" | tail -40
+  pack
 }
 
 check_and_lm() {  # check (both validations, then the gpu tests) beside the lm phase: nothing here is timed
