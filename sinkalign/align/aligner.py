@@ -851,28 +851,34 @@ class Aligner:
             self._pool_finalizer = weakref.finalize(self, pool.shutdown, wait=False, cancel_futures=True)
         return self._pool
 
+    def _take_pool(self) -> ProcessPoolExecutor | None:
+        """The worker processes' pool, now no longer this aligner's (``None`` if none was started)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            self._pool_finalizer.detach()
+        return pool
+
     def close(self) -> None:
         """Stop the worker processes (``processes``), if any were started; a later call starts
         them again."""
-        if self._pool is not None:
-            pool, self._pool = self._pool, None
-            self._pool_finalizer.detach()
+        pool = self._take_pool()
+        if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
 
     def _discard_pool(self) -> None:
         """Kill the processes of a broken pool. Not :meth:`close`: a process killed while it
         held the task queue's lock leaves the others waiting on it forever, so joining them
         would hang."""
-        if self._pool is not None:
-            pool, self._pool = self._pool, None
-            self._pool_finalizer.detach()
-            kill = getattr(pool, "kill_workers", None)  # Python 3.14
-            if kill is not None:
-                kill()
-            else:
-                for proc in list((getattr(pool, "_processes", None) or {}).values()):
-                    proc.kill()
-            pool.shutdown(wait=False, cancel_futures=True)
+        pool = self._take_pool()
+        if pool is None:
+            return
+        kill = getattr(pool, "kill_workers", None)  # Python 3.14
+        if kill is not None:
+            kill()
+        else:
+            for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                proc.kill()
+        pool.shutdown(wait=False, cancel_futures=True)
 
     def __enter__(self) -> Aligner:
         return self
@@ -907,13 +913,13 @@ _WORKER: Aligner | None = None  # a worker process's copy of the aligner
 def _init_worker(aligner: Aligner) -> None:
     global _WORKER
     aligner.workers, aligner.processes = 1, 0  # one thread in each worker process
+    _BLAS_ONE_THREAD.__enter__()  # and BLAS on one thread, for the process's life
     _WORKER = aligner
 
 
 def _in_worker(name: str, args: tuple) -> list:
     """A task of :meth:`Aligner._run_tasks` in a worker process, on its copy of the aligner."""
-    with _BLAS_ONE_THREAD:
-        return getattr(_WORKER, name)(*args)
+    return getattr(_WORKER, name)(*args)
 
 
 class _SingleThreadedBlas:

@@ -193,9 +193,9 @@ def corridor(guides, m: int, n: int, radius: int, *, local: tuple = ()) -> tuple
 def identity_gain_band(query: str, target: str, band: BandMatrix, alphabet: str = "protein") -> np.ndarray:
     """:func:`~sinkalign.align.decode.identity_gain` on ``band``'s cells: ``bool [nnz]`` in its
     data order (row by row, each row's columns ``lo .. hi - 1``)."""
-    from sinkalign.align.decode import _identity_codes
+    from sinkalign.align.decode import _same_residues
 
-    return _identity_codes(query, alphabet)[band.rows] == _identity_codes(target, alphabet, unknown=-2)[band.cols]
+    return _same_residues(query, target, alphabet, band.rows, band.cols)
 
 
 def band_mea(post: BandPosteriors, *, gap_weight: float = 0.0, bonus: np.ndarray | None = None) -> Alignment:

@@ -377,7 +377,7 @@ def identity_gain(query: str, target: str, alphabet: str = "protein") -> np.ndar
     residues (protein: the 20 amino acids; DNA: A, C, G, T, with U as T), case-insensitive. An
     unknown or ambiguous residue (X, N, B, ...) is identical to nothing. The evidence an
     identity tie-break adds to the MEA gain (:func:`mea_batch` ``bonus``)."""
-    return _identity_codes(query, alphabet)[:, None] == _identity_codes(target, alphabet, unknown=-2)[None, :]
+    return _same_residues(query, target, alphabet, (slice(None), None), (None, slice(None)))
 
 
 def pair_identity(query: str, target: str, pairs, alphabet: str = "protein") -> float:
@@ -386,8 +386,7 @@ def pair_identity(query: str, target: str, pairs, alphabet: str = "protein") -> 
     pairs = np.asarray(pairs, np.int64).reshape(-1, 2)
     if not len(pairs):
         return float("nan")
-    same = _identity_codes(query, alphabet)[pairs[:, 0]] == _identity_codes(target, alphabet, unknown=-2)[pairs[:, 1]]
-    return float(same.mean())
+    return float(_same_residues(query, target, alphabet, pairs[:, 0], pairs[:, 1]).mean())
 
 
 _CANONICAL = {"protein": "ACDEFGHIKLMNPQRSTVWY", "dna": "ACGT"}
@@ -406,6 +405,13 @@ def _identity_table(alphabet: str, unknown: int) -> np.ndarray:
         table[ord("U")] = table[ord("u")] = _CANONICAL["dna"].index("T")
     table.flags.writeable = False
     return table
+
+
+def _same_residues(query: str, target: str, alphabet: str, qi, tj) -> np.ndarray:
+    """Whether ``query[qi]`` and ``target[tj]`` (indices or index tuples, broadcast together)
+    are the same canonical residue: the comparison :func:`identity_gain`, :func:`pair_identity`
+    and :func:`~sinkalign.align.band.identity_gain_band` make."""
+    return _identity_codes(query, alphabet)[qi] == _identity_codes(target, alphabet, unknown=-2)[tj]
 
 
 def _identity_codes(seq: str, alphabet: str, unknown: int = -1) -> np.ndarray:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from sinkalign.cli.options import FiniteFloatRange, progress_option, show_progress
+from sinkalign.cli.options import FiniteFloatRange, check_processes_option, progress_option, show_progress
 
 log = logging.getLogger(__name__)
 
@@ -191,9 +191,7 @@ def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, 
     if threads is not None and (workers is not None or scheduler is not None):
         raise click.UsageError("--threads is for a local run: a cluster's workers use their own threads "
                                "(dask worker --nthreads)")
-    if processes is not None and (threads is not None or workers is not None or scheduler is not None):
-        raise click.UsageError("--processes aligns on this machine's processes instead of threads: not with "
-                               "--threads, --workers or --scheduler")
+    check_processes_option(processes, threads, workers, scheduler)
     try:
         n = align_fasta(query_fasta, target_fasta, pairs=pairs, output=output, fmt=fmt, pairing=pairing,
                         model=model, embedder=embedder, esm_weights=esm_weights, backend=backend,

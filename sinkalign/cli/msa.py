@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from sinkalign.cli.options import FiniteFloatRange, progress_option, show_progress
+from sinkalign.cli.options import FiniteFloatRange, check_processes_option, progress_option, show_progress
 
 log = logging.getLogger(__name__)
 
@@ -116,9 +116,7 @@ def msa(fasta, example, output, fmt, tree, column_scores, sequence_scores, trim,
         raise click.UsageError("give --workers (a local cluster) or --scheduler (an existing one), not both")
     if threads is not None and (workers is not None or scheduler is not None):
         raise click.UsageError("--threads is for a local run: a cluster's workers use their own threads")
-    if processes is not None and (threads is not None or workers is not None or scheduler is not None):
-        raise click.UsageError("--processes aligns on this machine's processes instead of threads: not with "
-                               "--threads, --workers or --scheduler")
+    check_processes_option(processes, threads, workers, scheduler)
     if independent:  # no consistency rounds, unless asked for (which is an error the pipeline words)
         source = click.get_current_context().get_parameter_source("consistency")
         if source is not click.core.ParameterSource.COMMANDLINE:

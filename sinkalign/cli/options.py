@@ -50,6 +50,13 @@ def progress_option(what: str):
                         help=f"Progress bar of {what} on stderr [default: on a terminal].")
 
 
+def check_processes_option(processes, threads, workers, scheduler) -> None:
+    """``--processes`` replaces threads on this machine: a usage error beside --threads or a cluster."""
+    if processes is not None and (threads is not None or workers is not None or scheduler is not None):
+        raise click.UsageError("--processes aligns on this machine's processes instead of threads: not with "
+                               "--threads, --workers or --scheduler")
+
+
 def show_progress(flag: bool | None) -> bool:
     """The ``--progress`` choice, or whether standard error is a terminal when none was made."""
     if flag is not None:

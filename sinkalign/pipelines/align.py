@@ -70,6 +70,7 @@ from sinkalign.pipelines.runner import (
     ModelSpec,
     align_chunk,
     check_outputs,
+    check_processes,
     chunks,
     is_stdio,
     load_aligner,
@@ -687,10 +688,7 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
     if threads is not None and (workers is not None or scheduler is not None):
         raise InputError("threads is for a local run: on a cluster each worker aligns with its own threads "
                          "(dask worker --nthreads)")
-    if processes is not None and (isinstance(processes, bool) or not isinstance(processes, int) or processes < 1):
-        raise InputError(f"processes={processes!r} must be a whole number >= 1")
-    if processes is not None and (threads is not None or workers is not None or scheduler is not None):
-        raise InputError("processes is for a local run, instead of threads: not with threads, workers or scheduler")
+    check_processes(processes, threads, workers, scheduler)
     if workers is not None or scheduler is not None:  # before anything is read or written
         require("distributed", "cluster", "sinkalign align --workers/--scheduler")
     to_stdout = output is None or is_stdio(output)

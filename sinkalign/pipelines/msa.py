@@ -25,6 +25,7 @@ from sinkalign.pipelines.runner import (
     ModelSpec,
     align_chunk,
     check_outputs,
+    check_processes,
     chunks,
     is_stdio,
     load_aligner,
@@ -186,10 +187,7 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
         raise InputError(f"--consistency ({consistency}) and --refine ({refine}) must be >= 0")
     if workers is not None and scheduler is not None:
         raise InputError("give either workers (a local cluster) or scheduler (an existing one), not both")
-    if processes is not None and (isinstance(processes, bool) or not isinstance(processes, int) or processes < 1):
-        raise InputError(f"processes={processes!r} must be a whole number >= 1")
-    if processes is not None and (threads is not None or workers is not None or scheduler is not None):
-        raise InputError("processes is for a local run, instead of threads: not with threads, workers or scheduler")
+    check_processes(processes, threads, workers, scheduler)
     if keep_length and add_to is None:
         raise InputError("--keep-length keeps the columns of the alignment given by --add-to; give one")
     if trim is not None and add_to is not None:

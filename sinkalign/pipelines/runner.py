@@ -23,6 +23,7 @@ from sinkalign.errors import InputError, OutputExistsError, SinkalignError, requ
 from sinkalign.utils import STDIO, is_special, is_stdio
 
 __all__ = ["DEFAULT_CHUNK_SIZE", "STDIN_NAME", "STDIO", "ModelSpec", "align_chunk", "check_output", "check_outputs",
+           "check_processes",
            "chunks", "is_stdio", "load_aligner", "run_cluster", "run_local", "stdin_spooled"]
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,17 @@ class ModelSpec:
     band: int | str | None = None  # a corridor of this radius for every pair, "dense", or None (long pairs banded)
     identity_weight: float | None = None  # the MEA identity tie-break (None: the model's)
     identity_min: float | None = None  # ... for pairs at least this identical (None: the model's)
+
+
+def check_processes(processes, threads, workers, scheduler) -> None:
+    """:class:`InputError` unless ``processes`` (a local run's worker processes, instead of
+    threads) is ``None`` or a whole number >= 1 given without threads or a cluster."""
+    if processes is None:
+        return
+    if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
+        raise InputError(f"processes={processes!r} must be a whole number >= 1")
+    if threads is not None or workers is not None or scheduler is not None:
+        raise InputError("processes is for a local run, instead of threads: not with threads, workers or scheduler")
 
 
 _ALIGNERS: dict = {}

@@ -465,10 +465,8 @@ def default_launch(dtype: str, precision: str = "ieee", head_dim: int = 64) -> d
     """
     if dtype not in _DTYPES:
         raise ValueError(f"{dtype=} must be one of {sorted(_DTYPES)}")
-    if dtype == "fp32" and precision == "ieee":
-        return {"block": 32, "num_warps": 4, "num_stages": 3}
-    wide = head_dim > 64 and dtype == "fp32"
-    return {"block": 32 if wide else 64, "num_warps": 4, "num_stages": 3}
+    narrow = dtype == "fp32" and (precision == "ieee" or head_dim > 64)
+    return {"block": 32 if narrow else 64, "num_warps": 4, "num_stages": 3}
 
 
 _DTYPES = {"fp32": tl.float32, "bf16": tl.bfloat16, "fp16": tl.float16}
@@ -483,10 +481,8 @@ def _compiled(capability: int, dtype: str, block, head_dim: int, precision, num_
 
     if interpreter_mode():
         raise RuntimeError("compiling natively needs triton in native mode (TRITON_INTERPRET unset)")
-    if dtype not in _DTYPES:
-        raise ValueError(f"{dtype=} must be one of {sorted(_DTYPES)}")
     precision = ("ieee" if precision is None else precision) if dtype == "fp32" else "tf32"
-    launch = default_launch(dtype, precision, head_dim)
+    launch = default_launch(dtype, precision, head_dim)  # checks dtype
     block = launch["block"] if block is None else block
     options = {"num_warps": launch["num_warps"] if num_warps is None else num_warps,
                "num_stages": launch["num_stages"] if num_stages is None else num_stages}
