@@ -11,7 +11,9 @@ Two parts, in one process, each against a CPU baseline run in the same process:
   CPU threads of the machine and on one, and parasail Needleman-Wunsch / Smith-Waterman
   (BLOSUM62, 11/1, traceback, one thread). Models: ``--models`` (shipped names or paths).
   With ``--processes N``, both engines again with the host's share on N worker processes
-  (``Aligner(processes=N)``) at the last batch size.
+  (``Aligner(processes=N)``) at the last batch size. Pairs the band policy puts on a corridor
+  (length 3,000: past 1024 x 1024 residue pairs) are solved on the host by both engines
+  (``banded_pairs`` in a row); ``--jax-dense`` also times the jax engine with every pair dense.
 * **Training.** ``--train-steps`` optimiser steps of the learned model's architecture
   (``learned``) on a fixed padded batch of ``--train-batch`` pairs of ``--train-length``
   residues (the training recipe's crop length), timed after compilation, on the default
@@ -84,6 +86,7 @@ def throughput(args, rows, save):
     parasail_rows(args, rows, save)
     for model in args.models:
         jax_aligner = Aligner.load(model, engine="jax")
+        jax_dense = Aligner.load(model, engine="jax", band="dense") if args.jax_dense else None
         cpu_all = Aligner.load(model, workers=os.cpu_count())
         cpu_one = Aligner.load(model, workers=1)
         for L in args.lengths:
@@ -105,21 +108,29 @@ def throughput(args, rows, save):
                     got[:] = [r.alignment.pairs for r in jax_aligner.align_many(items, batch_size=bs)]
 
                 t = best_of(run, args.repeats)
-                add(f"jax engine, {jax.default_backend()}, batch {bs}", t, batch_size=bs)
-                # the solve alone: one full padded batch of the first bs pairs, synchronised
-                chunk = next(iter(jax_aligner._jax_batches(items[:bs], bs)))
-                rows_fn = jax_aligner._jax_dispatch
-                t_solve = best_of(lambda chunk=chunk: np.asarray(rows_fn(chunk)), args.repeats)
-                record(rows, save, f"{model:8s} L={L:5d} {'  solve only, batch ' + str(len(chunk)):40s}", part="solve",
-                       model=model, length=L, batch_size=len(chunk),
-                       method=f"jax solve only, {jax.default_backend()}", wall_s=t_solve,
-                       pairs_per_s=len(chunk) / t_solve)
-                # the numpy engine's alignments, once per length, where it too solves every pair on a
-                # dense plan (a pair it bands is not compared: the jax engine has no corridors)
-                if cpu_all.engine == "numpy" and ref is None and not any(map(cpu_all._banded, items)):
+                banded = sum(map(jax_aligner._banded, items))  # solved on the host, as the numpy engine does
+                add(f"jax engine, {jax.default_backend()}, batch {bs}", t, batch_size=bs, banded_pairs=banded)
+                measured = len(rows) - 1
+                # the solve alone: one full padded batch of the first bs dense pairs, synchronised
+                dense = [item for item in items if not jax_aligner._banded(item)]
+                if dense:
+                    chunk = next(iter(jax_aligner._jax_batches(dense[:bs], bs)))
+                    rows_fn = jax_aligner._jax_dispatch
+                    t_solve = best_of(lambda chunk=chunk: np.asarray(rows_fn(chunk)), args.repeats)
+                    record(rows, save, f"{model:8s} L={L:5d} {'  solve only, batch ' + str(len(chunk)):40s}",
+                           part="solve", model=model, length=L, batch_size=len(chunk),
+                           method=f"jax solve only, {jax.default_backend()}", wall_s=t_solve,
+                           pairs_per_s=len(chunk) / t_solve)
+                # the numpy engine's alignments, once per length (the same corridors and boxes)
+                if cpu_all.engine == "numpy" and ref is None:
                     ref = [r.alignment.pairs for r in cpu_all.align_many(items)]
                 if ref is not None:
-                    rows[-2]["identical_to_numpy"] = sum(np.array_equal(a, b) for a, b in zip(got, ref))
+                    rows[measured]["identical_to_numpy"] = sum(np.array_equal(a, b) for a, b in zip(got, ref))
+                if jax_dense is not None and banded and save.time_left(f"{model} at length {L}, dense, batch {bs}"):
+                    # every pair in the batches, as the jax engine did before it took corridors
+                    add(f"jax engine, {jax.default_backend()}, batch {bs}, band dense",
+                        best_of(lambda bs=bs: list(jax_dense.align_many(items, batch_size=bs)), args.repeats),
+                        batch_size=bs, band="dense")
             if args.processes and save.time_left(f"{model} at length {L}, jax engine on {args.processes} processes"):
                 bs = args.batch_sizes[-1]
                 with Aligner.load(model, engine="jax", processes=args.processes) as procs:
@@ -198,6 +209,9 @@ def main() -> None:
     ap.add_argument("--processes", type=int, default=0,
                     help="also time both engines with the host's share on this many worker processes "
                          "(Aligner(processes=N)) at the last batch size")
+    ap.add_argument("--jax-dense", action="store_true",
+                    help="also time the jax engine with band='dense' where the default puts pairs on a corridor "
+                         "or in a box (every pair in the batches, as before 2026-11-27)")
     ap.add_argument("--skip", nargs="*", default=[], choices=["throughput", "training"])
     ap.add_argument("--deadline-s", type=float, default=None,
                     help="start no measurement after this many seconds (the rest is listed as skipped)")

@@ -426,19 +426,26 @@ def test_pairs_past_the_cell_budget_fail_before_aligning(files, monkeypatch):
     assert align_fasta(files / "all.fa", pairs=files / "pairs.tsv", output=files / "x.tsv") == 3
 
 
-def test_pairs_past_the_dense_limit_are_refused_up_front_only_for_the_jax_engine(files, monkeypatch):
-    """The numpy engine solves a pair past MAX_CELLS on a corridor; the jax engine cannot, so
-    with it such a pair is an error before anything is aligned, naming both records."""
+def test_pairs_past_the_dense_limit_are_refused_up_front_only_with_dense_plans(files, monkeypatch):
+    """A pair past MAX_CELLS is solved on a corridor, on either engine; where every plan is
+    dense (--band dense, --backend pallas) such a pair is an error before anything is aligned,
+    naming both records."""
     import sinkalign.align.aligner as A
 
     monkeypatch.setattr(A, "MAX_CELLS", 600)  # q2 (27) x t2 (25) = 675
     monkeypatch.setattr(A, "LONG_BAND", 2)  # so that its corridor fits
-    with pytest.raises(InputError, match=r"record 'q2' \(#2\) of .*z.fa \(27 residues\) against record 't2' "
-                                         r"\(#2\) of .*t.fa \(25\) makes 675 residue pairs, more than the 600 .*"
-                                         r"these plans are dense \(the jax engine"):
-        (files / "z.fa").write_text(fasta(["q1", "q2"]))
-        align_fasta(files / "z.fa", files / "t.fa", pairing="zip", output=files / "x.tsv", engine="jax")
-    assert not (files / "x.tsv").exists()
-    with pytest.raises(InputError, match=r"makes 675 residue pairs, more than the 600 .*--band dense"):
-        align_fasta(files / "z.fa", files / "t.fa", pairing="zip", output=files / "x.tsv", band="dense")
+    (files / "z.fa").write_text(fasta(["q1", "q2"]))
+    for options in ({"band": "dense"}, {"backend": "pallas"}):
+        with pytest.raises(InputError, match=r"record 'q2' \(#2\) of .*z.fa \(27 residues\) against record 't2' "
+                                             r"\(#2\) of .*t.fa \(25\) makes 675 residue pairs, more than the 600 "
+                                             r".*these plans are dense \(--band dense, --backend pallas"):
+            align_fasta(files / "z.fa", files / "t.fa", pairing="zip", output=files / "x.tsv", **options)
+        assert not (files / "x.tsv").exists()
+
+    def cigars(path):
+        rows = [line.split("\t") for line in path.read_text().splitlines()]
+        return [row[rows[0].index("cigar")] for row in rows[1:]]
+
+    assert align_fasta(files / "z.fa", files / "t.fa", pairing="zip", output=files / "j.tsv", engine="jax") == 2
     assert align_fasta(files / "z.fa", files / "t.fa", pairing="zip", output=files / "x.tsv") == 2
+    assert cigars(files / "j.tsv") == cigars(files / "x.tsv")  # the same corridor, whichever engine

@@ -259,9 +259,9 @@ def _awkward_pairs():
 @pytest.mark.parametrize("name", ["blosum", "learned"])
 def test_numpy_engine_gives_the_reference_alignments_on_awkward_inputs(name):
     items = _awkward_pairs()
-    # dense plans on both engines (the numpy engine's default puts lopsided pairs in a box: test_band.py)
+    # dense plans on both engines (by default lopsided pairs go in a box: test_band.py)
     fast = list(Aligner.load(name, workers=2, band="dense").align_many(items))
-    ref = list(Aligner.load(name, engine="jax").align_many(items, batch_size=4))
+    ref = list(Aligner.load(name, engine="jax", band="dense").align_many(items, batch_size=4))
     assert [(r.query_id, r.target_id) for r in fast] == [(q, t) for q, _, t, _ in items]
     for a, b, (qid, q, tid, t) in zip(fast, ref, items):
         np.testing.assert_array_equal(a.alignment.pairs, b.alignment.pairs, err_msg=f"{qid} / {tid}")
@@ -422,7 +422,7 @@ def test_jax_engine_batches_respect_the_cell_budget_and_keep_the_input_order(mon
     for n, L in enumerate(lengths):
         anc = "".join(rng.choice(list("ACDEFGHIKLMNPQRSTVWY"), L))
         items.append((f"q{n}", anc, f"t{n}", _mutate(rng, anc)))
-    aligner = Aligner.load(engine="jax")
+    aligner = Aligner.load(engine="jax", band="dense")  # every pair in the batches (by default those past 1024^2 are banded)
     chunks = list(aligner._jax_batches(items, 8))
     assert [it for c in chunks for it in c] == items
     budget = A.jax_batch_cells()
@@ -434,7 +434,7 @@ def test_jax_engine_batches_respect_the_cell_budget_and_keep_the_input_order(mon
     assert len(wide) < len(chunks) and [it for c in wide for it in c] == items
     assert any(sum(len(q) > 1024 for _, q, _, _ in c) >= 2 for c in wide)  # long pairs batched together
     got = list(aligner.align_many(items, batch_size=8))
-    ref = list(Aligner.load(workers=1).align_many(items))
+    ref = list(Aligner.load(workers=1, band="dense").align_many(items))
     assert [r.query_id for r in got] == [q for q, _, _, _ in items]
     for a, b in zip(got, ref):
         np.testing.assert_array_equal(a.alignment.pairs, b.alignment.pairs, err_msg=a.query_id)
@@ -601,8 +601,8 @@ def test_engines_agree_on_real_remote_homologs(shared_data):
 
     pairs = list(itertools.islice(read_tmalign_pairs(shared_data / "tmalign_pairs" / "valid.tsv"), 40))
     items = [(p.query_id, p.query_seq, p.target_id, p.target_seq) for p in pairs]
-    fast = list(Aligner.load(band="dense").align_many(items))  # (lopsided pairs: dense, as the jax engine)
-    ref = list(Aligner.load(engine="jax").align_many(items))
+    fast = list(Aligner.load(band="dense").align_many(items))  # the jax engine's plans of every pair
+    ref = list(Aligner.load(engine="jax", band="dense").align_many(items))
     assert Aligner.load().engine == "numpy"
     for a, b in zip(fast, ref):
         np.testing.assert_array_equal(a.alignment.pairs, b.alignment.pairs, err_msg=f"{a.query_id} / {a.target_id}")
@@ -635,9 +635,10 @@ def test_a_short_query_meets_a_target_past_the_old_square_limit():
     # every MEA column: the learned model's column confidences extrapolate past its training
     # pairs' length ratios (at most 9:1) and fall here, though the copy's columns are right
     by_numpy = Aligner.load(min_confidence=0.0, band="dense").align(query, target)
-    by_jax = Aligner.load(engine="jax", min_confidence=0.0).align(query, target)
+    by_jax = Aligner.load(engine="jax", min_confidence=0.0, band="dense").align(query, target)
     np.testing.assert_array_equal(by_numpy.pairs, by_jax.pairs)
     boxed = Aligner.load().align(query, target)  # the default: in the box around the local hit, at its threshold
+    np.testing.assert_array_equal(Aligner.load(engine="jax").align(query, target).pairs, boxed.pairs)  # either engine
     for pairs in (by_numpy.pairs, boxed.pairs, Aligner.load("blosum").align(query, target).pairs):
         in_copy = pairs[(pairs[:, 1] >= 9000) & (pairs[:, 1] < 9045)]
         assert len(in_copy) >= 25 and np.all(np.abs(in_copy[:, 1] - in_copy[:, 0] - 9000) <= 5)
@@ -678,12 +679,22 @@ def test_pairs_past_the_cell_budget_are_named(monkeypatch):
     with pytest.raises(ValueError, match=r"pair q / t: 20 x 60 residues make 1,200 residue pairs, more than "
                                          r"the 1,000 the aligner takes \(the classical alignments"):
         next(stream)
-    # past the dense limit the jax engine stops (its plans are dense); the numpy engine bands
+    # past the dense limit a pair goes in a box or on a corridor, on either engine; with dense
+    # plans only (band='dense', a model the numpy engine cannot run) it is an error
     monkeypatch.setattr(A, "MAX_CELLS", 11_000)  # 40 x 300 = 12,000 cells; a corridor of +-128 holds at most 10,280
     monkeypatch.setattr(A, "MAX_PAIR_CELLS", 10**6)
     target = _random_seq(np.random.default_rng(0), 300)
-    assert next(aligner.align_many([("q", target[:40], "t", target)])).alignment.pairs.shape[0] == 40
-    stream = Aligner.load("blosum", engine="jax").align_many([("q", target[:40], "t", target)])
+    pair = [("q", target[:40], "t", target)]
+    for engine in ("numpy", "jax"):
+        assert next(Aligner.load("blosum", engine=engine).align_many(pair)).alignment.pairs.shape[0] == 40
+    stream = Aligner.load("blosum", engine="jax", band="dense").align_many(pair)
     with pytest.raises(ValueError, match=r"pair q / t: 40 x 300 residues make 12,000 residue pairs, more than "
-                                         r"the 11,000 the aligner takes \(its plan is dense.*the numpy engine takes"):
+                                         r"the 11,000 the aligner takes \(its plan is dense: O\(m n\) memory; "
+                                         r"without band='dense' it takes longer pairs on a corridor"):
+        next(stream)
+    config = M.preset("default", embedder={"name": "none"}, feature_dim=0).replace(dustbin="paper", dustbin_mass="unit")
+    stream = Aligner(M.init_params(config), config).align_many(pair)
+    with pytest.raises(ValueError, match=r"pair q / t: 40 x 300 residues make 12,000 residue pairs, more than "
+                                         r"the 11,000 the aligner takes \(its plan is dense: O\(m n\) memory, and "
+                                         r"this model takes no corridor: dustbin='paper'"):
         next(stream)

@@ -501,9 +501,11 @@ def test_band_errors_name_the_pair_and_the_reason(monkeypatch):
         Aligner.load("blosum", band=True)
     with pytest.raises(InputError, match="band='wide' must be a whole number"):
         Aligner.load("blosum", band="wide")
-    with pytest.raises(InputError, match="band=8: banded plans need the numpy engine.*engine=jax"):
-        Aligner.load("blosum", engine="jax", band=8)
+    with pytest.raises(InputError, match=r"band=8: banded plans need a model the numpy engine runs, and this one "
+                                         r"cannot \(backend='pallas'\)"):
+        Aligner.load("blosum", backend="pallas", band=8)
     assert Aligner.load("blosum", engine="jax", band="dense").band == "dense"
+    assert Aligner.load("blosum", engine="jax", band=8).band == 8  # its pairs on the host, as the numpy engine's
     aligner = Aligner.load("blosum", band=8)
     monkeypatch.setattr(A, "MAX_CELLS", 30)
     with pytest.raises(InputError, match=r"pair q / t: its corridor of \+-8 residues holds \d+ residue pairs, more "

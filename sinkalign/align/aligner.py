@@ -13,7 +13,10 @@ Two engines compute the transport plans, with the same result:
   embedder) or the ``pallas`` backend; in batches padded to a length bucket, compiled once
   per bucket shape (kept across runs in JAX's persistent compilation cache, see
   :func:`enable_compilation_cache`); decoding a batch overlaps the solve of the next. On
-  an accelerator this is the engine to use.
+  an accelerator this is the engine to use. For a model the numpy engine runs, the pairs the
+  band policy puts on a corridor or in a box (long pairs, lopsided pairs, every pair with a
+  ``band`` radius) are solved there by the numpy engine, on the host threads (or processes)
+  that decode the batches: only dense plans are batched.
 
 ``engine="auto"`` (default) takes ``numpy`` whenever the model allows it. Either way results
 come in input order.
@@ -263,7 +266,9 @@ class Aligner:
             (:mod:`sinkalign.align.significance`); a model directory fitted with ``sinkalign
             fit-evalues`` carries its own. Needs a calibration; ``None``: no E-values.
         engine: ``auto`` (``numpy`` when the model allows it, else ``jax``), ``numpy`` (an
-            error naming the reason when the model does not allow it) or ``jax``.
+            error naming the reason when the model does not allow it) or ``jax`` (dense plans
+            in batches, on a GPU when JAX has one; pairs on a corridor or in a box, below, on
+            the host as the numpy engine solves them, so both engines give the same alignments).
         workers: threads of the ``numpy`` engine (default: the CPUs this process may use).
         processes: run the host's share (the ``numpy`` engine's pairs, the ``jax`` engine's
             decoding) on this many worker processes instead of ``workers`` threads. A pair's
@@ -283,8 +288,9 @@ class Aligner:
             (:func:`~sinkalign.align.band.local_corridor`: the residues outside go to the
             dustbins); other pairs dense up to
             :data:`AUTO_BAND_CELLS` residue pairs, on a corridor of :data:`LONG_BAND` past it (and
-            a box past it on that corridor inside it). The ``jax`` engine is dense up to
-            :data:`MAX_CELLS`. ``"dense"``: dense plans for every pair (up to :data:`MAX_CELLS`).
+            a box past it on that corridor inside it), on either engine. ``"dense"``: dense plans
+            for every pair (up to :data:`MAX_CELLS`), as every pair of a model the numpy engine
+            cannot run gets (:attr:`dense_only`).
         strand: nucleotide models only: ``plus`` aligns the query as given, ``minus`` its
             reverse complement, ``both`` (the default for a nucleotide model, as BLAST and
             minimap2 search) each pair both ways, keeping the strand of smaller E-value (of
@@ -344,20 +350,22 @@ class Aligner:
         self.significance = significance
         self.provenance = ""  # how the model was made (set by :meth:`load` from its state.json)
         self.msa_calibration = None  # calibrated multiple-alignment confidences (sinkalign.align.msa), from state.json
+        # The numpy engine: the plans of engine='numpy', and under engine='jax' the pairs the band
+        # policy puts on a corridor or in a box (solved on the host, as the numpy engine does)
         self._numpy: NumpyEngine | None = None
-        if engine != "jax":
-            reason = engine_support(params, config) if backend == "reference" else f"backend={backend!r}"
-            if reason is None:
-                self._numpy = NumpyEngine.from_model(params, config)
-            elif engine == "numpy":
-                raise InputError(f"engine='numpy' cannot run this model: {reason}")
-            else:
-                log.info("aligning with the jax engine: %s", reason)
-        self.engine = "numpy" if self._numpy is not None else "jax"
+        reason = engine_support(params, config) if backend == "reference" else f"backend={backend!r}"
+        if reason is None:
+            self._numpy = NumpyEngine.from_model(params, config)
+        elif engine == "numpy":
+            raise InputError(f"engine='numpy' cannot run this model: {reason}")
+        elif engine == "auto":
+            log.info("aligning with the jax engine: %s", reason)
+        self._dense_reason = reason  # why every plan is dense (no corridors), or None
+        self.engine = "numpy" if engine != "jax" and self._numpy is not None else "jax"
         band = check_band(band)
         if isinstance(band, int) and self._numpy is None:
-            raise InputError(f"band={band}: banded plans need the numpy engine, and this aligner runs the jax "
-                             f"engine ({'engine=jax' if engine == 'jax' else reason})")
+            raise InputError(f"band={band}: banded plans need a model the numpy engine runs, and this one "
+                             f"cannot ({reason})")
         self.band = band
         self._jax_plans: Callable | None = None  # compiled on first use
 
@@ -491,7 +499,7 @@ class Aligner:
                 yield first
 
     def _results(self, pairs, batch_size: int, keep_plan: bool) -> Iterator[AlignedPair]:
-        if self._numpy is not None:
+        if self.engine == "numpy":
             return self._numpy_results(pairs, keep_plan)
         return self._jax_results(pairs, batch_size, keep_plan)
 
@@ -589,25 +597,35 @@ class Aligner:
             raise InputError(f"pair {qid} / {tid}: a sequence of {longest} residues is longer than "
                              f"the {MAX_LENGTH} the aligner takes; split it (into domains, or windows) first")
         cells = len(q) * len(t)
-        dense = self._numpy is None or self.band == "dense"
-        limit = MAX_CELLS if dense else MAX_PAIR_CELLS
+        limit = MAX_CELLS if self.dense_only else MAX_PAIR_CELLS
         if cells > limit:
-            if not dense:
+            if not self.dense_only:
                 how = "the classical alignments that guide its corridor are dense"
+            elif self._numpy is None:
+                how = f"its plan is dense: O(m n) memory, and this model takes no corridor: {self._dense_reason}"
             else:
-                who = "the numpy engine takes" if self._numpy is None else "without band='dense' it takes"
-                how = f"its plan is dense: O(m n) memory; {who} longer pairs on a corridor"
+                how = "its plan is dense: O(m n) memory; without band='dense' it takes longer pairs on a corridor"
             raise InputError(f"pair {qid} / {tid}: {len(q)} x {len(t)} residues make {cells:,} residue "
                              f"pairs, more than the {limit:,} the aligner takes ({how}); split the longer "
                              "sequence first")
         if not q or not t:
             raise InputError(f"pair {qid} / {tid}: the {'query' if not q else 'target'} sequence is empty")
 
+    @property
+    def dense_only(self) -> bool:
+        """Whether every pair gets a dense plan: ``band="dense"``, or a model the numpy engine
+        cannot run (embedder features, the paper's dustbin, ``backend="pallas"``), which takes
+        no corridor or box; then a pair may have at most :data:`MAX_CELLS` residue pairs."""
+        return self._numpy is None or self.band == "dense"
+
     def _banded(self, item) -> bool:
-        """Whether the numpy engine solves this pair on a corridor."""
+        """Whether this pair is solved on a corridor (or in a box), by the numpy engine on the
+        host, whichever engine solves the dense pairs."""
+        if self.dense_only:
+            return False
         if self.band is None:
             return len(item[1]) * len(item[3]) > AUTO_BAND_CELLS or lopsided(len(item[1]), len(item[3]))
-        return self.band != "dense"
+        return True  # band=R: every pair
 
     def _corridor(self, q: str, t: str, guides: dict) -> tuple[np.ndarray, np.ndarray, str]:
         """``(lo, hi, what)``: the corridor a banded pair is solved on, and its name for errors."""
@@ -703,8 +721,11 @@ class Aligner:
         return AlignedPair(item[0], item[1], item[2], item[3], aln, aln.score, plan, evalue)
 
     # ---------------------------------------------------------------- numpy engine
-    def _numpy_task(self, items: list, keep_plan: bool) -> list:
-        """Plans of a task's pairs one by one, then their MEA decoding as one batch."""
+    def _task(self, items: list, keep_plan: bool, dense_plans: Callable) -> list:
+        """A task's results in order: a pair the band policy puts on a corridor or in a box
+        solved there (:meth:`_band_task`), the others' ``(plans, posteriors)`` from
+        ``dense_plans(pairs)`` (plans ``None`` unless kept) decoded as one MEA batch. A bad pair
+        ends the task: its error follows the results before it."""
         good, error, slots = [], None, []  # slots: the banded results, and None for each dense pair in turn
         for item in items:
             try:
@@ -717,15 +738,21 @@ class Aligner:
                 break
             good.append(item)
             slots.append(None)
-        sides = self._numpy.sides_many([seq for item in good for seq in (item[1], item[3])])  # each looked up once
-        solved = [self._numpy.solve_sides(sides[2 * i], sides[2 * i + 1]) for i in range(len(good))]
-        plans = [sol.plan() if keep_plan else None for sol in solved]
-        posts = [sol.posteriors() for sol in solved]
-        del solved
+        plans, posts = dense_plans(good) if good else ([], [])
         alns = self._mea(good, posts)
         dense = iter([self._finish(item, post, aln, plan) for item, plan, post, aln in zip(good, plans, posts, alns)])
         out = [next(dense) if slot is None else slot for slot in slots]
         return out + ([error] if error is not None else [])
+
+    def _numpy_task(self, items: list, keep_plan: bool) -> list:
+        """A task of the numpy engine: its dense pairs' plans one by one (:meth:`_task`)."""
+
+        def dense_plans(good):
+            sides = self._numpy.sides_many([seq for item in good for seq in (item[1], item[3])])  # each looked up once
+            solved = [self._numpy.solve_sides(sides[2 * i], sides[2 * i + 1]) for i in range(len(good))]
+            return [sol.plan() if keep_plan else None for sol in solved], [sol.posteriors() for sol in solved]
+
+        return self._task(items, keep_plan, dense_plans)
 
     def _numpy_results(self, pairs, keep_plan):
         tasks = _chunks(pairs, TASK_PAIRS, TASK_CELLS)
@@ -744,35 +771,43 @@ class Aligner:
     def _jax_batches(self, pairs, batch_size):
         """Chunks of pairs for one padded batch each; a bad pair ends the stream with its error.
 
-        A chunk holds at most ``batch_size`` pairs and at most :data:`JAX_BATCH_CELLS` cells
-        (pairs x padded query length x padded target length) of the default backend, so long
-        pairs are batched together on a GPU and go one at a time on the CPU; the input order is
-        kept."""
+        A chunk's dense pairs are at most ``batch_size`` and at most :data:`JAX_BATCH_CELLS`
+        cells (pairs x padded query length x padded target length) of the default backend, so
+        long pairs are batched together on a GPU and go one at a time on the CPU. A pair the
+        band policy puts on a corridor or in a box (:meth:`_banded`) rides in the chunk where it
+        falls, at most ``batch_size`` of them, and is solved on the host when the chunk is
+        decoded; the input order is kept."""
         budget = jax_batch_cells()
         chunk: list = []
-        lq = lt = 0
+        lq = lt = dense = 0
         for item in pairs:
             try:
                 self._check(item)
+                banded = self._banded(item)
             except ValueError as exc:
                 if chunk:
                     yield chunk
                 yield exc
                 return
-            grown = math.prod(padded_shape(max(lq, len(item[1])), max(lt, len(item[3]))))
-            if chunk and (len(chunk) + 1) * grown > budget:
-                yield chunk
-                chunk, lq, lt = [], 0, 0
+            if not banded:
+                grown = math.prod(padded_shape(max(lq, len(item[1])), max(lt, len(item[3]))))
+                if dense and (dense + 1) * grown > budget:
+                    yield chunk
+                    chunk, lq, lt, dense = [], 0, 0, 0
+                lq, lt, dense = max(lq, len(item[1])), max(lt, len(item[3])), dense + 1
             chunk.append(item)
-            lq, lt = max(lq, len(item[1])), max(lt, len(item[3]))
-            if len(chunk) == batch_size:
+            if dense == batch_size or len(chunk) - dense == batch_size:
                 yield chunk
-                chunk, lq, lt = [], 0, 0
+                chunk, lq, lt, dense = [], 0, 0, 0
         if chunk:
             yield chunk
 
     def _jax_dispatch(self, chunk):
-        """Start the solve of one chunk (JAX dispatches asynchronously); returns its rows."""
+        """Start the solve of one chunk's dense pairs (JAX dispatches asynchronously); returns
+        their rows, or ``None`` when every pair of the chunk is banded."""
+        chunk = [item for item in chunk if not self._banded(item)]
+        if not chunk:
+            return None
         lq, lt = padded_shape(max(len(q) for _, q, _, _ in chunk), max(len(t) for _, _, _, t in chunk))
         feats = self._features([q for _, q, _, _ in chunk] + [t for _, _, _, t in chunk])
         n = len(chunk)
@@ -802,20 +837,23 @@ class Aligner:
         what sets the pace): tasks (:meth:`_decode_rows`) of at most :data:`TASK_PAIRS` pairs
         and :data:`TASK_CELLS` cells, as the numpy engine's, so a chunk of long pairs spreads
         over the threads or processes. Waits for the chunk's solve."""
-        rows = np.asarray(rows)  # the device's float32; each task widens its own pairs' rows
+        rows = None if rows is None else np.asarray(rows)  # the device's float32; each task widens its own rows
+        first_row = np.cumsum([0] + [not self._banded(item) for item in chunk])  # the row of each dense pair
         for part in _chunks([(i, chunk[i][1], None, chunk[i][3]) for i in range(len(chunk))], TASK_PAIRS, TASK_CELLS):
-            lo, hi = part[0][0], part[-1][0] + 1  # consecutive pairs: a view of their rows
-            yield "_decode_rows", (chunk[lo:hi], rows[lo:hi], keep_plan)
+            lo, hi = part[0][0], part[-1][0] + 1  # consecutive pairs: a view of their dense pairs' rows
+            mine = None if rows is None else rows[first_row[lo]:first_row[hi]]
+            yield "_decode_rows", (chunk[lo:hi], mine, keep_plan)
 
     def _decode_rows(self, items, rows, keep_plan) -> list:
-        """Widen solved rows to the pairs' plans, take posteriors, decode them as one stacked
-        MEA (:func:`mea_batch`) and finish each pair."""
-        plans = [M.pair_plan(np.asarray(rows[i], np.float64), len(item[1]), len(item[3]))
-                 for i, item in enumerate(items)]
-        posts = [plan_posteriors(plan) for plan in plans]
-        alns = self._mea(items, posts)
-        return [self._finish(item, post, aln, plan if keep_plan else None)
-                for item, plan, post, aln in zip(items, plans, posts, alns)]
+        """A task of the jax engine (:meth:`_task`): widen the solved rows of its dense pairs, in
+        order, to their plans and take their posteriors; its banded pairs are solved here."""
+
+        def dense_plans(good):
+            plans = [M.pair_plan(np.asarray(row, np.float64), len(item[1]), len(item[3]))
+                     for row, item in zip(rows, good)]
+            return [plan if keep_plan else None for plan in plans], [plan_posteriors(plan) for plan in plans]
+
+        return self._task(items, keep_plan, dense_plans)
 
     def _run_tasks(self, tasks: Iterable) -> Iterator[AlignedPair]:
         """Run a stream's tasks, each ``(method name, args)`` of this aligner (or a list: its

@@ -87,8 +87,10 @@ class _Band(click.ParamType):
 @click.option("--backend", type=click.Choice(["reference", "pallas"]), default="reference", show_default=True)
 @click.option("--engine", type=click.Choice(["auto", "numpy", "jax"]), default="auto", show_default=True,
               help="numpy: float64 plans pair by pair on every CPU, nothing to compile. jax: batched JAX forward "
-                   "passes, on a GPU when JAX has one; the only engine for models with embedder features and for "
-                   "--backend pallas. auto: numpy whenever the model allows it.")
+                   "passes of the dense pairs, on a GPU when JAX has one (pairs on a corridor or in a box, see "
+                   "--band, are solved on the CPU as the numpy engine solves them: the same alignments); the only "
+                   "engine for models with embedder features and for --backend pallas. auto: numpy whenever the "
+                   "model allows it.")
 @click.option("--threads", type=click.IntRange(min=1), metavar="N",
               help="Threads of the numpy engine (default: every CPU this process may use), as BLAST's "
                    "-num_threads; not with --workers/--scheduler, whose workers use their own.")
@@ -149,11 +151,12 @@ class _Band(click.ParamType):
 @click.option("--band", type=_Band(), metavar="R|dense",
               help="Solve every pair on a corridor of R residues around its Needleman-Wunsch and Smith-Waterman "
                    "alignments (O((m + n) R) instead of O(m n)); 'dense': every pair's plan dense (up to 8192 x "
-                   "8192 residues). Default (numpy engine): a pair with one side at least twice the other (a domain "
+                   "8192 residues). Default, on either engine: a pair with one side at least twice the other (a domain "
                    "against a whole protein, a gene against a contig) in the box around its Smith-Waterman hit, "
                    "10% of the shorter side wider each way; other pairs dense up to 1024 x 1024 residues, a "
-                   "corridor of 32 past it (long pairs: faster, and their confidences keep). With --plan-out a "
-                   "banded plan is written dense, 0 outside its corridor.")
+                   "corridor of 32 past it (long pairs: faster, and their confidences keep); models with embedder "
+                   "features and --backend pallas: dense. With --plan-out a banded plan is written dense, 0 outside "
+                   "its corridor.")
 @progress_option("aligned pairs")
 @click.pass_context
 def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, overwrite, model, embedder,

@@ -178,7 +178,8 @@ def _max_length() -> int:
 
 def _max_cells(dense: bool = False) -> int:
     """The most residue pairs a pair may have: past the dense limit the numpy engine solves a
-    pair on a corridor; with dense plans only (the jax engine, ``band="dense"``) it cannot."""
+    pair on a corridor; with dense plans only (``band="dense"``, or a model the numpy engine
+    cannot run) it cannot."""
     from sinkalign.align.aligner import MAX_CELLS, MAX_PAIR_CELLS
 
     return MAX_CELLS if dense else MAX_PAIR_CELLS
@@ -193,13 +194,13 @@ def _check_length(length: int, where: str, limit: int) -> None:
 def _check_cells(query: tuple[str, int], target: tuple[str, int], context: str = "", dense: bool = False) -> None:
     """``query`` and ``target`` are ``(where, length)``: an error naming both when the pair
     would pass the aligner's cell budget (:data:`~sinkalign.align.aligner.MAX_PAIR_CELLS`; a
-    pair past the dense limit is solved on a corridor, by the numpy engine)."""
+    pair past the dense limit is solved on a corridor, unless every plan is dense)."""
     limit = _max_cells(dense)
     cells = query[1] * target[1]
     if cells > limit:
         why = ("the classical alignments that guide a long pair's corridor are dense" if not dense else
-               "these plans are dense (the jax engine, or --band dense); the numpy engine takes longer pairs on a "
-               "corridor")
+               "these plans are dense (--band dense, --backend pallas, or a model the numpy engine cannot run: "
+               "embedder features, the paper's dustbin); otherwise longer pairs go on a corridor")
         raise InputError(f"{query[0]} ({query[1]} residues) against {target[0]} ({target[1]}) makes {cells:,} "
                          f"residue pairs{context}, more than the {limit:,} the aligner takes ({why}); split the "
                          "longer sequence first")
@@ -225,7 +226,7 @@ class _FastaPairs:
             raise InputError(f"prefilter={prefilter} needs pairing='all' and a count >= 1")
         self.query, self.target, self.pairing = query, target, pairing
         self.prefilter, self.strand = prefilter, strand
-        self.dense = False  # whether every plan is dense (the jax engine, band="dense"): the cell budget
+        self.dense = False  # whether every plan is dense (Aligner.dense_only): the cell budget
         self._targets: list[tuple[str, str]] | None = None
 
     def scan(self, fmt: str) -> _Scan:
@@ -408,7 +409,7 @@ class _ListedPairs:
 
     def __init__(self, pairs: Path, query: Path, target: Path | None):
         self.path = pairs
-        self.dense = False  # whether every plan is dense (the jax engine, band="dense"): the cell budget
+        self.dense = False  # whether every plan is dense (Aligner.dense_only): the cell budget
         self.qfa = _IndexedFasta(query)
         self.tfa = self.qfa if target is None or Path(target).resolve() == Path(query).resolve() \
             else _IndexedFasta(target)
@@ -722,8 +723,8 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
                              min_confidence=min_confidence, engine=engine, threads=threads, processes=processes, strand=strand,
                              band=band, identity_weight=identity_weight, identity_min=identity_min)
             model_alphabet = load_aligner(spec).config.alphabet
-            source.dense = load_aligner(spec).engine == "jax"
-        if engine == "jax" or backend != "reference" or band == "dense":
+            source.dense = load_aligner(spec).dense_only
+        if backend != "reference" or band == "dense":  # (the shipped models, loaded later: only these)
             source.dense = True
         scan = source.scan(fmt)
         alphabet = _check_alphabets(scan, model_alphabet)
