@@ -21,8 +21,8 @@
 #            stages) at L = 16,384, W = 1,024 for float32 (ieee, tf32x3) and bfloat16 (TUNE_ARGS)
 #   aligner  benchmarks/aligner_gpu.py: batched throughput at 300 and 3,000 residues against
 #            parasail and the numpy engine, training steps/s against the CPU (ALIGNER_ARGS; e.g.
-#            "--models learned --batch-sizes 256 --processes 14 --skip training": the host's share
-#            on worker processes as well as threads)
+#            "--models learned --batch-sizes 256 --processes 14 --jax-dense --skip training": the host's
+#            share on worker processes as well as threads; at 3,000 the jax engine with every pair dense too)
 #   lm       a GOAT genome LM trained on the GPU for LM_MINUTES (default 5) on the first 90% of
 #            the C. diphtheriae chromosome, then `sinkalign lm eval` of it and of the shipped
 #            CPU model on the same held-out 10%, same run

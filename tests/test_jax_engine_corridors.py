@@ -157,3 +157,13 @@ def test_a_model_the_numpy_engine_cannot_run_keeps_dense_plans():
     assert aligner.engine == "jax" and aligner.dense_only and not any(map(aligner._banded, ITEMS))
     assert Aligner.load("learned", engine="jax").dense_only is False
     assert Aligner.load("learned", engine="jax", band="dense").dense_only is True
+
+
+def test_the_jax_engines_products_are_float32_on_every_backend(jax_aligner):
+    """Every matrix product and convolution of the jax engine's forward pass asks for float32
+    precision (HIGHEST), so a GPU does not run them as one TF32 pass (its default)."""
+    batch = M.make_batch([(ITEMS[0][1], ITEMS[0][3], None, None, None)], jax_aligner.config, 128, 128)
+    text = jax_aligner._plans_fn().lower(jax_aligner.params, batch).as_text()
+    products = [line for line in text.splitlines() if "dot_general" in line or "convolution" in line]
+    assert len(products) >= 10
+    assert all(line.count("HIGHEST") == 2 and "DEFAULT" not in line for line in products), products[:3]

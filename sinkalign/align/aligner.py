@@ -765,7 +765,14 @@ class Aligner:
 
             enable_compilation_cache()
             run_cfg = self.config.replace(backend=self.backend)
-            self._jax_plans = jax.jit(lambda p, b: M.forward(p, b, run_cfg)[0])
+
+            def plans(p, b):
+                # float32 products on a GPU too: its default is one TF32 pass (~1e-3 relative),
+                # not the float32 arithmetic the model was trained and calibrated in
+                with jax.default_matmul_precision("highest"):
+                    return M.forward(p, b, run_cfg)[0]
+
+            self._jax_plans = jax.jit(plans)
         return self._jax_plans
 
     def _jax_batches(self, pairs, batch_size):
