@@ -3,7 +3,8 @@
 Random sequences (uniform residues, ``--length``) evolved with ``--substitutions`` per residue
 and an indel of 1-5 residues every ~50 (insertion or deletion, equally likely); seeded. For the
 protein and the DNA model, each decoded plainly (``identity_weight=0``) and with the tie-break
-(``--identity-weight``, ``--identity-min``), every column, and parasail NW: mean F1 against the
+(``--identity-weight``, ``--identity-min``; adding gaps, and only moving the plain decoding's:
+``identity_gaps``), every column, and parasail NW: mean F1 against the
 true alignment, and the mean number of breaks (places where consecutive aligned pairs are not
 on one diagonal: each indel makes one) against the truth's. A decoding that trades mismatches
 for gap pairs (``1I1M1D`` around a chance identity) has more breaks than the truth.
@@ -81,7 +82,10 @@ def main() -> None:
             "plain": Aligner.load(model, min_confidence=0.0, identity_weight=0.0, **strand),
             f"tie-break {args.identity_weight:g} if >= {args.identity_min:g}": Aligner.load(
                 model, min_confidence=0.0, identity_weight=args.identity_weight, identity_min=args.identity_min,
-                **strand),
+                identity_gaps="add", **strand),
+            "the same, moving gaps only": Aligner.load(
+                model, min_confidence=0.0, identity_weight=args.identity_weight, identity_min=args.identity_min,
+                identity_gaps="move", **strand),
         }
         for sub in args.substitutions:
             rng = np.random.default_rng([int(round(sub * 1000)), args.length, len(ALPHABET[alphabet])])

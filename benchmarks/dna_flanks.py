@@ -127,6 +127,9 @@ def main() -> None:
                     help="the MEA identity tie-break (Aligner identity_weight; default: the model's)")
     ap.add_argument("--identity-min", type=float, default=None,
                     help="... for pairs whose plain decoding is at least this identical (default: the model's)")
+    ap.add_argument("--identity-gaps", choices=["add", "move"], default=None,
+                    help="... adding gaps or only moving the plain decoding's (Aligner identity_gaps; default: the "
+                         "model's)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     flanks = [float(f) for f in args.flanks.split(",")]
@@ -140,10 +143,11 @@ def main() -> None:
         return
     thresholds = [float(t) for t in args.thresholds.split(",")] if args.thresholds else []
     aligner = Aligner.load(args.model, strand="plus", identity_weight=args.identity_weight,
-                           identity_min=args.identity_min)
+                           identity_min=args.identity_min, identity_gaps=args.identity_gaps)
     scoring = Scoring.dna()
     payload = {"machine": machine(), "date": str(date.today()), "model": args.model, "split": args.split,
                "identity_weight": aligner.identity_weight, "identity_min": aligner.identity_min,
+               "identity_gaps": aligner.identity_gaps,
                "lengths": list(args.lengths), "indels": args.indels, "threshold": aligner.min_confidence,
                "rows": {}}
     print(f"{args.model} (threshold {aligner.min_confidence}): windows of {args.lengths[0]}-{args.lengths[1]} bp of "

@@ -77,6 +77,8 @@ def main() -> None:
                     help="also each model, every column, with this MEA identity tie-break (Aligner identity_weight)")
     ap.add_argument("--identity-mins", type=float, nargs="+", default=[0.0, 0.9],
                     help="... for the pairs whose plain decoding is at least this identical (Aligner identity_min)")
+    ap.add_argument("--identity-gaps", nargs="+", default=["add"], choices=["add", "move"],
+                    help="... adding gaps or only moving the plain decoding's (Aligner identity_gaps)")
     ap.add_argument("--lengths", type=int, nargs="+", default=[200, 500])
     ap.add_argument("--indels", type=int, nargs="+", default=[1, 3])
     ap.add_argument("--edge", type=int, default=10, help="positions per region (start, middle, end)")
@@ -96,9 +98,11 @@ def main() -> None:
             methods[f"{name}, plain decoding, threshold"] = Aligner.load(model, identity_weight=0.0, **strand)
             for tau in args.identity_weights:
                 for h in args.identity_mins:
-                    label = f"{name}, identity {tau:g}" + (f" if >= {h:g}" if h else "")
-                    methods[label] = Aligner.load(model, min_confidence=0.0, identity_weight=tau, identity_min=h,
-                                                  **strand)
+                    for gaps in args.identity_gaps:
+                        label = (f"{name}, identity {tau:g}" + (f" if >= {h:g}" if h else "")
+                                 + (", moving gaps" if gaps == "move" else ""))
+                        methods[label] = Aligner.load(model, min_confidence=0.0, identity_weight=tau, identity_min=h,
+                                                      identity_gaps=gaps, **strand)
         print(f"\n{alphabet}: exact placements / pairs (misplaced pairs in all), by region start / middle / end")
         for L in args.lengths:
             for k in args.indels:

@@ -57,6 +57,28 @@ def test_identity_weight_option_places_a_deletion_between_close_variants(tmp_pat
     assert r.exit_code == 2 and "--identity-weight" in r.output
 
 
+def test_identity_gaps_option_reaches_the_aligner(tmp_path):
+    """--identity-gaps: on the golden DNA pair (94% identical) the DNA model's default ("move")
+    keeps its plain decoding's five gap runs, and "add" opens more (a gap pair around a chance
+    identity instead of two mismatches)."""
+    from tests.test_golden import GOLDEN
+
+    gaps = {}
+    for choice in (None, "add", "move"):
+        out = tmp_path / f"{choice}.tsv"
+        extra = [] if choice is None else ["--identity-gaps", choice]
+        r = CliRunner().invoke(cli, ["align", str(GOLDEN / "dna_query.fasta"), str(GOLDEN / "dna_target.fasta"),
+                                     "-o", str(out), "--min-confidence", "0", "--no-progress", *extra])
+        assert r.exit_code == 0, r.output
+        rows = [line.split("\t") for line in out.read_text().splitlines()]
+        row = next(row for row in rows[1:] if row[rows[0].index("query")] == "dna_a")
+        cig = row[rows[0].index("cigar")]
+        gaps[choice] = sum(op in "ID" for op in cig if not op.isdigit())
+    assert gaps[None] == gaps["move"] == 5 < gaps["add"], gaps
+    r = CliRunner().invoke(cli, ["align", "--example", "--identity-gaps", "shift"])
+    assert r.exit_code == 2 and "--identity-gaps" in r.output
+
+
 def test_pairs_longer_than_the_largest_bucket_align_in_input_order(monkeypatch):
     """A pair past 1024 residues is aligned alone at a multiple of 512, between the others,
     and a sequence past MAX_LENGTH gets an error naming the pair."""

@@ -522,6 +522,47 @@ def test_identity_min_limits_the_tie_break_to_close_pairs():
         M.AlignerConfig(decode_identity_min=2)
 
 
+def _breaks(pairs) -> int:
+    steps = np.diff(np.asarray(pairs).reshape(-1, 2), axis=0)
+    return int(np.sum((steps[:, 0] != 1) | (steps[:, 1] != 1)))
+
+
+def test_identity_gaps_move_places_a_deletion_but_opens_no_gap():
+    """identity_gaps="move": the tie-break places a single deletion between close DNA variants
+    where the plain decoding misplaces it, as "add" does; on a close pair where "add" trades
+    mismatches for an extra gap, "move" keeps the plain decoding's breaks and still takes the
+    tie-break's other moves. The same on the dense path, a corridor and the jax engine."""
+    from sinkalign.align.decode import keep_gaps
+
+    rng = np.random.default_rng(3)
+    query = "".join(rng.choice(list("ACGT"), 120))
+    target = query[:60] + query[61:]  # the deletion may sit at 59 or 60 (a repeated base)
+    truths = [[[i, i if i < p else i - 1] for i in range(120) if i != p] for p in (59, 60)]
+    # a close pair (benchmarks/close_pairs.py: evolve(default_rng(0), "dna", 100, 0.05))
+    close = ("TGGCCAAAATGTGGTGGGGTCTGACTGATGTAATAGACCCCAAAAGGGCGTCCTTTCGTGTGGCTAGGTGCCCCGTATGCGGCCGGGCTCCTCAGGAACT",
+             "TGGCCAAAATGTGGTGGGGTCTTGACTGATTAGTTTAATAGACCCCAAAAGGCGTCCTTTCGTGTGGCTAGGTCCCCCGTATGCGGCCGGGCTCCTCAGGAACT")
+    for kwargs in ({}, {"band": 32}, {"engine": "jax"}):
+        common = dict(min_confidence=0.0, strand="plus", identity_weight=0.05, identity_min=0.9, **kwargs)
+        plain = Aligner.load("dna", min_confidence=0.0, strand="plus", identity_weight=0, **kwargs)
+        add = Aligner.load("dna", identity_gaps="add", **common)
+        move = Aligner.load("dna", identity_gaps="move", **common)
+        assert (move.identity_gaps, add.identity_gaps) == ("move", "add")
+        assert plain.align(query, target).pairs.tolist() not in truths
+        assert add.align(query, target).pairs.tolist() in truths, kwargs
+        assert move.align(query, target).pairs.tolist() in truths, kwargs
+        by = {name: aligner.align(*close).alignment for name, aligner in
+              (("plain", plain), ("add", add), ("move", move))}
+        assert _breaks(by["add"].pairs) > _breaks(by["plain"].pairs) == _breaks(by["move"].pairs), kwargs
+        assert not np.array_equal(by["move"].pairs, by["plain"].pairs), kwargs  # it took the tie-break's moves
+        np.testing.assert_array_equal(by["move"].pairs, keep_gaps(by["plain"].pairs, by["add"].pairs))
+        # reported with the model's posteriors, as every decoding
+        np.testing.assert_array_equal(by["move"].query_gap_posterior, by["plain"].query_gap_posterior)
+    with pytest.raises(InputError, match=r"identity_gaps='shift' is not one of \('add', 'move'\)"):
+        Aligner.load("dna", identity_gaps="shift")
+    with pytest.raises(InputError, match=r"decode_identity_gaps='keep' is not one of"):
+        M.AlignerConfig(alphabet="dna", decode_identity_gaps="keep")
+
+
 def test_encoded_sequences_are_cached_within_a_bound_and_give_the_same_alignments():
     """All against all (6 queries x 8 targets, three tasks of 16 pairs): a task encodes each of
     its distinct sequences once, and a sequence is kept from the second task that uses it, so

@@ -19,6 +19,7 @@ from sinkalign.align.decode import (
     check_pairs,
     cigar,
     identity_gain,
+    keep_gaps,
     mea_align,
     mea_batch,
     mea_from_posteriors,
@@ -463,3 +464,70 @@ def test_alignment_stats():
     assert empty.aligned_length == 0 and np.isnan(empty.identity)
     with pytest.raises(ValueError, match="query must be an ASCII string"):
         alignment_stats("MKß", "KV", pairs[:1])
+
+
+def _steps_broken(path: list) -> int:
+    return sum((b[0] - a[0], b[1] - a[1]) != (1, 1) for a, b in zip(path, path[1:]))
+
+
+def _keep_gaps_by_hand(plain, moved) -> list:
+    """keep_gaps, one stretch at a time (the definition, written as a loop)."""
+    P, T = [tuple(x) for x in np.asarray(plain).tolist()], [tuple(x) for x in np.asarray(moved).tolist()]
+    shared = set(P) & set(T)
+    out, i, j, before = [], 0, 0, []
+    while i < len(P) or j < len(T):
+        sp, st = [], []
+        while i < len(P) and P[i] not in shared:
+            sp.append(P[i])
+            i += 1
+        while j < len(T) and T[j] not in shared:
+            st.append(T[j])
+            j += 1
+        after = [P[i]] if i < len(P) else []
+        out += st if _steps_broken(before + st + after) <= _steps_broken(before + sp + after) else sp
+        if after:
+            out += after
+            before = after
+            i, j = i + 1, j + 1
+    return out
+
+
+def test_keep_gaps_moves_gaps_and_adds_none():
+    diag = [(i, i) for i in range(8)]
+    # a gap moved (one break each way): the moved decoding's
+    plain = [(0, 0), (1, 1), (3, 2), (4, 3), (5, 4)]
+    moved = [(0, 0), (1, 1), (2, 2), (4, 3), (5, 4)]
+    assert keep_gaps(plain, moved).tolist() == [list(p) for p in moved]
+    # two mismatches traded for a gap pair (two breaks where the plain has none): the plain's
+    gapped = [(0, 0), (1, 1), (2, 3), (4, 4), (5, 5), (6, 6), (7, 7)]
+    assert keep_gaps(diag, gapped).tolist() == [list(p) for p in diag]
+    # both at once, in different stretches: each decided on its own
+    plain2 = diag[:4] + [(5, 4), (6, 5), (7, 6), (8, 7), (9, 8)]
+    moved2 = [(0, 0), (1, 2), (3, 3)] + [(4, 4), (6, 5), (7, 6), (8, 7), (9, 8)]
+    got = keep_gaps(plain2, moved2).tolist()
+    assert got == [[0, 0], [1, 1], [2, 2], [3, 3], [4, 4], [6, 5], [7, 6], [8, 7], [9, 8]]
+    assert keep_gaps(np.zeros((0, 2)), np.zeros((0, 2))).shape == (0, 2)
+    assert keep_gaps(np.zeros((0, 2)), diag).tolist() == [list(p) for p in diag]
+    # random paths: the definition, a monotone result, each stretch no more broken than the plain's
+    rng = np.random.default_rng(7)
+
+    def path(m, n, p_diag):
+        i = j = 0
+        out = []
+        while i < m and j < n:
+            r = rng.random()
+            if r < p_diag:
+                out.append((i, j))
+            i, j = i + (r < (1 + p_diag) / 2), j + (r < p_diag or r >= (1 + p_diag) / 2)
+        return np.array(out, np.int64).reshape(-1, 2)
+
+    for trial in range(400):
+        m, n = rng.integers(0, 40, 2)
+        plain = path(m, n, 0.9)
+        moved = plain.copy() if trial % 3 == 0 else path(m, n, 0.85)
+        if trial % 3 == 0 and len(moved) > 2:  # a local change of a shared path
+            moved = np.delete(moved, rng.integers(1, len(moved) - 1), axis=0)
+        got = keep_gaps(plain, moved)
+        assert got.tolist() == [list(x) for x in _keep_gaps_by_hand(plain, moved)], (plain.tolist(), moved.tolist())
+        assert np.all(np.diff(got, axis=0) > 0)
+        assert _steps_broken([tuple(x) for x in got.tolist()]) <= _steps_broken([tuple(x) for x in plain.tolist()])

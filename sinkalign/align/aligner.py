@@ -46,7 +46,7 @@ from sinkalign.align import model as M
 from sinkalign.align.band import BandMatrix, band_mea, classical_guides, guide_corridor, identity_gain_band, local_corridor
 from sinkalign.align.calibration import Calibration, check_min_confidence
 from sinkalign.align.checkpoints import BUCKETS, load_checkpoint
-from sinkalign.align.decode import identity_gain, mea_batch, pair_identity, plan_posteriors
+from sinkalign.align.decode import alignment_of_pairs, identity_gain, keep_gaps, mea_batch, pair_identity, plan_posteriors
 from sinkalign.align.engine import NumpyEngine, engine_support
 from sinkalign.align.significance import Significance
 from sinkalign.alignment import AlignedPair, reverse_complement
@@ -256,6 +256,13 @@ class Aligner:
         identity_min: apply ``identity_weight`` only to the pairs whose plain decoding aligns
             at least this share of identical residues (they are decoded again with it); 0: to
             every pair, decoded once. Default: the model's ``decode_identity_min``.
+        identity_gaps: ``add``: the tie-break may open gaps that the plain decoding does not
+            have (it finds indels that decoding aligned as mismatches: the protein model);
+            ``move``: it only moves the plain decoding's gaps to where the identities put them,
+            keeping the plain stretch wherever it would add breaks
+            (:func:`~sinkalign.align.decode.keep_gaps`: with four letters a shifted chance
+            identity is common, so the DNA model would trade two mismatches for a gap pair).
+            Default: the model's ``decode_identity_gaps``.
         calibration: maps raw plan posteriors to calibrated probabilities (see
             :mod:`sinkalign.align.calibration`); a model directory carries its own, and
             ``None`` reports the raw posteriors.
@@ -307,7 +314,8 @@ class Aligner:
                  workers: int | None = None, min_confidence: float | None = None,
                  significance: Significance | None = None, strand: str | None = None,
                  band: int | str | None = None, identity_weight: float | None = None,
-                 identity_min: float | None = None, processes: int | None = None):
+                 identity_min: float | None = None, identity_gaps: str | None = None,
+                 processes: int | None = None):
         if backend not in BACKENDS:
             raise InputError(f"backend={backend!r} is not one of {BACKENDS}")
         if engine not in ENGINES:
@@ -325,6 +333,9 @@ class Aligner:
         self.identity_min = config.decode_identity_min if identity_min is None else float(identity_min)
         if not 0 <= self.identity_min <= 1:  # NaN fails too
             raise InputError(f"identity_min={self.identity_min} must be a share between 0 and 1")
+        self.identity_gaps = config.decode_identity_gaps if identity_gaps is None else identity_gaps
+        if self.identity_gaps not in M.IDENTITY_GAPS:
+            raise InputError(f"identity_gaps={self.identity_gaps!r} is not one of {M.IDENTITY_GAPS}")
         if min_confidence is None:
             min_confidence = 0.0 if calibration is None else calibration.min_confidence
         self.min_confidence = check_min_confidence(min_confidence)
@@ -670,28 +681,49 @@ class Aligner:
 
     def _mea(self, items: list, posts: list) -> list:
         """The MEA alignments of these pairs' dense posteriors, with the identity tie-break
-        where it applies (:attr:`identity_weight`, :attr:`identity_min`)."""
+        where it applies (:attr:`identity_weight`, :attr:`identity_min`, :attr:`identity_gaps`)."""
         if not self.identity_weight:
             return mea_batch(posts, gap_weight=self.gap_weight)
-        # with identity_min, a plain decoding first picks the pairs the tie-break applies to; else all of them
-        alns = mea_batch(posts, gap_weight=self.gap_weight) if self.identity_min > 0 else [None] * len(posts)
-        redo = [k for k, (item, aln) in enumerate(zip(items, alns)) if aln is None or self._close(item, aln)]
+        # a plain decoding first where it picks the pairs the tie-break applies to (identity_min)
+        # or holds the gaps the tie-break may only move; else the tie-break's alone, for every pair
+        plain = self.identity_min > 0 or self.identity_gaps == "move"
+        alns = mea_batch(posts, gap_weight=self.gap_weight) if plain else [None] * len(posts)
+        redo = [k for k, (item, aln) in enumerate(zip(items, alns))
+                if self.identity_min == 0 or self._close(item, aln)]
         if redo:
             again = mea_batch([posts[k] for k in redo], gap_weight=self.gap_weight,
                               bonus=[self.identity_weight * identity_gain(items[k][1], items[k][3], self._kind)
                                      for k in redo])
             for k, aln in zip(redo, again):
-                alns[k] = aln
+                match = posts[k][0]
+                alns[k] = aln if alns[k] is None else self._moved(alns[k], aln, lambda p, M=match: M[p[:, 0], p[:, 1]],
+                                                                  *posts[k][1:])
         return alns
 
     def _band_mea(self, item, post):
         """:meth:`_mea` of one pair's banded posteriors."""
-        if not self.identity_weight or self.identity_min > 0:
-            aln = band_mea(post, gap_weight=self.gap_weight)
-            if not self.identity_weight or not self._close(item, aln):
-                return aln
+        plain = None
+        if not self.identity_weight or self.identity_min > 0 or self.identity_gaps == "move":
+            plain = band_mea(post, gap_weight=self.gap_weight)
+            if not self.identity_weight or (self.identity_min > 0 and not self._close(item, plain)):
+                return plain
         bonus = self.identity_weight * identity_gain_band(item[1], item[3], post.match, self._kind)
-        return band_mea(post, gap_weight=self.gap_weight, bonus=bonus)
+        aln = band_mea(post, gap_weight=self.gap_weight, bonus=bonus)
+        if plain is None:
+            return aln
+        return self._moved(plain, aln, lambda p: post.match.at(p[:, 0], p[:, 1]), post.query_gap, post.target_gap)
+
+    def _moved(self, plain, moved, match_at: Callable, query_gap, target_gap):
+        """``moved`` (the tie-break's decoding), with ``identity_gaps="move"`` kept to the gaps of
+        ``plain`` (:func:`~sinkalign.align.decode.keep_gaps`); ``match_at(pairs)``: their match
+        posteriors."""
+        if self.identity_gaps == "add":
+            return moved
+        pairs = keep_gaps(plain.pairs, moved.pairs)
+        if np.array_equal(pairs, moved.pairs):
+            return moved
+        return alignment_of_pairs(pairs, match_at(pairs) if len(pairs) else np.zeros(0), query_gap, target_gap,
+                                  gap_weight=self.gap_weight)
 
     def _close(self, item, aln) -> bool:
         """Whether a pair's plain decoding is identical enough for the tie-break."""

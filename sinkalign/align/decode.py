@@ -39,6 +39,7 @@ __all__ = [
     "check_pairs",
     "cigar",
     "identity_gain",
+    "keep_gaps",
     "mea_align",
     "mea_batch",
     "mea_from_posteriors",
@@ -387,6 +388,39 @@ def pair_identity(query: str, target: str, pairs, alphabet: str = "protein") -> 
     if not len(pairs):
         return float("nan")
     return float(_same_residues(query, target, alphabet, pairs[:, 0], pairs[:, 1]).mean())
+
+
+def keep_gaps(plain: Any, moved: Any) -> np.ndarray:
+    """The pairs of ``moved`` (``[k, 2]``, increasing: e.g. a decoding with an identity
+    tie-break) wherever it only moves the gaps of ``plain`` (the same pair's plain decoding),
+    and ``plain``'s pairs wherever ``moved`` adds gaps.
+
+    Both alignments are cut at the pairs they share; between two consecutive shared pairs
+    (and before the first, after the last) each takes its own path. ``moved``'s path is kept
+    unless it has more *breaks* than ``plain``'s (steps from one aligned pair to the next that
+    are not one diagonal step, shared pairs at both ends counted): so a gap may move to where
+    the identities put it, but two mismatches are not traded for a gap pair around a chance
+    identity. Each stretch lies between the same shared pairs, so the result is a monotone
+    alignment: increasing pairs, ``[r, 2]``."""
+    P = np.asarray(plain, np.int64).reshape(-1, 2)
+    T = np.asarray(moved, np.int64).reshape(-1, 2)
+    width = int(max(P[:, 1].max(initial=-1), T[:, 1].max(initial=-1))) + 1
+    shared_p = np.isin(P[:, 0] * width + P[:, 1], T[:, 0] * width + T[:, 1])
+    shared_t = np.isin(T[:, 0] * width + T[:, 1], P[:, 0] * width + P[:, 1])
+    n_shared = int(shared_p.sum())
+
+    def stretch_breaks(X, shared):
+        """Each pair's stretch (the number of shared pairs up to it) and each stretch's breaks."""
+        stretch = np.cumsum(shared)  # a shared pair opens the stretch after it
+        steps = np.diff(X, axis=0)
+        broken = ((steps[:, 0] != 1) | (steps[:, 1] != 1)).astype(np.float64)
+        return stretch, np.bincount(stretch[:-1], weights=broken, minlength=n_shared + 1)
+
+    stretch_p, breaks_p = stretch_breaks(P, shared_p)
+    stretch_t, breaks_t = stretch_breaks(T, shared_t)
+    take_moved = breaks_t <= breaks_p
+    keep = np.concatenate([P[shared_p | ~take_moved[stretch_p]], T[~shared_t & take_moved[stretch_t]]])
+    return keep[np.argsort(keep[:, 0], kind="stable")]
 
 
 _CANONICAL = {"protein": "ACDEFGHIKLMNPQRSTVWY", "dna": "ACGT"}

@@ -82,6 +82,8 @@ __all__ = [
 
 ALPHABETS = {"protein": "ARNDCQEGHILKMFPSTWYVX", "dna": "ACGTN"}
 LOSSES = ("ce", "recon", "mono", "f1")
+# what the MEA identity tie-break may do with gaps (AlignerConfig.decode_identity_gaps)
+IDENTITY_GAPS = ("add", "move")
 
 
 # Settings of the operator's own configs that an AlignerConfig takes by their flat names (in
@@ -119,6 +121,9 @@ class AlignerConfig:
     decode_identity_weight: float = 0.0
     # ... applied only to the pairs whose first decoding is at least this identical (0: to all)
     decode_identity_min: float = 0.0
+    # ... "add": it may open gaps the plain decoding lacks; "move": it only moves the plain
+    # decoding's gaps (sinkalign.align.decode.keep_gaps)
+    decode_identity_gaps: str = "add"
     # built-in residue encoder (no embedder, no pretrained weights): residual dilated 1-D
     # convolutions over one-hot + BLOSUM62-row features; 0 channels = off
     res_ctx_dim: int = 0
@@ -152,6 +157,8 @@ class AlignerConfig:
                 raise InputError(f"{name}={gw!r} must be a finite number >= 0")
         if self.decode_identity_min > 1:
             raise InputError(f"decode_identity_min={self.decode_identity_min!r} must be at most 1 (a share)")
+        if not isinstance(self.decode_identity_gaps, str) or self.decode_identity_gaps not in IDENTITY_GAPS:
+            raise InputError(f"decode_identity_gaps={self.decode_identity_gaps!r} is not one of {IDENTITY_GAPS}")
         if self.res_ctx_dim:
             check_int("res_ctx_layers", self.res_ctx_layers, 0)
             check_int("res_ctx_kernel", self.res_ctx_kernel, 1)

@@ -118,12 +118,18 @@ class _Band(click.ParamType):
                    "is added to the MEA gain (posteriors and scores stay the model's). Default: the model's "
                    "(the shipped protein model: 0.05 for pairs at least 90% identical, see --identity-min: a "
                    "single deletion between close variants placed exactly in 238 of 240 pairs, 52 without; "
-                   "other shipped models: 0). 0 turns it off. For every pair it costs accuracy on remote "
-                   "homologs (BENCHMARKS.md, 'Near-identical pairs with one indel').")
+                   "the DNA model: the same, moving gaps only, see --identity-gaps; blosum: 0). 0 turns it off. "
+                   "For every pair it costs accuracy on remote homologs (BENCHMARKS.md, 'Near-identical pairs with "
+                   "one indel').")
 @click.option("--identity-min", type=FiniteFloatRange(min=0, max=1), metavar="SHARE",
               help="Apply --identity-weight only to the pairs whose plain decoding aligns at least this share of "
                    "identical residues (decoded again with it); 0 applies it to every pair. Default: the model's "
                    "(0.9 for the shipped protein model).")
+@click.option("--identity-gaps", type=click.Choice(["add", "move"]),
+              help="add: the --identity-weight tie-break may open gaps the plain decoding lacks (it finds indels "
+                   "that decoding aligned as mismatches); move: it only moves the plain decoding's gaps to where "
+                   "the identities put them (with four letters a shifted chance identity is common: 'add' would "
+                   "trade two mismatches for a gap pair). Default: the model's.")
 @click.option("--min-confidence", type=FiniteFloatRange(min=0, max=1, max_open=True),
               help="Leave unaligned the columns whose calibrated confidence is below this (default: the model's "
                    "own threshold, 0.35 for the shipped protein model; 0 keeps every MEA column). Higher: fewer, "
@@ -161,7 +167,7 @@ class _Band(click.ParamType):
 @click.pass_context
 def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, overwrite, model, embedder,
           esm_weights, backend, engine, threads, processes, plan_out, batch_size, chunk_size, workers, scheduler, gap_weight,
-          identity_weight, identity_min, min_confidence,
+          identity_weight, identity_min, identity_gaps, min_confidence,
           max_evalue, db_size, max_hits, prefilter, strand, band, progress):
     """Align the records of QUERY_FASTA against those of TARGET_FASTA (protein or DNA).
 
@@ -204,7 +210,7 @@ def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, 
                         overwrite=overwrite, workers=workers, scheduler=scheduler, chunk_size=chunk_size,
                         engine=engine, threads=threads, processes=processes, strand=strand, prefilter=prefilter,
                         band=band,
-                        identity_weight=identity_weight, identity_min=identity_min)
+                        identity_weight=identity_weight, identity_min=identity_min, identity_gaps=identity_gaps)
     except BrokenPipeError:  # e.g. `sinkalign align ... | head`: stop quietly, as other filters do
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

@@ -57,6 +57,7 @@ class ModelSpec:
     band: int | str | None = None  # a corridor of this radius for every pair, "dense", or None (long pairs banded)
     identity_weight: float | None = None  # the MEA identity tie-break (None: the model's)
     identity_min: float | None = None  # ... for pairs at least this identical (None: the model's)
+    identity_gaps: str | None = None  # ... adding gaps or only moving them: "add" | "move" (None: the model's)
 
 
 def check_processes(processes, threads, workers, scheduler) -> None:
@@ -162,6 +163,7 @@ def load_aligner(spec: ModelSpec):
         extra["band"] = spec.band
     extra["identity_weight"] = spec.identity_weight
     extra["identity_min"] = spec.identity_min
+    extra["identity_gaps"] = spec.identity_gaps
     if spec.processes:
         extra["processes"] = spec.processes
     aligner = Aligner.load(path, backend=spec.backend, gap_weight=spec.gap_weight, **extra)
