@@ -86,12 +86,15 @@ def main() -> None:
                     help="the MEA identity tie-break tau (Aligner identity_weight; default: the model's)")
     ap.add_argument("--identity-min", type=float, default=None,
                     help="... only for pairs whose plain decoding is at least this identical (Aligner identity_min)")
+    ap.add_argument("--identity-gaps", choices=["add", "move"], default=None,
+                    help="... adding gaps or only moving the plain decoding's (Aligner identity_gaps; default: the "
+                         "model's)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     thresholds = [float(t) for t in args.thresholds.split(",")]
 
     aligner = Aligner.load(args.model, min_confidence=0.0, identity_weight=args.identity_weight,
-                           identity_min=args.identity_min)
+                           identity_min=args.identity_min, identity_gaps=args.identity_gaps)
     if aligner.calibration is None:
         ap.error(f"{args.model} has no calibration: its columns have no confidences to threshold")
     pairs = load_reference_set(args.shards, split=args.split, max_pairs=args.max_pairs)
@@ -132,10 +135,13 @@ def main() -> None:
         suffix += f"_identity{args.identity_weight:g}"
     if args.identity_min is not None:
         suffix += f"_min{args.identity_min:g}"
+    if args.identity_gaps is not None:
+        suffix += f"_{args.identity_gaps}"
     out = Path(args.json) if args.json else RESULTS / f"aligner_threshold_{args.split}{suffix}.json"
     write_json(out, {"date": date.today().isoformat(), "machine": machine(), "split": args.split,
                      "model": args.model, "shipped_threshold": aligner.calibration.min_confidence,
                      "identity_weight": aligner.identity_weight, "identity_min": aligner.identity_min,
+                     "identity_gaps": aligner.identity_gaps,
                      "pairs": {g: len(idx) for g, idx in idx_groups.items()}, "rows": rows,
                      "reliability": calib,
                      # what compare_models.py needs to pair two runs: each pair's counts at the model's
