@@ -474,15 +474,17 @@ def test_identity_weight_places_a_single_deletion_on_every_path():
     """A pair that differs by one deletion in the middle: the shipped model misplaces the gap by a
     residue or two without the identity tie-break (benchmarks/single_indels.py); with it the gap
     is where it belongs, the same on the dense numpy path, a corridor and the jax engine. The
-    shipped model applies it to close pairs (decode_identity_weight 0.05, decode_identity_min 0.9)."""
+    shipped model applies it to close pairs (decode_identity_weight 0.05, decode_identity_min 0.8)."""
     L, pos = 300, 150
     rng = np.random.default_rng(L * 1000 + pos)
     query = "".join(rng.choice(list(AA), L))
     target = query[:pos] + query[pos + 1:]
     truth = [[i, i if i < pos else i - 1] for i in range(L) if i != pos]
     default = Aligner.load(min_confidence=0.0)
-    assert (default.identity_weight, default.identity_min) == (0.05, 0.9)
-    assert (default.config.decode_identity_weight, default.config.decode_identity_min) == (0.05, 0.9)
+    assert (default.identity_weight, default.identity_min, default.identity_gaps) == (0.05, 0.8, "add")
+    assert (default.config.decode_identity_weight, default.config.decode_identity_min) == (0.05, 0.8)
+    dna = Aligner.load("dna")
+    assert (dna.identity_weight, dna.identity_min, dna.identity_gaps) == (0.05, 0.9, "move")
     assert default.align(query, target).pairs.tolist() == truth
     assert Aligner.load(min_confidence=0.0, identity_weight=0).align(query, target).pairs.tolist() != truth
     for kwargs in ({}, {"band": 32}, {"engine": "jax"}):

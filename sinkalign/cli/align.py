@@ -116,15 +116,16 @@ class _Band(click.ParamType):
 @click.option("--identity-weight", type=FiniteFloatRange(min=0), metavar="TAU",
               help="Break near-ties of the decoding towards identical residues: TAU times each identical pair "
                    "is added to the MEA gain (posteriors and scores stay the model's). Default: the model's "
-                   "(the shipped protein model: 0.05 for pairs at least 90% identical, see --identity-min: a "
+                   "(the shipped protein model: 0.05 for pairs at least 80% identical, see --identity-min: a "
                    "single deletion between close variants placed exactly in 238 of 240 pairs, 52 without; "
-                   "the DNA model: the same, moving gaps only, see --identity-gaps; blosum: 0). 0 turns it off. "
+                   "the DNA model: 0.05 for pairs at least 90% identical, moving gaps only, see --identity-gaps; "
+                   "blosum: 0). 0 turns it off. "
                    "For every pair it costs accuracy on remote homologs (BENCHMARKS.md, 'Near-identical pairs with "
                    "one indel').")
 @click.option("--identity-min", type=FiniteFloatRange(min=0, max=1), metavar="SHARE",
               help="Apply --identity-weight only to the pairs whose plain decoding aligns at least this share of "
                    "identical residues (decoded again with it); 0 applies it to every pair. Default: the model's "
-                   "(0.9 for the shipped protein model).")
+                   "(0.8 for the shipped protein model, 0.9 for the DNA model).")
 @click.option("--identity-gaps", type=click.Choice(["add", "move"]),
               help="add: the --identity-weight tie-break may open gaps the plain decoding lacks (it finds indels "
                    "that decoding aligned as mismatches); move: it only moves the plain decoding's gaps to where "
