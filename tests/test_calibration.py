@@ -770,3 +770,63 @@ def test_the_simulated_dna_reference_holds_the_true_alignment(tmp_path):
         assert ((pair.pairs[:, 0] >= q0) & (pair.pairs[:, 0] < q1)).all()
         assert ((pair.pairs[:, 1] >= t0) & (pair.pairs[:, 1] < t1)).all()
         assert flank == 0 or q0 + (len(query) - q1) + t0 + (len(target) - t1) > 0
+
+
+def _close_pair():
+    """A protein and its copy without residue 8: a close pair whose first columns sit between
+    the sequence's start and the gap."""
+    rng = np.random.default_rng(1)
+    query = "".join(rng.choice(list("ACDEFGHIKLMNPQRSTVWY"), 200))
+    return query, query[:8] + query[9:]
+
+
+def test_close_maps_are_checked_and_travel_with_the_calibration():
+    cal = Aligner.load().calibration
+    assert cal.close is not None and cal.close["identity_min"] == 0.8
+    close = cal.for_close()
+    assert close.close is None and close.column_model == cal.column_model and close.match_y != cal.match_y
+    assert close.min_confidence == cal.min_confidence and close.fitted_on == cal.close["fitted_on"]
+    assert Calibration.from_dict(json.loads(json.dumps(cal.to_dict()))) == cal
+    base = {k: v for k, v in cal.to_dict().items() if k != "close"}
+    bad_cases = [
+        ({"match_x": [0.1], "match_y": [0.5]}, "must be a mapping with keys"),
+        ({**cal.close, "identity_min": 0}, r"identity_min=0 must be a share in \(0, 1\]"),
+        ({**cal.close, "match_y": [0.9, 0.1] + cal.close["match_y"][2:]}, "non-decreasing"),
+    ]
+    for close_maps, msg in bad_cases:
+        with pytest.raises(ValueError, match=msg):
+            Calibration.from_dict({**base, "close": close_maps})
+    no_model = {**base, "match_feature": "local_share", "column_model": None, "close": cal.close}
+    with pytest.raises(ValueError, match="close maps go with a column model"):
+        Calibration.from_dict(no_model)
+    with pytest.raises(ValueError, match="no close maps"):
+        Calibration.from_dict(base).for_close()
+
+
+def test_a_close_pair_keeps_its_right_columns_at_the_threshold():
+    """The shipped protein model reads the confidences of a pair its tie-break decodes (plain
+    decoding >= 80% identical) with the calibration's close maps: the columns between the
+    start and a deletion at residue 8, right, are no longer dropped at the threshold (they
+    were, with confidences 0.34-0.65). The same on every path; without the tie-break, or with
+    it for every pair, the main maps; a remote pair's confidences do not change."""
+    import dataclasses
+
+    query, target = _close_pair()
+    truth = [[i, i if i < 8 else i - 1] for i in range(200) if i != 8]
+    for kwargs in ({}, {"band": 32}, {"engine": "jax"}):
+        got = Aligner.load(**kwargs).align(query, target)
+        assert got.pairs.tolist() == truth, kwargs
+        assert got.alignment.match_posterior.min() > 0.85, kwargs
+    main_only = Aligner.load()
+    main_only.calibration = dataclasses.replace(main_only.calibration, close=None)
+    dropped = main_only.align(query, target)
+    assert len(dropped.pairs) < len(truth) and dropped.alignment.match_posterior.min() >= 0.35
+    for kwargs in ({"identity_weight": 0}, {"identity_min": 0}):  # not the pairs the close maps were fitted on
+        aligner = Aligner.load(min_confidence=0.0, **kwargs)
+        full = Aligner.load(min_confidence=0.0)
+        assert aligner._close_maps(1.0) is False and full._close_maps(1.0) is True and not full._close_maps(0.79)
+    rng = np.random.default_rng(4)
+    remote = "".join(c if rng.random() < 0.4 else str(rng.choice(list("ACDEFGHIKLMNPQRSTVWY"))) for c in query)
+    a, b = Aligner.load().align(query, remote), main_only.align(query, remote)
+    np.testing.assert_array_equal(a.alignment.match_posterior, b.alignment.match_posterior)
+    assert a.evalue == b.evalue

@@ -676,20 +676,22 @@ class Aligner:
         plan = solution.dense_plan() if keep_plan else None
         # the confidences compare with the same alignments when they score as the guides do
         same = self.calibration is not None and self.calibration.kind == self._kind
-        return self._finish(item, post, self._band_mea(item, post), plan,
-                            baselines=guides if same else None, box=box)
+        aln, close = self._band_mea(item, post)
+        return self._finish(item, post, aln, plan, baselines=guides if same else None, box=box, close=close)
 
-    def _mea(self, items: list, posts: list) -> list:
+    def _mea(self, items: list, posts: list) -> tuple[list, list]:
         """The MEA alignments of these pairs' dense posteriors, with the identity tie-break
-        where it applies (:attr:`identity_weight`, :attr:`identity_min`, :attr:`identity_gaps`)."""
+        where it applies (:attr:`identity_weight`, :attr:`identity_min`, :attr:`identity_gaps`),
+        and for each pair whether its confidences are read with the calibration's close maps
+        (:meth:`_close_maps`)."""
         if not self.identity_weight:
-            return mea_batch(posts, gap_weight=self.gap_weight)
+            return mea_batch(posts, gap_weight=self.gap_weight), [False] * len(posts)
         # a plain decoding first where it picks the pairs the tie-break applies to (identity_min)
         # or holds the gaps the tie-break may only move; else the tie-break's alone, for every pair
         plain = self.identity_min > 0 or self.identity_gaps == "move"
         alns = mea_batch(posts, gap_weight=self.gap_weight) if plain else [None] * len(posts)
-        redo = [k for k, (item, aln) in enumerate(zip(items, alns))
-                if self.identity_min == 0 or self._close(item, aln)]
+        identity = [self._identity(item, aln) for item, aln in zip(items, alns)]
+        redo = [k for k, ident in enumerate(identity) if self.identity_min == 0 or ident >= self.identity_min]
         if redo:
             again = mea_batch([posts[k] for k in redo], gap_weight=self.gap_weight,
                               bonus=[self.identity_weight * identity_gain(items[k][1], items[k][3], self._kind)
@@ -698,20 +700,24 @@ class Aligner:
                 match = posts[k][0]
                 alns[k] = aln if alns[k] is None else self._moved(alns[k], aln, lambda p, M=match: M[p[:, 0], p[:, 1]],
                                                                   *posts[k][1:])
-        return alns
+        return alns, [self._close_maps(ident) for ident in identity]
 
     def _band_mea(self, item, post):
-        """:meth:`_mea` of one pair's banded posteriors."""
+        """:meth:`_mea` of one pair's banded posteriors: ``(alignment, close maps?)``."""
         plain = None
+        ident = float("nan")
         if not self.identity_weight or self.identity_min > 0 or self.identity_gaps == "move":
             plain = band_mea(post, gap_weight=self.gap_weight)
-            if not self.identity_weight or (self.identity_min > 0 and not self._close(item, plain)):
-                return plain
+            if not self.identity_weight:
+                return plain, False
+            ident = self._identity(item, plain)
+            if self.identity_min > 0 and not ident >= self.identity_min:
+                return plain, False
         bonus = self.identity_weight * identity_gain_band(item[1], item[3], post.match, self._kind)
         aln = band_mea(post, gap_weight=self.gap_weight, bonus=bonus)
-        if plain is None:
-            return aln
-        return self._moved(plain, aln, lambda p: post.match.at(p[:, 0], p[:, 1]), post.query_gap, post.target_gap)
+        if plain is not None:
+            aln = self._moved(plain, aln, lambda p: post.match.at(p[:, 0], p[:, 1]), post.query_gap, post.target_gap)
+        return aln, self._close_maps(ident)
 
     def _moved(self, plain, moved, match_at: Callable, query_gap, target_gap):
         """``moved`` (the tie-break's decoding), with ``identity_gaps="move"`` kept to the gaps of
@@ -725,31 +731,52 @@ class Aligner:
         return alignment_of_pairs(pairs, match_at(pairs) if len(pairs) else np.zeros(0), query_gap, target_gap,
                                   gap_weight=self.gap_weight)
 
-    def _close(self, item, aln) -> bool:
-        """Whether a pair's plain decoding is identical enough for the tie-break."""
-        identity = pair_identity(item[1], item[3], aln.pairs, self._kind)
-        return bool(identity >= self.identity_min)  # NaN (nothing aligned): no
+    def _identity(self, item, aln) -> float:
+        """The share of identical residues a pair's plain decoding aligns (NaN: none aligned, or
+        no plain decoding)."""
+        return float("nan") if aln is None else pair_identity(item[1], item[3], aln.pairs, self._kind)
+
+    def _close_maps(self, identity: float) -> bool:
+        """Whether a pair whose plain decoding is this identical, decoded with the tie-break, has
+        its confidences read with the calibration's close maps (:meth:`Calibration.for_close`):
+        when the tie-break picks pairs by identity and this one is at least as identical as
+        both it and the close maps ask."""
+        close = None if self.calibration is None else self.calibration.close
+        return bool(close is not None and self.identity_weight and self.identity_min > 0
+                    and identity >= max(self.identity_min, close["identity_min"]))  # NaN: no
 
     @property
     def _kind(self) -> str:
         """The classical baselines' scoring (``protein`` or ``dna``) for this model's alphabet."""
         return "dna" if self.config.alphabet == "dna" else "protein"
 
-    def _finish(self, item, post, aln, plan, *, baselines: dict | None = None, box: tuple | None = None) -> AlignedPair:
+    def _calibration_of(self, close: bool) -> Calibration:
+        """The calibration a pair's confidences are read with: its close maps for a close pair
+        (:meth:`_close_maps`), else the calibration itself."""
+        if not close:
+            return self.calibration
+        cached = self.__dict__.get("_close_cache")
+        if cached is None or cached[0] is not self.calibration:
+            cached = self._close_cache = (self.calibration, self.calibration.for_close())
+        return cached[1]
+
+    def _finish(self, item, post, aln, plan, *, baselines: dict | None = None, box: tuple | None = None,
+                close: bool = False) -> AlignedPair:
         evalue = None
         if self.calibration is not None:
+            calibration = self._calibration_of(close)
             if box is None:
-                conf = self.calibration.column_confidences(aln, post.match, query=item[1], target=item[3],
-                                                           baselines=baselines)
+                conf = calibration.column_confidences(aln, post.match, query=item[1], target=item[3],
+                                                      baselines=baselines)
             else:  # the box as an ordinary pair: its subsequences, its plan's cells, its own guides
                 r0, r1, c0, c1 = box
-                conf = self.calibration.column_confidences(
+                conf = calibration.column_confidences(
                     _sub_alignment(aln, box), _sub_band(post.match, box), query=item[1][r0:r1],
                     target=item[3][c0:c1])
             if self.significance is not None:
                 evalue = self.significance.pair_evalue(conf, item[1], item[3])
-            aln = self.calibration.apply(aln, post.match, query=item[1], target=item[3], confidences=conf,
-                                         min_confidence=self.min_confidence, gap_weight=self.gap_weight)
+            aln = calibration.apply(aln, post.match, query=item[1], target=item[3], confidences=conf,
+                                    min_confidence=self.min_confidence, gap_weight=self.gap_weight)
         return AlignedPair(item[0], item[1], item[2], item[3], aln, aln.score, plan, evalue)
 
     # ---------------------------------------------------------------- numpy engine
@@ -771,8 +798,9 @@ class Aligner:
             good.append(item)
             slots.append(None)
         plans, posts = dense_plans(good) if good else ([], [])
-        alns = self._mea(good, posts)
-        dense = iter([self._finish(item, post, aln, plan) for item, plan, post, aln in zip(good, plans, posts, alns)])
+        alns, close = self._mea(good, posts)
+        dense = iter([self._finish(item, post, aln, plan, close=c)
+                      for item, plan, post, aln, c in zip(good, plans, posts, alns, close)])
         out = [next(dense) if slot is None else slot for slot in slots]
         return out + ([error] if error is not None else [])
 

@@ -318,6 +318,13 @@ class Calibration:
     :data:`COLUMN_FEATURES` whose probability the match knots map; ``kind``: the alphabet its
     substitution scores and baselines use. ``min_confidence``: columns whose calibrated
     confidence is below it are left unaligned by :meth:`apply` (0: none).
+
+    ``close`` (optional, with a column model): the maps of close pairs, ``{"match_x",
+    "match_y", "gap_x", "gap_y", "identity_min", "fitted_on"}``: the same column model's
+    probabilities (and gap posteriors) mapped as fitted on pairs at least ``identity_min``
+    identical decoded with the identity tie-break, where a column is right far more often
+    than the same features say in remote pairs. :meth:`for_close` is the calibration that
+    applies them; the aligner uses it for the pairs its tie-break decodes.
     """
 
     match_x: list[float]
@@ -330,6 +337,7 @@ class Calibration:
     column_model: dict | None = None
     kind: str = "protein"
     min_confidence: float = 0.0
+    close: dict | None = None
 
     def __post_init__(self) -> None:
         if self.match_feature not in MATCH_FEATURES:
@@ -350,6 +358,25 @@ class Calibration:
         if self.kind not in ("protein", "dna"):
             raise ValueError(f"kind={self.kind!r} is not 'protein' or 'dna'")
         check_min_confidence(self.min_confidence)
+        if self.close is not None:
+            keys = {"match_x", "match_y", "gap_x", "gap_y", "identity_min", "fitted_on"}
+            if not isinstance(self.close, dict) or set(self.close) != keys:
+                raise ValueError(f"calibration close must be a mapping with keys {sorted(keys)}")
+            if self.column_model is None:
+                raise ValueError("calibration close maps go with a column model (match_feature='columns')")
+            minimum = self.close["identity_min"]
+            if isinstance(minimum, bool) or not isinstance(minimum, (int, float)) or not 0 < minimum <= 1:
+                raise ValueError(f"calibration close identity_min={minimum!r} must be a share in (0, 1]")
+            self.for_close()  # its knots checked as any calibration's
+
+    def for_close(self) -> Calibration:
+        """The calibration of close pairs: this one with the ``close`` maps (see the class)."""
+        if self.close is None:
+            raise ValueError("this calibration has no close maps")
+        close = self.close
+        return dataclasses.replace(self, match_x=list(close["match_x"]), match_y=list(close["match_y"]),
+                                   gap_x=list(close["gap_x"]), gap_y=list(close["gap_y"]),
+                                   fitted_on=close["fitted_on"], close=None)
 
     def match(self, p) -> np.ndarray:
         return np.interp(np.asarray(p, dtype=np.float64), self.match_x, self.match_y)

@@ -201,6 +201,9 @@ def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, ma
     if "msa_calibration" in source_state:
         console.print("note: the model's multiple-alignment confidences were calibrated with its old calibration and "
                       "are not carried over (`sinkalign msa` reports them uncalibrated)")
+    if (source_state.get("calibration") or {}).get("close"):
+        console.print("note: the close maps of the model's old calibration (pairs its identity tie-break decodes) are "
+                      "not carried over; refit them with benchmarks/close_calibration.py")
     console.print(f"wrote {out}")
 
 
