@@ -155,6 +155,9 @@ def test_calibrate_cli_writes_a_model_that_aligns_with_calibrated_confidences(tm
     assert r.exit_code == 0, r.output
     state = json.loads((out / "state.json").read_text())
     assert len(state["calibration"]["match_x"]) <= 6 and "12 pairs of fam0.sto, fam1.sto" in state["provenance"]
+    # the shipped model's close maps were fitted with its old calibration: not carried over, and said so
+    assert state["calibration"]["close"] is None
+    assert "close maps of the model's old calibration" in " ".join(r.output.split())
     res = Aligner.load(out, calibration=None).align("MKVLAAGHWERTYLLKPQ", "MKILSAGHWERTLLKPQ", keep_plan=True)
     raw = res.alignment
     cal = Aligner.load(out).align("MKVLAAGHWERTYLLKPQ", "MKILSAGHWERTLLKPQ").alignment
