@@ -89,12 +89,15 @@ def main() -> None:
     ap.add_argument("--identity-gaps", choices=["add", "move"], default=None,
                     help="... adding gaps or only moving the plain decoding's (Aligner identity_gaps; default: the "
                          "model's)")
+    ap.add_argument("--identity-move-min", type=float, default=None,
+                    help="... moving gaps only below --identity-min (Aligner identity_move_min; default: the model's)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     thresholds = [float(t) for t in args.thresholds.split(",")]
 
     aligner = Aligner.load(args.model, min_confidence=0.0, identity_weight=args.identity_weight,
-                           identity_min=args.identity_min, identity_gaps=args.identity_gaps)
+                           identity_min=args.identity_min, identity_gaps=args.identity_gaps,
+                           identity_move_min=args.identity_move_min)
     if aligner.calibration is None:
         ap.error(f"{args.model} has no calibration: its columns have no confidences to threshold")
     pairs = load_reference_set(args.shards, split=args.split, max_pairs=args.max_pairs)
@@ -141,7 +144,7 @@ def main() -> None:
     write_json(out, {"date": date.today().isoformat(), "machine": machine(), "split": args.split,
                      "model": args.model, "shipped_threshold": aligner.calibration.min_confidence,
                      "identity_weight": aligner.identity_weight, "identity_min": aligner.identity_min,
-                     "identity_gaps": aligner.identity_gaps,
+                     "identity_gaps": aligner.identity_gaps, "identity_move_min": aligner.identity_move_min,
                      "pairs": {g: len(idx) for g, idx in idx_groups.items()}, "rows": rows,
                      "reliability": calib,
                      # what compare_models.py needs to pair two runs: each pair's counts at the model's

@@ -70,6 +70,8 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=60)
     ap.add_argument("--identity-weight", type=float, default=0.05)
     ap.add_argument("--identity-min", type=float, default=0.9)
+    ap.add_argument("--identity-move-min", type=float, default=0.0,
+                    help="... and moving gaps only for the pairs this identical below --identity-min")
     ap.add_argument("--json", type=Path, default=RESULTS)
     args = ap.parse_args()
 
@@ -82,10 +84,10 @@ def main() -> None:
             "plain": Aligner.load(model, min_confidence=0.0, identity_weight=0.0, **strand),
             f"tie-break {args.identity_weight:g} if >= {args.identity_min:g}": Aligner.load(
                 model, min_confidence=0.0, identity_weight=args.identity_weight, identity_min=args.identity_min,
-                identity_gaps="add", **strand),
+                identity_gaps="add", identity_move_min=args.identity_move_min, **strand),
             "the same, moving gaps only": Aligner.load(
                 model, min_confidence=0.0, identity_weight=args.identity_weight, identity_min=args.identity_min,
-                identity_gaps="move", **strand),
+                identity_gaps="move", identity_move_min=args.identity_move_min, **strand),
         }
         for sub in args.substitutions:
             rng = np.random.default_rng([int(round(sub * 1000)), args.length, len(ALPHABET[alphabet])])

@@ -37,14 +37,16 @@ def test_identity_weight_option_places_a_deletion_between_close_variants(tmp_pat
     """--identity-weight reaches the aligner: a 300-residue protein and its copy without residue
     150 get the CIGAR of that deletion with the shipped model's tie-break (0.05 for pairs at least
     90% identical) and with --identity-weight 0.05, not with --identity-weight 0
-    (benchmarks/single_indels.py); --identity-min 1 is above this pair's plain decoding."""
+    (benchmarks/single_indels.py); --identity-min 1 is above this pair's plain decoding, which the
+    tie-break then only moves gaps of (--identity-move-min, 0.7 for the shipped model), unless
+    --identity-move-min 0."""
     rng = np.random.default_rng(300 * 1000 + 150)
     a = "".join(rng.choice(list("ACDEFGHIKLMNPQRSTVWY"), 300))
     (tmp_path / "a.fa").write_text(f">a\n{a}\n")
     (tmp_path / "b.fa").write_text(f">b\n{a[:150] + a[151:]}\n")
     cigars = []
     runs = ([], ["--identity-weight", "0"], ["--identity-weight", "0.05", "--identity-min", "0"],
-            ["--identity-min", "1"])
+            ["--identity-min", "1", "--identity-move-min", "0"], ["--identity-min", "1"])
     for k, extra in enumerate(runs):
         out = tmp_path / f"x{k}.tsv"
         r = CliRunner().invoke(cli, ["align", str(tmp_path / "a.fa"), str(tmp_path / "b.fa"), "-o", str(out),
@@ -52,7 +54,7 @@ def test_identity_weight_option_places_a_deletion_between_close_variants(tmp_pat
         assert r.exit_code == 0, r.output
         header, row = out.read_text().splitlines()[:2]
         cigars.append(row.split("\t")[header.split("\t").index("cigar")])
-    assert cigars[0] == cigars[2] == "150M1I149M" != cigars[1] and cigars[3] == cigars[1]
+    assert cigars[0] == cigars[2] == cigars[4] == "150M1I149M" != cigars[1] and cigars[3] == cigars[1]
     r = CliRunner().invoke(cli, ["align", str(tmp_path / "a.fa"), str(tmp_path / "b.fa"), "--identity-weight", "-1"])
     assert r.exit_code == 2 and "--identity-weight" in r.output
 
@@ -77,6 +79,8 @@ def test_identity_gaps_option_reaches_the_aligner(tmp_path):
     assert gaps[None] == gaps["move"] == 5 < gaps["add"], gaps
     r = CliRunner().invoke(cli, ["align", "--example", "--identity-gaps", "shift"])
     assert r.exit_code == 2 and "--identity-gaps" in r.output
+    r = CliRunner().invoke(cli, ["align", "--example", "--identity-move-min", "1.5"])
+    assert r.exit_code == 2 and "--identity-move-min" in r.output
 
 
 def test_pairs_longer_than_the_largest_bucket_align_in_input_order(monkeypatch):

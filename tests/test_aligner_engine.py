@@ -565,6 +565,38 @@ def test_identity_gaps_move_places_a_deletion_but_opens_no_gap():
         M.AlignerConfig(alphabet="dna", decode_identity_gaps="keep")
 
 
+def test_identity_move_min_moves_the_gaps_of_pairs_below_identity_min():
+    """The shipped protein model's lower tier (decode_identity_move_min 0.7): a pair whose plain
+    decoding is 70-80% identical is decoded with the tie-break moving gaps only, the plain
+    decoding's stretches kept where the tie-break would add breaks; above 0.8 it may add gaps,
+    below 0.7 the pair keeps its plain decoding. The same on every path."""
+    from sinkalign.align.decode import keep_gaps
+
+    # benchmarks/close_pairs.py evolve(default_rng(0), "protein", 120, 0.22): plain decoding 79% identical
+    query = ("VPMGHACAETPWMPYRPMNWGTQAIVNASRTECVAMCGLKKAADAQMPGPSILYTYIQYQTQRIVDNRTMIHKLRVCWMIQNGHRNMHSIHVGFRPACITKSHFS"
+             "VCCQHNEVLVSRFSC")
+    target = ("WPCGHACAETPWMDYCYTYLPMNWGTYDIVNASRRECVAMCGLPKMPAPSILYTYIQYQVQRIRMNSMNRTMIHQLRVCIFIQNGVQNMHSIHVGFTPACIWGV"
+              "EKSHFSVCCDLNMVLDSRFSC")
+    shipped = Aligner.load()
+    assert (shipped.identity_min, shipped.identity_move_min) == (0.8, 0.7)
+    assert shipped.config.decode_identity_move_min == 0.7 and Aligner.load("dna").identity_move_min == 0.0
+    assert [shipped._tie_break(x) for x in (0.95, 0.8, 0.79, 0.7, 0.69, float("nan"))] == \
+        ["add", "add", "move", "move", None, None]
+    for kwargs in ({}, {"band": 32}, {"engine": "jax"}):
+        plain = Aligner.load(min_confidence=0.0, identity_weight=0, **kwargs).align(query, target).pairs
+        before = Aligner.load(min_confidence=0.0, identity_move_min=0, **kwargs).align(query, target).pairs
+        got = Aligner.load(min_confidence=0.0, **kwargs).align(query, target).pairs
+        added = Aligner.load(min_confidence=0.0, identity_min=0.7, **kwargs).align(query, target).pairs
+        np.testing.assert_array_equal(before, plain)  # below identity_min: the plain decoding
+        assert not np.array_equal(got, plain), kwargs
+        np.testing.assert_array_equal(got, keep_gaps(plain, added))  # the tie-break's moves, no added breaks
+        assert _breaks(got) <= _breaks(plain)
+    with pytest.raises(InputError, match="identity_move_min=1.5 must be a share between 0 and 1"):
+        Aligner.load(identity_move_min=1.5)
+    with pytest.raises(InputError, match="decode_identity_move_min=2 must be at most 1"):
+        M.AlignerConfig(decode_identity_move_min=2)
+
+
 def test_encoded_sequences_are_cached_within_a_bound_and_give_the_same_alignments():
     """All against all (6 queries x 8 targets, three tasks of 16 pairs): a task encodes each of
     its distinct sequences once, and a sequence is kept from the second task that uses it, so

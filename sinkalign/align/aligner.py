@@ -263,6 +263,11 @@ class Aligner:
             (:func:`~sinkalign.align.decode.keep_gaps`: with four letters a shifted chance
             identity is common, so the DNA model would trade two mismatches for a gap pair).
             Default: the model's ``decode_identity_gaps``.
+        identity_move_min: also decode the pairs whose plain decoding is at least this
+            identical, but below ``identity_min``, with the tie-break moving gaps only (as
+            ``identity_gaps="move"``): where chance identities are too common to open gaps for,
+            a gap may still move onto identities. 0: no such pairs. Default: the model's
+            ``decode_identity_move_min``.
         calibration: maps raw plan posteriors to calibrated probabilities (see
             :mod:`sinkalign.align.calibration`); a model directory carries its own, and
             ``None`` reports the raw posteriors.
@@ -315,7 +320,7 @@ class Aligner:
                  significance: Significance | None = None, strand: str | None = None,
                  band: int | str | None = None, identity_weight: float | None = None,
                  identity_min: float | None = None, identity_gaps: str | None = None,
-                 processes: int | None = None):
+                 identity_move_min: float | None = None, processes: int | None = None):
         if backend not in BACKENDS:
             raise InputError(f"backend={backend!r} is not one of {BACKENDS}")
         if engine not in ENGINES:
@@ -336,6 +341,10 @@ class Aligner:
         self.identity_gaps = config.decode_identity_gaps if identity_gaps is None else identity_gaps
         if self.identity_gaps not in M.IDENTITY_GAPS:
             raise InputError(f"identity_gaps={self.identity_gaps!r} is not one of {M.IDENTITY_GAPS}")
+        self.identity_move_min = (config.decode_identity_move_min if identity_move_min is None
+                                  else float(identity_move_min))
+        if not 0 <= self.identity_move_min <= 1:  # NaN fails too
+            raise InputError(f"identity_move_min={self.identity_move_min} must be a share between 0 and 1")
         if min_confidence is None:
             min_confidence = 0.0 if calibration is None else calibration.min_confidence
         self.min_confidence = check_min_confidence(min_confidence)
@@ -681,24 +690,25 @@ class Aligner:
 
     def _mea(self, items: list, posts: list) -> tuple[list, list]:
         """The MEA alignments of these pairs' dense posteriors, with the identity tie-break
-        where it applies (:attr:`identity_weight`, :attr:`identity_min`, :attr:`identity_gaps`),
-        and for each pair whether its confidences are read with the calibration's close maps
-        (:meth:`_close_maps`)."""
+        where it applies (:attr:`identity_weight`, :attr:`identity_min`, :attr:`identity_gaps`,
+        :attr:`identity_move_min`), and for each pair whether its confidences are read with the
+        calibration's close maps (:meth:`_close_maps`)."""
         if not self.identity_weight:
             return mea_batch(posts, gap_weight=self.gap_weight), [False] * len(posts)
         # a plain decoding first where it picks the pairs the tie-break applies to (identity_min)
         # or holds the gaps the tie-break may only move; else the tie-break's alone, for every pair
-        plain = self.identity_min > 0 or self.identity_gaps == "move"
-        alns = mea_batch(posts, gap_weight=self.gap_weight) if plain else [None] * len(posts)
+        alns = mea_batch(posts, gap_weight=self.gap_weight) if self._plain_first else [None] * len(posts)
         identity = [self._identity(item, aln) for item, aln in zip(items, alns)]
-        redo = [k for k, ident in enumerate(identity) if self.identity_min == 0 or ident >= self.identity_min]
+        gaps = [self._tie_break(ident) for ident in identity]
+        redo = [k for k, g in enumerate(gaps) if g is not None]
         if redo:
             again = mea_batch([posts[k] for k in redo], gap_weight=self.gap_weight,
                               bonus=[self.identity_weight * identity_gain(items[k][1], items[k][3], self._kind)
                                      for k in redo])
             for k, aln in zip(redo, again):
                 match = posts[k][0]
-                alns[k] = aln if alns[k] is None else self._moved(alns[k], aln, lambda p, M=match: M[p[:, 0], p[:, 1]],
+                alns[k] = aln if alns[k] is None else self._moved(alns[k], aln, gaps[k],
+                                                                  lambda p, M=match: M[p[:, 0], p[:, 1]],
                                                                   *posts[k][1:])
         return alns, [self._close_maps(ident) for ident in identity]
 
@@ -706,24 +716,42 @@ class Aligner:
         """:meth:`_mea` of one pair's banded posteriors: ``(alignment, close maps?)``."""
         plain = None
         ident = float("nan")
-        if not self.identity_weight or self.identity_min > 0 or self.identity_gaps == "move":
+        if not self.identity_weight or self._plain_first:
             plain = band_mea(post, gap_weight=self.gap_weight)
             if not self.identity_weight:
                 return plain, False
             ident = self._identity(item, plain)
-            if self.identity_min > 0 and not ident >= self.identity_min:
-                return plain, False
+        gaps = self._tie_break(ident)
+        if gaps is None:
+            return plain, False
         bonus = self.identity_weight * identity_gain_band(item[1], item[3], post.match, self._kind)
         aln = band_mea(post, gap_weight=self.gap_weight, bonus=bonus)
         if plain is not None:
-            aln = self._moved(plain, aln, lambda p: post.match.at(p[:, 0], p[:, 1]), post.query_gap, post.target_gap)
+            aln = self._moved(plain, aln, gaps, lambda p: post.match.at(p[:, 0], p[:, 1]), post.query_gap,
+                              post.target_gap)
         return aln, self._close_maps(ident)
 
-    def _moved(self, plain, moved, match_at: Callable, query_gap, target_gap):
-        """``moved`` (the tie-break's decoding), with ``identity_gaps="move"`` kept to the gaps of
+    @property
+    def _plain_first(self) -> bool:
+        """Whether the tie-break needs each pair's plain decoding: to pick the pairs it applies
+        to, or to keep their gaps."""
+        return self.identity_min > 0 or self.identity_gaps == "move"
+
+    def _tie_break(self, identity: float) -> str | None:
+        """How the tie-break decodes a pair whose plain decoding is this identical (NaN: none
+        made): ``"add"`` or ``"move"`` (:attr:`identity_gaps`, or ``"move"`` in the
+        :attr:`identity_move_min` tier below :attr:`identity_min`), or ``None``: not at all."""
+        if self.identity_min == 0 or identity >= self.identity_min:
+            return self.identity_gaps
+        if 0 < self.identity_move_min <= identity:
+            return "move"
+        return None
+
+    def _moved(self, plain, moved, gaps: str, match_at: Callable, query_gap, target_gap):
+        """``moved`` (the tie-break's decoding), with ``gaps="move"`` kept to the gaps of
         ``plain`` (:func:`~sinkalign.align.decode.keep_gaps`); ``match_at(pairs)``: their match
         posteriors."""
-        if self.identity_gaps == "add":
+        if gaps == "add":
             return moved
         pairs = keep_gaps(plain.pairs, moved.pairs)
         if np.array_equal(pairs, moved.pairs):

@@ -124,6 +124,8 @@ class AlignerConfig:
     # ... "add": it may open gaps the plain decoding lacks; "move": it only moves the plain
     # decoding's gaps (sinkalign.align.decode.keep_gaps)
     decode_identity_gaps: str = "add"
+    # ... and, moving gaps only, for the pairs at least this identical below decode_identity_min (0: none)
+    decode_identity_move_min: float = 0.0
     # built-in residue encoder (no embedder, no pretrained weights): residual dilated 1-D
     # convolutions over one-hot + BLOSUM62-row features; 0 channels = off
     res_ctx_dim: int = 0
@@ -151,12 +153,13 @@ class AlignerConfig:
             check_int("ctx_layers", self.ctx_layers, 0)
             check_int("ctx_kernel", self.ctx_kernel, 1)
             check_int("qk_ctx_dim", self.qk_ctx_dim, 1)
-        for name in ("decode_gap_weight", "decode_identity_weight", "decode_identity_min"):
+        for name in ("decode_gap_weight", "decode_identity_weight", "decode_identity_min", "decode_identity_move_min"):
             gw = getattr(self, name)
             if isinstance(gw, bool) or not isinstance(gw, numbers.Real) or not math.isfinite(gw) or gw < 0:
                 raise InputError(f"{name}={gw!r} must be a finite number >= 0")
-        if self.decode_identity_min > 1:
-            raise InputError(f"decode_identity_min={self.decode_identity_min!r} must be at most 1 (a share)")
+        for name in ("decode_identity_min", "decode_identity_move_min"):
+            if getattr(self, name) > 1:
+                raise InputError(f"{name}={getattr(self, name)!r} must be at most 1 (a share)")
         if not isinstance(self.decode_identity_gaps, str) or self.decode_identity_gaps not in IDENTITY_GAPS:
             raise InputError(f"decode_identity_gaps={self.decode_identity_gaps!r} is not one of {IDENTITY_GAPS}")
         if self.res_ctx_dim:

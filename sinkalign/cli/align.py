@@ -131,6 +131,10 @@ class _Band(click.ParamType):
                    "that decoding aligned as mismatches); move: it only moves the plain decoding's gaps to where "
                    "the identities put them (with four letters a shifted chance identity is common: 'add' would "
                    "trade two mismatches for a gap pair). Default: the model's.")
+@click.option("--identity-move-min", type=FiniteFloatRange(min=0, max=1), metavar="SHARE",
+              help="Also apply the tie-break, moving gaps only, to the pairs whose plain decoding aligns at least "
+                   "this share of identical residues but less than --identity-min. Default: the model's (0.7 for "
+                   "the shipped protein model, none for the others); 0: none.")
 @click.option("--min-confidence", type=FiniteFloatRange(min=0, max=1, max_open=True),
               help="Leave unaligned the columns whose calibrated confidence is below this (default: the model's "
                    "own threshold, 0.35 for the shipped protein model; 0 keeps every MEA column). Higher: fewer, "
@@ -168,7 +172,7 @@ class _Band(click.ParamType):
 @click.pass_context
 def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, overwrite, model, embedder,
           esm_weights, backend, engine, threads, processes, plan_out, batch_size, chunk_size, workers, scheduler, gap_weight,
-          identity_weight, identity_min, identity_gaps, min_confidence,
+          identity_weight, identity_min, identity_gaps, identity_move_min, min_confidence,
           max_evalue, db_size, max_hits, prefilter, strand, band, progress):
     """Align the records of QUERY_FASTA against those of TARGET_FASTA (protein or DNA).
 
@@ -211,7 +215,8 @@ def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, 
                         overwrite=overwrite, workers=workers, scheduler=scheduler, chunk_size=chunk_size,
                         engine=engine, threads=threads, processes=processes, strand=strand, prefilter=prefilter,
                         band=band,
-                        identity_weight=identity_weight, identity_min=identity_min, identity_gaps=identity_gaps)
+                        identity_weight=identity_weight, identity_min=identity_min, identity_gaps=identity_gaps,
+                        identity_move_min=identity_move_min)
     except BrokenPipeError:  # e.g. `sinkalign align ... | head`: stop quietly, as other filters do
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

@@ -607,8 +607,8 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
                 workers: int | None = None, engine: str = "auto", threads: int | None = None,
                 scheduler: str | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE, strand: str | None = None,
                 prefilter: int | None = None, band: int | str | None = None, identity_weight: float | None = None,
-                identity_min: float | None = None, identity_gaps: str | None = None, processes: int | None = None,
-                _task=None) -> int:
+                identity_min: float | None = None, identity_gaps: str | None = None,
+                identity_move_min: float | None = None, processes: int | None = None, _task=None) -> int:
     """Align pairs of sequences and write them in ``fmt``; returns the number of pairs written.
 
     Args:
@@ -626,7 +626,7 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
         workers, scheduler: run the chunks on a local Dask cluster of ``workers`` processes,
             or on the cluster whose scheduler is at ``scheduler`` (needs the ``cluster`` extra).
         chunk_size: pairs per chunk (per cluster task); ``batch_size``: pairs per aligner batch.
-        gap_weight, min_confidence, identity_weight, identity_min, identity_gaps: decoding
+        gap_weight, min_confidence, identity_weight, identity_min, identity_gaps, identity_move_min: decoding
             (:class:`~sinkalign.align.aligner.Aligner`); ``None``: the model's own.
         max_evalue: write only the pairs whose E-value (as reported: see ``db_size``) is at
             most this (their plans too; a plan keeps its input index in its name); the model
@@ -723,7 +723,7 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
                              embedder=embedder, esm_weights=None if esm_weights is None else str(esm_weights),
                              min_confidence=min_confidence, engine=engine, threads=threads, processes=processes, strand=strand,
                              band=band, identity_weight=identity_weight, identity_min=identity_min,
-                             identity_gaps=identity_gaps)
+                             identity_gaps=identity_gaps, identity_move_min=identity_move_min)
             model_alphabet = load_aligner(spec).config.alphabet
             source.dense = load_aligner(spec).dense_only
         if backend != "reference" or band == "dense":  # (the shipped models, loaded later: only these)
@@ -738,7 +738,7 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
                              esm_weights=None if esm_weights is None else str(esm_weights),
                              min_confidence=min_confidence, engine=engine, threads=threads, processes=processes, strand=strand,
                              band=band, identity_weight=identity_weight, identity_min=identity_min,
-                             identity_gaps=identity_gaps)
+                             identity_gaps=identity_gaps, identity_move_min=identity_move_min)
             if scheduler is None and workers is None:
                 load_aligner(spec)  # the shipped model, loaded before the first pair
         if max_hits is not None and scan.scattered is not None:

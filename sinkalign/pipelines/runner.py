@@ -58,6 +58,7 @@ class ModelSpec:
     identity_weight: float | None = None  # the MEA identity tie-break (None: the model's)
     identity_min: float | None = None  # ... for pairs at least this identical (None: the model's)
     identity_gaps: str | None = None  # ... adding gaps or only moving them: "add" | "move" (None: the model's)
+    identity_move_min: float | None = None  # ... moving gaps only, for pairs this identical below identity_min
 
 
 def check_processes(processes, threads, workers, scheduler) -> None:
@@ -164,6 +165,7 @@ def load_aligner(spec: ModelSpec):
     extra["identity_weight"] = spec.identity_weight
     extra["identity_min"] = spec.identity_min
     extra["identity_gaps"] = spec.identity_gaps
+    extra["identity_move_min"] = spec.identity_move_min
     if spec.processes:
         extra["processes"] = spec.processes
     aligner = Aligner.load(path, backend=spec.backend, gap_weight=spec.gap_weight, **extra)
