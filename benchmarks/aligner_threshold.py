@@ -140,6 +140,8 @@ def main() -> None:
         suffix += f"_min{args.identity_min:g}"
     if args.identity_gaps is not None:
         suffix += f"_{args.identity_gaps}"
+    if args.identity_move_min is not None:
+        suffix += f"_move{args.identity_move_min:g}"
     out = Path(args.json) if args.json else RESULTS / f"aligner_threshold_{args.split}{suffix}.json"
     write_json(out, {"date": date.today().isoformat(), "machine": machine(), "split": args.split,
                      "model": args.model, "shipped_threshold": aligner.calibration.min_confidence,

@@ -67,7 +67,7 @@ def main() -> None:
     for L in args.lengths:
         n = args.pairs or DEFAULT_PAIRS.get(L, 8)
         items = [(f"q{i}", q, f"t{i}", t) for i, (q, t) in enumerate(homologous_pairs(L, n))]
-        aligner = Aligner.load(args.model, engine="jax", workers=1)
+        aligner = Aligner.load(args.model, engine="jax", workers=1, band="dense")  # every pair solved in the batch
         chunk = items  # one chunk of n pairs, whatever the backend's cell budget (the CPU's takes one of 3000)
         solved = np.asarray(aligner._jax_dispatch(chunk))
 

@@ -102,7 +102,7 @@ def main() -> None:
                         label = (f"{name}, identity {tau:g}" + (f" if >= {h:g}" if h else "")
                                  + (", moving gaps" if gaps == "move" else ""))
                         methods[label] = Aligner.load(model, min_confidence=0.0, identity_weight=tau, identity_min=h,
-                                                      identity_gaps=gaps, **strand)
+                                                      identity_gaps=gaps, identity_move_min=0.0, **strand)
         print(f"\n{alphabet}: exact placements / pairs (misplaced pairs in all), by region start / middle / end")
         for L in args.lengths:
             for k in args.indels:

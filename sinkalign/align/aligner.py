@@ -255,7 +255,8 @@ class Aligner:
             ``decode_identity_weight``; 0 = off.
         identity_min: apply ``identity_weight`` only to the pairs whose plain decoding aligns
             at least this share of identical residues (they are decoded again with it); 0: to
-            every pair, decoded once. Default: the model's ``decode_identity_min``.
+            every pair, decoded once (twice with ``identity_gaps="move"``, whose plain decoding
+            keeps the gaps). Default: the model's ``decode_identity_min``.
         identity_gaps: ``add``: the tie-break may open gaps that the plain decoding does not
             have (it finds indels that decoding aligned as mismatches: the protein model);
             ``move``: it only moves the plain decoding's gaps to where the identities put them,

@@ -324,7 +324,9 @@ class Calibration:
     probabilities (and gap posteriors) mapped as fitted on pairs at least ``identity_min``
     identical decoded with the identity tie-break, where a column is right far more often
     than the same features say in remote pairs. :meth:`for_close` is the calibration that
-    applies them; the aligner uses it for the pairs its tie-break decodes.
+    applies them; the aligner uses it for the pairs its tie-break picks by identity (with
+    ``identity_min`` > 0) that are at least ``identity_min`` identical, both its and the maps'
+    (not for the ``identity_move_min`` tier below).
     """
 
     match_x: list[float]
