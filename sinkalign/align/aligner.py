@@ -147,6 +147,14 @@ def padded_shape(query_length: int, target_length: int) -> tuple[int, int]:
     return padded_length(query_length), padded_length(target_length)
 
 
+def _share(name: str, value) -> float:
+    """``value`` as a float share in [0, 1], else :class:`~sinkalign.errors.InputError` naming it."""
+    share = float(value)
+    if not 0 <= share <= 1:  # NaN fails too
+        raise InputError(f"{name}={share} must be a share between 0 and 1")
+    return share
+
+
 def lopsided(m: int, n: int) -> bool:
     """Whether a pair of these lengths is solved in the box around its local hit by default."""
     return max(m, n) >= LOPSIDED_RATIO * min(m, n)
@@ -336,16 +344,12 @@ class Aligner:
                                 else float(identity_weight))
         if not math.isfinite(self.identity_weight) or self.identity_weight < 0:
             raise InputError(f"identity_weight={self.identity_weight} must be a finite number >= 0")
-        self.identity_min = config.decode_identity_min if identity_min is None else float(identity_min)
-        if not 0 <= self.identity_min <= 1:  # NaN fails too
-            raise InputError(f"identity_min={self.identity_min} must be a share between 0 and 1")
+        self.identity_min = _share("identity_min", config.decode_identity_min if identity_min is None else identity_min)
         self.identity_gaps = config.decode_identity_gaps if identity_gaps is None else identity_gaps
         if self.identity_gaps not in M.IDENTITY_GAPS:
             raise InputError(f"identity_gaps={self.identity_gaps!r} is not one of {M.IDENTITY_GAPS}")
-        self.identity_move_min = (config.decode_identity_move_min if identity_move_min is None
-                                  else float(identity_move_min))
-        if not 0 <= self.identity_move_min <= 1:  # NaN fails too
-            raise InputError(f"identity_move_min={self.identity_move_min} must be a share between 0 and 1")
+        move_min = config.decode_identity_move_min if identity_move_min is None else identity_move_min
+        self.identity_move_min = _share("identity_move_min", move_min)
         if min_confidence is None:
             min_confidence = 0.0 if calibration is None else calibration.min_confidence
         self.min_confidence = check_min_confidence(min_confidence)
@@ -779,21 +783,12 @@ class Aligner:
         """The classical baselines' scoring (``protein`` or ``dna``) for this model's alphabet."""
         return "dna" if self.config.alphabet == "dna" else "protein"
 
-    def _calibration_of(self, close: bool) -> Calibration:
-        """The calibration a pair's confidences are read with: its close maps for a close pair
-        (:meth:`_close_maps`), else the calibration itself."""
-        if not close:
-            return self.calibration
-        cached = self.__dict__.get("_close_cache")
-        if cached is None or cached[0] is not self.calibration:
-            cached = self._close_cache = (self.calibration, self.calibration.for_close())
-        return cached[1]
-
     def _finish(self, item, post, aln, plan, *, baselines: dict | None = None, box: tuple | None = None,
                 close: bool = False) -> AlignedPair:
         evalue = None
         if self.calibration is not None:
-            calibration = self._calibration_of(close)
+            # a close pair's confidences are read with the calibration's close maps (_close_maps)
+            calibration = self.calibration.for_close() if close else self.calibration
             if box is None:
                 conf = calibration.column_confidences(aln, post.match, query=item[1], target=item[3],
                                                       baselines=baselines)

@@ -44,6 +44,7 @@ recomputed from them; the alignment itself (pairs, score) is unchanged.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -372,9 +373,14 @@ class Calibration:
             self.for_close()  # its knots checked as any calibration's
 
     def for_close(self) -> Calibration:
-        """The calibration of close pairs: this one with the ``close`` maps (see the class)."""
+        """The calibration of close pairs: this one with the ``close`` maps (see the class),
+        built once."""
         if self.close is None:
             raise ValueError("this calibration has no close maps")
+        return self._close_calibration
+
+    @functools.cached_property
+    def _close_calibration(self) -> Calibration:
         close = self.close
         return dataclasses.replace(self, match_x=list(close["match_x"]), match_y=list(close["match_y"]),
                                    gap_x=list(close["gap_x"]), gap_y=list(close["gap_y"]),

@@ -716,16 +716,19 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
         source = (_ListedPairs(ppath, qpath, tpath) if ppath is not None
                   else _FastaPairs(qpath, tpath, pairing, prefilter, strand))
         spec, model_alphabet = None, None
+        # the aligner's settings, whichever model it loads
+        options = dict(backend=backend, gap_weight=gap_weight, embedder=embedder,
+                       esm_weights=None if esm_weights is None else str(esm_weights), min_confidence=min_confidence,
+                       engine=engine, threads=threads, processes=processes, strand=strand, band=band,
+                       identity_weight=identity_weight, identity_min=identity_min, identity_gaps=identity_gaps,
+                       identity_move_min=identity_move_min)
         if model is not None:  # load it first: a bad model fails fast, and its alphabet is known
             from sinkalign.align.aligner import resolve_model
 
-            spec = ModelSpec(str(resolve_model(model).resolve()), backend=backend, gap_weight=gap_weight,
-                             embedder=embedder, esm_weights=None if esm_weights is None else str(esm_weights),
-                             min_confidence=min_confidence, engine=engine, threads=threads, processes=processes, strand=strand,
-                             band=band, identity_weight=identity_weight, identity_min=identity_min,
-                             identity_gaps=identity_gaps, identity_move_min=identity_move_min)
-            model_alphabet = load_aligner(spec).config.alphabet
-            source.dense = load_aligner(spec).dense_only
+            spec = ModelSpec(str(resolve_model(model).resolve()), **options)
+            loaded = load_aligner(spec)
+            model_alphabet = loaded.config.alphabet
+            source.dense = loaded.dense_only
         if backend != "reference" or band == "dense":  # (the shipped models, loaded later: only these)
             source.dense = True
         scan = source.scan(fmt)
@@ -734,11 +737,7 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
             raise InputError(f"--strand {strand}: strands are for nucleotide sequences and models; these are "
                              f"aligned with a {alphabet} model, as given")
         if spec is None:
-            spec = ModelSpec(None, alphabet, backend=backend, gap_weight=gap_weight, embedder=embedder,
-                             esm_weights=None if esm_weights is None else str(esm_weights),
-                             min_confidence=min_confidence, engine=engine, threads=threads, processes=processes, strand=strand,
-                             band=band, identity_weight=identity_weight, identity_min=identity_min,
-                             identity_gaps=identity_gaps, identity_move_min=identity_move_min)
+            spec = ModelSpec(None, alphabet, **options)
             if scheduler is None and workers is None:
                 load_aligner(spec)  # the shipped model, loaded before the first pair
         if max_hits is not None and scan.scattered is not None:
