@@ -434,6 +434,68 @@ def test_band_option_aligns_on_corridors_or_densely_and_keeps_plans(fastas, tmp_
     assert f"Smith-Waterman hit, {round(100 * BOX_MARGIN)}% of the shorter side wider each way" in help_text
 
 
+def test_sigterm_inside_a_gc_callback_del_or_import_is_sent_again_not_dropped(monkeypatch, tmp_path):
+    """Python runs the SIGTERM handler between any two instructions, also inside a
+    garbage-collector callback (JAX registers one) or a __del__, which print and drop its
+    SystemExit, and inside an import, whose module may catch everything (parasail's does): there
+    the handler sends the signal again shortly instead (handled once that code is left);
+    anywhere else it raises SystemExit(143)."""
+    import gc
+    import signal
+    import sys
+    import time
+
+    from sinkalign.cli import main as main_module
+
+    sent = []
+    monkeypatch.setattr(main_module.os, "kill", lambda pid, signum: sent.append(signum))
+    raised = []
+
+    def handle_here():
+        try:
+            main_module._terminated(signal.SIGTERM, sys._getframe(1))
+        except SystemExit as exc:
+            raised.append(exc.code)
+
+    def sent_again() -> bool:
+        deadline = time.monotonic() + 5
+        while not sent and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return sent == [signal.SIGTERM]
+
+    def callback(phase, info):
+        if phase == "start":  # once per collection
+            handle_here()
+
+    gc.callbacks.append(callback)
+    try:
+        gc.collect()
+    finally:
+        gc.callbacks.remove(callback)
+    assert not raised and sent_again()
+
+    class Finalised:
+        def __del__(self):
+            handle_here()
+
+    sent.clear()
+    Finalised()  # collected at once: its __del__ runs here
+    assert not raised and sent_again()
+
+    sent.clear()
+    (tmp_path / "signalled_module.py").write_text("HANDLE()  # the handler, run while this module is imported\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import builtins
+
+    monkeypatch.setattr(builtins, "HANDLE", handle_here, raising=False)
+    __import__("signalled_module")
+    assert not raised and sent_again()
+
+    with pytest.raises(SystemExit) as exc:
+        main_module._terminated(signal.SIGTERM, sys._getframe())
+    assert exc.value.code == 143
+
+
 def test_sigterm_removes_the_half_written_output(tmp_path):
     """What a batch scheduler sends: the run ends with status 143 and leaves neither the
     output nor its temporary file (as Ctrl-C does), and an existing output is kept."""

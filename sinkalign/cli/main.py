@@ -9,8 +9,11 @@ status 1; anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import logging
+import os
+import threading
 
 import click
 
@@ -97,7 +100,30 @@ def cli(verbose: int) -> None:
 
 
 def _terminated(signum: int, frame) -> None:
-    raise SystemExit(128 + signum)  # through every `finally`: half-written outputs are removed
+    """SIGTERM's handler: :class:`SystemExit` through every ``finally``, so half-written outputs
+    are removed. Python runs a handler between any two instructions of the main thread, also
+    where an exception is lost: a garbage-collector callback (JAX registers one) or a
+    ``__del__`` prints and drops it, and a module being imported may catch everything (parasail
+    does, and then fails to load). There the signal is sent again shortly, to be handled once
+    that code is left (not from here: the handler would run again at once, inside itself)."""
+    if _in_dropping_context(frame):
+        timer = threading.Timer(0.01, os.kill, (os.getpid(), signum))
+        timer.daemon = True
+        timer.start()
+        return
+    raise SystemExit(128 + signum)
+
+
+def _in_dropping_context(frame) -> bool:
+    """Whether ``frame`` runs inside a garbage-collector callback, a ``__del__`` method or an
+    import, where an exception may be dropped or caught."""
+    callbacks = {getattr(callback, "__code__", None) for callback in gc.callbacks}
+    while frame is not None:
+        code = frame.f_code
+        if code in callbacks or code.co_name == "__del__" or code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def main() -> None:
@@ -107,7 +133,6 @@ def main() -> None:
     stop gracefully on a signal (``train``, ``lm train``) put their own handler in place while
     they run."""
     import signal
-    import threading
 
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _terminated)
