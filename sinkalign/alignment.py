@@ -290,13 +290,43 @@ def format_number(x: float | None, spec: str = ".6g") -> str:
     return format(x, spec)
 
 
+def evalue_rank(evalue: float | None, log_evalue: float | None = None) -> float:
+    """The key that orders E-values, smaller first: ``log_evalue`` where known (finite where
+    the E-value underflows to 0), else ``log(evalue)``; ``inf`` without an E-value."""
+    if log_evalue is not None and not math.isnan(log_evalue):
+        return float(log_evalue)
+    if evalue is None or math.isnan(evalue):
+        return math.inf
+    return math.log(evalue) if evalue > 0 else -math.inf
+
+
+def format_evalue(evalue: float, log_evalue: float | None = None, spec: str = ".3g") -> str:
+    """An E-value as the writers print it (``format(evalue, spec)``, ``spec`` one of the
+    ``e`` or ``g`` kinds); one that underflows to 0 with a finite ``log_evalue`` is written
+    from its log (``1.23e-512``: BLAST writes 0.0), so the figure keeps its meaning."""
+    if evalue != 0.0 or log_evalue is None or not math.isfinite(log_evalue):
+        return format(evalue, spec)
+    digits = int(spec.strip(".eg") or 6)
+    lg = log_evalue / math.log(10.0)
+    exponent = math.floor(lg)
+    mantissa = 10.0 ** (lg - exponent)
+    kind = "e" if spec.endswith("e") else "g"
+    text = format(mantissa, f".{digits if kind == 'e' else max(digits - 1, 0)}f")
+    if float(text) >= 10.0:  # 9.996 -> 10.00: one more power of ten
+        exponent += 1
+        text = format(mantissa / 10.0, f".{digits if kind == 'e' else max(digits - 1, 0)}f")
+    if kind == "g" and "." in text:  # %g drops trailing zeros
+        text = text.rstrip("0").rstrip(".")
+    return f"{text}e{exponent:+03d}"
+
+
 TEXT_WIDTH = 60  # alignment columns per block of the text layout
 _TEXT_NAME = 20  # id letters shown in its blocks (the '#' line has them whole)
 
 
 def format_text(query_id: str, query: str, target_id: str, target: str, alignment: Any, *,
                 score: float | None = None, evalue: float | None = None, width: int = TEXT_WIDTH,
-                strand: str = "+") -> str:
+                strand: str = "+", log_evalue: float | None = None) -> str:
     """One pair laid out to read by eye (``sinkalign align --format text``): a ``#`` line of
     figures (score, aligned length, identity, mean confidence, E-value when known), then blocks
     of ``width`` columns: the query row, a match line (``|`` identical, ``.`` substituted), the
@@ -324,7 +354,7 @@ def format_text(query_id: str, query: str, target_id: str, target: str, alignmen
         f"mean_confidence={format_number(posterior.mean_posterior if posterior is not None else None, '.3f')}",
     ]
     if evalue is not None:
-        facts.append(f"evalue={evalue:.3g}")
+        facts.append(f"evalue={format_evalue(evalue, log_evalue)}")
     if strand == "-":
         facts.append("strand=-")
     out = [f"# {query_id} ({len(query)}) vs {target_id} ({len(target)}): {' '.join(facts)}\n\n"]
@@ -524,6 +554,9 @@ class AlignedPair(NamedTuple):
             reverse complement, ``alignment``, ``plan``, :attr:`cigar` and :meth:`gapped`
             read it as aligned (as SAM's SEQ and CIGAR of a reverse-strand read), and
             :attr:`stats` gives the query span on the query as given (as PAF and BLAST).
+        log_evalue: the natural log of ``evalue`` when the aligner computed it: finite where
+            ``evalue`` underflows to 0 (long close homologs), so such hits still rank
+            (:attr:`evalue_rank`) and print (``evalue=1.2e-512``); ``None`` when not known.
 
     A plain 6-tuple ``(query_id, query, target_id, target, alignment, score)`` is accepted
     wherever an ``AlignedPair`` is.
@@ -538,6 +571,22 @@ class AlignedPair(NamedTuple):
     plan: np.ndarray | None = None
     evalue: float | None = None
     strand: str = "+"
+    log_evalue: float | None = None
+
+    @property
+    def evalue_rank(self) -> float:
+        """What orders pairs by E-value, smaller first: the natural log of the E-value (from
+        :attr:`log_evalue` where known, so E-values that underflow to 0 keep their order);
+        ``inf`` without an E-value."""
+        return evalue_rank(self.evalue, self.log_evalue)
+
+    def evalue_times(self, factor: float) -> AlignedPair:
+        """The pair with its E-value multiplied by ``factor`` (> 0: two strands searched, a
+        database of N comparisons), its log moved to match."""
+        if self.evalue is None:
+            return self
+        log = None if self.log_evalue is None else self.log_evalue + math.log(factor)
+        return self._replace(evalue=self.evalue * factor, log_evalue=log)
 
     @property
     def pairs(self) -> np.ndarray:
@@ -567,11 +616,12 @@ class AlignedPair(NamedTuple):
                 plan[n, :m] = P[:m, n][::-1]
                 plan[n, m] = P[m, n]
             return AlignedPair(self.target_id, reverse_complement(self.target), self.query_id,
-                               reverse_complement(self.query), turned, self.score, plan, self.evalue, "-")
+                               reverse_complement(self.query), turned, self.score, plan, self.evalue, "-",
+                               self.log_evalue)
         turned = aln.transposed() if isinstance(aln, Alignment) else self.pairs[:, ::-1].copy()
         plan = None if self.plan is None else np.ascontiguousarray(np.asarray(self.plan).T)
         return AlignedPair(self.target_id, self.target, self.query_id, self.query, turned, self.score, plan,
-                           self.evalue, self.strand)
+                           self.evalue, self.strand, self.log_evalue)
 
     @property
     def stats(self) -> AlignmentStats:
@@ -599,7 +649,7 @@ class AlignedPair(NamedTuple):
         """The pair laid out to read by eye, as ``sinkalign align --format text`` writes it
         (:func:`format_text`): ``print(aligner.align(a, b))``."""
         return format_text(self.query_id, self.query, self.target_id, self.target, self.alignment,
-                           score=self.score, evalue=self.evalue, strand=self.strand)
+                           score=self.score, evalue=self.evalue, strand=self.strand, log_evalue=self.log_evalue)
 
     def to_biopython(self):
         """This pair as a Biopython ``Bio.Align.Alignment`` (:func:`to_biopython`): ``print()``

@@ -222,3 +222,14 @@ def test_unique_ids_false_streams_without_the_duplicate_check(tmp_path):
     with pytest.raises(SequenceFormatError, match=r"record 'a' \(#3\): duplicate record id"):
         list(read_fasta(path))
     assert [(r.id, r.seq) for r in read_fasta(path, unique_ids=False)] == [("a", "MKV"), ("b", "GG"), ("a", "MK")]
+
+
+@pytest.mark.parametrize("alphabet", ["protein", "auto"])
+def test_non_ascii_letter_names_its_record_and_position(tmp_path: Path, alphabet: str) -> None:
+    """A non-ASCII letter (Biopython decodes a sequence only when it is read) is reported in
+    its own record, with the letter and its position, not in the next record's name."""
+    f = tmp_path / "x.fasta"
+    f.write_text(">a\nMVLSPAD\n>b\nMK\nVVÄV\n>c\nMKV\n", encoding="utf-8")
+    with pytest.raises(SequenceFormatError, match=r"record 'b' \(#2\): non-ASCII character 'Ä' at position 4") as err:
+        list(read_fasta(f, alphabet=alphabet))
+    assert (err.value.record_id, err.value.record_number, err.value.position) == ("b", 2, 4)

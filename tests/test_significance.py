@@ -525,7 +525,7 @@ def test_max_hits_holds_only_the_best_pairs_of_a_query():
         k = 0
         for q in ("a", "b"):
             for e in evalues[q]:
-                yield k, Plan(), SimpleNamespace(query_id=q, evalue=float(e))
+                yield k, Plan(), SimpleNamespace(query_id=q, evalue=float(e), evalue_rank=float(np.log(e)))
                 k += 1
 
     got = [(pair.query_id, pair.evalue) for _, _, pair in _best_per_query(stream(), 3)]
@@ -705,3 +705,66 @@ def test_fit_evalues_keeps_and_calibrate_drops_the_msa_calibration(tmp_path):
     assert r.exit_code == 0, r.output
     assert "multiple-alignment confidences were calibrated with its old calibration" in " ".join(r.output.split())
     assert "msa_calibration" not in json.loads((tmp_path / "recal" / "state.json").read_text())
+
+
+def test_evalues_below_float64_keep_their_order_and_their_figures(tmp_path):
+    """E-values of long close homologs underflow to 0 in float64 (1 kb of DNA at 95-100%
+    identity: ln E of -1,000s): the aligner keeps their natural logs, so --max-hits still ranks
+    the exact copy first, the strand of the true hit wins, and the text formats print the
+    E-value from its log instead of 0."""
+    from Bio.Seq import reverse_complement
+
+    from sinkalign.alignment import format_evalue
+
+    rng = np.random.default_rng(7)
+    base = "".join(rng.choice(list("ACGT"), 1000))
+
+    def mutated(n):
+        s = list(base)
+        for k in rng.choice(len(s), n, replace=False):
+            s[k] = "ACGT"[("ACGT".index(s[k]) + int(rng.integers(1, 4))) % 4]
+        return "".join(s)
+
+    targets = {"t_mut5": mutated(50), "t_mut1": mutated(10), "t_exact": base}
+    aligner = Aligner.load("dna")
+    got = {t: aligner.align(base, seq, strand="plus") for t, seq in targets.items()}
+    for pair in got.values():
+        assert pair.evalue == 0.0 and -1e5 < pair.log_evalue < -745  # below float64's smallest subnormal
+    assert got["t_exact"].evalue_rank < got["t_mut1"].evalue_rank < got["t_mut5"].evalue_rank
+    # both strands: the strand of the hit, its E-value doubled (log + ln 2)
+    both = aligner.align(reverse_complement(base), base, strand="both")
+    minus = aligner.align(reverse_complement(base), base, strand="minus")
+    assert both.strand == "-" and np.isclose(both.log_evalue, minus.log_evalue + np.log(2.0), rtol=0, atol=1e-9)
+
+    q, t = tmp_path / "q.fa", tmp_path / "t.fa"
+    q.write_text(f">q\n{base}\n")
+    t.write_text("".join(f">{name}\n{seq}\n" for name, seq in targets.items()))
+    r = CliRunner().invoke(cli, ["align", str(q), str(t), "--strand", "plus", "--max-hits", "3", "--format",
+                                 "blast6", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    rows = [line.split("\t") for line in r.output.splitlines()]
+    assert [row[1] for row in rows] == ["t_exact", "t_mut1", "t_mut5"]  # best first, not input order
+    assert [row[10] for row in rows] == [format_evalue(0.0, got[row[1]].log_evalue, ".2e") for row in rows]
+    assert all(float(row[10].split("e")[1]) < -323 for row in rows)
+    r = CliRunner().invoke(cli, ["align", str(q), str(t), "--strand", "plus", "--max-hits", "1", "--db-size", "1000",
+                                 "--no-progress"])
+    assert r.exit_code == 0, r.output
+    header, line = r.output.splitlines()
+    row = dict(zip(header.split("\t"), line.split("\t")))
+    assert row["target"] == "t_exact"
+    assert row["evalue"] == format_evalue(0.0, got["t_exact"].log_evalue + np.log(1000.0))
+
+
+@pytest.mark.parametrize(("evalue", "log", "spec", "text"), [
+    (1.12e-22, None, ".3g", "1.12e-22"), (0.5, np.log(0.5), ".3g", "0.5"), (3e-5, None, ".2e", "3.00e-05"),
+    (0.0, None, ".3g", "0"), (0.0, -1200 * np.log(10) + np.log(5.2), ".3g", "5.2e-1200"),
+    (0.0, -1200 * np.log(10) + np.log(5.2), ".2e", "5.20e-1200"),
+    (0.0, -511 * np.log(10) - 1e-9, ".3g", "1e-511"),  # 9.99999...e-512 rounds up a power of ten
+    (0.0, -511 * np.log(10) - 1e-9, ".2e", "1.00e-511"),
+])
+def test_format_evalue(evalue, log, spec, text):
+    """E-values print as Python formats them; one that underflowed prints from its log, in the
+    same style."""
+    from sinkalign.alignment import format_evalue
+
+    assert format_evalue(evalue, log, spec) == text

@@ -568,3 +568,24 @@ def test_maf_blocks_read_back_with_biopython(tmp_path, records):
         assert block.coordinates[1, -1] == p[-1, 0] + 1 and block.coordinates[0, -1] == p[-1, 1] + 1
         assert block.score == pytest.approx(score_of(rec), abs=1e-6)
         assert str(block[1]).replace("-", "") == rec.query[p[0, 0] : p[-1, 0] + 1]
+
+
+@pytest.mark.parametrize("fmt", ["sam", "bam"])
+@pytest.mark.parametrize("streamed", [False, True])
+def test_sam_writes_one_primary_line_per_read(tmp_path, fmt, streamed):
+    """SAM wants exactly one line per read with neither flag 256 nor 2048: a pair with nothing
+    aligned (a raised threshold leaves many) is written only for a query aligned nowhere, once,
+    unmapped; a query aligned elsewhere, before or after it, keeps only its aligned lines."""
+    empty = np.zeros((0, 2), int)
+    nw = align_pair(PROT_Q, PROT_T, "nw").pairs
+    recs = [("qa", PROT_Q, "t1", PROT_T, empty), ("qa", PROT_Q, "t2", PROT_T[1:], nw[nw[:, 1] >= 1] - [0, 1]),
+            ("qb", PROT_Q, "t1", PROT_T, empty), ("qb", PROT_Q, "t2", PROT_T[1:], empty),
+            ("qc", PROT_Q, "t2", PROT_T[1:], nw[nw[:, 1] >= 1] - [0, 1]), ("qc", PROT_Q, "t1", PROT_T, nw),
+            ("qc", PROT_Q, "t1", PROT_T, empty)]
+    path = tmp_path / f"x.{fmt}"
+    refs = [("t1", len(PROT_T)), ("t2", len(PROT_T) - 1)] if streamed else None
+    write_alignments(iter(recs), path, fmt, references=refs)
+    with pysam.AlignmentFile(str(path), "r" if fmt == "sam" else "rb") as f:
+        lines = [(a.query_name, a.flag, a.reference_name) for a in f]
+    assert [name for name, flag, _ in lines if flag & 0x900 == 0] == ["qa", "qc", "qb"]
+    assert lines == [("qa", 0, "t2"), ("qc", 0, "t2"), ("qc", 256, "t1"), ("qb", 4, None)]

@@ -516,10 +516,10 @@ class Aligner:
             elif way == "both":
                 plus, minus = first, minus_of(next(results), turn)
                 if plus.evalue is not None and minus.evalue is not None:
-                    best = minus if minus.evalue < plus.evalue else plus
+                    best = minus if minus.evalue_rank < plus.evalue_rank else plus
                 else:
                     best = minus if minus.score > plus.score else plus
-                yield best if best.evalue is None else best._replace(evalue=2.0 * best.evalue)
+                yield best.evalue_times(2.0)
             else:  # pragma: no cover - a pair that fails the checks raises before its result
                 yield first
 
@@ -785,7 +785,7 @@ class Aligner:
 
     def _finish(self, item, post, aln, plan, *, baselines: dict | None = None, box: tuple | None = None,
                 close: bool = False) -> AlignedPair:
-        evalue = None
+        evalue = log_evalue = None
         if self.calibration is not None:
             # a close pair's confidences are read with the calibration's close maps (_close_maps)
             calibration = self.calibration.for_close() if close else self.calibration
@@ -798,10 +798,12 @@ class Aligner:
                     _sub_alignment(aln, box), _sub_band(post.match, box), query=item[1][r0:r1],
                     target=item[3][c0:c1])
             if self.significance is not None:
-                evalue = self.significance.pair_evalue(conf, item[1], item[3])
+                log_evalue = self.significance.pair_log_evalue(conf, item[1], item[3])
+                with np.errstate(over="ignore"):
+                    evalue = float(np.exp(log_evalue))
             aln = calibration.apply(aln, post.match, query=item[1], target=item[3], confidences=conf,
                                     min_confidence=self.min_confidence, gap_weight=self.gap_weight)
-        return AlignedPair(item[0], item[1], item[2], item[3], aln, aln.score, plan, evalue)
+        return AlignedPair(item[0], item[1], item[2], item[3], aln, aln.score, plan, evalue, "+", log_evalue)
 
     # ---------------------------------------------------------------- numpy engine
     def _task(self, items: list, keep_plan: bool, dense_plans: Callable) -> list:

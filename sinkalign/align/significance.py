@@ -295,18 +295,30 @@ class Significance:
         """``S = w . x`` of feature rows ``[..., len(PAIR_FEATURES)]``."""
         return np.asarray(features, dtype=np.float64) @ np.asarray(self.weights)
 
-    def evalue(self, features, m, n) -> np.ndarray:
-        """E-values of feature rows for sequences of lengths ``m`` and ``n`` (broadcast)."""
+    def log_evalue(self, features, m, n) -> np.ndarray:
+        """Natural logs of the E-values of feature rows for sequences of lengths ``m`` and ``n``
+        (broadcast): finite where the E-values themselves underflow to 0 (below ~1e-308, as
+        long close homologs reach), so strong hits still rank."""
         x = np.log(np.asarray(m, dtype=np.float64) * np.asarray(n, dtype=np.float64))
         mu = self.location[0] + self.location[1] * x
         beta = np.exp(self.scale[0] + self.scale[1] * x)
+        return -(self.statistic(features) - mu) / beta
+
+    def evalue(self, features, m, n) -> np.ndarray:
+        """E-values of feature rows for sequences of lengths ``m`` and ``n`` (broadcast)."""
         with np.errstate(over="ignore"):
-            return np.exp(-(self.statistic(features) - mu) / beta)
+            return np.exp(self.log_evalue(features, m, n))
+
+    def pair_log_evalue(self, confidences, query: str, target: str) -> float:
+        """The natural log of one aligned pair's E-value, from its MEA columns' calibrated
+        confidences (``exp`` of it is :meth:`pair_evalue`)."""
+        feats = pair_features(confidences, query, target, threshold=self.threshold, kind=self.kind)
+        return float(self.log_evalue(feats, len(query), len(target)))
 
     def pair_evalue(self, confidences, query: str, target: str) -> float:
         """The E-value of one aligned pair from its MEA columns' calibrated confidences."""
-        feats = pair_features(confidences, query, target, threshold=self.threshold, kind=self.kind)
-        return float(self.evalue(feats, len(query), len(target)))
+        with np.errstate(over="ignore"):
+            return float(np.exp(self.pair_log_evalue(confidences, query, target)))
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

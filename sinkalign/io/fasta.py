@@ -377,7 +377,14 @@ def _check_record(
         )
     if seen is not None:
         seen[rid] = n
-    seq = str(rec.seq)
+    try:
+        seq = str(rec.seq)
+    except UnicodeError as err:  # Biopython keeps sequences as ASCII bytes, decoded when first read
+        k = err.start  # the sequence is ASCII up to here: one byte (or character) a letter
+        rest = err.object[k:]
+        char = (rest.decode("utf-8", "replace") if isinstance(rest, bytes) else rest)[:1]
+        raise SequenceFormatError(f"{where}: non-ASCII character {char!r} at position {k} (0-based)", path=path,
+                                  record_id=rid, record_number=n, position=k, char=char) from err
     if not seq:
         raise SequenceFormatError(f"{where}: empty record (no residues)", path=path, record_id=rid, record_number=n)
     if not uppercase:

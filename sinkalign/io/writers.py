@@ -33,9 +33,11 @@ Formats (:data:`FORMATS`):
   ``min(60, round(-10 log10(1 - mean posterior)))`` (255 = unavailable when the posterior
   is unknown), tags ``AS`` (score: ``i`` when integral, else ``f``), ``XP:f`` (mean
   posterior), ``NM:i`` (mismatches + inserted + deleted residues), ``ZE:f`` (the E-value, when
-  known; as GraphMap and DIAMOND write it; BAM stores it as float32, so below ~1e-45 it
-  reads 0). A pair without aligned
-  residues is written unmapped (flag 4). A query's first aligned record is its primary
+  known; as GraphMap and DIAMOND write it; a ``f`` tag is float32 in SAM and BAM, so below
+  ~1e-45 it reads 0: the TSV, blast6 and text outputs print smaller E-values from their logs). A
+  query with nothing aligned in any of its pairs is written once, unmapped (flag 4), after the
+  aligned records; a pair without aligned residues of a query aligned elsewhere is not written
+  (SAM wants exactly one primary line per read). A query's first aligned record is its primary
   alignment, any later one secondary (flag 256), as SAM wants one primary line per read
   (with ``--max-hits`` the hits come best first, so the primary is the best). BAM stores SEQ in a 4-bit nucleotide code, so a
   query that is not entirely in ``=ACMGRSVTWYHKDBN`` (a protein) gets SEQ ``*`` and its
@@ -102,6 +104,7 @@ from sinkalign.alignment import (
     alignment_stats,
     check_pairs,
     cigar,
+    format_evalue,
     format_text,
     reverse_complement,
     stranded_stats,
@@ -168,6 +171,13 @@ class _Record(NamedTuple):
     score: float
     evalue: float | None = None
     strand: str = "+"
+    log_evalue: float | None = None
+
+    @property
+    def evalue_text(self) -> str:
+        """The E-value as the text formats write it (``NA`` when unknown; from its log where it
+        underflows to 0: :func:`~sinkalign.alignment.format_evalue`)."""
+        return "NA" if self.evalue is None else format_evalue(self.evalue, self.log_evalue)
 
     @property
     def where(self) -> str:
@@ -177,11 +187,11 @@ class _Record(NamedTuple):
 def _prepare(records: Iterable[Any]) -> Iterator[_Record]:
     """Validate and normalise the input stream (InputError naming the record)."""
     for index, rec in enumerate(records):
-        evalue, strand = None, "+"
+        evalue, strand, log_evalue = None, "+", None
         try:
             if isinstance(rec, AlignedPair):  # its plan is not written
                 qid, q, tid, t, aln, *rest = rec[:6]
-                evalue, strand = rec.evalue, rec.strand
+                evalue, strand, log_evalue = rec.evalue, rec.strand, rec.log_evalue
             else:
                 qid, q, tid, t, aln, *rest = rec
         except (TypeError, ValueError):
@@ -223,7 +233,7 @@ def _prepare(records: Iterable[Any]) -> Iterator[_Record]:
         if strand not in STRAND_SIGNS:
             raise InputError(f"{where}: strand={strand!r} is not one of {STRAND_SIGNS}")
         yield _Record(index, qid, q, tid, t, pairs, posterior, score, None if evalue is None else float(evalue),
-                      strand)
+                      strand, None if evalue is None or log_evalue is None else float(log_evalue))
 
 
 # --------------------------------------------------------------------------- formatting helpers
@@ -275,7 +285,7 @@ def _fasta_to(records: Iterable[_Record], handle: IO[str]) -> int:
 
 def _evalue_note(rec: _Record) -> str:
     """`` evalue=...`` for the FASTA descriptions and the Stockholm comment, when known."""
-    return "" if rec.evalue is None else f" evalue={rec.evalue:.3g}"
+    return "" if rec.evalue is None else f" evalue={rec.evalue_text}"
 
 
 def _strand_note(rec: _Record) -> str:
@@ -298,7 +308,7 @@ def _tsv_row(rec: _Record) -> list[str]:
         str(st.target_end),
         "*" if empty else cigar(rec.pairs, len(rec.query), len(rec.target), local=True),
         _fmt(_mean_posterior(rec)),
-        "NA" if rec.evalue is None else format(rec.evalue, ".3g"),
+        rec.evalue_text,
         rec.strand,
     ]
 
@@ -337,7 +347,7 @@ def _blast6_row(rec: _Record) -> list[str] | None:
         str(qend),
         str(sstart),
         str(send),
-        "NA" if rec.evalue is None else format(rec.evalue, ".2e"),
+        "NA" if rec.evalue is None else format_evalue(rec.evalue, rec.log_evalue, ".2e"),
         _fmt(rec.score, ".4g"),
     ]
 
@@ -409,7 +419,7 @@ def _maf_block(rec: _Record) -> str | None:
     if math.isfinite(rec.score):
         block.score = rec.score
     text = maf.AlignmentWriter(None).format_alignment(block)
-    return text if rec.evalue is None else f"# evalue={rec.evalue:.3g}\n{text}"
+    return text if rec.evalue is None else f"# evalue={rec.evalue_text}\n{text}"
 
 
 def _maf_to(records: Iterable[_Record], handle: IO[str]) -> int:
@@ -501,7 +511,7 @@ def _text_to(records: Iterable[_Record], handle: IO[str]) -> int:
     for rec in records:
         handle.write(format_text(rec.query_id, rec.query, rec.target_id, rec.target,
                                  rec.pairs if rec.posterior is None else rec.posterior, score=rec.score,
-                                 evalue=rec.evalue, strand=rec.strand))
+                                 evalue=rec.evalue, strand=rec.strand, log_evalue=rec.log_evalue))
         count += 1
     return count
 
@@ -546,13 +556,16 @@ def _check_references(references: Iterable[tuple[str, int]]) -> list[tuple[str, 
 
 
 def _segments(records: Iterable[_Record], header, ref_index: dict[str, int]):
-    """One pysam ``AlignedSegment`` per record; checks names and that each target id keeps
-    one sequence (the one the header was made from)."""
+    """One pysam ``AlignedSegment`` per record with something aligned, and one unmapped
+    segment (after them) per query with nothing aligned in any of its records (SAM wants
+    exactly one primary line per read); checks names and that each target id keeps one
+    sequence (the one the header was made from)."""
     import pysam
 
     lengths = {name: header.get_reference_length(name) for name in ref_index}
     seqs: dict[str, str] = {}
     primary: set[str] = set()  # queries whose primary alignment is written
+    unmapped: dict[str, Any] = {}  # the first empty record of each query not aligned so far
     for rec in records:
         check_name("sam", rec.query_id, "query", rec.where)
         check_name("sam", rec.target_id, "target", rec.where)
@@ -570,29 +583,33 @@ def _segments(records: Iterable[_Record], header, ref_index: dict[str, int]):
             seg.set_tag("XQ", rec.query, "Z")
         reverse = 16 if rec.strand == "-" else 0  # SEQ (the query as aligned) is the reverse complement
         if rec.pairs.shape[0] == 0:
-            seg.flag = 4 | reverse
-            seg.reference_id = -1
-            seg.reference_start = -1
-            seg.mapping_quality = 0
-        else:
-            seg.flag = reverse | (256 if rec.query_id in primary else 0)  # one primary line per read
-            primary.add(rec.query_id)
-            seg.reference_id = ref_index[rec.target_id]
-            seg.reference_start = int(rec.pairs[0, 1])
-            seg.cigarstring = cigar(rec.pairs, len(rec.query), len(rec.target), local=True)
-            mean_post = _mean_posterior(rec)
-            seg.mapping_quality = _mapq(mean_post)
-            if math.isfinite(rec.score):
-                if rec.score.is_integer() and abs(rec.score) < 2**31:
-                    seg.set_tag("AS", int(rec.score), "i")
-                else:
-                    seg.set_tag("AS", rec.score, "f")
-            if math.isfinite(mean_post):
-                seg.set_tag("XP", mean_post, "f")
-            seg.set_tag("NM", _nm(rec), "i")
-            if rec.evalue is not None and math.isfinite(rec.evalue):
-                seg.set_tag("ZE", rec.evalue, "f")
+            if rec.query_id not in primary and rec.query_id not in unmapped:
+                seg.flag = 4 | reverse
+                seg.reference_id = -1
+                seg.reference_start = -1
+                seg.mapping_quality = 0
+                unmapped[rec.query_id] = seg
+            continue
+        seg.flag = reverse | (256 if rec.query_id in primary else 0)  # one primary line per read
+        primary.add(rec.query_id)
+        unmapped.pop(rec.query_id, None)
+        seg.reference_id = ref_index[rec.target_id]
+        seg.reference_start = int(rec.pairs[0, 1])
+        seg.cigarstring = cigar(rec.pairs, len(rec.query), len(rec.target), local=True)
+        mean_post = _mean_posterior(rec)
+        seg.mapping_quality = _mapq(mean_post)
+        if math.isfinite(rec.score):
+            if rec.score.is_integer() and abs(rec.score) < 2**31:
+                seg.set_tag("AS", int(rec.score), "i")
+            else:
+                seg.set_tag("AS", rec.score, "f")
+        if math.isfinite(mean_post):
+            seg.set_tag("XP", mean_post, "f")
+        seg.set_tag("NM", _nm(rec), "i")
+        if rec.evalue is not None and math.isfinite(rec.evalue):
+            seg.set_tag("ZE", rec.evalue, "f")
         yield seg
+    yield from unmapped.values()
 
 
 def _sam_setup(records: Iterable[_Record], references):

@@ -589,10 +589,11 @@ def _plan_sink(plan_out):
 # --------------------------------------------------------------------------------------
 def _best_per_query(stream, max_hits: int):
     """The ``max_hits`` items of smallest E-value of each run of one query in ``stream`` (items
-    ``(index, plan, AlignedPair)``), best first, ties in input order. At most ``max_hits`` items
+    ``(index, plan, AlignedPair)``), best first (by the E-value's log: E-values that underflow
+    to 0 keep their order), ties in input order. At most ``max_hits`` items
     (and their plans) are held at a time, however many targets a query has."""
     for _, group in itertools.groupby(stream, key=lambda item: item[2].query_id):
-        yield from heapq.nsmallest(max_hits, group, key=lambda item: (item[2].evalue, item[0]))
+        yield from heapq.nsmallest(max_hits, group, key=lambda item: (item[2].evalue_rank, item[0]))
 
 
 
@@ -765,15 +766,16 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
             def hits():  # (input index, plan, pair) of the pairs that pass max_evalue
                 index = 0
                 for chunk, out in results:
-                    for (qid, q, tid, t), (aln, plan, evalue, strand) in zip(chunk, out):
+                    for (qid, q, tid, t), (aln, plan, evalue, strand, log_evalue) in zip(chunk, out):
                         index += 1
-                        if db_size is not None:
-                            evalue *= scan.comparisons(qid) if db_size == "targets" else db_size
-                        if max_evalue is not None and not evalue <= max_evalue:
-                            continue
                         if strand == "-":
                             q = reverse_complement(q)
-                        yield index - 1, plan, AlignedPair(qid, q, tid, t, aln, aln.score, None, evalue, strand)
+                        pair = AlignedPair(qid, q, tid, t, aln, aln.score, None, evalue, strand, log_evalue)
+                        if db_size is not None:
+                            pair = pair.evalue_times(scan.comparisons(qid) if db_size == "targets" else db_size)
+                        if max_evalue is not None and not pair.evalue <= max_evalue:
+                            continue
+                        yield index - 1, plan, pair
                     bar.update(len(chunk))
                 if index != scan.total:  # every pair exactly once, checked before the output is kept
                     raise RuntimeError(f"aligned {index} pairs of {scan.total}")

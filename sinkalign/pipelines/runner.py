@@ -213,13 +213,14 @@ def _trim_heap() -> None:
 
 def align_chunk(spec: ModelSpec, chunk: list, batch_size: int, keep_plan: bool) -> list:
     """Align one chunk of ``(query_id, query, target_id, target)``: a list of ``(alignment,
-    plan or None, E-value or None, strand)`` in the chunk's order. The task a cluster worker runs (and the single
-    process too, chunk by chunk, so both give the same batches and the same results)."""
+    plan or None, E-value or None, strand, log E-value or None)`` in the chunk's order. The task a
+    cluster worker runs (and the single process too, chunk by chunk, so both give the same
+    batches and the same results)."""
     aligner = load_aligner(spec)
     out = []
     for res in _align_pairs(aligner, chunk, batch_size=batch_size, keep_plan=keep_plan):
         out.append((res.alignment, None if res.plan is None else res.plan.astype(np.float32), res.evalue,
-                    res.strand))
+                    res.strand, res.log_evalue))
     if len(out) != len(chunk):  # an aligner that drops or adds pairs is a bug, never silent
         raise RuntimeError(f"the aligner returned {len(out)} results for {len(chunk)} pairs")
     _trim_heap()
