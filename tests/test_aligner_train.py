@@ -541,3 +541,97 @@ def test_train_cli_resume_of_a_finished_run_says_so(shards, tmp_path):
     assert r.exit_code == 0 and r.output.startswith("step 1: loss="), r.output
     r = CliRunner().invoke(cli, [*args, "--resume"])
     assert r.exit_code == 0 and "already at step 1 of 1; nothing to train" in r.output, r.output
+
+
+def test_overwrite_also_removes_the_previous_runs_best(shards, tmp_path):
+    """--overwrite deletes best/ with the run's metrics and checkpoints: a stale best/ would
+    pass for the new run's best model (the new run may never beat its F1, or have no
+    validation split at all)."""
+    from sinkalign.align.checkpoints import check_run_dir
+
+    run = tmp_path / "run"
+    train(_cfg(shards, run, 2), progress=False)
+    (run / "notes.txt").write_text("mine")
+    assert (run / "best" / "state.json").is_file()
+    check_run_dir(run, resume=False, overwrite=True)
+    assert sorted(p.name for p in run.iterdir()) == ["notes.txt"]
+    (run / "best").mkdir()  # a best/ alone is a run's too
+    with pytest.raises(OutputExistsError, match=r"already holds a training run \(best\)"):
+        check_run_dir(run, resume=False, overwrite=False)
+
+
+def test_resume_refuses_changed_settings_but_not_more_steps(shards, tmp_path):
+    """A resumed run keeps the settings that shape its optimisation, data and best/ (each
+    named by its flag); --steps may change, and shards moved elsewhere are the same shards."""
+    import shutil
+
+    run = tmp_path / "run"
+    train(_cfg(shards, run, 2), progress=False)
+    for change, flag in (({"lr": 2e-2}, "--lr"), ({"batch_size": 4}, "--batch-size"), ({"seed": 1}, "--seed"),
+                         ({"max_length": 128}, "--max-length"), ({"eval_pairs": 8}, "--eval-pairs"),
+                         ({"freeze": ("sub",)}, "--freeze")):
+        with pytest.raises(CheckpointError, match=f"the run started with {flag} .*resume with the same {flag}"):
+            train(dataclasses.replace(_cfg(shards, run, 4), **change), progress=False, resume=True)
+    other = tmp_path / "other_shards"
+    build_shards(make_families(tmp_path / "sto", n_families=5, n_seqs=5, length=30), other,
+                 split=(0.5, 0.25, 0.25), seed=0, min_length=5)
+    with pytest.raises(CheckpointError, match="--pfam-shards"):
+        train(_cfg(other, run, 4), progress=False, resume=True)
+    moved = tmp_path / "moved"
+    shutil.copytree(shards, moved)
+    assert train(_cfg(moved, run, 4), progress=False, resume=True).step == 4
+
+
+def test_resume_marks_best_as_the_first_time(shards, tmp_path):
+    """A run killed after best/ was saved past its last checkpoint runs those steps again: the
+    re-run steps are judged against the kept metric lines, so best/ and the "best" marks come
+    out as in an uninterrupted run."""
+    import shutil
+
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    cfg = dict(eval_every=1, checkpoint_every=1, keep_checkpoints=6)
+    train(dataclasses.replace(_cfg(shards, straight, 6), **cfg), progress=False)
+    lines = [json.loads(x) for x in (straight / "metrics.jsonl").read_text().splitlines()]
+    marked = [r["step"] for r in lines if r.get("best")]
+    best_state = json.loads((straight / "best" / "state.json").read_text())
+    # as if the checkpoints after step 1 had not been written (killed while writing step 2's):
+    # the metric lines and best/ of later steps are there, the run resumes from step 1
+    shutil.copytree(straight, killed)
+    for step in range(2, 7):
+        shutil.rmtree(killed / "checkpoints" / f"step_{step:08d}")
+    (killed / "checkpoints" / "latest").write_text("step_00000001\n")
+    train(dataclasses.replace(_cfg(shards, killed, 6), **cfg), progress=False, resume=True)
+    again = [json.loads(x) for x in (killed / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in again if r.get("best")] == marked
+    assert [r["val_f1"] for r in again] == [r["val_f1"] for r in lines]
+    state = json.loads((killed / "best" / "state.json").read_text())
+    assert (state["step"], state["val_f1"]) == (best_state["step"], best_state["val_f1"])
+    assert max(marked) > 1, f"the best is not past the checkpoint ({marked}): the test tests nothing"
+
+
+def test_a_genome_lm_run_or_model_is_named_not_taken_for_an_aligner(tmp_path):
+    """An LM run (checkpoints/step-N, latest.json) or model (config.json + model.safetensors)
+    given where an aligner's run or model goes is refused as what it is, and never written
+    into, not even with --resume or --overwrite."""
+    from sinkalign.align.checkpoints import check_run_dir
+
+    lm_run, lm_model = tmp_path / "lm_run", tmp_path / "lm_model"
+    (lm_run / "checkpoints" / "step-00000004").mkdir(parents=True)
+    (lm_run / "checkpoints" / "latest.json").write_text('{"step": 4, "dir": "step-00000004"}')
+    (lm_run / "metrics.jsonl").write_text('{"step": 4}\n')
+    lm_model.mkdir()
+    (lm_model / "config.json").write_text("{}")
+    (lm_model / "model.safetensors").write_bytes(b"")
+    before = _snapshot(lm_run)
+    for resume, overwrite in ((False, False), (True, False), (False, True)):
+        with pytest.raises(OutputExistsError, match=r"lm_run is a genome LM training run \(sinkalign lm train\), "
+                                                    "not an aligner training run; choose another --out"):
+            check_run_dir(lm_run, resume=resume, overwrite=overwrite)
+    assert _snapshot(lm_run) == before
+    with pytest.raises(CheckpointError, match="lm_run is a genome LM training run .*not an aligner model"):
+        load_checkpoint(lm_run)
+    with pytest.raises(CheckpointError, match=r"lm_model is a genome language model \(sinkalign lm train\), not an "
+                                              "aligner model"):
+        load_checkpoint(lm_model)
+    r = CliRunner().invoke(cli, ["align", "--example", "--model", str(lm_model)])
+    assert r.exit_code == 1 and "is a genome language model" in r.output, r.output

@@ -94,8 +94,10 @@ def test_stockholm_two_interleaved_alignments_with_inserts(tmp_path: Path) -> No
         ("", r"empty file, no Stockholm alignments"),
         ("# STOCKHOLM 1.0\na ACD\nb ACD\n", r"alignment #1 starting at line 1 has no '//' terminator"),
         ("a ACD\nb ACD\n//\n", r"alignment #1 \(starting at line 1\): expected '# STOCKHOLM 1.0' header, found 'a ACD'"),
-        ("# STOCKHOLM 1.0\na ACD\nb AC\n//\n", r"alignment #1 \(starting at line 1\): cannot parse Stockholm: "
-                                                r"Sequences have different lengths"),
+        ("# STOCKHOLM 1.0\na ACD\nb AC\n//\n", r"alignment #1 \(starting at line 1\): row 'b' has 2 columns, the "
+                                                r"first row \('a'\) has 3"),
+        ("# STOCKHOLM 1.0\na AC\nb AC\n#=GC SS_cons ..\n\na D\nb DE\n//\n",  # interleaved blocks: the sum
+         r"row 'b' has 4 columns, the first row \('a'\) has 3"),
         ("# STOCKHOLM 1.0\na ACD\nb AC1\n//\n", r"alignment #1: row 'b' \(#2\): illegal character '1' for alphabet "
                                                  r"'protein' at column 2 \(0-based\)"),
         ("# STOCKHOLM 1.0\na ACD\na ACD\nb ACDACD\n//\n", r"alignment #1: line 3: duplicate row id 'a' \(also on line 2\)"),

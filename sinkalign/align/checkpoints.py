@@ -33,7 +33,8 @@ from sinkalign.errors import CheckpointError, OutputExistsError
 from sinkalign.utils import atomic_dir, atomic_write_text, newest_checkpoint
 
 __all__ = ["BUCKETS", "METRICS", "check_model_output", "check_run_dir", "clean_leftovers", "export_model",
-           "find_latest_checkpoint", "load_checkpoint", "read_best", "rewrite_metrics", "save_best", "save_checkpoint"]
+           "find_latest_checkpoint", "load_checkpoint", "other_kind", "read_best", "rewrite_metrics", "save_best",
+           "save_checkpoint"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,18 @@ _MODEL_FILES = ("params.safetensors", "state.json")
 
 def _is_complete(path: Path) -> bool:
     return all((path / name).is_file() for name in _MODEL_FILES)
+
+
+def other_kind(path: str | os.PathLike) -> str | None:
+    """What ``path`` is when it is a genome language model's run or model (``sinkalign lm
+    train``), which an aligner command must not read or write as its own; else ``None``."""
+    path = Path(path)
+    root = path / "checkpoints"
+    if (root / "latest.json").is_file() or any(p.is_dir() for p in root.glob("step-*")):
+        return "a genome LM training run (sinkalign lm train)"
+    if (path / "config.json").is_file() and (path / "model.safetensors").is_file():
+        return "a genome language model (sinkalign lm train)"
+    return None
 
 
 def find_latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
@@ -83,16 +96,21 @@ def clean_leftovers(run_dir: str | os.PathLike) -> list[Path]:
 def check_run_dir(out: str | os.PathLike, *, resume: bool, overwrite: bool) -> None:
     """Refuse to start a fresh run over an existing one unless asked.
 
-    A directory holding ``metrics.jsonl`` or ``checkpoints/`` is a run. Without ``resume``
-    or ``overwrite`` that raises :class:`OutputExistsError`; with ``overwrite`` the run's
-    own files (those two) are deleted, anything else in the directory is left alone.
+    A directory holding ``metrics.jsonl``, ``checkpoints/`` or ``best/`` is a run. Without
+    ``resume`` or ``overwrite`` that raises :class:`OutputExistsError`; with ``overwrite`` the
+    run's own files (those three: a stale ``best/`` would pass for the new run's) are deleted,
+    anything else in the directory is left alone. A genome LM's run or model is refused either
+    way (:func:`other_kind`).
     """
     if resume and overwrite:
         raise CheckpointError("--resume and --overwrite contradict each other; pass one")
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise OutputExistsError(f"{out} exists and is not a directory")
-    existing = [p for p in (out / METRICS, out / "checkpoints") if p.exists()]
+    kind = other_kind(out)
+    if kind is not None:
+        raise OutputExistsError(f"{out} is {kind}, not an aligner training run; choose another --out")
+    existing = [p for p in (out / METRICS, out / "checkpoints", out / "best") if p.exists()]
     if not existing or resume:
         return
     if not overwrite:
@@ -260,6 +278,9 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[dict, dict, dict | None]:
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"model {path} does not exist")
+    kind = other_kind(path)
+    if kind is not None:
+        raise CheckpointError(f"{path} is {kind}, not an aligner model, checkpoint or run")
     if (path / "checkpoints").is_dir() and not _is_complete(path):
         latest = find_latest_checkpoint(path)
         if latest is None:

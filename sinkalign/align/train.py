@@ -31,7 +31,7 @@ import json
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field
 from pathlib import Path
 
 import jax
@@ -467,12 +467,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
         params, state, flat = load_checkpoint(latest)
         if M.AlignerConfig.from_dict(state.get("model") or {}) != cfg.model:  # flat (older) or nested form
             raise CheckpointError(f"{latest}: the checkpoint's model config differs from this run's; use a new --out")
-        before = state.get("train") or {}
-        for name, flag in (("init", "--init"), ("anchor", "--anchor"), ("flank", "--flank"),
-                           ("flank_ratio", "--flank-ratio")):
-            if before.get(name, TrainConfig.__dataclass_fields__[name].default) != getattr(cfg, name):
-                raise CheckpointError(f"{latest}: the run started with {flag} {before.get(name)!r}, not "
-                                      f"{getattr(cfg, name)!r}; resume with the same {flag}")
+        _check_resumed_settings(latest, state.get("train") or {}, cfg)
         leaves, treedef = jax.tree_util.tree_flatten(opt_state)
         if not isinstance(state.get("step"), int) or flat is None or len(flat) != len(leaves):
             raise CheckpointError(f"{latest}: not a resumable training checkpoint (state.json needs 'step' and "
@@ -506,7 +501,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
     last: dict = {}
     from tqdm import tqdm
 
-    best_f1 = read_best(out)[1] if resume else -math.inf
+    best_f1 = _best_so_far(out, metrics_path, start) if resume else -math.inf
     bar = tqdm(total=cfg.steps, initial=start, disable=not progress, desc="train", unit="step")
     t_window, n_window = time.perf_counter(), 0
     end = cfg.steps if stop_after is None else min(cfg.steps, start + stop_after)
@@ -553,6 +548,58 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
                 raise Interrupted(stop.signum, step, saved)
     bar.close()
     return TrainResult(step, params, last, out)
+
+
+# settings a resumed run must keep (the flag that sets each): they shape the optimisation, its
+# data or what best/ is chosen on. --steps may change (it rescales the schedule's end), and so may
+# how often the run evaluates, certifies and checkpoints.
+_RESUME_FIXED = (("shards", "--pfam-shards"), ("batch_size", "--batch-size"), ("lr", "--lr"),
+                 ("warmup", "--warmup"), ("weight_decay", "--weight-decay"), ("clip_norm", "--clip-norm"),
+                 ("seed", "--seed"), ("max_length", "--max-length"), ("crop", "--crop"), ("freeze", "--freeze"),
+                 ("eval_pairs", "--eval-pairs"), ("init", "--init"), ("anchor", "--anchor"), ("flank", "--flank"),
+                 ("flank_ratio", "--flank-ratio"))
+
+
+def _check_resumed_settings(checkpoint: Path, before: dict, cfg: TrainConfig) -> None:
+    """:class:`CheckpointError` unless ``cfg`` keeps the settings of :data:`_RESUME_FIXED` the
+    run started with (``before``: its checkpoint's ``train`` record; a setting an older
+    checkpoint lacks is taken at its default). Shards are the same when their paths resolve
+    to one directory or their ``index.json`` files are identical (the shards moved)."""
+    fields = TrainConfig.__dataclass_fields__
+    for name, flag in _RESUME_FIXED:
+        field_ = fields[name]
+        default = field_.default if field_.default is not MISSING else (
+            None if field_.default_factory is MISSING else field_.default_factory())
+        was, now = before.get(name, default), getattr(cfg, name)
+        if name == "freeze":
+            was, now = tuple(was or ()), tuple(now)
+        if name == "shards" and was != now:
+            a, b = Path(str(was)), Path(now)
+            same = a.resolve() == b.resolve() or (
+                (a / "index.json").is_file() and (b / "index.json").is_file()
+                and (a / "index.json").read_bytes() == (b / "index.json").read_bytes())
+            if same:
+                continue
+        if was != now:
+            raise CheckpointError(f"{checkpoint}: the run started with {flag} {was!r}, not {now!r}; resume with "
+                                  f"the same {flag} (or start a new run in another --out)")
+
+
+def _best_so_far(out: Path, metrics_path: Path, start: int) -> float:
+    """The validation F1 a resumed run's ``best/`` must beat: ``best/``'s own, or, when it was
+    saved after the checkpoint the run resumes from (those steps are run again and their metric
+    lines were dropped), the best ``val_f1`` of the lines kept, so the re-run steps are judged
+    (and marked ``"best"``) as the first time."""
+    step, f1 = read_best(out)
+    if step is None or step <= start:
+        return f1
+    kept = []
+    if metrics_path.is_file():
+        for line in metrics_path.read_text(encoding="utf-8").splitlines():
+            value = json.loads(line).get("val_f1")
+            if value is not None and math.isfinite(value):
+                kept.append(float(value))
+    return max(kept, default=-math.inf)
 
 
 def _train_dict(cfg: TrainConfig) -> dict:

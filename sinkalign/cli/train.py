@@ -28,7 +28,7 @@ from sinkalign.errors import Interrupted
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/aligner"), show_default=True)
 @click.option("--resume", is_flag=True, help="Continue the run in --out from its newest complete checkpoint.")
 @click.option("--overwrite", is_flag=True,
-              help="Replace the run in --out (deletes its metrics.jsonl and checkpoints/, nothing else).")
+              help="Replace the run in --out (deletes its metrics.jsonl, checkpoints/ and best/, nothing else).")
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=100, show_default=True)
 @click.option("--eval-every", type=click.IntRange(min=1), default=100, show_default=True)
 @click.option("--certify-every", type=click.IntRange(min=0), default=500, show_default=True,

@@ -423,6 +423,16 @@ def _parse_stockholm_block(
     try:
         aln = AlignIO.read(io.StringIO("".join(block)), "stockholm")
     except ValueError as err:
+        lengths: dict[str, int] = {}  # Biopython does not say which row: count them
+        for line in block[1:]:
+            fields = line.split()
+            if len(fields) == 2 and not line.startswith(("#", "//")):
+                lengths[fields[0]] = lengths.get(fields[0], 0) + len(fields[1])
+        first = next(iter(lengths), None)
+        odd = next((rid for rid, n in lengths.items() if n != lengths[first]), None)
+        if odd is not None:
+            raise SequenceFormatError(f"{where}: row {odd!r} has {lengths[odd]} columns, the first row "
+                                      f"({first!r}) has {lengths[first]}", path=path, record_id=odd) from err
         raise SequenceFormatError(f"{where}: cannot parse Stockholm: {err}", path=path) from err
     ids = [rec.id for rec in aln]
     rows = [str(rec.seq) for rec in aln]
