@@ -160,7 +160,8 @@ def test_train_learns_writes_metrics_and_checkpoints(fasta, tmp_path):
     opt = safetensors.torch.load_file(str(ckdir / "step-00000060" / OPTIMIZER_STATE))
     assert "rng.torch.rank0" in opt and any(k.endswith(".exp_avg_sq") for k in opt)
     # an existing run is not silently overwritten
-    with pytest.raises(ValueError, match=r"already holds checkpoints \(step-00000060\); pass --resume \(resume=True\)"):
+    with pytest.raises(ValueError, match=r"already holds checkpoints \(step-00000060\); pass resume=True to "
+                                         r"continue, or choose another out_dir$"):
         train_lm(_config(fasta, out, steps=60))
 
 
@@ -295,9 +296,10 @@ def test_cli_train(fasta, tmp_path):
     cfg = load_checkpoint(out / "checkpoints" / "step-00000004").config
     assert (cfg.goat_n_freqs, cfg.goat_init, cfg.n_layers) == (3, "alibi", 1)
     again = runner.invoke(cli, args)
-    assert again.exit_code != 0 and "pass --resume (resume=True)" in again.output
-    resumed = runner.invoke(cli, args + ["--resume"])  # nothing left to do: returns the final checkpoint
-    assert resumed.exit_code == 0 and "step 4:" in resumed.output
+    assert_one_line_error(again, "already holds checkpoints (step-00000004); pass --resume to continue, or choose "
+                                 "another --out")
+    resumed = runner.invoke(cli, args + ["--resume"])  # nothing left to do
+    assert resumed.exit_code == 0 and "already at step 4 of 4; nothing to train" in resumed.output
     bad = runner.invoke(cli, args + ["--model-option", "goat_n_freqs"])
     assert bad.exit_code == 2 and "'goat_n_freqs' is not KEY=VALUE" in bad.output
     bad = runner.invoke(cli, ["lm", "train", "--fasta", str(fasta), "--attention", "goat", "--steps", "0",
@@ -353,8 +355,9 @@ def test_run_stopped_before_its_first_checkpoint_is_refused_and_resume_starts_ov
             "--log-every", "2", "--eval-max-bases", "64", "--threads", "1", "--no-progress"]
     res = CliRunner().invoke(cli, args)
     assert_one_line_error(res, f"{out} holds an earlier training run (metrics.jsonl) stopped before its first "
-                               "checkpoint; pass --resume (resume=True) to start over there from scratch (its "
-                               "metrics.jsonl is kept as metrics.jsonl.1)")
+                               "checkpoint; pass --resume to start over there from scratch (its "
+                               "metrics.jsonl is kept as metrics.jsonl.1), remove those files, or choose another "
+                               "--out")
     assert (out / "metrics.jsonl").read_text() == old and sorted(p.name for p in out.iterdir()) == ["metrics.jsonl"]
     with caplog.at_level(logging.WARNING, logger="sinkalign.lm.train"):
         res = CliRunner().invoke(cli, [*args, "--resume"])

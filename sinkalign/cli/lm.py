@@ -95,8 +95,8 @@ def train(ctx, fasta, attention, out_dir, steps, batch_size, seq_len, lr, min_lr
     Ctrl-C or SIGTERM (a batch scheduler's time limit) ends the run after the current step with a
     checkpoint, and prints the command that resumes it (exit status 130 or 143).
     """
-    require("torch", "torch", "sinkalign lm train")
-    from sinkalign.lm.train import TrainConfig, TrainingInterrupted, train_lm, train_lm_ddp
+    torch = require("torch", "torch", "sinkalign lm train")
+    from sinkalign.lm.train import TrainConfig, TrainingInterrupted, check_out_dir, train_lm, train_lm_ddp
 
     try:
         config = TrainConfig(
@@ -111,13 +111,29 @@ def train(ctx, fasta, attention, out_dir, steps, batch_size, seq_len, lr, min_lr
             reverse_complement=reverse_complement)
     except InputError as exc:  # a bad setting (a bug raising ValueError keeps its traceback)
         raise click.UsageError(str(exc)) from exc
+    if device == "cuda" and not torch.cuda.is_available():
+        raise click.UsageError("--device cuda: CUDA is not available")
+    if device == "cuda" and nproc > torch.cuda.device_count():
+        raise click.BadParameter(f"{nproc} exceeds the {torch.cuda.device_count()} visible CUDA device(s)",
+                                 param_hint="'--nproc'")
+    # before reading any data, in this process (not in each --nproc worker), naming the options; train_lm
+    # checks again, and warns then of a stale checkpoints/latest.json (not twice: quiet here)
+    quiet = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        check_out_dir(out_dir, resume=resume, cli=True)
+    finally:
+        logging.disable(quiet)
     try:
         result = train_lm(config) if nproc == 1 else train_lm_ddp(config, nproc)[0]
     except TrainingInterrupted as exc:
         if exc.result is not None and exc.result.rank != 0:  # under torchrun rank 0 alone reports
             ctx.exit(exc.exit_status)
         report_interrupted(ctx, exc, exc.result is not None)
-    if result.rank == 0:
+    if result.rank == 0 and result.step == result.start_step:  # a resumed run that had reached --steps
+        click.echo(f"{out_dir}: already at step {result.step} of {steps}; nothing to train (its model: "
+                   f"{result.checkpoint_dir})")
+    elif result.rank == 0:
         val = "n/a" if result.val_bits_per_base is None else f"{result.val_bits_per_base:.4f}"
         click.echo(f"step {result.step}: train {result.train_loss / 0.6931471805599453:.4f} bits/base, "
                    f"held-out {val} bits/base; checkpoint {result.checkpoint_dir}")

@@ -3,6 +3,9 @@
 Its own module so that loading a model (:mod:`sinkalign.lm.generate`) never imports the
 trainer. A run directory holds ``checkpoints/step-NNNNNNNN/`` (complete once its
 ``trainer_state.json``, written last, exists) and ``checkpoints/latest.json`` naming the newest.
+
+The aligner's directories (:mod:`sinkalign.align.checkpoints`) look alike but are another kind:
+:func:`aligner_layout` tells them by their files, so that the LM commands refuse them by name.
 """
 
 from __future__ import annotations
@@ -14,11 +17,16 @@ from pathlib import Path
 
 from sinkalign.utils import newest_checkpoint
 
-__all__ = ["LATEST", "TRAINER_STATE", "find_latest_checkpoint", "step_dir_name"]
+__all__ = ["LATEST", "TRAINER_STATE", "aligner_layout", "find_latest_checkpoint", "not_a_genome_lm",
+           "previous_checkpoint", "step_dir_name"]
 
 TRAINER_STATE = "trainer_state.json"
 LATEST = "latest.json"
 _STEP_RE = re.compile(r"step-(\d{8,})")
+# the aligner's layout (sinkalign.align.checkpoints): a model directory, or one of a run's checkpoints
+# or its best/, holds these two files; a run holds checkpoints/latest and checkpoints/step_NNNNNNNN/
+_ALIGNER_MODEL_FILES = ("params.safetensors", "state.json")
+_ALIGNER_STEP_RE = re.compile(r"step_\d{8,}")
 
 
 def step_dir_name(step: int) -> str:
@@ -35,3 +43,44 @@ def find_latest_checkpoint(out_dir: str | os.PathLike) -> Path | None:
     """
     return newest_checkpoint(Path(out_dir) / "checkpoints", pointer=LATEST, pointed=lambda text: json.loads(text)["dir"],
                              step_name=_STEP_RE, complete=lambda path: (path / TRAINER_STATE).is_file())
+
+
+def previous_checkpoint(checkpoint: str | os.PathLike) -> Path | None:
+    """The complete checkpoint of the same run with the highest step below ``checkpoint``'s
+    (``None``: there is none), which a resume falls back to once ``checkpoint`` is deleted."""
+    checkpoint = Path(checkpoint)
+    match = _STEP_RE.fullmatch(checkpoint.name)
+    if match is None or not checkpoint.parent.is_dir():
+        return None
+    step = int(match.group(1))
+    earlier = [(int(m.group(1)), p) for p in checkpoint.parent.iterdir()
+               if (m := _STEP_RE.fullmatch(p.name)) and int(m.group(1)) < step and p.is_dir()
+               and not p.is_symlink() and (p / TRAINER_STATE).is_file()]
+    return max(earlier)[1] if earlier else None
+
+
+def aligner_layout(path: str | os.PathLike) -> str | None:
+    """What the aligner directory ``path`` is, told by its files: ``"model"`` (``params.safetensors``
+    and ``state.json``: a model directory such as ``sinkalign/data/aligner_learned``, or one
+    checkpoint of an aligner run), ``"run"`` (a ``sinkalign train`` run: ``checkpoints/latest``,
+    ``checkpoints/step_NNNNNNNN/`` or ``best/``), or ``None`` (not an aligner directory)."""
+    path = Path(path)
+    if not path.is_dir():
+        return None
+    if all((path / name).is_file() for name in _ALIGNER_MODEL_FILES):
+        return "model"
+    root = path / "checkpoints"
+    if root.is_dir() and ((root / "latest").is_file()
+                          or any(_ALIGNER_STEP_RE.fullmatch(p.name) and p.is_dir() for p in root.iterdir())):
+        return "run"
+    if all((path / "best" / name).is_file() for name in _ALIGNER_MODEL_FILES):
+        return "run"
+    return None
+
+
+def not_a_genome_lm(path: str | os.PathLike, kind: str) -> str:
+    """The start of the message refusing ``path``, an aligner directory of ``kind``
+    (:func:`aligner_layout`), where a genome language model or its run was expected."""
+    if kind == "run":
+        return f"{path} is an aligner training run (sinkalign train), not a genome LM run"
+    return f"{path} is an aligner model (params.safetensors + state.json), not a genome language model"

@@ -32,8 +32,8 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from sinkalign.errors import InputError, MissingFileError
-from sinkalign.lm.checkpoints import find_latest_checkpoint
+from sinkalign.errors import CheckpointError, InputError, MissingFileError
+from sinkalign.lm.checkpoints import aligner_layout, find_latest_checkpoint, not_a_genome_lm
 from sinkalign.lm.model import (
     CHECKPOINT_CONFIG,
     Checkpoint,
@@ -92,7 +92,9 @@ def resolve_model_path(path: str | os.PathLike | None) -> Path:
     ``cdiph``) that is not an existing path gives that shipped checkpoint. A directory holding
     ``config.json`` is a checkpoint; one holding ``checkpoints/`` is a training run
     (``latest.json`` is followed). Raises :class:`~sinkalign.errors.MissingFileError` (a
-    ``FileNotFoundError``) naming the path when neither exists.
+    ``FileNotFoundError``) naming the path when neither exists, and
+    :class:`~sinkalign.errors.CheckpointError` when ``path`` is an aligner's model or run
+    directory (:func:`~sinkalign.lm.checkpoints.aligner_layout`), not a genome LM's.
     """
     if path is None or (isinstance(path, str) and path in SHIPPED_MODELS and not Path(path).exists()):
         name = "default" if path is None else path
@@ -104,11 +106,17 @@ def resolve_model_path(path: str | os.PathLike | None) -> Path:
     if not p.exists():
         raise MissingFileError(f"model path not found: {p} (nor the name of a shipped model: "
                                 f"{', '.join(SHIPPED_MODELS)})")
-    if p.is_dir() and not (p / CHECKPOINT_CONFIG).exists() and (p / "checkpoints").is_dir():
-        latest = find_latest_checkpoint(p)
-        if latest is None:
+    if p.is_dir() and not (p / CHECKPOINT_CONFIG).exists():
+        latest = find_latest_checkpoint(p) if (p / "checkpoints").is_dir() else None
+        if latest is not None:
+            return latest
+        kind = aligner_layout(p)
+        if kind is not None:
+            raise CheckpointError(f"{not_a_genome_lm(p, kind)}; give a genome LM: a checkpoint directory "
+                                  f"(config.json + model.safetensors), a run of `sinkalign lm train` or a shipped "
+                                  f"model's name ({', '.join(SHIPPED_MODELS)})")
+        if (p / "checkpoints").is_dir():
             raise MissingFileError(f"training run {p} holds no complete checkpoint")
-        return latest
     return p
 
 

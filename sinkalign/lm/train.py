@@ -63,8 +63,16 @@ import torch.distributed as dist
 from torch import nn
 from tqdm.auto import tqdm
 
-from sinkalign.errors import CheckpointError, InputError, Interrupted, MissingFileError
-from sinkalign.lm.checkpoints import LATEST, TRAINER_STATE, find_latest_checkpoint, step_dir_name
+from sinkalign.errors import CheckpointError, InputError, Interrupted, MissingFileError, SinkalignError
+from sinkalign.lm.checkpoints import (
+    LATEST,
+    TRAINER_STATE,
+    aligner_layout,
+    find_latest_checkpoint,
+    not_a_genome_lm,
+    previous_checkpoint,
+    step_dir_name,
+)
 from sinkalign.lm.config import ATTENTION_NAMES, LMConfig
 from sinkalign.lm.data import encode, genome_files, read_genome, reverse_complement_tokens, train_val_split
 from sinkalign.lm.evaluate import heldout_bits_per_base
@@ -77,6 +85,7 @@ __all__ = [
     "TrainResult",
     "TrainingInterrupted",
     "WindowSampler",
+    "check_out_dir",
     "find_latest_checkpoint",
     "lr_multiplier",
     "train_lm",
@@ -287,7 +296,9 @@ class TrainResult(NamedTuple):
     (> 0 after a resume); ``train_loss``: mean loss (nats/token) over the last logging
     interval; ``val_bits_per_base``: final held-out bits/base (rank 0; ``None`` elsewhere);
     ``checkpoint_dir``: the final checkpoint (``load_checkpoint``-compatible);
-    ``weights_sha256``: digest of the final weights (equal on every DDP rank).
+    ``weights_sha256``: digest of the final weights (equal on every DDP rank). ``step ==
+    start_step``: a resumed run that had already reached ``steps``, where nothing was trained
+    (nor written); ``train_loss`` is then NaN.
     """
 
     step: int
@@ -457,11 +468,18 @@ def _optimizer_tensors(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tens
 
 def _load_optimizer(opt: torch.optim.Optimizer, tensors: Mapping[str, torch.Tensor], meta: Mapping[str, Any],
                     device: torch.device) -> None:
+    """Load what :func:`_optimizer_tensors` saved into ``opt``; a ``ValueError`` (or ``KeyError``,
+    ``TypeError``) when it does not fit ``opt``'s parameters."""
+    params = [p for group in opt.param_groups for p in group["params"]]
     state: dict[int, dict[str, torch.Tensor]] = {}
     for name, val in tensors.items():
         if not name.startswith("state."):
             continue
         _, idx, key = name.split(".", 2)
+        if not 0 <= int(idx) < len(params):
+            raise ValueError(f"{name}: the model has {len(params)} parameters")
+        if key != "step" and tuple(val.shape) != tuple(params[int(idx)].shape):
+            raise ValueError(f"{name} has shape {tuple(val.shape)}, its parameter {tuple(params[int(idx)].shape)}")
         # "step" stays on the CPU (AdamW's default for non-capturable, non-fused steps)
         state.setdefault(int(idx), {})[key] = val if key == "step" else val.to(device)
     groups = [{k: (tuple(v) if k == "betas" else v) for k, v in g.items()} for g in meta["param_groups"]]
@@ -685,8 +703,11 @@ def train_lm(config: TrainConfig) -> TrainResult:
     Raises:
         ValueError: unreadable / invalid FASTA (naming the file and record), a sequence
             too short for ``seq_len``, an ``out_dir`` that already holds checkpoints, or the
-            files of a run stopped before its first checkpoint, without ``resume``, or a resume
-            whose settings differ from the checkpoint's.
+            files of a run stopped before its first checkpoint, without ``resume``
+            (:func:`check_out_dir`), an aligner's run or model directory as ``out_dir``, a resume
+            whose settings differ from the checkpoint's, or one from a damaged checkpoint (a
+            :class:`CheckpointError` naming the file; :class:`MissingFileError`, a
+            ``FileNotFoundError``, for a missing one).
         InputError: ``device="cuda"`` without CUDA.
         TrainingInterrupted: SIGINT or SIGTERM during the steps; raised after the step that was
             running finished and its checkpoint was written.
@@ -733,19 +754,72 @@ def _aside_name(path: Path) -> Path:
     return dest
 
 
+def check_out_dir(out_dir: str | os.PathLike, *, resume: bool, cli: bool = False) -> Path | None:
+    """Whether :func:`train_lm` may train in ``out_dir``: returns its newest checkpoint (``None``:
+    there is none), or raises :class:`CheckpointError` for an ``out_dir`` that holds checkpoints, or
+    the files of a run stopped before its first checkpoint, without ``resume``, and for an aligner's
+    run or model directory (:func:`~sinkalign.lm.checkpoints.aligner_layout`) whatever ``resume``.
+
+    ``train_lm`` checks this itself; ``cli``: the messages name the command-line options
+    (``--resume``, ``--out``) instead of the ``TrainConfig`` fields, for ``sinkalign lm train``
+    to check before it starts.
+    """
+    resume_opt, out_opt = ("--resume", "--out") if cli else ("resume=True", "out_dir")
+    out_dir = Path(out_dir)
+    latest = find_latest_checkpoint(out_dir)
+    kind = aligner_layout(out_dir) if latest is None else None
+    if kind is not None:  # its metrics.jsonl would be renamed and LM checkpoints written beside its own
+        raise CheckpointError(f"{not_a_genome_lm(out_dir, kind)}; choose another {out_opt}")
+    if latest is not None and not resume:
+        raise CheckpointError(f"{out_dir} already holds checkpoints ({latest.name}); pass {resume_opt} "
+                              f"to continue, or choose another {out_opt}")
+    earlier = _run_files(out_dir) if latest is None else []
+    if earlier and not resume:  # a run stopped before its first checkpoint: never append to its log
+        kept = f" (its {METRICS} is kept as {_aside_name(out_dir / METRICS).name})" if METRICS in earlier else ""
+        raise CheckpointError(f"{out_dir} holds an earlier training run ({', '.join(earlier)}) stopped before its "
+                              f"first checkpoint; pass {resume_opt} to start over there from scratch{kept}, "
+                              f"remove those files, or choose another {out_opt}")
+    return latest
+
+
+def _damaged(latest: Path, problem: str) -> str:
+    """The message of a resume that cannot read the checkpoint ``latest``: ``problem`` (which
+    names the damaged file) and what to do about it."""
+    previous = previous_checkpoint(latest)
+    if previous is not None:
+        todo = f"delete that folder to resume from the checkpoint before it ({previous.name})"
+    else:
+        todo = ("it is the run's only checkpoint: delete that folder and resume again to start the run over "
+                "from scratch, or train into another directory")
+    return f"{problem}; the checkpoint {latest} is damaged: {todo}"
+
+
+_STATE_FIELDS = {"step": int, "tokens_seen": int, "world_size": int, "optimizer": dict, "scheduler": dict,
+                 "train_config": dict}
+
+
+def _read_trainer_state(latest: Path) -> dict[str, Any]:
+    """The checkpoint's ``trainer_state.json``; :class:`CheckpointError` naming it when it is unreadable."""
+    path = latest / TRAINER_STATE
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise MissingFileError(_damaged(latest, f"{path}: not found")) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(_damaged(latest, f"{path}: unreadable training state ({exc})")) from None
+    if not isinstance(state, dict) or state.get("format") != _STATE_FORMAT:
+        raise CheckpointError(_damaged(latest, f"{path}: not a sinkalign.lm training state"))
+    bad = [k for k, kind in _STATE_FIELDS.items()
+           if not isinstance(state.get(k), kind) or isinstance(state.get(k), bool)]
+    if bad:
+        raise CheckpointError(_damaged(latest, f"{path}: training state without a valid {', '.join(bad)}"))
+    return state
+
+
 def _train(config: TrainConfig, device: torch.device, rank: int, world: int, stop: StopFlag | None) -> TrainResult:
     out_dir = Path(config.out_dir)
     is_main = rank == 0
-    latest = find_latest_checkpoint(out_dir)
-    if latest is not None and not config.resume:
-        raise CheckpointError(f"{out_dir} already holds checkpoints ({latest.name}); pass --resume "
-                              f"(resume=True) to continue, or choose another out_dir")
-    earlier = _run_files(out_dir) if latest is None else []
-    if earlier and not config.resume:  # a run stopped before its first checkpoint: never append to its log
-        kept = f" (its {METRICS} is kept as {_aside_name(out_dir / METRICS).name})" if METRICS in earlier else ""
-        raise CheckpointError(f"{out_dir} holds an earlier training run ({', '.join(earlier)}) stopped before its "
-                              f"first checkpoint; pass --resume (resume=True) to start over there from scratch{kept}, "
-                              f"remove those files, or choose another out_dir")
+    latest = check_out_dir(out_dir, resume=config.resume)
     train_seqs, groups, val, data_digest = _load_data(config)
     sampler = WindowSampler(train_seqs, config.seq_len + 1, seed=config.seed, rank=rank,
                             max_n_fraction=config.max_n_fraction, groups=groups if config.balance == "genome" else None,
@@ -774,25 +848,54 @@ def _train(config: TrainConfig, device: torch.device, rank: int, world: int, sto
     start_step, tokens_seen = 0, 0
 
     if config.resume and latest is not None:
-        state = json.loads((latest / TRAINER_STATE).read_text(encoding="utf-8"))
-        if state.get("format") != _STATE_FORMAT:
-            raise InputError(f"{latest / TRAINER_STATE}: not a sinkalign.lm training state")
+        state = _read_trainer_state(latest)
         _check_resume_config(state["train_config"], config, latest, saved_data=state.get("data_sha256"),
                              data=data_digest)
-        ckpt = load_checkpoint(latest, map_location=device)
-        model.load_state_dict(ckpt.model.state_dict())
-        tensors = safetensors.torch.load(Path(latest / OPTIMIZER_STATE).read_bytes())
-        _load_optimizer(opt, tensors, state["optimizer"], device)
-        sched.load_state_dict(state["scheduler"])
-        start_step, tokens_seen = int(state["step"]), int(state["tokens_seen"])
-        if int(state["world_size"]) == world and f"rng.torch.rank{rank}" in tensors:
-            torch.set_rng_state(tensors[f"rng.torch.rank{rank}"])
-            if device.type == "cuda" and f"rng.cuda.rank{rank}" in tensors:
-                torch.cuda.set_rng_state(tensors[f"rng.cuda.rank{rank}"], device)
+        try:
+            ckpt = load_checkpoint(latest, map_location=device)
+        except (MissingFileError, CheckpointError) as exc:  # they name the file
+            raise type(exc)(_damaged(latest, str(exc))) from None
+        try:
+            model.load_state_dict(ckpt.model.state_dict())
+        except RuntimeError as exc:
+            raise CheckpointError(_damaged(latest, f"{latest / 'config.json'}: describes another model than the "
+                                                   f"run's {TRAINER_STATE} ({exc})")) from None
+        opt_path = latest / OPTIMIZER_STATE
+        try:
+            tensors = safetensors.torch.load(opt_path.read_bytes())
+        except FileNotFoundError:
+            raise MissingFileError(_damaged(latest, f"{opt_path}: not found")) from None
+        except Exception as exc:  # safetensors raises its own SafetensorError
+            raise CheckpointError(_damaged(latest, f"{opt_path}: corrupt safetensors file ({exc})")) from None
+        try:
+            _load_optimizer(opt, tensors, state["optimizer"], device)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(_damaged(latest, f"{opt_path}: optimizer state that does not fit the model or "
+                                                   f"its {TRAINER_STATE} ({exc})")) from None
+        try:
+            sched.load_state_dict(state["scheduler"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(_damaged(latest, f"{latest / TRAINER_STATE}: unreadable scheduler state ({exc})")) \
+                from None
+        start_step, tokens_seen = state["step"], state["tokens_seen"]
+        if start_step >= config.steps:  # nothing to train: return the run as it is, rewriting nothing
+            logger.info("%s is already at step %d of %d; nothing to train", out_dir, start_step, config.steps)
+            return TrainResult(step=start_step, start_step=start_step, train_loss=float("nan"),
+                               val_bits_per_base=None, tokens_seen=tokens_seen, elapsed_s=0.0,
+                               checkpoint_dir=str(latest), metrics_path=str(out_dir / METRICS), rank=rank,
+                               world_size=world, weights_sha256=_weights_digest(model))
+        if state["world_size"] == world and f"rng.torch.rank{rank}" in tensors:
+            try:
+                torch.set_rng_state(tensors[f"rng.torch.rank{rank}"])
+                if device.type == "cuda" and f"rng.cuda.rank{rank}" in tensors:
+                    torch.cuda.set_rng_state(tensors[f"rng.cuda.rank{rank}"], device)
+            except (RuntimeError, TypeError) as exc:
+                raise CheckpointError(_damaged(latest, f"{opt_path}: unusable random-number state ({exc})")) \
+                    from None
         else:
             logger.warning("checkpoint was written by %s process(es), now %d: a step now takes %d windows (%d before: "
                            "--batch-size is per process) and the dropout RNG is reseeded", state["world_size"], world,
-                           config.batch_size * world, config.batch_size * int(state["world_size"]))
+                           config.batch_size * world, config.batch_size * state["world_size"])
         if is_main:
             _rewrite_metrics(out_dir / METRICS, start_step)
             for leftover in (out_dir / "checkpoints").glob(".tmp-*"):
@@ -897,7 +1000,7 @@ def _train(config: TrainConfig, device: torch.device, rank: int, world: int, sto
             if final:
                 break
 
-    if ckpt_dir is None:  # steps already complete at resume time and nothing was re-saved
+    if ckpt_dir is None:  # a rank other than 0: the checkpoint rank 0 wrote
         ckpt_dir = find_latest_checkpoint(out_dir)
     result = TrainResult(
         step=max(start_step, done), start_step=start_step, train_loss=last_loss,
@@ -943,6 +1046,9 @@ def _ddp_worker(rank: int, config_dict: dict[str, Any], world: int, port: int, q
             result = _train_lm(TrainConfig.from_dict(config_dict), stop)
         except TrainingInterrupted as exc:
             queue.put((exc.signum, None if exc.result is None else tuple(exc.result)))
+        except SinkalignError as exc:  # a user error (bad data, a damaged checkpoint): the launcher raises it
+            queue.put(("error", exc))
+            raise
         else:
             queue.put((0, tuple(result)))
 
@@ -953,7 +1059,8 @@ def train_lm_ddp(config: TrainConfig, nprocs: int) -> list[TrainResult]:
     Returns the per-rank results in rank order. Each process takes ``batch_size`` windows
     per step; rank 0 alone writes metrics and checkpoints. A SIGINT or SIGTERM to this process
     is passed on to the workers, which stop after the same step, write a checkpoint and end;
-    then :class:`TrainingInterrupted` is raised here with rank 0's result.
+    then :class:`TrainingInterrupted` is raised here with rank 0's result. A worker that ends with a
+    :class:`~sinkalign.errors.SinkalignError` (bad data, a damaged checkpoint) has it raised here.
     """
     if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
         raise InputError(f"{nprocs=} must be a positive integer")
@@ -992,6 +1099,10 @@ def train_lm_ddp(config: TrainConfig, nprocs: int) -> list[TrainResult]:
         except Exception as exc:  # a worker failed: killed by the signal before it could take it, or a real error
             if stop.signum:
                 raise TrainingInterrupted(stop.signum, None) from exc
+            while not queue.empty():  # the user error a worker ended with, as train_lm raises it
+                item = queue.get()
+                if item[0] == "error":
+                    raise item[1] from None
             raise
     got = []
     while not queue.empty():
