@@ -589,3 +589,22 @@ def test_sam_writes_one_primary_line_per_read(tmp_path, fmt, streamed):
         lines = [(a.query_name, a.flag, a.reference_name) for a in f]
     assert [name for name, flag, _ in lines if flag & 0x900 == 0] == ["qa", "qc", "qb"]
     assert lines == [("qa", 0, "t2"), ("qc", 0, "t2"), ("qc", 256, "t1"), ("qb", 4, None)]
+
+
+@pytest.mark.parametrize("fmt", ["tsv", "blast6"])
+def test_tabular_ids_are_written_as_they_are(tmp_path, fmt):
+    """Ids with quotes or commas come out unquoted in the tab-separated formats, as in SAM, PAF
+    and BLAST's own output (a csv writer would write q"1 as "q""1")."""
+    path = tmp_path / f"x.{fmt}"
+    write_alignments([('q"1,a', PROT_Q, "t'2", PROT_T, align_pair(PROT_Q, PROT_T, "nw").pairs, 3.5)], path, fmt)
+    row = path.read_text().splitlines()[-1].split("\t")
+    assert row[:2] == ['q"1,a', "t'2"]
+
+
+def test_sam_of_no_pairs_is_a_header_without_a_blank_line(tmp_path):
+    """No pairs, so no @SQ lines: pysam's header text then ends in a blank line, which SAM
+    readers take for an empty record; the file holds the header lines alone."""
+    path = tmp_path / "empty.sam"
+    assert write_alignments([], path, "sam") == 0
+    lines = path.read_text().split("\n")
+    assert lines[-1] == "" and all(line.startswith("@") for line in lines[:-1]), lines

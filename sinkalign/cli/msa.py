@@ -26,7 +26,7 @@ _INPUT = click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path
 @click.option("--format", "fmt", type=click.Choice(["fasta", "clustal", "stockholm", "phylip"]), default="fasta",
               show_default=True, help="Aligned FASTA, Clustal (with its conservation line), Stockholm (with each "
               "residue's confidence, #=GR PP, and each column's, #=GC PP_cons, in HMMER's code: * for >= 0.95, "
-              "else the tenths digit) or relaxed PHYLIP (Biopython's writers).")
+              "else the nearest tenth: 8 for [0.75, 0.85)) or relaxed PHYLIP (Biopython's writers).")
 @click.option("--tree", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
               help="Also write the guide tree (Newick; UPGMA on one minus each pair's expected accuracy).")
 @click.option("--column-scores", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),

@@ -315,7 +315,9 @@ def _tsv_row(rec: _Record) -> list[str]:
 
 def _tsv_to(records: Iterable[_Record], handle: IO[str]) -> int:
     count = 0
-    writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
+    # ids hold no whitespace (checked), so no field needs quoting: written as they are, as BLAST
+    # writes them (csv's default would put an id with a '"' in quotes, doubled)
+    writer = csv.writer(handle, delimiter="\t", lineterminator="\n", quoting=csv.QUOTE_NONE, quotechar=None)
     writer.writerow(TSV_COLUMNS)
     for rec in records:
         writer.writerow(_tsv_row(rec))
@@ -354,7 +356,7 @@ def _blast6_row(rec: _Record) -> list[str] | None:
 
 def _blast6_to(records: Iterable[_Record], handle: IO[str]) -> int:
     count = 0
-    writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
+    writer = csv.writer(handle, delimiter="\t", lineterminator="\n", quoting=csv.QUOTE_NONE, quotechar=None)
     for rec in records:
         row = _blast6_row(rec)
         if row is not None:  # as BLAST, a pair without a hit has no line
@@ -627,7 +629,7 @@ def _sam_to(records: Iterable[_Record], handle: IO[str], references=None) -> int
 
     records, header_dict, ref_index = _sam_setup(records, references)
     header = pysam.AlignmentHeader.from_dict(header_dict)
-    handle.write(str(header))
+    handle.write(str(header).rstrip("\n") + "\n")  # without @SQ lines pysam adds a blank line, which readers refuse
     count = 0
     for seg in _segments(records, header, ref_index):
         handle.write(seg.to_string() + "\n")
