@@ -216,10 +216,14 @@ def main() -> None:
                     help="the size classes of each cross-fitted variant (comma-separated; 0: one class)")
     ap.add_argument("--seed", type=int, default=0, help="of the cross-fitting folds")
     ap.add_argument("--cache", default=None, help="keep each split's aligned families here (pickles) and reuse them")
+    ap.add_argument("--plain-library", action="store_true",
+                    help="decode the library's pairs without the identity tie-break of close pairs (as sinkalign "
+                         "msa did before 2026-11-27)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     splits = [s for s in args.eval_splits.split(",") if s]
-    aligner = library_aligner(Aligner.load(args.model, min_confidence=0.0))
+    plain = {"identity_weight": 0.0} if args.plain_library else {}
+    aligner = library_aligner(Aligner.load(args.model, min_confidence=0.0, **plain))
     if args.fit_split == "none":
         cal = aligner.msa_calibration
         if cal is None:
@@ -228,7 +232,8 @@ def main() -> None:
     else:
         cal, fitted_on = fit(aligner, args)
     result = {"benchmark": "msa_confidence", "machine": machine(), "date": datetime.date.today().isoformat(),
-              "model": args.model, "fit_split": args.fit_split, "calibration": cal.to_dict(), "eval": {}}
+              "model": args.model, "plain_library": args.plain_library,
+              "fit_split": args.fit_split, "calibration": cal.to_dict(), "eval": {}}
     evaluate_splits(aligner, cal, splits, result, args)
     if args.out:  # the model with these maps, its maps for added records (msa_add.py --fit-added) kept
         source = Aligner.load(args.model)

@@ -18,6 +18,8 @@ Methods (``--methods``):
 
 * ``msa`` / ``msa-c0``: :func:`sinkalign.align.msa.align_multiple` over the default learned
   model's calibrated confidences, 2 / 0 consistency rounds (``sinkalign msa``);
+* ``msa-plain``: ``msa`` with the library's pairs decoded without the identity tie-break of
+  close pairs (``sinkalign msa`` before 2026-11-27);
 * ``msa-blosum``: the same over the shipped BLOSUM window's;
 * ``msa-pairhmm``: the same recipe over the pair-HMM's posteriors (BLOSUM62, ``--pairhmm``
   LAM OPEN EXTEND, as in ``aligner_learned.py``): ProbCons' own ingredients;
@@ -64,7 +66,8 @@ SHARED = ROOT.parent / "shared" / "data"
 SPLIT = ROOT / "data_manifests" / "structural_split.json"
 RESULTS = Path(__file__).resolve().parent / "results"
 SOURCES = ("homstrad", "sabre", "oxbench")
-METHODS = ("msa", "msa-c0", "msa-blosum", "msa-pairhmm", "msa-nw", "famsa", "pair", "pair-all", "nw", "sw", "pairhmm")
+METHODS = ("msa", "msa-plain", "msa-c0", "msa-blosum", "msa-pairhmm", "msa-nw", "famsa", "pair", "pair-all", "nw", "sw",
+           "pairhmm")
 
 
 def families(split: str, sources, min_seqs: int, max_seqs: int, sample: int = 0):
@@ -138,7 +141,8 @@ def run_method(method: str, ids, seqs, refs, aligners, args) -> dict[tuple[str, 
         if method == "famsa":
             rows = famsa_rows(ids, seqs)
         else:
-            source = {"msa": aligners["learned"], "msa-c0": aligners["learned"], "msa-blosum": aligners["blosum"],
+            source = {"msa": aligners["learned"], "msa-plain": aligners["learned-plain"],
+                      "msa-c0": aligners["learned"], "msa-blosum": aligners["blosum"],
                       "msa-pairhmm": lambda q, t: pairhmm_posteriors(q, t, scoring=hmm_scoring, lam=lam),
                       "msa-nw": nw_matrix}[method]
             result = align_multiple(ids, seqs, source, consistency=0 if method == "msa-c0" else args.consistency,
@@ -183,7 +187,7 @@ def main() -> None:
     fams = first_families(families(args.split, args.sources.split(","), args.min_seqs, args.max_seqs, args.pfam_sample),
                           args.sources.split(","), args.max_families)
     aligners = {"learned": Aligner.load("learned"), "learned-all": Aligner.load("learned", min_confidence=0.0),
-                "blosum": Aligner.load("blosum")}
+                "blosum": Aligner.load("blosum"), "learned-plain": Aligner.load("learned", identity_weight=0.0)}
     print(f"{len(fams)} families ({args.split}), {sum(len(m) * (len(m) - 1) // 2 for _, m in fams)} pairs")
     scores = {m: [] for m in methods}
     tc = {m: [0, 0] for m in methods}

@@ -1080,13 +1080,14 @@ def test_sequence_confidence_is_the_mean_over_every_pairing():
     assert lone.rows == ("A-", "-C") and np.isnan(lone.sequence_confidence).all()
 
 
-def test_library_aligner_sets_the_threshold_and_the_identity_tie_break_aside():
-    """A multiple alignment reads every MEA column of the plain decoding (its confidences were
-    calibrated on such libraries), whatever the aligner's threshold and tie-break; the aligner
-    given is not changed."""
+def test_library_aligner_sets_the_threshold_aside_and_keeps_the_decoding():
+    """A multiple alignment reads every MEA column, whatever the aligner's threshold, decoded as
+    the aligner decodes them (its identity tie-break of close pairs included); the aligner given
+    is not changed."""
     tied = Aligner.load(identity_weight=0.05, identity_min=0.7)
     lib = library_aligner(tied)
-    assert lib is not tied and lib.min_confidence == 0.0 and lib.identity_weight == 0.0
+    assert lib is not tied and lib.min_confidence == 0.0
+    assert (lib.identity_weight, lib.identity_min) == (0.05, 0.7)
     assert tied.min_confidence == 0.35 and tied.identity_weight == 0.05
     plain = Aligner.load(min_confidence=0.0, identity_weight=0.0)
     assert library_aligner(plain) is plain

@@ -263,17 +263,15 @@ def library_entry(alignment, m: int, n: int) -> sp.csr_matrix:
 
 def library_aligner(aligner):
     """``aligner`` as a multiple alignment reads it: every MEA column kept (its threshold set
-    aside) and the plain MEA decoding (its identity tie-break set aside: the multiple-alignment
-    confidences were calibrated on libraries without it, and it was not evaluated there); a copy
-    when either changes. Raises :class:`~sinkalign.errors.InputError` when it has no
-    calibration."""
+    aside; a copy when it changes), its decoding as it is (the identity tie-break of close pairs
+    included: it places a close pair's indels, which consistency then spreads). Raises
+    :class:`~sinkalign.errors.InputError` when it has no calibration."""
     if getattr(aligner, "calibration", None) is None:
         raise InputError("a multiple alignment needs the aligner's calibrated column confidences: this model has "
                          "no calibration (fit one with `sinkalign calibrate`)")
-    if aligner.min_confidence > 0 or getattr(aligner, "identity_weight", 0.0):
+    if aligner.min_confidence > 0:
         aligner = copy.copy(aligner)
         aligner.min_confidence = 0.0
-        aligner.identity_weight = 0.0
     return aligner
 
 

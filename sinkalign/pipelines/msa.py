@@ -251,9 +251,9 @@ def _msa(fastas: list, paths: list, add_to, output, fmt, tree, model, consistenc
     if existing is not None and existing.alphabet != alphabet:
         which = f"the model ({model}) is" if model_alphabet is not None else f"the records of {where} are"
         raise InputError(f"{add_to}: the alignment is {existing.alphabet}, but {which} {alphabet}")
-    # the strands as given; the plain MEA decoding, as library_aligner reads it (on cluster workers too)
+    # the strands as given; every MEA column, as library_aligner reads them (on cluster workers too)
     spec = ModelSpec(path, alphabet, min_confidence=0.0, engine=engine, threads=threads, processes=processes,
-                     strand="plus" if alphabet == "dna" else None, identity_weight=0.0)
+                     strand="plus" if alphabet == "dna" else None)
     aligner = library_aligner(load_aligner(spec))  # a model without calibration fails here, before any pair
     ids, seqs = [r.id for r in records], [r.seq for r in records]
     n = len(records)
