@@ -312,3 +312,30 @@ def read_reference(path):
 
     (ref,) = read_reference_alignment(path)
     return ref
+
+
+def test_a_test_that_aligns_nothing_has_no_precision(tmp_path):
+    """Precision is 0 / 0 where the test aligns no scored pair: NaN in the scores, null in the
+    JSON, NA in the TSV files and '-' in the table, not 0.000; recall and F1 are 0."""
+    ref = msa("ab", ["MKV", "MKA"])
+    s = score_alignment(msa("ab", ["MKV---", "---MKA"], source="test"), ref)
+    assert np.isnan(s.overall["precision"]) and s.overall["recall"] == s.overall["f1"] == 0.0
+    assert s.to_dict()["overall"]["precision"] is None and s.to_dict()["pairs"][0]["precision"] is None
+    test, refile = tmp_path / "t.afa", tmp_path / "r.afa"
+    test.write_text(">a\nMKV---\n>b\n---MKA\n")
+    refile.write_text(">a\nMKV\n>b\nMKA\n")
+    r = CliRunner().invoke(cli, ["score-msa", str(test), str(refile), "--json", str(tmp_path / "s.json"),
+                                 "--pairs", str(tmp_path / "p.tsv")])
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "s.json").read_text())["overall"]["precision"] is None
+    assert (tmp_path / "p.tsv").read_text().splitlines()[1].split("\t")[7:] == ["NA", "0.0000", "0.0000"]
+    all_row = next(line for line in r.output.splitlines() if " all " in line)
+    assert [cell.strip() for cell in all_row.split("\u2502")[1:-1]] == ["all", "1", "0.000", "-", "0.000"]
+
+
+def test_a_reference_of_one_row_says_so(tmp_path):
+    test, refile = tmp_path / "t.afa", tmp_path / "r.afa"
+    test.write_text(">a\nMKV\n")
+    refile.write_text(">a\nMKV\n")
+    r = CliRunner().invoke(cli, ["score-msa", str(test), str(refile)])
+    assert r.exit_code == 1 and "the reference holds one row (a): there is no pair of rows to score" in r.output

@@ -20,6 +20,7 @@ files) to nothing. Scores are also given per identity bin of the reference pairs
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -60,10 +61,21 @@ class MsaScores:
         return self.tc[0] / self.tc[1] if self.tc[1] else None
 
     def to_dict(self) -> dict:
-        return {"overall": self.overall, "by_identity": self.by_identity, "tc": self.total_column,
-                "tc_columns": list(self.tc), "extra_rows": list(self.extra),
-                "pairs": [{"query": q, "target": t, "identity": None if ident != ident else ident, **s.to_dict()}
-                          for q, t, ident, s in self.pairs]}
+        """Plain JSON values: a ratio of 0 / 0 (precision where the test aligns nothing) is ``None``."""
+        return _no_nan({"overall": self.overall, "by_identity": self.by_identity, "tc": self.total_column,
+                        "tc_columns": list(self.tc), "extra_rows": list(self.extra),
+                        "pairs": [{"query": q, "target": t, "identity": ident, **s.to_dict()}
+                                  for q, t, ident, s in self.pairs]})
+
+
+def _no_nan(value):
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _no_nan(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_no_nan(v) for v in value]
+    return value
 
 
 def residue_columns(row: str) -> np.ndarray:
@@ -143,13 +155,13 @@ def score_alignment(test: MSA, reference: MSA) -> MsaScores:
     pairs = []
     for ref in refs:
         pred = _pairs(columns[ref.query_id], columns[ref.target_id])
-        scores: PairScores = core_pair_scores(pred, ref)
+        scores: PairScores = core_pair_scores(pred, ref, zero_division=math.nan)  # 0 / 0: not 0
         pairs.append((ref.query_id, ref.target_id, percent_identity(ref), scores))
     return _summarised(pairs, _total_column(columns, reference), extra)
 
 
 def _summarised(pairs: list, tc: tuple[int, int], extra: tuple[str, ...]) -> MsaScores:
-    overall = {**micro_average([p[3] for p in pairs]), "pairs": len(pairs)}
+    overall = {**micro_average([p[3] for p in pairs], zero_division=math.nan), "pairs": len(pairs)}
     ident = np.array([p[2] for p in pairs], np.float64)
     known = np.flatnonzero(np.isfinite(ident))
     by_identity = {}
@@ -158,7 +170,8 @@ def _summarised(pairs: list, tc: tuple[int, int], extra: tuple[str, ...]) -> Msa
         for b, label in enumerate(identity_bin_labels(IDENTITY_BINS)):
             members = known[bins == b]
             if members.size:
-                by_identity[label] = {**micro_average([pairs[k][3] for k in members]), "pairs": int(members.size)}
+                by_identity[label] = {**micro_average([pairs[k][3] for k in members], zero_division=math.nan),
+                                      "pairs": int(members.size)}
     return MsaScores(pairs, overall, by_identity, tc, extra)
 
 

@@ -16,6 +16,11 @@ def _fmt(value) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3f}"
 
 
+def _tsv(value, spec: str = ".4f") -> str:
+    """A ratio in the TSV outputs: ``NA`` for 0 / 0 (precision where the test aligns nothing)."""
+    return "NA" if value is None or value != value else format(value, spec)
+
+
 def _stem(path: Path) -> str:
     """A file's name without its suffixes: ``sup_002.afa`` and ``sup_002.fasta.gz`` -> ``sup_002``."""
     return path.name.split(".")[0]
@@ -101,6 +106,12 @@ def score_msa(test, reference, json_path, pairs_path, families_path, overwrite):
         references = read_reference_alignment(ref_file)
         if len(references) != 1:
             raise click.ClickException(f"{ref_file}: holds {len(references)} alignments; give a file of one")
+        if len(references[0]) < 2:
+            why = f"{ref_file}: the reference holds one row ({references[0].ids[0]}): there is no pair of rows to score"
+            if not test.is_dir():
+                raise click.ClickException(why)
+            console.print(f"note: {why}: family {name} adds nothing")
+            continue
         s = score_alignment(read_alignment(test_file), references[0])
         if s.extra:
             console.print(f"note: {len(s.extra)} rows of {test_file} are not in the reference and are not scored "
@@ -138,8 +149,8 @@ def score_msa(test, reference, json_path, pairs_path, families_path, overwrite):
                          "\tf1\n")
             for name, fam in per_family:
                 for q, t, ident, s in fam.pairs:
-                    handle.write(f"{name}\t{q}\t{t}\t{'NA' if ident != ident else f'{ident:.1f}'}\t{s.n_ref}\t"
-                                 f"{s.n_pred}\t{s.tp}\t{s.precision:.4f}\t{s.recall:.4f}\t{s.f1:.4f}\n")
+                    handle.write(f"{name}\t{q}\t{t}\t{_tsv(ident, '.1f')}\t{s.n_ref}\t{s.n_pred}\t{s.tp}\t"
+                                 f"{_tsv(s.precision)}\t{_tsv(s.recall)}\t{_tsv(s.f1)}\n")
         _wrote(console, pairs_path)
     if families_path is not None:
         with open_output(families_path) as handle:
@@ -147,6 +158,6 @@ def score_msa(test, reference, json_path, pairs_path, families_path, overwrite):
             for name, s in per_family:
                 o = s.overall
                 tc = "NA" if s.total_column is None else f"{s.total_column:.4f}"
-                handle.write(f"{name}\t{o['pairs']}\t{o['recall']:.4f}\t{o['precision']:.4f}\t{o['f1']:.4f}\t{tc}\t"
-                             f"{s.tc[1]}\n")
+                handle.write(f"{name}\t{o['pairs']}\t{_tsv(o['recall'])}\t{_tsv(o['precision'])}\t{_tsv(o['f1'])}\t"
+                             f"{tc}\t{s.tc[1]}\n")
         _wrote(console, families_path)
