@@ -1091,3 +1091,14 @@ def test_library_aligner_sets_the_threshold_aside_and_keeps_the_decoding():
     assert tied.min_confidence == 0.35 and tied.identity_weight == 0.05
     plain = Aligner.load(min_confidence=0.0, identity_weight=0.0)
     assert library_aligner(plain) is plain
+
+
+def test_unrelated_records_are_those_with_no_small_evalue():
+    from sinkalign.align.msa import unrelated_records
+
+    evalues = {(0, 1): 1e-20, (0, 2): 0.5, (1, 2): 0.2, (0, 3): 1e-3, (1, 3): 0.4, (2, 3): 0.09}
+    assert unrelated_records(4, evalues) == []  # 2's best is 0.09 < 0.1: it has a likely homolog
+    assert unrelated_records(4, evalues, threshold=0.05) == [(2, 0.09, 3)]
+    assert unrelated_records(4, {**evalues, (2, 3): 0.3}) == [(2, 0.2, 1)]
+    assert unrelated_records(2, {(0, 1): 5.0}) == []  # two records: nothing to compare against
+    assert unrelated_records(4, {**evalues, (1, 2): None}) == []  # a model without a null

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -314,8 +315,6 @@ def test_close_variants_get_their_indels_exactly(tmp_path):
     """Near-identical sequences differing by single indels: the library's pairs are decoded
     with the model's identity tie-break (as `sinkalign align` decodes them), so every gap is
     where the indel is, not a column or two off with mismatches around it (as before)."""
-    from pathlib import Path
-
     import sinkalign
     from sinkalign.io.fasta import read_fasta
 
@@ -335,3 +334,20 @@ def test_close_variants_get_their_indels_exactly(tmp_path):
             if ch != "-":
                 assert origin[k] == c, (name, c)
                 k += 1
+
+
+def test_an_unrelated_record_is_named_in_a_warning(tmp_path, caplog):
+    """A record with no likely homolog among the others (E-value >= 0.1 against each) is
+    aligned all the same, with a warning naming it; the family's members are not named."""
+    import logging
+
+    rng = np.random.default_rng(3)
+    odd = "".join(rng.choice(list("ACDEFGHIKLMNPQRSTVWY"), 150))
+    globins = (Path(__file__).parents[1] / "sinkalign" / "data" / "examples")
+    text = "".join(p.read_text() for p in sorted(globins.glob("globins_*.fasta"))) + f">odd\n{odd}\n"
+    (tmp_path / "fam.fasta").write_text(text)
+    with caplog.at_level(logging.WARNING, logger="sinkalign.pipelines.msa"):
+        res = _run("msa", str(tmp_path / "fam.fasta"))
+    assert res.exit_code == 0, res.output
+    warned = [r.getMessage() for r in caplog.records if "no likely homolog" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].startswith("record odd has no likely homolog"), warned

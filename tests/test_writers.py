@@ -517,13 +517,14 @@ def test_a_text_stream_gets_the_file_contents(tmp_path, records, fmt):
 
 @pytest.mark.parametrize("fmt", ["sam", "bam"])
 def test_sam_and_bam_stream_when_the_references_are_given(tmp_path, records, fmt):
-    """With the references known up front, each record is written before the next is read,
-    and the file is the one written from the whole stream."""
+    """With the references known up front, each query's records are written once the next
+    query's first record is read (its run is held to make its best hit the primary line), and
+    the file is the one written from the whole stream."""
     refs = [("prot_t", len(PROT_T)), ("dna_t", len(DNA_T))]
     whole, streamed = tmp_path / f"a.{fmt}", tmp_path / f"b.{fmt}"
     write_alignments(records, whole, fmt)
     write_alignments(iter(records), streamed, fmt, references=refs)
-    if fmt == "sam":  # to a stream: record k is read only after record k - 1 is out
+    if fmt == "sam":  # to a stream (one query a record): record k is read once record k - 2 is out
         import io
 
         buf, written = io.StringIO(), []
@@ -534,7 +535,7 @@ def test_sam_and_bam_stream_when_the_references_are_given(tmp_path, records, fmt
                 yield rec
 
         write_alignments(lazy(), buf, fmt, references=refs)
-        assert written == [0, 1, 2, 3] and buf.getvalue() == streamed.read_text()
+        assert written == [0, 0, 1, 2] and buf.getvalue() == streamed.read_text()
     mode = "r" if fmt == "sam" else "rb"
     with pysam.AlignmentFile(str(whole), mode) as a, pysam.AlignmentFile(str(streamed), mode) as b:
         assert a.references == b.references == ("prot_t", "dna_t")
@@ -608,3 +609,23 @@ def test_sam_of_no_pairs_is_a_header_without_a_blank_line(tmp_path):
     assert write_alignments([], path, "sam") == 0
     lines = path.read_text().split("\n")
     assert lines[-1] == "" and all(line.startswith("@") for line in lines[:-1]), lines
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_sam_primary_line_is_the_best_hit(tmp_path, streamed):
+    """A query's primary line is its hit of smallest E-value (by its log where E-values
+    underflow), not its first in input order; without E-values, its first aligned record; a
+    query met again after another keeps the primary it has."""
+    nw = align_pair(PROT_Q, PROT_T, "nw").pairs
+    recs = [AlignedPair("qa", PROT_Q, "t1", PROT_T, nw, 1.0, None, 0.3),
+            AlignedPair("qa", PROT_Q, "t2", PROT_T, nw, 1.0, None, 0.0, "+", -900.0),
+            AlignedPair("qa", PROT_Q, "t3", PROT_T, nw, 1.0, None, 0.0, "+", -1200.0),
+            ("qb", PROT_Q, "t1", PROT_T, nw), ("qb", PROT_Q, "t2", PROT_T, nw),
+            AlignedPair("qa", PROT_Q, "t4", PROT_T, nw, 1.0, None, 0.0, "+", -5000.0)]
+    path = tmp_path / "x.sam"
+    refs = [(f"t{k}", len(PROT_T)) for k in range(1, 5)] if streamed else None
+    write_alignments(iter(recs), path, "sam", references=refs)
+    with pysam.AlignmentFile(str(path), "r") as f:
+        lines = [(a.query_name, a.reference_name, a.flag) for a in f]
+    assert lines == [("qa", "t1", 256), ("qa", "t2", 256), ("qa", "t3", 0), ("qb", "t1", 0), ("qb", "t2", 256),
+                     ("qa", "t4", 256)]

@@ -35,6 +35,7 @@ many sequences.
 from __future__ import annotations
 
 import copy
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -66,6 +67,7 @@ __all__ = [
     "function_posteriors",
     "guide_tree",
     "library_aligner",
+    "unrelated_records",
     "library_entry",
     "pp_code",
     "progressive",
@@ -276,7 +278,8 @@ def library_aligner(aligner):
 
 
 def aligner_posteriors(aligner, seqs: Sequence[str], *, pairs: Iterable[tuple[int, int]] | None = None,
-                       ids: Sequence[str] | None = None, progress: Callable[[int], Any] | None = None) -> Posts:
+                       ids: Sequence[str] | None = None, progress: Callable[[int], Any] | None = None,
+                       evalues: dict | None = None) -> Posts:
     """The calibrated column confidences of ``aligner`` (an
     :class:`~sinkalign.align.aligner.Aligner` with a calibration) for every pair ``x < y`` of
     ``seqs`` (or the ``pairs`` given): each pair's MEA columns, every one of them (the
@@ -284,7 +287,8 @@ def aligner_posteriors(aligner, seqs: Sequence[str], *, pairs: Iterable[tuple[in
     (:func:`library_entry`), as T-Coffee's primary library holds each pairwise alignment's
     residue pairs; nucleotide pairs on the plus strand. ``ids``: the sequences' names, which
     the aligner's errors about a pair use (default: their indices). ``progress(1)`` is called
-    after each pair (e.g. a tqdm bar's ``update``). The plans' raw posteriors are not used: an entropic
+    after each pair (e.g. a tqdm bar's ``update``); ``evalues``, a dict, gets each pair's
+    E-value (``None`` for a model without a null) under ``(x, y)``. The plans' raw posteriors are not used: an entropic
     plan spreads its mass thinly (a right column may carry 0.01), so they are not
     probabilities; the calibrated confidences are."""
     aligner = library_aligner(aligner)
@@ -295,6 +299,8 @@ def aligner_posteriors(aligner, seqs: Sequence[str], *, pairs: Iterable[tuple[in
     strand = {"strand": "plus"} if aligner.config.alphabet == "dna" else {}  # the sequences as given
     for (x, y), result in zip(todo, aligner.align_many(items, **strand)):
         out[(x, y)] = library_entry(result.alignment, len(seqs[x]), len(seqs[y]))
+        if evalues is not None:
+            evalues[(x, y)] = result.evalue
         if progress is not None:
             progress(1)
     return out
@@ -812,9 +818,29 @@ def _rows(seqs: Sequence[str], cols: dict[int, np.ndarray], width: int | None = 
     return tuple(rows)
 
 
+#: a record whose E-value against every other record is at least this has no likely homolog among them
+UNRELATED_EVALUE = 0.1
+
+
+def unrelated_records(n: int, evalues: Mapping[tuple[int, int], float | None],
+                      threshold: float = UNRELATED_EVALUE) -> list[tuple[int, float, int]]:
+    """The records of a family of ``n`` (``n >= 3``) with no likely homolog among the others:
+    ``(record, smallest E-value, the record it is against)`` for each whose E-value against
+    every other record (``evalues[(x, y)]``, ``x < y``, per comparison) is at least
+    ``threshold``. The multiple alignment places such a record's residues all the same, with
+    confidences that assume it belongs to the family; ``[]`` without E-values."""
+    if n < 3 or not evalues or any(e is None for e in evalues.values()):
+        return []
+    best = [(math.inf, -1)] * n
+    for (x, y), e in evalues.items():
+        best[x] = min(best[x], (e, y))
+        best[y] = min(best[y], (e, x))
+    return [(k, e, other) for k, (e, other) in enumerate(best) if other >= 0 and e >= threshold]
+
+
 def align_multiple(ids: Sequence[str], seqs: Sequence[str], posteriors: Any, *, consistency: int = 2,
                    refine_rounds: int = 20, seed: int = 0, progress: Callable[[int], Any] | None = None,
-                   calibration: MsaCalibration | None = None) -> MultipleAlignment:
+                   calibration: MsaCalibration | None = None, evalues: dict | None = None) -> MultipleAlignment:
     """Align ``seqs`` (named ``ids``) all together (module docstring).
 
     Args:
@@ -830,6 +856,8 @@ def align_multiple(ids: Sequence[str], seqs: Sequence[str], posteriors: Any, *, 
             (:class:`MsaCalibration`); default: the aligner's own (``Aligner.msa_calibration``)
             when ``posteriors`` is an aligner. Without one covering ``consistency`` rounds the
             confidences are the library's own (``calibrated=False``).
+        evalues: a dict to fill with each pair's E-value (``{(x, y): E}``, ``x < y``) when
+            ``posteriors`` is an aligner (:func:`unrelated_records` reads them).
     """
     if isinstance(seqs, str):
         raise InputError("seqs is a list of sequences (one per id), not one string")
@@ -857,7 +885,7 @@ def align_multiple(ids: Sequence[str], seqs: Sequence[str], posteriors: Any, *, 
     elif callable(posteriors) and not hasattr(posteriors, "align_many"):
         posts = function_posteriors(posteriors, seqs, progress=progress)
     else:
-        posts = aligner_posteriors(posteriors, seqs, ids=ids, progress=progress)
+        posts = aligner_posteriors(posteriors, seqs, ids=ids, progress=progress, evalues=evalues)
     if len(seqs) == 1:
         return MultipleAlignment(tuple(ids), tuple(seqs), _newick(np.zeros((0, 4)), ids), 0.0,
                                  (np.full(lengths[0], np.nan),), np.full(lengths[0], np.nan))

@@ -37,12 +37,14 @@ Formats (:data:`FORMATS`):
   ~1e-45 it reads 0: the TSV, blast6 and text outputs print smaller E-values from their logs). A
   query with nothing aligned in any of its pairs is written once, unmapped (flag 4), after the
   aligned records; a pair without aligned residues of a query aligned elsewhere is not written
-  (SAM wants exactly one primary line per read). A query's first aligned record is its primary
-  alignment, any later one secondary (flag 256), as SAM wants one primary line per read
-  (with ``--max-hits`` the hits come best first, so the primary is the best). BAM stores SEQ in a 4-bit nucleotide code, so a
-  query that is not entirely in ``=ACMGRSVTWYHKDBN`` (a protein) gets SEQ ``*`` and its
-  residues in the ``XQ:Z`` tag (same rule in SAM so the two round-trip identically). SAM and
-  BAM need every reference before the first record: these two formats read the whole stream.
+  (SAM wants exactly one primary line per read). A query's best hit (smallest E-value; the first
+  aligned record without E-values) is its primary alignment, the others secondary (flag 256):
+  each run of a query's consecutive records (all its pairs all-vs-all, or with ``--max-hits``)
+  is held until it ends; a query met again after other queries keeps the primary it has. BAM
+  stores SEQ in a 4-bit nucleotide code, so a query that is not entirely in
+  ``=ACMGRSVTWYHKDBN`` (a protein) gets SEQ ``*`` and its residues in the ``XQ:Z`` tag (same
+  rule in SAM so the two round-trip identically). SAM and BAM need every reference before the
+  first record: these two formats read the whole stream unless the references are given.
 * ``stockholm``: each pair as a 2-sequence Stockholm block (Biopython ``Bio.Align``), ``#=GF
   ID <query>_vs_<target>``, ``#=GF CC score=... [evalue=...]``, and, when posteriors are known, ``#=GC
   PP_cons`` with HMMER-style digits per column (``0`` < 5%, ``k`` in [10k-5, 10k+5)%,
@@ -86,6 +88,7 @@ Formats (:data:`FORMATS`):
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import logging
 import math
@@ -104,6 +107,7 @@ from sinkalign.alignment import (
     alignment_stats,
     check_pairs,
     cigar,
+    evalue_rank,
     format_evalue,
     format_text,
     reverse_complement,
@@ -561,57 +565,80 @@ def _segments(records: Iterable[_Record], header, ref_index: dict[str, int]):
     """One pysam ``AlignedSegment`` per record with something aligned, and one unmapped
     segment (after them) per query with nothing aligned in any of its records (SAM wants
     exactly one primary line per read); checks names and that each target id keeps one
-    sequence (the one the header was made from)."""
-    import pysam
+    sequence (the one the header was made from).
 
-    lengths = {name: header.get_reference_length(name) for name in ref_index}
-    seqs: dict[str, str] = {}
+    Each run of consecutive records of one query (all of a query's pairs all-vs-all) is held
+    until it ends, so that its primary line is its best hit: the smallest E-value (by its log),
+    ties and models without E-values in input order; the others are secondary (flag 256), and
+    so is every line of a query whose primary was written in an earlier run."""
     primary: set[str] = set()  # queries whose primary alignment is written
     unmapped: dict[str, Any] = {}  # the first empty record of each query not aligned so far
-    for rec in records:
-        check_name("sam", rec.query_id, "query", rec.where)
-        check_name("sam", rec.target_id, "target", rec.where)
-        if rec.target_id not in ref_index:
-            raise InputError(f"{rec.where}: target_id {rec.target_id!r} is not one of the header's references")
-        seen = seqs.setdefault(rec.target_id, rec.target)
-        if seen != rec.target or lengths[rec.target_id] != len(rec.target):
-            raise InputError(f"{rec.where}: target_id {rec.target_id!r} was given two different sequences")
-        seg = pysam.AlignedSegment(header)
-        seg.query_name = rec.query_id
-        if set(rec.query) <= _BAM_SEQ:
-            seg.query_sequence = rec.query
-        else:
-            seg.query_sequence = None
-            seg.set_tag("XQ", rec.query, "Z")
-        reverse = 16 if rec.strand == "-" else 0  # SEQ (the query as aligned) is the reverse complement
-        if rec.pairs.shape[0] == 0:
-            if rec.query_id not in primary and rec.query_id not in unmapped:
-                seg.flag = 4 | reverse
-                seg.reference_id = -1
-                seg.reference_start = -1
-                seg.mapping_quality = 0
-                unmapped[rec.query_id] = seg
-            continue
-        seg.flag = reverse | (256 if rec.query_id in primary else 0)  # one primary line per read
-        primary.add(rec.query_id)
-        unmapped.pop(rec.query_id, None)
-        seg.reference_id = ref_index[rec.target_id]
-        seg.reference_start = int(rec.pairs[0, 1])
-        seg.cigarstring = cigar(rec.pairs, len(rec.query), len(rec.target), local=True)
-        mean_post = _mean_posterior(rec)
-        seg.mapping_quality = _mapq(mean_post)
-        if math.isfinite(rec.score):
-            if rec.score.is_integer() and abs(rec.score) < 2**31:
-                seg.set_tag("AS", int(rec.score), "i")
+    seqs: dict[str, str] = {}
+    lengths = {name: header.get_reference_length(name) for name in ref_index}
+    for query_id, run in itertools.groupby(records, key=lambda rec: rec.query_id):
+        aligned = []
+        for rec in run:
+            seg = _segment(rec, header, ref_index, seqs, lengths)
+            if seg.flag & 4:
+                if query_id not in primary and query_id not in unmapped:
+                    unmapped[query_id] = seg
             else:
-                seg.set_tag("AS", rec.score, "f")
-        if math.isfinite(mean_post):
-            seg.set_tag("XP", mean_post, "f")
-        seg.set_tag("NM", _nm(rec), "i")
-        if rec.evalue is not None and math.isfinite(rec.evalue):
-            seg.set_tag("ZE", rec.evalue, "f")
-        yield seg
+                aligned.append((rec, seg))
+        if not aligned:
+            continue
+        best = None if query_id in primary else min(
+            range(len(aligned)), key=lambda k: (evalue_rank(aligned[k][0].evalue, aligned[k][0].log_evalue), k))
+        for k, (_, seg) in enumerate(aligned):
+            seg.flag |= 0 if k == best else 256
+            yield seg
+        primary.add(query_id)
+        unmapped.pop(query_id, None)
     yield from unmapped.values()
+
+
+def _segment(rec: _Record, header, ref_index: dict[str, int], seqs: dict[str, str], lengths: dict[str, int]):
+    """The record as a pysam ``AlignedSegment`` without its secondary flag: unmapped (flag 4)
+    when nothing is aligned."""
+    import pysam
+
+    check_name("sam", rec.query_id, "query", rec.where)
+    check_name("sam", rec.target_id, "target", rec.where)
+    if rec.target_id not in ref_index:
+        raise InputError(f"{rec.where}: target_id {rec.target_id!r} is not one of the header's references")
+    seen = seqs.setdefault(rec.target_id, rec.target)
+    if seen != rec.target or lengths[rec.target_id] != len(rec.target):
+        raise InputError(f"{rec.where}: target_id {rec.target_id!r} was given two different sequences")
+    seg = pysam.AlignedSegment(header)
+    seg.query_name = rec.query_id
+    if set(rec.query) <= _BAM_SEQ:
+        seg.query_sequence = rec.query
+    else:
+        seg.query_sequence = None
+        seg.set_tag("XQ", rec.query, "Z")
+    reverse = 16 if rec.strand == "-" else 0  # SEQ (the query as aligned) is the reverse complement
+    if rec.pairs.shape[0] == 0:
+        seg.flag = 4 | reverse
+        seg.reference_id = -1
+        seg.reference_start = -1
+        seg.mapping_quality = 0
+        return seg
+    seg.flag = reverse
+    seg.reference_id = ref_index[rec.target_id]
+    seg.reference_start = int(rec.pairs[0, 1])
+    seg.cigarstring = cigar(rec.pairs, len(rec.query), len(rec.target), local=True)
+    mean_post = _mean_posterior(rec)
+    seg.mapping_quality = _mapq(mean_post)
+    if math.isfinite(rec.score):
+        if rec.score.is_integer() and abs(rec.score) < 2**31:
+            seg.set_tag("AS", int(rec.score), "i")
+        else:
+            seg.set_tag("AS", rec.score, "f")
+    if math.isfinite(mean_post):
+        seg.set_tag("XP", mean_post, "f")
+    seg.set_tag("NM", _nm(rec), "i")
+    if rec.evalue is not None and math.isfinite(rec.evalue):
+        seg.set_tag("ZE", rec.evalue, "f")
+    return seg
 
 
 def _sam_setup(records: Iterable[_Record], references):

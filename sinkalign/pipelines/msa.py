@@ -226,7 +226,7 @@ def _msa(fastas: list, paths: list, add_to, output, fmt, tree, model, consistenc
     are the FASTA files (``fastas`` as named to the user), ``add_to`` the alignment's file."""
     from tqdm import tqdm
 
-    from sinkalign.align.msa import align_multiple, library_aligner, library_entry
+    from sinkalign.align.msa import align_multiple, library_aligner, library_entry, unrelated_records
 
     where = ", ".join(STDIN_NAME if is_stdio(f) else str(f) for f in fastas)
     records = [r for path in paths for r in _records(path)]
@@ -274,6 +274,7 @@ def _msa(fastas: list, paths: list, add_to, output, fmt, tree, model, consistenc
         return _write(result, descriptions, alphabet, fmt, output, tree, column_scores, sequence_scores, trim,
                       f"the model has no calibration for records added with {consistency} consistency rounds", markup)
     log.info("aligning %d records: %d pairs, %d consistency rounds", n, n * (n - 1) // 2, consistency)
+    evalues: dict = {}
     with tqdm(total=n * (n - 1) // 2, disable=not progress, unit="pair", desc="pairwise") as bar:
         if workers is None and scheduler is None:
             posteriors = aligner
@@ -283,11 +284,16 @@ def _msa(fastas: list, paths: list, add_to, output, fmt, tree, model, consistenc
             posteriors = {}
             for chunk, out in run_cluster(spec, chunks(items, chunk_size), 8, False, scheduler, workers,
                                            align_chunk):
-                for (qid, q, tid, t), (aln, *_) in zip(chunk, out):
+                for (qid, q, tid, t), (aln, _, evalue, *_) in zip(chunk, out):
                     posteriors[(index[qid], index[tid])] = library_entry(aln, len(q), len(t))
+                    evalues[(index[qid], index[tid])] = evalue
                 bar.update(len(chunk))
         result = align_multiple(ids, seqs, posteriors, consistency=consistency, refine_rounds=refine, seed=seed,
-                                progress=bar.update)
+                                progress=bar.update, evalues=evalues)
+    for k, evalue, other in unrelated_records(n, evalues):
+        log.warning("record %s has no likely homolog among the others (its smallest E-value, against %s, is %.2g): "
+                    "the alignment places its residues all the same, with confidences that assume it belongs to the "
+                    "family; --sequence-scores shows how it fits, or leave it out", ids[k], ids[other], evalue)
     why = (f"one record ({ids[0]}): nothing aligned to it, so no residue has a confidence" if n == 1 else
            f"the model has no multiple-alignment calibration for {consistency} consistency rounds")
     return _write(result, {r.id: r.description for r in records}, alphabet, fmt, output, tree, column_scores,
