@@ -384,13 +384,17 @@ def format_text(query_id: str, query: str, target_id: str, target: str, alignmen
 
 
 def to_biopython(query_id: str, query: str, target_id: str, target: str, alignment: Any, *,
-                 score: float | None = None, evalue: float | None = None):
+                 score: float | None = None, evalue: float | None = None, log_evalue: float | None = None,
+                 strand: str = "+"):
     """The pair as a Biopython ``Bio.Align.Alignment``: two ``SeqRecord`` (query first, then
     target, named by their ids) and the coordinates of the global layout. Biopython then
     prints it (``print(aln)``: rows with a ``|``/``.``/``-`` match line), counts it
     (``aln.counts()``), gives its ``substitutions`` and writes it (``Bio.Align.write(aln,
-    path, "clustal")``). ``aln.score`` is ``score`` (or ``alignment.score``) when known,
-    ``aln.annotations["evalue"]`` the E-value when known; with posteriors (an
+    path, "clustal")``, or ``"stockholm"``). ``aln.score`` is ``score`` (or ``alignment.score``)
+    when known; ``aln.annotations["comment"]`` says ``evalue=E`` when the E-value is known
+    (:func:`format_evalue`) and ``strand=-`` on the minus strand, where ``query`` is the
+    reverse complement of the query as given (Stockholm writes the comment as ``#=GF CC``;
+    a key of its own would stop Biopython's Stockholm writer); with posteriors (an
     :class:`Alignment`), ``aln.column_annotations["consensus posterior probability"]`` holds
     :func:`posterior_digits` (written by Biopython's Stockholm writer as ``#=GC PP_cons``),
     otherwise ``column_annotations`` is empty."""
@@ -405,8 +409,11 @@ def to_biopython(query_id: str, query: str, target_id: str, target: str, alignme
     score = getattr(alignment, "score", None) if score is None else score
     if score is not None and math.isfinite(score):
         aln.score = float(score)
-    if evalue is not None:
-        aln.annotations = {"evalue": float(evalue)}
+    if strand not in STRAND_SIGNS:
+        raise ValueError(f"strand={strand!r} is not one of {STRAND_SIGNS}")
+    notes = ([f"evalue={format_evalue(float(evalue), log_evalue)}"] if evalue is not None else []) + (
+        ["strand=-"] if strand == "-" else [])
+    aln.annotations = {"comment": " ".join(notes)} if notes else {}
     aln.column_annotations = ({"consensus posterior probability": posterior_digits(alignment)}
                               if isinstance(alignment, Alignment) else {})
     return aln
@@ -653,7 +660,8 @@ class AlignedPair(NamedTuple):
 
     def to_biopython(self):
         """This pair as a Biopython ``Bio.Align.Alignment`` (:func:`to_biopython`): ``print()``
-        it, count it, or write it in any of Biopython's alignment formats."""
+        it, count it, or write it in Biopython's alignment formats (on the minus strand the
+        query row is the query's reverse complement, as aligned)."""
         return to_biopython(self.query_id, self.query, self.target_id, self.target, self.alignment,
-                            score=self.score, evalue=self.evalue)
+                            score=self.score, evalue=self.evalue, log_evalue=self.log_evalue, strand=self.strand)
 

@@ -113,3 +113,51 @@ def test_reprs_fit_a_notebook_line(protein):
     msa = sa.align_multiple(list("abcde"), seqs, protein, refine_rounds=0)
     text = repr(msa)
     assert text.startswith("MultipleAlignment(5 rows x ") and "'d', ...]" in text and HBA[:20] not in text
+
+
+def test_items_that_are_no_pairs_are_refused_in_turn_naming_their_index(protein):
+    """align_many takes (query_id, query, target_id, target) and align_pairs (query, target):
+    anything else is refused as the k-th item, in its turn (after the results before it), not
+    with a bare unpacking error, and a string is not taken for a pair of one-letter sequences."""
+    for bad, shown in ((("a", HBA, HBB), "tuple"), ((HBA, HBB), "tuple"), (HBA, "str"), (5, "int")):
+        got = []
+        with pytest.raises(InputError, match=rf"pair 1: expected \(query_id, query, target_id, target\), got {shown}"):
+            for res in protein.align_many([("a", HBA, "b", HBB), bad, ("e", HBA, "f", HBB)]):
+                got.append(res.query_id)
+        assert got == ["a"]
+    for bad in ((HBA, HBB, HBA), "MK", [HBA]):
+        with pytest.raises(InputError, match=r"pair 0: expected \(query, target\)"):
+            list(protein.align_pairs([bad]))
+    dna = sa.Aligner.load("dna")  # its strands take the same path
+    with pytest.raises(InputError, match=r"pair 0: expected \(query_id, query, target_id, target\)"):
+        list(dna.align_many([("a", "ACGTACGT", "ACGTACGT")]))
+
+
+def test_ids_must_be_strings_and_weights_finite(protein):
+    for qid in (None, 5, ""):
+        with pytest.raises(InputError, match=r"query_id=.* must be a non-empty string"):
+            protein.align(HBA, HBB, query_id=qid)
+    with pytest.raises(InputError, match="gap_weight=nan must be a finite number >= 0"):
+        sa.Aligner.load(gap_weight=float("nan"))
+    for workers in (1.5, True, "2", 0):
+        with pytest.raises(InputError, match=r"workers=.* must be a whole number >= 1"):
+            sa.Aligner.load(workers=workers)
+    assert sa.Aligner.load(workers=np.int64(2)).workers == 2
+
+
+def test_nucleotides_against_protein_on_a_protein_model_say_so_once(caplog):
+    aligner = sa.Aligner.load()
+    gene = "ATGGCTAGCAAAGGAGAAGAACTTTTCACTGGAGTTGTCCCAATTCTTGTTGAATTAGATGGTGATG"
+    with caplog.at_level(logging.WARNING, logger="sinkalign.align.aligner"):
+        aligner.align(gene, HBA)
+        aligner.align(HBB, gene)
+        aligner.align("GAGA", HBA)  # a short peptide may look like nucleotides: not said
+    said = [r.getMessage() for r in caplog.records if "looks like nucleotides" in r.getMessage()]
+    assert len(said) == 1 and "the query looks like nucleotides and the target like protein" in said[0]
+
+
+def test_read_fasta_takes_a_path(tmp_path):
+    import io
+
+    with pytest.raises(InputError, match="read_fasta takes the path of a FASTA file .* not StringIO"):
+        list(sa.read_fasta(io.StringIO(">a\nMKV\n")))

@@ -359,6 +359,7 @@ def test_writers_carry_the_evalue(tmp_path):
     assert rows[0][-2:] == ["evalue", "strand"] and rows[1][-2:] == ["1.23e-07", "+"] and rows[2][-2] == "NA"
     objs = [json.loads(line) for line in out["json"].splitlines()]
     assert objs[0]["evalue"] == 1.234e-7 and objs[1]["evalue"] is None
+    assert objs[0]["log_evalue"] == np.log(1.234e-7) and objs[1]["log_evalue"] is None
     assert ">q1 aligned_to=t1 score=3 evalue=1.23e-07" in out["fasta"] and ">q2 aligned_to=t2 score=2\n" in out["fasta"]
     assert "#=GF CC   score=3 evalue=1.23e-07" in out["stockholm"]
     import pysam
@@ -753,6 +754,10 @@ def test_evalues_below_float64_keep_their_order_and_their_figures(tmp_path):
     row = dict(zip(header.split("\t"), line.split("\t")))
     assert row["target"] == "t_exact"
     assert row["evalue"] == format_evalue(0.0, got["t_exact"].log_evalue + np.log(1000.0))
+    r = CliRunner().invoke(cli, ["align", str(q), str(t), "--strand", "plus", "--format", "json", "--no-progress"])
+    objs = [json.loads(line) for line in r.output.splitlines()]
+    assert [o["evalue"] for o in objs] == [0.0] * 3
+    assert [o["log_evalue"] for o in objs] == [got[o["target_id"]].log_evalue for o in objs]
 
 
 @pytest.mark.parametrize(("evalue", "log", "spec", "text"), [

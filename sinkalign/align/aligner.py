@@ -30,6 +30,7 @@ import functools
 import logging
 import math
 import multiprocessing
+import numbers
 import os
 import threading
 import weakref
@@ -59,14 +60,31 @@ __all__ = ["AlignedPair", "Aligner", "ENGINES", "PairResult", "SHIPPED_MODELS", 
 log = logging.getLogger(__name__)
 
 
-def _as_text(item, alphabet: str):
+class _Malformed:
+    """What stands for the sequences of an item that is not a pair: :meth:`Aligner._check`
+    refuses it with ``message``, in its turn (after the results of the pairs before it)."""
+
+    def __init__(self, message: str):
+        self.message = message
+
+
+def _malformed(k: int, what: str, item) -> tuple:
+    shown = repr(item) if len(repr(item)) <= 60 else f"{repr(item)[:57]}..."
+    bad = _Malformed(f"pair {k}: expected {what}, got {type(item).__name__} {shown}")
+    return f"pair {k}", bad, f"pair {k}", bad
+
+
+def _as_text(item, alphabet: str, k: int):
     """A pair ``(query_id, query, target_id, target)`` with ``bytes`` and Biopython ``Seq``
     sequences as ``str`` and a protein's one trailing stop ``*`` dropped (as the FASTA reader
-    drops it); anything else as given, for :meth:`Aligner._check` to refuse in turn."""
+    drops it); anything else as given, for :meth:`Aligner._check` to refuse in turn (an item
+    that is no 4-tuple as :class:`_Malformed`, naming it as the ``k``-th)."""
+    if isinstance(item, (str, bytes)):
+        return _malformed(k, "(query_id, query, target_id, target)", item)
     try:
         qid, q, tid, t = item
     except (TypeError, ValueError):
-        return item
+        return _malformed(k, "(query_id, query, target_id, target)", item)
     out = []
     for seq in (q, t):
         if isinstance(seq, bytes):
@@ -338,8 +356,8 @@ class Aligner:
         self.params = params
         self.backend = backend
         self.gap_weight = config.decode_gap_weight if gap_weight is None else float(gap_weight)
-        if self.gap_weight < 0:
-            raise InputError(f"gap_weight={self.gap_weight} must be >= 0")
+        if not math.isfinite(self.gap_weight) or self.gap_weight < 0:
+            raise InputError(f"gap_weight={self.gap_weight} must be a finite number >= 0")
         self.identity_weight = (config.decode_identity_weight if identity_weight is None
                                 else float(identity_weight))
         if not math.isfinite(self.identity_weight) or self.identity_weight < 0:
@@ -358,9 +376,11 @@ class Aligner:
                              "(fit one with `sinkalign calibrate`)")
         self.strand = self._resolve_strand(strand)
         self._warned_dna = False  # a protein model given nucleotides: said once
+        self._warned_mixed = False  # ... given nucleotides against protein: said once
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, numbers.Integral)
+                                    or workers < 1):
+            raise InputError(f"workers={workers!r} must be a whole number >= 1")
         self.workers = default_workers() if workers is None else int(workers)
-        if self.workers < 1:
-            raise InputError(f"workers={self.workers} must be >= 1")
         if processes is not None and (isinstance(processes, bool) or int(processes) != processes or processes < 0):
             raise InputError(f"processes={processes!r} must be a whole number >= 0")
         self.processes = int(processes or 0)
@@ -472,7 +492,7 @@ class Aligner:
         if batch_size < 1:
             raise InputError(f"{batch_size=} must be >= 1")
         strand = self.strand if strand is None else self._resolve_strand(strand)
-        pairs = (_as_text(item, self.config.alphabet) for item in pairs)  # checked, pair by pair, in _check
+        pairs = (_as_text(item, self.config.alphabet, k) for k, item in enumerate(pairs))  # checked in _check
 
         def aligned(stream):
             if self.config.symmetric:
@@ -579,8 +599,15 @@ class Aligner:
             raise InputError(f"pair {k}: the {side} must be a record with .id and .seq, an (id, seq) tuple or a "
                              f"sequence string, got {type(rec).__name__}")
 
-        return self.align_many(((*fields(q, k, "query"), *fields(t, k, "target")) for k, (q, t) in enumerate(pairs)),
-                               batch_size=batch_size, keep_plan=keep_plan, strand=strand)
+        def items():
+            for k, pair in enumerate(pairs):
+                if isinstance(pair, (str, bytes)) or not hasattr(pair, "__len__") or len(pair) != 2:
+                    yield _malformed(k, "(query, target): two records, (id, seq) tuples or sequences", pair)
+                else:
+                    q, t = pair
+                    yield (*fields(q, k, "query"), *fields(t, k, "target"))
+
+        return self.align_many(items(), batch_size=batch_size, keep_plan=keep_plan, strand=strand)
 
     # ---------------------------------------------------------------- shared pieces
     def _resolve_strand(self, strand: str | None) -> str:
@@ -598,6 +625,11 @@ class Aligner:
 
     def _check(self, item) -> None:
         qid, q, tid, t = item
+        if isinstance(q, _Malformed):
+            raise InputError(q.message)
+        for side, value in (("query_id", qid), ("target_id", tid)):
+            if not isinstance(value, str) or not value:
+                raise InputError(f"pair {qid!r} / {tid!r}: {side}={value!r} must be a non-empty string")
         for side, seq in (("query", q), ("target", t)):
             if not isinstance(seq, str):
                 raise InputError(f"pair {qid} / {tid}: the {side} is of type {type(seq).__name__}, not a sequence (give a "
@@ -612,11 +644,18 @@ class Aligner:
                 raise AlphabetError(f"pair {qid} / {tid}: the {side} has {seq[k]!r} at position {k} (0-based), no "
                                     "nucleotide code: the DNA model aligns nucleotides (a protein takes a protein "
                                     "model: Aligner.load() or 'blosum')")
-        if self.config.alphabet == "protein" and not self._warned_dna and \
-                detect_alphabet(q) == "dna" and detect_alphabet(t) == "dna":
-            self._warned_dna = True
-            log.warning("pair %s / %s: both sequences are nucleotides, and this is a protein model: "
-                        "Aligner.load('dna') aligns DNA (said once per aligner)", qid, tid)
+        if self.config.alphabet == "protein" and not (self._warned_dna and self._warned_mixed):
+            kinds = (detect_alphabet(q), detect_alphabet(t))
+            if kinds == ("dna", "dna") and not self._warned_dna:
+                self._warned_dna = True
+                log.warning("pair %s / %s: both sequences are nucleotides, and this is a protein model: "
+                            "Aligner.load('dna') aligns DNA (said once per aligner)", qid, tid)
+            elif "dna" in kinds and "protein" in kinds and not self._warned_mixed \
+                    and len(q if kinds[0] == "dna" else t) >= 30:  # a short peptide may look like nucleotides
+                self._warned_mixed = True
+                log.warning("pair %s / %s: the %s looks like nucleotides and the %s like protein: aligned as two "
+                            "proteins (translate the nucleotides first; said once per aligner)", qid, tid,
+                            *(("query", "target") if kinds[0] == "dna" else ("target", "query")))
         longest = max(len(q), len(t))
         if longest > MAX_LENGTH:
             raise InputError(f"pair {qid} / {tid}: a sequence of {longest} residues is longer than "

@@ -326,6 +326,9 @@ def read_fasta(
     """
     if alphabet not in ALPHABETS:
         raise ValueError(f"alphabet={alphabet!r} is not one of {ALPHABETS}")
+    if not isinstance(path, (str, os.PathLike)):
+        raise InputError(f"read_fasta takes the path of a FASTA file (str or os.PathLike), not "
+                         f"{type(path).__name__}; an open handle reads with Bio.SeqIO.parse(handle, 'fasta')")
     path = Path(path)
     if not path.is_file():
         raise MissingFileError(f"{path}: no such FASTA file")

@@ -442,7 +442,8 @@ def _maf_to(records: Iterable[_Record], handle: IO[str]) -> int:
 def _json_object(rec: _Record) -> dict[str, Any]:
     """Keys: index, query_id, target_id, query_length, target_length, score, identity,
     aligned_length, query_start, query_end, target_start, target_end, cigar (local, SAM
-    style; null when empty), mean_posterior, expected_accuracy, evalue (null when unknown), pairs ([[i, j], ...]),
+    style; null when empty), mean_posterior, expected_accuracy, evalue (null when unknown), log_evalue (its natural
+    log, finite where the E-value underflows to 0; null when unknown), pairs ([[i, j], ...]),
     match_posterior (list or null), query_gapped, target_gapped, strand (``+`` or ``-``: on the minus strand
     the spans are on the query as given; pairs, cigar and query_gapped read its reverse complement)."""
     st = stranded_stats(rec.query, rec.target, rec.pairs, rec.strand)
@@ -469,6 +470,7 @@ def _json_object(rec: _Record) -> dict[str, Any]:
         "mean_posterior": num(_mean_posterior(rec)),
         "expected_accuracy": num(post.expected_accuracy) if post is not None else None,
         "evalue": num(rec.evalue),
+        "log_evalue": None if rec.evalue is None else num(evalue_rank(rec.evalue, rec.log_evalue)),
         "pairs": rec.pairs.tolist(),
         "match_posterior": [num(x) for x in post.match_posterior.tolist()] if post is not None else None,
         "query_gapped": qg,
