@@ -524,3 +524,31 @@ def test_sigterm_removes_the_half_written_output(tmp_path):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err.decode()[-2000:]
     assert not list(tmp_path.glob(".out.tsv.*")) and out.read_text() == "mine\n"
+
+
+def test_evaluate_baselines_score_dna_with_ambiguity_codes_and_rna_as_dna(tmp_path):
+    """The classical baselines of `sinkalign evaluate` read a DNA reference as DNA whatever its
+    letters (an IUPAC code made it protein: BLOSUM62 on nucleotides) and RNA's U as T (it
+    failed); the same pairs with a code or as RNA score as the plain DNA does."""
+    from sinkalign.align.evaluate import _baseline_pair, evaluate_sets, load_reference_set
+
+    rng = np.random.default_rng(0)
+    rows = ["".join(rng.choice(list("ACGT"), 60))]
+    for _ in range(3):
+        row = list(rows[0])
+        for k in rng.choice(60, 8, replace=False):
+            row[k] = "ACGT"[("ACGT".index(row[k]) + 1) % 4]
+        rows.append("".join(row[:20]) + "---" + "".join(row[23:]))
+    texts = {"plain": rows, "iupac": [rows[0][:10] + "R" + rows[0][11:]] + rows[1:],
+             "rna": [r.replace("T", "U") for r in rows]}
+    scores = {}
+    for name, rs in texts.items():
+        path = tmp_path / f"{name}.sto"
+        path.write_text("# STOCKHOLM 1.0\n" + "".join(f"s{k} {r}\n" for k, r in enumerate(rs)) + "//\n")
+        pairs = load_reference_set(path)
+        dna, q, t = _baseline_pair(pairs[0])
+        assert dna and set(q + t) <= set("ACGTN")
+        got = evaluate_sets({name: pairs}, methods=("nw",), n_boot=10)["sets"][name]["methods"]["nw"]["micro"]
+        scores[name] = got["f1"]
+    assert scores["rna"] == scores["plain"]
+    assert abs(scores["iupac"] - scores["plain"]) < 0.02  # one letter unknown, not a protein scoring

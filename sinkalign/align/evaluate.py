@@ -86,20 +86,31 @@ def load_reference_set(path: str | Path, *, min_tm: float | None = 0.5, max_pair
     return pairs
 
 
-def _is_dna(pair: ReferencePair) -> bool:
-    return set(pair.query_seq + pair.target_seq) <= set("ACGTUN")
+def _baseline_pair(pair: ReferencePair) -> tuple[bool, str, str]:
+    """``(dna?, query, target)`` as the classical baselines read the pair: its alphabet is its
+    reference's (``meta["alphabet"]``), else told from its residues; RNA's U as T, and letters
+    outside the baselines' alphabet (IUPAC ambiguity codes, X) as the unknown letter, as the
+    aligner's own baselines read them. (Telling DNA by ``ACGTUN`` alone scored a DNA pair with
+    one ambiguity code by BLOSUM62, and RNA failed.)"""
+    from sinkalign.align.calibration import _baseline_letters
+    from sinkalign.io.fasta import detect_alphabet, rna_as_dna
+
+    kind = pair.meta.get("alphabet") or detect_alphabet(pair.query_seq + pair.target_seq)
+    if kind == "dna":
+        return True, _baseline_letters(rna_as_dna(pair.query_seq), "dna"), _baseline_letters(
+            rna_as_dna(pair.target_seq), "dna")
+    return False, _baseline_letters(pair.query_seq, "protein"), _baseline_letters(pair.target_seq, "protein")
 
 
 def _pairhmm_pairs(pair: ReferencePair) -> np.ndarray:
     """The pair-HMM baseline's aligned pairs (:data:`PAIRHMM_PROTEIN` / :data:`PAIRHMM_DNA`)."""
     from sinkalign.align.pairhmm import pairhmm_align
 
-    dna = _is_dna(pair)
+    dna, q, t = _baseline_pair(pair)
     cfg = PAIRHMM_DNA if dna else PAIRHMM_PROTEIN
     make = Scoring.dna if dna else Scoring.protein
     scoring = make(gap_open=cfg["gap_open"], gap_extend=cfg["gap_extend"])
-    return pairhmm_align(pair.query_seq, pair.target_seq, scoring=scoring, lam=cfg["lam"],
-                         threshold=cfg["threshold"]).pairs
+    return pairhmm_align(q, t, scoring=scoring, lam=cfg["lam"], threshold=cfg["threshold"]).pairs
 
 
 def check_reference_alphabet(pairs: Iterable[ReferencePair], alphabet: str, model: str) -> None:
@@ -146,8 +157,8 @@ def evaluate_sets(sets: dict[str, list[ReferencePair]], aligner=None, *, methods
             else:
                 preds = []
                 for p in pairs:
-                    scoring = Scoring.dna() if _is_dna(p) else Scoring.protein()
-                    preds.append(align_pair(p.query_seq, p.target_seq, method, scoring=scoring).pairs)
+                    dna, q, t = _baseline_pair(p)
+                    preds.append(align_pair(q, t, method, scoring=Scoring.dna() if dna else Scoring.protein()).pairs)
             seconds = time.perf_counter() - t0
             scores = [core_pair_scores(pred, p) for pred, p in zip(preds, pairs)]
             per_method[method] = {
