@@ -321,6 +321,7 @@ def format_evalue(evalue: float, log_evalue: float | None = None, spec: str = ".
 
 
 TEXT_WIDTH = 60  # alignment columns per block of the text layout
+TEXT_CONTEXT = 10  # unaligned columns shown beyond the first and the last aligned pair
 _TEXT_NAME = 20  # id letters shown in its blocks (the '#' line has them whole)
 
 
@@ -331,7 +332,10 @@ def format_text(query_id: str, query: str, target_id: str, target: str, alignmen
     figures (score, aligned length, identity, mean confidence, E-value when known), then blocks
     of ``width`` columns: the query row, a match line (``|`` identical, ``.`` substituted), the
     target row, each row with the 1-based numbers of its first and last residue, and, for an
-    :class:`Alignment`, HMMER-style posterior digits (``PP``, :func:`posterior_digits`).
+    :class:`Alignment`, HMMER-style posterior digits (``PP``, :func:`posterior_digits`). Only
+    the aligned region is laid out, with :data:`TEXT_CONTEXT` columns of the unaligned ends each
+    side (a gene in a contig shows the gene, as BLAST shows its hit); a second ``#`` line says
+    which columns when ends are cut.
 
     ``alignment``: an :class:`Alignment` or aligned pairs (:func:`as_pairs`); ``score``
     defaults to ``alignment.score`` where there is one. ``strand="-"``: ``query`` is the
@@ -363,9 +367,16 @@ def format_text(query_id: str, query: str, target_id: str, target: str, alignmen
     pp = None if posterior is None else posterior_digits(posterior)
     names = (query_id[:_TEXT_NAME], target_id[:_TEXT_NAME])
     name_w, num_w = max(2, *map(len, names)), len(str(max(len(query), len(target))))
-    done = [0, 0]  # residues of each sequence before the block
-    for c0 in range(0, len(qrow), width):
-        cols = slice(c0, c0 + width)
+    lo, hi = 0, len(qrow)  # the columns shown: the aligned region and TEXT_CONTEXT columns each side
+    if len(pairs):
+        aligned = [c for c, (a, b) in enumerate(zip(qrow, trow)) if a != "-" and b != "-"]
+        lo, hi = max(0, aligned[0] - TEXT_CONTEXT), min(len(qrow), aligned[-1] + 1 + TEXT_CONTEXT)
+    if (lo, hi) != (0, len(qrow)):
+        out.append(f"# columns {lo + 1}-{hi} of {len(qrow)}: the unaligned ends beyond {TEXT_CONTEXT} columns "
+                   "are not shown\n\n")
+    done = [len(qrow[:lo]) - qrow[:lo].count("-"), len(trow[:lo]) - trow[:lo].count("-")]  # residues before
+    for c0 in range(lo, hi, width):
+        cols = slice(c0, min(c0 + width, hi))
         rows = []
         for k, row in enumerate((qrow, trow)):
             piece = row[cols]

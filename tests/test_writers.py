@@ -219,15 +219,18 @@ def test_json_lines_round_trip(tmp_path, records):
 
 def test_text_shows_the_layout_for_reading_by_eye(tmp_path, records):
     """Each pair: a '#' line with the figures, then blocks of 60 columns whose rows join up to
-    the global layout, 1-based first/last positions per row and block, a match line (|
-    identical, . mismatch, blank at a gap) and, with posteriors, the PP digits."""
-    from sinkalign.alignment import posterior_digits
+    the global layout from TEXT_CONTEXT columns before the first aligned pair to as many after
+    the last (a second '#' line says which when ends are cut), 1-based first/last positions per
+    row and block, a match line (| identical, . mismatch, blank at a gap) and, with posteriors,
+    the PP digits."""
+    from sinkalign.alignment import TEXT_CONTEXT, posterior_digits
 
     path = tmp_path / "out.txt"
     recs = [*records[:3], AlignedPair(*records[3][:5], None, None, 2.5e-4)]
     assert write_alignments(recs, path, "text") == 4
-    pairs_text = [p for p in path.read_text().split("# ") if p.strip()]
+    pairs_text = [p for p in re.split(r"(?m)^# (?=\S+ \(\d+\) vs )", path.read_text()) if p.strip()]
     assert len(pairs_text) == 4
+    assert re.search(r"^# columns 1-32 of \d+:", pairs_text[0], re.M)  # a local hit: its ends cut
     for rec, text in zip(recs, pairs_text):
         head, *blocks = [b for b in text.split("\n\n") if b.strip()]
         pairs = as_pairs(rec)
@@ -235,9 +238,16 @@ def test_text_shows_the_layout_for_reading_by_eye(tmp_path, records):
         assert head.startswith(f"{rec[0]} ({len(rec[1])}) vs {rec[2]} ({len(rec[3])}): ")
         assert f"aligned={len(pairs)} identity={st.n_identical}/{len(pairs)}" in head
         qrow, trow = to_gapped(rec[1], rec[3], pairs)
+        aligned = [c for c, (a, b) in enumerate(zip(qrow, trow)) if "-" not in (a, b)]
+        lo, hi = (max(0, aligned[0] - TEXT_CONTEXT), min(len(qrow), aligned[-1] + 1 + TEXT_CONTEXT)) if aligned \
+            else (0, len(qrow))
+        if (lo, hi) != (0, len(qrow)):
+            assert blocks[0] == f"# columns {lo + 1}-{hi} of {len(qrow)}: the unaligned ends beyond {TEXT_CONTEXT} " \
+                                "columns are not shown"
+            blocks = blocks[1:]
         with_pp = isinstance(rec[4], Alignment)
         got = {"q": "", "m": "", "t": "", "pp": ""}
-        done = [0, 0]
+        done = [len(qrow[:lo]) - qrow[:lo].count("-"), len(trow[:lo]) - trow[:lo].count("-")]
         for block in blocks:
             lines = block.split("\n")
             assert len(lines) == (4 if with_pp else 3)
@@ -255,11 +265,11 @@ def test_text_shows_the_layout_for_reading_by_eye(tmp_path, records):
                 assert lines[3].startswith("PP ")
                 got["pp"] += lines[3][offset:]
             assert width == 60 or block is blocks[-1]
-        assert (got["q"], got["t"]) == (qrow, trow)
+        assert (got["q"], got["t"]) == (qrow[lo:hi], trow[lo:hi])
         assert got["m"] == "".join(" " if "-" in (a, b) else "|" if a.upper() == b.upper() else "."
-                                   for a, b in zip(qrow, trow))
+                                   for a, b in zip(qrow[lo:hi], trow[lo:hi]))
         if with_pp:
-            assert got["pp"] == posterior_digits(rec[4])
+            assert got["pp"] == posterior_digits(rec[4])[lo:hi]
     assert "mean_confidence=" in pairs_text[0] and "score=12.5" in pairs_text[2]
     assert "evalue=0.00025" in pairs_text[3] and "evalue" not in pairs_text[0]
     assert "identity=0/0 mean_confidence=NA" in pairs_text[3]
