@@ -552,3 +552,17 @@ def test_evaluate_baselines_score_dna_with_ambiguity_codes_and_rna_as_dna(tmp_pa
         scores[name] = got["f1"]
     assert scores["rna"] == scores["plain"]
     assert abs(scores["iupac"] - scores["plain"]) < 0.02  # one letter unknown, not a protein scoring
+
+
+def test_evaluate_says_why_a_reference_set_is_empty(tmp_path):
+    from sinkalign.align.evaluate import load_reference_set
+    from sinkalign.errors import InputError
+
+    one = tmp_path / "one.sto"
+    one.write_text("# STOCKHOLM 1.0\nHBB_HUMAN VHLTPEEKSAVTALWGKV\n//\n")
+    with pytest.raises(InputError, match="one.sto: no reference pairs: its alignments hold fewer than two rows each"):
+        load_reference_set(one)
+    low = tmp_path / "low.tsv"
+    low.write_text("a\tb\t0.3\t0.3\t1.0\tMKVL\tMKVL\t" + "1" * 4 + "\n")
+    with pytest.raises(InputError, match=r"low.tsv: no reference pairs: no pair in it reaches --min-tm 0.5"):
+        load_reference_set(low)

@@ -79,7 +79,13 @@ def load_reference_set(path: str | Path, *, min_tm: float | None = 0.5, max_pair
         raise InputError(f"{path}: unknown reference format (expected .sto, .tsv, .msf, .fasta/.a2m, a PIR .ali, "
                          "a bench1.0 aligned FASTA file without suffix, or a shard dir)")
     if not pairs:
-        raise InputError(f"{path}: no reference pairs")
+        if path.is_dir() and (path / "index.json").exists():
+            why = f"its {split!r} split holds no pairs (--split picks another)"
+        elif path.suffix in (".tsv", ".txt"):
+            why = "no pair in it" + (f" reaches --min-tm {min_tm}" if min_tm is not None else "")
+        else:
+            why = "its alignments hold fewer than two rows each: a reference pair needs two"
+        raise InputError(f"{path}: no reference pairs: {why}")
     if max_pairs is not None and len(pairs) > max_pairs:
         keep = np.sort(rng.choice(len(pairs), size=max_pairs, replace=False))
         pairs = [pairs[i] for i in keep]
