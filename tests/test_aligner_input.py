@@ -161,3 +161,43 @@ def test_read_fasta_takes_a_path(tmp_path):
 
     with pytest.raises(InputError, match="read_fasta takes the path of a FASTA file .* not StringIO"):
         list(sa.read_fasta(io.StringIO(">a\nMKV\n")))
+
+
+def test_large_banded_pairs_share_the_processes_cell_budget(monkeypatch):
+    """Banded pairs above AUTO_BAND_CELLS (their dense classical guides) are in work at once only
+    while their residue pairs fit HOST_CELL_BUDGET (a pair alone may exceed it); the results are
+    the same whatever the budget. None: half the memory available, at least MAX_PAIR_CELLS."""
+    import threading
+    import time
+
+    import sinkalign.align.aligner as A
+
+    rng = np.random.default_rng(0)
+    long = "".join(rng.choice(list("ACDEFGHIKLMNPQRSTVWY"), 4000))
+    items = [(f"q{k}", long[400 * k: 400 * k + 300], "t", long) for k in range(4)]  # lopsided: banded
+    assert all(len(q) * len(t) > A.AUTO_BAND_CELLS for _, q, _, t in items)
+    aligner = sa.Aligner.load("blosum", workers=2)
+    inside, most, lock = [0], [0], threading.Lock()
+    solve = A.Aligner._band_solve
+
+    def counted(self, item, keep_plan):
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.05)  # long enough for the other thread to try
+        try:
+            return solve(self, item, keep_plan)
+        finally:
+            with lock:
+                inside[0] -= 1
+
+    monkeypatch.setattr(A.Aligner, "_band_solve", counted)
+    monkeypatch.setattr(A, "HOST_CELL_BUDGET", 300 * 4000)  # one of these pairs at a time
+    one_at_a_time = [p.pairs.tolist() for p in aligner.align_many(items)]
+    assert most[0] == 1
+    monkeypatch.setattr(A, "HOST_CELL_BUDGET", 4 * 300 * 4000)
+    most[0] = 0
+    assert [p.pairs.tolist() for p in aligner.align_many(items)] == one_at_a_time
+    assert most[0] == 2
+    monkeypatch.setattr(A, "HOST_CELL_BUDGET", None)
+    assert A._CellBudget().cap() >= A.MAX_PAIR_CELLS

@@ -128,6 +128,14 @@ BOX_MARGIN = 0.1
 # fitted on box features is the next step. benchmarks/lopsided_pairs.py --compare-features
 BOX_FEATURES = False
 MAX_LENGTH = 131072
+# Residue pairs of banded pairs in work at once in one process: their classical guides are dense
+# (parasail's tracebacks, about 6 bytes a residue pair), so each thread aligning a gene against a
+# long contig holds such a table (1.2 GB for 2 kb against 100 kb), and 16 threads would hold 16.
+# Pairs above AUTO_BAND_CELLS wait while the others in work would take the total past this
+# budget (a pair larger than it runs alone). None: half the memory available when it is first
+# needed at BYTES_PER_CELL (at least MAX_PAIR_CELLS); a number: that many residue pairs.
+HOST_CELL_BUDGET: int | None = None
+BYTES_PER_CELL = 6
 LONG_STEP = 512
 TASK_PAIRS = 16  # pairs per task of the numpy engine (a thread aligns one task at a time)
 TASK_CELLS = 2**22  # and at most this many residue pairs per task (a longer pair goes alone): bounded memory
@@ -709,7 +717,15 @@ class Aligner:
         return *guide_corridor(q, t, radius, guides=guides), f"corridor of +-{radius} residues"
 
     def _band_task(self, item, keep_plan: bool) -> AlignedPair:
-        """One pair on its corridor (:mod:`sinkalign.align.band`)."""
+        """One pair on its corridor (:mod:`sinkalign.align.band`), within the process's
+        :data:`HOST_CELL_BUDGET` of residue pairs in work."""
+        cells = len(item[1]) * len(item[3])
+        if cells <= AUTO_BAND_CELLS:
+            return self._band_solve(item, keep_plan)
+        with _HOST_CELLS.hold(cells):
+            return self._band_solve(item, keep_plan)
+
+    def _band_solve(self, item, keep_plan: bool) -> AlignedPair:
         qid, q, tid, t = item
         if keep_plan and len(q) * len(t) > MAX_CELLS:
             raise InputError(f"pair {qid} / {tid}: its plan (a corridor of {len(q)} x {len(t)} residues) is too large "
@@ -1127,6 +1143,62 @@ class _SingleThreadedBlas:
 
 
 _BLAS_ONE_THREAD = _SingleThreadedBlas()
+
+
+def _available_bytes() -> int | None:
+    """Memory this process may still take: Linux's MemAvailable, less where a cgroup (v2) limit
+    leaves less; ``None`` where neither can be read."""
+    found = []
+    try:
+        with open("/proc/meminfo") as fh:
+            found += [int(line.split()[1]) * 1024 for line in fh if line.startswith("MemAvailable:")]
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            found.append(int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text()))
+    except (OSError, ValueError):
+        pass
+    return min(found) if found else None
+
+
+class _CellBudget:
+    """Residue pairs of large pairs in work at once in this process (:data:`HOST_CELL_BUDGET`,
+    read when a pair asks, so a test or a benchmark may change it; ``None``: worked out once
+    from the memory available): :meth:`hold` waits while the others in work would take the
+    total past it; a pair alone may exceed it."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._used = 0
+        self._auto: int | None = None
+
+    def cap(self) -> int:
+        if HOST_CELL_BUDGET is not None:
+            return HOST_CELL_BUDGET
+        if self._auto is None:
+            free = _available_bytes()
+            self._auto = max(MAX_PAIR_CELLS, (free // 2) // BYTES_PER_CELL if free else 0)
+            log.debug("banded pairs in work at once: up to %d residue pairs", self._auto)
+        return self._auto
+
+    @contextlib.contextmanager
+    def hold(self, cells: int):
+        with self._cond:
+            cap = self.cap()
+            while self._used and self._used + cells > cap:
+                self._cond.wait()
+            self._used += cells
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._used -= cells
+                self._cond.notify_all()
+
+
+_HOST_CELLS = _CellBudget()
 
 
 def _chunks(items: Iterable, size: int, cells: int | None = None) -> Iterator[list]:
