@@ -200,7 +200,7 @@ def test_models_outside_the_engine_name_the_reason_and_fall_back_to_jax():
         assert Aligner(p, config).engine == "jax"
     with pytest.raises(ValueError, match="engine='fast' is not one of"):
         Aligner(params, base, engine="fast")
-    with pytest.raises(ValueError, match="workers=0 must be >= 1"):
+    with pytest.raises(ValueError, match="workers=0 must be a whole number >= 1"):
         Aligner(params, base, workers=0)
     assert MAX_SPREAD < 700  # exp(-MAX_SPREAD) must stay a normal float64
     # any window runs on the engine: triangular ones through the filters, others offset by offset
