@@ -88,3 +88,9 @@ def test_gc_profile_cli_on_a_binary_file_names_it(tmp_path: Path) -> None:
     res = CliRunner().invoke(cli, ["gc-profile", str(path), "-o", str(tmp_path / "out")])
     assert res.exit_code == 1 and "scan.bin: not a text file" in res.output
     assert len(res.output.strip().splitlines()) == 1
+
+
+def test_genome_lm_reads_masked_and_ambiguous_bases_as_n(tmp_path: Path) -> None:
+    path = tmp_path / "g.fa"
+    path.write_text(">g\nACGTXXXXRYacgt\n")
+    assert [r.seq for r in read_genome_records(path)] == ["ACGTNNNNNNACGT"]

@@ -233,3 +233,14 @@ def test_non_ascii_letter_names_its_record_and_position(tmp_path: Path, alphabet
     with pytest.raises(SequenceFormatError, match=r"record 'b' \(#2\): non-ASCII character 'Ä' at position 4") as err:
         list(read_fasta(f, alphabet=alphabet))
     assert (err.value.record_id, err.value.record_number, err.value.position) == ("b", 2, 4)
+
+
+def test_x_masked_dna_is_dna(tmp_path: Path) -> None:
+    """Runs of X in nucleotides (RepeatMasker -x masking) are masked bases: the record is DNA
+    and X an ambiguous letter, which the models read as N; a protein stays protein."""
+    path = _write(tmp_path / "x.fa", ">masked\nACGTACGGATCCXXXXXXXXXXACGTTAGCATCGATCGA\n>prot\nMKVLXXLEFPQ\n")
+    got = {s.id: s.alphabet for s in read_fasta(path, "auto")}
+    assert got == {"masked": "dna", "prot": "protein"}
+    assert [s.seq for s in read_fasta(path, "auto")][0].count("X") == 10
+    with pytest.raises(SequenceFormatError, match="'X'"):
+        list(read_fasta(path, "dna", allow_ambiguous=False))

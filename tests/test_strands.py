@@ -238,3 +238,19 @@ def test_cli_strand_option(tmp_path, seqs):
     np.testing.assert_allclose(plan, expect.astype(np.float32))
     r = CliRunner().invoke(cli, ["align", str(tmp_path / "p.fa"), str(tmp_path / "p.fa"), "--strand", "minus"])
     assert r.exit_code == 1 and "--strand minus: strands are for nucleotide sequences" in r.output
+
+
+def test_x_masked_dna_aligns_with_the_dna_model(tmp_path):
+    """`sinkalign align` on X-masked DNA (RepeatMasker -x): the DNA model, X read as N (it was
+    'DNA against protein', and --model dna then refused the X)."""
+    from click.testing import CliRunner
+
+    from sinkalign.cli.main import cli
+
+    (tmp_path / "q.fa").write_text(">xm\nACGTACGGATCCXXXXXXXXXXACGTTAGCATCGATCGA\n")
+    (tmp_path / "t.fa").write_text(">t\nACGTACGGATCCAAGGTTCCAAACGTTAGCATCGATCGA\n")
+    r = CliRunner().invoke(cli, ["align", str(tmp_path / "q.fa"), str(tmp_path / "t.fa"), "--strand", "plus",
+                                 "--no-progress"])
+    assert r.exit_code == 0, r.output
+    header, row = r.output.splitlines()
+    assert dict(zip(header.split("\t"), row.split("\t")))["cigar"] == "39M"

@@ -72,8 +72,9 @@ ALPHABETS = ("protein", "dna", "auto")
 #: Standard letters per alphabet.
 STANDARD = {"protein": frozenset("ACDEFGHIKLMNPQRSTVWY"), "dna": frozenset("ACGTU")}
 #: Letters accepted only with ``allow_ambiguous=True``.
-AMBIGUOUS = {"protein": frozenset("XBZJUO"), "dna": frozenset("NRYSWKMBDHV")}
-# U (selenocysteine) is listed as non-standard for protein; for DNA it is standard.
+AMBIGUOUS = {"protein": frozenset("XBZJUO"), "dna": frozenset("NRYSWKMBDHVX")}
+# U (selenocysteine) is listed as non-standard for protein; for DNA it is standard. X in DNA is a
+# masked base (RepeatMasker -x, some assemblers): read as N by the models.
 #: Every nucleotide code, IUPAC's ambiguous ones included: what a DNA model can encode.
 NUCLEOTIDE_CODES = STANDARD["dna"] | AMBIGUOUS["dna"]
 _CORE_NUCLEOTIDES = frozenset("ACGTUN")

@@ -47,7 +47,7 @@ logger = logging.getLogger(__name__)
 ALPHABET = "ACGTN"
 
 # IUPAC ambiguity codes (besides N) that read_genome maps to N.
-_IUPAC_AMBIGUOUS = "RYSWKMBDHV"
+_IUPAC_AMBIGUOUS = "RYSWKMBDHVX"  # and X: a masked base (RepeatMasker -x)
 _TO_N = str.maketrans({c: "N" for c in _IUPAC_AMBIGUOUS})
 _INVALID = re.compile(r"[^ACGTN]")
 
@@ -89,7 +89,8 @@ def _first_line_is_a_header(handle, path: Path) -> None:
 def read_genome_records(path: str | os.PathLike) -> list[GenomeRecord]:
     """Read every record of a FASTA file (plain or gzip), validated, in file order.
 
-    Sequences are uppercased; the IUPAC ambiguity codes ``RYSWKMBDHV`` become ``N``.
+    Sequences are uppercased; the IUPAC ambiguity codes ``RYSWKMBDHV`` and a masked base ``X``
+    become ``N``.
     Any other character (gap ``-``, stop ``*``, ``U``, digits, ...) raises ``ValueError``
     naming the file, the record and the 0-based position in that record.
 
