@@ -628,3 +628,11 @@ def test_manifest_checksums(shared_data: Path) -> None:
     for path, size, sha in rows:
         data = (shared_data / path).read_bytes()
         assert (len(data), hashlib.sha256(data).hexdigest()) == (int(size), sha), path
+
+
+def test_the_embedder_reads_as_its_name_and_options():
+    from sinkalign.cli.shards import _embedder_label
+
+    assert _embedder_label('{"name": "builtin", "dim": 53, "version": 1}') == "builtin (dim=53, version=1)"
+    assert _embedder_label('{"name": "esm2"}') == "esm2"
+    assert _embedder_label("esm2_t6_8M") == "esm2_t6_8M"  # an older index: the name alone

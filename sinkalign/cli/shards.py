@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
@@ -156,7 +157,8 @@ def info(directory: Path, families: bool, verify: bool) -> None:
             )
         console.print(fam_table)
     emb = summary["embeddings"]
-    console.print(f"embeddings: {emb['name']} (D={emb['dim']}, {emb['dtype']})" if emb else "embeddings: none")
+    console.print(f"embeddings: {_embedder_label(emb['name'])} (D={emb['dim']}, {emb['dtype']})" if emb
+                  else "embeddings: none")
     for fam, why in summary["skipped_families"].items():
         console.print(f"skipped family {fam}: {why}")
     if checked is not None:
@@ -181,3 +183,17 @@ def embed(directory: Path, embedder: str, esm_model: str, esm_weights: Path | No
     index = embed_shards(directory, get_embedder(embedder, **options), dtype=dtype, overwrite=overwrite,
                          progress=show_progress(progress))
     click.echo(f"embedded {directory} ({index['embeddings']['dim']}-dim, {dtype})")
+
+
+def _embedder_label(name: str) -> str:
+    """The embedder as a person reads it: its name and options (``esm2 (layer=33)``), where the
+    index keeps its JSON spec."""
+    try:
+        spec = json.loads(name)
+    except (TypeError, ValueError):
+        return str(name)
+    if not isinstance(spec, dict):
+        return str(name)
+    label = str(spec.get("name", "embedder"))
+    options = ", ".join(f"{k}={v}" for k, v in spec.items() if k != "name")
+    return f"{label} ({options})" if options else label
