@@ -332,10 +332,10 @@ def test_cli_missing_and_invalid_inputs(tmp_path, monkeypatch):
     _write_inputs(np.random.default_rng(7))
     res = runner.invoke(cli, ["gc-profile", "genome.fa"])
     assert res.exit_code == 2 and "Missing option '-o' / '--out-dir'" in res.output
-    Path("bad.fa").write_text(">r1\nACGT\n>r2\nACGTACXT\n")
+    Path("bad.fa").write_text(">r1\nACGT\n>r2\nACGTACET\n")
     res = runner.invoke(cli, ["gc-profile", "bad.fa", "-o", "out"])
     assert res.exit_code == 1
-    assert "bad.fa: record 'r2' has invalid character 'X' at 0-based position 6" in res.output
+    assert "bad.fa: record 'r2' has invalid character 'E' at 0-based position 6" in res.output
     Path("gen_bad.fa").write_text(">g chrom=chr9 start=0\n" + "A" * 100 + "\n")
     res = runner.invoke(cli, ["gc-profile", "genome.fa", "--overlay", "gen_bad.fa", "-o", "out"])
     assert res.exit_code == 1

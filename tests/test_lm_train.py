@@ -272,8 +272,8 @@ def test_ddp_two_cpu_processes(fasta, tmp_path):
 
 def test_bad_data_errors(tmp_path):
     bad = tmp_path / "bad.fa"
-    bad.write_text(">r1\nACGTACGTXACGT\n")
-    with pytest.raises(ValueError, match=r"bad.fa: record 'r1' has invalid character 'X' at 0-based position 8"):
+    bad.write_text(">r1\nACGTACGTEACGT\n")
+    with pytest.raises(ValueError, match=r"bad.fa: record 'r1' has invalid character 'E' at 0-based position 8"):
         train_lm(_config(bad, tmp_path / "o"))
     short = tmp_path / "short.fa"
     short.write_text(">r1\n" + "ACGT" * 5 + "\n")
