@@ -86,7 +86,8 @@ def _operator(case: Case, qm, km, la, lb, impl, **kw):
                          backward="autodiff" if impl == "reference" else "one_reference", backend=impl)
 
     def fn(xs):
-        q, k, v, qv, kv, la_, lb_ = core.prepare(xs["q"], xs["k"], xs["v"], qm, km, la, lb, band=case.band)
+        q, k, v, qv, kv, la_, lb_ = core.prepare(xs["q"], xs["k"], xs["v"], qm, km, xs.get("la", la),
+                                                 xs.get("lb", lb), band=case.band)
         q, k, v = (t.astype(xs["q"].dtype) for t in (q, k, v))  # keep bfloat16 tiles bfloat16
         support = Support.single(case.lq, case.lk, case.band, cfg.block)
         if impl == "reference":
@@ -119,9 +120,12 @@ class KernelSuite:
     def check_float32(self, case):
         x, g, qm, km, la, lb = make_inputs(case)
         core.prepare(x["q"], x["k"], x["v"], qm, km, la, lb, band=case.band)  # the case is a valid problem
+        names = ("O", "dq", "dk", "dv")
+        if case.marginals:  # the log marginals' gradients too (they were None: zeros)
+            x, names = {**x, "la": la, "lb": lb}, names + ("dla", "dlb")
         ref = _value_and_grads(_operator(case, qm, km, la, lb, "reference"), x, g, jnp.float64)
         got = self.kernel(case, x, g, qm, km, la, lb)
-        for name in ("O", "dq", "dk", "dv"):
+        for name in names:
             scale = max(1.0, float(np.abs(ref[name]).max()))
             err = _max_err(got[name], ref[name])
             assert err <= tolerances(jnp.float32)["abs"] * scale, f"{case.name} {name}: {err:.3e}"

@@ -299,7 +299,19 @@ def _tail_op_bwd(support, cfg, res, g):
     q, k, v, q_valid, k_valid, log_a, log_b, us, vs = res
     prob = _problem(support, q_valid, k_valid, log_a, log_b, q.dtype)
     adj = _adjoint(q, k, v, prob, us, vs, g, support, cfg, cfg.backward)
-    return adj.dq, adj.dk, adj.dv, None, None, None, None
+    d_log_a, d_log_b = marginal_cotangents(adj, prob.row_active, prob.col_active)
+    return adj.dq, adj.dk, adj.dv, None, None, d_log_a.astype(log_a.dtype), d_log_b.astype(log_b.dtype)
+
+
+def marginal_cotangents(adj: TailAdjoint, row_active, col_active):
+    """``(d log_a, d log_b)`` of the surrogate from the tail duals' cotangents: each tail row
+    step is ``u^(t) = log a - LSE(...)`` on the active rows (column steps likewise with
+    ``log b``), so ``d log_a = sum_{t=1..R} u_bar[t]`` and ``d log_b = sum_{t=1..R} v_bar[t]``;
+    the stopped base takes none (R = 0: zeros)."""
+    zero_a, zero_b = jnp.zeros_like(adj.u_bar[0]), jnp.zeros_like(adj.v_bar[0])
+    d_a = sum(adj.u_bar[1:], zero_a)
+    d_b = sum(adj.v_bar[1:], zero_b)
+    return jnp.where(row_active, d_a, 0.0), jnp.where(col_active, d_b, 0.0)
 
 
 _tail_op.defvjp(_tail_op_fwd, _tail_op_bwd)
@@ -315,7 +327,7 @@ def _tail_operator_jit(q, k, v, q_valid, k_valid, log_a, log_b, support, cfg):
 def tail_operator(q, k, v, q_valid, k_valid, log_a, log_b, support: Support, cfg: SinkhornConfig):
     """O = P^(R,R) V on an explicit support (inputs already validated; see :func:`prepare`).
 
-    Differentiable in q, k, v with the backward selected by ``cfg.backward``.
+    Differentiable in q, k, v and the log marginals with the backward selected by ``cfg.backward``.
     """
     if cfg.backend != "reference":
         return tail_operator_for(cfg.backend)(q, k, v, q_valid, k_valid, log_a, log_b, support, cfg)

@@ -83,18 +83,19 @@ def _case_inputs(case: ExactnessCase, dtype, seed: int = 0):
         qm[0, -case.pad_q :] = False
     if case.pad_k:
         km[1, -case.pad_k :] = False
-    la = lb = None
-    if case.marginals:
-        la = rng.uniform(-0.5, 0.5, size=(b, 1, case.lq))
-        lb = rng.uniform(-0.5, 0.5, size=(b, 1, case.lk))
+    if case.marginals:  # differentiated too: "la", "lb" among the inputs
+        x["la"] = rng.uniform(-0.5, 0.5, size=(b, 1, case.lq))
+        x["lb"] = rng.uniform(-0.5, 0.5, size=(b, 1, case.lk))
     cast = lambda a: None if a is None else jnp.asarray(a, dtype)  # noqa: E731
-    return {k_: cast(v_) for k_, v_ in x.items()}, cast(g), qm, km, cast(la), cast(lb)
+    x = {k_: cast(v_) for k_, v_ in x.items()}
+    return x, cast(g), qm, km, x.get("la"), x.get("lb")
 
 
 def _loss_fn(case: ExactnessCase, cfg: SinkhornConfig, qm, km, la, lb):
     def loss(x, g):
         if case.dustbin is None:
-            qq, kk, vv, qv, kv, la_, lb_ = core.prepare(x["q"], x["k"], x["v"], qm, km, la, lb, band=cfg.band)
+            qq, kk, vv, qv, kv, la_, lb_ = core.prepare(x["q"], x["k"], x["v"], qm, km, x.get("la", la),
+                                                        x.get("lb", lb), band=cfg.band)
             support = Support.single(case.lq, case.lk, cfg.band, cfg.block)
             out = core.tail_operator(qq, kk, vv, qv, kv, la_, lb_, support, cfg)
         else:
@@ -112,8 +113,9 @@ def exactness(dtype: str = "float64", *, cases=EXACTNESS_CASES, depths=(1, 2, 4)
     """Every backward mode against ``autodiff`` of the same centered surrogate.
 
     For each case and depth R, the loss <O, G> is differentiated w.r.t. q, k, v (and the
-    dustbin tokens) by ``autodiff`` and by each custom mode; the deviation is the max
-    absolute difference over all gradient entries (and the forward outputs).
+    dustbin tokens, and the log marginals of a case with marginals) by ``autodiff`` and by
+    each custom mode; the deviation is the max absolute difference over all gradient entries
+    (and the forward outputs).
     """
     dt = _dtype(dtype)
     rows = []
@@ -130,11 +132,13 @@ def exactness(dtype: str = "float64", *, cases=EXACTNESS_CASES, depths=(1, 2, 4)
                 t0 = time.perf_counter()
                 (_, out), grads = _loss_fn(case, base.replace(backward=mode), qm, km, la, lb)(x, g)
                 devs = {name: float(jnp.abs(grads[name] - grad_ref[name]).max()) for name in grads}
-                used = ("q", "k", "v") + (("qd", "kd", "vd") if case.dustbin else ())
+                used = ("q", "k", "v") + (("qd", "kd", "vd") if case.dustbin else ()) + (
+                    ("la", "lb") if case.marginals else ())
                 row = {
                     "case": case.name, "R": r, "mode": mode,
                     "dq": devs["q"], "dk": devs["k"], "dv": devs["v"],
                     "d_dustbin": max(devs[n] for n in ("qd", "kd", "vd")) if case.dustbin else None,
+                    "d_marginals": max(devs["la"], devs["lb"]) if case.marginals else None,
                     "forward": float(jnp.abs(out - out_ref).max()),
                     "max_abs_deviation": max(devs[n] for n in used),
                     "grad_scale": scale,

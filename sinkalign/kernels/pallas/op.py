@@ -384,7 +384,11 @@ def _backward(st: _Static, q, k, v, qv, kv, la, lb, duals, g):
         sbar = P * (Z - t.c(w2) - t.c(beta) * t.r(x2) - t.r(alpha) * t.c(c3) - t.c(delta) * t.r(x1))
         d_q = d_q + _place(jnp.einsum("hij,hjd->hid", sbar, t.ks, precision=_HI) * main.ln.scale, t.p.r0, lq)
         d_k = d_k + _place(jnp.einsum("hij,hid->hjd", sbar, t.qs, precision=_HI) * main.ln.scale, t.p.c0, lk)
-    return d_q.astype(q.dtype), d_k.astype(k.dtype), d_v.astype(v.dtype)
+    # the log marginals: each tail step adds log a (log b) to its duals on the active rows (columns)
+    d_la = jnp.where(row_active, ubar1 + ubar2, 0.0)
+    d_lb = jnp.where(col_active, g_v - beta * pt_x2, 0.0)
+    return (d_q.astype(q.dtype), d_k.astype(k.dtype), d_v.astype(v.dtype), d_la.astype(la.dtype),
+            d_lb.astype(lb.dtype))
 
 
 # --------------------------------------------------------------------------- custom_vjp
@@ -405,8 +409,8 @@ def _op_fwd(q, k, v, qv, kv, la, lb, st):
 
 def _op_bwd(st, res, g):
     q, k, v, qv, kv, la, lb, duals = res
-    dq, dk, dv = _backward(st, q, k, v, qv, kv, la, lb, duals, g)
-    return dq, dk, dv, None, None, None, None
+    dq, dk, dv, dla, dlb = _backward(st, q, k, v, qv, kv, la, lb, duals, g)
+    return dq, dk, dv, None, None, dla, dlb
 
 
 _op.defvjp(_op_fwd, _op_bwd)
@@ -498,7 +502,7 @@ def tail_operator(q, k, v, q_valid, k_valid, log_a, log_b, support: Support, cfg
             GPU, as three (``tf32x3``, close to float32 and several times faster) or one
             (``tf32``, about 1e-3 relative) TF32 tensor-core passes. Half types ignore it.
 
-    Returns O [..., Lq, dv] in v's dtype. Differentiable in q, k, v (not in masks or marginals).
+    Returns O [..., Lq, dv] in v's dtype. Differentiable in q, k, v and the log marginals (not in masks).
     Inputs are expected validated (see :func:`sinkalign.sinkhorn.core.prepare`); shapes,
     dtypes and the configuration are checked here, before any tracing.
     """

@@ -329,7 +329,17 @@ class _SinkhornTail2(torch.autograd.Function):
                 t.add_rows(_flat(dq), sbar * lc.scale, t.ks)
                 t.add_cols(_flat(dk), sbar * lc.scale, t.qs)
             dq, dk, dv = dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
-        return dq, dk, dv, None, None, None, None, None, None, None
+        d_log_a = d_log_b = None
+        if ctx.needs_input_grad[5] or ctx.needs_input_grad[6]:
+            # each tail step adds log a (log b) to its duals on the active rows (columns): the
+            # marginals' cotangents are those of u1 + u2 (v1 + v2), summed over the heads
+            row_bh = row_on.repeat_interleave(lc.H, dim=0)
+            ubar1 = torch.where(row_bh, x1 * torch.exp(log_a).repeat_interleave(lc.H, dim=0), 0.0)  # x1 = ubar1 / a
+            col_bh = col_on.repeat_interleave(lc.H, dim=0)
+            d_log_a = torch.where(row_bh, ubar1 + ubar2, 0.0).view(-1, lc.H, ubar2.shape[-1]).sum(1)
+            d_log_b = torch.where(col_bh, g_v - beta * p_t_x2, 0.0).view(-1, lc.H, g_v.shape[-1]).sum(1)
+            d_log_a, d_log_b = d_log_a.to(log_a.dtype), d_log_b.to(log_b.dtype)
+        return dq, dk, dv, None, None, d_log_a, d_log_b, None, None, None
 
 
 _UNSET = object()  # a keyword not passed: its value comes from the config (or the config's default)
@@ -435,7 +445,7 @@ def sinkhorn_attention_triton(q, k, v, *, q_mask=None, k_mask=None, log_a=None, 
 
     Returns:
         O = P^(2,2) V [B, H, Lq, dv] in v's dtype; rows of padded queries are 0.
-        Differentiable in q, k, v (not in masks or marginals).
+        Differentiable in q, k, v and the log marginals (not in masks).
 
     Raises:
         ValueError: before any kernel launch, on bad shapes, dtypes, devices, eps, band,
