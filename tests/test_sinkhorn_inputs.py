@@ -88,6 +88,7 @@ def test_empty_row_is_fine_when_the_query_is_masked():
         ((np.zeros(3), np.zeros(4)), r"q_dustbin must have last dimension 4, got shape \(3,\)"),
         ((np.zeros(4), np.full(4, np.nan)), "k_dustbin has a non-finite value"),
         ((np.zeros((3, 4)), np.zeros(4)), r"q_dustbin of shape \(3, 4\) does not broadcast to \(2, 4\)"),
+        ((np.zeros(4), np.zeros(4), np.full(V.shape[-1], np.inf)), "v_dustbin has a non-finite value"),
     ],
 )
 def test_dustbin_token_errors(tokens, message):

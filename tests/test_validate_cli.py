@@ -32,7 +32,8 @@ def test_validate_orbit_json(tmp_path):
 
 def test_validate_rejects_bad_options():
     runner = CliRunner()
-    assert runner.invoke(cli, ["validate", "certificate", "--tau", "0"]).exit_code == 2
+    for tau in ("0", "nan", "inf"):  # NaN compared false with every bound and certified nothing
+        assert runner.invoke(cli, ["validate", "certificate", "--tau", tau]).exit_code == 2
     bad = runner.invoke(cli, ["validate", "exactness", "--dtype", "float16"])
     assert bad.exit_code == 2 and "float16" in bad.output
     assert runner.invoke(cli, ["validate", "tail-depth", "--qk-std", "0"]).exit_code == 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import click
@@ -137,8 +138,8 @@ def tail_depth(dtype: str, json_path: Path | None, qk_std: float) -> None:
 @click.option("--tau", type=float, default=1e-5, show_default=True, help="Certified-depth tolerance (max-abs).")
 def certificate(dtype: str, json_path: Path | None, qk_std: float, tau: float) -> None:
     """A-posteriori bias certificate residual and certified depth (L=128, d=8, T=15, W=128)."""
-    if tau <= 0:
-        raise click.BadParameter(f"{tau=} must be positive", param_hint="--tau")
+    if not (math.isfinite(tau) and tau > 0):
+        raise click.BadParameter(f"{tau=} must be a finite positive number", param_hint="--tau")
     _enable_x64()
     from sinkalign.sinkhorn import validation
 

@@ -8,6 +8,7 @@ the balanced and the dustbin-augmented problems.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import jax
@@ -172,8 +173,8 @@ class TailDepthSelection(NamedTuple):
 
 def select_tail_depth(q, k, v, q_valid, k_valid, log_a, log_b, g, support, cfg, *, tau=1e-5, r_max=4):
     """First R in 0..r_max with ||D_x z_T^T eta_R||_max <= tau (Corollary 2)."""
-    if tau <= 0:
-        raise ValueError(f"{tau=} must be positive")
+    if not (math.isfinite(tau) and tau > 0):
+        raise ValueError(f"{tau=} must be a finite positive number")
     if r_max < 0:
         raise ValueError(f"{r_max=} must be >= 0")
     norms, depth = {}, None

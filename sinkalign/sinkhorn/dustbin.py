@@ -87,6 +87,7 @@ def augment(
     vd = _token(jnp.zeros((dv,), dtype) if v_dustbin is None else v_dustbin, batch, dv, "v_dustbin", dtype)
     core._check_finite("q_dustbin", qd)
     core._check_finite("k_dustbin", kd)
+    core._check_finite("v_dustbin", vd)
     true1 = jnp.ones(batch + (1,), bool)
 
     if db.variant == "paper":
