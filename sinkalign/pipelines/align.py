@@ -42,6 +42,7 @@ from __future__ import annotations
 import array
 import contextlib
 import dataclasses
+import gzip
 import heapq
 import io
 import itertools
@@ -360,21 +361,76 @@ class _IndexedFasta:
     def _check_unique(self, *, remove_index: bool) -> None:
         """htslib keeps the first of two records with the same id (and so does an index that
         samtools faidx built beside the file); that is an error here. An index built by this
-        run is removed with it, one that was there before is left alone."""
+        run is removed with it, one that was there before is left alone. The same pass checks
+        that the index describes this file: each record's id, length and offset (an index of
+        an earlier file whose copy kept an older time, as ``cp -p`` or ``rsync -a`` keep it,
+        would fetch other records' residues)."""
         seen: set[str] = set()
-        with open_text(self.path) as fh:
+        found: list[tuple[str, int, int]] = []  # (id, residues, offset of its first residue)
+
+        def close(rid, length, start):
+            if rid is not None:
+                found.append((rid, length, start))
+
+        rid, length, start, offset = None, 0, 0, 0
+        with _binary(self.path) as fh:
             for n, line in enumerate(fh, 1):
-                if line.startswith(">"):
-                    rid = line[1:].split(maxsplit=1)[0] if line[1:].strip() else ""
+                if line.startswith(b">"):
+                    close(rid, length, start)
+                    text = line[1:].decode("utf-8", "replace")
+                    rid = text.split(maxsplit=1)[0] if text.strip() else ""
                     if rid in seen:
                         self._fa.close()
                         if remove_index:
                             Path(f"{self.path}.fai").unlink(missing_ok=True)
                         raise FormatError(f"{self.path}: line {n}: duplicate record id {rid!r}")
                     seen.add(rid)
+                    length, start = 0, offset + len(line)
+                else:
+                    length += len(line.rstrip(b"\r\n"))
+                offset += len(line)
+        close(rid, length, start)
+        self._check_index(found)
+
+    def _check_index(self, found: list[tuple[str, int, int]]) -> None:
+        """:class:`InputError` unless the ``.fai`` lists the records ``found`` (empty records
+        aside: htslib leaves them out)."""
+        fai = Path(f"{self.path}.fai")
+        found = [r for r in found if r[1]]
+        indexed = []
+        for line in fai.read_text(encoding="utf-8", errors="replace").splitlines():
+            cols = line.split("\t")
+            try:
+                indexed.append((cols[0], int(cols[1]), int(cols[2])))
+            except (IndexError, ValueError):
+                indexed.append((line[:40], -1, -1))
+        indexed = [r for r in indexed if r[1]]
+        for k in range(max(len(found), len(indexed))):
+            want = found[k] if k < len(found) else None
+            got = indexed[k] if k < len(indexed) else None
+            if want != got:
+                self._fa.close()
+                what = (f"record #{k + 1} is {want[0]!r} of {want[1]} residues at byte {want[2]} in the file"
+                        if want else f"the file has {len(found)} records")
+                says = (f"the index says {got[0]!r} of {got[1]} residues at byte {got[2]}" if got
+                        else f"the index lists {len(indexed)}")
+                raise InputError(f"{fai} does not match {self.path} ({what}; {says}): delete it (it is rebuilt) "
+                                 "or rebuild it with samtools faidx")
 
     def fetch(self, rid: str) -> str:
         return self._fa.fetch(rid).upper()
+
+
+@contextlib.contextmanager
+def _binary(path: Path):
+    """``path``'s bytes as a .fai index counts them: decompressed when gzip (bgzip) compressed."""
+    with open(path, "rb") as raw:
+        gz = raw.read(2) == b"\x1f\x8b"
+    fh = gzip.open(path, "rb") if gz else open(path, "rb")
+    try:
+        yield fh
+    finally:
+        fh.close()
 
 
 def _line_width_problem(path: Path) -> str | None:

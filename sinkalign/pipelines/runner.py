@@ -11,6 +11,7 @@ import itertools
 import logging
 import os
 import shutil
+import stat
 import sys
 import tempfile
 from collections import deque
@@ -271,21 +272,50 @@ def check_outputs(outputs, overwrite: bool, inputs: list[Path]) -> None:
             check_output(path, overwrite, inputs, what)
 
 
+def _is_stream(path) -> bool:
+    """A named pipe or a shell's process substitution (``<(...)``, ``/dev/fd/N``): readable once,
+    from its start, so it is read through a copy, as standard input is."""
+    if path is None or is_stdio(path):
+        return False
+    try:
+        return stat.S_ISFIFO(os.stat(path).st_mode) or stat.S_ISCHR(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
 @contextlib.contextmanager
 def stdin_spooled(paths: list):
-    """Replace each ``-`` by one temporary copy of standard input (read once, constant memory).
-    A :class:`SinkalignError` raised inside names the copy :data:`STDIN_NAME`, not its path."""
-    if not any(is_stdio(p) for p in paths):
+    """Replace each ``-`` by one temporary copy of standard input, and each named pipe or
+    process substitution by a copy of it (read once, constant memory): their readers open a file
+    more than once (a gzip test, two passes over a pair list), which a pipe would not survive (it
+    lost pairs, or hung). A :class:`SinkalignError` raised inside names each copy as it was
+    given (standard input :data:`STDIN_NAME`), not its path."""
+    if not any(is_stdio(p) or _is_stream(p) for p in paths):
         yield [None if p is None else Path(p) for p in paths]
         return
     with tempfile.TemporaryDirectory(prefix="sinkalign-stdin-") as tmp:
-        spool = Path(tmp) / "stdin"
-        with open(spool, "wb") as out:
-            shutil.copyfileobj(sys.stdin.buffer, out, 1 << 20)
+        out_paths, names = [], {}
+        for k, p in enumerate(paths):
+            if is_stdio(p) or _is_stream(p):
+                spool = Path(tmp) / ("stdin" if is_stdio(p) else f"input{k}")
+                if is_stdio(p) and spool.exists():  # '-' twice: one copy
+                    out_paths.append(spool)
+                    continue
+                with open(spool, "wb") as out:
+                    if is_stdio(p):
+                        shutil.copyfileobj(sys.stdin.buffer, out, 1 << 20)
+                    else:
+                        with open(p, "rb") as src:
+                            shutil.copyfileobj(src, out, 1 << 20)
+                names[str(spool)] = STDIN_NAME if is_stdio(p) else str(p)
+                out_paths.append(spool)
+            else:
+                out_paths.append(None if p is None else Path(p))
         try:
-            yield [spool if is_stdio(p) else (None if p is None else Path(p)) for p in paths]
+            yield out_paths
         except SinkalignError as exc:
-            _rename_path(exc, str(spool), STDIN_NAME)
+            for spool, name in names.items():
+                _rename_path(exc, spool, name)
             raise
 
 
