@@ -496,9 +496,11 @@ def test_sigterm_inside_a_gc_callback_del_or_import_is_sent_again_not_dropped(mo
     assert exc.value.code == 143
 
 
-def test_sigterm_removes_the_half_written_output(tmp_path):
-    """What a batch scheduler sends: the run ends with status 143 and leaves neither the
-    output nor its temporary file (as Ctrl-C does), and an existing output is kept."""
+@pytest.mark.parametrize(("signame", "status"), [("SIGTERM", 143), ("SIGINT", 130)])
+def test_sigterm_removes_the_half_written_output(tmp_path, signame, status):
+    """What a batch scheduler sends (SIGTERM), or Ctrl-C (SIGINT): the run ends with the
+    shell's status (143, 130; Ctrl-C gave click's 1) and leaves neither the output nor its
+    temporary file, and an existing output is kept."""
     import os
     import signal
     import subprocess
@@ -520,9 +522,9 @@ def test_sigterm_removes_the_half_written_output(tmp_path):
     while not list(tmp_path.glob(".out.tsv.*.tmp")) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     assert proc.poll() is None, "the run ended before its output was opened: give it more pairs"
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(getattr(signal, signame))
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 143, err.decode()[-2000:]
+    assert proc.returncode == status, err.decode()[-2000:]
     assert not list(tmp_path.glob(".out.tsv.*")) and out.read_text() == "mine\n"
 
 

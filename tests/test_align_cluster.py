@@ -104,6 +104,19 @@ def test_cluster_errors(inputs):
             pytest.raises(InputError, match="cannot reach the Dask scheduler at tcp://127.0.0.1:9"):
         align_fasta(inputs / "q.fa", inputs / "t.fa", output=inputs / "x.tsv", scheduler="tcp://127.0.0.1:9")
     assert not (inputs / "x.tsv").exists()
+    # a malformed port: refused at once (a half-made client stalled 60 s before exiting)
+    with pytest.raises(InputError, match=r"--scheduler tcp://127.0.0.1:abc: not an address"):
+        align_fasta(inputs / "q.fa", inputs / "t.fa", output=inputs / "x.tsv", scheduler="tcp://127.0.0.1:abc")
+
+
+def test_a_scheduler_without_workers_is_an_error_not_a_hang(inputs, monkeypatch):
+    from sinkalign.errors import InputError
+
+    monkeypatch.setattr(runner, "WORKER_WAIT_S", 1.0)
+    with distributed.LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as cluster, \
+            pytest.raises(InputError, match=r"has no worker \(waited 1 s\): start some \(dask worker "):
+        align_fasta(inputs / "q.fa", inputs / "t.fa", output=inputs / "x.tsv", scheduler=cluster.scheduler_address)
+    assert not (inputs / "x.tsv").exists()
 
 
 MALLINFO_PROBE = r"""

@@ -88,6 +88,9 @@ class LazyGroup(click.Group):
             return super().invoke(ctx)
         except SinkalignError as exc:
             raise click.ClickException(str(exc)) from exc
+        except KeyboardInterrupt:  # Ctrl-C: the shell's status 130 (click's own 'Aborted!' exits 1)
+            click.echo("Interrupted.", err=True)
+            ctx.exit(130)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -114,6 +117,17 @@ def _terminated(signum: int, frame) -> None:
     raise SystemExit(128 + signum)
 
 
+def _interrupted(signum: int, frame) -> None:
+    """SIGINT's handler (Ctrl-C): :class:`KeyboardInterrupt`, as Python's own, but sent again
+    shortly where it would be dropped (see :func:`_terminated`); the command exits 130."""
+    if _in_dropping_context(frame):
+        timer = threading.Timer(0.01, os.kill, (os.getpid(), signum))
+        timer.daemon = True
+        timer.start()
+        return
+    raise KeyboardInterrupt
+
+
 def _in_dropping_context(frame) -> bool:
     """Whether ``frame`` runs inside a garbage-collector callback, a ``__del__`` method or an
     import, where an exception may be dropped or caught."""
@@ -129,13 +143,16 @@ def _in_dropping_context(frame) -> bool:
 def main() -> None:
     """The ``sinkalign`` program: :func:`cli`, with SIGTERM (what a batch scheduler sends, or
     ``kill``) ending it as an exception, as SIGINT does, so that a half-written output's
-    temporary file is removed on the way out (exit status 143, the shell's). Commands that
+    temporary file is removed on the way out (exit status 143, the shell's; Ctrl-C 130). Commands that
     stop gracefully on a signal (``train``, ``lm train``) put their own handler in place while
     they run."""
     import signal
 
-    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _terminated)
+    if threading.current_thread() is threading.main_thread():
+        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _terminated)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _interrupted)
     cli()
 
 

@@ -342,6 +342,10 @@ def run_local(spec, chunks, batch_size, keep_plan, task=None):
         yield chunk, task(spec, chunk, batch_size, keep_plan)
 
 
+#: seconds a run on --scheduler waits for the cluster's first worker before it gives up
+WORKER_WAIT_S = 60.0
+
+
 @contextlib.contextmanager
 def _client(scheduler: str | None, workers: int | None):
     distributed = require("distributed", "cluster", "sinkalign align --workers/--scheduler")
@@ -349,11 +353,22 @@ def _client(scheduler: str | None, workers: int | None):
         for name in ("distributed", "bokeh", "tornado"):
             logging.getLogger(name).setLevel(logging.WARNING)
     if scheduler is not None:
+        try:  # a malformed port, before a Client is made (a half-made one stalled 60 s in __del__)
+            distributed.comm.get_address_host_port(scheduler)
+        except ValueError as exc:
+            if "invalid literal" in str(exc):
+                raise InputError(f"--scheduler {scheduler}: not an address (host:port, the port a number): "
+                                 f"{exc}") from None
         try:
             client = distributed.Client(scheduler, set_as_default=False)  # distributed.comm.timeouts.connect
         except (OSError, ValueError) as exc:  # ValueError: an address Dask cannot parse
             raise InputError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from exc
         with client:
+            try:  # a scheduler without workers would take the tasks and never run them
+                client.wait_for_workers(1, timeout=WORKER_WAIT_S)
+            except (TimeoutError, OSError) as exc:
+                raise InputError(f"the Dask scheduler at {scheduler} has no worker (waited {WORKER_WAIT_S:g} s): "
+                                 f"start some (dask worker {scheduler})") from exc
             yield client
         return
     with distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
