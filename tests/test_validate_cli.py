@@ -20,6 +20,12 @@ def test_validate_exactness_quick_json(tmp_path):
     assert "\u2026" not in result.output  # nothing truncated at the runner's 80 columns
     for row in data["rows"]:
         assert f"{row['dq']:.2e}" in result.output
+    assert data["passed"] is True and data["tolerance"] == 1e-12 and "passed" in result.output
+    # a tolerance the sweep cannot meet: the verdict is an exit status a script can act on
+    failed = CliRunner().invoke(cli, ["validate", "exactness", "--quick", "--tolerance", "1e-30", "--json",
+                                      str(tmp_path / "y.json")])
+    assert failed.exit_code == 1 and "FAILED: max_abs_deviation" in failed.output
+    assert json.loads((tmp_path / "y.json").read_text())["passed"] is False
 
 
 def test_validate_orbit_json(tmp_path):
