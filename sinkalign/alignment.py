@@ -311,10 +311,11 @@ def format_evalue(evalue: float, log_evalue: float | None = None, spec: str = ".
     exponent = math.floor(lg)
     mantissa = 10.0 ** (lg - exponent)
     kind = "e" if spec.endswith("e") else "g"
-    text = format(mantissa, f".{digits if kind == 'e' else max(digits - 1, 0)}f")
+    places = f".{digits if kind == 'e' else max(digits - 1, 0)}f"  # %g counts significant digits
+    text = format(mantissa, places)
     if float(text) >= 10.0:  # 9.996 -> 10.00: one more power of ten
         exponent += 1
-        text = format(mantissa / 10.0, f".{digits if kind == 'e' else max(digits - 1, 0)}f")
+        text = format(mantissa / 10.0, places)
     if kind == "g" and "." in text:  # %g drops trailing zeros
         text = text.rstrip("0").rstrip(".")
     return f"{text}e{exponent:+03d}"

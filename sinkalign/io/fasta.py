@@ -59,6 +59,7 @@ __all__ = [
     "Sequence",
     "SequenceFormatError",
     "detect_alphabet",
+    "open_bytes",
     "open_text",
     "read_fasta",
     "validate_residues",
@@ -204,11 +205,22 @@ def open_text(path: str | os.PathLike) -> IO[str]:
     path = Path(path)
     if path.is_dir():
         raise InputError(f"{path}: is a directory, not a file")
+    stream, compressed = _open_bytes(path)
+    return _CheckedText(stream, path, compressed=compressed)
+
+
+def open_bytes(path: str | os.PathLike) -> IO[bytes]:
+    """Open ``path`` for reading bytes, decompressing gzip (detected by magic bytes): the bytes a
+    ``.fai`` index counts."""
+    return _open_bytes(Path(path))[0]
+
+
+def _open_bytes(path: Path) -> tuple[IO[bytes], bool]:
     with open(path, "rb") as raw:
         magic = raw.read(2)
     if magic == b"\x1f\x8b":
-        return _CheckedText(gzip.open(path, "rb"), path, compressed=True)
-    return _CheckedText(open(path, "rb"), path, compressed=False)
+        return gzip.open(path, "rb"), True
+    return open(path, "rb"), False
 
 
 _U_AS_T = str.maketrans("Uu", "Tt")

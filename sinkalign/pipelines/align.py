@@ -42,7 +42,6 @@ from __future__ import annotations
 import array
 import contextlib
 import dataclasses
-import gzip
 import heapq
 import io
 import itertools
@@ -63,7 +62,7 @@ from sinkalign.errors import (
     InputError,
     require,
 )
-from sinkalign.io.fasta import detect_alphabet, open_text, read_fasta, rna_as_dna, validate_residues
+from sinkalign.io.fasta import detect_alphabet, open_bytes, open_text, read_fasta, rna_as_dna, validate_residues
 from sinkalign.io.writers import FORMATS, check_name, write_alignments
 from sinkalign.pipelines.runner import (
     DEFAULT_CHUNK_SIZE,
@@ -373,7 +372,7 @@ class _IndexedFasta:
                 found.append((rid, length, start))
 
         rid, length, start, offset = None, 0, 0, 0
-        with _binary(self.path) as fh:
+        with open_bytes(self.path) as fh:
             for n, line in enumerate(fh, 1):
                 if line.startswith(b">"):
                     close(rid, length, start)
@@ -419,18 +418,6 @@ class _IndexedFasta:
 
     def fetch(self, rid: str) -> str:
         return self._fa.fetch(rid).upper()
-
-
-@contextlib.contextmanager
-def _binary(path: Path):
-    """``path``'s bytes as a .fai index counts them: decompressed when gzip (bgzip) compressed."""
-    with open(path, "rb") as raw:
-        gz = raw.read(2) == b"\x1f\x8b"
-    fh = gzip.open(path, "rb") if gz else open(path, "rb")
-    try:
-        yield fh
-    finally:
-        fh.close()
 
 
 def _line_width_problem(path: Path) -> str | None:

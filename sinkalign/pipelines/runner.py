@@ -278,9 +278,10 @@ def _is_stream(path) -> bool:
     if path is None or is_stdio(path):
         return False
     try:
-        return stat.S_ISFIFO(os.stat(path).st_mode) or stat.S_ISCHR(os.stat(path).st_mode)
+        mode = os.stat(path).st_mode
     except OSError:
         return False
+    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)
 
 
 @contextlib.contextmanager
@@ -354,11 +355,12 @@ def _client(scheduler: str | None, workers: int | None):
             logging.getLogger(name).setLevel(logging.WARNING)
     if scheduler is not None:
         try:  # a malformed port, before a Client is made (a half-made one stalled 60 s in __del__)
-            distributed.comm.get_address_host_port(scheduler)
+            scheme, location = distributed.comm.parse_address(scheduler)
+            if scheme in ("tcp", "tls"):  # a missing port is Dask's default
+                distributed.comm.parse_host_port(location, default_port=8786)
         except ValueError as exc:
-            if "invalid literal" in str(exc):
-                raise InputError(f"--scheduler {scheduler}: not an address (host:port, the port a number): "
-                                 f"{exc}") from None
+            raise InputError(f"--scheduler {scheduler}: not an address (host:port, the port a number): "
+                             f"{exc}") from None
         try:
             client = distributed.Client(scheduler, set_as_default=False)  # distributed.comm.timeouts.connect
         except (OSError, ValueError) as exc:  # ValueError: an address Dask cannot parse
