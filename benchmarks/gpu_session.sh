@@ -116,7 +116,7 @@ check() {
 validate() {  # the native validations alone (VALIDATE_BACKENDS, default both; VALIDATE_BUDGET s each)
   stamp "validate kernels (native): ${VALIDATE_BACKENDS:-triton pallas}"
   for b in ${VALIDATE_BACKENDS:-triton pallas}; do
-    timeout "$(budget "${VALIDATE_BUDGET:-170}")" sinkalign validate kernels --backend "$b" --json "$R/validate_$b.json" 2>&1 \
+    timeout "$(budget "${VALIDATE_BUDGET:-170}")" sinkalign validate kernels --backend "$b" --overwrite --json "$R/validate_$b.json" 2>&1 \
       | tail -40 | tee "$R/validate_$b.log"
   done
   pack
@@ -134,8 +134,8 @@ check_and_lm() {  # check (both validations, then the gpu tests) beside the lm p
   lm >"$R/lm_phase.log" 2>&1 &
   local pid=$!
   stamp "check_and_lm: validate kernels (native) beside the gpu tests and the lm run"
-  ( timeout "$(budget 240)" sinkalign validate kernels --backend triton --json "$R/validate_triton.json" >"$R/validate_triton.log" 2>&1
-    timeout "$(budget 240)" sinkalign validate kernels --backend pallas --long --json "$R/validate_pallas.json" >"$R/validate_pallas.log" 2>&1 ) &
+  ( timeout "$(budget 240)" sinkalign validate kernels --backend triton --overwrite --json "$R/validate_triton.json" >"$R/validate_triton.log" 2>&1
+    timeout "$(budget 240)" sinkalign validate kernels --backend pallas --long --overwrite --json "$R/validate_pallas.json" >"$R/validate_pallas.log" 2>&1 ) &
   local vpid=$!
   gpu_tests
   wait $vpid

@@ -76,3 +76,63 @@ def test_tables_fit_80_columns_without_truncating_numbers():
         console.print(t)
     text = console.file.getvalue()
     assert "\u2026" not in text and "1.50e-06" in text and "1.22e+01" in text and "16384" in text
+
+
+def _fake(name: str, result: dict, calls: list):
+    """A stand-in for ``sinkalign.sinkhorn.validation.<name>``: records its call, returns ``result``."""
+
+    def run(*args, **kwargs):
+        calls.append(name)
+        return dict(result)
+
+    return run
+
+
+_ORBIT = {"rows": [{"seed": 0, "n_plans": 34, "max_log_error": 1.5e-7}], "max_log_error": 1.5e-7}
+
+
+def test_validate_json_refuses_an_existing_file_before_the_check(tmp_path, monkeypatch):
+    from sinkalign.sinkhorn import validation
+
+    calls: list = []
+    monkeypatch.setattr(validation, "orbit", _fake("orbit", _ORBIT, calls))
+    out = tmp_path / "o.json"
+    out.write_text("keep me\n")
+    refused = CliRunner().invoke(cli, ["validate", "orbit", "--json", str(out)])
+    assert refused.exit_code == 1 and isinstance(refused.exception, SystemExit), refused.output
+    assert f"--json {out} already exists" in refused.output and "--overwrite" in refused.output
+    assert out.read_text() == "keep me\n" and calls == []  # refused before the (long) check ran
+    # --overwrite replaces it
+    replaced = CliRunner().invoke(cli, ["validate", "orbit", "--json", str(out), "--overwrite"])
+    assert replaced.exit_code == 0, replaced.output
+    assert json.loads(out.read_text()) == _ORBIT and calls == ["orbit"]
+    assert f"wrote {out}" in " ".join(replaced.output.split())  # rich may wrap the line
+
+
+def test_validate_json_dash_is_standard_output(tmp_path, monkeypatch):
+    """End to end: `--json -` prints the JSON alone on standard output, the table on standard error."""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["validate", "orbit", "--json", "-"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["max_log_error"] < 1e-5 and len(data["rows"]) == 3
+    assert not (tmp_path / "-").exists() and list(tmp_path.iterdir()) == []
+    assert "Proposition 6 orbit reconstruction" in result.stderr and "wrote" not in result.stderr
+
+
+def test_validate_verdict_with_json_on_standard_output(tmp_path, monkeypatch):
+    from sinkalign.sinkhorn import validation
+
+    monkeypatch.chdir(tmp_path)
+    calls: list = []
+    rows = [{"case": "dense 1x1", "R": 1, "mode": "direct", "dq": 2e-3}]
+    monkeypatch.setattr(validation, "exactness", _fake("exactness", {"rows": rows, "max_abs_deviation": 2e-3}, calls))
+    failed = CliRunner().invoke(cli, ["validate", "exactness", "--quick", "--json", "-"])
+    assert failed.exit_code == 1 and calls == ["exactness"], failed.output
+    data = json.loads(failed.stdout)
+    assert data["passed"] is False and data["tolerance"] == 1e-12 and data["max_abs_deviation"] == 2e-3
+    assert "FAILED: max_abs_deviation 2.000e-03" in failed.stderr
+    passed = CliRunner().invoke(cli, ["validate", "exactness", "--quick", "--tolerance", "1e-2", "--json", "-"])
+    assert passed.exit_code == 0, passed.output
+    assert json.loads(passed.stdout)["passed"] is True and "passed" in passed.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -12,9 +12,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from sinkalign.utils import atomic_write_text
+from sinkalign.utils import is_stdio, open_output
 
-_console = Console()
+_console = Console()  # standard error instead with --json - (see _json_output)
 
 
 def _enable_x64() -> None:
@@ -75,9 +75,24 @@ def _print(tables: list) -> None:
         _console.print(t)
 
 
+def _json_output(json_path: Path | None, overwrite: bool) -> None:
+    """Before any work: refuse an existing --json file unless ``overwrite`` (as every command
+    does), and with ``--json -`` print the tables and messages on standard error, leaving
+    standard output to the JSON."""
+    global _console
+    from sinkalign.pipelines.runner import check_outputs
+
+    check_outputs([(json_path, "--json")], overwrite, [])
+    _console = Console(stderr=is_stdio(json_path))
+
+
 def _emit(result: dict, json_path: Path | None) -> None:
-    if json_path is not None:
-        atomic_write_text(json_path, json.dumps(result, indent=2) + "\n")
+    """Write ``result`` as JSON to ``json_path`` (atomically), or to standard output for ``-``."""
+    if json_path is None:
+        return
+    with open_output(json_path) as handle:
+        handle.write(json.dumps(result, indent=2) + "\n")
+    if not is_stdio(json_path):
         _console.print(f"wrote {json_path}")
 
 
@@ -85,8 +100,11 @@ _dtype_option = click.option("--dtype", type=click.Choice(["float64", "float32"]
                              show_default=True, help="Floating-point precision of the whole check.")
 _std_option = click.option("--qk-std", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
                            help="Standard deviation of the synthetic q and k entries (scores ~ N(0, std^4)).")
-_json_option = click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
-                            help="Also write the table as JSON to this file (atomically).")
+_json_option = click.option("--json", "json_path", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+                            help="Also write the table as JSON to this file (atomically; '-': standard output, the "
+                                 "tables then go to standard error).")
+_overwrite_option = click.option("--overwrite", is_flag=True,
+                                 help="Replace an existing --json file. Without it an existing file is an error.")
 
 
 @click.group()
@@ -120,10 +138,12 @@ _tolerance_option = click.option(
 @validate.command()
 @_dtype_option
 @_json_option
+@_overwrite_option
 @click.option("--quick", is_flag=True, help="Only the first three cases (a smoke test).")
 @_tolerance_option
-def exactness(dtype: str, json_path: Path | None, quick: bool, tolerance: float | None) -> None:
+def exactness(dtype: str, json_path: Path | None, overwrite: bool, quick: bool, tolerance: float | None) -> None:
     """Every backward mode vs autodiff of the same centered surrogate (R in {1, 2, 4})."""
+    _json_output(json_path, overwrite)
     _enable_x64()
     from sinkalign.sinkhorn import validation
 
@@ -142,9 +162,11 @@ def exactness(dtype: str, json_path: Path | None, quick: bool, tolerance: float 
 @validate.command("tail-depth")
 @_dtype_option
 @_json_option
+@_overwrite_option
 @_std_option
-def tail_depth(dtype: str, json_path: Path | None, qk_std: float) -> None:
+def tail_depth(dtype: str, json_path: Path | None, overwrite: bool, qk_std: float) -> None:
     """Stopped-base gradient vs full backprop through the base (L=512, d=8, T=15, W=256)."""
+    _json_output(json_path, overwrite)
     _enable_x64()
     from sinkalign.sinkhorn import validation
 
@@ -159,12 +181,14 @@ def tail_depth(dtype: str, json_path: Path | None, qk_std: float) -> None:
 @validate.command()
 @_dtype_option
 @_json_option
+@_overwrite_option
 @_std_option
 @click.option("--tau", type=float, default=1e-5, show_default=True, help="Certified-depth tolerance (max-abs).")
-def certificate(dtype: str, json_path: Path | None, qk_std: float, tau: float) -> None:
+def certificate(dtype: str, json_path: Path | None, overwrite: bool, qk_std: float, tau: float) -> None:
     """A-posteriori bias certificate residual and certified depth (L=128, d=8, T=15, W=128)."""
     if not (math.isfinite(tau) and tau > 0):
         raise click.BadParameter(f"{tau=} must be a finite positive number", param_hint="--tau")
+    _json_output(json_path, overwrite)
     _enable_x64()
     from sinkalign.sinkhorn import validation
 
@@ -180,9 +204,11 @@ def certificate(dtype: str, json_path: Path | None, qk_std: float, tau: float) -
 @validate.command()
 @click.option("--dtype", type=click.Choice(["float64", "float32"]), default="float32", show_default=True)
 @_json_option
+@_overwrite_option
 @_std_option
-def orbit(dtype: str, json_path: Path | None, qk_std: float) -> None:
+def orbit(dtype: str, json_path: Path | None, overwrite: bool, qk_std: float) -> None:
     """Rebuild all 2(T+R) base and tail plans from the final plan (T=15, R=2, L=128)."""
+    _json_output(json_path, overwrite)
     _enable_x64()
     from sinkalign.sinkhorn import validation
 
@@ -195,8 +221,10 @@ def orbit(dtype: str, json_path: Path | None, qk_std: float) -> None:
 @validate.command()
 @_dtype_option
 @_json_option
-def contraction(dtype: str, json_path: Path | None) -> None:
+@_overwrite_option
+def contraction(dtype: str, json_path: Path | None, overwrite: bool) -> None:
     """Projective contraction certificate vs observed contraction; per-block figures."""
+    _json_output(json_path, overwrite)
     _enable_x64()
     from sinkalign.sinkhorn import validation
 
@@ -215,6 +243,7 @@ def contraction(dtype: str, json_path: Path | None) -> None:
               help="Run the kernels in the Pallas / Triton interpreter on the CPU (sets TRITON_INTERPRET=1 "
                    "before triton is imported). Without it the kernels run natively (needs a GPU/TPU).")
 @_json_option
+@_overwrite_option
 @click.option("--quick", is_flag=True, help="Only the first three cases (a smoke test).")
 @click.option("--block", type=click.IntRange(min=8), default=None,
               help="Tile size (queries and keys); default 16 in the interpreter, the backend's default natively.")
@@ -228,13 +257,15 @@ def contraction(dtype: str, json_path: Path | None) -> None:
 @click.option("--precision", type=click.Choice(["ieee", "tf32x3", "tf32"]), default="ieee", show_default=True,
               help="Float32 dots of the kernels: exact, or (natively on a GPU) three or one TF32 tensor-core passes.")
 @_tolerance_option
-def kernels(backend: str, interpret: bool, json_path: Path | None, quick: bool, block: int | None, long_: bool,
-            long_lengths: tuple[int, ...], long_band: int, precision: str, tolerance: float | None) -> None:
+def kernels(backend: str, interpret: bool, json_path: Path | None, overwrite: bool, quick: bool, block: int | None,
+            long_: bool, long_lengths: tuple[int, ...], long_band: int, precision: str,
+            tolerance: float | None) -> None:
     """Pallas or Triton kernels (float32) vs the float64 JAX reference: forward and gradients."""
     if long_ and backend != "pallas":
         raise click.UsageError("--long is implemented for --backend pallas")
     if block is not None and block & (block - 1):
         raise click.BadParameter(f"{block=} must be a power of two", param_hint="--block")
+    _json_output(json_path, overwrite)
     if backend == "triton":
         import importlib.util
 
