@@ -10,6 +10,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -117,6 +120,91 @@ def test_a_scheduler_without_workers_is_an_error_not_a_hang(inputs, monkeypatch)
             pytest.raises(InputError, match=r"has no worker \(waited 1 s\): start some \(dask worker "):
         align_fasta(inputs / "q.fa", inputs / "t.fa", output=inputs / "x.tsv", scheduler=cluster.scheduler_address)
     assert not (inputs / "x.tsv").exists()
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def die_on_q3(spec, chunk, batch_size, keep_plan):
+    """The chunk holding q3 kills its worker process; a worker without a nanny stays dead."""
+    if any(q == "q3" for q, *_ in chunk):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return runner.align_chunk(spec, chunk, batch_size, keep_plan)
+
+
+def stall(marker, spec, chunk, batch_size, keep_plan):
+    """Marks that a chunk runs, then outlasts the test."""
+    Path(marker).touch()
+    time.sleep(120)
+    return runner.align_chunk(spec, chunk, batch_size, keep_plan)
+
+
+def dask_process(*args) -> subprocess.Popen:
+    """`dask scheduler` or `dask worker ... --no-nanny` as its own process, able to import the tests."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return subprocess.Popen([sys.executable, "-m", "dask", *args], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def test_a_run_whose_workers_all_left_is_an_error_not_a_hang(inputs, monkeypatch):
+    """A worker that dies for good (no nanny: a batch job ended, a machine went down) leaves the
+    scheduler holding the run's tasks for ever; the run waits WORKER_WAIT_S for a worker, then
+    stops with an error, and writes nothing."""
+    from sinkalign.errors import SinkalignError
+
+    with distributed.LocalCluster(n_workers=0, processes=False, protocol="tcp", host="127.0.0.1",
+                                  dashboard_address=":0", silence_logs=logging.ERROR) as cluster:
+        worker = dask_process("worker", cluster.scheduler_address, "--no-nanny", "--nthreads", "1", "--no-dashboard")
+        try:
+            with distributed.Client(cluster) as client:
+                client.wait_for_workers(1, timeout=120)
+            monkeypatch.setattr(runner, "WORKER_WAIT_S", 2.0)
+            started = time.monotonic()
+            with pytest.raises(SinkalignError, match=r"every worker of the Dask scheduler at tcp://.* has left and "
+                                                     r"none came back in 2 s, after \d+ pairs were aligned: the run is "
+                                                     r"abandoned; start workers \(dask worker tcp://"):
+                align_fasta(inputs / "q.fa", inputs / "t.fa", output=inputs / "x.tsv", chunk_size=2, batch_size=2,
+                            scheduler=cluster.scheduler_address, _task=die_on_q3)
+            assert time.monotonic() - started < 60
+        finally:
+            worker.kill()
+            worker.wait()
+    assert worker.returncode == -signal.SIGKILL  # by its own hand, on q3's chunk
+    assert not (inputs / "x.tsv").exists()
+
+
+def test_a_lost_scheduler_is_an_error_not_a_traceback(inputs):
+    from sinkalign.errors import SinkalignError
+
+    marker, address_file = inputs / "running", inputs / "scheduler.json"
+    scheduler = dask_process("scheduler", "--port", "0", "--no-dashboard", "--scheduler-file", str(address_file))
+    worker = None
+    try:
+        for _ in range(600):
+            if address_file.exists() and address_file.stat().st_size:
+                break
+            time.sleep(0.1)
+        address = json.loads(address_file.read_text())["address"]
+        worker = dask_process("worker", address, "--no-nanny", "--nthreads", "1", "--no-dashboard")
+        threading.Thread(target=lambda: (_wait_for(marker), scheduler.kill()), daemon=True).start()
+        started = time.monotonic()
+        with pytest.raises(SinkalignError, match=rf"the connection to the Dask scheduler at {address} was lost "
+                                                 r"after 0 pairs were aligned: the run is abandoned; run it again"):
+            align_fasta(inputs / "q.fa", inputs / "t.fa", output=inputs / "x.tsv", chunk_size=2, batch_size=2,
+                        scheduler=address, _task=functools.partial(stall, str(marker)))
+        assert time.monotonic() - started < 100  # the chunk would take 120 s
+    finally:
+        for process in (scheduler, worker):
+            if process is not None:
+                process.kill()
+                process.wait()
+    assert marker.exists() and not (inputs / "x.tsv").exists()
+
+
+def _wait_for(path: Path, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 MALLINFO_PROBE = r"""

@@ -127,6 +127,26 @@ def test_plans_are_written_per_pair_with_their_index(files):
     np.testing.assert_allclose(got, want.astype(np.float32), rtol=1e-5, atol=1e-7)
 
 
+def test_plan_names_keep_ids_with_bars_apart(tmp_path):
+    """UniProt ids hold `|`: in a plan's name `%` and `|` of an id are escaped, so the name
+    splits into query, target and index, and unquoting gives each id back."""
+    import urllib.parse
+
+    seq = SEQS["q1"]
+    ids = [("sp|P69905|HBA_HUMAN", "tr|Q9|Ωβ_100%"), ("a|b", "c"), ("a", "b|c"), ("x%7Cy", "z")]
+    (tmp_path / "p.tsv").write_text("".join(f"{q}\t{t}\n" for q, t in ids))
+    (tmp_path / "s.fa").write_text("".join(f">{rid}\n{seq}\n" for rid in dict.fromkeys(r for p in ids for r in p)))
+    align_fasta(tmp_path / "s.fa", pairs=tmp_path / "p.tsv", output=tmp_path / "x.tsv",
+                plan_out=tmp_path / "p.npz")
+    with np.load(tmp_path / "p.npz") as z:
+        names = z.files
+    assert names == ["sp%7CP69905%7CHBA_HUMAN|tr%7CQ9%7CΩβ_100%25|0", "a%7Cb|c|1", "a|b%7Cc|2", "x%257Cy|z|3"]
+    assert len(set(names)) == len(names)  # "a|b" / "c" and "a" / "b|c" no longer both read a|b|c
+    assert [tuple(urllib.parse.unquote(f) for f in name.split("|")) for name in names] == \
+        [(q, t, str(k)) for k, (q, t) in enumerate(ids)]
+    assert pipeline.plan_key("q1", "t1", 7) == "q1|t1|7"  # plain ids as before
+
+
 @pytest.mark.parametrize("zip64_at", [None, 1000])
 def test_plan_archive_is_a_valid_npz(tmp_path, monkeypatch, zip64_at):
     """The streamed .npz reads back with numpy and zipfile, also in its ZIP64 layout (offsets

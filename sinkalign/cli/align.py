@@ -100,7 +100,8 @@ class _Band(click.ParamType):
                    "same output. Not with --threads, --workers or --scheduler.")
 @click.option("--plan-out", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the transport plan (with dustbin row/column) of every pair written to this .npz "
-                   "file (on the minus strand: the plan of the query's reverse complement).")
+                   "file (on the minus strand: the plan of the query's reverse complement), each named "
+                   "query|target|index, with % and | in an id written %25 and %7C.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True)
 @click.option("--chunk-size", type=click.IntRange(min=1), default=256, show_default=True,
               help="Pairs per chunk: the unit of work sent to a cluster worker.")

@@ -615,6 +615,17 @@ class _PlanWriter:
                                     self._U32 if zip64 else start, 0))
 
 
+def plan_key(query_id: str, target_id: str, index: int) -> str:
+    """A plan's name in a ``--plan-out`` file: ``query|target|index``, where ``%`` and ``|``
+    in an id are written ``%25`` and ``%7C`` (ids such as UniProt's ``sp|P69905|HBA_HUMAN``
+    hold ``|``), so that ``urllib.parse.unquote`` of each ``|``-separated field gives the ids
+    back; other ids are written as they are."""
+    def quote(rid: str) -> str:
+        return rid.replace("%", "%25").replace("|", "%7C")
+
+    return f"{quote(query_id)}|{quote(target_id)}|{index}"
+
+
 @contextlib.contextmanager
 def _plan_sink(plan_out):
     if plan_out is None:
@@ -664,7 +675,7 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
         output: output file (written atomically); ``None`` or ``-``: standard output,
             written as the pairs are done (not for ``bam``).
         plan_out: also write every transport plan (with dustbin row and column) to this
-            ``.npz``, ``{query_id}|{target_id}|{index}`` per pair.
+            ``.npz``, ``{query_id}|{target_id}|{index}`` per pair (see :func:`plan_key`).
         overwrite: replace an existing ``output`` / ``plan_out`` (default: refuse, before
             anything is aligned).
         workers, scheduler: run the chunks on a local Dask cluster of ``workers`` processes,
@@ -829,7 +840,7 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
                     stream = _best_per_query(stream, max_hits)
                 for index, plan, pair in stream:
                     if plans is not None:
-                        plans.add(f"{pair.query_id}|{pair.target_id}|{index}", plan)
+                        plans.add(plan_key(pair.query_id, pair.target_id, index), plan)
                     yield pair
 
             target = sys.stdout if to_stdout else output

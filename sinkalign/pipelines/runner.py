@@ -5,6 +5,7 @@ output never replaced unasked)."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import itertools
@@ -14,6 +15,7 @@ import shutil
 import stat
 import sys
 import tempfile
+import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -343,8 +345,11 @@ def run_local(spec, chunks, batch_size, keep_plan, task=None):
         yield chunk, task(spec, chunk, batch_size, keep_plan)
 
 
-#: seconds a run on --scheduler waits for the cluster's first worker before it gives up
+#: seconds a run on a cluster waits for a worker (its first one, or one after every worker has
+#: left) before it gives up
 WORKER_WAIT_S = 60.0
+#: seconds between looks at the cluster's workers while a chunk is awaited
+WORKER_POLL_S = 1.0
 
 
 @contextlib.contextmanager
@@ -379,12 +384,45 @@ def _client(scheduler: str | None, workers: int | None):
         yield client
 
 
+def _result(client, future, gatherer, done: int):
+    """``future``'s result; an error, not a hang, once the cluster has had no worker for
+    :data:`WORKER_WAIT_S` (a scheduler keeps the tasks of a run whose workers all left, and
+    waits for new ones without end, and so does a gather from a worker that died).
+
+    The result is gathered once, on ``gatherer``'s thread, while this one watches the workers:
+    ``future.result(timeout=...)`` in a loop would leave a gather running after each timeout,
+    each fetching the result again."""
+    gathered = gatherer.submit(future.result)
+    alone_since = None
+    try:
+        while True:
+            try:
+                return gathered.result(timeout=WORKER_POLL_S)
+            except TimeoutError:
+                pass
+            if client.nthreads():
+                alone_since = None
+                continue
+            now = time.monotonic()
+            if alone_since is None:
+                alone_since = now
+            elif now - alone_since >= WORKER_WAIT_S:
+                address = client.scheduler.address
+                raise SinkalignError(f"every worker of the Dask scheduler at {address} has left and none came back "
+                                     f"in {WORKER_WAIT_S:g} s, after {done} pairs were aligned: the run is "
+                                     f"abandoned; start workers (dask worker {address}) and run it again")
+    except BaseException:  # this error, Ctrl-C, a lost scheduler: the gather ends with the future
+        future.cancel()
+        raise
+
+
 def run_cluster(spec, chunks, batch_size, keep_plan, scheduler, workers, task):
     """Chunks as Dask tasks; a bounded window in flight; results yielded in input order."""
     distributed = require("distributed", "cluster", "sinkalign align --workers/--scheduler")
-    with _client(scheduler, workers) as client:
+    with _client(scheduler, workers) as client, concurrent.futures.ThreadPoolExecutor(1) as gatherer:
         window = max(2, 2 * sum(client.nthreads().values()))
         pending: deque = deque()
+        done = 0
 
         def submit(chunk):
             pending.append((chunk, client.submit(task, spec, chunk, batch_size, keep_plan, pure=False)))
@@ -394,11 +432,15 @@ def run_cluster(spec, chunks, batch_size, keep_plan, scheduler, workers, task):
         while pending:
             chunk, future = pending.popleft()
             try:
-                out = future.result()
+                out = _result(client, future, gatherer, done)
             except distributed.KilledWorker as exc:
                 raise SinkalignError(f"a chunk of {len(chunk)} pairs (from {chunk[0][0]} / {chunk[0][2]}) "
                                      f"killed every worker that ran it: {exc}") from exc
+            except concurrent.futures.CancelledError as exc:  # Dask's FutureCancelledError: the scheduler is gone
+                raise SinkalignError(f"the connection to the Dask scheduler at {client.scheduler.address} was lost "
+                                     f"after {done} pairs were aligned: the run is abandoned; run it again") from exc
             future.release()
+            done += len(chunk)
             for nxt in itertools.islice(chunks, 1):
                 submit(nxt)
             yield chunk, out
