@@ -232,6 +232,51 @@ def newest_checkpoint(root: str | os.PathLike, *, pointer: str, pointed: Callabl
     return max(done, key=lambda p: int(step_name.fullmatch(p.name).group(1))) if done else None
 
 
+@dataclasses.dataclass(frozen=True)
+class RunLayout:
+    """How one kind of training run lays out its directories, so that each kind's commands can
+    tell their own directories from the other kind's by one description (the aligner's
+    ``sinkalign train``: :data:`ALIGNER_LAYOUT`; the genome LM's ``sinkalign lm train``:
+    :data:`GENOME_LM_LAYOUT`).
+
+    A *model* directory (a shipped or exported model, or one checkpoint of a run) holds every
+    file of ``model_files``; a *run* directory holds ``checkpoints/`` with the ``pointer`` file
+    naming the newest ``step_name`` directory, or such directories, or a ``best`` model."""
+
+    name: str  # "an aligner model", "a genome language model"
+    run_name: str  # "an aligner training run", "a genome LM training run"
+    command: str  # the command that writes its runs
+    model_files: tuple[str, ...]
+    pointer: str  # checkpoints/<pointer>
+    step_name: re.Pattern  # a checkpoint directory's name, the step its first group
+    best: str | None = None  # a run's best model, where the kind keeps one
+
+    def kind(self, path: str | os.PathLike) -> str | None:
+        """``"model"``, ``"run"`` or ``None`` (``path`` is neither of this layout)."""
+        path = Path(path)
+        if not path.is_dir():
+            return None
+        if all((path / name).is_file() for name in self.model_files):
+            return "model"
+        root = path / "checkpoints"
+        if root.is_dir() and ((root / self.pointer).is_file()
+                              or any(self.step_name.fullmatch(p.name) and p.is_dir() for p in root.iterdir())):
+            return "run"
+        if self.best is not None and all((path / self.best / name).is_file() for name in self.model_files):
+            return "run"
+        return None
+
+    def describe(self, kind: str) -> str:
+        """``"an aligner training run (sinkalign train)"`` and the like, for ``kind`` from :meth:`kind`."""
+        return f"{self.run_name if kind == 'run' else self.name} ({self.command})"
+
+
+ALIGNER_LAYOUT = RunLayout("an aligner model", "an aligner training run", "sinkalign train",
+                           ("params.safetensors", "state.json"), "latest", re.compile(r"step_(\d{8,})"), best="best")
+GENOME_LM_LAYOUT = RunLayout("a genome language model", "a genome LM training run", "sinkalign lm train",
+                             ("config.json", "model.safetensors"), "latest.json", re.compile(r"step-(\d{8,})"))
+
+
 class StopFlag:
     """The first SIGINT / SIGTERM received (0: none yet); set by :func:`stop_on_signals`."""
 

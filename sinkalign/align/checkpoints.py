@@ -23,14 +23,13 @@ import json
 import logging
 import math
 import os
-import re
 import shutil
 from pathlib import Path
 
 import numpy as np
 
 from sinkalign.errors import CheckpointError, OutputExistsError
-from sinkalign.utils import atomic_dir, atomic_write_text, newest_checkpoint
+from sinkalign.utils import ALIGNER_LAYOUT, GENOME_LM_LAYOUT, atomic_dir, atomic_write_text, newest_checkpoint
 
 __all__ = ["BUCKETS", "METRICS", "check_model_output", "check_run_dir", "clean_leftovers", "export_model",
            "find_latest_checkpoint", "load_checkpoint", "other_kind", "read_best", "rewrite_metrics", "save_best",
@@ -41,9 +40,9 @@ log = logging.getLogger(__name__)
 #: Square padded lengths a run trains at; inference pads to the same buckets up to 1024.
 BUCKETS = (64, 128, 192, 256, 384, 512, 768, 1024)
 METRICS = "metrics.jsonl"
-LATEST = "latest"
-_STEP_RE = re.compile(r"step_(\d{8,})")
-_MODEL_FILES = ("params.safetensors", "state.json")
+LATEST = ALIGNER_LAYOUT.pointer
+_STEP_RE = ALIGNER_LAYOUT.step_name
+_MODEL_FILES = ALIGNER_LAYOUT.model_files
 
 
 def _is_complete(path: Path) -> bool:
@@ -53,13 +52,8 @@ def _is_complete(path: Path) -> bool:
 def other_kind(path: str | os.PathLike) -> str | None:
     """What ``path`` is when it is a genome language model's run or model (``sinkalign lm
     train``), which an aligner command must not read or write as its own; else ``None``."""
-    path = Path(path)
-    root = path / "checkpoints"
-    if (root / "latest.json").is_file() or any(p.is_dir() for p in root.glob("step-*")):
-        return "a genome LM training run (sinkalign lm train)"
-    if (path / "config.json").is_file() and (path / "model.safetensors").is_file():
-        return "a genome language model (sinkalign lm train)"
-    return None
+    kind = GENOME_LM_LAYOUT.kind(path)
+    return None if kind is None else GENOME_LM_LAYOUT.describe(kind)
 
 
 def find_latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:

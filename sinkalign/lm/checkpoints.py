@@ -12,21 +12,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 
-from sinkalign.utils import newest_checkpoint
+from sinkalign.utils import ALIGNER_LAYOUT, GENOME_LM_LAYOUT, newest_checkpoint
 
 __all__ = ["LATEST", "TRAINER_STATE", "aligner_layout", "find_latest_checkpoint", "not_a_genome_lm",
            "previous_checkpoint", "step_dir_name"]
 
 TRAINER_STATE = "trainer_state.json"
-LATEST = "latest.json"
-_STEP_RE = re.compile(r"step-(\d{8,})")
-# the aligner's layout (sinkalign.align.checkpoints): a model directory, or one of a run's checkpoints
-# or its best/, holds these two files; a run holds checkpoints/latest and checkpoints/step_NNNNNNNN/
-_ALIGNER_MODEL_FILES = ("params.safetensors", "state.json")
-_ALIGNER_STEP_RE = re.compile(r"step_\d{8,}")
+LATEST = GENOME_LM_LAYOUT.pointer
+_STEP_RE = GENOME_LM_LAYOUT.step_name
 
 
 def step_dir_name(step: int) -> str:
@@ -60,22 +55,12 @@ def previous_checkpoint(checkpoint: str | os.PathLike) -> Path | None:
 
 
 def aligner_layout(path: str | os.PathLike) -> str | None:
-    """What the aligner directory ``path`` is, told by its files: ``"model"`` (``params.safetensors``
-    and ``state.json``: a model directory such as ``sinkalign/data/aligner_learned``, or one
-    checkpoint of an aligner run), ``"run"`` (a ``sinkalign train`` run: ``checkpoints/latest``,
-    ``checkpoints/step_NNNNNNNN/`` or ``best/``), or ``None`` (not an aligner directory)."""
-    path = Path(path)
-    if not path.is_dir():
-        return None
-    if all((path / name).is_file() for name in _ALIGNER_MODEL_FILES):
-        return "model"
-    root = path / "checkpoints"
-    if root.is_dir() and ((root / "latest").is_file()
-                          or any(_ALIGNER_STEP_RE.fullmatch(p.name) and p.is_dir() for p in root.iterdir())):
-        return "run"
-    if all((path / "best" / name).is_file() for name in _ALIGNER_MODEL_FILES):
-        return "run"
-    return None
+    """What the aligner directory ``path`` is, told by its files (:data:`~sinkalign.utils.ALIGNER_LAYOUT`):
+    ``"model"`` (``params.safetensors`` and ``state.json``: a model directory such as
+    ``sinkalign/data/aligner_learned``, or one checkpoint of an aligner run), ``"run"`` (a
+    ``sinkalign train`` run: ``checkpoints/latest``, ``checkpoints/step_NNNNNNNN/`` or ``best/``),
+    or ``None`` (not an aligner directory)."""
+    return ALIGNER_LAYOUT.kind(path)
 
 
 def not_a_genome_lm(path: str | os.PathLike, kind: str) -> str:
