@@ -34,7 +34,8 @@ def shards() -> None:
 
 
 @shards.command("build")
-@click.argument("stockholm", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.argument("stockholm", nargs=-1, required=True, metavar="ALIGNMENTS...",
+                type=click.Path(exists=True, path_type=Path))
 @click.option("--out", "-o", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Output directory.")
 @click.option("--split", "split", default="0.8,0.1,0.1", show_default=True, callback=_parse_split,
@@ -54,7 +55,8 @@ def shards() -> None:
 @click.option("--split-manifest", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="JSON file assigning every family to train/valid/test ({\"assignment\": {family: split}}), "
                    "e.g. data_manifests/structural_split.json; replaces --split/--seed for the split.")
-@click.option("--overwrite", is_flag=True, help="Replace an existing shard directory.")
+@click.option("--overwrite", is_flag=True,
+              help="Replace the shards of an existing shard directory (never an index.json that is not one).")
 @progress_option("pairs written")
 def build(
     stockholm: tuple[Path, ...],
@@ -71,12 +73,28 @@ def build(
     overwrite: bool,
     progress: bool | None,
 ) -> None:
-    """Build shards from alignments STOCKHOLM... into --out.
+    """Build shards from the alignment files ALIGNMENTS... into --out.
 
-    Inputs are Stockholm files, HOMSTRAD PIR files (.ali) or bench1.0 aligned FASTA sets
-    (SABRE, PREFAB, OXBench: upper case = trusted core), recognised by content; a directory
-    stands for every file in it. All families must share one alphabet unless --alphabet
-    picks one or --mixed-alphabets allows both.
+    Each file's format is told by its content (its first non-blank line; gzip is
+    detected), whatever its name:
+
+    \b
+    - Stockholm (# STOCKHOLM): every alignment in the file is a family; lower case
+      marks insert columns (Pfam/HMMER), aligned to nothing.
+    - aligned FASTA (>): a bench1.0 set (SABRE, PREFAB, OXBench): upper case = trusted
+      core, lower case = aligned but not trusted (no upper case at all: all trusted).
+      With a .a2m suffix, or rows of unequal length shaped as A2M: A2M, lower case =
+      insertions.
+    - PIR as HOMSTRAD writes it (>P1;): every residue trusted.
+    - Clustal, GCG MSF, relaxed PHYLIP: case ignored, every residue aligned.
+
+    A family is named by its #=GF ID (Stockholm; else the file stem, with #k for the k-th
+    alignment of a file after the first) or <folder>/<file name> less a .ali, .pir, .fa,
+    .fasta or .afa suffix (the other formats), as --split-manifest names it. A directory
+    stands for every file in it except hidden ones and .txt, .md, .json and .rst files.
+    All families must share one alphabet unless --alphabet picks one or --mixed-alphabets
+    allows both. A rebuild (--overwrite) replaces the old shards only once the new ones are
+    complete, keeping the directory's other files.
     """
     import json
 
@@ -95,7 +113,7 @@ def build(
         else:
             files.append(item)
     if not files:
-        raise click.BadParameter("no alignment file in the given directories", param_hint="STOCKHOLM")
+        raise click.BadParameter("no alignment file in the given directories", param_hint="ALIGNMENTS")
     assignment = None
     if split_manifest is not None:
         try:  # a user's file: invalid JSON (ValueError), no "assignment" or not an object

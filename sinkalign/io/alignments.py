@@ -422,7 +422,8 @@ def _parse_stockholm_block(
         )
     try:
         aln = AlignIO.read(io.StringIO("".join(block)), "stockholm")
-    except ValueError as err:
+    except (ValueError, TypeError) as err:  # TypeError: a #=GR line of the wrong length (Biopython's SeqRecord)
+        _odd_gr_line(block, path, start, where, err)
         lengths: dict[str, int] = {}  # Biopython does not say which row: count them
         for line in block[1:]:
             fields = line.split()
@@ -447,6 +448,27 @@ def _parse_stockholm_block(
         index=index,
         numbered=True,
     )
+
+
+def _odd_gr_line(block: list[str], path: Path, start: int, where: str, err: Exception) -> None:
+    """Raise a SequenceFormatError naming the ``#=GR`` annotation whose length differs from its
+    row's (the line where it starts, the row id and the tag), if there is one: Biopython raises a
+    bare TypeError for it, naming neither."""
+    rows: dict[str, int] = {}
+    marks: dict[tuple[str, str], list[int]] = {}  # (row id, tag) -> [characters, first line]
+    for offset, line in enumerate(block):
+        fields = line.split()
+        if not fields or fields[0] == "//":
+            continue
+        if fields[0] == "#=GR" and len(fields) >= 4:
+            mark = marks.setdefault((fields[1], fields[2]), [0, start + offset])
+            mark[0] += len("".join(fields[3:]))
+        elif not fields[0].startswith("#") and len(fields) >= 2:
+            rows[fields[0]] = rows.get(fields[0], 0) + len("".join(fields[1:]))
+    for (rid, tag), (n, line_no) in marks.items():
+        if rid in rows and n != rows[rid]:
+            raise SequenceFormatError(f"{where}: line {line_no}: the #=GR {rid} {tag} annotation has {n} characters, "
+                                      f"row {rid!r} has {rows[rid]} columns", path=path, record_id=rid) from err
 
 
 def read_aligned_fasta(path: str | os.PathLike, *, format: str | None = None, alphabet: str = "auto") -> MSA:
@@ -723,6 +745,23 @@ def row_descriptions(path: str | os.PathLike) -> dict[str, str]:
     return out
 
 
+def _warn_nothing_aligned(msa: MSA, any_upper: bool) -> None:
+    """Warn that no two rows of ``msa`` hold upper-case residues in one column, so none of its
+    pairs has an aligned residue pair (an F1, a loss or a calibration on them measures nothing)."""
+    name = f"{msa.source} (family {msa.family})" if msa.family else f"{msa.source} (alignment #{msa.index + 1})"
+    if msa.format == "bench":
+        why = ("lower case marks the residues a bench1.0 structural reference does not trust, and no column holds "
+               "trusted residues of two sequences")
+    elif not any_upper:
+        why = (f"every residue is lower case, and in {msa.format.upper() if msa.format == 'a2m' else 'Stockholm'} "
+               "(the Pfam/HMMER convention) lower case marks insert columns, aligned to nothing; upper-case the rows "
+               "if their case means nothing")
+    else:
+        why = ("no column holds upper-case (aligned) residues of two sequences; lower case marks insert columns, "
+               "aligned to nothing")
+    logger.warning("%s: its %d sequences give no aligned residue pair: %s", name, len(msa), why)
+
+
 def msa_to_pairs(
     msa: MSA,
     *,
@@ -760,6 +799,8 @@ def msa_to_pairs(
     upper = (grid >= ord("A")) & (grid <= ord("Z"))
     lower = (grid >= ord("a")) & (grid <= ord("z"))
     residue_index = np.cumsum(upper | lower, axis=1, dtype=np.int64) - 1  # [N, C]
+    if n >= 2 and not (upper.sum(axis=0) >= 2).any():
+        _warn_nothing_aligned(msa, bool(upper.any()))
     seqs = [msa.ungapped(k) for k in range(n)]
     meta = {"alphabet": msa.alphabet, "accession": msa.accession}
     # bench1.0 (structural) alignments: lower case = aligned but untrusted, not an insertion.

@@ -49,15 +49,21 @@ family (taken from the largest split). The split depends only on the family name
 the fractions and the seed (not on input order). Within a split, pairs are stored
 family by family (sorted names), rows ``a < b`` in alignment order.
 
-Atomicity: every file is written to a temporary name and renamed; ``index.json``
-is written last and removed first when a directory is rebuilt, so an interrupted
-build or embedding run never leaves an index that points at missing or
-half-written shards. Readers verify each file's sha256 against the index.
+Atomicity: a build writes every file (shards, then ``index.json``) into a hidden staging
+folder inside the output directory and, once the new build is complete, swaps it in by
+renames: the previous build's index and shards are set aside, the new files moved in, the new
+``index.json`` last, and only then are the old files removed. An interrupted rebuild leaves
+the previous build as it was (a kill during the few renames of the swap leaves it set aside,
+and the next build puts it back); the next build also removes what killed builds left (their
+staging folders, temporary files, shard files no index lists). Files of the output directory
+that are not the build's own are kept, and an ``index.json`` that is not a shard index is never
+replaced. Readers verify each file's sha256 against the index.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import hashlib
 import io
@@ -66,6 +72,9 @@ import logging
 import math
 import os
 import re
+import shutil
+import tempfile
+import zipfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,6 +172,49 @@ def split_families(
         out[name] = sorted(shuffled[start : start + count])
         start += count
     return out
+
+
+def _sequence_key(seq: str) -> int:
+    """A 64-bit digest of an ungapped, upper-case sequence (8 bytes a sequence to compare splits)."""
+    return int.from_bytes(hashlib.blake2b(seq.encode("utf-8"), digest_size=8).digest(), "little")
+
+
+def _warn_shared_sequences(assignment: dict[str, list[str]], by_name: dict, split_source: str) -> None:
+    """Warn when one sequence (the same residues, case and gaps aside) is in more than one split.
+
+    A split by family names cannot see that two families hold the same sequences (one
+    alignment under two names, a sequence in two families); a model then meets test sequences
+    in training. The split is kept as it is (reproducible); the warning names a few families and
+    the count. Memory: one 64-bit digest per sequence."""
+    keys = {}
+    for split_name in SPLITS:
+        digests = (_sequence_key(by_name[f].msa.ungapped(k)) for f in assignment[split_name]
+                   for k in range(len(by_name[f].msa)))
+        keys[split_name] = np.unique(np.fromiter(digests, dtype=np.uint64))
+    values, counts = np.unique(np.concatenate(list(keys.values())), return_counts=True)
+    shared = set(values[counts > 1].tolist())
+    if not shared:
+        return
+    first: dict[int, tuple[str, str]] = {}
+    examples: dict[tuple[str, str], None] = {}  # ordered set of "family (split)" pairs
+    for split_name in SPLITS:
+        for fam in assignment[split_name]:
+            msa = by_name[fam].msa
+            for k in range(len(msa)):
+                key = _sequence_key(msa.ungapped(k))
+                if key not in shared:
+                    continue
+                seen = first.setdefault(key, (split_name, fam))
+                if seen[0] != split_name:
+                    examples.setdefault((f"{seen[1]} ({seen[0]})", f"{fam} ({split_name})"))
+    shown = "; ".join(f"{a} and {b}" for a, b in list(examples)[:3])
+    more = f"; {len(examples) - 3} more pairs of families" if len(examples) > 3 else ""
+    remedy = ("the seeded split keeps families apart by name only; remove the duplicates or give a leak-free "
+              "--split-manifest (sinkalign.io.splits.leak_free_split)" if split_source == "seeded"
+              else "the split assignment puts them on different sides; a leak-free one "
+                   "(sinkalign.io.splits.leak_free_split) keeps identical sequences together")
+    logger.warning("%d distinct sequences (identical residues, case and gaps aside) are in more than one split, so "
+                   "they leak between train, valid and test: e.g. families %s%s; %s", len(shared), shown, more, remedy)
 
 
 def _family_rng(seed: int, family: str) -> np.random.Generator:
@@ -331,22 +383,179 @@ def _write_shard(directory: Path, name: str, data: bytes) -> dict:
     return {"file": name, "sha256": _sha256(data), "bytes": len(data)}
 
 
-def _remove_old_build(directory: Path) -> list[str]:
-    """Remove ``index.json`` first (so no index can point at replaced files); return the files it listed."""
-    index_path = directory / INDEX_NAME
-    old_files: list[str] = []
-    if index_path.exists():
-        try:
-            old = json.loads(index_path.read_text(encoding="utf-8"))
-            for info in old.get("splits", {}).values():
-                for shard in info.get("shards", []):
-                    old_files.append(shard["file"])
-                    if shard.get("embeddings"):
-                        old_files.append(shard["embeddings"]["file"])
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            logger.warning("could not read the old %s; leaving its files in place", index_path)
-        index_path.unlink()
-    return old_files
+#: the names of a build's own files, besides ``index.json``
+_SHARD_FILE = re.compile(r"(train|valid|test)-\d{5}(\.npz|\.emb\.safetensors)")
+#: temporary files of :func:`~sinkalign.utils.atomic_write` for those names (a killed build's)
+_TEMP_FILE = re.compile(r"\.((train|valid|test)-\d{5}(\.npz|\.emb\.safetensors)|index\.json)\.\w+\.tmp")
+#: a build's staging folder ("new") and the previous build set aside while swapping ("old")
+_WORK_PREFIX = {"new": ".sinkalign-shards-new-", "old": ".sinkalign-shards-old-"}
+_WORK_DIR = re.compile(r"\.sinkalign-shards-(new|old)-\w+\.tmp")
+
+
+def _foreign_index(path: Path) -> str | None:
+    """``None`` when ``path`` is a shard index (``format`` is :data:`FORMAT_NAME`, whatever its
+    version); else why it is not one, for the message refusing to replace it."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        return "not UTF-8 text"
+    except ValueError:
+        return "not valid JSON"
+    except OSError as err:
+        return f"cannot be read: {err.strerror or err}"
+    if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
+        found = data.get("format") if isinstance(data, dict) else None
+        return f"format={found!r}, a shard index has {FORMAT_NAME!r}"
+    return None
+
+
+def _listed_files(index_path: Path) -> set[str]:
+    """The shard and embedding files a (shard) index lists, those named as a build names them."""
+    names: set[str] = set()
+    try:
+        old = json.loads(index_path.read_text(encoding="utf-8"))
+        for info in old.get("splits", {}).values():
+            for shard in info.get("shards", []):
+                names.add(shard["file"])
+                if shard.get("embeddings"):
+                    names.add(shard["embeddings"]["file"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        logger.warning("could not read the file list of %s; its shard files are told by their content", index_path)
+    return {n for n in names if isinstance(n, str) and _SHARD_FILE.fullmatch(n)}
+
+
+def _written_by_a_build(path: Path) -> bool:
+    """Whether a file named like a shard holds what a build writes there (an ``.npz`` with the
+    shard arrays and a header naming its split, a safetensors file with the embedding metadata);
+    only such files are removed as an interrupted build's leftovers."""
+    try:
+        if path.name.endswith(".npz"):
+            with np.load(path, allow_pickle=False) as npz:
+                if not set(_ARRAY_KEYS) <= set(npz.files):
+                    return False
+                header = json.loads(npz["header"].tobytes().decode("utf-8"))
+            return isinstance(header, dict) and "split" in header and "format_version" in header
+        with open(path, "rb") as handle:
+            size = int.from_bytes(handle.read(8), "little")
+            if not 0 < size <= 1 << 26:
+                return False
+            meta = json.loads(handle.read(size).decode("utf-8"))["__metadata__"]
+        return isinstance(meta, dict) and "name" in meta and "dtype" in meta
+    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile):  # not one of ours
+        return False
+
+
+def _restore_set_aside(out: Path) -> None:
+    """Put back the previous build that a rebuild killed while swapping had set aside, and remove
+    what killed builds left: staging folders and :func:`~sinkalign.utils.atomic_write` temporary
+    files. Only entries named as a build names them are touched."""
+    entries = sorted(out.iterdir())
+    for work in entries:
+        kind = _WORK_DIR.fullmatch(work.name)
+        if kind is None or work.is_symlink() or not work.is_dir():
+            continue
+        if kind.group(1) == "old" and (work / INDEX_NAME).is_file() and not (out / INDEX_NAME).exists():
+            for f in sorted(work.iterdir(), key=lambda f: f.name == INDEX_NAME):  # the index last
+                if f.name == INDEX_NAME or _SHARD_FILE.fullmatch(f.name):
+                    os.replace(f, out / f.name)
+            logger.warning("%s: put back the previous build, which a rebuild killed while swapping in its files "
+                           "had set aside in %s", out, work.name)
+        else:
+            logger.warning("%s: removing %s, left by an interrupted build", out, work.name)
+        shutil.rmtree(work, ignore_errors=True)
+    for f in entries:
+        if _TEMP_FILE.fullmatch(f.name) and f.is_file():
+            logger.warning("%s: removing %s, left by an interrupted build", out, f.name)
+            f.unlink(missing_ok=True)
+
+
+def _check_output(out: Path, overwrite: bool) -> list[str]:
+    """Refuse an output directory a build must not write into; return the files of an earlier
+    build there (those its index lists, and shard files with no index: an interrupted build's),
+    which the new build replaces. Puts back or cleans up after killed builds first."""
+    if out.exists() and not out.is_dir():
+        raise InputError(f"out_dir={str(out)!r} exists and is not a directory")
+    if not out.is_dir():
+        return []
+    index_path = out / INDEX_NAME
+    if index_path.exists() or index_path.is_symlink():
+        why = _foreign_index(index_path)
+        if why is not None:  # a user's own index.json: never replaced, --overwrite or not
+            raise OutputExistsError(f"{index_path} is not a sinkalign shard index ({why}); it is left alone, and so "
+                                    "is its directory: give a new or empty directory for the shards")
+    _restore_set_aside(out)
+    has_index = index_path.exists()
+    if has_index and not overwrite:
+        raise OutputExistsError(f"{index_path} already exists; pass --overwrite to rebuild")
+    listed = _listed_files(index_path) if has_index else set()
+    own, leftovers, others = [], [], []
+    for entry in sorted(out.iterdir()):
+        name = entry.name
+        if name == INDEX_NAME:
+            continue
+        if name in listed and entry.is_file():
+            own.append(name)
+        elif _SHARD_FILE.fullmatch(name) and entry.is_file() and not entry.is_symlink() and _written_by_a_build(entry):
+            leftovers.append(name)
+        else:
+            others.append(name)
+    look_alike = [n for n in others if _SHARD_FILE.fullmatch(n)]
+    if look_alike:  # a new shard of that name would replace it
+        raise OutputExistsError(f"{out} holds {', '.join(look_alike[:3])}{', ...' if len(look_alike) > 3 else ''}, "
+                                "named like a shard file but not one a build wrote; move it away to build there")
+    if others and not has_index:  # not a shard folder: a user's, never written into
+        raise OutputExistsError(f"{out} holds other files ({', '.join(others[:3])}{', ...' if len(others) > 3 else ''})"
+                                "; give a new or empty directory for the shards")
+    if leftovers:
+        logger.warning("%s: %d shard files that no index.json lists (left by an interrupted build: %s%s) are removed "
+                       "when this build completes", out, len(leftovers), ", ".join(leftovers[:3]),
+                       ", ..." if len(leftovers) > 3 else "")
+    return own + leftovers
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make the renames in ``directory`` durable (best effort: not every system opens folders)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _swap_in(out: Path, staging: Path, old_files: list[str], new_files: list[str]) -> None:
+    """Replace the build in ``out`` (its ``index.json`` and ``old_files``) by the complete one in
+    ``staging`` (``new_files`` and its ``index.json``), by renames within ``out``'s filesystem.
+
+    The old index and files are first set aside in a hidden folder, then the new files are
+    moved in and the new index last; the old files are removed only then. An exception on the
+    way (Ctrl-C) moves everything back; a kill leaves the set-aside folder, which the next build
+    puts back (:func:`_restore_set_aside`)."""
+    aside = Path(tempfile.mkdtemp(prefix=_WORK_PREFIX["old"], suffix=".tmp", dir=out))
+    moved_old: list[str] = []
+    moved_new: list[str] = []
+    try:
+        for name in [INDEX_NAME] + old_files:  # the index first: no index ever lists a moved file
+            if (out / name).exists():
+                os.replace(out / name, aside / name)
+                moved_old.append(name)
+        for name in new_files:
+            os.replace(staging / name, out / name)
+            moved_new.append(name)
+        os.replace(staging / INDEX_NAME, out / INDEX_NAME)
+    except BaseException:
+        for name in moved_new:
+            (out / name).unlink(missing_ok=True)
+        for name in reversed(moved_old):  # the index last
+            os.replace(aside / name, out / name)
+        shutil.rmtree(aside, ignore_errors=True)
+        raise
+    _fsync_dir(out)
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def build_shards(
@@ -382,8 +591,10 @@ def build_shards(
 
     Args:
         stockholm_paths: one Stockholm file or many.
-        out_dir: output directory; created if needed. A directory that already has an
-            ``index.json`` needs ``overwrite=True``.
+        out_dir: output directory; created if needed. A directory that already has a shard
+            index needs ``overwrite=True``; the new build replaces the old one only when
+            complete, and files there that are not the build's own are kept (module
+            docstring, Atomicity).
         split: (train, valid, test) fractions of families, summing to 1.
         seed: split and subsampling seed.
         pairs_per_shard: pairs per shard file (the last shard of a split may be smaller).
@@ -392,7 +603,7 @@ def build_shards(
             ``max_length=None``: no upper limit).
         alphabet: keep only ``"protein"`` or ``"dna"`` families (``None``: all, which must then
             share one alphabet unless ``mixed_alphabets``).
-        overwrite: replace an existing shard directory.
+        overwrite: replace the build in an existing shard directory.
         progress: show a tqdm progress bar.
         mixed_alphabets: accept protein and DNA families in one directory.
         assignment: ``{family: "train" | "valid" | "test"}`` for every family (e.g. a leak-free
@@ -409,7 +620,12 @@ def build_shards(
         FormatError: unreadable alignments (file, alignment, row, column).
         AlphabetError: families of more than one alphabet (see ``mixed_alphabets``).
         MissingFileError: an input file that does not exist (a FileNotFoundError).
-        OutputExistsError: an existing index without ``overwrite`` (a FileExistsError).
+        OutputExistsError: an existing index without ``overwrite``; an ``index.json`` that is not
+            a shard index (``overwrite`` or not); a directory of other files and no shard index;
+            a file named like a shard that no build wrote (all FileExistsErrors).
+
+    Warnings (logged): a family that gives no aligned residue pair, sequences that are in more
+    than one split, families of ``assignment`` that no input holds.
     """
     if isinstance(stockholm_paths, (str, os.PathLike)):
         stockholm_paths = [stockholm_paths]
@@ -435,15 +651,7 @@ def build_shards(
     if alphabet not in (None, "protein", "dna"):
         raise ValueError(f"alphabet={alphabet!r} is not one of (None, 'protein', 'dna')")
     out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"out_dir={str(out)!r} exists and is not a directory")
-    if (out / INDEX_NAME).exists() and not overwrite:
-        raise OutputExistsError(f"{out / INDEX_NAME} already exists; pass --overwrite to rebuild")
-    ours = re.compile(r"(train|valid|test)-\d{5}(\.npz|\.emb\.safetensors)|\..+\.tmp")  # an interrupted build's
-    others = sorted(p.name for p in out.iterdir() if not ours.fullmatch(p.name)) if out.is_dir() else []
-    if others and not (out / INDEX_NAME).exists():  # not a shard folder: a user's, never written into
-        raise OutputExistsError(f"{out} holds other files ({', '.join(others[:3])}{', ...' if len(others) > 3 else ''})"
-                                "; give a new or empty directory for the shards")
+    old_files = _check_output(out, bool(overwrite))
 
     families, skipped = _load_families(paths, int(min_length), max_length, alphabet)
     if not families:
@@ -462,14 +670,17 @@ def build_shards(
         missing = sorted(f.name for f in families if f.name not in assignment)
         if missing:
             raise InputError(f"the split assignment has no entry for {len(missing)} families, e.g. {missing[:5]}")
+        unknown = sorted(set(assignment) - {f.name for f in families} - set(skipped))
+        if unknown:
+            logger.warning("the split assignment names %d families that no input holds, ignored: %s%s (family names "
+                           "are #=GF ID, else the file stem; <folder>/<file name> for the other formats)", len(unknown),
+                           ", ".join(unknown[:5]), ", ..." if len(unknown) > 5 else "")
         assignment = {s: sorted(f.name for f in families if assignment[f.name] == s) for s in SPLITS}
         split_source = "assignment"
     by_name = {f.name: f for f in families}
     if len(families) < 3:
         logger.warning("only %d families: some splits are empty", len(families))
-
-    out.mkdir(parents=True, exist_ok=True)
-    old_files = _remove_old_build(out)
+    _warn_shared_sequences(assignment, by_name, split_source)
 
     index: dict = {
         "format": FORMAT_NAME,
@@ -497,6 +708,11 @@ def build_shards(
         else min(max_pairs_per_family, len(f.msa) * (len(f.msa) - 1) // 2)
         for f in families
     )
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    # the new build goes into a hidden folder inside out (so on its filesystem: renames are
+    # atomic) and replaces the old one only when complete (module docstring, Atomicity)
+    staging = Path(tempfile.mkdtemp(prefix=_WORK_PREFIX["new"], suffix=".tmp", dir=out))
     bar = tqdm(total=total, unit="pair", desc="shards", disable=not progress)
     try:
         for split_name in SPLITS:
@@ -508,7 +724,7 @@ def build_shards(
 
             def flush() -> None:
                 name = f"{split_name}-{len(shards):05d}.npz"
-                entry = _write_shard(out, name, _encode_shard(buffer, split_name, pids))
+                entry = _write_shard(staging, name, _encode_shard(buffer, split_name, pids))
                 entry["n_pairs"] = len(buffer)
                 entry["embeddings"] = None
                 shards.append(entry)
@@ -551,13 +767,18 @@ def build_shards(
                 "n_aligned_residue_pairs": n_aligned,
                 "shards": shards,
             }
-    finally:
         bar.close()
-    atomic_write_text(out / INDEX_NAME, json.dumps(index, indent=1) + "\n")
-    new_files = {s["file"] for info in index["splits"].values() for s in info["shards"]}
-    for name in old_files:
-        if name not in new_files and "/" not in name and (out / name).is_file():
-            (out / name).unlink()
+        atomic_write_text(staging / INDEX_NAME, json.dumps(index, indent=1) + "\n")
+        new_files = [s["file"] for info in index["splits"].values() for s in info["shards"]]
+        _swap_in(out, staging, old_files, new_files)
+    except BaseException:
+        bar.close()
+        shutil.rmtree(staging, ignore_errors=True)
+        if created:  # a directory this build made, left empty
+            with contextlib.suppress(OSError):
+                out.rmdir()
+        raise
+    shutil.rmtree(staging, ignore_errors=True)
     logger.info(
         "wrote %s: %s",
         out,
