@@ -299,3 +299,42 @@ def test_micro_difference_errors(b, clusters, match):
     a = np.array([[1, 2, 3], [1, 2, 3]])
     with pytest.raises(ValueError, match=match):
         micro_difference(a, b, clusters)
+
+
+def test_references_without_an_aligned_pair_get_their_own_row(tmp_path):
+    """Pfam fragments that do not overlap align no residue pair: no identity. `evaluate`
+    crashed on them (a NaN identity outside every bin); they now get a row of their own and
+    count in "all"."""
+    from click.testing import CliRunner
+
+    from sinkalign.align.metrics import NO_IDENTITY_BIN
+    from sinkalign.cli.main import cli
+
+    ref = tmp_path / "frag.sto"
+    ref.write_text("# STOCKHOLM 1.0\n#=GF ID FRAG\n"
+                   "s1/1-12 ACDEFGHIKLMN------------\n"
+                   "s2/1-12 ------------PQRSTVWYACDE\n"
+                   "s3/1-24 ACDEFGHIKLMNPQRSTVWYACDE\n//\n")
+    out = tmp_path / "e.json"
+    r = CliRunner().invoke(cli, ["evaluate", "--reference", str(ref), "--methods", "nw", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    import json
+
+    data = json.loads(out.read_text())
+    (table,) = [s["methods"]["nw"]["bins"] for s in data["sets"].values()]
+    rows = {row["bin"]: row for row in table}
+    assert rows[NO_IDENTITY_BIN]["n"] == 1 and rows["all"]["n"] == 3
+    assert sum(row["n"] for row in table if row["bin"] not in (NO_IDENTITY_BIN, "all")) == 2
+
+
+def test_binned_table_rows_for_unaligned_references_only_when_there_are_some():
+    from sinkalign.align.metrics import NO_IDENTITY_BIN
+
+    s = pair_scores([(0, 0), (1, 1), (2, 2), (3, 4)], [(0, 0), (1, 1), (2, 2), (3, 3), (4, 4)])
+    labels = [row["bin"] for row in binned_table([s, s], [10.0, 50.0], n_boot=10)]
+    assert NO_IDENTITY_BIN not in labels and labels[-1] == "all"
+    rows = binned_table([s, s, s], [10.0, float("nan"), 50.0], n_boot=10)
+    assert [row["bin"] for row in rows][-2:] == [NO_IDENTITY_BIN, "all"]
+    assert rows[-2]["n"] == 1 and rows[-1]["n"] == 3
+    with pytest.raises(ValueError, match="outside the bin range"):
+        binned_table([s], [101.0])

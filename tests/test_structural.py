@@ -398,3 +398,31 @@ def test_evaluate_names_a_bad_split_or_a_missing_shard(sdir, tmp_path):
     r = CliRunner().invoke(cli, ["evaluate", "--reference", str(tmp_path / "sh"), "--split", "train",
                                  "--methods", "nw"])
     assert_one_line_error(r, f"{shard}: listed in index.json but missing")
+
+
+def test_reference_files_are_read_by_content_where_the_suffix_does_not_say(tmp_path):
+    """`evaluate --reference` chose the reader by suffix alone: `.sth` and `.sto.gz` were an
+    unknown format and a Stockholm file named `.txt` was read as a TM-align table."""
+    import gzip
+
+    from sinkalign.align.evaluate import load_reference_set
+
+    sto = ("# STOCKHOLM 1.0\n#=GF ID FAM\n"
+           "a/1-10 ACDEFGHIKL\nb/1-9  ACDE-GHIKL\nc/1-10 ACDEFGHIKM\n//\n")
+    plain = tmp_path / "fam.sto"
+    plain.write_text(sto)
+    want = [(p.query_id, p.target_id, p.pairs.tolist()) for p in load_reference_set(plain)]
+    assert len(want) == 3
+    for name in ("fam.sth", "fam.txt", "fam.sto.gz", "pfam.seed.txt.gz"):
+        path = tmp_path / name
+        if name.endswith(".gz"):
+            path.write_bytes(gzip.compress(sto.encode()))
+        else:
+            path.write_text(sto)
+        got = [(p.query_id, p.target_id, p.pairs.tolist()) for p in load_reference_set(path)]
+        assert got == want, name
+    # a TM-align table keeps being read as one, whatever its suffix
+    row = "/x/pdb1abc.ent\t/x/pdb2xyz.ent\t0.6\t0.7\t2.0\tACDEFGHIKL\tACDEFGHIKM\t::::::::::\n"
+    (tmp_path / "tm.txt").write_text(row)
+    (tmp_path / "tm.tsv").write_text(row)
+    assert len(load_reference_set(tmp_path / "tm.txt")) == len(load_reference_set(tmp_path / "tm.tsv")) == 1

@@ -18,14 +18,13 @@ import numpy as np
 
 from sinkalign.align.baselines import Scoring, align_pair
 from sinkalign.align.metrics import binned_table, core_pair_scores, micro_average
-from sinkalign.errors import InputError
+from sinkalign.errors import InputError, SinkalignError
 from sinkalign.io.alignments import (
     ReferencePair,
     msa_to_pairs,
     percent_identity,
     read_aligned_fasta,
     read_msf,
-    read_stockholm,
     read_tmalign_pairs,
 )
 
@@ -40,6 +39,31 @@ METHODS = ("sinkalign", "nw", "sw", "pairhmm")
 # log-odds scale (the Karlin-Altschul lambda for uniform base composition), threshold 0.4
 PAIRHMM_PROTEIN = {"lam": 0.2, "gap_open": 24, "gap_extend": 2, "threshold": 0.4}
 PAIRHMM_DNA = {"lam": 0.6337314430979077, "gap_open": 5, "gap_extend": 2, "threshold": 0.4}
+
+
+def _reference_kind(path: Path) -> str:
+    """How a reference file is read: by its suffix where that says (after a ``.gz``), else by
+    its content (``"alignment"``: Stockholm, PIR, bench1.0, Clustal, ... by
+    :func:`~sinkalign.io.structural.read_reference_alignment`), and a TM-align table where the
+    content is no alignment (a Stockholm file named ``.txt`` or ``.sto.gz`` was refused or read
+    as TM-align)."""
+    from sinkalign.io.structural import detect_alignment_format
+
+    suffixes = [x.lower() for x in path.suffixes]
+    if suffixes and suffixes[-1] in (".gz", ".bgz"):
+        suffixes = suffixes[:-1]
+    suffix = suffixes[-1] if suffixes else ""
+    if suffix == ".tsv":
+        return "tmalign"
+    if suffix == ".msf":
+        return "msf"
+    if suffix in (".fa", ".fasta", ".afa", ".a2m"):
+        return "fasta"
+    try:
+        detect_alignment_format(path)
+    except SinkalignError:  # no alignment: a TM-align table reports its own errors
+        return "tmalign"
+    return "alignment"
 
 
 def load_reference_set(path: str | Path, *, min_tm: float | None = 0.5, max_pairs: int | None = None,
@@ -61,27 +85,24 @@ def load_reference_set(path: str | Path, *, min_tm: float | None = 0.5, max_pair
         # a missing or corrupt shard, an unknown split: SinkalignErrors naming the file or split
         ds = ShardDataset(path, split, load_embeddings=False)
         pairs = [ds[i].pair for i in range(len(ds))]
-    elif path.suffix in (".tsv", ".txt"):
-        pairs = list(read_tmalign_pairs(path, min_tm=min_tm))
-    elif path.suffix in (".sto", ".stk", ".stockholm"):
-        pairs = [p for msa in read_stockholm(path) for p in msa_to_pairs(msa)]
-    elif path.suffix == ".msf":
-        pairs = msa_to_pairs(read_msf(path))
-    elif path.suffix in (".fa", ".fasta", ".afa", ".a2m"):
-        pairs = msa_to_pairs(read_aligned_fasta(path))
-    elif path.suffix in (".ali", ".pir") or path.suffix == "":
-        # HOMSTRAD PIR or a bench1.0 aligned FASTA file (SABRE, PREFAB, OXBench: no suffix),
-        # recognised by content; structural references carry a core mask
-        from sinkalign.io.structural import read_reference_alignment
-
-        pairs = [p for msa in read_reference_alignment(path) for p in msa_to_pairs(msa)]
     else:
-        raise InputError(f"{path}: unknown reference format (expected .sto, .tsv, .msf, .fasta/.a2m, a PIR .ali, "
-                         "a bench1.0 aligned FASTA file without suffix, or a shard dir)")
+        kind = _reference_kind(path)
+        if kind == "tmalign":
+            pairs = list(read_tmalign_pairs(path, min_tm=min_tm))
+        elif kind == "msf":
+            pairs = msa_to_pairs(read_msf(path))
+        elif kind == "fasta":
+            pairs = msa_to_pairs(read_aligned_fasta(path))
+        else:
+            # Stockholm, HOMSTRAD PIR or a bench1.0 aligned FASTA file (SABRE, PREFAB, OXBench: no
+            # suffix), ..., recognised by content; structural references carry a core mask
+            from sinkalign.io.structural import read_reference_alignment
+
+            pairs = [p for msa in read_reference_alignment(path) for p in msa_to_pairs(msa)]
     if not pairs:
         if path.is_dir() and (path / "index.json").exists():
             why = f"its {split!r} split holds no pairs (--split picks another)"
-        elif path.suffix in (".tsv", ".txt"):
+        elif not path.is_dir() and _reference_kind(path) == "tmalign":
             why = "no pair in it" + (f" reaches --min-tm {min_tm}" if min_tm is not None else "")
         else:
             why = "its alignments hold fewer than two rows each: a reference pair needs two"

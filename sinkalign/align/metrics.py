@@ -264,6 +264,10 @@ def assign_identity_bins(identities: Any, edges: Sequence[float] = IDENTITY_BINS
     return np.minimum(idx, e.size - 2)
 
 
+#: the row of :func:`binned_table` for references that align no residue pair (no identity)
+NO_IDENTITY_BIN = "none aligned"
+
+
 def _mean_ci(x: np.ndarray, ci: str, confidence: float, n_boot: int, rng: np.random.Generator) -> list[float] | None:
     """``[low, high]`` CI of the mean of ``x`` (None when fewer than 2 values)."""
     if x.size < 2:
@@ -303,7 +307,10 @@ def binned_table(
     percentile bootstrap (``n_boot`` resamples, ``seed``) or the normal approximation
     ``mean +- z * sd / sqrt(n)`` clipped to ``[0, 1]``; ``None`` when ``n < 2``. Also
     ``micro_precision``, ``micro_recall``, ``micro_f1`` from pooled counts. Empty bins have
-    ``n = 0`` and ``None`` values. NaN becomes ``None`` so the rows are valid JSON.
+    ``n = 0`` and ``None`` values. NaN becomes ``None`` so the rows are valid JSON. A reference
+    that aligns no residue pair (Pfam fragments that do not overlap) has no identity (NaN): such
+    alignments get a row of their own, :data:`NO_IDENTITY_BIN`, before ``"all"`` (which counts
+    them), where there are any.
 
     Args:
         scores: ``N`` :class:`PairScores`, one per alignment.
@@ -323,10 +330,14 @@ def binned_table(
         if not isinstance(s, PairScores):
             raise ValueError(f"scores[{k}] must be a PairScores, got {type(s).__name__}")
     e = _check_edges(edges)
-    bins = assign_identity_bins(ident, e)
+    unaligned = np.isnan(ident)  # references that align no residue pair: no identity, no bin
+    bins = np.full(ident.size, -1)
+    bins[~unaligned] = assign_identity_bins(ident[~unaligned], e)
     rng = np.random.default_rng(seed)
     labels = identity_bin_labels(e)
     groups = [(labels[b], float(e[b]), float(e[b + 1]), np.flatnonzero(bins == b)) for b in range(e.size - 1)]
+    if unaligned.any():
+        groups.append((NO_IDENTITY_BIN, None, None, np.flatnonzero(unaligned)))
     groups.append(("all", None, None, np.arange(len(scores))))
     rows: list[dict[str, Any]] = []
     for label, lo, hi, members in groups:
