@@ -232,6 +232,19 @@ def newest_checkpoint(root: str | os.PathLike, *, pointer: str, pointed: Callabl
     return max(done, key=lambda p: int(step_name.fullmatch(p.name).group(1))) if done else None
 
 
+#: the models shipped inside the package (sinkalign/data)
+SHIPPED_DATA = Path(__file__).resolve().parent / "data"
+
+
+def shipped_path(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is the package's shipped data or inside it (links followed): no
+    command writes there, ``--overwrite`` or not; a new model belongs elsewhere."""
+    try:
+        return Path(path).resolve().is_relative_to(SHIPPED_DATA)
+    except OSError:
+        return False
+
+
 @dataclasses.dataclass(frozen=True)
 class RunLayout:
     """How one kind of training run lays out its directories, so that each kind's commands can

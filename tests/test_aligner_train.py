@@ -635,3 +635,16 @@ def test_a_genome_lm_run_or_model_is_named_not_taken_for_an_aligner(tmp_path):
         load_checkpoint(lm_model)
     r = CliRunner().invoke(cli, ["align", "--example", "--model", str(lm_model)])
     assert r.exit_code == 1 and "is a genome language model" in r.output, r.output
+
+
+def test_an_empty_validation_split_is_said(tmp_path, caplog):
+    """`shards build` lists a validation split even when no family fell in it; training on such
+    shards ran without validation and without best/, saying nothing."""
+    files = make_families(tmp_path / "sto", n_families=2, n_seqs=4, length=30)
+    build_shards(files, tmp_path / "shards", split=(1.0, 0.0, 0.0), seed=0, min_length=5)
+    index = json.loads((tmp_path / "shards" / "index.json").read_text())
+    assert "valid" in index["splits"] and index["splits"]["valid"]["n_pairs"] == 0
+    with caplog.at_level("WARNING", logger="sinkalign.align.train"):
+        train(_cfg(tmp_path / "shards", tmp_path / "run", 2), progress=False)
+    assert "has an empty validation split: training without validation (no best/ checkpoint)" in caplog.text
+    assert not (tmp_path / "run" / "best").exists()

@@ -833,3 +833,49 @@ def test_a_close_pair_keeps_its_right_columns_at_the_threshold():
     a, b = Aligner.load().align(query, remote), main_only.align(query, remote)
     np.testing.assert_array_equal(a.alignment.match_posterior, b.alignment.match_posterior)
     assert a.evalue == b.evalue
+
+
+def test_the_shipped_models_are_never_written_over(tmp_path):
+    """`calibrate -o <the package's aligner_blosum> --overwrite` replaced a shipped model;
+    every command that writes a model or a run now refuses the package's data directory
+    (also through a link), --overwrite or not, before any work."""
+    from sinkalign.align.checkpoints import check_model_output, check_run_dir
+    from sinkalign.errors import CheckpointError, OutputExistsError
+    from sinkalign.lm.train import check_out_dir
+    from sinkalign.utils import SHIPPED_DATA
+    from tests.aligner_fixtures import make_families
+
+    shipped = SHIPPED_DATA / "aligner_blosum"
+    before = {p.name: p.read_bytes() for p in shipped.iterdir() if p.is_file()}
+    fams = make_families(tmp_path / "fams", n_families=1, n_seqs=3, length=30)
+    link = tmp_path / "link"
+    link.symlink_to(shipped, target_is_directory=True)
+    for out in (shipped, link):
+        for command in ("calibrate", "fit-evalues"):
+            r = CliRunner().invoke(cli, [command, "--reference", str(fams[0]), "--model", "blosum", "-o", str(out),
+                                         "--overwrite"])
+            assert r.exit_code == 1, r.output
+            assert "is inside the models shipped with sinkalign" in " ".join(r.output.split())
+    assert {p.name: p.read_bytes() for p in shipped.iterdir() if p.is_file()} == before
+    with pytest.raises(OutputExistsError, match="inside the models shipped"):
+        check_model_output(SHIPPED_DATA / "new_model")
+    with pytest.raises(OutputExistsError, match="inside the models shipped"):
+        check_run_dir(SHIPPED_DATA / "aligner_learned", resume=False, overwrite=True)
+    with pytest.raises(CheckpointError, match="inside the models shipped"):
+        check_out_dir(SHIPPED_DATA / "lm_default", resume=True)
+    check_model_output(tmp_path / "elsewhere")  # a new directory elsewhere is fine
+
+
+def test_a_folder_named_like_a_shipped_model_is_named_in_the_error(tmp_path, monkeypatch):
+    from sinkalign.align.aligner import resolve_model
+    from sinkalign.errors import CheckpointError
+    from sinkalign.utils import SHIPPED_DATA
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "dna").mkdir()  # a user's folder of DNA files
+    (tmp_path / "dna" / "reads.fa").write_text(">r\nACGT\n")
+    with pytest.raises(CheckpointError, match=rf"dna is not an aligner model, and as a path it hides the shipped model "
+                                              rf"dna: to use that, give its path, {SHIPPED_DATA / 'aligner_dna'}"):
+        resolve_model("dna")
+    assert resolve_model(str(SHIPPED_DATA / "aligner_dna")) == SHIPPED_DATA / "aligner_dna"
+    assert resolve_model("blosum") == SHIPPED_DATA / "aligner_blosum"  # no such folder here: the name

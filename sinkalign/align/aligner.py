@@ -53,6 +53,7 @@ from sinkalign.align.significance import Significance
 from sinkalign.alignment import AlignedPair, reverse_complement
 from sinkalign.errors import AlphabetError, CheckpointError, InputError, SinkalignError
 from sinkalign.io.fasta import NUCLEOTIDE_CODES, detect_alphabet, rna_as_dna
+from sinkalign.utils import ALIGNER_LAYOUT, SHIPPED_DATA
 
 __all__ = ["AlignedPair", "Aligner", "ENGINES", "PairResult", "SHIPPED_MODELS", "STRANDS", "default_model_path",
            "enable_compilation_cache", "resolve_model"]
@@ -237,7 +238,7 @@ def enable_compilation_cache() -> Path | None:
     return path
 
 
-_DATA = Path(__file__).resolve().parents[1] / "data"
+_DATA = SHIPPED_DATA
 # models shipped inside the package, by the name `--model NAME` takes
 SHIPPED_MODELS = {"learned": "aligner_learned", "blosum": "aligner_blosum", "dna": "aligner_dna",
                   "default": "aligner_learned"}  # "default": the default protein model, by name
@@ -251,6 +252,9 @@ def resolve_model(model: str | os.PathLike) -> Path:
     ``default``, the same as ``learned``). An existing path wins over a name."""
     path = Path(model)
     if path.exists():
+        if str(model) in SHIPPED_MODELS and ALIGNER_LAYOUT.kind(path) is None:  # a user's folder named "dna"
+            raise CheckpointError(f"{path.resolve()} is not an aligner model, and as a path it hides the shipped "
+                                  f"model {model}: to use that, give its path, {_DATA / SHIPPED_MODELS[str(model)]}")
         return path
     if str(model) in SHIPPED_MODELS:
         return _DATA / SHIPPED_MODELS[str(model)]

@@ -29,7 +29,15 @@ from pathlib import Path
 import numpy as np
 
 from sinkalign.errors import CheckpointError, OutputExistsError
-from sinkalign.utils import ALIGNER_LAYOUT, GENOME_LM_LAYOUT, atomic_dir, atomic_write_text, newest_checkpoint
+from sinkalign.utils import (
+    ALIGNER_LAYOUT,
+    GENOME_LM_LAYOUT,
+    SHIPPED_DATA,
+    atomic_dir,
+    atomic_write_text,
+    newest_checkpoint,
+    shipped_path,
+)
 
 __all__ = ["BUCKETS", "METRICS", "check_model_output", "check_run_dir", "clean_leftovers", "export_model",
            "find_latest_checkpoint", "load_checkpoint", "other_kind", "read_best", "rewrite_metrics", "save_best",
@@ -99,6 +107,7 @@ def check_run_dir(out: str | os.PathLike, *, resume: bool, overwrite: bool) -> N
     if resume and overwrite:
         raise CheckpointError("--resume and --overwrite contradict each other; pass one")
     out = Path(out)
+    _refuse_shipped(out)
     if out.exists() and not out.is_dir():
         raise OutputExistsError(f"{out} exists and is not a directory")
     kind = other_kind(out)
@@ -214,10 +223,17 @@ def export_model(out_dir: str | os.PathLike, params: dict, config, *, provenance
     return out_dir
 
 
+def _refuse_shipped(out: Path) -> None:
+    if shipped_path(out):
+        raise OutputExistsError(f"{out} is inside the models shipped with sinkalign ({SHIPPED_DATA}); write the new "
+                                f"model or run elsewhere (--overwrite does not apply there)")
+
+
 def check_model_output(out_dir: str | os.PathLike, *, overwrite: bool = False) -> None:
     """Raise :class:`OutputExistsError` unless :func:`export_model` may write ``out_dir``: it is
     new, empty, or (with ``overwrite``) a model directory holding nothing but a model."""
     out_dir = Path(out_dir)
+    _refuse_shipped(out_dir)
     if out_dir.exists():
         if not out_dir.is_dir():
             raise OutputExistsError(f"{out_dir} exists and is not a directory")

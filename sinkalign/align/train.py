@@ -445,7 +445,10 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
         val_set = ShardDataset(cfg.shards, "valid", load_embeddings=bool(cfg.model.feature_dim))
     else:
         val_set = None
-        log.warning("%s has no validation split: training without validation (no best/ checkpoint)", cfg.shards)
+    if val_set is None or len(val_set) == 0:  # shards build writes the split even when no family fell in it
+        val_set = None
+        log.warning("%s has %s validation split: training without validation (no best/ checkpoint)", cfg.shards,
+                    "an empty" if "valid" in train_set.index["splits"] else "no")
     devices = jax.local_devices()
     n_dev = len(devices)
     if cfg.batch_size % n_dev:

@@ -78,7 +78,7 @@ from sinkalign.lm.data import encode, genome_files, read_genome, reverse_complem
 from sinkalign.lm.evaluate import heldout_bits_per_base
 from sinkalign.lm.model import DNALanguageModel, load_checkpoint, save_checkpoint
 from sinkalign.lm.tokenizer import NucleotideTokenizer
-from sinkalign.utils import StopFlag, atomic_write_bytes, atomic_write_text, stop_on_signals
+from sinkalign.utils import SHIPPED_DATA, StopFlag, atomic_write_bytes, atomic_write_text, shipped_path, stop_on_signals
 
 __all__ = [
     "TrainConfig",
@@ -766,6 +766,9 @@ def check_out_dir(out_dir: str | os.PathLike, *, resume: bool, cli: bool = False
     """
     resume_opt, out_opt = ("--resume", "--out") if cli else ("resume=True", "out_dir")
     out_dir = Path(out_dir)
+    if shipped_path(out_dir):
+        raise CheckpointError(f"{out_dir} is inside the models shipped with sinkalign ({SHIPPED_DATA}); choose "
+                              f"another {out_opt}")
     latest = find_latest_checkpoint(out_dir)
     kind = aligner_layout(out_dir) if latest is None else None
     if kind is not None:  # its metrics.jsonl would be renamed and LM checkpoints written beside its own
