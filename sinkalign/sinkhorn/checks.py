@@ -61,6 +61,10 @@ def nonfinite(name: str, index) -> ValueError:
 def check_settings(*, eps, n_iters, tail, band) -> None:
     """The solver settings: eps finite > 0, n_iters and tail integers >= 0, band an integer
     >= 1 (half-width) or None (dense); :class:`~sinkalign.errors.InputError` (a ValueError) otherwise."""
+    if not isinstance(eps, numbers.Real) and hasattr(eps, "shape"):  # a JAX or NumPy array, maybe a tracer
+        raise InputError(f"eps must be a Python number, got {type(eps).__name__} {getattr(eps, 'shape', '')}: it is a "
+                         f"static setting of the solve (fixed when the function is traced), neither traced nor "
+                         f"differentiated; pass float(eps)")
     if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps) or eps <= 0:
         raise InputError(f"eps={eps!r} must be a finite number > 0")
     check_int("n_iters", n_iters, 0)

@@ -400,13 +400,17 @@ def _check_finite(name, x):
         raise nonfinite(name, np.argwhere(~np.isfinite(np.asarray(x, dtype=np.float64)))[0])
 
 
-def check_nonempty(q_valid, k_valid, band: int | None) -> None:
-    """ValueError if a valid query has no active key or a valid key no active query (the
-    check every backend shares: :func:`sinkalign.sinkhorn.checks.check_support`); skipped
-    under tracing, where the masks are not concrete."""
-    if not (_is_concrete(q_valid) and _is_concrete(k_valid)):
-        return
-    check_support(np.asarray(q_valid, bool), np.asarray(k_valid, bool), band)
+def _concrete_mask(mask, batch, length):
+    """``mask`` as a NumPy [*batch, length] array while it is concrete (also a constant closed
+    over by a jitted function, which jnp operations would turn into a tracer), else ``None``."""
+    if mask is None:
+        return np.ones(batch + (length,), bool)
+    if not _is_concrete(mask):
+        return None
+    mask = np.asarray(mask)
+    if mask.ndim == 2 and len(batch) == 2 and mask.shape == (batch[0], length):
+        mask = mask[:, None, :]
+    return np.broadcast_to(mask, batch + (length,))
 
 
 def prepare(q, k, v, q_mask=None, k_mask=None, log_a=None, log_b=None, *, band=None, check_empty=True):
@@ -434,8 +438,17 @@ def prepare(q, k, v, q_mask=None, k_mask=None, log_a=None, log_b=None, *, band=N
     log_b = _norm_marginal(log_b, batch, lk, "log_b", dtype)
     _check_finite("log_a", log_a)
     _check_finite("log_b", log_b)
-    if check_empty:
-        check_nonempty(q_valid, k_valid, band)
+    if check_empty:  # on the masks as given: under jax.jit a closed-over mask is still concrete there
+        q_np, k_np = _concrete_mask(q_mask, batch, lq), _concrete_mask(k_mask, batch, lk)
+        if q_np is not None and k_np is not None:
+            check_support(q_np, k_np, band)
+    # padding is zeroed: whatever it holds (NaN under jit, where it is not checked) reaches neither
+    # the output nor any gradient (dk = S_bar^T q would multiply it by 0)
+    q = jnp.where(q_valid[..., None], q, 0)
+    k = jnp.where(k_valid[..., None], k, 0)
+    v = jnp.where(k_valid[..., None], v, 0)
+    log_a = jnp.where(q_valid, log_a, 0)
+    log_b = jnp.where(k_valid, log_b, 0)
     return q, k, v, q_valid, k_valid, log_a, log_b
 
 
