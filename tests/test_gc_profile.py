@@ -68,12 +68,12 @@ def test_hand_computed_windows():
     assert s.gc == pytest.approx(5 / 9) and s.n_fraction == pytest.approx(2 / 11)
     assert (s.min_window_gc, s.max_window_gc) == (0.0, 1.0)
     # curve [0 @0, .5 @ mid0 + step/2 = 3, ..., -.25 @ min(floor(9.5 + 1), 11) = 10]: its extremes
-    # are placed at 3 and 10, but 11 nt (5 windows = 2.5 window lengths) is far too little
-    # sequence for an origin/terminus call
+    # are placed at 3 and 10, but 11 nt (the informative windows span 11 / 4 = 2.75 window
+    # lengths) is far too little sequence for an origin/terminus call
     assert (s.skew_max_at, s.skew_min_at) == (3, 10)
     assert (s.origin, s.terminus) == (None, None) and not s.one_replichore
-    assert "no origin/terminus call: too few informative windows to tell a skew from noise (2.5 window lengths" in (
-        s.replichore_note())
+    assert ("no origin/terminus call: too few informative windows to tell a skew from noise (they span 2.75 window "
+            "lengths") in s.replichore_note()
 
 
 def test_all_n_window_and_record_shorter_than_window():

@@ -252,7 +252,7 @@ def test_cli_generate_dna_does_not_replace_an_existing_file_unasked(tmp_path):
     res = runner.invoke(cli, [*base, "--overwrite"])
     assert res.exit_code == 0, res.output
     (rec,) = read_genome_records(out)
-    assert rec.id == "generated" and len(rec.seq) == 20
+    assert rec.id == "gen_s4" and len(rec.seq) == 20  # the default id names the seed
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ck", "exist.fa"]  # written atomically: no leftovers
     new = tmp_path / "new.fa"
     res = runner.invoke(cli, [*base[:-1], str(new), "--overwrite"])  # --overwrite with no file there: fine

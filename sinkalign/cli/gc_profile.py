@@ -7,6 +7,14 @@ import click
 from sinkalign.cli.options import progress_option, show_progress
 
 
+def _out_dir(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    if value == "-":
+        raise click.BadParameter("'-' (standard output) cannot hold the outputs: gc-profile writes several files "
+                                 "(gc_profile.tsv, gc_profile.png, report.md, overlay.*); give a directory, e.g. "
+                                 "-o gc_report", ctx=ctx, param=param)
+    return value
+
+
 def _positive(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
     if value is not None and value <= 0:
         raise click.BadParameter(f"must be a positive integer, got {value}")
@@ -14,7 +22,7 @@ def _positive(ctx: click.Context, param: click.Parameter, value: int | None) -> 
 
 
 @click.command("gc-profile")
-@click.argument("fasta", type=click.Path(exists=True, dir_okay=False, readable=True))
+@click.argument("fasta", type=click.Path(exists=True, dir_okay=False, readable=True, allow_dash=True))
 @click.option("--window", default=1000, show_default=True, type=int, callback=_positive,
               help="Window length (nt).")
 @click.option("--step", default=None, type=int, callback=_positive,
@@ -24,13 +32,17 @@ def _positive(ctx: click.Context, param: click.Parameter, value: int | None) -> 
               help="Flag windows whose GC departs from their record's GC by more than this (GC fraction) as "
                    "candidate islands (TSV column island, shaded in the plot, listed in the report); neighbouring "
                    "flagged windows merge only when they depart in the same direction (GC-rich or AT-rich).")
-@click.option("--overlay", type=click.Path(exists=True, dir_okay=False, readable=True), default=None,
-              help="FASTA of generated continuations (headers carry chrom=ID start=POS, 0-based).")
+@click.option("--overlay", type=click.Path(exists=True, dir_okay=False, readable=True, allow_dash=True),
+              default=None,
+              help="FASTA of generated continuations (headers carry chrom=ID start=POS, 0-based; '-' = standard "
+                   "input). Only generated bases are compared: a record whose header says prompt_included=true "
+                   "prompt_length=P (generate-dna --include-prompt) loses its first P bases and is compared from "
+                   "start + P.")
 @click.option("--overlay-window", default=25, show_default=True, type=int, callback=_positive,
               help="Sliding window of the continuation GC trajectories (nt).")
-@click.option("-o", "--out-dir", required=True, type=click.Path(file_okay=False),
+@click.option("-o", "--out-dir", required=True, type=click.Path(file_okay=False), callback=_out_dir,
               help="Output directory (created if needed); only gc_profile.tsv, gc_profile.png, report.md "
-                   "(and overlay.*) are written there.")
+                   "(and overlay.*) are written there. Not '-': the outputs are several files.")
 @click.option("--overwrite", is_flag=True,
               help="Replace the outputs of an earlier run in --out-dir and remove those this run does not write "
                    "(overlay.* without --overlay). Without it, a directory holding any of them is an error.")
@@ -39,9 +51,13 @@ def gc_profile(fasta: str, window: int, step: int | None, island_threshold: floa
                overlay_window: int, out_dir: str, overwrite: bool, progress: bool | None) -> None:
     """GC content, GC skew and cumulative skew of FASTA (plain or .gz) in windows.
 
-    Writes gc_profile.tsv, gc_profile.png and report.md into OUT_DIR (plus overlay.tsv and
-    overlay.png with --overlay); an OUT_DIR that already holds them needs --overwrite.
-    Coordinates are 0-based half-open.
+    FASTA may be '-', standard input. Writes gc_profile.tsv, gc_profile.png and report.md
+    into OUT_DIR (plus overlay.tsv and overlay.png with --overlay); an OUT_DIR that already
+    holds them needs --overwrite. Coordinates are 0-based half-open.
+
+    GC = (G + C) / (A + C + G + T): N is left out of the denominator, and so are the IUPAC
+    ambiguity codes (R, Y, S, W, K, M, B, D, H, V; S too, though it is G or C) and X, which
+    are read as N. Soft-masked (lowercase) bases count like uppercase ones.
 
     A window with fewer A/C/G/T bases than half the window length (mostly N, or the short
     tail window of a record) is NA: empty GC and skew (nan in the TSV, a gap in the plot),
@@ -50,12 +66,12 @@ def gc_profile(fasta: str, window: int, step: int | None, island_threshold: floa
     adds its skew.
 
     Origin and terminus (minimum and maximum of the cumulative skew) are called only with
-    the evidence for them: at least 10 window lengths of informative windows; a curve whose
-    range exceeds 4 standard deviations of the random walk a sequence without strand bias
-    gives (4 x sigma x sqrt(windows x window / step), sigma estimated from non-overlapping
+    the evidence for them: informative windows spanning at least 10 window lengths of the
+    record; a curve whose range exceeds 4 standard deviations of the random walk a sequence
+    without strand bias gives (4 x sigma x sqrt(windows x window / step), sigma estimated from non-overlapping
     neighbouring windows); a turning point inside the record; and a record of at least
-    100,000 nt. Otherwise they are '-' and report.md says why; a curve that never turns is
-    reported as one replichore.
+    100,000 nt. Otherwise they are '-' and the output line and report.md say why; a curve that
+    never turns is reported as one replichore.
 
     Windows whose GC departs from the record's by more than --island-threshold are
     candidate islands. The plot shows the 4 longest records (stdout and report.md say so
@@ -76,6 +92,8 @@ def gc_profile(fasta: str, window: int, step: int | None, island_threshold: floa
                  if not s.one_replichore else "one replichore (no skew turning point)")
         if s.no_call_reason:
             where += f"\tno call: {s.no_call_reason}"
+        elif not s.has_skew:  # every window NA, or no G/C: no curve to call from
+            where += f"\tno call: {s.replichore_note()}"
         click.echo(f"{s.chrom}\tlength={s.length}\tgc={s.gc:.4f}\t{where}\tcandidate_islands={len(s.islands)}")
     n = len(res.profile.summaries)
     if len(res.plotted) < n:

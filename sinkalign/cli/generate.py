@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import sys
 
 import click
@@ -13,6 +14,9 @@ from sinkalign.utils import atomic_write_text
 # must work without it); the command imports it when it runs.
 
 _LINE = 60  # FASTA line width
+#: Without --seed a seed is drawn below this (and written in the header, or to stderr for plain
+#: output), so that every sampled run can be reproduced; small enough to read and to type.
+_DRAWN_SEED_BOUND = 2**32
 
 
 def _fasta(header: str, seq: str) -> str:
@@ -35,24 +39,35 @@ def _record_id(ctx: click.Context, param: click.Parameter, value: str | None) ->
 @click.option("--length", required=True, type=int,
               help="Number of bases to generate (> 0, at most 1,000,000 per call).")
 @click.option("--temperature", default=1.0, show_default=True, type=FiniteFloatRange(min=0),
-              help="Sampling temperature; 0 = greedy.")
+              help="Sampling temperature; 0 = greedy. With a fixed --seed, runs at different temperatures draw "
+                   "the same random numbers, so their sequences agree at many positions (most where the model's "
+                   "probabilities are close to uniform) and nearby temperatures (1 and 1.0001) can give the very "
+                   "same sequence; use different seeds for independent samples.")
 @click.option("--top-k", default=None, type=click.IntRange(min=1), help="Sample among the k most likely bases.")
 @click.option("--top-p", default=None, type=FiniteFloatRange(0, 1, min_open=True),
               help="Nucleus sampling mass in (0, 1].")
 @click.option("--seed", default=None, type=click.IntRange(min=0, max=2**63 - 1),
-              help="Random seed (same seed, same output).")
+              help="Random seed (same seed, same output on the same device). Without it a seed is drawn and "
+                   "recorded (FASTA header seed=, or a note on stderr for plain output) so the run can be "
+                   "reproduced; greedy decoding (--temperature 0) uses none.")
 @click.option("--model", "model_path", default=None, type=click.Path(),
               help="Checkpoint directory, training run directory or a shipped model by name: default (GOAT "
                    "trained on 35 bacterial and archaeal genomes), cdiph (GOAT trained on the C. diphtheriae "
                    "chromosome only) [default: default].")
 @click.option("--format", "fmt", type=click.Choice(["plain", "fasta"]), default="plain", show_default=True)
-@click.option("--id", "record_id", default="generated", show_default=True, callback=_record_id,
-              help="FASTA record id (one word).")
+@click.option("--id", "record_id", default=None, callback=_record_id,
+              help="FASTA record id (one word) [default: gen_<chrom>_<start>_s<seed> with --chrom/--start, else "
+                   "gen_s<seed>; 'greedy' in place of s<seed> for --temperature 0]. Runs that differ only in other "
+                   "settings (temperature, top-k, model) get the same default id: give each its own --id to "
+                   "overlay them together.")
 @click.option("--chrom", default=None, callback=_record_id,
               help="FASTA: the record the prompt comes from (header tag chrom=, for gc-profile --overlay).")
 @click.option("--start", default=None, type=int,
               help="FASTA: 0-based position where the continuation begins in --chrom (the prompt's end).")
-@click.option("--include-prompt", is_flag=True, help="Write the prompt followed by the new bases.")
+@click.option("--include-prompt", is_flag=True,
+              help="Write the prompt followed by the new bases (FASTA: start= is then the prompt's start and the "
+                   "header says prompt_included=true prompt_length=P, from which gc-profile --overlay drops the "
+                   "prompt).")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option("-o", "--output", default=None, type=click.Path(dir_okay=False, allow_dash=True),
               help="Output file (written atomically; '-' = stdout) [default: stdout].")
@@ -69,7 +84,9 @@ def generate_dna(prompt: str, length: int, temperature: float, top_k: int | None
     Decoding uses the KV cache (softmax attentions) or the recurrent state (SLA). Only the
     new bases are written unless --include-prompt is given. With --format fasta and
     --chrom/--start the header follows the gc-profile overlay convention
-    ">ID chrom=<id> start=<0-based>".
+    ">ID chrom=<id> start=<0-based>", followed by length=, prompt_length=,
+    prompt_included=true|false and seed= (given or drawn; none for a greedy run without
+    --seed).
     """
     if (chrom is None) != (start is None):
         raise click.UsageError("--chrom and --start go together")
@@ -83,8 +100,7 @@ def generate_dna(prompt: str, length: int, temperature: float, top_k: int | None
         raise click.BadParameter(f"must be a positive integer, got {length}", param_hint="'--length'")
     if fmt == "plain" and chrom is not None:
         raise click.UsageError("--chrom/--start only apply to --format fasta")
-    given = click.get_current_context().get_parameter_source("record_id") != click.core.ParameterSource.DEFAULT
-    if fmt == "plain" and given:
+    if fmt == "plain" and record_id is not None:
         raise click.UsageError("--id names the FASTA record: it only applies to --format fasta")
     to_stdout = output is None or output == "-"
     if not to_stdout:  # before any work: an existing file is replaced only with --overwrite
@@ -105,6 +121,12 @@ def generate_dna(prompt: str, length: int, temperature: float, top_k: int | None
     ckpt = load_model(model_path, device=device)  # a missing or corrupt model: MissingFileError / CheckpointError
     if progress is None:
         progress = length >= 1000 and sys.stderr.isatty()
+    drawn = seed is None and temperature > 0
+    if drawn:  # a sampled run is always reproducible: draw the seed here, use it and record it
+        seed = secrets.randbelow(_DRAWN_SEED_BOUND)
+    if record_id is None:
+        draw = f"s{seed}" if temperature > 0 else "greedy"
+        record_id = f"gen_{chrom}_{start}_{draw}" if chrom is not None else f"gen_{draw}"
     new = generate(ckpt.model, prompt, length, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                    progress=progress)
     seq = prompt.upper() + new if include_prompt else new
@@ -121,6 +143,8 @@ def generate_dna(prompt: str, length: int, temperature: float, top_k: int | None
         text = _fasta(header, seq)
     else:
         text = seq + "\n"
+        if drawn:
+            click.echo(f"generate-dna: seed {seed} (--seed {seed} reproduces this run)", err=True)
     if to_stdout:
         sys.stdout.write(text)
     else:

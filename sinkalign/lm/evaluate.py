@@ -4,9 +4,17 @@ completion quality (identity and GC-trajectory correlation with bootstrap interv
 
 Scoring conventions (every function here):
 
-* Bits/base is the mean of ``-log2 P(x_j | x_<j)`` over the *scored* bases. Only A/C/G/T
-  targets are scored; an ``N`` target is skipped (the Markov baseline likewise skips every
-  k-mer holding an N, so both average over the same kind of bases). Contexts may contain N.
+* Bits/base is the mean of ``-log2 P(x_j | x_<j)`` over the *scored* bases. The LM's own
+  definition (:func:`heldout_bits_per_base`, the extrapolation section): every A/C/G/T
+  target is scored, an ``N`` target is skipped, and contexts may contain N.
+* The held-out comparison with the Markov baseline is paired: both are averaged over the
+  same bases, those both can score. The order-k chain has no probability for a base whose
+  k preceding bases hold an N (nor for the first bases of a record without a prefix), while
+  the LM scores it; averaging each model over its own bases would compare different sets
+  (the LM's including the hard bases just after N runs), so the section's ``bits_per_base``,
+  ``n_scored``, ``markov`` figures and ``delta_vs_markov`` all use the shared bases (the
+  intersection), and ``all_targets`` gives the LM's own figure over every A/C/G/T target.
+  Without N the two sets are equal.
 * Held-out split: ``train_val_split`` of every record (the last ``val_fraction``); the
   first validation bases are conditioned on the end of the training split that precedes
   them, as the Markov reference figure (1.952 bits/base at order 6) is.
@@ -136,6 +144,41 @@ def _encode(seq: str, what: str) -> torch.Tensor:
         raise InputError(f"{what}: {exc}") from None
 
 
+def _heldout_target_bits(
+    model: DNALanguageModel,
+    seq: str,
+    *,
+    context: int,
+    stride: int | None = None,
+    prefix: str = "",
+    batch_size: int = 16,
+    max_bases: int | None = None,
+    device: str | torch.device | None = None,
+    autocast_bf16: bool = False,
+) -> tuple[np.ndarray, int, int]:
+    """``(bits [len(seq[:max_bases])], context, stride)``: the bits of each base of ``seq`` as
+    :func:`heldout_bits_per_base` scores them, NaN where a base is not scored (an N, or the
+    first base without ``prefix``)."""
+    context = _check_pos_int("context", context)
+    stride = max(1, context // 2) if stride is None else _check_pos_int("stride", stride)
+    if stride > context:
+        raise InputError(f"stride={stride} must not exceed context={context}")
+    batch_size = _check_pos_int("batch_size", batch_size)
+    if max_bases is not None:
+        seq = seq[: _check_pos_int("max_bases", max_bases)]
+    tail = prefix[len(prefix) - context :] if prefix else ""
+    tail_ids = _encode(tail, f"prefix (its last {len(tail)} bases)")
+    tokens = torch.cat([tail_ids, _encode(seq, "evaluation sequence")])  # [n]
+    n, m = tokens.numel(), tail_ids.numel()
+    first = max(m, 1)
+    if first >= n:
+        raise InputError(f"nothing to score: sequence of length {len(seq)} with {m} prefix bases")
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    bits = _target_bits(model, tokens, first, context=context, stride=stride, batch_size=batch_size,
+                        device=device, autocast_bf16=autocast_bf16)
+    return bits[m:], context, stride
+
+
 def heldout_bits_per_base(
     model: DNALanguageModel,
     seq: str,
@@ -173,23 +216,9 @@ def heldout_bits_per_base(
         ValueError: a bad argument, a non-ACGTN character (with its position), or nothing
             to score.
     """
-    context = _check_pos_int("context", context)
-    stride = max(1, context // 2) if stride is None else _check_pos_int("stride", stride)
-    if stride > context:
-        raise InputError(f"stride={stride} must not exceed context={context}")
-    batch_size = _check_pos_int("batch_size", batch_size)
-    if max_bases is not None:
-        seq = seq[: _check_pos_int("max_bases", max_bases)]
-    tail = prefix[len(prefix) - context :] if prefix else ""
-    tail_ids = _encode(tail, f"prefix (its last {len(tail)} bases)")
-    tokens = torch.cat([tail_ids, _encode(seq, "evaluation sequence")])  # [n]
-    n, m = tokens.numel(), tail_ids.numel()
-    first = max(m, 1)
-    if first >= n:
-        raise InputError(f"nothing to score: sequence of length {len(seq)} with {m} prefix bases")
-    device = torch.device(device) if device is not None else next(model.parameters()).device
-    bits = _target_bits(model, tokens, first, context=context, stride=stride, batch_size=batch_size,
-                        device=device, autocast_bf16=autocast_bf16)
+    bits, context, stride = _heldout_target_bits(model, seq, context=context, stride=stride, prefix=prefix,
+                                                 batch_size=batch_size, max_bases=max_bases, device=device,
+                                                 autocast_bf16=autocast_bf16)
     scored = bits[np.isfinite(bits)]
     if scored.size == 0:
         raise InputError("nothing to score: every target base is N")
@@ -247,7 +276,10 @@ class EvalConfig:
       held-out bases of each record (None: all). Markov baseline of order
       ``markov_order``, or (None) the best of ``markov_orders`` chosen on the tail of the
       training split (its last ``val_fraction``, after fitting on the rest), then refitted
-      on the whole training split; scored on exactly the same bases.
+      on the whole training split. The LM and the chain are compared on exactly the same
+      bases: those both score (``heldout.bits_per_base``, ``n_scored``, ``markov``,
+      ``delta_vs_markov``), which leaves out the bases whose order-k context holds an N; the
+      LM over every A/C/G/T target it scores is ``heldout.all_targets``.
     * Extrapolation: for each multiple ``m`` in ``length_multipliers``, bits/base on the same
       ``extrapolation_bases`` held-out targets (those after the first ``max(m) * train_len``
       bases of the longest held-out split), each predicted from between ``m * train_len -
@@ -478,37 +510,43 @@ def _heldout_section(model: DNALanguageModel, splits: list[_Split], config: Eval
     stride = config.stride if config.stride is not None else max(1, context // 2)
     if stride > context:
         raise InputError(f"stride={stride} must not exceed context={context}")
-    total, n = 0.0, 0
-    scored_splits, all_n = [], []
+    lm_bits, mk_bits, all_n = [], [], []
     for sp in splits:
         part = sp.val[: config.max_bases] if config.max_bases else sp.val
         if part.count("N") == len(part):  # no target to score in this record's held-out part
             all_n.append(sp.chrom)
             continue
-        res = heldout_bits_per_base(model, sp.val, context=context, stride=stride, prefix=sp.train,
-                                    batch_size=config.batch_size, max_bases=config.max_bases, device=device,
-                                    autocast_bf16=device.type == "cuda")
-        total += res.bits_per_base * res.n_scored
-        n += res.n_scored
-        scored_splits.append((part, sp.train))
+        bits, _, _ = _heldout_target_bits(model, part, context=context, stride=stride, prefix=sp.train,
+                                          batch_size=config.batch_size, device=device,
+                                          autocast_bf16=device.type == "cuda")
+        lm_bits.append(bits)
+        mk_bits.append(-markov.model.log2_probs(part, prefix=sp.train))  # [len(part)], NaN where not scored
     if all_n:
         logger.warning("%s: held-out bits/base skip %d record(s) whose held-out part is all N: %s", config.fasta,
                        len(all_n), ", ".join(map(repr, all_n)))
-    if not scored_splits:
+    if not lm_bits:
         raise InputError(f"{config.fasta}: the held-out part (the last {config.val_fraction:g}) of every record is "
                          f"all N: nothing to score")
-    # the Markov chain is scored on exactly the same held-out bases
-    lps = np.concatenate([markov.model.log2_probs(part, prefix=train) for part, train in scored_splits])
-    scored = lps[np.isfinite(lps)]
+    lm_all, mk_all = np.concatenate(lm_bits), np.concatenate(mk_bits)
+    lm_ok = np.isfinite(lm_all)
+    # the comparison is paired: both models on exactly the same bases, those both score (an
+    # N target neither; a base whose order-k context holds an N only the LM)
+    shared = lm_ok & np.isfinite(mk_all)
+    n = int(shared.sum())
+    if n == 0:
+        raise InputError(f"{config.fasta}: no held-out base can be scored by the order-{markov.model.order} Markov "
+                         f"baseline (an N within {markov.model.order} bases before every one): give a lower "
+                         "--markov-order")
+    lm_bpb, mk_bpb = float(lm_all[shared].mean()), float(mk_all[shared].mean())
     mk: dict[str, Any] = {"order": markov.model.order, "order_selection": markov.selection,
-                          "bits_per_base": float(-scored.mean()) if scored.size else math.nan,
-                          "n_scored": int(scored.size), "pseudocount": markov.model.pseudocount}
+                          "bits_per_base": mk_bpb, "n_scored": n, "pseudocount": markov.model.pseudocount}
     if markov.sweep is not None:
         mk["train_tail_sweep"] = {str(k): v for k, v in markov.sweep.items()}
-    lm_bpb = total / n
-    return {"bits_per_base": lm_bpb, "n_scored": n, "context": context, "stride": stride,
-            "min_context": context - stride + 1, "markov": mk, "delta_vs_markov": lm_bpb - mk["bits_per_base"],
-            "skipped_records": all_n}
+    return {"bits_per_base": lm_bpb, "n_scored": n,
+            "scored": "A/C/G/T targets that the Markov baseline scores too (no N among its order preceding bases)",
+            "all_targets": {"bits_per_base": float(lm_all[lm_ok].mean()), "n_scored": int(lm_ok.sum())},
+            "context": context, "stride": stride, "min_context": context - stride + 1, "markov": mk,
+            "delta_vs_markov": lm_bpb - mk_bpb, "skipped_records": all_n}
 
 
 def _extrapolation_section(model: DNALanguageModel, splits: list[_Split], config: EvalConfig, train_len: int,

@@ -8,7 +8,11 @@ Definitions (per window, counts taken over the window's bases):
   few-base tail window of a record) is noise, so the other windows report NA for ``gc``,
   ``gc_skew`` and ``gc_deviation``, are never candidate islands and leave the cumulative skew
   where it was. A record shorter than half the window has no informative window.
-* ``gc = (G + C) / (A + C + G + T)``; N bases are excluded from the denominator.
+* ``gc = (G + C) / (A + C + G + T)``; N bases are excluded from the denominator. The FASTA
+  reader (:func:`~sinkalign.lm.data.read_genome_records`) uppercases every base, so
+  soft-masked (lowercase) bases count like the others, and reads the IUPAC ambiguity codes
+  ``RYSWKMBDHV`` and ``X`` as N: they count as N everywhere (``n_fraction``, the half-window
+  rule below), even ``S`` (G or C), which is not added to G + C.
 * ``gc_skew = (G - C) / (G + C)``; NaN when the window has no G or C.
 * ``cumulative_gc_skew``: running sum over the windows of one record, in order, of
   ``gc_skew * acgt / window`` (Grigoriev 1998; as in GenSkew). A full window without N adds
@@ -36,8 +40,9 @@ boundary between window ``i`` and window ``i + 1`` (exactly the window end when
 ``step == window``). A call needs evidence, checked in this order (the report gives the
 first reason that stops it):
 
-1. enough sequence: at least :data:`MIN_SKEW_WINDOWS` window lengths of informative
-   windows (``n * step / window >= 10`` for ``n`` informative windows);
+1. enough sequence: the informative windows span at least :data:`MIN_SKEW_WINDOWS` window
+   lengths of the record (``covered / window >= 10``, ``covered`` the bases in the union of
+   the informative windows: the whole record when none is NA);
 2. a skew signal: the curve's range (maximum minus minimum) must exceed
    :data:`SKEW_NOISE_Z` (4) times ``sigma * sqrt(n * window / step)``. In a sequence
    without strand bias (a random one) the curve is a random walk: ``n`` steps of standard
@@ -75,8 +80,13 @@ Overlay mode compares generated continuations with the true genome: see
 :func:`gc_trajectory`, :func:`trajectory_correlation` and :func:`compare_continuations`.
 A generated FASTA record names the true sequence it continues with ``key=value`` tags
 in its header (:func:`continuation_description`): ``chrom=<record id>`` (optional when the
-genome has a single record) and ``start=<0-based position where the continuation
-begins>``, i.e. the end of the prompt.
+genome has a single record) and ``start=<0-based position where the record begins>``. A
+record that holds the prompt before the continuation (``sinkalign generate-dna
+--include-prompt``) says so with ``prompt_included=true prompt_length=<P>`` (its ``start=``
+is then the prompt's start): only the continuation is compared, its first ``P`` bases (the
+prompt, copied from the genome itself) are dropped and the comparison starts at ``start +
+P``. Without ``prompt_included=true`` the whole record is the continuation, beginning at
+``start`` (the end of the prompt).
 
 :func:`run_gc_profile` writes only the files in :data:`OUTPUT_NAMES` into its directory and
 refuses a directory that already holds any of them unless ``overwrite`` is given; it then
@@ -105,7 +115,8 @@ from tqdm.auto import tqdm
 from sinkalign.errors import InputError, OutputExistsError
 from sinkalign.lm.data import GenomeRecord, encode, read_genome_records
 from sinkalign.lm.gc import gc_trajectory, trajectory_correlation
-from sinkalign.utils import atomic_write, atomic_write_bytes, atomic_write_text
+from sinkalign.pipelines.runner import STDIN_NAME, stdin_spooled
+from sinkalign.utils import atomic_write, atomic_write_bytes, atomic_write_text, is_stdio
 
 __all__ = [
     "ISLAND_THRESHOLD",
@@ -128,6 +139,7 @@ __all__ = [
     "parse_continuation_description",
     "plot_overlay",
     "plot_profile",
+    "prompt_bases",
     "run_gc_profile",
     "trajectory_correlation",
     "window_bounds",
@@ -396,21 +408,34 @@ class _SkewCall(NamedTuple):
     noise_span: float
 
 
+def _covered(starts: np.ndarray, ends: np.ndarray, informative: np.ndarray) -> int:
+    """Bases in the union of the informative windows ``[starts, ends)`` (windows in order, ends
+    non-decreasing): the sequence the informative windows span."""
+    total, reach = 0, 0
+    for a, b in zip(starts[informative].tolist(), ends[informative].tolist()):
+        total += max(0, b - max(a, reach))
+        reach = max(reach, b)
+    return total
+
+
 def _skew_call(curve: np.ndarray, added: np.ndarray, informative: np.ndarray, *, window: int, step: int,
-               length: int) -> _SkewCall:
+               length: int, covered: int) -> _SkewCall:
     """Origin/terminus indices of ``curve`` (``[W + 1]``, starting at 0) where the evidence allows.
 
     ``added [W]`` is what each window added to the curve, ``informative [W]`` which windows
-    count. The checks (enough sequence, a range above random, a turning point, a
-    chromosome-sized record) are those of the module docstring; ``reason`` names the first
-    one that stops a call (empty when the curve was judged, turning or not).
+    count and ``covered`` the bases they span (:func:`_covered`). The checks (enough
+    sequence, a range above random, a turning point, a chromosome-sized record) are those of
+    the module docstring; ``reason`` names the first one that stops a call (empty when the
+    curve was judged, turning or not).
     """
     n = int(np.count_nonzero(informative))
-    lengths = n * step / window
+    lengths = covered / window  # window lengths of sequence in informative windows
     span = float(curve.max() - curve.min())
     if lengths < MIN_SKEW_WINDOWS:
-        return _SkewCall(None, None, f"too few informative windows to tell a skew from noise ({lengths:.1f} window "
-                         f"lengths of sequence; at least {MIN_SKEW_WINDOWS} needed)", span, math.nan)
+        shown = round(lengths, 2) if round(lengths, 2) < MIN_SKEW_WINDOWS else math.floor(lengths * 100) / 100
+        return _SkewCall(None, None, f"too few informative windows to tell a skew from noise (they span {shown:.2f} "
+                         f"window lengths of sequence, {covered:,} nt; at least {MIN_SKEW_WINDOWS} needed)", span,
+                         math.nan)
     c = added[informative]
     lag = math.ceil(window / step)  # the nearest window that does not overlap
     sigma = math.sqrt(float(np.mean((c[lag:] - c[:-lag]) ** 2)) / 2)
@@ -485,7 +510,8 @@ def gc_profile(records, window: int = 1000, step: int | None = None, *, island_t
                 pos = np.minimum(np.floor(pos), tokens.size).astype(np.int64)
                 curve = np.concatenate([[0.0], cumskew])
                 min_at, max_at = int(pos[np.argmin(curve)]), int(pos[np.argmax(curve)])
-                call = _skew_call(curve, added, informative, window=window, step=step, length=int(tokens.size))
+                call = _skew_call(curve, added, informative, window=window, step=step, length=int(tokens.size),
+                                  covered=_covered(starts, ends, informative))
                 origin = None if call.lo is None else int(pos[call.lo])
                 terminus = None if call.hi is None else int(pos[call.hi])
             n_acgt = tokens.size - total_n
@@ -619,12 +645,18 @@ def continuation_description(record_id: str, chrom: str, start: int) -> str:
     return f"{record_id} chrom={chrom} start={int(start)}"
 
 
+def _header_tags(description: str) -> dict[str, str]:
+    return dict(tok.split("=", 1) for tok in description.split()[1:] if "=" in tok)
+
+
 def parse_continuation_description(description: str) -> tuple[str | None, int]:
     """``(chrom or None, start)`` from the ``chrom=`` / ``start=`` header tags.
 
-    Raises ``ValueError`` if ``start=`` is missing or not a non-negative integer.
+    ``start`` is where the record begins: with ``prompt_included=true`` the prompt's start
+    (see :func:`prompt_bases`). Raises ``ValueError`` if ``start=`` is missing or not a
+    non-negative integer.
     """
-    tags = dict(tok.split("=", 1) for tok in description.split()[1:] if "=" in tok)
+    tags = _header_tags(description)
     if "start" not in tags:
         raise InputError(f"header {description!r} lacks a start=<0-based position> tag")
     try:
@@ -636,8 +668,41 @@ def parse_continuation_description(description: str) -> tuple[str | None, int]:
     return tags.get("chrom"), start
 
 
+def prompt_bases(description: str) -> int:
+    """How many bases at the start of a generated record are its prompt, not generated.
+
+    ``sinkalign generate-dna --include-prompt --format fasta`` writes the prompt before the
+    continuation and tags the header ``prompt_included=true prompt_length=<P>``: then ``P``.
+    ``0`` when ``prompt_included`` is absent (headers of other tools, or written before the
+    tag existed) or ``false``. Raises ``ValueError`` (:class:`~sinkalign.errors.InputError`)
+    for ``prompt_included=true`` without a ``prompt_length=`` tag (the prompt could not be
+    told from the continuation), or for values that are not ``true``/``false`` and a
+    non-negative integer.
+    """
+    tags = _header_tags(description)
+    included = tags.get("prompt_included")
+    if included is None or included.lower() == "false":
+        return 0
+    if included.lower() != "true":
+        raise InputError(f"header {description!r}: prompt_included={included!r} is neither true nor false")
+    if "prompt_length" not in tags:
+        raise InputError(f"header {description!r} says prompt_included=true but has no prompt_length= tag: the "
+                         "prompt cannot be told from the continuation")
+    try:
+        n = int(tags["prompt_length"])
+    except ValueError:
+        raise InputError(f"header {description!r}: prompt_length={tags['prompt_length']!r} is not an integer") from None
+    if n < 0:
+        raise InputError(f"header {description!r}: prompt_length={n} must be >= 0")
+    return n
+
+
 class ContinuationComparison(NamedTuple):
-    """One generated continuation against the true sequence at the same coordinates."""
+    """One generated continuation against the true sequence at the same coordinates.
+
+    ``start`` is where the continuation begins (after the prompt, also for a record that
+    holds the prompt: those bases are not compared).
+    """
 
     id: str
     chrom: str
@@ -668,10 +733,13 @@ def compare_continuations(
             single-record genome.
         window: sliding window of :func:`gc_trajectory`.
 
-    A continuation running past the end of its true record is compared over the bases
-    that exist (with a warning). Raises ``ValueError`` naming the generated record for a
-    missing/unknown chrom, a start beyond the record, or fewer than ``window`` bases to
-    compare.
+    Only generated bases are compared: a record tagged ``prompt_included=true
+    prompt_length=P`` (:func:`prompt_bases`) loses its first ``P`` bases, the prompt copied
+    from the genome, and is compared from ``start + P`` (the prompt would be scored against
+    the very bases it was taken from, inflating the correlation). A continuation running
+    past the end of its true record is compared over the bases that exist (with a warning).
+    Raises ``ValueError`` naming the generated record for a missing/unknown chrom, a start
+    beyond the record, bad prompt tags, or fewer than ``window`` bases to compare.
     """
     window = _check_positive_int("window", window)
     true = dict(_as_records(genome))
@@ -679,8 +747,14 @@ def compare_continuations(
     for rec in generated:
         try:
             chrom, start = parse_continuation_description(rec.description)
+            skip = prompt_bases(rec.description)
         except ValueError as exc:
             raise InputError(f"generated record {rec.id!r}: {exc}") from None
+        if skip >= len(rec.seq):
+            raise InputError(f"generated record {rec.id!r}: prompt_length={skip} leaves no generated base (the record "
+                             f"has {len(rec.seq)})")
+        seq = rec.seq[skip:]
+        start += skip
         if chrom is None:
             if len(true) != 1:
                 raise InputError(
@@ -692,14 +766,14 @@ def compare_continuations(
         ref = true[chrom]
         if start >= len(ref):
             raise InputError(f"generated record {rec.id!r}: start={start} is beyond {chrom!r} (length {len(ref)})")
-        length = min(len(rec.seq), len(ref) - start)
-        if length < len(rec.seq):
+        length = min(len(seq), len(ref) - start)
+        if length < len(seq):
             logger.warning("%s runs past the end of %s; comparing its first %d bases", rec.id, chrom, length)
         if length < window:
             raise InputError(
                 f"generated record {rec.id!r}: only {length} bases to compare, fewer than window={window}"
             )
-        t_seq, g_seq = ref[start : start + length], rec.seq[:length]
+        t_seq, g_seq = ref[start : start + length], seq[:length]
         t_traj, g_traj = gc_trajectory(t_seq, window), gc_trajectory(g_seq, window)
         out.append(
             ContinuationComparison(
@@ -791,11 +865,13 @@ def write_report(
     need = _min_acgt(profile.window)
     lines += [
         f"Window {profile.window} nt, step {profile.step} nt; 0-based half-open coordinates. "
-        "GC excludes N from the denominator; skew = (G-C)/(G+C). A window with fewer than "
+        "GC excludes N from the denominator; the IUPAC ambiguity codes (RYSWKMBDHV, S included) and X "
+        "count as N, and soft-masked (lowercase) bases count like uppercase ones. Skew = (G-C)/(G+C). "
+        "A window with fewer than "
         f"{need:,} A/C/G/T bases (half the window) is NA: no GC or skew, never an island, and it leaves "
         "the cumulative skew unchanged; every other window adds its skew times its A/C/G/T bases / window. "
         "Origin/terminus are the minimum/maximum of the cumulative GC skew, called only with the evidence "
-        f"for it: at least {MIN_SKEW_WINDOWS} window lengths of informative windows, a curve whose range "
+        f"for it: informative windows spanning at least {MIN_SKEW_WINDOWS} window lengths, a curve whose range "
         f"exceeds {SKEW_NOISE_Z:g} standard deviations of the random walk that a sequence without strand "
         "bias gives, a turning point inside the sequence (the curve moves away by at least "
         f"{TURN_FRACTION:.0%} of its range on both sides) and a record of at least "
@@ -849,7 +925,9 @@ def write_report(
             "## Generated continuations",
             "",
             f"Pearson r of the sliding-window GC trajectories (window {overlay_window}) of each "
-            "continuation against the true sequence at the same coordinates.",
+            "continuation against the true sequence at the same coordinates. Only generated bases are "
+            "compared: a record that holds its prompt (prompt_included=true) is compared without it, from "
+            "the continuation's start.",
             "",
             "| id | chrom | start | length | true GC | generated GC | Pearson r |",
             "|---|---|---:|---:|---:|---:|---:|",
@@ -935,7 +1013,17 @@ def run_gc_profile(
     the earlier run's files that this run does not write (``overlay.*`` after a run without
     ``overlay``) are removed, so the directory never mixes two runs. No other file in
     ``out_dir`` is touched.
+
+    ``fasta`` or ``overlay`` (not both) may be ``-``, standard input, or a named pipe: it is
+    read through a temporary copy (:func:`~sinkalign.pipelines.runner.stdin_spooled`) and
+    named ``<stdin>`` in messages and the report. ``out_dir`` cannot be ``-``: the outputs
+    are several files (:class:`~sinkalign.errors.InputError`).
     """
+    if is_stdio(out_dir):
+        raise InputError("the output directory cannot be '-' (standard output): gc-profile writes several files "
+                         f"({', '.join(OUTPUT_NAMES[:3])}, overlay.*); give a directory, e.g. gc_report")
+    if is_stdio(fasta) and is_stdio(overlay):
+        raise InputError("the genome and the overlay cannot both be '-' (standard input): give one of them a file")
     window = _check_positive_int("window", window)
     step = default_step(window) if step is None else _check_positive_int("step", step)
     overlay_window = _check_positive_int("overlay_window", overlay_window)
@@ -944,13 +1032,16 @@ def run_gc_profile(
     island_threshold = _check_island_threshold(island_threshold)
     out = Path(out_dir)
     earlier = _earlier_outputs(out, overwrite)  # refuse before the work, not after
-    records = read_genome_records(fasta)
-    generated = read_genome_records(overlay) if overlay is not None else None
+    source = STDIN_NAME if is_stdio(fasta) else str(fasta)
+    with stdin_spooled([fasta, overlay]) as (fasta_path, overlay_path):  # messages name '-' <stdin>
+        records = read_genome_records(fasta_path)
+        generated = read_genome_records(overlay_path) if overlay_path is not None else None
     profile = gc_profile(records, window, step, island_threshold=island_threshold, progress=progress)
     try:
         comps = compare_continuations(records, generated, window=overlay_window) if generated else None
     except InputError as exc:  # the records are named; name their file and the genome's
-        raise InputError(f"{overlay} (against {fasta}): {exc}") from None
+        what = STDIN_NAME if is_stdio(overlay) else overlay
+        raise InputError(f"{what} (against {source}): {exc}") from None
     out.mkdir(parents=True, exist_ok=True)
     tsv = write_tsv(profile, out / "gc_profile.tsv")
     png = plot_profile(profile, out / "gc_profile.png", max_records=PLOT_MAX_RECORDS)
@@ -959,7 +1050,7 @@ def run_gc_profile(
         ov_tsv = write_overlay_tsv(comps, out / "overlay.tsv")
         ov_png = plot_overlay(comps, out / "overlay.png", window=overlay_window)
     report = write_report(
-        profile, out / "report.md", source=str(fasta), overlay=comps,
+        profile, out / "report.md", source=source, overlay=comps,
         overlay_png_name=ov_png.name if ov_png else None, overlay_window=overlay_window,
         plot_max_records=PLOT_MAX_RECORDS,
     )
