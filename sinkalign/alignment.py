@@ -576,6 +576,9 @@ class AlignedPair(NamedTuple):
         log_evalue: the natural log of ``evalue`` when the aligner computed it: finite where
             ``evalue`` underflows to 0 (long close homologs), so such hits still rank
             (:attr:`evalue_rank`) and print (``evalue=1.2e-512``); ``None`` when not known.
+        other_loci: the chance that the query belongs to another of its hits instead, where
+            hits it competes with are not written beside it (``sinkalign align --max-hits``
+            sets it); ``None``: the writers weigh the hits they are given (SAM and PAF MAPQ).
 
     A plain 6-tuple ``(query_id, query, target_id, target, alignment, score)`` is accepted
     wherever an ``AlignedPair`` is.
@@ -591,6 +594,7 @@ class AlignedPair(NamedTuple):
     evalue: float | None = None
     strand: str = "+"
     log_evalue: float | None = None
+    other_loci: float | None = None
 
     @property
     def evalue_rank(self) -> float:

@@ -642,3 +642,45 @@ def test_sam_primary_line_is_the_best_hit(tmp_path, streamed):
         lines = [(a.query_name, a.reference_name, a.flag) for a in f]
     assert lines == [("qa", "t1", 256), ("qa", "t2", 256), ("qa", "t3", 0), ("qb", "t1", 0), ("qb", "t2", 256),
                      ("qa", "t4", 256)]
+
+
+def test_mapq_counts_the_other_loci_of_a_query(tmp_path):
+    """A gene with an identical second copy cannot be placed: SAM's MAPQ is the chance that
+    the placement is wrong, so both copies get about 3 (it was 60 for each, from the columns'
+    confidences alone), while a gene with one copy keeps its high MAPQ; PAF agrees with SAM."""
+    from click.testing import CliRunner
+
+    from sinkalign.cli.main import cli
+
+    rng = np.random.default_rng(5)
+
+    def dna(n):
+        return "".join(rng.choice(list("ACGT"), n))
+
+    repeat, single = dna(300), dna(300)
+    contigs = {"c1": dna(200) + repeat + dna(200), "c2": dna(150) + repeat + dna(250),
+               "c3": dna(100) + single + dna(300)}
+    (tmp_path / "t.fa").write_text("".join(f">{k}\n{v}\n" for k, v in contigs.items()))
+    (tmp_path / "q.fa").write_text(f">rep\n{repeat}\n>one\n{single}\n")
+    for fmt in ("sam", "paf"):
+        r = CliRunner().invoke(cli, ["align", str(tmp_path / "q.fa"), str(tmp_path / "t.fa"), "--format", fmt,
+                                     "--max-evalue", "1e-3", "-o", str(tmp_path / f"out.{fmt}"), "--no-progress"])
+        assert r.exit_code == 0, r.output
+    with pysam.AlignmentFile(str(tmp_path / "out.sam")) as handle:
+        sam = {(s.query_name, s.reference_name): (s.mapping_quality, s.is_secondary) for s in handle}
+    assert set(sam) == {("rep", "c1"), ("rep", "c2"), ("one", "c3")}
+    # the two copies' E-values differ a little (other flanks): each about 1/2 likely, MAPQ 2-4
+    assert 2 <= sam[("rep", "c1")][0] <= 4 and 2 <= sam[("rep", "c2")][0] <= 4
+    assert sam[("rep", "c1")][0] + sam[("rep", "c2")][0] <= 7
+    assert sorted(sec for _, sec in (sam[("rep", "c1")], sam[("rep", "c2")])) == [False, True]
+    assert sam[("one", "c3")][0] >= 30
+    paf = {(f[0], f[5]): int(f[11]) for f in (line.split("\t") for line in (tmp_path / "out.paf").read_text().splitlines())}
+    assert paf == {key: mapq for key, (mapq, _) in sam.items()}
+    # --max-hits 1 writes one copy, still placed with a MAPQ of about 3, not as if unique
+    r = CliRunner().invoke(cli, ["align", str(tmp_path / "q.fa"), str(tmp_path / "t.fa"), "--format", "sam",
+                                 "--max-hits", "1", "-o", str(tmp_path / "best.sam"), "--no-progress"])
+    assert r.exit_code == 0, r.output
+    with pysam.AlignmentFile(str(tmp_path / "best.sam")) as handle:
+        best = {(s.query_name, s.reference_name): (s.mapping_quality, s.is_secondary) for s in handle}
+    primary = next(key for key, (_, sec) in sam.items() if key[0] == "rep" and not sec)
+    assert best == {primary: sam[primary], ("one", "c3"): sam[("one", "c3")]}

@@ -30,8 +30,11 @@ Formats (:data:`FORMATS`):
 * ``sam`` / ``bam`` (pysam): targets are the references (``@SQ`` with their lengths, in
   first-seen order; one id must always carry the same sequence), the query is the read.
   POS = first aligned target residue, CIGAR local with soft clips, MAPQ =
-  ``min(60, round(-10 log10(1 - mean posterior)))`` (255 = unavailable when the posterior
-  is unknown), tags ``AS`` (score: ``i`` when integral, else ``f``), ``XP:f`` (mean
+  ``min(60, round(-10 log10 P(wrong)))``, ``P(wrong) = 1 - (1 - o) * mean posterior``, where
+  ``o`` is the chance that the query belongs to another of its hits in the same run of
+  records, the hits weighed by ``1 / E`` (a repeat's two copies get MAPQ 3 each; ``o = 0``
+  without E-values), and 255 = unavailable when the posterior is unknown; tags ``AS``
+  (score: ``i`` when integral, else ``f``), ``XP:f`` (mean
   posterior), ``NM:i`` (mismatches + inserted + deleted residues), ``ZE:f`` (the E-value, when
   known; as GraphMap and DIAMOND write it; a ``f`` tag is float32 in SAM and BAM, so below
   ~1e-45 it reads 0: the TSV, blast6 and text outputs print smaller E-values from their logs). A
@@ -176,6 +179,7 @@ class _Record(NamedTuple):
     evalue: float | None = None
     strand: str = "+"
     log_evalue: float | None = None
+    other_loci: float | None = None
 
     @property
     def evalue_text(self) -> str:
@@ -191,11 +195,11 @@ class _Record(NamedTuple):
 def _prepare(records: Iterable[Any]) -> Iterator[_Record]:
     """Validate and normalise the input stream (InputError naming the record)."""
     for index, rec in enumerate(records):
-        evalue, strand, log_evalue = None, "+", None
+        evalue, strand, log_evalue, other_loci = None, "+", None, None
         try:
             if isinstance(rec, AlignedPair):  # its plan is not written
                 qid, q, tid, t, aln, *rest = rec[:6]
-                evalue, strand, log_evalue = rec.evalue, rec.strand, rec.log_evalue
+                evalue, strand, log_evalue, other_loci = rec.evalue, rec.strand, rec.log_evalue, rec.other_loci
             else:
                 qid, q, tid, t, aln, *rest = rec
         except (TypeError, ValueError):
@@ -236,8 +240,11 @@ def _prepare(records: Iterable[Any]) -> Iterator[_Record]:
             raise InputError(f"{where}: score={score!r} is not a number") from None
         if strand not in STRAND_SIGNS:
             raise InputError(f"{where}: strand={strand!r} is not one of {STRAND_SIGNS}")
+        if other_loci is not None and not 0.0 <= other_loci <= 1.0:
+            raise InputError(f"{where}: other_loci={other_loci!r} is not a probability")
         yield _Record(index, qid, q, tid, t, pairs, posterior, score, None if evalue is None else float(evalue),
-                      strand, None if evalue is None or log_evalue is None else float(log_evalue))
+                      strand, None if evalue is None or log_evalue is None else float(log_evalue),
+                      None if other_loci is None else float(other_loci))
 
 
 # --------------------------------------------------------------------------- formatting helpers
@@ -247,11 +254,32 @@ def _mean_posterior(rec: _Record) -> float:
     return rec.posterior.mean_posterior if rec.posterior is not None else float("nan")
 
 
-def _mapq(mean_posterior: float) -> int:
+def _mapq(mean_posterior: float, other_loci: float = 0.0) -> int:
+    """``-10 log10 P(wrong)``, capped at 60: the alignment is right when the read belongs
+    here (``1 - other_loci``, :func:`_other_loci`) and its columns are (the mean posterior);
+    255 when the posterior is unknown."""
     if not math.isfinite(mean_posterior):
         return 255
-    err = max(1.0 - mean_posterior, 10 ** (-_MAX_MAPQ / 10))
+    err = max(1.0 - (1.0 - other_loci) * mean_posterior, 10 ** (-_MAX_MAPQ / 10))
     return int(min(_MAX_MAPQ, max(0, round(-10.0 * math.log10(err)))))
+
+
+def _other_loci(records: list[_Record]) -> list[float]:
+    """For each of one query's aligned records, the probability that the query belongs to one
+    of the others instead: the hits weighed by ``1 / E`` (by Karlin-Altschul, ``e^{lambda S}``
+    per search space), ``sum_{j != k} w_j / sum_j w_j``. A hit with a paralog as good gets
+    about 0.5 (MAPQ 3), a unique one 0 (MAPQ from its confidences alone). All 0 when an
+    E-value is unknown (a model without a fitted null). Records that carry ``other_loci``
+    (weighed by ``sinkalign align --max-hits`` over every hit, before it kept the best) keep it."""
+    if records and all(rec.other_loci is not None for rec in records):  # weighed before hits were dropped
+        return [rec.other_loci for rec in records]
+    logs = [rec.log_evalue for rec in records]
+    if len(records) < 2 or any(x is None or not math.isfinite(x) for x in logs):
+        return [0.0] * len(records)
+    w = -np.asarray(logs, dtype=np.float64)
+    w = np.exp(w - w.max())  # the best hit 1
+    total = w.sum()
+    return [float((total - wk) / total) for wk in w]
 
 
 def _nm(rec: _Record) -> int:
@@ -372,7 +400,7 @@ def _blast6_to(records: Iterable[_Record], handle: IO[str]) -> int:
 _CLIPS_RE = re.compile(r"^\d+S|\d+S$")
 
 
-def _paf_row(rec: _Record) -> list[str] | None:
+def _paf_row(rec: _Record, other_loci: float = 0.0) -> list[str] | None:
     """One PAF line (see the module docstring); ``None`` when nothing is aligned."""
     st = stranded_stats(rec.query, rec.target, rec.pairs, rec.strand)
     k = st.aligned_length
@@ -382,7 +410,7 @@ def _paf_row(rec: _Record) -> list[str] | None:
     mean_post = _mean_posterior(rec)
     row = [rec.query_id, str(len(rec.query)), str(st.query_start), str(st.query_end), rec.strand,
            rec.target_id, str(len(rec.target)), str(st.target_start), str(st.target_end), str(st.n_identical),
-           str(length), str(_mapq(mean_post)),
+           str(length), str(_mapq(mean_post, other_loci)),
            "cg:Z:" + _CLIPS_RE.sub("", cigar(rec.pairs, len(rec.query), len(rec.target), local=True))]
     if math.isfinite(rec.score):
         integral = rec.score.is_integer() and abs(rec.score) < 2**31
@@ -395,12 +423,16 @@ def _paf_row(rec: _Record) -> list[str] | None:
 
 
 def _paf_to(records: Iterable[_Record], handle: IO[str]) -> int:
+    """Each run of one query's consecutive records is held until it ends: its hits compete
+    for the query in the MAPQ (:func:`_other_loci`), as in SAM."""
     count = 0
-    for rec in records:
-        row = _paf_row(rec)
-        if row is not None:  # as minimap2, an unmapped query has no line
-            handle.write("\t".join(row) + "\n")
-            count += 1
+    for _, run in itertools.groupby(records, key=lambda rec: rec.query_id):
+        aligned = [rec for rec in run if rec.pairs.shape[0]]  # as minimap2, an unmapped query has no line
+        for rec, other in zip(aligned, _other_loci(aligned)):
+            row = _paf_row(rec, other)
+            if row is not None:
+                handle.write("\t".join(row) + "\n")
+                count += 1
     return count
 
 
@@ -590,8 +622,10 @@ def _segments(records: Iterable[_Record], header, ref_index: dict[str, int]):
             continue
         best = None if query_id in primary else min(
             range(len(aligned)), key=lambda k: (evalue_rank(aligned[k][0].evalue, aligned[k][0].log_evalue), k))
-        for k, (_, seg) in enumerate(aligned):
+        others = _other_loci([rec for rec, _ in aligned])
+        for k, (rec, seg) in enumerate(aligned):
             seg.flag |= 0 if k == best else 256
+            seg.mapping_quality = _mapq(_mean_posterior(rec), others[k])
             yield seg
         primary.add(query_id)
         unmapped.pop(query_id, None)

@@ -46,6 +46,7 @@ import heapq
 import io
 import itertools
 import logging
+import math
 import os
 import shutil
 import sys
@@ -645,12 +646,27 @@ def _best_per_query(stream, max_hits: int):
     """The ``max_hits`` items of smallest E-value of each run of one query in ``stream`` (items
     ``(index, plan, AlignedPair)``), best first (by the E-value's log: E-values that underflow
     to 0 keep their order), ties in input order. At most ``max_hits`` items
-    (and their plans) are held at a time, however many targets a query has."""
+    (and their plans) are held at a time, however many targets a query has. Each kept pair
+    carries ``other_loci`` weighed over all the query's hits (the MAPQ of SAM and PAF), so
+    that dropping a repeat's second copy does not make the first look unique."""
     for _, group in itertools.groupby(stream, key=lambda item: item[2].query_id):
-        yield from heapq.nsmallest(max_hits, group, key=lambda item: (item[2].evalue_rank, item[0]))
+        ranks: list[float] = []
 
+        def ranked(items):
+            for item in items:
+                ranks.append(item[2].evalue_rank)
+                yield item
 
-
+        kept = heapq.nsmallest(max_hits, ranked(group), key=lambda item: (item[2].evalue_rank, item[0]))
+        weights = None
+        if kept and all(math.isfinite(r) for r in ranks):
+            best = min(ranks)
+            total = float(np.exp(best - np.asarray(ranks)).sum())  # the best hit 1
+            weights = [math.exp(best - item[2].evalue_rank) for item in kept]
+        for k, (index, plan, pair) in enumerate(kept):
+            if weights is not None:
+                pair = pair._replace(other_loci=(total - weights[k]) / total)
+            yield index, plan, pair
 
 
 def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt: str = "tsv",
