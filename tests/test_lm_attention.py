@@ -454,3 +454,21 @@ def test_low_precision_cast_keeps_positional_constants_exact(variant):
     assert all(c.dtype == torch.float64 for c in consts)
     x = torch.randn(1, 9, 32, dtype=torch.bfloat16)
     assert torch.isfinite(layer(x).float()).all()
+
+
+def test_bam_prior_stays_finite_in_float32():
+    """eps ** theta_b overflowed in float32 for strongly negative theta_b, so the first
+    position (one key: its own, at distance 0) became NaN; the prior is now clamped."""
+    from sinkalign.lm.attention.bam import bam_attention_chunked
+
+    torch.manual_seed(0)
+    q = k = v = torch.randn(1, 2, 9, 8)
+    zero = torch.zeros(2)
+    out = bam_attention_chunked(q, k, v, zero, torch.full((2,), -8.0), zero, None, q_offset=0, eps=1e-5,
+                                scale=8 ** -0.5, chunk_size=4)
+    assert torch.isfinite(out).all()
+    # the first position attends to itself alone: its output is its value
+    torch.testing.assert_close(out[:, :, 0], v[:, :, 0])
+    ref = bam_attention_chunked(q.double(), k.double(), v.double(), zero.double(), torch.full((2,), -8.0).double(),
+                                zero.double(), None, q_offset=0, eps=1e-5, scale=8 ** -0.5, chunk_size=4)
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)

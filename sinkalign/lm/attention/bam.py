@@ -50,11 +50,16 @@ def bam_log_prior(rel: torch.Tensor, theta_a: torch.Tensor, theta_b: torch.Tenso
                   eps: float) -> torch.Tensor:
     """``-exp(theta_a) * (|rel - mu| + eps) ** theta_b`` for offsets ``rel = j - i``.
 
-    ``rel [...]`` broadcast against per-head parameters ``[H]`` gives ``[H, ...]``.
+    ``rel [...]`` broadcast against per-head parameters ``[H]`` gives ``[H, ...]``. ``mu`` is
+    the location itself (BAM's appendix C writes it ``e^{theta_mu} - e^{-theta_mu}``; the two
+    agree at the default, a frozen ``mu = 0``). The prior is kept finite (at most a quarter of
+    the dtype's largest value in size): ``eps ** theta_b`` overflowed in float32 for strongly
+    negative ``theta_b``, and the first position, with one key, became NaN.
     """
     shape = (-1,) + (1,) * rel.ndim
     base = (rel[None] - mu.view(shape)).abs() + eps
-    return -theta_a.view(shape).exp() * base.pow(theta_b.view(shape))
+    prior = -theta_a.view(shape).exp() * base.pow(theta_b.view(shape))
+    return prior.clamp(min=torch.finfo(prior.dtype).min / 4)
 
 
 def _bam_block(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, theta_a: torch.Tensor,
@@ -137,7 +142,8 @@ def bam_attention_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, theta_
         if ss is not None:
             score = score * (ss[h] * torch.log1p(i.to(score.dtype)))
         rel = (kv_idx - i).to(score.dtype)
-        return score - torch.exp(log_scale[h]) * ((rel - loc[h]).abs() + eps) ** shape[h]
+        prior = torch.exp(log_scale[h]) * ((rel - loc[h]).abs() + eps) ** shape[h]
+        return score - prior.clamp(max=torch.finfo(score.dtype).max / 4)  # finite, as bam_log_prior
 
     def causal(b, h, q_idx, kv_idx):
         return kv_idx <= q_idx + offset

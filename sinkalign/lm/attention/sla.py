@@ -11,7 +11,10 @@ identity feature map, and the decay ``a`` of the backbone:
 
 * "gla" (gated linear attention): data-dependent, per key dim,
   ``log a_t = logsigmoid(x_t W_1 W_2 + b) / tau`` (low-rank ``W_1 W_2``).
-* "retnet": fixed per head, ``a_h = 1 - 2 ** (-5 - h)`` for every ``t`` and key dim.
+* "retnet": fixed per head, ``a_h = 1 - 2 ** (-5 - h)`` for every ``t`` and key dim. As the
+  SLA paper's equations 10-11 print it: no rotation of q and k by position (RetNet itself, and
+  the multi-scale retention layer of flash-linear-attention, also rotate them), so positions
+  enter only through the decay.
 
 Queries are scaled by ``d_k ** -0.5``. Each head's output is RMS-normalised, multiplied by
 a SiLU output gate ``silu(x W_g)`` (both backbones have one) and projected back.
