@@ -523,3 +523,20 @@ def test_validate_kernels_cli_bug_keeps_its_traceback(monkeypatch):
     monkeypatch.setattr(kval, "check_backend", bug)
     res = CliRunner().invoke(cli, ["validate", "kernels", "--backend", "pallas", "--interpret", "--quick"])
     assert isinstance(res.exception, ValueError) and "Error:" not in res.output
+
+
+def test_second_order_gradients_are_refused_by_name():
+    """grad of grad through the Pallas kernels failed inside JAX with a bare AssertionError
+    (a pallas_call has no derivative rule); it is refused, naming the reference backend."""
+    rng = np.random.default_rng(0)
+    q, k, v = (jnp.asarray(rng.normal(size=(1, 1, 13, 4)), jnp.float32) for _ in range(3))
+    cfg = SinkhornConfig(n_iters=3, band=4, backend="pallas", block=8)
+
+    def loss(a):
+        return sinkhorn_attention(a, k, v, config=cfg).sum()
+
+    first = jax.grad(loss)(q)  # first order as before
+    ref = jax.grad(lambda a: sinkhorn_attention(a, k, v, config=SinkhornConfig(n_iters=3, band=4)).sum())(q)
+    np.testing.assert_allclose(first, ref, rtol=1e-5, atol=1e-5)
+    with pytest.raises(NotImplementedError, match="second-order gradients .* need backend='reference'"):
+        jax.grad(lambda a: jnp.sum(jax.grad(loss)(a) ** 2))(q)

@@ -973,3 +973,21 @@ def test_log_marginal_gradients_match_the_reference(case):
     assert min(float(r.abs().max()) for r in ref) > 1e-2
     bad = float32_violations(got, ref, ref32, ("dlog_a", "dlog_b"))
     assert not bad, f"{case.name}: " + "; ".join(bad)
+
+
+@pytest.mark.skipif(MODE is None, reason="triton unusable in this process")
+def test_second_order_gradients_are_refused_not_dropped():
+    """The Triton backward writes untracked buffers: with create_graph=True its dq carried no
+    graph, so a gradient penalty silently lost its second-order term (an error of 0.55 at a
+    scale of 6.8); it is now refused."""
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 1, 13, 4, generator=gen) for _ in range(3))
+    qq = q.clone().requires_grad_()
+    out = sinkhorn_attention_triton(qq, k, v, n_iters=3, band=4, block_m=16, block_n=16)
+    (dq,) = torch.autograd.grad(out.sum(), qq, retain_graph=True)
+    ref_q = q.double().requires_grad_()
+    (ref,) = torch.autograd.grad(sinkhorn_attention_ref(ref_q, k.double(), v.double(), n_iters=3, band=4).sum(),
+                                 ref_q)
+    torch.testing.assert_close(dq.double(), ref, rtol=1e-5, atol=1e-5)  # first order as before
+    with pytest.raises(RuntimeError, match=r"cannot be differentiated \(create_graph=True\): second-order"):
+        torch.autograd.grad(out.sum(), qq, create_graph=True)

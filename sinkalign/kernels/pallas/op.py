@@ -401,15 +401,38 @@ def _op(q, k, v, qv, kv, la, lb, st):
 
 
 def _op_fwd(q, k, v, qv, kv, la, lb, st):
-    duals = _forward_duals(st, q, k, qv, kv, la, lb)
-    out = _output(st, q, k, v, qv, kv, duals[3], duals[4])
+    out, duals = _first_order_forward(st, q, k, v, qv, kv, la, lb)
     # Residuals: O(L d) inputs and five O(L) float32 dual vectors; no plan is stored.
     return out, (q, k, v, qv, kv, la, lb, duals)
 
 
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _first_order_forward(st, q, k, v, qv, kv, la, lb):
+    """The forward pass of :func:`_op`'s VJP: differentiated only under a second derivative,
+    which is refused (:func:`_no_second_order`)."""
+    duals = _forward_duals(st, q, k, qv, kv, la, lb)
+    return _output(st, q, k, v, qv, kv, duals[3], duals[4]), duals
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _first_order_backward(st, q, k, v, qv, kv, la, lb, duals, g):
+    """:func:`_backward`, refusing to be differentiated: ``pallas_call``s have no derivative rule
+    here (JAX failed with a bare AssertionError on grad of grad)."""
+    return _backward(st, q, k, v, qv, kv, la, lb, duals, g)
+
+
+def _no_second_order(st, primals, tangents):
+    raise NotImplementedError("the Pallas kernels cannot be differentiated twice: second-order gradients "
+                              "(grad of grad, a gradient penalty) need backend='reference'")
+
+
+_first_order_forward.defjvp(_no_second_order)
+_first_order_backward.defjvp(_no_second_order)
+
+
 def _op_bwd(st, res, g):
     q, k, v, qv, kv, la, lb, duals = res
-    dq, dk, dv, dla, dlb = _backward(st, q, k, v, qv, kv, la, lb, duals, g)
+    dq, dk, dv, dla, dlb = _first_order_backward(st, q, k, v, qv, kv, la, lb, duals, g)
     return dq, dk, dv, None, None, dla, dlb
 
 

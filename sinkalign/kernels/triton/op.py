@@ -266,6 +266,10 @@ class _SinkhornTail2(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
+        if torch.is_grad_enabled():  # create_graph=True: the kernels write untracked buffers, so the
+            raise RuntimeError(  # second derivative was silently dropped (a gradient penalty lost its term)
+                "the Triton kernels' backward cannot be differentiated (create_graph=True): second-order "
+                "gradients need the reference operator (sinkhorn_attention_ref, or backend='reference' in JAX)")
         q, k, v, qm, km, log_a, log_b, v0, u1, v1, u2, v2 = ctx.saved_tensors
         lc: _Launch = ctx.lc
         db: _Dustbins | None = ctx.db
