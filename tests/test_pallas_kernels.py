@@ -540,3 +540,17 @@ def test_second_order_gradients_are_refused_by_name():
     np.testing.assert_allclose(first, ref, rtol=1e-5, atol=1e-5)
     with pytest.raises(NotImplementedError, match="second-order gradients .* need backend='reference'"):
         jax.grad(lambda a: jnp.sum(jax.grad(loss)(a) ** 2))(q)
+
+
+def test_validate_kernels_compares_the_log_marginals_gradients():
+    """`validate kernels` compared O, dq, dk, dv and the dustbin tokens, not the gradients of
+    the log marginals, so the GPU check could not see them; its cases with marginals now do."""
+    from sinkalign.kernels import validation as kval
+
+    jax.config.update("jax_enable_x64", True)
+    (case,) = [c for c in kval.KERNEL_CASES if c.marginals and c.dustbin is None][:1]
+    row = kval.kernels("pallas", True, cases=[case])["rows"][0]
+    assert row["d_marginals"] is not None and 0 < row["d_marginals"] <= 1e-5
+    assert row["max_abs_deviation"] >= row["d_marginals"]
+    plain = [c for c in kval.KERNEL_CASES if not c.marginals and c.dustbin is None][:1]
+    assert kval.kernels("pallas", True, cases=plain)["rows"][0]["d_marginals"] is None

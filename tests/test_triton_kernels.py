@@ -991,3 +991,15 @@ def test_second_order_gradients_are_refused_not_dropped():
     torch.testing.assert_close(dq.double(), ref, rtol=1e-5, atol=1e-5)  # first order as before
     with pytest.raises(RuntimeError, match=r"cannot be differentiated \(create_graph=True\): second-order"):
         torch.autograd.grad(out.sum(), qq, create_graph=True)
+
+
+@pytest.mark.skipif(MODE is not True, reason="needs the Triton interpreter")
+def test_validate_kernels_compares_the_log_marginals_gradients():
+    import jax
+
+    from sinkalign.kernels import validation as kval
+
+    jax.config.update("jax_enable_x64", True)
+    (case,) = [c for c in kval.KERNEL_CASES if c.marginals and c.dustbin is None][:1]
+    row = kval.kernels("triton", True, cases=[case])["rows"][0]
+    assert row["d_marginals"] is not None and 0 < row["d_marginals"] <= 1e-5

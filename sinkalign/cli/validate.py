@@ -289,7 +289,7 @@ def kernels(backend: str, interpret: bool, json_path: Path | None, overwrite: bo
                               progress=lambda r: status.update(f"{r['case']}: {r['max_abs_deviation']:.2e}"))
     dots = "" if precision == "ieee" else f", {precision} dots"
     _print(_table(f"{backend} ({mode}, float32{dots}) vs JAX reference (float64, autodiff)", result["rows"],
-                      ["case", "O", "dq", "dk", "dv", "d_dustbin", "max_abs_deviation", "seconds"]))
+                      ["case", "O", "dq", "dk", "dv", "d_dustbin", "d_marginals", "max_abs_deviation", "seconds"]))
     _console.print(f"max_abs_deviation = {result['max_abs_deviation']:.3e}")
     if long_:
         with _console.status("long-length forward agreement") as status:

@@ -127,7 +127,8 @@ def _jax_grads(case: KernelCase, inp: dict, *, backend: str, dtype, blocks=None,
 
     def loss(x, g):
         if case.dustbin is None:
-            q, k, v, qv, kv, la_, lb_ = core.prepare(x["q"], x["k"], x["v"], qm, km, la, lb, band=case.band)
+            q, k, v, qv, kv, la_, lb_ = core.prepare(x["q"], x["k"], x["v"], qm, km, x.get("la", la), x.get("lb", lb),
+                                                     band=case.band)
             out = op(q, k, v, qv, kv, la_, lb_, Support.single(case.lq, case.lk, case.band, cfg.block), cfg)
         else:
             a = augment(x["q"], x["k"], x["v"], x["qd"], x["kd"], x["vd"], q_mask=qm, k_mask=km, config=cfg,
@@ -137,6 +138,9 @@ def _jax_grads(case: KernelCase, inp: dict, *, backend: str, dtype, blocks=None,
 
     names = ("q", "k", "v") + (("qd", "kd", "vd") if case.dustbin else ())
     x = {n: jnp.asarray(inp["x"][n], dtype) for n in names}
+    if case.marginals and case.dustbin is None:  # the log marginals' gradients too
+        x.update(la=jnp.asarray(la, dtype), lb=jnp.asarray(lb, dtype))
+        names = names + ("la", "lb")
     if case.dustbin is None:  # validate once outside tracing (under jit the emptiness check cannot run)
         core.prepare(x["q"], x["k"], x["v"], qm, km, la, lb, band=case.band)
     (_, out), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(x, jnp.asarray(inp["g"], dtype))
@@ -162,8 +166,11 @@ def _triton_grads(case: KernelCase, inp: dict, *, interpret: bool, block: int | 
         kw = {}
         for name, key in (("log_a", "la"), ("log_b", "lb")):
             if inp[key] is not None:
-                kw[name] = torch.tensor(inp[key], device=device)
+                kw[name] = torch.tensor(inp[key], device=device, requires_grad=case.marginals)
         out = sinkhorn_attention_triton(*leaves, **common, **kw)
+        if case.marginals:  # the log marginals' gradients too
+            names = names + ("la", "lb")
+            leaves = leaves + [kw["log_a"], kw["log_b"]]
     else:
         out = sinkhorn_dustbin_attention_triton(*leaves, dustbin=case.dustbin, **common)
     grads = torch.autograd.grad(out, leaves, torch.tensor(inp["g"], device=device))
@@ -226,9 +233,10 @@ def kernels(backend: str = "pallas", interpret: bool = True, *, cases=KERNEL_CAS
         progress: optional callable receiving each finished row.
         precision: the kernels' float32 dots (``ieee``, or natively ``tf32x3`` / ``tf32``).
 
-    Returns a dict with ``rows`` (per case: deviations of O, dq, dk, dv, d_dustbin and their
-    scales, seconds) and the headline ``max_abs_deviation`` (float32 kernel vs float64
-    reference, max over every case and output).
+    Returns a dict with ``rows`` (per case: deviations of O, dq, dk, dv, d_dustbin, d_marginals
+    (the log marginals' gradients, in the cases with marginals) and their scales, seconds) and
+    the headline ``max_abs_deviation`` (float32 kernel vs float64 reference, max over every case
+    and output).
     """
     check_backend(backend, interpret)
     import jax
@@ -259,8 +267,10 @@ def kernels(backend: str = "pallas", interpret: bool = True, *, cases=KERNEL_CAS
             row[f"{name}_scale"] = float(np.abs(ref[name]).max())
         row["d_dustbin"] = (max(float(np.abs(got[n] - ref[n]).max()) for n in ("dqd", "dkd", "dvd"))
                             if case.dustbin else None)
-        row["max_abs_deviation"] = max(v for k, v in row.items() if k in ("O", "dq", "dk", "dv", "d_dustbin")
-                                       and v is not None)
+        row["d_marginals"] = (max(float(np.abs(got[n] - ref[n]).max()) for n in ("dla", "dlb"))
+                              if "dla" in ref else None)
+        row["max_abs_deviation"] = max(v for k, v in row.items()
+                                       if k in ("O", "dq", "dk", "dv", "d_dustbin", "d_marginals") and v is not None)
         row["seconds"] = time.perf_counter() - t0
         rows.append(row)
         if progress:
