@@ -505,8 +505,7 @@ def test_align_max_hits_keeps_each_querys_best_pairs(tmp_path):
 def test_max_hits_holds_only_the_best_pairs_of_a_query():
     """The --max-hits selection keeps at most N pairs (and their plans) alive while a query's
     pairs stream past, however many there are, and still gives the N best in order."""
-    from types import SimpleNamespace
-
+    from sinkalign.alignment import AlignedPair
     from sinkalign.pipelines.align import _best_per_query
 
     alive = {"now": 0, "most": 0}
@@ -526,11 +525,17 @@ def test_max_hits_holds_only_the_best_pairs_of_a_query():
         k = 0
         for q in ("a", "b"):
             for e in evalues[q]:
-                yield k, Plan(), SimpleNamespace(query_id=q, evalue=float(e), evalue_rank=float(np.log(e)))
+                yield k, Plan(), AlignedPair(q, "", f"t{k}", "", np.zeros((0, 2), int), evalue=float(e),
+                                             log_evalue=float(np.log(e)))
                 k += 1
 
-    got = [(pair.query_id, pair.evalue) for _, _, pair in _best_per_query(stream(), 3)]
+    kept = [pair for _, _, pair in _best_per_query(stream(), 3)]
+    got = [(pair.query_id, pair.evalue) for pair in kept]
     assert got == [(q, float(e)) for q in ("a", "b") for e in np.sort(evalues[q])[:3]]
+    for q in ("a", "b"):  # each kept hit's chance that the query belongs to another hit, over all 500
+        w = 1 / evalues[q]
+        want = [1 - 1 / e / w.sum() for e in np.sort(evalues[q])[:3]]
+        np.testing.assert_allclose([p.other_loci for p in kept if p.query_id == q], want, rtol=1e-12)
     # the best 3, the pair being compared, the one groupby has read ahead, the last one taken
     # here (a whole query's 500 before the selection was bounded)
     assert alive["most"] <= 3 + 3

@@ -282,8 +282,10 @@ class Aligner:
         embedder: the feature embedder (built from ``config.embedder`` when omitted).
         embedder_options: what the model's config does not hold but building its embedder
             needs, e.g. ``{"weights": "esm2_t33_650M_UR50D.pt"}`` for ESM-2 (see
-            :func:`sinkalign.align.embed.embedder_from_config`); the rebuilt embedder must
-            still match the one the model was trained with.
+            :func:`sinkalign.align.embed.embedder_from_config`); the embedder is built with
+            them at once, and must match the one the model was trained with (other ESM-2
+            weights: an :class:`~sinkalign.errors.InputError` naming the file). A model
+            without ESM-2 features refuses ``weights``.
         backend: ``reference`` (pure JAX operator) or ``pallas`` (blockwise kernels); the
             ``numpy`` engine computes the reference operator's plans.
         gap_weight: MEA gap weight (0 = gaps free, the decoding the model was tuned with).
@@ -401,6 +403,13 @@ class Aligner:
             raise InputError("give either embedder or embedder_options, not both")
         self._embedder = embedder
         self._embedder_options = dict(embedder_options or {})
+        trained_with = config.embedder.get("name") if config.feature_dim else None
+        if self._embedder_options.get("weights") is not None and trained_with != "esm2":
+            raise InputError(f"ESM-2 weights {self._embedder_options['weights']} (--esm-weights, embedder_options): "
+                             "this model takes no ESM-2 features (it was trained with "
+                             + (f"the {trained_with!r} embedder" if trained_with else
+                                "no embedder: its own residue encoder")
+                             + "); drop them, or give a model trained on esm2 features")
         if significance is not None and calibration is None:
             raise InputError("E-values (significance) need calibrated confidences: this model has no calibration")
         self.calibration = calibration
@@ -425,6 +434,13 @@ class Aligner:
                              f"cannot ({reason})")
         self.band = band
         self._jax_plans: Callable | None = None  # compiled on first use
+        if self._embedder_options and trained_with is not None:
+            # built now, not at the first pair: options that do not rebuild the model's own embedder
+            # (other ESM-2 weights) are an error when the model is loaded
+            from sinkalign.align.embed import embedder_from_config
+
+            self._embedder = embedder_from_config(config.embedder, feature_dim=config.feature_dim,
+                                                  **self._embedder_options)
 
     @classmethod
     def load(cls, path: str | os.PathLike | None = None, **kwargs) -> Aligner:

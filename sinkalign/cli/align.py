@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from sinkalign.cli.options import FiniteFloatRange, check_processes_option, progress_option, show_progress
+from sinkalign.cli.options import FiniteFloatRange, check_processes_option, esm_weights_option, progress_option, show_progress
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +82,7 @@ class _Band(click.ParamType):
                    "about 3x faster, less accurate on remote homologs), dna. Default: the shipped model for the "
                    "input (DNA when every record is nucleotides, else learned; DNA against protein is an error).")
 @click.option("--embedder", type=str, help="Embedder name; must be the one the model was trained with.")
-@click.option("--esm-weights", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Local ESM-2 weights for models trained on esm2 features.")
+@esm_weights_option()
 @click.option("--backend", type=click.Choice(["reference", "pallas"]), default="reference", show_default=True)
 @click.option("--engine", type=click.Choice(["auto", "numpy", "jax"]), default="auto", show_default=True,
               help="numpy: float64 plans pair by pair on every CPU, nothing to compile. jax: batched JAX forward "

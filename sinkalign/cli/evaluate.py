@@ -10,6 +10,7 @@ import numpy as np
 from rich.console import Console
 
 from sinkalign.align.significance import MIX_GRID, PAIR_FEATURES
+from sinkalign.cli.options import embedder_options, esm_weights_option
 from sinkalign.utils import atomic_write_text
 
 
@@ -25,6 +26,7 @@ def _reference_options(purpose: str, split: str):
                               "(SABRE, PREFAB, OXBench), or shard directory. Repeatable."),
             click.option("--model", help="Model directory, checkpoint or run, or a shipped model by name "
                                          "(learned, blosum, dna). Default: the shipped protein model."),
+            esm_weights_option(),
             click.option("--split", default=split, show_default=True, help="Split to read from shard directories."),
             click.option("--min-tm", type=float, default=0.5, show_default=True,
                          help="TM-align pairs: keep min(tm1, tm2) >= this."),
@@ -54,7 +56,7 @@ def _fitting_pairs(references, *, split, min_tm, max_pairs, max_length) -> list:
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
               help="Write results as JSON ('-': standard output; the tables then go to standard error).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --json file.")
-def evaluate(references, model, split, min_tm, max_pairs, methods, backend, json_path, overwrite):
+def evaluate(references, model, esm_weights, split, min_tm, max_pairs, methods, backend, json_path, overwrite):
     """Precision, recall and F1 per reference set, binned by percent identity."""
     from sinkalign.align.evaluate import METHODS, evaluate_sets, load_reference_set
     from sinkalign.align.metrics import render_table
@@ -74,7 +76,8 @@ def evaluate(references, model, split, min_tm, max_pairs, methods, backend, json
         from sinkalign.align.aligner import Aligner
         from sinkalign.align.evaluate import check_reference_alphabet
 
-        aligner = Aligner.load(model, backend=backend, strand="plus")  # references pair the sequences as given
+        # references pair the sequences as given; other ESM-2 weights are refused here, before any pair
+        aligner = Aligner.load(model, backend=backend, strand="plus", **embedder_options(esm_weights))
         for pairs in sets.values():
             check_reference_alphabet(pairs, aligner.config.alphabet, model or "learned (the default)")
     result = evaluate_sets(sets, aligner, methods=chosen)
@@ -124,8 +127,8 @@ def evaluate(references, model, split, min_tm, max_pairs, methods, backend, json
               help="Model directory to write: the model with the fitted calibration. It must be new or empty "
                    "(a directory holding other files is refused).")
 @click.option("--overwrite", is_flag=True, help="Replace the model already in --out (only a model directory).")
-def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, match_feature, min_confidence,
-              flank, flank_ratio, flank_max_length, seed, keep_column_model, out, overwrite):
+def calibrate(references, model, esm_weights, split, min_tm, max_pairs, max_length, knots, match_feature,
+              min_confidence, flank, flank_ratio, flank_max_length, seed, keep_column_model, out, overwrite):
     """Fit calibrated confidences (isotonic) for a model's posteriors and write the calibrated model.
 
     The calibration goes with the model: `sinkalign align` reports calibrated column
@@ -161,7 +164,8 @@ def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, ma
                              f"{'missing' if own is None else repr(own.match_feature)}); fit one with "
                              "--match-feature columns")
         kept, kept_from, match_feature = own.column_model, own.fitted_on, "columns"
-    aligner = Aligner.load(source, calibration=None, strand="plus")  # the raw posteriors are what is fitted
+    aligner = Aligner.load(source, calibration=None, strand="plus",  # the raw posteriors are what is fitted
+                           **embedder_options(esm_weights))
     check_reference_alphabet(pairs, aligner.config.alphabet, str(model or source))
     samples, raw = [], []
     kind = aligner.config.alphabet  # "protein" or "dna" (AlignerConfig checks it)
@@ -231,8 +235,8 @@ def calibrate(references, model, split, min_tm, max_pairs, max_length, knots, ma
               help="Model directory to write: the model with its E-value null. It must be new or empty "
                    "(a directory holding other files is refused).")
 @click.option("--overwrite", is_flag=True, help="Replace the model already in --out (only a model directory).")
-def fit_evalues(references, model, split, min_tm, max_pairs, max_length, shuffles, seed, null_fastas, null_pairs,
-                null_lengths, alpha, out, overwrite):
+def fit_evalues(references, model, esm_weights, split, min_tm, max_pairs, max_length, shuffles, seed, null_fastas,
+                null_pairs, null_lengths, alpha, out, overwrite):
     """Fit the null of a calibrated model's E-values on shuffled pairs and write the model.
 
     Each reference pair is aligned as it is and with one sequence shuffled. The statistic is
@@ -255,7 +259,7 @@ def fit_evalues(references, model, split, min_tm, max_pairs, max_length, shuffle
         raise InputError(f"{len(pairs)} reference pairs of at most {max_length} residues in "
                          f"{[str(r) for r in references]}: E-values need at least 10")
     source = resolve_model(model) if model else default_model_path()
-    aligner = Aligner.load(source, significance=None)
+    aligner = Aligner.load(source, significance=None, **embedder_options(esm_weights))
     check_reference_alphabet(pairs, aligner.config.alphabet, str(model or source))
     if aligner.calibration is None:
         raise InputError(f"{source} has no calibration: fit one with `sinkalign calibrate` first")

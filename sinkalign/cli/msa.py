@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from sinkalign.cli.options import FiniteFloatRange, check_processes_option, progress_option, show_progress
+from sinkalign.cli.options import FiniteFloatRange, check_processes_option, esm_weights_option, progress_option, show_progress
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,7 @@ _INPUT = click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path
                    "--column-scores still lists every column.")
 @click.option("--model", help="Trained model or a shipped model by name (learned, blosum, dna); it needs "
               "calibrated confidences. Default: the shipped model for the input.")
+@esm_weights_option()
 @click.option("--consistency", type=click.IntRange(0, 3), default=2, show_default=True,
               help="Rounds of ProbCons' consistency transformation of the pairwise confidences (each round "
                    "O(N^3) in the number of records: 0 for hundreds). At most 3: each round averages every pair's "
@@ -87,9 +88,9 @@ _INPUT = click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path
 @progress_option("pairwise alignments")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output, --tree, --column-scores or "
               "--sequence-scores file (when the run succeeds). Without it an existing file is an error.")
-def msa(fasta, example, output, fmt, tree, column_scores, sequence_scores, trim, model, consistency, refine, seed,
-        engine, threads, processes, workers, scheduler, chunk_size, add_to, keep_length, independent, nearest, progress,
-        overwrite):
+def msa(fasta, example, output, fmt, tree, column_scores, sequence_scores, trim, model, esm_weights, consistency, refine,
+        seed, engine, threads, processes, workers, scheduler, chunk_size, add_to, keep_length, independent, nearest,
+        progress, overwrite):
     """Align the records of FASTA all together (a multiple alignment).
 
     \b
@@ -132,7 +133,7 @@ def msa(fasta, example, output, fmt, tree, column_scores, sequence_scores, trim,
                            scheduler=scheduler, chunk_size=chunk_size, progress=show_progress(progress),
                            overwrite=overwrite, column_scores=column_scores, trim=trim,
                            sequence_scores=sequence_scores, add_to=add_to, keep_length=keep_length,
-                           independent=independent, nearest=nearest)
+                           independent=independent, nearest=nearest, esm_weights=esm_weights)
     except BrokenPipeError:  # e.g. `sinkalign msa ... | head`: stop quietly, as other filters do
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

@@ -7,8 +7,8 @@ import sys
 
 import click
 
-__all__ = ["FiniteFloatRange", "ResumableCommand", "model_options", "parse_value", "progress_option", "report_interrupted",
-           "show_progress"]
+__all__ = ["FiniteFloatRange", "ResumableCommand", "embedder_options", "esm_weights_option", "model_options",
+           "parse_value", "progress_option", "report_interrupted", "show_progress"]
 
 
 class FiniteFloatRange(click.FloatRange):
@@ -48,6 +48,24 @@ def progress_option(what: str):
     pip and tqdm do): a job's log file or a pipe gets no bar unless asked for."""
     return click.option("--progress/--no-progress", default=None,
                         help=f"Progress bar of {what} on stderr [default: on a terminal].")
+
+
+def esm_weights_option():
+    """``--esm-weights FILE``: the local ESM-2 weights of a model trained on ``esm2`` features
+    (they must be the very file it was trained with: its sha256 is checked when the model is
+    loaded). Without it such a model looks in the torch hub cache."""
+    from pathlib import Path
+
+    return click.option("--esm-weights", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                        metavar="FILE",
+                        help="Local ESM-2 weights (a fair-esm .pt file) for a model trained on esm2 features: the "
+                             "file it was trained with (checked by its sha256). Default: <model>.pt in the torch hub "
+                             "cache ($TORCH_HOME/hub/checkpoints). Models without ESM-2 features refuse it.")
+
+
+def embedder_options(esm_weights) -> dict:
+    """``Aligner.load`` keyword arguments for ``--esm-weights`` (none without it)."""
+    return {} if esm_weights is None else {"embedder_options": {"weights": str(esm_weights)}}
 
 
 def check_processes_option(processes, threads, workers, scheduler) -> None:

@@ -186,18 +186,31 @@ def info(directory: Path, families: bool, verify: bool) -> None:
 @shards.command("embed")
 @click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--embedder", type=click.Choice(["builtin", "esm2"]), default="builtin", show_default=True)
-@click.option("--esm-model", default="esm2_t6_8M_UR50D", show_default=True, help="ESM-2 model name.")
+@click.option("--esm-model", default=None, metavar="NAME",
+              help="ESM-2 model name, from which fair-esm builds the architecture (e.g. esm2_t33_650M_UR50D). "
+                   "Default: the --esm-weights file's stem, else esm2_t6_8M_UR50D.")
 @click.option("--esm-weights", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Local ESM-2 weights (.pt); default: the torch hub cache.")
+              help="Local ESM-2 weights (a fair-esm .pt file); default: <model>.pt in the torch hub cache "
+                   "($TORCH_HOME/hub/checkpoints). Nothing is downloaded.")
 @click.option("--dtype", type=click.Choice(["float16", "float32"]), default="float32", show_default=True)
 @click.option("--overwrite", is_flag=True, help="Replace embeddings already stored.")
 @progress_option("shards embedded")
-def embed(directory: Path, embedder: str, esm_model: str, esm_weights: Path | None, dtype: str, overwrite: bool,
-          progress: bool | None) -> None:
-    """Precompute per-residue embeddings for every sequence in the shards."""
+def embed(directory: Path, embedder: str, esm_model: str | None, esm_weights: Path | None, dtype: str,
+          overwrite: bool, progress: bool | None) -> None:
+    """Precompute per-residue embeddings for every sequence in the shards.
+
+    The builtin embedder (the default) needs no weights; esm2 reads local ESM-2 weights
+    and caches its embeddings on disk (SINKALIGN_EMBED_CACHE=off: no cache).
+    """
     from sinkalign.align.embed import embed_shards, get_embedder
 
-    options = {"model": esm_model, "weights": str(esm_weights) if esm_weights else None} if embedder == "esm2" else {}
+    options: dict = {}
+    if embedder == "esm2":
+        options["weights"] = str(esm_weights) if esm_weights else None
+        if esm_model is not None:  # else the weights file's stem, or the 8M model (ESM2Config)
+            options["model"] = esm_model
+    elif esm_model is not None or esm_weights is not None:
+        raise click.UsageError("--esm-model and --esm-weights are for --embedder esm2")
     index = embed_shards(directory, get_embedder(embedder, **options), dtype=dtype, overwrite=overwrite,
                          progress=show_progress(progress))
     click.echo(f"embedded {directory} ({index['embeddings']['dim']}-dim, {dtype})")

@@ -663,10 +663,13 @@ def _best_per_query(stream, max_hits: int):
             best = min(ranks)
             total = float(np.exp(best - np.asarray(ranks)).sum())  # the best hit 1
             weights = [math.exp(best - item[2].evalue_rank) for item in kept]
-        for k, (index, plan, pair) in enumerate(kept):
+        for k in range(len(kept)):
+            index, plan, pair = kept[k]
+            kept[k] = None  # handed on: no plan outlives its turn here
             if weights is not None:
                 pair = pair._replace(other_loci=(total - weights[k]) / total)
             yield index, plan, pair
+            del plan
 
 
 def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt: str = "tsv",

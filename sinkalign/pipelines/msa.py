@@ -136,7 +136,7 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
               workers: int | None = None, scheduler: str | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE,
               progress: bool = False, overwrite: bool = False, column_scores=None, trim: float | None = None,
               sequence_scores=None, add_to=None, keep_length: bool = False, independent: bool = False,
-              nearest: int | None = None):
+              nearest: int | None = None, esm_weights=None):
     """Align the records of ``fasta`` all together and write the alignment.
 
     Args:
@@ -171,6 +171,9 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
             other records (``consistency`` must be 0).
         nearest: with ``independent``, align each record to its ``nearest`` most similar rows
             only (:func:`~sinkalign.align.msa.nearest_rows`).
+        esm_weights: the local ESM-2 weights of a model trained on ``esm2`` features (the file
+            it was trained with, checked when the model is loaded, before any pair); a model
+            without ESM-2 features refuses them.
 
     A Stockholm file carries each residue's confidence (``#=GR id PP``) and each column's
     (``#=GC PP_cons``), a Clustal file the conservation line. The confidences are calibrated
@@ -216,12 +219,12 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
     with stdin_spooled([*fastas, add_to]) as paths:  # the alignment read from here on as its spooled copy
         return _msa(fastas, paths[:-1], paths[-1], output, fmt, tree, model, consistency, refine, seed, threads,
                     engine, workers, scheduler, chunk_size, progress, column_scores, trim, sequence_scores,
-                    keep_length, independent, nearest, processes)
+                    keep_length, independent, nearest, processes, esm_weights)
 
 
 def _msa(fastas: list, paths: list, add_to, output, fmt, tree, model, consistency, refine, seed, threads, engine,
          workers, scheduler, chunk_size, progress, column_scores, trim, sequence_scores, keep_length, independent,
-         nearest, processes=None):
+         nearest, processes=None, esm_weights=None):
     """:func:`msa_fasta` once its options are checked and standard input is spooled: ``paths``
     are the FASTA files (``fastas`` as named to the user), ``add_to`` the alignment's file."""
     from tqdm import tqdm
@@ -245,7 +248,9 @@ def _msa(fastas: list, paths: list, add_to, output, fmt, tree, model, consistenc
         from sinkalign.align.aligner import resolve_model
 
         path = str(resolve_model(model).resolve())
-    spec = ModelSpec(path, "protein", min_confidence=0.0, engine=engine, threads=threads, processes=processes)
+    esm_weights = None if esm_weights is None else str(esm_weights)
+    spec = ModelSpec(path, "protein", min_confidence=0.0, engine=engine, threads=threads, processes=processes,
+                     esm_weights=esm_weights)
     model_alphabet = load_aligner(spec).config.alphabet if path is not None else None
     alphabet = _alphabet(records, where, model_alphabet)
     if existing is not None and existing.alphabet != alphabet:
@@ -253,7 +258,7 @@ def _msa(fastas: list, paths: list, add_to, output, fmt, tree, model, consistenc
         raise InputError(f"{add_to}: the alignment is {existing.alphabet}, but {which} {alphabet}")
     # the strands as given; every MEA column, as library_aligner reads them (on cluster workers too)
     spec = ModelSpec(path, alphabet, min_confidence=0.0, engine=engine, threads=threads, processes=processes,
-                     strand="plus" if alphabet == "dna" else None)
+                     strand="plus" if alphabet == "dna" else None, esm_weights=esm_weights)
     aligner = library_aligner(load_aligner(spec))  # a model without calibration fails here, before any pair
     ids, seqs = [r.id for r in records], [r.seq for r in records]
     n = len(records)

@@ -183,6 +183,9 @@ def load_aligner(spec: ModelSpec):
     if trained_with == "esm2" and options:
         aligner = Aligner.load(path, backend=spec.backend, gap_weight=spec.gap_weight, embedder_options=options,
                                **extra)
+        # the embedder built now, not at the first batch: weights other than the model's are an
+        # error before any pair is aligned and before an output is written
+        aligner.embedder
     _ALIGNERS[spec] = (key, aligner)
     _LOADS += 1
     return aligner

@@ -19,6 +19,7 @@ from sinkalign.utils import atomic_write, atomic_write_text
 
 __all__ = [
     "EMBEDDER_ALPHABETS",
+    "EMBED_CACHE_ENV",
     "Embedder",
     "EmbeddingCache",
     "SequenceLike",
@@ -32,6 +33,10 @@ logger = logging.getLogger(__name__)
 
 #: Values of :attr:`Embedder.alphabet`.
 EMBEDDER_ALPHABETS = ("protein", "dna", "both")
+#: The environment variable that moves (``DIR``) or turns off (``off``, ``0``, ``false``, ``no``
+#: or empty) the default embedding cache.
+EMBED_CACHE_ENV = "SINKALIGN_EMBED_CACHE"
+_OFF = ("", "0", "off", "false", "no")
 
 SequenceLike = str | Sequence
 
@@ -76,7 +81,8 @@ def as_records(
     Strings are upper-cased and take ``default_alphabet`` (``"protein"``, ``"dna"`` or
     ``"auto"``, decided per string with :func:`sinkalign.io.fasta.detect_alphabet`);
     :class:`Sequence` records keep their own alphabet. Ambiguous letters are allowed
-    (each embedder documents how it maps them).
+    (each embedder documents how it maps them). A protein string's one trailing stop ``*``
+    is dropped, as the FASTA reader drops it (its embedding has a row fewer than the string).
 
     Raises:
         SequenceFormatError: an illegal character; the message names the item's
@@ -99,9 +105,14 @@ def as_records(
             where = f"{embedder} input sequence #{k} (0-based)"
             if not residues:
                 raise InputError(f"{where} is empty")
-            alphabet = detect_alphabet(residues) if default_alphabet == "auto" else default_alphabet
+            alphabet = detect_alphabet(residues.rstrip("*") or residues) if default_alphabet == "auto" \
+                else default_alphabet
         else:
             raise ValueError(f"{embedder} input sequence #{k} (0-based) is a {type(item).__name__}, not a string")
+        if alphabet == "protein" and residues.endswith("*"):  # a stop codon's '*', as read_fasta drops it
+            residues = residues[:-1]
+            if not residues:
+                raise InputError(f"{where} is empty (only a stop '*')")
         if alphabet not in accepted:
             raise AlphabetError(f"{where}: alphabet {alphabet!r} cannot be embedded by {embedder} (accepts {accepted})")
         validate_residues(residues, alphabet, allow_ambiguous=True, where=where)
@@ -125,8 +136,13 @@ def config_key(config: dict) -> str:
     return hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
 
 
-def default_cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/sinkalign/embeddings``, or ``~/.cache/sinkalign/embeddings``."""
+def default_cache_dir() -> Path | None:
+    """The default embedding cache: ``$SINKALIGN_EMBED_CACHE`` when set (``off``, ``0``,
+    ``false``, ``no`` or empty: no cache, ``None``), else ``$XDG_CACHE_HOME/sinkalign/embeddings``
+    (default ``~/.cache/sinkalign/embeddings``)."""
+    value = os.environ.get(EMBED_CACHE_ENV)
+    if value is not None:
+        return None if value.strip().lower() in _OFF else Path(value).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "sinkalign" / "embeddings"
 
@@ -141,7 +157,10 @@ class EmbeddingCache:
 
     Files are written atomically (temp file + rename), so concurrent writers and
     interrupted runs never leave a partial entry. An entry that cannot be read or
-    has the wrong shape is logged, ignored and recomputed by the caller.
+    has the wrong shape (length, or width when ``dim`` is given) is logged, ignored and
+    recomputed by the caller. A cache that cannot be written (a read-only disk, a path
+    through a file) is said once, in a warning naming the directory and the reason, and
+    the run goes on without storing its embeddings (:attr:`writable` turns False).
     """
 
     def __init__(self, root: str | os.PathLike, config: dict, dim: int | None = None) -> None:
@@ -149,6 +168,7 @@ class EmbeddingCache:
         self.config = config
         self.dir = self.root / f"{config.get('name', 'embedder')}-{config_key(config)}"
         self.dim = dim
+        self.writable = True
         self._config_written = False
 
     def path(self, seq: str) -> Path:
@@ -176,11 +196,23 @@ class EmbeddingCache:
         return arr
 
     def put(self, seq: str, arr: np.ndarray) -> None:
-        """Store ``arr`` (``[L, D]`` float32) for ``seq`` atomically."""
-        if not self._config_written:
-            cfg_path = self.dir / "config.json"
-            if not cfg_path.is_file():
-                atomic_write_text(cfg_path, json.dumps(self.config, indent=1, sort_keys=True) + "\n")
-            self._config_written = True
-        with atomic_write(self.path(seq), "wb") as handle:
-            np.save(handle, np.ascontiguousarray(arr, dtype=np.float32), allow_pickle=False)
+        """Store ``arr`` (``[L, D]`` float32) for ``seq`` atomically; after a failed write
+        (one warning), nothing more is written."""
+        if not self.writable:
+            return
+        try:
+            if not self._config_written:
+                cfg_path = self.dir / "config.json"
+                if not cfg_path.is_file():
+                    atomic_write_text(cfg_path, json.dumps(self.config, indent=1, sort_keys=True) + "\n")
+                self._config_written = True
+            with atomic_write(self.path(seq), "wb") as handle:
+                np.save(handle, np.ascontiguousarray(arr, dtype=np.float32), allow_pickle=False)
+        except OSError as err:
+            self.writable = False
+            reason = err.strerror or str(err)
+            if err.filename and not str(err.filename).startswith(str(self.dir)):
+                reason += f": {err.filename}"
+            logger.warning("embedding cache %s cannot be written (%s); embeddings are computed without it "
+                           "(%s=DIR puts it elsewhere, %s=off turns it off)", self.dir, reason, EMBED_CACHE_ENV,
+                           EMBED_CACHE_ENV)

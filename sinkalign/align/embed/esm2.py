@@ -13,8 +13,8 @@ Nothing is ever downloaded. The checkpoint is, in this order:
    which is where ``esm.pretrained.<model>()`` puts the file when it downloads it.
 
 A missing file raises :class:`~sinkalign.errors.MissingFileError` (a ``FileNotFoundError``)
-naming the paths searched and the URL to fetch the weights from on a machine with network
-access; an unreadable one a :class:`~sinkalign.errors.FormatError`.
+naming the paths searched and, for a released model, the URL to fetch the weights from on a
+machine with network access; an unreadable one a :class:`~sinkalign.errors.FormatError`.
 
 Loading goes through fair-esm's own ``esm.pretrained.load_model_and_alphabet_core``
 (the function that ``load_model_and_alphabet_local`` calls after reading the file).
@@ -43,15 +43,23 @@ Computation
   after ESM's final layer norm; ``0`` is the token embedding, negative counts back
   from the last). BOS and EOS rows are dropped: row i is residue i.
 * ``J`` (Leu/Ile, not in ESM's vocabulary) is embedded as ``X``; ``B Z U O X`` are ESM
-  tokens of their own. Lower-case letters are upper-cased.
+  tokens of their own. Lower-case letters are upper-cased. One trailing stop ``*`` is
+  dropped, as the FASTA reader drops it (a ``*`` elsewhere is an error).
+* The width D and the depth are those of the released model of that name; for another
+  name they are read from the checkpoint's ``cfg`` (without loading its tensors).
 * ``device="auto"`` takes CUDA when ``torch.cuda.is_available()``, else the CPU;
   ``fp16=True`` (CUDA only) runs the model in half precision (outputs are float32
   arrays of half-precision values).
 * Results are cached on disk under ``cache_dir`` (default
-  :func:`~sinkalign.align.embed.base.default_cache_dir`), keyed by :meth:`config`
-  (which includes the sha256 of the weights file) and the sequence's sha1; a cached
-  sequence does not run the model, and a run where everything is cached does not even
-  load it.
+  :func:`~sinkalign.align.embed.base.default_cache_dir`:
+  ``$XDG_CACHE_HOME/sinkalign/embeddings``, i.e. ``~/.cache/sinkalign/embeddings``;
+  ``SINKALIGN_EMBED_CACHE=DIR`` moves it, ``SINKALIGN_EMBED_CACHE=off`` turns it off),
+  keyed by :meth:`config` (which includes the sha256 of the weights file) and the
+  sequence's sha1: one ``.npy`` file of ``L x D`` float32 per sequence (``4 D`` bytes a
+  residue: 1,280 for the 8M model, 5,120 for the 650M one). A cached sequence does not run
+  the model, and a run where everything is cached does not even load it. An entry of the
+  wrong shape (length or width) is recomputed; a cache that cannot be written is said in
+  one warning, and the run goes on without it.
 """
 
 from __future__ import annotations
@@ -71,7 +79,8 @@ from sinkalign.align.embed.base import EmbeddingCache, SequenceLike, as_records,
 from sinkalign.errors import FormatError, InputError, MissingFileError, require
 from sinkalign.utils import file_sha256
 
-__all__ = ["DEFAULT_ESM2_MODEL", "ESM2_DIMS", "ESM2Config", "ESM2Embedder", "load_esm2", "plan_windows"]
+__all__ = ["DEFAULT_ESM2_MODEL", "ESM2_DIMS", "ESM2Config", "ESM2Embedder", "checkpoint_shape", "load_esm2",
+           "plan_windows"]
 
 logger = logging.getLogger(__name__)
 
@@ -174,14 +183,14 @@ def _resolve_weights(options: ESM2Config) -> tuple[str, Path]:
     """(model name, checkpoint path); raises MissingFileError (a FileNotFoundError) listing what was searched."""
     if options.weights is not None:
         path = Path(options.weights).expanduser()
+        if not path.is_file():  # before the name: a wrong name of a missing file is beside the point
+            raise MissingFileError(f"ESM-2 weights file {path} does not exist")
         name = options.model if options.model is not None else path.stem
         if not _MODEL_NAME.match(name):
             raise InputError(
                 f"weights={str(path)!r}: fair-esm picks the architecture from the model name, and {name!r} does "
                 "not start with 'esm2'; rename the file (e.g. esm2_t6_8M_UR50D.pt) or pass model='esm2_...'"
             )
-        if not path.is_file():
-            raise MissingFileError(f"ESM-2 weights file {path} does not exist")
         return name, path
     import torch
 
@@ -189,13 +198,82 @@ def _resolve_weights(options: ESM2Config) -> tuple[str, Path]:
     hub = Path(torch.hub.get_dir()) / "checkpoints"
     path = hub / f"{name}.pt"
     if not path.is_file():
+        if name in ESM2_DIMS:
+            fetch = (f"on a machine with network access fetch {_WEIGHTS_URL.format(name=name)} (or run "
+                     f"esm.pretrained.{name}()), then copy the file to {hub}/ or pass its path")
+        else:  # not a released model: there is nothing to download
+            fetch = (f"{name!r} is not a released ESM-2 model ({', '.join(ESM2_DIMS)}): copy your "
+                     f"{name}.pt to {hub}/ or pass its path")
         raise MissingFileError(
             f"ESM-2 weights for {name!r} not found; searched: {path} (the torch hub cache, "
-            f"$TORCH_HOME/hub/checkpoints). Nothing is downloaded automatically: on a machine with network "
-            f"access fetch {_WEIGHTS_URL.format(name=name)} (or run esm.pretrained.{name}()), then copy the file "
-            f"to {hub}/ or pass its path with --esm-weights PATH (weights=PATH)."
+            f"$TORCH_HOME/hub/checkpoints). Nothing is downloaded automatically: {fetch} with --esm-weights PATH "
+            "(weights=PATH)."
         )
     return name, path
+
+
+def _torch_reason(err: BaseException) -> str:
+    """What went wrong in ``torch.load``, less torch's advice: its ``weights_only`` errors tell
+    the reader to load again with ``weights_only=False`` (running whatever code the file holds)
+    or to allow more globals, neither of which is for a weights file of unknown origin."""
+    text = str(err)
+    marker = "WeightsUnpickler error:"
+    if marker in text:
+        text = text.split(marker, 1)[1]
+    lines = [line.split(" Please use `torch.serialization", 1)[0].strip()  # the allow-listing advice
+             for line in text.splitlines()]
+    kept = [line for line in lines if line and "weights_only" not in line and "safe_globals" not in line
+            and not line.startswith("Check the documentation")]
+    return f"{type(err).__name__}: {kept[0]}" if kept else type(err).__name__
+
+
+def _read_checkpoint(path: Path, mmap: bool = False):
+    """``torch.load`` of a fair-esm file, tensors and ``argparse.Namespace`` only; a
+    :class:`FormatError` naming the file when it cannot be read."""
+    import torch
+
+    try:
+        with torch.serialization.safe_globals([argparse.Namespace]):
+            return torch.load(str(path), map_location="cpu", weights_only=True, mmap=mmap)
+    except Exception as err:  # torch raises RuntimeError, UnpicklingError, EOFError, OSError, zipfile errors...
+        raise FormatError(
+            f"{path}: cannot read ESM-2 weights ({_torch_reason(err)}); "
+            "the file is corrupt, truncated or not a fair-esm checkpoint"
+        ) from err
+
+
+def _architecture(data, path: Path):
+    """The checked ``cfg['model']`` of a loaded fair-esm checkpoint (else :class:`FormatError`)."""
+    cfg = data.get("cfg") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or not isinstance(data.get("model"), dict) or not isinstance(cfg, dict):
+        found = sorted(data) if isinstance(data, dict) else type(data).__name__
+        raise FormatError(f"{path}: not a fair-esm ESM-2 checkpoint (expected keys 'model' and 'cfg', found {found})")
+    arch = cfg.get("model")
+    missing = [k for k in ("encoder_layers", "encoder_embed_dim", "encoder_attention_heads", "token_dropout")
+               if not hasattr(arch, k)]  # fmt: skip
+    if missing:
+        raise FormatError(f"{path}: cfg['model'] lacks {missing}; not a fair-esm ESM-2 checkpoint")
+    return arch
+
+
+def checkpoint_shape(path: str | os.PathLike) -> tuple[int, int]:
+    """``(layers, D)`` of a fair-esm ESM-2 checkpoint, from its ``cfg``, without reading its
+    tensors (the file is memory-mapped; a file in torch's old format is read whole).
+
+    Raises:
+        FormatError: the file cannot be read, or is no fair-esm checkpoint.
+    """
+    require("torch", "torch", "reading ESM-2 weights")
+    path = Path(path)
+    try:
+        data = _read_checkpoint(path, mmap=True)
+    except FormatError:  # torch's old (non-zip) format cannot be mapped: read it whole
+        data = _read_checkpoint(path)
+    arch = _architecture(data, path)
+    try:
+        return int(arch.encoder_layers), int(arch.encoder_embed_dim)
+    except (TypeError, ValueError) as err:
+        raise FormatError(f"{path}: cfg['model'] has no whole numbers of layers and width ({err})") from err
 
 
 def load_esm2(path: str | os.PathLike, name: str | None = None):
@@ -215,30 +293,13 @@ def load_esm2(path: str | os.PathLike, name: str | None = None):
     """
     require("esm", "torch", "loading ESM-2 weights")
     import esm.pretrained
-    import torch
 
     path = Path(path)
     name = path.stem if name is None else name
     if not name.startswith("esm2"):
         raise InputError(f"{path}: model name {name!r} must start with 'esm2'")
-    try:
-        with torch.serialization.safe_globals([argparse.Namespace]):
-            data = torch.load(str(path), map_location="cpu", weights_only=True)
-    except Exception as err:  # torch raises RuntimeError, UnpicklingError, EOFError, zipfile errors...
-        first_line = str(err).splitlines()[0] if str(err) else ""
-        raise FormatError(
-            f"{path}: cannot read ESM-2 weights ({type(err).__name__}: {first_line}); "
-            "the file is corrupt, truncated or not a fair-esm checkpoint"
-        ) from err
-    cfg = data.get("cfg") if isinstance(data, dict) else None
-    if not isinstance(data, dict) or not isinstance(data.get("model"), dict) or not isinstance(cfg, dict):
-        found = sorted(data) if isinstance(data, dict) else type(data).__name__
-        raise FormatError(f"{path}: not a fair-esm ESM-2 checkpoint (expected keys 'model' and 'cfg', found {found})")
-    arch = cfg.get("model")
-    missing = [k for k in ("encoder_layers", "encoder_embed_dim", "encoder_attention_heads", "token_dropout")
-               if not hasattr(arch, k)]  # fmt: skip
-    if missing:
-        raise FormatError(f"{path}: cfg['model'] lacks {missing}; not a fair-esm ESM-2 checkpoint")
+    data = _read_checkpoint(path)
+    _architecture(data, path)
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Regression weights not found")
@@ -254,8 +315,9 @@ class ESM2Embedder:
     """ESM-2 per-residue representations (see the module docstring).
 
     The weights file is located (and its absence reported) at construction; it is
-    hashed the first time :meth:`config` is needed and loaded the first time the model
-    must run.
+    hashed the first time :meth:`config` is needed, its ``cfg`` read (for a model name
+    that is not a released one) the first time the width or depth is, and the model
+    loaded the first time it must run.
 
     Attributes:
         options: the :class:`ESM2Config`.
@@ -331,19 +393,23 @@ class ESM2Embedder:
     def model_loaded(self) -> bool:
         return self._model is not None
 
+    def _shape(self) -> tuple[int, int]:
+        """``(layers, D)``: the released model's, else the checkpoint's ``cfg`` (its tensors unread)."""
+        if self._num_layers is None or self._dim is None:
+            layers, dim = checkpoint_shape(self.weights_path)
+            self._check_layer(layers)
+            self._num_layers, self._dim = layers, dim
+        return int(self._num_layers), int(self._dim)
+
     @property
     def dim(self) -> int:
-        """D (known from the model name for released models, else read from the checkpoint)."""
-        if self._dim is None:
-            self.model
-        return int(self._dim)
+        """D (known from the model name for released models, else read from the checkpoint's cfg)."""
+        return self._shape()[1]
 
     @property
     def layer(self) -> int:
-        """The representation layer as a non-negative index (loads the model for an unknown name)."""
-        if self._num_layers is None:
-            self.model
-        return self.options.layer % (self._num_layers + 1)
+        """The representation layer as a non-negative index."""
+        return self.options.layer % (self._shape()[0] + 1)
 
     def config(self) -> dict:
         """``{"name", "model", "weights_sha256", "layer", "window", "overlap", "fp16"}``.
@@ -366,18 +432,23 @@ class ESM2Embedder:
 
     @property
     def cache(self) -> EmbeddingCache | None:
-        """The on-disk cache (``None`` with ``cache=False``)."""
+        """The on-disk cache (``None`` with ``cache=False``, or with no ``cache_dir`` and
+        ``SINKALIGN_EMBED_CACHE=off``). Its entries are checked against the width D."""
         if not self.options.cache:
             return None
         if self._cache is None:
             root = self.options.cache_dir if self.options.cache_dir is not None else default_cache_dir()
-            self._cache = EmbeddingCache(Path(root).expanduser(), self.config(), self._dim)
+            if root is None:
+                return None
+            self._cache = EmbeddingCache(Path(root).expanduser(), self.config(), self.dim)
         return self._cache
 
     # -- embedding --------------------------------------------------------------------
 
     def embed(self, seqs: SequenceT[SequenceLike] | SequenceLike) -> list[np.ndarray]:
         """One ``[L_i, D]`` float32 array per protein sequence, in input order.
+
+        A protein's one trailing stop ``*`` is dropped (its array has a row fewer than the string).
 
         Raises:
             SequenceFormatError: an illegal character (input index, record id, position).

@@ -94,7 +94,7 @@ def embed_shards(
     directory: str | os.PathLike,
     embedder: Embedder,
     *,
-    dtype: str = "float16",
+    dtype: str = "float32",
     overwrite: bool = False,
     chunk_size: int = 256,
     progress: bool = False,
@@ -103,7 +103,9 @@ def embed_shards(
 
     Each sequence is embedded with its family's alphabet (from ``index.json``), in
     chunks of ``chunk_size`` sequences so that ESM-2 can batch them; the embeddings are
-    held in memory in ``dtype`` until ``add_embeddings`` writes them. The stored
+    held in memory in ``dtype`` until ``add_embeddings`` writes them. ``dtype`` is
+    ``"float32"`` (the default, as ``sinkalign shards embed --dtype``) or ``"float16"``
+    (half the disk and memory, values rounded to about 3 significant digits). The stored
     ``name`` is :func:`~sinkalign.align.embed.embedding_name` (the canonical JSON of
     ``embedder.config()``), so a reader can check which embedder made them.
 

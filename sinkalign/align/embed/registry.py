@@ -45,19 +45,23 @@ def get_embedder(name: str, **options) -> Embedder:
     return cls(cfg_cls(**options))
 
 
-def embedder_from_config(config: dict, **options) -> Embedder:
+def embedder_from_config(config: dict, *, feature_dim: int | None = None, **options) -> Embedder:
     """Rebuild the embedder that produced ``config`` (from :meth:`Embedder.config`), checking it matches.
 
     ``options`` supply what a config does not hold (for ESM-2: ``weights``,
     ``device``, ``cache_dir``, ...). The rebuilt embedder's config must equal
     ``config`` exactly, so a checkpoint is never paired with other weights.
+    ``feature_dim``: the width the caller (a model) expects, named in the error when
+    other ESM-2 weights are given.
 
     Raises:
-        ValueError: no ``name`` in ``config``, or the rebuilt embedder differs (the
-            differing keys are listed).
+        InputError: no ``name`` in ``config``, or the rebuilt embedder differs: for other
+            ESM-2 weights the message names the file, its sha256, depth and width and the
+            recorded ones; otherwise the differing keys are listed (a ValueError).
+        MissingFileError: ESM-2 weights that cannot be found; a FileNotFoundError.
     """
     if not isinstance(config, dict) or "name" not in config:
-        raise ValueError(f"config={config!r} must be a dict with a 'name' (from Embedder.config())")
+        raise InputError(f"config={config!r} must be a dict with a 'name' (from Embedder.config())")
     name = config["name"]
     if name == "builtin":
         options = {"alphabet": config.get("alphabet", "auto"), **options}
@@ -74,11 +78,44 @@ def embedder_from_config(config: dict, **options) -> Embedder:
     got = embedder.config()
     if got != config:
         diff = sorted(k for k in set(got) | set(config) if got.get(k) != config.get(k))
-        raise ValueError(
+        if name == "esm2" and "weights_sha256" in diff:
+            raise InputError(_other_esm2_weights(config, got, embedder, feature_dim))
+        raise InputError(
             f"the rebuilt {name!r} embedder differs from the recorded one in {diff}: "
             f"recorded {json.dumps({k: config.get(k) for k in diff})}, got {json.dumps({k: got.get(k) for k in diff})}"
         )
     return embedder
+
+
+def _other_esm2_weights(config: dict, got: dict, embedder, feature_dim: int | None) -> str:
+    """Why ESM-2 weights whose sha256 is not the recorded one are refused, in words: the file,
+    its depth and width against the model's (where they can be told), and both hashes."""
+    from sinkalign.align.embed.esm2 import ESM2_DIMS, checkpoint_shape
+    from sinkalign.errors import SinkalignError
+
+    path = embedder.weights_path
+    recorded = config.get("model") or "an unnamed ESM-2 model"
+    layers_rec, width_rec = ESM2_DIMS.get(config.get("model"), (None, None))
+    width_rec = feature_dim if feature_dim else width_rec
+    try:
+        layers, width = checkpoint_shape(path)
+        unreadable = None
+    except SinkalignError as err:
+        layers = width = None
+        unreadable = str(err).removeprefix(f"{path}: ")
+    hashes = (f"sha256 {str(got.get('weights_sha256'))[:16]}..., the model records "
+              f"{str(config.get('weights_sha256'))[:16]}... of {recorded}")
+    msg = f"the ESM-2 weights {path} are not the ones the model was trained with ({hashes})"
+    if unreadable is not None:
+        msg += f"; the file cannot be read either: {unreadable}"
+    elif width_rec is not None and width != width_rec:
+        msg += (f": they give {width}-dim features from {layers} layers, the model takes {width_rec}-dim ones"
+                + (f" ({layers_rec} layers)" if layers_rec is not None else ""))
+    elif layers_rec is not None and layers != layers_rec:
+        msg += f": they have {layers} layers, {recorded} has {layers_rec}"
+    else:
+        msg += f": they have {layers} layers of width {width}, but other parameters"
+    return msg + f"; give the {recorded} weights it was trained with (--esm-weights FILE)"
 
 
 def embedding_name(embedder: Embedder) -> str:
