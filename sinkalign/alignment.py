@@ -300,6 +300,21 @@ def evalue_rank(evalue: float | None, log_evalue: float | None = None) -> float:
     return math.log(evalue) if evalue > 0 else -math.inf
 
 
+def other_loci(log_evalues, of=None) -> list[float] | None:
+    """For each hit of one query in ``of`` (natural logs of E-values; default every hit of
+    ``log_evalues``), the chance that the query belongs to another of its hits
+    ``log_evalues`` instead: the hits weighed by ``1 / E`` (by Karlin-Altschul, ``e^{lambda S}``
+    per search space), ``1 - w_k / sum_j w_j``. A hit with a paralog as good gets about 0.5,
+    a unique one 0. ``None`` when an E-value is unknown (not finite) or there is no hit."""
+    logs = np.asarray(log_evalues, dtype=np.float64)
+    if not logs.size or not np.all(np.isfinite(logs)):
+        return None
+    best = logs.min()
+    total = float(np.exp(best - logs).sum())  # the best hit weighs 1
+    mine = logs if of is None else np.asarray(of, dtype=np.float64)
+    return [float((total - w) / total) for w in np.exp(best - mine)]
+
+
 def format_evalue(evalue: float, log_evalue: float | None = None, spec: str = ".3g") -> str:
     """An E-value as the writers print it (``format(evalue, spec)``, ``spec`` one of the
     ``e`` or ``g`` kinds); one that underflows to 0 with a finite ``log_evalue`` is written

@@ -72,6 +72,7 @@ def load_reference_set(path: str | Path, *, min_tm: float | None = 0.5, max_pair
     shard directory (its ``split``). ``max_pairs`` subsamples deterministically."""
     path = Path(path)
     rng = np.random.default_rng(seed)
+    kind = None if path.is_dir() else _reference_kind(path)
     if path.is_dir() and not (path / "index.json").exists() and any(path.iterdir()):
         # a folder of structural alignments (HOMSTRAD .ali, bench1.0 sets): every file, sorted
         from sinkalign.io.structural import read_reference_alignment
@@ -85,24 +86,22 @@ def load_reference_set(path: str | Path, *, min_tm: float | None = 0.5, max_pair
         # a missing or corrupt shard, an unknown split: SinkalignErrors naming the file or split
         ds = ShardDataset(path, split, load_embeddings=False)
         pairs = [ds[i].pair for i in range(len(ds))]
+    elif kind == "tmalign":
+        pairs = list(read_tmalign_pairs(path, min_tm=min_tm))
+    elif kind == "msf":
+        pairs = msa_to_pairs(read_msf(path))
+    elif kind == "fasta":
+        pairs = msa_to_pairs(read_aligned_fasta(path))
     else:
-        kind = _reference_kind(path)
-        if kind == "tmalign":
-            pairs = list(read_tmalign_pairs(path, min_tm=min_tm))
-        elif kind == "msf":
-            pairs = msa_to_pairs(read_msf(path))
-        elif kind == "fasta":
-            pairs = msa_to_pairs(read_aligned_fasta(path))
-        else:
-            # Stockholm, HOMSTRAD PIR or a bench1.0 aligned FASTA file (SABRE, PREFAB, OXBench: no
-            # suffix), ..., recognised by content; structural references carry a core mask
-            from sinkalign.io.structural import read_reference_alignment
+        # Stockholm, HOMSTRAD PIR or a bench1.0 aligned FASTA file (SABRE, PREFAB, OXBench: no
+        # suffix), ..., recognised by content; structural references carry a core mask
+        from sinkalign.io.structural import read_reference_alignment
 
-            pairs = [p for msa in read_reference_alignment(path) for p in msa_to_pairs(msa)]
+        pairs = [p for msa in read_reference_alignment(path) for p in msa_to_pairs(msa)]
     if not pairs:
         if path.is_dir() and (path / "index.json").exists():
             why = f"its {split!r} split holds no pairs (--split picks another)"
-        elif not path.is_dir() and _reference_kind(path) == "tmalign":
+        elif kind == "tmalign":
             why = "no pair in it" + (f" reaches --min-tm {min_tm}" if min_tm is not None else "")
         else:
             why = "its alignments hold fewer than two rows each: a reference pair needs two"

@@ -113,6 +113,7 @@ from sinkalign.alignment import (
     evalue_rank,
     format_evalue,
     format_text,
+    other_loci,
     reverse_complement,
     stranded_stats,
     to_biopython,
@@ -265,21 +266,15 @@ def _mapq(mean_posterior: float, other_loci: float = 0.0) -> int:
 
 
 def _other_loci(records: list[_Record]) -> list[float]:
-    """For each of one query's aligned records, the probability that the query belongs to one
-    of the others instead: the hits weighed by ``1 / E`` (by Karlin-Altschul, ``e^{lambda S}``
-    per search space), ``sum_{j != k} w_j / sum_j w_j``. A hit with a paralog as good gets
-    about 0.5 (MAPQ 3), a unique one 0 (MAPQ from its confidences alone). All 0 when an
+    """For each of one query's aligned records, the chance that the query belongs to one of the
+    others instead (:func:`~sinkalign.alignment.other_loci`): a hit with a paralog as good gets
+    about 0.5 (MAPQ 3), a unique one 0 (MAPQ from its confidences alone). All 0 when a log
     E-value is unknown (a model without a fitted null). Records that carry ``other_loci``
     (weighed by ``sinkalign align --max-hits`` over every hit, before it kept the best) keep it."""
     if records and all(rec.other_loci is not None for rec in records):  # weighed before hits were dropped
         return [rec.other_loci for rec in records]
-    logs = [rec.log_evalue for rec in records]
-    if len(records) < 2 or any(x is None or not math.isfinite(x) for x in logs):
-        return [0.0] * len(records)
-    w = -np.asarray(logs, dtype=np.float64)
-    w = np.exp(w - w.max())  # the best hit 1
-    total = w.sum()
-    return [float((total - wk) / total) for wk in w]
+    shares = other_loci([math.nan if rec.log_evalue is None else rec.log_evalue for rec in records])
+    return [0.0] * len(records) if shares is None else shares
 
 
 def _nm(rec: _Record) -> int:
@@ -633,8 +628,9 @@ def _segments(records: Iterable[_Record], header, ref_index: dict[str, int]):
 
 
 def _segment(rec: _Record, header, ref_index: dict[str, int], seqs: dict[str, str], lengths: dict[str, int]):
-    """The record as a pysam ``AlignedSegment`` without its secondary flag: unmapped (flag 4)
-    when nothing is aligned."""
+    """The record as a pysam ``AlignedSegment`` without its secondary flag and, when aligned,
+    without its MAPQ (:func:`_segments` sets both, knowing the query's other hits): unmapped
+    (flag 4) when nothing is aligned."""
     import pysam
 
     check_name("sam", rec.query_id, "query", rec.where)
@@ -663,7 +659,6 @@ def _segment(rec: _Record, header, ref_index: dict[str, int], seqs: dict[str, st
     seg.reference_start = int(rec.pairs[0, 1])
     seg.cigarstring = cigar(rec.pairs, len(rec.query), len(rec.target), local=True)
     mean_post = _mean_posterior(rec)
-    seg.mapping_quality = _mapq(mean_post)
     if math.isfinite(rec.score):
         if rec.score.is_integer() and abs(rec.score) < 2**31:
             seg.set_tag("AS", int(rec.score), "i")

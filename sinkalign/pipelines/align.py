@@ -46,7 +46,6 @@ import heapq
 import io
 import itertools
 import logging
-import math
 import os
 import shutil
 import sys
@@ -56,7 +55,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sinkalign.alignment import AlignedPair, reverse_complement
+from sinkalign.alignment import AlignedPair, other_loci, reverse_complement
 from sinkalign.errors import (
     AlphabetError,
     FormatError,
@@ -658,16 +657,12 @@ def _best_per_query(stream, max_hits: int):
                 yield item
 
         kept = heapq.nsmallest(max_hits, ranked(group), key=lambda item: (item[2].evalue_rank, item[0]))
-        weights = None
-        if kept and all(math.isfinite(r) for r in ranks):
-            best = min(ranks)
-            total = float(np.exp(best - np.asarray(ranks)).sum())  # the best hit 1
-            weights = [math.exp(best - item[2].evalue_rank) for item in kept]
+        shares = other_loci(ranks, [item[2].evalue_rank for item in kept])
         for k in range(len(kept)):
             index, plan, pair = kept[k]
             kept[k] = None  # handed on: no plan outlives its turn here
-            if weights is not None:
-                pair = pair._replace(other_loci=(total - weights[k]) / total)
+            if shares is not None:
+                pair = pair._replace(other_loci=shares[k])
             yield index, plan, pair
             del plan
 

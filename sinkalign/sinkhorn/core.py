@@ -407,10 +407,7 @@ def _concrete_mask(mask, batch, length):
         return np.ones(batch + (length,), bool)
     if not _is_concrete(mask):
         return None
-    mask = np.asarray(mask)
-    if mask.ndim == 2 and len(batch) == 2 and mask.shape == (batch[0], length):
-        mask = mask[:, None, :]
-    return np.broadcast_to(mask, batch + (length,))
+    return np.broadcast_to(_per_batch(np.asarray(mask), batch, length), batch + (length,))
 
 
 def prepare(q, k, v, q_mask=None, k_mask=None, log_a=None, log_b=None, *, band=None, check_empty=True):
