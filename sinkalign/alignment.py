@@ -385,8 +385,8 @@ def format_text(query_id: str, query: str, target_id: str, target: str, alignmen
     name_w, num_w = max(2, *map(len, names)), len(str(max(len(query), len(target))))
     lo, hi = 0, len(qrow)  # the columns shown: the aligned region and TEXT_CONTEXT columns each side
     if len(pairs):
-        aligned = [c for c, (a, b) in enumerate(zip(qrow, trow)) if a != "-" and b != "-"]
-        lo, hi = max(0, aligned[0] - TEXT_CONTEXT), min(len(qrow), aligned[-1] + 1 + TEXT_CONTEXT)
+        first, end = len(match) - len(match.lstrip(" ")), len(match.rstrip(" "))  # match is " " off the aligned
+        lo, hi = max(0, first - TEXT_CONTEXT), min(len(qrow), end + TEXT_CONTEXT)
     if (lo, hi) != (0, len(qrow)):
         out.append(f"# columns {lo + 1}-{hi} of {len(qrow)}: the unaligned ends beyond {TEXT_CONTEXT} columns "
                    "are not shown\n\n")

@@ -228,8 +228,18 @@ def newest_checkpoint(root: str | os.PathLike, *, pointer: str, pointed: Callabl
                 return root / name
             log.warning("%s names %r, which is not a complete checkpoint of this run; using the newest complete one",
                         root / pointer, str(name)[:80])
-    done = [p for p in root.iterdir() if step_name.fullmatch(p.name) and usable(p)]
-    return max(done, key=lambda p: int(step_name.fullmatch(p.name).group(1))) if done else None
+    done = complete_checkpoints(root, step_name=step_name, complete=complete)
+    return max(done, key=lambda item: item[0])[1] if done else None
+
+
+def complete_checkpoints(root: str | os.PathLike, *, step_name: re.Pattern,
+                         complete: Callable[[Path], bool]) -> list[tuple[int, Path]]:
+    """``(step, directory)`` of every complete checkpoint in ``root``: a real directory (not a
+    link) whose name fully matches ``step_name`` (the step its first group) and for which
+    ``complete`` holds."""
+    root = Path(root)
+    return [(int(m.group(1)), p) for p in root.iterdir()
+            if (m := step_name.fullmatch(p.name)) and p.is_dir() and not p.is_symlink() and complete(p)]
 
 
 #: the models shipped inside the package (sinkalign/data)

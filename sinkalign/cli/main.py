@@ -109,10 +109,7 @@ def _terminated(signum: int, frame) -> None:
     ``__del__`` prints and drops it, and a module being imported may catch everything (parasail
     does, and then fails to load). There the signal is sent again shortly, to be handled once
     that code is left (not from here: the handler would run again at once, inside itself)."""
-    if _in_dropping_context(frame):
-        timer = threading.Timer(0.01, os.kill, (os.getpid(), signum))
-        timer.daemon = True
-        timer.start()
+    if _resent(signum, frame):
         return
     raise SystemExit(128 + signum)
 
@@ -120,12 +117,20 @@ def _terminated(signum: int, frame) -> None:
 def _interrupted(signum: int, frame) -> None:
     """SIGINT's handler (Ctrl-C): :class:`KeyboardInterrupt`, as Python's own, but sent again
     shortly where it would be dropped (see :func:`_terminated`); the command exits 130."""
-    if _in_dropping_context(frame):
-        timer = threading.Timer(0.01, os.kill, (os.getpid(), signum))
-        timer.daemon = True
-        timer.start()
+    if _resent(signum, frame):
         return
     raise KeyboardInterrupt
+
+
+def _resent(signum: int, frame) -> bool:
+    """Where ``frame`` would drop an exception (:func:`_in_dropping_context`), send ``signum``
+    again in 10 ms and say so; else ``False``, for the handler to raise now."""
+    if not _in_dropping_context(frame):
+        return False
+    timer = threading.Timer(0.01, os.kill, (os.getpid(), signum))
+    timer.daemon = True
+    timer.start()
+    return True
 
 
 def _in_dropping_context(frame) -> bool:

@@ -515,8 +515,10 @@ def _json_to(records: Iterable[_Record], handle: IO[str]) -> int:
 
 
 def _biopython(rec: _Record):
+    """The record as a Biopython alignment, without the E-value note: Stockholm writes its own
+    annotations and MAF reads only the coordinates."""
     return to_biopython(rec.query_id, rec.query, rec.target_id, rec.target,
-                        rec.pairs if rec.posterior is None else rec.posterior, score=rec.score, evalue=rec.evalue)
+                        rec.pairs if rec.posterior is None else rec.posterior, score=rec.score)
 
 
 def _stockholm_to(records: Iterable[_Record], handle: IO[str]) -> int:

@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-from sinkalign.utils import ALIGNER_LAYOUT, GENOME_LM_LAYOUT, newest_checkpoint
+from sinkalign.utils import ALIGNER_LAYOUT, GENOME_LM_LAYOUT, complete_checkpoints, newest_checkpoint
 
 __all__ = ["LATEST", "TRAINER_STATE", "aligner_layout", "find_latest_checkpoint", "not_a_genome_lm",
            "previous_checkpoint", "step_dir_name"]
@@ -22,6 +22,11 @@ __all__ = ["LATEST", "TRAINER_STATE", "aligner_layout", "find_latest_checkpoint"
 TRAINER_STATE = "trainer_state.json"
 LATEST = GENOME_LM_LAYOUT.pointer
 _STEP_RE = GENOME_LM_LAYOUT.step_name
+
+
+def _is_complete(path: Path) -> bool:
+    """A checkpoint is complete once its trainer state, written last, exists."""
+    return (path / TRAINER_STATE).is_file()
 
 
 def step_dir_name(step: int) -> str:
@@ -37,7 +42,7 @@ def find_latest_checkpoint(out_dir: str | os.PathLike) -> Path | None:
     one with the highest step is taken (with a warning).
     """
     return newest_checkpoint(Path(out_dir) / "checkpoints", pointer=LATEST, pointed=lambda text: json.loads(text)["dir"],
-                             step_name=_STEP_RE, complete=lambda path: (path / TRAINER_STATE).is_file())
+                             step_name=_STEP_RE, complete=_is_complete)
 
 
 def previous_checkpoint(checkpoint: str | os.PathLike) -> Path | None:
@@ -48,9 +53,8 @@ def previous_checkpoint(checkpoint: str | os.PathLike) -> Path | None:
     if match is None or not checkpoint.parent.is_dir():
         return None
     step = int(match.group(1))
-    earlier = [(int(m.group(1)), p) for p in checkpoint.parent.iterdir()
-               if (m := _STEP_RE.fullmatch(p.name)) and int(m.group(1)) < step and p.is_dir()
-               and not p.is_symlink() and (p / TRAINER_STATE).is_file()]
+    earlier = [item for item in complete_checkpoints(checkpoint.parent, step_name=_STEP_RE, complete=_is_complete)
+               if item[0] < step]
     return max(earlier)[1] if earlier else None
 
 
