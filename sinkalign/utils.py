@@ -242,6 +242,17 @@ def complete_checkpoints(root: str | os.PathLike, *, step_name: re.Pattern,
             if (m := step_name.fullmatch(p.name)) and p.is_dir() and not p.is_symlink() and complete(p)]
 
 
+def user_cache_dir(env: str, name: str) -> Path | None:
+    """A cache directory of sinkalign's: ``$env`` when set (``0``, ``off``, ``false``, ``no``
+    or empty: no cache, ``None``), else ``$XDG_CACHE_HOME/sinkalign/<name>`` (default
+    ``~/.cache/sinkalign/<name>``)."""
+    value = os.environ.get(env)
+    if value is not None:
+        return None if value.strip().lower() in ("", "0", "off", "false", "no") else Path(value).expanduser()
+    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(root) / "sinkalign" / name
+
+
 #: the models shipped inside the package (sinkalign/data)
 SHIPPED_DATA = Path(__file__).resolve().parent / "data"
 

@@ -53,7 +53,7 @@ from sinkalign.align.significance import Significance
 from sinkalign.alignment import AlignedPair, reverse_complement
 from sinkalign.errors import AlphabetError, CheckpointError, InputError, SinkalignError
 from sinkalign.io.fasta import NUCLEOTIDE_CODES, detect_alphabet, rna_as_dna
-from sinkalign.utils import ALIGNER_LAYOUT, SHIPPED_DATA
+from sinkalign.utils import ALIGNER_LAYOUT, SHIPPED_DATA, user_cache_dir
 
 __all__ = ["AlignedPair", "Aligner", "ENGINES", "PairResult", "SHIPPED_MODELS", "STRANDS", "default_model_path",
            "enable_compilation_cache", "resolve_model"]
@@ -209,11 +209,7 @@ def compilation_cache_dir() -> Path | None:
     """Where compiled JAX programs are kept across runs: ``$SINKALIGN_JAX_CACHE`` when set
     (``0``, ``off`` or empty: nowhere), else ``$XDG_CACHE_HOME/sinkalign/jax`` (default
     ``~/.cache/sinkalign/jax``)."""
-    value = os.environ.get(CACHE_ENV)
-    if value is not None:
-        return None if value.strip().lower() in ("", "0", "off", "false", "no") else Path(value).expanduser()
-    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(root) / "sinkalign" / "jax"
+    return user_cache_dir(CACHE_ENV, "jax")
 
 
 def enable_compilation_cache() -> Path | None:

@@ -15,7 +15,7 @@ import numpy as np
 
 from sinkalign.errors import AlphabetError, InputError
 from sinkalign.io.fasta import Sequence, detect_alphabet, validate_residues
-from sinkalign.utils import atomic_write, atomic_write_text
+from sinkalign.utils import atomic_write, atomic_write_text, user_cache_dir
 
 __all__ = [
     "EMBEDDER_ALPHABETS",
@@ -36,7 +36,6 @@ EMBEDDER_ALPHABETS = ("protein", "dna", "both")
 #: The environment variable that moves (``DIR``) or turns off (``off``, ``0``, ``false``, ``no``
 #: or empty) the default embedding cache.
 EMBED_CACHE_ENV = "SINKALIGN_EMBED_CACHE"
-_OFF = ("", "0", "off", "false", "no")
 
 SequenceLike = str | Sequence
 
@@ -140,11 +139,7 @@ def default_cache_dir() -> Path | None:
     """The default embedding cache: ``$SINKALIGN_EMBED_CACHE`` when set (``off``, ``0``,
     ``false``, ``no`` or empty: no cache, ``None``), else ``$XDG_CACHE_HOME/sinkalign/embeddings``
     (default ``~/.cache/sinkalign/embeddings``)."""
-    value = os.environ.get(EMBED_CACHE_ENV)
-    if value is not None:
-        return None if value.strip().lower() in _OFF else Path(value).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "sinkalign" / "embeddings"
+    return user_cache_dir(EMBED_CACHE_ENV, "embeddings")
 
 
 class EmbeddingCache:
