@@ -9,8 +9,9 @@
 #   setup    what the machine has (nvidia-smi, versions); installs the wheels in .whl/ that the
 #            image lacks (biopython, pysam, parasail, ott-jax, jaxopt, fair-esm) into /tmp/site
 #            and sinkalign itself (editable, no dependencies)
-#   check    `sinkalign validate kernels --backend triton|pallas` compiled natively, then the
-#            tests marked gpu (gpu_tests)
+#   check    `sinkalign validate kernels --backend triton` and `--backend pallas` compiled natively,
+#            beside the tests marked gpu (gpu_tests; PYTEST_WORKERS xdist workers, default 4): nothing
+#            here is timed, so the three share the GPU
 #   validate the validations alone: VALIDATE_BACKENDS (default "triton pallas"), VALIDATE_BUDGET s each
 #   tests_and_lm  the tests marked gpu while the lm phase runs beside them (neither is timed)
 #   check_and_lm  both validations (pallas with --long) and the tests marked gpu, beside the lm phase
@@ -61,7 +62,8 @@ prepare() {  # on the development machine, before the first device call: what se
   # together, so PREPARE_LM_MULTI=1 prepares an lm_multi call: the genomes in .gpu/genomes and only
   # biopython, in .whl-lm/. Carry only what the call reads: .whl and .gpu/GCF_001457455.1_NCTC11397_genomic.fna.gz,
   # or .whl-lm and .gpu/genomes with WHEEL_DIR=.whl-lm (printed below).
-  local wheels="biopython==1.88 pysam==0.24.1 fair-esm==2.0.0 parasail==1.3.4 ott-jax==0.6.0 jaxopt==0.8.5" dir=.whl
+  local wheels="biopython==1.88 pysam==0.24.1 fair-esm==2.0.0 parasail==1.3.4 ott-jax==0.6.0 jaxopt==0.8.5
+    pytest-xdist==3.8.0 execnet==2.1.2" dir=.whl
   [ "${PREPARE_LM_MULTI:-0}" = 1 ] && wheels="biopython==1.88" dir=.whl-lm
   stamp "prepare: wheels for the device image (cp312, manylinux) into $dir/ ($wheels), genomes into .gpu/"
   mkdir -p "$dir" .gpu
@@ -108,8 +110,11 @@ EOF
 command -v sinkalign >/dev/null || sinkalign() { $PY -m sinkalign.cli.main "$@"; }
 
 check() {
-  validate
+  validate >"$R/validate_phase.log" 2>&1 &
+  local pid=$!
   gpu_tests
+  wait $pid
+  cat "$R/validate_phase.log"
   pack
 }
 
@@ -124,7 +129,9 @@ validate() {  # the native validations alone (VALIDATE_BACKENDS, default both; V
 
 gpu_tests() {
   stamp "pytest -m gpu"
-  timeout "$(budget 300)" $PY -m pytest -m gpu -k "${PYTEST_K:-}" -q -p no:cacheprovider -rfEs --tb=short --timeout 300 --continue-on-collection-errors tests \
+  local workers=()
+  $PY -c "import xdist" 2>/dev/null && workers=(-n "${PYTEST_WORKERS:-4}")
+  timeout "$(budget 300)" $PY -m pytest -m gpu -k "${PYTEST_K:-}" "${workers[@]}" -q -p no:cacheprovider -rfEs --tb=short --timeout 300 --continue-on-collection-errors tests \
     >"$R/pytest_gpu.log" 2>&1
   grep -E "^(FAILED|ERROR|SKIPPED)|passed|failed|^E  " "$R/pytest_gpu.log" | tail -40
   pack

@@ -3,8 +3,9 @@
 At one problem (``--length`` L, ``--band`` W, d = 64, T = 15, R = 2, batch 1, as
 ``sinkhorn_kernels.py``) it times, in this one process, each kernel family (``--methods``) at
 each input type / float32 dot precision (``--dtypes``: ``float32:ieee``, ``float32:tf32x3``,
-``bfloat16``) for each launch of ``--launches`` (``BLOCK:WARPS:STAGES``; ``default`` = the
-operator's own default, see ``sinkalign.kernels.triton.kernels.default_launch`` and
+``bfloat16``) for each launch of ``--launches`` (``BLOCK:WARPS:STAGES``; ``BLOCK`` is one tile
+size or ``ROWSxCOLS``, query rows x key columns; ``default`` = the operator's own default, see
+``sinkalign.kernels.triton.kernels.default_launch`` and
 ``sinkalign.kernels.pallas.BlockSizes.get_default``): forward and forward + backward (best of
 ``--reps`` after compilation), the output's largest deviation from the same family's default
 launch in the same run (a launch must not change the result beyond float32 summation order;
@@ -34,13 +35,26 @@ ROOF_DTYPE = {("float32", "ieee"): "float32", ("float32", "tf32x3"): "tf32x3", (
 
 
 def parse_launch(text: str):
-    """``default`` -> None; ``BLOCK:WARPS[:STAGES]`` -> (block, warps, stages or None)."""
+    """``default`` -> None; ``BLOCK:WARPS[:STAGES]`` -> (block, warps, stages or None), where
+    ``BLOCK`` is one tile size or ``ROWSxCOLS`` (query rows x key columns: a (rows, cols) pair)."""
     if text == "default":
         return None
-    parts = [int(x) for x in text.split(":")]
-    if len(parts) not in (2, 3):
-        raise argparse.ArgumentTypeError(f"{text!r}: give BLOCK:WARPS or BLOCK:WARPS:STAGES, or default")
-    return (parts[0], parts[1], parts[2] if len(parts) == 3 else None)
+    parts = text.split(":")
+    try:
+        if len(parts) not in (2, 3):
+            raise ValueError
+        tiles = tuple(int(x) for x in parts[0].split("x"))
+        if len(tiles) not in (1, 2):
+            raise ValueError
+        rest = [int(x) for x in parts[1:]]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give BLOCK:WARPS or BLOCK:WARPS:STAGES (BLOCK: N or "
+                                         "ROWSxCOLS), or default") from None
+    return (tiles[0] if len(tiles) == 1 else tiles, rest[0], rest[1] if len(rest) == 2 else None)
+
+
+def _tiles(block) -> tuple[int, int]:
+    return block if isinstance(block, tuple) else (block, block)
 
 
 def run(method, launch, dtype, precision, args):
@@ -48,14 +62,16 @@ def run(method, launch, dtype, precision, args):
         opts = None
         if launch is not None:
             block, warps, stages = launch
-            opts = {"block_m": block, "block_n": block, "num_warps": warps, "num_stages": stages}
+            rows, cols = _tiles(block)
+            opts = {"block_m": rows, "block_n": cols, "num_warps": warps, "num_stages": stages}
         return bench_triton(args.length, args.band, args.d, args.T, args.R, args.reps, dtype, precision, opts)
     blocks = None
     if launch is not None:
         from sinkalign.kernels.pallas import BlockSizes
 
         block, warps, stages = launch
-        blocks = BlockSizes(block_q=block, block_k=block, num_warps=warps,
+        rows, cols = _tiles(block)
+        blocks = BlockSizes(block_q=rows, block_k=cols, num_warps=warps,
                             **({} if stages is None else {"num_stages": stages}))
     return bench_jax("pallas", args.length, args.band, args.d, args.T, args.R, args.reps, dtype, precision, blocks)
 
@@ -95,7 +111,8 @@ def main() -> None:
         for method in args.methods:
             ref = None
             for launch in args.launches:
-                label = "default" if launch is None else ":".join("-" if x is None else str(x) for x in launch)
+                label = "default" if launch is None else ":".join(
+                    "-" if x is None else "x".join(map(str, x)) if isinstance(x, tuple) else str(x) for x in launch)
                 if args.time_budget is not None and time.perf_counter() - t0 > args.time_budget:
                     payload["skipped"].append(f"{method} {spec} {label}")
                     continue

@@ -398,6 +398,34 @@ class TestNativeGPU(KernelSuite):
             assert _max_err(g, r) <= bound, name
 
 
+    @pytest.mark.parametrize("case", [c for c in FAST_CASES + SLOW_CASES if c.marginals], ids=lambda c: c.name)
+    def test_default_launch_log_marginal_gradients(self, case):
+        """At the operator's own launch (no block given: 32 rows x 4 warps for exact float32
+        dots), the log marginals' gradients, then q, k, v, within the float32 budget."""
+        tensors, kwargs, grad_out = make_inputs(case)
+        ref = _marginal_grads(sinkhorn_attention_ref, tensors, kwargs, grad_out, torch.float64)
+        ref32 = _marginal_grads(sinkhorn_attention_ref, tensors, kwargs, grad_out, torch.float32)
+        got = _marginal_grads(sinkhorn_attention_triton, tensors, kwargs, grad_out, torch.float32, "cuda")
+        bad = float32_violations(got, ref, ref32, ("dlog_a", "dlog_b"))
+        assert not bad, f"{case.name}: " + "; ".join(bad)
+        ref = _forward_backward(sinkhorn_attention_ref, tensors, kwargs, grad_out, torch.float64, "cpu")
+        ref32 = _forward_backward(sinkhorn_attention_ref, tensors, kwargs, grad_out, torch.float32, "cpu")
+        got = _forward_backward(sinkhorn_attention_triton, tensors, kwargs, grad_out, torch.float32, "cuda")
+        bad = float32_violations(got, ref, ref32, NAMES)
+        assert not bad, f"{case.name}: " + "; ".join(bad)
+
+    def test_second_order_gradients_are_refused_on_the_gpu(self):
+        case = Case("second_order", B=1, H=1, Lq=40, Lk=37, d=16, dv=16, band=8, n_iters=3)
+        tensors, kwargs, _ = make_inputs(case)
+        q, k, v = (t.to("cuda", torch.float32) for t in tensors)
+        kw = {key: (val.to("cuda") if isinstance(val, torch.Tensor) else val) for key, val in kwargs.items()}
+        qq = q.clone().requires_grad_()
+        out = sinkhorn_attention_triton(qq, k, v, **kw)
+        (dq,) = torch.autograd.grad(out.sum(), qq, retain_graph=True)
+        assert torch.isfinite(dq).all() and dq.abs().max() > 0
+        with pytest.raises(RuntimeError, match=r"cannot be differentiated \(create_graph=True\): second-order"):
+            torch.autograd.grad(out.sum(), qq, create_graph=True)
+
     @pytest.mark.parametrize("case", [FAST_CASES[0], SLOW_CASES[0]], ids=lambda c: c.name)
     def test_tf32x3_dots_stay_near_float32_and_tf32_dots_cost_accuracy(self, case):
         """precision='tf32x3' (three TF32 tensor-core passes) stays within 8x the float32 budget;
@@ -950,14 +978,16 @@ def test_triton_takes_the_operators_config_objects():
     assert torch.equal(c, d)
 
 
-def _marginal_grads(fn, tensors, kwargs, grad_out, dtype, **extra):
+def _marginal_grads(fn, tensors, kwargs, grad_out, dtype, device="cpu", **extra):
     """d<O, G>/d log_a and d log_b (q, k, v held fixed), as float64 on the CPU."""
-    q, k, v = (t.detach().to(dtype) for t in tensors)
-    la = kwargs["log_a"].detach().to(dtype).requires_grad_()
-    lb = kwargs["log_b"].detach().to(dtype).requires_grad_()
-    kw = {**kwargs, "log_a": la, "log_b": lb}
+    q, k, v = (t.detach().to(device=device, dtype=dtype) for t in tensors)
+    la = kwargs["log_a"].detach().to(device=device, dtype=dtype).requires_grad_()
+    lb = kwargs["log_b"].detach().to(device=device, dtype=dtype).requires_grad_()
+    kw = {key: (val.to(device) if isinstance(val, torch.Tensor) else val) for key, val in kwargs.items()}
+    kw = {**kw, "log_a": la, "log_b": lb}
     out = fn(q, k, v, **kw, **extra)
-    return [t.detach().to(torch.float64) for t in torch.autograd.grad(out, (la, lb), grad_out.to(out.dtype))]
+    grads = torch.autograd.grad(out, (la, lb), grad_out.to(device=device, dtype=out.dtype))
+    return [t.detach().to("cpu", torch.float64) for t in grads]
 
 
 @pytest.mark.skipif(MODE is not True, reason="needs the Triton interpreter")
