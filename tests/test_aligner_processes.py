@@ -168,3 +168,84 @@ def test_a_killed_worker_process_is_an_error_and_the_next_call_starts_anew(threa
             list(aligner.align_many(ITEMS[:20]))
         assert aligner._pool is None
         _same(list(aligner.align_many(ITEMS[:20])), want)
+
+
+SCRIPT = """\
+from sinkalign import Aligner
+items = [("q", "MKTAYIAKQRQISFVKSHFSRQ", "t", "MKTAYIAKQRQISFVKSHLSRQ")] * 4
+{body}
+"""
+UNGUARDED = """\
+with Aligner.load("learned", processes=2) as aligner:
+    print(len(list(aligner.align_many(items))))
+"""
+CONDITIONAL = """\
+if len(items) > 2:
+    with Aligner.load("learned", processes=2) as aligner:
+        print(len(list(aligner.align_many(items))))
+"""
+GUARDED = """\
+def main():
+    with Aligner.load("learned", processes=2) as aligner:
+        print(len(list(aligner.align_many(items))))
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def _run_script(tmp_path, body: str):
+    import subprocess
+    import sys
+
+    script = tmp_path / "analysis.py"
+    script.write_text(SCRIPT.format(body=body))
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240, env=env,
+                         cwd=tmp_path)
+    return res, sorted(p.name for p in tmp.iterdir() if p.name.startswith("sinkalign-aligner-"))
+
+
+def test_a_script_without_a_main_guard_is_refused_before_any_process_starts(tmp_path):
+    """The 'spawn' start method runs the main script again in each worker process; unguarded,
+    the worker refused to start processes of its own and exited, while this process blocked
+    forever writing the ~4 MB aligner into the worker's start pipe (the timeout here). A call from
+    an unguarded top-level line is now refused at once, saying what to do."""
+    res, left = _run_script(tmp_path, UNGUARDED)
+    assert res.returncode != 0
+    assert "SinkalignError: processes=2 from the top level of the main script" in res.stderr
+    assert 'Put the script\'s work under `if __name__ == "__main__":`' in res.stderr
+    assert res.stderr.count("sinkalign.errors.SinkalignError:") == 1  # one traceback: no worker started
+    assert left == []
+
+
+def test_a_worker_that_dies_as_it_starts_is_an_error_not_a_hang(tmp_path):
+    """Under a condition the check cannot judge, the workers still run the line again and die
+    as they start: the pool's death is an error (it hung, as above), the workers are told why
+    in their own tracebacks, and no handover file is left behind."""
+    res, left = _run_script(tmp_path, CONDITIONAL)
+    assert res.returncode != 0
+    assert "SinkalignError: a worker process of the aligner (processes=2) died" in res.stderr
+    assert "a worker process of an aligner runs the main script again as it starts" in res.stderr
+    assert left == []
+
+
+def test_a_guarded_script_runs_and_leaves_no_file(tmp_path):
+    res, left = _run_script(tmp_path, GUARDED)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.split() == ["4"] and left == []
+
+
+def test_the_workers_read_the_aligner_from_a_private_file_removed_when_the_pool_stops(threaded):
+    aligner = Aligner.load("learned", processes=1)
+    list(aligner.align_many(ITEMS[:2]))
+    path = aligner._pool_finalizer.peek()[2][1]
+    assert os.path.exists(path) and (os.stat(path).st_mode & 0o777) == 0o600
+    aligner.close()
+    assert not os.path.exists(path) and aligner._pool is None
+    list(aligner.align_many(ITEMS[:2]))  # a new pool, a new file
+    path = aligner._pool_finalizer.peek()[2][1]
+    aligner._discard_pool()
+    assert not os.path.exists(path)

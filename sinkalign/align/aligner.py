@@ -24,6 +24,7 @@ come in input order.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
 import functools
@@ -32,11 +33,16 @@ import math
 import multiprocessing
 import numbers
 import os
+import pickle
+import sys
+import tempfile
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
@@ -326,7 +332,9 @@ class Aligner:
             (``spawn``) on first use with a copy of the aligner and kept until :meth:`close` (or
             the aligner is collected; ``with Aligner.load(...) as aligner:`` closes it). A script
             that uses them needs the ``if __name__ == "__main__":`` guard of
-            :mod:`multiprocessing`. ``None`` or 0 (default): threads.
+            :mod:`multiprocessing`: a call from an unguarded line of the main script is
+            refused, and worker processes that die (at their start or later) are an error,
+            never a wait without end. ``None`` or 0 (default): threads.
         band: a whole number: solve every pair on a corridor of this many residues around its
             Needleman-Wunsch and Smith-Waterman alignments (:mod:`sinkalign.align.band`),
             ``O((m + n) band)`` instead of ``O(m n)``, the same result wherever the plan's
@@ -1025,55 +1033,88 @@ class Aligner:
         from task to task), with BLAS on one thread, or on the ``processes``; results in
         order, and an exception a task returns is raised when the consumer reaches it."""
         if self.processes:
+            if _unguarded_main_call():
+                raise SinkalignError(
+                    f"processes={self.processes} from the top level of the main script: each worker process "
+                    "runs the main script again as it starts (Python's 'spawn' start method), where this line "
+                    "would start worker processes in turn, which Python refuses. Put the script's work under "
+                    "`if __name__ == \"__main__\":`, or use threads (workers=N) instead of processes")
             pool = self._process_pool()
             submit = lambda task: pool.submit(_in_worker, *task)  # noqa: E731
             width = self.processes
+            watch = functools.partial(_check_workers, pool)
         else:
-            submit = None
+            submit = watch = None
             width = self.workers
         with _BLAS_ONE_THREAD:
             try:
-                for results in _ordered_map(lambda task: getattr(self, task[0])(*task[1]), tasks, width, submit):
+                for results in _ordered_map(lambda task: getattr(self, task[0])(*task[1]), tasks, width, submit,
+                                            watch):
                     for res in results:
                         if isinstance(res, Exception):
                             raise res
                         yield res
             except BrokenProcessPool as exc:  # a worker process was killed (out of memory?) or crashed
+                codes = _exit_codes(pool, wait_s=5.0)
                 self._discard_pool()  # the next call starts new ones
+                how = ("" if not codes else " (" + ", ".join(
+                    f"killed by signal {-code}" if code < 0 else f"exit code {code}" for code in sorted(set(codes)))
+                    + ")")
                 raise SinkalignError(f"a worker process of the aligner (processes={self.processes}) died in the "
-                                     "middle of its pairs, e.g. killed for want of memory; fewer processes need "
-                                     "less") from exc
+                                     f"middle of its pairs{how}, e.g. killed for want of memory; fewer processes "
+                                     "need less; a traceback of its own, if any, is on standard error") from exc
 
     # ---------------------------------------------------------------- worker processes
     def _process_pool(self) -> ProcessPoolExecutor:
+        """The worker processes' pool, started on first use. Each process reads its copy of the
+        aligner from a file (removed when the pool stops), not from the pipe that starts it: the
+        'spawn' start method writes a process's arguments into that pipe while holding its read
+        end, so a process that died before it had read them all (e.g. a main script re-run
+        without ``if __name__ == "__main__":``) left the write, and this process, blocked
+        forever once they were longer than the pipe's buffer (the learned model is ~4 MB)."""
         if self._pool is None:
-            pool = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("spawn"),
-                                       initializer=_init_worker, initargs=(self,))
+            if getattr(multiprocessing.current_process(), "_inheriting", False):  # as multiprocessing.spawn checks
+                raise SinkalignError("a worker process of an aligner runs the main script again as it starts "
+                                     "(Python's 'spawn' start method), and the script's top level starts worker "
+                                     "processes: put its work under `if __name__ == \"__main__\":`")
+            fd, path = tempfile.mkstemp(prefix="sinkalign-aligner-", suffix=".pickle")
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    pickle.dump(self, fh, protocol=pickle.HIGHEST_PROTOCOL)
+                pool = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("spawn"),
+                                           initializer=_init_worker, initargs=(path,))
+            except BaseException:
+                _remove(path)
+                raise
             self._pool = pool
-            self._pool_finalizer = weakref.finalize(self, pool.shutdown, wait=False, cancel_futures=True)
+            self._pool_finalizer = weakref.finalize(self, _stop_pool, pool, path)
         return self._pool
 
-    def _take_pool(self) -> ProcessPoolExecutor | None:
-        """The worker processes' pool, now no longer this aligner's (``None`` if none was started)."""
+    def _take_pool(self) -> tuple[ProcessPoolExecutor, str] | None:
+        """The worker processes' pool and the file its processes read the aligner from, now no
+        longer this aligner's (``None`` if none was started)."""
         pool, self._pool = self._pool, None
-        if pool is not None:
-            self._pool_finalizer.detach()
-        return pool
+        if pool is None:
+            return None
+        _, _, (_, path), _ = self._pool_finalizer.detach()
+        return pool, path
 
     def close(self) -> None:
         """Stop the worker processes (``processes``), if any were started; a later call starts
         them again."""
-        pool = self._take_pool()
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+        taken = self._take_pool()
+        if taken is not None:
+            taken[0].shutdown(wait=True, cancel_futures=True)
+            _remove(taken[1])
 
     def _discard_pool(self) -> None:
         """Kill the processes of a broken pool. Not :meth:`close`: a process killed while it
         held the task queue's lock leaves the others waiting on it forever, so joining them
         would hang."""
-        pool = self._take_pool()
-        if pool is None:
+        taken = self._take_pool()
+        if taken is None:
             return
+        pool, path = taken
         kill = getattr(pool, "kill_workers", None)  # Python 3.14
         if kill is not None:
             kill()
@@ -1081,6 +1122,7 @@ class Aligner:
             for proc in list((getattr(pool, "_processes", None) or {}).values()):
                 proc.kill()
         pool.shutdown(wait=False, cancel_futures=True)
+        _remove(path)
 
     def __enter__(self) -> Aligner:
         return self
@@ -1112,8 +1154,21 @@ class Aligner:
 _WORKER: Aligner | None = None  # a worker process's copy of the aligner
 
 
-def _init_worker(aligner: Aligner) -> None:
+def _stop_pool(pool: ProcessPoolExecutor, path: str) -> None:
+    """An aligner's pool when the aligner is collected: stopped without waiting, its file removed."""
+    pool.shutdown(wait=False, cancel_futures=True)
+    _remove(path)
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+def _init_worker(path: str) -> None:
     global _WORKER
+    with open(path, "rb") as fh:
+        aligner = pickle.load(fh)
     aligner.workers, aligner.processes = 1, 0  # one thread in each worker process
     _BLAS_ONE_THREAD.__enter__()  # and BLAS on one thread, for the process's life
     _WORKER = aligner
@@ -1122,6 +1177,64 @@ def _init_worker(aligner: Aligner) -> None:
 def _in_worker(name: str, args: tuple) -> list:
     """A task of :meth:`Aligner._run_tasks` in a worker process, on its copy of the aligner."""
     return getattr(_WORKER, name)(*args)
+
+
+WORKER_POLL_S = 1.0  # how often a wait for a worker process's result checks that the workers live
+
+
+def _exit_codes(pool: ProcessPoolExecutor, wait_s: float = 0.0) -> list[int]:
+    """The exit codes of the processes of ``pool`` that have exited (negative: killed by that
+    signal), after waiting up to ``wait_s`` in all for them to end: a broken pool's futures fail
+    as soon as one process's pipe closes, which can be before the process has exited."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    deadline = time.monotonic() + wait_s
+    for proc in procs:
+        if wait_s > 0:
+            proc.join(max(0.0, deadline - time.monotonic()))
+    return [proc.exitcode for proc in procs if proc.exitcode is not None]
+
+
+def _check_workers(pool: ProcessPoolExecutor) -> None:
+    """Raise :class:`BrokenProcessPool` if a process of ``pool`` has exited.
+
+    A pool's processes live until it is shut down, so one that exited died. The executor sees
+    such deaths itself, but a process that dies as it starts can be missed by its management
+    thread (which waits on the processes it knew of when it last woke), and the wait for a
+    result would then never end."""
+    codes = _exit_codes(pool)
+    if codes:
+        raise BrokenProcessPool(f"{len(codes)} worker process(es) exited, exit codes {codes}")
+
+
+def _unguarded_main_call() -> bool:
+    """Whether the calling code runs from a line of the main script's top level that no
+    condition guards (no ``if``, ``while``, ``match`` or ``except`` around it): a line the
+    'spawn' start method runs again in each worker process, where starting worker processes in
+    turn is refused (the worker exits with code 1). ``False`` where that cannot be told."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if path is None:
+        return False
+    frame = sys._getframe(1)
+    while frame is not None and not (frame.f_code.co_name == "<module>" and frame.f_globals is vars(main)):
+        frame = frame.f_back
+    if frame is None:
+        return False
+    line = frame.f_lineno
+    try:
+        tree = ast.parse(Path(path).read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.If, ast.While, ast.Match)):
+            conditional = [node]
+        elif isinstance(node, ast.Try | getattr(ast, "TryStar", ast.Try)):
+            conditional = [*node.handlers, *node.orelse]
+        else:
+            continue
+        if any(part.lineno <= line <= part.end_lineno for part in conditional):
+            return False
+    return True
 
 
 class _SingleThreadedBlas:
@@ -1236,11 +1349,22 @@ def _chunks(items: Iterable, size: int, cells: int | None = None) -> Iterator[li
         yield chunk
 
 
-def _ordered_map(fn: Callable, tasks: Iterable, workers: int, submit: Callable | None = None) -> Iterator:
+def _ordered_map(fn: Callable, tasks: Iterable, workers: int, submit: Callable | None = None,
+                 watch: Callable[[], None] | None = None) -> Iterator:
     """``map(fn, tasks)`` on ``workers`` threads, in input order, with at most ``2 * workers``
     tasks submitted ahead of the consumer (so memory stays bounded on an endless stream). A
     task that is a list is its own result. ``submit(task)``: a future of the task's result
-    from elsewhere (worker processes) instead of ``fn`` on this process's threads."""
+    from elsewhere (worker processes) instead of ``fn`` on this process's threads; ``watch()``,
+    called every ``WORKER_POLL_S`` while a result is awaited, raises if that elsewhere is gone."""
+
+    def result(fut: Future):
+        while watch is not None:
+            try:
+                return fut.result(timeout=WORKER_POLL_S)
+            except FutureTimeout:
+                watch()
+        return fut.result()
+
     if workers <= 1 and submit is None:
         yield from (task if isinstance(task, list) else fn(task) for task in tasks)
         return
@@ -1258,9 +1382,9 @@ def _ordered_map(fn: Callable, tasks: Iterable, workers: int, submit: Callable |
                 else:
                     pending.append(submit(task))
                 if len(pending) >= 2 * workers:
-                    yield pending.popleft().result()
+                    yield result(pending.popleft())
             while pending:
-                yield pending.popleft().result()
+                yield result(pending.popleft())
         finally:
             for fut in pending:
                 fut.cancel()
