@@ -1220,21 +1220,25 @@ def _unguarded_main_call() -> bool:
         frame = frame.f_back
     if frame is None:
         return False
-    line = frame.f_lineno
+    spans = _conditional_spans(path)
+    return spans is not None and not any(lo <= frame.f_lineno <= hi for lo, hi in spans)
+
+
+@functools.lru_cache(maxsize=8)
+def _conditional_spans(path: str) -> tuple[tuple[int, int], ...] | None:
+    """The line spans of a script that run only under a condition (``if``, ``while`` and
+    ``match`` statements, ``except`` and ``else`` blocks); ``None`` if it cannot be parsed."""
     try:
         tree = ast.parse(Path(path).read_bytes())
     except (OSError, SyntaxError, ValueError):
-        return False
+        return None
+    spans = []
     for node in ast.walk(tree):
         if isinstance(node, (ast.If, ast.While, ast.Match)):
-            conditional = [node]
+            spans.append((node.lineno, node.end_lineno))
         elif isinstance(node, ast.Try | getattr(ast, "TryStar", ast.Try)):
-            conditional = [*node.handlers, *node.orelse]
-        else:
-            continue
-        if any(part.lineno <= line <= part.end_lineno for part in conditional):
-            return False
-    return True
+            spans += [(part.lineno, part.end_lineno) for part in [*node.handlers, *node.orelse]]
+    return tuple(spans)
 
 
 class _SingleThreadedBlas:
