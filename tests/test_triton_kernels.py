@@ -111,9 +111,14 @@ def make_inputs(case: Case, seed: int = 0):
     return (q, k, v), kwargs, grad_out
 
 
+def _kwargs_on(kwargs: dict, device) -> dict:
+    """The operator's keyword arguments with their tensors (masks, marginals) on ``device``."""
+    return {key: (val.to(device) if isinstance(val, torch.Tensor) else val) for key, val in kwargs.items()}
+
+
 def _forward_backward(fn, tensors, kwargs, grad_out, dtype, device, **extra):
     leaves = [t.detach().to(device=device, dtype=dtype).requires_grad_() for t in tensors]
-    kw = {key: (val.to(device) if isinstance(val, torch.Tensor) else val) for key, val in kwargs.items()}
+    kw = _kwargs_on(kwargs, device)
     out = fn(*leaves, **kw, **extra)
     grads = torch.autograd.grad(out, leaves, grad_out.to(device=device, dtype=out.dtype))
     return [t.detach().to("cpu", torch.float64) for t in (out, *grads)]
@@ -418,7 +423,7 @@ class TestNativeGPU(KernelSuite):
         case = Case("second_order", B=1, H=1, Lq=40, Lk=37, d=16, dv=16, band=8, n_iters=3)
         tensors, kwargs, _ = make_inputs(case)
         q, k, v = (t.to("cuda", torch.float32) for t in tensors)
-        kw = {key: (val.to("cuda") if isinstance(val, torch.Tensor) else val) for key, val in kwargs.items()}
+        kw = _kwargs_on(kwargs, "cuda")
         qq = q.clone().requires_grad_()
         out = sinkhorn_attention_triton(qq, k, v, **kw)
         (dq,) = torch.autograd.grad(out.sum(), qq, retain_graph=True)
@@ -983,8 +988,7 @@ def _marginal_grads(fn, tensors, kwargs, grad_out, dtype, device="cpu", **extra)
     q, k, v = (t.detach().to(device=device, dtype=dtype) for t in tensors)
     la = kwargs["log_a"].detach().to(device=device, dtype=dtype).requires_grad_()
     lb = kwargs["log_b"].detach().to(device=device, dtype=dtype).requires_grad_()
-    kw = {key: (val.to(device) if isinstance(val, torch.Tensor) else val) for key, val in kwargs.items()}
-    kw = {**kw, "log_a": la, "log_b": lb}
+    kw = {**_kwargs_on(kwargs, device), "log_a": la, "log_b": lb}
     out = fn(q, k, v, **kw, **extra)
     grads = torch.autograd.grad(out, (la, lb), grad_out.to(device=device, dtype=out.dtype))
     return [t.detach().to("cpu", torch.float64) for t in grads]

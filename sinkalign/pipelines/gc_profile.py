@@ -659,13 +659,18 @@ def parse_continuation_description(description: str) -> tuple[str | None, int]:
     tags = _header_tags(description)
     if "start" not in tags:
         raise InputError(f"header {description!r} lacks a start=<0-based position> tag")
+    return tags.get("chrom"), _count_tag(description, tags, "start")
+
+
+def _count_tag(description: str, tags: dict[str, str], name: str) -> int:
+    """The tag ``name`` of a header as a non-negative integer (:class:`InputError` otherwise)."""
     try:
-        start = int(tags["start"])
+        value = int(tags[name])
     except ValueError:
-        raise InputError(f"header {description!r}: start={tags['start']!r} is not an integer") from None
-    if start < 0:
-        raise InputError(f"header {description!r}: start={start} must be >= 0")
-    return tags.get("chrom"), start
+        raise InputError(f"header {description!r}: {name}={tags[name]!r} is not an integer") from None
+    if value < 0:
+        raise InputError(f"header {description!r}: {name}={value} must be >= 0")
+    return value
 
 
 def prompt_bases(description: str) -> int:
@@ -688,13 +693,7 @@ def prompt_bases(description: str) -> int:
     if "prompt_length" not in tags:
         raise InputError(f"header {description!r} says prompt_included=true but has no prompt_length= tag: the "
                          "prompt cannot be told from the continuation")
-    try:
-        n = int(tags["prompt_length"])
-    except ValueError:
-        raise InputError(f"header {description!r}: prompt_length={tags['prompt_length']!r} is not an integer") from None
-    if n < 0:
-        raise InputError(f"header {description!r}: prompt_length={n} must be >= 0")
-    return n
+    return _count_tag(description, tags, "prompt_length")
 
 
 class ContinuationComparison(NamedTuple):
