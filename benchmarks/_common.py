@@ -30,11 +30,41 @@ def machine() -> dict:
     return {
         "cpu": cpu,
         "cores": os.cpu_count(),
+        "cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "cpu_quota": cpu_quota(),
+        "blas": blas_threads(),
         "python": platform.python_version(),
         "jax": jax.__version__,
         "jax_backend": jax.default_backend(),
         "devices": [str(d) for d in jax.devices()],
     }
+
+
+def cpu_quota() -> float | None:
+    """CPUs this process's cgroup may use at once (its CFS quota over its period; v2 or v1), or
+    None without a limit: a container can hold fewer CPUs than its affinity mask lists."""
+    for path, parse in (("/sys/fs/cgroup/cpu.max", lambda text: text.split()),
+                        ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", lambda text: [text.strip(), Path(
+                            "/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text().strip()])):
+        try:
+            quota, period = parse(Path(path).read_text())[:2]
+        except (OSError, ValueError):
+            continue
+        return None if quota in ("max", "-1") else int(quota) / int(period)
+    return None
+
+
+def blas_threads() -> list | str:
+    """The BLAS libraries NumPy and SciPy loaded, with their thread counts (threadpoolctl), or
+    why they are not known: an aligner's threads and worker processes run BLAS on one thread
+    only where threadpoolctl is importable."""
+    try:
+        import numpy  # noqa: F401  (loads its BLAS)
+        from threadpoolctl import threadpool_info
+    except ImportError as exc:
+        return f"threadpoolctl not importable: {exc}"
+    return [{k: info.get(k) for k in ("internal_api", "version", "num_threads", "threading_layer")}
+            for info in threadpool_info() if info.get("user_api") == "blas"]
 
 
 def time_fn(fn, *args, reps: int = 10, warmup: int = 1) -> dict:

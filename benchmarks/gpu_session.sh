@@ -24,6 +24,10 @@
 #            parasail and the numpy engine, training steps/s against the CPU (ALIGNER_ARGS; e.g.
 #            "--models learned --batch-sizes 256 --processes 14 --jax-dense --skip training": the host's
 #            share on worker processes as well as threads; at 3,000 the jax engine with every pair dense too)
+#   host     benchmarks/host_parallel.py on the machine's CPUs (no GPU): `sinkalign align` of HOST_PAIRS
+#            (default 2048) pairs of 300 on every usable CPU as threads and as processes, with BLAS
+#            limited to one thread (threadpoolctl) and unlimited, as an install without it runs
+#            (HOST_ARGS: more of its options). Run it alone: it times the CPUs
 #   lm       a GOAT genome LM trained on the GPU for LM_MINUTES (default 5) on the first 90% of
 #            the C. diphtheriae chromosome, then `sinkalign lm eval` of it and of the shipped
 #            CPU model on the same held-out 10%, same run
@@ -63,7 +67,7 @@ prepare() {  # on the development machine, before the first device call: what se
   # biopython, in .whl-lm/. Carry only what the call reads: .whl and .gpu/GCF_001457455.1_NCTC11397_genomic.fna.gz,
   # or .whl-lm and .gpu/genomes with WHEEL_DIR=.whl-lm (printed below).
   local wheels="biopython==1.88 pysam==0.24.1 fair-esm==2.0.0 parasail==1.3.4 ott-jax==0.6.0 jaxopt==0.8.5
-    pytest-xdist==3.8.0 execnet==2.1.2" dir=.whl
+    pytest-xdist==3.8.0 execnet==2.1.2 threadpoolctl==3.8.0" dir=.whl
   [ "${PREPARE_LM_MULTI:-0}" = 1 ] && wheels="biopython==1.88" dir=.whl-lm
   stamp "prepare: wheels for the device image (cp312, manylinux) into $dir/ ($wheels), genomes into .gpu/"
   mkdir -p "$dir" .gpu
@@ -96,13 +100,20 @@ setup() {
   $PY - <<'EOF' | tee "$R/versions.txt"
 import importlib, platform
 print("python", platform.python_version())
-for m in ["jax", "jaxlib", "torch", "triton", "numpy", "optax", "Bio", "pysam", "parasail", "ott", "sinkalign"]:
+for m in ["jax", "jaxlib", "torch", "triton", "numpy", "scipy", "threadpoolctl", "optax", "Bio", "pysam", "parasail",
+          "ott", "sinkalign"]:
     try:
         mod = importlib.import_module(m)
         print(m, getattr(mod, "__version__", "?"))
     except Exception as exc:
         print(m, "MISSING", type(exc).__name__, exc)
-import jax, torch
+import os, jax, torch
+print("cpus usable", len(os.sched_getaffinity(0)), "of", os.cpu_count())
+try:  # the aligner's threads and worker processes limit BLAS to one thread through threadpoolctl
+    from threadpoolctl import threadpool_info
+    print("blas", [(i["internal_api"], i["num_threads"]) for i in threadpool_info() if i["user_api"] == "blas"])
+except ImportError as exc:
+    print("blas threads cannot be limited:", exc)
 print("jax devices", jax.devices())
 print("torch cuda", torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
 EOF
@@ -186,6 +197,13 @@ aligner() {
   limit=$(budget "${ALIGNER_TIMEOUT:-300}")  # no measurement starts in its last 45 s; the JSON is written after each row
   (cd benchmarks && timeout "$limit" $PY aligner_gpu.py ${ALIGNER_ARGS:-} --deadline-s $(( limit > 90 ? limit - 45 : limit / 2 )) \
     --json "$R/aligner_gpu.json") 2>&1 | tee "$R/aligner_gpu.log" | tail -40
+  pack
+}
+
+host() {  # the aligner's host share on the device machine's CPUs: threads, processes, BLAS limited or not
+  stamp host
+  (cd benchmarks && timeout "$(budget ${HOST_TIMEOUT:-300})" $PY host_parallel.py --pairs "${HOST_PAIRS:-2048}" \
+      --only threads processes --no-api ${HOST_ARGS:-} --json "$R/host_parallel.json") 2>&1 | tee "$R/host_parallel.log" | tail -12
   pack
 }
 

@@ -12,7 +12,11 @@ model by default), for:
   threshold, so each array above 128 KB is mapped afresh (the workers now set the thresholds
   back, ``sinkalign.pipelines.runner._restore_malloc_thresholds``);
 * ``--threads N``, ``--processes N`` and ``--workers N`` (N = ``--cpus``, default every CPU this
-  process may use).
+  process may use);
+* ``--threads N`` and ``--processes N`` with BLAS unlimited: the runs cannot import threadpoolctl
+  (a module of that name that raises ``ImportError`` first on ``PYTHONPATH``), as in an
+  environment installed without sinkalign's dependencies, so BLAS keeps one thread per core
+  under each of the aligner's threads or worker processes.
 
 Each configuration runs at ``--pairs`` and at a quarter of them: the difference gives the
 marginal rate (pairs/s once started) apart from the fixed cost (start, model, cluster).
@@ -101,23 +105,29 @@ def main() -> None:
     ap.add_argument("--json", default="benchmarks/results/host_parallel.json")
     args = ap.parse_args()
 
-    base = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
-    dask_env = {**base, "MALLOC_TRIM_THRESHOLD_": "65536"}
-    configs = [("1 thread", ["--threads", "1"], base),
-               ("1 thread, MALLOC_TRIM_THRESHOLD_=65536", ["--threads", "1"], dask_env),
-               (f"{args.cpus} threads", ["--threads", str(args.cpus)], base),
-               (f"{args.cpus} processes (--processes)", ["--processes", str(args.cpus)], base),
-               (f"{args.cpus} Dask workers (--workers)", ["--workers", str(args.cpus)], base)]
-    if args.only:
-        configs = [c for c in configs if any(word in c[0] for word in args.only)]
-    if not args.cli:
-        configs = []
     small = max(1, args.pairs // 4)
     rows, api_rows = [], []
     payload = {"benchmark": "host_parallel", "date": datetime.date.today().isoformat(), "machine": machine(),
                "length": args.length, "pairs": args.pairs, "small": small, "model": args.model, "rows": rows,
                "api_rows": api_rows}
     with tempfile.TemporaryDirectory(prefix="host-parallel-") as tmp:
+        base = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+        dask_env = {**base, "MALLOC_TRIM_THRESHOLD_": "65536"}
+        blocker = Path(tmp) / "no-threadpoolctl"
+        blocker.mkdir()
+        (blocker / "threadpoolctl.py").write_text('raise ImportError("threadpoolctl left out (host_parallel.py)")\n')
+        unlimited = {**base, "PYTHONPATH": os.pathsep.join(filter(None, [str(blocker), base.get("PYTHONPATH")]))}
+        configs = [("1 thread", ["--threads", "1"], base),
+                   ("1 thread, MALLOC_TRIM_THRESHOLD_=65536", ["--threads", "1"], dask_env),
+                   (f"{args.cpus} threads", ["--threads", str(args.cpus)], base),
+                   (f"{args.cpus} processes (--processes)", ["--processes", str(args.cpus)], base),
+                   (f"{args.cpus} Dask workers (--workers)", ["--workers", str(args.cpus)], base),
+                   (f"{args.cpus} threads, BLAS unlimited", ["--threads", str(args.cpus)], unlimited),
+                   (f"{args.cpus} processes, BLAS unlimited", ["--processes", str(args.cpus)], unlimited)]
+        if args.only:
+            configs = [c for c in configs if any(word in c[0] for word in args.only)]
+        if not args.cli:
+            configs = []
         fq, ft = Path(tmp) / "q.fa", Path(tmp) / "t.fa"
         pairs = homologous_pairs(args.length, args.pairs, seed=3)
         fq.write_text("".join(f">q{i}\n{q}\n" for i, (q, _) in enumerate(pairs)))

@@ -85,6 +85,51 @@ def test_a_pickled_aligner_aligns_alike(threaded):
     _same(list(copy.align_many(ITEMS[:6])), list(threaded.align_many(ITEMS[:6])))
 
 
+def test_a_pickled_jax_engine_aligner_holds_its_parameters_on_the_host_until_it_solves():
+    import jax
+
+    aligner = Aligner.load("learned", engine="jax")
+    want = list(aligner.align_many(ITEMS[:6], batch_size=6))
+    copy = pickle.loads(pickle.dumps(aligner))
+    leaves = jax.tree_util.tree_leaves(copy.params)
+    assert leaves and all(isinstance(leaf, np.ndarray) for leaf in leaves)  # no device array to unpickle
+    for a, b in zip(jax.tree_util.tree_leaves(aligner.params), leaves):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(np.asarray(a), b)
+    _same(list(copy.align_many(ITEMS[:6], batch_size=6)), want)
+    assert all(isinstance(leaf, jax.Array) for leaf in jax.tree_util.tree_leaves(copy.params))  # put there once
+
+
+@pytest.mark.parametrize("engine", ["numpy", "jax"])
+def test_worker_processes_start_no_jax_backend(engine):
+    """A worker process only decodes (and solves with NumPy): it starts no JAX backend, which
+    on a GPU machine is an accelerator context per process."""
+    xla_bridge = pytest.importorskip("jax._src.xla_bridge")
+    if not hasattr(xla_bridge, "backends_are_initialized"):
+        pytest.skip("this JAX has no xla_bridge.backends_are_initialized")
+    with Aligner.load("learned", engine=engine, processes=1) as aligner:
+        list(aligner.align_many(ITEMS[:4], batch_size=4))
+        assert aligner._pool.submit(xla_bridge.backends_are_initialized).result(timeout=60) is False
+
+
+def test_blas_that_cannot_be_limited_is_said_once(monkeypatch, caplog):
+    import logging
+    import sys
+
+    from sinkalign.align.aligner import _SingleThreadedBlas
+
+    monkeypatch.setitem(sys.modules, "threadpoolctl", None)  # as if not installed: its import fails
+    blas = _SingleThreadedBlas()
+    with caplog.at_level(logging.WARNING, logger="sinkalign.align.aligner"):
+        for _ in range(3):
+            with blas:
+                with blas:
+                    pass
+    said = [r for r in caplog.records if "threadpoolctl" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelno == logging.WARNING, caplog.records
+    assert "pip install threadpoolctl" in said[0].getMessage()
+
+
 def test_a_copy_keeps_its_settings_and_shares_the_model():
     import copy
 

@@ -984,6 +984,10 @@ class Aligner:
         feats = self._features([q for _, q, _, _ in chunk] + [t for _, _, _, t in chunk])
         n = len(chunk)
         items = [(q, t, feats[i], feats[n + i], None) for i, (_, q, _, t) in enumerate(chunk)]
+        import jax
+
+        if any(isinstance(leaf, np.ndarray) for leaf in jax.tree_util.tree_leaves(self.params)):
+            self.params = jax.device_put(self.params)  # an unpickled copy (__getstate__): on the device once
         return self._plans_fn()(self.params, M.make_batch(items, self.config, lq, lt))
 
     def _jax_results(self, pairs, batch_size, keep_plan):
@@ -1132,10 +1136,18 @@ class Aligner:
 
     def __getstate__(self) -> dict:
         """Pickled (e.g. for a worker process): no worker processes, nothing compiled, no
-        embedder (rebuilt on use; a worker process computes no features), an empty sequence cache."""
+        embedder (rebuilt on use; a worker process computes no features), an empty sequence
+        cache, and the parameters as NumPy arrays (the same values), put on JAX's device when
+        the copy first solves with the jax engine: unpickling device arrays starts JAX's
+        backend, so each worker process, which only decodes, held an accelerator context of its
+        own (GPU memory, seconds of start, and on a GPU whose memory JAX preallocates, a
+        failure)."""
+        import jax
+
         state = self.__dict__.copy()
         state.pop("_pool_finalizer", None)
-        state.update(_pool=None, _jax_plans=None, _embedder=None)
+        state.update(_pool=None, _jax_plans=None, _embedder=None,
+                     params=jax.tree_util.tree_map(np.asarray, self.params))
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -1170,6 +1182,7 @@ def _init_worker(path: str) -> None:
     with open(path, "rb") as fh:
         aligner = pickle.load(fh)
     aligner.workers, aligner.processes = 1, 0  # one thread in each worker process
+    _BLAS_ONE_THREAD.warned = True  # a failure to limit BLAS was said by the parent (its stream limits it first)
     _BLAS_ONE_THREAD.__enter__()  # and BLAS on one thread, for the process's life
     _WORKER = aligner
 
@@ -1246,12 +1259,19 @@ class _SingleThreadedBlas:
     thread: the engine's matrix-vector products are small and memory-bound, and the engine
     parallelises over pairs itself; a threaded BLAS under it spins its threads and, on a
     busy machine, costs many times the work (30x measured at length 1000). Reference
-    counted across streams; the previous setting comes back when the last one ends."""
+    counted across streams; the previous setting comes back when the last one ends.
+
+    The limit is threadpoolctl's (a dependency). Where it cannot be set (threadpoolctl
+    missing from an environment installed without dependencies, or failing) that is said
+    once per process, as a warning: unlimited, every worker process or thread runs BLAS on
+    all the cores (on 2 cores, ``benchmarks/host_parallel.py``: 2 worker processes ran 3.0x
+    slower, 2 threads 1.7x)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._users = 0
         self._limit = None
+        self.warned = False  # the failure to limit was said (a worker process is told its parent said it)
 
     def __enter__(self):
         with self._lock:
@@ -1262,8 +1282,13 @@ class _SingleThreadedBlas:
                     # looked up afresh (0.3 ms): a BLAS library loaded since (SciPy's) is limited too
                     self._limit = ThreadpoolController().limit(limits=1, user_api="blas")
                 except Exception as exc:
-                    log.debug("BLAS threads left as they are: %s", exc)
                     self._limit = None
+                    if not self.warned:
+                        self.warned = True
+                        log.warning("BLAS keeps all its threads under the aligner's threads and worker processes, "
+                                    "which can make them several times slower: threadpoolctl could not limit it "
+                                    "(%s: %s). threadpoolctl is a dependency of sinkalign: `pip install "
+                                    "threadpoolctl`", type(exc).__name__, exc)
             self._users += 1
         return self
 
