@@ -40,7 +40,11 @@
 #            phase on a CPU (session 22: LM_STEPS=5 LM_D_MODEL=32 LM_LAYERS=1 LM_HEADS=2 LM_SEQ_LEN=64
 #            LM_BATCH=4 LM_EVAL_BASES=200 GENOMES=../shared/data/genomes: 43 s, 17 of them training
 #            (reading the genomes) and 26 the evaluation; the final held-out score of the run is
-#            bounded by --eval-max-bases 32768, as for the shipped model: without it, 1.5 min more)
+#            bounded by --eval-max-bases 32768, as for the shipped model: without it, 1.5 min more).
+#            Longer than one call (600 s): the first call with LM_MINUTES for its share of the whole
+#            run's steps (LM_STEPS, or probed for LM_TOTAL_MINUTES) and LM_EVAL=0, the next with LM_RESUME=1
+#            (continues that run, its steps kept in $R/lm_multi_steps, for LM_MINUTES more) at once: the
+#            checkpoint stays on the machine only while it is held (it goes back after idle_release_s)
 #
 # Results (logs and JSON) go to /tmp/gpu_results/r, packed into $OUT/results.tar.gz (the device
 # tool's folder; default ./gpu_out) at the end of each phase, checkpoints left out. Data the phases read: $GENOME (default
@@ -207,7 +211,8 @@ host() {  # the aligner's host share on the device machine's CPUs: threads, proc
   pack
 }
 
-# probe_steps TOKENS_PER_STEP ARGS...: LM_STEPS when set, else the steps that LM_MINUTES allow at the
+# probe_steps TOKENS_PER_STEP ARGS...: LM_STEPS when set, else the steps that LM_TOTAL_MINUTES (default
+# LM_MINUTES) allow at the
 # rate of a 60-step probe run of `sinkalign lm train ARGS` (so that the cosine schedule ends in time)
 probe_steps() {
   local per_step=$1
@@ -218,7 +223,7 @@ probe_steps() {
     --eval-max-bases 4096 --save-every 0 >"$R/lm_probe.log" 2>&1
   local rate
   rate=$($PY -c "import json;r=[json.loads(l) for l in open('/tmp/lm_probe/metrics.jsonl')];print(r[-2]['tokens_per_s'] if len(r)>1 else r[-1]['tokens_per_s'])" 2>/dev/null || echo 100000)
-  $PY -c "print(max(200, int(0.92 * $rate * 60 * ${LM_MINUTES:-5} / $per_step)))"
+  $PY -c "print(max(200, int(0.92 * $rate * 60 * ${LM_TOTAL_MINUTES:-${LM_MINUTES:-5}} / $per_step)))"
 }
 
 lm() {
@@ -251,13 +256,21 @@ lm_multi() {
                 --attention goat --model-option input_kmer=4 --model-option goat_init=alibi_sink --device "$device"
                 --d-model "${LM_D_MODEL:-256}" --n-layers "${LM_LAYERS:-6}" --n-heads "${LM_HEADS:-8}"
                 --seq-len "$seq_len" --batch-size "$batch" --lr 1e-3 --warmup-steps "${LM_WARMUP:-200}" --no-progress)
-  stamp "lm_multi: probe on $device"
-  local steps
-  steps=$(probe_steps $(( batch * seq_len )) "${common[@]}")
-  stamp "lm_multi: train $steps steps, limit $minutes min"
-  rm -rf "$R/lm_multi"
+  local steps resume=()
+  if [ "${LM_RESUME:-0}" = 1 ] && [ -s "$R/lm_multi_steps" ]; then  # a later call on the same warm machine
+    steps=$(cat "$R/lm_multi_steps") resume=(--resume)
+    stamp "lm_multi: resume the run of $steps steps, limit $minutes min more"
+  else
+    stamp "lm_multi: probe on $device"
+    steps=$(probe_steps $(( batch * seq_len )) "${common[@]}")
+    rm -rf "$R/lm_multi"
+    echo "$steps" >"$R/lm_multi_steps"
+    stamp "lm_multi: train $steps steps, limit $minutes min"
+  fi
   timeout $(( ${minutes%.*} * 60 + 200 )) sinkalign lm train "${common[@]}" --steps "$steps" --time-limit "$minutes" \
-    --log-every 50 --eval-every 0 --eval-max-bases 32768 --save-every 0 --out "$R/lm_multi" 2>&1 | tail -5 | tee "$R/lm_multi_train.log"
+    --log-every 50 --eval-every 0 --eval-max-bases 32768 --save-every 0 --out "$R/lm_multi" "${resume[@]}" 2>&1 \
+    | tail -5 | tee -a "$R/lm_multi_train.log"
+  [ "${LM_EVAL:-1}" = 0 ] && { pack; return; }
   stamp "lm_multi: eval"
   (cd benchmarks && timeout "$(budget 300)" $PY lm_multi_genome.py --split valid --model "$R/lm_multi" --model default \
       --genomes "$(cd .. && realpath "$genomes/multi")" --device "$device" --max-bases "${LM_EVAL_BASES:-50000}" \
