@@ -17,7 +17,8 @@
 #   check_and_lm  both validations (pallas with --long) and the tests marked gpu, beside the lm phase
 #   kernels  benchmarks/sinkhorn_kernels.py: L = 2k..64k (KERNEL_LENGTHS), W = 1024 and 256
 #            (KERNEL_BANDS), float32 (+ float32 with tf32x3 dots and bfloat16 for the kernels),
-#            roofline of the machine's GPU; KERNEL_TAG names the output files
+#            roofline of the machine's GPU; KERNEL_TAG names the output files; KERNEL_METHODS
+#            its --methods (default all: pallas_cached, the Pallas kernels with cache_scores=True, too)
 #   tune     benchmarks/kernel_tune.py: fwd+bwd time of each kernel family per launch (tile size, warps,
 #            stages) at L = 16,384, W = 1,024 for float32 (ieee, tf32x3) and bfloat16 (TUNE_ARGS)
 #   aligner  benchmarks/aligner_gpu.py: batched throughput at 300 and 3,000 residues against
@@ -181,6 +182,7 @@ kernels() {
   local tag=${KERNEL_TAG:-all}
   (cd benchmarks && timeout "$(( $(budget ${KERNEL_TIMEOUT:-420}) + 45 ))" $PY sinkhorn_kernels.py \
       --lengths ${KERNEL_LENGTHS:-2048 4096 8192 16384 32768 65536} --bands ${KERNEL_BANDS:-1024 256} --reps 5 \
+      ${KERNEL_METHODS:+--methods $KERNEL_METHODS} \
       --low-precision --tf32x3 --roofline "${ROOFLINE:-h100}" --time-budget "$(budget "${KERNEL_BUDGET:-360}")" \
       --json "$R/sinkhorn_kernels_$tag.json") 2>&1 | tee "$R/sinkhorn_kernels_$tag.log" | grep -v "^W=" | grep -v "^NOTE" | tail -45
   grep "^W=" "$R/sinkhorn_kernels_$tag.log" | tail -60

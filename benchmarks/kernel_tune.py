@@ -10,7 +10,8 @@ size or ``ROWSxCOLS``, query rows x key columns; ``default`` = the operator's ow
 ``--reps`` after compilation), the output's largest deviation from the same family's default
 launch in the same run (a launch must not change the result beyond float32 summation order;
 a failing launch, e.g. one out of shared memory, is a row with its error), and the fraction
-of the roofline ``sinkhorn_kernels.py --roofline`` derives. Prints the table, then the best
+of the roofline ``sinkhorn_kernels.py --roofline`` derives (the lower of its recomputed- and
+cached-score algorithms'; ``--methods pallas_cached`` times ``cache_scores=True``). Prints the table, then the best
 launch per (family, type), and writes JSON.
 
 GPU only (``gpu_session.sh tune``). ``benchmarks/kernel_registers.py`` ranks the Triton
@@ -73,7 +74,7 @@ def run(method, launch, dtype, precision, args):
         rows, cols = _tiles(block)
         blocks = BlockSizes(block_q=rows, block_k=cols, num_warps=warps,
                             **({} if stages is None else {"num_stages": stages}))
-    return bench_jax("pallas", args.length, args.band, args.d, args.T, args.R, args.reps, dtype, precision, blocks)
+    return bench_jax(method, args.length, args.band, args.d, args.T, args.R, args.reps, dtype, precision, blocks)
 
 
 def main() -> None:
@@ -84,7 +85,8 @@ def main() -> None:
     ap.add_argument("--T", type=int, default=15)
     ap.add_argument("--R", type=int, default=2)
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--methods", nargs="+", default=["pallas", "triton"], choices=["pallas", "triton"])
+    ap.add_argument("--methods", nargs="+", default=["pallas", "triton"], choices=["pallas", "pallas_cached", "triton"],
+                    help="pallas_cached: the Pallas kernels with cache_scores=True")
     ap.add_argument("--dtypes", nargs="+", default=["float32:ieee", "float32:tf32x3", "bfloat16"])
     ap.add_argument("--launches", nargs="+", type=parse_launch,
                     default=[None, (32, 4, None), (32, 8, None), (64, 4, None), (64, 8, None)])
@@ -106,8 +108,9 @@ def main() -> None:
         precision = precision or "ieee"
         roof = None
         if args.roofline and (dtype, precision) in ROOF_DTYPE:
-            roof = roofline(args.length, args.band, args.d, args.T, args.R, args.roofline,
-                            dtype=ROOF_DTYPE[(dtype, precision)])["fwd_bwd_s"]
+            roof = min(roofline(args.length, args.band, args.d, args.T, args.R, args.roofline,
+                                dtype=ROOF_DTYPE[(dtype, precision)], cached=cached)["fwd_bwd_s"]
+                       for cached in (False, True))  # the operator's: the lower of the two algorithms
         for method in args.methods:
             ref = None
             for launch in args.launches:

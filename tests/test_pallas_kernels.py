@@ -12,6 +12,8 @@ default cases are few and small; larger sweeps are marked ``slow``.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -112,9 +114,11 @@ def tolerances(dtype) -> dict:
 class KernelSuite:
     INTERPRET = True
     BLOCKS = BlockSizes(block_q=16, block_k=16)
+    CACHE = False  # cache_scores: the sweeps read S from one cache instead of recomputing their tiles
 
     def kernel(self, case, x, g, qm, km, la, lb, dtype=jnp.float32, blocks=None):
-        fn = _operator(case, qm, km, la, lb, "pallas", block_sizes=blocks or self.BLOCKS, interpret=self.INTERPRET)
+        fn = _operator(case, qm, km, la, lb, "pallas", block_sizes=blocks or self.BLOCKS, interpret=self.INTERPRET,
+                       cache_scores=self.CACHE)
         return _value_and_grads(fn, x, g, dtype)
 
     def check_float32(self, case):
@@ -191,7 +195,7 @@ class KernelSuite:
         def op(impl):
             cfg = SinkhornConfig(n_iters=3, band=band, backend=impl,
                                  backward="autodiff" if impl == "reference" else "one_reference")
-            if impl == "reference" or (blocks is None and self.INTERPRET):
+            if impl == "reference" or (blocks is None and self.INTERPRET and not self.CACHE):
                 return lambda xs: dustbin_attention(xs["q"], xs["k"], xs["v"], xs["qd"], xs["kd"], xs["vd"],
                                                     q_mask=qm, k_mask=km, config=cfg, dustbin=db)
 
@@ -199,7 +203,8 @@ class KernelSuite:
                 a = augment(xs["q"], xs["k"], xs["v"], xs["qd"], xs["kd"], xs["vd"], q_mask=qm, k_mask=km,
                             config=cfg, dustbin=db)
                 out = pallas.tail_operator(a.q, a.k, a.v, a.q_valid, a.k_valid, a.log_a, a.log_b, a.support,
-                                           a.config, block_sizes=blocks or self.BLOCKS, interpret=self.INTERPRET)
+                                           a.config, block_sizes=blocks or self.BLOCKS, interpret=self.INTERPRET,
+                                           cache_scores=self.CACHE)
                 return out[..., :lq, :]
 
             return fn
@@ -327,6 +332,106 @@ class TestNativeGPU(KernelSuite):
             assert err <= 8 * tolerances(jnp.float32)["abs"] * scale, f"tf32x3 {name}: {err:.3e}"
         err = {p: max(_max_err(out[n], ref[n]) for n in ("O", "dq", "dk", "dv")) for p, out in runs.items()}
         assert err["tf32"] > 4 * err["ieee"], err
+
+
+class TestInterpretedCachedScores(KernelSuite):
+    """The same checks with ``cache_scores=True``: every sweep reads its score tiles from the
+    cache of :func:`sinkalign.kernels.pallas.kernels.scores` (the column sweeps transposed)."""
+
+    INTERPRET = True
+    CACHE = True
+
+    @pytest.mark.parametrize("bq, bk", [(16, 32), (32, 16)])
+    def test_cached_and_recomputed_tiles_agree_with_unequal_tiles(self, bq, bk):
+        """Row blocks and key tiles of different sizes (a column sweep maps its tiles to the row
+        blocks' slots); the two ways agree to float32 rounding and both meet the reference."""
+        case = Case("cache_tiles", 2, 1, 70, 53, 20, d=8, dv=5, n_iters=5, pad=True, marginals=True)
+        x, g, qm, km, la, lb = make_inputs(case, seed=4)
+        x = {**x, "la": la, "lb": lb}
+        blocks = BlockSizes(block_q=bq, block_k=bk)
+        runs = {cache: _value_and_grads(_operator(case, qm, km, la, lb, "pallas", block_sizes=blocks,
+                                                  cache_scores=cache), x, g, jnp.float32) for cache in (False, True)}
+        ref = _value_and_grads(_operator(case, qm, km, la, lb, "reference"), x, g, jnp.float64)
+        for name in ("O", "dq", "dk", "dv", "dla", "dlb"):
+            scale = max(1.0, float(np.abs(ref[name]).max()))
+            assert _max_err(runs[True][name], runs[False][name]) <= 1e-6 * scale, name
+            assert _max_err(runs[True][name], ref[name]) <= tolerances(jnp.float32)["abs"] * scale, name
+
+
+    def test_every_sweep_reads_the_cache(self, monkeypatch):
+        """A cache of doubled scores gives the operator at half the temperature: the row and the
+        column sweeps (and the output pass) all take S from the cache, none recomputes it."""
+        from sinkalign.kernels.pallas import kernels as K
+
+        real = K.scores
+        monkeypatch.setattr(K, "scores", lambda ln, q, k: 2.0 * real(ln, q, k))
+        case = Case("cache_read", 1, 1, 45, 38, 11, d=8, dv=3, n_iters=4, pad=True, marginals=True)
+        x, _, qm, km, la, lb = make_inputs(case, seed=9)
+        (q, k, v, qv, kv, la_, lb_), support, cfg = _forward_ref(case, x, qm, km, la, lb, dtype=jnp.float32)
+        cfg = cfg.replace(backend="pallas")
+        blocks = BlockSizes(block_q=16, block_k=32)
+        doubled = pallas.tail_operator(q, k, v, qv, kv, la_, lb_, support, cfg, block_sizes=blocks,
+                                       cache_scores=True)
+        colder = pallas.tail_operator(q, k, v, qv, kv, la_, lb_, support, cfg.replace(eps=cfg.eps / 2),
+                                      block_sizes=blocks)
+        plain = pallas.tail_operator(q, k, v, qv, kv, la_, lb_, support, cfg, block_sizes=blocks)
+        assert _max_err(np.asarray(doubled), np.asarray(colder)) <= 1e-5
+        assert _max_err(np.asarray(doubled), np.asarray(plain)) > 1e-2  # the cache made the difference
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU JAX backend (native Pallas lowering)")
+class TestNativeGPUCachedScores(KernelSuite):
+    INTERPRET = False
+    BLOCKS = BlockSizes(block_q=32, block_k=32)
+    CACHE = True
+
+    def test_long_banded_problem(self):
+        self.check_float32(Case("gpu_long", 2, 2, 960, 900, 64, d=32, dv=32, n_iters=15, pad=True, marginals=True))
+
+    def test_unequal_tiles(self):
+        self.check_float32(Case("gpu_tiles", 1, 2, 300, 257, 40, d=16, dv=16, n_iters=15, pad=True,
+                                marginals=True))
+
+
+def test_the_score_cache_holds_every_band_tile():
+    """Launch.cache_slots bounds every row block's band tiles, and a column owner's tile of row
+    block t (its slot j - lo_t) is one of that block's: over band and dense, Lq != Lk, tiles of
+    different sizes, bands narrower and wider than a tile."""
+    from sinkalign.kernels.pallas.kernels import Launch, _tile_range
+
+    for lq, lk, bq, bk, band in [(70, 53, 16, 32, 20), (53, 70, 32, 16, 20), (100, 90, 32, 16, 9), (40, 40, 16, 16, None),
+                                 (17, 130, 16, 64, 1), (130, 17, 64, 16, 0), (96, 96, 32, 32, 100)]:
+        nx, ny = -(-lq // bq), -(-lk // bk)
+        row = Launch(bq, bk, nx, ny, band, 1.0, False, "interpret", cache="row")
+        col = row.swap()
+        assert col.cache == "col" and col.swap() == row
+        slots = row.cache_slots()
+        ranges = [tuple(int(t) for t in _tile_range(row, i * bq)) for i in range(nx)]
+        assert max(hi - lo for lo, hi in ranges) == slots
+        for j in range(ny):
+            lo_j, hi_j = (int(t) for t in _tile_range(col, j * bk))
+            for t in range(lo_j, hi_j):  # the column owner's query tiles
+                lo, hi = ranges[t]
+                assert lo <= j < hi and j - lo < slots, (lq, lk, bq, bk, band, j, t)
+            # and every row block whose band reaches key tile j is among them
+            assert [t for t, (lo, hi) in enumerate(ranges) if lo <= j < hi] == list(range(lo_j, hi_j))
+
+
+def test_the_score_cache_is_asked_for_consistently():
+    from sinkalign.kernels.pallas import kernels as K
+
+    row = K.Launch(16, 16, 2, 2, 4, 1.0, False, "interpret", cache="row")
+    q = jnp.zeros((1, 32, 8), jnp.float32)
+    with pytest.raises(ValueError, match=r"scores\(\) builds the cache of a row launch"):
+        K.scores(row.swap(), q, q)
+    vec = jnp.zeros((1, 2, 32), jnp.float32)
+    with pytest.raises(ValueError, match="needs the score cache, and only it"):
+        K.lse(row, q, vec, q, vec)  # a cached launch without its cache
+    with pytest.raises(ValueError, match="needs the score cache, and only it"):
+        K.lse(dataclasses.replace(row, cache=None), q, vec, q, vec, K.scores(row, q, q))
+    with pytest.raises(ValueError, match="cache_scores='yes' must be True or False"):
+        pallas.tail_operator(*_args(), cache_scores="yes")
 
 
 def test_tf32_precisions_need_the_gpu_target_and_known_names():
@@ -467,13 +572,17 @@ def test_block_sizes_effective_and_defaults():
         BlockSizes.get_default("cuda")
 
 
-@pytest.mark.parametrize("platform, dustbin", [("cuda", False), ("tpu", False), ("tpu", True)])
-def test_native_lowering_without_hardware(platform, dustbin):
+@pytest.mark.parametrize("platform, dustbin, cache", [("cuda", False, False), ("tpu", False, False),
+                                                      ("tpu", True, False), ("cuda", False, True),
+                                                      ("cuda", True, True)])
+def test_native_lowering_without_hardware(platform, dustbin, cache):
     """Every kernel of the fwd + bwd program lowers to Triton IR (cuda) / Mosaic (tpu) from a CPU
-    process: 2 half-steps + output + 5 backward sweeps = 8 kernel calls. (Lowering only; the
+    process: 2 half-steps + output + 5 backward sweeps = 8 kernel calls, and with cached scores
+    3 more, the cache of the duals, of the output and of the backward. (Lowering only; the
     device compilers are not run.)"""
-    res = pallas.lower_native(platform, dtype=jnp.bfloat16, lq=200, lk=157, d=64, dv=32, band=40, dustbin=dustbin)
-    assert res["kernels"] == 8, res
+    res = pallas.lower_native(platform, dtype=jnp.bfloat16, lq=200, lk=157, d=64, dv=32, band=40, dustbin=dustbin,
+                              cache_scores=cache)
+    assert res["kernels"] == (11 if cache else 8), res
     assert res["launches"] == ([(4, 2)] if platform == "cuda" else []), res  # BlockSizes' defaults on a GPU
 
 

@@ -6,7 +6,11 @@ column-owner kernels) of batch-head ``h``, and loops with ``lax.fori_loop`` over
 of ``by`` positions of the other side that intersect the band ``|i - j| <= W``:
 ``[max(0, x0 - W) // by, min((x0 + bx - 1 + W) // by + 1, n_y))`` (all tiles when dense).
 Each tile recomputes ``S = X Y^T * scale`` from the token tiles, so nothing of size
-``Lx x Ly`` is ever stored: a sweep costs O(L W d) time and O(L d) memory. Accumulation is
+``Lx x Ly`` is ever stored: a sweep costs O(L W d) time and O(L d) memory. Or, with a launch's
+``cache`` set, the tiles are read from a score cache that :func:`scores` computed once (the
+band's tiles per row block, O(L W) float32 memory): a sweep then reads 4 bytes a score instead
+of ``2d`` FLOPs, which on GPUs whose float32 dots are slow (exact ``ieee`` FMA dots) or whose
+memory is fast is the cheaper side of the roofline. Accumulation is
 float32; float32 dots run at ``Precision.HIGHEST``, bfloat16 dots take bfloat16 operands
 (plan/cotangent tiles are rounded to the input type before their dot, as in flash
 attention) and accumulate in float32.
@@ -63,6 +67,7 @@ __all__ = [
     "output",
     "row_dq",
     "row_ubar2",
+    "scores",
 ]
 
 _NEG_INF = float("-inf")
@@ -144,9 +149,18 @@ class Launch:
     f32_dot: str = "ieee"
     num_warps: int = 4
     num_stages: int = 2
+    cache: str | None = None  # None: recompute S per tile; "row" / "col": read it from a score cache (:func:`scores`)
 
     def swap(self) -> Launch:
-        return dataclasses.replace(self, bx=self.by, by=self.bx, nx=self.ny, ny=self.nx)
+        return dataclasses.replace(self, bx=self.by, by=self.bx, nx=self.ny, ny=self.nx,
+                                   cache={"row": "col", "col": "row"}.get(self.cache))
+
+    def cache_slots(self) -> int:
+        """Score tiles a row block's band holds at most: the cache's second axis (row launch)."""
+        if self.band is None:
+            return self.ny
+        return max(min((x0 + self.bx - 1 + self.band) // self.by + 1, self.ny) - max(x0 - self.band, 0) // self.by
+                   for x0 in range(0, self.nx * self.bx, self.bx))
 
     def compiler_params(self):
         if self.target == "gpu":
@@ -214,13 +228,19 @@ class _Slots:
 
 
 class _Tile:
-    """One (x block, y tile) pair: scores, support and plan recomputed from the tokens."""
+    """One (x block, y tile) pair: scores (recomputed from the tokens, or read from the score
+    cache ``s_ref``), support and plan."""
 
-    def __init__(self, ln: Launch, x0, t, x, xv, y_ref, yv_ref):
+    def __init__(self, ln: Launch, x0, t, x, xv, y_ref, yv_ref, s_ref=None):
         self.y0 = pl.multiple_of(t * ln.by, ln.by)
         self.sl = pl.ds(self.y0, ln.by)
         self.yv = _Slots(yv_ref, self.sl)  # slot -> [by]
-        self.s = _dot_nt(x, y_ref[self.sl, :], ln) * ln.scale  # [bx, by]
+        if ln.cache is None:
+            self.s = _dot_nt(x, y_ref[self.sl, :], ln) * ln.scale  # [bx, by]
+        elif ln.cache == "row":  # this row block's tile t, at its slot
+            self.s = s_ref[x0 // ln.bx, t - _tile_range(ln, x0)[0], :, :]
+        else:  # column owner: the row block t's tile of this column block, transposed
+            self.s = s_ref[t, x0 // ln.bx - _tile_range(ln.swap(), self.y0)[0], :, :].T
         xi = x0 + lax.broadcasted_iota(jnp.int32, (ln.bx, ln.by), 0)
         yi = self.y0 + lax.broadcasted_iota(jnp.int32, (ln.bx, ln.by), 1)
         active = (xv[MASK][:, None] > 0) & (self.yv[MASK][None, :] > 0)
@@ -241,13 +261,13 @@ class _Tile:
 # --------------------------------------------------------------------------- kernel bodies
 
 
-def _lse_kernel(x_ref, xv_ref, y_ref, yv_ref, out_ref, *, ln: Launch):
+def _lse_kernel(x_ref, xv_ref, y_ref, yv_ref, out_ref, *, ln: Launch, s_ref=None):
     x, xv = x_ref[...], _Slots(xv_ref)
     x0 = pl.program_id(1) * ln.bx  # program_id at kernel top level (not inside loops)
 
     def body(t, carry):
         m, l = carry
-        z = _Tile(ln, x0, t, x, xv, y_ref, yv_ref).logits()
+        z = _Tile(ln, x0, t, x, xv, y_ref, yv_ref, s_ref).logits()
         m_new = jnp.maximum(m, z.max(axis=1))
         m_safe = jnp.where(m_new == _NEG_INF, 0.0, m_new)
         l = l * jnp.exp(m - m_safe) + jnp.exp(z - m_safe[:, None]).sum(axis=1)
@@ -259,12 +279,12 @@ def _lse_kernel(x_ref, xv_ref, y_ref, yv_ref, out_ref, *, ln: Launch):
     out_ref[0, :] = jnp.where(on, m + jnp.log(jnp.where(on, l, 1.0)), _NEG_INF)
 
 
-def _output_kernel(x_ref, xv_ref, y_ref, yv_ref, val_ref, out_ref, *, ln: Launch):
+def _output_kernel(x_ref, xv_ref, y_ref, yv_ref, val_ref, out_ref, *, ln: Launch, s_ref=None):
     x, xv = x_ref[...], _Slots(xv_ref)
     x0 = pl.program_id(1) * ln.bx  # program_id at kernel top level (not inside loops)
 
     def body(t, acc):
-        tile = _Tile(ln, x0, t, x, xv, y_ref, yv_ref)
+        tile = _Tile(ln, x0, t, x, xv, y_ref, yv_ref, s_ref)
         return acc + _dot_nn(tile.plan(xv[POT]), val_ref[tile.sl, :], ln)  # [bx, e]
 
     out_ref[...] = lax.fori_loop(*_tile_range(ln, x0), body, jnp.zeros(out_ref.shape, jnp.float32))
@@ -273,25 +293,25 @@ def _output_kernel(x_ref, xv_ref, y_ref, yv_ref, val_ref, out_ref, *, ln: Launch
 W_SLOT = 2  # matvec: y-side weights
 
 
-def _matvec_kernel(x_ref, xv_ref, y_ref, yv_ref, out_ref, *, ln: Launch):
+def _matvec_kernel(x_ref, xv_ref, y_ref, yv_ref, out_ref, *, ln: Launch, s_ref=None):
     x, xv = x_ref[...], _Slots(xv_ref)
     x0 = pl.program_id(1) * ln.bx  # program_id at kernel top level (not inside loops)
 
     def body(t, acc):
-        tile = _Tile(ln, x0, t, x, xv, y_ref, yv_ref)
+        tile = _Tile(ln, x0, t, x, xv, y_ref, yv_ref, s_ref)
         return acc + (tile.plan(xv[POT]) * tile.yv[W_SLOT][None, :]).sum(axis=1)
 
     out_ref[0, :] = lax.fori_loop(*_tile_range(ln, x0), body, jnp.zeros((ln.bx,), jnp.float32))
 
 
-def _col_gv_dv_kernel(x_ref, xv_ref, xm_ref, y_ref, yv_ref, ym_ref, gv_ref, dv_ref, *, ln: Launch):
+def _col_gv_dv_kernel(x_ref, xv_ref, xm_ref, y_ref, yv_ref, ym_ref, gv_ref, dv_ref, *, ln: Launch, s_ref=None):
     # x = keys (own V block in xm), y = queries (G in ym): P^T tile, Z^T = V_x G_y^T.
     x, xv, xm = x_ref[...], _Slots(xv_ref), xm_ref[...]
     x0 = pl.program_id(1) * ln.bx
 
     def body(t, carry):
         gv, dv = carry
-        tile = _Tile(ln, x0, t, x, xv, y_ref, yv_ref)
+        tile = _Tile(ln, x0, t, x, xv, y_ref, yv_ref, s_ref)
         p = tile.plan(xv[POT])  # [bk, bq]
         gy = ym_ref[tile.sl, :]  # [bq, e]
         z = _dot_nt(xm, gy, ln)  # [bk, bq]
@@ -306,13 +326,13 @@ def _col_gv_dv_kernel(x_ref, xv_ref, xm_ref, y_ref, yv_ref, ym_ref, gv_ref, dv_r
 C1 = 2  # row_ubar2: y-side w2
 
 
-def _row_ubar2_kernel(x_ref, xv_ref, xm_ref, y_ref, yv_ref, ym_ref, out_ref, *, ln: Launch):
+def _row_ubar2_kernel(x_ref, xv_ref, xm_ref, y_ref, yv_ref, ym_ref, out_ref, *, ln: Launch, s_ref=None):
     # x = queries (own G block in xm), y = keys (V in ym).
     x, xv, xm = x_ref[...], _Slots(xv_ref), xm_ref[...]
     x0 = pl.program_id(1) * ln.bx
 
     def body(t, acc):
-        tile = _Tile(ln, x0, t, x, xv, y_ref, yv_ref)
+        tile = _Tile(ln, x0, t, x, xv, y_ref, yv_ref, s_ref)
         z = _dot_nt(xm, ym_ref[tile.sl, :], ln)  # [bq, bk]
         return acc + (tile.plan(xv[POT]) * (z - tile.yv[C1][None, :])).sum(axis=1)
 
@@ -334,14 +354,14 @@ def _sbar(p, z, c, r):
     return p * (z - c[C1][None, :] - c[C2][None, :] * r1 - r2 * c[C3][None, :] - c[C4][None, :] * r3)
 
 
-def _row_dq_kernel(x_ref, xv_ref, xm_ref, y_ref, yv_ref, ym_ref, dq_ref, ub1_ref, *, ln: Launch):
+def _row_dq_kernel(x_ref, xv_ref, xm_ref, y_ref, yv_ref, ym_ref, dq_ref, ub1_ref, *, ln: Launch, s_ref=None):
     # x = queries (G block in xm), y = keys (K in y_ref, V in ym).
     x, xv, xm = x_ref[...], _Slots(xv_ref), xm_ref[...]
     x0 = pl.program_id(1) * ln.bx
     lo, hi = _tile_range(ln, x0)
 
     def pass1(t, acc):  # P (beta w1), the band part of ubar1
-        tile = _Tile(ln, x0, t, x, xv, y_ref, yv_ref)
+        tile = _Tile(ln, x0, t, x, xv, y_ref, yv_ref, s_ref)
         return acc + (tile.plan(xv[POT]) * tile.yv[C3][None, :]).sum(axis=1)
 
     t1 = lax.fori_loop(lo, hi, pass1, jnp.zeros((ln.bx,), jnp.float32))
@@ -350,7 +370,7 @@ def _row_dq_kernel(x_ref, xv_ref, xm_ref, y_ref, yv_ref, ym_ref, dq_ref, ub1_ref
     r = (xv[R1], alpha, alpha * xv[INV_A] * ubar1)
 
     def pass2(t, acc):
-        tile = _Tile(ln, x0, t, x, xv, y_ref, yv_ref)
+        tile = _Tile(ln, x0, t, x, xv, y_ref, yv_ref, s_ref)
         z = _dot_nt(xm, ym_ref[tile.sl, :], ln)
         sbar = _sbar(tile.plan(xv[POT]), z, tile.yv, r)
         return acc + _dot_nn(sbar, y_ref[tile.sl, :], ln)
@@ -360,13 +380,13 @@ def _row_dq_kernel(x_ref, xv_ref, xm_ref, y_ref, yv_ref, ym_ref, dq_ref, ub1_ref
     ub1_ref[0, :] = ubar1
 
 
-def _col_dk_kernel(x_ref, xv_ref, xm_ref, y_ref, yv_ref, ym_ref, dk_ref, *, ln: Launch):
+def _col_dk_kernel(x_ref, xv_ref, xm_ref, y_ref, yv_ref, ym_ref, dk_ref, *, ln: Launch, s_ref=None):
     # x = keys (V block in xm; vector slots C1..C4), y = queries (G in ym; slots R1..R3).
     x, xv, xm = x_ref[...], _Slots(xv_ref), xm_ref[...]
     x0 = pl.program_id(1) * ln.bx
 
     def body(t, acc):
-        tile = _Tile(ln, x0, t, x, xv, y_ref, yv_ref)
+        tile = _Tile(ln, x0, t, x, xv, y_ref, yv_ref, s_ref)
         p = tile.plan(xv[POT])  # [bk, bq] = P^T
         z = _dot_nt(xm, ym_ref[tile.sl, :], ln)  # Z^T
         yv = tile.yv
@@ -396,11 +416,18 @@ def _whole_vec(n, length):
     return pl.BlockSpec((None, n, length), lambda h, i: (h, 0, 0))
 
 
-def _call(body, ln: Launch, name: str, ins: list, outs: list):
-    """ins: (array, 'x'|'y', 'tok'|'vec'); outs: ('tok', width) [BH, Lx, width] or ('vec',) [BH, 1, Lx]."""
+def _call(body, ln: Launch, name: str, ins: list, outs: list, cache=None):
+    """ins: (array, 'x'|'y', 'tok'|'vec'); outs: ('tok', width) [BH, Lx, width] or ('vec',) [BH, 1, Lx];
+    cache: the score cache of :func:`scores` when ``ln.cache`` is set (whole per batch-head)."""
+    if (cache is None) != (ln.cache is None):
+        raise ValueError(f"launch cache={ln.cache!r} needs the score cache, and only it")
     bh = ins[0][0].shape[0]
     lx = ln.nx * ln.bx
     in_specs = []
+    if cache is not None:
+        kernel = functools.partial(body, ln=ln)
+        body = lambda s_ref, *refs, ln: kernel(*refs, s_ref=s_ref)  # noqa: E731  (the cache comes first)
+        in_specs.append(pl.BlockSpec((None, *cache.shape[1:]), lambda h, i: (h, 0, 0, 0, 0)))
     for arr, side, kind in ins:
         if kind == "tok":
             in_specs.append(_own(ln.bx, arr.shape[2]) if side == "x" else _whole(arr.shape[1], arr.shape[2]))
@@ -423,65 +450,101 @@ def _call(body, ln: Launch, name: str, ins: list, outs: list):
         interpret=ln.target == "interpret",
         compiler_params=ln.compiler_params(),
         name=f"sinkhorn_{name}",
-    )(*(a for a, _, _ in ins))
+    )(*([] if cache is None else [cache]), *(a for a, _, _ in ins))
     return res
 
 
-def lse(ln: Launch, x, xv, y, yv):
+def scores(ln: Launch, q, k):
+    """The score cache of a row launch ``ln`` (queries x keys): ``S = Q K^T * scale`` on the
+    band's tiles, ``[BH, nx, slots, bx, by]`` float32, row block ``i``'s ``j``-th key tile at
+    slot ``j - lo_i`` (``lo_i`` its first band tile; slots past its last are left unwritten and
+    never read). The sweeps of a launch with ``cache="row"`` (and its ``swap()``, ``"col"``)
+    read their tiles from it instead of recomputing them: one pass of dots instead of one per
+    sweep, for O(Lq (bx + 2W)) float32 memory, O(L W) in all."""
+    if ln.cache != "row":
+        raise ValueError(f"scores() builds the cache of a row launch (cache='row'), not cache={ln.cache!r}")
+    bh, slots = q.shape[0], ln.cache_slots()
+
+    def kernel(x_ref, y_ref, out_ref):
+        x = x_ref[...]
+        x0 = pl.program_id(1) * ln.bx  # program_id at kernel top level (not inside loops)
+        lo, hi = _tile_range(ln, x0)
+
+        def body(t, carry):
+            y0 = pl.multiple_of(t * ln.by, ln.by)
+            out_ref[t - lo, :, :] = _dot_nt(x, y_ref[pl.ds(y0, ln.by), :], ln) * ln.scale
+            return carry
+
+        lax.fori_loop(lo, hi, body, 0)
+
+    return pl.pallas_call(
+        kernel,
+        grid=(bh, ln.nx),
+        in_specs=[_own(ln.bx, q.shape[2]), _whole(k.shape[1], k.shape[2])],
+        out_specs=pl.BlockSpec((None, None, slots, ln.bx, ln.by), lambda h, i: (h, i, 0, 0, 0)),
+        out_shape=jax.ShapeDtypeStruct((bh, ln.nx, slots, ln.bx, ln.by), jnp.float32),
+        interpret=ln.target == "interpret",
+        compiler_params=ln.compiler_params(),
+        name="sinkhorn_scores",
+    )(q, k)
+
+
+def lse(ln: Launch, x, xv, y, yv, cache=None):
     """x [BH, Lx, d], xv [BH, >=1, Lx] (mask), y [BH, Ly, d], yv [BH, >=2, Ly] (mask, pot)
-    -> LSE_y (S_xy + pot_y) [BH, Lx] (-inf where x has no active partner)."""
+    -> LSE_y (S_xy + pot_y) [BH, Lx] (-inf where x has no active partner). ``cache``: the
+    score cache (:func:`scores`) when ``ln.cache`` is set, here and in every sweep below."""
     (out,) = _call(_lse_kernel, ln, "lse", [(x, "x", "tok"), (xv, "x", "vec"), (y, "y", "tok"), (yv, "y", "vec")],
-                   [("vec",)])
+                   [("vec",)], cache)
     return out[:, 0]
 
 
-def output(ln: Launch, q, qv, k, kv, v):
+def output(ln: Launch, q, qv, k, kv, v, cache=None):
     """O = P V, P = exp(S + u + v) on the support. qv [BH, 2, Lq] (mask, u), kv [BH, 2, Lk]
     (mask, v), v [BH, Lk, e] -> [BH, Lq, e] float32."""
     (out,) = _call(_output_kernel, ln, "output",
                    [(q, "x", "tok"), (qv, "x", "vec"), (k, "y", "tok"), (kv, "y", "vec"), (v, "y", "tok")],
-                   [("tok", v.shape[2])])
+                   [("tok", v.shape[2])], cache)
     return out
 
 
-def matvec(ln: Launch, x, xv, y, yv):
+def matvec(ln: Launch, x, xv, y, yv, cache=None):
     """sum_y P_xy w_y. xv [BH, 2, Lx] (mask, pot), yv [BH, 3, Ly] (mask, pot, w) -> [BH, Lx]."""
     (out,) = _call(_matvec_kernel, ln, "matvec", [(x, "x", "tok"), (xv, "x", "vec"), (y, "y", "tok"),
-                                                  (yv, "y", "vec")], [("vec",)])
+                                                  (yv, "y", "vec")], [("vec",)], cache)
     return out[:, 0]
 
 
-def col_gv_dv(ln: Launch, k, kv, v, q, qv, g):
+def col_gv_dv(ln: Launch, k, kv, v, q, qv, g, cache=None):
     """Column owner (ln oriented keys x queries). kv [BH, 2, Lk] (mask, v2), qv [BH, 2, Lq]
     (mask, u2), v [BH, Lk, e], g [BH, Lq, e] -> (g_v [BH, Lk], dV [BH, Lk, e]) float32."""
     gv, dv = _call(_col_gv_dv_kernel, ln, "col_gv_dv",
                    [(k, "x", "tok"), (kv, "x", "vec"), (v, "x", "tok"), (q, "y", "tok"), (qv, "y", "vec"),
-                    (g, "y", "tok")], [("vec",), ("tok", g.shape[2])])
+                    (g, "y", "tok")], [("vec",), ("tok", g.shape[2])], cache)
     return gv[:, 0], dv
 
 
-def row_ubar2(ln: Launch, q, qv, g, k, kv, v):
+def row_ubar2(ln: Launch, q, qv, g, k, kv, v, cache=None):
     """rowsum(P * (Z - w2_j)). qv [BH, 2, Lq] (mask, u2), kv [BH, 3, Lk] (mask, v2, w2) -> [BH, Lq]."""
     (out,) = _call(_row_ubar2_kernel, ln, "row_ubar2",
                    [(q, "x", "tok"), (qv, "x", "vec"), (g, "x", "tok"), (k, "y", "tok"), (kv, "y", "vec"),
-                    (v, "y", "tok")], [("vec",)])
+                    (v, "y", "tok")], [("vec",)], cache)
     return out[:, 0]
 
 
-def row_dq(ln: Launch, q, qv, g, k, kv, v):
+def row_dq(ln: Launch, q, qv, g, k, kv, v, cache=None):
     """Row owner: ubar1 and dQ. qv [BH, 6, Lq] (mask, u2, x2, alpha, 1/a, extra), kv [BH, 6, Lk]
     (mask, v2, w2, beta, beta w1, delta) -> (dQ [BH, Lq, d] float32, ubar1 [BH, Lq])."""
     dq, ub1 = _call(_row_dq_kernel, ln, "row_dq",
                     [(q, "x", "tok"), (qv, "x", "vec"), (g, "x", "tok"), (k, "y", "tok"), (kv, "y", "vec"),
-                     (v, "y", "tok")], [("tok", q.shape[2]), ("vec",)])
+                     (v, "y", "tok")], [("tok", q.shape[2]), ("vec",)], cache)
     return dq, ub1[:, 0]
 
 
-def col_dk(ln: Launch, k, kv, v, q, qv, g):
+def col_dk(ln: Launch, k, kv, v, q, qv, g, cache=None):
     """Column owner: dK. kv [BH, 6, Lk] (mask, v2, w2, beta, beta w1, delta), qv [BH, 5, Lq]
     (mask, u2, x2, alpha, x1) -> dK [BH, Lk, d] float32."""
     (dk,) = _call(_col_dk_kernel, ln, "col_dk",
                   [(k, "x", "tok"), (kv, "x", "vec"), (v, "x", "tok"), (q, "y", "tok"), (qv, "y", "vec"),
-                   (g, "y", "tok")], [("tok", k.shape[2])])
+                   (g, "y", "tok")], [("tok", k.shape[2])], cache)
     return dk
 

@@ -6,7 +6,9 @@ a stopped, centered base solve of T full steps from ``v = 0``, two raw tail step
 generalised to marginals a, b (every plan meets a cotangent divided by its mass). The forward
 stores only q, k, v, the masks, the log marginals and the float32 dual vectors
 ``v^(0), u^(1), v^(1), u^(2), v^(2)``: O(L d + L) memory; every sweep recomputes the score
-tiles from q and k.
+tiles from q and k, or, with ``cache_scores=True``, reads them from a float32 cache of the
+band's scores built once for the forward's duals, once for its output and once for the
+backward (O(L W) memory while a pass runs; nothing more is kept between forward and backward).
 
 Backward sweeps (``P = P^(2,2)``, ``Z = G V^T``, ``alpha = exp(u1 - u2)``,
 ``beta = exp(v1 - v2)``, ``delta = exp(v0 - v2)``; row owners and column owners each write
@@ -84,6 +86,7 @@ class _Static:
     blocks: BlockSizes
     target: str  # kernels.TARGETS
     f32_dot: str = "ieee"  # sinkalign.sinkhorn.checks.F32_DOTS
+    cache_scores: bool = False  # each program of sweeps reads S from one cache (kernels.scores)
 
     @property
     def piece(self) -> Piece:
@@ -97,7 +100,8 @@ class _Static:
         p = self.piece
         bq, bk = self.blocks.effective(p.nr, p.nc)
         return Launch(bq, bk, -(-p.nr // bq), -(-p.nc // bk), p.band, 1.0 / (math.sqrt(d) * self.eps), low,
-                      self.target, self.f32_dot, self.blocks.num_warps, self.blocks.num_stages)
+                      self.target, self.f32_dot, self.blocks.num_warps, self.blocks.num_stages,
+                      "row" if self.cache_scores else None)
 
     def feature_pad(self, n: int) -> int:
         """Head dims are zero-padded natively: a power of two >= 16 (Triton dots), 128 lanes (TPU)."""
@@ -185,6 +189,7 @@ class _Main:
         self.g = None if g is None else self._tok(g[:, p.r0 : p.r0 + p.nr].astype(q.dtype), self.lq_pad, fpad)
         self.mq = self.rows(qv.astype(_F32))
         self.mk = self.cols(kv.astype(_F32))
+        self.cache = K.scores(self.ln, self.q, self.k) if st.cache_scores else None
 
     @staticmethod
     def _tok(x, length, fpad):
@@ -213,30 +218,30 @@ class _Main:
 
     # ---- sweeps (full-length float32 vectors in, piece-local padded results out) ----
     def row_lse(self, v):
-        return K.lse(self.ln, self.q, self.qvec(), self.k, self.kvec(v))
+        return K.lse(self.ln, self.q, self.qvec(), self.k, self.kvec(v), self.cache)
 
     def col_lse(self, u):
-        return K.lse(self.ln.swap(), self.k, self.kvec(), self.q, self.qvec(u))
+        return K.lse(self.ln.swap(), self.k, self.kvec(), self.q, self.qvec(u), self.cache)
 
     def output(self, u, v):
-        return K.output(self.ln, self.q, self.qvec(u), self.k, self.kvec(v), self.v)
+        return K.output(self.ln, self.q, self.qvec(u), self.k, self.kvec(v), self.v, self.cache)
 
     def gv_dv(self, u, v):
-        return K.col_gv_dv(self.ln.swap(), self.k, self.kvec(v), self.v, self.q, self.qvec(u), self.g)
+        return K.col_gv_dv(self.ln.swap(), self.k, self.kvec(v), self.v, self.q, self.qvec(u), self.g, self.cache)
 
     def ubar2(self, u, v, w2):
-        return K.row_ubar2(self.ln, self.q, self.qvec(u), self.g, self.k, self.kvec(v, w2), self.v)
+        return K.row_ubar2(self.ln, self.q, self.qvec(u), self.g, self.k, self.kvec(v, w2), self.v, self.cache)
 
     def col_matvec(self, u, v, x):
-        return K.matvec(self.ln.swap(), self.k, self.kvec(v), self.q, self.qvec(u, x))
+        return K.matvec(self.ln.swap(), self.k, self.kvec(v), self.q, self.qvec(u, x), self.cache)
 
     def dq(self, u, v, x2, alpha, inv_a, extra, w2, beta, c3, delta):
         return K.row_dq(self.ln, self.q, self.qvec(u, x2, alpha, inv_a, extra), self.g, self.k,
-                        self.kvec(v, w2, beta, c3, delta), self.v)
+                        self.kvec(v, w2, beta, c3, delta), self.v, self.cache)
 
     def dk(self, u, v, x2, alpha, x1, w2, beta, c3, delta):
         return K.col_dk(self.ln.swap(), self.k, self.kvec(v, w2, beta, c3, delta), self.v, self.q,
-                        self.qvec(u, x2, alpha, x1), self.g)
+                        self.qvec(u, x2, alpha, x1), self.g, self.cache)
 
 
 class _Thin:
@@ -489,7 +494,7 @@ def native_target(platform: str | None = None) -> str:
                      "pass interpret=True to run them in the Pallas interpreter")
 
 
-def _static(support, cfg, block_sizes, interpret, target=None, precision="ieee") -> _Static:
+def _static(support, cfg, block_sizes, interpret, target=None, precision="ieee", cache_scores=False) -> _Static:
     if interpret is None:
         interpret = jax.default_backend() == "cpu"
     if not isinstance(interpret, bool):
@@ -501,7 +506,10 @@ def _static(support, cfg, block_sizes, interpret, target=None, precision="ieee")
     if not isinstance(block_sizes, BlockSizes):
         raise ValueError(f"block_sizes must be a BlockSizes, got {type(block_sizes).__name__}")
     check_f32_dots(precision, native=target == "gpu", needs="the native GPU target", here=f"the {target} target")
-    return _Static(support, _choose_main(support), float(cfg.eps), cfg.n_iters, block_sizes, target, precision)
+    if not isinstance(cache_scores, bool):
+        raise ValueError(f"cache_scores={cache_scores!r} must be True or False")
+    return _Static(support, _choose_main(support), float(cfg.eps), cfg.n_iters, block_sizes, target, precision,
+                   cache_scores)
 
 
 def _flat(x, n_tail):
@@ -509,7 +517,8 @@ def _flat(x, n_tail):
 
 
 def tail_operator(q, k, v, q_valid, k_valid, log_a, log_b, support: Support, cfg: SinkhornConfig, *,
-                  block_sizes: BlockSizes | None = None, interpret: bool | None = None, precision: str = "ieee"):
+                  block_sizes: BlockSizes | None = None, interpret: bool | None = None, precision: str = "ieee",
+                  cache_scores: bool = False):
     """O = P^(2,2) V on an explicit support, computed by the Pallas kernels.
 
     Args:
@@ -524,6 +533,14 @@ def tail_operator(q, k, v, q_valid, k_valid, log_a, log_b, support: Support, cfg
         precision: float32 dots at full precision (``ieee``, the default), or, natively on a
             GPU, as three (``tf32x3``, close to float32 and several times faster) or one
             (``tf32``, about 1e-3 relative) TF32 tensor-core passes. Half types ignore it.
+        cache_scores: compute the band's scores ``S = Q K^T / (sqrt(d) eps)`` once per pass
+            of the forward (duals, output) and once for the backward, into a float32 cache of
+            the band's tiles (:func:`sinkalign.kernels.pallas.kernels.scores`: ``Lq (bx + 2W +
+            by)`` floats per batch-head, ~140 MB at Lq = 16,384, W = 1,024; a dense piece:
+            ``Lq Lk``), which every sweep reads instead of recomputing its tiles' dots (2 (T + R)
+            + 1 sweeps in the forward, 6 in the backward). The same plans up to the rounding of
+            the dots (a column sweep reads the row sweeps' tiles transposed instead of its own
+            products). Off by default: not yet timed on a GPU.
 
     Returns O [..., Lq, dv] in v's dtype. Differentiable in q, k, v and the log marginals (not in masks).
     Inputs are expected validated (see :func:`sinkalign.sinkhorn.core.prepare`); shapes,
@@ -532,9 +549,9 @@ def tail_operator(q, k, v, q_valid, k_valid, log_a, log_b, support: Support, cfg
     q, k, v = (jnp.asarray(x) for x in (q, k, v))
     q_valid, k_valid, log_a, log_b = (jnp.asarray(x) for x in (q_valid, k_valid, log_a, log_b))
     _check(q, k, v, q_valid, k_valid, log_a, log_b, support, cfg)
-    st = _static(support, cfg, block_sizes, interpret, precision=precision)
-    log.debug("pallas tail_operator q%s k%s support=%s blocks=%s target=%s", q.shape, k.shape,
-              support.pieces, st.blocks, st.target)
+    st = _static(support, cfg, block_sizes, interpret, precision=precision, cache_scores=cache_scores)
+    log.debug("pallas tail_operator q%s k%s support=%s blocks=%s target=%s cache_scores=%s", q.shape, k.shape,
+              support.pieces, st.blocks, st.target, cache_scores)
     batch, lq, dv = q.shape[:-2], q.shape[-2], v.shape[-1]
     out = _op_jit(_flat(q, 2), _flat(k, 2), _flat(v, 2), _flat(q_valid, 1), _flat(k_valid, 1), _flat(log_a, 1),
                   _flat(log_b, 1), st)
@@ -542,12 +559,13 @@ def tail_operator(q, k, v, q_valid, k_valid, log_a, log_b, support: Support, cfg
 
 
 def tail_duals(q, k, v, q_valid, k_valid, log_a, log_b, support: Support, cfg: SinkhornConfig, *,
-               block_sizes: BlockSizes | None = None, interpret: bool | None = None, precision: str = "ieee") -> dict:
+               block_sizes: BlockSizes | None = None, interpret: bool | None = None, precision: str = "ieee",
+               cache_scores: bool = False) -> dict:
     """The kernels' dual vectors ``{"v0", "u1", "v1", "u2", "v2"}`` (float32 [..., L]), for checks."""
     q, k, v = (jnp.asarray(x) for x in (q, k, v))
     q_valid, k_valid, log_a, log_b = (jnp.asarray(x) for x in (q_valid, k_valid, log_a, log_b))
     _check(q, k, v, q_valid, k_valid, log_a, log_b, support, cfg)
-    st = _static(support, cfg, block_sizes, interpret, precision=precision)
+    st = _static(support, cfg, block_sizes, interpret, precision=precision, cache_scores=cache_scores)
     duals = _duals_jit(st, _flat(q, 2), _flat(k, 2), _flat(q_valid, 1), _flat(k_valid, 1), _flat(log_a, 1),
                        _flat(log_b, 1))
     batch = q.shape[:-2]
@@ -557,7 +575,8 @@ def tail_duals(q, k, v, q_valid, k_valid, log_a, log_b, support: Support, cfg: S
 
 def sinkhorn_attention_pallas(q, k, v, *, q_mask=None, k_mask=None, log_a=None, log_b=None,
                               config: SinkhornConfig | None = None, block_sizes: BlockSizes | None = None,
-                              interpret: bool | None = None, precision: str = "ieee", **overrides):
+                              interpret: bool | None = None, precision: str = "ieee", cache_scores: bool = False,
+                              **overrides):
     """:func:`sinkalign.sinkhorn.sinkhorn_attention` on the Pallas kernels, with tile/interpret control.
 
     Same arguments as the reference (``q`` [..., Lq, d], ``k`` [..., Lk, d], ``v`` [..., Lk, dv],
@@ -571,11 +590,12 @@ def sinkhorn_attention_pallas(q, k, v, *, q_mask=None, k_mask=None, log_a=None, 
     q, k, v, qv, kv, la, lb = core.prepare(q, k, v, q_mask, k_mask, log_a, log_b, band=cfg.band)
     support = Support.single(q.shape[-2], k.shape[-2], cfg.band, cfg.block)
     return tail_operator(q, k, v, qv, kv, la, lb, support, cfg, block_sizes=block_sizes, interpret=interpret,
-                         precision=precision)
+                         precision=precision, cache_scores=cache_scores)
 
 
 def lower_native(platform: str, *, dtype=jnp.bfloat16, lq: int = 300, lk: int = 257, d: int = 64, dv: int = 64,
-                 band: int | None = 64, dustbin: bool = False, block_sizes: BlockSizes | None = None) -> dict:
+                 band: int | None = 64, dustbin: bool = False, block_sizes: BlockSizes | None = None,
+                 cache_scores: bool = False) -> dict:
     """Lower the forward + backward program for ``platform`` ('cuda' -> Triton, 'tpu' -> Mosaic)
     without that hardware, and count the kernel custom calls in the result.
 
@@ -594,7 +614,8 @@ def lower_native(platform: str, *, dtype=jnp.bfloat16, lq: int = 300, lk: int = 
     else:
         support = Support.single(lq, lk, band)
     lq_, lk_ = support.lq, support.lk
-    st = _Static(support, _choose_main(support), 1.0, 15, block_sizes or BlockSizes.get_default(target), target)
+    st = _Static(support, _choose_main(support), 1.0, 15, block_sizes or BlockSizes.get_default(target), target,
+                 cache_scores=cache_scores)
     bh = 2
     q = jnp.zeros((bh, lq_, d), dtype)
     k = jnp.zeros((bh, lk_, d), dtype)
