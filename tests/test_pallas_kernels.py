@@ -432,6 +432,13 @@ def test_the_score_cache_is_asked_for_consistently():
         K.lse(dataclasses.replace(row, cache=None), q, vec, q, vec, K.scores(row, q, q))
     with pytest.raises(ValueError, match="cache_scores='yes' must be True or False"):
         pallas.tail_operator(*_args(), cache_scores="yes")
+    # 16 batch-heads of 65,536 queries at W = 1,024: 2.3e9 floats, past 32-bit offsets (traced, not allocated)
+    big = K.Launch(64, 64, 1024, 1024, 1024, 1.0, False, "interpret", cache="row")
+    tokens = jax.ShapeDtypeStruct((16, 65536, 64), jnp.float32)
+    with pytest.raises(ValueError, match="past the 2\\^31 that 32-bit offsets reach"):
+        jax.eval_shape(lambda a, b: K.scores(big, a, b), tokens, tokens)
+    assert jax.eval_shape(lambda a, b: K.scores(big, a, b), *[jax.ShapeDtypeStruct((8, 65536, 64), jnp.float32)] * 2
+                          ).shape == (8, 1024, big.cache_slots(), 64, 64)
 
 
 def test_tf32_precisions_need_the_gpu_target_and_known_names():

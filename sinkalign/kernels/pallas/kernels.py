@@ -464,6 +464,11 @@ def scores(ln: Launch, q, k):
     if ln.cache != "row":
         raise ValueError(f"scores() builds the cache of a row launch (cache='row'), not cache={ln.cache!r}")
     bh, slots = q.shape[0], ln.cache_slots()
+    size = bh * ln.nx * slots * ln.bx * ln.by
+    if size >= 2**31:  # block offsets come from int32 program ids: not trusted past 2^31 elements (not tried)
+        raise ValueError(f"the score cache would hold {size:,} floats ({bh} batch-heads x {ln.nx * ln.bx} rows x "
+                         f"{slots * ln.by} band columns), past the 2^31 that 32-bit offsets reach: use fewer "
+                         "batch-heads per call, or cache_scores=False")
 
     def kernel(x_ref, y_ref, out_ref):
         x = x_ref[...]
