@@ -209,41 +209,69 @@ def _adjoint(q, k, v, prob, us, vs, g, support, cfg, mode) -> TailAdjoint:
     def mul(xs, ys):
         return [x * y for x, y in zip(xs, ys)]
 
-    def plan(a, b):
-        return _plan(support, S, masks, us[a], vs[b])
-
     # With marginals a, b the half-step Jacobians are -P/a_i (row) and -P/b_j (column)
     # (Lemma 3 has a = b = 1), so plans always meet cotangents divided by the marginal.
+    a = jnp.where(prob.row_active, jnp.exp(prob.log_a), 0.0)
+    b = jnp.where(prob.col_active, jnp.exp(prob.log_b), 0.0)
     inv_a = jnp.where(prob.row_active, jnp.exp(-prob.log_a), 0.0)
     inv_b = jnp.where(prob.col_active, jnp.exp(-prob.log_b), 0.0)
-    P_RR = plan(R, R)
-    PZ = mul(P_RR, Z)
-    g_u, g_v = support.row_sum(PZ), support.col_sum(PZ)
+
+    def to(mass, sums):
+        """The factor that brings ``sums`` to ``mass`` (0 where either is 0: an empty row or column)."""
+        return jnp.where(sums > 0, mass / jnp.where(sums > 0, sums, 1.0), 0.0)
+
+    # Each tail plan is one half-step's: P^(t,t-1) = exp(S + u^t + v^(t-1)) has rows summing to a
+    # (u^t = log a - LSE_j), P^(t,t) columns summing to b. Rebuilt from the stored duals, whose
+    # float32 rounding (up to |u| 2^-24, |u| ~ max|S|) scales a whole row or column, a plan is
+    # brought back to its step's sums, as a softmax is: in exact arithmetic the factors are 1,
+    # in float32 they keep the gradients at autodiff's accuracy when max|S| is large (without
+    # them the score gradients lost 13-54x more at max|S| ~ 2,500: tests/test_sinkhorn_backward.py).
+    def plan(t, s):
+        P = _plan(support, S, masks, us[t], vs[s])
+        if R == 0:  # P^(0,0): the stopped base duals, no step's plan when T = 0
+            return P
+        if t == s:
+            return mul(P, support.cols(to(b, support.col_sum(P))))
+        return mul(P, support.rows(to(a, support.row_sum(P))))
+
     u_bar = [jnp.zeros_like(us[0]) for _ in range(R + 1)]
     v_bar = [jnp.zeros_like(vs[0]) for _ in range(R + 1)]
-
     if R == 0:
         # O = P^(0,0) V with both base duals stopped: S receives P * Z only.
-        u_bar[0], v_bar[0] = g_u, g_v
+        P_RR = plan(0, 0)
+        PZ = mul(P_RR, Z)
+        u_bar[0], v_bar[0] = support.row_sum(PZ), support.col_sum(PZ)
         S_bar = PZ
     elif mode == "one_reference":
-        # Proposition 2: P21 = P22 b_j, P11 = P22 a_i b_j, P10 = P22 a_i d_j.
+        # Proposition 2: P21 = P22 b_j, P11 = P22 a_i b_j, P10 = P22 a_i d_j, with the raw P22 as
+        # the one tile and each plan's normalisation folded into its vectors: P22 f_j (f: columns
+        # to b), P21 = P22 b_j r_i (r: rows to a), P11 = P22 a_i bc_j (bc: columns to b, = b_j
+        # exactly), P10 = P22 ar_i d_j (ar: rows to a, = a_i exactly).
+        P = _plan(support, S, masks, us[2], vs[2])
         alpha = jnp.exp(us[1] - us[2])
         beta = jnp.exp(vs[1] - vs[2])
         delta = jnp.exp(vs[0] - vs[2])
+        f22 = to(b, support.col_sum(P))
+        r21 = to(a, support.row_sum(mul(P, support.cols(beta))))
+        bc11 = to(b, support.col_sum(mul(P, support.rows(alpha))))
+        ar10 = to(a, support.row_sum(mul(P, support.cols(delta))))
+        P_RR = mul(P, support.cols(f22))
+        PZ = mul(P_RR, Z)
+        g_v = support.col_sum(PZ)
         v_bar[2] = g_v
         vb2 = inv_b * v_bar[2]
-        u_bar[2] = g_u - support.row_sum(mul(P_RR, support.cols(vb2)))
-        ub2 = inv_a * u_bar[2]
-        v_bar[1] = -beta * support.col_sum(mul(P_RR, support.rows(ub2)))
-        bvb1 = beta * inv_b * v_bar[1]
-        u_bar[1] = -alpha * support.row_sum(mul(P_RR, support.cols(bvb1)))
-        aub1 = alpha * inv_a * u_bar[1]
-        v_bar[0] = -delta * support.col_sum(mul(P_RR, support.rows(aub1)))
+        u_bar[2] = support.row_sum(mul(P_RR, [z - c for z, c in zip(Z, support.cols(vb2))]))
+        ub2 = r21 * inv_a * u_bar[2]
+        v_bar[1] = -beta * support.col_sum(mul(P, support.rows(ub2)))
+        bvb1 = bc11 * inv_b * v_bar[1]
+        u_bar[1] = -alpha * support.row_sum(mul(P, support.cols(bvb1)))
+        aub1 = ar10 * inv_a * u_bar[1]
+        v_bar[0] = -delta * support.col_sum(mul(P, support.rows(aub1)))
         S_bar = [
-            p * (z - c_vb2 - bj * r_ub2 - ai * c_bvb1 - dj * r_aub1)
-            for p, z, c_vb2, bj, r_ub2, ai, c_bvb1, dj, r_aub1 in zip(
-                P_RR,
+            p * (fj * (z - c_vb2) - bj * r_ub2 - ai * c_bvb1 - dj * r_aub1)
+            for p, fj, z, c_vb2, bj, r_ub2, ai, c_bvb1, dj, r_aub1 in zip(
+                P,
+                support.cols(f22),
                 Z,
                 support.cols(vb2),
                 support.cols(beta),
@@ -255,6 +283,9 @@ def _adjoint(q, k, v, prob, us, vs, g, support, cfg, mode) -> TailAdjoint:
             )
         ]
     else:
+        P_RR = plan(R, R)
+        PZ = mul(P_RR, Z)
+        g_u, g_v = support.row_sum(PZ), support.col_sum(PZ)
         if mode == "direct":
             # The baseline: all 2R staircase plans are formed (and held) up front.
             stored = {(R, R): P_RR}
