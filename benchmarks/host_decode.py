@@ -17,7 +17,8 @@ The solve is not timed (``aligner_gpu.py`` times it). Prints a table and writes 
 
     python benchmarks/host_decode.py --lengths 300 1000 3000
 
-Run from another checkout (``PYTHONPATH=CHECKOUT``) it times that checkout's stages, for a
+A copy of this script in another checkout's ``benchmarks/`` times that checkout's stages
+(``_common`` puts the script's own checkout first on ``sys.path``, ahead of ``PYTHONPATH``), for a
 before/after of a change.
 """
 

@@ -1,0 +1,105 @@
+"""Float32 gradients of the operator against the float64 truth, per backward mode.
+
+``sinkalign validate exactness --dtype float32`` compares each custom backward mode with
+float32 ``autodiff``: two float32 computations, so its figure is their disagreement, not either
+one's error. This script takes the float32 inputs, computes the gradients of <O, G> in float32
+by every mode, and measures each against float64 ``autodiff`` of the same inputs (the truth, to
+1e-14):
+
+* the exactness sweep's problems (``sinkalign.sinkhorn.validation.EXACTNESS_CASES``, R in
+  {1, 2, 4}, T = 15, eps = 1): max abs error over every gradient (q, k, v, the dustbin tokens,
+  the log marginals);
+* heterogeneous problems whose token norms span ``--spreads`` x (L = 96, d = 16, band 12,
+  eps = 1, R = 2; max|S| grows with the spread): max error of dQ, dK and dV relative to the
+  gradient's largest entry.
+
+Prints tables and writes JSON. A copy of this script in another checkout's ``benchmarks/``
+measures that checkout's operator, for a before/after (``_common`` puts the script's own checkout
+first on ``sys.path``, ahead of ``PYTHONPATH``).
+
+    python benchmarks/float32_accuracy.py --json benchmarks/results/float32_accuracy.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from _common import machine, write_json
+
+from sinkalign.sinkhorn import SinkhornConfig, sinkhorn_attention
+from sinkalign.sinkhorn.validation import EXACTNESS_CASES, MODES_FOR_DEPTH, _case_inputs, _loss_fn
+
+jax.config.update("jax_enable_x64", True)
+RESULTS = Path(__file__).resolve().parent / "results" / "float32_accuracy.json"
+
+
+def sweep(rows: list) -> None:
+    print(f"{'problem':52s} {'R':>2s} {'mode':14s} {'max abs error vs float64':>25s}")
+    for case in EXACTNESS_CASES:
+        x32, g32, qm, km = _case_inputs(case, jnp.float32)
+        x64 = {n: jnp.asarray(np.asarray(a), jnp.float64) for n, a in x32.items()}
+        g64 = jnp.asarray(np.asarray(g32), jnp.float64)
+        for r in (1, 2, 4):
+            cfg = SinkhornConfig(eps=1.0, n_iters=15, tail=r, band=case.band, backward="autodiff")
+            _, truth = _loss_fn(case, cfg, qm, km)(x64, g64)
+            for mode in ("autodiff", *MODES_FOR_DEPTH[r]):
+                _, got = _loss_fn(case, cfg.replace(backward=mode), qm, km)(x32, g32)
+                err = max(float(np.abs(np.asarray(got[n], np.float64) - np.asarray(truth[n])).max()) for n in got)
+                rows.append({"problem": case.name, "R": r, "mode": mode, "max_abs_error": err})
+                print(f"{case.name[:52]:52s} {r:2d} {mode:14s} {err:25.2e}", flush=True)
+
+
+def heterogeneous(spread: float, seed: int = 1, L: int = 96, d: int = 16):
+    rng = np.random.default_rng(seed)
+    q, k = rng.normal(size=(2, 1, L, d)) * np.exp(rng.uniform(0, np.log(spread), size=(2, 1, L, 1)))
+    v, g = rng.normal(size=(2, 1, L, 8))
+    return [np.asarray(np.asarray(a, np.float32), np.float64) for a in (q, k, v)], g
+
+
+def spreads(values, rows: list) -> None:
+    print(f"\n{'spread':>6s} {'max|S|':>8s} {'mode':14s} {'dQ':>9s} {'dK':>9s} {'dV':>9s}  (relative to the largest entry)")
+    for spread in values:
+        (q, k, v), g = heterogeneous(spread)
+        max_s = float(np.abs(q[0] @ k[0].T).max() / 4)
+
+        def grads(backward, dtype):
+            cfg = SinkhornConfig(eps=1.0, n_iters=15, band=12, backward=backward)
+            fn = jax.grad(lambda *x: jnp.sum(sinkhorn_attention(*x, config=cfg) * g.astype(dtype)), argnums=(0, 1, 2))
+            return [np.asarray(x, np.float64) for x in fn(*(jnp.asarray(a, dtype) for a in (q, k, v)))]
+
+        truth = grads("autodiff", jnp.float64)
+        for mode in ("autodiff", "one_reference", "staircase", "direct"):
+            errs = [float(np.abs(x - t).max() / np.abs(t).max()) for x, t in zip(grads(mode, jnp.float32), truth)]
+            rows.append({"spread": spread, "max_abs_score": max_s, "mode": mode, "dq": errs[0], "dk": errs[1],
+                         "dv": errs[2]})
+            print(f"{spread:6g} {max_s:8.0f} {mode:14s} {errs[0]:9.1e} {errs[1]:9.1e} {errs[2]:9.1e}", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--spreads", type=float, nargs="+", default=[1, 10, 30, 100])
+    ap.add_argument("--no-sweep", action="store_true", help="only the heterogeneous problems")
+    ap.add_argument("--json", type=Path, default=RESULTS)
+    args = ap.parse_args()
+    sweep_rows, spread_rows = [], []
+    payload = {"benchmark": "float32_accuracy", "date": datetime.date.today().isoformat(), "machine": machine(),
+               "sweep": sweep_rows, "heterogeneous": spread_rows}
+    if not args.no_sweep:
+        sweep(sweep_rows)
+        by_mode = {}
+        for r in sweep_rows:
+            by_mode[r["mode"]] = max(by_mode.get(r["mode"], 0.0), r["max_abs_error"])
+        print("worst per mode:", {m: f"{e:.2e}" for m, e in by_mode.items()})
+        payload["worst_per_mode"] = by_mode
+    spreads(args.spreads, spread_rows)
+    write_json(args.json, payload)
+    print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
