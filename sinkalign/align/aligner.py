@@ -977,6 +977,8 @@ class Aligner:
     def _jax_dispatch(self, chunk):
         """Start the solve of one chunk's dense pairs (JAX dispatches asynchronously); returns
         their rows, or ``None`` when every pair of the chunk is banded."""
+        import jax
+
         chunk = [item for item in chunk if not self._banded(item)]
         if not chunk:
             return None
@@ -984,8 +986,6 @@ class Aligner:
         feats = self._features([q for _, q, _, _ in chunk] + [t for _, _, _, t in chunk])
         n = len(chunk)
         items = [(q, t, feats[i], feats[n + i], None) for i, (_, q, _, t) in enumerate(chunk)]
-        import jax
-
         if any(isinstance(leaf, np.ndarray) for leaf in jax.tree_util.tree_leaves(self.params)):
             self.params = jax.device_put(self.params)  # an unpickled copy (__getstate__): on the device once
         return self._plans_fn()(self.params, M.make_batch(items, self.config, lq, lt))

@@ -244,10 +244,11 @@ def _adjoint(q, k, v, prob, us, vs, g, support, cfg, mode) -> TailAdjoint:
         u_bar[0], v_bar[0] = support.row_sum(PZ), support.col_sum(PZ)
         S_bar = PZ
     elif mode == "one_reference":
-        # Proposition 2: P21 = P22 b_j, P11 = P22 a_i b_j, P10 = P22 a_i d_j, with the raw P22 as
-        # the one tile and each plan's normalisation folded into its vectors: P22 f_j (f: columns
-        # to b), P21 = P22 b_j r_i (r: rows to a), P11 = P22 a_i bc_j (bc: columns to b, = b_j
-        # exactly), P10 = P22 ar_i d_j (ar: rows to a, = a_i exactly).
+        # Proposition 2: P21 = P22 beta_j, P11 = P22 alpha_i beta_j, P10 = P22 alpha_i delta_j, with
+        # the raw P22 as the one tile and each plan's normalisation folded into its vectors:
+        # P22 f22_j (columns to b), P21 = P22 beta_j r21_i (rows to a), P11 = P22 alpha_i bc11_j
+        # (columns to b; bc11 = beta in exact arithmetic), P10 = P22 ar10_i delta_j (rows to a;
+        # ar10 = alpha in exact arithmetic).
         P = _plan(support, S, masks, us[2], vs[2])
         alpha = jnp.exp(us[1] - us[2])
         beta = jnp.exp(vs[1] - vs[2])
