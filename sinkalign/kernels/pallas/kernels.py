@@ -304,54 +304,75 @@ def _matvec_kernel(x_ref, xv_ref, y_ref, yv_ref, out_ref, *, ln: Launch, s_ref=N
     out_ref[0, :] = lax.fori_loop(*_tile_range(ln, x0), body, jnp.zeros((ln.bx,), jnp.float32))
 
 
-def _col_gv_dv_kernel(x_ref, xv_ref, xm_ref, y_ref, yv_ref, ym_ref, gv_ref, dv_ref, *, ln: Launch, s_ref=None):
-    # x = keys (own V block in xm), y = queries (G in ym): P^T tile, Z^T = V_x G_y^T.
+ALPHA_Y = 2  # col_gv_dv: the query side's alpha
+
+
+def _col_gv_dv_kernel(x_ref, xv_ref, xm_ref, y_ref, yv_ref, ym_ref, gv_ref, dv_ref, cs_ref, csa_ref, *,
+                      ln: Launch, s_ref=None):
+    # x = keys (own V block in xm), y = queries (G in ym): P^T tile, Z^T = V_x G_y^T; also the
+    # column sums of P and of alpha_i P, for the normalisation of P^(2,2) and P^(1,1).
     x, xv, xm = x_ref[...], _Slots(xv_ref), xm_ref[...]
     x0 = pl.program_id(1) * ln.bx
 
     def body(t, carry):
-        gv, dv = carry
+        gv, dv, cs, csa = carry
         tile = _Tile(ln, x0, t, x, xv, y_ref, yv_ref, s_ref)
         p = tile.plan(xv[POT])  # [bk, bq]
         gy = ym_ref[tile.sl, :]  # [bq, e]
         z = _dot_nt(xm, gy, ln)  # [bk, bq]
-        return gv + (p * z).sum(axis=1), dv + _dot_nn(p, gy, ln)
+        return (gv + (p * z).sum(axis=1), dv + _dot_nn(p, gy, ln), cs + p.sum(axis=1),
+                csa + (p * tile.yv[ALPHA_Y][None, :]).sum(axis=1))
 
-    init = (jnp.zeros((ln.bx,), jnp.float32), jnp.zeros(dv_ref.shape, jnp.float32))
-    gv, dv = lax.fori_loop(*_tile_range(ln, x0), body, init)
+    zeros = jnp.zeros((ln.bx,), jnp.float32)
+    init = (zeros, jnp.zeros(dv_ref.shape, jnp.float32), zeros, zeros)
+    gv, dv, cs, csa = lax.fori_loop(*_tile_range(ln, x0), body, init)
     gv_ref[0, :] = gv
     dv_ref[...] = dv
+    cs_ref[0, :] = cs
+    csa_ref[0, :] = csa
 
 
-C1 = 2  # row_ubar2: y-side w2
+C1 = 2  # row_ubar2 and the Sbar vectors: y-side w2
+U2_F, U2_BETA, U2_DELTA = 3, 4, 5  # row_ubar2: y-side f22, beta, delta
 
 
-def _row_ubar2_kernel(x_ref, xv_ref, xm_ref, y_ref, yv_ref, ym_ref, out_ref, *, ln: Launch, s_ref=None):
-    # x = queries (own G block in xm), y = keys (V in ym).
+def _row_ubar2_kernel(x_ref, xv_ref, xm_ref, y_ref, yv_ref, ym_ref, out_ref, rb_ref, rd_ref, *, ln: Launch,
+                      s_ref=None):
+    # x = queries (own G block in xm), y = keys (V in ym): rowsum(P f22_j (Z - w2_j)), and the
+    # row sums of P beta_j and P delta_j, for the normalisation of P^(2,1) and P^(1,0).
     x, xv, xm = x_ref[...], _Slots(xv_ref), xm_ref[...]
     x0 = pl.program_id(1) * ln.bx
 
-    def body(t, acc):
+    def body(t, carry):
+        acc, rb, rd = carry
         tile = _Tile(ln, x0, t, x, xv, y_ref, yv_ref, s_ref)
         z = _dot_nt(xm, ym_ref[tile.sl, :], ln)  # [bq, bk]
-        return acc + (tile.plan(xv[POT]) * (z - tile.yv[C1][None, :])).sum(axis=1)
+        p = tile.plan(xv[POT])
+        return (acc + (p * (tile.yv[U2_F][None, :] * (z - tile.yv[C1][None, :]))).sum(axis=1),
+                rb + (p * tile.yv[U2_BETA][None, :]).sum(axis=1), rd + (p * tile.yv[U2_DELTA][None, :]).sum(axis=1))
 
-    out_ref[0, :] = lax.fori_loop(*_tile_range(ln, x0), body, jnp.zeros((ln.bx,), jnp.float32))
+    zeros = jnp.zeros((ln.bx,), jnp.float32)
+    acc, rb, rd = lax.fori_loop(*_tile_range(ln, x0), body, (zeros, zeros, zeros))
+    out_ref[0, :] = acc
+    rb_ref[0, :] = rb
+    rd_ref[0, :] = rd
 
 
-# Slots of the Sbar vectors. Row side (queries): R1 = x2 = ubar2 / a, R2 = alpha,
-# R3 = alpha * ubar1 / a; dq kernel inputs INV_A, EXTRA in R3's and the next slot.
-# Column side (keys): C1 = w2 = g_v / b, C2 = beta, C3 = beta * vbar1 / b, C4 = delta.
+# Slots of the Sbar vectors. Row side (queries): R1 = x2 = r21 ubar2 / a, R2 = alpha,
+# R3 = ar10 ubar1 / a; dq kernel inputs AR_INV_A (= ar10 / a) and EXTRA in R3's and the next slot.
+# Column side (keys): C1 = w2 = g_v / b, C2 = beta, C3 = bc11 vbar1 / b, C4 = delta, F = f22.
+# (r21, bc11, ar10, f22: the plans' normalisations, see sinkalign.sinkhorn.core._adjoint.)
 R1, R2, R3 = 2, 3, 4
-INV_A, EXTRA = 4, 5
-C2, C3, C4 = 3, 4, 5
+AR_INV_A, EXTRA = 4, 5
+C2, C3, C4, F = 3, 4, 5, 6
 
 
 def _sbar(p, z, c, r):
-    """P * (Z - c1_j - c2_j r1_i - r2_i c3_j - c4_j r3_i) in the row-owner orientation;
-    c: the column vector stack of the tile (slots C1..C4), r: (r1, r2, r3) each [bx]."""
+    """P * (f_j (Z - c1_j) - c2_j r1_i - r2_i c3_j - c4_j r3_i) in the row-owner orientation;
+    c: the column vector stack of the tile (slots C1..C4, F), r: (r1, r2, r3) each [bx]."""
     r1, r2, r3 = (x[:, None] for x in r)
-    return p * (z - c[C1][None, :] - c[C2][None, :] * r1 - r2 * c[C3][None, :] - c[C4][None, :] * r3)
+    return p * (c[F][None, :] * (z - c[C1][None, :]) - c[C2][None, :] * r1 - r2 * c[C3][None, :]
+                - c[C4][None, :] * r3)
 
 
 def _row_dq_kernel(x_ref, xv_ref, xm_ref, y_ref, yv_ref, ym_ref, dq_ref, ub1_ref, *, ln: Launch, s_ref=None):
@@ -367,7 +388,7 @@ def _row_dq_kernel(x_ref, xv_ref, xm_ref, y_ref, yv_ref, ym_ref, dq_ref, ub1_ref
     t1 = lax.fori_loop(lo, hi, pass1, jnp.zeros((ln.bx,), jnp.float32))
     alpha = xv[R2]
     ubar1 = -alpha * (t1 + xv[EXTRA])
-    r = (xv[R1], alpha, alpha * xv[INV_A] * ubar1)
+    r = (xv[R1], alpha, xv[AR_INV_A] * ubar1)
 
     def pass2(t, acc):
         tile = _Tile(ln, x0, t, x, xv, y_ref, yv_ref, s_ref)
@@ -390,8 +411,8 @@ def _col_dk_kernel(x_ref, xv_ref, xm_ref, y_ref, yv_ref, ym_ref, dk_ref, *, ln: 
         p = tile.plan(xv[POT])  # [bk, bq] = P^T
         z = _dot_nt(xm, ym_ref[tile.sl, :], ln)  # Z^T
         yv = tile.yv
-        sbar_t = p * (z - xv[C1][:, None] - xv[C2][:, None] * yv[R1][None, :] - yv[R2][None, :] * xv[C3][:, None]
-                      - xv[C4][:, None] * yv[R3][None, :])
+        sbar_t = p * (xv[F][:, None] * (z - xv[C1][:, None]) - xv[C2][:, None] * yv[R1][None, :]
+                      - yv[R2][None, :] * xv[C3][:, None] - xv[C4][:, None] * yv[R3][None, :])
         return acc + _dot_nn(sbar_t, y_ref[tile.sl, :], ln)
 
     dk_ref[...] = lax.fori_loop(*_tile_range(ln, x0), body, jnp.zeros(dk_ref.shape, jnp.float32)) * ln.scale
@@ -520,25 +541,27 @@ def matvec(ln: Launch, x, xv, y, yv, cache=None):
 
 
 def col_gv_dv(ln: Launch, k, kv, v, q, qv, g, cache=None):
-    """Column owner (ln oriented keys x queries). kv [BH, 2, Lk] (mask, v2), qv [BH, 2, Lq]
-    (mask, u2), v [BH, Lk, e], g [BH, Lq, e] -> (g_v [BH, Lk], dV [BH, Lk, e]) float32."""
-    gv, dv = _call(_col_gv_dv_kernel, ln, "col_gv_dv",
-                   [(k, "x", "tok"), (kv, "x", "vec"), (v, "x", "tok"), (q, "y", "tok"), (qv, "y", "vec"),
-                    (g, "y", "tok")], [("vec",), ("tok", g.shape[2])], cache)
-    return gv[:, 0], dv
+    """Column owner (ln oriented keys x queries). kv [BH, 2, Lk] (mask, v2), qv [BH, 3, Lq]
+    (mask, u2, alpha), v [BH, Lk, e], g [BH, Lq, e] -> (g_v [BH, Lk], dV [BH, Lk, e], colsum(P)
+    [BH, Lk], colsum(alpha_i P) [BH, Lk]) float32, all of the raw P = exp(S + u2 + v2)."""
+    gv, dv, cs, csa = _call(_col_gv_dv_kernel, ln, "col_gv_dv",
+                            [(k, "x", "tok"), (kv, "x", "vec"), (v, "x", "tok"), (q, "y", "tok"), (qv, "y", "vec"),
+                             (g, "y", "tok")], [("vec",), ("tok", g.shape[2]), ("vec",), ("vec",)], cache)
+    return gv[:, 0], dv, cs[:, 0], csa[:, 0]
 
 
 def row_ubar2(ln: Launch, q, qv, g, k, kv, v, cache=None):
-    """rowsum(P * (Z - w2_j)). qv [BH, 2, Lq] (mask, u2), kv [BH, 3, Lk] (mask, v2, w2) -> [BH, Lq]."""
-    (out,) = _call(_row_ubar2_kernel, ln, "row_ubar2",
-                   [(q, "x", "tok"), (qv, "x", "vec"), (g, "x", "tok"), (k, "y", "tok"), (kv, "y", "vec"),
-                    (v, "y", "tok")], [("vec",)], cache)
-    return out[:, 0]
+    """rowsum(P * f_j (Z - w2_j)), rowsum(P beta_j), rowsum(P delta_j). qv [BH, 2, Lq] (mask, u2),
+    kv [BH, 6, Lk] (mask, v2, w2, f22, beta, delta) -> three [BH, Lq]."""
+    out, rb, rd = _call(_row_ubar2_kernel, ln, "row_ubar2",
+                        [(q, "x", "tok"), (qv, "x", "vec"), (g, "x", "tok"), (k, "y", "tok"), (kv, "y", "vec"),
+                         (v, "y", "tok")], [("vec",), ("vec",), ("vec",)], cache)
+    return out[:, 0], rb[:, 0], rd[:, 0]
 
 
 def row_dq(ln: Launch, q, qv, g, k, kv, v, cache=None):
-    """Row owner: ubar1 and dQ. qv [BH, 6, Lq] (mask, u2, x2, alpha, 1/a, extra), kv [BH, 6, Lk]
-    (mask, v2, w2, beta, beta w1, delta) -> (dQ [BH, Lq, d] float32, ubar1 [BH, Lq])."""
+    """Row owner: ubar1 and dQ. qv [BH, 6, Lq] (mask, u2, x2, alpha, ar10/a, extra), kv [BH, 7, Lk]
+    (mask, v2, w2, beta, c3, delta, f22) -> (dQ [BH, Lq, d] float32, ubar1 [BH, Lq])."""
     dq, ub1 = _call(_row_dq_kernel, ln, "row_dq",
                     [(q, "x", "tok"), (qv, "x", "vec"), (g, "x", "tok"), (k, "y", "tok"), (kv, "y", "vec"),
                      (v, "y", "tok")], [("tok", q.shape[2]), ("vec",)], cache)
@@ -546,7 +569,7 @@ def row_dq(ln: Launch, q, qv, g, k, kv, v, cache=None):
 
 
 def col_dk(ln: Launch, k, kv, v, q, qv, g, cache=None):
-    """Column owner: dK. kv [BH, 6, Lk] (mask, v2, w2, beta, beta w1, delta), qv [BH, 5, Lq]
+    """Column owner: dK. kv [BH, 7, Lk] (mask, v2, w2, beta, c3, delta, f22), qv [BH, 5, Lq]
     (mask, u2, x2, alpha, x1) -> dK [BH, Lk, d] float32."""
     (dk,) = _call(_col_dk_kernel, ln, "col_dk",
                   [(k, "x", "tok"), (kv, "x", "vec"), (v, "x", "tok"), (q, "y", "tok"), (qv, "y", "vec"),

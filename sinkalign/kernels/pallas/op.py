@@ -14,14 +14,20 @@ Backward sweeps (``P = P^(2,2)``, ``Z = G V^T``, ``alpha = exp(u1 - u2)``,
 ``beta = exp(v1 - v2)``, ``delta = exp(v0 - v2)``; row owners and column owners each write
 their own outputs, so there are no atomics):
 
-1. column owner: ``g_v = colsum(P * Z)``, ``dV = P^T G``;            ``w2 = g_v / b``
-2. row owner:    ``ubar2 = rowsum(P * (Z - w2_j))`` (= g_u - P w2);   ``x2 = ubar2 / a``
-3. column owner: ``vbar1 = -beta * P^T x2``;                          ``c3 = beta vbar1 / b``
-4. row owner:    ``ubar1 = -alpha * P c3`` then, in the same program, ``x1 = alpha ubar1 / a``
+1. column owner: ``g_v = f22 colsum(P * Z)``, ``dV = f22 P^T G``, and ``colsum(P)``,
+   ``colsum(alpha_i P)``;                                       ``w2 = g_v / b``, ``f22``, ``bc11``
+2. row owner:    ``ubar2 = rowsum(P * f22_j (Z - w2_j))``, and ``rowsum(P beta_j)``,
+   ``rowsum(P delta_j)``;                                       ``x2 = r21 ubar2 / a``, ``r21``, ``ar10``
+3. column owner: ``vbar1 = -beta * P^T x2``;                          ``c3 = bc11 vbar1 / b``
+4. row owner:    ``ubar1 = -alpha * P c3`` then, in the same program, ``x1 = ar10 ubar1 / a``
    and ``dQ = Sbar K / (sqrt(d) eps)``
 5. column owner: ``dK = Sbar^T Q / (sqrt(d) eps)``
 
-with ``Sbar = P * (Z - w2_j - beta_j x2_i - alpha_i c3_j - delta_j x1_i)``.
+with ``Sbar = P * (f22_j (Z - w2_j) - beta_j x2_i - alpha_i c3_j - delta_j x1_i)``. The factors
+bring each tail plan rebuilt from float32 duals back to its half-step's sums, as the reference
+does (:func:`sinkalign.sinkhorn.core._adjoint`): ``f22`` the columns of P^(2,2) to b, ``r21``
+the rows of P^(2,1) = P beta_j to a, ``bc11`` the columns of P^(1,1) (= beta in exact arithmetic),
+``ar10`` the rows of P^(1,0) (= alpha); each sum rides along a sweep that precedes its use.
 
 Supports. The largest piece of the :class:`~sinkalign.sinkhorn.support.Support` (the band,
 or the single dense piece of the balanced problem and of the ``paper`` dustbin variant, a
@@ -226,21 +232,23 @@ class _Main:
     def output(self, u, v):
         return K.output(self.ln, self.q, self.qvec(u), self.k, self.kvec(v), self.v, self.cache)
 
-    def gv_dv(self, u, v):
-        return K.col_gv_dv(self.ln.swap(), self.k, self.kvec(v), self.v, self.q, self.qvec(u), self.g, self.cache)
+    def gv_dv(self, u, v, alpha):
+        return K.col_gv_dv(self.ln.swap(), self.k, self.kvec(v), self.v, self.q, self.qvec(u, alpha), self.g,
+                           self.cache)
 
-    def ubar2(self, u, v, w2):
-        return K.row_ubar2(self.ln, self.q, self.qvec(u), self.g, self.k, self.kvec(v, w2), self.v, self.cache)
+    def ubar2(self, u, v, w2, f22, beta, delta):
+        return K.row_ubar2(self.ln, self.q, self.qvec(u), self.g, self.k, self.kvec(v, w2, f22, beta, delta), self.v,
+                           self.cache)
 
     def col_matvec(self, u, v, x):
         return K.matvec(self.ln.swap(), self.k, self.kvec(v), self.q, self.qvec(u, x), self.cache)
 
-    def dq(self, u, v, x2, alpha, inv_a, extra, w2, beta, c3, delta):
-        return K.row_dq(self.ln, self.q, self.qvec(u, x2, alpha, inv_a, extra), self.g, self.k,
-                        self.kvec(v, w2, beta, c3, delta), self.v, self.cache)
+    def dq(self, u, v, x2, alpha, ar_inv_a, extra, w2, beta, c3, delta, f22):
+        return K.row_dq(self.ln, self.q, self.qvec(u, x2, alpha, ar_inv_a, extra), self.g, self.k,
+                        self.kvec(v, w2, beta, c3, delta, f22), self.v, self.cache)
 
-    def dk(self, u, v, x2, alpha, x1, w2, beta, c3, delta):
-        return K.col_dk(self.ln.swap(), self.k, self.kvec(v, w2, beta, c3, delta), self.v, self.q,
+    def dk(self, u, v, x2, alpha, x1, w2, beta, c3, delta, f22):
+        return K.col_dk(self.ln.swap(), self.k, self.kvec(v, w2, beta, c3, delta, f22), self.v, self.q,
                         self.qvec(u, x2, alpha, x1), self.g, self.cache)
 
 
@@ -344,6 +352,8 @@ def _backward(st: _Static, q, k, v, qv, kv, la, lb, duals, g):
     v0, u1, v1, u2, v2 = duals
     lq, lk, d, dv = q.shape[1], k.shape[1], q.shape[2], v.shape[2]
     row_active, col_active = _activity(st.support, qv, kv)
+    a = jnp.where(row_active, jnp.exp(la.astype(_F32)), 0.0)
+    b = jnp.where(col_active, jnp.exp(lb.astype(_F32)), 0.0)
     inv_a = jnp.where(row_active, jnp.exp(-la.astype(_F32)), 0.0)
     inv_b = jnp.where(col_active, jnp.exp(-lb.astype(_F32)), 0.0)
     alpha, beta, delta = jnp.exp(u1 - u2), jnp.exp(v1 - v2), jnp.exp(v0 - v2)
@@ -355,38 +365,52 @@ def _backward(st: _Static, q, k, v, qv, kv, la, lb, duals, g):
         vt = v[:, p.c0 : p.c0 + p.nc].astype(_F32)
         thin.append((t, t.plan(u2, v2), jnp.einsum("hie,hje->hij", gt, vt, precision=_HI), gt))
 
-    # 1. g_v = colsum(P * Z), dV = P^T G
-    gv_m, dv_m = main.gv_dv(u2, v2)
+    def to(mass, sums):  # the factor that brings sums to mass (0 on an empty row or column)
+        return jnp.where(sums > 0, mass / jnp.where(sums > 0, sums, 1.0), 0.0)
+
+    # Each tail plan is brought back to its half-step's sums (rows to a, columns to b), as in
+    # sinkalign.sinkhorn.core._adjoint: P^(2,2) by f22 (columns), P^(2,1) = P beta_j by r21
+    # (rows), P^(1,1) = P alpha_i beta_j by bc11 / beta_j (columns), P^(1,0) = P alpha_i delta_j
+    # by ar10 / alpha_i (rows). The sums ride along the sweeps that precede their use.
+    # 1. g_v = f22 colsum(P * Z), dV = f22 P^T G; colsum(P) and colsum(alpha_i P)
+    gv_m, dv_m, cs_m, csa_m = main.gv_dv(u2, v2, alpha)
     g_v = main.put_cols(gv_m, lk)
     d_v = main.put_cols(dv_m[..., :dv], lk)
+    cs, csa = main.put_cols(cs_m, lk), main.put_cols(csa_m, lk)
     for t, P, Z, gt in thin:
         g_v = g_v + t.colsum(P * Z, lk)
         d_v = d_v + _place(jnp.einsum("hij,hie->hje", P, gt, precision=_HI), t.p.c0, lk)
+        cs, csa = cs + t.colsum(P, lk), csa + t.colsum(P * t.r(alpha), lk)
+    f22, bc11 = to(b, cs), to(b, csa)
+    g_v, d_v = f22 * g_v, f22[..., None] * d_v
     w2 = inv_b * g_v
-    # 2. ubar2 = rowsum(P * (Z - w2_j))
-    ubar2 = main.put_rows(main.ubar2(u2, v2, w2), lq)
+    # 2. ubar2 = rowsum(P * f22_j (Z - w2_j)); rowsum(P beta_j) and rowsum(P delta_j)
+    ub2_m, rb_m, rd_m = main.ubar2(u2, v2, w2, f22, beta, delta)
+    ubar2, rb, rd = (main.put_rows(x, lq) for x in (ub2_m, rb_m, rd_m))
     for t, P, Z, _ in thin:
-        ubar2 = ubar2 + t.rowsum(P * (Z - t.c(w2)), lq)
-    x2 = inv_a * ubar2
+        ubar2 = ubar2 + t.rowsum(P * t.c(f22) * (Z - t.c(w2)), lq)
+        rb, rd = rb + t.rowsum(P * t.c(beta), lq), rd + t.rowsum(P * t.c(delta), lq)
+    r21, ar10 = to(a, rb), to(a, rd)
+    x2 = r21 * inv_a * ubar2
     # 3. vbar1 = -beta * P^T x2
     pt_x2 = main.put_cols(main.col_matvec(u2, v2, x2), lk)
     for t, P, _, _ in thin:
         pt_x2 = pt_x2 + t.colsum(P * t.r(x2), lk)
-    c3 = beta * inv_b * (-beta * pt_x2)
+    c3 = bc11 * inv_b * (-beta * pt_x2)
     # 4. ubar1 = -alpha * P c3 (dustbin share passed in as `extra`), then dQ
     extra = jnp.zeros_like(u2)
     for t, P, _, _ in thin:
         extra = extra + t.rowsum(P * t.c(c3), lq)
-    dq_m, ub1_m = main.dq(u2, v2, x2, alpha, inv_a, extra, w2, beta, c3, delta)
+    dq_m, ub1_m = main.dq(u2, v2, x2, alpha, ar10 * inv_a, extra, w2, beta, c3, delta, f22)
     in_main = np.zeros(lq, bool)
     in_main[main.p.r0 : main.p.r0 + main.p.nr] = True
     ubar1 = jnp.where(jnp.asarray(in_main), main.put_rows(ub1_m, lq), -alpha * extra)
-    x1 = alpha * inv_a * ubar1
+    x1 = ar10 * inv_a * ubar1
     d_q = main.put_rows(dq_m[..., :d], lq)
     # 5. dK
-    d_k = main.put_cols(main.dk(u2, v2, x2, alpha, x1, w2, beta, c3, delta)[..., :d], lk)
+    d_k = main.put_cols(main.dk(u2, v2, x2, alpha, x1, w2, beta, c3, delta, f22)[..., :d], lk)
     for t, P, Z, _ in thin:
-        sbar = P * (Z - t.c(w2) - t.c(beta) * t.r(x2) - t.r(alpha) * t.c(c3) - t.c(delta) * t.r(x1))
+        sbar = P * (t.c(f22) * (Z - t.c(w2)) - t.c(beta) * t.r(x2) - t.r(alpha) * t.c(c3) - t.c(delta) * t.r(x1))
         d_q = d_q + _place(jnp.einsum("hij,hjd->hid", sbar, t.ks, precision=_HI) * main.ln.scale, t.p.r0, lq)
         d_k = d_k + _place(jnp.einsum("hij,hid->hjd", sbar, t.qs, precision=_HI) * main.ln.scale, t.p.c0, lk)
     # the log marginals: each tail step adds log a (log b) to its duals on the active rows (columns)
