@@ -35,14 +35,18 @@ Kernels:
   on rows with no active entry), for callers that merge other support pieces (dustbins).
 * :func:`output_kernel` -- ``O = P V`` with ``P = exp(S + u_i + v_j)`` on the support.
 * :func:`plan_matvec_kernel` -- ``out_x = sum_y P_xy w_y`` (either orientation).
-* :func:`bwd_col_gv_dv_kernel` -- column owner: ``g_v = colsum(P * Z)``, ``dV = P^T G``.
-* :func:`bwd_row_ubar2_kernel` -- row owner: ``ubar2 = rowsum(P * (Z - w2_j))``.
+* :func:`bwd_col_gv_dv_kernel` -- column owner: ``g_v = colsum(P * Z)``, ``dV = P^T G``, and
+  ``colsum(P)``, ``colsum(alpha_i P)``.
+* :func:`bwd_row_ubar2_kernel` -- row owner: ``ubar2 = rowsum(P * f_j (Z - w2_j))``, and
+  ``rowsum(P beta_j)``, ``rowsum(P delta_j)``.
 * :func:`bwd_row_dq_kernel` -- row owner: ``ubar1`` and ``dQ`` in one sweep; an extra row
   vector (``EXTRA``, zeros without dustbins) is added to ``P (beta w1)`` before ``x1`` is formed.
 * :func:`bwd_col_dk_kernel` -- column owner: ``dK = Sbar^T Q``.
 
 Here ``P = P^(2,2)`` (the one reference tile), ``Z = G V^T`` and
-``Sbar = P * (Z - w2_j - beta_j x2_i - alpha_i beta_j w1_j - alpha_i delta_j x1_i)``;
+``Sbar = P * (f_j (Z - w2_j) - beta_j x2_i - alpha_i c3_j - ar_i delta_j x1_i)`` (``f``, ``c3``,
+``ar`` carry the plans' normalisations: each rebuilt tail plan brought back to its half-step's
+sums, as in :func:`sinkalign.sinkhorn.core._adjoint`);
 see :mod:`sinkalign.kernels.triton.op` for the vector recurrences between the sweeps.
 """
 
@@ -261,7 +265,8 @@ def plan_matvec_kernel(
 
 @triton.jit
 def bwd_col_gv_dv_kernel(
-    Q, K, V, G, U2, V2, QM, KM, GV, DVAL,  # G [BH, Lq, DV]; GV [BH, Lk] fp32; DVAL [BH, Lk, DV]
+    Q, K, V, G, U2, V2, ALPHA, QM, KM, GV, DVAL, CS, CSA,
+    # G [BH, Lq, DV]; ALPHA [BH, Lq]; GV, CS (colsum P), CSA (colsum alpha_i P) [BH, Lk] fp32; DVAL [BH, Lk, DV]
     Lq, Lk, H, W, scale,
     D: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr, PREC: tl.constexpr, DOT_T: tl.constexpr,
@@ -276,6 +281,8 @@ def bwd_col_gv_dv_kernel(
     v2 = _load_vec(V2, bh, Lk, offs_n, in_n)
     gv = tl.zeros([BLOCK_N], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_DV], tl.float32)
+    cs = tl.zeros([BLOCK_N], tl.float32)
+    csa = tl.zeros([BLOCK_N], tl.float32)
     ar_m = tl.arange(0, BLOCK_M).to(tl.int64)
     lo, hi = _band(n0, Lk, Lq, W, BLOCK_N, BLOCK_M)
     for m0 in range(lo, hi, BLOCK_M):
@@ -285,18 +292,24 @@ def bwd_col_gv_dv_kernel(
         q = _load_tile(Q, bh, Lq, offs_m, in_m, offs_d, D, DOT_T)  # [BM, BD]
         g = _load_tile(G, bh, Lq, offs_m, in_m, offs_e, DV, DOT_T)  # [BM, BDV]
         u2 = _load_vec(U2, bh, Lq, offs_m, in_m)
+        alpha = _load_vec(ALPHA, bh, Lq, offs_m, in_m)
         st = tl.dot(k, tl.trans(q), input_precision=PREC) * scale  # [BN, BM] = S^T tile
         pt = _plan(st, v2, u2, offs_n, offs_m, km, qm, W)  # P^T
         zt = tl.dot(val, tl.trans(g), input_precision=PREC)  # [BN, BM] = Z^T
         gv += tl.sum(pt * zt, axis=1)
         dv += _dot_rounded(pt, g, G, PREC, DOT_T)
+        cs += tl.sum(pt, axis=1)
+        csa += tl.sum(pt * alpha[None, :], axis=1)
     _store_vec(GV, bh, Lk, offs_n, in_n, gv)
     _store_tile(DVAL, bh, Lk, offs_n, in_n, offs_e, DV, dv)
+    _store_vec(CS, bh, Lk, offs_n, in_n, cs)
+    _store_vec(CSA, bh, Lk, offs_n, in_n, csa)
 
 
 @triton.jit
 def bwd_row_ubar2_kernel(
-    Q, K, V, G, U2, V2, W2, QM, KM, UBAR2,  # W2 [BH, Lk] = vbar2 / b; UBAR2 [BH, Lq]
+    Q, K, V, G, U2, V2, W2, F, BETA, DELTA, QM, KM, UBAR2, RB, RD,
+    # W2 [BH, Lk] = vbar2 / b, F = f22, BETA, DELTA [BH, Lk]; UBAR2, RB (rowsum P beta_j), RD (P delta_j) [BH, Lq]
     Lq, Lk, H, W, scale,
     D: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr, PREC: tl.constexpr, DOT_T: tl.constexpr,
@@ -310,6 +323,8 @@ def bwd_row_ubar2_kernel(
     g = _load_tile(G, bh, Lq, offs_m, in_m, offs_e, DV, DOT_T)  # [BM, BDV]
     u2 = _load_vec(U2, bh, Lq, offs_m, in_m)
     acc = tl.zeros([BLOCK_M], tl.float32)
+    rb = tl.zeros([BLOCK_M], tl.float32)
+    rd = tl.zeros([BLOCK_M], tl.float32)
     ar_n = tl.arange(0, BLOCK_N).to(tl.int64)
     lo, hi = _band(m0, Lq, Lk, W, BLOCK_M, BLOCK_N)
     for n0 in range(lo, hi, BLOCK_N):
@@ -320,17 +335,25 @@ def bwd_row_ubar2_kernel(
         val = _load_tile(V, bh, Lk, offs_n, in_n, offs_e, DV, DOT_T)  # [BN, BDV]
         v2 = _load_vec(V2, bh, Lk, offs_n, in_n)
         w2 = _load_vec(W2, bh, Lk, offs_n, in_n)
+        f = _load_vec(F, bh, Lk, offs_n, in_n)
+        beta = _load_vec(BETA, bh, Lk, offs_n, in_n)
+        delta = _load_vec(DELTA, bh, Lk, offs_n, in_n)
         s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale  # [BM, BN]
         p = _plan(s, u2, v2, offs_m, offs_n, qm, km, W)
         z = tl.dot(g, tl.trans(val), input_precision=PREC)  # [BM, BN]
-        acc += tl.sum(p * (z - w2[None, :]), axis=1)
+        acc += tl.sum(p * (f[None, :] * (z - w2[None, :])), axis=1)
+        rb += tl.sum(p * beta[None, :], axis=1)
+        rd += tl.sum(p * delta[None, :], axis=1)
     _store_vec(UBAR2, bh, Lq, offs_m, in_m, acc)
+    _store_vec(RB, bh, Lq, offs_m, in_m, rb)
+    _store_vec(RD, bh, Lq, offs_m, in_m, rd)
 
 
 @triton.jit
 def bwd_row_dq_kernel(
-    Q, K, V, G, U2, V2, W2, ALPHA, X2, BETA, W1, DELTA, INV_A, EXTRA, QM, KM, X1, DQ,
-    # ALPHA/X2/X1/EXTRA [BH, Lq]; V2/W2/BETA/W1/DELTA [BH, Lk]; INV_A [B, Lq]; DQ [BH, Lq, D]
+    Q, K, V, G, U2, V2, W2, ALPHA, X2, BETA, C3, DELTA, F, AR, INV_A, EXTRA, QM, KM, X1, DQ,
+    # ALPHA/X2/AR/X1/EXTRA [BH, Lq]; V2/W2/BETA/C3/DELTA/F [BH, Lk]; INV_A [B, Lq]; DQ [BH, Lq, D]
+    # (C3 = bc11 vbar1 / b, F = f22, AR = ar10: the plans' normalisations, see op.py)
     Lq, Lk, H, W, scale,
     D: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr, PREC: tl.constexpr, DOT_T: tl.constexpr,
@@ -345,10 +368,11 @@ def bwd_row_dq_kernel(
     u2 = _load_vec(U2, bh, Lq, offs_m, in_m)
     alpha = _load_vec(ALPHA, bh, Lq, offs_m, in_m)
     x2 = _load_vec(X2, bh, Lq, offs_m, in_m)
-    # sum_j P_ij beta_j w1_j, started from EXTRA: the share of support pieces outside the kernel
+    ar = _load_vec(AR, bh, Lq, offs_m, in_m)
+    # sum_j P_ij c3_j, started from EXTRA: the share of support pieces outside the kernel
     # (dustbin columns), so that x1 is complete before Sbar is formed below (0 without them)
     r = _load_vec(EXTRA, bh, Lq, offs_m, in_m)
-    acc_a = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)  # sum_j P_ij (Z_ij - w2_j - beta_j x2_i - alpha_i beta_j w1_j) K_j
+    acc_a = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)  # sum_j P_ij (f_j (Z_ij - w2_j) - beta_j x2_i - alpha_i c3_j) K_j
     acc_c = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)  # sum_j P_ij delta_j K_j
     ar_n = tl.arange(0, BLOCK_N).to(tl.int64)
     lo, hi = _band(m0, Lq, Lk, W, BLOCK_M, BLOCK_N)
@@ -361,26 +385,26 @@ def bwd_row_dq_kernel(
         v2 = _load_vec(V2, bh, Lk, offs_n, in_n)
         w2 = _load_vec(W2, bh, Lk, offs_n, in_n)
         beta = _load_vec(BETA, bh, Lk, offs_n, in_n)
-        w1 = _load_vec(W1, bh, Lk, offs_n, in_n)
+        c3 = _load_vec(C3, bh, Lk, offs_n, in_n)
         delta = _load_vec(DELTA, bh, Lk, offs_n, in_n)
+        f = _load_vec(F, bh, Lk, offs_n, in_n)
         s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale  # [BM, BN]
         p = _plan(s, u2, v2, offs_m, offs_n, qm, km, W)
         z = tl.dot(g, tl.trans(val), input_precision=PREC)  # [BM, BN]
-        bw1 = beta * w1
-        r += tl.sum(p * bw1[None, :], axis=1)
-        sb = p * (z - w2[None, :] - x2[:, None] * beta[None, :] - alpha[:, None] * bw1[None, :])
+        r += tl.sum(p * c3[None, :], axis=1)
+        sb = p * (f[None, :] * (z - w2[None, :]) - x2[:, None] * beta[None, :] - alpha[:, None] * c3[None, :])
         acc_a += _dot_rounded(sb, k, K, PREC, DOT_T)
         acc_c += _dot_rounded(p * delta[None, :], k, K, PREC, DOT_T)
     inv_a = _load_vec(INV_A, b, Lq, offs_m, in_m)
     x1 = -alpha * r * inv_a  # ubar1 / a
-    dq = (acc_a - (alpha * x1)[:, None] * acc_c) * scale
+    dq = (acc_a - (ar * x1)[:, None] * acc_c) * scale
     _store_vec(X1, bh, Lq, offs_m, in_m, x1)
     _store_tile(DQ, bh, Lq, offs_m, in_m, offs_d, D, dq)
 
 
 @triton.jit
 def bwd_col_dk_kernel(
-    Q, K, V, G, U2, V2, W2, ALPHA, X2, BETA, W1, DELTA, X1, QM, KM, DK,  # DK [BH, Lk, D]
+    Q, K, V, G, U2, V2, W2, ALPHA, X2, BETA, C3, DELTA, F, AR, X1, QM, KM, DK,  # DK [BH, Lk, D]
     Lq, Lk, H, W, scale,
     D: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr, PREC: tl.constexpr, DOT_T: tl.constexpr,
@@ -395,9 +419,9 @@ def bwd_col_dk_kernel(
     v2 = _load_vec(V2, bh, Lk, offs_n, in_n)
     w2 = _load_vec(W2, bh, Lk, offs_n, in_n)
     beta = _load_vec(BETA, bh, Lk, offs_n, in_n)
-    w1 = _load_vec(W1, bh, Lk, offs_n, in_n)
+    c3 = _load_vec(C3, bh, Lk, offs_n, in_n)
     delta = _load_vec(DELTA, bh, Lk, offs_n, in_n)
-    bw1 = beta * w1
+    f = _load_vec(F, bh, Lk, offs_n, in_n)
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     ar_m = tl.arange(0, BLOCK_M).to(tl.int64)
     lo, hi = _band(n0, Lk, Lq, W, BLOCK_N, BLOCK_M)
@@ -411,11 +435,12 @@ def bwd_col_dk_kernel(
         alpha = _load_vec(ALPHA, bh, Lq, offs_m, in_m)
         x2 = _load_vec(X2, bh, Lq, offs_m, in_m)
         x1 = _load_vec(X1, bh, Lq, offs_m, in_m)
+        ar = _load_vec(AR, bh, Lq, offs_m, in_m)
         st = tl.dot(k, tl.trans(q), input_precision=PREC) * scale  # [BN, BM]
         pt = _plan(st, v2, u2, offs_n, offs_m, km, qm, W)
         zt = tl.dot(val, tl.trans(g), input_precision=PREC)  # [BN, BM]
-        sbt = pt * (zt - w2[:, None] - beta[:, None] * x2[None, :] - bw1[:, None] * alpha[None, :]
-                    - delta[:, None] * (alpha * x1)[None, :])
+        sbt = pt * (f[:, None] * (zt - w2[:, None]) - beta[:, None] * x2[None, :] - c3[:, None] * alpha[None, :]
+                    - delta[:, None] * (ar * x1)[None, :])
         dk += _dot_rounded(sbt, q, Q, PREC, DOT_T)
     # tl.store, not _store_tile: dk * scale is formed after the pointers, which keeps the compiled instruction order
     tl.store(_tile_ptrs(DK, bh, Lk, offs_n, offs_d, D), (dk * scale).to(DK.dtype.element_ty),

@@ -290,20 +290,42 @@ class _SinkhornTail2(torch.autograd.Function):
                 vt = _flat(v)[:, t.c0 : t.c0 + t.nc].float()  # [BH, nc, DV]
                 thin.append((t, t.plan(u2, v2), (gt[:, :, None, :] * vt[:, None, :, :]).sum(-1), gt))
 
-        # 1. g_v = colsum(P * Z), dV = P^T G
-        g_v = torch.empty_like(v2)
-        dv = torch.empty_like(v, dtype=acc_t)
-        lc.kernel("bwd_col_gv_dv")[lc.cols(lc.BN)](q, k, v, g, u2, v2, qm, km, g_v, dv, *sizes, **dims)
+        a_bh = torch.where(row_on, torch.exp(log_a), 0.0).repeat_interleave(lc.H, dim=0)  # [BH, Lq]
+        b_bh = torch.where(col_on, torch.exp(log_b), 0.0).repeat_interleave(lc.H, dim=0)  # [BH, Lk]
+
+        def to(mass, sums):  # the factor that brings sums to mass (0 on an empty row or column)
+            return torch.where(sums > 0, mass / torch.where(sums > 0, sums, 1.0), 0.0)
+
+        # Each tail plan is brought back to its half-step's sums (rows to a, columns to b), as in
+        # sinkalign.sinkhorn.core._adjoint: P^(2,2) by f22 (columns), P^(2,1) = P beta_j by r21
+        # (rows), P^(1,1) = P alpha_i beta_j by bc11 / beta_j (columns), P^(1,0) = P alpha_i delta_j
+        # by ar10 / alpha_i (rows); the sums ride along the sweeps that precede their use.
+        # 1. g_v = f22 colsum(P * Z), dV = f22 P^T G; colsum(P), colsum(alpha_i P)
+        g_v, cs, csa = torch.empty_like(v2), torch.empty_like(v2), torch.empty_like(v2)
+        dv = torch.empty_like(v, dtype=torch.float32)
+        lc.kernel("bwd_col_gv_dv")[lc.cols(lc.BN)](q, k, v, g, u2, v2, alpha, qm, km, g_v, dv, cs, csa, *sizes,
+                                                   **dims)
         for t, P, Z, gt in thin:
             g_v += t.colsum(P * Z)
             t.add_cols(_flat(dv), P, gt)
+            cs += t.colsum(P)
+            csa += t.colsum(P * t.r(alpha))
+        f22, bc11 = to(b_bh, cs), to(b_bh, csa)
+        g_v = g_v * f22
+        dv = (_flat(dv) * f22[:, :, None]).view(dv.shape)
+        if db is None:
+            dv = dv.to(v.dtype)
         w2 = g_v * inv_b
-        # 2. ubar2 = rowsum(P * (Z - w2_j))
-        ubar2 = torch.empty_like(u2)
-        lc.kernel("bwd_row_ubar2")[lc.rows(lc.BM)](q, k, v, g, u2, v2, w2, qm, km, ubar2, *sizes, **dims)
+        # 2. ubar2 = rowsum(P * f22_j (Z - w2_j)); rowsum(P beta_j), rowsum(P delta_j)
+        ubar2, rb, rd = torch.empty_like(u2), torch.empty_like(u2), torch.empty_like(u2)
+        lc.kernel("bwd_row_ubar2")[lc.rows(lc.BM)](q, k, v, g, u2, v2, w2, f22, beta, delta, qm, km, ubar2, rb, rd,
+                                                   *sizes, **dims)
         for t, P, Z, _ in thin:
-            ubar2 += t.rowsum(P * (Z - t.c(w2)))
-        x2 = ubar2 * inv_a_bh
+            ubar2 += t.rowsum(P * t.c(f22) * (Z - t.c(w2)))
+            rb += t.rowsum(P * t.c(beta))
+            rd += t.rowsum(P * t.c(delta))
+        r21, ar10 = to(a_bh, rb), to(a_bh, rd)
+        x2 = r21 * ubar2 * inv_a_bh
         # 3. vbar1 = -beta * P^T x2
         p_t_x2 = torch.empty_like(v2)
         lc.kernel("plan_matvec")[lc.cols(lc.BN)](k, q, v2, u2, x2, km, qm, p_t_x2, lc.Lk, lc.Lq, lc.H, lc.W,
@@ -311,25 +333,24 @@ class _SinkhornTail2(torch.autograd.Function):
                                                  PREC=lc.prec, DOT_T=lc.dot_t, **lc.opts)
         for t, P, _, _ in thin:
             p_t_x2 += t.colsum(P * t.r(x2))
-        w1 = -beta * p_t_x2 * inv_b
-        # 4. ubar1 = -alpha * P (beta w1) -> x1 and dQ in one sweep; the dustbins' share of
-        #    P (beta w1) goes in as `extra` so that x1 is complete inside the sweep
+        c3 = -bc11 * beta * p_t_x2 * inv_b  # bc11 vbar1 / b (beta vbar1 / b unnormalised)
+        # 4. ubar1 = -alpha * P c3 -> x1 and dQ in one sweep; the dustbins' share of P c3 goes in
+        #    as `extra` so that x1 is complete inside the sweep
         extra = torch.zeros_like(u2)
         for t, P, _, _ in thin:
-            extra += t.rowsum(P * t.c(beta * w1))
+            extra += t.rowsum(P * t.c(c3))
         x1 = torch.empty_like(u2)
         dq = torch.empty_like(q, dtype=acc_t)
-        lc.kernel("bwd_row_dq")[lc.rows(lc.BM)](q, k, v, g, u2, v2, w2, alpha, x2, beta, w1, delta, inv_a, extra,
-                                                qm, km, x1, dq, *sizes, **dims)
+        lc.kernel("bwd_row_dq")[lc.rows(lc.BM)](q, k, v, g, u2, v2, w2, alpha, x2, beta, c3, delta, f22, ar10, inv_a,
+                                                extra, qm, km, x1, dq, *sizes, **dims)
         # 5. dK = Sbar^T Q
         dk = torch.empty_like(k, dtype=acc_t)
-        lc.kernel("bwd_col_dk")[lc.cols(lc.BN)](q, k, v, g, u2, v2, w2, alpha, x2, beta, w1, delta, x1, qm, km,
-                                                dk, *sizes, **dims)
+        lc.kernel("bwd_col_dk")[lc.cols(lc.BN)](q, k, v, g, u2, v2, w2, alpha, x2, beta, c3, delta, f22, ar10, x1,
+                                                qm, km, dk, *sizes, **dims)
         if thin:
-            bw1 = beta * w1
             for t, P, Z, _ in thin:
-                sbar = P * (Z - t.c(w2) - t.c(beta) * t.r(x2) - t.r(alpha) * t.c(bw1)
-                            - t.r(alpha) * t.c(delta) * t.r(x1))
+                sbar = P * (t.c(f22) * (Z - t.c(w2)) - t.c(beta) * t.r(x2) - t.r(alpha) * t.c(c3)
+                            - t.r(ar10) * t.c(delta) * t.r(x1))
                 t.add_rows(_flat(dq), sbar * lc.scale, t.ks)
                 t.add_cols(_flat(dk), sbar * lc.scale, t.qs)
             dq, dk, dv = dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
