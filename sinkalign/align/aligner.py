@@ -928,6 +928,8 @@ class Aligner:
         if self._jax_plans is None:
             import jax
 
+            # an unpickled copy holds its parameters as NumPy arrays (__getstate__): on the device once
+            self.params = jax.device_put(self.params)
             enable_compilation_cache()
             run_cfg = self.config.replace(backend=self.backend)
 
@@ -977,8 +979,6 @@ class Aligner:
     def _jax_dispatch(self, chunk):
         """Start the solve of one chunk's dense pairs (JAX dispatches asynchronously); returns
         their rows, or ``None`` when every pair of the chunk is banded."""
-        import jax
-
         chunk = [item for item in chunk if not self._banded(item)]
         if not chunk:
             return None
@@ -986,8 +986,6 @@ class Aligner:
         feats = self._features([q for _, q, _, _ in chunk] + [t for _, _, _, t in chunk])
         n = len(chunk)
         items = [(q, t, feats[i], feats[n + i], None) for i, (_, q, _, t) in enumerate(chunk)]
-        if any(isinstance(leaf, np.ndarray) for leaf in jax.tree_util.tree_leaves(self.params)):
-            self.params = jax.device_put(self.params)  # an unpickled copy (__getstate__): on the device once
         return self._plans_fn()(self.params, M.make_batch(items, self.config, lq, lt))
 
     def _jax_results(self, pairs, batch_size, keep_plan):
@@ -1123,7 +1121,7 @@ class Aligner:
         if kill is not None:
             kill()
         else:
-            for proc in list((getattr(pool, "_processes", None) or {}).values()):
+            for proc in _pool_processes(pool):
                 proc.kill()
         pool.shutdown(wait=False, cancel_futures=True)
         _remove(path)
@@ -1138,7 +1136,7 @@ class Aligner:
         """Pickled (e.g. for a worker process): no worker processes, nothing compiled, no
         embedder (rebuilt on use; a worker process computes no features), an empty sequence
         cache, and the parameters as NumPy arrays (the same values), put on JAX's device when
-        the copy first solves with the jax engine: unpickling device arrays starts JAX's
+        the copy builds its compiled forward pass (:meth:`_plans_fn`): unpickling device arrays starts JAX's
         backend, so each worker process, which only decodes, held an accelerator context of its
         own (GPU memory, seconds of start, and on a GPU whose memory JAX preallocates, a
         failure)."""
@@ -1195,11 +1193,16 @@ def _in_worker(name: str, args: tuple) -> list:
 WORKER_POLL_S = 1.0  # how often a wait for a worker process's result checks that the workers live
 
 
+def _pool_processes(pool: ProcessPoolExecutor) -> list:
+    """The processes of ``pool`` (the executor's own record of them; none once it has dropped it)."""
+    return list((getattr(pool, "_processes", None) or {}).values())
+
+
 def _exit_codes(pool: ProcessPoolExecutor, wait_s: float = 0.0) -> list[int]:
     """The exit codes of the processes of ``pool`` that have exited (negative: killed by that
     signal), after waiting up to ``wait_s`` in all for them to end: a broken pool's futures fail
     as soon as one process's pipe closes, which can be before the process has exited."""
-    procs = list((getattr(pool, "_processes", None) or {}).values())
+    procs = _pool_processes(pool)
     deadline = time.monotonic() + wait_s
     for proc in procs:
         if wait_s > 0:

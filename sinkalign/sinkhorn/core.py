@@ -195,6 +195,13 @@ class TailAdjoint(NamedTuple):
     v_bar: list
 
 
+def normalising_factor(mass, sums):
+    """The factor that brings a plan's row or column ``sums`` back to their ``mass`` (0 where
+    either is 0: an inactive or empty row or column). Used by every backward that rebuilds tail
+    plans from float32 duals (this module's and the Pallas kernels')."""
+    return jnp.where(sums > 0, mass / jnp.where(sums > 0, sums, 1.0), 0.0)
+
+
 def _adjoint(q, k, v, prob, us, vs, g, support, cfg, mode) -> TailAdjoint:
     """Propositions 1 and 2. ``us`` = [u^(0..R)], ``vs`` = [v^(0..R)] (raw tail duals)."""
     R = cfg.tail
@@ -216,10 +223,7 @@ def _adjoint(q, k, v, prob, us, vs, g, support, cfg, mode) -> TailAdjoint:
     inv_a = jnp.where(prob.row_active, jnp.exp(-prob.log_a), 0.0)
     inv_b = jnp.where(prob.col_active, jnp.exp(-prob.log_b), 0.0)
 
-    def to(mass, sums):
-        """The factor that brings ``sums`` to ``mass`` (0 where either is 0: an empty row or column)."""
-        return jnp.where(sums > 0, mass / jnp.where(sums > 0, sums, 1.0), 0.0)
-
+    to = normalising_factor
     # Each tail plan is one half-step's: P^(t,t-1) = exp(S + u^t + v^(t-1)) has rows summing to a
     # (u^t = log a - LSE_j), P^(t,t) columns summing to b. Rebuilt from the stored duals, whose
     # float32 rounding (up to |u| 2^-24, |u| ~ max|S|) scales a whole row or column, a plan is

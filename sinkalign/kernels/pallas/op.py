@@ -66,6 +66,7 @@ from sinkalign.kernels.pallas import kernels as K
 from sinkalign.kernels.pallas.kernels import BlockSizes, Launch
 from sinkalign.sinkhorn.checks import check_f32_dots, check_shapes
 from sinkalign.sinkhorn.config import SinkhornConfig
+from sinkalign.sinkhorn.core import normalising_factor
 from sinkalign.sinkhorn.support import Piece, Support
 
 __all__ = ["lower_native", "native_target", "sinkhorn_attention_pallas", "tail_duals", "tail_operator"]
@@ -365,9 +366,7 @@ def _backward(st: _Static, q, k, v, qv, kv, la, lb, duals, g):
         vt = v[:, p.c0 : p.c0 + p.nc].astype(_F32)
         thin.append((t, t.plan(u2, v2), jnp.einsum("hie,hje->hij", gt, vt, precision=_HI), gt))
 
-    def to(mass, sums):  # the factor that brings sums to mass (0 on an empty row or column)
-        return jnp.where(sums > 0, mass / jnp.where(sums > 0, sums, 1.0), 0.0)
-
+    to = normalising_factor
     # Each tail plan is brought back to its half-step's sums (rows to a, columns to b), as in
     # sinkalign.sinkhorn.core._adjoint: P^(2,2) by f22 (columns), P^(2,1) = P beta_j by r21
     # (rows), P^(1,1) = P alpha_i beta_j by bc11 / beta_j (columns), P^(1,0) = P alpha_i delta_j

@@ -312,9 +312,7 @@ class _SinkhornTail2(torch.autograd.Function):
             csa += t.colsum(P * t.r(alpha))
         f22, bc11 = to(b_bh, cs), to(b_bh, csa)
         g_v = g_v * f22
-        dv = (_flat(dv) * f22[:, :, None]).view(dv.shape)
-        if db is None:
-            dv = dv.to(v.dtype)
+        dv = (_flat(dv) * f22[:, :, None]).view(dv.shape).to(v.dtype)  # complete: the dustbins' share is in
         w2 = g_v * inv_b
         # 2. ubar2 = rowsum(P * f22_j (Z - w2_j)); rowsum(P beta_j), rowsum(P delta_j)
         ubar2, rb, rd = torch.empty_like(u2), torch.empty_like(u2), torch.empty_like(u2)
@@ -353,7 +351,7 @@ class _SinkhornTail2(torch.autograd.Function):
                             - t.r(ar10) * t.c(delta) * t.r(x1))
                 t.add_rows(_flat(dq), sbar * lc.scale, t.ks)
                 t.add_cols(_flat(dk), sbar * lc.scale, t.qs)
-            dq, dk, dv = dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+            dq, dk = dq.to(q.dtype), dk.to(k.dtype)
         d_log_a = d_log_b = None
         if ctx.needs_input_grad[5] or ctx.needs_input_grad[6]:
             # each tail step adds log a (log b) to its duals on the active rows (columns): the
