@@ -13,6 +13,11 @@ by every mode, and measures each against float64 ``autodiff`` of the same inputs
   eps = 1, R = 2; max|S| grows with the spread): max error of dQ, dK and dV relative to the
   gradient's largest entry.
 
+With ``--kernels`` it also measures the kernels in their interpreters (the tests'
+heterogeneous problem: L = 64, d = 16, band 10, eps = 1, token norms spread over ``--kernel-spreads``):
+the Pallas and Triton backwards against float64, beside float32 autodiff (JAX) and autograd
+(the Triton family's torch reference).
+
 Prints tables and writes JSON. A copy of this script in another checkout's ``benchmarks/``
 measures that checkout's operator, for a before/after (``_common`` puts the script's own checkout
 first on ``sys.path``, ahead of ``PYTHONPATH``).
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 from pathlib import Path
 
 import jax
@@ -80,10 +86,60 @@ def spreads(values, rows: list) -> None:
             print(f"{spread:6g} {max_s:8.0f} {mode:14s} {errs[0]:9.1e} {errs[1]:9.1e} {errs[2]:9.1e}", flush=True)
 
 
+def kernels(values, rows: list) -> None:
+    """The Pallas and Triton kernels (interpreters) on the heterogeneous problem of their tests."""
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
+    import torch
+
+    from sinkalign.kernels import pallas
+    from sinkalign.kernels.triton import sinkhorn_attention_ref, sinkhorn_attention_triton
+
+    print(f"\n{'spread':>6s} {'max|S|':>8s} {'method (float32)':22s} {'dQ':>9s} {'dK':>9s} {'dV':>9s}")
+    for spread in values:
+        rng = np.random.default_rng(2)
+        L, d = 64, 16
+        q, k = rng.normal(size=(2, 1, 1, L, d)) * np.exp(rng.uniform(0, np.log(spread), size=(2, 1, 1, L, 1)))
+        v, g = rng.normal(size=(2, 1, 1, L, 8))
+        q, k, v = (np.asarray(np.asarray(a, np.float32), np.float64) for a in (q, k, v))
+        max_s = float(np.abs(q[0, 0] @ k[0, 0].T).max() / 4)
+        kw = {"eps": 1.0, "n_iters": 15, "tail": 2, "band": 10}
+
+        def torch_grads(fn, dtype, **extra):
+            leaves = [torch.tensor(a, dtype=dtype, requires_grad=True) for a in (q, k, v)]
+            out = fn(*leaves, **kw, **extra)
+            return [x.detach().double().numpy() for x in torch.autograd.grad(out, leaves,
+                                                                             torch.tensor(g, dtype=out.dtype))]
+
+        def jax_grads(dtype, run):
+            f = lambda *x: jnp.sum(run(*x) * g.astype(dtype))  # noqa: E731
+            return [np.asarray(x, np.float64) for x in jax.grad(f, argnums=(0, 1, 2))(
+                *(jnp.asarray(a, dtype) for a in (q, k, v)))]
+
+        cfg = SinkhornConfig(eps=1.0, n_iters=15, band=10)
+        truth = torch_grads(sinkhorn_attention_ref, torch.float64)
+        blocks = pallas.BlockSizes(block_q=16, block_k=32)
+        methods = {
+            "torch autograd": lambda: torch_grads(sinkhorn_attention_ref, torch.float32),
+            "triton (interpreter)": lambda: torch_grads(sinkhorn_attention_triton, torch.float32, block_m=16,
+                                                        block_n=16),
+            "jax autodiff": lambda: jax_grads(jnp.float32, lambda *x: sinkhorn_attention(
+                *x, config=cfg.replace(backward="autodiff"))),
+            "pallas (interpreter)": lambda: jax_grads(jnp.float32, lambda *x: pallas.sinkhorn_attention_pallas(
+                *x, config=cfg, block_sizes=blocks, interpret=True)),
+        }
+        for name, run in methods.items():
+            errs = [float(np.abs(x - t).max() / np.abs(t).max()) for x, t in zip(run(), truth)]
+            rows.append({"spread": spread, "max_abs_score": max_s, "method": name, "dq": errs[0], "dk": errs[1],
+                         "dv": errs[2]})
+            print(f"{spread:6g} {max_s:8.0f} {name:22s} {errs[0]:9.1e} {errs[1]:9.1e} {errs[2]:9.1e}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--spreads", type=float, nargs="+", default=[1, 10, 30, 100])
     ap.add_argument("--no-sweep", action="store_true", help="only the heterogeneous problems")
+    ap.add_argument("--kernels", action="store_true", help="also the Pallas and Triton kernels (interpreters)")
+    ap.add_argument("--kernel-spreads", type=float, nargs="+", default=[30, 100])
     ap.add_argument("--json", type=Path, default=RESULTS)
     args = ap.parse_args()
     sweep_rows, spread_rows = [], []
@@ -97,6 +153,9 @@ def main() -> None:
         print("worst per mode:", {m: f"{e:.2e}" for m, e in by_mode.items()})
         payload["worst_per_mode"] = by_mode
     spreads(args.spreads, spread_rows)
+    if args.kernels:
+        payload["kernels"] = kernel_rows = []
+        kernels(args.kernel_spreads, kernel_rows)
     write_json(args.json, payload)
     print(f"wrote {args.json}")
 
