@@ -18,6 +18,12 @@ heterogeneous problem: L = 64, d = 16, band 10, eps = 1, token norms spread over
 the Pallas and Triton backwards against float64, beside float32 autodiff (JAX) and autograd
 (the Triton family's torch reference).
 
+With ``--triton-drift`` it measures why Triton's interpreted forward once erred more than the
+float32 reference at large scores (seeds 0-5, 30x spread): the base solve's duals with the
+column half-step's tiles formed as ``K Q^T`` (the native kernels' form) and as ``(Q K^T)^T``
+(``ROW_DOT``, the interpreter's form since the eighth session), against float64, per iteration,
+beside the float32 reference; and the share of a tile's entries where NumPy's two products differ.
+
 Prints tables and writes JSON. A copy of this script in another checkout's ``benchmarks/``
 measures that checkout's operator, for a before/after (``_common`` puts the script's own checkout
 first on ``sys.path``, ahead of ``PYTHONPATH``).
@@ -134,12 +140,96 @@ def kernels(values, rows: list) -> None:
             print(f"{spread:6g} {max_s:8.0f} {name:22s} {errs[0]:9.1e} {errs[1]:9.1e} {errs[2]:9.1e}", flush=True)
 
 
+def triton_drift(seeds, rows: list, spread: float = 30.0, iters: int = 15) -> None:
+    """Base-solve duals (15 centered iterations from v = 0, as the operator's forward) by the
+    Triton half-step kernel (interpreter) with ``ROW_DOT`` off and on, and by the float32 torch
+    reference, each against float64: max |v - v64| after iterations 1, 5, 10 and 15; and the
+    operator's output the same three ways."""
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
+    import torch
+
+    from sinkalign.kernels.triton import kernels as K
+    from sinkalign.kernels.triton import op
+    from sinkalign.kernels.triton.ref import _col_step, _row_step, band_support
+
+    tile = np.random.default_rng(0).normal(size=(2, 16, 16)).astype(np.float32) * 30
+    differ = float(np.mean(tile[0] @ tile[1].T != (tile[1] @ tile[0].T).T))
+    print(f"\nNumPy float32 16 x 16 x 16 products: Q K^T and (K Q^T)^T differ in {differ:.0%} of entries")
+    print(f"{'seed':>4s} {'max|S|':>7s} {'duals':22s} " + " ".join(f"{'it ' + str(i):>8s}" for i in (1, 5, 10, 15))
+          + f" {'output':>9s}  (duals: max abs error; output: relative to its largest entry)")
+    for seed in seeds:
+        rng = np.random.default_rng(seed)
+        L, d, band = 64, 16, 10
+        q, k = rng.normal(size=(2, 1, 1, L, d)) * np.exp(rng.uniform(0, np.log(spread), size=(2, 1, 1, L, 1)))
+        q32, k32 = (torch.tensor(np.asarray(a, np.float32)) for a in (q, k))
+        mask = torch.ones(1, L, dtype=torch.bool)
+        sup = band_support(mask, mask, band)  # [1, 1, L, L]
+        zero = torch.zeros(1, L, dtype=torch.float64)
+
+        def torch_duals(dtype):
+            s = (q32.to(dtype) @ k32.to(dtype).transpose(-1, -2)) / np.sqrt(d)
+            u = v = torch.zeros(1, 1, L, dtype=dtype)
+            out = []
+            for _ in range(iters):
+                u = _row_step(s, v, sup, mask[:, None], zero.to(dtype))
+                v = _col_step(s, u, sup, mask[:, None], zero.to(dtype))
+                c = u.sum(-1, keepdim=True) / L
+                v = v + c
+                out.append(v[0, 0].double())
+            return out
+
+        lc = op._Launch(q32, k32, k32, band, 1.0, True, 16, 16)
+        qf, kf = q32.reshape(1, L, d).contiguous(), k32.reshape(1, L, d).contiguous()
+        m8 = torch.ones(1, L, dtype=torch.int8)
+        logm = torch.zeros(1, L)
+
+        def triton_duals(row_dot):
+            v, out = torch.zeros(1, L), []
+            for _ in range(iters):
+                u = lc.half_step(qf, kf, v, m8, m8, logm, L, L, 16, 16)
+                v = torch.empty(1, L)
+                K.half_step_kernel[(L // 16, 1)](kf, qf, u, m8, m8, logm, v, L, L, 1, band, lc.scale, D=d,
+                                                 BLOCK_X=16, BLOCK_Y=16, BLOCK_D=lc.BD, PREC=lc.prec,
+                                                 DOT_T=lc.dot_t, ROW_DOT=row_dot)
+                v = v + u.sum(-1, keepdim=True) / L
+                out.append(v[0].double())
+            return out
+
+        # the operator's output (L = 64, dv = 8) with the column half-steps' tiles formed each way
+        from sinkalign.kernels.triton import sinkhorn_attention_ref, sinkhorn_attention_triton
+
+        v_tok = torch.tensor(np.asarray(rng.normal(size=(1, 1, L, 8)), np.float32))
+        kw = {"eps": 1.0, "n_iters": iters, "tail": 2, "band": band}
+        out64 = sinkhorn_attention_ref(q32.double(), k32.double(), v_tok.double(), **kw)
+        scale = float(out64.abs().max())
+        out_err = {"float32 reference": sinkhorn_attention_ref(q32, k32, v_tok, **kw)}
+        half_step = op._Launch.half_step
+        try:  # the native form in the interpreter: the column half-steps without ROW_DOT
+            op._Launch.half_step = lambda self, *a, cols=False, **k_: half_step(self, *a, **k_)
+            out_err["triton K Q^T"] = sinkhorn_attention_triton(q32, k32, v_tok, block_m=16, block_n=16, **kw)
+        finally:
+            op._Launch.half_step = half_step
+        out_err["triton (Q K^T)^T"] = sinkhorn_attention_triton(q32, k32, v_tok, block_m=16, block_n=16, **kw)
+        out_err = {name: float((o.double() - out64).abs().max()) / scale for name, o in out_err.items()}
+        exact = torch_duals(torch.float64)
+        max_s = float((q32[0, 0].double() @ k32[0, 0].double().T).abs().max()) / np.sqrt(d)
+        for name, got in (("float32 reference", torch_duals(torch.float32)),
+                          ("triton K Q^T", triton_duals(False)), ("triton (Q K^T)^T", triton_duals(True))):
+            errs = [float((g - e).abs().max()) for g, e in zip(got, exact)]
+            rows.append({"seed": seed, "spread": spread, "max_abs_score": max_s, "duals": name, "max_abs_error": errs,
+                         "output_error": out_err[name]})
+            print(f"{seed:4d} {max_s:7.0f} {name:22s} " + " ".join(f"{errs[i - 1]:8.1e}" for i in (1, 5, 10, 15))
+                  + f" {out_err[name]:9.1e}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--spreads", type=float, nargs="+", default=[1, 10, 30, 100])
     ap.add_argument("--no-sweep", action="store_true", help="only the heterogeneous problems")
     ap.add_argument("--kernels", action="store_true", help="also the Pallas and Triton kernels (interpreters)")
     ap.add_argument("--kernel-spreads", type=float, nargs="+", default=[30, 100])
+    ap.add_argument("--triton-drift", action="store_true",
+                    help="also the base-solve duals of Triton's interpreted half-steps, per iteration")
     ap.add_argument("--json", type=Path, default=RESULTS)
     args = ap.parse_args()
     sweep_rows, spread_rows = [], []
@@ -156,6 +246,9 @@ def main() -> None:
     if args.kernels:
         payload["kernels"] = kernel_rows = []
         kernels(args.kernel_spreads, kernel_rows)
+    if args.triton_drift:
+        payload["triton_drift"] = drift_rows = []
+        triton_drift(range(6), drift_rows)
     write_json(args.json, payload)
     print(f"wrote {args.json}")
 

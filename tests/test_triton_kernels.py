@@ -238,21 +238,26 @@ class KernelSuite:
     def test_float32_matches_float64_reference_slow(self, case):
         self._check_float32(case)
 
-    def test_float32_gradients_keep_autodiffs_accuracy_when_scores_are_large(self):
-        """The backward brings each rebuilt tail plan back to its half-step's sums, as the JAX
-        reference does (tests/test_sinkhorn_backward.py): with tokens whose norms span 100x
-        (max|S| over 2,000) each gradient stays within 3x of float32 autograd's error against
-        float64 (or 1e-5 of its scale); unnormalised, dQ and dK erred 9x and 66x more. (At a 30x
-        spread dQ is ~4.5x autograd's either way: the dq sweep accumulates the delta term apart,
-        sum_j P delta_j K_j times x1_i once x1 is known, and the two parts cancel.)"""
-        rng = np.random.default_rng(2)
+    @staticmethod
+    def _heterogeneous(spread, seed):
+        """Tokens whose norms span ``spread`` x (L = 64, d = 16): max|S| over 1,000 at 30x."""
+        rng = np.random.default_rng(seed)
         L, d = 64, 16
-        q, k = rng.normal(size=(2, 1, 1, L, d)) * np.exp(rng.uniform(0, np.log(100.0), size=(2, 1, 1, L, 1)))
+        q, k = rng.normal(size=(2, 1, 1, L, d)) * np.exp(rng.uniform(0, np.log(spread), size=(2, 1, 1, L, 1)))
         v, g = rng.normal(size=(2, 1, 1, L, 8))
         tensors = [torch.tensor(np.asarray(a, np.float32), dtype=torch.float64) for a in (q, k, v)]
-        assert float((tensors[0][0, 0] @ tensors[1][0, 0].T).abs().max()) / 4 > 2000
-        grad_out = torch.tensor(g, dtype=torch.float64)
-        kwargs = {"eps": 1.0, "n_iters": 15, "tail": 2, "band": 10}
+        return tensors, torch.tensor(g, dtype=torch.float64), {"eps": 1.0, "n_iters": 15, "tail": 2, "band": 10}
+
+    @pytest.mark.parametrize("spread,max_score", [(30, 1000), (100, 2000)])
+    def test_float32_gradients_keep_autodiffs_accuracy_when_scores_are_large(self, spread, max_score):
+        """The backward brings each rebuilt tail plan back to its half-step's sums, as the JAX
+        reference does (tests/test_sinkhorn_backward.py): with tokens whose norms span 30x or
+        100x (max|S| over 1,000 and 2,000) each gradient stays within 3x of float32 autograd's
+        error against float64 (or 1e-5 of its scale). Unnormalised, dQ and dK erred 9x and 66x
+        more at 100x. At 30x dQ erred 4.5x more in the interpreter while its column half-steps
+        formed K Q^T, which NumPy's dot rounds differently from Q K^T (kernels.py, ROW_DOT)."""
+        tensors, grad_out, kwargs = self._heterogeneous(spread, seed=2)
+        assert float((tensors[0][0, 0] @ tensors[1][0, 0].T).abs().max()) / 4 > max_score
         exact = _forward_backward(sinkhorn_attention_ref, tensors, kwargs, grad_out, torch.float64, "cpu")
         auto = _forward_backward(sinkhorn_attention_ref, tensors, kwargs, grad_out, torch.float32, "cpu")
         got = _forward_backward(sinkhorn_attention_triton, tensors, kwargs, grad_out, torch.float32, self.DEVICE,
@@ -261,6 +266,23 @@ class KernelSuite:
             scale = float(e.abs().max())
             err, err_auto = float((x - e).abs().max()) / scale, float((a - e).abs().max()) / scale
             assert err <= max(3 * err_auto, 1e-5), f"{name}: {err:.1e} against autograd's {err_auto:.1e}"
+
+    @pytest.mark.parametrize("seed", [3, 4])
+    def test_float32_forward_keeps_references_accuracy_when_scores_are_large(self, seed):
+        """The row and column half-steps see the same rounded scores: at a 30x spread (max|S|
+        ~1,700-2,000) the output stays within 2x of the float32 reference's error against
+        float64. In the interpreter, whose dot rounds K Q^T and Q K^T differently, the column
+        half-step forms the row one's product (ROW_DOT); before, the duals drifted ~5e-5 per
+        iteration and the output erred 9.4x (seed 3) and 3.9x (seed 4) more. Natively the kernels
+        form K Q^T, which Triton's float32 FMA dot sums in the same order: this checks that."""
+        tensors, _, kwargs = self._heterogeneous(30, seed)
+        exact = sinkhorn_attention_ref(*tensors, **kwargs)
+        ref32 = sinkhorn_attention_ref(*(t.float() for t in tensors), **kwargs)
+        got = sinkhorn_attention_triton(*(t.float().to(self.DEVICE) for t in tensors), **kwargs,
+                                        block_m=self.BLOCK, block_n=self.BLOCK)
+        scale = float(exact.abs().max())
+        err, err_ref = (float((x.cpu().double() - exact).abs().max()) / scale for x in (got, ref32))
+        assert err <= 2 * err_ref, f"{err:.1e} against the float32 reference's {err_ref:.1e}"
 
     def _check_float32(self, case):
         tensors, kwargs, grad_out = make_inputs(case)
@@ -494,8 +516,9 @@ def test_native_kernels_compile_for_nvidia_targets(tmp_path):
     memory, and at the default launch no kernel spills kilobytes of registers to local memory
     (at most 1,024 bytes per thread). Float32 with exact dots at 64 rows and 4 warps spilled
     14-26 KB in five kernels and ran fwd+bwd 3.4x slower on an H200 than the default 32 x 4,
-    whose one spill (bwd_row_dq, 344 bytes) measured cheaper than the 8 warps that avoid it
-    (benchmarks/kernel_tune.py, 2026-11-27); bfloat16 spills 8 bytes in bwd_row_dq."""
+    whose one spill (bwd_row_dq, 344 bytes; 360 since the plans' normalisation) measured cheaper
+    than the 8 warps that avoid it (benchmarks/kernel_tune.py, 2026-11-27); bfloat16 spills 40
+    bytes in bwd_row_dq (benchmarks/kernel_registers.py)."""
     env = {key: val for key, val in os.environ.items() if key != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path)
     code = ("from sinkalign.kernels.triton.kernels import compile_native, kernel_resources\n"

@@ -33,6 +33,13 @@ Kernels:
   (0 on rows with no active entry). Row half-step: X = Q, Y = K; column half-step: X = K,
   Y = Q (``S^T = K Q^T * scale``). With ``RAW=True`` it stores ``LSE_y`` itself (``-inf``
   on rows with no active entry), for callers that merge other support pieces (dustbins).
+  With ``ROW_DOT=True`` a column half-step forms ``S^T`` as ``(Q K^T)^T``, the row half-step's
+  product: the interpreter's dot (NumPy's) sums ``K Q^T`` in another order, and with scores of
+  ~1,000 the two half-steps' last-bit differences (~1e-4) make the duals drift ~5e-5 an
+  iteration (the output erred up to 9x float32's). Natively ``K Q^T`` is already the same
+  number: Triton's float32 FMA dot sums each entry's products in k order in either orientation,
+  and the transposition would cost the kernel register spills (``benchmarks/kernel_registers.py
+  --row-dot``), so only the interpreter sets it.
 * :func:`output_kernel` -- ``O = P V`` with ``P = exp(S + u_i + v_j)`` on the support.
 * :func:`plan_matvec_kernel` -- ``out_x = sum_y P_xy w_y`` (either orientation).
 * :func:`bwd_col_gv_dv_kernel` -- column owner: ``g_v = colsum(P * Z)``, ``dV = P^T G``, and
@@ -171,7 +178,7 @@ def half_step_kernel(
     X, Y, POT_Y, MASK_X, MASK_Y, LOGM_X, OUT,  # X [BH, Lx, D], Y [BH, Ly, D], POT_Y [BH, Ly], OUT [BH, Lx]
     Lx, Ly, H, W, scale,
     D: tl.constexpr, BLOCK_X: tl.constexpr, BLOCK_Y: tl.constexpr, BLOCK_D: tl.constexpr, PREC: tl.constexpr,
-    DOT_T: tl.constexpr, RAW: tl.constexpr = False,
+    DOT_T: tl.constexpr, RAW: tl.constexpr = False, ROW_DOT: tl.constexpr = False,
 ):
     bh, b, x0, offs_x = _owned_block(H, BLOCK_X)
     offs_d = tl.arange(0, BLOCK_D).to(tl.int64)
@@ -188,7 +195,10 @@ def half_step_kernel(
         my = _load_mask(MASK_Y, b, Ly, offs_y, in_y)
         y = _load_tile(Y, bh, Ly, offs_y, in_y, offs_d, D, DOT_T)  # [BY, BD]
         pot = _load_vec(POT_Y, bh, Ly, offs_y, in_y)  # [BY]
-        s = tl.dot(x, tl.trans(y), input_precision=PREC) * scale  # [BX, BY]
+        if ROW_DOT:  # a column half-step's tile as the row half-step's product, transposed
+            s = tl.trans(tl.dot(y, tl.trans(x), input_precision=PREC)) * scale  # [BX, BY]
+        else:
+            s = tl.dot(x, tl.trans(y), input_precision=PREC) * scale  # [BX, BY]
         z = tl.where(_support(offs_x, offs_y, mx, my, W), s + pot[None, :], float("-inf"))
         m_new = tl.maximum(m_run, tl.max(z, axis=1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -497,7 +507,7 @@ def default_launch(dtype: str, precision: str = "ieee", head_dim: int = 64) -> d
 _DTYPES = {"fp32": tl.float32, "bf16": tl.bfloat16, "fp16": tl.float16}
 
 
-def _compiled(capability: int, dtype: str, block, head_dim: int, precision, num_warps, num_stages):
+def _compiled(capability: int, dtype: str, block, head_dim: int, precision, num_warps, num_stages, row_dot=False):
     """``(label, compiled kernel)`` of every kernel (the half-step twice, see :func:`compile_native`)."""
     import inspect
 
@@ -514,6 +524,8 @@ def _compiled(capability: int, dtype: str, block, head_dim: int, precision, num_
     pad_d = max(16, 1 << (head_dim - 1).bit_length())
     variants = [(name, name, {}) for name in _KERNELS] + [("half_step_kernel[raw]", "half_step_kernel",
                                                            {"RAW": True})]
+    if row_dot:  # the interpreter's column half-step, compiled natively to see what it would cost
+        variants.append(("half_step_kernel[row_dot]", "half_step_kernel", {"ROW_DOT": True}))
     for label, name, extra in variants:
         fn = globals()[name]
         signature, constants = {}, {}
@@ -531,9 +543,9 @@ def _compiled(capability: int, dtype: str, block, head_dim: int, precision, num_
                 signature[arg] = "constexpr"
                 constants[arg] = {"D": head_dim, "DV": head_dim, "BLOCK_D": pad_d, "BLOCK_DV": pad_d,
                                   "PREC": precision, "DOT_T": _DTYPES[dtype]}.get(arg, block)
-            elif arg == "RAW":
+            elif arg in ("RAW", "ROW_DOT"):  # ROW_DOT: the interpreter's only
                 signature[arg] = "constexpr"
-                constants[arg] = extra.get("RAW", False)
+                constants[arg] = extra.get(arg, False)
             else:
                 signature[arg] = "*fp32"  # dual and cotangent vectors, log marginals
         names = list(signature)
@@ -560,10 +572,12 @@ def compile_native(capability: int = 90, dtype: str = "bf16", *, block: int | No
 
 def kernel_resources(capability: int = 90, dtype: str = "bf16", *, block: int | None = None, head_dim: int = 64,
                      precision: str | None = None, num_warps: int | None = None,
-                     num_stages: int | None = None) -> dict:
+                     num_stages: int | None = None, row_dot: bool = False) -> dict:
     """:func:`compile_native`, and what ptxas reports for each kernel's PTX (``ptxas -v``, the
     ptxas Triton ships): ``{kernel name: {"shared", "registers", "spill_stores",
-    "spill_loads"}}`` (registers per thread; spilled bytes per thread). No GPU needed."""
+    "spill_loads"}}`` (registers per thread; spilled bytes per thread). No GPU needed.
+    ``row_dot``: also ``half_step_kernel[row_dot]``, the half-step with ``ROW_DOT=True`` (which
+    only the interpreter launches)."""
     import re
     import subprocess
     import tempfile
@@ -574,7 +588,8 @@ def kernel_resources(capability: int = 90, dtype: str = "bf16", *, block: int | 
     ptxas = get_ptxas(capability).path
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for label, kernel in _compiled(capability, dtype, block, head_dim, precision, num_warps, num_stages):
+        for label, kernel in _compiled(capability, dtype, block, head_dim, precision, num_warps, num_stages,
+                                       row_dot):
             ptx = os.path.join(tmp, "kernel.ptx")
             with open(ptx, "w") as fh:
                 fh.write(kernel.asm["ptx"])

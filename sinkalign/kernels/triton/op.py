@@ -109,13 +109,15 @@ class _Launch:
     def cols(self, block):
         return (-(-self.Lk // block), self.B * self.H)
 
-    def half_step(self, x, y, pot_y, mask_x, mask_y, logm_x, lx, ly, bx, by, raw=False):
-        """``logm_x - LSE`` (0 on rows with no active entry); ``raw=True``: the LSE (-inf there)."""
+    def half_step(self, x, y, pot_y, mask_x, mask_y, logm_x, lx, ly, bx, by, raw=False, cols=False):
+        """``logm_x - LSE`` (0 on rows with no active entry); ``raw=True``: the LSE (-inf there).
+        ``cols``: x are the keys (a column half-step); in the interpreter its score tiles are then
+        the row half-step's products transposed (``ROW_DOT``, see kernels.py)."""
         out = torch.empty(self.B * self.H, lx, dtype=torch.float32, device=x.device)
         grid = (-(-lx // bx), self.B * self.H)
         self.kernel("half_step")[grid](x, y, pot_y, mask_x, mask_y, logm_x, out, lx, ly, self.H, self.W, self.scale,
                                        D=self.D, BLOCK_X=bx, BLOCK_Y=by, BLOCK_D=self.BD, PREC=self.prec,
-                                       DOT_T=self.dot_t, RAW=raw, **self.opts)
+                                       DOT_T=self.dot_t, RAW=raw, ROW_DOT=cols and self.interpret, **self.opts)
         return out
 
     def dims(self):
@@ -216,7 +218,7 @@ def _forward_duals(lc: _Launch, q, k, qm, km, log_a, log_b, n_iters, db: _Dustbi
             return lc.half_step(q, k, v, qm, km, log_a, lc.Lq, lc.Lk, lc.BM, lc.BN)
 
         def col(u):
-            return lc.half_step(k, q, u, km, qm, log_b, lc.Lk, lc.Lq, lc.BN, lc.BM)
+            return lc.half_step(k, q, u, km, qm, log_b, lc.Lk, lc.Lq, lc.BN, lc.BM, cols=True)
     else:
         thin = db.thin(_flat(q), _flat(k), lc.scale)
         row_on, col_on = db.row_on_bh, db.col_on_bh
@@ -230,7 +232,7 @@ def _forward_duals(lc: _Launch, q, k, qm, km, log_a, log_b, n_iters, db: _Dustbi
             return torch.where(row_on, la - lse, 0.0)
 
         def col(u):
-            lse = lc.half_step(k, q, u, km, qm, log_b, lc.Lk, lc.Lq, lc.BN, lc.BM, raw=True)
+            lse = lc.half_step(k, q, u, km, qm, log_b, lc.Lk, lc.Lq, lc.BN, lc.BM, raw=True, cols=True)
             for t in thin:
                 lse = torch.logaddexp(lse, t.col_lse(u))
             return torch.where(col_on, lb - lse, 0.0)
