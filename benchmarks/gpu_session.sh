@@ -18,7 +18,7 @@
 #   kernels  benchmarks/sinkhorn_kernels.py: L = 2k..64k (KERNEL_LENGTHS), W = 1024 and 256
 #            (KERNEL_BANDS), float32 (+ float32 with tf32x3 dots and bfloat16 for the kernels),
 #            roofline of the machine's GPU; KERNEL_TAG names the output files; KERNEL_METHODS
-#            its --methods (default all: pallas_cached, the Pallas kernels with cache_scores=True, too)
+#            its --methods (default all: pallas_cached and triton_cached, the kernels with cache_scores=True, too)
 #   tune     benchmarks/kernel_tune.py: fwd+bwd time of each kernel family per launch (tile size, warps,
 #            stages) at L = 16,384, W = 1,024 for float32 (ieee, tf32x3) and bfloat16 (TUNE_ARGS)
 #   aligner  benchmarks/aligner_gpu.py: batched throughput at 300 and 3,000 residues against

@@ -44,6 +44,8 @@ def main() -> None:
     ap.add_argument("--head-dim", type=int, default=64)
     ap.add_argument("--row-dot", action="store_true",
                     help="also the half-step with ROW_DOT=True (the interpreter's column half-step), natively")
+    ap.add_argument("--cached", action="store_true",
+                    help="also the score cache's kernels (cache_scores=True: scores_kernel, each sweep [cached])")
     ap.add_argument("--json", type=Path, default=RESULTS)
     args = ap.parse_args()
 
@@ -60,7 +62,7 @@ def main() -> None:
                 for stages in args.stages:
                     res = kernel_resources(args.capability, dtype, block=block, head_dim=args.head_dim,
                                            precision=precision, num_warps=warps, num_stages=stages,
-                                           row_dot=args.row_dot)
+                                           row_dot=args.row_dot, cached=args.cached)
                     is_default = (block, warps, stages) == (default["block"], default["num_warps"],
                                                             default["num_stages"])
                     rows.append({"dtype": dtype, "precision": precision, "block": block, "num_warps": warps,

@@ -11,7 +11,8 @@ size or ``ROWSxCOLS``, query rows x key columns; ``default`` = the operator's ow
 launch in the same run (a launch must not change the result beyond float32 summation order;
 a failing launch, e.g. one out of shared memory, is a row with its error), and the fraction
 of the roofline ``sinkhorn_kernels.py --roofline`` derives (the lower of its recomputed- and
-cached-score algorithms'; ``--methods pallas_cached`` times ``cache_scores=True``). Prints the table, then the best
+cached-score algorithms'; ``--methods pallas_cached triton_cached`` time ``cache_scores=True``). Prints the table, then
+the best
 launch per (family, type), and writes JSON.
 
 GPU only (``gpu_session.sh tune``). ``benchmarks/kernel_registers.py`` ranks the Triton
@@ -59,13 +60,14 @@ def _tiles(block) -> tuple[int, int]:
 
 
 def run(method, launch, dtype, precision, args):
-    if method == "triton":
+    if method in ("triton", "triton_cached"):
         opts = None
         if launch is not None:
             block, warps, stages = launch
             rows, cols = _tiles(block)
             opts = {"block_m": rows, "block_n": cols, "num_warps": warps, "num_stages": stages}
-        return bench_triton(args.length, args.band, args.d, args.T, args.R, args.reps, dtype, precision, opts)
+        return bench_triton(args.length, args.band, args.d, args.T, args.R, args.reps, dtype, precision, opts,
+                            cache_scores=method == "triton_cached")
     blocks = None
     if launch is not None:
         from sinkalign.kernels.pallas import BlockSizes
@@ -85,8 +87,9 @@ def main() -> None:
     ap.add_argument("--T", type=int, default=15)
     ap.add_argument("--R", type=int, default=2)
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--methods", nargs="+", default=["pallas", "triton"], choices=["pallas", "pallas_cached", "triton"],
-                    help="pallas_cached: the Pallas kernels with cache_scores=True")
+    ap.add_argument("--methods", nargs="+", default=["pallas", "triton"],
+                    choices=["pallas", "pallas_cached", "triton", "triton_cached"],
+                    help="pallas_cached, triton_cached: the kernels with cache_scores=True")
     ap.add_argument("--dtypes", nargs="+", default=["float32:ieee", "float32:tf32x3", "bfloat16"])
     ap.add_argument("--launches", nargs="+", type=parse_launch,
                     default=[None, (32, 4, None), (32, 8, None), (64, 4, None), (64, 8, None)])
@@ -130,14 +133,14 @@ def main() -> None:
                         row["max_dev_vs_default"] = float(np.abs(out - ref).max())
                     if roof is not None:
                         row["fraction_of_roofline"] = 1e3 * roof / row["fwd_bwd_ms"]
-                    print(f"{method:7s} {spec:15s} {label:9s} fwd {row['forward_ms']:9.2f} ms  fwd+bwd "
+                    print(f"{method:13s} {spec:15s} {label:9s} fwd {row['forward_ms']:9.2f} ms  fwd+bwd "
                           f"{row['fwd_bwd_ms']:9.2f} ms"
                           + (f"  {100 * row['fraction_of_roofline']:5.1f}% of roofline" if roof else "")
                           + (f"  |dO| vs default {row['max_dev_vs_default']:.1e}"
                              if "max_dev_vs_default" in row else ""), flush=True)
                 except Exception as exc:  # a launch out of shared memory or registers is a result too
                     row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
-                    print(f"{method:7s} {spec:15s} {label:9s} FAILED {row['error']}", flush=True)
+                    print(f"{method:13s} {spec:15s} {label:9s} FAILED {row['error']}", flush=True)
                 rows.append(row)
                 payload["wall_s"] = time.perf_counter() - t0
                 write_json(args.json, payload)

@@ -19,6 +19,7 @@ masses, T = 15 base steps, R = 2 tail steps, gradient of <O, G> w.r.t. Q, K, V:
 * ``pallas_cached``  the same with ``cache_scores=True``: the band's scores computed once into a
                      float32 cache that every sweep reads (O(L W) memory; GPU only).
 * ``triton``         the Triton kernels (CUDA only; skipped on CPU).
+* ``triton_cached``  the same with ``cache_scores=True`` (CUDA only).
 
 Peak memory of JAX programs is XLA's buffer assignment of the compiled fwd+bwd program
 (``memory_analysis()``: temporaries + arguments + outputs); for Triton it is
@@ -50,7 +51,8 @@ from sinkalign.sinkhorn.support import Support
 
 ON_GPU = jax.default_backend() == "gpu"
 JAX_METHODS = ("blockwise", "direct", "dense_autodiff", "ott")
-GPU_METHODS = ("pallas", "pallas_cached", "triton")
+GPU_METHODS = ("pallas", "pallas_cached", "triton", "triton_cached")
+CACHED_METHODS = ("pallas_cached", "triton_cached")
 
 # Peak rates per GPU (dense, no sparsity). MUFU exp throughput from the FlashAttention-3 paper
 # (H100 SXM5: 989 TFLOPS FP16/BF16 matmul, 3.9 TFLOPS special functions); H200 has the H100
@@ -185,13 +187,14 @@ def bench_jax(name, L, W, d, T, R, reps, dtype="float32", precision="ieee", bloc
     return row, np.asarray(o, np.float32)
 
 
-def bench_triton(L, W, d, T, R, reps, dtype="float32", precision="ieee", launch=None):
-    """``launch``: ``block_m``, ``block_n``, ``num_warps``, ``num_stages`` for the operator (None: its default)."""
+def bench_triton(L, W, d, T, R, reps, dtype="float32", precision="ieee", launch=None, cache_scores=False):
+    """``launch``: ``block_m``, ``block_n``, ``num_warps``, ``num_stages`` for the operator (None: its
+    default); ``cache_scores``: the operator's score cache (method ``triton_cached``)."""
     import torch
 
     from sinkalign.kernels.triton import sinkhorn_attention_triton
 
-    launch = launch or {}
+    launch = {**(launch or {}), "cache_scores": cache_scores}
     rng = np.random.default_rng(0)
     q, k, v, g = (torch.tensor(rng.normal(size=(1, 1, L, d)), dtype=getattr(torch, dtype), device="cuda")
                   for _ in range(4))
@@ -216,7 +219,8 @@ def bench_triton(L, W, d, T, R, reps, dtype="float32", precision="ieee", launch=
             times.append(time.perf_counter() - t0)
         return 1e3 * min(times)
 
-    row = {"method": "triton", "dtype": dtype, "precision": precision, "L": L, "W": W, "forward_ms": timed(fwd)}
+    row = {"method": "triton_cached" if cache_scores else "triton", "dtype": dtype, "precision": precision, "L": L,
+           "W": W, "forward_ms": timed(fwd)}
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
     row["fwd_bwd_ms"] = timed(fwd_bwd)
@@ -349,12 +353,13 @@ def main():
         if skipped:
             notes.append(f"no GPU: skipped {skipped} (native Pallas/Triton need a GPU; the Pallas interpreter is "
                          "far too slow to benchmark, so the blockwise JAX reference stands in for the O(L W) path)")
-    if "triton" in methods:
+    if any(m.startswith("triton") for m in methods):
         import torch
 
         if not torch.cuda.is_available():
-            methods.remove("triton")
-            notes.append("torch has no CUDA: skipped triton")
+            skipped = [m for m in methods if m.startswith("triton")]
+            methods = [m for m in methods if not m.startswith("triton")]
+            notes.append(f"torch has no CUDA: skipped {skipped}")
     for n in notes:
         print("NOTE:", n)
     print(f"d={args.d} T={args.T} R={args.R} float32, batch 1; backend {jax.default_backend()}")
@@ -387,8 +392,9 @@ def main():
             print("NOTE:", notes[-1], flush=True)
             continue
         try:
-            if m == "triton":
-                row, out = bench_triton(L, W, args.d, args.T, args.R, args.reps, dtype, prec)
+            if m.startswith("triton"):
+                row, out = bench_triton(L, W, args.d, args.T, args.R, args.reps, dtype, prec,
+                                        cache_scores=m == "triton_cached")
             else:
                 row, out = bench_jax(m, L, W, args.d, args.T, args.R, args.reps, dtype, prec)
         except Exception as exc:  # an out-of-memory dense method or a failing kernel is a result too
@@ -466,7 +472,7 @@ def main():
                     f"half-step {1e6 * rf['half_step_s']:9.2f} us ({rf['half_step_bound']}-bound)  "
                     f"forward {1e3 * rf['forward_s']:8.3f} ms  fwd+bwd {1e3 * rf['fwd_bwd_s']:8.3f} ms")
             for m in GPU_METHODS:
-                if (m == "pallas_cached") != rf["cached"]:
+                if (m in CACHED_METHODS) != rf["cached"]:
                     continue
                 got = measured.get((m, {"tf32x3": "float32/tf32x3"}.get(rf["dtype"], rf["dtype"]), rf["L"], rf["W"]))
                 if got is not None:

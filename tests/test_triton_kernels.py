@@ -223,11 +223,16 @@ class KernelSuite:
 
     DEVICE = "cpu"
     BLOCK: int | None = 16
+    CACHE = False  # cache_scores
+
+    @property
+    def launch(self) -> dict:
+        return {"block_m": self.BLOCK, "block_n": self.BLOCK, "cache_scores": self.CACHE}
 
     def run_kernel(self, case, dtype, seed=0):
         tensors, kwargs, grad_out = make_inputs(case, seed)
         return _forward_backward(sinkhorn_attention_triton, tensors, kwargs, grad_out, dtype, self.DEVICE,
-                                 block_m=self.BLOCK, block_n=self.BLOCK)
+                                 **self.launch)
 
     @pytest.mark.parametrize("case", FAST_CASES, ids=lambda c: c.name)
     def test_float32_matches_float64_reference(self, case):
@@ -261,7 +266,7 @@ class KernelSuite:
         exact = _forward_backward(sinkhorn_attention_ref, tensors, kwargs, grad_out, torch.float64, "cpu")
         auto = _forward_backward(sinkhorn_attention_ref, tensors, kwargs, grad_out, torch.float32, "cpu")
         got = _forward_backward(sinkhorn_attention_triton, tensors, kwargs, grad_out, torch.float32, self.DEVICE,
-                                block_m=self.BLOCK, block_n=self.BLOCK)
+                                **self.launch)
         for name, e, a, x in zip(("dq", "dk", "dv"), exact[1:], auto[1:], got[1:]):
             scale = float(e.abs().max())
             err, err_auto = float((x - e).abs().max()) / scale, float((a - e).abs().max()) / scale
@@ -279,7 +284,7 @@ class KernelSuite:
         exact = sinkhorn_attention_ref(*tensors, **kwargs)
         ref32 = sinkhorn_attention_ref(*(t.float() for t in tensors), **kwargs)
         got = sinkhorn_attention_triton(*(t.float().to(self.DEVICE) for t in tensors), **kwargs,
-                                        block_m=self.BLOCK, block_n=self.BLOCK)
+                                        **self.launch)
         scale = float(exact.abs().max())
         err, err_ref = (float((x.cpu().double() - exact).abs().max()) / scale for x in (got, ref32))
         assert err <= 2 * err_ref, f"{err:.1e} against the float32 reference's {err_ref:.1e}"
@@ -339,7 +344,7 @@ class KernelSuite:
             assert [v.split(":")[0] for v in float32_violations(off, ref, ref32, NAMES)] == [name]
         if case.Lq > 1:
             extra = _forward_backward(sinkhorn_attention_triton, tensors, {**kwargs, "n_iters": case.n_iters + 1},
-                                      grad_out, torch.float32, self.DEVICE, block_m=self.BLOCK, block_n=self.BLOCK)
+                                      grad_out, torch.float32, self.DEVICE, **self.launch)
             assert float32_violations(extra, ref, ref32, NAMES)
 
     def test_block_sizes_agree(self):
@@ -347,7 +352,7 @@ class KernelSuite:
         case = Case("blocks", B=1, H=1, Lq=40, Lk=33, d=8, dv=8, band=9, n_iters=1, pad=False)
         tensors, kwargs, grad_out = make_inputs(case, seed=3)
         a = _forward_backward(sinkhorn_attention_triton, tensors, kwargs, grad_out, torch.float32, self.DEVICE,
-                              block_m=16, block_n=32)
+                              block_m=16, block_n=32, cache_scores=self.CACHE)
         b = self.run_kernel(case, torch.float32, seed=3)
         for name, x, y in zip(NAMES, a, b):
             assert _max_err(x, y) <= 1e-5 * float(y.abs().max()), name
@@ -356,7 +361,7 @@ class KernelSuite:
     def run_dustbin_kernel(self, case, dtype, seed=0):
         tensors, kwargs, grad_out = make_dustbin_inputs(case, seed)
         return _forward_backward(sinkhorn_dustbin_attention_triton, tensors, kwargs, grad_out, dtype, self.DEVICE,
-                                 block_m=self.BLOCK, block_n=self.BLOCK)
+                                 **self.launch)
 
     @pytest.mark.parametrize("case", DUSTBIN_CASES, ids=lambda c: c.name)
     def test_dustbin_float32_matches_float64_reference(self, case):
@@ -395,7 +400,7 @@ class KernelSuite:
         case = DUSTBIN_CASES[0]
         tensors, kwargs, grad_out = make_dustbin_inputs(case, seed=3)
         a = _forward_backward(sinkhorn_dustbin_attention_triton, tensors, kwargs, grad_out, torch.float32,
-                              self.DEVICE, block_m=32, block_n=16)
+                              self.DEVICE, block_m=32, block_n=16, cache_scores=self.CACHE)
         b = self.run_dustbin_kernel(case, torch.float32, seed=3)
         for name, x, y in zip(DUSTBIN_NAMES, a, b):
             assert _max_err(x, y) <= 1e-5 * max(float(y.abs().max()), 1.0), name
@@ -410,7 +415,7 @@ class KernelSuite:
         k[0, 0, 7] = 40.0 * q[0, 0, 7]  # would dominate row 7 if it leaked
         kwargs = {**kwargs, "k_mask": k_mask}
         got = _forward_backward(sinkhorn_attention_triton, (q, k, v), kwargs, grad_out, torch.float32, self.DEVICE,
-                                block_m=self.BLOCK, block_n=self.BLOCK)
+                                **self.launch)
         ref = _forward_backward(sinkhorn_attention_ref, (q, k, v), kwargs, grad_out, torch.float64, "cpu")
         for name, g, r in zip(NAMES, got, ref):
             assert torch.isfinite(g).all(), name
@@ -422,6 +427,83 @@ class KernelSuite:
 class TestInterpreted(KernelSuite):
     DEVICE = "cpu"
     BLOCK = 16
+
+
+class TestInterpretedCachedScores(TestInterpreted):
+    """The suite with ``cache_scores=True``: every sweep reads its score tiles from the cache
+    that ``scores_kernel`` writes once per pass (the column sweeps transposed)."""
+
+    CACHE = True
+
+    def test_the_cache_holds_the_bands_score_tiles(self):
+        """Each query block's band tiles (unequal tiles, a partial last block, a band reaching
+        past the keys) are Q K^T * scale at their slots: slot t - lo of key tile t."""
+        from sinkalign.kernels.triton import op
+
+        torch.manual_seed(1)
+        q, k, v = torch.randn(2, 1, 70, 8), torch.randn(2, 1, 53, 8), torch.randn(2, 1, 53, 4)
+        lc = op._Launch(q, k, v, 20, 0.5, True, 16, 32, cache_scores=True)
+        lc.build_cache(q.reshape(2, 70, 8).contiguous(), k.reshape(2, 53, 8).contiguous())
+        scores = (q @ k.transpose(-1, -2))[:, 0] / (math.sqrt(8) * 0.5)  # [BH, Lq, Lk]
+        written = most = 0
+        for mb in range(lc.n_mb):
+            m0 = 16 * mb
+            lo = max(m0 - 20, 0) // 32 * 32
+            hi = min(min(m0 + 16, 70) + 20, 53)
+            for slot, n0 in enumerate(range(lo, hi, 32)):
+                want = scores[:, m0 : m0 + 16, n0 : n0 + 32]
+                got = lc.cache[:, mb, slot, : want.shape[1], : want.shape[2]]
+                assert torch.allclose(got, want, rtol=1e-6, atol=1e-5), (mb, slot)
+                written += 1
+                most = max(most, slot + 1)
+        assert written > lc.n_mb and lc.slots == most == 2
+
+    def test_every_sweep_reads_the_cache(self, monkeypatch):
+        """A cache of doubled scores gives the operator at half the temperature: the same output
+        and dV, and dQ, dK half the colder operator's (their score derivative's 1 / eps is not
+        doubled). Any sweep that recomputed S, forward or backward, would break it."""
+        from sinkalign.kernels.triton import op
+
+        build = op._Launch.build_cache
+
+        def doubled(self, q, k):
+            build(self, q, k)
+            if self.cache is not None:
+                self.cache *= 2.0
+
+        case = Case("cache_read", B=1, H=2, Lq=45, Lk=38, d=8, dv=3, band=11, n_iters=4, pad=True, marginals=True)
+        tensors, kwargs, grad_out = make_inputs(case, seed=9)
+        colder = _forward_backward(sinkhorn_attention_triton, tensors, {**kwargs, "eps": kwargs["eps"] / 2},
+                                   grad_out, torch.float32, "cpu", block_m=16, block_n=32)
+        plain = _forward_backward(sinkhorn_attention_triton, tensors, kwargs, grad_out, torch.float32, "cpu",
+                                  block_m=16, block_n=32)
+        monkeypatch.setattr(op._Launch, "build_cache", doubled)
+        got = _forward_backward(sinkhorn_attention_triton, tensors, kwargs, grad_out, torch.float32, "cpu",
+                                block_m=16, block_n=32, cache_scores=True)
+        for name, x, want in zip(NAMES, got, (colder[0], colder[1] / 2, colder[2] / 2, colder[3])):
+            assert _max_err(x, want) <= 1e-5 * max(1.0, float(want.abs().max())), name
+        assert _max_err(got[0], plain[0]) > 1e-2  # the cache made the difference
+
+    def test_cache_scores_must_be_a_bool(self):
+        q = torch.randn(1, 1, 8, 4)
+        with pytest.raises(ValueError, match="cache_scores=1 must be True or False"):
+            sinkhorn_attention_triton(q, q, q, cache_scores=1)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or MODE is not False,
+                    reason="needs a CUDA GPU and native (non-interpreted) triton")
+class TestNativeGPUCachedScores(KernelSuite):
+    """The suite natively with ``cache_scores=True`` (compiled ``scores_kernel`` and cache readers)."""
+
+    DEVICE = "cuda"
+    BLOCK = 32
+    CACHE = True
+
+    def test_long_banded_problem(self):
+        case = Case("gpu_long_cached", B=2, H=2, Lq=960, Lk=900, d=32, dv=32, band=64, n_iters=15, pad=True,
+                    marginals=True)
+        self._check_float32(case)
 
 
 @pytest.mark.gpu
@@ -523,6 +605,8 @@ def test_native_kernels_compile_for_nvidia_targets(tmp_path):
     env["TRITON_CACHE_DIR"] = str(tmp_path)
     code = ("from sinkalign.kernels.triton.kernels import compile_native, kernel_resources\n"
             "a = compile_native(80, 'fp32', block=32, head_dim=128)\n"
+            "c = compile_native(90, 'fp32', cached=True)\n"
+            "assert len(c) == 8 + 9 and max(c.values()) <= 227 * 1024, c\n"  # + the cache's kernel, 8 readers
             "assert max(a.values()) <= 163 * 1024, a\n"
             "for dtype in ('fp32', 'bf16'):\n"
             "    b = kernel_resources(90, dtype)\n"

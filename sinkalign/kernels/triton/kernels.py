@@ -158,6 +158,27 @@ def _support(offs_x, offs_y, mx, my, W):
 
 
 @triton.jit
+def _cached_scores(S, bh, NMB, SLOTS, x0, y0, lo, Ly, W, BLOCK_X: tl.constexpr, BLOCK_Y: tl.constexpr,
+                   COLS: tl.constexpr):
+    """Score tile [BLOCK_X, BLOCK_Y] of owned block ``x0`` and loop tile ``y0`` read from the cache
+    ``S`` [BH, NMB, SLOTS, BM, BN] of :func:`scores_kernel`. Row sweeps (x = queries): slot
+    ``(y0 - lo) / BLOCK_Y`` of query block ``x0``, ``lo`` its band's first key. ``COLS`` (x =
+    keys, y = queries of length ``Ly``): query block ``y0``'s tile, transposed, or 0 where that
+    block's band stops short of these keys (a tile with no active entry, never written)."""
+    ax = tl.arange(0, BLOCK_X).to(tl.int64)
+    ay = tl.arange(0, BLOCK_Y).to(tl.int64)
+    if COLS:
+        slot = (x0 - tl.maximum(y0 - W, 0) // BLOCK_X * BLOCK_X) // BLOCK_X
+        base = S + ((bh * NMB + y0 // BLOCK_Y) * SLOTS + slot) * (BLOCK_X * BLOCK_Y)
+        written = (x0 + 0 * ax[:, None] + 0 * ay[None, :]) < tl.minimum(y0 + BLOCK_Y, Ly) + W  # [BX, BY]
+        s = tl.load(base + ay[None, :] * BLOCK_X + ax[:, None], mask=written, other=0.0)
+    else:
+        base = S + ((bh * NMB + x0 // BLOCK_X) * SLOTS + (y0 - lo) // BLOCK_Y) * (BLOCK_X * BLOCK_Y)
+        s = tl.load(base + ax[:, None] * BLOCK_Y + ay[None, :])
+    return s
+
+
+@triton.jit
 def _plan(s, pot_x, pot_y, offs_x, offs_y, mx, my, W):
     """Plan tile ``exp(s + pot_x_i + pot_y_j)`` on the support, 0 off it."""
     active = _support(offs_x, offs_y, mx, my, W)
@@ -174,11 +195,33 @@ def _dot_rounded(p, y, Y, PREC: tl.constexpr, DOT_T: tl.constexpr):
 
 
 @triton.jit
+def scores_kernel(
+    Q, K, S,  # Q [BH, Lq, D], K [BH, Lk, D], S [BH, NMB, SLOTS, BLOCK_M, BLOCK_N] float32
+    Lq, Lk, H, W, scale, NMB, SLOTS,
+    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PREC: tl.constexpr,
+    DOT_T: tl.constexpr,
+):
+    bh, b, m0, offs_m = _owned_block(H, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D).to(tl.int64)
+    q = _load_tile(Q, bh, Lq, offs_m, offs_m < Lq, offs_d, D, DOT_T)  # [BM, BD]
+    ar_m = tl.arange(0, BLOCK_M).to(tl.int64)
+    ar_n = tl.arange(0, BLOCK_N).to(tl.int64)
+    lo, hi = _band(m0, Lq, Lk, W, BLOCK_M, BLOCK_N)
+    for n0 in range(lo, hi, BLOCK_N):
+        offs_n = n0 + ar_n
+        k = _load_tile(K, bh, Lk, offs_n, offs_n < Lk, offs_d, D, DOT_T)  # [BN, BD]
+        s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale  # [BM, BN]
+        base = S + ((bh * NMB + m0 // BLOCK_M) * SLOTS + (n0 - lo) // BLOCK_N) * (BLOCK_M * BLOCK_N)
+        tl.store(base + ar_m[:, None] * BLOCK_N + ar_n[None, :], s)
+
+
+@triton.jit
 def half_step_kernel(
     X, Y, POT_Y, MASK_X, MASK_Y, LOGM_X, OUT,  # X [BH, Lx, D], Y [BH, Ly, D], POT_Y [BH, Ly], OUT [BH, Lx]
-    Lx, Ly, H, W, scale,
+    Lx, Ly, H, W, scale, S, NMB, SLOTS,  # S: the score cache (CACHED), read transposed with COLS
     D: tl.constexpr, BLOCK_X: tl.constexpr, BLOCK_Y: tl.constexpr, BLOCK_D: tl.constexpr, PREC: tl.constexpr,
-    DOT_T: tl.constexpr, RAW: tl.constexpr = False, ROW_DOT: tl.constexpr = False,
+    DOT_T: tl.constexpr, RAW: tl.constexpr = False, ROW_DOT: tl.constexpr = False, CACHED: tl.constexpr = False,
+    COLS: tl.constexpr = False,
 ):
     bh, b, x0, offs_x = _owned_block(H, BLOCK_X)
     offs_d = tl.arange(0, BLOCK_D).to(tl.int64)
@@ -193,12 +236,15 @@ def half_step_kernel(
         offs_y = y0 + ar_y
         in_y = offs_y < Ly
         my = _load_mask(MASK_Y, b, Ly, offs_y, in_y)
-        y = _load_tile(Y, bh, Ly, offs_y, in_y, offs_d, D, DOT_T)  # [BY, BD]
         pot = _load_vec(POT_Y, bh, Ly, offs_y, in_y)  # [BY]
-        if ROW_DOT:  # a column half-step's tile as the row half-step's product, transposed
-            s = tl.trans(tl.dot(y, tl.trans(x), input_precision=PREC)) * scale  # [BX, BY]
+        if CACHED:
+            s = _cached_scores(S, bh, NMB, SLOTS, x0, y0, lo, Ly, W, BLOCK_X, BLOCK_Y, COLS)  # [BX, BY]
         else:
-            s = tl.dot(x, tl.trans(y), input_precision=PREC) * scale  # [BX, BY]
+            y = _load_tile(Y, bh, Ly, offs_y, in_y, offs_d, D, DOT_T)  # [BY, BD]
+            if ROW_DOT:  # a column half-step's tile as the row half-step's product, transposed
+                s = tl.trans(tl.dot(y, tl.trans(x), input_precision=PREC)) * scale  # [BX, BY]
+            else:
+                s = tl.dot(x, tl.trans(y), input_precision=PREC) * scale  # [BX, BY]
         z = tl.where(_support(offs_x, offs_y, mx, my, W), s + pot[None, :], float("-inf"))
         m_new = tl.maximum(m_run, tl.max(z, axis=1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -217,9 +263,9 @@ def half_step_kernel(
 @triton.jit
 def output_kernel(
     Q, K, V, U, VP, QM, KM, O,  # Q [BH, Lq, D], K [BH, Lk, D], V [BH, Lk, DV], U [BH, Lq], VP [BH, Lk], O [BH, Lq, DV]
-    Lq, Lk, H, W, scale,
+    Lq, Lk, H, W, scale, S, NMB, SLOTS,
     D: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_DV: tl.constexpr, PREC: tl.constexpr, DOT_T: tl.constexpr,
+    BLOCK_DV: tl.constexpr, PREC: tl.constexpr, DOT_T: tl.constexpr, CACHED: tl.constexpr = False,
 ):
     bh, b, m0, offs_m = _owned_block(H, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D).to(tl.int64)
@@ -235,10 +281,13 @@ def output_kernel(
         offs_n = n0 + ar_n
         in_n = offs_n < Lk
         km = _load_mask(KM, b, Lk, offs_n, in_n)
-        k = _load_tile(K, bh, Lk, offs_n, in_n, offs_d, D, DOT_T)  # [BN, BD]
         val = _load_tile(V, bh, Lk, offs_n, in_n, offs_e, DV, DOT_T)  # [BN, BDV]
         vp = _load_vec(VP, bh, Lk, offs_n, in_n)  # [BN]
-        s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale  # [BM, BN]
+        if CACHED:
+            s = _cached_scores(S, bh, NMB, SLOTS, m0, n0, lo, Lk, W, BLOCK_M, BLOCK_N, False)  # [BM, BN]
+        else:
+            k = _load_tile(K, bh, Lk, offs_n, in_n, offs_d, D, DOT_T)  # [BN, BD]
+            s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale  # [BM, BN]
         p = _plan(s, u, vp, offs_m, offs_n, qm, km, W)  # P^(2,2) tile
         acc += _dot_rounded(p, val, V, PREC, DOT_T)
     _store_tile(O, bh, Lq, offs_m, in_m, offs_e, DV, acc)
@@ -247,9 +296,9 @@ def output_kernel(
 @triton.jit
 def plan_matvec_kernel(
     X, Y, PX, PY, WY, MASK_X, MASK_Y, OUT,  # X [BH, Lx, D], Y [BH, Ly, D], PX [BH, Lx], PY/WY [BH, Ly], OUT [BH, Lx]
-    Lx, Ly, H, W, scale,
+    Lx, Ly, H, W, scale, S, NMB, SLOTS,
     D: tl.constexpr, BLOCK_X: tl.constexpr, BLOCK_Y: tl.constexpr, BLOCK_D: tl.constexpr, PREC: tl.constexpr,
-    DOT_T: tl.constexpr,
+    DOT_T: tl.constexpr, CACHED: tl.constexpr = False, COLS: tl.constexpr = False,
 ):
     bh, b, x0, offs_x = _owned_block(H, BLOCK_X)
     offs_d = tl.arange(0, BLOCK_D).to(tl.int64)
@@ -264,10 +313,13 @@ def plan_matvec_kernel(
         offs_y = y0 + ar_y
         in_y = offs_y < Ly
         my = _load_mask(MASK_Y, b, Ly, offs_y, in_y)
-        y = _load_tile(Y, bh, Ly, offs_y, in_y, offs_d, D, DOT_T)  # [BY, BD]
         py = _load_vec(PY, bh, Ly, offs_y, in_y)
         wy = _load_vec(WY, bh, Ly, offs_y, in_y)
-        s = tl.dot(x, tl.trans(y), input_precision=PREC) * scale  # [BX, BY]
+        if CACHED:
+            s = _cached_scores(S, bh, NMB, SLOTS, x0, y0, lo, Ly, W, BLOCK_X, BLOCK_Y, COLS)  # [BX, BY]
+        else:
+            y = _load_tile(Y, bh, Ly, offs_y, in_y, offs_d, D, DOT_T)  # [BY, BD]
+            s = tl.dot(x, tl.trans(y), input_precision=PREC) * scale  # [BX, BY]
         p = _plan(s, px, py, offs_x, offs_y, mx, my, W)
         acc += tl.sum(p * wy[None, :], axis=1)
     _store_vec(OUT, bh, Lx, offs_x, in_x, acc)
@@ -277,9 +329,9 @@ def plan_matvec_kernel(
 def bwd_col_gv_dv_kernel(
     Q, K, V, G, U2, V2, ALPHA, QM, KM, GV, DVAL, CS, CSA,
     # G [BH, Lq, DV]; ALPHA [BH, Lq]; GV, CS (colsum P), CSA (colsum alpha_i P) [BH, Lk] fp32; DVAL [BH, Lk, DV]
-    Lq, Lk, H, W, scale,
+    Lq, Lk, H, W, scale, S, NMB, SLOTS,
     D: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_DV: tl.constexpr, PREC: tl.constexpr, DOT_T: tl.constexpr,
+    BLOCK_DV: tl.constexpr, PREC: tl.constexpr, DOT_T: tl.constexpr, CACHED: tl.constexpr = False,
 ):
     bh, b, n0, offs_n = _owned_block(H, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D).to(tl.int64)
@@ -299,11 +351,14 @@ def bwd_col_gv_dv_kernel(
         offs_m = m0 + ar_m
         in_m = offs_m < Lq
         qm = _load_mask(QM, b, Lq, offs_m, in_m)
-        q = _load_tile(Q, bh, Lq, offs_m, in_m, offs_d, D, DOT_T)  # [BM, BD]
         g = _load_tile(G, bh, Lq, offs_m, in_m, offs_e, DV, DOT_T)  # [BM, BDV]
         u2 = _load_vec(U2, bh, Lq, offs_m, in_m)
         alpha = _load_vec(ALPHA, bh, Lq, offs_m, in_m)
-        st = tl.dot(k, tl.trans(q), input_precision=PREC) * scale  # [BN, BM] = S^T tile
+        if CACHED:  # query block m0's tile, transposed
+            st = _cached_scores(S, bh, NMB, SLOTS, n0, m0, lo, Lq, W, BLOCK_N, BLOCK_M, True)  # [BN, BM]
+        else:
+            q = _load_tile(Q, bh, Lq, offs_m, in_m, offs_d, D, DOT_T)  # [BM, BD]
+            st = tl.dot(k, tl.trans(q), input_precision=PREC) * scale  # [BN, BM] = S^T tile
         pt = _plan(st, v2, u2, offs_n, offs_m, km, qm, W)  # P^T
         zt = tl.dot(val, tl.trans(g), input_precision=PREC)  # [BN, BM] = Z^T
         gv += tl.sum(pt * zt, axis=1)
@@ -320,9 +375,9 @@ def bwd_col_gv_dv_kernel(
 def bwd_row_ubar2_kernel(
     Q, K, V, G, U2, V2, W2, F, BETA, DELTA, QM, KM, UBAR2, RB, RD,
     # W2 [BH, Lk] = vbar2 / b, F = f22, BETA, DELTA [BH, Lk]; UBAR2, RB (rowsum P beta_j), RD (P delta_j) [BH, Lq]
-    Lq, Lk, H, W, scale,
+    Lq, Lk, H, W, scale, S, NMB, SLOTS,
     D: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_DV: tl.constexpr, PREC: tl.constexpr, DOT_T: tl.constexpr,
+    BLOCK_DV: tl.constexpr, PREC: tl.constexpr, DOT_T: tl.constexpr, CACHED: tl.constexpr = False,
 ):
     bh, b, m0, offs_m = _owned_block(H, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D).to(tl.int64)
@@ -341,14 +396,17 @@ def bwd_row_ubar2_kernel(
         offs_n = n0 + ar_n
         in_n = offs_n < Lk
         km = _load_mask(KM, b, Lk, offs_n, in_n)
-        k = _load_tile(K, bh, Lk, offs_n, in_n, offs_d, D, DOT_T)  # [BN, BD]
         val = _load_tile(V, bh, Lk, offs_n, in_n, offs_e, DV, DOT_T)  # [BN, BDV]
         v2 = _load_vec(V2, bh, Lk, offs_n, in_n)
         w2 = _load_vec(W2, bh, Lk, offs_n, in_n)
         f = _load_vec(F, bh, Lk, offs_n, in_n)
         beta = _load_vec(BETA, bh, Lk, offs_n, in_n)
         delta = _load_vec(DELTA, bh, Lk, offs_n, in_n)
-        s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale  # [BM, BN]
+        if CACHED:
+            s = _cached_scores(S, bh, NMB, SLOTS, m0, n0, lo, Lk, W, BLOCK_M, BLOCK_N, False)  # [BM, BN]
+        else:
+            k = _load_tile(K, bh, Lk, offs_n, in_n, offs_d, D, DOT_T)  # [BN, BD]
+            s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale  # [BM, BN]
         p = _plan(s, u2, v2, offs_m, offs_n, qm, km, W)
         z = tl.dot(g, tl.trans(val), input_precision=PREC)  # [BM, BN]
         acc += tl.sum(p * (f[None, :] * (z - w2[None, :])), axis=1)
@@ -364,9 +422,9 @@ def bwd_row_dq_kernel(
     Q, K, V, G, U2, V2, W2, ALPHA, X2, BETA, C3, DELTA, F, AR, INV_A, EXTRA, QM, KM, X1, DQ,
     # ALPHA/X2/AR/X1/EXTRA [BH, Lq]; V2/W2/BETA/C3/DELTA/F [BH, Lk]; INV_A [B, Lq]; DQ [BH, Lq, D]
     # (C3 = bc11 vbar1 / b, F = f22, AR = ar10: the plans' normalisations, see op.py)
-    Lq, Lk, H, W, scale,
+    Lq, Lk, H, W, scale, S, NMB, SLOTS,
     D: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_DV: tl.constexpr, PREC: tl.constexpr, DOT_T: tl.constexpr,
+    BLOCK_DV: tl.constexpr, PREC: tl.constexpr, DOT_T: tl.constexpr, CACHED: tl.constexpr = False,
 ):
     bh, b, m0, offs_m = _owned_block(H, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D).to(tl.int64)
@@ -398,7 +456,10 @@ def bwd_row_dq_kernel(
         c3 = _load_vec(C3, bh, Lk, offs_n, in_n)
         delta = _load_vec(DELTA, bh, Lk, offs_n, in_n)
         f = _load_vec(F, bh, Lk, offs_n, in_n)
-        s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale  # [BM, BN]
+        if CACHED:
+            s = _cached_scores(S, bh, NMB, SLOTS, m0, n0, lo, Lk, W, BLOCK_M, BLOCK_N, False)  # [BM, BN]
+        else:
+            s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale  # [BM, BN]
         p = _plan(s, u2, v2, offs_m, offs_n, qm, km, W)
         z = tl.dot(g, tl.trans(val), input_precision=PREC)  # [BM, BN]
         r += tl.sum(p * c3[None, :], axis=1)
@@ -415,9 +476,9 @@ def bwd_row_dq_kernel(
 @triton.jit
 def bwd_col_dk_kernel(
     Q, K, V, G, U2, V2, W2, ALPHA, X2, BETA, C3, DELTA, F, AR, X1, QM, KM, DK,  # DK [BH, Lk, D]
-    Lq, Lk, H, W, scale,
+    Lq, Lk, H, W, scale, S, NMB, SLOTS,
     D: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_DV: tl.constexpr, PREC: tl.constexpr, DOT_T: tl.constexpr,
+    BLOCK_DV: tl.constexpr, PREC: tl.constexpr, DOT_T: tl.constexpr, CACHED: tl.constexpr = False,
 ):
     bh, b, n0, offs_n = _owned_block(H, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D).to(tl.int64)
@@ -446,7 +507,10 @@ def bwd_col_dk_kernel(
         x2 = _load_vec(X2, bh, Lq, offs_m, in_m)
         x1 = _load_vec(X1, bh, Lq, offs_m, in_m)
         ar = _load_vec(AR, bh, Lq, offs_m, in_m)
-        st = tl.dot(k, tl.trans(q), input_precision=PREC) * scale  # [BN, BM]
+        if CACHED:  # query block m0's tile, transposed
+            st = _cached_scores(S, bh, NMB, SLOTS, n0, m0, lo, Lq, W, BLOCK_N, BLOCK_M, True)  # [BN, BM]
+        else:
+            st = tl.dot(k, tl.trans(q), input_precision=PREC) * scale  # [BN, BM]
         pt = _plan(st, v2, u2, offs_n, offs_m, km, qm, W)
         zt = tl.dot(val, tl.trans(g), input_precision=PREC)  # [BN, BM]
         sbt = pt * (f[:, None] * (zt - w2[:, None]) - beta[:, None] * x2[None, :] - c3[:, None] * alpha[None, :]
@@ -478,9 +542,13 @@ def interpreter_mode() -> bool:
 
 _KERNELS = ("half_step_kernel", "output_kernel", "plan_matvec_kernel", "bwd_col_gv_dv_kernel",
             "bwd_row_ubar2_kernel", "bwd_row_dq_kernel", "bwd_col_dk_kernel")
+# with the score cache: its kernel, and each sweep reading it (the half-step in both orientations)
+_CACHED_VARIANTS = ([("scores_kernel", "scores_kernel", {})]
+                    + [(f"{name}[cached]", name, {"CACHED": True}) for name in _KERNELS]
+                    + [("half_step_kernel[cached,cols]", "half_step_kernel", {"CACHED": True, "COLS": True})])
 _TOKEN_PTRS = {"X", "Y", "Q", "K", "V", "G", "O", "DVAL", "DQ", "DK"}
 _MASK_PTRS = {"MASK_X", "MASK_Y", "QM", "KM"}
-_INT_ARGS = {"Lx", "Ly", "Lq", "Lk", "H", "W"}
+_INT_ARGS = {"Lx", "Ly", "Lq", "Lk", "H", "W", "NMB", "SLOTS"}
 
 
 def default_launch(dtype: str, precision: str = "ieee", head_dim: int = 64) -> dict:
@@ -507,7 +575,8 @@ def default_launch(dtype: str, precision: str = "ieee", head_dim: int = 64) -> d
 _DTYPES = {"fp32": tl.float32, "bf16": tl.bfloat16, "fp16": tl.float16}
 
 
-def _compiled(capability: int, dtype: str, block, head_dim: int, precision, num_warps, num_stages, row_dot=False):
+def _compiled(capability: int, dtype: str, block, head_dim: int, precision, num_warps, num_stages, row_dot=False,
+              cached=False):
     """``(label, compiled kernel)`` of every kernel (the half-step twice, see :func:`compile_native`)."""
     import inspect
 
@@ -526,6 +595,8 @@ def _compiled(capability: int, dtype: str, block, head_dim: int, precision, num_
                                                            {"RAW": True})]
     if row_dot:  # the interpreter's column half-step, compiled natively to see what it would cost
         variants.append(("half_step_kernel[row_dot]", "half_step_kernel", {"ROW_DOT": True}))
+    if cached:
+        variants += _CACHED_VARIANTS
     for label, name, extra in variants:
         fn = globals()[name]
         signature, constants = {}, {}
@@ -543,7 +614,7 @@ def _compiled(capability: int, dtype: str, block, head_dim: int, precision, num_
                 signature[arg] = "constexpr"
                 constants[arg] = {"D": head_dim, "DV": head_dim, "BLOCK_D": pad_d, "BLOCK_DV": pad_d,
                                   "PREC": precision, "DOT_T": _DTYPES[dtype]}.get(arg, block)
-            elif arg in ("RAW", "ROW_DOT"):  # ROW_DOT: the interpreter's only
+            elif arg in ("RAW", "ROW_DOT", "CACHED", "COLS"):  # ROW_DOT: the interpreter's only
                 signature[arg] = "constexpr"
                 constants[arg] = extra.get(arg, False)
             else:
@@ -555,7 +626,7 @@ def _compiled(capability: int, dtype: str, block, head_dim: int, precision, num_
 
 def compile_native(capability: int = 90, dtype: str = "bf16", *, block: int | None = None, head_dim: int = 64,
                    precision: str | None = None, num_warps: int | None = None,
-                   num_stages: int | None = None) -> dict:
+                   num_stages: int | None = None, cached: bool = False) -> dict:
     """Compile every kernel ahead of time for an NVIDIA target; no GPU needed (ptxas only).
 
     ``capability`` is the SM version (80 = A100, 90 = H100), ``dtype`` the token type
@@ -564,20 +635,22 @@ def compile_native(capability: int = 90, dtype: str = "bf16", *, block: int | No
     ``block``, ``num_warps``, ``num_stages`` the launch (None: :func:`default_launch`'s).
     Returns ``{kernel name: shared memory bytes}`` (the half-step twice: ``half_step_kernel`` and
     ``half_step_kernel[raw]``, its ``RAW=True`` variant); raises on a compilation error.
-    Needs a process where triton is not in interpreter mode.
+    ``cached``: also ``scores_kernel`` and every sweep reading the score cache (``[cached]``; the
+    half-step in both orientations). Needs a process where triton is not in interpreter mode.
     """
     return {label: kernel.metadata.shared
-            for label, kernel in _compiled(capability, dtype, block, head_dim, precision, num_warps, num_stages)}
+            for label, kernel in _compiled(capability, dtype, block, head_dim, precision, num_warps, num_stages,
+                                           cached=cached)}
 
 
 def kernel_resources(capability: int = 90, dtype: str = "bf16", *, block: int | None = None, head_dim: int = 64,
                      precision: str | None = None, num_warps: int | None = None,
-                     num_stages: int | None = None, row_dot: bool = False) -> dict:
+                     num_stages: int | None = None, row_dot: bool = False, cached: bool = False) -> dict:
     """:func:`compile_native`, and what ptxas reports for each kernel's PTX (``ptxas -v``, the
     ptxas Triton ships): ``{kernel name: {"shared", "registers", "spill_stores",
     "spill_loads"}}`` (registers per thread; spilled bytes per thread). No GPU needed.
     ``row_dot``: also ``half_step_kernel[row_dot]``, the half-step with ``ROW_DOT=True`` (which
-    only the interpreter launches)."""
+    only the interpreter launches); ``cached``: also the score cache's kernels (:func:`compile_native`)."""
     import re
     import subprocess
     import tempfile
@@ -589,7 +662,7 @@ def kernel_resources(capability: int = 90, dtype: str = "bf16", *, block: int | 
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         for label, kernel in _compiled(capability, dtype, block, head_dim, precision, num_warps, num_stages,
-                                       row_dot):
+                                       row_dot, cached):
             ptx = os.path.join(tmp, "kernel.ptx")
             with open(ptx, "w") as fh:
                 fh.write(kernel.asm["ptx"])

@@ -77,7 +77,7 @@ class _Launch:
     """Grid and constexpr bookkeeping shared by the sweeps of one call."""
 
     def __init__(self, q, k, v, band, eps, interpret, block_m, block_n, precision="ieee", num_warps=None,
-                 num_stages=None):
+                 num_stages=None, cache_scores=False):
         self.B, self.H, self.Lq, self.D = q.shape
         self.Lk, self.DV = k.shape[2], v.shape[3]
         self.W = max(self.Lq, self.Lk) if band is None else int(band)
@@ -97,6 +97,37 @@ class _Launch:
         # launch options of every kernel (Triton's defaults where None; the interpreter ignores them)
         self.opts = {name: value for name, value in (("num_warps", num_warps), ("num_stages", num_stages))
                      if value is not None}
+        self.cache_scores = cache_scores
+        self.n_mb = -(-self.Lq // self.BM)  # query blocks
+        self.slots = self._slots()
+        self.cache = None  # the score cache while a pass runs (build_cache), else None
+        self._none = torch.empty(1, dtype=torch.float32, device=q.device)  # S when there is no cache
+
+    def _slots(self) -> int:
+        """Key tiles the band of a query block meets at most: the cache's third axis (as ``_band``)."""
+        most = 0
+        for m0 in range(0, self.n_mb * self.BM, self.BM):
+            lo = max(m0 - self.W, 0) // self.BN * self.BN
+            hi = min(min(m0 + self.BM, self.Lq) + self.W, self.Lk)
+            most = max(most, -(-(hi - lo) // self.BN))
+        return max(most, 1)
+
+    def build_cache(self, q, k):
+        """Compute the band's score tiles once into ``self.cache`` [BH, NMB, SLOTS, BM, BN] float32
+        (``cache_scores``); every sweep then reads them instead of recomputing. O(Lq (BM + 2W)) memory."""
+        if not self.cache_scores:
+            return
+        self.cache = torch.empty(self.B * self.H, self.n_mb, self.slots, self.BM, self.BN, dtype=torch.float32,
+                                 device=q.device)
+        self.kernel("scores")[self.rows(self.BM)](q, k, self.cache, self.Lq, self.Lk, self.H, self.W, self.scale,
+                                                  self.n_mb, self.slots, D=self.D, BLOCK_M=self.BM, BLOCK_N=self.BN,
+                                                  BLOCK_D=self.BD, PREC=self.prec, DOT_T=self.dot_t, **self.opts)
+
+    def free_cache(self):
+        self.cache = None
+
+    def _cache_args(self):
+        return (self._none if self.cache is None else self.cache, self.n_mb, self.slots)
 
     def kernel(self, name):
         from sinkalign.kernels.triton import kernels
@@ -116,16 +147,18 @@ class _Launch:
         out = torch.empty(self.B * self.H, lx, dtype=torch.float32, device=x.device)
         grid = (-(-lx // bx), self.B * self.H)
         self.kernel("half_step")[grid](x, y, pot_y, mask_x, mask_y, logm_x, out, lx, ly, self.H, self.W, self.scale,
-                                       D=self.D, BLOCK_X=bx, BLOCK_Y=by, BLOCK_D=self.BD, PREC=self.prec,
-                                       DOT_T=self.dot_t, RAW=raw, ROW_DOT=cols and self.interpret, **self.opts)
+                                       *self._cache_args(), D=self.D, BLOCK_X=bx, BLOCK_Y=by, BLOCK_D=self.BD,
+                                       PREC=self.prec, DOT_T=self.dot_t, RAW=raw, ROW_DOT=cols and self.interpret,
+                                       CACHED=self.cache is not None, COLS=cols and self.cache is not None,
+                                       **self.opts)
         return out
 
     def dims(self):
         return dict(D=self.D, DV=self.DV, BLOCK_M=self.BM, BLOCK_N=self.BN, BLOCK_D=self.BD, BLOCK_DV=self.BDV,
-                    PREC=self.prec, DOT_T=self.dot_t, **self.opts)
+                    PREC=self.prec, DOT_T=self.dot_t, CACHED=self.cache is not None, **self.opts)
 
     def sizes(self):
-        return (self.Lq, self.Lk, self.H, self.W, self.scale)
+        return (self.Lq, self.Lk, self.H, self.W, self.scale, *self._cache_args())
 
 
 class _Thin:
@@ -253,11 +286,15 @@ def _forward_duals(lc: _Launch, q, k, qm, km, log_a, log_b, n_iters, db: _Dustbi
 class _SinkhornTail2(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, qm, km, log_a, log_b, lc, n_iters, db):
-        v0, u1, v1, u2, v2 = _forward_duals(lc, q, k, qm, km, log_a, log_b, n_iters, db)
-        # with dustbins the band part is kept in float32 until the dustbin part is added
-        out = torch.empty(lc.B, lc.H, lc.Lq, lc.DV, dtype=v.dtype if db is None else torch.float32,
-                          device=v.device)
-        lc.kernel("output")[lc.rows(lc.BM)](q, k, v, u2, v2, qm, km, out, *lc.sizes(), **lc.dims())
+        lc.build_cache(q, k)  # with cache_scores: the band's scores, for the duals and the output
+        try:
+            v0, u1, v1, u2, v2 = _forward_duals(lc, q, k, qm, km, log_a, log_b, n_iters, db)
+            # with dustbins the band part is kept in float32 until the dustbin part is added
+            out = torch.empty(lc.B, lc.H, lc.Lq, lc.DV, dtype=v.dtype if db is None else torch.float32,
+                              device=v.device)
+            lc.kernel("output")[lc.rows(lc.BM)](q, k, v, u2, v2, qm, km, out, *lc.sizes(), **lc.dims())
+        finally:
+            lc.free_cache()  # not kept between forward and backward: O(L d) saved
         if db is not None:
             for t in db.thin(_flat(q), _flat(k), lc.scale):
                 t.add_rows(_flat(out), t.plan(u2, v2), _flat(v)[:, t.c0 : t.c0 + t.nc].float())
@@ -274,6 +311,14 @@ class _SinkhornTail2(torch.autograd.Function):
                 "gradients need the reference operator (sinkhorn_attention_ref, or backend='reference' in JAX)")
         q, k, v, qm, km, log_a, log_b, v0, u1, v1, u2, v2 = ctx.saved_tensors
         lc: _Launch = ctx.lc
+        lc.build_cache(q, k)  # rebuilt for the backward's five sweeps
+        try:
+            return _SinkhornTail2._backward(ctx, grad_out, q, k, v, qm, km, log_a, log_b, v0, u1, v1, u2, v2, lc)
+        finally:
+            lc.free_cache()
+
+    @staticmethod
+    def _backward(ctx, grad_out, q, k, v, qm, km, log_a, log_b, v0, u1, v1, u2, v2, lc):
         db: _Dustbins | None = ctx.db
         g = grad_out.to(v.dtype).contiguous()
         sizes, dims = lc.sizes(), lc.dims()
@@ -329,8 +374,9 @@ class _SinkhornTail2(torch.autograd.Function):
         # 3. vbar1 = -beta * P^T x2
         p_t_x2 = torch.empty_like(v2)
         lc.kernel("plan_matvec")[lc.cols(lc.BN)](k, q, v2, u2, x2, km, qm, p_t_x2, lc.Lk, lc.Lq, lc.H, lc.W,
-                                                 lc.scale, D=lc.D, BLOCK_X=lc.BN, BLOCK_Y=lc.BM, BLOCK_D=lc.BD,
-                                                 PREC=lc.prec, DOT_T=lc.dot_t, **lc.opts)
+                                                 lc.scale, *lc._cache_args(), D=lc.D, BLOCK_X=lc.BN, BLOCK_Y=lc.BM,
+                                                 BLOCK_D=lc.BD, PREC=lc.prec, DOT_T=lc.dot_t,
+                                                 CACHED=lc.cache is not None, COLS=lc.cache is not None, **lc.opts)
         for t, P, _, _ in thin:
             p_t_x2 += t.colsum(P * t.r(x2))
         c3 = -bc11 * beta * p_t_x2 * inv_b  # bc11 vbar1 / b (beta vbar1 / b unnormalised)
@@ -403,6 +449,11 @@ def _launch_option(name: str, value, low: int, high: int | None, power_of_two: b
     return int(value)
 
 
+def _check_cache_scores(cache_scores) -> None:
+    if not isinstance(cache_scores, bool):
+        raise ValueError(f"cache_scores={cache_scores!r} must be True or False")
+
+
 def _kernel_setup(q, v, interpret, block_m, block_n, ref_name, precision="ieee", num_warps=None, num_stages=None):
     """Kernel dtype, Triton mode, device, tile and launch checks; returns (interpret, block_m, block_n,
     num_warps, num_stages), the defaults (:func:`~sinkalign.kernels.triton.kernels.default_launch`)
@@ -440,7 +491,8 @@ def _kernel_setup(q, v, interpret, block_m, block_n, ref_name, precision="ieee",
 
 def sinkhorn_attention_triton(q, k, v, *, q_mask=None, k_mask=None, log_a=None, log_b=None, config=None, eps=_UNSET,
                               n_iters=_UNSET, tail=_UNSET, band=_UNSET, interpret=None, block_m=None, block_n=None,
-                              precision="ieee", num_warps=None, num_stages=None) -> torch.Tensor:
+                              precision="ieee", num_warps=None, num_stages=None,
+                              cache_scores=False) -> torch.Tensor:
     """Banded, masked, log-domain balanced Sinkhorn attention with an R = 2 tail (Triton).
 
     Args:
@@ -467,6 +519,12 @@ def sinkhorn_attention_triton(q, k, v, *, q_mask=None, k_mask=None, log_a=None, 
             two from 1 to 32; software-pipelining stages >= 1); None = ``default_launch``'s (8
             warps for float32 with exact dots, else 4; 3 stages). Native only (the interpreter
             has none). For tuning: same results up to float32 summation order.
+        cache_scores: compute the band's score tiles once per pass (forward; backward) into a
+            float32 cache that every sweep reads, instead of recomputing ``Q K^T`` in each sweep
+            (``scores_kernel``): fewer dots for O(Lq (block_m + 2 W)) float32 memory while a pass
+            runs (~140 MB per batch-head at L = 16,384, W = 1,024); nothing more is kept between
+            forward and backward. Off by default (not yet timed on a GPU); same results up to
+            float32 summation order (the column sweeps read the row sweeps' tiles transposed).
 
     Returns:
         O = P^(2,2) V [B, H, Lq, dv] in v's dtype; rows of padded queries are 0.
@@ -485,7 +543,9 @@ def sinkhorn_attention_triton(q, k, v, *, q_mask=None, k_mask=None, log_a=None, 
                                                   eps=eps, n_iters=n_iters, tail=tail, band=band)
     interpret, block_m, block_n, num_warps, num_stages = _kernel_setup(
         q, v, interpret, block_m, block_n, "sinkhorn_attention_ref", precision, num_warps, num_stages)
-    lc = _Launch(q, k, v, band, float(eps), interpret, block_m, block_n, precision, num_warps, num_stages)
+    _check_cache_scores(cache_scores)
+    lc = _Launch(q, k, v, band, float(eps), interpret, block_m, block_n, precision, num_warps, num_stages,
+                 cache_scores)
     log.debug("sinkhorn_attention_triton B=%d H=%d Lq=%d Lk=%d d=%d W=%d blocks=%dx%d interpret=%s",
               lc.B, lc.H, lc.Lq, lc.Lk, lc.D, lc.W, block_m, block_n, interpret)
     qm = q_mask.to(torch.int8).contiguous()
@@ -499,7 +559,8 @@ def sinkhorn_attention_triton(q, k, v, *, q_mask=None, k_mask=None, log_a=None, 
 def sinkhorn_dustbin_attention_triton(q, k, v, q_dustbin, k_dustbin, v_dustbin=None, *, q_mask=None, k_mask=None,
                                       config=None, dustbin=None, eps=_UNSET, n_iters=_UNSET, band=_UNSET,
                                       variant=_UNSET, mass=_UNSET, filler=_UNSET, interpret=None, block_m=None,
-                                      block_n=None, precision="ieee", num_warps=None, num_stages=None) -> torch.Tensor:
+                                      block_n=None, precision="ieee", num_warps=None, num_stages=None,
+                                      cache_scores=False) -> torch.Tensor:
     """Sinkhorn attention with learned dustbins (Triton, R = 2): O [B, H, Lq, dv] of the real queries.
 
     The operator of ``sinkalign.sinkhorn.dustbin.dustbin_attention`` (``backward`` R = 2
@@ -528,8 +589,8 @@ def sinkhorn_dustbin_attention_triton(q, k, v, q_dustbin, k_dustbin, v_dustbin=N
         mass: dustbin marginal for ``banded``: ``unit`` (1) or ``length`` (the number of valid
             tokens on the other side, at least 1); ``paper`` requires ``unit``.
         filler: the paper's dustbin block size (>= 1).
-        interpret, block_m, block_n, precision, num_warps, num_stages: as
-            :func:`sinkhorn_attention_triton`.
+        interpret, block_m, block_n, precision, num_warps, num_stages, cache_scores: as
+            :func:`sinkhorn_attention_triton` (the cache holds the band's tiles).
 
     Returns:
         O [B, H, Lq, dv] in v's dtype (padded query rows 0), differentiable in q, k, v and the
@@ -550,14 +611,16 @@ def sinkhorn_dustbin_attention_triton(q, k, v, q_dustbin, k_dustbin, v_dustbin=N
                            n_iters=n_iters, tail=2, band=band, variant=variant, mass=mass, filler=filler)
     interpret, block_m, block_n, num_warps, num_stages = _kernel_setup(
         q, v, interpret, block_m, block_n, "sinkhorn_dustbin_attention_ref", precision, num_warps, num_stages)
+    _check_cache_scores(cache_scores)
     if variant == "paper":
         out = sinkhorn_attention_triton(prob.q, prob.k, prob.v, q_mask=prob.q_valid, k_mask=prob.k_valid,
                                         log_a=prob.log_a, log_b=prob.log_b, eps=eps, n_iters=n_iters, tail=2,
                                         band=prob.band, interpret=interpret, block_m=block_m, block_n=block_n,
-                                        precision=precision, num_warps=num_warps, num_stages=num_stages)
+                                        precision=precision, num_warps=num_warps, num_stages=num_stages,
+                                        cache_scores=cache_scores)
         return out[:, :, : prob.lq]
     lc = _Launch(prob.q, prob.k, prob.v, band, float(eps), interpret, block_m, block_n, precision, num_warps,
-                 num_stages)
+                 num_stages, cache_scores)
     log.debug("sinkhorn_dustbin_attention_triton banded/%s B=%d H=%d Lq=%d Lk=%d d=%d W=%d blocks=%dx%d", mass,
               lc.B, lc.H, prob.lq, prob.lk, lc.D, lc.W, block_m, block_n)
     db = _Dustbins(prob.q_valid, prob.k_valid, lc.H)
