@@ -493,23 +493,7 @@ class TestInterpretedCachedScores(TestInterpreted):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available() or MODE is not False,
                     reason="needs a CUDA GPU and native (non-interpreted) triton")
-class TestNativeGPUCachedScores(KernelSuite):
-    """The suite natively with ``cache_scores=True`` (compiled ``scores_kernel`` and cache readers)."""
-
-    DEVICE = "cuda"
-    BLOCK = 32
-    CACHE = True
-
-    def test_long_banded_problem(self):
-        case = Case("gpu_long_cached", B=2, H=2, Lq=960, Lk=900, d=32, dv=32, band=64, n_iters=15, pad=True,
-                    marginals=True)
-        self._check_float32(case)
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available() or MODE is not False,
-                    reason="needs a CUDA GPU and native (non-interpreted) triton")
-class TestNativeGPU(KernelSuite):
+class _NativeSuite(KernelSuite):
     DEVICE = "cuda"
     BLOCK = 32
 
@@ -518,6 +502,14 @@ class TestNativeGPU(KernelSuite):
                     marginals=True)
         self._check_float32(case)
 
+
+class TestNativeGPUCachedScores(_NativeSuite):
+    """The suite natively with ``cache_scores=True`` (compiled ``scores_kernel`` and cache readers)."""
+
+    CACHE = True
+
+
+class TestNativeGPU(_NativeSuite):
     def test_default_blocks_bfloat16(self):
         # every valid query needs a key within the band: Lq - 1 - band < Lk (was Lq=300: row 297 had none)
         case = Case("gpu_bf16", B=2, H=2, Lq=290, Lk=257, d=64, dv=64, band=40, n_iters=15, pad=True)

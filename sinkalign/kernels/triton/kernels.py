@@ -3,7 +3,8 @@
 Every kernel is a grid ``(cdiv(L_own, BLOCK_OWN), B * H)``: one program owns a block of
 rows (queries) or columns (keys) of one (batch, head) and loops over the tiles of the other
 side that intersect the band ``|i - j| <= W``; the score tile ``S = Q K^T / (sqrt(d) eps)``
-is recomputed from Q and K in every sweep, so nothing of size [Lq, Lk] is ever stored.
+is recomputed from Q and K in every sweep, so nothing of size [Lq, Lk] is ever stored (the
+optional score cache holds the band's tiles, O(L W), while one pass runs).
 For an owned block ``[x0, x0 + BLOCK_X)`` the loop runs over
 ``[floor(max(0, x0 - W) / BLOCK_Y) * BLOCK_Y, min(Ly, min(Lx, x0 + BLOCK_X) + W))``; a dense
 problem passes ``W >= max(Lq, Lk)``. Lengths that are not block multiples are masked, the
@@ -29,6 +30,11 @@ it is first imported (``TRITON_INTERPRET=1`` in the environment before ``import 
 
 Kernels:
 
+* :func:`scores_kernel` -- with ``cache_scores``: the band's score tiles of each query block,
+  ``Q K^T * scale``, written once per pass into a float32 cache ``[BH, NMB, SLOTS, BM, BN]``
+  (query block, slot = key tile - the block's first band tile). Every sweep below then takes
+  ``CACHED=True`` and reads its tiles there (:func:`_cached_scores`; column sweeps the row
+  tiles transposed) instead of loading the other side's tokens for ``Q K^T``.
 * :func:`half_step_kernel` -- ``out_x = logm_x - LSE_y (S_xy + pot_y)`` with an online LSE
   (0 on rows with no active entry). Row half-step: X = Q, Y = K; column half-step: X = K,
   Y = Q (``S^T = K Q^T * scale``). With ``RAW=True`` it stores ``LSE_y`` itself (``-inf``
@@ -36,7 +42,7 @@ Kernels:
   With ``ROW_DOT=True`` a column half-step forms ``S^T`` as ``(Q K^T)^T``, the row half-step's
   product: the interpreter's dot (NumPy's) sums ``K Q^T`` in another order, and with scores of
   ~1,000 the two half-steps' last-bit differences (~1e-4) make the duals drift ~5e-5 an
-  iteration (the output erred up to 9x float32's). Natively ``K Q^T`` is already the same
+  iteration (the output erred up to 9.4x float32's). Natively ``K Q^T`` is already the same
   number: Triton's float32 FMA dot sums each entry's products in k order in either orientation,
   and the transposition would cost the kernel register spills (``benchmarks/kernel_registers.py
   --row-dot``), so only the interpreter sets it.

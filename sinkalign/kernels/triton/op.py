@@ -5,7 +5,9 @@ Same operator and conventions as :func:`sinkalign.kernels.triton.ref.sinkhorn_at
 (and the JAX ``sinkalign.sinkhorn``), computed in O(B H (Lq + Lk) W) time per sweep and
 O(B H L) extra memory: the forward stores only q, k, v, the masks, the log marginals and
 the float32 dual vectors ``v^(0), u^(1), v^(1), u^(2), v^(2)``; the backward recomputes
-every score tile from q and k.
+every score tile from q and k. With ``cache_scores=True`` each pass (the forward; the backward)
+first writes the band's score tiles into a float32 cache (``scores_kernel``, O(L W) while the
+pass runs, freed after it) that every sweep reads instead.
 
 Backward (Proposition 2 of the paper, generalised to non-unit marginals a, b): with
 ``P = P^(2,2)``, ``Z = G V^T``, ``alpha = exp(u1 - u2)``, ``beta = exp(v1 - v2)``,
@@ -126,7 +128,7 @@ class _Launch:
     def free_cache(self):
         self.cache = None
 
-    def _cache_args(self):
+    def cache_args(self):
         return (self._none if self.cache is None else self.cache, self.n_mb, self.slots)
 
     def kernel(self, name):
@@ -147,7 +149,7 @@ class _Launch:
         out = torch.empty(self.B * self.H, lx, dtype=torch.float32, device=x.device)
         grid = (-(-lx // bx), self.B * self.H)
         self.kernel("half_step")[grid](x, y, pot_y, mask_x, mask_y, logm_x, out, lx, ly, self.H, self.W, self.scale,
-                                       *self._cache_args(), D=self.D, BLOCK_X=bx, BLOCK_Y=by, BLOCK_D=self.BD,
+                                       *self.cache_args(), D=self.D, BLOCK_X=bx, BLOCK_Y=by, BLOCK_D=self.BD,
                                        PREC=self.prec, DOT_T=self.dot_t, RAW=raw, ROW_DOT=cols and self.interpret,
                                        CACHED=self.cache is not None, COLS=cols and self.cache is not None,
                                        **self.opts)
@@ -158,7 +160,7 @@ class _Launch:
                     PREC=self.prec, DOT_T=self.dot_t, CACHED=self.cache is not None, **self.opts)
 
     def sizes(self):
-        return (self.Lq, self.Lk, self.H, self.W, self.scale, *self._cache_args())
+        return (self.Lq, self.Lk, self.H, self.W, self.scale, *self.cache_args())
 
 
 class _Thin:
@@ -374,7 +376,7 @@ class _SinkhornTail2(torch.autograd.Function):
         # 3. vbar1 = -beta * P^T x2
         p_t_x2 = torch.empty_like(v2)
         lc.kernel("plan_matvec")[lc.cols(lc.BN)](k, q, v2, u2, x2, km, qm, p_t_x2, lc.Lk, lc.Lq, lc.H, lc.W,
-                                                 lc.scale, *lc._cache_args(), D=lc.D, BLOCK_X=lc.BN, BLOCK_Y=lc.BM,
+                                                 lc.scale, *lc.cache_args(), D=lc.D, BLOCK_X=lc.BN, BLOCK_Y=lc.BM,
                                                  BLOCK_D=lc.BD, PREC=lc.prec, DOT_T=lc.dot_t,
                                                  CACHED=lc.cache is not None, COLS=lc.cache is not None, **lc.opts)
         for t, P, _, _ in thin:
