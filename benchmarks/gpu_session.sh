@@ -10,8 +10,9 @@
 #            image lacks (biopython, pysam, parasail, ott-jax, jaxopt, fair-esm) into /tmp/site
 #            and sinkalign itself (editable, no dependencies)
 #   check    `sinkalign validate kernels --backend triton` and `--backend pallas` compiled natively,
-#            beside the tests marked gpu (gpu_tests; PYTEST_WORKERS xdist workers, default 4): nothing
-#            here is timed, so the three share the GPU
+#            beside the tests marked gpu (gpu_tests; PYTEST_WORKERS xdist workers, default 4; PYTEST_K
+#            selects, e.g. "not Cached" first and "Cached" (the score caches' native suites) in a later
+#            call; PYTEST_BUDGET s, default 300): nothing here is timed, so the three share the GPU
 #   validate the validations alone: VALIDATE_BACKENDS (default "triton pallas"), VALIDATE_BUDGET s each
 #   tests_and_lm  the tests marked gpu while the lm phase runs beside them (neither is timed)
 #   check_and_lm  both validations (pallas with --long) and the tests marked gpu, beside the lm phase
@@ -147,7 +148,7 @@ gpu_tests() {
   stamp "pytest -m gpu"
   local workers=()
   $PY -c "import xdist" 2>/dev/null && workers=(-n "${PYTEST_WORKERS:-4}")
-  timeout "$(budget 300)" $PY -m pytest -m gpu -k "${PYTEST_K:-}" "${workers[@]}" -q -p no:cacheprovider -rfEs --tb=short --timeout 300 --continue-on-collection-errors tests \
+  timeout "$(budget "${PYTEST_BUDGET:-300}")" $PY -m pytest -m gpu -k "${PYTEST_K:-}" "${workers[@]}" -q -p no:cacheprovider -rfEs --tb=short --timeout 300 --continue-on-collection-errors tests \
     >"$R/pytest_gpu.log" 2>&1
   grep -E "^(FAILED|ERROR|SKIPPED)|passed|failed|^E  " "$R/pytest_gpu.log" | tail -40
   pack
