@@ -188,9 +188,9 @@ def triton_drift(seeds, rows: list, spread: float = 30.0, iters: int = 15) -> No
             for _ in range(iters):
                 u = lc.half_step(qf, kf, v, m8, m8, logm, L, L, 16, 16)
                 v = torch.empty(1, L)
-                K.half_step_kernel[(L // 16, 1)](kf, qf, u, m8, m8, logm, v, L, L, 1, band, lc.scale, D=d,
-                                                 BLOCK_X=16, BLOCK_Y=16, BLOCK_D=lc.BD, PREC=lc.prec,
-                                                 DOT_T=lc.dot_t, ROW_DOT=row_dot)
+                K.half_step_kernel[(L // 16, 1)](kf, qf, u, m8, m8, logm, v, L, L, 1, band, lc.scale,
+                                                 *lc.cache_args(), D=d, BLOCK_X=16, BLOCK_Y=16, BLOCK_D=lc.BD,
+                                                 PREC=lc.prec, DOT_T=lc.dot_t, ROW_DOT=row_dot)
                 v = v + u.sum(-1, keepdim=True) / L
                 out.append(v[0].double())
             return out
