@@ -102,11 +102,8 @@ def kernels(values, rows: list) -> None:
 
     print(f"\n{'spread':>6s} {'max|S|':>8s} {'method (float32)':22s} {'dQ':>9s} {'dK':>9s} {'dV':>9s}")
     for spread in values:
-        rng = np.random.default_rng(2)
-        L, d = 64, 16
-        q, k = rng.normal(size=(2, 1, 1, L, d)) * np.exp(rng.uniform(0, np.log(spread), size=(2, 1, 1, L, 1)))
-        v, g = rng.normal(size=(2, 1, 1, L, 8))
-        q, k, v = (np.asarray(np.asarray(a, np.float32), np.float64) for a in (q, k, v))
+        (q, k, v), g = heterogeneous(spread, seed=2, L=64, d=16)
+        q, k, v, g = (a[None] for a in (q, k, v, g))  # [B, H, L, *] = [1, 1, 64, *]
         max_s = float(np.abs(q[0, 0] @ k[0, 0].T).max() / 4)
         kw = {"eps": 1.0, "n_iters": 15, "tail": 2, "band": 10}
 
@@ -158,10 +155,9 @@ def triton_drift(seeds, rows: list, spread: float = 30.0, iters: int = 15) -> No
     print(f"{'seed':>4s} {'max|S|':>7s} {'duals':22s} " + " ".join(f"{'it ' + str(i):>8s}" for i in (1, 5, 10, 15))
           + f" {'output':>9s}  (duals: max abs error; output: relative to its largest entry)")
     for seed in seeds:
-        rng = np.random.default_rng(seed)
         L, d, band = 64, 16, 10
-        q, k = rng.normal(size=(2, 1, 1, L, d)) * np.exp(rng.uniform(0, np.log(spread), size=(2, 1, 1, L, 1)))
-        q32, k32 = (torch.tensor(np.asarray(a, np.float32)) for a in (q, k))
+        (q, k, v), _ = heterogeneous(spread, seed, L=L, d=d)
+        q32, k32, v_tok = (torch.tensor(a[None], dtype=torch.float32) for a in (q, k, v))  # [1, 1, L, *]
         mask = torch.ones(1, L, dtype=torch.bool)
         sup = band_support(mask, mask, band)  # [1, 1, L, L]
         zero = torch.zeros(1, L, dtype=torch.float64)
@@ -198,7 +194,6 @@ def triton_drift(seeds, rows: list, spread: float = 30.0, iters: int = 15) -> No
         # the operator's output (L = 64, dv = 8) with the column half-steps' tiles formed each way
         from sinkalign.kernels.triton import sinkhorn_attention_ref, sinkhorn_attention_triton
 
-        v_tok = torch.tensor(np.asarray(rng.normal(size=(1, 1, L, 8)), np.float32))
         kw = {"eps": 1.0, "n_iters": iters, "tail": 2, "band": band}
         out64 = sinkhorn_attention_ref(q32.double(), k32.double(), v_tok.double(), **kw)
         scale = float(out64.abs().max())

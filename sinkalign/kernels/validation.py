@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sinkalign.errors import InputError
+from sinkalign.sinkhorn.checks import check_bool
 from sinkalign.sinkhorn.config import DustbinConfig, SinkhornConfig
 
 __all__ = ["KERNEL_CASES", "KernelCase", "check_backend", "dense_forward", "kernels", "long_forward"]
@@ -201,8 +202,7 @@ def check_backend(backend: str, interpret: bool) -> None:
     """
     if backend not in BACKENDS:
         raise InputError(f"backend={backend!r} is not one of {BACKENDS}")
-    if not isinstance(interpret, bool):
-        raise ValueError(f"interpret={interpret!r} must be True or False")
+    check_bool("interpret", interpret)
     if backend == "pallas" and not interpret:
         import jax
 

@@ -31,6 +31,12 @@ def check_int(name: str, value, minimum: int) -> int:
     return int(value)
 
 
+def check_bool(name: str, value) -> None:
+    """A plain ValueError unless ``value`` is True or False (a flag: 1, 0 and None are refused)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name}={value!r} must be True or False")
+
+
 def check_f32_dots(precision, *, native: bool, needs: str, here: str) -> None:
     """ValueError unless ``precision`` is one of :data:`F32_DOTS` and, when it is a TF32 mode,
     the kernels run ``native``ly (``needs``: what it needs; ``here``: what runs instead)."""

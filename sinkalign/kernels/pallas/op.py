@@ -64,7 +64,7 @@ from jax.experimental import pallas as pl
 
 from sinkalign.kernels.pallas import kernels as K
 from sinkalign.kernels.pallas.kernels import BlockSizes, Launch
-from sinkalign.sinkhorn.checks import check_f32_dots, check_shapes
+from sinkalign.sinkhorn.checks import check_bool, check_f32_dots, check_shapes
 from sinkalign.sinkhorn.config import SinkhornConfig
 from sinkalign.sinkhorn.core import normalising_factor
 from sinkalign.sinkhorn.support import Piece, Support
@@ -529,8 +529,7 @@ def _static(support, cfg, block_sizes, interpret, target=None, precision="ieee",
     if not isinstance(block_sizes, BlockSizes):
         raise ValueError(f"block_sizes must be a BlockSizes, got {type(block_sizes).__name__}")
     check_f32_dots(precision, native=target == "gpu", needs="the native GPU target", here=f"the {target} target")
-    if not isinstance(cache_scores, bool):
-        raise ValueError(f"cache_scores={cache_scores!r} must be True or False")
+    check_bool("cache_scores", cache_scores)
     return _Static(support, _choose_main(support), float(cfg.eps), cfg.n_iters, block_sizes, target, precision,
                    cache_scores)
 

@@ -583,7 +583,7 @@ _DTYPES = {"fp32": tl.float32, "bf16": tl.bfloat16, "fp16": tl.float16}
 
 def _compiled(capability: int, dtype: str, block, head_dim: int, precision, num_warps, num_stages, row_dot=False,
               cached=False):
-    """``(label, compiled kernel)`` of every kernel (the half-step twice, see :func:`compile_native`)."""
+    """``(label, compiled kernel)`` of every kernel variant asked for (see :func:`compile_native`)."""
     import inspect
 
     from triton.backends.compiler import GPUTarget

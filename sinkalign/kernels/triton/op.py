@@ -57,7 +57,7 @@ import numbers
 import torch
 
 from sinkalign.kernels.triton.ref import prepare_dustbin, prepare_inputs
-from sinkalign.sinkhorn.checks import check_f32_dots
+from sinkalign.sinkhorn.checks import check_bool, check_f32_dots
 from sinkalign.sinkhorn.config import DustbinConfig, SinkhornConfig
 
 __all__ = ["sinkhorn_attention_triton", "sinkhorn_dustbin_attention_triton"]
@@ -101,7 +101,7 @@ class _Launch:
                      if value is not None}
         self.cache_scores = cache_scores
         self.n_mb = -(-self.Lq // self.BM)  # query blocks
-        self.slots = self._slots()
+        self.slots = self._slots() if cache_scores else 1  # (a Python loop over the query blocks)
         self.cache = None  # the score cache while a pass runs (build_cache), else None
         self._none = torch.empty(1, dtype=torch.float32, device=q.device)  # S when there is no cache
 
@@ -451,11 +451,6 @@ def _launch_option(name: str, value, low: int, high: int | None, power_of_two: b
     return int(value)
 
 
-def _check_cache_scores(cache_scores) -> None:
-    if not isinstance(cache_scores, bool):
-        raise ValueError(f"cache_scores={cache_scores!r} must be True or False")
-
-
 def _kernel_setup(q, v, interpret, block_m, block_n, ref_name, precision="ieee", num_warps=None, num_stages=None):
     """Kernel dtype, Triton mode, device, tile and launch checks; returns (interpret, block_m, block_n,
     num_warps, num_stages), the defaults (:func:`~sinkalign.kernels.triton.kernels.default_launch`)
@@ -545,7 +540,7 @@ def sinkhorn_attention_triton(q, k, v, *, q_mask=None, k_mask=None, log_a=None, 
                                                   eps=eps, n_iters=n_iters, tail=tail, band=band)
     interpret, block_m, block_n, num_warps, num_stages = _kernel_setup(
         q, v, interpret, block_m, block_n, "sinkhorn_attention_ref", precision, num_warps, num_stages)
-    _check_cache_scores(cache_scores)
+    check_bool("cache_scores", cache_scores)
     lc = _Launch(q, k, v, band, float(eps), interpret, block_m, block_n, precision, num_warps, num_stages,
                  cache_scores)
     log.debug("sinkhorn_attention_triton B=%d H=%d Lq=%d Lk=%d d=%d W=%d blocks=%dx%d interpret=%s",
@@ -613,7 +608,7 @@ def sinkhorn_dustbin_attention_triton(q, k, v, q_dustbin, k_dustbin, v_dustbin=N
                            n_iters=n_iters, tail=2, band=band, variant=variant, mass=mass, filler=filler)
     interpret, block_m, block_n, num_warps, num_stages = _kernel_setup(
         q, v, interpret, block_m, block_n, "sinkhorn_dustbin_attention_ref", precision, num_warps, num_stages)
-    _check_cache_scores(cache_scores)
+    check_bool("cache_scores", cache_scores)
     if variant == "paper":
         out = sinkhorn_attention_triton(prob.q, prob.k, prob.v, q_mask=prob.q_valid, k_mask=prob.k_valid,
                                         log_a=prob.log_a, log_b=prob.log_b, eps=eps, n_iters=n_iters, tail=2,
