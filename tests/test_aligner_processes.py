@@ -294,3 +294,52 @@ def test_the_workers_read_the_aligner_from_a_private_file_removed_when_the_pool_
     path = aligner._pool_finalizer.peek()[2][1]
     aligner._discard_pool()
     assert not os.path.exists(path)
+
+
+def test_auto_processes_rule(monkeypatch):
+    from sinkalign.align import aligner as aligner_module
+    from sinkalign.pipelines import runner
+
+    monkeypatch.setattr(aligner_module, "default_workers", lambda: 16)
+    n = runner.AUTO_PROCESSES_MIN_PAIRS
+    assert n == 1024
+    assert runner.auto_processes(n) == 16 and runner.auto_processes(n - 1) is None
+    for asked in ({"threads": 16}, {"processes": 4}, {"workers": 2}, {"scheduler": "tcp://h:8786"}):
+        assert runner.auto_processes(10 * n, **asked) is None  # what the caller asked for stands
+    monkeypatch.setattr(aligner_module, "default_workers", lambda: 1)
+    assert runner.auto_processes(10 * n) is None  # one CPU: no process to gain
+
+
+def test_a_large_align_run_takes_processes_by_default(tmp_path, monkeypatch):
+    """`sinkalign align` with neither --threads nor --processes: a run of at least
+    AUTO_PROCESSES_MIN_PAIRS pairs aligns on a worker process per CPU (here 2 CPUs and a
+    threshold of 20, so that 20 pairs count as large), a smaller run on threads; the same output."""
+    from click.testing import CliRunner
+
+    from sinkalign.align import aligner as aligner_module
+    from sinkalign.cli.main import cli
+    from sinkalign.pipelines import align as align_pipeline
+    from sinkalign.pipelines import runner
+
+    monkeypatch.setattr(runner, "AUTO_PROCESSES_MIN_PAIRS", 20)
+    monkeypatch.setattr(aligner_module, "default_workers", lambda: 2)
+    seen, run_local = [], align_pipeline.run_local
+
+    def recording(spec, *args):
+        seen.append((spec.threads, spec.processes))
+        return run_local(spec, *args)
+
+    monkeypatch.setattr(align_pipeline, "run_local", recording)
+    outputs = {}
+    for n in (20, 19):
+        (tmp_path / "q.fa").write_text("".join(f">{q}\n{qs}\n" for q, qs, _, _ in ITEMS[:n]))
+        (tmp_path / "t.fa").write_text("".join(f">{t}\n{ts}\n" for _, _, t, ts in ITEMS[:n]))
+        for name, extra in (("default", []), ("threads", ["--threads", "2"])):
+            out = tmp_path / f"{n}_{name}.json"
+            r = CliRunner().invoke(cli, ["align", str(tmp_path / "q.fa"), str(tmp_path / "t.fa"), "--pairing", "zip",
+                                         "--no-progress", "--format", "json", "-o", str(out), *extra])
+            assert r.exit_code == 0, r.output
+            outputs[n, name] = out.read_text()
+    assert seen == [(None, 2), (2, None), (None, None), (2, None)]
+    assert outputs[20, "default"] == outputs[20, "threads"] and len(outputs[20, "default"].splitlines()) == 20
+    assert outputs[19, "default"] == outputs[19, "threads"]

@@ -373,10 +373,37 @@ class TestInterpretedCachedScores(KernelSuite):
         doubled = pallas.tail_operator(q, k, v, qv, kv, la_, lb_, support, cfg, block_sizes=blocks,
                                        cache_scores=True)
         colder = pallas.tail_operator(q, k, v, qv, kv, la_, lb_, support, cfg.replace(eps=cfg.eps / 2),
-                                      block_sizes=blocks)
-        plain = pallas.tail_operator(q, k, v, qv, kv, la_, lb_, support, cfg, block_sizes=blocks)
+                                      block_sizes=blocks, cache_scores=False)
+        plain = pallas.tail_operator(q, k, v, qv, kv, la_, lb_, support, cfg, block_sizes=blocks, cache_scores=False)
         assert _max_err(np.asarray(doubled), np.asarray(colder)) <= 1e-5
         assert _max_err(np.asarray(doubled), np.asarray(plain)) > 1e-2  # the cache made the difference
+
+    def test_the_default_caches_only_exact_float32_dots_within_its_cap(self, monkeypatch):
+        """cache_scores=None, the default, reads a cache where the dots are exact float32 and the
+        cache fits ``AUTO_CACHE_MAX_BYTES``, and recomputes for bfloat16 inputs or past the cap.
+        A cache of doubled scores shows which ran: it gives the operator at half the temperature."""
+        from sinkalign.kernels import cache
+        from sinkalign.kernels.pallas import kernels as K
+
+        real = K.scores
+        monkeypatch.setattr(K, "scores", lambda ln, q, k: 2.0 * real(ln, q, k))
+        case = Case("cache_default", 1, 1, 43, 39, 11, d=8, dv=3, n_iters=4, pad=True, marginals=True)
+        x, _, qm, km, la, lb = make_inputs(case, seed=5)
+        (q, k, v, qv, kv, la_, lb_), support, cfg = _forward_ref(case, x, qm, km, la, lb, dtype=jnp.float32)
+        cfg = cfg.replace(backend="pallas")
+
+        def run(dtype=jnp.float32, c=cfg, **kw):
+            q_, k_, v_ = (a.astype(dtype) for a in (q, k, v))
+            return np.asarray(pallas.tail_operator(q_, k_, v_, qv, kv, la_, lb_, support, c, interpret=True,
+                                                   block_sizes=BlockSizes(block_q=16, block_k=32), **kw), np.float64)
+
+        colder, plain = run(c=cfg.replace(eps=cfg.eps / 2), cache_scores=False), run(cache_scores=False)
+        assert _max_err(colder, plain) > 1e-2
+        assert _max_err(run(), colder) <= 1e-5  # the default read the (doubled) cache
+        assert _max_err(run(jnp.bfloat16), run(jnp.bfloat16, cache_scores=False)) == 0.0  # bfloat16: recomputed
+        monkeypatch.setattr(cache, "AUTO_CACHE_MAX_BYTES", 0)
+        assert _max_err(run(), plain) == 0.0  # past the cap: recomputed
+        assert _max_err(run(cache_scores=True), colder) <= 1e-5  # an explicit True ignores the cap
 
 
 @pytest.mark.gpu
@@ -390,7 +417,7 @@ class TestNativeGPUCachedScores(KernelSuite):
         self.check_float32(Case("gpu_long", 2, 2, 960, 900, 64, d=32, dv=32, n_iters=15, pad=True, marginals=True))
 
     def test_unequal_tiles(self):
-        self.check_float32(Case("gpu_tiles", 1, 2, 300, 257, 40, d=16, dv=16, n_iters=15, pad=True,
+        self.check_float32(Case("gpu_tiles", 1, 2, 280, 257, 40, d=16, dv=16, n_iters=15, pad=True,
                                 marginals=True))
 
 
@@ -466,7 +493,7 @@ def test_the_score_cache_is_asked_for_consistently():
         K.lse(row, q, vec, q, vec)  # a cached launch without its cache
     with pytest.raises(ValueError, match="needs the score cache, and only it"):
         K.lse(dataclasses.replace(row, cache=None), q, vec, q, vec, K.scores(row, q, q))
-    with pytest.raises(ValueError, match="cache_scores='yes' must be True or False"):
+    with pytest.raises(ValueError, match="cache_scores='yes' must be True, False or None"):
         pallas.tail_operator(*_args(), cache_scores="yes")
     # 16 batch-heads of 65,536 queries at W = 1,024: 2.3e9 floats, past 32-bit offsets (traced, not allocated)
     big = K.Launch(64, 64, 1024, 1024, 1024, 1.0, False, "interpret", cache="row")
@@ -724,3 +751,34 @@ def test_validate_kernels_compares_the_log_marginals_gradients():
     assert row["max_abs_deviation"] >= row["d_marginals"]
     plain = [c for c in kval.KERNEL_CASES if not c.marginals and c.dustbin is None][:1]
     assert kval.kernels("pallas", True, cases=plain)["rows"][0]["d_marginals"] is None
+
+
+@pytest.mark.parametrize("target, precision, dtype, cached", [
+    ("gpu", "ieee", jnp.float32, True), ("interpret", "ieee", jnp.float32, True),
+    ("gpu", "tf32x3", jnp.float32, False), ("gpu", "tf32", jnp.float32, False), ("gpu", "ieee", jnp.bfloat16, False),
+    ("gpu", "ieee", jnp.float16, False), ("tpu", "ieee", jnp.float32, False)])
+def test_the_default_score_cache_follows_the_timed_rule(target, precision, dtype, cached):
+    """The default's choice per target, dot precision and input type (no device needed): cached
+    only with exact float32 dots on a GPU or in the interpreter (the TPU target is untimed)."""
+    from sinkalign.kernels.pallas import op
+
+    support, cfg = Support.single(300, 257, 40), SinkhornConfig(backend="pallas")
+    st = op._static(support, cfg, None, target == "interpret", target=target, precision=precision, dtype=dtype, bh=4)
+    assert st.cache_scores is cached
+    assert op._static(support, cfg, None, True, target=target, precision=precision, dtype=dtype,
+                      cache_scores=False).cache_scores is False
+
+
+def test_the_default_score_cache_stops_at_its_cap(monkeypatch):
+    """The cap counts the cache's floats over every batch-head: 4 bytes each, at most the cap."""
+    from sinkalign.kernels import cache
+    from sinkalign.kernels.pallas import op
+
+    support, cfg = Support.single(1000, 1000, 100), SinkhornConfig(backend="pallas")
+    slots = max(len({j // 32 for i in range(x0, min(x0 + 32, 1000)) for j in range(max(0, i - 100), min(1000, i + 101))})
+                for x0 in range(0, 1000, 32))  # the key tiles a row block's band meets, at most
+    need = 4 * 3 * 32 * slots * 32 * 32  # 3 batch-heads x 32 row blocks x slots tiles of 32 x 32
+    for cap, cached in ((need, True), (need - 1, False)):
+        monkeypatch.setattr(cache, "AUTO_CACHE_MAX_BYTES", cap)
+        assert op._static(support, cfg, BlockSizes(block_q=32, block_k=32), False, target="gpu",
+                          bh=3).cache_scores is cached

@@ -10,6 +10,7 @@ on the GPU (``-m gpu``).
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
 import os
@@ -506,10 +507,52 @@ class TestInterpretedCachedScores(TestInterpreted):
             assert _max_err(cached, plain) <= 1e-6 * max(1.0, float(want.abs().max())), name
             assert _max_err(cached, want) <= 1e-5 * max(1.0, float(want.abs().max())), name
 
-    def test_cache_scores_must_be_a_bool(self):
+    def test_cache_scores_must_be_a_bool_or_none(self):
         q = torch.randn(1, 1, 8, 4)
-        with pytest.raises(ValueError, match="cache_scores=1 must be True or False"):
-            sinkhorn_attention_triton(q, q, q, cache_scores=1)
+        for bad in (1, "yes"):
+            with pytest.raises(ValueError, match=f"cache_scores={bad!r} must be True, False or None"):
+                sinkhorn_attention_triton(q, q, q, cache_scores=bad)
+            with pytest.raises(ValueError, match=f"cache_scores={bad!r} must be True, False or None"):
+                sinkhorn_dustbin_attention_triton(q, q, q, q[0, 0, 0], q[0, 0, 0], cache_scores=bad)
+
+    def test_the_default_caches_only_exact_float32_dots_within_its_cap(self, monkeypatch):
+        """cache_scores=None, the default, reads a cache where the dots are exact float32 and the
+        cache fits ``AUTO_CACHE_MAX_BYTES``, and recomputes for bfloat16 inputs, TF32 dots or past
+        the cap. A cache of doubled scores shows which ran: it gives the colder operator."""
+        from sinkalign.kernels import cache
+        from sinkalign.kernels.triton import op
+
+        case = Case("cache_default", B=1, H=2, Lq=43, Lk=39, d=8, dv=3, band=11, n_iters=4, pad=True, marginals=True)
+        tensors, kwargs, grad_out = make_inputs(case, seed=5)
+        run = functools.partial(_forward_backward, sinkhorn_attention_triton, tensors, grad_out=grad_out,
+                                device="cpu", block_m=16, block_n=32)
+        colder = run({**kwargs, "eps": kwargs["eps"] / 2}, dtype=torch.float32, cache_scores=False)
+        plain = run(kwargs, dtype=torch.float32, cache_scores=False)
+        build, built = op._Launch.build_cache, []
+
+        def doubled(self, q, k):
+            built.append(self.cache_scores)
+            build(self, q, k)
+            if self.cache is not None:
+                self.cache *= 2.0
+
+        monkeypatch.setattr(op._Launch, "build_cache", doubled)
+        got = run(kwargs, dtype=torch.float32)  # the default read the (doubled) cache
+        for name, x, want in zip(NAMES, got, (colder[0], colder[1] / 2, colder[2] / 2, colder[3])):
+            assert _max_err(x, want) <= 1e-5 * max(1.0, float(want.abs().max())), name
+        assert _max_err(got[0], plain[0]) > 1e-2 and built == [True, True]  # forward, backward
+        built.clear()
+        run(kwargs, dtype=torch.bfloat16)
+        assert built == [False, False]
+        monkeypatch.setattr(cache, "AUTO_CACHE_MAX_BYTES", 0)
+        built.clear()
+        assert all(torch.equal(a, b) for a, b in zip(run(kwargs, dtype=torch.float32), plain))  # past the cap
+        assert built == [False, False]
+        q, k, v = (t.float() for t in tensors)
+        assert op._Launch(q, k, v, 11, 1.0, True, 16, 32, cache_scores=True).cache_scores  # True: no cap
+        monkeypatch.setattr(cache, "AUTO_CACHE_MAX_BYTES", 2**40)
+        for precision, cached in (("ieee", True), ("tf32x3", False), ("tf32", False)):
+            assert op._Launch(q, k, v, 11, 1.0, True, 16, 32, precision).cache_scores is cached
 
 
 @pytest.mark.gpu

@@ -69,6 +69,7 @@ from sinkalign.pipelines.runner import (
     STDIO,
     ModelSpec,
     align_chunk,
+    auto_processes,
     check_outputs,
     check_processes,
     chunks,
@@ -717,6 +718,10 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
         processes: a local run's host work (the numpy engine's pairs, the jax engine's
             decoding) on this many worker processes of this machine instead of threads
             (``Aligner(processes=)``): faster than threads on many cores; the same output.
+            With neither ``threads`` nor ``processes`` (nor a cluster), a run of at least
+            :data:`~sinkalign.pipelines.runner.AUTO_PROCESSES_MIN_PAIRS` pairs takes one
+            process per usable CPU (:func:`~sinkalign.pipelines.runner.auto_processes`; 3.2x
+            threads on 16 cores), a smaller one threads.
         strand: nucleotide models: ``plus``, ``minus`` or ``both`` (default; the strand of
             smaller E-value is written, with twice its E-value: two comparisons), see
             :class:`~sinkalign.align.aligner.Aligner`; an error for protein.
@@ -805,10 +810,16 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
         if strand not in (None, "plus") and alphabet != "dna":
             raise InputError(f"--strand {strand}: strands are for nucleotide sequences and models; these are "
                              f"aligned with a {alphabet} model, as given")
-        if spec is None:
+        shipped = spec is None
+        if shipped:
             spec = ModelSpec(None, alphabet, **options)
-            if scheduler is None and workers is None:
-                load_aligner(spec)  # the shipped model, loaded before the first pair
+        n_auto = auto_processes(scan.total, threads=threads, processes=processes, workers=workers,
+                                scheduler=scheduler)
+        if n_auto is not None:  # a large local run: worker processes, not threads
+            spec = dataclasses.replace(spec, processes=n_auto)
+            log.info("aligning %d pairs on %d worker processes (--threads N for threads)", scan.total, n_auto)
+        if shipped and scheduler is None and workers is None:
+            load_aligner(spec)  # the shipped model, loaded before the first pair
         if max_hits is not None and scan.scattered is not None:
             raise InputError(f"--max-hits keeps the best pairs of each query, which must be consecutive: "
                              f"{scan.scattered}; sort the pair list by query (e.g. sort -s -k1,1)")

@@ -6,10 +6,11 @@ operator with the exact R = 2 one-reference backward, in O(L W) time per sweep a
 extra memory; :func:`sinkhorn_attention_pallas` is the convenience entry point with tile
 and interpreter control; :class:`BlockSizes` sets the tiles.
 
-What has run for real: the Pallas interpreter (``interpret=True``) on CPU, only. Native
-lowering was checked without hardware (:func:`lower_native`: every kernel of the forward +
-backward program lowers to Triton IR for 'cuda' and to Mosaic MLIR for 'tpu'); the device
-compilers and GPU/TPU execution are unverified. See ``sinkalign validate kernels``.
+What has run for real: the Pallas interpreter (``interpret=True``) on CPU, and the native GPU
+kernels on lent H100 and H200 GPUs (``sinkalign validate kernels`` and the tests marked
+``gpu``; BENCHMARKS.md, "On a GPU"). TPU lowering was checked without hardware only
+(:func:`lower_native`: every kernel of the forward + backward program lowers to Mosaic MLIR
+for 'tpu'); the TPU compiler and TPU execution are unverified.
 """
 
 from sinkalign.kernels.pallas.kernels import BlockSizes

@@ -1,0 +1,37 @@
+"""Whether the blockwise kernels cache the band's scores (``cache_scores``): the rule both families share.
+
+With ``cache_scores=True`` a pass of the kernels (the forward's duals and output; the backward)
+computes the band's score tiles ``S = Q K^T / (sqrt(d) eps)`` once into a float32 cache that
+every sweep reads, instead of recomputing them in each of its 2 (T + R) + 1 forward and 6
+backward sweeps. ``None``, the default, decides by the rule fixed before the kernels were timed
+(BENCHMARKS.md, "A score cache for the Pallas kernels"): on a lent H200 (2026-11-27) the cache
+made forward + backward 4.0x / 5.1x faster for the Pallas kernels and 2.8x / 3.2x for Triton's
+with exact float32 dots at L = 16,384 / 65,536 (W = 1,024), past the rule's 1.5x at both
+lengths; with tf32x3 dots it gained 1.0x / 1.3x (Pallas) and lost time in Triton, and with
+bfloat16 it lost time in both (the rule asked 1.2x at both lengths). So the default caches
+exactly where the dots are exact float32, and only while the cache stays within
+:data:`AUTO_CACHE_MAX_BYTES`: the recomputing kernels need O(L d) memory, the cache O(L W) per
+batch-head, so the default bounds what it adds (a larger cache is left to an explicit ``True``).
+"""
+
+from __future__ import annotations
+
+AUTO_CACHE_MAX_BYTES = 2 * 1024**3  # 2 GiB: ~4 batch-heads at L = 65,536, W = 1,024 (537 MB each)
+
+
+def check_cache_scores(value) -> None:
+    """A plain ValueError unless ``value`` is True, False or None (1, 0 and strings are refused)."""
+    if value is not None and not isinstance(value, bool):
+        raise ValueError(f"cache_scores={value!r} must be True, False or None (None: cache with exact float32 "
+                         "dots, while the cache fits in 2 GiB)")
+
+
+def resolve_cache_scores(value, *, exact_f32: bool, floats) -> bool:
+    """``cache_scores`` as a launch takes it: ``value`` where it is True or False; for None,
+    True iff the dots are ``exact_f32`` (float32 inputs with ``precision="ieee"``) and the
+    cache's ``floats`` float32 values (an int, or a callable that counts them, called only
+    then) take at most :data:`AUTO_CACHE_MAX_BYTES`."""
+    check_cache_scores(value)
+    if value is not None:
+        return value
+    return bool(exact_f32) and 4 * int(floats() if callable(floats) else floats) <= AUTO_CACHE_MAX_BYTES
