@@ -124,11 +124,15 @@ def kernels(values, rows: list) -> None:
         methods = {
             "torch autograd": lambda: torch_grads(sinkhorn_attention_ref, torch.float32),
             "triton (interpreter)": lambda: torch_grads(sinkhorn_attention_triton, torch.float32, block_m=16,
-                                                        block_n=16),
+                                                        block_n=16, cache_scores=False),
+            "triton cached": lambda: torch_grads(sinkhorn_attention_triton, torch.float32, block_m=16, block_n=16,
+                                                 cache_scores=True),
             "jax autodiff": lambda: jax_grads(jnp.float32, lambda *x: sinkhorn_attention(
                 *x, config=cfg.replace(backward="autodiff"))),
             "pallas (interpreter)": lambda: jax_grads(jnp.float32, lambda *x: pallas.sinkhorn_attention_pallas(
-                *x, config=cfg, block_sizes=blocks, interpret=True)),
+                *x, config=cfg, block_sizes=blocks, interpret=True, cache_scores=False)),
+            "pallas cached": lambda: jax_grads(jnp.float32, lambda *x: pallas.sinkhorn_attention_pallas(
+                *x, config=cfg, block_sizes=blocks, interpret=True, cache_scores=True)),
         }
         for name, run in methods.items():
             errs = [float(np.abs(x - t).max() / np.abs(t).max()) for x, t in zip(run(), truth)]
@@ -174,7 +178,7 @@ def triton_drift(seeds, rows: list, spread: float = 30.0, iters: int = 15) -> No
                 out.append(v[0, 0].double())
             return out
 
-        lc = op._Launch(q32, k32, k32, band, 1.0, True, 16, 16)
+        lc = op._Launch(q32, k32, k32, band, 1.0, True, 16, 16, cache_scores=False)
         qf, kf = q32.reshape(1, L, d).contiguous(), k32.reshape(1, L, d).contiguous()
         m8 = torch.ones(1, L, dtype=torch.int8)
         logm = torch.zeros(1, L)
@@ -194,10 +198,11 @@ def triton_drift(seeds, rows: list, spread: float = 30.0, iters: int = 15) -> No
         # the operator's output (L = 64, dv = 8) with the column half-steps' tiles formed each way
         from sinkalign.kernels.triton import sinkhorn_attention_ref, sinkhorn_attention_triton
 
-        kw = {"eps": 1.0, "n_iters": iters, "tail": 2, "band": band}
-        out64 = sinkhorn_attention_ref(q32.double(), k32.double(), v_tok.double(), **kw)
+        kw = {"eps": 1.0, "n_iters": iters, "tail": 2, "band": band, "cache_scores": False}  # sweeps form their tiles
+        ref_kw = {name: x for name, x in kw.items() if name != "cache_scores"}
+        out64 = sinkhorn_attention_ref(q32.double(), k32.double(), v_tok.double(), **ref_kw)
         scale = float(out64.abs().max())
-        out_err = {"float32 reference": sinkhorn_attention_ref(q32, k32, v_tok, **kw)}
+        out_err = {"float32 reference": sinkhorn_attention_ref(q32, k32, v_tok, **ref_kw)}
         half_step = op._Launch.half_step
         try:  # the native form in the interpreter: the column half-steps without ROW_DOT
             op._Launch.half_step = lambda self, *a, cols=False, **k_: half_step(self, *a, **k_)

@@ -13,7 +13,8 @@
 #            beside the tests marked gpu (gpu_tests; PYTEST_WORKERS xdist workers, default 4; PYTEST_K
 #            selects, e.g. "not Cached" first and "Cached" (the score caches' native suites) in a later
 #            call; PYTEST_BUDGET s, default 300): nothing here is timed, so the three share the GPU
-#   validate the validations alone: VALIDATE_BACKENDS (default "triton pallas"), VALIDATE_BUDGET s each
+#   validate the validations alone: VALIDATE_BACKENDS (default "triton pallas"), VALIDATE_BUDGET s each, VALIDATE_CACHE
+#            the --cache-scores values (default auto: the kernels' default; "auto off" also checks the recomputing sweeps)
 #   tests_and_lm  the tests marked gpu while the lm phase runs beside them (neither is timed)
 #   check_and_lm  both validations (pallas with --long) and the tests marked gpu, beside the lm phase
 #   kernels  benchmarks/sinkhorn_kernels.py: L = 2k..64k (KERNEL_LENGTHS), W = 1024 and 256
@@ -135,11 +136,16 @@ check() {
   pack
 }
 
-validate() {  # the native validations alone (VALIDATE_BACKENDS, default both; VALIDATE_BUDGET s each)
-  stamp "validate kernels (native): ${VALIDATE_BACKENDS:-triton pallas}"
+validate() {  # the native validations alone (VALIDATE_BACKENDS, default both; VALIDATE_BUDGET s each;
+  # VALIDATE_CACHE: the --cache-scores values, default "auto", the kernels' default; "auto off" also the recomputing path)
+  stamp "validate kernels (native): ${VALIDATE_BACKENDS:-triton pallas}, score cache ${VALIDATE_CACHE:-auto}"
   for b in ${VALIDATE_BACKENDS:-triton pallas}; do
-    timeout "$(budget "${VALIDATE_BUDGET:-170}")" sinkalign validate kernels --backend "$b" --overwrite --json "$R/validate_$b.json" 2>&1 \
-      | tail -40 | tee "$R/validate_$b.log"
+    for c in ${VALIDATE_CACHE:-auto}; do
+      local tag=$b
+      [ "$c" = auto ] || tag=${b}_cache_$c
+      timeout "$(budget "${VALIDATE_BUDGET:-170}")" sinkalign validate kernels --backend "$b" --cache-scores "$c" --overwrite \
+        --json "$R/validate_$tag.json" 2>&1 | tail -40 | tee "$R/validate_$tag.log"
+    done
   done
   pack
 }

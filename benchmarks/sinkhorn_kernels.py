@@ -14,12 +14,16 @@ masses, T = 15 base steps, R = 2 tail steps, gradient of <O, G> w.r.t. Q, K, V:
                      solve (lineax) returns NaN at L >= 2048, W = 256, both after 17 iterations
                      and after converging to 1e-5 (OTT 0.6; passing another ``solver`` hits an
                      unbound-variable bug in ``ImplicitDiff.solve``).
-* ``pallas``         the Pallas kernels, native lowering (GPU only; the interpreter is far too
-                     slow to benchmark and is skipped on CPU).
+* ``pallas``         the Pallas kernels recomputing their score tiles in every sweep
+                     (``cache_scores=False``), native lowering (GPU only; the interpreter is far
+                     too slow to benchmark and is skipped on CPU).
 * ``pallas_cached``  the same with ``cache_scores=True``: the band's scores computed once into a
-                     float32 cache that every sweep reads (O(L W) memory; GPU only).
-* ``triton``         the Triton kernels (CUDA only; skipped on CPU).
-* ``triton_cached``  the same with ``cache_scores=True`` (CUDA only).
+                     float32 cache that every sweep reads (O(L W) memory; GPU only). The kernels'
+                     default for exact float32 dots (``sinkalign.kernels.cache``), not for tf32x3 or
+                     bfloat16.
+* ``triton``         the Triton kernels, recomputing (``cache_scores=False``; CUDA only).
+* ``triton_cached``  the same with ``cache_scores=True`` (CUDA only), likewise the default for exact
+                     float32 dots.
 
 Peak memory of JAX programs is XLA's buffer assignment of the compiled fwd+bwd program
 (``memory_analysis()``: temporaries + arguments + outputs); for Triton it is

@@ -276,18 +276,34 @@ class TestInterpreted(KernelSuite):
         assert _max_err(np.asarray(got), np.asarray(ref)) <= 1e-5
 
     @pytest.mark.slow
-    def test_validate_kernels_cli_quick(self, tmp_path):
+    def test_validate_kernels_cli_quick(self, tmp_path, monkeypatch):
+        """--cache-scores reaches every kernel call (off here; the default, auto, passes None)."""
         from sinkalign.cli.main import cli
 
+        seen, real = [], pallas.tail_operator
+
+        def recording(*args, cache_scores=None, **kw):
+            seen.append(cache_scores)
+            return real(*args, cache_scores=cache_scores, **kw)
+
+        monkeypatch.setattr(pallas, "tail_operator", recording)
         out = tmp_path / "k.json"
         res = CliRunner().invoke(cli, ["validate", "kernels", "--backend", "pallas", "--interpret", "--quick",
-                                       "--json", str(out)])
+                                       "--cache-scores", "off", "--json", str(out)])
         assert res.exit_code == 0, res.output
+        assert "score cache off" in res.output
         import json
 
         data = json.loads(out.read_text())
-        assert data["backend"] == "pallas" and len(data["rows"]) == 3
+        assert data["backend"] == "pallas" and len(data["rows"]) == 3 and data["cache_scores"] == "off"
         assert data["max_abs_deviation"] <= 1e-4
+        assert len(seen) >= 3 and set(seen) == {False}
+        seen.clear()
+        from sinkalign.kernels import validation as kval
+
+        for value in (None, True):
+            assert kval.kernels("pallas", True, cases=kval.KERNEL_CASES[:1], cache_scores=value)["max_abs_deviation"] <= 1e-4
+        assert seen == [None, True]
 
 
 @pytest.mark.gpu

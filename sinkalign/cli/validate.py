@@ -256,9 +256,12 @@ def contraction(dtype: str, json_path: Path | None, overwrite: bool) -> None:
               help="Band half-width W of the --long check.")
 @click.option("--precision", type=click.Choice(["ieee", "tf32x3", "tf32"]), default="ieee", show_default=True,
               help="Float32 dots of the kernels: exact, or (natively on a GPU) three or one TF32 tensor-core passes.")
+@click.option("--cache-scores", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
+              help="The kernels' score cache: auto is their default (cached with exact float32 dots); on or off "
+                   "checks one path whatever the dots.")
 @_tolerance_option
 def kernels(backend: str, interpret: bool, json_path: Path | None, overwrite: bool, quick: bool, block: int | None,
-            long_: bool, long_lengths: tuple[int, ...], long_band: int, precision: str,
+            long_: bool, long_lengths: tuple[int, ...], long_band: int, precision: str, cache_scores: str,
             tolerance: float | None) -> None:
     """Pallas or Triton kernels (float32) vs the float64 JAX reference: forward and gradients."""
     if long_ and backend != "pallas":
@@ -286,8 +289,10 @@ def kernels(backend: str, interpret: bool, json_path: Path | None, overwrite: bo
     mode = "interpreter" if interpret else "native"
     with _console.status(f"{backend} ({mode}) vs reference") as status:
         result = kval.kernels(backend, interpret, cases=cases, block=block, precision=precision,
+                              cache_scores={"auto": None, "on": True, "off": False}[cache_scores],
                               progress=lambda r: status.update(f"{r['case']}: {r['max_abs_deviation']:.2e}"))
-    dots = "" if precision == "ieee" else f", {precision} dots"
+    dots = ("" if precision == "ieee" else f", {precision} dots") + (
+        "" if cache_scores == "auto" else f", score cache {cache_scores}")
     _print(_table(f"{backend} ({mode}, float32{dots}) vs JAX reference (float64, autodiff)", result["rows"],
                       ["case", "O", "dq", "dk", "dv", "d_dustbin", "d_marginals", "max_abs_deviation", "seconds"]))
     _console.print(f"max_abs_deviation = {result['max_abs_deviation']:.3e}")

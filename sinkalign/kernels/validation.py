@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sinkalign.errors import InputError
+from sinkalign.kernels.cache import check_cache_scores
 from sinkalign.sinkhorn.checks import check_bool
 from sinkalign.sinkhorn.config import DustbinConfig, SinkhornConfig
 
@@ -101,7 +102,7 @@ def _cfg(case: KernelCase, **kw):
 
 
 def _jax_grads(case: KernelCase, inp: dict, *, backend: str, dtype, blocks=None, interpret=None, operator=None,
-               backward: str = "autodiff", precision: str = "ieee") -> dict:
+               backward: str = "autodiff", precision: str = "ieee", cache_scores: bool | None = None) -> dict:
     """O and the gradients of <O, G> w.r.t. every token input, as float64 numpy arrays.
 
     ``backend`` ``reference`` runs the JAX operator with ``backward`` (default autodiff, the
@@ -124,7 +125,7 @@ def _jax_grads(case: KernelCase, inp: dict, *, backend: str, dtype, blocks=None,
         if backend == "reference":
             return core.tail_operator(q, k, v, qv, kv, la_, lb_, support, c)
         return pallas.tail_operator(q, k, v, qv, kv, la_, lb_, support, c, block_sizes=blocks, interpret=interpret,
-                                    precision=precision)
+                                    precision=precision, cache_scores=cache_scores)
 
     def loss(x, g):
         if case.dustbin is None:
@@ -149,7 +150,8 @@ def _jax_grads(case: KernelCase, inp: dict, *, backend: str, dtype, blocks=None,
     return {n: np.asarray(a, np.float64) for n, a in res.items()}
 
 
-def _triton_grads(case: KernelCase, inp: dict, *, interpret: bool, block: int | None, precision: str = "ieee") -> dict:
+def _triton_grads(case: KernelCase, inp: dict, *, interpret: bool, block: int | None, precision: str = "ieee",
+                  cache_scores: bool | None = None) -> dict:
     import torch
 
     from sinkalign.kernels.triton import (
@@ -162,7 +164,8 @@ def _triton_grads(case: KernelCase, inp: dict, *, interpret: bool, block: int | 
     leaves = [torch.tensor(inp["x"][n], device=device, requires_grad=True) for n in names]
     config = _cfg(case)  # the configuration the JAX operators of this check take
     common = dict(q_mask=torch.tensor(inp["qm"], device=device), k_mask=torch.tensor(inp["km"], device=device),
-                  config=config, interpret=interpret, block_m=block, block_n=block, precision=precision)
+                  config=config, interpret=interpret, block_m=block, block_n=block, precision=precision,
+                  cache_scores=cache_scores)
     if case.dustbin is None:
         kw = {}
         for name, key in (("log_a", "la"), ("log_b", "lb")):
@@ -219,7 +222,7 @@ def check_backend(backend: str, interpret: bool) -> None:
 
 
 def kernels(backend: str = "pallas", interpret: bool = True, *, cases=KERNEL_CASES, block: int | None = None,
-            progress=None, precision: str = "ieee") -> dict:
+            progress=None, precision: str = "ieee", cache_scores: bool | None = None) -> dict:
     """Max abs deviation of a kernel backend from the float64 JAX reference over a shape sweep.
 
     Args:
@@ -232,6 +235,8 @@ def kernels(backend: str = "pallas", interpret: bool = True, *, cases=KERNEL_CAS
             row even on small shapes), the backend's default natively.
         progress: optional callable receiving each finished row.
         precision: the kernels' float32 dots (``ieee``, or natively ``tf32x3`` / ``tf32``).
+        cache_scores: the kernels' score cache (:mod:`sinkalign.kernels.cache`): None, their
+            default (cached with exact float32 dots), True or False.
 
     Returns a dict with ``rows`` (per case: deviations of O, dq, dk, dv, d_dustbin, d_marginals
     (the log marginals' gradients, in the cases with marginals) and their scales, seconds) and
@@ -239,6 +244,7 @@ def kernels(backend: str = "pallas", interpret: bool = True, *, cases=KERNEL_CAS
     and output).
     """
     check_backend(backend, interpret)
+    check_cache_scores(cache_scores)
     import jax
     import jax.numpy as jnp
 
@@ -258,9 +264,10 @@ def kernels(backend: str = "pallas", interpret: bool = True, *, cases=KERNEL_CAS
         ref = _jax_grads(case, inp, backend="reference", dtype=jnp.float64)
         if backend == "pallas":
             got = _jax_grads(case, inp, backend="pallas", dtype=jnp.float32, blocks=blocks, interpret=interpret,
-                             precision=precision)
+                             precision=precision, cache_scores=cache_scores)
         else:
-            got = _triton_grads(case, inp, interpret=interpret, block=block, precision=precision)
+            got = _triton_grads(case, inp, interpret=interpret, block=block, precision=precision,
+                                cache_scores=cache_scores)
         row = {"case": case.name, "B": case.B, "H": case.H, "Lq": case.lq, "Lk": case.lk, "band": case.band}
         for name in ("O", "dq", "dk", "dv"):
             row[name] = float(np.abs(got[name] - ref[name]).max())
@@ -277,6 +284,7 @@ def kernels(backend: str = "pallas", interpret: bool = True, *, cases=KERNEL_CAS
             progress(row)
     return {
         "check": "kernels", "backend": backend, "interpret": interpret, "dtype": "float32", "precision": precision,
+        "cache_scores": {None: "auto", True: "on", False: "off"}[cache_scores],
         "reference": "JAX reference (backend='reference', backward='autodiff'), float64",
         "block": block, "distribution": "q, k, v, G, dustbin tokens i.i.d. N(0, 1); log marginals U(-0.5, 0.5)",
         "rows": rows,
