@@ -306,6 +306,9 @@ def test_auto_processes_rule(monkeypatch):
     assert runner.auto_processes(n) == 16 and runner.auto_processes(n - 1) is None
     for asked in ({"threads": 16}, {"processes": 4}, {"workers": 2}, {"scheduler": "tcp://h:8786"}):
         assert runner.auto_processes(10 * n, **asked) is None  # what the caller asked for stands
+    big = aligner_module.AUTO_BAND_CELLS
+    assert runner.auto_processes(n, largest_cells=big) == 16
+    assert runner.auto_processes(n, largest_cells=big + 1) is None  # long pairs share one process's memory budget
     monkeypatch.setattr(aligner_module, "default_workers", lambda: 1)
     assert runner.auto_processes(10 * n) is None  # one CPU: no process to gain
 
@@ -330,6 +333,13 @@ def test_a_large_align_run_takes_processes_by_default(tmp_path, monkeypatch):
         return run_local(spec, *args)
 
     monkeypatch.setattr(align_pipeline, "run_local", recording)
+    largest, auto = [], align_pipeline.auto_processes
+
+    def recording_auto(n_pairs, **kw):
+        largest.append(kw["largest_cells"])
+        return auto(n_pairs, **kw)
+
+    monkeypatch.setattr(align_pipeline, "auto_processes", recording_auto)
     outputs = {}
     for n in (20, 19):
         (tmp_path / "q.fa").write_text("".join(f">{q}\n{qs}\n" for q, qs, _, _ in ITEMS[:n]))
@@ -341,5 +351,21 @@ def test_a_large_align_run_takes_processes_by_default(tmp_path, monkeypatch):
             assert r.exit_code == 0, r.output
             outputs[n, name] = out.read_text()
     assert seen == [(None, 2), (2, None), (None, None), (2, None)]
+    cells = [len(qs) * len(ts) for _, qs, _, ts in ITEMS]
+    assert largest == [max(cells[:20])] * 2 + [max(cells[:19])] * 2  # the scan's largest pair reaches the rule
     assert outputs[20, "default"] == outputs[20, "threads"] and len(outputs[20, "default"].splitlines()) == 20
     assert outputs[19, "default"] == outputs[19, "threads"]
+
+
+def test_the_scan_finds_the_largest_pair(tmp_path):
+    """The residue pairs of a run's largest pair, as the processes rule reads them: all-vs-all
+    (the longest query against the longest target), zip and a pair list (the pairs themselves)."""
+    from sinkalign.pipelines.align import _FastaPairs, _ListedPairs
+
+    (tmp_path / "q.fa").write_text(">q1\n" + "M" * 10 + "\n>q2\n" + "K" * 30 + "\n")
+    (tmp_path / "t.fa").write_text(">t1\n" + "W" * 20 + "\n>t2\n" + "L" * 5 + "\n")
+    q, t = tmp_path / "q.fa", tmp_path / "t.fa"
+    assert _FastaPairs(q, t, "all", None, None).scan("tsv").largest == 30 * 20
+    assert _FastaPairs(q, t, "zip", None, None).scan("tsv").largest == max(10 * 20, 30 * 5)
+    (tmp_path / "pairs.tsv").write_text("q2\tt2\nq1\tt2\n")
+    assert _ListedPairs(tmp_path / "pairs.tsv", q, t).scan("tsv").largest == 30 * 5

@@ -93,7 +93,7 @@ class _Band(click.ParamType):
 @click.option("--threads", type=click.IntRange(min=1), metavar="N",
               help="Threads of the numpy engine, as BLAST's -num_threads; not with --workers/--scheduler, whose "
                    "workers use their own. Default: a thread per CPU this process may use for fewer than 1,024 "
-                   "pairs, and for more a worker process per CPU (see --processes).")
+                   "pairs or a pair past 1024 x 1024 residues, else a worker process per CPU (see --processes).")
 @click.option("--processes", type=click.IntRange(min=1), metavar="N",
               help="Align on N worker processes of this machine instead of threads: faster than --threads on "
                    "many cores (a pair's work holds Python's GIL much of the time; 3.2x on 16), a few seconds to "

@@ -165,6 +165,7 @@ class _Scan:
     targets_per_query: int = 1  # comparisons per query in every query's search (all, zip) ...
     per_query: dict[str, int] | None = None  # ... or query id -> comparisons (a pair list)
     scattered: str | None = None  # where a query's pairs stop being consecutive (a pair list), if they do
+    largest: int = 0  # residue pairs of the largest pair (all-vs-all: the longest query against the longest target)
 
     def comparisons(self, qid: str) -> int:
         """How many pairs of this run the query ``qid`` is in (its search's size)."""
@@ -192,10 +193,11 @@ def _check_length(length: int, where: str, limit: int) -> None:
                          "sequence (into domains, or windows) first")
 
 
-def _check_cells(query: tuple[str, int], target: tuple[str, int], context: str = "", dense: bool = False) -> None:
+def _check_cells(query: tuple[str, int], target: tuple[str, int], context: str = "", dense: bool = False) -> int:
     """``query`` and ``target`` are ``(where, length)``: an error naming both when the pair
     would pass the aligner's cell budget (:data:`~sinkalign.align.aligner.MAX_PAIR_CELLS`; a
-    pair past the dense limit is solved on a corridor, unless every plan is dense)."""
+    pair past the dense limit is solved on a corridor, unless every plan is dense); else the
+    pair's residue pairs."""
     limit = _max_cells(dense)
     cells = query[1] * target[1]
     if cells > limit:
@@ -205,6 +207,7 @@ def _check_cells(query: tuple[str, int], target: tuple[str, int], context: str =
         raise InputError(f"{query[0]} ({query[1]} residues) against {target[0]} ({target[1]}) makes {cells:,} "
                          f"residue pairs{context}, more than the {limit:,} the aligner takes ({why}); split the "
                          "longer sequence first")
+    return cells
 
 
 def _self_pair(fmt: str, qid: str, tid: str, where: str) -> None:
@@ -256,8 +259,9 @@ class _FastaPairs:
             scan.targets_per_query = n_targets
             for n, q in enumerate(read_fasta(self.query, alphabet="auto", unique_ids=False), 1):
                 note(self.query, q, n)
-                _check_cells((f"record {q.id!r} (#{n}) of {self.query}", len(q)), longest_target,
-                             " (all-vs-all aligns every pair)", self.dense)
+                scan.largest = max(scan.largest, _check_cells((f"record {q.id!r} (#{n}) of {self.query}", len(q)),
+                                                              longest_target, " (all-vs-all aligns every pair)",
+                                                              self.dense))
                 queries.add(q.id)
                 if q.id in tids:
                     _self_pair(fmt, q.id, q.id, f"record {q.id!r} (#{n}) of {self.query} (all-vs-all)")
@@ -281,8 +285,9 @@ class _FastaPairs:
                     refs.setdefault(t.id, len(t))
             if q is not None and t is not None:
                 _self_pair(fmt, q.id, t.id, f"pair #{nq} ({self.query} x {self.target})")
-                _check_cells((f"record {q.id!r} (#{nq}) of {self.query}", len(q)),
-                             (f"record {t.id!r} (#{nt}) of {self.target}", len(t)), dense=self.dense)
+                scan.largest = max(scan.largest, _check_cells((f"record {q.id!r} (#{nq}) of {self.query}", len(q)),
+                                                              (f"record {t.id!r} (#{nt}) of {self.target}", len(t)),
+                                                              dense=self.dense))
         qids.check()
         tids.check()
         if nq != nt:
@@ -497,9 +502,10 @@ class _ListedPairs:
             _self_pair(fmt, qid, tid, f"{self.path}: line {n}")
             check_name(fmt, qid, "query", f"{self.path}: line {n}")
             check_name(fmt, tid, "target", f"{self.path}: line {n}")
-            _check_cells((f"record {qid!r} of {self.qfa.path}", checked[id(self.qfa), qid]),
-                         (f"record {tid!r} of {self.tfa.path}", checked[id(self.tfa), tid]), f" ({self.path}: line {n})",
-                         self.dense)
+            scan.largest = max(scan.largest, _check_cells(
+                (f"record {qid!r} of {self.qfa.path}", checked[id(self.qfa), qid]),
+                (f"record {tid!r} of {self.tfa.path}", checked[id(self.tfa), tid]), f" ({self.path}: line {n})",
+                self.dense))
             if scan.references is not None:
                 refs.setdefault(tid, checked[id(self.tfa), tid])
             if qid != last_qid and qid in scan.per_query and scan.scattered is None:
@@ -813,8 +819,8 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
         shipped = spec is None
         if shipped:
             spec = ModelSpec(None, alphabet, **options)
-        n_auto = auto_processes(scan.total, threads=threads, processes=processes, workers=workers,
-                                scheduler=scheduler)
+        n_auto = auto_processes(scan.total, largest_cells=scan.largest, threads=threads, processes=processes,
+                                workers=workers, scheduler=scheduler)
         if n_auto is not None:  # a large local run: worker processes, not threads
             spec = dataclasses.replace(spec, processes=n_auto)
             log.info("aligning %d pairs on %d worker processes (--threads N for threads)", scan.total, n_auto)

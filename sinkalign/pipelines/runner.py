@@ -84,16 +84,20 @@ def check_processes(processes, threads, workers, scheduler) -> None:
 AUTO_PROCESSES_MIN_PAIRS = 1024
 
 
-def auto_processes(n_pairs: int, *, threads=None, processes=None, workers=None, scheduler=None) -> int | None:
+def auto_processes(n_pairs: int, *, largest_cells: int = 0, threads=None, processes=None, workers=None,
+                   scheduler=None) -> int | None:
     """Worker processes for a local run of ``n_pairs`` pairs where the caller asked for none of
     threads, processes or a cluster: every usable CPU from :data:`AUTO_PROCESSES_MIN_PAIRS` pairs
-    on a machine with at least two, else None (threads)."""
+    on a machine with at least two, else None (threads). Also threads where a pair of the run
+    (``largest_cells`` residue pairs, its largest) is past the aligner's ``AUTO_BAND_CELLS``:
+    such a pair's classical guides are dense (~6 bytes a residue pair), and threads share one
+    process's budget for them (``HOST_CELL_BUDGET``), while each worker process would hold its own."""
     if any(x is not None for x in (threads, processes, workers, scheduler)) or n_pairs < AUTO_PROCESSES_MIN_PAIRS:
         return None
-    from sinkalign.align.aligner import default_workers
+    from sinkalign.align import aligner
 
-    cpus = default_workers()
-    return cpus if cpus >= 2 else None
+    cpus = aligner.default_workers()
+    return cpus if cpus >= 2 and largest_cells <= aligner.AUTO_BAND_CELLS else None
 
 
 _ALIGNERS: dict = {}

@@ -536,7 +536,8 @@ def _static(support, cfg, block_sizes, interpret, target=None, precision="ieee",
         raise ValueError(f"block_sizes must be a BlockSizes, got {type(block_sizes).__name__}")
     check_f32_dots(precision, native=target == "gpu", needs="the native GPU target", here=f"the {target} target")
     st = _Static(support, _choose_main(support), float(cfg.eps), cfg.n_iters, block_sizes, target, precision)
-    exact = target in ("gpu", "interpret") and precision == "ieee" and jnp.dtype(dtype or jnp.float32) == jnp.float32
+    dtype = jnp.float32 if dtype is None else dtype
+    exact = target in ("gpu", "interpret") and precision == "ieee" and jnp.dtype(dtype) == jnp.float32
 
     def floats():
         ln = st.launch(1, low=False)
