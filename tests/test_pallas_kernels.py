@@ -374,17 +374,22 @@ class TestInterpretedCachedScores(KernelSuite):
             assert _max_err(runs[True][name], ref[name]) <= tolerances(jnp.float32)["abs"] * scale, name
 
 
-    def test_every_sweep_reads_the_cache(self, monkeypatch):
-        """A cache of doubled scores gives the operator at half the temperature: the row and the
-        column sweeps (and the output pass) all take S from the cache, none recomputes it."""
+    @staticmethod
+    def _doubled_cache_problem(monkeypatch, case, seed):
+        """Every score cache built from here on holds doubled scores; the float32 problem of ``case``."""
         from sinkalign.kernels.pallas import kernels as K
 
         real = K.scores
         monkeypatch.setattr(K, "scores", lambda ln, q, k: 2.0 * real(ln, q, k))
+        x, _, qm, km, la, lb = make_inputs(case, seed=seed)
+        args, support, cfg = _forward_ref(case, x, qm, km, la, lb, dtype=jnp.float32)
+        return args, support, cfg.replace(backend="pallas")
+
+    def test_every_sweep_reads_the_cache(self, monkeypatch):
+        """A cache of doubled scores gives the operator at half the temperature: the row and the
+        column sweeps (and the output pass) all take S from the cache, none recomputes it."""
         case = Case("cache_read", 1, 1, 45, 38, 11, d=8, dv=3, n_iters=4, pad=True, marginals=True)
-        x, _, qm, km, la, lb = make_inputs(case, seed=9)
-        (q, k, v, qv, kv, la_, lb_), support, cfg = _forward_ref(case, x, qm, km, la, lb, dtype=jnp.float32)
-        cfg = cfg.replace(backend="pallas")
+        (q, k, v, qv, kv, la_, lb_), support, cfg = self._doubled_cache_problem(monkeypatch, case, seed=9)
         blocks = BlockSizes(block_q=16, block_k=32)
         doubled = pallas.tail_operator(q, k, v, qv, kv, la_, lb_, support, cfg, block_sizes=blocks,
                                        cache_scores=True)
@@ -399,14 +404,9 @@ class TestInterpretedCachedScores(KernelSuite):
         cache fits ``AUTO_CACHE_MAX_BYTES``, and recomputes for bfloat16 inputs or past the cap.
         A cache of doubled scores shows which ran: it gives the operator at half the temperature."""
         from sinkalign.kernels import cache
-        from sinkalign.kernels.pallas import kernels as K
 
-        real = K.scores
-        monkeypatch.setattr(K, "scores", lambda ln, q, k: 2.0 * real(ln, q, k))
         case = Case("cache_default", 1, 1, 43, 39, 11, d=8, dv=3, n_iters=4, pad=True, marginals=True)
-        x, _, qm, km, la, lb = make_inputs(case, seed=5)
-        (q, k, v, qv, kv, la_, lb_), support, cfg = _forward_ref(case, x, qm, km, la, lb, dtype=jnp.float32)
-        cfg = cfg.replace(backend="pallas")
+        (q, k, v, qv, kv, la_, lb_), support, cfg = self._doubled_cache_problem(monkeypatch, case, seed=5)
 
         def run(dtype=jnp.float32, c=cfg, **kw):
             q_, k_, v_ = (a.astype(dtype) for a in (q, k, v))
