@@ -369,3 +369,36 @@ def test_the_scan_finds_the_largest_pair(tmp_path):
     assert _FastaPairs(q, t, "zip", None, None).scan("tsv").largest == max(10 * 20, 30 * 5)
     (tmp_path / "pairs.tsv").write_text("q2\tt2\nq1\tt2\n")
     assert _ListedPairs(tmp_path / "pairs.tsv", q, t).scan("tsv").largest == 30 * 5
+
+
+def test_a_large_family_takes_processes_by_default(tmp_path, monkeypatch):
+    """`sinkalign msa` with neither --threads nor --processes: a family of at least
+    AUTO_PROCESSES_MIN_PAIRS pairs runs its pairwise alignments on a worker process per CPU
+    (here 2 CPUs and a threshold of 15 pairs: 6 records), a smaller one on threads; the same alignment."""
+    from click.testing import CliRunner
+
+    from sinkalign.align import aligner as aligner_module
+    from sinkalign.cli.main import cli
+    from sinkalign.pipelines import msa as msa_pipeline
+    from sinkalign.pipelines import runner
+
+    monkeypatch.setattr(runner, "AUTO_PROCESSES_MIN_PAIRS", 15)
+    monkeypatch.setattr(aligner_module, "default_workers", lambda: 2)
+    seen, load = [], msa_pipeline.load_aligner
+
+    def recording(spec):
+        seen.append((spec.alphabet, spec.threads, spec.processes))
+        return load(spec)
+
+    monkeypatch.setattr(msa_pipeline, "load_aligner", recording)
+    out = {}
+    for n, name, opts in ((6, "default", []), (6, "threads", ["--threads", "2"]), (5, "default", [])):
+        (tmp_path / "f.fa").write_text("".join(f">{q}\n{qs}\n" for q, qs, _, _ in ITEMS[:n]))
+        seen.clear()
+        r = CliRunner().invoke(cli, ["msa", str(tmp_path / "f.fa"), "--no-progress", *opts, "-o",
+                                     str(tmp_path / f"{n}{name}.afa")])
+        assert r.exit_code == 0, r.output
+        out[n, name] = ((tmp_path / f"{n}{name}.afa").read_text(), seen[-1])
+    assert out[6, "default"][1] == ("protein", None, 2) and out[6, "threads"][1] == ("protein", 2, None)
+    assert out[6, "default"][0] == out[6, "threads"][0] and out[6, "default"][0].count(">") == 6
+    assert out[5, "default"][1] == ("protein", None, None)  # 10 pairs: threads

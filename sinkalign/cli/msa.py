@@ -55,10 +55,12 @@ _INPUT = click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path
 @click.option("--engine", type=click.Choice(["auto", "numpy", "jax"]), default="auto", show_default=True,
               help="The pairwise aligner's engine (see `sinkalign align --help`).")
 @click.option("--threads", type=click.IntRange(min=1), metavar="N",
-              help="Threads of the numpy engine (default: every CPU this process may use).")
+              help="Threads of the numpy engine (default: a thread per CPU this process may use for a family of "
+                   "fewer than 46 records, 1,024 pairs, else a worker process per CPU: see --processes).")
 @click.option("--processes", type=click.IntRange(min=1), metavar="N",
               help="Run the pairwise alignments on N worker processes of this machine instead of threads (faster "
-                   "on many cores; the same alignment). Not with --threads, --workers or --scheduler.")
+                   "on many cores; the same alignment): the default from 1,024 pairs (N: every CPU), as "
+                   "`sinkalign align`'s. Not with --threads, --workers or --scheduler.")
 @click.option("--workers", type=click.IntRange(min=1), help="Run the pairwise alignments on a local Dask cluster "
               "of this many worker processes (needs the 'cluster' extra).")
 @click.option("--scheduler", metavar="ADDRESS", help="Run the pairwise alignments on the Dask cluster whose "

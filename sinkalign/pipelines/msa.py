@@ -24,6 +24,7 @@ from sinkalign.pipelines.runner import (
     STDIO,
     ModelSpec,
     align_chunk,
+    auto_processes,
     check_outputs,
     check_processes,
     chunks,
@@ -149,7 +150,10 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
         consistency, refine, seed: as :func:`sinkalign.align.msa.align_multiple`.
         threads: the numpy engine's threads; engine: the aligner's engine. processes: the
             pairwise alignments' host work on this many worker processes of this machine
-            instead of threads (``Aligner(processes=)``; the same alignment).
+            instead of threads (``Aligner(processes=)``; the same alignment). With neither
+            (nor a cluster), a family of at least
+            :data:`~sinkalign.pipelines.runner.AUTO_PROCESSES_MIN_PAIRS` pairs (46 records)
+            takes one process per usable CPU, as ``align_fasta`` (not with ``add_to``).
         workers, scheduler: run the pairwise alignments, in chunks of ``chunk_size`` pairs, on a
             local Dask cluster of ``workers`` processes or on the cluster whose scheduler is at
             ``scheduler`` (as ``sinkalign align``; the same alignment as a single process).
@@ -256,12 +260,19 @@ def _msa(fastas: list, paths: list, add_to, output, fmt, tree, model, consistenc
     if existing is not None and existing.alphabet != alphabet:
         which = f"the model ({model}) is" if model_alphabet is not None else f"the records of {where} are"
         raise InputError(f"{add_to}: the alignment is {existing.alphabet}, but {which} {alphabet}")
+    n = len(records)
+    if existing is None and n >= 2:  # every pair of the records: on worker processes when large, as `sinkalign align`
+        longest = sorted((len(r.seq) for r in records), reverse=True)[:2]
+        auto = auto_processes(n * (n - 1) // 2, largest_cells=longest[0] * longest[-1], threads=threads,
+                              processes=processes, workers=workers, scheduler=scheduler)
+        if auto is not None:
+            log.info("aligning %d pairs on %d worker processes (--threads N for threads)", n * (n - 1) // 2, auto)
+            processes = auto
     # the strands as given; every MEA column, as library_aligner reads them (on cluster workers too)
     spec = ModelSpec(path, alphabet, min_confidence=0.0, engine=engine, threads=threads, processes=processes,
                      strand="plus" if alphabet == "dna" else None, esm_weights=esm_weights)
     aligner = library_aligner(load_aligner(spec))  # a model without calibration fails here, before any pair
     ids, seqs = [r.id for r in records], [r.seq for r in records]
-    n = len(records)
     if existing is not None:
         from sinkalign.io.alignments import row_descriptions
         from sinkalign.io.stockholm import read_stockholm_markup
