@@ -402,3 +402,19 @@ def test_a_large_family_takes_processes_by_default(tmp_path, monkeypatch):
     assert out[6, "default"][1] == ("protein", None, 2) and out[6, "threads"][1] == ("protein", 2, None)
     assert out[6, "default"][0] == out[6, "threads"][0] and out[6, "default"][0].count(">") == 6
     assert out[5, "default"][1] == ("protein", None, None)  # 10 pairs: threads
+
+
+def test_no_processes_by_default_from_an_unguarded_script(tmp_path):
+    """A script calling the API at its top level, outside ``if __name__ == "__main__":``, keeps
+    threads: 'spawn' would run that line again in every worker (the aligner refuses processes
+    there); under the guard the default takes processes."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "script.py"
+    script.write_text("from sinkalign.align import aligner\nfrom sinkalign.pipelines import runner\n\n"
+                      "aligner.default_workers = lambda: 4\nprint('top', runner.auto_processes(5000))\n"
+                      "if __name__ == '__main__':\n    print('guarded', runner.auto_processes(5000))\n")
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:2] == ["top None", "guarded 4"]

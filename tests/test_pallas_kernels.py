@@ -304,6 +304,9 @@ class TestInterpreted(KernelSuite):
         for value in (None, True):
             assert kval.kernels("pallas", True, cases=kval.KERNEL_CASES[:1], cache_scores=value)["max_abs_deviation"] <= 1e-4
         assert seen == [None, True]
+        seen.clear()
+        long = kval.long_forward((40,), band=6, cache_scores=False)  # --long's check takes the option too
+        assert seen == [False] and long["cache_scores"] == "off" and long["max_abs_deviation"] <= 1e-4
 
 
 @pytest.mark.gpu
@@ -376,11 +379,15 @@ class TestInterpretedCachedScores(KernelSuite):
 
     @staticmethod
     def _doubled_cache_problem(monkeypatch, case, seed):
-        """Every score cache built from here on holds doubled scores; the float32 problem of ``case``."""
+        """Every score cache built from here on holds doubled scores; the float32 problem of ``case``.
+        The operator runs under a jit of its own for the test, so that no trace of the doubled
+        caches outlives it."""
         from sinkalign.kernels.pallas import kernels as K
+        from sinkalign.kernels.pallas import op
 
         real = K.scores
         monkeypatch.setattr(K, "scores", lambda ln, q, k: 2.0 * real(ln, q, k))
+        monkeypatch.setattr(op, "_op_jit", jax.jit(op._op, static_argnums=(7,)))
         x, _, qm, km, la, lb = make_inputs(case, seed=seed)
         args, support, cfg = _forward_ref(case, x, qm, km, la, lb, dtype=jnp.float32)
         return args, support, cfg.replace(backend="pallas")

@@ -299,6 +299,7 @@ def kernels(backend: str, interpret: bool, json_path: Path | None, overwrite: bo
     if long_:
         with _console.status("long-length forward agreement") as status:
             long_result = kval.long_forward(tuple(long_lengths), band=long_band, interpret=interpret,
+                                            cache_scores={"auto": None, "on": True, "off": False}[cache_scores],
                                             progress=lambda r: status.update(f"L={r['L']} done"))
         _print(_table(f"forward vs dense computation (W={long_band}, d=16, T=15, float32; dense "
                           f"{long_result['dense_dtype']})", long_result["rows"],

@@ -16,7 +16,7 @@ batch-head, so the default bounds what it adds (a larger cache is left to an exp
 
 from __future__ import annotations
 
-AUTO_CACHE_MAX_BYTES = 2 * 1024**3  # 2 GiB: ~4 batch-heads at L = 65,536, W = 1,024 (537 MB each)
+AUTO_CACHE_MAX_BYTES = 2 * 1024**3  # 2 GiB: 3 batch-heads at L = 65,536, W = 1,024 (545-554 MB each, padded tiles)
 
 
 def check_cache_scores(value) -> None:

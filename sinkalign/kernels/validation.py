@@ -360,11 +360,13 @@ def dense_forward(q, k, v, *, band: int | None, eps: float, n_iters: int, chunk:
 
 def long_forward(lengths=(512, 2048, 8192, 16384), *, band: int | None = 256, d: int = 16, dv: int = 16,
                  n_iters: int = 15, eps: float = 1.0, kernel: bool = True, kernel_max_length: int | None = None,
-                 interpret: bool = True, dense_dtype: str = "float64", seed: int = 0, progress=None) -> dict:
+                 interpret: bool = True, dense_dtype: str = "float64", seed: int = 0, progress=None,
+                 cache_scores: bool | None = None) -> dict:
     """Forward agreement at long lengths: blockwise JAX reference and Pallas kernels (float32)
     against :func:`dense_forward` (``dense_dtype``), one batch element, Lq = Lk = L.
 
-    ``kernel=False`` skips the Pallas kernels; ``kernel_max_length`` caps the lengths they run at.
+    ``kernel=False`` skips the Pallas kernels; ``kernel_max_length`` caps the lengths they run at;
+    ``cache_scores``: the kernels' score cache (None: their default).
     Returns ``rows`` (per L: max |O - O_dense| of each, seconds) and ``max_abs_deviation``.
     """
     import jax
@@ -374,6 +376,7 @@ def long_forward(lengths=(512, 2048, 8192, 16384), *, band: int | None = 256, d:
     from sinkalign.sinkhorn import core
     from sinkalign.sinkhorn.support import Support
 
+    check_cache_scores(cache_scores)
     if dense_dtype not in ("float32", "float64"):
         raise ValueError(f"dense_dtype={dense_dtype!r} must be 'float32' or 'float64'")
     if dense_dtype == "float64" and not jax.config.jax_enable_x64:
@@ -403,7 +406,7 @@ def long_forward(lengths=(512, 2048, 8192, 16384), *, band: int | None = 256, d:
         if kernel and (kernel_max_length is None or L <= kernel_max_length):
             t0 = time.perf_counter()
             got = pallas.tail_operator(qq, kk, vv, qv, kv, la, lb, support, cfg.replace(backend="pallas"),
-                                       interpret=interpret)
+                                       interpret=interpret, cache_scores=cache_scores)
             got = np.asarray(jax.block_until_ready(got), np.float64)[0]
             row["kernel_seconds"] = time.perf_counter() - t0
             row["kernel_vs_dense"] = float(np.abs(got - dense).max())
@@ -414,5 +417,6 @@ def long_forward(lengths=(512, 2048, 8192, 16384), *, band: int | None = 256, d:
     devs = [r[key] for r in rows for key in ("reference_vs_dense", "kernel_vs_dense") if r.get(key) is not None]
     return {"check": "kernels-long", "dtype": "float32", "dense_dtype": dense_dtype, "band": band, "d": d, "dv": dv,
             "n_iters": n_iters, "eps": eps, "interpret": interpret,
+            "cache_scores": {None: "auto", True: "on", False: "off"}[cache_scores],
             "distribution": "q, k, v i.i.d. N(0, 1), batch 1, no padding, unit marginals",
             "rows": rows, "max_abs_deviation": max(devs)}

@@ -727,7 +727,8 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
             With neither ``threads`` nor ``processes`` (nor a cluster), a run of at least
             :data:`~sinkalign.pipelines.runner.AUTO_PROCESSES_MIN_PAIRS` pairs takes one
             process per usable CPU (:func:`~sinkalign.pipelines.runner.auto_processes`; 3.2x
-            threads on 16 cores), a smaller one threads.
+            threads on 16 cores), a smaller one threads, as does a run with a pair past the
+            aligner's ``AUTO_BAND_CELLS`` or a call from a script's unguarded top level.
         strand: nucleotide models: ``plus``, ``minus`` or ``both`` (default; the strand of
             smaller E-value is written, with twice its E-value: two comparisons), see
             :class:`~sinkalign.align.aligner.Aligner`; an error for protein.

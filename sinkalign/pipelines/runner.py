@@ -91,11 +91,15 @@ def auto_processes(n_pairs: int, *, largest_cells: int = 0, threads=None, proces
     on a machine with at least two, else None (threads). Also threads where a pair of the run
     (``largest_cells`` residue pairs, its largest) is past the aligner's ``AUTO_BAND_CELLS``:
     such a pair's classical guides are dense (~6 bytes a residue pair), and threads share one
-    process's budget for them (``HOST_CELL_BUDGET``), while each worker process would hold its own."""
+    process's budget for them (``HOST_CELL_BUDGET``), while each worker process would hold its own.
+    And threads when called from a script's top level outside ``if __name__ == "__main__":``,
+    where worker processes cannot start (the aligner refuses them there with a message)."""
     if any(x is not None for x in (threads, processes, workers, scheduler)) or n_pairs < AUTO_PROCESSES_MIN_PAIRS:
         return None
     from sinkalign.align import aligner
 
+    if aligner._unguarded_main_call():  # a script's unguarded top level: 'spawn' cannot start processes from it
+        return None
     cpus = aligner.default_workers()
     return cpus if cpus >= 2 and largest_cells <= aligner.AUTO_BAND_CELLS else None
 

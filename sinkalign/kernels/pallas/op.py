@@ -5,10 +5,12 @@ a stopped, centered base solve of T full steps from ``v = 0``, two raw tail step
 ``O = P^(2,2) V``; the backward is the exact one-reference R = 2 adjoint (Proposition 2)
 generalised to marginals a, b (every plan meets a cotangent divided by its mass). The forward
 stores only q, k, v, the masks, the log marginals and the float32 dual vectors
-``v^(0), u^(1), v^(1), u^(2), v^(2)``: O(L d + L) memory; every sweep recomputes the score
-tiles from q and k, or, with ``cache_scores=True``, reads them from a float32 cache of the
-band's scores built once for the forward's duals, once for its output and once for the
-backward (O(L W) memory while a pass runs; nothing more is kept between forward and backward).
+``v^(0), u^(1), v^(1), u^(2), v^(2)``: O(L d + L) memory. With ``cache_scores`` (the default
+for float32 inputs with exact dots on a GPU or in the interpreter, :mod:`sinkalign.kernels.cache`)
+every sweep reads its score tiles from a float32 cache of the band's scores built once for the
+forward's duals, once for its output and once for the backward (O(L W) memory while a pass
+runs; nothing more is kept between forward and backward); without it (TF32 or half-type dots,
+the TPU target, or ``cache_scores=False``) every sweep recomputes them from q and k.
 
 Backward sweeps (``P = P^(2,2)``, ``Z = G V^T``, ``alpha = exp(u1 - u2)``,
 ``beta = exp(v1 - v2)``, ``delta = exp(v0 - v2)``; row owners and column owners each write

@@ -4,10 +4,12 @@ Triton operator with the R = 2 backward, without and with learned dustbins.
 Same operator and conventions as :func:`sinkalign.kernels.triton.ref.sinkhorn_attention_ref`
 (and the JAX ``sinkalign.sinkhorn``), computed in O(B H (Lq + Lk) W) time per sweep and
 O(B H L) extra memory: the forward stores only q, k, v, the masks, the log marginals and
-the float32 dual vectors ``v^(0), u^(1), v^(1), u^(2), v^(2)``; the backward recomputes
-every score tile from q and k. With ``cache_scores=True`` each pass (the forward; the backward)
-first writes the band's score tiles into a float32 cache (``scores_kernel``, O(L W) while the
-pass runs, freed after it) that every sweep reads instead.
+the float32 dual vectors ``v^(0), u^(1), v^(1), u^(2), v^(2)``. With ``cache_scores`` (the
+default for float32 inputs with exact dots, :mod:`sinkalign.kernels.cache`) each pass (the
+forward; the backward) first writes the band's score tiles into a float32 cache
+(``scores_kernel``, O(L W) while the pass runs, freed after it) that every sweep reads;
+without it (TF32 or half-type dots, or ``cache_scores=False``) every sweep recomputes its score
+tiles from q and k.
 
 Backward (Proposition 2 of the paper, generalised to non-unit marginals a, b): with
 ``P = P^(2,2)``, ``Z = G V^T``, ``alpha = exp(u1 - u2)``, ``beta = exp(v1 - v2)``,
@@ -524,7 +526,7 @@ def sinkhorn_attention_triton(q, k, v, *, q_mask=None, k_mask=None, log_a=None, 
         cache_scores: compute the band's score tiles once per pass (forward; backward) into a
             float32 cache that every sweep reads, instead of recomputing ``Q K^T`` in each sweep
             (``scores_kernel``): fewer dots for O(Lq (block_m + 2 W)) float32 memory while a pass
-            runs (~150 MB per batch-head at L = 16,384, W = 1,024); nothing more is kept between
+            runs (~140 MB per batch-head at L = 16,384, W = 1,024); nothing more is kept between
             forward and backward. Same results up to float32 summation order (the column sweeps
             read the row sweeps' tiles transposed). None (the default): cached with exact
             float32 dots (float32 inputs, ``precision="ieee"``) while the cache takes at most
