@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from sinkalign.kernels.cache import CHOICES as CACHE_CHOICES
 from sinkalign.utils import is_stdio, open_output
 
 _console = Console()  # standard error instead with --json - (see _json_output)
@@ -256,7 +257,7 @@ def contraction(dtype: str, json_path: Path | None, overwrite: bool) -> None:
               help="Band half-width W of the --long check.")
 @click.option("--precision", type=click.Choice(["ieee", "tf32x3", "tf32"]), default="ieee", show_default=True,
               help="Float32 dots of the kernels: exact, or (natively on a GPU) three or one TF32 tensor-core passes.")
-@click.option("--cache-scores", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
+@click.option("--cache-scores", type=click.Choice(list(CACHE_CHOICES)), default="auto", show_default=True,
               help="The kernels' score cache: auto is their default (cached with exact float32 dots); on or off "
                    "checks one path whatever the dots.")
 @_tolerance_option
@@ -286,10 +287,10 @@ def kernels(backend: str, interpret: bool, json_path: Path | None, overwrite: bo
         raise click.UsageError(f"--precision {precision} (TF32 tensor-core dots) needs native kernels on a GPU; "
                                "the interpreters compute float32 dots exactly")
     cases = kval.KERNEL_CASES[:3] if quick else kval.KERNEL_CASES
+    cache = CACHE_CHOICES[cache_scores]
     mode = "interpreter" if interpret else "native"
     with _console.status(f"{backend} ({mode}) vs reference") as status:
-        result = kval.kernels(backend, interpret, cases=cases, block=block, precision=precision,
-                              cache_scores={"auto": None, "on": True, "off": False}[cache_scores],
+        result = kval.kernels(backend, interpret, cases=cases, block=block, precision=precision, cache_scores=cache,
                               progress=lambda r: status.update(f"{r['case']}: {r['max_abs_deviation']:.2e}"))
     dots = ("" if precision == "ieee" else f", {precision} dots") + (
         "" if cache_scores == "auto" else f", score cache {cache_scores}")
@@ -299,7 +300,7 @@ def kernels(backend: str, interpret: bool, json_path: Path | None, overwrite: bo
     if long_:
         with _console.status("long-length forward agreement") as status:
             long_result = kval.long_forward(tuple(long_lengths), band=long_band, interpret=interpret,
-                                            cache_scores={"auto": None, "on": True, "off": False}[cache_scores],
+                                            cache_scores=cache,
                                             progress=lambda r: status.update(f"L={r['L']} done"))
         _print(_table(f"forward vs dense computation (W={long_band}, d=16, T=15, float32; dense "
                           f"{long_result['dense_dtype']})", long_result["rows"],

@@ -16,6 +16,9 @@ batch-head, so the default bounds what it adds (a larger cache is left to an exp
 
 from __future__ import annotations
 
+#: ``--cache-scores`` choices of the validation commands and the values they stand for
+CHOICES = {"auto": None, "on": True, "off": False}
+
 AUTO_CACHE_MAX_BYTES = 2 * 1024**3  # 2 GiB: 3 batch-heads at L = 65,536, W = 1,024 (545-554 MB each, padded tiles)
 
 
@@ -24,6 +27,12 @@ def check_cache_scores(value) -> None:
     if value is not None and not isinstance(value, bool):
         raise ValueError(f"cache_scores={value!r} must be True, False or None (None: cache with exact float32 "
                          "dots, while the cache fits in 2 GiB)")
+
+
+def choice(value) -> str:
+    """The :data:`CHOICES` name of ``value`` (None, True or False)."""
+    check_cache_scores(value)
+    return next(name for name, v in CHOICES.items() if v is value)
 
 
 def resolve_cache_scores(value, *, exact_f32: bool, floats) -> bool:

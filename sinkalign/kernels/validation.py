@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sinkalign.errors import InputError
-from sinkalign.kernels.cache import check_cache_scores
+from sinkalign.kernels import cache
 from sinkalign.sinkhorn.checks import check_bool
 from sinkalign.sinkhorn.config import DustbinConfig, SinkhornConfig
 
@@ -244,7 +244,7 @@ def kernels(backend: str = "pallas", interpret: bool = True, *, cases=KERNEL_CAS
     and output).
     """
     check_backend(backend, interpret)
-    check_cache_scores(cache_scores)
+    cache.check_cache_scores(cache_scores)
     import jax
     import jax.numpy as jnp
 
@@ -284,7 +284,7 @@ def kernels(backend: str = "pallas", interpret: bool = True, *, cases=KERNEL_CAS
             progress(row)
     return {
         "check": "kernels", "backend": backend, "interpret": interpret, "dtype": "float32", "precision": precision,
-        "cache_scores": {None: "auto", True: "on", False: "off"}[cache_scores],
+        "cache_scores": cache.choice(cache_scores),
         "reference": "JAX reference (backend='reference', backward='autodiff'), float64",
         "block": block, "distribution": "q, k, v, G, dustbin tokens i.i.d. N(0, 1); log marginals U(-0.5, 0.5)",
         "rows": rows,
@@ -376,7 +376,7 @@ def long_forward(lengths=(512, 2048, 8192, 16384), *, band: int | None = 256, d:
     from sinkalign.sinkhorn import core
     from sinkalign.sinkhorn.support import Support
 
-    check_cache_scores(cache_scores)
+    cache.check_cache_scores(cache_scores)
     if dense_dtype not in ("float32", "float64"):
         raise ValueError(f"dense_dtype={dense_dtype!r} must be 'float32' or 'float64'")
     if dense_dtype == "float64" and not jax.config.jax_enable_x64:
@@ -417,6 +417,6 @@ def long_forward(lengths=(512, 2048, 8192, 16384), *, band: int | None = 256, d:
     devs = [r[key] for r in rows for key in ("reference_vs_dense", "kernel_vs_dense") if r.get(key) is not None]
     return {"check": "kernels-long", "dtype": "float32", "dense_dtype": dense_dtype, "band": band, "d": d, "dv": dv,
             "n_iters": n_iters, "eps": eps, "interpret": interpret,
-            "cache_scores": {None: "auto", True: "on", False: "off"}[cache_scores],
+            "cache_scores": cache.choice(cache_scores),
             "distribution": "q, k, v i.i.d. N(0, 1), batch 1, no padding, unit marginals",
             "rows": rows, "max_abs_deviation": max(devs)}

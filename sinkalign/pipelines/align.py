@@ -824,7 +824,6 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
                                 workers=workers, scheduler=scheduler)
         if n_auto is not None:  # a large local run: worker processes, not threads
             spec = dataclasses.replace(spec, processes=n_auto)
-            log.info("aligning %d pairs on %d worker processes (--threads N for threads)", scan.total, n_auto)
         if shipped and scheduler is None and workers is None:
             load_aligner(spec)  # the shipped model, loaded before the first pair
         if max_hits is not None and scan.scattered is not None:

@@ -263,11 +263,8 @@ def _msa(fastas: list, paths: list, add_to, output, fmt, tree, model, consistenc
     n = len(records)
     if existing is None and n >= 2:  # every pair of the records: on worker processes when large, as `sinkalign align`
         longest = sorted((len(r.seq) for r in records), reverse=True)[:2]
-        auto = auto_processes(n * (n - 1) // 2, largest_cells=longest[0] * longest[-1], threads=threads,
-                              processes=processes, workers=workers, scheduler=scheduler)
-        if auto is not None:
-            log.info("aligning %d pairs on %d worker processes (--threads N for threads)", n * (n - 1) // 2, auto)
-            processes = auto
+        processes = auto_processes(n * (n - 1) // 2, largest_cells=longest[0] * longest[-1], threads=threads,
+                                   processes=processes, workers=workers, scheduler=scheduler) or processes
     # the strands as given; every MEA column, as library_aligner reads them (on cluster workers too)
     spec = ModelSpec(path, alphabet, min_confidence=0.0, engine=engine, threads=threads, processes=processes,
                      strand="plus" if alphabet == "dna" else None, esm_weights=esm_weights)

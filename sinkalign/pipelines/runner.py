@@ -80,7 +80,7 @@ def check_processes(processes, threads, workers, scheduler) -> None:
 #: if they align 2,048 pairs of 300 at least 2x as fast as threads on a 16-core host. On the lent
 #: H200's host (2026-11-27, BENCHMARKS.md) 16 processes gave 131.8 pairs/s, 16 threads 40.8 (3.2x);
 #: a process starts in ~3 s more than threads, so small runs stay on threads: on this project's
-#: 2-core VM threads win below ~700 pairs of 300, on 16 cores below ~200.
+#: 2-core VM threads win below ~650 pairs of 300, on 16 cores below ~160.
 AUTO_PROCESSES_MIN_PAIRS = 1024
 
 
@@ -101,7 +101,10 @@ def auto_processes(n_pairs: int, *, largest_cells: int = 0, threads=None, proces
     if aligner._unguarded_main_call():  # a script's unguarded top level: 'spawn' cannot start processes from it
         return None
     cpus = aligner.default_workers()
-    return cpus if cpus >= 2 and largest_cells <= aligner.AUTO_BAND_CELLS else None
+    if cpus < 2 or largest_cells > aligner.AUTO_BAND_CELLS:
+        return None
+    log.info("aligning %d pairs on %d worker processes (--threads N for threads)", n_pairs, cpus)
+    return cpus
 
 
 _ALIGNERS: dict = {}

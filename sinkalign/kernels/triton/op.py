@@ -52,6 +52,7 @@ the first call does). Native kernels need CUDA tensors and a process without the
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import numbers
@@ -104,11 +105,12 @@ class _Launch:
                      if value is not None}
         self.n_mb = -(-self.Lq // self.BM)  # query blocks
         # None: cached with exact float32 dots while the cache fits (sinkalign.kernels.cache); the
-        # slot count (a Python loop over the query blocks) is computed only where it is used
+        # slot count (a Python loop over the query blocks) is computed at most once, where it is used
         exact = q.dtype == torch.float32 and precision == "ieee"
+        slots = functools.cache(self._slots)
         self.cache_scores = resolve_cache_scores(
-            cache_scores, exact_f32=exact, floats=lambda: self.B * self.H * self.n_mb * self._slots() * self.BM * self.BN)
-        self.slots = self._slots() if self.cache_scores else 1
+            cache_scores, exact_f32=exact, floats=lambda: self.B * self.H * self.n_mb * slots() * self.BM * self.BN)
+        self.slots = slots() if self.cache_scores else 1
         self.cache = None  # the score cache while a pass runs (build_cache), else None
         self._none = torch.empty(1, dtype=torch.float32, device=q.device)  # S when there is no cache
 
