@@ -16,6 +16,8 @@
 #   validate the validations alone: VALIDATE_BACKENDS (default "triton pallas"), VALIDATE_BUDGET s each, VALIDATE_CACHE
 #            the --cache-scores values (default auto: the kernels' default; "auto off" also checks the recomputing sweeps)
 #   tests_and_lm  the tests marked gpu while the lm phase runs beside them (neither is timed)
+#   check_and_lm_multi  the check phase beside the lm_multi phase (only lm_multi's rate is measured)
+#   lm_weights  the latest lm_multi checkpoint's weights (in 15 MiB pieces) and config into $OUT, to evaluate elsewhere
 #   check_and_lm  both validations (pallas with --long) and the tests marked gpu, beside the lm phase
 #   kernels  benchmarks/sinkhorn_kernels.py: L = 2k..64k (KERNEL_LENGTHS), W = 1024 and 256
 #            (KERNEL_BANDS), float32 (+ float32 with tf32x3 dots and bfloat16 for the kernels),
@@ -173,6 +175,27 @@ check_and_lm() {  # check (both validations, then the gpu tests) beside the lm p
   wait $pid
   tail -30 "$R/lm_phase.log"
   pack
+}
+
+check_and_lm_multi() {  # check (both validations, then the gpu tests) beside lm_multi; nothing here is timed but
+  # lm_multi's rate (its probe measures it with the checks running, so its schedule ends within LM_TOTAL_MINUTES)
+  ( OUT=/tmp/check_out; mkdir -p "$OUT"; check ) >"$R/check_phase.log" 2>&1 &
+  local pid=$!
+  lm_multi
+  wait $pid
+  grep -vE "^ +O +dq" "$R/check_phase.log" | tail -45
+  pack
+}
+
+lm_weights() {  # the latest lm_multi checkpoint's weights and config into $OUT, the weights in pieces of 15 MiB (the
+  # device tool returns files of at most 16 MiB): cat lm_multi_model.safetensors.part* > model.safetensors
+  local dir
+  dir=$($PY -c "import json,sys;print(json.load(open(sys.argv[1]))['dir'])" "$R/lm_multi/checkpoints/latest.json") \
+    || { echo "no lm_multi checkpoint"; return; }
+  split -b 15M -d "$R/lm_multi/checkpoints/$dir/model.safetensors" "$OUT/lm_multi_model.safetensors.part"
+  cp "$R/lm_multi/checkpoints/$dir/config.json" "$OUT/lm_multi_config.json"
+  (cd "$R/lm_multi/checkpoints/$dir" && sha256sum model.safetensors) | tee "$OUT/lm_multi_model.sha256"
+  ls -l "$OUT"
 }
 
 tests_and_lm() {  # the GPU tests and the LM run share the GPU: neither is timed
