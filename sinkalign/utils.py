@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
+import functools
 import gzip as gz
 import hashlib
 import io
@@ -21,7 +23,7 @@ from pathlib import Path
 from typing import IO
 
 __all__ = ["STDIO", "atomic_dir", "atomic_path", "atomic_write", "atomic_write_bytes", "atomic_write_text",
-           "dataclass_from_dict", "file_sha256", "is_stdio", "newest_checkpoint", "open_output"]
+           "dataclass_from_dict", "file_sha256", "is_stdio", "newest_checkpoint", "open_output", "unguarded_main_call"]
 
 #: The name of standard input or output, as an input or output path.
 STDIO = "-"
@@ -355,3 +357,39 @@ def stop_on_signals(flag: StopFlag, *, repeat_aborts: bool, forward=None):
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+def unguarded_main_call() -> bool:
+    """Whether the calling code runs from a line of the main script's top level that no
+    condition guards (no ``if``, ``while``, ``match`` or ``except`` around it): a line the
+    'spawn' start method runs again in each worker process, where starting worker processes in
+    turn is refused (the worker exits with code 1). ``False`` where that cannot be told. The
+    aligner's worker processes and ``train_lm_ddp`` refuse to start from there."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if path is None:
+        return False
+    frame = sys._getframe(1)
+    while frame is not None and not (frame.f_code.co_name == "<module>" and frame.f_globals is vars(main)):
+        frame = frame.f_back
+    if frame is None:
+        return False
+    spans = _conditional_spans(path)
+    return spans is not None and not any(lo <= frame.f_lineno <= hi for lo, hi in spans)
+
+
+@functools.lru_cache(maxsize=8)
+def _conditional_spans(path: str) -> tuple[tuple[int, int], ...] | None:
+    """The line spans of a script that run only under a condition (``if``, ``while`` and
+    ``match`` statements, ``except`` and ``else`` blocks); ``None`` if it cannot be parsed."""
+    try:
+        tree = ast.parse(Path(path).read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    spans = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.If, ast.While, ast.Match)):
+            spans.append((node.lineno, node.end_lineno))
+        elif isinstance(node, ast.Try | getattr(ast, "TryStar", ast.Try)):
+            spans += [(part.lineno, part.end_lineno) for part in [*node.handlers, *node.orelse]]
+    return tuple(spans)

@@ -270,6 +270,34 @@ def test_ddp_two_cpu_processes(fasta, tmp_path):
     assert load_checkpoint(results[0].checkpoint_dir).config.attention == "bam"
 
 
+def test_ddp_from_an_unguarded_script_is_refused_before_any_process_starts(fasta, tmp_path):
+    """'spawn' runs the main script again in each worker; from an unguarded top-level line every
+    worker died in torch's bootstrapping error, a traceback apiece. Now one clear error, no run
+    directory; the same call under ``if __name__ == "__main__":`` trains."""
+    import subprocess
+    import sys
+
+    call = (f"cfg = TrainConfig(fasta={str(fasta)!r}, attention='rope', out_dir={str(tmp_path / 'run')!r}, "
+            "steps=2, batch_size=2, seq_len=32, d_model=16, n_layers=1, n_heads=2, eval_every=0, save_every=2, "
+            "num_threads=1, progress=False)\n")
+    runs = {}
+    for name, body in (("unguarded", call + "train_lm_ddp(cfg, nprocs=2)\n"),
+                       ("guarded", call + "if __name__ == '__main__':\n    print(train_lm_ddp(cfg, nprocs=2)[0].step)\n")):
+        script = tmp_path / f"{name}.py"
+        script.write_text("from sinkalign.lm.train import TrainConfig, train_lm_ddp\n" + body)
+        runs[name] = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                                    cwd=tmp_path)
+        if name == "unguarded":
+            assert not (tmp_path / "run").exists()
+    bad = runs["unguarded"]
+    assert bad.returncode != 0
+    assert "SinkalignError: train_lm_ddp(nprocs=2) from the top level of the main script" in bad.stderr
+    assert 'Put the script\'s work under `if __name__ == "__main__":`' in bad.stderr
+    assert bad.stderr.count("Traceback") == 1  # no worker started
+    assert runs["guarded"].returncode == 0, runs["guarded"].stderr[-3000:]
+    assert runs["guarded"].stdout.split() == ["2"]
+
+
 def test_bad_data_errors(tmp_path):
     bad = tmp_path / "bad.fa"
     bad.write_text(">r1\nACGTACGTEACGT\n")

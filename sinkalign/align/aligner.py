@@ -24,7 +24,6 @@ come in input order.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import dataclasses
 import functools
@@ -34,7 +33,6 @@ import multiprocessing
 import numbers
 import os
 import pickle
-import sys
 import tempfile
 import threading
 import time
@@ -59,7 +57,7 @@ from sinkalign.align.significance import Significance
 from sinkalign.alignment import AlignedPair, reverse_complement
 from sinkalign.errors import AlphabetError, CheckpointError, InputError, SinkalignError
 from sinkalign.io.fasta import NUCLEOTIDE_CODES, detect_alphabet, rna_as_dna
-from sinkalign.utils import ALIGNER_LAYOUT, SHIPPED_DATA, user_cache_dir
+from sinkalign.utils import ALIGNER_LAYOUT, SHIPPED_DATA, unguarded_main_call, user_cache_dir
 
 __all__ = ["AlignedPair", "Aligner", "ENGINES", "PairResult", "SHIPPED_MODELS", "STRANDS", "default_model_path",
            "enable_compilation_cache", "resolve_model"]
@@ -1035,7 +1033,7 @@ class Aligner:
         from task to task), with BLAS on one thread, or on the ``processes``; results in
         order, and an exception a task returns is raised when the consumer reaches it."""
         if self.processes:
-            if _unguarded_main_call():
+            if unguarded_main_call():
                 raise SinkalignError(
                     f"processes={self.processes} from the top level of the main script: each worker process "
                     "runs the main script again as it starts (Python's 'spawn' start method), where this line "
@@ -1220,41 +1218,6 @@ def _check_workers(pool: ProcessPoolExecutor) -> None:
     codes = _exit_codes(pool)
     if codes:
         raise BrokenProcessPool(f"{len(codes)} worker process(es) exited, exit codes {codes}")
-
-
-def _unguarded_main_call() -> bool:
-    """Whether the calling code runs from a line of the main script's top level that no
-    condition guards (no ``if``, ``while``, ``match`` or ``except`` around it): a line the
-    'spawn' start method runs again in each worker process, where starting worker processes in
-    turn is refused (the worker exits with code 1). ``False`` where that cannot be told."""
-    main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None)
-    if path is None:
-        return False
-    frame = sys._getframe(1)
-    while frame is not None and not (frame.f_code.co_name == "<module>" and frame.f_globals is vars(main)):
-        frame = frame.f_back
-    if frame is None:
-        return False
-    spans = _conditional_spans(path)
-    return spans is not None and not any(lo <= frame.f_lineno <= hi for lo, hi in spans)
-
-
-@functools.lru_cache(maxsize=8)
-def _conditional_spans(path: str) -> tuple[tuple[int, int], ...] | None:
-    """The line spans of a script that run only under a condition (``if``, ``while`` and
-    ``match`` statements, ``except`` and ``else`` blocks); ``None`` if it cannot be parsed."""
-    try:
-        tree = ast.parse(Path(path).read_bytes())
-    except (OSError, SyntaxError, ValueError):
-        return None
-    spans = []
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.If, ast.While, ast.Match)):
-            spans.append((node.lineno, node.end_lineno))
-        elif isinstance(node, ast.Try | getattr(ast, "TryStar", ast.Try)):
-            spans += [(part.lineno, part.end_lineno) for part in [*node.handlers, *node.orelse]]
-    return tuple(spans)
 
 
 class _SingleThreadedBlas:

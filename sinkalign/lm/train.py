@@ -78,7 +78,15 @@ from sinkalign.lm.data import encode, genome_files, read_genome, reverse_complem
 from sinkalign.lm.evaluate import heldout_bits_per_base
 from sinkalign.lm.model import DNALanguageModel, load_checkpoint, save_checkpoint
 from sinkalign.lm.tokenizer import NucleotideTokenizer
-from sinkalign.utils import SHIPPED_DATA, StopFlag, atomic_write_bytes, atomic_write_text, shipped_path, stop_on_signals
+from sinkalign.utils import (
+    SHIPPED_DATA,
+    StopFlag,
+    atomic_write_bytes,
+    atomic_write_text,
+    shipped_path,
+    stop_on_signals,
+    unguarded_main_call,
+)
 
 __all__ = [
     "TrainConfig",
@@ -1064,11 +1072,20 @@ def train_lm_ddp(config: TrainConfig, nprocs: int) -> list[TrainResult]:
     is passed on to the workers, which stop after the same step, write a checkpoint and end;
     then :class:`TrainingInterrupted` is raised here with rank 0's result. A worker that ends with a
     :class:`~sinkalign.errors.SinkalignError` (bad data, a damaged checkpoint) has it raised here.
+    Called from a line of the main script's top level outside ``if __name__ == "__main__":``,
+    where spawned workers cannot start, it raises :class:`~sinkalign.errors.SinkalignError`
+    before any process starts.
     """
     if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
         raise InputError(f"{nprocs=} must be a positive integer")
     if config.device == "cuda" and torch.cuda.device_count() < nprocs:
         raise InputError(f"{nprocs=} exceeds the {torch.cuda.device_count()} visible CUDA device(s)")
+    if unguarded_main_call():  # torch's own error came from each worker, after the spawn, in a traceback apiece
+        raise SinkalignError(
+            f"train_lm_ddp(nprocs={nprocs}) from the top level of the main script: each worker process runs "
+            "the main script again as it starts (Python's 'spawn' start method), where this line would start "
+            "worker processes in turn, which Python refuses. Put the script's work under "
+            "`if __name__ == \"__main__\":`")
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")

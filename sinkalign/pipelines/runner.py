@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from sinkalign.errors import InputError, OutputExistsError, SinkalignError, require
-from sinkalign.utils import STDIO, is_special, is_stdio
+from sinkalign.utils import STDIO, is_special, is_stdio, unguarded_main_call
 
 __all__ = ["AUTO_PROCESSES_MIN_PAIRS", "DEFAULT_CHUNK_SIZE", "STDIN_NAME", "STDIO", "ModelSpec", "align_chunk",
            "auto_processes", "check_output", "check_outputs", "check_processes",
@@ -98,7 +98,7 @@ def auto_processes(n_pairs: int, *, largest_cells: int = 0, threads=None, proces
         return None
     from sinkalign.align import aligner
 
-    if aligner._unguarded_main_call():  # a script's unguarded top level: 'spawn' cannot start processes from it
+    if unguarded_main_call():  # a script's unguarded top level: 'spawn' cannot start processes from it
         return None
     cpus = aligner.default_workers()
     if cpus < 2 or largest_cells > aligner.AUTO_BAND_CELLS:
