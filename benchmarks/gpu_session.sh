@@ -18,6 +18,7 @@
 #   tests_and_lm  the tests marked gpu while the lm phase runs beside them (neither is timed)
 #   check_and_lm_multi  the check phase beside the lm_multi phase (only lm_multi's rate is measured)
 #   lm_weights  the latest lm_multi checkpoint's weights (in 15 MiB pieces) and config into $OUT, to evaluate elsewhere
+#            (session 10: a machine that went back between two calls took LM_RESUME's checkpoint with it; these survive)
 #   check_and_lm  both validations (pallas with --long) and the tests marked gpu, beside the lm phase
 #   kernels  benchmarks/sinkhorn_kernels.py: L = 2k..64k (KERNEL_LENGTHS), W = 1024 and 256
 #            (KERNEL_BANDS), float32 (+ float32 with tf32x3 dots and bfloat16 for the kernels),

@@ -1,4 +1,5 @@
-"""Small shared utilities: atomic file output and shared-data discovery."""
+"""Small shared utilities: atomic file output, shared-data discovery, signals, and whether a call
+comes from a main script's unguarded top level (where spawned worker processes cannot start)."""
 
 from __future__ import annotations
 
