@@ -191,11 +191,12 @@ check_and_lm_multi() {  # check (both validations, then the gpu tests) beside lm
 lm_weights() {  # the latest lm_multi checkpoint's weights and config into $OUT, the weights in pieces of 15 MiB (the
   # device tool returns files of at most 16 MiB): cat lm_multi_model.safetensors.part* > model.safetensors
   local dir
-  dir=$($PY -c "import json,sys;print(json.load(open(sys.argv[1]))['dir'])" "$R/lm_multi/checkpoints/latest.json") \
-    || { echo "no lm_multi checkpoint"; return; }
-  split -b 15M -d "$R/lm_multi/checkpoints/$dir/model.safetensors" "$OUT/lm_multi_model.safetensors.part"
-  cp "$R/lm_multi/checkpoints/$dir/config.json" "$OUT/lm_multi_config.json"
-  (cd "$R/lm_multi/checkpoints/$dir" && sha256sum model.safetensors) | tee "$OUT/lm_multi_model.sha256"
+  dir=$($PY -c "import sys;from sinkalign.lm.checkpoints import find_latest_checkpoint as f;d=f(sys.argv[1]);print(d or '')" \
+    "$R/lm_multi")
+  [ -n "$dir" ] || { echo "no lm_multi checkpoint"; return; }
+  split -b 15M -d "$dir/model.safetensors" "$OUT/lm_multi_model.safetensors.part"
+  cp "$dir/config.json" "$OUT/lm_multi_config.json"
+  (cd "$dir" && sha256sum model.safetensors) | tee "$OUT/lm_multi_model.sha256"
   ls -l "$OUT"
 }
 
