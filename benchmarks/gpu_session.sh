@@ -4,8 +4,9 @@
 #
 #   prepare  (on the development machine, not the device) downloads the wheels setup installs
 #            into .whl/ and copies the C. diphtheriae genome into .gpu/; carry both with the call
-#            (PREPARE_LM_MULTI=1: all the genomes, .gpu/genomes, for lm_multi, and biopython only, in
-#            .whl-lm/: setup installs from WHEEL_DIR, default .whl). It adds what is missing, removes nothing
+#            (PREPARE_LM_MULTI=1: the genomes lm_multi reads, .gpu/genomes (not the test genera), and
+#            biopython, pytest-xdist, execnet and threadpoolctl in .whl-lm/: setup installs from WHEEL_DIR,
+#            default .whl). It adds what is missing, and removes only test genera an earlier prepare copied
 #   setup    what the machine has (nvidia-smi, versions); installs the wheels in .whl/ that the
 #            image lacks (biopython, pysam, parasail, ott-jax, jaxopt, fair-esm) into /tmp/site
 #            and sinkalign itself (editable, no dependencies)
@@ -72,19 +73,32 @@ stamp() { echo "=== $(date -u +%H:%M:%S) $*"; }
 
 prepare() {  # on the development machine, before the first device call: what setup installs and the data
   # Into git-ignored folders, adding what is missing and removing nothing. The device tool carries at most
-  # 64 MiB with the working tree (~16 MB): the wheels (19 MB) and lm_multi's genomes (41 MB) do not fit
-  # together, so PREPARE_LM_MULTI=1 prepares an lm_multi call: the genomes in .gpu/genomes and only
-  # biopython, in .whl-lm/. Carry only what the call reads: .whl and .gpu/GCF_001457455.1_NCTC11397_genomic.fna.gz,
+  # 64 MiB with the working tree (~22 MB): the wheels (19 MB) and lm_multi's genomes (41 MB) do not fit
+  # together, so PREPARE_LM_MULTI=1 prepares an lm_multi call (check_and_lm_multi too): the genomes it reads
+  # in .gpu/genomes and four small wheels in .whl-lm/. Carry only what the call reads: .whl and .gpu/GCF_001457455.1_NCTC11397_genomic.fna.gz,
   # or .whl-lm and .gpu/genomes with WHEEL_DIR=.whl-lm (printed below).
   local wheels="biopython==1.88 pysam==0.24.1 fair-esm==2.0.0 parasail==1.3.4 ott-jax==0.6.0 jaxopt==0.8.5
     pytest-xdist==3.8.0 execnet==2.1.2 threadpoolctl==3.8.0" dir=.whl
-  [ "${PREPARE_LM_MULTI:-0}" = 1 ] && wheels="biopython==1.88" dir=.whl-lm
+  [ "${PREPARE_LM_MULTI:-0}" = 1 ] && wheels="biopython==1.88 pytest-xdist==3.8.0 execnet==2.1.2 threadpoolctl==3.8.0" dir=.whl-lm
   stamp "prepare: wheels for the device image (cp312, manylinux) into $dir/ ($wheels), genomes into .gpu/"
   mkdir -p "$dir" .gpu
   $PY -m pip download -q --only-binary=:all: --no-deps --python-version 3.12 --platform manylinux2014_x86_64 \
     --platform manylinux_2_17_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_28_x86_64 -d "$dir" $wheels || echo "wheel download failed"
   if [ "${PREPARE_LM_MULTI:-0}" = 1 ]; then
-    mkdir -p .gpu/genomes && cp -rn ../shared/data/genomes/. .gpu/genomes/ || echo "genome copy failed"
+    # the genomes lm_multi reads: not the test genera (lm train skips them, and they would not fit with the
+    # wheels: tree ~22 MiB + all genomes 41 MiB + wheels 3.3 MiB > 64) nor MIIJ01000039 (not read)
+    mkdir -p .gpu/genomes/multi && cp -n ../shared/data/genomes/GCF_001457455.1_NCTC11397_genomic.fna.gz .gpu/genomes/ \
+      && $PY - <<'PYEOF' || echo "genome copy failed"
+import json, shutil
+from pathlib import Path
+split = json.loads(Path("data_manifests/genomes_multi_split.json").read_text())["genomes"]
+src, dst = Path("../shared/data/genomes/multi"), Path(".gpu/genomes/multi")
+for f in sorted(src.iterdir()):
+    if split.get(f.name, {}).get("split") == "test":
+        (dst / f.name).unlink(missing_ok=True)  # one an earlier prepare copied
+    elif not (dst / f.name).exists():
+        shutil.copy(f, dst / f.name)
+PYEOF
   else
     cp -n ../shared/data/genomes/GCF_001457455.1_NCTC11397_genomic.fna.gz .gpu/ || echo "genome copy failed"
   fi
