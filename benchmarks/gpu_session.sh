@@ -20,6 +20,13 @@
 #   check_and_lm_multi  the check phase beside the lm_multi phase (only lm_multi's rate is measured)
 #   lm_weights  the latest lm_multi checkpoint's weights (in 15 MiB pieces) and config into $OUT, to evaluate elsewhere
 #            (session 10: a machine that went back between two calls took LM_RESUME's checkpoint with it; these survive)
+#   lm_run   the lm_multi run itself (latest checkpoint with its optimizer state, metrics, steps) into $OUT in 15 MiB
+#            pieces, to continue in a later session: carry their folder and set LM_RESUME_RUN to it (an lm_multi
+#            of the default's size, LM_D_MODEL=128 LM_LAYERS=4 LM_HEADS=4 LM_SEQ_LEN=256, returns 8.5 MB). The
+#            run does not fit one carry beside the genomes (tree 21.6 + genomes 38.3 + run 8.5 MB > 64 MiB), so
+#            the continuing session carries .whl-lm and .gpu/genomes in a first call that runs setup and copies
+#            the genomes to /tmp/genomes, and the run in a second call at once (a warm machine keeps /tmp):
+#            GENOMES=/tmp/genomes LM_RESUME_RUN=<its folder> ... lm_multi lm_run
 #   check_and_lm  both validations (pallas with --long) and the tests marked gpu, beside the lm phase
 #   kernels  benchmarks/sinkhorn_kernels.py: L = 2k..64k (KERNEL_LENGTHS), W = 1024 and 256
 #            (KERNEL_BANDS), float32 (+ float32 with tf32x3 dots and bfloat16 for the kernels),
@@ -51,7 +58,8 @@
 #            Longer than one call (600 s): the first call with LM_MINUTES for its share of the whole
 #            run's steps (LM_STEPS, or probed for LM_TOTAL_MINUTES) and LM_EVAL=0, the next with LM_RESUME=1
 #            (continues that run, its steps kept in $R/lm_multi_steps, for LM_MINUTES more) at once: the
-#            checkpoint stays on the machine only while it is held (it goes back after idle_release_s)
+#            checkpoint stays on the machine only while it is held (it goes back after idle_release_s);
+#            LM_RESUME_RUN=DIR continues the run that lm_run returned (DIR holds its pieces) on any machine
 #
 # Results (logs and JSON) go to /tmp/gpu_results/r, packed into $OUT/results.tar.gz (the device
 # tool's folder; default ./gpu_out) at the end of each phase, checkpoints left out. Data the phases read: $GENOME (default
@@ -214,6 +222,21 @@ lm_weights() {  # the latest lm_multi checkpoint's weights and config into $OUT,
   ls -l "$OUT"
 }
 
+lm_run() {  # the lm_multi run to continue in a later call or session (LM_RESUME_RUN): its latest checkpoint (weights,
+  # optimizer and trainer state), metrics and step count, as $OUT/lm_multi_run.tar.gz.part00, ... (15 MiB pieces;
+  # 8.5 MB for the default's size, d128 x 4). Carry the folder they are in and set LM_RESUME_RUN to it
+  local dir
+  dir=$($PY -c "import sys;from sinkalign.lm.checkpoints import find_latest_checkpoint as f;d=f(sys.argv[1]);print(d or '')" \
+    "$R/lm_multi")
+  [ -n "$dir" ] || { echo "no lm_multi checkpoint"; return; }
+  local rel=${dir#"$R"/}  # lm_multi/checkpoints/step-NNNNNNNN
+  tar -czf - -C "$R" lm_multi_steps lm_multi/metrics.jsonl "$rel" \
+    | split -b 15M -d - "$OUT/lm_multi_run.tar.gz.part"
+  (cd "$OUT" && cat lm_multi_run.tar.gz.part* | sha256sum) | tee "$OUT/lm_multi_run.sha256"
+  echo "lm_run: $rel of $(cat "$R/lm_multi_steps") steps"
+  ls -l "$OUT"
+}
+
 tests_and_lm() {  # the GPU tests and the LM run share the GPU: neither is timed
   lm >"$R/lm_phase.log" 2>&1 &
   local pid=$!
@@ -305,6 +328,11 @@ lm_multi() {
                 --d-model "${LM_D_MODEL:-256}" --n-layers "${LM_LAYERS:-6}" --n-heads "${LM_HEADS:-8}"
                 --seq-len "$seq_len" --batch-size "$batch" --lr 1e-3 --warmup-steps "${LM_WARMUP:-200}" --no-progress)
   local steps resume=()
+  if [ -n "${LM_RESUME_RUN:-}" ]; then  # a run that lm_run returned from an earlier call or session, carried back
+    rm -rf "$R/lm_multi"
+    cat "$LM_RESUME_RUN"/lm_multi_run.tar.gz.part* | tar -xzf - -C "$R" || { echo "cannot unpack $LM_RESUME_RUN"; return 1; }
+    LM_RESUME=1
+  fi
   if [ "${LM_RESUME:-0}" = 1 ] && [ -s "$R/lm_multi_steps" ]; then  # a later call on the same warm machine
     steps=$(cat "$R/lm_multi_steps") resume=(--resume)
     stamp "lm_multi: resume the run of $steps steps, limit $minutes min more"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import signal
@@ -141,6 +142,19 @@ def test_a_copy_keeps_its_settings_and_shares_the_model():
         assert twin._plans_fn() is aligner._plans_fn()  # nothing compiled again
         twin.close()  # closes nothing of the original's
         assert aligner._pool is not None
+
+
+def test_more_processes_than_cpus_is_a_warning(monkeypatch, caplog):
+    """More worker processes than usable CPUs add no speed and a model copy each: said, not refused."""
+    from sinkalign.align import aligner as A
+
+    monkeypatch.setattr(A, "default_workers", lambda: 3)
+    with caplog.at_level(logging.WARNING, logger="sinkalign.align.aligner"):
+        Aligner.load("learned", processes=3)
+        assert not caplog.records
+        Aligner.load("learned", processes=4)
+    assert [r.getMessage()[:60] for r in caplog.records] == [
+        "processes=4 is more than the 3 CPU(s) this process may use: "]
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, True, "2"])

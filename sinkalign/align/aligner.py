@@ -400,6 +400,11 @@ class Aligner:
         if processes is not None and (isinstance(processes, bool) or int(processes) != processes or processes < 0):
             raise InputError(f"processes={processes!r} must be a whole number >= 0")
         self.processes = int(processes or 0)
+        if self.processes > default_workers():
+            log.warning("processes=%d is more than the %d CPU(s) this process may use: the worker processes will "
+                        "share them, so past %d none adds speed, and each holds its own copy of the model and its "
+                        "libraries (~150 MB apart from what they share)", self.processes, default_workers(),
+                        default_workers())
         self._pool: ProcessPoolExecutor | None = None  # started on first use
         if embedder is not None and embedder_options:
             raise InputError("give either embedder or embedder_options, not both")

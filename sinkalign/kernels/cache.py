@@ -12,6 +12,9 @@ bfloat16 it lost time in both (the rule asked 1.2x at both lengths). So the defa
 exactly where the dots are exact float32, and only while the cache stays within
 :data:`AUTO_CACHE_MAX_BYTES`: the recomputing kernels need O(L d) memory, the cache O(L W) per
 batch-head, so the default bounds what it adds (a larger cache is left to an explicit ``True``).
+It counts the batch-heads a launch is given: under ``jax.vmap`` a Pallas launch sees one slice
+of the mapped axis, so there the bound holds per slice; leading batch dims, which both
+operators take, are counted in full.
 """
 
 from __future__ import annotations
@@ -44,3 +47,22 @@ def resolve_cache_scores(value, *, exact_f32: bool, floats) -> bool:
     if value is not None:
         return value
     return bool(exact_f32) and 4 * int(floats() if callable(floats) else floats) <= AUTO_CACHE_MAX_BYTES
+
+
+def band_tile_slots(rows: int, row_block: int, cols: int, col_block: int, band: int | None) -> int:
+    """Key tiles the band of one query block meets at most: a score cache's slots per query block,
+    both kernel families' (Pallas with its padded lengths, Triton with the true ones).
+
+    Query block ``[r0, min(r0 + row_block, rows))`` meets keys ``j`` with ``|i - j| <= band``,
+    ``0 <= j < cols``: the key tiles from ``max(r0 - band, 0) // col_block`` up to the one holding
+    ``min(min(r0 + row_block, rows) - 1 + band, cols - 1)``. ``band=None``: dense, every key tile.
+    At least 1 (a cache has a slot even where a block meets no key)."""
+    n_cols = -(-cols // col_block)
+    if band is None:
+        return max(n_cols, 1)
+    most = 0
+    for r0 in range(0, rows, row_block):
+        lo = max(r0 - band, 0) // col_block
+        hi = -(-min(min(r0 + row_block, rows) + band, cols) // col_block)  # one past the last tile met
+        most = max(most, hi - lo)
+    return max(most, 1)

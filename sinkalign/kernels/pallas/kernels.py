@@ -56,6 +56,8 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
+from sinkalign.kernels.cache import band_tile_slots
+
 __all__ = [
     "TARGETS",
     "BlockSizes",
@@ -157,10 +159,7 @@ class Launch:
 
     def cache_slots(self) -> int:
         """Score tiles a row block's band holds at most: the cache's second axis (row launch)."""
-        if self.band is None:
-            return self.ny
-        return max(min((x0 + self.bx - 1 + self.band) // self.by + 1, self.ny) - max(x0 - self.band, 0) // self.by
-                   for x0 in range(0, self.nx * self.bx, self.bx))
+        return band_tile_slots(self.nx * self.bx, self.bx, self.ny * self.by, self.by, self.band)
 
     def compiler_params(self):
         if self.target == "gpu":

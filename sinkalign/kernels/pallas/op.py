@@ -580,6 +580,9 @@ def tail_operator(q, k, v, q_valid, k_valid, log_a, log_b, support: Support, cfg
             ``precision="ieee"``) on a GPU or in the interpreter while the cache takes at
             most 2 GiB (:mod:`sinkalign.kernels.cache`: 4-5x faster forward + backward on an
             H200); not with TF32 or half-type dots, where it did not pay, nor on a TPU (untimed).
+            The 2 GiB counts the batch-heads this call is given: under ``jax.vmap`` it sees one
+            slice, so the cache can be the mapped axis's size times larger. Give the batch as
+            leading dims instead (any are taken), or decide with True or False.
 
     Returns O [..., Lq, dv] in v's dtype. Differentiable in q, k, v and the log marginals (not in masks).
     Inputs are expected validated (see :func:`sinkalign.sinkhorn.core.prepare`); shapes,

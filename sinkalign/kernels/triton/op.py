@@ -59,7 +59,7 @@ import numbers
 
 import torch
 
-from sinkalign.kernels.cache import check_cache_scores, resolve_cache_scores
+from sinkalign.kernels.cache import band_tile_slots, check_cache_scores, resolve_cache_scores
 from sinkalign.kernels.triton.ref import prepare_dustbin, prepare_inputs
 from sinkalign.sinkhorn.checks import check_f32_dots
 from sinkalign.sinkhorn.config import DustbinConfig, SinkhornConfig
@@ -116,12 +116,7 @@ class _Launch:
 
     def _slots(self) -> int:
         """Key tiles the band of a query block meets at most: the cache's third axis (as ``_band``)."""
-        most = 0
-        for m0 in range(0, self.n_mb * self.BM, self.BM):
-            lo = max(m0 - self.W, 0) // self.BN * self.BN
-            hi = min(min(m0 + self.BM, self.Lq) + self.W, self.Lk)
-            most = max(most, -(-(hi - lo) // self.BN))
-        return max(most, 1)
+        return band_tile_slots(self.Lq, self.BM, self.Lk, self.BN, self.W)
 
     def build_cache(self, q, k):
         """Compute the band's score tiles once into ``self.cache`` [BH, NMB, SLOTS, BM, BN] float32
