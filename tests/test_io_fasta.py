@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import bz2
 import gzip
+import lzma
 from pathlib import Path
 
 import pytest
@@ -56,6 +58,45 @@ def test_gzip_detected_from_content_not_suffix(tmp_path: Path) -> None:
     path = tmp_path / "plain_name.fa"
     path.write_bytes(gzip.compress(b">a\nMKV\n"))
     assert [s.seq for s in read_fasta(path)] == ["MKV"]
+
+
+@pytest.mark.parametrize("name,compress,undo", [
+    ("an xz", lambda b: lzma.compress(b), "xz -d"),
+    ("a bzip2", lambda b: bz2.compress(b), "bunzip2"),
+    ("a zstd", lambda b: b"\x28\xb5\x2f\xfd" + b"\x00" * 8, "zstd -d"),  # the frame magic is what is read
+    ("a zip", lambda b: b"PK\x03\x04" + b"\x00" * 26, "unzip"),
+])
+def test_other_compressions_are_named_not_read_as_binary(tmp_path: Path, name, compress, undo) -> None:
+    """A FASTA compressed other than by gzip is refused with its compression and the command that
+    undoes it, by every reader of sequence files (FASTA, genomes for the LMs)."""
+    from sinkalign.lm.data import read_genome_records
+
+    path = tmp_path / "seqs.fa.x"
+    path.write_bytes(compress(b">a\nACGT\n"))
+    want = rf"{path}: {name}-compressed file; sinkalign reads plain text and gzip .*\({undo}\)"
+    with pytest.raises(SequenceFormatError, match=want):
+        list(read_fasta(path))
+    with pytest.raises(SequenceFormatError, match=want):
+        read_genome_records(path)
+
+
+@pytest.mark.parametrize("first,what", [
+    ("# STOCKHOLM 1.0", "a Stockholm alignment"), ("CLUSTAL W (1.83) multiple sequence alignment", "a Clustal alignment"),
+    ("@r1", "FASTQ reads"), ("@HD\tVN:1.6", "a SAM file"), ("LOCUS       NC_000913", "a GenBank record"),
+    ("!!AA_MULTIPLE_ALIGNMENT 1.0", "an MSF alignment"), ("ID   X56734; SV 1;", "an EMBL record"),
+])
+def test_another_format_is_named(tmp_path: Path, first, what) -> None:
+    from sinkalign.errors import FormatError
+    from sinkalign.lm.data import read_genome_records
+
+    path = _write(tmp_path / "x.fa", first + "\nACGT\n")
+    with pytest.raises(SequenceFormatError, match=rf"line 1: expected a '>' header .*\({what}, it seems, not FASTA\)"):
+        list(read_fasta(path))
+    with pytest.raises(FormatError, match=rf"\({what}, it seems, not FASTA\)"):
+        read_genome_records(path)
+    plain = _write(tmp_path / "y.fa", "ACGT\n>a\nACGT\n")
+    with pytest.raises(SequenceFormatError, match=r"found 'ACGT'$"):  # no guess where nothing is recognised
+        list(read_fasta(plain))
 
 
 def test_write_fasta_is_atomic_on_error(tmp_path: Path) -> None:

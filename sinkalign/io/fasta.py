@@ -59,6 +59,7 @@ __all__ = [
     "Sequence",
     "SequenceFormatError",
     "detect_alphabet",
+    "not_fasta_hint",
     "open_bytes",
     "open_text",
     "read_fasta",
@@ -215,12 +216,36 @@ def open_bytes(path: str | os.PathLike) -> IO[bytes]:
     return _open_bytes(Path(path))[0]
 
 
+#: Compressions read as gzip is not: (magic bytes, name, how to undo it). Refused with that said,
+#: instead of "not UTF-8 text" at their first byte.
+_OTHER_COMPRESSIONS = ((b"\xfd7zXZ\x00", "an xz", "xz -d"), (b"BZh", "a bzip2", "bunzip2"),
+                       (b"\x28\xb5\x2f\xfd", "a zstd", "zstd -d"), (b"PK\x03\x04", "a zip", "unzip"))
+
+
 def _open_bytes(path: Path) -> tuple[IO[bytes], bool]:
     with open(path, "rb") as raw:
-        magic = raw.read(2)
-    if magic == b"\x1f\x8b":
+        magic = raw.read(6)
+    if magic[:2] == b"\x1f\x8b":
         return gzip.open(path, "rb"), True
+    for head, name, undo in _OTHER_COMPRESSIONS:
+        if magic.startswith(head):
+            raise SequenceFormatError(f"{path}: {name}-compressed file; sinkalign reads plain text and gzip "
+                                      f"(or bgzip): decompress it first ({undo}), or compress it with gzip",
+                                      path=path)
     return open(path, "rb"), False
+
+
+def not_fasta_hint(line: str) -> str:
+    """What a first line that is no FASTA header looks like, as a clause to add to an error
+    (``""`` when it looks like nothing known): another sequence or alignment format."""
+    text = line.lstrip()
+    for start, what in (("# STOCKHOLM", "a Stockholm alignment"), ("CLUSTAL", "a Clustal alignment"),
+                        ("!!AA_MULTIPLE_ALIGNMENT", "an MSF alignment"), ("!!NA_MULTIPLE_ALIGNMENT", "an MSF alignment"),
+                        ("PileUp", "an MSF alignment"), ("LOCUS ", "a GenBank record"), ("ID   ", "an EMBL record"),
+                        ("@HD\t", "a SAM file"), ("@SQ\t", "a SAM file"), ("@", "FASTQ reads")):
+        if text.startswith(start):
+            return f" ({what}, it seems, not FASTA)"
+    return ""
 
 
 _U_AS_T = str.maketrans("Uu", "Tt")
@@ -301,7 +326,8 @@ def _seek_first_header(handle: IO[str], path: Path) -> None:
             break
     if not line.startswith(">"):
         raise SequenceFormatError(
-            f"{path}: line {line_no}: expected a '>' header before any sequence, found {line.strip()[:40]!r}",
+            f"{path}: line {line_no}: expected a '>' header before any sequence, found {line.strip()[:40]!r}"
+            f"{not_fasta_hint(line)}",
             path=path,
         )
     handle.seek(pos)

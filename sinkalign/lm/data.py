@@ -28,7 +28,7 @@ import numpy as np
 from Bio import SeqIO
 
 from sinkalign.errors import FormatError, InputError, MissingFileError
-from sinkalign.io.fasta import open_text
+from sinkalign.io.fasta import not_fasta_hint, open_text
 
 __all__ = [
     "ALPHABET",
@@ -82,7 +82,7 @@ def _first_line_is_a_header(handle, path: Path) -> None:
             break
     if line and not line.startswith(">"):
         raise FormatError(f"{path}: not a valid FASTA file: line {line_no}: expected a '>' header, found "
-                          f"{line.strip()[:40]!r}")
+                          f"{line.strip()[:40]!r}{not_fasta_hint(line)}")
     handle.seek(pos)
 
 
