@@ -679,3 +679,90 @@ def test_resume_tells_the_data_by_content_not_by_path(tmp_path):
     with pytest.raises(CheckpointError, match="fasta: checkpoint"):
         T._check_resume_config(state["train_config"], dataclasses.replace(cfg, fasta=str(copy)), tmp_path)
     T._check_resume_config(state["train_config"], cfg, tmp_path)
+
+
+# ----------------------------------------------------------------------------- --init: start from a model
+
+
+def _weights(path) -> dict[str, torch.Tensor]:
+    return load_checkpoint(path).model.state_dict()
+
+
+def _max_diff(a: dict, b: dict) -> float:
+    assert a.keys() == b.keys()
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+def test_init_starts_from_the_model_and_a_resume_from_the_run(fasta, tmp_path):
+    """``init`` loads the model's weights at step 0 (a run at a vanishing learning rate ends where
+    it began, far from where the seed alone would put it); its dropout may differ; a resumed run
+    takes its own checkpoint, whatever ``init`` says then."""
+    from sinkalign.lm.train import init_model_settings
+
+    first = train_lm(_config(fasta, tmp_path / "first", steps=6, attention="goat",
+                             model_options=(("goat_init", "alibi"),)))
+    settings = init_model_settings(tmp_path / "first")  # a run directory: its newest checkpoint
+    assert settings == {"attention": "goat", "d_model": 32, "n_layers": 2, "n_heads": 2, "mlp_ratio": 4.0,
+                        "seq_len": 32, "model_options": (("goat_init", "alibi"),)}
+    tiny = dict(steps=4, lr=1e-12, warmup_steps=0, weight_decay=0.0, seed=7, **settings)
+    started = train_lm(_config(fasta, tmp_path / "ft", init=str(tmp_path / "first"), dropout=0.1,
+                               time_limit_minutes=1e-9, **tiny))  # stopped after its first step
+    fresh = train_lm(_config(fasta, tmp_path / "fresh", **tiny))  # the same run without init
+    assert started.step == 1
+    assert _max_diff(_weights(started.checkpoint_dir), _weights(first.checkpoint_dir)) < 1e-8
+    assert _max_diff(_weights(fresh.checkpoint_dir), _weights(first.checkpoint_dir)) > 1e-2
+    state = json.loads((Path(started.checkpoint_dir) / TRAINER_STATE).read_text())
+    assert state["train_config"]["init"] == str(tmp_path / "first")
+
+    # resume: the run's own checkpoint, even with another init named (read at step 0 only)
+    resumed = train_lm(_config(fasta, tmp_path / "ft", init=str(tmp_path / "fresh"), dropout=0.1, resume=True,
+                               **tiny))
+    assert (resumed.start_step, resumed.step) == (1, 4)
+    assert _max_diff(_weights(resumed.checkpoint_dir), _weights(first.checkpoint_dir)) < 1e-8
+
+
+def test_init_of_another_model_is_refused_before_the_data_are_read(fasta, tmp_path):
+    train_lm(_config(fasta, tmp_path / "first", steps=3))
+    missing = tmp_path / "no_such_genome.fa"  # never read: the model is checked first
+    with pytest.raises(ValueError, match=r"is another model than this run's \(d_model: 32 there, 64 here; "
+                                         r"n_heads: 2 there, 4 here\)"):
+        train_lm(_config(missing, tmp_path / "ft", init=str(tmp_path / "first"), d_model=64, n_heads=4))
+    with pytest.raises(ValueError, match=r"max_train_len: 32 there, 64 here"):
+        train_lm(_config(missing, tmp_path / "ft", init=str(tmp_path / "first"), seq_len=64))
+    with pytest.raises(FileNotFoundError, match="model path not found: nowhere"):
+        train_lm(_config(missing, tmp_path / "ft", init="nowhere"))
+    with pytest.raises(ValueError, match=r"init=3 must be a model path or name"):
+        _config(fasta, tmp_path / "ft", init=3)
+    assert not (tmp_path / "ft").exists()
+
+
+def test_cli_init_takes_the_model_settings_and_refuses_others(fasta, tmp_path):
+    """`--init default` fine-tunes the shipped model: its settings are taken, and a differing one
+    given on the command line is a usage error naming both values."""
+    from sinkalign.lm.generate import default_model_path
+
+    runner = CliRunner()
+    base = ["lm", "train", "--fasta", str(fasta), "--steps", "1", "--batch-size", "1", "--eval-max-bases", "300",
+            "--threads", "1", "--no-progress", "--lr", "1e-12", "--warmup-steps", "0", "--weight-decay", "0"]
+    res = runner.invoke(cli, [*base, "--init", "default", "--out", str(tmp_path / "ft"), "--attention", "goat",
+                              "--model-option", "input_kmer=4"])  # given as they are: accepted
+    assert res.exit_code == 0, res.output
+    shipped = load_checkpoint(default_model_path())
+    tuned = load_checkpoint(tmp_path / "ft" / "checkpoints" / "step-00000001")
+    assert tuned.config == shipped.config
+    assert _max_diff(tuned.model.state_dict(), shipped.model.state_dict()) < 1e-8
+    for extra, message in (
+        (["--d-model", "64"], "--d-model 64 differs from the --init model's 128 (default): a run that starts from "
+                              "a model trains that model; leave --d-model out"),
+        (["--seq-len", "128"], "--seq-len 128 differs from the --init model's 256 (default)"),
+        (["--attention", "rope"], "--attention rope differs from the --init model's goat (default)"),
+        (["--model-option", "input_kmer=2"], "--model-option input_kmer=2 differs from the --init model's 4"),
+        (["--model-option", "colour=3"], "--model-option colour: not an option of the model"),
+    ):
+        bad = runner.invoke(cli, [*base, "--init", "default", "--out", str(tmp_path / "bad"), *extra])
+        assert bad.exit_code == 2 and message in bad.output, bad.output
+    bad = runner.invoke(cli, [*base, "--init", str(tmp_path / "nowhere"), "--out", str(tmp_path / "bad")])
+    assert bad.exit_code == 2 and "Invalid value for '--init': model path not found" in bad.output
+    bad = runner.invoke(cli, [*base, "--out", str(tmp_path / "bad")])
+    assert bad.exit_code == 2 and "Missing option '--attention' (or give --init MODEL" in bad.output
+    assert not (tmp_path / "bad").exists()

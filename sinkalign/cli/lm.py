@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -11,7 +12,7 @@ import click
 from sinkalign.cli.options import FiniteFloatRange, ResumableCommand, progress_option, report_interrupted, show_progress
 from sinkalign.cli.options import model_options as _model_options
 from sinkalign.errors import InputError, require
-from sinkalign.lm.config import ATTENTION_NAMES
+from sinkalign.lm.config import ATTENTION_NAMES, LMConfig
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +51,14 @@ def lm() -> None:
               help="Draw windows uniformly over bases, or over genomes first.")
 @click.option("--reverse-complement/--no-reverse-complement", default=False, show_default=True,
               help="Read each training window from either strand.")
-@click.option("--attention", required=True, type=click.Choice(ATTENTION_NAMES))
+@click.option("--attention", default=None, type=click.Choice(ATTENTION_NAMES),
+              help="Required, unless --init gives it.")
+@click.option("--init", "init_model", metavar="MODEL", default=None,
+              help="Start from this genome LM's weights instead of a random initialisation, with a fresh optimizer "
+                   "and schedule (e.g. the shipped model, fine-tuned on your genomes): a checkpoint, a run of "
+                   "`sinkalign lm train`, or a shipped model's name (default, cdiph). Its settings are the run's "
+                   "(--attention, --d-model, --n-layers, --n-heads, --seq-len, --model-option): leave them out, "
+                   "or give its values; --dropout may differ. Read at the start only, not on --resume.")
 @click.option("--out", "out_dir", default="runs/lm", show_default=True, type=click.Path(file_okay=False),
               help="Run directory: metrics.jsonl and checkpoints/.")
 @click.option("--steps", default=2000, show_default=True, type=_POSITIVE)
@@ -89,7 +97,7 @@ def lm() -> None:
 def train(ctx, fasta, attention, out_dir, steps, batch_size, seq_len, lr, min_lr_ratio, warmup_steps, weight_decay,
           grad_clip, d_model, n_layers, n_heads, dropout, model_options, val_fraction, eval_every, eval_max_bases,
           save_every, keep_checkpoints, log_every, seed, device, num_threads, nproc, resume, progress,
-          time_limit, genome_split, balance, reverse_complement) -> None:
+          time_limit, genome_split, balance, reverse_complement, init_model) -> None:
     """Train a DNA language model on FASTA with the chosen attention.
 
     Ctrl-C or SIGTERM (a batch scheduler's time limit) ends the run after the current step with a
@@ -98,17 +106,24 @@ def train(ctx, fasta, attention, out_dir, steps, batch_size, seq_len, lr, min_lr
     torch = require("torch", "torch", "sinkalign lm train")
     from sinkalign.lm.train import TrainConfig, TrainingInterrupted, check_out_dir, train_lm, train_lm_ddp
 
+    mlp_ratio = 4.0
+    if init_model is not None:
+        attention, d_model, n_layers, n_heads, seq_len, mlp_ratio, model_options = _init_settings(
+            ctx, init_model, attention=attention, d_model=d_model, n_layers=n_layers, n_heads=n_heads,
+            seq_len=seq_len, model_options=model_options)
+    elif attention is None:
+        raise click.UsageError("Missing option '--attention' (or give --init MODEL, whose attention is taken).")
     try:
         config = TrainConfig(
             fasta=fasta[0] if len(fasta) == 1 else tuple(fasta), attention=attention, out_dir=out_dir, steps=steps,
             batch_size=batch_size, seq_len=seq_len,
             lr=lr, min_lr_ratio=min_lr_ratio, warmup_steps=warmup_steps, weight_decay=weight_decay,
-            grad_clip=grad_clip, d_model=d_model, n_layers=n_layers, n_heads=n_heads, dropout=dropout,
-            model_options=model_options, val_fraction=val_fraction, eval_every=eval_every,
+            grad_clip=grad_clip, d_model=d_model, n_layers=n_layers, n_heads=n_heads, mlp_ratio=mlp_ratio,
+            dropout=dropout, model_options=model_options, val_fraction=val_fraction, eval_every=eval_every,
             eval_max_bases=eval_max_bases, save_every=save_every, keep_checkpoints=keep_checkpoints,
             log_every=log_every, seed=seed, device=device, num_threads=num_threads, resume=resume,
             progress=show_progress(progress), time_limit_minutes=time_limit, genome_split=genome_split, balance=balance,
-            reverse_complement=reverse_complement)
+            reverse_complement=reverse_complement, init=init_model)
     except InputError as exc:  # a bad setting (a bug raising ValueError keeps its traceback)
         raise click.UsageError(str(exc)) from exc
     if device == "cuda" and not torch.cuda.is_available():
@@ -138,6 +153,38 @@ def train(ctx, fasta, attention, out_dir, steps, batch_size, seq_len, lr, min_lr
         click.echo(f"step {result.step}: train {result.train_loss / 0.6931471805599453:.4f} bits/base, "
                    f"held-out {val} bits/base; checkpoint {result.checkpoint_dir}")
 
+
+
+def _init_settings(ctx: click.Context, init_model: str, **given):
+    """The model settings of a run that starts from ``--init``: the init model's, each option the
+    user gave checked against them (a differing one is an error naming both values)."""
+    from click.core import ParameterSource
+
+    from sinkalign.errors import MissingFileError
+    from sinkalign.lm.train import init_model_settings
+
+    try:
+        theirs = init_model_settings(init_model)
+    except (MissingFileError, InputError) as exc:  # a missing model, or not a genome LM's
+        raise click.BadParameter(str(exc), param_hint="'--init'") from None
+    for name, flag in (("attention", "--attention"), ("d_model", "--d-model"), ("n_layers", "--n-layers"),
+                       ("n_heads", "--n-heads"), ("seq_len", "--seq-len")):
+        value = given[name]
+        if value is not None and ctx.get_parameter_source(name) is not ParameterSource.DEFAULT \
+                and value != theirs[name]:
+            raise click.UsageError(f"{flag} {value} differs from the --init model's {theirs[name]} ({init_model}): "
+                                   f"a run that starts from a model trains that model; leave {flag} out")
+    defaults = {f.name: f.default for f in dataclasses.fields(LMConfig) if f.default is not dataclasses.MISSING}
+    options = {**defaults, **dict(theirs["model_options"])}
+    for key, value in given["model_options"]:
+        if key not in options:
+            raise click.UsageError(f"--model-option {key}: not an option of the model (LMConfig fields: "
+                                   f"{', '.join(sorted(options))})")
+        if value != options[key]:
+            raise click.UsageError(f"--model-option {key}={value!r} differs from the --init model's "
+                                   f"{options[key]!r} ({init_model}); leave it out")
+    return (theirs["attention"], theirs["d_model"], theirs["n_layers"], theirs["n_heads"], theirs["seq_len"],
+            theirs["mlp_ratio"], theirs["model_options"])
 
 @lm.command("eval")
 @click.option("--model", "model_path", default=None, type=click.Path(),

@@ -112,7 +112,12 @@ _LN2 = math.log(2.0)
 _RESUMABLE_CHANGES = frozenset({
     "out_dir", "resume", "eval_every", "eval_max_bases", "save_every", "keep_checkpoints",
     "log_every", "num_threads", "progress", "device", "eval_batch_size", "time_limit_minutes",
+    "init",  # read at step 0 only: a resumed run's weights come from its checkpoint
 })
+
+#: LMConfig fields a TrainConfig sets itself (not through ``model_options``)
+_MODEL_FIELDS = frozenset({"vocab_size", "d_model", "n_layers", "n_heads", "attention", "max_train_len", "mlp_ratio",
+                           "dropout", "pad_id"})
 
 
 def _check_int(name: str, value: Any, minimum: int) -> None:
@@ -152,6 +157,12 @@ class TrainConfig:
     ``n_heads``, ``mlp_ratio``, ``dropout``; ``seq_len`` is the training context (the
     model's ``max_train_len``); ``model_options`` holds further :class:`LMConfig` fields as
     ``(name, value)`` pairs, e.g. ``(("goat_init", "alibi"),)``.
+
+    ``init``: start from the weights of this genome LM (a checkpoint directory, a ``sinkalign lm
+    train`` run or a shipped model's name, as :func:`~sinkalign.lm.generate.resolve_model_path`
+    reads them) instead of a random initialisation, with a fresh optimizer and schedule: e.g. to
+    fine-tune the shipped model on other genomes. The model settings must be the init model's,
+    dropout aside (:func:`init_model_settings` gives them); a resumed run ignores it.
 
     Optimisation: ``steps`` optimizer steps of ``batch_size`` windows per process (the
     global batch is ``batch_size * world_size``); AdamW (``lr``, ``beta1``, ``beta2``,
@@ -210,6 +221,7 @@ class TrainConfig:
     genome_split: str | None = None
     balance: str = "length"
     reverse_complement: bool = False
+    init: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.fasta, (list, tuple)):
@@ -224,6 +236,8 @@ class TrainConfig:
             raise InputError(f"reverse_complement={self.reverse_complement!r} must be a bool")
         if self.genome_split is not None and (not isinstance(self.genome_split, str) or not self.genome_split):
             raise InputError(f"genome_split={self.genome_split!r} must be a path string or None")
+        if self.init is not None and (not isinstance(self.init, str) or not self.init):
+            raise InputError(f"init={self.init!r} must be a model path or name (a string), or None")
         if self.attention not in ATTENTION_NAMES:
             raise InputError(f"attention={self.attention!r} is not one of {', '.join(ATTENTION_NAMES)}")
         if not isinstance(self.out_dir, str) or not self.out_dir:
@@ -256,9 +270,7 @@ class TrainConfig:
         if not isinstance(opts, tuple) or not all(isinstance(o, tuple) and len(o) == 2 and isinstance(o[0], str)
                                                   for o in opts):
             raise InputError(f"model_options={opts!r} must be a tuple of (name, value) pairs")
-        reserved = {"vocab_size", "d_model", "n_layers", "n_heads", "attention", "max_train_len", "mlp_ratio",
-                    "dropout", "pad_id"}
-        clash = sorted({k for k, _ in opts} & reserved)
+        clash = sorted({k for k, _ in opts} & _MODEL_FIELDS)
         if clash:
             raise InputError(f"model_options may not set {clash}: use the TrainConfig fields")
         self.model_config()  # validates d_model / n_heads / the options now, before any work
@@ -295,6 +307,38 @@ class TrainConfig:
         if isinstance(kw.get("fasta"), list):
             kw["fasta"] = tuple(kw["fasta"])
         return cls(**kw)
+
+
+def init_model_settings(init: str | os.PathLike) -> dict[str, Any]:
+    """The model settings of the genome LM ``init`` (a checkpoint directory, a run or a shipped
+    model's name), as :class:`TrainConfig` fields: ``attention``, ``d_model``, ``n_layers``,
+    ``n_heads``, ``mlp_ratio``, ``seq_len`` and ``model_options`` (its other fields that differ
+    from :class:`LMConfig`'s defaults), for a run that starts from it (``init=``)."""
+    cfg = _init_checkpoint(init)[1].config
+    defaults = {f.name: f.default for f in dataclasses.fields(LMConfig) if f.default is not dataclasses.MISSING}
+    options = tuple((f.name, getattr(cfg, f.name)) for f in dataclasses.fields(LMConfig)
+                    if f.name not in _MODEL_FIELDS and getattr(cfg, f.name) != defaults.get(f.name, dataclasses.MISSING))
+    return {"attention": cfg.attention, "d_model": cfg.d_model, "n_layers": cfg.n_layers, "n_heads": cfg.n_heads,
+            "mlp_ratio": cfg.mlp_ratio, "seq_len": cfg.max_train_len, "model_options": options}
+
+
+def _init_checkpoint(init: str | os.PathLike):
+    """``(path, checkpoint)`` of the genome LM ``init`` (see :class:`TrainConfig`), on the CPU."""
+    from sinkalign.lm.generate import resolve_model_path
+
+    path = resolve_model_path(init)
+    return path, load_checkpoint(path)
+
+
+def _check_init(init: str, path: Path, init_cfg: LMConfig, model_cfg: LMConfig) -> None:
+    """Refuse an ``init`` model whose settings (dropout aside) differ from the run's."""
+    theirs, mine = dataclasses.replace(init_cfg, dropout=0.0), dataclasses.replace(model_cfg, dropout=0.0)
+    if theirs != mine:
+        diffs = "; ".join(f"{f.name}: {getattr(theirs, f.name)!r} there, {getattr(mine, f.name)!r} here"
+                          for f in dataclasses.fields(LMConfig) if getattr(theirs, f.name) != getattr(mine, f.name))
+        raise InputError(f"init={init!r} ({path}) is another model than this run's ({diffs}): a run that starts "
+                         "from a model trains that model, so its settings must be the init model's "
+                         "(init_model_settings gives them; `sinkalign lm train --init` takes them)")
 
 
 class TrainResult(NamedTuple):
@@ -831,6 +875,11 @@ def _train(config: TrainConfig, device: torch.device, rank: int, world: int, sto
     out_dir = Path(config.out_dir)
     is_main = rank == 0
     latest = check_out_dir(out_dir, resume=config.resume)
+    model_cfg = config.model_config()
+    init = None  # (path, checkpoint) of the model this run starts from
+    if config.init is not None and not (config.resume and latest is not None):
+        init = _init_checkpoint(config.init)  # before the data are read: a wrong model fails fast
+        _check_init(config.init, init[0], init[1].config, model_cfg)
     train_seqs, groups, val, data_digest = _load_data(config)
     sampler = WindowSampler(train_seqs, config.seq_len + 1, seed=config.seed, rank=rank,
                             max_n_fraction=config.max_n_fraction, groups=groups if config.balance == "genome" else None,
@@ -848,8 +897,12 @@ def _train(config: TrainConfig, device: torch.device, rank: int, world: int, sto
                        f" with a new {METRICS} (the earlier one is kept as {kept.name})" if kept else "")
 
     torch.manual_seed(config.seed)  # identical initialisation on every rank
-    model_cfg = config.model_config()
-    model = DNALanguageModel(model_cfg).to(device)
+    model = DNALanguageModel(model_cfg)
+    if init is not None:
+        model.load_state_dict(init[1].model.state_dict())
+        logger.info("starting from the weights of %s", init[0])
+        init = None
+    model = model.to(device)
     opt = torch.optim.AdamW(_param_groups(model, config.weight_decay), lr=config.lr,
                             betas=(config.beta1, config.beta2))
     sched = torch.optim.lr_scheduler.LambdaLR(
