@@ -92,7 +92,7 @@ def main() -> None:
                              "optimizer state not shipped)",
         "step": state["step"],
         "tokens_seen": state["tokens_seen"],
-        "train_command": args.train_command[0] if len(args.train_command) == 1 else args.train_command,
+        "train_command": " && ".join(args.train_command),  # one string: each command after the one before
         "train_config": stored["extra"]["train_config"],
         "training_wall_minutes": args.wall_minutes,
         "valid_genera": _valid_genera(args.valid_json, checkpoint),
