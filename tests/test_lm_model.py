@@ -24,7 +24,7 @@ from sinkalign.lm import (
     load_checkpoint,
     save_checkpoint,
 )
-from sinkalign.lm.model import CHECKPOINT_CONFIG, CHECKPOINT_WEIGHTS
+from sinkalign.lm.model import CHECKPOINT_CONFIG, CHECKPOINT_WEIGHTS, load_checkpoint_config
 
 TRAIN_LEN = 32
 
@@ -246,6 +246,7 @@ def test_checkpoint_roundtrip(tmp_path, attention):
     assert sorted(os.listdir(out)) == [CHECKPOINT_CONFIG, CHECKPOINT_WEIGHTS]  # no temp files left
     loaded = load_checkpoint(out)
     assert loaded.config == cfg and loaded.extra == {"step": 7, "lr": 1e-3}
+    assert load_checkpoint_config(out) == cfg
     tokens = torch.randint(0, 5, (2, 12))
     with torch.no_grad():
         torch.testing.assert_close(loaded.model(tokens), model(tokens), rtol=0, atol=0)
@@ -265,16 +266,21 @@ def test_checkpoint_errors_name_the_path(tmp_path):
     (ck / CHECKPOINT_WEIGHTS).unlink()
     with pytest.raises(MissingFileError, match=f"checkpoint file not found: {ck / CHECKPOINT_WEIGHTS}"):
         load_checkpoint(ck)
+    with pytest.raises(MissingFileError, match=f"checkpoint file not found: {ck / CHECKPOINT_WEIGHTS}"):
+        load_checkpoint_config(ck)  # the config alone is read, but the weights must be there
     # a corrupt or inconsistent one: CheckpointError, still a ValueError
     ck = save_checkpoint(tmp_path / "b", model)
     (ck / CHECKPOINT_WEIGHTS).write_bytes(b"\x00\x01garbage")
     with pytest.raises(CheckpointError, match=f"{ck / CHECKPOINT_WEIGHTS}: corrupt safetensors file") as info:
         load_checkpoint(ck)
     assert isinstance(info.value, ValueError)
+    assert load_checkpoint_config(ck) == cfg  # the weights are not read
     ck = save_checkpoint(tmp_path / "c", model)
     (ck / CHECKPOINT_CONFIG).write_text("{not json")
     with pytest.raises(CheckpointError, match=f"{ck / CHECKPOINT_CONFIG}: corrupt checkpoint config"):
         load_checkpoint(ck)
+    with pytest.raises(CheckpointError, match=f"{ck / CHECKPOINT_CONFIG}: corrupt checkpoint config"):
+        load_checkpoint_config(ck)
     ck = save_checkpoint(tmp_path / "d", model)
     meta = json.loads((ck / CHECKPOINT_CONFIG).read_text())
     meta["config"]["attention"] = "alibi"  # same shapes, but alibi has no extra weights either

@@ -736,17 +736,22 @@ def test_init_of_another_model_is_refused_before_the_data_are_read(fasta, tmp_pa
     assert not (tmp_path / "ft").exists()
 
 
-def test_cli_init_takes_the_model_settings_and_refuses_others(fasta, tmp_path):
-    """`--init default` fine-tunes the shipped model: its settings are taken, and a differing one
-    given on the command line is a usage error naming both values."""
+def test_cli_init_takes_the_model_settings_and_refuses_others(fasta, tmp_path, monkeypatch):
+    """`--init default` fine-tunes the shipped model: its settings are taken (from its config.json:
+    the weights are loaded once, by the run), and a differing one given on the command line is a
+    usage error naming both values."""
+    import sinkalign.lm.train as T
     from sinkalign.lm.generate import default_model_path
 
+    loads = []
+    monkeypatch.setattr(T, "load_checkpoint", lambda path, **kw: loads.append(path) or load_checkpoint(path, **kw))
     runner = CliRunner()
     base = ["lm", "train", "--fasta", str(fasta), "--steps", "1", "--batch-size", "1", "--eval-max-bases", "300",
             "--threads", "1", "--no-progress", "--lr", "1e-12", "--warmup-steps", "0", "--weight-decay", "0"]
     res = runner.invoke(cli, [*base, "--init", "default", "--out", str(tmp_path / "ft"), "--attention", "goat",
                               "--model-option", "input_kmer=4"])  # given as they are: accepted
     assert res.exit_code == 0, res.output
+    assert loads == [default_model_path()]
     shipped = load_checkpoint(default_model_path())
     tuned = load_checkpoint(tmp_path / "ft" / "checkpoints" / "step-00000001")
     assert tuned.config == shipped.config

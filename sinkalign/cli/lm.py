@@ -161,12 +161,13 @@ def _init_settings(ctx: click.Context, init_model: str, **given):
     from click.core import ParameterSource
 
     from sinkalign.errors import MissingFileError
-    from sinkalign.lm.train import init_model_settings
+    from sinkalign.lm.train import init_model_config, model_settings
 
     try:
-        theirs = init_model_settings(init_model)
+        cfg = init_model_config(init_model)[1]  # its config.json alone: train_lm loads the weights
     except (MissingFileError, InputError) as exc:  # a missing model, or not a genome LM's
         raise click.BadParameter(str(exc), param_hint="'--init'") from None
+    theirs = model_settings(cfg)
     for name, flag in (("attention", "--attention"), ("d_model", "--d-model"), ("n_layers", "--n-layers"),
                        ("n_heads", "--n-heads"), ("seq_len", "--seq-len")):
         value = given[name]
@@ -174,15 +175,14 @@ def _init_settings(ctx: click.Context, init_model: str, **given):
                 and value != theirs[name]:
             raise click.UsageError(f"{flag} {value} differs from the --init model's {theirs[name]} ({init_model}): "
                                    f"a run that starts from a model trains that model; leave {flag} out")
-    defaults = {f.name: f.default for f in dataclasses.fields(LMConfig) if f.default is not dataclasses.MISSING}
-    options = {**defaults, **dict(theirs["model_options"])}
+    fields = {f.name for f in dataclasses.fields(LMConfig)}
     for key, value in given["model_options"]:
-        if key not in options:
+        if key not in fields:
             raise click.UsageError(f"--model-option {key}: not an option of the model (LMConfig fields: "
-                                   f"{', '.join(sorted(options))})")
-        if value != options[key]:
+                                   f"{', '.join(sorted(fields))})")
+        if value != getattr(cfg, key):
             raise click.UsageError(f"--model-option {key}={value!r} differs from the --init model's "
-                                   f"{options[key]!r} ({init_model}); leave it out")
+                                   f"{getattr(cfg, key)!r} ({init_model}); leave it out")
     return (theirs["attention"], theirs["d_model"], theirs["n_layers"], theirs["n_heads"], theirs["seq_len"],
             theirs["mlp_ratio"], theirs["model_options"])
 

@@ -33,6 +33,7 @@ _EXPORTS = {
     "DNALanguageModel": "sinkalign.lm.model",
     "ModelCache": "sinkalign.lm.model",
     "load_checkpoint": "sinkalign.lm.model",
+    "load_checkpoint_config": "sinkalign.lm.model",
     "save_checkpoint": "sinkalign.lm.model",
     "BOS_ID": "sinkalign.lm.tokenizer",
     "EOS_ID": "sinkalign.lm.tokenizer",
@@ -46,7 +47,14 @@ __all__ = sorted(_EXPORTS)
 if TYPE_CHECKING:  # pragma: no cover
     from sinkalign.lm.attention import ATTENTIONS, KVCache, RecurrentState, build_attention
     from sinkalign.lm.config import ATTENTION_NAMES, LMConfig
-    from sinkalign.lm.model import Checkpoint, DNALanguageModel, ModelCache, load_checkpoint, save_checkpoint
+    from sinkalign.lm.model import (
+        Checkpoint,
+        DNALanguageModel,
+        ModelCache,
+        load_checkpoint,
+        load_checkpoint_config,
+        save_checkpoint,
+    )
     from sinkalign.lm.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB, NucleotideTokenizer
 
 

@@ -47,6 +47,7 @@ __all__ = [
     "DNALanguageModel",
     "ModelCache",
     "load_checkpoint",
+    "load_checkpoint_config",
     "save_checkpoint",
 ]
 
@@ -265,17 +266,15 @@ def save_checkpoint(path_dir: str | os.PathLike, model: DNALanguageModel, config
     return path_dir
 
 
-def load_checkpoint(path_dir: str | os.PathLike, *, map_location: str | torch.device = "cpu") -> Checkpoint:
-    """Load a directory written by :func:`save_checkpoint`.
+def load_checkpoint_config(path_dir: str | os.PathLike) -> LMConfig:
+    """The :class:`LMConfig` of a directory written by :func:`save_checkpoint`, without loading
+    its weights (it checks that they are there, not what they hold: :func:`load_checkpoint`
+    does). Raises as :func:`load_checkpoint` does for the directory and ``config.json``."""
+    return _read_config(Path(path_dir))[0]
 
-    Raises:
-        MissingFileError: the directory, ``config.json`` or ``model.safetensors`` is missing
-            (a FileNotFoundError).
-        CheckpointError: either file is corrupt, the config is invalid, or the weights do not
-            match the model the config describes (missing/unexpected keys, shapes); a
-            ValueError. Every message names the offending path.
-    """
-    path_dir = Path(path_dir)
+
+def _read_config(path_dir: Path) -> tuple[LMConfig, dict[str, Any]]:
+    """``(config, meta)`` of checkpoint directory ``path_dir``: both files there, ``config.json`` valid."""
     if not path_dir.is_dir():
         if path_dir.exists():
             raise MissingFileError(f"{path_dir} is a file, not a checkpoint directory")
@@ -294,6 +293,22 @@ def load_checkpoint(path_dir: str | os.PathLike, *, map_location: str | torch.de
         config = LMConfig.from_dict(meta["config"])
     except (ValueError, TypeError) as exc:
         raise CheckpointError(f"{cfg_path}: invalid model config: {exc}") from exc
+    return config, meta
+
+
+def load_checkpoint(path_dir: str | os.PathLike, *, map_location: str | torch.device = "cpu") -> Checkpoint:
+    """Load a directory written by :func:`save_checkpoint`.
+
+    Raises:
+        MissingFileError: the directory, ``config.json`` or ``model.safetensors`` is missing
+            (a FileNotFoundError).
+        CheckpointError: either file is corrupt, the config is invalid, or the weights do not
+            match the model the config describes (missing/unexpected keys, shapes); a
+            ValueError. Every message names the offending path.
+    """
+    path_dir = Path(path_dir)
+    config, meta = _read_config(path_dir)
+    w_path = path_dir / CHECKPOINT_WEIGHTS
     try:
         tensors = safetensors.torch.load(w_path.read_bytes())
     except Exception as exc:  # safetensors raises its own SafetensorError / OSError types

@@ -76,7 +76,7 @@ from sinkalign.lm.checkpoints import (
 from sinkalign.lm.config import ATTENTION_NAMES, LMConfig
 from sinkalign.lm.data import encode, genome_files, read_genome, reverse_complement_tokens, train_val_split
 from sinkalign.lm.evaluate import heldout_bits_per_base
-from sinkalign.lm.model import DNALanguageModel, load_checkpoint, save_checkpoint
+from sinkalign.lm.model import DNALanguageModel, load_checkpoint, load_checkpoint_config, save_checkpoint
 from sinkalign.lm.tokenizer import NucleotideTokenizer
 from sinkalign.utils import (
     SHIPPED_DATA,
@@ -95,7 +95,10 @@ __all__ = [
     "WindowSampler",
     "check_out_dir",
     "find_latest_checkpoint",
+    "init_model_config",
+    "init_model_settings",
     "lr_multiplier",
+    "model_settings",
     "train_lm",
     "train_lm_ddp",
 ]
@@ -313,13 +316,27 @@ def init_model_settings(init: str | os.PathLike) -> dict[str, Any]:
     """The model settings of the genome LM ``init`` (a checkpoint directory, a run or a shipped
     model's name), as :class:`TrainConfig` fields: ``attention``, ``d_model``, ``n_layers``,
     ``n_heads``, ``mlp_ratio``, ``seq_len`` and ``model_options`` (its other fields that differ
-    from :class:`LMConfig`'s defaults), for a run that starts from it (``init=``)."""
-    cfg = _init_checkpoint(init)[1].config
+    from :class:`LMConfig`'s defaults), for a run that starts from it (``init=``). Only its
+    ``config.json`` is read."""
+    return model_settings(init_model_config(init)[1])
+
+
+def model_settings(cfg: LMConfig) -> dict[str, Any]:
+    """The :class:`TrainConfig` fields that build the model ``cfg`` describes (see
+    :func:`init_model_settings`)."""
     defaults = {f.name: f.default for f in dataclasses.fields(LMConfig) if f.default is not dataclasses.MISSING}
     options = tuple((f.name, getattr(cfg, f.name)) for f in dataclasses.fields(LMConfig)
                     if f.name not in _MODEL_FIELDS and getattr(cfg, f.name) != defaults.get(f.name, dataclasses.MISSING))
     return {"attention": cfg.attention, "d_model": cfg.d_model, "n_layers": cfg.n_layers, "n_heads": cfg.n_heads,
             "mlp_ratio": cfg.mlp_ratio, "seq_len": cfg.max_train_len, "model_options": options}
+
+
+def init_model_config(init: str | os.PathLike) -> tuple[Path, LMConfig]:
+    """``(path, config)`` of the genome LM ``init`` (see :class:`TrainConfig`), its weights not loaded."""
+    from sinkalign.lm.generate import resolve_model_path
+
+    path = resolve_model_path(init)
+    return path, load_checkpoint_config(path)
 
 
 def _init_checkpoint(init: str | os.PathLike):
