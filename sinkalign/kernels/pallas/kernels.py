@@ -10,8 +10,15 @@ Each tile recomputes ``S = X Y^T * scale`` from the token tiles, so nothing of s
 ``cache`` set, the tiles are read from a score cache that :func:`scores` computed once (the
 band's tiles per row block, O(L W) float32 memory): a sweep then reads 4 bytes a score instead
 of ``2d`` FLOPs, which on GPUs whose float32 dots are slow (exact ``ieee`` FMA dots) or whose
-memory is fast is the cheaper side of the roofline. Accumulation is
-float32; float32 dots run at ``Precision.HIGHEST``, bfloat16 dots take bfloat16 operands
+memory is fast is the cheaper side of the roofline. In the interpreter a column owner forms
+its recomputed tiles as the row owners' product transposed, ``(X_rows Y_cols^T)^T``, behind an
+``optimization_barrier``: XLA's CPU dot sums ``K Q^T`` in another order than ``Q K^T`` (63% of a
+16 x 32 tile's entries differ in the last bit on an Intel Xeon; without the barrier XLA folds the
+transpose back into the dot), and with scores of ~500 the row and column sweeps then solve
+slightly different problems, which cost dQ 11x float32 autodiff's error instead of 2.2x (the
+cached tiles are consistent by construction). Natively the float32 FMA dot sums each entry in k
+order either way, as the Triton kernels' ``ROW_DOT`` note says, so compiled kernels are unchanged.
+Accumulation is float32; float32 dots run at ``Precision.HIGHEST``, bfloat16 dots take bfloat16 operands
 (plan/cotangent tiles are rounded to the input type before their dot, as in flash
 attention) and accumulate in float32.
 
@@ -152,10 +159,11 @@ class Launch:
     num_warps: int = 4
     num_stages: int = 2
     cache: str | None = None  # None: recompute S per tile; "row" / "col": read it from a score cache (:func:`scores`)
+    cols: bool = False  # a column owner's launch (x = keys, y = queries): :meth:`swap` of a row one
 
     def swap(self) -> Launch:
         return dataclasses.replace(self, bx=self.by, by=self.bx, nx=self.ny, ny=self.nx,
-                                   cache={"row": "col", "col": "row"}.get(self.cache))
+                                   cache={"row": "col", "col": "row"}.get(self.cache), cols=not self.cols)
 
     def cache_slots(self) -> int:
         """Score tiles a row block's band holds at most: the cache's second axis (row launch)."""
@@ -234,7 +242,9 @@ class _Tile:
         self.y0 = pl.multiple_of(t * ln.by, ln.by)
         self.sl = pl.ds(self.y0, ln.by)
         self.yv = _Slots(yv_ref, self.sl)  # slot -> [by]
-        if ln.cache is None:
+        if ln.cache is None and ln.cols and ln.target == "interpret":  # the row owners' product, transposed
+            self.s = lax.optimization_barrier(_dot_nt(y_ref[self.sl, :], x, ln)).T * ln.scale  # [bx, by]
+        elif ln.cache is None:
             self.s = _dot_nt(x, y_ref[self.sl, :], ln) * ln.scale  # [bx, by]
         elif ln.cache == "row":  # this row block's tile t, at its slot
             self.s = s_ref[x0 // ln.bx, t - _tile_range(ln, x0)[0], :, :]
