@@ -428,6 +428,53 @@ class TestInterpretedCachedScores(KernelSuite):
         assert _max_err(run(), plain) == 0.0  # past the cap: recomputed
         assert _max_err(run(cache_scores=True), colder) <= 1e-5  # an explicit True ignores the cap
 
+    def test_under_vmap_the_default_decides_the_cache_for_the_whole_batch(self, monkeypatch):
+        """``jax.vmap`` merges its axis into the kernels' batch (one launch for all of it), so the
+        default's cap counts every mapped slice: with room for two slices' caches, two mapped
+        slices read a cache and three recompute, in the forward and the backward, under nested
+        vmaps too. A vmapped slice's gradients are those of the slice alone."""
+        from sinkalign.kernels import cache
+        from sinkalign.kernels.pallas import op
+
+        case = Case("cache_vmap", 1, 1, 43, 39, 11, d=8, dv=3, n_iters=4, pad=True, marginals=True)
+        (q, k, v, qv, kv, la_, lb_), support, cfg = self._doubled_cache_problem(monkeypatch, case, seed=6)
+        blocks = BlockSizes(block_q=16, block_k=32)
+        rng = np.random.default_rng(6)
+        qs, ks = (jnp.asarray(x[None] + 0.3 * rng.standard_normal((3,) + x.shape), jnp.float32) for x in (q, k))
+        g = jnp.asarray(rng.standard_normal((3,) + q.shape[:-1] + (v.shape[-1],)), jnp.float32)
+
+        def loss(q1, k1, g1, c=cfg, **kw):  # one slice: its output, its weighted sum for the gradients
+            out = pallas.tail_operator(q1, k1, v, qv, kv, la_, lb_, support, c, interpret=True,
+                                       block_sizes=blocks, **kw)
+            return jnp.sum(out * g1), out
+
+        def run(n, c=cfg, nested=False, **kw):  # vmapped over n slices: outputs and d/dq, d/dk
+            f = jax.value_and_grad(lambda q1, k1, g1: loss(q1, k1, g1, c, **kw), argnums=(0, 1), has_aux=True)
+            if nested:  # slices as 1 x n: two vmaps
+                (_, out), grads = jax.vmap(jax.vmap(f))(qs[None, :n], ks[None, :n], g[None, :n])
+                out, grads = out[0], tuple(x[0] for x in grads)
+            else:
+                (_, out), grads = jax.vmap(f)(qs[:n], ks[:n], g[:n])
+            return [np.asarray(x, np.float64) for x in (out, *grads)]
+
+        def same(a, b, tol):
+            return max(_max_err(x, y) for x, y in zip(a, b)) <= tol
+
+        st = op._static(support, cfg, blocks, True, bh=1)
+        assert st.cache_rule and st.cache_scores
+        monkeypatch.setattr(cache, "AUTO_CACHE_MAX_BYTES", 4 * st.cache_floats(2))  # two slices' caches fit
+        for n in (2, 3):
+            plain, colder = run(n, cache_scores=False), run(n, cfg.replace(eps=cfg.eps / 2), cache_scores=False)
+            assert not same(plain, colder, 1e-2)
+            alone = [np.asarray(x, np.float64) for x in jax.vmap(jax.grad(lambda *a: loss(*a, cache_scores=False)[0],
+                                                                           argnums=(0, 1)))(qs[:n], ks[:n], g[:n])]
+            assert same(plain[1:], alone, 1e-6)  # a vmapped slice is the slice alone
+            # the doubled cache read (2 slices: the colder operator's plans, the gradients' 1 / (sqrt(d) eps)
+            # at the given eps, so half the colder gradients) or recomputed (3 slices)
+            expect = [colder[0], colder[1] / 2, colder[2] / 2] if n == 2 else plain
+            for nested in (False, True):
+                assert same(run(n, nested=nested), expect, 1e-5), (n, nested)
+
 
 @pytest.mark.gpu
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU JAX backend (native Pallas lowering)")

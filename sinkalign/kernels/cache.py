@@ -12,9 +12,9 @@ bfloat16 it lost time in both (the rule asked 1.2x at both lengths). So the defa
 exactly where the dots are exact float32, and only while the cache stays within
 :data:`AUTO_CACHE_MAX_BYTES`: the recomputing kernels need O(L d) memory, the cache O(L W) per
 batch-head, so the default bounds what it adds (a larger cache is left to an explicit ``True``).
-It counts the batch-heads a launch is given: under ``jax.vmap`` a Pallas launch sees one slice
-of the mapped axis, so there the bound holds per slice; leading batch dims, which both
-operators take, are counted in full.
+It counts every batch-head of a launch: the leading batch dims both operators take, and under
+``jax.vmap`` the mapped axes too (the Pallas operator merges them into its batch and decides
+for the whole of it).
 """
 
 from __future__ import annotations

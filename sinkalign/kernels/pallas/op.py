@@ -40,15 +40,18 @@ work) and combined with the kernel results between sweeps: log-sum-exps by ``log
 sums by addition; the dQ sweep receives their share of ``P c3`` as an extra row vector, so
 ``ubar1`` is complete before ``Sbar`` is formed.
 
+Batching: under ``jax.vmap`` the mapped axis is merged into the kernels' batch-heads
+(``jax.custom_batching.custom_vmap``), so one launch serves every slice and the default score
+cache is decided for the whole batch.
+
 Lowerings: ``interpret=True`` (the default whenever JAX's default backend is the CPU) runs
-the kernels in the Pallas interpreter; this is the only mode that has *run* in this project
-so far (CPU). ``interpret=False`` lowers them for the default backend: Triton on NVIDIA GPUs
-(``target="gpu"``, head dims zero-padded to a power of two >= 16), Mosaic on TPUs
-(``target="tpu"``, head dims padded to 128 lanes). :func:`lower_native` lowers the whole
-forward + backward program for 'cuda' or 'tpu' from a CPU process: all 8 kernels lower
-(Pallas -> Triton IR, Pallas -> Mosaic MLIR), but the device compilers (Triton -> PTX in
-XLA:GPU, Mosaic in libtpu) have not been run, and nothing has executed on a GPU or TPU.
-On a TPU the whole other-side ``[L, d]`` slice of a batch-head sits in VMEM, which bounds L.
+the kernels in the Pallas interpreter. ``interpret=False`` lowers them for the default
+backend: Triton on NVIDIA GPUs (``target="gpu"``, head dims zero-padded to a power of two >=
+16; compiled and checked against the float64 reference on an H100 and an H200), Mosaic on
+TPUs (``target="tpu"``, head dims padded to 128 lanes). :func:`lower_native` lowers the whole
+forward + backward program for 'cuda' or 'tpu' from a CPU process (Pallas -> Triton IR,
+Pallas -> Mosaic MLIR); the TPU path has only been lowered, never compiled or run. On a TPU
+the whole other-side ``[L, d]`` slice of a batch-head sits in VMEM, which bounds L.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.custom_batching import custom_vmap
 from jax.experimental import pallas as pl
 
 from sinkalign.kernels.cache import resolve_cache_scores
@@ -98,6 +102,7 @@ class _Static:
     target: str  # kernels.TARGETS
     f32_dot: str = "ieee"  # sinkalign.sinkhorn.checks.F32_DOTS
     cache_scores: bool = False  # each program of sweeps reads S from one cache (kernels.scores)
+    cache_rule: bool = False  # cache_scores is the default rule's: decided again for the whole batch under vmap
 
     @property
     def piece(self) -> Piece:
@@ -113,6 +118,18 @@ class _Static:
         return Launch(bq, bk, -(-p.nr // bq), -(-p.nc // bk), p.band, 1.0 / (math.sqrt(d) * self.eps), low,
                       self.target, self.f32_dot, self.blocks.num_warps, self.blocks.num_stages,
                       "row" if self.cache_scores else None)
+
+    def cache_floats(self, bh: int) -> int:
+        """Float32 values in the score cache of ``bh`` batch-heads."""
+        ln = self.launch(1, low=False)
+        return bh * ln.nx * ln.cache_slots() * ln.bx * ln.by
+
+    def for_batch(self, bh: int) -> _Static:
+        """This call's static part for ``bh`` batch-heads: the default rule's cache decided for them."""
+        if not self.cache_rule:
+            return self
+        return dataclasses.replace(self, cache_scores=resolve_cache_scores(None, exact_f32=True,
+                                                                          floats=self.cache_floats(bh)))
 
     def feature_pad(self, n: int) -> int:
         """Head dims are zero-padded natively: a power of two >= 16 (Triton dots), 128 lanes (TPU)."""
@@ -423,13 +440,56 @@ def _backward(st: _Static, q, k, v, qv, kv, la, lb, duals, g):
             d_lb.astype(lb.dtype))
 
 
+# --------------------------------------------------------------------------- batching
+
+
+def _whole_batch(fn):
+    """``fn(st, *arrays)``, each array's leading axis the batch-heads, batched by merging the
+    mapped axis into that leading axis: under ``jax.vmap`` the kernels then run on the whole
+    batch at once and the default rule's score cache is decided for all of it (a plain vmap of
+    the launches would size it for one slice and build one per slice). Unmapped arrays are
+    broadcast; nested vmaps merge one axis each."""
+
+    @functools.cache
+    def for_static(st: _Static):
+        f = custom_vmap(functools.partial(fn, st))
+
+        @f.def_vmap
+        def rule(axis_size, in_batched, *arrays):
+            arrays = [x if mapped else jnp.broadcast_to(x, (axis_size,) + x.shape)
+                      for x, mapped in zip(arrays, in_batched)]
+            bh = arrays[0].shape[1]
+            out = for_static(st.for_batch(axis_size * bh))(*(x.reshape((-1,) + x.shape[2:]) for x in arrays))
+            out = jax.tree.map(lambda y: y.reshape((axis_size, bh) + y.shape[1:]), out)
+            return out, jax.tree.map(lambda _: True, out)
+
+        return f
+
+    @functools.wraps(fn)
+    def call(st: _Static, *arrays):
+        return for_static(st)(*arrays)
+
+    return call
+
+
+@_whole_batch
+def _forward(st: _Static, q, k, v, qv, kv, la, lb):
+    """``(O, duals)``: the duals of :func:`_forward_duals` and the output ``P^(2,2) V``."""
+    duals = _forward_duals(st, q, k, qv, kv, la, lb)
+    return _output(st, q, k, v, qv, kv, duals[3], duals[4]), duals
+
+
+@_whole_batch
+def _backward_kernels(st: _Static, q, k, v, qv, kv, la, lb, v0, u1, v1, u2, v2, g):
+    return _backward(st, q, k, v, qv, kv, la, lb, (v0, u1, v1, u2, v2), g)
+
+
 # --------------------------------------------------------------------------- custom_vjp
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(7,))
 def _op(q, k, v, qv, kv, la, lb, st):
-    duals = _forward_duals(st, q, k, qv, kv, la, lb)
-    return _output(st, q, k, v, qv, kv, duals[3], duals[4])
+    return _forward(st, q, k, v, qv, kv, la, lb)[0]
 
 
 def _op_fwd(q, k, v, qv, kv, la, lb, st):
@@ -442,15 +502,14 @@ def _op_fwd(q, k, v, qv, kv, la, lb, st):
 def _first_order_forward(st, q, k, v, qv, kv, la, lb):
     """The forward pass of :func:`_op`'s VJP: differentiated only under a second derivative,
     which is refused (:func:`_no_second_order`)."""
-    duals = _forward_duals(st, q, k, qv, kv, la, lb)
-    return _output(st, q, k, v, qv, kv, duals[3], duals[4]), duals
+    return _forward(st, q, k, v, qv, kv, la, lb)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
 def _first_order_backward(st, q, k, v, qv, kv, la, lb, duals, g):
     """:func:`_backward`, refusing to be differentiated: ``pallas_call``s have no derivative rule
     here (JAX failed with a bare AssertionError on grad of grad)."""
-    return _backward(st, q, k, v, qv, kv, la, lb, duals, g)
+    return _backward_kernels(st, q, k, v, qv, kv, la, lb, *duals, g)
 
 
 def _no_second_order(st, primals, tangents):
@@ -540,12 +599,8 @@ def _static(support, cfg, block_sizes, interpret, target=None, precision="ieee",
     st = _Static(support, _choose_main(support), float(cfg.eps), cfg.n_iters, block_sizes, target, precision)
     dtype = jnp.float32 if dtype is None else dtype
     exact = target in ("gpu", "interpret") and precision == "ieee" and jnp.dtype(dtype) == jnp.float32
-
-    def floats():
-        ln = st.launch(1, low=False)
-        return bh * ln.nx * ln.cache_slots() * ln.bx * ln.by
-
-    return dataclasses.replace(st, cache_scores=resolve_cache_scores(cache_scores, exact_f32=exact, floats=floats))
+    resolved = resolve_cache_scores(cache_scores, exact_f32=exact, floats=lambda: st.cache_floats(bh))
+    return dataclasses.replace(st, cache_scores=resolved, cache_rule=cache_scores is None and exact)
 
 
 def _flat(x, n_tail):
@@ -580,9 +635,8 @@ def tail_operator(q, k, v, q_valid, k_valid, log_a, log_b, support: Support, cfg
             ``precision="ieee"``) on a GPU or in the interpreter while the cache takes at
             most 2 GiB (:mod:`sinkalign.kernels.cache`: 4-5x faster forward + backward on an
             H200); not with TF32 or half-type dots, where it did not pay, nor on a TPU (untimed).
-            The 2 GiB counts the batch-heads this call is given: under ``jax.vmap`` it sees one
-            slice, so the cache can be the mapped axis's size times larger. Give the batch as
-            leading dims instead (any are taken), or decide with True or False.
+            The 2 GiB counts the whole batch, ``jax.vmap``'s mapped axes included: a vmap runs the
+            kernels once on the mapped slices merged into the batch, and decides for all of them.
 
     Returns O [..., Lq, dv] in v's dtype. Differentiable in q, k, v and the log marginals (not in masks).
     Inputs are expected validated (see :func:`sinkalign.sinkhorn.core.prepare`); shapes,
