@@ -196,6 +196,38 @@ def test_formats_zip(fastas, tmp_path, fmt):
     assert shapes == [(19, 18), (28, 26)]
 
 
+@pytest.mark.parametrize("name, fmt", [("hits.sam", "sam"), ("hits.bam", "bam"), ("hits.m8", "blast6"),
+                                       ("hits.paf.gz", "paf"), ("hits.out", "tsv")])
+def test_the_format_follows_the_output_name(fastas, tmp_path, name, fmt):
+    """Without --format the -o file's extension names the format (a text file named .bam
+    would fail in samtools); a name that says nothing gives the default, TSV."""
+    out = tmp_path / name
+    r = CliRunner().invoke(cli, ["align", str(fastas[0]), str(fastas[1]), "--pairing", "zip", "-o", str(out),
+                                 "--no-progress"])
+    assert r.exit_code == 0, r.output
+    if fmt in ("sam", "bam"):
+        with pysam.AlignmentFile(str(out), "r" if fmt == "sam" else "rb") as fh:
+            assert [a.query_name for a in fh] == ["q1", "q2"]
+        return
+    import gzip
+
+    text = (gzip.open(out, "rt") if name.endswith(".gz") else open(out)).read().splitlines()
+    if fmt == "tsv":
+        assert text[0].startswith("query\ttarget\tscore") and len(text) == 3
+    else:  # blast6 and paf: a line per pair, query first, no header
+        assert [line.split("\t")[0] for line in text] == ["q1", "q2"]
+        assert len(text[0].split("\t")) == (12 if fmt == "blast6" else 16)
+
+
+def test_a_format_the_output_name_contradicts_is_refused(fastas, tmp_path):
+    out = tmp_path / "hits.bam"
+    r = CliRunner().invoke(cli, ["align", str(fastas[0]), str(fastas[1]), "--format", "tsv", "-o", str(out)])
+    assert r.exit_code == 1
+    assert (f"the output {out} is named as a bam file, and the format asked for is tsv: leave the format out or "
+            "give bam (--format bam, fmt='bam')") in " ".join(r.output.split())
+    assert not out.exists()
+
+
 def test_example_runs():
     r = CliRunner().invoke(cli, ["align", "--example", "--no-progress"])
     assert r.exit_code == 0, r.output

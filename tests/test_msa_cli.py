@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import io
 from pathlib import Path
 
@@ -44,6 +45,39 @@ def test_every_format_reads_back_with_the_input_residues(family, tmp_path, fmt, 
                               "c": "MSTNPKPQRKTKRNTNRRPQDVKFPGG", "d": "MKVLAGHWERTYLLKPQDSTRIVNGA"}
     grid = np.array([list(str(rec.seq)) for rec in aln])
     assert not (grid == "-").all(axis=0).any()  # no all-gap column
+
+
+def test_aligned_fasta_keeps_each_header_whole(tmp_path):
+    """The input's header lines come back as they were, a description whose first word is the id
+    (Pfam's '>NAME/1-20 NAME/1-20') included: Biopython's writer alone would drop that word."""
+    headers = [">a a copy of a", ">b/1-27 b/1-27", ">c", ">d first of d"]
+    seqs = ["MKVLAAGHWERTYLLKPQDESTRIVNG", "MKILSAGHWERTLLKPQDESTRIVNG", "MKVLAGHWERTYLLKPQDSTRIVNGA",
+            "MKVLAAGHWERTYLKPQDESTRIVNG"]
+    family = tmp_path / "family.fa"
+    family.write_text("".join(f"{h}\n{s}\n" for h, s in zip(headers, seqs)))
+    res = _run("msa", family, "--format", "fasta")
+    assert res.exit_code == 0, res.output
+    assert [line for line in res.output.splitlines() if line.startswith(">")] == headers
+
+
+@pytest.mark.parametrize("name, fmt", [("out.aln", "clustal"), ("out.sto", "stockholm"), ("out.phy", "phylip"),
+                                       ("out.afa.gz", "fasta"), ("out", "fasta")])
+def test_the_format_follows_the_output_name(family, tmp_path, name, fmt):
+    out = tmp_path / name
+    res = _run("msa", family, "-o", out)
+    assert res.exit_code == 0, res.output
+    bio = {"phylip": "phylip-relaxed"}.get(fmt, fmt)
+    opened = gzip.open(out, "rt") if name.endswith(".gz") else open(out)
+    with opened as handle:
+        assert [rec.id for rec in AlignIO.read(handle, bio)] == ["a", "b", "c", "d"]
+
+
+def test_a_format_the_output_name_contradicts_is_refused(family, tmp_path):
+    res = _run("msa", family, "-o", tmp_path / "out.sto", "--format", "clustal")
+    assert res.exit_code != 0
+    assert ("the output " + str(tmp_path / "out.sto") + " is named as a stockholm file, and the format asked for "
+            "is clustal") in " ".join(res.output.split())
+    assert not (tmp_path / "out.sto").exists()
 
 
 def test_the_library_and_the_command_give_the_same_alignment(family, tmp_path):

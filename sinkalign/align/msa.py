@@ -226,7 +226,9 @@ class MultipleAlignment:
         columns' as a column annotation (Stockholm ``#=GR id PP`` and ``#=GC PP_cons`` lines),
         and Clustal's conservation line (``clustal_consensus``). ``descriptions``: the rest of
         each input header by id, kept as FASTA writes it (``>id description``) and Stockholm
-        (``#=GS id DE``), as MAFFT and Clustal Omega keep it."""
+        (``#=GS id DE``), as MAFFT and Clustal Omega keep it; a record's ``description`` is its
+        whole header, id first, as ``Bio.SeqIO`` reads one (so that Biopython's FASTA writer,
+        which drops a description's first word when it equals the id, keeps ``>id id ...``)."""
         from Bio.Align import MultipleSeqAlignment
         from Bio.Seq import Seq
         from Bio.SeqRecord import SeqRecord
@@ -236,7 +238,8 @@ class MultipleAlignment:
         records = []
         for k, (i, row) in enumerate(zip(self.ids, self.rows)):
             letters = {"posterior_probability": pp_rows[k]} if pp_rows else {}
-            description = (descriptions or {}).get(i, "")
+            rest = (descriptions or {}).get(i, "")
+            description = f"{i} {rest}" if rest else ""
             records.append(SeqRecord(Seq(row), id=i, description=description, annotations=dict(annotations),
                                      letter_annotations=letters))
         columns = {"clustal_consensus": clustal_consensus(self.rows, alphabet)}

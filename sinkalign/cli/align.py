@@ -63,8 +63,10 @@ class _Band(click.ParamType):
                    "given) through a .fai index, built beside the FASTA when missing.")
 @click.option("--format", "fmt", type=click.Choice(["fasta", "tsv", "sam", "bam", "stockholm", "json", "text",
                                                   "blast6", "paf", "maf"]),
-              default="tsv", show_default=True,
-              help="text: each pair's figures, its rows with a match line and its column confidences, to read "
+              default=None,
+              help="[default: the one the -o file's extension names (.sam, .bam, .paf, .maf, .m8, .json, .sto, "
+                   ".fa, .tsv; through .gz), else tsv; a --format the extension contradicts is an error] "
+                   "text: each pair's figures, its rows with a match line and its column confidences, to read "
                    "by eye. json: JSON Lines, one object per pair and line (read it line by line, or with "
                    "pandas.read_json(lines=True)). blast6: BLAST's tabular -outfmt 6 (m8), its last column "
                    "sinkalign's score. paf: "

@@ -23,8 +23,10 @@ _INPUT = click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path
 @click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
               help="Alignment file, written atomically (temporary file renamed at the end). Default or '-': "
                    "standard output.")
-@click.option("--format", "fmt", type=click.Choice(["fasta", "clustal", "stockholm", "phylip"]), default="fasta",
-              show_default=True, help="Aligned FASTA, Clustal (with its conservation line), Stockholm (with each "
+@click.option("--format", "fmt", type=click.Choice(["fasta", "clustal", "stockholm", "phylip"]), default=None,
+              help="[default: the one the -o file's extension names (.afa/.fa/.fasta, .aln, .sto, .phy; through "
+              ".gz), else fasta; a --format the extension contradicts is an error] Aligned FASTA, Clustal (with "
+              "its conservation line), Stockholm (with each "
               "residue's confidence, #=GR PP, and each column's, #=GC PP_cons, in HMMER's code: * for >= 0.95, "
               "else the nearest tenth: 8 for [0.75, 0.85)) or relaxed PHYLIP (Biopython's writers).")
 @click.option("--tree", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),

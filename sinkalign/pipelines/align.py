@@ -63,6 +63,7 @@ from sinkalign.errors import (
     require,
 )
 from sinkalign.io.fasta import detect_alphabet, open_bytes, open_text, read_fasta, rna_as_dna, validate_residues
+from sinkalign.io.formats import ALIGNMENT_SUFFIXES, output_format
 from sinkalign.io.writers import FORMATS, check_name, write_alignments
 from sinkalign.pipelines.runner import (
     DEFAULT_CHUNK_SIZE,
@@ -674,7 +675,7 @@ def _best_per_query(stream, max_hits: int):
             del plan
 
 
-def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt: str = "tsv",
+def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt: str | None = None,
                 pairing: str = "all", model=None, embedder: str | None = None, esm_weights=None,
                 backend: str = "reference", plan_out=None, batch_size: int = 8, gap_weight: float | None = None,
                 min_confidence: float | None = None, max_evalue: float | None = None,
@@ -695,6 +696,10 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
         pairs: a pair list (``query_id target_id`` per line, see the module docstring).
         output: output file (written atomically); ``None`` or ``-``: standard output,
             written as the pairs are done (not for ``bam``).
+        fmt: one of :data:`~sinkalign.io.writers.FORMATS`; ``None`` (default): the one
+            ``output``'s extension names (:data:`~sinkalign.io.formats.ALIGNMENT_SUFFIXES`:
+            ``.sam``, ``.bam``, ``.paf``, ``.m8``, ...), else ``tsv``. A format the extension
+            contradicts is an error.
         plan_out: also write every transport plan (with dustbin row and column) to this
             ``.npz``, ``{query_id}|{target_id}|{index}`` per pair (see :func:`plan_key`).
         overwrite: replace an existing ``output`` / ``plan_out`` (default: refuse, before
@@ -746,8 +751,9 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
         the file, record, line or option; all raised before the first pair is aligned, except
         a failure of the aligner itself.
     """
-    if fmt not in FORMATS:
+    if fmt is not None and fmt not in FORMATS:
         raise InputError(f"format {fmt!r} is not one of {FORMATS}")
+    fmt = output_format(output, fmt, "tsv", ALIGNMENT_SUFFIXES)
     from sinkalign.align.aligner import ENGINES, STRANDS
 
     if engine not in ENGINES:
@@ -876,7 +882,7 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
 
             target = sys.stdout if to_stdout else output
             try:
-                n = write_alignments(records(), target, fmt, references=scan.references)
+                n = write_alignments(records(), target, fmt, references=scan.references, overwrite=overwrite)
             finally:
                 results.close()
             if to_stdout:

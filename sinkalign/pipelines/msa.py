@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from sinkalign.errors import InputError
+from sinkalign.io.formats import MSA_SUFFIXES, output_format
 from sinkalign.io.writers import check_name
 from sinkalign.pipelines.align import STRONG_DNA
 from sinkalign.pipelines.runner import (
@@ -131,7 +132,7 @@ def write_sequence_scores(result, handle) -> None:
         handle.write(f"{name}\t{sum(c != '-' for c in row)}\t{value}\n")
 
 
-def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, consistency: int = 2,
+def msa_fasta(fasta, *, output=None, fmt: str | None = None, tree=None, model=None, consistency: int = 2,
               refine: int = 20, seed: int = 0, threads: int | None = None, processes: int | None = None,
               engine: str = "auto",
               workers: int | None = None, scheduler: str | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE,
@@ -144,7 +145,9 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
         fasta: a FASTA file (``-``: standard input), or a list of them (their records in
             order), protein or nucleotide (aligned on the strands given).
         output: the alignment file (written atomically), ``None`` or ``-``: standard output.
-        fmt: one of :data:`MSA_FORMATS`.
+        fmt: one of :data:`MSA_FORMATS`; ``None`` (default): the one ``output``'s extension
+            names (:data:`~sinkalign.io.formats.MSA_SUFFIXES`: ``.afa``, ``.aln``, ``.sto``,
+            ``.phy``, ...), else ``fasta``. A format the extension contradicts is an error.
         tree: also write the guide tree (Newick) to this file.
         model: a model directory or shipped name (default: the shipped model for the input).
         consistency, refine, seed: as :func:`sinkalign.align.msa.align_multiple`.
@@ -186,8 +189,9 @@ def msa_fasta(fasta, *, output=None, fmt: str = "fasta", tree=None, model=None, 
 
     Returns the :class:`~sinkalign.align.msa.MultipleAlignment` (untrimmed: ``.trimmed(trim)`` is what was written).
     """
-    if fmt not in MSA_FORMATS:
+    if fmt is not None and fmt not in MSA_FORMATS:
         raise InputError(f"format {fmt!r} is not one of {sorted(MSA_FORMATS)}")
+    fmt = output_format(output, fmt, "fasta", MSA_SUFFIXES)
     if trim is not None and not 0.0 <= trim <= 1.0:
         raise InputError(f"--trim ({trim}) must be a confidence in [0, 1]")
     if consistency < 0 or refine < 0:

@@ -1,0 +1,61 @@
+"""An output's format from its file name, as samtools and Biopython users expect.
+
+``sinkalign align -o hits.sam`` writes SAM and ``sinkalign msa -o family.sto`` Stockholm
+without a ``--format``; a ``--format`` that another format's extension contradicts (``-o
+hits.bam --format tsv``) is an error, not a text file under a binary format's name. A name
+whose extension says nothing (``out``, ``hits.txt``) takes the command's default. A ``.gz``
+is looked through (``hits.sam.gz`` is SAM, gzip-compressed).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from sinkalign.errors import InputError
+
+__all__ = ["ALIGNMENT_SUFFIXES", "MSA_SUFFIXES", "output_format"]
+
+#: extension -> pairwise output format (``sinkalign align``, :func:`sinkalign.io.writers.write_alignments`)
+ALIGNMENT_SUFFIXES = {
+    ".tsv": "tsv", ".sam": "sam", ".bam": "bam", ".paf": "paf", ".maf": "maf", ".m8": "blast6", ".blast6": "blast6",
+    ".json": "json", ".jsonl": "json", ".ndjson": "json", ".sto": "stockholm", ".stk": "stockholm",
+    ".sth": "stockholm", ".stockholm": "stockholm", ".fa": "fasta", ".fasta": "fasta", ".fas": "fasta",
+    ".afa": "fasta",
+}
+
+#: extension -> multiple-alignment output format (``sinkalign msa``)
+MSA_SUFFIXES = {
+    ".fa": "fasta", ".fasta": "fasta", ".fas": "fasta", ".afa": "fasta", ".mfa": "fasta", ".aln": "clustal",
+    ".clustal": "clustal", ".clw": "clustal", ".sto": "stockholm", ".stk": "stockholm", ".sth": "stockholm",
+    ".stockholm": "stockholm", ".phy": "phylip", ".phylip": "phylip",
+}
+
+
+def suffix_format(output: str | os.PathLike | None, suffixes: Mapping[str, str]) -> str | None:
+    """The format ``output``'s extension names in ``suffixes`` (case-insensitive, through a ``.gz``), or None."""
+    if output is None or str(output) == "-" or hasattr(output, "write"):
+        return None
+    path = Path(output)
+    suffix = path.suffix.lower()
+    if suffix == ".gz":
+        suffix = Path(path.stem).suffix.lower()
+    return suffixes.get(suffix)
+
+
+def output_format(output, fmt: str | None, default: str, suffixes: Mapping[str, str]) -> str:
+    """``fmt`` where given, else the format ``output``'s extension names, else ``default``.
+
+    Raises:
+        InputError: ``fmt`` is given and the extension names another format (``-o x.bam
+            --format tsv``): the file would hold one format under another's name.
+    """
+    named = suffix_format(output, suffixes)
+    if fmt is None:
+        return named or default
+    if named is not None and named != fmt:
+        raise InputError(f"the output {output} is named as a {named} file, and the format asked for is {fmt}: "
+                         f"leave the format out or give {named} (--format {named}, fmt={named!r}), or name the "
+                         "file otherwise")
+    return fmt
