@@ -274,7 +274,7 @@ def test_text_shows_the_layout_for_reading_by_eye(tmp_path, records):
     assert "evalue=0.00025" in pairs_text[3] and "evalue" not in pairs_text[0]
     assert "identity=0/0 mean_confidence=NA" in pairs_text[3]
     long_id = AlignedPair("a_very_long_query_identifier_here", "MKV", "t", "MKV", np.array([[0, 0], [1, 1], [2, 2]]))
-    write_alignments([long_id], path, "text")
+    write_alignments([long_id], path, "text", overwrite=True)
     assert path.read_text().splitlines()[2].startswith("a_very_long_query_id 1 MKV 3")
 
 
@@ -441,7 +441,7 @@ def test_failure_keeps_previous_file_and_leaves_no_temp(tmp_path, records, fmt):
     path.write_text("previous\n")
     bad = list(records[:2]) + [("bad", "MKV", "prot_t", PROT_T, np.array([[5, 0]]))]
     with pytest.raises(ValueError, match=r"record 2 \(bad vs prot_t\): pairs\[0\]=\[5, 0\] is out of range"):
-        write_alignments(bad, path, fmt)
+        write_alignments(bad, path, fmt, overwrite=True)
     assert path.read_text() == "previous\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
 
@@ -684,3 +684,23 @@ def test_mapq_counts_the_other_loci_of_a_query(tmp_path):
         best = {(s.query_name, s.reference_name): (s.mapping_quality, s.is_secondary) for s in handle}
     primary = next(key for key, (_, sec) in sam.items() if key[0] == "rep" and not sec)
     assert best == {primary: sam[primary], ("one", "c3"): sam[("one", "c3")]}
+
+
+def test_an_existing_file_is_kept_unless_overwrite(records, tmp_path):
+    """As every command's outputs: an existing file is refused before any record is read (the
+    generator is never started) and replaced with ``overwrite=True``."""
+    from sinkalign.errors import OutputExistsError
+
+    path = tmp_path / "kept.tsv"
+    path.write_text("mine\n")
+    started = []
+
+    def stream():
+        started.append(True)
+        yield from records
+
+    with pytest.raises(OutputExistsError, match=f"{path} already exists; remove it, or pass overwrite=True"):
+        write_alignments(stream(), path, "tsv")
+    assert path.read_text() == "mine\n" and not started
+    assert write_alignments(records, path, "tsv", overwrite=True) == len(records)
+    assert path.read_text().startswith("query\ttarget\tscore\t")

@@ -120,7 +120,7 @@ from sinkalign.alignment import (
     to_gapped,
 )
 from sinkalign.alignment import format_number as _fmt
-from sinkalign.errors import InputError
+from sinkalign.errors import InputError, OutputExistsError
 from sinkalign.utils import atomic_path, atomic_write, wants_gzip
 
 __all__ = ["FORMATS", "TSV_COLUMNS", "AlignedPair", "write_alignments"]
@@ -728,6 +728,7 @@ def write_alignments(
     fmt: str,
     *,
     references: Iterable[tuple[str, int]] | None = None,
+    overwrite: bool = False,
 ) -> int:
     """Write aligned pairs to ``path`` in ``fmt`` (one of :data:`FORMATS`); returns the count.
 
@@ -747,14 +748,20 @@ def write_alignments(
             order, known before the first record (e.g. the records of the target FASTA); the
             records are then streamed, and a record whose target is not listed, or has
             another length, is an error.
+        overwrite: replace an existing file ``path`` (when the writing succeeds); without it
+            an existing file is an error, raised before any record is read.
 
     Raises:
         InputError (a ValueError): unknown ``fmt`` (listing the valid ones), a malformed
             record (naming its index and ids), ``bam`` to a stream, ``references`` for
             another format.
+        OutputExistsError (a FileExistsError): ``path`` is an existing file and not ``overwrite``.
     """
     if fmt not in FORMATS:
         raise InputError(f"{fmt=} is not one of {FORMATS}")
+    if not hasattr(path, "write") and Path(path).is_file() and not overwrite:
+        raise OutputExistsError(f"{path} already exists; remove it, or pass overwrite=True to replace it (it is "
+                                "replaced only when the writing succeeds)")
     if references is not None and fmt not in ("sam", "bam"):
         raise InputError(f"references are for the sam and bam formats, not {fmt!r}")
     recs = _prepare(records)

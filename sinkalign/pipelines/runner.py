@@ -279,7 +279,7 @@ def check_output(path, overwrite: bool, inputs: list[Path], what: str) -> None:
             raise InputError(f"{what} {path} is also an input; write the output somewhere else")
     if path.exists() and not overwrite and not is_special(path):
         raise OutputExistsError(f"{what} {path} already exists; remove it, or pass --overwrite to replace it "
-                                "(it is replaced only when the run succeeds)")
+                                "(overwrite=True in Python; it is replaced only when the run succeeds)")
 
 
 def check_distinct_outputs(outputs) -> None:
