@@ -217,7 +217,9 @@ def test_all_na_record_says_why_on_stdout(tmp_path):
     res = CliRunner().invoke(cli, ["gc-profile", str(path), "-o", str(tmp_path / "out")])
     assert res.exit_code == 0, res.output
     line = next(x for x in res.output.splitlines() if x.startswith("gappy\t"))
-    assert "origin=-\tterminus=-\tno call: no window has 500 A/C/G/T bases (half the window): no skew" in line
+    assert line.startswith("gappy\tlength=3010\tgc=")
+    assert line.split("\t")[3:] == ["origin=-", "terminus=-", "candidate_islands=0",
+                                    "no call: no window has 500 A/C/G/T bases (half the window): no skew"], line
 
 
 # ----------------------------------------------------------------------------- 6. ids and seeds

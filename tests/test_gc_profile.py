@@ -423,7 +423,9 @@ def test_contig_on_one_replichore_names_no_origin_or_terminus(tmp_path):
     fa.write_text(">contig\n" + _skewed(rng, 60_000, 0.5, 0.08) + "\n")
     res = CliRunner().invoke(cli, ["gc-profile", str(fa), "--window", "1000", "-o", str(tmp_path / "out")])
     assert res.exit_code == 0, res.output
-    assert "one replichore (no skew turning point)" in res.output and "origin=" not in res.output
+    line = next(x for x in res.output.splitlines() if x.startswith("contig\t")).split("\t")
+    assert line[3:5] == ["origin=-", "terminus=-"] and line[-1] == "one replichore (no skew turning point)"
+    assert len(line) == 7  # the six fields every record's line has, then the note
     report = (tmp_path / "out" / "report.md").read_text()
     assert "the sequence lies on one replichore" in report
     row = next(line for line in report.splitlines() if line.startswith("| contig |"))
@@ -560,7 +562,8 @@ def test_no_call_reason_in_cli_output_and_report(tmp_path):
     fa.write_text(">contig\n" + _skewed(rng, 15_000, 0.5, -0.3) + _skewed(rng, 15_000, 0.5, 0.3) + "\n")
     res = CliRunner().invoke(cli, ["gc-profile", str(fa), "-o", str(tmp_path / "o")])
     assert res.exit_code == 0, res.output
-    assert "origin=-\tterminus=-\tno call: the record is too short for a chromosome (30,000 nt" in res.output
+    assert "origin=-\tterminus=-\tcandidate_islands=0\tno call: the record is too short for a chromosome " \
+           "(30,000 nt" in res.output
     report = (tmp_path / "o" / "report.md").read_text()
     row = next(line for line in report.splitlines() if line.startswith("| contig |"))
     assert row.split("|")[8:10] == [" - ", " - "]

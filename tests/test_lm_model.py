@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections import Counter
 
 import numpy as np
@@ -86,7 +87,9 @@ def test_config_json_roundtrip():
     ({"n_heads": 0}, "n_heads=0 must be >= 1"),
     ({"n_layers": True}, "n_layers=True must be an int"),
     ({"dropout": 1.0}, "dropout=1.0 must be < 1.0"),
-    ({"goat_n_freqs": 8}, "goat_n_freqs=8 leaves no content dims: head_dim=16"),
+    ({"goat_n_freqs": 8}, "goat_n_freqs=8 leaves no content dims: head_dim=16 (d_model 32 / n_heads 2) must be "
+                          ">= 2 * goat_n_freqs + 2 = 18: a d_model of at least 36 with 2 heads (--d-model, "
+                          "--n-heads), or a smaller goat_n_freqs (--model-option goat_n_freqs=N)"),
     ({"goat_init": "random"}, "goat_init='random' is not one of 'uniform', 'alibi', 'alibi_sink'"),
     ({"bam_impl": "triton"}, "bam_impl='triton' is not one of 'auto', 'chunked', 'flex'"),
     ({"sla_backbone": "mamba"}, "sla_backbone='mamba' is not one of 'gla', 'retnet'"),
@@ -97,7 +100,7 @@ def test_config_json_roundtrip():
 ])
 def test_config_validation(kw, msg):
     base = dict(vocab_size=8, d_model=32, n_layers=2, n_heads=2, attention="goat", max_train_len=16)
-    with pytest.raises(ValueError, match=msg.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(ValueError, match=re.escape(msg)):
         LMConfig(**(base | kw))
 
 

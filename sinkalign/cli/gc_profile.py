@@ -87,14 +87,15 @@ def gc_profile(fasta: str, window: int, step: int | None, island_threshold: floa
     res = run_gc_profile(fasta, out_dir, window=window, step=step, overlay=overlay,
                          overlay_window=overlay_window, island_threshold=island_threshold,
                          progress=show_progress(progress), overwrite=overwrite)
-    for s in res.profile.summaries:
-        where = (f"origin={'-' if s.origin is None else s.origin}\tterminus={'-' if s.terminus is None else s.terminus}"
-                 if not s.one_replichore else "one replichore (no skew turning point)")
+    for s in res.profile.summaries:  # the same six fields on every line, then what explains a missing call
+        notes = ["one replichore (no skew turning point)"] if s.one_replichore else []
         if s.no_call_reason:
-            where += f"\tno call: {s.no_call_reason}"
+            notes.append(f"no call: {s.no_call_reason}")
         elif not s.has_skew:  # every window NA, or no G/C: no curve to call from
-            where += f"\tno call: {s.replichore_note()}"
-        click.echo(f"{s.chrom}\tlength={s.length}\tgc={s.gc:.4f}\t{where}\tcandidate_islands={len(s.islands)}")
+            notes.append(f"no call: {s.replichore_note()}")
+        origin, terminus = ("-" if x is None or s.one_replichore else x for x in (s.origin, s.terminus))
+        click.echo("\t".join([f"{s.chrom}\tlength={s.length}\tgc={s.gc:.4f}\torigin={origin}\tterminus={terminus}"
+                              f"\tcandidate_islands={len(s.islands)}", *notes]))
     n = len(res.profile.summaries)
     if len(res.plotted) < n:
         click.echo(f"plotted: the {len(res.plotted)} longest of {n} records in {res.png}")

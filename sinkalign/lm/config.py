@@ -156,9 +156,12 @@ class LMConfig:
         # GOAT
         _check_int("goat_n_freqs", self.goat_n_freqs, 1)
         if self.attention == "goat" and self.head_dim - 2 * self.goat_n_freqs - 1 < 1:
+            need = 2 * self.goat_n_freqs + 2
             raise InputError(
                 f"goat_n_freqs={self.goat_n_freqs} leaves no content dims: head_dim={self.head_dim} "
-                f"must be >= 2 * goat_n_freqs + 2"
+                f"(d_model {self.d_model} / n_heads {self.n_heads}) must be >= 2 * goat_n_freqs + 2 = {need}: "
+                f"a d_model of at least {need * self.n_heads} with {self.n_heads} heads (--d-model, --n-heads), "
+                f"or a smaller goat_n_freqs (--model-option goat_n_freqs=N)"
             )
         _check_float("goat_min_period", self.goat_min_period, minimum=2.0)
         if self.goat_max_period is not None:
