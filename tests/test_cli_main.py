@@ -137,3 +137,13 @@ def test_align_into_a_pipe_shows_no_bar_unless_asked():
     loud = subprocess.run(run + ["--progress"], capture_output=True, text=True, check=True)
     assert quiet.stdout == loud.stdout and quiet.stdout.count("\n") == 3
     assert "pair" not in quiet.stderr and "2/2" in loud.stderr
+
+
+def test_verbose_logs_sinkalign_and_very_verbose_jax_too():
+    """-v is sinkalign's own account (JAX's INFO lines, such as its search for a TPU, only with -vv)."""
+    base = [sys.executable, "-m", "sinkalign.cli.main"]
+    args = ["align", "--example", "--model", "blosum", "--engine", "jax"]  # the jax engine starts JAX's backends
+    info = subprocess.run([*base, "-v", *args], capture_output=True, text=True, check=True).stderr
+    debug = subprocess.run([*base, "-vv", *args], capture_output=True, text=True, check=True).stderr
+    assert "INFO sinkalign.cli.align: wrote 2 pairs" in info
+    assert "jax" not in info and "DEBUG jax" in debug

@@ -186,7 +186,8 @@ def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, 
     sinkalign align --pairs pairs.tsv seqs.fasta [targets.fasta] -o out.tsv
     sinkalign align ... --workers 4 | --scheduler tcp://host:8786
 
-    '-' reads a FASTA file or the pair list from standard input.
+    '-' reads a FASTA file or the pair list from standard input; '-' as both FASTA files aligns
+    the records read there against each other (all-vs-all of one file).
     """
     from sinkalign.pipelines.align import align_fasta
 

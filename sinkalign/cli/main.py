@@ -100,6 +100,9 @@ def cli(verbose: int) -> None:
     """sinkalign: differentiable sequence alignment by entropic optimal transport."""
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    # -v is sinkalign's own account; JAX's (e.g. "Unable to initialize backend 'tpu'" on every
+    # machine without one) only with -vv
+    logging.getLogger("jax").setLevel(logging.NOTSET if verbose >= 2 else logging.WARNING)
 
 
 def _terminated(signum: int, frame) -> None:
