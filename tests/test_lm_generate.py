@@ -90,10 +90,13 @@ def test_generation_bad_inputs():
     model = tiny_model("nope", dtype=torch.float32)
     with pytest.raises(ValueError, match=r"prompt is empty"):
         generate(model, "", 10)
-    with pytest.raises(ValueError, match=r"prompt: invalid character 'X' at 0-based position 4"):
-        generate(model, "ACGTXACGT", 10)
+    with pytest.raises(ValueError, match=r"prompt: invalid character 'Z' at 0-based position 4: allowed are A, C, "
+                                         r"G, T, N \(either case\); IUPAC ambiguity codes and X are read as N"):
+        generate(model, "ACGTZACGT", 10)
     with pytest.raises(ValueError, match=r"prompt: invalid character 'U' at 0-based position 0"):
         generate(model, "UACG", 10)
+    # IUPAC ambiguity codes and a masked base are N, as read_genome reads a genome
+    assert generate(model, "acgRYxsw", 12, seed=3) == generate(model, "ACGNNNNN", 12, seed=3)
     with pytest.raises(ValueError, match=r"length=0 must be a positive integer"):
         generate(model, "ACGT", 0)
     with pytest.raises(ValueError, match=r"length=-3 must be a positive integer"):
@@ -209,7 +212,7 @@ def test_cli_generate_dna(tmp_path):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--prompt", "ACGRT", "--length", "5"], "invalid character 'R' at 0-based position 3"),
+        (["--prompt", "ACGZT", "--length", "5"], "invalid character 'Z' at 0-based position 3"),
         (["--prompt", "", "--length", "5"], "prompt is empty"),
         (["--prompt", "ACGT", "--length", "0"], "Invalid value for '--length': must be a positive integer, got 0"),
         (["--prompt", "ACGT", "--length", "5", "--top-p", "2"], "Invalid value for '--top-p': 2.0 is not in the range 0<x<=1."),

@@ -35,7 +35,8 @@ def _record_id(ctx: click.Context, param: click.Parameter, value: str | None) ->
 
 
 @click.command("generate-dna")
-@click.option("--prompt", required=True, help="Bases to continue (A, C, G, T, N; either case).")
+@click.option("--prompt", required=True, help="Bases to continue (A, C, G, T, N; either case; IUPAC "
+              "ambiguity codes and X are read as N, as lm eval reads a genome).")
 @click.option("--length", required=True, type=int,
               help="Number of bases to generate (> 0, at most 1,000,000 per call).")
 @click.option("--temperature", default=1.0, show_default=True, type=FiniteFloatRange(min=0),

@@ -34,6 +34,7 @@ __all__ = [
     "ALPHABET",
     "GenomeRecord",
     "GenomeWindows",
+    "as_model_bases",
     "decode",
     "encode",
     "read_genome",
@@ -56,6 +57,13 @@ _ENCODE_LUT = np.full(256, 255, dtype=np.uint8)
 for _i, _c in enumerate(ALPHABET):
     _ENCODE_LUT[ord(_c)] = _i
 _DECODE_LUT = np.frombuffer(ALPHABET.encode("ascii"), dtype=np.uint8)
+
+
+def as_model_bases(seq: str) -> str:
+    """``seq`` uppercased, with the IUPAC ambiguity codes ``RYSWKMBDHV`` and a masked base ``X``
+    read as N, as :func:`read_genome` reads a genome (what is left outside ``ACGTN`` stays, for
+    the caller's error)."""
+    return seq.upper().translate(_TO_N)
 
 
 @dataclass(frozen=True)

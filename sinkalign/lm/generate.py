@@ -43,6 +43,7 @@ from tqdm.auto import tqdm
 
 from sinkalign.errors import CheckpointError, InputError, MissingFileError
 from sinkalign.lm.checkpoints import aligner_layout, find_latest_checkpoint, not_a_genome_lm
+from sinkalign.lm.data import as_model_bases
 from sinkalign.lm.model import (
     CHECKPOINT_CONFIG,
     Checkpoint,
@@ -196,9 +197,9 @@ def _encode_prompt(prompt: str, index: int | None = None) -> torch.Tensor:
     if not prompt:
         raise InputError(f"{what} is empty: give at least one base (A, C, G, T or N)")
     try:
-        return NucleotideTokenizer().encode(prompt)
+        return NucleotideTokenizer().encode(as_model_bases(prompt))
     except ValueError as exc:
-        raise InputError(f"{what}: {exc}") from None
+        raise InputError(f"{what}: {exc}; IUPAC ambiguity codes and X are read as N") from None
 
 
 @torch.inference_mode()
@@ -275,7 +276,9 @@ def generate(model: DNALanguageModel, prompt: str, length: int, *, temperature: 
 
     Args:
         model: a :class:`DNALanguageModel` (evaluated in eval mode; its mode is restored).
-        prompt: the bases to continue, over ``ACGTN`` (either case), at least one.
+        prompt: the bases to continue, over ``ACGTN`` (either case; the IUPAC ambiguity codes
+            and ``X`` are read as N, as :func:`~sinkalign.lm.data.read_genome` reads them), at
+            least one.
         length: number of bases to generate, > 0.
         temperature: softmax temperature; 0 = greedy (argmax, no randomness).
         top_k: keep the ``top_k`` most likely bases (None: all four).
@@ -289,7 +292,7 @@ def generate(model: DNALanguageModel, prompt: str, length: int, *, temperature: 
         progress: show a tqdm bar of generated bases on stderr.
 
     Raises:
-        InputError (a ValueError): empty prompt, a character outside ACGTN (naming it and
+        InputError (a ValueError): empty prompt, a character outside ACGTN and those codes (naming it and
             its 0-based position), ``length <= 0`` or above :data:`MAX_GENERATE_LENGTH`, or
             bad sampling options.
     """
