@@ -613,8 +613,9 @@ class TestNativeGPU(_NativeSuite):
         out = sinkhorn_attention_triton(qq, k, v, **kw)
         (dq,) = torch.autograd.grad(out.sum(), qq, retain_graph=True)
         assert torch.isfinite(dq).all() and dq.abs().max() > 0
-        with pytest.raises(RuntimeError, match=r"cannot be differentiated \(create_graph=True\): second-order"):
-            torch.autograd.grad(out.sum(), qq, create_graph=True)
+        (dq_graph,) = torch.autograd.grad(out.sum(), qq, create_graph=True)
+        with pytest.raises(RuntimeError, match=r"backward cannot be differentiated \(a second-order gradient"):
+            dq_graph.sum().backward()
 
     @pytest.mark.parametrize("case", [FAST_CASES[0], SLOW_CASES[0]], ids=lambda c: c.name)
     def test_tf32x3_dots_stay_near_float32_and_tf32_dots_cost_accuracy(self, case):
@@ -1201,7 +1202,7 @@ def test_log_marginal_gradients_match_the_reference(case):
 def test_second_order_gradients_are_refused_not_dropped():
     """The Triton backward writes untracked buffers: with create_graph=True its dq carried no
     graph, so a gradient penalty silently lost its second-order term (an error of 0.55 at a
-    scale of 6.8); it is now refused."""
+    scale of 6.8); that derivative is now refused, when it is taken."""
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 1, 13, 4, generator=gen) for _ in range(3))
     qq = q.clone().requires_grad_()
@@ -1211,8 +1212,12 @@ def test_second_order_gradients_are_refused_not_dropped():
     (ref,) = torch.autograd.grad(sinkhorn_attention_ref(ref_q, k.double(), v.double(), n_iters=3, band=4).sum(),
                                  ref_q)
     torch.testing.assert_close(dq.double(), ref, rtol=1e-5, atol=1e-5)  # first order as before
-    with pytest.raises(RuntimeError, match=r"cannot be differentiated \(create_graph=True\): second-order"):
-        torch.autograd.grad(out.sum(), qq, create_graph=True)
+    # create_graph=True still gives the first-order gradient (other parts of a model may want
+    # their graphs); its own derivative, the gradient penalty's term, is what is refused
+    (dq_graph,) = torch.autograd.grad(out.sum(), qq, create_graph=True)
+    assert torch.equal(dq_graph.detach(), dq) and dq_graph.requires_grad
+    with pytest.raises(RuntimeError, match=r"backward cannot be differentiated \(a second-order gradient"):
+        dq_graph.square().sum().backward()
 
 
 @pytest.mark.skipif(MODE is not True, reason="needs the Triton interpreter")
@@ -1225,3 +1230,142 @@ def test_validate_kernels_compares_the_log_marginals_gradients():
     (case,) = [c for c in kval.KERNEL_CASES if c.marginals and c.dustbin is None][:1]
     row = kval.kernels("triton", True, cases=[case])["rows"][0]
     assert row["d_marginals"] is not None and 0 < row["d_marginals"] <= 1e-5
+
+
+# --------------------------------------------------------------------------- torch.func, torch.compile
+
+
+def _small_problem(seed=0, dtype=torch.float32):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(2, 1, 13, 4, generator=gen, dtype=dtype)
+    k = torch.randn(2, 1, 11, 4, generator=gen, dtype=dtype)
+    v = torch.randn(2, 1, 11, 3, generator=gen, dtype=dtype)
+    w = torch.randn(2, 1, 13, 3, generator=gen, dtype=dtype)  # the loss's weights: sum(w * O)
+    q_mask = torch.ones(2, 13, dtype=torch.bool)
+    q_mask[1, 10:] = False
+    return q, k, v, w, {"q_mask": q_mask, "n_iters": 3, "band": 4}
+
+
+def _triton_ops():
+    gen = torch.Generator().manual_seed(1)
+    qd, kd, vd = torch.randn(4, generator=gen), torch.randn(4, generator=gen), torch.randn(3, generator=gen)
+    return {
+        "plain": lambda q, k, v, **kw: sinkhorn_attention_triton(q, k, v, **kw),
+        "dustbin": lambda q, k, v, **kw: sinkhorn_dustbin_attention_triton(q, k, v, qd, kd, vd, **kw),
+    }
+
+
+def _autograd_grads(op, q, k, v, w, kw):
+    q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
+    (op(q, k, v, **kw) * w).sum().backward()
+    return q.grad, k.grad, v.grad
+
+
+@pytest.mark.skipif(MODE is not True, reason="needs the Triton interpreter")
+@pytest.mark.parametrize("name", ["plain", "dustbin"])
+def test_torch_func_grad_of_the_triton_operator_equals_autograd(name):
+    """torch.func.grad runs the kernels on the tensors beneath its wrappers (they failed with
+    "Cannot access data pointer of Tensor that doesn't have storage"): the same gradients as
+    loss.backward(), bit for bit."""
+    op = _triton_ops()[name]
+    q, k, v, w, kw = _small_problem()
+    got = torch.func.grad(lambda q, k, v: (op(q, k, v, **kw) * w).sum(), argnums=(0, 1, 2))(q, k, v)
+    want = _autograd_grads(op, q, k, v, w, kw)
+    for g, r in zip(got, want):
+        assert not g.requires_grad and torch.equal(g, r)
+    assert all(float(r.abs().max()) > 1e-3 for r in want)
+
+
+@pytest.mark.skipif(MODE is not True, reason="needs the Triton interpreter")
+def test_triton_second_derivatives_under_torch_func_raise_instead_of_being_zero():
+    """The kernels' gradients carry no graph: a derivative of them, taken through torch.func.grad
+    (nested, or around torch.autograd.grad with create_graph=True, or with inputs that require
+    grad outside the transform), raises instead of coming out as 0."""
+    op = _triton_ops()["plain"]
+    q, k, v, w, kw = _small_problem()
+
+    def loss(q):
+        return (op(q, k, v, **kw) * w).sum()
+
+    with pytest.raises(RuntimeError, match=r"not under Grad > Grad"):
+        torch.func.grad(lambda q: torch.func.grad(loss)(q).square().sum())(q)
+    with pytest.raises(RuntimeError, match=r"backward cannot be differentiated \(a second-order gradient"):
+        torch.func.grad(lambda q: torch.autograd.grad(loss(q), q, create_graph=True)[0].square().sum())(q)
+    outer = q.clone().requires_grad_()
+    g = torch.func.grad(loss)(outer)
+    torch.testing.assert_close(g.detach(), torch.func.grad(loss)(q), rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match=r"backward cannot be differentiated \(a second-order gradient"):
+        g.square().sum().backward()
+
+
+@pytest.mark.skipif(MODE is not True, reason="needs the Triton interpreter")
+def test_triton_operator_refuses_the_torch_func_transforms_it_cannot_run():
+    op = _triton_ops()["plain"]
+    q, k, v, w, kw = _small_problem()
+
+    def loss(q):
+        return (op(q, k, v, **kw) * w).sum()
+
+    with pytest.raises(RuntimeError, match=r"not under torch.func.vjp"):
+        torch.func.vjp(loss, q)[1](torch.tensor(1.0))
+    with pytest.raises(RuntimeError, match=r"not under Vmap"):
+        torch.func.jacrev(loss)(q)
+    with pytest.raises(NotImplementedError, match=r"no forward mode \(torch.func.jvp"):
+        torch.func.jvp(loss, (q,), (torch.ones_like(q),))
+    with pytest.raises(ValueError, match=r"no torch.func.vmap rule: put the mapped axis into the batch axis B"):
+        torch.func.vmap(loss)(q[None].expand(3, -1, -1, -1, -1))
+
+
+@pytest.mark.parametrize("transform", ["grad", "jacrev", "jvp"])
+def test_reference_operator_runs_under_torch_func(transform):
+    """The plain-torch reference is differentiable by any torch.func transform; its host-side
+    checks read the values beneath the wrappers (they failed on the wrapped masks)."""
+    q, k, v, w, kw = _small_problem(dtype=torch.float64)
+
+    def loss(q):
+        return (sinkhorn_attention_ref(q, k, v, **kw) * w).sum()
+
+    (want, _, _) = _autograd_grads(sinkhorn_attention_ref, q, k, v, w, kw)
+    if transform == "grad":
+        got = torch.func.grad(loss)(q)
+    elif transform == "jacrev":
+        got = torch.func.jacrev(loss)(q)
+    else:  # forward mode: the directional derivative along e is <grad, e>
+        e = torch.randn(q.shape, dtype=q.dtype, generator=torch.Generator().manual_seed(3))
+        _, got = torch.func.jvp(loss, (q,), (e,))
+        want = (want * e).sum()
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match=r"no torch.func.vmap rule"):
+        torch.func.vmap(loss)(q[None].expand(2, -1, -1, -1, -1))
+    bad = q.clone()
+    bad[1, 0, 2, 1] = float("nan")
+    with pytest.raises(ValueError, match=r"q has a non-finite value at index \(1, 0, 2, 1\)"):
+        torch.func.grad(loss)(bad)
+
+
+@pytest.mark.skipif(MODE is not True, reason="needs the Triton interpreter")
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_operators_inside_torch_compile(backend):
+    """torch.compile of a model that calls the operators: the Triton operator runs eagerly
+    (a graph break), the reference's checks too, and the values, gradients and input errors
+    are those of eager mode (both failed before: dynamo traced the checks' NumPy into a bool
+    cumsum that torch has no kernel for)."""
+    q, k, v, w, kw = _small_problem()
+    ops = {"ref": sinkhorn_attention_ref, **_triton_ops()}
+    for name, op in ops.items():
+        torch._dynamo.reset()
+
+        def model(q, k, v, op=op):
+            return (torch.tanh(op(q * 1.5, k, v, **kw)) * w).sum()
+
+        compiled = torch.compile(model, backend=backend, fullgraph=False)
+        qq, qc = q.clone().requires_grad_(), q.clone().requires_grad_()
+        want, got = model(qq, k, v), compiled(qc, k, v)
+        want.backward()
+        got.backward()
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6, msg=name)
+        torch.testing.assert_close(qc.grad, qq.grad, rtol=1e-6, atol=1e-6, msg=name)
+        bad = q.clone()
+        bad[0, 0, 0, 0] = float("inf")
+        with pytest.raises(ValueError, match=r"has a non-finite value at index \(0, 0, 0, 0\)"):
+            compiled(bad, k, v)

@@ -52,6 +52,7 @@ the first call does). Native kernels need CUDA tensors and a process without the
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
@@ -60,7 +61,7 @@ import numbers
 import torch
 
 from sinkalign.kernels.cache import band_tile_slots, check_cache_scores, resolve_cache_scores
-from sinkalign.kernels.triton.ref import prepare_dustbin, prepare_inputs
+from sinkalign.kernels.triton.ref import active_transforms, prepare_dustbin, prepare_inputs
 from sinkalign.sinkhorn.checks import check_f32_dots
 from sinkalign.sinkhorn.config import DustbinConfig, SinkhornConfig
 
@@ -237,6 +238,17 @@ class _Dustbins:
         return [_Thin(p, q, k, self.row_on_bh, self.col_on_bh, scale) for p in self.pieces]
 
 
+def _wrapped(t) -> bool:
+    return isinstance(t, torch.Tensor) and torch._C._functorch.is_functorch_wrapped_tensor(t)
+
+
+def _unwrapped(t):
+    """The plain tensor beneath ``torch.func``'s wrappers (``t`` itself outside them)."""
+    while _wrapped(t):
+        t = torch._C._functorch.get_unwrapped(t)
+    return t
+
+
 def _flat(x):
     """[B, H, L, E] -> [BH, L, E] view."""
     return x.view(-1, x.shape[2], x.shape[3])
@@ -289,9 +301,32 @@ def _forward_duals(lc: _Launch, q, k, qm, km, log_a, log_b, n_iters, db: _Dustbi
     return v, u1, v1, u2, v2
 
 
-class _SinkhornTail2(torch.autograd.Function):
+class _FirstOrderOnly(torch.autograd.Function):
+    """``x`` (a gradient from the kernels) tied to the tensors it was computed from: taking its
+    own derivative raises, where the kernels' untracked buffers would have given 0 silently."""
+
     @staticmethod
-    def forward(ctx, q, k, v, qm, km, log_a, log_b, lc, n_iters, db):
+    def forward(x, *anchors):
+        return x.clone()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, *_):
+        raise RuntimeError("the Triton kernels' backward cannot be differentiated (a second-order gradient, e.g. "
+                           "a gradient penalty, through create_graph=True or nested torch.func.grad): use the "
+                           "reference operator (sinkhorn_attention_ref, or backend='reference' in JAX)")
+
+
+class _SinkhornTail2(torch.autograd.Function):
+    """O = P^(2,2) V and the R = 2 one-reference backward; ``forward`` returns the output and
+    the five float32 duals the backward reads (``.apply(...)[0]`` is the operator). Forward and
+    context are separate (``setup_context``), so ``torch.func.grad`` / ``jacrev`` run it too."""
+
+    @staticmethod
+    def forward(q, k, v, qm, km, log_a, log_b, lc, n_iters, db):
         lc.build_cache(q, k)  # with cache_scores: the band's scores, for the duals and the output
         try:
             v0, u1, v1, u2, v2 = _forward_duals(lc, q, k, qm, km, log_a, log_b, n_iters, db)
@@ -305,23 +340,48 @@ class _SinkhornTail2(torch.autograd.Function):
             for t in db.thin(_flat(q), _flat(k), lc.scale):
                 t.add_rows(_flat(out), t.plan(u2, v2), _flat(v)[:, t.c0 : t.c0 + t.nc].float())
             out = out.to(v.dtype)
-        ctx.save_for_backward(q, k, v, qm, km, log_a, log_b, v0, u1, v1, u2, v2)
-        ctx.lc, ctx.db = lc, db
-        return out
+        return out, v0, u1, v1, u2, v2
 
     @staticmethod
-    def backward(ctx, grad_out):
-        if torch.is_grad_enabled():  # create_graph=True: the kernels write untracked buffers, so the
-            raise RuntimeError(  # second derivative was silently dropped (a gradient penalty lost its term)
-                "the Triton kernels' backward cannot be differentiated (create_graph=True): second-order "
-                "gradients need the reference operator (sinkhorn_attention_ref, or backend='reference' in JAX)")
-        q, k, v, qm, km, log_a, log_b, v0, u1, v1, u2, v2 = ctx.saved_tensors
+    def setup_context(ctx, inputs, output):
+        q, k, v, qm, km, log_a, log_b, lc, _, db = inputs
+        duals = output[1:]
+        ctx.mark_non_differentiable(*duals)
+        ctx.save_for_backward(q, k, v, qm, km, log_a, log_b, *duals)
+        ctx.lc, ctx.db = lc, db
+
+    @staticmethod
+    def jvp(ctx, *_):
+        raise NotImplementedError("the Triton operator has no forward mode (torch.func.jvp, jacfwd, hessian): use "
+                                  "sinkhorn_attention_ref, or reverse mode (loss.backward(), torch.func.grad)")
+
+    @staticmethod
+    def backward(ctx, grad_out, *_):  # the duals are not differentiable: their cotangents are None
+        saved = ctx.saved_tensors
+        levels = active_transforms()
+        if levels not in ([], ["Grad"]) or (not levels and any(_wrapped(t) for t in (grad_out, *saved))):
+            raise RuntimeError(
+                f"the Triton operator's backward runs under torch.autograd and one torch.func.grad, not under "
+                f"{' > '.join(levels) or 'torch.func.vjp'} (vjp, jacrev, hessian, vmap of grad, nested grads): use "
+                "the reference operator (sinkhorn_attention_ref) there")
+        anchors = [t for t in (grad_out, *saved[:3], *saved[5:7]) if t.requires_grad]
+        if levels:  # torch.func.grad: the kernels run on the plain tensors beneath its wrappers
+            grad_out, saved = _unwrapped(grad_out), tuple(_unwrapped(t) for t in saved)
+        q, k, v, qm, km, log_a, log_b, v0, u1, v1, u2, v2 = saved
         lc: _Launch = ctx.lc
-        lc.build_cache(q, k)  # rebuilt for the backward's five sweeps
-        try:
-            return _SinkhornTail2._backward(ctx, grad_out, q, k, v, qm, km, log_a, log_b, v0, u1, v1, u2, v2, lc)
-        finally:
-            lc.free_cache()
+        # under torch.func.grad new tensors would be wrapped at its level: the sweeps step outside it
+        with torch._C._DisableFuncTorch() if levels else contextlib.nullcontext():
+            lc.build_cache(q, k)  # rebuilt for the backward's five sweeps
+            try:
+                grads = _SinkhornTail2._backward(ctx, grad_out, q, k, v, qm, km, log_a, log_b, v0, u1, v1, u2, v2,
+                                                 lc)
+            finally:
+                lc.free_cache()
+        if torch.is_grad_enabled() and anchors:  # create_graph=True (torch.func.grad always asks for it): the
+            # kernels wrote untracked buffers, so a second derivative through them would be silently 0; it
+            # raises instead, when it is taken
+            grads = tuple(None if g is None else _FirstOrderOnly.apply(g, *anchors) for g in grads)
+        return grads
 
     @staticmethod
     def _backward(ctx, grad_out, q, k, v, qm, km, log_a, log_b, v0, u1, v1, u2, v2, lc):
@@ -490,6 +550,7 @@ def _kernel_setup(q, v, interpret, block_m, block_n, ref_name, precision="ieee",
             launch["num_stages"] if num_stages is None else num_stages)
 
 
+@torch.compiler.disable  # kernels launched eagerly: torch.compile breaks its graph around the operator
 def sinkhorn_attention_triton(q, k, v, *, q_mask=None, k_mask=None, log_a=None, log_b=None, config=None, eps=_UNSET,
                               n_iters=_UNSET, tail=_UNSET, band=_UNSET, interpret=None, block_m=None, block_n=None,
                               precision="ieee", num_warps=None, num_stages=None,
@@ -556,9 +617,10 @@ def sinkhorn_attention_triton(q, k, v, *, q_mask=None, k_mask=None, log_a=None, 
     log_a = log_a.to(torch.float32).contiguous()
     log_b = log_b.to(torch.float32).contiguous()
     return _SinkhornTail2.apply(q.contiguous(), k.contiguous(), v.contiguous(), qm, km, log_a, log_b, lc,
-                                int(n_iters), None)
+                                int(n_iters), None)[0]
 
 
+@torch.compiler.disable  # kernels launched eagerly: torch.compile breaks its graph around the operator
 def sinkhorn_dustbin_attention_triton(q, k, v, q_dustbin, k_dustbin, v_dustbin=None, *, q_mask=None, k_mask=None,
                                       config=None, dustbin=None, eps=_UNSET, n_iters=_UNSET, band=_UNSET,
                                       variant=_UNSET, mass=_UNSET, filler=_UNSET, interpret=None, block_m=None,
@@ -632,5 +694,5 @@ def sinkhorn_dustbin_attention_triton(q, k, v, q_dustbin, k_dustbin, v_dustbin=N
     km = torch.cat([prob.k_valid[:, :-1], torch.zeros_like(prob.k_valid[:, :1])], 1).to(torch.int8).contiguous()
     out = _SinkhornTail2.apply(prob.q.contiguous(), prob.k.contiguous(), prob.v.contiguous(), qm, km,
                                prob.log_a.to(torch.float32).contiguous(), prob.log_b.to(torch.float32).contiguous(),
-                               lc, int(n_iters), db)
+                               lc, int(n_iters), db)[0]
     return out[:, :, : prob.lq]

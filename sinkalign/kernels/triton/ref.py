@@ -136,9 +136,34 @@ def check_support(q_mask: torch.Tensor, k_mask: torch.Tensor, band: int | None) 
     """Raise ``ValueError`` if a valid query row or key column has no active partner: the check
     (and message) every backend shares, :func:`sinkalign.sinkhorn.checks.check_support`, on
     the [B, L] masks (copied to the host: a few bytes per token)."""
-    checks.check_support(q_mask.detach().cpu().numpy(), k_mask.detach().cpu().numpy(), band)
+    checks.check_support(_host(q_mask), _host(k_mask), band)
 
 
+def active_transforms() -> list[str]:
+    """The ``torch.func`` transforms around this call, outermost first (``"Vmap"``, ``"Grad"``,
+    ``"Jvp"``, ``"Functionalize"``); empty outside them."""
+    from torch._C import _functorch  # torch.func's own record of its transforms; no public accessor
+
+    return [level.key().name for level in _functorch.get_interpreter_stack() or ()]
+
+
+def refuse_vmap(op: str) -> None:
+    """``ValueError`` under ``torch.func.vmap``: the operators check each problem's values on the
+    host (masks, finiteness, an empty band row) and launch per problem, which a batched tensor
+    cannot give; their own batch axis B is the way to run many problems at once."""
+    if "Vmap" in active_transforms():
+        raise ValueError(f"{op} has no torch.func.vmap rule: put the mapped axis into the batch axis B instead "
+                         "(q [B, H, L, d] with [B, L] masks; reshape a mapped [N, B, ...] to [N * B, ...] and back)")
+
+
+def _host(t: torch.Tensor):
+    """``t`` as a NumPy array on the host, also inside ``torch.func``'s transforms (grad, jacrev,
+    jvp), whose wrapped tensors have no storage to read: for the checks only, never for the maths."""
+    with torch._C._DisableFuncTorch():  # what torch.func itself uses to step outside its transforms
+        return t.detach().cpu().numpy()
+
+
+@torch.compiler.disable  # host-side checks: under torch.compile they run eagerly (one graph break)
 def prepare_inputs(q, k, v, *, q_mask, k_mask, log_a, log_b, eps, n_iters, tail, band, check_empty=True):
     """Validate the operator's inputs; return ``(q_mask, k_mask, log_a, log_b)`` filled in.
 
@@ -148,6 +173,7 @@ def prepare_inputs(q, k, v, *, q_mask, k_mask, log_a, log_b, eps, n_iters, tail,
     ``check_empty=False`` skips :func:`check_support` (the dustbin problems, where every
     valid token reaches the other side's dustbin whatever the band).
     """
+    refuse_vmap("the PyTorch Sinkhorn operator (reference and Triton)")
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
