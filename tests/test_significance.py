@@ -145,6 +145,59 @@ def test_significance_validation_and_round_trip():
     assert sig.evalue([60.0, 30.0], 100, 200) == pytest.approx(np.exp(-z), rel=1e-12)
 
 
+def test_pairs_shorter_than_the_null_get_the_null_of_its_shortest_pairs():
+    """Below the null's shortest pair the fitted law is not extrapolated (its location ran far
+    too low there): the pair is scored as if it had the shortest pair's ln(m n)."""
+    sig = Significance([1.0, 0.0], [-9.0, 2.0], [-1.0, 0.15], min_log_mn=np.log(30 * 30))
+    free = Significance([1.0, 0.0], [-9.0, 2.0], [-1.0, 0.15])
+    assert sig.evalue([[4.0, 0.0]], 3, 3) == pytest.approx(free.evalue([[4.0, 0.0]], 30, 30), rel=1e-12)
+    assert sig.evalue([[4.0, 0.0]], 3, 3) > 1e4 * free.evalue([[4.0, 0.0]], 3, 3)
+    for m, n in ((30, 30), (31, 40), (500, 900)):  # at and above the floor: unchanged
+        assert sig.evalue([[40.0, 0.0]], m, n) == free.evalue([[40.0, 0.0]], m, n)
+    assert Significance.from_dict(json.loads(json.dumps(sig.to_dict()))) == sig
+    assert Significance.from_dict({k: v for k, v in sig.to_dict().items() if k != "min_log_mn"}) == free
+    for bad in (-1.0, float("nan"), True, "7"):
+        with pytest.raises(ValueError, match="min_log_mn must be"):
+            Significance(**{**sig.to_dict(), "min_log_mn": bad})
+    # the fit records its null's shortest pair
+    rng = np.random.default_rng(4)
+    null_len = rng.integers(40, 400, (500, 2)).astype(float)
+    null = np.stack([10 + 2 * np.log(null_len.prod(1)) + 3 * rng.gumbel(size=500), np.zeros(500)], 1)
+    fit = fit_significance(null[:50] + [30.0, 0.0], null_len[:50], null, null_len, alphas=(0.0,))
+    assert fit.min_log_mn == pytest.approx(float(np.log(null_len.prod(1)).min()), rel=1e-15)
+
+
+@pytest.mark.parametrize("model", ["learned", "blosum"])
+def test_shipped_protein_nulls_keep_short_unrelated_peptides_insignificant(model):
+    """Random unrelated peptides of 3-12 residues: 95% of the 5-residue pairs were below
+    E = 0.01 with the shipped models' null extrapolated to their size; none is now."""
+    aligner = Aligner.load(model)
+    assert aligner.significance.min_log_mn == pytest.approx(np.log(29 * 29), rel=1e-12)
+    rng = np.random.default_rng(5)
+    letters = list("ACDEFGHIKLMNPQRSTVWY")
+    for length in (3, 5, 12):
+        e = np.array([aligner.align("".join(rng.choice(letters, length)), "".join(rng.choice(letters, length))).evalue
+                      for _ in range(25)])
+        assert np.mean(e <= 0.01) <= 0.04, (length, np.sort(e)[:5])
+    assert aligner.align("P", "Q").evalue > 1.0 and aligner.align("MKV", "WHE").evalue > 1.0
+    assert aligner.align(HBA, HBB).evalue < 1e-6  # a real homolog stays far beyond chance
+
+
+def test_dna_unknown_bases_score_as_blast_scores_them():
+    """N against any base, N included, scores the mean of an unknown base against a known
+    one (BLAST's rounding); an N pair scored as a match made a run of N a strong hit."""
+    assert [Scoring.dna(m, mm).unknown_score for m, mm in ((2, -3), (1, -1), (5, -4), (1, -2), (4, -1))] == \
+        [-2, -1, -2, -1, 0]
+    assert local_score("N" * 40, "N" * 40, scoring=Scoring.dna()) == 0.0
+    assert align_pair("N" * 40, "N" * 40, "sw", scoring=Scoring.dna()).score == 0.0
+    assert local_score("ACGTNACGT", "ACGTNACGT", scoring=Scoring.dna()) == 16 - 2
+    assert local_score("ACGTNACGT", "ACGTAACGT", scoring=Scoring.dna()) == 16 - 2
+    dna = Aligner.load("dna")
+    assert dna.align("N" * 100, "N" * 100).evalue > 1.0
+    gene = "ATGGCTAGCTTGACCGATCGTACGATCGGCTAGCTAGGCTTACGATCGATGCTAGCTAGCTGATCGATCGTAGCTAGCTAGCATCGAT"
+    assert dna.align("N" * 300 + gene[:20], "N" * 300 + gene[40:60]).evalue > 1e-3
+
+
 def test_shuffled_keeps_length_and_composition():
     rng = np.random.default_rng(0)
     seq = "MKVLAAGHWERTYLLKPQMMMW"

@@ -22,6 +22,7 @@ Biopython ``mode="global"`` agree). Alignments are returned as aligned residue `
 from __future__ import annotations
 
 import logging
+import math
 import re
 import time
 from collections.abc import Iterable, Sequence
@@ -61,8 +62,9 @@ class Scoring:
     """Scoring scheme of the baselines (integer scores, our gap convention; see module doc).
 
     Attributes:
-        kind: ``"protein"`` (BLOSUM62) or ``"dna"`` (``match`` / ``mismatch`` over ACGTN;
-            ``N`` is scored like any other letter).
+        kind: ``"protein"`` (BLOSUM62) or ``"dna"`` (``match`` / ``mismatch`` over ACGT; ``N``
+            scores :attr:`unknown_score` against every letter, itself included, as BLAST scores
+            an ambiguous base).
         gap_open: cost of the first residue of a gap, ``>= 0``.
         gap_extend: cost of each further gap residue, ``0 <= gap_extend``.
         match, mismatch: DNA scores (ignored for protein); ``match > 0 > mismatch``.
@@ -109,6 +111,15 @@ class Scoring:
     def from_blast(cls, kind: str, existence: int, extension: int, **kwargs: int) -> Scoring:
         """Scoring from BLAST's gap costs (gap of length g costs ``existence + g * extension``)."""
         return cls(kind, existence + extension, extension, **kwargs)
+
+    @property
+    def unknown_score(self) -> int:
+        """The DNA score of ``N`` against any letter, ``N`` included: the mean score of an unknown
+        base against a known one, ``(match + 3 mismatch) / 4``, rounded half away from zero
+        (BLAST's ``BlastScoreBlkNuclMatrixCreate``; -2 for +2/-3). An ``N`` pair scored as a
+        match made a run of ``N`` (an assembly gap, a masked repeat) look like a strong hit."""
+        mean = (self.match + 3 * self.mismatch) / 4
+        return int(math.copysign(math.floor(abs(mean) + 0.5), mean))
 
     @property
     def alphabet(self) -> str:
@@ -165,7 +176,12 @@ def _parasail_matrix(scoring: Scoring):
 
     if scoring.kind == "protein":
         return parasail.blosum62
-    return parasail.matrix_create(DNA_ALPHABET, scoring.match, scoring.mismatch)
+    matrix = parasail.matrix_create(DNA_ALPHABET, scoring.match, scoring.mismatch)
+    n = DNA_ALPHABET.index("N")
+    for other in range(len(DNA_ALPHABET)):
+        matrix.set_value(n, other, scoring.unknown_score)
+        matrix.set_value(other, n, scoring.unknown_score)
+    return matrix
 
 
 @cache
@@ -177,6 +193,8 @@ def _substitution_array(scoring: Scoring):
     n = len(DNA_ALPHABET)
     data = np.full((n, n), float(scoring.mismatch))
     np.fill_diagonal(data, float(scoring.match))
+    unknown = DNA_ALPHABET.index("N")
+    data[unknown, :] = data[:, unknown] = float(scoring.unknown_score)
     return substitution_matrices.Array(alphabet=DNA_ALPHABET, dims=2, data=data)
 
 

@@ -271,6 +271,11 @@ class Significance:
         threshold: the confidence threshold of ``expected_correct`` (the calibration's own).
         kind: ``"protein"`` or ``"dna"`` (the local-score scoring).
         fitted_on: what the fit saw (free text).
+        min_log_mn: the smallest ``ln(m n)`` among the null pairs (``None``: no floor). The law
+            was not fitted below it, and extrapolated there it put the null's location far
+            too low (two unrelated 3-residue peptides at E ~ 1e-4): a shorter pair is scored
+            against the null at this size, whose scores run higher than its own would, so its
+            E-value errs large (conservative).
     """
 
     weights: list
@@ -279,6 +284,7 @@ class Significance:
     threshold: float = 0.0
     kind: str = "protein"
     fitted_on: str = ""
+    min_log_mn: float | None = None
 
     def __post_init__(self) -> None:
         for name, size in (("weights", len(PAIR_FEATURES)), ("location", 2), ("scale", 2)):
@@ -290,6 +296,12 @@ class Significance:
             raise ValueError(f"significance kind must be 'protein' or 'dna', got {self.kind!r}")
         if not (isinstance(self.threshold, (int, float)) and 0 <= self.threshold < 1):
             raise ValueError(f"significance threshold must be in [0, 1), got {self.threshold!r}")
+        if self.min_log_mn is not None:
+            if isinstance(self.min_log_mn, bool) or not isinstance(self.min_log_mn, (int, float)) or not (
+                    math.isfinite(self.min_log_mn) and self.min_log_mn >= 0):
+                raise ValueError(f"significance min_log_mn must be a finite number >= 0 (ln(m n) of the shortest "
+                                 f"null pair) or null, got {self.min_log_mn!r}")
+            object.__setattr__(self, "min_log_mn", float(self.min_log_mn))
 
     def statistic(self, features) -> np.ndarray:
         """``S = w . x`` of feature rows ``[..., len(PAIR_FEATURES)]``."""
@@ -298,8 +310,11 @@ class Significance:
     def log_evalue(self, features, m, n) -> np.ndarray:
         """Natural logs of the E-values of feature rows for sequences of lengths ``m`` and ``n``
         (broadcast): finite where the E-values themselves underflow to 0 (below ~1e-308, as
-        long close homologs reach), so strong hits still rank."""
+        long close homologs reach), so strong hits still rank. Pairs shorter than the null's
+        shortest (:attr:`min_log_mn`) are scored against the null at that size."""
         x = np.log(np.asarray(m, dtype=np.float64) * np.asarray(n, dtype=np.float64))
+        if self.min_log_mn is not None:
+            x = np.maximum(x, self.min_log_mn)
         mu = self.location[0] + self.location[1] * x
         beta = np.exp(self.scale[0] + self.scale[1] * x)
         return -(self.statistic(features) - mu) / beta
@@ -353,10 +368,12 @@ def fit_significance(features, lengths, null_features, null_lengths, *, threshol
     if not alphas or any(not np.isfinite(a) or a < 0 for a in alphas):
         raise ValueError(f"alphas must be finite numbers >= 0, got {alphas!r}")
     best = None
+    log_mn = np.log(ln[:, 0] * ln[:, 1])
     for alpha in alphas:
         w = [1.0, alpha]
-        location, scale = fit_gumbel(N @ np.asarray(w), np.log(ln[:, 0] * ln[:, 1]), censor_below=CENSOR_BELOW)
-        sig = Significance(w, location, scale, threshold=float(threshold), kind=kind, fitted_on=fitted_on)
+        location, scale = fit_gumbel(N @ np.asarray(w), log_mn, censor_below=CENSOR_BELOW)
+        sig = Significance(w, location, scale, threshold=float(threshold), kind=kind, fitted_on=fitted_on,
+                           min_log_mn=float(log_mn.min()))
         found = float(np.mean(sig.evalue(X, lx[:, 0], lx[:, 1]) <= FIT_EVALUE))
         if best is None or found > best[0]:
             best = (found, sig)
