@@ -45,6 +45,11 @@ def test_a_bad_pair_fails_in_turn_after_the_results_before_it(protein):
     for bad in (5, ["M", "K"], np.array(list("MKV"))):
         with pytest.raises(InputError, match="not a sequence"):
             protein.align(bad, HBB)
+    from Bio.Seq import Seq
+    from Bio.SeqRecord import SeqRecord
+
+    with pytest.raises(InputError, match=r"type SeqRecord, not a sequence .*records go to align_pairs"):
+        protein.align(SeqRecord(Seq(HBA), id="hba"), HBB)
 
 
 def test_bytes_biopython_seqs_and_a_trailing_stop_are_the_sequence(protein):
@@ -137,6 +142,11 @@ def test_ids_must_be_strings_and_weights_finite(protein):
     for qid in (None, 5, ""):
         with pytest.raises(InputError, match=r"query_id=.* must be a non-empty string"):
             protein.align(HBA, HBB, query_id=qid)
+    for qid in ("q x", "q\t1", "q\n"):  # refused when aligned, not by the writer after the run
+        with pytest.raises(InputError, match=r"query_id=.* must be a non-empty string without whitespace"):
+            protein.align(HBA, HBB, query_id=qid)
+    with pytest.raises(InputError, match=r"target_id='t 1' must be a non-empty string without whitespace"):
+        list(protein.align_many([("q", HBA, "t 1", HBB)]))
     with pytest.raises(InputError, match="gap_weight=nan must be a finite number >= 0"):
         sa.Aligner.load(gap_weight=float("nan"))
     for workers in (1.5, True, "2", 0):

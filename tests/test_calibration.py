@@ -259,12 +259,12 @@ def test_column_features_by_hand():
     np.testing.assert_allclose(col["local_share_path4"], [padded[c:c + 9].mean() for c in range(k)])
     with pytest.raises(ValueError, match="do not match the alignment's lengths"):
         column_features(aln, post.match, q[:-1], t)
-    # DNA: +2 / -3 scores (in units of the match score), R read as N
+    # DNA: +2 / -3 scores (in units of the match score), R read as N, N -2 against anything
     dq, dt = "ACGTACGTAC", "ACGAACGTRC"
     post, aln = _plan_alignment(10, 10, seed=1)
     col = dict(zip(COLUMN_FEATURES, column_features(aln, post.match, dq, dt, kind="dna").T))
-    expect = [(1.0 if dq[a] == dt[b] else -1.5) if dt[b] != "R" else (-1.5 if dq[a] != "N" else 1.0)
-              for a, b in aln.pairs]
+    expect = [(1.0 if dq[a] == dt[b] else -1.5) if dt[b] != "R" else -1.0 for a, b in aln.pairs]
+    assert -1.0 in expect
     np.testing.assert_allclose(col["substitution"], expect)
     with pytest.raises(ValueError, match="kind='rna' is not"):
         column_features(aln, post.match, dq, dt, kind="rna")
@@ -866,16 +866,31 @@ def test_the_shipped_models_are_never_written_over(tmp_path):
     check_model_output(tmp_path / "elsewhere")  # a new directory elsewhere is fine
 
 
-def test_a_folder_named_like_a_shipped_model_is_named_in_the_error(tmp_path, monkeypatch):
-    from sinkalign.align.aligner import resolve_model
-    from sinkalign.errors import CheckpointError
+def test_a_folder_named_like_a_shipped_model_does_not_hide_it(tmp_path, monkeypatch, caplog):
+    """A user's folder ``dna`` of DNA files in the working directory made ``Aligner.load("dna")``
+    (and ``--model dna``) an error; the shipped model is taken, with a warning. A folder of that
+    name that holds a model still wins."""
+    import logging
+
+    from sinkalign.align.aligner import Aligner, resolve_model
+    from sinkalign.errors import InputError
     from sinkalign.utils import SHIPPED_DATA
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "dna").mkdir()  # a user's folder of DNA files
     (tmp_path / "dna" / "reads.fa").write_text(">r\nACGT\n")
-    with pytest.raises(CheckpointError, match=rf"dna is not an aligner model, and as a path it hides the shipped model "
-                                              rf"dna: to use that, give its path, {SHIPPED_DATA / 'aligner_dna'}"):
-        resolve_model("dna")
+    with caplog.at_level(logging.WARNING, logger="sinkalign.align.aligner"):
+        assert resolve_model("dna") == SHIPPED_DATA / "aligner_dna"
+    assert f"dna is not an aligner model: model 'dna' is the shipped model {SHIPPED_DATA / 'aligner_dna'}" in caplog.text
+    assert Aligner.load("dna").config.alphabet == "dna"
+    import shutil
+
+    shutil.copytree(SHIPPED_DATA / "aligner_blosum", tmp_path / "learned")  # a model of its own under that name
+    assert resolve_model("learned") == Path("learned")
+    for bad in (5, None, Aligner.load("blosum")):
+        with pytest.raises(InputError, match=r"model must be a shipped model's name or a model's path, got"):
+            resolve_model(bad)
+    with pytest.raises(InputError, match=r"got Aligner .*an Aligner aligns by itself"):
+        resolve_model(Aligner.load("blosum"))
     assert resolve_model(str(SHIPPED_DATA / "aligner_dna")) == SHIPPED_DATA / "aligner_dna"
     assert resolve_model("blosum") == SHIPPED_DATA / "aligner_blosum"  # no such folder here: the name

@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from Bio import AlignIO, Phylo, SeqIO
+from Bio.Seq import Seq
+from Bio.SeqRecord import SeqRecord
 
 import sinkalign
 from sinkalign.align.aligner import Aligner
@@ -600,6 +602,17 @@ def globins() -> list[tuple[str, str]]:
     return [(r.id, str(r.seq)) for r in recs]
 
 
+def test_sequences_as_bytes_biopython_seqs_and_with_a_stop_align_as_their_text(shipped, globins):
+    """As Aligner.align takes them: bytes, Bio.Seq, and a protein's one trailing '*' (it was
+    refused as "has '*' at position ..." here while the aligner dropped it)."""
+    (_, a), (_, b), (_, c) = globins[:3]
+    want = align_multiple(["a", "b", "c"], [a, b, c], shipped)
+    got = align_multiple(["a", "b", "c"], [a + "*", b.encode(), Seq(c)], shipped)
+    assert got.rows == want.rows
+    with pytest.raises(ValueError, match=r"sequence 'a' has '\*'"):  # only a protein model drops it
+        align_multiple(["a", "b"], ["AC*", "GTT"], OK)
+
+
 def test_aligner_posteriors_are_the_every_column_alignment(shipped, globins):
     (qid, q), (tid, t) = globins[:2]
     threshold = shipped.min_confidence
@@ -668,6 +681,9 @@ ERRORS = [
     ("empty sequence", (["a", "b"], ["AC", ""], OK), {}, "sequence 'b' is empty"),
     ("ids and sequences", (["a", "b"], ["AC", "GTT", "A"], OK), {}, "2 ids but 3 sequences"),
     ("nothing", ([], [], {}), {}, "no sequences to align"),
+    ("a record", (["a", "b"], ["AC", SeqRecord(Seq("GTT"), id="b")], OK), {},
+     r"sequence 'b' is of type SeqRecord, not a sequence \(give a str, bytes or Bio.Seq; for a record, its .seq\)"),
+    ("a number", (["a", "b"], ["AC", 5], OK), {}, r"sequence 'b' is of type int, not a sequence"),
     ("missing pair", (["a", "b", "c"], ["AC", "GTT", "A"], {(0, 1): np.ones((2, 3)), (1, 2): np.ones((3, 1))}), {},
      "no posteriors for the pair of sequences 0 and 2"),
     ("shape in dict", (["a", "b"], ["AC", "GTT"], {(0, 1): np.ones((3, 2))}), {},

@@ -473,6 +473,24 @@ def test_bad_records(tmp_path, record, fmt, match):
         write_alignments([record], tmp_path / f"x.{fmt}", fmt)
 
 
+def test_the_format_comes_from_the_file_name_and_may_not_contradict_it(tmp_path):
+    """As ``sinkalign align -o``: ``write_alignments(recs, "hits.sam")`` writes SAM, and a format
+    the name contradicts (text into ``hits.bam``) is refused before anything is written."""
+    recs = [("q1", "MKV", "t", "MKV", [[0, 0], [1, 1], [2, 2]])]
+    assert write_alignments(recs, tmp_path / "a.sam") == 1
+    assert (tmp_path / "a.sam").read_text().startswith("@HD")
+    assert write_alignments(recs, tmp_path / "a.m8.gz") == 1
+    import gzip
+
+    assert gzip.open(tmp_path / "a.m8.gz", "rt").read().startswith("q1\tt\t100")
+    assert write_alignments(recs, tmp_path / "a.txt") == 1  # a name that says nothing: tsv
+    assert (tmp_path / "a.txt").read_text() == (write_alignments(recs, tmp_path / "b.tsv", "tsv") and
+                                                (tmp_path / "b.tsv").read_text())
+    with pytest.raises(ValueError, match=r"named as a bam file, and the format asked for is tsv"):
+        write_alignments(recs, tmp_path / "z.bam", "tsv")
+    assert not (tmp_path / "z.bam").exists()
+
+
 def test_alignment_length_mismatch_and_conflicting_references(tmp_path):
     aln = Alignment(np.array([[0, 0]]), [0.9], np.zeros(2), np.zeros(2), 0.9, 0.9)
     msg = r"record 0 \(q vs t\): alignment is for lengths \(2, 2\) but the sequences have \(3, 2\)"
@@ -556,7 +574,8 @@ def test_sam_and_bam_stream_when_the_references_are_given(tmp_path, records, fmt
     with pytest.raises(ValueError, match=r"record 2 \(dna_q vs dna_t\): target_id 'dna_t' is not one of the "
                                          "header's references"):
         write_alignments(records, tmp_path / f"c.{fmt}", fmt, references=refs[:1])
-    with pytest.raises(ValueError, match=r"record 0 .*: target_id 'prot_t' was given two different sequences"):
+    with pytest.raises(ValueError, match=r"record 0 .*: target_id 'prot_t' is \d+ letters long, and the header's "
+                                         r"reference of that name 5"):  # it said "two different sequences"
         write_alignments(records, tmp_path / f"c.{fmt}", fmt, references=[("prot_t", 5), ("dna_t", len(DNA_T))])
     with pytest.raises(ValueError, match="references are for the sam and bam formats, not 'tsv'"):
         write_alignments(records, tmp_path / "c.tsv", "tsv", references=refs)

@@ -249,12 +249,20 @@ def resolve_model(model: str | os.PathLike) -> Path:
     """The directory of ``model``: a path (model, checkpoint or run directory) or the name of a
     shipped model (:data:`SHIPPED_MODELS`: ``learned``, the default protein model; ``blosum``,
     the BLOSUM62 window it starts from, faster (no encoder, a separable window) and less accurate; ``dna``;
-    ``default``, the same as ``learned``). An existing path wins over a name."""
+    ``default``, the same as ``learned``). A path that holds a model wins over a name; a folder
+    that holds none (a user's folder of DNA files named ``dna``) does not hide the shipped model
+    of its name (a warning says which was taken)."""
+    if isinstance(model, bool) or not isinstance(model, (str, os.PathLike)):
+        hint = (": an Aligner aligns by itself (align, align_pairs, align_many; write_alignments writes the "
+                "results)" if isinstance(model, Aligner) else "")
+        raise InputError(f"model must be a shipped model's name or a model's path, got {type(model).__name__} "
+                         f"{model!r:.60}{hint}")
     path = Path(model)
     if path.exists():
         if str(model) in SHIPPED_MODELS and ALIGNER_LAYOUT.kind(path) is None:  # a user's folder named "dna"
-            raise CheckpointError(f"{path.resolve()} is not an aligner model, and as a path it hides the shipped "
-                                  f"model {model}: to use that, give its path, {_DATA / SHIPPED_MODELS[str(model)]}")
+            log.warning("%s is not an aligner model: model %r is the shipped model %s", path.resolve(), str(model),
+                        _DATA / SHIPPED_MODELS[str(model)])
+            return _DATA / SHIPPED_MODELS[str(model)]
         return path
     if str(model) in SHIPPED_MODELS:
         return _DATA / SHIPPED_MODELS[str(model)]
@@ -663,12 +671,17 @@ class Aligner:
         if isinstance(q, _Malformed):
             raise InputError(q.message)
         for side, value in (("query_id", qid), ("target_id", tid)):
-            if not isinstance(value, str) or not value:
-                raise InputError(f"pair {qid!r} / {tid!r}: {side}={value!r} must be a non-empty string")
+            if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+                # refused here, not by the writer after a long run: every output format takes an id
+                # as one word (FASTA's is the first word of its header)
+                raise InputError(f"pair {qid!r} / {tid!r}: {side}={value!r} must be a non-empty string without "
+                                 "whitespace")
         for side, seq in (("query", q), ("target", t)):
             if not isinstance(seq, str):
+                record = hasattr(seq, "seq") and hasattr(seq, "id")
                 raise InputError(f"pair {qid} / {tid}: the {side} is of type {type(seq).__name__}, not a sequence (give a "
-                                 "str, bytes or Bio.Seq)")
+                                 "str, bytes or Bio.Seq" + ("; records go to align_pairs, which takes their ids, or "
+                                                            "give record.seq" if record else "") + ")")
             if not seq.isascii() or not seq.isalpha():
                 k = next((k for k, c in enumerate(seq) if not (c.isascii() and c.isalpha())), None)
                 if k is not None:

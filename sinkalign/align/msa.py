@@ -841,6 +841,20 @@ def unrelated_records(n: int, evalues: Mapping[tuple[int, int], float | None],
     return [(k, e, other) for k, (e, other) in enumerate(best) if other >= 0 and e >= threshold]
 
 
+def _as_sequence(name, seq, protein: bool) -> str:
+    """``seq`` (a str, bytes or Biopython Seq) as text, a protein's one trailing stop ``*``
+    dropped as the aligner and the FASTA reader drop it; anything else refused, naming ``name``."""
+    if isinstance(seq, bytes):
+        seq = seq.decode("ascii", errors="replace")
+    elif type(seq).__name__ in ("Seq", "MutableSeq") and type(seq).__module__.startswith("Bio."):
+        seq = str(seq)
+    elif not isinstance(seq, str):
+        record = hasattr(seq, "seq") and hasattr(seq, "id")
+        raise InputError(f"sequence {name!r} is of type {type(seq).__name__}, not a sequence (give a str, bytes or "
+                         f"Bio.Seq{'; for a record, its .seq' if record else ''})")
+    return seq[:-1] if protein and seq.endswith("*") else seq
+
+
 def align_multiple(ids: Sequence[str], seqs: Sequence[str], posteriors: Any, *, consistency: int = 2,
                    refine_rounds: int = 20, seed: int = 0, progress: Callable[[int], Any] | None = None,
                    calibration: MsaCalibration | None = None, evalues: dict | None = None) -> MultipleAlignment:
@@ -864,7 +878,9 @@ def align_multiple(ids: Sequence[str], seqs: Sequence[str], posteriors: Any, *, 
     """
     if isinstance(seqs, str):
         raise InputError("seqs is a list of sequences (one per id), not one string")
-    ids, seqs = list(ids), [str(s) for s in seqs]
+    ids, seqs = list(ids), list(seqs)
+    protein = getattr(getattr(posteriors, "config", None), "alphabet", None) == "protein"
+    seqs = [_as_sequence(name, seq, protein) for name, seq in zip(ids, seqs)] + seqs[len(ids):]
     if len(ids) != len(seqs):
         raise InputError(f"{len(ids)} ids but {len(seqs)} sequences")
     if not seqs:

@@ -121,6 +121,7 @@ from sinkalign.alignment import (
 )
 from sinkalign.alignment import format_number as _fmt
 from sinkalign.errors import InputError, OutputExistsError
+from sinkalign.io.formats import ALIGNMENT_SUFFIXES, output_format
 from sinkalign.utils import atomic_path, atomic_write, wants_gzip
 
 __all__ = ["FORMATS", "TSV_COLUMNS", "AlignedPair", "write_alignments"]
@@ -639,8 +640,11 @@ def _segment(rec: _Record, header, ref_index: dict[str, int], seqs: dict[str, st
     check_name("sam", rec.target_id, "target", rec.where)
     if rec.target_id not in ref_index:
         raise InputError(f"{rec.where}: target_id {rec.target_id!r} is not one of the header's references")
+    if lengths[rec.target_id] != len(rec.target):
+        raise InputError(f"{rec.where}: target_id {rec.target_id!r} is {len(rec.target)} letters long, and the "
+                         f"header's reference of that name {lengths[rec.target_id]}")
     seen = seqs.setdefault(rec.target_id, rec.target)
-    if seen != rec.target or lengths[rec.target_id] != len(rec.target):
+    if seen != rec.target:
         raise InputError(f"{rec.where}: target_id {rec.target_id!r} was given two different sequences")
     seg = pysam.AlignedSegment(header)
     seg.query_name = rec.query_id
@@ -725,7 +729,7 @@ _TEXT_WRITERS: dict[str, Callable[..., int]] = {
 def write_alignments(
     records: Iterable[Any],
     path: str | os.PathLike | IO[str],
-    fmt: str,
+    fmt: str | None = None,
     *,
     references: Iterable[tuple[str, int]] | None = None,
     overwrite: bool = False,
@@ -743,7 +747,10 @@ def write_alignments(
         path: destination file, written atomically (temporary file beside it, renamed at the
             end; any previous file is kept on error), or an open text stream (e.g.
             ``sys.stdout``), written as records arrive; ``bam`` needs a file.
-        fmt: output format (see the module docstring).
+        fmt: output format (see the module docstring); ``None`` (default): the one ``path``'s
+            extension names (:data:`~sinkalign.io.formats.ALIGNMENT_SUFFIXES`: ``.sam``,
+            ``.bam``, ``.paf``, ``.m8``, ...), else ``tsv``. A format the extension contradicts
+            (``"tsv"`` to ``hits.bam``) is an error, as in ``sinkalign align``.
         references: SAM/BAM only: the ``(target id, length)`` of every reference, in header
             order, known before the first record (e.g. the records of the target FASTA); the
             records are then streamed, and a record whose target is not listed, or has
@@ -757,8 +764,9 @@ def write_alignments(
             another format.
         OutputExistsError (a FileExistsError): ``path`` is an existing file and not ``overwrite``.
     """
-    if fmt not in FORMATS:
+    if fmt is not None and fmt not in FORMATS:
         raise InputError(f"{fmt=} is not one of {FORMATS}")
+    fmt = output_format(path, fmt, "tsv", ALIGNMENT_SUFFIXES)
     if not hasattr(path, "write") and Path(path).is_file() and not overwrite:
         raise OutputExistsError(f"{path} already exists; remove it, or pass overwrite=True to replace it (it is "
                                 "replaced only when the writing succeeds)")
