@@ -75,6 +75,9 @@ def test_a_protein_model_given_nucleotides_says_so_once(caplog):
     aligner = sa.Aligner.load()
     gene = "ATGGCTAGCAAAGGAGAAGAACTTTTCACTGGAGTTGTCCCAATTCTTGTTGAATTAGATGGTGATG"
     with caplog.at_level(logging.WARNING, logger="sinkalign.align.aligner"):
+        aligner.align("AAA", "GGG")  # short peptides may be made of nucleotide letters: not said
+        aligner.align("GATTACA", "CAT")
+        assert not caplog.records
         aligner.align(gene, gene[10:50])
         aligner.align(gene, gene[5:40])
         aligner.align(HBA, HBB)

@@ -694,7 +694,7 @@ class Aligner:
                                     "model: Aligner.load() or 'blosum')")
         if self.config.alphabet == "protein" and not (self._warned_dna and self._warned_mixed):
             kinds = (detect_alphabet(q), detect_alphabet(t))
-            if kinds == ("dna", "dna") and not self._warned_dna:
+            if kinds == ("dna", "dna") and not self._warned_dna and max(len(q), len(t)) >= 30:  # not "AAA", "GGG"
                 self._warned_dna = True
                 log.warning("pair %s / %s: both sequences are nucleotides, and this is a protein model: "
                             "Aligner.load('dna') aligns DNA (said once per aligner)", qid, tid)
