@@ -296,7 +296,11 @@ class Aligner:
             without ESM-2 features refuses ``weights``.
         backend: ``reference`` (pure JAX operator) or ``pallas`` (blockwise kernels); the
             ``numpy`` engine computes the reference operator's plans.
-        gap_weight: MEA gap weight (0 = gaps free, the decoding the model was tuned with).
+        gap_weight: MEA gap weight (0 = gaps free, the decoding the shipped models were tuned
+            with): a residue pair is aligned only where its match posterior beats this times the
+            two residues' gap (dustbin) posteriors, which hold much of each residue's mass, so
+            values near 0.5 and above leave most pairs nearly unaligned (human alpha against
+            beta globin: 140 aligned pairs at 0, 68 at 0.05, 32 at 0.1, 1 at 0.5).
         identity_weight: MEA tie-break towards identical residues: ``tau * [a_i == b_j]``
             added to each residue pair's gain (:func:`~sinkalign.align.decode.identity_gain`;
             the alignment's posteriors and score are the model's). Default: the model's
