@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -293,6 +294,24 @@ def test_cli_eval_json_is_not_overwritten_unasked_and_dash_is_stdout(fasta, tmp_
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["heldout"]["markov"]["order"] == 2
     assert "held-out bits/base: LM" in res.stderr and list(work.iterdir()) == []
+
+
+def test_cli_eval_reads_the_genome_from_standard_input(fasta, tmp_path):
+    """``--fasta -`` (``zcat genome.fa.gz | sinkalign lm eval --fasta -``): the same report as
+    the file gives, the input named ``<stdin>``, in the report and in errors."""
+    ck = _checkpoint(tmp_path)
+    base = ["lm", "eval", "--model", str(ck), "--sections", "heldout", "--markov-order", "2", "--max-bases", "64",
+            "--json", "-"]
+    runner = CliRunner()
+    from_file = runner.invoke(cli, [*base, "--fasta", str(fasta)])
+    from_stdin = runner.invoke(cli, [*base, "--fasta", "-"], input=Path(fasta).read_bytes())
+    assert from_file.exit_code == 0 and from_stdin.exit_code == 0, from_stdin.output
+    a, b = json.loads(from_file.stdout), json.loads(from_stdin.stdout)
+    assert b["data"]["fasta"] == "<stdin>" and a["data"]["fasta"] == str(fasta)
+    assert a["heldout"] == b["heldout"] and a["data"]["records"] == b["data"]["records"]
+    res = runner.invoke(cli, ["lm", "eval", "--model", str(ck), "--sections", "heldout", "--fasta", "-"],
+                        input=">t1\nGGCCAATT\n")
+    assert_one_line_error(res, "<stdin>: too little sequence for the Markov baseline")
 
 
 def test_cli_eval_too_little_sequence_for_the_markov_baseline_is_a_clean_error(tmp_path):

@@ -190,7 +190,8 @@ def _init_settings(ctx: click.Context, init_model: str, **given):
 @click.option("--model", "model_path", default=None, type=click.Path(),
               help="Checkpoint or training run directory, or a shipped model by name: default (35 genomes), "
                    "cdiph (C. diphtheriae only) [default: default].")
-@click.option("--fasta", required=True, type=click.Path(exists=True, dir_okay=False, readable=True))
+@click.option("--fasta", required=True, type=click.Path(exists=True, dir_okay=False, readable=True, allow_dash=True),
+              help="Genome FASTA (plain or gzip); '-': standard input.")
 @click.option("--json", "json_out", default=None, type=click.Path(dir_okay=False, allow_dash=True),
               help="Write the full report as JSON here (atomically; '-' = stdout, the summary then goes to stderr).")
 @click.option("--overwrite", is_flag=True,
@@ -234,12 +235,13 @@ def eval_cmd(model_path, fasta, json_out, overwrite, val_fraction, context, stri
     require("torch", "torch", "sinkalign lm eval")
     from sinkalign.lm.evaluate import EvalConfig, evaluate_lm
     from sinkalign.lm.generate import load_model, resolve_model_path
-    from sinkalign.pipelines.runner import check_outputs
+    from sinkalign.pipelines.runner import STDIN_NAME, check_outputs, stdin_spooled
     from sinkalign.utils import is_stdio, open_output
 
     try:
         config = EvalConfig(
-            fasta=fasta, val_fraction=val_fraction, context=context, stride=stride, max_bases=max_bases,
+            fasta=STDIN_NAME if is_stdio(fasta) else fasta, val_fraction=val_fraction, context=context, stride=stride,
+            max_bases=max_bases,
             markov_order=markov_order, length_multipliers=length_multipliers,
             extrapolation_bases=extrapolation_bases, extrapolation_stride=extrapolation_stride,
             passkey_multipliers=passkey_multipliers,
@@ -249,11 +251,13 @@ def eval_cmd(model_path, fasta, json_out, overwrite, val_fraction, context, stri
             batch_size=batch_size, device=device)
     except InputError as exc:  # a bad setting (a bug raising ValueError keeps its traceback)
         raise click.UsageError(str(exc)) from exc
-    check_outputs([(json_out, "--json")], overwrite, [Path(fasta)])  # before any work
+    check_outputs([(json_out, "--json")], overwrite, [] if is_stdio(fasta) else [Path(fasta)])  # before any work
     path = resolve_model_path(model_path)  # a missing or corrupt model: MissingFileError / CheckpointError
     ckpt = load_model(path, device=device)
-    report = evaluate_lm(ckpt.model, config, model_path=str(path))
+    with stdin_spooled([fasta]) as (spooled,):  # standard input: one copy, read as a file (errors name <stdin>)
+        report = evaluate_lm(ckpt.model, dataclasses.replace(config, fasta=str(spooled)), model_path=str(path))
     doc = report.to_dict()
+    doc["data"]["fasta"] = config.fasta  # as given, not the copy's temporary path
     if json_out is not None:
         with open_output(json_out) as handle:
             handle.write(json.dumps(doc, indent=2) + "\n")
