@@ -359,18 +359,28 @@ class _SinkhornTail2(torch.autograd.Function):
     def backward(ctx, grad_out, *_):  # the duals are not differentiable: their cotangents are None
         saved = ctx.saved_tensors
         levels = active_transforms()
-        if levels not in ([], ["Grad"]) or (not levels and any(_wrapped(t) for t in (grad_out, *saved))):
+        if levels not in ([], ["Grad"]):
             raise RuntimeError(
-                f"the Triton operator's backward runs under torch.autograd and one torch.func.grad, not under "
-                f"{' > '.join(levels) or 'torch.func.vjp'} (vjp, jacrev, hessian, vmap of grad, nested grads): use "
-                "the reference operator (sinkhorn_attention_ref) there")
-        anchors = [t for t in (grad_out, *saved[:3], *saved[5:7]) if t.requires_grad]
-        if levels:  # torch.func.grad: the kernels run on the plain tensors beneath its wrappers
+                f"the Triton operator's backward runs under torch.autograd, one torch.func.grad or torch.func.vjp, not "
+                f"under {' > '.join(levels)} (jacrev, hessian, vmap of grad, nested grads): use the reference "
+                "operator (sinkhorn_attention_ref) there")
+
+        def differentiable(grad_out, saved):
+            return [t for t in (grad_out, *saved[:3], *saved[5:7]) if t.requires_grad]
+
+        anchors = differentiable(grad_out, saved)  # under torch.func.grad: at its level
+        if levels or any(_wrapped(t) for t in (grad_out, *saved)):
+            # torch.func.grad, or torch.func.vjp's function after its level ended: the kernels run on
+            # the plain tensors beneath the wrappers
             grad_out, saved = _unwrapped(grad_out), tuple(_unwrapped(t) for t in saved)
+            if not levels:
+                anchors = differentiable(grad_out, saved)
         q, k, v, qm, km, log_a, log_b, v0, u1, v1, u2, v2 = saved
         lc: _Launch = ctx.lc
-        # under torch.func.grad new tensors would be wrapped at its level: the sweeps step outside it
-        with torch._C._DisableFuncTorch() if levels else contextlib.nullcontext():
+        # the kernels' results carry no graph, so neither does the torch around them (a second
+        # derivative is refused below); under torch.func.grad new tensors would be wrapped at its
+        # level: the sweeps step outside it
+        with torch.no_grad(), torch._C._DisableFuncTorch() if levels else contextlib.nullcontext():
             lc.build_cache(q, k)  # rebuilt for the backward's five sweeps
             try:
                 grads = _SinkhornTail2._backward(ctx, grad_out, q, k, v, qm, km, log_a, log_b, v0, u1, v1, u2, v2,
