@@ -1274,6 +1274,11 @@ def test_torch_func_grad_of_the_triton_operator_equals_autograd(name):
     for g, r in zip(got, want):
         assert not g.requires_grad and torch.equal(g, r)
     assert all(float(r.abs().max()) > 1e-3 for r in want)
+    # torch.autograd.grad with create_graph=True: the same first-order gradients
+    qq, kk, vv = (t.clone().requires_grad_() for t in (q, k, v))
+    graph = torch.autograd.grad((op(qq, kk, vv, **kw) * w).sum(), (qq, kk, vv), create_graph=True)
+    for g, r in zip(graph, want):
+        assert torch.equal(g.detach(), r)
     # torch.func.vjp: its function runs the backward after its level has ended
     out, vjp_fn = torch.func.vjp(lambda q, k, v: op(q, k, v, **kw), q, k, v)
     for g, r in zip(vjp_fn(w), want):
