@@ -883,6 +883,8 @@ def test_a_folder_named_like_a_shipped_model_does_not_hide_it(tmp_path, monkeypa
         assert resolve_model("dna") == SHIPPED_DATA / "aligner_dna"
     assert f"dna is not an aligner model: model 'dna' is the shipped model {SHIPPED_DATA / 'aligner_dna'}" in caplog.text
     assert Aligner.load("dna").config.alphabet == "dna"
+    assert resolve_model("DNA") == resolve_model("Dna") == SHIPPED_DATA / "aligner_dna"  # names in any case
+    assert resolve_model("Blosum") == SHIPPED_DATA / "aligner_blosum"
     import shutil
 
     shutil.copytree(SHIPPED_DATA / "aligner_blosum", tmp_path / "learned")  # a model of its own under that name

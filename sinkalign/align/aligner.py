@@ -258,14 +258,15 @@ def resolve_model(model: str | os.PathLike) -> Path:
         raise InputError(f"model must be a shipped model's name or a model's path, got {type(model).__name__} "
                          f"{model!r:.60}{hint}")
     path = Path(model)
+    name = str(model).lower()  # "DNA" and "Learned" name the shipped models too
     if path.exists():
-        if str(model) in SHIPPED_MODELS and ALIGNER_LAYOUT.kind(path) is None:  # a user's folder named "dna"
+        if name in SHIPPED_MODELS and ALIGNER_LAYOUT.kind(path) is None:  # a user's folder named "dna"
             log.warning("%s is not an aligner model: model %r is the shipped model %s", path.resolve(), str(model),
-                        _DATA / SHIPPED_MODELS[str(model)])
-            return _DATA / SHIPPED_MODELS[str(model)]
+                        _DATA / SHIPPED_MODELS[name])
+            return _DATA / SHIPPED_MODELS[name]
         return path
-    if str(model) in SHIPPED_MODELS:
-        return _DATA / SHIPPED_MODELS[str(model)]
+    if name in SHIPPED_MODELS:
+        return _DATA / SHIPPED_MODELS[name]
     raise CheckpointError(f"model {model} does not exist (a model, checkpoint or run directory, or one of the "
                           f"shipped models {sorted(SHIPPED_MODELS)})")
 
