@@ -134,8 +134,18 @@ def test_bad_profile_inputs():
         gc_profile([("r", "ACGT")], window=4, step=-1)
     with pytest.raises(ValueError, match="step=5 must not exceed window=4"):
         gc_profile([("r", "ACGT")], window=4, step=5)
-    with pytest.raises(ValueError, match="record 'r': invalid character 'X' at 0-based position 2"):
-        gc_profile([("r", "ACXT")], window=2, step=1)
+    with pytest.raises(ValueError, match="record 'r': invalid character 'Z' at 0-based position 2"):
+        gc_profile([("r", "ACZT")], window=2, step=1)
+    # IUPAC codes and X are N, as a FASTA file is read (they were refused in Python alone)
+    iupac, plain = gc_profile([("r", "ACRTYGXNacgt")], window=4, step=2), gc_profile([("r", "ACNTNGNNACGT")],
+                                                                                    window=4, step=2)
+    for column in ("gc", "gc_skew", "n_fraction", "gc_deviation"):
+        np.testing.assert_array_equal(getattr(iupac, column), getattr(plain, column))
+    assert iupac.summaries == plain.summaries and len(iupac) == 5
+    with pytest.raises(ValueError, match=r"not one sequence: give \[\(id, seq\)\]"):
+        gc_profile("ACGTACGT", window=4)
+    with pytest.raises(ValueError, match=r"record 1: expected an \(id, seq\) pair or a GenomeRecord, got str"):
+        gc_profile([("a", "ACGT"), "ACGT"], window=2)
     with pytest.raises(ValueError, match="record 'e' is empty"):
         gc_profile([("e", "")], window=2, step=1)
     with pytest.raises(ValueError, match=r"duplicate record ids: \['a'\]"):

@@ -96,6 +96,9 @@ def test_heldout_bits_bad_inputs():
         heldout_bits_per_base(model, "ACGTACGT", context=0)
     with pytest.raises(ValueError, match=r"evaluation sequence: invalid character 'Z' at 0-based position 2"):
         heldout_bits_per_base(model, "ACZT", context=8)
+    # IUPAC codes and X are N, as a genome file is read (they were refused here alone)
+    assert heldout_bits_per_base(model, "ACGTRYACGTXACGGT", context=8) == \
+        heldout_bits_per_base(model, "ACGTNNACGTNACGGT", context=8)
     with pytest.raises(ValueError, match=r"nothing to score: sequence of length 1 with 0 prefix bases"):
         heldout_bits_per_base(model, "A", context=8)
     with pytest.raises(ValueError, match=r"nothing to score: every target base is N"):
@@ -296,7 +299,7 @@ def test_cli_eval_json_is_not_overwritten_unasked_and_dash_is_stdout(fasta, tmp_
     assert "held-out bits/base: LM" in res.stderr and list(work.iterdir()) == []
 
 
-def test_cli_eval_reads_the_genome_from_standard_input(fasta, tmp_path):
+def test_cli_eval_reads_the_genome_from_standard_input(fasta, tmp_path, caplog):
     """``--fasta -`` (``zcat genome.fa.gz | sinkalign lm eval --fasta -``): the same report as
     the file gives, the input named ``<stdin>``, in the report and in errors."""
     ck = _checkpoint(tmp_path)
@@ -312,6 +315,12 @@ def test_cli_eval_reads_the_genome_from_standard_input(fasta, tmp_path):
     res = runner.invoke(cli, ["lm", "eval", "--model", str(ck), "--sections", "heldout", "--fasta", "-"],
                         input=">t1\nGGCCAATT\n")
     assert_one_line_error(res, "<stdin>: too little sequence for the Markov baseline")
+    # warnings name it so too, not the copy's temporary path
+    with caplog.at_level(logging.WARNING, logger="sinkalign.lm.evaluate"):
+        res = runner.invoke(cli, [*base, "--fasta", "-"], input=Path(fasta).read_bytes() + b">gap\nNNNNNNNN\n")
+    assert res.exit_code == 0, res.output
+    assert "<stdin>: skipped 1 record(s) in which every base is N: 'gap'" in caplog.text
+    assert "sinkalign-stdin" not in caplog.text + res.output
 
 
 def test_cli_eval_too_little_sequence_for_the_markov_baseline_is_a_clean_error(tmp_path):

@@ -58,6 +58,9 @@ def test_seeded_reproducibility_and_restored_mode():
     assert a != generate(model, "ACGTAC", 64, seed=6)
     assert generate(model, "ACGTAC", 64, top_k=1, seed=1) == generate(model, "ACGTAC", 64, temperature=0)
     assert generate(model, "ACGTAC", 64, top_p=1e-6, seed=2) == generate(model, "ACGTAC", 64, temperature=0)
+    # a positive temperature towards 0 is greedy: logits / T overflowed to NaN probabilities below ~1e-38
+    for t in (1e-40, 1e-300, 5e-324):
+        assert generate(model, "ACGTAC", 64, temperature=t, seed=3) == generate(model, "ACGTAC", 64, temperature=0)
 
 
 def test_sampling_follows_the_model_distribution():

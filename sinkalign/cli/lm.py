@@ -240,8 +240,8 @@ def eval_cmd(model_path, fasta, json_out, overwrite, val_fraction, context, stri
 
     try:
         config = EvalConfig(
-            fasta=STDIN_NAME if is_stdio(fasta) else fasta, val_fraction=val_fraction, context=context, stride=stride,
-            max_bases=max_bases,
+            fasta=fasta, name=STDIN_NAME if is_stdio(fasta) else None, val_fraction=val_fraction, context=context,
+            stride=stride, max_bases=max_bases,
             markov_order=markov_order, length_multipliers=length_multipliers,
             extrapolation_bases=extrapolation_bases, extrapolation_stride=extrapolation_stride,
             passkey_multipliers=passkey_multipliers,
@@ -257,7 +257,6 @@ def eval_cmd(model_path, fasta, json_out, overwrite, val_fraction, context, stri
     with stdin_spooled([fasta]) as (spooled,):  # standard input: one copy, read as a file (errors name <stdin>)
         report = evaluate_lm(ckpt.model, dataclasses.replace(config, fasta=str(spooled)), model_path=str(path))
     doc = report.to_dict()
-    doc["data"]["fasta"] = config.fasta  # as given, not the copy's temporary path
     if json_out is not None:
         with open_output(json_out) as handle:
             handle.write(json.dumps(doc, indent=2) + "\n")

@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from sinkalign.errors import InputError
-from sinkalign.lm.data import read_genome, train_val_split
+from sinkalign.lm.data import as_model_bases, read_genome, train_val_split
 from sinkalign.lm.gc import gc_trajectory, trajectory_correlation
 from sinkalign.lm.generate import generate_batch
 from sinkalign.lm.markov import MarkovModel
@@ -138,8 +138,9 @@ def _target_bits(model: DNALanguageModel, tokens: torch.Tensor, first: int, *, c
 
 
 def _encode(seq: str, what: str) -> torch.Tensor:
+    """Token ids of ``seq``, its IUPAC ambiguity codes and X read as N (as a genome file is read)."""
     try:
-        return NucleotideTokenizer().encode(seq)
+        return NucleotideTokenizer().encode(as_model_bases(seq) if isinstance(seq, str) else seq)
     except ValueError as exc:
         raise InputError(f"{what}: {exc}") from None
 
@@ -203,7 +204,8 @@ def heldout_bits_per_base(
 
     Args:
         model: the language model (evaluated in eval mode; its mode is restored).
-        seq: bases over ``ACGTN`` (either case).
+        seq: bases over ``ACGTN`` (either case; IUPAC ambiguity codes and ``X`` are read as N,
+            as in a genome file).
         context: tokens per forward pass (usually the training length).
         stride: new targets per window, ``1 <= stride <= context`` (default ``context // 2``).
         prefix: preceding sequence; only its last ``context`` bases are used.
@@ -310,6 +312,9 @@ class EvalConfig:
     """
 
     fasta: str
+    #: what messages and the report call the FASTA (default: ``fasta``; ``<stdin>`` for a copy of
+    #: standard input, whose temporary path means nothing to a user)
+    name: str | None = None
     val_fraction: float = 0.1
     context: int | None = None
     stride: int | None = None
@@ -339,9 +344,16 @@ class EvalConfig:
     device: str = "cpu"
     sections: tuple[str, ...] = ("heldout", "extrapolation", "passkey", "completion")
 
+    @property
+    def label(self) -> str:
+        """The FASTA as messages and the report name it: :attr:`name`, else :attr:`fasta`."""
+        return self.name or self.fasta
+
     def __post_init__(self) -> None:
         if not isinstance(self.fasta, str) or not self.fasta:
             raise InputError(f"fasta={self.fasta!r} must be a non-empty path string")
+        if self.name is not None and (not isinstance(self.name, str) or not self.name):
+            raise InputError(f"name={self.name!r} must be a non-empty string or None")
         if not 0.0 < self.val_fraction < 1.0:
             raise InputError(f"val_fraction={self.val_fraction!r} must be in (0, 1)")
         for name in ("context", "stride", "max_bases", "prompt_len", "top_k", "extrapolation_stride"):
@@ -424,13 +436,13 @@ def _splits(config: EvalConfig) -> tuple[list[_Split], list[dict[str, Any]]]:
         try:
             tr, va = train_val_split(seq, config.val_fraction)
         except ValueError as exc:
-            raise InputError(f"{config.fasta}: record {rid!r}: {exc}") from None
+            raise InputError(f"{config.label}: record {rid!r}: {exc}") from None
         out.append(_Split(rid, tr, va))
     if skipped:
-        logger.warning("%s: skipped %d record(s) in which every base is N: %s", config.fasta, len(skipped),
+        logger.warning("%s: skipped %d record(s) in which every base is N: %s", config.label, len(skipped),
                        ", ".join(repr(r["id"]) for r in skipped))
     if not out:
-        raise InputError(f"{config.fasta}: every base of every record is N: nothing to evaluate")
+        raise InputError(f"{config.label}: every base of every record is N: nothing to evaluate")
     return out, skipped
 
 
@@ -465,7 +477,7 @@ def _fit_markov(splits: list[_Split], config: EvalConfig) -> _Markov:
             if scored.size:  # else no base of the tail is scored at this order (N in every window)
                 sweep[int(k)] = float(-scored.mean())
         if not sweep:
-            raise InputError(f"{config.fasta}: no base of the training splits' tails can be scored by the Markov "
+            raise InputError(f"{config.label}: no base of the training splits' tails can be scored by the Markov "
                              f"baseline, whose order is chosen there; give a fixed --markov-order")
         order = min(sweep, key=lambda o: (sweep[o], o))
         logger.info("Markov order %d chosen on the training tail", order)
@@ -489,7 +501,7 @@ def _fit_order(order: int, seqs: list[str], splits: list[_Split], config: EvalCo
             f"{100 * frac**parts:.0f}% of each record" if parts == 2 else
             f"order {order} is fitted on the first {100 * frac:.0f}% of each record")
     longest = max(len(sp.train) + len(sp.val) for sp in splits)
-    raise InputError(f"{config.fasta}: too little sequence for the Markov baseline: {what}, which needs a record "
+    raise InputError(f"{config.label}: too little sequence for the Markov baseline: {what}, which needs a record "
                      f"of at least {need} bases without N (the longest here has {longest}); give longer sequences, "
                      f"a{' lower' if parts == 1 else ''} fixed --markov-order, or leave out the heldout and "
                      f"completion sections")
@@ -522,10 +534,10 @@ def _heldout_section(model: DNALanguageModel, splits: list[_Split], config: Eval
         lm_bits.append(bits)
         mk_bits.append(-markov.model.log2_probs(part, prefix=sp.train))  # [len(part)], NaN where not scored
     if all_n:
-        logger.warning("%s: held-out bits/base skip %d record(s) whose held-out part is all N: %s", config.fasta,
+        logger.warning("%s: held-out bits/base skip %d record(s) whose held-out part is all N: %s", config.label,
                        len(all_n), ", ".join(map(repr, all_n)))
     if not lm_bits:
-        raise InputError(f"{config.fasta}: the held-out part (the last {config.val_fraction:g}) of every record is "
+        raise InputError(f"{config.label}: the held-out part (the last {config.val_fraction:g}) of every record is "
                          f"all N: nothing to score")
     lm_all, mk_all = np.concatenate(lm_bits), np.concatenate(mk_bits)
     lm_ok = np.isfinite(lm_all)
@@ -534,7 +546,7 @@ def _heldout_section(model: DNALanguageModel, splits: list[_Split], config: Eval
     shared = lm_ok & np.isfinite(mk_all)
     n = int(shared.sum())
     if n == 0:
-        raise InputError(f"{config.fasta}: no held-out base can be scored by the order-{markov.model.order} Markov "
+        raise InputError(f"{config.label}: no held-out base can be scored by the order-{markov.model.order} Markov "
                          f"baseline (an N within {markov.model.order} bases before every one): give a lower "
                          "--markov-order")
     lm_bpb, mk_bpb = float(lm_all[shared].mean()), float(mk_all[shared].mean())
@@ -728,7 +740,7 @@ def evaluate_lm(model: DNALanguageModel, config: EvalConfig, *, model_path: str 
     return EvalReport(
         model={"path": model_path, "attention": model.config.attention, "max_train_len": train_len,
                "n_parameters": model.num_parameters(), "config": model.config.to_dict()},
-        data={"fasta": config.fasta, "val_fraction": config.val_fraction,
+        data={"fasta": config.label, "val_fraction": config.val_fraction,
               "records": [{"id": sp.chrom, "train_bases": len(sp.train), "val_bases": len(sp.val)}
                           for sp in splits],
               "skipped_records": skipped},

@@ -176,6 +176,10 @@ class SamplingConfig:
             logits = logits.float()
         if self.temperature == 0.0:
             return logits.argmax(dim=-1, keepdim=True)
+        if self.temperature < 1e-3:  # logits / T would overflow to inf (NaN probabilities) as T -> 0: shifted
+            # by the row's largest first (the same distribution) and divided in float64 (T is no float32
+            # zero), the best base keeps 0 and the rest go to -inf
+            logits = (logits - logits.max(dim=-1, keepdim=True).values).double()
         logits = logits / self.temperature
         if self.top_k is not None and self.top_k < _N_BASES:
             kth = logits.topk(self.top_k, dim=-1).values[:, -1:]

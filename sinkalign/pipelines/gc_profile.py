@@ -113,7 +113,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from sinkalign.errors import InputError, OutputExistsError
-from sinkalign.lm.data import GenomeRecord, encode, read_genome_records
+from sinkalign.lm.data import GenomeRecord, as_model_bases, encode, read_genome_records
 from sinkalign.lm.gc import gc_trajectory, trajectory_correlation
 from sinkalign.pipelines.runner import STDIN_NAME, stdin_spooled
 from sinkalign.utils import atomic_write, atomic_write_bytes, atomic_write_text, is_stdio
@@ -317,13 +317,23 @@ class GCProfile:
 
 def _as_records(records) -> list[tuple[str, str]]:
     """Accept one ``(id, seq)`` / GenomeRecord or an iterable of them."""
+    if isinstance(records, (str, bytes)):
+        raise InputError("records are (id, seq) pairs or GenomeRecords, not one sequence: give [(id, seq)], "
+                         "e.g. gc_profile([('chr1', seq)])")
     if isinstance(records, GenomeRecord) or (
         isinstance(records, tuple) and len(records) == 2 and all(isinstance(x, str) for x in records)
     ):
         records = [records]
     out = []
-    for r in records:
-        out.append((r.id, r.seq) if isinstance(r, GenomeRecord) else (str(r[0]), r[1]))
+    for k, r in enumerate(records):
+        if isinstance(r, GenomeRecord):
+            out.append((r.id, r.seq))
+            continue
+        if isinstance(r, (str, bytes)) or not isinstance(r, (tuple, list)) or len(r) != 2 \
+                or not isinstance(r[1], str):
+            raise InputError(f"record {k}: expected an (id, seq) pair or a GenomeRecord, got {type(r).__name__} "
+                             f"{r!r:.40}")
+        out.append((str(r[0]), as_model_bases(r[1])))  # IUPAC codes and X as N, as a FASTA file is read
     if not out:
         raise InputError("no records given")
     ids = [r[0] for r in out]
