@@ -188,6 +188,33 @@ def test_cli_generate_dna_shipped_models():
     assert res_c.output.strip() == generate(load_model("cdiph").model, "ATGACCGGTTTAGCC", 40, seed=3)
 
 
+def test_cli_threads_option_sets_torch_threads_and_keeps_the_result(tmp_path):
+    """--threads N (generate-dna, lm eval): torch's CPU threads for the run; the same bases."""
+    ck = tmp_path / "ck"
+    save_checkpoint(ck, tiny_model("rope", dtype=torch.float32))
+    before = torch.get_num_threads()
+    runner = CliRunner()
+    base = ["generate-dna", "--model", str(ck), "--prompt", "ACGTACGGTA", "--length", "30", "--seed", "4"]
+    try:
+        torch.set_num_threads(2)  # so that the option's 1 shows
+        one = runner.invoke(cli, [*base, "--threads", "1"])
+        assert one.exit_code == 0, one.output
+        assert torch.get_num_threads() == 1
+        torch.set_num_threads(2)
+        assert one.output == runner.invoke(cli, base).output
+        fasta = tmp_path / "g.fa"
+        fasta.write_text(">g\n" + "ACGTTGCAAGGCTTAC" * 30 + "\n")
+        torch.set_num_threads(2)
+        res = runner.invoke(cli, ["lm", "eval", "--model", str(ck), "--fasta", str(fasta), "--sections", "heldout",
+                                  "--markov-order", "2", "--threads", "1"])
+        assert res.exit_code == 0, res.output
+        assert torch.get_num_threads() == 1
+        res = runner.invoke(cli, [*base, "--threads", "0"])
+        assert res.exit_code == 2 and "--threads" in res.output
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_cli_generate_dna(tmp_path):
     ck = tmp_path / "ck"
     save_checkpoint(ck, tiny_model("sla", dtype=torch.float32))

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from sinkalign.cli.options import FiniteFloatRange
+from sinkalign.cli.options import FiniteFloatRange, torch_threads_option
 from sinkalign.utils import atomic_write_text
 
 # torch is an optional extra: nothing here imports it at module level (`sinkalign --help`
@@ -70,6 +70,7 @@ def _record_id(ctx: click.Context, param: click.Parameter, value: str | None) ->
                    "header says prompt_included=true prompt_length=P, from which gc-profile --overlay drops the "
                    "prompt).")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@torch_threads_option()
 @click.option("-o", "--output", default=None, type=click.Path(dir_okay=False, allow_dash=True),
               help="Output file (written atomically; '-' = stdout) [default: stdout].")
 @click.option("--overwrite", is_flag=True,
@@ -78,8 +79,8 @@ def _record_id(ctx: click.Context, param: click.Parameter, value: str | None) ->
               help="Progress bar of generated bases on stderr [default: on a terminal, for 1000+ bases].")
 def generate_dna(prompt: str, length: int, temperature: float, top_k: int | None, top_p: float | None,
                  seed: int | None, model_path: str | None, fmt: str, record_id: str, chrom: str | None,
-                 start: int | None, include_prompt: bool, device: str, output: str | None, overwrite: bool,
-                 progress: bool | None) -> None:
+                 start: int | None, include_prompt: bool, device: str, torch_threads: int | None, output: str | None,
+                 overwrite: bool, progress: bool | None) -> None:
     """Continue --prompt by --length bases sampled from a DNA language model.
 
     Decoding uses the KV cache (softmax attentions) or the recurrent state (SLA). Only the
@@ -119,6 +120,8 @@ def generate_dna(prompt: str, length: int, temperature: float, top_k: int | None
                                  param_hint="'--length'")
     if device == "cuda" and not torch.cuda.is_available():
         raise click.UsageError("--device cuda: CUDA is not available")
+    if torch_threads is not None:
+        torch.set_num_threads(torch_threads)
     ckpt = load_model(model_path, device=device)  # a missing or corrupt model: MissingFileError / CheckpointError
     if progress is None:
         progress = length >= 1000 and sys.stderr.isatty()

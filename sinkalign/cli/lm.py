@@ -9,7 +9,14 @@ from pathlib import Path
 
 import click
 
-from sinkalign.cli.options import FiniteFloatRange, ResumableCommand, progress_option, report_interrupted, show_progress
+from sinkalign.cli.options import (
+    FiniteFloatRange,
+    ResumableCommand,
+    progress_option,
+    report_interrupted,
+    show_progress,
+    torch_threads_option,
+)
 from sinkalign.cli.options import model_options as _model_options
 from sinkalign.errors import InputError, require
 from sinkalign.lm.config import ATTENTION_NAMES, LMConfig
@@ -227,10 +234,11 @@ def _init_settings(ctx: click.Context, init_model: str, **given):
 @click.option("--seed", default=0, show_default=True, type=_NON_NEGATIVE)
 @click.option("--batch-size", default=16, show_default=True, type=_POSITIVE)
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@torch_threads_option()
 def eval_cmd(model_path, fasta, json_out, overwrite, val_fraction, context, stride, max_bases, markov_order,
              length_multipliers, extrapolation_bases, extrapolation_stride, passkey_multipliers, passkey_trials,
              completion_prompts, prompt_len, completion_len, gc_window, temperature, top_k, top_p, sections, seed, batch_size,
-             device) -> None:
+             device, torch_threads) -> None:
     """Held-out bits/base vs an order-k Markov chain, length extrapolation, passkey and completions."""
     require("torch", "torch", "sinkalign lm eval")
     from sinkalign.lm.evaluate import EvalConfig, evaluate_lm
@@ -253,6 +261,10 @@ def eval_cmd(model_path, fasta, json_out, overwrite, val_fraction, context, stri
         raise click.UsageError(str(exc)) from exc
     check_outputs([(json_out, "--json")], overwrite, [] if is_stdio(fasta) else [Path(fasta)])  # before any work
     path = resolve_model_path(model_path)  # a missing or corrupt model: MissingFileError / CheckpointError
+    if torch_threads is not None:
+        import torch
+
+        torch.set_num_threads(torch_threads)
     ckpt = load_model(path, device=device)
     with stdin_spooled([fasta]) as (spooled,):  # standard input: one copy, read as a file (errors name <stdin>)
         report = evaluate_lm(ckpt.model, dataclasses.replace(config, fasta=str(spooled)), model_path=str(path))

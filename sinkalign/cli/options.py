@@ -109,3 +109,11 @@ def report_interrupted(ctx: click.Context, exc, saved: bool) -> None:
         command = ["sinkalign", *names]
         click.echo(f"resume with: {shlex.join([*command, *args])}", err=True)
     ctx.exit(exc.exit_status)
+
+
+def torch_threads_option():
+    """``--threads N``: PyTorch's CPU threads for a command that runs a genome LM on the CPU."""
+    return click.option("--threads", "torch_threads", default=None, type=click.IntRange(min=1), metavar="N",
+                        help="PyTorch CPU threads (torch.set_num_threads) [default: PyTorch's, one per core]. One "
+                             "base at a time is a small computation: 1 thread decodes about as fast on an idle "
+                             "machine, and many times faster when other jobs hold the cores.")
