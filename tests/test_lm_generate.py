@@ -176,6 +176,35 @@ def test_shipped_model_name_loses_to_an_existing_path(tmp_path, monkeypatch):
     assert load_model("cdiph").model.config.attention == "alibi"
 
 
+def test_model_paths_that_hold_no_model_say_what_they_are(tmp_path, monkeypatch, caplog):
+    """A folder named like a shipped model that holds no model (a user's ``default/``) no longer
+    hides it; a run stopped before its first checkpoint, and any other folder, say what they
+    are (both said "checkpoint file not found: .../config.json"); a run's ``checkpoints/``
+    folder is its newest checkpoint."""
+    import logging
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "default").mkdir()
+    (tmp_path / "default" / "notes.txt").write_text("mine\n")
+    with caplog.at_level(logging.WARNING, logger="sinkalign.lm.generate"):
+        assert resolve_model_path("default") == default_model_path("default")
+    assert "holds no genome LM: model 'default' is the shipped model" in caplog.text
+    early = tmp_path / "run10"
+    early.mkdir()
+    (early / "metrics.jsonl").write_text("")
+    with pytest.raises(MissingFileError, match=r"training run run10 holds no checkpoint yet: it stopped before its "
+                                               r"first \(`sinkalign lm train --out run10 --resume`"):
+        resolve_model_path("run10")
+    (tmp_path / "other").mkdir()
+    with pytest.raises(MissingFileError, match=r"other holds no genome LM: give a checkpoint directory"):
+        resolve_model_path("other")
+    run = tmp_path / "run"
+    save_checkpoint(run / "checkpoints" / "step-00000002", tiny_model("rope", dtype=torch.float32))
+    (run / "checkpoints" / "step-00000002" / "trainer_state.json").write_text("{}")  # complete
+    (run / "checkpoints" / "latest.json").write_text(json.dumps({"dir": "step-00000002"}))
+    assert resolve_model_path(run / "checkpoints") == resolve_model_path(run) == run / "checkpoints" / "step-00000002"
+
+
 def test_cli_generate_dna_shipped_models():
     """`generate-dna` without --model uses the multi-genome default; `--model cdiph` the old one."""
     runner = CliRunner()

@@ -106,17 +106,21 @@ def resolve_model_path(path: str | os.PathLike | None) -> Path:
     :class:`~sinkalign.errors.CheckpointError` when ``path`` is an aligner's model or run
     directory (:func:`~sinkalign.lm.checkpoints.aligner_layout`), not a genome LM's.
     """
-    if path is None or (isinstance(path, str) and path in SHIPPED_MODELS and not Path(path).exists()):
-        name = "default" if path is None else path
+    def shipped(name: str) -> Path:
         p = default_model_path(name)
         if not (p / CHECKPOINT_CONFIG).is_file():
             raise MissingFileError(f"the shipped model {name!r} is missing from the installation: {p}")
         return p
+
+    if path is None or (isinstance(path, str) and path in SHIPPED_MODELS and not Path(path).exists()):
+        return shipped("default" if path is None else path)
     p = Path(path)
     if not p.exists():
         raise MissingFileError(f"model path not found: {p} (nor the name of a shipped model: "
                                 f"{', '.join(SHIPPED_MODELS)})")
     if p.is_dir() and not (p / CHECKPOINT_CONFIG).exists():
+        if p.name == "checkpoints" and find_latest_checkpoint(p.parent) is not None:
+            return find_latest_checkpoint(p.parent)  # a run's checkpoints/ folder: its newest
         latest = find_latest_checkpoint(p) if (p / "checkpoints").is_dir() else None
         if latest is not None:
             return latest
@@ -127,6 +131,15 @@ def resolve_model_path(path: str | os.PathLike | None) -> Path:
                                   f"model's name ({', '.join(SHIPPED_MODELS)})")
         if (p / "checkpoints").is_dir():
             raise MissingFileError(f"training run {p} holds no complete checkpoint")
+        if (p / "metrics.jsonl").is_file():
+            raise MissingFileError(f"training run {p} holds no checkpoint yet: it stopped before its first (`sinkalign "
+                                   f"lm train --out {p} --resume` with its settings starts it again)")
+        if str(path) in SHIPPED_MODELS:  # a user's folder named "default" does not hide the shipped model
+            logger.warning("%s holds no genome LM: model %r is the shipped model", p.resolve(), str(path))
+            return shipped(str(path))
+        raise MissingFileError(f"{p} holds no genome LM: give a checkpoint directory (config.json + "
+                               f"model.safetensors), a run of `sinkalign lm train` or a shipped model's name "
+                               f"({', '.join(SHIPPED_MODELS)})")
     return p
 
 
@@ -146,7 +159,7 @@ def _check_sampling(length: int, temperature: float, top_k: int | None, top_p: f
         raise InputError(f"length={length!r} must be a positive integer")
     if length > MAX_GENERATE_LENGTH:
         raise InputError(f"length={length:,} exceeds the {MAX_GENERATE_LENGTH:,} bases one call generates (one "
-                         f"forward pass per base, about 100 bases/s on a CPU core, and a cache that grows with "
+                         f"forward pass per base, a few hundred bases/s on a CPU core, and a cache that grows with "
                          f"the length); generate in pieces, each prompted with the end of the previous one")
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0 \
             or temperature == float("inf"):
