@@ -207,6 +207,27 @@ def test_time_limit_ends_the_run_with_an_evaluation_and_a_checkpoint_and_resume_
         _config(fasta, tmp_path / "x", time_limit_minutes=0.0)
 
 
+def test_cli_says_when_the_time_limit_ended_the_run_and_how_to_resume(fasta, tmp_path, monkeypatch):
+    """A --time-limit stop exits 0 (the run is whole up to there) and says it stopped early, with
+    the command that resumes it (it printed only the last step's line)."""
+    import sinkalign.lm.train as T
+
+    clock = iter(range(0, 10_000, 30))  # each perf_counter() call advances 30 s
+    monkeypatch.setattr(T.time, "perf_counter", lambda: float(next(clock)))
+    out = tmp_path / "limited"
+    args = ["lm", "train", "--fasta", str(fasta), "--attention", "rope", "--out", str(out), "--steps", "12",
+            "--batch-size", "2", "--seq-len", "32", "--d-model", "32", "--n-layers", "1", "--n-heads", "2",
+            "--eval-max-bases", "256", "--save-every", "0", "--eval-every", "0", "--threads", "1", "--no-progress",
+            "--time-limit", "2.5"]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    step = find_latest_checkpoint(out).name
+    n = int(step.split("-")[1])
+    assert 0 < n < 12
+    assert f"stopped at --time-limit 2.5 minutes, after step {n} of 12; resume with: sinkalign lm train" in res.stderr
+    assert res.stderr.rstrip().endswith("--time-limit 2.5 --resume")
+
+
 def test_killed_subprocess_resumes_to_the_same_weights(fasta, tmp_path):
     """SIGKILL a CLI training run after its first checkpoint, resume, compare with a clean run."""
     out = tmp_path / "killed"

@@ -14,6 +14,7 @@ from sinkalign.cli.options import (
     ResumableCommand,
     progress_option,
     report_interrupted,
+    resume_command,
     show_progress,
     torch_threads_option,
 )
@@ -159,6 +160,9 @@ def train(ctx, fasta, attention, out_dir, steps, batch_size, seq_len, lr, min_lr
         val = "n/a" if result.val_bits_per_base is None else f"{result.val_bits_per_base:.4f}"
         click.echo(f"step {result.step}: train {result.train_loss / 0.6931471805599453:.4f} bits/base, "
                    f"held-out {val} bits/base; checkpoint {result.checkpoint_dir}")
+        if result.step < steps:  # --time-limit ended it
+            click.echo(f"stopped at --time-limit {time_limit:g} minutes, after step {result.step} of {steps}; resume "
+                       f"with: {resume_command(ctx)}", err=True)
 
 
 

@@ -95,20 +95,24 @@ class ResumableCommand(click.Command):
 def report_interrupted(ctx: click.Context, exc, saved: bool) -> None:
     """Say that a signal stopped the run (:class:`sinkalign.errors.Interrupted`) and, when a
     checkpoint was ``saved``, the command that resumes it; exit with the signal's status."""
-    import shlex
-
     click.echo(str(exc), err=True)
     if saved:
-        args = ctx.meta.get("sinkalign.args", [])
-        if "--resume" not in args:
-            args = [*args, "--resume"]
-        names, c = [], ctx
-        while c.parent is not None:  # the subcommands, whatever name the program ran under
-            names.insert(0, c.info_name)
-            c = c.parent
-        command = ["sinkalign", *names]
-        click.echo(f"resume with: {shlex.join([*command, *args])}", err=True)
+        click.echo(f"resume with: {resume_command(ctx)}", err=True)
     ctx.exit(exc.exit_status)
+
+
+def resume_command(ctx: click.Context) -> str:
+    """The command line that resumes this run: the one given, with ``--resume``."""
+    import shlex
+
+    args = ctx.meta.get("sinkalign.args", [])
+    if "--resume" not in args:
+        args = [*args, "--resume"]
+    names, c = [], ctx
+    while c.parent is not None:  # the subcommands, whatever name the program ran under
+        names.insert(0, c.info_name)
+        c = c.parent
+    return shlex.join(["sinkalign", *names, *args])
 
 
 def torch_threads_option():
