@@ -275,7 +275,11 @@ class TrainConfig:
             raise InputError(f"model_options={opts!r} must be a tuple of (name, value) pairs")
         clash = sorted({k for k, _ in opts} & _MODEL_FIELDS)
         if clash:
-            raise InputError(f"model_options may not set {clash}: use the TrainConfig fields")
+            own = {"vocab_size": "(fixed by the tokenizer)", "pad_id": "(fixed by the tokenizer)",
+                   "max_train_len": "--seq-len / seq_len", "mlp_ratio": "(fixed at 4, or --init's)"}
+            ways = [f"{k}: {own.get(k, '--' + k.replace('_', '-') + ' / ' + k)}" for k in clash]
+            raise InputError(f"model options may not set {', '.join(clash)}, which have settings of their own "
+                             f"({'; '.join(ways)})")
         self.model_config()  # validates d_model / n_heads / the options now, before any work
 
     def model_config(self) -> LMConfig:
@@ -284,7 +288,7 @@ class TrainConfig:
         fields = {f.name for f in dataclasses.fields(LMConfig)}
         unknown = sorted(k for k, _ in self.model_options if k not in fields)
         if unknown:
-            raise InputError(f"unknown model_options {unknown}; valid LMConfig fields: {sorted(fields)}")
+            raise InputError(f"unknown model options {unknown}; valid: {sorted(fields - _MODEL_FIELDS)}")
         return LMConfig(vocab_size=tok.vocab_size, d_model=self.d_model, n_layers=self.n_layers,
                         n_heads=self.n_heads, attention=self.attention, max_train_len=self.seq_len,
                         mlp_ratio=float(self.mlp_ratio), dropout=float(self.dropout), pad_id=tok.pad_id,
