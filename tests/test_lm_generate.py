@@ -116,6 +116,9 @@ def test_generation_bad_inputs():
         generate_batch(model, ["ACGT", "AC-T"], 5)
     with pytest.raises(ValueError, match=r"top_p=0 must be in"):
         SamplingConfig(top_p=0)
+    for seed in (-1, 2**64, 1.5, True):  # 2**64 was torch's "Overflow when unpacking long long"
+        with pytest.raises(ValueError, match=r"seed=.* must be an integer from 0 to 2\*\*63 - 1"):
+            generate(model, "ACGT", 5, seed=seed)
 
 
 def test_load_model_errors_name_the_path(tmp_path):

@@ -260,8 +260,8 @@ def generate_batch(model: DNALanguageModel, prompts: Sequence[str], length: int,
         raise InputError(f"prompts must have equal lengths, got {sorted({t.numel() for t in ids})}")
     if not isinstance(model, DNALanguageModel):
         raise ValueError(f"model must be a DNALanguageModel, got {type(model).__name__}")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise ValueError(f"seed={seed!r} must be an integer or None")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63):
+        raise InputError(f"seed={seed!r} must be an integer from 0 to 2**63 - 1 (a torch.Generator's seed), or None")
     device = next(model.parameters()).device
     generator = None
     if temperature > 0:
