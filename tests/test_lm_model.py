@@ -255,6 +255,25 @@ def test_checkpoint_roundtrip(tmp_path, attention):
         torch.testing.assert_close(loaded.model(tokens), model(tokens), rtol=0, atol=0)
 
 
+def test_save_checkpoint_does_not_replace_a_checkpoint_unasked(tmp_path):
+    """A second save_checkpoint into a directory that holds one replaced it silently."""
+    from sinkalign.errors import OutputExistsError
+
+    first, second = DNALanguageModel(tiny_config("rope")), DNALanguageModel(tiny_config("alibi"))
+    out = save_checkpoint(tmp_path / "ck", first, extra={"step": 1})
+    before = {name: (out / name).read_bytes() for name in (CHECKPOINT_CONFIG, CHECKPOINT_WEIGHTS)}
+    with pytest.raises(OutputExistsError, match=r"ck already holds a checkpoint \(model.safetensors, config.json\); "
+                                                r"pass overwrite=True"):
+        save_checkpoint(out, second)
+    assert {name: (out / name).read_bytes() for name in before} == before
+    save_checkpoint(out, second, overwrite=True)
+    assert load_checkpoint(out).config.attention == "alibi"
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine\n")  # a folder with other files: saved beside them
+    save_checkpoint(tmp_path / "other", first)
+    assert (tmp_path / "other" / "notes.txt").read_text() == "mine\n"
+
+
 def test_checkpoint_errors_name_the_path(tmp_path):
     cfg = tiny_config("rope")
     model = DNALanguageModel(cfg)

@@ -479,6 +479,37 @@ def test_signal_stops_training_with_a_checkpoint_and_the_printed_command_resumes
     assert _metric_steps(out / "metrics.jsonl") == list(range(1, 301))  # no step logged twice
 
 
+def test_ddp_launcher_names_rank_0s_checkpoint_when_another_rank_dies_after_a_signal(fasta, tmp_path, monkeypatch):
+    """Under load a stopped gloo worker can abort as it exits ("terminate called without an
+    active exception") after rank 0 wrote its checkpoint and its result: the launcher said
+    "stopped before its first step; nothing was saved". It now reads rank 0's result first."""
+    import torch.multiprocessing as mp
+    from torch.multiprocessing.spawn import ProcessExitedException
+
+    from sinkalign.lm import train as T
+
+    saved = T.TrainResult(step=2, start_step=0, train_loss=1.0, val_bits_per_base=None, tokens_seen=64,
+                          elapsed_s=0.1, checkpoint_dir=str(tmp_path / "step-2"), metrics_path="m", rank=0,
+                          world_size=2, weights_sha256="x")
+
+    class Died:  # what torch's ProcessContext is to the launcher: processes and join()
+        processes = []
+
+        def __init__(self, queue):
+            self.queue = queue
+
+        def join(self):
+            self.queue.put((signal.SIGTERM, tuple(saved)))  # rank 0 stopped, saved and said so
+            os.kill(os.getpid(), signal.SIGTERM)  # the signal the launcher passes on
+            raise ProcessExitedException("process 1 terminated with signal SIGABRT", error_index=1, error_pid=1,
+                                         exit_code=-6, signal_name="SIGABRT")
+
+    monkeypatch.setattr(mp, "start_processes", lambda fn, args, **kw: Died(args[3]))
+    with pytest.raises(TrainingInterrupted) as info:
+        T.train_lm_ddp(_config(fasta, tmp_path / "run"), 2)
+    assert info.value.result == saved and "after step 2" in str(info.value)
+
+
 def test_signal_under_ddp_stops_every_rank_after_the_same_step(fasta, tmp_path):
     """--nproc 2: SIGTERM to the launcher reaches the workers, which stop together (no deadlock),
     rank 0 writes the checkpoint, and a resume with --nproc 2 completes the run."""

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sinkalign.errors import CheckpointError, MissingFileError
+from sinkalign.errors import CheckpointError, MissingFileError, OutputExistsError
 from sinkalign.lm.attention import AttentionCache, build_attention
 from sinkalign.lm.config import LMConfig
 from sinkalign.utils import atomic_write_bytes, atomic_write_text
@@ -241,14 +241,20 @@ class Checkpoint(NamedTuple):
 
 
 def save_checkpoint(path_dir: str | os.PathLike, model: DNALanguageModel, config: LMConfig | None = None,
-                    extra: dict[str, Any] | None = None) -> Path:
+                    extra: dict[str, Any] | None = None, *, overwrite: bool = False) -> Path:
     """Write ``model.safetensors`` and ``config.json`` into ``path_dir`` (created if needed).
 
     Each file is written atomically (temporary file + rename); the weights go first, so a
     ``config.json`` is never newer than its weights. ``config`` defaults to ``model.config``
     and must equal it. ``extra`` is any JSON-serialisable dict (step, optimizer settings,
     metrics); it is stored in ``config.json`` under ``"extra"``. Returns the directory.
+    A ``path_dir`` that already holds a checkpoint (either file) is refused with
+    :class:`~sinkalign.errors.OutputExistsError` unless ``overwrite``.
     """
+    held = [name for name in (CHECKPOINT_WEIGHTS, CHECKPOINT_CONFIG) if (Path(path_dir) / name).exists()]
+    if held and not overwrite:
+        raise OutputExistsError(f"{path_dir} already holds a checkpoint ({', '.join(held)}); pass overwrite=True "
+                                "to replace it, or save elsewhere")
     config = model.config if config is None else config
     if config != model.config:
         raise ValueError("config differs from model.config; save the config the model was built with")

@@ -1191,10 +1191,15 @@ def train_lm_ddp(config: TrainConfig, nprocs: int) -> list[TrainResult]:
             while not context.join():
                 pass
         except Exception as exc:  # a worker failed: killed by the signal before it could take it, or a real error
-            if stop.signum:
-                raise TrainingInterrupted(stop.signum, None) from exc
-            while not queue.empty():  # the user error a worker ended with, as train_lm raises it
-                item = queue.get()
+            got = []
+            while not queue.empty():
+                got.append(queue.get())
+            if stop.signum:  # rank 0 may have written its checkpoint and said so before another rank died
+                # (under load a stopped gloo worker can abort as it exits): the run is named as saved then
+                results = [TrainResult(*r) for s, r in got if s != "error" and r is not None]
+                rank0 = next((r for r in results if r.rank == 0), None)
+                raise TrainingInterrupted(stop.signum, rank0) from exc
+            for item in got:  # the user error a worker ended with, as train_lm raises it
                 if item[0] == "error":
                     raise item[1] from None
             raise
