@@ -188,6 +188,11 @@ def test_resume_matches_uninterrupted_run(fasta, tmp_path):
     with pytest.raises(ValueError, match=r"cannot resume from .*step-00000016: the run's settings differ "
                                          r"\(lr: checkpoint 0.003 vs now 0.001\)"):
         train_lm(_config(fasta, tmp_path / "b", resume=True, **{**cfg, "lr": 1e-3}))
+    # more steps than the finished run had: its schedule ended; --init starts a new run from it
+    with pytest.raises(ValueError, match=r"\(steps: checkpoint 16 vs now 32\); to train on from this model with a "
+                                         rf"new schedule, start a new run from it \(--init {tmp_path / 'b'}, another "
+                                         r"--out\)"):
+        train_lm(_config(fasta, tmp_path / "b", resume=True, **{**cfg, "steps": 32}))
 
 
 def test_time_limit_ends_the_run_with_an_evaluation_and_a_checkpoint_and_resume_goes_on(fasta, tmp_path, monkeypatch):

@@ -644,7 +644,12 @@ def _check_resume_config(saved: Mapping[str, Any], config: TrainConfig, path: Pa
                    and not (by_content and k in ("fasta", "genome_split")))
     if diffs:
         detail = "; ".join(f"{k}: checkpoint {saved.get(k)!r} vs now {now.get(k)!r}" for k in diffs)
-        raise CheckpointError(f"cannot resume from {path}: the run's settings differ ({detail})")
+        hint = ""
+        if "steps" in diffs or "lr" in diffs or "warmup_steps" in diffs or "min_lr_ratio" in diffs:
+            # the schedule is the run's: training on past its end is a new run that starts from it
+            hint = (f"; to train on from this model with a new schedule, start a new run from it "
+                    f"(--init {path.parent.parent}, another --out)")
+        raise CheckpointError(f"cannot resume from {path}: the run's settings differ ({detail}){hint}")
     if by_content and saved_data != data:
         raise CheckpointError(f"cannot resume from {path}: the training data differ from the checkpoint's (fasta: "
                               f"checkpoint {saved.get('fasta')!r} vs now {now.get('fasta')!r}; their content digests "
