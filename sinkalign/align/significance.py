@@ -28,6 +28,9 @@ The fit is by maximum likelihood on the upper tail, where E-values are read: sco
     z = (S - mu(m, n)) / beta(m, n),   mu = a + b ln(m n),   beta = exp(c + d ln(m n))
     E = exp(-z),                        P(S_null >= S) = 1 - exp(-E)
 
+with ``ln(m n)`` raised to the null's shortest pair (:attr:`Significance.min_log_mn`) where a
+pair is shorter: the law is not extrapolated below what it was fitted on (conservative there).
+
 ``E`` is the expected number of shuffled pairs of these lengths scoring at least ``S`` per
 comparison (``bl2seq``'s convention); in a search of ``N`` comparisons the expected number
 of chance hits at least as good is ``N E`` (``sinkalign align --db-size``). It is a

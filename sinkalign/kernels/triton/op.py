@@ -323,7 +323,7 @@ class _FirstOrderOnly(torch.autograd.Function):
 class _SinkhornTail2(torch.autograd.Function):
     """O = P^(2,2) V and the R = 2 one-reference backward; ``forward`` returns the output and
     the five float32 duals the backward reads (``.apply(...)[0]`` is the operator). Forward and
-    context are separate (``setup_context``), so ``torch.func.grad`` / ``jacrev`` run it too."""
+    context are separate (``setup_context``), so ``torch.func.grad`` and ``vjp`` run it too."""
 
     @staticmethod
     def forward(q, k, v, qm, km, log_a, log_b, lc, n_iters, db):
