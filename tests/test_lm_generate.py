@@ -334,7 +334,7 @@ def test_cli_generate_dna_missing_or_corrupt_model(tmp_path):
     (ck / "model.safetensors").unlink()
     res = runner.invoke(cli, ["generate-dna", "--model", str(ck), "--prompt", "ACGT", "--length", "5"])
     assert_one_line_error(res, f"checkpoint file not found: {ck / 'model.safetensors'}")
-    save_checkpoint(ck, tiny_model("rope", dtype=torch.float32))
+    save_checkpoint(ck, tiny_model("rope", dtype=torch.float32), overwrite=True)
     (ck / "config.json").write_text("{not json")
     res = runner.invoke(cli, ["generate-dna", "--model", str(ck), "--prompt", "ACGT", "--length", "5"])
     assert_one_line_error(res, f"{ck / 'config.json'}: corrupt checkpoint config")
