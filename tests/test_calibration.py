@@ -145,6 +145,20 @@ def test_fit_calibration_recovers_a_known_reliability():
         fit_calibration(alns, refs)
 
 
+def test_calibrate_on_pairs_with_nothing_left_unaligned_is_a_one_line_error(tmp_path):
+    """A family of identical sequences: the model aligns every residue, and there is nothing to fit
+    the unaligned side on (it was a traceback from fit_calibration's ValueError)."""
+    from tests.cli_errors import assert_one_line_error
+
+    same = tmp_path / "ident.sto"
+    same.write_text("# STOCKHOLM 1.0\n#=GF ID ident\n" + "".join(f"A{k} ACDEFGHIKLMNPQRSTVWY\n" for k in range(3))
+                    + "//\n")
+    r = CliRunner().invoke(cli, ["calibrate", "--model", "learned", "--reference", str(same), "-o",
+                                 str(tmp_path / "out")])
+    assert_one_line_error(r, "need aligned columns and unaligned residues to fit, got 60 and 0", "more varied")
+    assert not (tmp_path / "out").exists()
+
+
 def test_calibrate_cli_writes_a_model_that_aligns_with_calibrated_confidences(tmp_path):
     from tests.aligner_fixtures import make_families
 

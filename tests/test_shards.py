@@ -164,6 +164,12 @@ def test_build_filters_and_subsampling(tmp_path: Path, families: list[Path]) -> 
     for split in SPLITS:
         for ex in ShardDataset(tmp_path / "u", split):
             assert len(ex.pair.query_seq) <= 13 and len(ex.pair.target_seq) <= 13
+    # a family of one sequence has no pair, whatever its length (it said "1 of 1 sequences within
+    # the length limits")
+    single = tmp_path / "one.sto"
+    single.write_text("# STOCKHOLM 1.0\n#=GF ID one\nA1 ACDEFGHIKLMNPQRSTVWY\n//\n")
+    index = build_shards([*families, single], tmp_path / "v", min_length=1)
+    assert index["skipped_families"] == {"one": "1 sequence: no pair to make"}
 
 
 def test_family_without_gf_id_is_named_after_file(tmp_path: Path, families: list[Path]) -> None:

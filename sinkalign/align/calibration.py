@@ -546,8 +546,10 @@ def fit_from_samples(samples, *, match_feature: str = "local_share", radius: int
     if not samples:
         raise ValueError("fit_calibration needs at least one alignment")
     mx, my, gx, gy = (np.concatenate([s[k] for s in samples]) for k in range(4))
-    if mx.shape[0] == 0 or gx.size == 0:
-        raise ValueError(f"need aligned columns and unaligned residues to fit, got {mx.shape[0]} and {gx.size}")
+    if mx.shape[0] == 0 or gx.size == 0:  # InputError: a fit on too few or too alike pairs is the user's to fix
+        raise InputError(f"need aligned columns and unaligned residues to fit, got {mx.shape[0]} and {gx.size}: the "
+                         "model aligned every residue of these pairs (too few pairs, or too alike); give more, and "
+                         "more varied, reference pairs")
     if column_model is not None:
         if match_feature != "columns":
             raise ValueError("a column_model goes with match_feature='columns', and only with it")

@@ -291,7 +291,8 @@ def _load_families(
                 if len(msa.ungapped(k)) >= min_length and (max_length is None or len(msa.ungapped(k)) <= max_length)
             ]
             if len(keep) < 2:
-                skipped[name] = f"{len(keep)} of {len(msa)} sequences within the length limits"
+                skipped[name] = (f"{len(msa)} sequence: no pair to make" if len(msa) < 2 else
+                                 f"{len(keep)} of {len(msa)} sequences within the length limits")
                 logger.warning("skipping family %s from %s: %s", name, path, skipped[name])
                 continue
             sub = _subset(msa, keep)
