@@ -580,6 +580,16 @@ def test_resume_refuses_changed_settings_but_not_more_steps(shards, tmp_path):
     moved = tmp_path / "moved"
     shutil.copytree(shards, moved)
     assert train(_cfg(moved, run, 4), progress=False, resume=True).step == 4
+    # shards rebuilt in place (another split seed): the same path, other splits and validation pairs;
+    # a resume went on silently (a usability audit)
+    run2 = tmp_path / "run2"
+    train(_cfg(moved, run2, 2), progress=False)
+    shutil.rmtree(moved)
+    build_shards(make_families(tmp_path / "sto2", n_families=4, n_seqs=5, length=30), moved,
+                 split=(0.5, 0.25, 0.25), seed=5, min_length=5)
+    with pytest.raises(CheckpointError, match=r"the shards in .*moved are not the ones the run started with \(their "
+                                              r"index.json differs: rebuilt or replaced\?\)"):
+        train(_cfg(moved, run2, 4), progress=False, resume=True)
 
 
 def test_resume_marks_best_as_the_first_time(shards, tmp_path):

@@ -26,6 +26,7 @@ knows. The penalty is reported as the metric ``anchor`` (its ``|theta - theta_0|
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import logging
@@ -586,6 +587,11 @@ def _check_resumed_settings(checkpoint: Path, before: dict, cfg: TrainConfig) ->
         if was != now:
             raise CheckpointError(f"{checkpoint}: the run started with {flag} {was!r}, not {now!r}; resume with "
                                   f"the same {flag} (or start a new run in another --out)")
+    was = before.get("shards_index_sha256")  # (checkpoints before 2026-11-29 lack it)
+    if was is not None and _shards_digest(cfg.shards) != was:
+        raise CheckpointError(f"{checkpoint}: the shards in {cfg.shards} are not the ones the run started with (their "
+                              "index.json differs: rebuilt or replaced?), so its splits and validation pairs would "
+                              "change mid-run; resume with those shards, or start a new run in another --out")
 
 
 def _best_so_far(out: Path, metrics_path: Path, start: int) -> float:
@@ -608,4 +614,12 @@ def _best_so_far(out: Path, metrics_path: Path, start: int) -> float:
 def _train_dict(cfg: TrainConfig) -> dict:
     d = asdict(cfg)
     d["model"] = cfg.model.to_dict()
+    d["shards_index_sha256"] = _shards_digest(cfg.shards)  # a resume checks the shards by content
     return d
+
+
+def _shards_digest(shards: str) -> str | None:
+    """The sha256 of ``shards``' ``index.json`` (it lists every shard file's own sha256 and the
+    split), or None where there is none."""
+    index = Path(shards) / "index.json"
+    return hashlib.sha256(index.read_bytes()).hexdigest() if index.is_file() else None
