@@ -56,7 +56,7 @@ from sinkalign.align.engine import NumpyEngine, engine_support
 from sinkalign.align.significance import Significance
 from sinkalign.alignment import AlignedPair, reverse_complement
 from sinkalign.errors import AlphabetError, CheckpointError, InputError, SinkalignError
-from sinkalign.io.fasta import NUCLEOTIDE_CODES, detect_alphabet, rna_as_dna
+from sinkalign.io.fasta import NUCLEOTIDE_CODES, detect_alphabet, rna_as_dna, sequence_text
 from sinkalign.utils import ALIGNER_LAYOUT, SHIPPED_DATA, unguarded_main_call, user_cache_dir
 
 __all__ = ["AlignedPair", "Aligner", "ENGINES", "PairResult", "SHIPPED_MODELS", "STRANDS", "default_model_path",
@@ -92,10 +92,7 @@ def _as_text(item, alphabet: str, k: int):
         return _malformed(k, "(query_id, query, target_id, target)", item)
     out = []
     for seq in (q, t):
-        if isinstance(seq, bytes):
-            seq = seq.decode("ascii", errors="replace")
-        elif type(seq).__name__ in ("Seq", "MutableSeq") and type(seq).__module__.startswith("Bio."):
-            seq = str(seq)
+        seq = sequence_text(seq)
         if isinstance(seq, str) and alphabet == "protein" and seq.endswith("*"):
             seq = seq[:-1]
         elif isinstance(seq, str) and alphabet == "dna":  # RNA as DNA: U is T for the model, identity, E-value

@@ -46,6 +46,7 @@ import scipy.sparse as sp
 
 from sinkalign.align.decode import mea_batch
 from sinkalign.errors import InputError
+from sinkalign.io.fasta import sequence_text
 
 __all__ = [
     "CLUSTAL_STRONG",
@@ -844,11 +845,8 @@ def unrelated_records(n: int, evalues: Mapping[tuple[int, int], float | None],
 def _as_sequence(name, seq, protein: bool) -> str:
     """``seq`` (a str, bytes or Biopython Seq) as text, a protein's one trailing stop ``*``
     dropped as the aligner and the FASTA reader drop it; anything else refused, naming ``name``."""
-    if isinstance(seq, bytes):
-        seq = seq.decode("ascii", errors="replace")
-    elif type(seq).__name__ in ("Seq", "MutableSeq") and type(seq).__module__.startswith("Bio."):
-        seq = str(seq)
-    elif not isinstance(seq, str):
+    seq = sequence_text(seq)
+    if not isinstance(seq, str):
         record = hasattr(seq, "seq") and hasattr(seq, "id")
         raise InputError(f"sequence {name!r} is of type {type(seq).__name__}, not a sequence (give a str, bytes or "
                          f"Bio.Seq{'; for a record, its .seq' if record else ''})")

@@ -506,6 +506,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
     from tqdm import tqdm
 
     best_f1 = _best_so_far(out, metrics_path, start) if resume else -math.inf
+    train_record = _train_dict(cfg)  # once: the shards' digest is the one this run started (or resumed) on
     bar = tqdm(total=cfg.steps, initial=start, disable=not progress, desc="train", unit="step")
     t_window, n_window = time.perf_counter(), 0
     end = cfg.steps if stop_after is None else min(cfg.steps, start + stop_after)
@@ -536,7 +537,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
             if record.get("val_f1") is not None and math.isfinite(record["val_f1"]) and record["val_f1"] > best_f1:
                 best_f1 = record["val_f1"]
                 record["best"] = True
-                save_best(out, step, params, {"model": cfg.model.to_dict(), "train": _train_dict(cfg),
+                save_best(out, step, params, {"model": cfg.model.to_dict(), "train": train_record,
                                               "val_f1": best_f1, "val_pairs": record.get("val_pairs")})
             metrics_file.write(json.dumps(record) + "\n")
             metrics_file.flush()
@@ -545,7 +546,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
             bar.set_postfix(loss=f"{record['loss']:.3f}")
             if step % cfg.checkpoint_every == 0 or step == end or stop.signum:
                 saved = save_checkpoint(out, step, params, opt_state,
-                                        {"model": cfg.model.to_dict(), "train": _train_dict(cfg)},
+                                        {"model": cfg.model.to_dict(), "train": train_record},
                                         keep=cfg.keep_checkpoints)
             if stop.signum:  # SIGINT / SIGTERM: this step is done and saved; stop before the next
                 bar.close()

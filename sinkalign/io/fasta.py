@@ -251,6 +251,17 @@ def not_fasta_hint(line: str) -> str:
 _U_AS_T = str.maketrans("Uu", "Tt")
 
 
+def sequence_text(seq):
+    """``seq`` as ``str`` where it is a sequence given another way: ``bytes`` (ASCII; anything
+    else becomes U+FFFD, which the callers' checks then name) or a Biopython ``Seq`` /
+    ``MutableSeq``; anything else as given, for the caller to accept (a ``str``) or refuse."""
+    if isinstance(seq, bytes):
+        return seq.decode("ascii", errors="replace")
+    if type(seq).__name__ in ("Seq", "MutableSeq") and type(seq).__module__.startswith("Bio."):
+        return str(seq)
+    return seq
+
+
 def rna_as_dna(seq: str) -> str:
     """``seq`` with U read as T (case kept), as minimap2 and BLAST read RNA against DNA: the
     nucleotide model, percent identity and the E-value then see one letter for one base."""

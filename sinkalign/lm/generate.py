@@ -119,9 +119,10 @@ def resolve_model_path(path: str | os.PathLike | None) -> Path:
         raise MissingFileError(f"model path not found: {p} (nor the name of a shipped model: "
                                 f"{', '.join(SHIPPED_MODELS)})")
     if p.is_dir() and not (p / CHECKPOINT_CONFIG).exists():
-        if p.name == "checkpoints" and find_latest_checkpoint(p.parent) is not None:
-            return find_latest_checkpoint(p.parent)  # a run's checkpoints/ folder: its newest
-        latest = find_latest_checkpoint(p) if (p / "checkpoints").is_dir() else None
+        if (p / "checkpoints").is_dir():
+            latest = find_latest_checkpoint(p)
+        else:  # a run's checkpoints/ folder itself: its newest
+            latest = find_latest_checkpoint(p.parent) if p.name == "checkpoints" else None
         if latest is not None:
             return latest
         kind = aligner_layout(p)
