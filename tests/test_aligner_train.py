@@ -658,3 +658,22 @@ def test_an_empty_validation_split_is_said(tmp_path, caplog):
         train(_cfg(tmp_path / "shards", tmp_path / "run", 2), progress=False)
     assert "has an empty validation split: training without validation (no best/ checkpoint)" in caplog.text
     assert not (tmp_path / "run" / "best").exists()
+
+
+def test_train_cli_resume_takes_the_runs_model(shards, tmp_path):
+    """`train --resume` without --embedder/--config/--model-option continues the run's own model
+    (it said the shards had no embeddings: --embedder defaulted to builtin); a --model-option
+    that changes the model is refused naming the setting (it said only "model config differs")."""
+    args = ["train", "--pfam-shards", str(shards), "--batch-size", "2", "--certify-every", "0", "--eval-pairs", "2",
+            "--out", str(tmp_path / "run"), "--no-progress"]
+    r = CliRunner().invoke(cli, [*args, "--steps", "1", "--embedder", "none", "--model-option", "window=2",
+                                 "--model-option", "n_iters=4"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(cli, [*args, "--steps", "2", "--resume"])
+    assert r.exit_code == 0 and r.output.startswith("step 2: loss="), r.output
+    _, state, _ = load_checkpoint(tmp_path / "run")
+    assert state["step"] == 2 and M.AlignerConfig.from_dict(state["model"]).window == 2
+    r = CliRunner().invoke(cli, [*args, "--steps", "3", "--resume", "--model-option", "window=3"])
+    assert_one_line_error(r, "model config differs from this run's (window: 2 -> 3); resume with the run's settings")
+    r = CliRunner().invoke(cli, [*args, "--steps", "3", "--resume", "--model-option", "n_iters=4"])  # the run's own
+    assert r.exit_code == 0 and r.output.startswith("step 3: loss="), r.output

@@ -229,6 +229,20 @@ class AlignerConfig:
                 dustbin = replace(base, variant=variant, mass="unit" if variant == "paper" else mass)
         return replace(self, sinkhorn=sinkhorn, dustbin=dustbin, **own)
 
+    def differences(self, other: AlignerConfig) -> list[str]:
+        """The settings in which ``other`` differs from this config, as ``name: mine -> other's``
+        lines, by the flat names of :meth:`setting_names` (``eps``, not ``sinkhorn.eps``)."""
+        def flat(cfg: AlignerConfig) -> dict:
+            d = cfg.to_dict()
+            solver, db = d.pop("sinkhorn"), d.pop("dustbin")
+            d.update(solver)
+            d["dustbin"] = "none" if db is None else db["variant"]
+            d.update({f"dustbin_{k}": v for k, v in (db or {}).items() if k != "variant"})
+            return d
+
+        a, b = flat(self), flat(other)
+        return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
     # ------------------------------------------------------------------ derived
     @property
     def dustbin_variant(self) -> str:

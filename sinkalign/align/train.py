@@ -469,8 +469,12 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
     latest = find_latest_checkpoint(out) if resume else None
     if latest is not None:
         params, state, flat = load_checkpoint(latest)
-        if M.AlignerConfig.from_dict(state.get("model") or {}) != cfg.model:  # flat (older) or nested form
-            raise CheckpointError(f"{latest}: the checkpoint's model config differs from this run's; use a new --out")
+        run_model = M.AlignerConfig.from_dict(state.get("model") or {})  # flat (older) or nested form
+        if run_model != cfg.model:
+            raise CheckpointError(f"{latest}: the checkpoint's model config differs from this run's ("
+                                  f"{'; '.join(run_model.differences(cfg.model))}); resume with the run's settings "
+                                  "(`sinkalign train --resume` takes them when --config, --model-option and "
+                                  "--embedder are left out), or start a new run in another --out")
         _check_resumed_settings(latest, state.get("train") or {}, cfg)
         leaves, treedef = jax.tree_util.tree_flatten(opt_state)
         if not isinstance(state.get("step"), int) or flat is None or len(flat) != len(leaves):

@@ -19,14 +19,15 @@ from sinkalign.errors import Interrupted
               help="Override an AlignerConfig setting of the preset as KEY=VALUE, e.g. eps=6 or window=16 "
                    "(repeatable).")
 @click.option("--embedder", type=click.Choice(["builtin", "esm2", "none"]),
-              help="Features the shards were embedded with (none: substitution part only). Default: builtin, or "
-                   "with --init the starting model's.")
+              help="Features the shards were embedded with (none: substitution part only). Default: builtin; with "
+                   "--init the starting model's; with --resume the run's.")
 @click.option("--steps", type=click.IntRange(min=1), default=1000, show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True,
               help="Global batch; split over all local devices.")
 @click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=3e-3, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/aligner"), show_default=True)
-@click.option("--resume", is_flag=True, help="Continue the run in --out from its newest complete checkpoint.")
+@click.option("--resume", is_flag=True, help="Continue the run in --out from its newest complete checkpoint, with the "
+                   "run's model (leave out --config, --model-option and --embedder) and the same training flags.")
 @click.option("--overwrite", is_flag=True,
               help="Replace the run in --out (deletes its metrics.jsonl, checkpoints/ and best/, nothing else).")
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=100, show_default=True)
@@ -80,8 +81,9 @@ def train(ctx, shards, preset_name, model_opts, embedder, steps, batch_size, lr,
         T.init_distributed()
     index = read_index(shards)  # no index: MissingFileError naming `sinkalign shards build`; corrupt: FormatError
     init_path = init_state = None
+    preset_from_default = ctx.get_parameter_source("preset_name") is click.core.ParameterSource.DEFAULT
     if init_model is not None:
-        if ctx.get_parameter_source("preset_name") is not click.core.ParameterSource.DEFAULT:
+        if not preset_from_default:
             raise click.UsageError("--init trains the model with its own settings: leave out --config")
         from sinkalign.align.aligner import resolve_model
         from sinkalign.align.checkpoints import load_checkpoint
@@ -90,6 +92,9 @@ def train(ctx, shards, preset_name, model_opts, embedder, steps, batch_size, lr,
         _, init_state, _ = load_checkpoint(init_path)
         init_config = M.AlignerConfig.from_dict(init_state["model"])
         embedder = embedder or (init_config.embedder or {}).get("name", "none")
+    run_model = _resumed_model(out) if resume and init_model is None else None
+    if run_model is not None:  # --resume: the run's own features unless --embedder says otherwise
+        embedder = embedder or (run_model.embedder or {}).get("name", "none")
     embedder = embedder or "builtin"
     feature_dim, emb_config = 0, {"name": "none"}
     if embedder != "none":
@@ -122,6 +127,15 @@ def train(ctx, shards, preset_name, model_opts, embedder, steps, batch_size, lr,
             raise click.BadParameter(f"--init {init_model} takes {model.embedder.get('name', 'none')!r} features "
                                      f"(dimension {model.feature_dim}); these shards and --embedder give "
                                      f"{emb_config.get('name')!r} ({feature_dim})", param_hint="--embedder")
+    elif run_model is not None and preset_from_default:
+        try:  # --resume: the run's model, whatever preset it began from (a --model-option that changes it is refused)
+            model = run_model.replace(**overrides)
+        except InputError as exc:
+            raise click.BadParameter(str(exc), param_hint="--model-option") from exc
+        if (model.feature_dim, model.embedder) != (feature_dim, emb_config):
+            raise click.BadParameter(f"the run in {out} was trained on {model.embedder.get('name', 'none')!r} "
+                                     f"features (dimension {model.feature_dim}), and these shards and --embedder "
+                                     f"give {emb_config.get('name')!r} ({feature_dim})", param_hint="--embedder")
     else:
         try:
             model = M.preset(preset_name, feature_dim=feature_dim, embedder=emb_config, **overrides)
@@ -143,3 +157,19 @@ def train(ctx, shards, preset_name, model_opts, embedder, steps, batch_size, lr,
                    "schedule follows it)")
         return
     click.echo(f"step {result.step}: {shown}")
+
+
+def _resumed_model(out: Path):
+    """The model config of the newest complete checkpoint in ``out`` (``None``: nothing to resume;
+    an unreadable checkpoint raises its :class:`~sinkalign.errors.CheckpointError` here as it
+    would when training)."""
+    from sinkalign.align.checkpoints import find_latest_checkpoint, load_checkpoint, other_kind
+    from sinkalign.align.model import AlignerConfig
+
+    if not out.is_dir() or other_kind(out) is not None:  # (another kind of run is refused by train itself)
+        return None
+    latest = find_latest_checkpoint(out)
+    if latest is None:
+        return None
+    _, state, _ = load_checkpoint(latest)
+    return AlignerConfig.from_dict(state["model"])
