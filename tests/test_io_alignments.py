@@ -104,6 +104,15 @@ def test_stockholm_two_interleaved_alignments_with_inserts(tmp_path: Path) -> No
         ("# STOCKHOLM 1.0\na ACD\nb ---\n//\n", r"alignment #1: row 'b' \(#2\) has no residues"),
         ("# STOCKHOLM 1.0\na AC\n//\n\n# STOCKHOLM 1.0\n#=GF ID x\n//\n",
          r"alignment #2 \(starting at line 5\): cannot parse Stockholm: No records"),
+        # malformed rows named by line (Biopython said "Sequences have different lengths, or repeated
+        # identifier", "Could not split line", or kept the space as a residue)
+        ("# STOCKHOLM 1.0\na ACD-F\nb AC D-F\n//\n", r"alignment #1: line 3: row 'b' has 2 words after the id \(a "
+                                                       r"space inside the sequence\?\); a Stockholm row is an id and"),
+        ("# STOCKHOLM 1.0\na ACD\nb AC D\n//\n", r"line 3: row 'b' has 2 words after the id"),
+        ("# STOCKHOLM 1.0\na ACD\n\nb\n//\n", r"alignment #1: line 4: row 'b' has no sequence"),
+        ("# STOCKHOLM 1.0\na ACD\nb ACD\n#=GC SS_cons HHHH\n//\n",
+         r"alignment #1 \(starting at line 1\): line 4: the #=GC SS_cons annotation has 4 characters, the alignment 3 "
+         r"columns"),
     ],
 )
 def test_stockholm_errors(tmp_path: Path, text: str, expected: str) -> None:

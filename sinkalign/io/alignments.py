@@ -394,8 +394,16 @@ def _read_stockholm(path: Path, alphabet: str) -> Iterator[MSA]:
                 if m and m.group(1) not in gf:
                     gf[m.group(1)] = m.group(2)
             else:
+                fields = stripped.split()
+                rid = fields[0]
+                if len(fields) != 2:  # Biopython: "Could not split line", or a space kept as a residue
+                    what = ("has no sequence" if len(fields) == 1 else
+                            f"has {len(fields) - 1} words after the id (a space inside the sequence?)")
+                    raise SequenceFormatError(
+                        f"{path}: alignment #{index + 1}: line {line_no}: row {rid!r} {what}; a Stockholm row is "
+                        "an id and its aligned sequence, separated by spaces, with none inside the sequence",
+                        path=path, record_id=rid)
                 # Biopython silently concatenates a repeated id, so catch it here.
-                rid = stripped.split()[0]
                 if rid in paragraph:
                     raise SequenceFormatError(
                         f"{path}: alignment #{index + 1}: line {line_no}: duplicate row id {rid!r} "
@@ -453,9 +461,11 @@ def _parse_stockholm_block(
 def _odd_gr_line(block: list[str], path: Path, start: int, where: str, err: Exception) -> None:
     """Raise a SequenceFormatError naming the ``#=GR`` annotation whose length differs from its
     row's (the line where it starts, the row id and the tag), if there is one: Biopython raises a
-    bare TypeError for it, naming neither."""
+    bare TypeError for it, naming neither; likewise a ``#=GC`` annotation whose length is not the
+    alignment's (Biopython names the tag but not the line)."""
     rows: dict[str, int] = {}
     marks: dict[tuple[str, str], list[int]] = {}  # (row id, tag) -> [characters, first line]
+    columns: dict[str, list[int]] = {}  # #=GC tag -> [characters, first line]
     for offset, line in enumerate(block):
         fields = line.split()
         if not fields or fields[0] == "//":
@@ -463,12 +473,20 @@ def _odd_gr_line(block: list[str], path: Path, start: int, where: str, err: Exce
         if fields[0] == "#=GR" and len(fields) >= 4:
             mark = marks.setdefault((fields[1], fields[2]), [0, start + offset])
             mark[0] += len("".join(fields[3:]))
+        elif fields[0] == "#=GC" and len(fields) >= 3:
+            mark = columns.setdefault(fields[1], [0, start + offset])
+            mark[0] += len("".join(fields[2:]))
         elif not fields[0].startswith("#") and len(fields) >= 2:
             rows[fields[0]] = rows.get(fields[0], 0) + len("".join(fields[1:]))
     for (rid, tag), (n, line_no) in marks.items():
         if rid in rows and n != rows[rid]:
             raise SequenceFormatError(f"{where}: line {line_no}: the #=GR {rid} {tag} annotation has {n} characters, "
                                       f"row {rid!r} has {rows[rid]} columns", path=path, record_id=rid) from err
+    widths = set(rows.values())
+    for tag, (n, line_no) in columns.items():
+        if len(widths) == 1 and n not in widths:  # (rows of different lengths are named by the caller)
+            raise SequenceFormatError(f"{where}: line {line_no}: the #=GC {tag} annotation has {n} characters, the "
+                                      f"alignment {widths.pop()} columns", path=path) from err
 
 
 def read_aligned_fasta(path: str | os.PathLike, *, format: str | None = None, alphabet: str = "auto") -> MSA:
