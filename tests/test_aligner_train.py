@@ -677,3 +677,27 @@ def test_train_cli_resume_takes_the_runs_model(shards, tmp_path):
     assert_one_line_error(r, "model config differs from this run's (window: 2 -> 3); resume with the run's settings")
     r = CliRunner().invoke(cli, [*args, "--steps", "3", "--resume", "--model-option", "n_iters=4"])  # the run's own
     assert r.exit_code == 0 and r.output.startswith("step 3: loss="), r.output
+
+
+def test_a_users_own_best_or_checkpoints_folder_is_not_taken_for_a_run(tmp_path):
+    """A best/ or checkpoints/ holding what no run writes is the user's: refused with and without
+    --overwrite (which deleted it) and --resume (save_best replaced it), and left as it was;
+    before, it was called a training run."""
+    from sinkalign.align.checkpoints import check_run_dir
+
+    for folder, names in (("best", ("model.pt", "notes.txt")), ("checkpoints", ("epoch3.ckpt",))):
+        out = tmp_path / folder
+        (out / folder).mkdir(parents=True)
+        for name in names:
+            (out / folder / name).write_text("mine")
+        for kw in ({"resume": False, "overwrite": False}, {"resume": False, "overwrite": True},
+                   {"resume": True, "overwrite": False}):
+            with pytest.raises(OutputExistsError, match=rf"{folder} holds what no aligner training run writes "
+                                                        rf"\({', '.join(names)}\); the run would replace it"):
+                check_run_dir(out, **kw)
+            assert sorted(p.name for p in (out / folder).iterdir()) == sorted(names)
+    (tmp_path / "file").mkdir()
+    (tmp_path / "file" / "best").write_text("a file named best")
+    with pytest.raises(OutputExistsError, match=r"best holds what no aligner training run writes \(best\)"):
+        check_run_dir(tmp_path / "file", resume=False, overwrite=True)
+    assert (tmp_path / "file" / "best").read_text() == "a file named best"

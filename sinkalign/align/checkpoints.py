@@ -102,7 +102,8 @@ def check_run_dir(out: str | os.PathLike, *, resume: bool, overwrite: bool) -> N
     ``resume`` or ``overwrite`` that raises :class:`OutputExistsError`; with ``overwrite`` the
     run's own files (those three: a stale ``best/`` would pass for the new run's) are deleted,
     anything else in the directory is left alone. A genome LM's run or model is refused either
-    way (:func:`other_kind`).
+    way (:func:`other_kind`), and so is a ``checkpoints/`` or ``best/`` holding anything a run
+    does not write there (a user's own folder: the run would replace or delete it).
     """
     if resume and overwrite:
         raise CheckpointError("--resume and --overwrite contradict each other; pass one")
@@ -114,6 +115,12 @@ def check_run_dir(out: str | os.PathLike, *, resume: bool, overwrite: bool) -> N
     if kind is not None:
         raise OutputExistsError(f"{out} is {kind}, not an aligner training run; choose another --out")
     existing = [p for p in (out / METRICS, out / "checkpoints", out / "best") if p.exists()]
+    for folder in existing[1:] if existing and existing[0].name == METRICS else existing:
+        foreign = _not_the_runs(folder)
+        if foreign:  # a user's own best/ or checkpoints/: a run would replace or --overwrite delete it
+            shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+            raise OutputExistsError(f"{folder} holds what no aligner training run writes ({shown}); the run "
+                                    f"would replace it: choose another --out")
     if not existing or resume:
         return
     if not overwrite:
@@ -127,6 +134,22 @@ def check_run_dir(out: str | os.PathLike, *, resume: bool, overwrite: bool) -> N
         else:
             p.unlink()
     log.warning("--overwrite: removed the previous run's %s in %s", ", ".join(p.name for p in existing), out)
+
+
+def _not_the_runs(folder: Path) -> list[str]:
+    """The entries of a run's ``checkpoints/`` or ``best/`` that a training run does not write
+    (sorted names; ``[]``: the folder is the run's, or empty). A file where the folder should
+    be is foreign itself."""
+    if not folder.is_dir() or folder.is_symlink():
+        return [folder.name]
+    if folder.name == "checkpoints":
+        def ours(p: Path) -> bool:
+            return (p.name == LATEST and p.is_file()) or (_STEP_RE.fullmatch(p.name) is not None and p.is_dir())
+    else:
+        def ours(p: Path) -> bool:
+            return p.name in _MODEL_FILES and p.is_file()
+    return sorted(p.name for p in folder.iterdir()
+                  if not ours(p) and not (p.name.startswith(".") and p.name.endswith(".tmp")))
 
 
 def rewrite_metrics(path: str | os.PathLike, upto_step: int) -> None:
