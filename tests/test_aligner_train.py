@@ -701,3 +701,40 @@ def test_a_users_own_best_or_checkpoints_folder_is_not_taken_for_a_run(tmp_path)
     with pytest.raises(OutputExistsError, match=r"best holds what no aligner training run writes \(best\)"):
         check_run_dir(tmp_path / "file", resume=False, overwrite=True)
     assert (tmp_path / "file" / "best").read_text() == "a file named best"
+
+
+def _lower_case(path: Path) -> None:
+    """The rows of a Stockholm file in lower case (insert columns: aligned to nothing)."""
+    lines = []
+    for line in path.read_text().splitlines():
+        if line and not line.startswith("#") and line != "//":
+            name, row = line.split()
+            line = f"{name} {row.lower()}"
+        lines.append(line)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_shards_that_align_nothing_are_refused_or_not_validated_on(tmp_path, caplog):
+    """Shards of all-lower-case Stockholm rows align no residue pair: a train split of them
+    is refused before the run starts, a validation split of them is not validated on (it
+    trained to 'everything unaligned' and reported validation F1 1, with no warning)."""
+    files = make_families(tmp_path / "sto", n_families=4, n_seqs=5, length=30)
+    for f in files:
+        _lower_case(Path(f))
+    build_shards(files, tmp_path / "lower", split=(0.5, 0.25, 0.25), seed=0, min_length=5)
+    with pytest.raises(InputError, match=r"no reference alignment of the train split aligns a residue pair"):
+        train(_cfg(tmp_path / "lower", tmp_path / "run", 2), progress=False)
+    assert not (tmp_path / "run").exists()
+    files = make_families(tmp_path / "sto2", n_families=4, n_seqs=5, length=30)
+    build_shards(files, tmp_path / "upper", split=(0.5, 0.25, 0.25), seed=0, min_length=5)
+    index = json.loads((tmp_path / "upper" / "index.json").read_text())
+    valid = [Path(f) for f in files if index["families"][Path(f).stem]["split"] == "valid"]
+    assert valid
+    for f in valid:
+        _lower_case(f)
+    build_shards(files, tmp_path / "mixed", split=(0.5, 0.25, 0.25), seed=0, min_length=5)  # the same split
+    with caplog.at_level("WARNING", logger="sinkalign.align.train"):
+        train(_cfg(tmp_path / "mixed", tmp_path / "run2", 2), progress=False)
+    assert "no reference alignment of the validation split aligns a residue pair" in caplog.text
+    assert "has an empty validation split" not in caplog.text
+    assert not (tmp_path / "run2" / "best").exists()

@@ -432,6 +432,10 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
     if len(train_set) < cfg.batch_size:  # batches are full (static shapes): there would be none
         raise InputError(f"{cfg.shards}: the train split holds {len(train_set)} pairs, fewer than --batch-size "
                          f"{cfg.batch_size}; lower --batch-size")
+    if not train_set.any_aligned():  # every target would be "unaligned"; validation F1 reads 1 all the same
+        raise InputError(f"{cfg.shards}: no reference alignment of the train split aligns a residue pair (all-lower-"
+                         "case Stockholm rows are insert columns, aligned to nothing: `shards build` warned); "
+                         "upper-case the rows if their case means nothing, and build the shards again")
     kinds = {f["alphabet"] for f in train_set.index.get("families", {}).values()
              if f.get("split") == "train" and f.get("alphabet")}  # (indexes of old builds may lack it)
     if kinds and cfg.model.alphabet not in kinds:
@@ -446,7 +450,11 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
         val_set = ShardDataset(cfg.shards, "valid", load_embeddings=bool(cfg.model.feature_dim))
     else:
         val_set = None
-    if val_set is None or len(val_set) == 0:  # shards build writes the split even when no family fell in it
+    if val_set is not None and len(val_set) and not val_set.any_aligned():
+        log.warning("%s: no reference alignment of the validation split aligns a residue pair (all-lower-case "
+                    "rows?): training without validation (no best/ checkpoint)", cfg.shards)
+        val_set = None
+    elif val_set is None or len(val_set) == 0:  # shards build writes the split even when no family fell in it
         val_set = None
         log.warning("%s has %s validation split: training without validation (no best/ checkpoint)", cfg.shards,
                     "an empty" if "valid" in train_set.index["splits"] else "no")

@@ -954,6 +954,11 @@ class ShardDataset:
     def __len__(self) -> int:
         return int(self._starts[-1])
 
+    def any_aligned(self) -> bool:
+        """Whether any reference alignment of the split aligns a residue pair (reads shards until
+        one does: all of them only when none does, as from all-lower-case Stockholm rows)."""
+        return any(int(self._shard(s).arrays["pair_offsets"][-1]) > 0 for s in range(len(self._entries)))
+
     def _shard(self, s: int) -> _Shard:
         if s in self._cache:
             self._cache.move_to_end(s)
