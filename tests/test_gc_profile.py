@@ -25,6 +25,7 @@ from sinkalign.pipelines.gc_profile import (
     parse_continuation_description,
     plot_overlay,
     plot_profile,
+    profile_figure,
     run_gc_profile,
     trajectory_correlation,
     window_bounds,
@@ -263,6 +264,41 @@ def test_tsv_png_report(tmp_path):
     assert f"| chrA | 5,000 | {s.gc:.4f} |" in text and (s.origin, s.terminus) == (None, None)
     assert "- chrA: no origin/terminus call: " in text
     assert sorted(x.name for x in (tmp_path / "out").iterdir()) == ["gc.png", "gc.tsv", "report.md"]  # no temp files
+
+
+def test_plot_panels_share_the_record_and_an_all_n_record_says_so(tmp_path):
+    """A record's three panels span it, 0 to its length (the GC and skew panels ended at the last
+    informative window, the cumulative one went on); an all-N record's panels say why they are
+    empty, with no 'overall GC nan' legend (they were empty frames over -0.04..0.04)."""
+    rng = np.random.default_rng(5)
+    p = gc_profile([("allN", "N" * 5000), ("mixed", _random_dna(rng, 3000) + "N" * 2000)], window=1000, step=500)
+    fig = profile_figure(p)
+    axes = fig.axes
+    assert len(axes) == 6
+    for r, length in enumerate((5000, 5000)):
+        assert [ax.get_xlim() for ax in axes[3 * r: 3 * r + 3]] == [(0.0, float(length))] * 3
+    texts = [t.get_text() for t in axes[0].texts + axes[1].texts]
+    assert texts == ["no window with enough A/C/G/T bases (NA)"] * 2
+    assert axes[0].get_legend() is None and not axes[3].texts
+    assert [t.get_text() for t in axes[3].get_legend().get_texts()] == [f"overall GC {p.summaries[1].gc:.3f}",
+                                                                        "island threshold \u00b10.1"]
+    img = mpimg.imread(plot_profile(p, tmp_path / "gc.png"))
+    assert img.ndim == 3 and img.shape[0] > 100
+
+
+def test_plotting_leaves_the_users_matplotlib_backend(tmp_path):
+    """Importing the module and drawing keep the backend a user chose (it switched to Agg at
+    import, which broke a notebook's inline plots)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import matplotlib; from sinkalign.pipelines.gc_profile import gc_profile, plot_profile; "
+            "plot_profile(gc_profile([('a', 'ACGT' * 300)], window=100, step=50), 'x.png'); "
+            "print(matplotlib.get_backend())")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={**os.environ, "MPLBACKEND": "svg"},
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "svg" and (tmp_path / "x.png").is_file()
 
 
 def test_overlay_plot_is_valid_png(tmp_path):

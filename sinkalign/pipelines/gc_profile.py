@@ -105,11 +105,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.figure import Figure  # no pyplot: a library must not switch the user's backend
 from tqdm.auto import tqdm
 
 from sinkalign.errors import InputError, OutputExistsError
@@ -139,6 +136,7 @@ __all__ = [
     "parse_continuation_description",
     "plot_overlay",
     "plot_profile",
+    "profile_figure",
     "prompt_bases",
     "run_gc_profile",
     "trajectory_correlation",
@@ -587,8 +585,7 @@ def write_tsv(profile: GCProfile, path: str | os.PathLike) -> Path:
 
 def _save_png(fig, path: Path) -> Path:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
+    fig.savefig(buf, format="png", dpi=110)  # a pyplot-free Figure draws on Agg
     atomic_write_bytes(path, buf.getvalue())
     return path
 
@@ -605,20 +602,34 @@ def plot_profile(profile: GCProfile, path: str | os.PathLike, *, max_records: in
 
     Three stacked panels per record, for at most ``max_records`` records (the longest
     ones, in file order; :func:`write_report` and the command say so when records are left
-    out). NA windows are gaps in the GC and skew lines. Written atomically; returns the path.
+    out). NA windows are gaps in the GC and skew lines; a record's three panels share its
+    coordinates, 0 to its length. Written atomically; returns the path.
     """
+    return _save_png(profile_figure(profile, max_records=max_records), Path(path))
+
+
+def profile_figure(profile: GCProfile, *, max_records: int = PLOT_MAX_RECORDS) -> Figure:
+    """The figure :func:`plot_profile` writes (for a caller that adds to it or saves it otherwise)."""
     shown = _plotted(profile, max_records)
-    fig, axes = plt.subplots(3 * len(shown), 1, figsize=(10, 2.2 * 3 * len(shown)), squeeze=False)
+    fig = Figure(figsize=(10, 2.2 * 3 * len(shown)))
+    axes = fig.subplots(3 * len(shown), 1, squeeze=False)
     for r, summ in enumerate(shown):
         sub = profile.record(summ.chrom)
         mid = (sub.start + sub.end) / 2
         ax_gc, ax_skew, ax_cum = axes[3 * r : 3 * r + 3, 0]
         ax_gc.plot(mid, sub.gc, lw=0.8, color="tab:blue")
-        ax_gc.axhline(summ.gc, color="grey", ls="--", lw=0.8, label=f"overall GC {summ.gc:.3f}")
         if math.isfinite(summ.gc):
+            ax_gc.axhline(summ.gc, color="grey", ls="--", lw=0.8, label=f"overall GC {summ.gc:.3f}")
             for sign in (-1, 1):
                 ax_gc.axhline(summ.gc + sign * summ.island_threshold, color="grey", ls=":", lw=0.6,
-                              label=f"island threshold +-{summ.island_threshold:g}" if sign > 0 else None)
+                              label=f"island threshold \u00b1{summ.island_threshold:g}" if sign > 0 else None)
+        if not np.isfinite(sub.gc).any():  # all NA (an all-N record): say so, not an empty frame
+            for ax in (ax_gc, ax_skew):
+                ax.text(0.5, 0.5, "no window with enough A/C/G/T bases (NA)", transform=ax.transAxes,
+                        ha="center", va="center", color="grey")
+            ax_gc.set_ylim(0, 1)
+        for ax in (ax_gc, ax_skew, ax_cum):  # one x axis per record, the whole record (NA tails included)
+            ax.set_xlim(0, max(summ.length, 1))
         for direction, color in ((1, "tab:orange"), (-1, "tab:cyan")):
             group = [isl for isl in summ.islands if isl.direction == direction]
             for k, isl in enumerate(group):
@@ -626,7 +637,8 @@ def plot_profile(profile: GCProfile, path: str | os.PathLike, *, max_records: in
                               label=f"{isl.kind} candidate islands ({len(group)})" if k == 0 else None)
         ax_gc.set_ylabel("GC")
         ax_gc.set_title(f"{summ.chrom} ({summ.length:,} nt; window {profile.window}, step {profile.step})")
-        ax_gc.legend(loc="upper right", fontsize=8)
+        if ax_gc.get_legend_handles_labels()[0]:
+            ax_gc.legend(loc="upper right", fontsize=8)
         ax_skew.plot(mid, sub.gc_skew, lw=0.6, color="tab:green")
         ax_skew.axhline(0, color="grey", lw=0.6)
         ax_skew.set_ylabel("GC skew")
@@ -644,7 +656,7 @@ def plot_profile(profile: GCProfile, path: str | os.PathLike, *, max_records: in
         ax_cum.set_ylabel("cumulative skew")
         ax_cum.set_xlabel("position (0-based, window midpoint)")
     fig.tight_layout()
-    return _save_png(fig, Path(path))
+    return fig
 
 
 # ----------------------------------------------------------------------------- overlay
@@ -810,7 +822,8 @@ def plot_overlay(
         key = (c.chrom, c.start)
         if key in groups or len(groups) < max_panels:
             groups.setdefault(key, []).append(c)
-    fig, axes = plt.subplots(len(groups), 1, figsize=(10, 3 * len(groups)), squeeze=False)
+    fig = Figure(figsize=(10, 3 * len(groups)))
+    axes = fig.subplots(len(groups), 1, squeeze=False)
     for ax, ((chrom, start), comps) in zip(axes[:, 0], groups.items()):
         longest = max(comps, key=lambda c: c.length)
         ax.plot(longest.true_trajectory, color="black", lw=1.4, label="true")
