@@ -175,6 +175,19 @@ def test_gc_profile_refuses_dash_output(genome, tmp_path, monkeypatch):
     assert not (tmp_path / "-").exists()
 
 
+def test_gc_profile_refuses_a_file_name_as_the_output_directory(genome, tmp_path, monkeypatch):
+    """-o report.png made a directory named report.png; an existing directory of that name is
+    still taken (it is the user's)."""
+    path, _ = genome
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(cli, ["gc-profile", str(path), "-o", "report.PNG"])
+    assert res.exit_code == 2 and "'report.PNG' names a file, and -o is the directory that gets" in res.output
+    assert "-o report" in res.output and not (tmp_path / "report.PNG").exists()
+    (tmp_path / "old.tsv").mkdir()
+    res = CliRunner().invoke(cli, ["gc-profile", str(path), "-o", "old.tsv", "--no-progress"])
+    assert res.exit_code == 0 and (tmp_path / "old.tsv" / "report.md").is_file(), res.output
+
+
 def test_gc_profile_reads_standard_input(genome, tmp_path):
     path, seq = genome
     res = CliRunner().invoke(cli, ["gc-profile", "-", "--window", "200", "-o", str(tmp_path / "in")],

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from sinkalign.cli.options import progress_option, show_progress
@@ -12,7 +14,15 @@ def _out_dir(ctx: click.Context, param: click.Parameter, value: str) -> str:
         raise click.BadParameter("'-' (standard output) cannot hold the outputs: gc-profile writes several files "
                                  "(gc_profile.tsv, gc_profile.png, report.md, overlay.*); give a directory, e.g. "
                                  "-o gc_report", ctx=ctx, param=param)
+    suffix = Path(value).suffix.lower()
+    if suffix in _FILE_SUFFIXES and not Path(value).is_dir():  # -o report.png made a directory report.png/
+        raise click.BadParameter(f"{value!r} names a file, and -o is the directory that gets gc_profile.tsv, "
+                                 f"gc_profile.png and report.md (overlay.* with --overlay); give a directory, e.g. "
+                                 f"-o {Path(value).with_suffix('')}", ctx=ctx, param=param)
     return value
+
+
+_FILE_SUFFIXES = {".png", ".pdf", ".svg", ".jpg", ".jpeg", ".tsv", ".csv", ".txt", ".md", ".html", ".json"}
 
 
 def _positive(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
