@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pysam
@@ -13,6 +14,7 @@ from click.testing import CliRunner
 
 from sinkalign.align.aligner import Aligner, default_model_path
 from sinkalign.cli.main import cli
+from sinkalign.errors import InputError, SinkalignError
 
 Q = ">q1 first\nMKVLAAGHWERTYLLKPQ\n>q2\nMSTNPKPQRKTKRNTNRRPQDVKFPGG\n"
 T = ">t1\nMKILSAGHWERTLLKPQ\n>t2\nMSNPKPQRKTRRNTNRRPQDVKFPG\n"
@@ -600,3 +602,56 @@ def test_evaluate_says_why_a_reference_set_is_empty(tmp_path):
     low.write_text("a\tb\t0.3\t0.3\t1.0\tMKVL\tMKVL\t" + "1" * 4 + "\n")
     with pytest.raises(InputError, match=r"low.tsv: no reference pairs: no pair in it reaches --min-tm 0.5"):
         load_reference_set(low)
+
+
+def test_evaluate_names_sets_apart_reads_by_content_and_writes_valid_json(tmp_path, monkeypatch):
+    """An evaluate audit: two --reference files of one name were one set (the second replaced
+    the first); a bench1.0 file named .fa was read as plain FASTA (its lower-case untrusted
+    residues scored) though `shards build` reads it by content; a set whose pairs align nothing
+    wrote NaN, which is no JSON; --methods was checked after the model was loaded, and a method
+    named twice ran twice; a folder of sub-folders was said to hold one-row alignments."""
+    from sinkalign.align import evaluate as E
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x").mkdir()
+    (tmp_path / "y").mkdir()
+    Path("x/fam.sto").write_text("# STOCKHOLM 1.0\na ACDEFGHIKL\nb ACDEFGHIKL\n//\n")
+    Path("y/fam.sto").write_text("# STOCKHOLM 1.0\na ACDEFGHIKL\nb ACDEYGHIKL\nc ACDEYGHIKL\n//\n")
+    run = ["evaluate", "--methods", "nw,NW", "--json", "-"]
+    r = CliRunner().invoke(cli, [*run, "--reference", "x/fam.sto", "--reference", "y/fam.sto"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["methods"] == ["nw"]
+    assert {k: v["n_pairs"] for k, v in data["sets"].items()} == {"x/fam.sto": 1, "y/fam.sto": 3}
+    r = CliRunner().invoke(cli, [*run, "--reference", "x/fam.sto", "--reference", "x/../x/fam.sto"])
+    assert r.exit_code == 2 and "x/../x/fam.sto is given twice (as x/fam.sto before)" in r.output
+    r = CliRunner().invoke(cli, ["evaluate", "--reference", "x/fam.sto", "--methods", "nw,foo", "--model", "nowhere"])
+    assert r.exit_code == 2 and "unknown 'foo'; choose from sinkalign,nw,sw,pairhmm" in r.output  # not the model
+
+    # bench1.0 case (upper = trusted core) by content, whatever the suffix
+    bench = ">a\nACDEFghikLMNPQ\n>b\nACDEFghikLMNPQ\n"
+    Path("p1").write_text(bench)
+    Path("p1.fa").write_text(bench)
+    (named,), (bare,) = E.load_reference_set("p1.fa"), E.load_reference_set("p1")
+    assert named.query_core is not None and named.query_core.tolist() == bare.query_core.tolist()
+    assert int(np.sum(named.query_core)) == 10
+    Path("s.fa").write_text(Path("y/fam.sto").read_text())  # a Stockholm file under a FASTA name
+    assert len(E.load_reference_set("s.fa")) == 3
+
+    Path("none.sto").write_text("# STOCKHOLM 1.0\na ACDEF-----\nb -----GHIKL\n//\n")  # aligns no pair
+    r = CliRunner().invoke(cli, ["evaluate", "--reference", "none.sto", "--methods", "nw", "--json", "out.json"])
+    assert r.exit_code == 0, r.output
+    text = Path("out.json").read_text()
+    assert "NaN" not in text and json.loads(text)["sets"]["none.sto"]["mean_identity"] is None
+
+    (tmp_path / "outer" / "prefab").mkdir(parents=True)
+    with pytest.raises(InputError, match=r"no alignment file in it \(sub-folders are not read; give one of them, "
+                                         r"e.g. .*outer/prefab\)"):
+        E.load_reference_set(tmp_path / "outer")
+    Path("junk.sto").write_text("this is not an alignment\n")
+    with pytest.raises(SinkalignError, match=r"junk.sto") as err:
+        E.load_reference_set("junk.sto")
+    assert "TM-align" not in str(err.value) and "tab-separated" not in str(err.value)
+    Path("tm.txt").write_text("pdb1\tpdb2\ttm1\ttm2\trmsd\tseq1\tseq2\tstate\n"
+                              "1abc\t2def\t0.8\t0.7\t1.2\tACDEFGHIKL\tACDEFGHIKL\t1111111111\n")
+    assert E._reference_kind(Path("tm.txt")) == "tmalign"  # a TM-align table under another name

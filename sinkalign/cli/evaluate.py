@@ -47,6 +47,31 @@ def _fitting_pairs(references, *, split, min_tm, max_pairs, max_length) -> list:
             if max(len(p.query_seq), len(p.target_seq)) <= max_length]
 
 
+def _set_names(references, split: str) -> list[str]:
+    """A name per ``--reference``: its file or folder name (a shard directory's with ``:split``),
+    or, where two share one, the path as given (the second set replaced the first). The same
+    path twice is refused."""
+    seen: dict[Path, Path] = {}
+    for ref in references:
+        if ref.resolve() in seen:
+            raise click.BadParameter(f"{ref} is given twice (as {seen[ref.resolve()]} before)", param_hint="--reference")
+        seen[ref.resolve()] = ref
+    names = [f"{ref.name}:{split}" if (ref / "index.json").is_file() else ref.name for ref in references]
+    return [f"{ref}:{split}" if names.count(name) > 1 and name.endswith(f":{split}") else
+            str(ref) if names.count(name) > 1 else name for ref, name in zip(references, names)]
+
+
+def _json_ready(value):
+    """``value`` with every non-finite float as ``None`` (JSON has no NaN)."""
+    if isinstance(value, dict):
+        return {k: _json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_ready(v) for v in value]
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    return value
+
+
 @click.command()
 @_reference_options("to score against", "test")
 @click.option("--methods", default="sinkalign,nw,sw,pairhmm", show_default=True,
@@ -63,13 +88,16 @@ def evaluate(references, model, esm_weights, split, min_tm, max_pairs, methods, 
     from sinkalign.pipelines.runner import check_outputs
     from sinkalign.utils import is_stdio
 
-    chosen = tuple(m.strip() for m in methods.split(",") if m.strip())
+    chosen = tuple(dict.fromkeys(m.strip().lower() for m in methods.split(",") if m.strip()))  # once each
     if not chosen:
         raise click.BadParameter(f"name at least one of {','.join(METHODS)}", param_hint="--methods")
+    unknown = [m for m in chosen if m not in METHODS]
+    if unknown:  # before the references and the model are read
+        raise click.BadParameter(f"unknown {', '.join(map(repr, unknown))}; choose from {','.join(METHODS)}",
+                                 param_hint="--methods")
     check_outputs([(json_path, "--json")], overwrite, [Path(r) for r in references])  # before any work
     sets = {}
-    for ref in references:
-        name = f"{ref.name}:{split}" if (ref / "index.json").is_file() else ref.name
+    for ref, name in zip(references, _set_names(references, split)):
         sets[name] = load_reference_set(ref, min_tm=min_tm, max_pairs=max_pairs, split=split)
     aligner = None
     if "sinkalign" in chosen:
@@ -88,10 +116,11 @@ def evaluate(references, model, esm_weights, split, min_tm, max_pairs, methods, 
             speed = "" if m["pairs_per_s"] is None else f", {m['pairs_per_s']:.1f} pairs/s"
             console.print(render_table(m["bins"], title=f"{name} ({data['n_pairs']} pairs): {method}, "
                                                         f"pooled F1 {m['micro']['f1']:.3f}{speed}"))
+    text = json.dumps(_json_ready(result), indent=2, allow_nan=False)  # NaN is no JSON (jq refuses it)
     if to_stdout:
-        click.echo(json.dumps(result, indent=2))
+        click.echo(text)
     elif json_path:
-        atomic_write_text(json_path, json.dumps(result, indent=2) + "\n")
+        atomic_write_text(json_path, text + "\n")
         console.print(f"wrote {json_path}")
 
 
