@@ -643,3 +643,47 @@ def test_the_embedder_reads_as_its_name_and_options():
     assert _embedder_label('{"name": "builtin", "dim": 53, "version": 1}') == "builtin (dim=53, version=1)"
     assert _embedder_label('{"name": "esm2"}') == "esm2"
     assert _embedder_label("esm2_t6_8M") == "esm2_t6_8M"  # an older index: the name alone
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (lambda i: i.pop("splits"), r"index.json: no 'splits' object"),
+        (lambda i: i["splits"]["train"].pop("shards"), r"split 'train' has no 'shards' list"),
+        (lambda i: i["splits"]["train"]["shards"][0].pop("sha256"), r"shard entry 0 of split 'train' lacks 'sha256'"),
+        (lambda i: i["splits"]["train"]["shards"][0].update(n_pairs="7"),
+         r"shard entry 0 of split 'train' lacks 'n_pairs' \(a int\)"),
+        (lambda i: i["splits"]["train"]["shards"][0].update(embeddings={"file": "x"}),
+         r"the embeddings of shard entry 0 of split 'train' lack 'file' or 'sha256'"),
+    ],
+)
+def test_an_index_missing_entries_is_a_format_error(tmp_path: Path, families: list[Path], edit, expected) -> None:
+    """An index.json edited by hand or written by another tool: a FormatError naming the entry
+    (each was a KeyError traceback in `evaluate`, `shards info` and `shards embed`)."""
+    out = tmp_path / "shards"
+    build_shards(families, out, split=(0.5, 0.25, 0.25), seed=0)
+    index = json.loads((out / "index.json").read_text())
+    edit(index)
+    (out / "index.json").write_text(json.dumps(index))
+    with pytest.raises(FormatError, match=expected):
+        read_index(out)
+    with pytest.raises(FormatError, match=expected):
+        ShardDataset(out, "train")
+    from sinkalign.cli.main import cli
+
+    assert_one_line_error(CliRunner().invoke(cli, ["shards", "info", str(out)]), "index.json")
+
+
+def test_a_listed_file_that_is_no_shard_is_a_format_error(tmp_path: Path, families: list[Path]) -> None:
+    """A file whose sha256 the index lists but that is no .npz: one line naming it (numpy's
+    'pickled (object) data' traceback)."""
+    out = tmp_path / "shards"
+    build_shards(families, out, split=(0.5, 0.25, 0.25), seed=0)
+    index = json.loads((out / "index.json").read_text())
+    entry = index["splits"]["train"]["shards"][0]
+    data = b"not a shard at all\n"
+    (out / entry["file"]).write_bytes(data)
+    entry["sha256"] = hashlib.sha256(data).hexdigest()
+    (out / "index.json").write_text(json.dumps(index))
+    with pytest.raises(FormatError, match=rf"{entry['file']}: not a shard \(.npz\) file"):
+        ShardDataset(out, "train")[0]

@@ -83,7 +83,7 @@ import numpy as np
 import safetensors.numpy
 from tqdm.auto import tqdm
 
-from sinkalign.errors import AlphabetError, FormatError, InputError, MissingFileError, OutputExistsError
+from sinkalign.errors import AlphabetError, FormatError, InputError, MissingFileError, OutputExistsError, SinkalignError
 from sinkalign.io.alignments import MSA, ReferencePair, msa_to_pairs, percent_identity, read_stockholm
 from sinkalign.utils import atomic_write_bytes, atomic_write_text, file_sha256
 
@@ -815,7 +815,33 @@ def read_index(directory: str | os.PathLike) -> dict:
             f"{path}: format_version={index.get('format_version')!r}, this sinkalign reads format versions "
             f"{', '.join(map(str, READABLE_VERSIONS))}"
         )
+    _check_index_shape(index, path)
     return index
+
+
+def _check_index_shape(index: dict, path: Path) -> None:
+    """FormatError naming the entry of an index (edited by hand, or a foreign writer's) that lacks
+    what the readers look up: ``splits`` -> each split's ``shards`` -> each shard's ``file``,
+    ``sha256`` and ``n_pairs`` (and its ``embeddings``' ``file`` and ``sha256`` where present)."""
+    splits = index.get("splits")
+    if not isinstance(splits, dict):
+        raise FormatError(f"{path}: no 'splits' object (split name -> its shards); rebuild the shards")
+    for name, info in splits.items():
+        shards = info.get("shards") if isinstance(info, dict) else None
+        if not isinstance(shards, list):
+            raise FormatError(f"{path}: split {name!r} has no 'shards' list; rebuild the shards")
+        for k, entry in enumerate(shards):
+            if not isinstance(entry, dict):
+                raise FormatError(f"{path}: shard entry {k} of split {name!r} is not an object")
+            for key, kind in (("file", str), ("sha256", str), ("n_pairs", int)):
+                if not isinstance(entry.get(key), kind) or isinstance(entry.get(key), bool):
+                    raise FormatError(f"{path}: shard entry {k} of split {name!r} lacks {key!r} (a "
+                                      f"{kind.__name__}); rebuild the shards")
+            emb = entry.get("embeddings")
+            if emb is not None and not (isinstance(emb, dict) and isinstance(emb.get("file"), str)
+                                        and isinstance(emb.get("sha256"), str)):
+                raise FormatError(f"{path}: the embeddings of shard entry {k} of split {name!r} lack 'file' or "
+                                  "'sha256'; embed again (`sinkalign shards embed --overwrite`)")
 
 
 def _read_verified(path: Path, sha256: str) -> bytes:
@@ -837,7 +863,13 @@ class _Shard:
 
 def _load_shard(directory: Path, entry: dict, load_embeddings: bool) -> _Shard:
     data = _read_verified(directory / entry["file"], entry["sha256"])
-    with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+    try:
+        npz = np.load(io.BytesIO(data), allow_pickle=False)
+    except (ValueError, OSError, zipfile.BadZipFile) as exc:  # the sha256 matched: the index lists a non-shard
+        raise FormatError(f"{directory / entry['file']}: not a shard (.npz) file: {exc}") from exc
+    if not isinstance(npz, np.lib.npyio.NpzFile):  # a bare .npy array
+        raise FormatError(f"{directory / entry['file']}: not a shard (.npz) file: one array, not an archive")
+    with npz:
         missing = [k for k in _ARRAY_KEYS if k not in npz.files]
         if missing:
             raise FormatError(f"{directory / entry['file']}: missing arrays {missing}")
@@ -852,7 +884,12 @@ def _load_shard(directory: Path, entry: dict, load_embeddings: bool) -> _Shard:
     embeddings = None
     if load_embeddings and entry.get("embeddings"):
         emb = entry["embeddings"]
-        embeddings = safetensors.numpy.load(_read_verified(directory / emb["file"], emb["sha256"]))
+        try:
+            embeddings = safetensors.numpy.load(_read_verified(directory / emb["file"], emb["sha256"]))
+        except Exception as exc:  # safetensors' own error types; the sha256 matched: the index lists a non-embedding
+            if isinstance(exc, SinkalignError):
+                raise
+            raise FormatError(f"{directory / emb['file']}: not an embeddings (safetensors) file: {exc}") from exc
     return _Shard(header=header, arrays=arrays, embeddings=embeddings)
 
 
