@@ -45,15 +45,29 @@ def test_truncated_gzip_stockholm(tmp_path: Path) -> None:
 def test_binary_file_names_the_file(tmp_path: Path, reader) -> None:
     path = tmp_path / "picture.png"
     path.write_bytes(_BINARY)
-    with pytest.raises(FormatError, match=r"picture\.png: not a text file.*binary file"):
+    with pytest.raises(FormatError, match=r"picture\.png: line \d+: byte 0x[0-9a-f]{2} of the file is not UTF-8 text: a binary file"):
         reader(path)
 
 
 def test_binary_after_a_valid_header(tmp_path: Path) -> None:
     path = tmp_path / "mixed.fa"
     path.write_bytes(b">ok\nACGT\n" + _BINARY)
-    with pytest.raises(FormatError, match=r"mixed\.fa: not a text file"):
+    with pytest.raises(FormatError, match=r"mixed\.fa: line 4: byte 0x80 of the file is not UTF-8 text"):
         list(read_fasta(path, "dna"))
+
+
+def test_a_latin1_annotation_in_stockholm_is_read_and_a_latin1_residue_is_not(tmp_path: Path, caplog) -> None:
+    """Some real Stockholm releases (Pfam's) hold Latin-1 accents in #=GF author lines: the whole
+    file was refused as 'not a text file'. Such a byte in a row is still refused, by line."""
+    path = tmp_path / "fam.sto"
+    path.write_bytes(b"# STOCKHOLM 1.0\n#=GF ID fam\n#=GF AU M\xfcller J\na ACDE\nb ACDF\n//\n")
+    with caplog.at_level("WARNING", logger="sinkalign.io.fasta"):
+        (msa,) = read_stockholm(path)
+    assert list(msa.ids) == ["a", "b"] and msa.family == "fam"
+    assert "fam.sto: line 3 holds bytes that are not UTF-8" in caplog.text
+    path.write_bytes(b"# STOCKHOLM 1.0\n#=GF ID fam\na ACDE\nb AC\xfcF\n//\n")
+    with pytest.raises(FormatError, match=r"fam\.sto: line 4: byte 0xfc of the file is not UTF-8 text"):
+        list(read_stockholm(path))
 
 
 def test_binary_genome_is_a_format_error(tmp_path: Path) -> None:
@@ -86,7 +100,7 @@ def test_gc_profile_cli_on_a_binary_file_names_it(tmp_path: Path) -> None:
     path = tmp_path / "scan.bin"
     path.write_bytes(_BINARY)
     res = CliRunner().invoke(cli, ["gc-profile", str(path), "-o", str(tmp_path / "out")])
-    assert res.exit_code == 1 and "scan.bin: not a text file" in res.output
+    assert res.exit_code == 1 and "scan.bin: line 2: byte 0x80 of the file is not UTF-8 text" in res.output
     assert len(res.output.strip().splitlines()) == 1
 
 

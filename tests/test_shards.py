@@ -467,7 +467,7 @@ def _write_bad_input(tmp_path: Path, kind: str) -> Path:
 @pytest.mark.parametrize(
     ("kind", "fragments"),
     [
-        ("binary", ["binary.sto: not a text file", "byte 0x89"]),
+        ("binary", ["binary.sto: line 1: byte 0x89 of the file is not UTF-8 text: a binary file"]),
         ("illegal", ["illegal.sto: alignment #1: row 'x/1-4' (#1): illegal character '1'", "column 3"]),
         ("unterminated", ["unterminated.sto: alignment #1 starting at line 1 has no '//' terminator"]),
         ("empty", ["empty.sto: empty file"]),

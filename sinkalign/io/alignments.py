@@ -376,7 +376,7 @@ def _read_stockholm(path: Path, alphabet: str) -> Iterator[MSA]:
     start = 1
     gf: dict[str, str] = {}
     paragraph: dict[str, int] = {}  # row ids of the current interleaved paragraph -> line
-    with open_text(path) as handle:
+    with open_text(path, lenient=True) as handle:  # (a Latin-1 annotation; a residue so read is refused)
         for line_no, line in enumerate(handle, start=1):
             if not block and not line.strip():
                 start = line_no + 1
@@ -643,7 +643,7 @@ def detect_msa_format(path: str | os.PathLike) -> str:
         SequenceFormatError: an empty file, or a first line that fits none of them.
     """
     path = Path(path)
-    with open_text(path) as handle:
+    with open_text(path, lenient=True, warn=False) as handle:  # the first line only (its reader checks the rest)
         for line_no, line in enumerate(handle, 1):
             s = line.strip()
             if not s or s.startswith("C;"):

@@ -149,17 +149,39 @@ class _CheckedText(io.TextIOWrapper):
     naming the file, instead of a bare decoder error (or click's ``Aborted!`` for EOFError).
     """
 
-    def __init__(self, buffer, path: Path, compressed: bool) -> None:
-        super().__init__(buffer, encoding="utf-8-sig", newline=None)  # a byte-order mark (Windows) is dropped
+    def __init__(self, buffer, path: Path, compressed: bool, lenient: bool = False, warn: bool = True) -> None:
+        # a byte-order mark (Windows) is dropped; lenient: bytes that are not UTF-8 read as U+FFFD
+        super().__init__(buffer, encoding="utf-8-sig", errors="replace" if lenient else "strict", newline=None)
         self._path = path
         self._compressed = compressed
+        self._lenient = lenient  # only in '#' lines (annotations); a row or binary file is still refused
+        self._warn = warn  # say once where the first replaced byte was
+        self._line_no = 0
+
+    def _seen(self, line: str) -> str:
+        if self._lenient:
+            self._line_no += 1
+            if "\x00" in line:  # no text file has NUL: a binary one, whose first lines may decode
+                raise self._wrap(UnicodeDecodeError("utf-8", b"", 0, 1, "NUL"))
+            if "\ufffd" in line:  # (a real U+FFFD in the file is taken for one too)
+                if not line.lstrip().startswith("#"):  # a row, or a binary file: refused as in strict mode
+                    raise self._wrap(UnicodeDecodeError("utf-8", b"", 0, 1, "not UTF-8"))
+                if self._warn:
+                    self._warn = False
+                    logger.warning("%s: line %d holds bytes that are not UTF-8 (a Latin-1 accent in an annotation?), "
+                                   "read as U+FFFD (\ufffd); convert the file to UTF-8 to keep them (iconv -f latin1 "
+                                   "-t utf-8)", self._path, self._line_no)
+        return line
 
     def _wrap(self, exc: BaseException) -> SequenceFormatError:
         if isinstance(exc, UnicodeDecodeError):
             what = "decompressed content" if self._compressed else "file"
+            where = _first_undecodable_line(self._path, self._compressed)
+            at = (f"byte 0x{exc.object[exc.start]:02x}" if where is None and exc.object else
+                  "a byte" if where is None else f"line {where[0]}: byte 0x{where[1]:02x}")
             return SequenceFormatError(
-                f"{self._path}: not a text file: the {what} holds bytes that are not UTF-8 text "
-                f"(byte 0x{exc.object[exc.start]:02x}); is it a binary file?", path=self._path)
+                f"{self._path}: {at} of the {what} is not UTF-8 text: a binary file, or text in another encoding "
+                f"(convert it to UTF-8, e.g. iconv -f latin1 -t utf-8)", path=self._path)
         if isinstance(exc, EOFError):
             return SequenceFormatError(
                 f"{self._path}: truncated gzip file (the compressed stream ends early); re-download or "
@@ -174,7 +196,7 @@ class _CheckedText(io.TextIOWrapper):
 
     def readline(self, *args):
         try:
-            return super().readline(*args)
+            return self._seen(super().readline(*args))
         except _READ_ERRORS as exc:
             raise self._wrap(exc) from exc
 
@@ -185,10 +207,10 @@ class _CheckedText(io.TextIOWrapper):
             raise self._wrap(exc) from exc
 
     def __next__(self):
-        try:
-            return super().__next__()
-        except _READ_ERRORS as exc:
-            raise self._wrap(exc) from exc
+        line = self.readline()  # (the C __next__ of a subclass calls readline too: each line is seen once)
+        if not line:
+            raise StopIteration
+        return line
 
     def __iter__(self):
         return self
@@ -197,17 +219,43 @@ class _CheckedText(io.TextIOWrapper):
 _READ_ERRORS = (UnicodeDecodeError, EOFError, gzip.BadGzipFile, zlib.error)
 
 
-def open_text(path: str | os.PathLike) -> IO[str]:
+def open_text(path: str | os.PathLike, *, lenient: bool = False, warn: bool = True) -> IO[str]:
     """Open ``path`` for reading UTF-8 text, decompressing gzip (detected by magic bytes).
 
     Reading a truncated or corrupt gzip file, or a binary (non-UTF-8) file, raises
-    :class:`SequenceFormatError` naming ``path``.
+    :class:`SequenceFormatError` naming ``path`` and the first line that is not UTF-8.
+    ``lenient`` (iterating or ``readline`` only): bytes that are not UTF-8 in lines that start
+    with ``#`` are read as U+FFFD (with a warning naming the first line, unless not ``warn``);
+    in any other line they are refused as without it. For Stockholm files, whose annotations
+    (``#=GF`` authors, references) are Latin-1 in some real releases.
     """
     path = Path(path)
     if path.is_dir():
         raise InputError(f"{path}: is a directory, not a file")
     stream, compressed = _open_bytes(path)
-    return _CheckedText(stream, path, compressed=compressed)
+    return _CheckedText(stream, path, compressed=compressed, lenient=lenient, warn=warn)
+
+
+def _first_undecodable_line(path: Path, compressed: bool) -> tuple[int, int] | None:
+    """(line number, byte) of the first byte of ``path`` that is not UTF-8, read again in
+    blocks of whole lines (after an error only); ``None`` where it cannot be told."""
+    try:
+        with (gzip.open(path, "rb") if compressed else open(path, "rb")) as fh:
+            line, rest = 1, b""
+            while True:
+                chunk = fh.read(1 << 20)
+                block = rest + chunk
+                cut = len(block) if not chunk else block.rfind(b"\n") + 1
+                block, rest = block[:cut], block[cut:]
+                try:
+                    block.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    return line + block.count(b"\n", 0, exc.start), block[exc.start]
+                line += block.count(b"\n")
+                if not chunk:
+                    return None
+    except (OSError, EOFError, zlib.error):
+        return None
 
 
 def open_bytes(path: str | os.PathLike) -> IO[bytes]:

@@ -106,7 +106,7 @@ def read_stockholm_markup(path: str | os.PathLike) -> StockholmMarkup:
     residues: dict[str, dict[str, list[str]]] = {}
     rows: dict[str, list[str]] = {}
     first: dict[tuple[str, ...], int] = {}  # where each annotation starts, for the error message
-    with open_text(path) as handle:
+    with open_text(path, lenient=True, warn=False) as handle:  # (read_stockholm warns of it)
         for line_no, raw in enumerate(handle, 1):
             line = raw.rstrip("\r\n")
             stripped = line.strip()
