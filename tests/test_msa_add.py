@@ -615,6 +615,36 @@ def test_cli_keeps_the_letter_case_of_every_format(tmp_path, base, new_file):
         assert [str(r.seq) for r in AlignIO.read(out, "fasta")][:2] == rows, suffix
 
 
+def test_cli_case_follows_what_the_output_format_reads_it_as(tmp_path, base, new_file, caplog):
+    """A msa audit: lower-case rows of an aligned FASTA (case means nothing) written as Stockholm
+    became insert residues (score-msa: SP 0.49 against the file itself); they are upper-cased
+    there, with a warning. A Stockholm input's lower-case insertions written as FASTA are kept
+    and warned of; an output named as a format msa does not write is refused."""
+    from sinkalign.io.alignments import read_stockholm
+
+    rows = [base.rows[0][:12].lower() + base.rows[0][12:], base.rows[1].lower()]
+    ref = tmp_path / "ref.afa"
+    ref.write_text("".join(f">{i}\n{r}\n" for i, r in zip(base.ids, rows)))
+    out = tmp_path / "out.sto"
+    with caplog.at_level("WARNING", logger="sinkalign.pipelines.msa"):
+        res = _run("msa", new_file, "--add-to", ref, "--keep-length", "-o", out)
+    assert res.exit_code == 0, res.output
+    assert "its rows are written upper case, as Stockholm reads lower case as insert residues" in caplog.text
+    (msa,) = read_stockholm(out)
+    assert list(msa.rows[:2]) == [r.upper() for r in rows]
+    sto = tmp_path / "ins.sto"
+    sto.write_text("# STOCKHOLM 1.0\n" + "".join(f"{i} {r}\n" for i, r in zip(base.ids, rows)) + "//\n")
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="sinkalign.pipelines.msa"):
+        res = _run("msa", new_file, "--add-to", sto, "--keep-length", "-o", tmp_path / "out.afa")
+    assert res.exit_code == 0, res.output
+    assert "lower-case residues are insertions (aligned to nothing) in stockholm; the fasta output keeps" in caplog.text
+    for name in ("out.a2m", "out.msf.gz", "out.NEX"):
+        res = _run("msa", new_file, "--add-to", ref, "-o", tmp_path / name)
+        assert res.exit_code == 1 and "which sinkalign msa does not write" in res.output, res.output
+        assert not (tmp_path / name).exists()
+
+
 def test_cli_reads_an_msf_alignment_with_columns_of_gaps_only(tmp_path, base, new_file):
     # Bio.Align's MSF parser drops such columns and then counts fewer than the header says
     rows = [base.rows[0] + "--", base.rows[1] + ".."]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from sinkalign.errors import InputError
 
-__all__ = ["ALIGNMENT_SUFFIXES", "MSA_SUFFIXES", "output_format"]
+__all__ = ["ALIGNMENT_SUFFIXES", "MSA_SUFFIXES", "MSA_UNWRITTEN", "output_format", "unwritten_msa_format"]
 
 #: extension -> pairwise output format (``sinkalign align``, :func:`sinkalign.io.writers.write_alignments`)
 ALIGNMENT_SUFFIXES = {
@@ -31,6 +31,27 @@ MSA_SUFFIXES = {
     ".clustal": "clustal", ".clw": "clustal", ".sto": "stockholm", ".stk": "stockholm", ".sth": "stockholm",
     ".stockholm": "stockholm", ".phy": "phylip", ".phylip": "phylip",
 }
+
+
+#: extensions of multiple-alignment formats ``sinkalign msa`` does not write: refused, not
+#: written as aligned FASTA under their name (an A2M reader rejects a lower-case row there)
+MSA_UNWRITTEN = {".a2m": "an A2M", ".msf": "a GCG MSF", ".pir": "a PIR", ".ali": "a PIR", ".nex": "a NEXUS",
+                 ".nexus": "a NEXUS", ".nxs": "a NEXUS", ".selex": "a SELEX", ".slx": "a SELEX", ".mega": "a MEGA",
+                 ".meg": "a MEGA", ".emboss": "an EMBOSS"}
+
+
+def unwritten_msa_format(output) -> None:
+    """Refuse an output named as a multiple-alignment format the toolkit does not write (:data:`MSA_UNWRITTEN`)."""
+    if output is None or str(output) == "-" or hasattr(output, "write"):
+        return
+    path = Path(output)
+    suffix = path.suffix.lower()
+    if suffix == ".gz":
+        suffix = Path(path.stem).suffix.lower()
+    if suffix in MSA_UNWRITTEN:
+        raise InputError(f"the output {output} is named as {MSA_UNWRITTEN[suffix]} file, which sinkalign msa does "
+                         f"not write; it writes aligned FASTA (.afa), Clustal (.aln), Stockholm (.sto) and PHYLIP "
+                         f"(.phy): name the file so")
 
 
 def suffix_format(output: str | os.PathLike | None, suffixes: Mapping[str, str]) -> str | None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from sinkalign.errors import InputError
-from sinkalign.io.formats import MSA_SUFFIXES, output_format
+from sinkalign.io.formats import MSA_SUFFIXES, output_format, unwritten_msa_format
 from sinkalign.io.writers import check_name
 from sinkalign.pipelines.align import STRONG_DNA
 from sinkalign.pipelines.runner import (
@@ -191,6 +191,7 @@ def msa_fasta(fasta, *, output=None, fmt: str | None = None, tree=None, model=No
     """
     if fmt is not None and fmt not in MSA_FORMATS:
         raise InputError(f"format {fmt!r} is not one of {sorted(MSA_FORMATS)}")
+    unwritten_msa_format(output)
     fmt = output_format(output, fmt, "fasta", MSA_SUFFIXES)
     if trim is not None and not 0.0 <= trim <= 1.0:
         raise InputError(f"--trim ({trim}) must be a confidence in [0, 1]")
@@ -245,7 +246,7 @@ def _msa(fastas: list, paths: list, add_to, output, fmt, tree, model, consistenc
     for k, r in enumerate(records):
         if seen.setdefault(r.id, k) != k:
             raise InputError(f"record id {r.id!r} appears twice in {where}; ids must be unique")
-    existing = _existing_alignment(add_to, seen, where) if add_to is not None else None
+    existing = _existing_alignment(add_to, seen, where, fmt) if add_to is not None else None
     if existing is not None:
         _check_names(list(existing.ids), fmt, f"the alignment {add_to}")
         if fmt in ("clustal", "phylip"):  # collisions between the two
@@ -317,15 +318,30 @@ def _msa(fastas: list, paths: list, add_to, output, fmt, tree, model, consistenc
                   sequence_scores, trim, why)
 
 
-def _existing_alignment(path, new_ids: dict, where: str):
+def _existing_alignment(path, new_ids: dict, where: str, out_format: str):
     """The alignment at ``path`` (any format :func:`~sinkalign.io.alignments.read_alignment`
-    reads), its row ids apart from the new records'."""
+    reads), its row ids apart from the new records', its rows in the letter case of the file
+    where the output reads case as the input does: lower case is an insert residue in Stockholm
+    and A2M and means nothing in the other formats, so the rows of those go to a Stockholm
+    output upper-cased (else lower-case rows came back as insertions), with a warning; and a
+    Stockholm or A2M input's insert residues written to another format are warned of."""
     from dataclasses import replace
 
     from sinkalign.io.alignments import read_alignment, rows_as_written
 
     existing = read_alignment(path)
-    existing = replace(existing, rows=rows_as_written(path, existing))  # the letter case of the file
+    case_is_insert = existing.format in ("stockholm", "a2m")
+    written = rows_as_written(path, existing)  # the letter case of the file
+    lower = any(c.islower() for row in written for c in row)
+    if out_format == "stockholm" and not case_is_insert and lower:
+        log.warning("%s is %s, where letter case means nothing: its rows are written upper case, as Stockholm reads "
+                    "lower case as insert residues (aligned to nothing)", path, existing.format)
+    else:
+        existing = replace(existing, rows=written)
+        if out_format != "stockholm" and case_is_insert and lower:
+            log.warning("%s's lower-case residues are insertions (aligned to nothing) in %s; the %s output keeps "
+                        "them lower case, and a reader that ignores case (most) takes them as aligned: write "
+                        "Stockholm (-o NAME.sto) to keep them insertions", path, existing.format, out_format)
     for name in existing.ids:
         if name in new_ids:
             raise InputError(f"record {name!r} of {where} is already a row of the alignment {path}; ids must be unique")
