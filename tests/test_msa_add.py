@@ -847,3 +847,17 @@ def test_cli_one_record_warns_of_no_missing_calibration(tmp_path, caplog):
     assert res.exit_code == 0, res.output
     said = [(r.levelname, r.getMessage()) for r in caplog.records if "not calibrated" in r.getMessage()]
     assert said and all(level == "INFO" and "one record (solo)" in text for level, text in said)
+
+
+def test_cli_a_side_output_under_a_file_is_refused_before_the_alignment_is_written(tmp_path, new_file, ref_file):
+    """--column-scores afile/c.tsv, afile a file: the run failed with 'File exists: afile' after
+    it had replaced the --overwrite output (the side outputs are written after it)."""
+    out = tmp_path / "part.afa"
+    out.write_text("mine\n")
+    (tmp_path / "afile").write_text("a file\n")
+    for option in ("--column-scores", "--sequence-scores"):
+        res = _run("msa", new_file, "--add-to", ref_file, "-o", out, "--overwrite", option,
+                   tmp_path / "afile" / "deeper" / "x")
+        assert res.exit_code == 1 and f"{option} {tmp_path}/afile/deeper/x: {tmp_path}/afile is a file, not a " \
+                                      "directory" in res.output, res.output
+        assert out.read_text() == "mine\n"
