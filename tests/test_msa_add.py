@@ -16,6 +16,7 @@ from sinkalign.align.baselines import Scoring, align_pair
 from sinkalign.align.msa import MsaCalibration, MultipleAlignment, add_to_alignment, align_multiple, nearest_rows
 from sinkalign.cli.align import EXAMPLES
 from sinkalign.cli.main import cli
+from sinkalign.errors import InputError
 from sinkalign.io.alignments import read_alignment
 from sinkalign.io.stockholm import read_stockholm_markup
 
@@ -310,6 +311,22 @@ def test_a_copy_of_a_row_gets_exactly_that_row(shipped, globins, base, keep_leng
     check_shape(out)
     assert out.ids == ("HBA_HUMAN", "HBB_HUMAN", "HBA_COPY")
     assert out.rows == (*base.rows, base.rows[0])
+
+
+def test_sequences_and_rows_are_taken_as_align_multiple_takes_them(shipped, globins, base):
+    """bytes, Bio.Seq and a protein's trailing '*' as align_multiple takes them (str() of them was
+    read: "sequence 'n' has \"'\" at position 2"); a SeqRecord is named as a record."""
+    from Bio.Seq import Seq
+    from Bio.SeqRecord import SeqRecord
+
+    frag = globins["HBB_HUMAN"][20:70]
+    want = add_to_alignment(base.ids, base.rows, ["FRAG"], [frag], shipped, keep_length=True).rows
+    for given in (frag.encode(), Seq(frag), frag + "*"):
+        rows = [r.encode() for r in base.rows] if isinstance(given, bytes) else list(base.rows)
+        assert add_to_alignment(base.ids, rows, ["FRAG"], [given], shipped, keep_length=True).rows == want
+    with pytest.raises(InputError, match=r"sequence 'FRAG' is of type SeqRecord, not a sequence .*; for a record, "
+                                         r"its .seq"):
+        add_to_alignment(base.ids, base.rows, ["FRAG"], [SeqRecord(Seq(frag), id="FRAG")], shipped)
 
 
 def test_a_fragment_of_a_row_gets_that_rows_columns(shipped, globins, base):

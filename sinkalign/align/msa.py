@@ -1036,8 +1036,11 @@ def add_to_alignment(ref_ids: Sequence[str], ref_rows: Sequence[str], ids: Seque
     """
     if isinstance(ref_rows, str) or isinstance(seqs, str):
         raise InputError("ref_rows and seqs are lists (one row or sequence per id), not one string")
-    ref_ids, ref_rows = list(ref_ids), [str(r) for r in ref_rows]
-    ids, seqs = list(ids), [str(s) for s in seqs]
+    ids, seqs = list(ids), list(seqs)
+    protein = getattr(getattr(posteriors, "config", None), "alphabet", None) == "protein"
+    ref_ids = list(ref_ids)
+    ref_rows = [_as_sequence(name, row, False) for name, row in zip(ref_ids, ref_rows)] + list(ref_rows)[len(ref_ids):]
+    seqs = [_as_sequence(name, seq, protein) for name, seq in zip(ids, seqs)] + seqs[len(ids):]  # as align_multiple
     if len(ref_ids) != len(ref_rows) or not ref_rows:
         raise InputError(f"the alignment needs rows, one per id: {len(ref_ids)} ids, {len(ref_rows)} rows")
     if len(ids) != len(seqs):
