@@ -118,6 +118,20 @@ def test_an_alignment_against_itself_scores_one():
     assert s.tc == (5, 5) and s.total_column == 1.0 and s.extra == ()
 
 
+def test_an_all_lower_case_test_alignment_is_warned_of(caplog):
+    """All-lower-case Stockholm rows are insertions: scored 0 with a warning saying why (it
+    was 0 with no word; the reference side already warned)."""
+    rows = ["MK-VL", "MKAV-", "-KAVL"]
+    with caplog.at_level("WARNING", logger="sinkalign.align.msa_scores"):
+        s = score_alignment(msa("abc", [r.lower() for r in rows], "stockholm", source="low.sto"),
+                            msa("abc", rows))
+        assert s.overall["recall"] == 0.0
+        assert "low.sto: every residue of its rows is lower case, and in Stockholm" in caplog.text
+        caplog.clear()
+        score_alignment(msa("abc", [rows[0].lower(), *rows[1:]], "stockholm", source="t.sto"), msa("abc", rows))
+    assert "lower case" not in caplog.text  # one lower-case row is a choice, not the whole file
+
+
 def test_a_structural_reference_counts_its_trusted_core_only():
     # bench1.0: lower case = aligned but untrusted; a pair counts when either residue is trusted
     ref = msa("ab", ["ACDef", "ACDgh"], "bench")

@@ -20,6 +20,7 @@ files) to nothing. Scores are also given per identity bin of the reference pairs
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 
@@ -36,6 +37,8 @@ from sinkalign.align.metrics import (
 from sinkalign.align.msa import same_column
 from sinkalign.errors import InputError
 from sinkalign.io.alignments import MSA, ReferencePair, msa_to_pairs, percent_identity
+
+log = logging.getLogger(__name__)
 
 __all__ = ["MsaScores", "aligned_pairs", "pooled", "residue_columns", "score_alignment", "total_column"]
 
@@ -151,6 +154,11 @@ def score_alignment(test: MSA, reference: MSA) -> MsaScores:
     """
     extra = _check_same_sequences(test, reference)
     columns = {name: residue_columns(row) for name, row in zip(test.ids, test.rows)}  # each row parsed once
+    scored = [columns[name] for name in reference.ids]
+    if len(scored) > 1 and all(c.size for c in scored) and not any((c >= 0).any() for c in scored):
+        log.warning("%s: every residue of its rows is lower case, and in %s (the Pfam/HMMER convention) lower case "
+                    "marks insert residues, aligned to nothing: it aligns no pair and scores 0; upper-case the rows "
+                    "if their case means nothing", test.source, "A2M" if test.format == "a2m" else "Stockholm")
     refs: list[ReferencePair] = msa_to_pairs(reference) if len(reference) > 1 else []
     pairs = []
     for ref in refs:
