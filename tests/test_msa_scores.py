@@ -132,6 +132,20 @@ def test_an_all_lower_case_test_alignment_is_warned_of(caplog):
     assert "lower case" not in caplog.text  # one lower-case row is a choice, not the whole file
 
 
+def test_aligned_fasta_errors_name_the_row(tmp_path):
+    """A non-ASCII letter in a row was Biopython's "'ascii' codec can't decode byte 0xc3 in
+    position 4"; unaligned FASTA given as an alignment gets a hint."""
+    bad = tmp_path / "u.afa"
+    bad.write_bytes(b">a first\nA-CDE\n>b\nAKCD-\n>c\n-KC\nD\xc3\xa9\n")
+    with pytest.raises(SinkalignError, match=r"u.afa: row 'c' \(#3\): non-ASCII character 'é' at column 4 "):
+        read_alignment(bad)
+    ragged = tmp_path / "un.fa"
+    ragged.write_text(">a\nMKVLAAGIVALL\n>b\nMKVLAAGIV\n")
+    with pytest.raises(SinkalignError, match=r"row 'b' \(#2\) has 9 columns, the first row has 12; the rows of an "
+                                             r"alignment have one length: is this unaligned FASTA\?"):
+        read_alignment(ragged)
+
+
 def test_a_structural_reference_counts_its_trusted_core_only():
     # bench1.0: lower case = aligned but untrusted; a pair counts when either residue is trusted
     ref = msa("ab", ["ACDef", "ACDgh"], "bench")

@@ -293,7 +293,9 @@ def _finish_msa(
     for n, (rid, row) in enumerate(zip(ids, rows)):
         if len(row) != width:
             raise SequenceFormatError(
-                f"{where}: row {rid!r} (#{n + 1}) has {len(row)} columns, the first row has {width}",
+                f"{where}: row {rid!r} (#{n + 1}) has {len(row)} columns, the first row has {width}"
+                + ("; the rows of an alignment have one length: is this unaligned FASTA? (`sinkalign msa` aligns it)"
+                   if fmt == "fasta" and not any("-" in r for r in rows) else ""),
                 path=path,
                 record_id=rid,
                 record_number=n + 1,
@@ -527,6 +529,12 @@ def read_aligned_fasta(path: str | os.PathLike, *, format: str | None = None, al
         except SequenceFormatError:
             raise
         except ValueError as err:
+            if isinstance(err, UnicodeError):  # Biopython's Seq is ASCII: name the row and column instead
+                found = _non_ascii_row_letter(path)
+                if found is not None:
+                    rid, number, column, char = found
+                    raise SequenceFormatError(f"{path}: row {rid!r} (#{number}): non-ASCII character {char!r} at "
+                                              f"column {column} (0-based)", path=path, record_id=rid) from err
             raise SequenceFormatError(f"{path}: cannot parse FASTA: {err}", path=path) from err
     if not ids:
         raise SequenceFormatError(f"{path}: empty file, no aligned sequences", path=path)
@@ -632,6 +640,23 @@ def read_msf(path: str | os.PathLike, *, alphabet: str = "auto") -> MSA:
         ids = [rec.id for rec in old]
         rows = [str(rec.seq).upper().replace("~", "-").replace(".", "-") for rec in old]
     return _finish_msa(ids, rows, path=path, fmt="msf", alphabet=alphabet)
+
+
+def _non_ascii_row_letter(path: Path) -> tuple[str, int, int, str] | None:
+    """(row id, row number, column, character) of the first non-ASCII character in a row of a
+    FASTA file (headers may hold any text), or ``None``."""
+    rid, number, column = None, 0, 0
+    with open_text(path) as handle:
+        for line in handle:
+            if line.startswith(">"):
+                rid, number, column = (line[1:].split() or [""])[0], number + 1, 0
+                continue
+            text = "".join(line.split())
+            bad = next((k for k, c in enumerate(text) if ord(c) > 127), None)
+            if bad is not None and rid is not None:
+                return rid, number, column + bad, text[bad]
+            column += len(text)
+    return None
 
 
 def detect_msa_format(path: str | os.PathLike) -> str:
