@@ -265,7 +265,7 @@ def test_align_msa_and_score_msa_check_their_outputs_in_one_wording(tmp_path, fa
     flag = {"output": "-o"}.get(first, first)
     if check == "stdout":
         res = _run(command, *inputs, second, "-", *([first, "-"] if command == "score-msa" else []))
-        message = f"{first} and {second} would both go to standard output; give one of them a file"
+        message = f"{first} and {second} would both go to standard output; give all but one a file"
     elif check == "same":
         res = _run(command, *inputs, flag, out, second, out)
         message = f"{first} and {second} are the same file, {out}; give each its own"

@@ -291,6 +291,13 @@ def test_confidences_in_stockholm_and_the_column_scores(family, tmp_path):
     aln_file = tmp_path / "out.aln"
     assert _run("msa", family, "-o", aln_file, "--format", "clustal").exit_code == 0
     assert AlignIO.read(aln_file, "clustal").column_annotations["clustal_consensus"] == marks
+    from Bio import Align
+
+    from sinkalign import __version__
+
+    # headed by the program that wrote it, as MAFFT heads its Clustal output (Biopython wrote "CLUSTAL X (1.81)")
+    assert aln_file.read_text().split("\n", 1)[0] == f"CLUSTAL format alignment by sinkalign (v{__version__})"
+    assert len(Align.read(aln_file, "clustal").sequences) == len(AlignIO.read(aln_file, "clustal"))
 
 
 def test_column_scores_are_kept_unless_overwrite_and_share_stdout_with_nothing(family, tmp_path):

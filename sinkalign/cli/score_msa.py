@@ -114,7 +114,8 @@ def score_msa(test, reference, json_path, pairs_path, families_path, overwrite):
             continue
         s = score_alignment(read_alignment(test_file), references[0])
         if s.extra:
-            console.print(f"note: {len(s.extra)} rows of {test_file} are not in the reference and are not scored "
+            console.print(f"note: {len(s.extra)} row{'s' if len(s.extra) > 1 else ''} of {test_file} "
+                          f"{'are' if len(s.extra) > 1 else 'is'} not in the reference and not scored "
                           f"(first: {s.extra[0]!r})")
         if not s.overall["n_ref"]:
             if not test.is_dir():

@@ -419,6 +419,16 @@ def _write(result, descriptions: dict, alphabet: str, fmt: str, output, tree, co
                              f"{np.nanmax(result.column_confidence, initial=0.0):.3f}); lower it")
 
     def emit(handle):
+        if fmt == "clustal":  # Biopython heads it "CLUSTAL X (1.81)", a program that did not write it
+            import io
+
+            from sinkalign import __version__
+
+            text = io.StringIO()
+            AlignIO.write(written.to_biopython(alphabet, descriptions), text, MSA_FORMATS[fmt])
+            _, rest = text.getvalue().split("\n", 1)
+            handle.write(f"CLUSTAL format alignment by sinkalign (v{__version__})\n{rest}")  # as MAFFT heads its
+            return
         if fmt != "stockholm":
             AlignIO.write(written.to_biopython(alphabet, descriptions), handle, MSA_FORMATS[fmt])
             return

@@ -309,7 +309,8 @@ def check_outputs(outputs, overwrite: bool, inputs: list[Path]) -> None:
     outputs = [(path, what) for path, what in outputs if path is not None]
     to_stdout = [what for path, what in outputs if is_stdio(path)]
     if len(to_stdout) > 1:
-        raise InputError(f"{' and '.join(to_stdout)} would both go to standard output; give one of them a file")
+        both = "both" if len(to_stdout) == 2 else "all"
+        raise InputError(f"{' and '.join(to_stdout)} would {both} go to standard output; give all but one a file")
     check_distinct_outputs(outputs)
     for path, what in outputs:
         if not is_stdio(path):
