@@ -112,6 +112,10 @@ def msa(fasta, example, output, fmt, tree, column_scores, sequence_scores, trim,
     progressive alignment). Nucleotide records are aligned on the strand given. Each
     residue and column gets a confidence: the mean probability that its residue pairs are
     right (calibrated on reference families for the shipped protein models).
+
+    The records are written in upper case (a lower-case residue would read as an insertion in
+    Stockholm), without a protein's trailing stop '*'. With --add-to the alignment's rows keep
+    their letter case, except rows of a format where case means nothing written as Stockholm.
     """
     from sinkalign.pipelines.msa import msa_fasta
 
