@@ -69,6 +69,15 @@ def test_tables_fit_80_columns_without_truncating_numbers():
     assert "dustbin paper (B=128), band 16, 97x61 padded" in text and "dense 97x97" in text
     wide = Console(width=200, file=io.StringIO(), color_system=None)
     assert len(_table("t", rows, cols, console=wide)) == 1  # one table when it fits
+    # the exactness sweep's ten columns: per case still wider than 80, so its numbers come in slices
+    # beside R and mode (grad_scale 0.793 printed as '7.', 'one_reference' folded over three lines)
+    rows = [{**r, "d_marginals": None, "grad_scale": 0.793} for r in rows]
+    console = Console(width=80, file=io.StringIO(), color_system=None)
+    for t in _table("backward modes vs autodiff", rows, [*cols[:-1], "d_marginals", "grad_scale"], console=console):
+        console.print(t)
+    text = console.file.getvalue()
+    assert "\u2026" not in text and max(len(line) for line in text.splitlines()) <= 80
+    assert text.count("7.93e-01") == len(rows) and text.count("one_reference") == 8  # (3 + dense 97x97's) x 2 slices
     long = [{"L": 16384, "reference_vs_dense": 1.5e-06, "kernel_vs_dense": 2.5e-06, "dense_seconds": 12.25,
              "reference_seconds": 3.5, "kernel_seconds": 0.125}]
     console = Console(width=80, file=io.StringIO(), color_system=None)

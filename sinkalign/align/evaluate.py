@@ -95,7 +95,10 @@ def load_reference_set(path: str | Path, *, min_tm: float | None = 0.5, max_pair
 
         # a missing or corrupt shard, an unknown split: SinkalignErrors naming the file or split
         ds = ShardDataset(path, split, load_embeddings=False)
-        pairs = [ds[i].pair for i in range(len(ds))]
+        chosen = range(len(ds))
+        if max_pairs is not None and len(ds) > max_pairs:  # drawn before reading: the same pairs as after
+            chosen = np.sort(rng.choice(len(ds), size=max_pairs, replace=False))
+        pairs = [ds[int(i)].pair for i in chosen]
     elif kind == "tmalign":
         pairs = list(read_tmalign_pairs(path, min_tm=min_tm))
     else:

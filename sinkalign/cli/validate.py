@@ -46,16 +46,44 @@ def _table(title: str, rows: list[dict], columns: list[str], *, console: Console
     console = console or _console
     cells = [[_fmt(row.get(c)) for c in columns] for row in rows]
     widths = [max([len(c)] + [len(r[k]) for r in cells]) for k, c in enumerate(columns)]
-    if sum(widths) + 2 * len(columns) + 2 <= console.width or "case" not in columns:
+    if _width(widths) <= console.width or "case" not in columns:
         return [_one_table(title, columns, cells)]
     k = columns.index("case")
     rest = columns[:k] + columns[k + 1 :]
+    rest_widths = widths[:k] + widths[k + 1 :]
     out: list = [Text(title, style="italic", justify="center")]
     groups: dict[str, list[list[str]]] = {}
     for r in cells:
         groups.setdefault(r[k], []).append(r[:k] + r[k + 1 :])
-    out += [_one_table(case, rest, group) for case, group in groups.items()]
+    for case, group in groups.items():
+        # still too wide: the numbers in slices, each beside the row's keys (R, mode, ...)
+        for part, slice_ in enumerate(_column_slices(rest, rest_widths, console.width)):
+            out.append(_one_table(case if part == 0 else "", [rest[j] for j in slice_],
+                                  [[r[j] for j in slice_] for r in group]))
     return out
+
+
+#: columns that say which row it is: repeated in every slice of a table too wide for the console
+_KEY_COLUMNS = ("case", "mode", "R", "seed", "L")
+
+
+def _width(widths: list[int]) -> int:
+    """The printed width of a table of columns this wide (rich's SIMPLE_HEAD box: two spaces a column)."""
+    return sum(widths) + 2 * len(widths) + 2
+
+
+def _column_slices(columns: list[str], widths: list[int], width: int) -> list[list[int]]:
+    """Indices of ``columns`` in slices that each fit ``width``: the key columns in every
+    slice, the others added in order while they fit (at least one a slice)."""
+    keys = [j for j, c in enumerate(columns) if c in _KEY_COLUMNS]
+    slices, current = [], list(keys)
+    for j in (j for j in range(len(columns)) if j not in keys):
+        if len(current) > len(keys) and _width([widths[i] for i in current + [j]]) > width:
+            slices.append(current)
+            current = list(keys)
+        current.append(j)
+    slices.append(current)
+    return [sorted(s) for s in slices]
 
 
 def _one_table(title: str, columns: list[str], cells: list[list[str]]) -> Table:
