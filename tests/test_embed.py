@@ -575,7 +575,7 @@ def test_embed_shards(tiny, tmp_path):
             np.testing.assert_array_equal(ex.query_embedding, ref)
     assert seen_dna
 
-    with pytest.raises(OutputExistsError, match=r"already has embeddings .*pass --overwrite"):
+    with pytest.raises(OutputExistsError, match=r"already has embeddings \(builtin \(.*=.*\)\); pass --overwrite"):
         embed_shards(out, builtin)
     # ESM-2 cannot embed the DNA family
     esm_emb = get_embedder("esm2", weights=tiny[0], cache=False)

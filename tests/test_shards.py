@@ -373,7 +373,7 @@ def test_add_embeddings_round_trip(tmp_path: Path, families: list[Path]) -> None
                 np.testing.assert_array_equal(emb, toy_embed(seq).astype(np.float16))
         assert ShardDataset(out, split, load_embeddings=False)[0].query_embedding is None
     assert shard_summary(out)["embeddings"]["dim"] == 4
-    with pytest.raises(FileExistsError, match=r"already has embeddings \('toy'\); pass --overwrite"):
+    with pytest.raises(FileExistsError, match=r"already has embeddings \(toy\); pass --overwrite"):
         add_embeddings(out, toy_embed, name="toy")
     index32 = add_embeddings(out, toy_embed, name="toy32", dtype="float32", overwrite=True)
     assert index32["embeddings"]["dtype"] == "float32"
@@ -638,7 +638,7 @@ def test_manifest_checksums(shared_data: Path) -> None:
 
 
 def test_the_embedder_reads_as_its_name_and_options():
-    from sinkalign.cli.shards import _embedder_label
+    from sinkalign.io.shards import embedder_label as _embedder_label
 
     assert _embedder_label('{"name": "builtin", "dim": 53, "version": 1}') == "builtin (dim=53, version=1)"
     assert _embedder_label('{"name": "esm2"}') == "esm2"

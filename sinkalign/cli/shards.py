@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -149,7 +148,7 @@ def info(directory: Path, families: bool, verify: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from sinkalign.io.shards import shard_summary, verify_shards
+    from sinkalign.io.shards import embedder_label, shard_summary, verify_shards
 
     summary = shard_summary(directory)
     checked = verify_shards(directory) if verify else None
@@ -175,7 +174,7 @@ def info(directory: Path, families: bool, verify: bool) -> None:
             )
         console.print(fam_table)
     emb = summary["embeddings"]
-    console.print(f"embeddings: {_embedder_label(emb['name'])} (D={emb['dim']}, {emb['dtype']})" if emb
+    console.print(f"embeddings: {embedder_label(emb['name'])} (D={emb['dim']}, {emb['dtype']})" if emb
                   else "embeddings: none")
     for fam, why in summary["skipped_families"].items():
         console.print(f"skipped family {fam}: {why}")
@@ -214,17 +213,3 @@ def embed(directory: Path, embedder: str, esm_model: str | None, esm_weights: Pa
     index = embed_shards(directory, get_embedder(embedder, **options), dtype=dtype, overwrite=overwrite,
                          progress=show_progress(progress))
     click.echo(f"embedded {directory} ({index['embeddings']['dim']}-dim, {dtype})")
-
-
-def _embedder_label(name: str) -> str:
-    """The embedder as a person reads it: its name and options (``esm2 (layer=33)``), where the
-    index keeps its JSON spec."""
-    try:
-        spec = json.loads(name)
-    except (TypeError, ValueError):
-        return str(name)
-    if not isinstance(spec, dict):
-        return str(name)
-    label = str(spec.get("name", "embedder"))
-    options = ", ".join(f"{k}={v}" for k, v in spec.items() if k != "name")
-    return f"{label} ({options})" if options else label

@@ -97,6 +97,7 @@ __all__ = [
     "add_embeddings",
     "build_shards",
     "check_split",
+    "embedder_label",
     "read_index",
     "shard_summary",
     "split_families",
@@ -788,6 +789,20 @@ def build_shards(
     return index
 
 
+def embedder_label(name: str) -> str:
+    """The embedder as a person reads it: its name and options (``esm2 (layer=33)``), where the
+    index keeps its JSON spec."""
+    try:
+        spec = json.loads(name)
+    except (TypeError, ValueError):
+        return str(name)
+    if not isinstance(spec, dict):
+        return str(name)
+    label = str(spec.get("name", "embedder"))
+    options = ", ".join(f"{k}={v}" for k, v in spec.items() if k != "name")
+    return f"{label} ({options})" if options else label
+
+
 def read_index(directory: str | os.PathLike) -> dict:
     """Read and check ``index.json`` of a shard directory.
 
@@ -1104,7 +1119,7 @@ def add_embeddings(
     directory = Path(directory)
     index = read_index(directory)
     if index.get("embeddings") and not overwrite:
-        raise OutputExistsError(f"{directory} already has embeddings ({index['embeddings']['name']!r}); pass "
+        raise OutputExistsError(f"{directory} already has embeddings ({embedder_label(index['embeddings']['name'])}); pass "
                                 "--overwrite to replace them")
     # Validate every shard before touching anything, then drop the embeddings from the index
     # while their files are (re)written.

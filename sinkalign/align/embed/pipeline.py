@@ -13,7 +13,7 @@ from sinkalign.align.embed.base import Embedder
 from sinkalign.align.embed.registry import embedding_name
 from sinkalign.errors import OutputExistsError
 from sinkalign.io.fasta import Sequence, read_fasta
-from sinkalign.io.shards import EMBEDDING_DTYPES, ShardDataset, add_embeddings, read_index
+from sinkalign.io.shards import EMBEDDING_DTYPES, ShardDataset, add_embeddings, embedder_label, read_index
 
 __all__ = ["EmbeddedRecords", "embed_fasta", "embed_shards"]
 
@@ -123,7 +123,7 @@ def embed_shards(
     _check_chunk(chunk_size)
     index = read_index(directory)
     if index.get("embeddings") and not overwrite:
-        raise OutputExistsError(f"{directory} already has embeddings ({index['embeddings']['name']!r}); pass "
+        raise OutputExistsError(f"{directory} already has embeddings ({embedder_label(index['embeddings']['name'])}); pass "
                                 "--overwrite to replace them")
     families = index["families"]
     records: dict[str, Sequence] = {}
