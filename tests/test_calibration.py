@@ -172,6 +172,8 @@ def test_calibrate_cli_writes_a_model_that_aligns_with_calibrated_confidences(tm
     # the shipped model's close maps were fitted with its old calibration: not carried over, and said so
     assert state["calibration"]["close"] is None
     assert "close maps of the model's old calibration" in " ".join(r.output.split())
+    # 12 pairs are few: said (it wrote the model without a word, on one pair too)
+    assert "warning: 12 pairs and" in r.output and "are few to calibrate on" in " ".join(r.output.split())
     res = Aligner.load(out, calibration=None).align("MKVLAAGHWERTYLLKPQ", "MKILSAGHWERTLLKPQ", keep_plan=True)
     raw = res.alignment
     cal = Aligner.load(out).align("MKVLAAGHWERTYLLKPQ", "MKILSAGHWERTLLKPQ").alignment

@@ -13,6 +13,10 @@ from sinkalign.align.significance import MIX_GRID, PAIR_FEATURES
 from sinkalign.cli.options import embedder_options, esm_weights_option
 from sinkalign.utils import atomic_write_text
 
+#: below these, `sinkalign calibrate` warns that its maps follow noise
+MIN_CALIBRATION_PAIRS = 50
+MIN_CALIBRATION_COLUMNS = 2000
+
 
 def _reference_options(purpose: str, split: str):
     """The options shared by commands that read reference sets and a model."""
@@ -225,6 +229,11 @@ def calibrate(references, model, esm_weights, split, min_tm, max_pairs, max_leng
     hits = np.concatenate([s[1] for s in samples])
     console.print(f"{len(pairs)} pairs, {conf.size} aligned columns: mean raw posterior "
                   f"{np.mean(np.concatenate(raw)):.4f}, mean calibrated {conf.mean():.3f}, precision {hits.mean():.3f}")
+    if len(pairs) < MIN_CALIBRATION_PAIRS or conf.size < MIN_CALIBRATION_COLUMNS:
+        console.print(f"warning: {len(pairs)} pairs and {conf.size} columns are few to calibrate on (each map fits up "
+                      f"to {knots} knots): the confidences follow these pairs' noise; give at least "
+                      f"{MIN_CALIBRATION_PAIRS} pairs with {MIN_CALIBRATION_COLUMNS} columns (the shipped protein "
+                      "models' were fitted on about 1,600 pairs)")
     if null is not None and kept_null is None:
         console.print("note: the model's E-value null was fitted with its old calibration and is not carried over; "
                       f"refit it with `sinkalign fit-evalues --model {out} ...`")
