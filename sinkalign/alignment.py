@@ -40,6 +40,7 @@ __all__ = [
     "as_pairs",
     "check_pairs",
     "cigar",
+    "count_identical",
     "format_number",
     "format_text",
     "percent_identity",
@@ -509,14 +510,17 @@ class AlignmentStats:
     mean_posterior: float
 
 
-def alignment_stats(query: str, target: str, alignment: Any) -> AlignmentStats:
-    """:class:`AlignmentStats` of ``alignment`` (an :class:`Alignment`, object with ``.pairs``, or pairs)."""
+def alignment_stats(query: str, target: str, alignment: Any, *, alphabet: str | None = None) -> AlignmentStats:
+    """:class:`AlignmentStats` of ``alignment`` (an :class:`Alignment`, object with ``.pairs``, or pairs).
+
+    ``alphabet`` (``"dna"``, ``"protein"``): an ambiguity code (N, ...) or X against itself is
+    not an identity; ``None``: every pair of equal letters is."""
     _check_seqs(query, target)
     pairs = as_pairs(alignment, len(query), len(target))
     k = int(pairs.shape[0])
     if k == 0:
         return AlignmentStats(float("nan"), 0, 0, 0, 0, 0, 0, float("nan"))
-    same = _identical(query, target, pairs)
+    same = count_identical(query, target, pairs, alphabet)
     mean_post = alignment.mean_posterior if isinstance(alignment, Alignment) else float("nan")
     return AlignmentStats(
         identity=100.0 * same / k,
@@ -530,22 +534,35 @@ def alignment_stats(query: str, target: str, alignment: Any) -> AlignmentStats:
     )
 
 
-def stranded_stats(query: str, target: str, alignment: Any, strand: str = "+") -> AlignmentStats:
+def stranded_stats(query: str, target: str, alignment: Any, strand: str = "+", *,
+                   alphabet: str | None = None) -> AlignmentStats:
     """:func:`alignment_stats`; for ``strand="-"`` (``query`` is the reverse complement of the
     query as given) the query span is turned back onto the query as given."""
     if strand not in STRAND_SIGNS:
         raise InputError(f"strand={strand!r} is not one of {STRAND_SIGNS}")
-    st = alignment_stats(query, target, alignment)
+    st = alignment_stats(query, target, alignment, alphabet=alphabet)
     if strand == "+" or st.aligned_length == 0:
         return st
     m = len(query)
     return replace(st, query_start=m - st.query_end, query_end=m - st.query_start)
 
 
-def _identical(query: str, target: str, pairs: np.ndarray) -> int:
-    qa = np.frombuffer(query.upper().encode("ascii"), dtype=np.uint8)
-    ta = np.frombuffer(target.upper().encode("ascii"), dtype=np.uint8)
-    return int(np.count_nonzero(qa[pairs[:, 0]] == ta[pairs[:, 1]]))
+#: letters that are an identity when equal, by alphabet: a nucleotide ambiguity code (N, R, ...)
+#: or a protein's unknown X against itself is not (the SAM spec's NM, samtools calmd, minimap2)
+_IDENTITY_LETTERS = {"dna": np.frombuffer(b"ACGTU", np.uint8),
+                     "protein": np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWYZ", np.uint8)}
+
+
+def count_identical(query: str, target: str, pairs: np.ndarray, alphabet: str | None = None) -> int:
+    """Aligned pairs of equal letters (case aside); with ``alphabet`` (``"dna"`` or
+    ``"protein"``), only letters of :data:`_IDENTITY_LETTERS`: N against N is not identical."""
+    qa = np.frombuffer(query.upper().encode("ascii"), dtype=np.uint8)[pairs[:, 0]]
+    ta = np.frombuffer(target.upper().encode("ascii"), dtype=np.uint8)[pairs[:, 1]]
+    same = qa == ta
+    if alphabet is not None:
+        same &= np.isin(qa, _IDENTITY_LETTERS[alphabet])
+    return int(np.count_nonzero(same))
+
 
 
 def _check_seqs(query: str, target: str) -> None:
@@ -554,18 +571,20 @@ def _check_seqs(query: str, target: str) -> None:
             raise InputError(f"{name} must be an ASCII string")
 
 
-def percent_identity(query: str, target: str, alignment: Any) -> float:
+def percent_identity(query: str, target: str, alignment: Any, *, alphabet: str | None = None) -> float:
     """``100 * identical aligned pairs / aligned pairs`` of ``alignment`` (an :class:`Alignment`,
     an object with ``.pairs`` or a pair array); NaN when nothing is aligned.
 
     Only aligned residue pairs count (gaps are in neither the numerator nor the
-    denominator); letters are compared case-insensitively.
+    denominator); letters are compared case-insensitively. ``alphabet`` (``"dna"``,
+    ``"protein"``): an ambiguity code (N, R, ...) or X against itself is not identical, as in
+    the SAM spec's NM; ``None``: every pair of equal letters is.
     """
     _check_seqs(query, target)
     pairs = as_pairs(alignment, len(query), len(target))
     if pairs.shape[0] == 0:
         return math.nan
-    return 100.0 * _identical(query, target, pairs) / pairs.shape[0]
+    return 100.0 * count_identical(query, target, pairs, alphabet) / pairs.shape[0]
 
 
 class AlignedPair(NamedTuple):
@@ -594,6 +613,9 @@ class AlignedPair(NamedTuple):
         other_loci: the chance that the query belongs to another of its hits instead, where
             hits it competes with are not written beside it (``sinkalign align --max-hits``
             sets it); ``None``: the writers weigh the hits they are given (SAM and PAF MAPQ).
+        alphabet: ``"dna"`` or ``"protein"`` (the model's): an ambiguity code or X against
+            itself is then no identity (:attr:`identity`, the writers' NM and identity); ``None``:
+            the writers tell it from the letters, :attr:`identity` counts equal letters.
 
     A plain 6-tuple ``(query_id, query, target_id, target, alignment, score)`` is accepted
     wherever an ``AlignedPair`` is.
@@ -610,6 +632,7 @@ class AlignedPair(NamedTuple):
     strand: str = "+"
     log_evalue: float | None = None
     other_loci: float | None = None
+    alphabet: str | None = None
 
     @property
     def evalue_rank(self) -> float:
@@ -655,22 +678,23 @@ class AlignedPair(NamedTuple):
                 plan[n, m] = P[m, n]
             return AlignedPair(self.target_id, reverse_complement(self.target), self.query_id,
                                reverse_complement(self.query), turned, self.score, plan, self.evalue, "-",
-                               self.log_evalue)
+                               self.log_evalue, alphabet=self.alphabet)
         turned = aln.transposed() if isinstance(aln, Alignment) else self.pairs[:, ::-1].copy()
         plan = None if self.plan is None else np.ascontiguousarray(np.asarray(self.plan).T)
         return AlignedPair(self.target_id, self.target, self.query_id, self.query, turned, self.score, plan,
-                           self.evalue, self.strand, self.log_evalue)
+                           self.evalue, self.strand, self.log_evalue, alphabet=self.alphabet)
 
     @property
     def stats(self) -> AlignmentStats:
         """Identity, aligned length and the 0-based half-open spans (:func:`alignment_stats`;
         on the minus strand the query span is on the query as given)."""
-        return stranded_stats(self.query, self.target, self.alignment, self.strand)
+        return stranded_stats(self.query, self.target, self.alignment, self.strand, alphabet=self.alphabet)
 
     @property
     def identity(self) -> float:
-        """Percent identity over aligned pairs (NaN when nothing is aligned)."""
-        return percent_identity(self.query, self.target, self.alignment)
+        """Percent identity over aligned pairs (NaN when nothing is aligned; N against N is not
+        identical where :attr:`alphabet` is known)."""
+        return percent_identity(self.query, self.target, self.alignment, alphabet=self.alphabet)
 
     @property
     def cigar(self) -> str:

@@ -119,7 +119,10 @@ def check_sam_records(path, records, mode):
         mismatches = sum(rec[1][i] != rec[3][j] for i, j in pairs.tolist())
         internal = (pairs[-1] - pairs[0] + 1 - len(pairs)).sum()
         assert seg.get_tag("NM") == mismatches + internal
-        assert seg.get_tag("AS") == pytest.approx(score_of(rec), rel=1e-6)
+        # AS is an integer in the SAM spec (a real-valued score was AS:f); the score itself is ZS:f
+        assert isinstance(seg.get_tag("AS"), int) and seg.get_tag("AS") == math.floor(score_of(rec) + 0.5)
+        if not float(score_of(rec)).is_integer():
+            assert seg.get_tag("ZS") == pytest.approx(score_of(rec), rel=1e-6)
     prot, nw, dna = segs[0], segs[1], segs[2]
     # Protein residues do not fit BAM's 4-bit code: SEQ '*' and the residues in XQ:Z.
     assert prot.query_sequence is None and prot.get_tag("XQ") == PROT_Q
@@ -130,7 +133,7 @@ def check_sam_records(path, records, mode):
     assert nw.mapping_quality == 255 and not nw.has_tag("XP")  # posterior unknown
     # AS is an integer for integral scores (htslib picks the smallest integer width), else a float.
     assert nw.get_tag("AS", with_value_type=True)[1] in "cCsSiI"
-    assert dna.get_tag("AS", with_value_type=True) == (12.5, "f")
+    assert dna.get_tag("AS") == 13 and dna.get_tag("ZS", with_value_type=True) == (12.5, "f")
 
 
 def test_sam_round_trip(tmp_path, records):
@@ -386,7 +389,9 @@ def test_paf_as_minimap2_writes_it(tmp_path, records):
                             str(st.n_identical), blast[3], seg[4]]
         tags = dict(t.split(":", 1) for t in row[12:])
         assert tags["cg"] == "Z:" + re.sub(r"^\d+S|\d+S$", "", seg[5]) and "S" not in tags["cg"]
-        assert float(tags["AS"].split(":")[1]) == pytest.approx(score_of(rec), rel=1e-5)
+        assert tags["AS"] == f"i:{math.floor(score_of(rec) + 0.5)}"  # minimap2's type; the score is ZS:f
+        if not float(score_of(rec)).is_integer():
+            assert float(tags["ZS"].split(":")[1]) == pytest.approx(score_of(rec), rel=1e-5)
         assert ("ZE" in tags) == (rec.evalue is not None)
         assert ("XP" in tags) == isinstance(rec.alignment, Alignment)
 
@@ -723,3 +728,52 @@ def test_an_existing_file_is_kept_unless_overwrite(records, tmp_path):
     assert path.read_text() == "mine\n" and not started
     assert write_alignments(records, path, "tsv", overwrite=True) == len(records)
     assert path.read_text().startswith("query\ttarget\tscore\t")
+
+
+def test_n_against_n_is_no_identity_in_any_output(tmp_path):
+    """An ambiguity code against itself is a mismatch, as the SAM spec's NM counts it (samtools
+    calmd agrees): NM, the TSV identity, PAF's matches and blast6's pident and mismatches counted
+    N-N as identical (an output audit). A protein's X-X likewise; equal letters otherwise."""
+    t = "ACGTTGCAAGGCTTAC" + "NNNN" + "GATTACAGGCATTCAG"
+    q = t[4:16] + "NNNN" + t[20:30]
+    pairs = np.stack([np.arange(len(q)), np.arange(len(q)) + 4], 1)
+    records = [AlignedPair("q", q, "t", t, pairs, 10.0), AlignedPair("q2", q, "t", t, pairs, 10.0, alphabet="dna")]
+    sam, tsv, paf, m8 = (tmp_path / f"o.{x}" for x in ("sam", "tsv", "paf", "m8"))
+    for path in (sam, tsv, paf, m8):
+        write_alignments(records, path)
+    with pysam.AlignmentFile(str(sam)) as handle:
+        segs = list(handle)
+    (tmp_path / "t.fa").write_text(f">t\n{t}\n")
+    assert [seg.get_tag("NM") for seg in segs] == [4, 4]  # the four N-N pairs
+    redone = pysam.calmd("-e", str(sam), str(tmp_path / "t.fa"))  # samtools' own NM from the reference
+    assert [re.search(r"NM:i:(\d+)", line).group(1) for line in redone.splitlines() if not line.startswith("@")] \
+        == ["4", "4"]
+    identity = 100 * (len(q) - 4) / len(q)
+    rows = list(csv.DictReader(tsv.open(), delimiter="\t"))
+    assert [float(r["identity"]) for r in rows] == [pytest.approx(identity, abs=1e-3)] * 2
+    assert [line.split("\t")[9] for line in paf.read_text().splitlines()] == [str(len(q) - 4)] * 2
+    assert [(float(c[2]), int(c[4])) for c in (line.split("\t") for line in m8.read_text().splitlines())] \
+        == [(pytest.approx(identity, abs=1e-3), 4)] * 2
+    assert records[1].identity == pytest.approx(identity) and records[0].identity == 100.0  # alphabet unknown
+    prot = AlignedPair("p", "MKXXLV", "pt", "MKXXLV", np.stack([np.arange(6)] * 2, 1), 5.0, alphabet="protein")
+    assert prot.identity == pytest.approx(100 * 4 / 6) and prot.stats.n_identical == 4
+
+
+def test_sam_seq_of_a_dna_read_with_x_and_an_unmapped_read_as_given(tmp_path):
+    """A nucleotide read with X (a masked base, read as N) lost its SEQ to '*' and XQ:Z; an
+    unmapped minus-strand record was written reverse-complemented with flag 20 (minimap2 and BWA
+    write an unmapped read as given, flag 4)."""
+    from sinkalign.alignment import reverse_complement
+
+    t = "ACGTTGCAAGGCTTACGATTACAGGCATTCAG"
+    q = t[2:12] + "XX" + t[14:28]
+    pairs = np.stack([np.arange(len(q)), np.arange(len(q)) + 2], 1)
+    lost = "GGATCCATGCAAATTTGG"
+    records = [AlignedPair("xq", q, "t", t, pairs, 5.0, alphabet="dna"),
+               AlignedPair("lost", reverse_complement(lost), "t", t, np.zeros((0, 2), int), 0.0, strand="-",
+                           alphabet="dna")]
+    write_alignments(records, tmp_path / "o.sam")
+    with pysam.AlignmentFile(str(tmp_path / "o.sam")) as handle:
+        xq, unmapped = list(handle)
+    assert xq.query_sequence == q.replace("X", "N") and not xq.has_tag("XQ")
+    assert unmapped.flag == 4 and unmapped.query_sequence == lost

@@ -900,7 +900,8 @@ class Aligner:
                     evalue = float(np.exp(log_evalue))
             aln = calibration.apply(aln, post.match, query=item[1], target=item[3], confidences=conf,
                                     min_confidence=self.min_confidence, gap_weight=self.gap_weight)
-        return AlignedPair(item[0], item[1], item[2], item[3], aln, aln.score, plan, evalue, "+", log_evalue)
+        return AlignedPair(item[0], item[1], item[2], item[3], aln, aln.score, plan, evalue, "+", log_evalue,
+                           alphabet=self.config.alphabet)
 
     # ---------------------------------------------------------------- numpy engine
     def _task(self, items: list, keep_plan: bool, dense_plans: Callable) -> list:

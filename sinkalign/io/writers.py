@@ -34,7 +34,8 @@ Formats (:data:`FORMATS`):
   ``o`` is the chance that the query belongs to another of its hits in the same run of
   records, the hits weighed by ``1 / E`` (a repeat's two copies get MAPQ 3 each; ``o = 0``
   without E-values), and 255 = unavailable when the posterior is unknown; tags ``AS``
-  (score: ``i`` when integral, else ``f``), ``XP:f`` (mean
+  (``i``, the score rounded: the SAM spec's type; a score that is no whole number is also in
+  ``ZS:f``), ``XP:f`` (mean
   posterior), ``NM:i`` (mismatches + inserted + deleted residues), ``ZE:f`` (the E-value, when
   known; as GraphMap and DIAMOND write it; a ``f`` tag is float32 in SAM and BAM, so below
   ~1e-45 it reads 0: the TSV, blast6 and text outputs print smaller E-values from their logs). A
@@ -110,6 +111,7 @@ from sinkalign.alignment import (
     alignment_stats,
     check_pairs,
     cigar,
+    count_identical,
     evalue_rank,
     format_evalue,
     format_text,
@@ -121,6 +123,7 @@ from sinkalign.alignment import (
 )
 from sinkalign.alignment import format_number as _fmt
 from sinkalign.errors import InputError, OutputExistsError
+from sinkalign.io.fasta import detect_alphabet
 from sinkalign.io.formats import ALIGNMENT_SUFFIXES, output_format
 from sinkalign.utils import atomic_path, atomic_write, wants_gzip
 
@@ -182,6 +185,7 @@ class _Record(NamedTuple):
     strand: str = "+"
     log_evalue: float | None = None
     other_loci: float | None = None
+    alphabet: str = "protein"  # the pair's (AlignedPair.alphabet, else told from its letters): N-N is no identity
 
     @property
     def evalue_text(self) -> str:
@@ -197,11 +201,12 @@ class _Record(NamedTuple):
 def _prepare(records: Iterable[Any]) -> Iterator[_Record]:
     """Validate and normalise the input stream (InputError naming the record)."""
     for index, rec in enumerate(records):
-        evalue, strand, log_evalue, other_loci = None, "+", None, None
+        evalue, strand, log_evalue, other_loci, alphabet = None, "+", None, None, None
         try:
             if isinstance(rec, AlignedPair):  # its plan is not written
                 qid, q, tid, t, aln, *rest = rec[:6]
                 evalue, strand, log_evalue, other_loci = rec.evalue, rec.strand, rec.log_evalue, rec.other_loci
+                alphabet = rec.alphabet
             else:
                 qid, q, tid, t, aln, *rest = rec
         except (TypeError, ValueError):
@@ -244,9 +249,11 @@ def _prepare(records: Iterable[Any]) -> Iterator[_Record]:
             raise InputError(f"{where}: strand={strand!r} is not one of {STRAND_SIGNS}")
         if other_loci is not None and not 0.0 <= other_loci <= 1.0:
             raise InputError(f"{where}: other_loci={other_loci!r} is not a probability")
+        if alphabet not in ("dna", "protein"):  # a plain tuple: as the aligner tells it (a genome by its start)
+            alphabet = detect_alphabet(q + t[:2000])
         yield _Record(index, qid, q, tid, t, pairs, posterior, score, None if evalue is None else float(evalue),
                       strand, None if evalue is None or log_evalue is None else float(log_evalue),
-                      None if other_loci is None else float(other_loci))
+                      None if other_loci is None else float(other_loci), alphabet)
 
 
 # --------------------------------------------------------------------------- formatting helpers
@@ -278,12 +285,27 @@ def _other_loci(records: list[_Record]) -> list[float]:
     return [0.0] * len(records) if shares is None else shares
 
 
+def _score_tags(score: float) -> list[str]:
+    """``AS:i`` (the SAM spec's type for it: the score rounded) and, for a score that is not a
+    whole number, ``ZS:f`` with its value; none for an unknown score."""
+    if not math.isfinite(score) or abs(score) >= 2**31:
+        return []
+    tags = [f"AS:i:{math.floor(score + 0.5)}"]  # half up, as a reader rounds
+    if not score.is_integer():
+        tags.append(f"ZS:f:{score:.6g}")
+    return tags
+
+
+#: every byte outside BAM's 4-bit nucleotide code as N (after upper-casing)
+_AS_N = {c: ord("N") for c in range(128) if chr(c) not in _BAM_SEQ}
+
+
 def _nm(rec: _Record) -> int:
-    """Edit distance of the local alignment: mismatched pairs + internal gap residues."""
+    """Edit distance of the local alignment: mismatched pairs + internal gap residues. As the SAM
+    spec counts it (and samtools calmd), an ambiguity code against itself (N-N) is a mismatch
+    (X-X of a protein too)."""
     p = rec.pairs
-    q = np.array(list(rec.query.upper()))
-    t = np.array(list(rec.target.upper()))
-    mismatches = int(np.count_nonzero(q[p[:, 0]] != t[p[:, 1]]))
+    mismatches = len(p) - count_identical(rec.query, rec.target, p, rec.alphabet)
     internal = int((p[-1, 0] - p[0, 0] + 1 - len(p)) + (p[-1, 1] - p[0, 1] + 1 - len(p)))
     return mismatches + internal
 
@@ -322,7 +344,7 @@ def _strand_note(rec: _Record) -> str:
 
 
 def _tsv_row(rec: _Record) -> list[str]:
-    st = stranded_stats(rec.query, rec.target, rec.pairs, rec.strand)
+    st = stranded_stats(rec.query, rec.target, rec.pairs, rec.strand, alphabet=rec.alphabet)
     empty = st.aligned_length == 0
     return [
         rec.query_id,
@@ -355,7 +377,7 @@ def _tsv_to(records: Iterable[_Record], handle: IO[str]) -> int:
 
 def _blast6_row(rec: _Record) -> list[str] | None:
     """One ``-outfmt 6`` row (see the module docstring); ``None`` when nothing is aligned."""
-    st = alignment_stats(rec.query, rec.target, rec.pairs)
+    st = alignment_stats(rec.query, rec.target, rec.pairs, alphabet=rec.alphabet)
     k = st.aligned_length
     if k == 0:
         return None
@@ -398,7 +420,7 @@ _CLIPS_RE = re.compile(r"^\d+S|\d+S$")
 
 def _paf_row(rec: _Record, other_loci: float = 0.0) -> list[str] | None:
     """One PAF line (see the module docstring); ``None`` when nothing is aligned."""
-    st = stranded_stats(rec.query, rec.target, rec.pairs, rec.strand)
+    st = stranded_stats(rec.query, rec.target, rec.pairs, rec.strand, alphabet=rec.alphabet)
     k = st.aligned_length
     if k == 0:
         return None
@@ -408,9 +430,7 @@ def _paf_row(rec: _Record, other_loci: float = 0.0) -> list[str] | None:
            rec.target_id, str(len(rec.target)), str(st.target_start), str(st.target_end), str(st.n_identical),
            str(length), str(_mapq(mean_post, other_loci)),
            "cg:Z:" + _CLIPS_RE.sub("", cigar(rec.pairs, len(rec.query), len(rec.target), local=True))]
-    if math.isfinite(rec.score):
-        integral = rec.score.is_integer() and abs(rec.score) < 2**31
-        row.append(f"AS:i:{int(rec.score)}" if integral else f"AS:f:{rec.score:.6g}")
+    row += _score_tags(rec.score)
     if math.isfinite(mean_post):
         row.append(f"XP:f:{mean_post:.6g}")
     if rec.evalue is not None and math.isfinite(rec.evalue):
@@ -474,7 +494,7 @@ def _json_object(rec: _Record) -> dict[str, Any]:
     log, finite where the E-value underflows to 0; null when unknown), pairs ([[i, j], ...]),
     match_posterior (list or null), query_gapped, target_gapped, strand (``+`` or ``-``: on the minus strand
     the spans are on the query as given; pairs, cigar and query_gapped read its reverse complement)."""
-    st = stranded_stats(rec.query, rec.target, rec.pairs, rec.strand)
+    st = stranded_stats(rec.query, rec.target, rec.pairs, rec.strand, alphabet=rec.alphabet)
     qg, tg = to_gapped(rec.query, rec.target, rec.pairs)
 
     def num(x: float) -> float | None:
@@ -648,14 +668,19 @@ def _segment(rec: _Record, header, ref_index: dict[str, int], seqs: dict[str, st
         raise InputError(f"{rec.where}: target_id {rec.target_id!r} was given two different sequences")
     seg = pysam.AlignedSegment(header)
     seg.query_name = rec.query_id
-    if set(rec.query) <= _BAM_SEQ:
-        seg.query_sequence = rec.query
+    empty = rec.pairs.shape[0] == 0
+    # an unmapped read is written as given (flag 4 alone), as minimap2 and BWA write it
+    query = reverse_complement(rec.query) if empty and rec.strand == "-" else rec.query
+    if rec.alphabet == "dna":  # a nucleotide outside BAM's 4-bit code (X, a masked base) is N there, as read
+        query = query.upper().translate(_AS_N) if not set(query) <= _BAM_SEQ else query
+    if set(query) <= _BAM_SEQ:
+        seg.query_sequence = query
     else:
         seg.query_sequence = None
-        seg.set_tag("XQ", rec.query, "Z")
+        seg.set_tag("XQ", query, "Z")
     reverse = 16 if rec.strand == "-" else 0  # SEQ (the query as aligned) is the reverse complement
-    if rec.pairs.shape[0] == 0:
-        seg.flag = 4 | reverse
+    if empty:
+        seg.flag = 4
         seg.reference_id = -1
         seg.reference_start = -1
         seg.mapping_quality = 0
@@ -665,11 +690,9 @@ def _segment(rec: _Record, header, ref_index: dict[str, int], seqs: dict[str, st
     seg.reference_start = int(rec.pairs[0, 1])
     seg.cigarstring = cigar(rec.pairs, len(rec.query), len(rec.target), local=True)
     mean_post = _mean_posterior(rec)
-    if math.isfinite(rec.score):
-        if rec.score.is_integer() and abs(rec.score) < 2**31:
-            seg.set_tag("AS", int(rec.score), "i")
-        else:
-            seg.set_tag("AS", rec.score, "f")
+    for tag in _score_tags(rec.score):
+        name, kind, value = tag.split(":", 2)
+        seg.set_tag(name, int(value) if kind == "i" else float(value), kind)
     if math.isfinite(mean_post):
         seg.set_tag("XP", mean_post, "f")
     seg.set_tag("NM", _nm(rec), "i")

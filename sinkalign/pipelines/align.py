@@ -861,7 +861,8 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
                         index += 1
                         if strand == "-":
                             q = reverse_complement(q)
-                        pair = AlignedPair(qid, q, tid, t, aln, aln.score, None, evalue, strand, log_evalue)
+                        pair = AlignedPair(qid, q, tid, t, aln, aln.score, None, evalue, strand, log_evalue,
+                                           alphabet=alphabet)
                         if db_size is not None:
                             pair = pair.evalue_times(scan.comparisons(qid) if db_size == "targets" else db_size)
                         if max_evalue is not None and not pair.evalue <= max_evalue:
