@@ -1039,18 +1039,35 @@ def test_dustbin_defaults_match_dustbin_config():
     from sinkalign.kernels.triton.op import _UNSET, _from_config
     from sinkalign.sinkhorn import DustbinConfig, SinkhornConfig
 
-    default = DustbinConfig()
-    params = inspect.signature(sinkhorn_dustbin_attention_ref).parameters
-    for name in ("variant", "mass", "filler"):
-        assert params[name].default == getattr(default, name), name
-    assert params["eps"].default == 1.0 and params["n_iters"].default == 15 and params["band"].default is None
-    # the Triton operator takes its defaults from the config classes themselves
-    params = inspect.signature(sinkhorn_dustbin_attention_triton).parameters
-    assert all(params[n].default is _UNSET for n in ("variant", "mass", "filler", "eps", "n_iters", "band"))
+    # the Triton operator and the references take their defaults from the config classes themselves
+    for fn in (sinkhorn_dustbin_attention_triton, sinkhorn_dustbin_attention_ref):
+        params = inspect.signature(fn).parameters
+        assert all(params[n].default is _UNSET for n in ("variant", "mass", "filler", "eps", "n_iters", "band"))
+    params = inspect.signature(sinkhorn_attention_ref).parameters
+    assert all(params[n].default is _UNSET for n in ("eps", "n_iters", "tail", "band"))
     assert _from_config(None, DustbinConfig, dict.fromkeys(("variant", "mass", "filler"), _UNSET)) == {
         "variant": "banded", "mass": "length", "filler": 128}
     assert _from_config(None, SinkhornConfig, dict.fromkeys(("eps", "n_iters", "band"), _UNSET)) == {
         "eps": 1.0, "n_iters": 15, "band": None}
+
+
+def test_the_references_take_the_config_the_other_operators_take():
+    """README: one SinkhornConfig (and DustbinConfig) drives every implementation; the plain-torch
+    references took only keywords (`config=` was a TypeError)."""
+    from sinkalign.sinkhorn import DustbinConfig, SinkhornConfig
+
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, n, 4, generator=g, dtype=torch.float64) for n in (5, 6, 6))
+    z = torch.zeros(4, dtype=torch.float64)
+    cfg = SinkhornConfig(eps=0.5, n_iters=7, band=2)
+    assert torch.equal(sinkhorn_attention_ref(q, k, v, config=cfg), sinkhorn_attention_ref(q, k, v, eps=0.5, n_iters=7,
+                                                                                            band=2))
+    db = DustbinConfig(variant="paper", mass="unit", filler=4)
+    assert torch.equal(sinkhorn_dustbin_attention_ref(q, k, v, z, z, config=cfg, dustbin=db),
+                       sinkhorn_dustbin_attention_ref(q, k, v, z, z, eps=0.5, n_iters=7, band=2, variant="paper",
+                                                      mass="unit", filler=4))
+    with pytest.raises(ValueError, match="band given both in the SinkhornConfig and as keywords"):
+        sinkhorn_attention_ref(q, k, v, config=cfg, band=3)
 
 
 def _small_dustbin():

@@ -61,7 +61,7 @@ import numbers
 import torch
 
 from sinkalign.kernels.cache import band_tile_slots, check_cache_scores, resolve_cache_scores
-from sinkalign.kernels.triton.ref import active_transforms, prepare_dustbin, prepare_inputs
+from sinkalign.kernels.triton.ref import _UNSET, _from_config, active_transforms, prepare_dustbin, prepare_inputs
 from sinkalign.sinkhorn.checks import check_f32_dots
 from sinkalign.sinkhorn.config import DustbinConfig, SinkhornConfig
 
@@ -487,24 +487,6 @@ class _SinkhornTail2(torch.autograd.Function):
             d_log_b = torch.where(col_bh, g_v - beta * p_t_x2, 0.0).view(-1, lc.H, g_v.shape[-1]).sum(1)
             d_log_a, d_log_b = d_log_a.to(log_a.dtype), d_log_b.to(log_b.dtype)
         return dq, dk, dv, None, None, d_log_a, d_log_b, None, None, None
-
-
-_UNSET = object()  # a keyword not passed: its value comes from the config (or the config's default)
-
-
-def _from_config(config, cls, given: dict) -> dict:
-    """The operator settings: from ``config`` (a ``cls``: SinkhornConfig / DustbinConfig, the
-    configuration the JAX and Pallas operators take too) or from keywords, whose defaults are
-    ``cls()``'s; passing a setting both ways is an error."""
-    if config is None:
-        defaults = cls()
-        return {name: getattr(defaults, name) if value is _UNSET else value for name, value in given.items()}
-    if not isinstance(config, cls):
-        raise ValueError(f"config must be a {cls.__name__}, got {type(config).__name__}")
-    twice = [name for name, value in given.items() if value is not _UNSET]
-    if twice:
-        raise ValueError(f"{', '.join(twice)} given both in the {cls.__name__} and as keywords; pass one")
-    return {name: getattr(config, name) for name in given}
 
 
 def _solver(config, eps, n_iters, tail, band) -> dict:

@@ -38,7 +38,7 @@ from typing import NamedTuple
 import torch
 
 from sinkalign.sinkhorn import checks
-from sinkalign.sinkhorn.config import DustbinConfig
+from sinkalign.sinkhorn.config import DustbinConfig, SinkhornConfig
 
 __all__ = [
     "DustbinProblem",
@@ -276,16 +276,39 @@ def _plan(duals: TailDuals, a: int, b: int) -> torch.Tensor:
     return torch.exp(torch.where(duals.support, x, float("-inf")))
 
 
-def sinkhorn_attention_ref(q, k, v, *, q_mask=None, k_mask=None, log_a=None, log_b=None, eps=1.0, n_iters=15,
-                           tail=2, band=None) -> torch.Tensor:
+_UNSET = object()  # a keyword not passed: its value comes from the config (or the config's default)
+
+
+def _from_config(config, cls, given: dict) -> dict:
+    """The operator settings: from ``config`` (a ``cls``: SinkhornConfig / DustbinConfig, the
+    configuration the JAX and Pallas operators take too) or from keywords, whose defaults are
+    ``cls()``'s; passing a setting both ways is an error."""
+    if config is None:
+        defaults = cls()
+        return {name: getattr(defaults, name) if value is _UNSET else value for name, value in given.items()}
+    if not isinstance(config, cls):
+        raise ValueError(f"config must be a {cls.__name__}, got {type(config).__name__}")
+    twice = [name for name, value in given.items() if value is not _UNSET]
+    if twice:
+        raise ValueError(f"{', '.join(twice)} given both in the {cls.__name__} and as keywords; pass one")
+    return {name: getattr(config, name) for name in given}
+
+
+def sinkhorn_attention_ref(q, k, v, *, q_mask=None, k_mask=None, log_a=None, log_b=None, config=None, eps=_UNSET,
+                           n_iters=_UNSET, tail=_UNSET, band=_UNSET) -> torch.Tensor:
     """Reference operator ``O = P^(R,R) V`` [B, H, Lq, dv], differentiable in q, k, v.
 
     q [B, H, Lq, d], k [B, H, Lk, d], v [B, H, Lk, dv]; q_mask [B, Lq], k_mask [B, Lk]
     (bool, True = real token); log_a [B, Lq], log_b [B, Lk] log marginals (default 0);
-    ``band`` is the half-width W (key j active for query i iff |i - j| <= W), ``None`` for
-    dense. Computes in the inputs' dtype. Inactive query rows of O are 0. Raises
-    ``ValueError`` on bad input, including a valid row/column with no active entry.
+    ``config``: a :class:`~sinkalign.sinkhorn.SinkhornConfig` (its eps, n_iters, tail, band;
+    any backward mode gives autograd's gradient here), or those four as keywords, defaulting to
+    ``SinkhornConfig()``'s (eps 1, 15 steps, tail 2, dense); not both. ``band`` is the
+    half-width W (key j active for query i iff |i - j| <= W), ``None`` for dense. Computes in
+    the inputs' dtype. Inactive query rows of O are 0. Raises ``ValueError`` on bad input,
+    including a valid row/column with no active entry.
     """
+    eps, n_iters, tail, band = _from_config(config, SinkhornConfig, {"eps": eps, "n_iters": n_iters, "tail": tail,
+                                                                     "band": band}).values()
     q_mask, k_mask, log_a, log_b = prepare_inputs(q, k, v, q_mask=q_mask, k_mask=k_mask, log_a=log_a, log_b=log_b,
                                                   eps=eps, n_iters=n_iters, tail=tail, band=band)
     duals = sinkhorn_tail_duals_ref(q, k, q_mask=q_mask, k_mask=k_mask, log_a=log_a, log_b=log_b, eps=eps,
@@ -413,8 +436,8 @@ def dustbin_support(prob: DustbinProblem) -> torch.Tensor:
 
 
 def sinkhorn_dustbin_attention_ref(q, k, v, q_dustbin, k_dustbin, v_dustbin=None, *, q_mask=None, k_mask=None,
-                                   eps=1.0, n_iters=15, tail=2, band=None, variant="banded", mass="length",
-                                   filler=128) -> torch.Tensor:
+                                   config=None, dustbin=None, eps=_UNSET, n_iters=_UNSET, tail=_UNSET, band=_UNSET,
+                                   variant=_UNSET, mass=_UNSET, filler=_UNSET) -> torch.Tensor:
     """Reference Sinkhorn attention with learned dustbins: O [B, H, Lq, dv] of the real queries.
 
     The torch twin of ``sinkalign.sinkhorn.dustbin.dustbin_attention`` (same augmentation, same
@@ -424,8 +447,15 @@ def sinkhorn_dustbin_attention_ref(q, k, v, q_dustbin, k_dustbin, v_dustbin=None
     ``filler - 1`` inactive fillers) or ``banded`` (band W plus an always-active dustbin row and
     column; ``mass`` ``unit`` = 1 or ``length`` = number of valid tokens on the other side).
     Dense [B, H, Lq', Lk'] computation in the inputs' dtype (float64 included), any ``tail``;
-    differentiable by autograd in q, k, v and the three dustbin tokens.
+    differentiable by autograd in q, k, v and the three dustbin tokens. ``config`` and
+    ``dustbin`` (a :class:`~sinkalign.sinkhorn.SinkhornConfig` and a
+    :class:`~sinkalign.sinkhorn.DustbinConfig`, as the JAX operator takes them) or the settings
+    as keywords; not both.
     """
+    eps, n_iters, tail, band = _from_config(config, SinkhornConfig, {"eps": eps, "n_iters": n_iters, "tail": tail,
+                                                                     "band": band}).values()
+    variant, mass, filler = _from_config(dustbin, DustbinConfig, {"variant": variant, "mass": mass,
+                                                                  "filler": filler}).values()
     prob = prepare_dustbin(q, k, v, q_dustbin, k_dustbin, v_dustbin, q_mask=q_mask, k_mask=k_mask, eps=eps,
                            n_iters=n_iters, tail=tail, band=band, variant=variant, mass=mass, filler=filler)
     duals = _duals_on(prob.q, prob.k, dustbin_support(prob), prob.log_a, prob.log_b, eps, n_iters, tail)
