@@ -878,3 +878,20 @@ def test_cli_a_side_output_under_a_file_is_refused_before_the_alignment_is_writt
         assert res.exit_code == 1 and f"{option} {tmp_path}/afile/deeper/x: {tmp_path}/afile is a file, not a " \
                                       "directory" in res.output, res.output
         assert out.read_text() == "mine\n"
+
+
+def test_cli_add_to_warns_of_a_record_with_no_likely_homolog_among_the_rows(tmp_path, ref_file, globins, caplog):
+    """A fresh msa warns of a record unrelated to the others; --add-to placed one without a word
+    (a README audit: RRM records added to LuxC). Myoglobin, a homolog of the rows, is not named;
+    the same on a cluster."""
+    rng = np.random.default_rng(0)
+    unrelated = "".join(rng.choice(list("ACDEFGHIKLMNPQRSTVWY"), 120))
+    new = tmp_path / "two.fa"
+    new.write_text(f">MYG_HUMAN\n{globins['MYG_HUMAN']}\n>RANDOM\n{unrelated}\n")
+    for extra in ([], ["--workers", "2", "--chunk-size", "2"]):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="sinkalign.pipelines.msa"):
+            res = _run("msa", new, "--add-to", ref_file, "-o", tmp_path / f"out{len(extra)}.afa", *extra)
+        assert res.exit_code == 0, res.output
+        said = [r.getMessage() for r in caplog.records if "no likely homolog" in r.getMessage()]
+        assert len(said) == 1 and said[0].startswith(f"record RANDOM has no likely homolog among the rows of {ref_file}")

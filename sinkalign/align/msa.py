@@ -936,12 +936,13 @@ def _check_text(text: str, bad: str, what: str, unit: str, rule: str) -> None:
 
 
 def _pair_source(posteriors: Any, seqs: list[str], names: list[str], pairs: list[tuple[int, int]],
-                 progress: Callable[[int], Any] | None) -> Posts:
-    """The posteriors of ``pairs`` from an aligner (:func:`aligner_posteriors`), a function of
-    two sequences (:func:`function_posteriors`) or a mapping of pairs of names to their
-    ``[L_a, L_b]`` posteriors (either order of a pair; what a cluster computed)."""
+                 progress: Callable[[int], Any] | None, evalues: dict | None = None) -> Posts:
+    """The posteriors of ``pairs`` from an aligner (:func:`aligner_posteriors`, which fills
+    ``evalues``), a function of two sequences (:func:`function_posteriors`) or a mapping of
+    pairs of names to their ``[L_a, L_b]`` posteriors (either order of a pair; what a cluster
+    computed)."""
     if hasattr(posteriors, "align_many"):
-        return aligner_posteriors(posteriors, seqs, pairs=pairs, ids=names, progress=progress)
+        return aligner_posteriors(posteriors, seqs, pairs=pairs, ids=names, progress=progress, evalues=evalues)
     if isinstance(posteriors, Mapping):
         out = {}
         for x, y in pairs:
@@ -976,7 +977,7 @@ def add_to_alignment(ref_ids: Sequence[str], ref_rows: Sequence[str], ids: Seque
                      posteriors: Any, *, consistency: int | None = None, keep_length: bool = False,
                      independent: bool = False,
                      calibration: MsaCalibration | None = None, combine: str = "mean", nearest: int | None = None,
-                     progress: Callable[[int], Any] | None = None) -> MultipleAlignment:
+                     progress: Callable[[int], Any] | None = None, evalues: dict | None = None) -> MultipleAlignment:
     """Add ``seqs`` (named ``ids``) to an existing alignment (gapped ``ref_rows`` named
     ``ref_ids``) without changing it, as MAFFT's ``--add`` and Clustal Omega's profile mode do.
 
@@ -1020,6 +1021,10 @@ def add_to_alignment(ref_ids: Sequence[str], ref_rows: Sequence[str], ids: Seque
     (a fresh multiple alignment of all of them: ``(N + K)(N + K - 1) / 2``), and the
     consistency rounds' ``O((N + K)^3)`` sparse products (``consistency=0`` for large
     alignments).
+
+    ``evalues``: a dict that gets each pairwise alignment's E-value by the pair's names
+    (``{(row or record, record): E}``) when ``posteriors`` is an aligner (``None`` without a
+    null): what tells a record with no likely homolog among the rows.
 
     Returns:
         A :class:`MultipleAlignment`: the existing rows as given (letter case kept, any gap
@@ -1084,7 +1089,10 @@ def add_to_alignment(ref_ids: Sequence[str], ref_rows: Sequence[str], ids: Seque
     kind = "dna" if getattr(config, "alphabet", "protein") == "dna" else "protein"
     rows_of = dict(zip(range(K, len(library)), nearest_rows(library[:K], seqs, nearest, kind=kind)))
     todo = [(x, y) for y in range(K, len(library)) for x in (rows_of[y] if independent else range(y))]
-    posts = _pair_source(posteriors, library, names, todo, progress)
+    found: dict | None = {} if evalues is not None else None
+    posts = _pair_source(posteriors, library, names, todo, progress, found)
+    if found:  # by name: the caller knows no library index
+        evalues.update({(names[x], names[y]): e for (x, y), e in found.items()})
     if consistency:  # the rows' own pairs count only through the consistency transformation
         for x in range(K):
             for y in range(x + 1, K):

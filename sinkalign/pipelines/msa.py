@@ -356,13 +356,14 @@ def _add(existing, ids: list, seqs: list, aligner, consistency: int, keep_length
     Dask cluster (as ``sinkalign align``; the same alignment as one process)."""
     from tqdm import tqdm
 
-    from sinkalign.align.msa import add_to_alignment, library_entry, nearest_rows
+    from sinkalign.align.msa import UNRELATED_EVALUE, add_to_alignment, library_entry, nearest_rows
 
     n = len(ids)
     k = sum(any(c.isalpha() for c in row) for row in existing.rows)  # the rows with residues
     total = n * min(k, nearest or k) + (0 if independent else n * (n - 1) // 2)
     log.info("adding %d records to an alignment of %d rows and %d columns: %d pairs, %d consistency rounds", n,
              len(existing), existing.n_columns, total, consistency)
+    evalues: dict = {}  # (name, name) -> E-value of each pairwise alignment
     with tqdm(total=total, disable=not progress, unit="pair", desc="pairwise") as bar:
         posteriors = aligner
         if cluster is not None:  # the pairs on the cluster, then the library as aligner_posteriors builds it
@@ -375,15 +376,26 @@ def _add(existing, ids: list, seqs: list, aligner, consistency: int, keep_length
             spec, workers, scheduler, chunk_size = cluster
             posteriors = {}
             for chunk, out in run_cluster(spec, chunks(items, chunk_size), 8, False, scheduler, workers, align_chunk):
-                for (qid, q, tid, t), (aln, *_) in zip(chunk, out):
+                for (qid, q, tid, t), (aln, _, evalue, *_) in zip(chunk, out):
                     posteriors[(qid, tid)] = library_entry(aln, len(q), len(t))
+                    evalues[(qid, tid)] = evalue
                 bar.update(len(chunk))
         try:
             result = add_to_alignment(existing.ids, existing.rows, ids, seqs, posteriors, consistency=consistency,
                                       keep_length=keep_length, independent=independent, nearest=nearest,
-                                      calibration=aligner.msa_calibration, progress=bar.update)
+                                      calibration=aligner.msa_calibration, progress=bar.update,
+                                      evalues=evalues if cluster is None else None)
         except ValueError as err:  # what the readers let through: an alignment of no residues
             raise InputError(f"{existing.source}: {err}") from err
+    row_ids = set(existing.ids)
+    for name in ids:  # as a fresh msa warns of a record unrelated to the others (unrelated_records)
+        against = [(e, a if b == name else b) for (a, b), e in evalues.items() if name in (a, b)
+                   and (a if b == name else b) in row_ids]
+        if against and all(e is not None for e, _ in against) and min(against)[0] >= UNRELATED_EVALUE:
+            evalue, row = min(against)
+            log.warning("record %s has no likely homolog among the rows of %s (its smallest E-value, against %s, is "
+                        "%.2g): it is placed all the same, with confidences that assume it belongs to the family; "
+                        "--sequence-scores shows how it fits, or leave it out", name, existing.source, row, evalue)
     if keep_length:
         dropped = {i: len(s) - sum(c != "-" for c in row) for i, s, row in zip(ids, seqs, result.rows[len(existing):])}
         cut = {i: d for i, d in dropped.items() if d}
