@@ -33,7 +33,9 @@ Formats (:data:`FORMATS`):
   ``min(60, round(-10 log10 P(wrong)))``, ``P(wrong) = 1 - (1 - o) * mean posterior``, where
   ``o`` is the chance that the query belongs to another of its hits in the same run of
   records, the hits weighed by ``1 / E`` (a repeat's two copies get MAPQ 3 each; ``o = 0``
-  without E-values), and 255 = unavailable when the posterior is unknown; tags ``AS``
+  without E-values; a query met again after other queries, as a ``--pairs`` list may, is
+  weighed on that later run's hits alone), and 255 = unavailable when the posterior is
+  unknown; tags ``AS``
   (``i``, the score rounded: the SAM spec's type; a score that is no whole number is also in
   ``ZS:f``), ``XP:f`` (mean
   posterior), ``NM:i`` (mismatches + inserted + deleted residues), ``ZE:f`` (the E-value, when
