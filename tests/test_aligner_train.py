@@ -677,6 +677,18 @@ def test_train_cli_resume_takes_the_runs_model(shards, tmp_path):
     assert_one_line_error(r, "model config differs from this run's (window: 2 -> 3); resume with the run's settings")
     r = CliRunner().invoke(cli, [*args, "--steps", "3", "--resume", "--model-option", "n_iters=4"])  # the run's own
     assert r.exit_code == 0 and r.output.startswith("step 3: loss="), r.output
+    # features of another embedder than the run's: named before anything is read
+    import shutil
+
+    from sinkalign.align.embed import embed_shards, get_embedder
+
+    embedded = tmp_path / "embedded"
+    shutil.copytree(shards, embedded)
+    embed_shards(embedded, get_embedder("builtin"))
+    args[2] = str(embedded)
+    r = CliRunner().invoke(cli, [*args, "--steps", "4", "--resume", "--embedder", "builtin"])
+    assert r.exit_code == 2 and (f"Invalid value for --embedder: the run in {tmp_path / 'run'} was trained on 'none' "
+                                 "features (dimension 0); these shards and --embedder give 'builtin' (53)") in r.output
 
 
 def test_a_users_own_best_or_checkpoints_folder_is_not_taken_for_a_run(tmp_path):

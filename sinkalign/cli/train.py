@@ -118,24 +118,17 @@ def train(ctx, shards, preset_name, model_opts, embedder, steps, batch_size, lr,
     if unknown:
         raise click.BadParameter(f"unknown AlignerConfig settings {unknown}; valid: "
                                  f"{M.AlignerConfig.setting_names()}", param_hint="--model-option")
-    if init_model is not None:
-        try:
-            model = init_config.replace(**overrides)
+    base = (init_config, f"--init {init_model} takes") if init_model is not None else (
+        (run_model, f"the run in {out} was trained on") if run_model is not None and preset_from_default else None)
+    if base is not None:  # --init's model, or --resume's: its settings with --model-option's changes
+        try:  # (on --resume, one that changes the run's model is refused when training starts)
+            model = base[0].replace(**overrides)
         except InputError as exc:
             raise click.BadParameter(str(exc), param_hint="--model-option") from exc
         if (model.feature_dim, model.embedder) != (feature_dim, emb_config):
-            raise click.BadParameter(f"--init {init_model} takes {model.embedder.get('name', 'none')!r} features "
-                                     f"(dimension {model.feature_dim}); these shards and --embedder give "
+            raise click.BadParameter(f"{base[1]} {model.embedder.get('name', 'none')!r} features (dimension "
+                                     f"{model.feature_dim}); these shards and --embedder give "
                                      f"{emb_config.get('name')!r} ({feature_dim})", param_hint="--embedder")
-    elif run_model is not None and preset_from_default:
-        try:  # --resume: the run's model, whatever preset it began from (a --model-option that changes it is refused)
-            model = run_model.replace(**overrides)
-        except InputError as exc:
-            raise click.BadParameter(str(exc), param_hint="--model-option") from exc
-        if (model.feature_dim, model.embedder) != (feature_dim, emb_config):
-            raise click.BadParameter(f"the run in {out} was trained on {model.embedder.get('name', 'none')!r} "
-                                     f"features (dimension {model.feature_dim}), and these shards and --embedder "
-                                     f"give {emb_config.get('name')!r} ({feature_dim})", param_hint="--embedder")
     else:
         try:
             model = M.preset(preset_name, feature_dim=feature_dim, embedder=emb_config, **overrides)
