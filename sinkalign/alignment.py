@@ -344,7 +344,7 @@ _TEXT_NAME = 20  # id letters shown in its blocks (the '#' line has them whole)
 
 def format_text(query_id: str, query: str, target_id: str, target: str, alignment: Any, *,
                 score: float | None = None, evalue: float | None = None, width: int = TEXT_WIDTH,
-                strand: str = "+", log_evalue: float | None = None) -> str:
+                strand: str = "+", log_evalue: float | None = None, alphabet: str | None = None) -> str:
     """One pair laid out to read by eye (``sinkalign align --format text``): a ``#`` line of
     figures (score, aligned length, identity, mean confidence, E-value when known), then blocks
     of ``width`` columns: the query row, a match line (``|`` identical, ``.`` substituted), the
@@ -367,7 +367,7 @@ def format_text(query_id: str, query: str, target_id: str, target: str, alignmen
     pairs = as_pairs(alignment, len(query), len(target))
     if score is None:
         score = getattr(alignment, "score", None)
-    st = alignment_stats(query, target, pairs)
+    st = alignment_stats(query, target, pairs, alphabet=alphabet)  # (alphabet known: N-N is no identity)
     facts = [
         f"score={format_number(score, '.4g')}",
         f"aligned={st.aligned_length}",
@@ -380,7 +380,9 @@ def format_text(query_id: str, query: str, target_id: str, target: str, alignmen
         facts.append("strand=-")
     out = [f"# {query_id} ({len(query)}) vs {target_id} ({len(target)}): {' '.join(facts)}\n\n"]
     qrow, trow = to_gapped(query, target, pairs)
-    match = "".join(" " if "-" in (a, b) else "|" if a.upper() == b.upper() else "." for a, b in zip(qrow, trow))
+    letters = None if alphabet is None else "ACGTU" if alphabet == "dna" else _NOT_X  # '|': an identity
+    match = "".join(" " if "-" in (a, b) else "|" if a.upper() == b.upper() and (letters is None or a.upper() in letters)
+                    else "." for a, b in zip(qrow, trow))
     pp = None if posterior is None else posterior_digits(posterior)
     names = (query_id[:_TEXT_NAME], target_id[:_TEXT_NAME])
     name_w, num_w = max(2, *map(len, names)), len(str(max(len(query), len(target))))
@@ -549,8 +551,8 @@ def stranded_stats(query: str, target: str, alignment: Any, strand: str = "+", *
 
 #: letters that are an identity when equal, by alphabet: a nucleotide ambiguity code (N, R, ...)
 #: or a protein's unknown X against itself is not (the SAM spec's NM, samtools calmd, minimap2)
-_IDENTITY_LETTERS = {"dna": np.frombuffer(b"ACGTU", np.uint8),
-                     "protein": np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWYZ", np.uint8)}
+_NOT_X = "ABCDEFGHIJKLMNOPQRSTUVWYZ"
+_IDENTITY_LETTERS = {"dna": np.frombuffer(b"ACGTU", np.uint8), "protein": np.frombuffer(_NOT_X.encode(), np.uint8)}
 
 
 def count_identical(query: str, target: str, pairs: np.ndarray, alphabet: str | None = None) -> int:
@@ -711,7 +713,8 @@ class AlignedPair(NamedTuple):
         """The pair laid out to read by eye, as ``sinkalign align --format text`` writes it
         (:func:`format_text`): ``print(aligner.align(a, b))``."""
         return format_text(self.query_id, self.query, self.target_id, self.target, self.alignment,
-                           score=self.score, evalue=self.evalue, strand=self.strand, log_evalue=self.log_evalue)
+                           score=self.score, evalue=self.evalue, strand=self.strand, log_evalue=self.log_evalue,
+                           alphabet=self.alphabet)
 
     def to_biopython(self):
         """This pair as a Biopython ``Bio.Align.Alignment`` (:func:`to_biopython`): ``print()``

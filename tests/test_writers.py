@@ -755,6 +755,8 @@ def test_n_against_n_is_no_identity_in_any_output(tmp_path):
     assert [(float(c[2]), int(c[4])) for c in (line.split("\t") for line in m8.read_text().splitlines())] \
         == [(pytest.approx(identity, abs=1e-3), 4)] * 2
     assert records[1].identity == pytest.approx(identity) and records[0].identity == 100.0  # alphabet unknown
+    text = str(records[1])  # the text format: the figures and the match line ('.' under N-N)
+    assert f"identity={len(q) - 4}/{len(q)}" in text and "||||||||||||....||||||||||" in text
     prot = AlignedPair("p", "MKXXLV", "pt", "MKXXLV", np.stack([np.arange(6)] * 2, 1), 5.0, alphabet="protein")
     assert prot.identity == pytest.approx(100 * 4 / 6) and prot.stats.n_identical == 4
 

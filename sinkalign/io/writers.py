@@ -571,7 +571,8 @@ def _text_to(records: Iterable[_Record], handle: IO[str]) -> int:
     for rec in records:
         handle.write(format_text(rec.query_id, rec.query, rec.target_id, rec.target,
                                  rec.pairs if rec.posterior is None else rec.posterior, score=rec.score,
-                                 evalue=rec.evalue, strand=rec.strand, log_evalue=rec.log_evalue))
+                                 evalue=rec.evalue, strand=rec.strand, log_evalue=rec.log_evalue,
+                                 alphabet=rec.alphabet))
         count += 1
     return count
 
