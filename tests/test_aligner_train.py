@@ -710,9 +710,16 @@ def test_a_users_own_best_or_checkpoints_folder_is_not_taken_for_a_run(tmp_path)
             assert sorted(p.name for p in (out / folder).iterdir()) == sorted(names)
     (tmp_path / "file").mkdir()
     (tmp_path / "file" / "best").write_text("a file named best")
-    with pytest.raises(OutputExistsError, match=r"best holds what no aligner training run writes \(best\)"):
+    with pytest.raises(OutputExistsError, match=r"best is a file, where a training run keeps its best/ folder"):
         check_run_dir(tmp_path / "file", resume=False, overwrite=True)
     assert (tmp_path / "file" / "best").read_text() == "a file named best"
+    # checkpoints/ linked to scratch space is the run's own (a review found it refused on --resume)
+    scratch = tmp_path / "scratch"
+    (scratch / "step_00000100").mkdir(parents=True)
+    (scratch / "latest").write_text("step_00000100\n")
+    (tmp_path / "linked").mkdir()
+    (tmp_path / "linked" / "checkpoints").symlink_to(scratch, target_is_directory=True)
+    check_run_dir(tmp_path / "linked", resume=True, overwrite=False)
 
 
 def _lower_case(path: Path) -> None:

@@ -45,14 +45,14 @@ def test_truncated_gzip_stockholm(tmp_path: Path) -> None:
 def test_binary_file_names_the_file(tmp_path: Path, reader) -> None:
     path = tmp_path / "picture.png"
     path.write_bytes(_BINARY)
-    with pytest.raises(FormatError, match=r"picture\.png: line \d+: byte 0x[0-9a-f]{2} of the file is not UTF-8 text: a binary file"):
+    with pytest.raises(FormatError, match=r"picture\.png: line \d+: (byte 0x[0-9a-f]{2} of the file is not UTF-8 text|a NUL byte): a binary file"):
         reader(path)
 
 
 def test_binary_after_a_valid_header(tmp_path: Path) -> None:
     path = tmp_path / "mixed.fa"
     path.write_bytes(b">ok\nACGT\n" + _BINARY)
-    with pytest.raises(FormatError, match=r"mixed\.fa: line 4: byte 0x80 of the file is not UTF-8 text"):
+    with pytest.raises(FormatError, match=r"mixed\.fa: line 5: byte 0x80 of the file is not UTF-8 text"):
         list(read_fasta(path, "dna"))
 
 
@@ -68,6 +68,19 @@ def test_a_latin1_annotation_in_stockholm_is_read_and_a_latin1_residue_is_not(tm
     path.write_bytes(b"# STOCKHOLM 1.0\n#=GF ID fam\na ACDE\nb AC\xfcF\n//\n")
     with pytest.raises(FormatError, match=r"fam\.sto: line 4: byte 0xfc of the file is not UTF-8 text"):
         list(read_stockholm(path))
+    # the row's line, not the annotation's read before it (a review: line 2 was named)
+    path.write_bytes(b"# STOCKHOLM 1.0\n#=GF AU Jos\xe9\na ACDE\nb AC\xe9E\n//\n")
+    with pytest.raises(FormatError, match=r"fam\.sto: line 4: a byte of the file is not UTF-8 text"):
+        list(read_stockholm(path))
+
+
+def test_the_line_of_a_byte_that_is_not_utf8_with_any_line_end(tmp_path: Path) -> None:
+    """Lines end at \\n, \\r\\n or a bare \\r, as the reader's (CR-only files were named at line 1)."""
+    for name, end in (("lf", b"\n"), ("crlf", b"\r\n"), ("cr", b"\r")):
+        path = tmp_path / f"{name}.fa"
+        path.write_bytes(end.join([b">a", b"ACGT", b">b", b"AC\xe9T", b""]))
+        with pytest.raises(FormatError, match=rf"{name}\.fa: line 4: byte 0xe9 of the file is not UTF-8"):
+            list(read_fasta(path))
 
 
 def test_binary_genome_is_a_format_error(tmp_path: Path) -> None:
@@ -100,7 +113,7 @@ def test_gc_profile_cli_on_a_binary_file_names_it(tmp_path: Path) -> None:
     path = tmp_path / "scan.bin"
     path.write_bytes(_BINARY)
     res = CliRunner().invoke(cli, ["gc-profile", str(path), "-o", str(tmp_path / "out")])
-    assert res.exit_code == 1 and "scan.bin: line 2: byte 0x80 of the file is not UTF-8 text" in res.output
+    assert res.exit_code == 1 and "scan.bin: line 3: byte 0x80 of the file is not UTF-8 text" in res.output
     assert len(res.output.strip().splitlines()) == 1
 
 

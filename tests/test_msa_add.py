@@ -895,3 +895,16 @@ def test_cli_add_to_warns_of_a_record_with_no_likely_homolog_among_the_rows(tmp_
         assert res.exit_code == 0, res.output
         said = [r.getMessage() for r in caplog.records if "no likely homolog" in r.getMessage()]
         assert len(said) == 1 and said[0].startswith(f"record RANDOM has no likely homolog among the rows of {ref_file}")
+
+
+def test_special_outputs_skip_the_folder_check(monkeypatch):
+    """/dev/null (and /dev/stdout) is written in place: its folder (/dev, root's) is not checked
+    for writing (a review: a user who is not root was refused -o /dev/null)."""
+    import os
+
+    from sinkalign.pipelines.runner import check_output
+
+    monkeypatch.setattr(os, "access", lambda *args, **kwargs: False)  # as a user who cannot write in /dev
+    check_output("/dev/null", False, [], "output")  # (/dev/stdout is a file under pytest's capture)
+    with pytest.raises(InputError, match=r"cannot write in .* \(permission denied\)"):
+        check_output("/tmp/sinkalign-no-such-dir/x.afa", False, [], "output")

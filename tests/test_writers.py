@@ -779,3 +779,12 @@ def test_sam_seq_of_a_dna_read_with_x_and_an_unmapped_read_as_given(tmp_path):
         xq, unmapped = list(handle)
     assert xq.query_sequence == q.replace("X", "N") and not xq.has_tag("XQ")
     assert unmapped.flag == 4 and unmapped.query_sequence == lost
+    # RNA's U is T there (a review: X-as-N made it N), and a score past int32 keeps ZS:f alone (AS:i overflowed)
+    rna = q[:10].replace("T", "U")
+    big = [AlignedPair("rna", rna, "t", t, pairs[:10], 2.0**31 + 0.6, alphabet="dna")]
+    write_alignments(big, tmp_path / "u.sam")
+    write_alignments(big, tmp_path / "u.paf")
+    with pysam.AlignmentFile(str(tmp_path / "u.sam")) as handle:
+        (seg,) = list(handle)
+    assert seg.query_sequence == q[:10] and not seg.has_tag("AS") and seg.get_tag("ZS") == pytest.approx(2.0**31, rel=1e-5)
+    assert "AS:i" not in (tmp_path / "u.paf").read_text() and "ZS:f:2.14748e+09" in (tmp_path / "u.paf").read_text()

@@ -116,6 +116,9 @@ def check_run_dir(out: str | os.PathLike, *, resume: bool, overwrite: bool) -> N
         raise OutputExistsError(f"{out} is {kind}, not an aligner training run; choose another --out")
     existing = [p for p in (out / METRICS, out / "checkpoints", out / "best") if p.exists()]
     for folder in existing[1:] if existing and existing[0].name == METRICS else existing:
+        if not folder.is_dir():
+            raise OutputExistsError(f"{folder} is a file, where a training run keeps its {folder.name}/ folder; "
+                                    "choose another --out")
         foreign = _not_the_runs(folder)
         if foreign:  # a user's own best/ or checkpoints/: a run would replace or --overwrite delete it
             shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
@@ -137,11 +140,9 @@ def check_run_dir(out: str | os.PathLike, *, resume: bool, overwrite: bool) -> N
 
 
 def _not_the_runs(folder: Path) -> list[str]:
-    """The entries of a run's ``checkpoints/`` or ``best/`` that a training run does not write
-    (sorted names; ``[]``: the folder is the run's, or empty). A file where the folder should
-    be is foreign itself."""
-    if not folder.is_dir() or folder.is_symlink():
-        return [folder.name]
+    """The entries of a run's ``checkpoints/`` or ``best/`` (a folder, or a link to one: e.g.
+    checkpoints on scratch space) that a training run does not write (sorted names; ``[]``: the
+    folder is the run's, or empty)."""
     if folder.name == "checkpoints":
         def ours(p: Path) -> bool:
             return (p.name == LATEST and p.is_file()) or (_STEP_RE.fullmatch(p.name) is not None and p.is_dir())

@@ -35,6 +35,7 @@ dna        ``ACGT`` and ``U``           ``N`` and the IUPAC codes ``R Y S W K M 
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import io
 import logging
@@ -162,10 +163,16 @@ class _CheckedText(io.TextIOWrapper):
         if self._lenient:
             self._line_no += 1
             if "\x00" in line:  # no text file has NUL: a binary one, whose first lines may decode
-                raise self._wrap(UnicodeDecodeError("utf-8", b"", 0, 1, "NUL"))
+                raise SequenceFormatError(f"{self._path}: line {self._line_no}: a NUL byte: a binary file, not "
+                                          "text", path=self._path)
             if "\ufffd" in line:  # (a real U+FFFD in the file is taken for one too)
                 if not line.lstrip().startswith("#"):  # a row, or a binary file: refused as in strict mode
-                    raise self._wrap(UnicodeDecodeError("utf-8", b"", 0, 1, "not UTF-8"))
+                    first = _first_undecodable_line(self._path, self._compressed)  # (this line's, unless an
+                    byte = f"byte 0x{first[1]:02x}" if first and first[0] == self._line_no else "a byte"  # annotation's)
+                    raise SequenceFormatError(
+                        f"{self._path}: line {self._line_no}: {byte} of the {self._what} is not UTF-8 text: a binary "
+                        "file, or text in another encoding (convert it to UTF-8, e.g. iconv -f latin1 -t utf-8)",
+                        path=self._path)
                 if self._warn:
                     self._warn = False
                     logger.warning("%s: line %d holds bytes that are not UTF-8 (a Latin-1 accent in an annotation?), "
@@ -173,9 +180,13 @@ class _CheckedText(io.TextIOWrapper):
                                    "-t utf-8)", self._path, self._line_no)
         return line
 
+    @property
+    def _what(self) -> str:
+        return "decompressed content" if self._compressed else "file"
+
     def _wrap(self, exc: BaseException) -> SequenceFormatError:
         if isinstance(exc, UnicodeDecodeError):
-            what = "decompressed content" if self._compressed else "file"
+            what = self._what
             where = _first_undecodable_line(self._path, self._compressed)
             at = (f"byte 0x{exc.object[exc.start]:02x}" if where is None and exc.object else
                   "a byte" if where is None else f"line {where[0]}: byte 0x{where[1]:02x}")
@@ -237,25 +248,30 @@ def open_text(path: str | os.PathLike, *, lenient: bool = False, warn: bool = Tr
 
 
 def _first_undecodable_line(path: Path, compressed: bool) -> tuple[int, int] | None:
-    """(line number, byte) of the first byte of ``path`` that is not UTF-8, read again in
-    blocks of whole lines (after an error only); ``None`` where it cannot be told."""
+    """(line number, byte) of the first byte of ``path`` that is not UTF-8, read again with an
+    incremental decoder (after an error only; linear in the file, however long its lines);
+    lines end at ``\n``, ``\r\n`` or ``\r`` as the reader's. ``None`` where it cannot be told."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    line, last = 1, b""
     try:
         with (gzip.open(path, "rb") if compressed else open(path, "rb")) as fh:
-            line, rest = 1, b""
-            while True:
-                chunk = fh.read(1 << 20)
-                block = rest + chunk
-                cut = len(block) if not chunk else block.rfind(b"\n") + 1
-                block, rest = block[:cut], block[cut:]
+            while chunk := fh.read(1 << 20):
+                pending = decoder.getstate()[0]  # (at most 3 bytes of a character the last chunk began)
                 try:
-                    block.decode("utf-8")
+                    decoder.decode(chunk)
                 except UnicodeDecodeError as exc:
-                    return line + block.count(b"\n", 0, exc.start), block[exc.start]
-                line += block.count(b"\n")
-                if not chunk:
-                    return None
+                    data = pending + chunk
+                    return line + _line_ends(last + data[:exc.start]) - _line_ends(last), data[exc.start]
+                line += _line_ends(last + chunk) - _line_ends(last)
+                last = chunk[-1:]
     except (OSError, EOFError, zlib.error):
         return None
+    return None
+
+
+def _line_ends(data: bytes) -> int:
+    """Line ends in ``data``: ``\n``, and ``\r`` not followed by ``\n``."""
+    return data.count(b"\n") + data.count(b"\r") - data.count(b"\r\n")
 
 
 def open_bytes(path: str | os.PathLike) -> IO[bytes]:

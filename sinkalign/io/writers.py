@@ -289,17 +289,18 @@ def _other_loci(records: list[_Record]) -> list[float]:
 
 def _score_tags(score: float) -> list[str]:
     """``AS:i`` (the SAM spec's type for it: the score rounded) and, for a score that is not a
-    whole number, ``ZS:f`` with its value; none for an unknown score."""
-    if not math.isfinite(score) or abs(score) >= 2**31:
+    whole number (or beyond AS's int32), ``ZS:f`` with its value; none for an unknown score."""
+    if not math.isfinite(score):
         return []
-    tags = [f"AS:i:{math.floor(score + 0.5)}"]  # half up, as a reader rounds
-    if not score.is_integer():
+    rounded = math.floor(score + 0.5)  # half up, as a reader rounds
+    tags = [f"AS:i:{rounded}"] if abs(rounded) < 2**31 else []  # (beyond int32: the score alone)
+    if not score.is_integer() or not tags:
         tags.append(f"ZS:f:{score:.6g}")
     return tags
 
 
-#: every byte outside BAM's 4-bit nucleotide code as N (after upper-casing)
-_AS_N = {c: ord("N") for c in range(128) if chr(c) not in _BAM_SEQ}
+#: every byte outside BAM's 4-bit nucleotide code as N (after upper-casing), but RNA's U as T
+_AS_N = {c: ord("N") for c in range(128) if chr(c) not in _BAM_SEQ} | {ord("U"): ord("T")}
 
 
 def _nm(rec: _Record) -> int:

@@ -280,6 +280,8 @@ def check_output(path, overwrite: bool, inputs: list[Path], what: str) -> None:
     if path.exists() and not overwrite and not is_special(path):
         raise OutputExistsError(f"{what} {path} already exists; remove it, or pass --overwrite to replace it "
                                 "(overwrite=True in Python; it is replaced only when the run succeeds)")
+    if is_special(path):  # /dev/null, /dev/stdout, a pipe: written in place, whatever its folder allows
+        return
     folder = path.absolute().parent  # its folder is made when written: a file in the way, or no write
     while not folder.exists() and folder != folder.parent:  # permission, failed only after the run (and after
         folder = folder.parent                              # the outputs written before it)
