@@ -615,8 +615,8 @@ class AlignedPair(NamedTuple):
         other_loci: the chance that the query belongs to another of its hits instead, where
             hits it competes with are not written beside it (``sinkalign align --max-hits``
             sets it); ``None``: the writers weigh the hits they are given (SAM and PAF MAPQ).
-        alphabet: ``"dna"`` or ``"protein"`` (the model's): an ambiguity code or X against
-            itself is then no identity (:attr:`identity`, the writers' NM and identity); ``None``:
+        alphabet: ``"dna"`` or ``"protein"`` (the model's): a DNA ambiguity code (N, R, ...)
+            or a protein's X against itself is then no identity (:attr:`identity`, the writers' NM and identity); ``None``:
             the writers tell it from the letters, :attr:`identity` counts equal letters.
 
     A plain 6-tuple ``(query_id, query, target_id, target, alignment, score)`` is accepted
