@@ -380,7 +380,7 @@ def format_text(query_id: str, query: str, target_id: str, target: str, alignmen
         facts.append("strand=-")
     out = [f"# {query_id} ({len(query)}) vs {target_id} ({len(target)}): {' '.join(facts)}\n\n"]
     qrow, trow = to_gapped(query, target, pairs)
-    letters = None if alphabet is None else "ACGTU" if alphabet == "dna" else _NOT_X  # '|': an identity
+    letters = None if alphabet is None else _IDENTITY_LETTERS[alphabet]  # '|': an identity
     match = "".join(" " if "-" in (a, b) else "|" if a.upper() == b.upper() and (letters is None or a.upper() in letters)
                     else "." for a, b in zip(qrow, trow))
     pp = None if posterior is None else posterior_digits(posterior)
@@ -551,8 +551,7 @@ def stranded_stats(query: str, target: str, alignment: Any, strand: str = "+", *
 
 #: letters that are an identity when equal, by alphabet: a nucleotide ambiguity code (N, R, ...)
 #: or a protein's unknown X against itself is not (the SAM spec's NM, samtools calmd, minimap2)
-_NOT_X = "ABCDEFGHIJKLMNOPQRSTUVWYZ"
-_IDENTITY_LETTERS = {"dna": np.frombuffer(b"ACGTU", np.uint8), "protein": np.frombuffer(_NOT_X.encode(), np.uint8)}
+_IDENTITY_LETTERS = {"dna": "ACGTU", "protein": "ABCDEFGHIJKLMNOPQRSTUVWYZ"}
 
 
 def count_identical(query: str, target: str, pairs: np.ndarray, alphabet: str | None = None) -> int:
@@ -562,9 +561,8 @@ def count_identical(query: str, target: str, pairs: np.ndarray, alphabet: str | 
     ta = np.frombuffer(target.upper().encode("ascii"), dtype=np.uint8)[pairs[:, 1]]
     same = qa == ta
     if alphabet is not None:
-        same &= np.isin(qa, _IDENTITY_LETTERS[alphabet])
+        same &= np.isin(qa, np.frombuffer(_IDENTITY_LETTERS[alphabet].encode("ascii"), np.uint8))
     return int(np.count_nonzero(same))
-
 
 
 def _check_seqs(query: str, target: str) -> None:
@@ -616,8 +614,9 @@ class AlignedPair(NamedTuple):
             hits it competes with are not written beside it (``sinkalign align --max-hits``
             sets it); ``None``: the writers weigh the hits they are given (SAM and PAF MAPQ).
         alphabet: ``"dna"`` or ``"protein"`` (the model's): a DNA ambiguity code (N, R, ...)
-            or a protein's X against itself is then no identity (:attr:`identity`, the writers' NM and identity); ``None``:
-            the writers tell it from the letters, :attr:`identity` counts equal letters.
+            or a protein's X against itself is then no identity (:attr:`identity`, the writers'
+            NM and identity); ``None``: the writers tell it from the letters, :attr:`identity`
+            counts equal letters.
 
     A plain 6-tuple ``(query_id, query, target_id, target, alignment, score)`` is accepted
     wherever an ``AlignedPair`` is.

@@ -115,7 +115,7 @@ def check_run_dir(out: str | os.PathLike, *, resume: bool, overwrite: bool) -> N
     if kind is not None:
         raise OutputExistsError(f"{out} is {kind}, not an aligner training run; choose another --out")
     existing = [p for p in (out / METRICS, out / "checkpoints", out / "best") if p.exists()]
-    for folder in existing[1:] if existing and existing[0].name == METRICS else existing:
+    for folder in (p for p in existing if p.name != METRICS):
         if not folder.is_dir():
             raise OutputExistsError(f"{folder} is a file, where a training run keeps its {folder.name}/ folder; "
                                     "choose another --out")

@@ -60,9 +60,9 @@ def _set_names(references, split: str) -> list[str]:
         if ref.resolve() in seen:
             raise click.BadParameter(f"{ref} is given twice (as {seen[ref.resolve()]} before)", param_hint="--reference")
         seen[ref.resolve()] = ref
-    names = [f"{ref.name}:{split}" if (ref / "index.json").is_file() else ref.name for ref in references]
-    return [f"{ref}:{split}" if names.count(name) > 1 and name.endswith(f":{split}") else
-            str(ref) if names.count(name) > 1 else name for ref, name in zip(references, names)]
+    tags = [f":{split}" if (ref / "index.json").is_file() else "" for ref in references]
+    names = [ref.name + tag for ref, tag in zip(references, tags)]
+    return [f"{ref}{tag}" if names.count(name) > 1 else name for ref, tag, name in zip(references, tags, names)]
 
 
 def _json_ready(value):

@@ -42,14 +42,9 @@ MSA_UNWRITTEN = {".a2m": "an A2M", ".msf": "a GCG MSF", ".pir": "a PIR", ".ali":
 
 def unwritten_msa_format(output) -> None:
     """Refuse an output named as a multiple-alignment format the toolkit does not write (:data:`MSA_UNWRITTEN`)."""
-    if output is None or str(output) == "-" or hasattr(output, "write"):
-        return
-    path = Path(output)
-    suffix = path.suffix.lower()
-    if suffix == ".gz":
-        suffix = Path(path.stem).suffix.lower()
-    if suffix in MSA_UNWRITTEN:
-        raise InputError(f"the output {output} is named as {MSA_UNWRITTEN[suffix]} file, which sinkalign msa does "
+    named = suffix_format(output, MSA_UNWRITTEN)
+    if named is not None:
+        raise InputError(f"the output {output} is named as {named} file, which sinkalign msa does "
                          f"not write; it writes aligned FASTA (.afa), Clustal (.aln), Stockholm (.sto) and PHYLIP "
                          f"(.phy): name the file so")
 

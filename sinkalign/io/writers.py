@@ -675,8 +675,8 @@ def _segment(rec: _Record, header, ref_index: dict[str, int], seqs: dict[str, st
     empty = rec.pairs.shape[0] == 0
     # an unmapped read is written as given (flag 4 alone), as minimap2 and BWA write it
     query = reverse_complement(rec.query) if empty and rec.strand == "-" else rec.query
-    if rec.alphabet == "dna":  # a nucleotide outside BAM's 4-bit code (X, a masked base) is N there, as read
-        query = query.upper().translate(_AS_N) if not set(query) <= _BAM_SEQ else query
+    if rec.alphabet == "dna" and not set(query) <= _BAM_SEQ:  # X (a masked base) is N there, as read
+        query = query.upper().translate(_AS_N)
     if set(query) <= _BAM_SEQ:
         seg.query_sequence = query
     else:

@@ -10,6 +10,7 @@ the guide tree optionally as Newick.
 from __future__ import annotations
 
 import logging
+import math
 import sys
 from pathlib import Path
 
@@ -388,11 +389,13 @@ def _add(existing, ids: list, seqs: list, aligner, consistency: int, keep_length
         except ValueError as err:  # what the readers let through: an alignment of no residues
             raise InputError(f"{existing.source}: {err}") from err
     row_ids = set(existing.ids)
+    best: dict = {}  # each record's smallest E-value against a row (None: one is unknown), in one pass
+    for (a, b), e in evalues.items():  # (a row or record, a record)
+        if a in row_ids and best.get(b, ()) is not None:
+            best[b] = None if e is None else min(best.get(b, (math.inf, a)), (e, a))
     for name in ids:  # as a fresh msa warns of a record unrelated to the others (unrelated_records)
-        against = [(e, a if b == name else b) for (a, b), e in evalues.items() if name in (a, b)
-                   and (a if b == name else b) in row_ids]
-        if against and all(e is not None for e, _ in against) and min(against)[0] >= UNRELATED_EVALUE:
-            evalue, row = min(against)
+        if best.get(name) is not None and best[name][0] >= UNRELATED_EVALUE:
+            evalue, row = best[name]
             log.warning("record %s has no likely homolog among the rows of %s (its smallest E-value, against %s, is "
                         "%.2g): it is placed all the same, with confidences that assume it belongs to the family; "
                         "--sequence-scores shows how it fits, or leave it out", name, existing.source, row, evalue)
