@@ -58,6 +58,19 @@ def test_heldout_bits_stride_one_is_a_fixed_context_sliding_window():
     assert res.bits_per_base == pytest.approx(np.mean(ref), rel=1e-10)
 
 
+@pytest.mark.parametrize("prefix_len", [1, 5, 11])
+def test_heldout_bits_a_prefix_shorter_than_the_context_is_all_context(prefix_len):
+    """A prefix of fewer than ``context`` bases conditions the first targets with all of it
+    (it was cut to its last ``context - len(prefix)`` bases)."""
+    model = tiny_model("goat")
+    prefix, seq = _random_dna(prefix_len, 8), _random_dna(20, 9)
+    res = heldout_bits_per_base(model, seq, context=12, stride=1, prefix=prefix, batch_size=4)
+    full = ["ACGT".index(c) for c in prefix + seq]
+    ref = [_naive_bits(model, full, j, max(0, j - 12)) for j in range(prefix_len, len(full))]
+    assert res.n_scored == 20
+    assert res.bits_per_base == pytest.approx(np.mean(ref), rel=1e-10)
+
+
 def test_heldout_bits_non_overlapping_windows_equal_model_loss():
     """stride == context, no prefix: the mean of model.loss over windows that overlap by one token."""
     model = tiny_model("bam")

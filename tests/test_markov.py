@@ -38,11 +38,10 @@ def _naive_log2_probs(train: list[str], seq: str, order: int, a: float, prefix: 
             if "N" not in w:
                 kmers[w] += 1
                 ctxs[w[:-1]] += 1
-    tail = prefix[len(prefix) - order :] if order else ""
-    full = tail + seq
+    full = prefix + seq  # the whole prefix: a prefix shorter than the order is context too
     out = []
     for j in range(len(seq)):
-        i = j + len(tail)
+        i = j + len(prefix)
         if i < order or "N" in full[i - order : i + 1]:
             out.append(math.nan)
             continue
@@ -80,7 +79,7 @@ def test_matches_naive_counts_with_n_and_records(order, pseudocount):
     val = _random_dna(rng, 400, 0.03)
     prefix = _random_dna(rng, 20, 0.0)
     m = MarkovModel(order, pseudocount).fit(train)
-    for pre in ("", prefix):
+    for pre in ("", prefix, prefix[:2], prefix[:order - 1]):  # shorter than the order too
         got = m.log2_probs(val, prefix=pre)
         want = _naive_log2_probs(train, val, order, pseudocount, prefix=pre)
         np.testing.assert_allclose(got, want, rtol=1e-12, equal_nan=True)

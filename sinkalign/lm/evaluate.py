@@ -167,7 +167,7 @@ def _heldout_target_bits(
     batch_size = _check_pos_int("batch_size", batch_size)
     if max_bases is not None:
         seq = seq[: _check_pos_int("max_bases", max_bases)]
-    tail = prefix[len(prefix) - context :] if prefix else ""
+    tail = prefix[max(0, len(prefix) - context) :]
     tail_ids = _encode(tail, f"prefix (its last {len(tail)} bases)")
     tokens = torch.cat([tail_ids, _encode(seq, "evaluation sequence")])  # [n]
     n, m = tokens.numel(), tail_ids.numel()

@@ -146,7 +146,7 @@ class MarkovModel:
         preceding bases are available, or the (order+1)-mer contains N.
         """
         self._check_fitted()
-        tail = prefix[len(prefix) - self.order :] if self.order else ""
+        tail = prefix[max(0, len(prefix) - self.order) :] if self.order else ""
         try:
             tokens = encode(tail + seq)
         except ValueError as exc:
