@@ -137,6 +137,8 @@ def test_bad_profile_inputs():
         gc_profile([("r", "ACGT")], window=4, step=5)
     with pytest.raises(ValueError, match="record 'r': invalid character 'Z' at 0-based position 2"):
         gc_profile([("r", "ACZT")], window=2, step=1)
+    with pytest.raises(ValueError, match="record 'r': invalid character 'ß' at 0-based position 1"):
+        gc_profile([("r", "Aßgt")], window=2, step=1)
     # IUPAC codes and X are N, as a FASTA file is read (they were refused in Python alone)
     iupac, plain = gc_profile([("r", "ACRTYGXNacgt")], window=4, step=2), gc_profile([("r", "ACNTNGNNACGT")],
                                                                                     window=4, step=2)

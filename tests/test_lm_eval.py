@@ -221,6 +221,9 @@ def test_evaluate_errors(fasta, tmp_path):
     bad.write_text(">x\nACGT\n>y\nAC*T\n")
     with pytest.raises(ValueError, match=r"bad.fa: record 'y' has invalid character '\*' at 0-based position 2"):
         evaluate_lm(model, EvalConfig(fasta=str(bad)))
+    bad.write_text(">x\nACGT\n>y\nacgßt\n", encoding="utf-8")  # 'ß'.upper() is 'SS': it was read as NN
+    with pytest.raises(ValueError, match=r"bad.fa: record 'y' has invalid character 'ß' at 0-based position 3"):
+        evaluate_lm(model, EvalConfig(fasta=str(bad)))
 
 
 def test_cli_eval(fasta, tmp_path):

@@ -98,6 +98,11 @@ def test_generation_bad_inputs():
         generate(model, "ACGTZACGT", 10)
     with pytest.raises(ValueError, match=r"prompt: invalid character 'U' at 0-based position 0"):
         generate(model, "UACG", 10)
+    # a non-ASCII letter is refused where it stands ('ß'.upper() is 'SS': it was read as NN)
+    with pytest.raises(ValueError, match=r"prompt: invalid character 'ß' at 0-based position 3"):
+        generate(model, "ACGß", 5)
+    with pytest.raises(ValueError, match=r"prompt: invalid character 'ſ' at 0-based position 1"):
+        generate(model, "Aſ", 5)
     # IUPAC ambiguity codes and a masked base are N, as read_genome reads a genome
     assert generate(model, "acgRYxsw", 12, seed=3) == generate(model, "ACGNNNNN", 12, seed=3)
     with pytest.raises(ValueError, match=r"length=0 must be a positive integer"):

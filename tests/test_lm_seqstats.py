@@ -54,3 +54,8 @@ def test_kmer_spectrum_and_js_divergence():
     assert js_divergence(kmer_spectrum(a), kmer_spectrum(a)) == pytest.approx(0.0, abs=1e-12)
     with pytest.raises(ValueError, match="k=13 must be an integer in"):
         kmer_spectrum(a, 13)
+
+
+def test_orf_mask_names_a_non_ascii_letter_where_it_stands():
+    with pytest.raises(ValueError, match=r"invalid character 'ß' at 0-based position 2"):
+        orf_mask("atßATG", 3)

@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import re
+import string
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
-from Bio import SeqIO
+from Bio.SeqIO.FastaIO import SimpleFastaParser
 
 from sinkalign.errors import FormatError, InputError, MissingFileError
 from sinkalign.io.fasta import not_fasta_hint, open_text
@@ -49,7 +50,11 @@ ALPHABET = "ACGTN"
 
 # IUPAC ambiguity codes (besides N) that read_genome maps to N.
 _IUPAC_AMBIGUOUS = "RYSWKMBDHVX"  # and X: a masked base (RepeatMasker -x)
-_TO_N = str.maketrans({c: "N" for c in _IUPAC_AMBIGUOUS})
+# ASCII letters uppercased, the ambiguity codes of either case read as N; nothing else changes
+# (str.upper would turn a non-ASCII letter into others, 'ß' into 'SS', hiding it as two Ns)
+_ASCII_UPPER = str.maketrans(string.ascii_lowercase, string.ascii_uppercase)
+_TO_N = str.maketrans({**{c: c.upper() for c in string.ascii_lowercase},
+                       **{c: "N" for c in _IUPAC_AMBIGUOUS + _IUPAC_AMBIGUOUS.lower()}})
 _INVALID = re.compile(r"[^ACGTN]")
 
 # Byte -> token lookup; every byte outside ACGTN maps to 255 (invalid).
@@ -63,7 +68,7 @@ def as_model_bases(seq: str) -> str:
     """``seq`` uppercased, with the IUPAC ambiguity codes ``RYSWKMBDHV`` and a masked base ``X``
     read as N, as :func:`read_genome` reads a genome (what is left outside ``ACGTN`` stays, for
     the caller's error)."""
-    return seq.upper().translate(_TO_N)
+    return seq.translate(_TO_N)
 
 
 @dataclass(frozen=True)
@@ -117,21 +122,24 @@ def read_genome_records(path: str | os.PathLike) -> list[GenomeRecord]:
     try:
         with open_text(path) as handle:  # names the file for a truncated gzip or a binary file
             _first_line_is_a_header(handle, path)
-            for rec in SeqIO.parse(handle, "fasta"):
-                seq = str(rec.seq).upper().translate(_TO_N)
+            # the plain parser: a non-ASCII letter reaches the check below, which names it (SeqIO.parse
+            # failed on it with an 'ascii' codec error naming neither record nor position)
+            for title, raw in SimpleFastaParser(handle):
+                rec_id = title.split(None, 1)[0] if title.strip() else ""
+                seq = raw.translate(_TO_N)
                 if not seq:
-                    raise FormatError(f"{path}: record {rec.id!r} is empty")
+                    raise FormatError(f"{path}: record {rec_id!r} is empty")
                 bad = _INVALID.search(seq)
                 if bad is not None:
                     raise FormatError(
-                        f"{path}: record {rec.id!r} has invalid character {bad.group()!r} at "
+                        f"{path}: record {rec_id!r} has invalid character {bad.group()!r} at "
                         f"0-based position {bad.start()} (allowed: ACGTN and IUPAC codes "
                         f"{_IUPAC_AMBIGUOUS}, which are read as N)"
                     )
-                if rec.id in seen:
-                    raise FormatError(f"{path}: duplicate record id {rec.id!r}")
-                seen.add(rec.id)
-                records.append(GenomeRecord(rec.id, rec.description, seq))
+                if rec_id in seen:
+                    raise FormatError(f"{path}: duplicate record id {rec_id!r}")
+                seen.add(rec_id)
+                records.append(GenomeRecord(rec_id, title, seq))
     except EOFError as exc:
         raise FormatError(f"{path}: truncated gzip file (the compressed stream ends early)") from exc
     except (gzip.BadGzipFile, zlib.error) as exc:
@@ -233,7 +241,7 @@ def encode(seq: str) -> np.ndarray:
     Lower case is accepted. Raises ``ValueError`` with the 0-based position of the first
     character outside ACGTN.
     """
-    raw = np.frombuffer(seq.upper().encode("ascii", errors="replace"), dtype=np.uint8)
+    raw = np.frombuffer(seq.translate(_ASCII_UPPER).encode("ascii", errors="replace"), dtype=np.uint8)
     tokens = _ENCODE_LUT[raw]
     bad = np.flatnonzero(tokens == 255)
     if bad.size:

@@ -51,8 +51,8 @@ def orf_mask(seq: str, min_len: int = 300) -> np.ndarray:
     count, see the module docstring)."""
     if isinstance(min_len, bool) or not isinstance(min_len, (int, np.integer)) or min_len < 3:
         raise InputError(f"min_len={min_len!r} must be an integer >= 3")
+    encode(seq)  # validates the alphabet (ACGTN, either case), naming the position of a bad character
     seq = seq.upper()
-    encode(seq)  # validates the alphabet (ACGTN), naming the position of a bad character
     rc = reverse_complement(seq)  # Biopython's, over the validated ACGTN
     return _forward_orfs(seq, int(min_len)) | _forward_orfs(rc, int(min_len))[::-1]
 
