@@ -18,6 +18,7 @@ __all__ = [
     "AlphabetError",
     "CheckpointError",
     "DependencyError",
+    "DivergedError",
     "FormatError",
     "InputError",
     "MissingFileError",
@@ -52,6 +53,10 @@ class MissingFileError(SinkalignError, FileNotFoundError):
 
 class OutputExistsError(SinkalignError, FileExistsError):
     """An output already exists and the user did not ask to replace it."""
+
+
+class DivergedError(SinkalignError, FloatingPointError):
+    """A training run's loss became NaN or infinite; the message says at which step and what to change."""
 
 
 class DependencyError(SinkalignError, ImportError):

@@ -12,16 +12,17 @@ import time
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from sinkalign.align import model as M
 from sinkalign.align.checkpoints import export_model, find_latest_checkpoint
-from sinkalign.align.train import TrainConfig, load_checkpoint, train
+from sinkalign.align.train import TrainConfig, _fits, load_checkpoint, train
 from sinkalign.cli.main import cli
-from sinkalign.errors import CheckpointError, InputError, OutputExistsError
-from sinkalign.io.shards import build_shards
+from sinkalign.errors import CheckpointError, DivergedError, InputError, OutputExistsError
+from sinkalign.io.shards import ShardDataset, build_shards
 from tests.aligner_fixtures import make_families
 from tests.cli_errors import assert_one_line_error, terminal_signals
 
@@ -37,7 +38,7 @@ def shards(tmp_path_factory) -> Path:
 def _cfg(shards, out, steps, **kw):
     model = M.preset("default", feature_dim=0, embedder={"name": "none"}, n_iters=4, window=2)
     return TrainConfig(shards=str(shards), out=str(out), model=model, steps=steps, batch_size=2, lr=1e-2,
-                       warmup=1, eval_every=2, eval_pairs=4, checkpoint_every=2, max_length=64, **kw)
+                       warmup=1, eval_every=2, eval_pairs=4, **{"max_length": 64, "checkpoint_every": 2, **kw})
 
 
 def test_two_local_devices_shard_the_batch(shards, tmp_path):
@@ -60,6 +61,35 @@ def test_resume_continues_exactly(shards, tmp_path):
         np.testing.assert_allclose(np.asarray(resumed.params[name]), np.asarray(straight.params[name]), atol=1e-6)
     steps = [json.loads(x)["step"] for x in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3, 4, 5, 6]
+
+
+def test_resume_continues_exactly_when_batches_were_skipped(shards, tmp_path):
+    """At --max-length 30 the third batch of epoch 0 holds no pair that fits and gives no step:
+    steps and batches drift apart, and the resumed run reads on from the batch the checkpoint
+    records (it counted batches from the step: it trained step 4's batch again, then shifted)."""
+    fits = [sum(_fits(ex, 30) for ex in items)
+            for items in ShardDataset(shards, "train", load_embeddings=False).iter_batches(2, seed=0, drop_last=True)]
+    assert fits[2] == 0 and all(fits[:2]) and all(fits[3:5])  # the data this test is about
+    straight = train(_cfg(shards, tmp_path / "a", 6, max_length=30), progress=False)
+    train(_cfg(shards, tmp_path / "b", 6, max_length=30), progress=False, stop_after=4)
+    _, state, _ = load_checkpoint(tmp_path / "b")
+    assert (state["step"], state["data_position"]) == (4, [0, 5])
+    resumed = train(_cfg(shards, tmp_path / "b", 6, max_length=30), progress=False, resume=True)
+    losses = [[json.loads(x)["loss"] for x in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
+              for run in "ab"]
+    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-6)
+    for name in straight.params:
+        np.testing.assert_allclose(np.asarray(resumed.params[name]), np.asarray(straight.params[name]), atol=1e-6)
+
+
+def test_resume_refuses_a_bad_data_position(shards, tmp_path):
+    run = tmp_path / "b"
+    train(_cfg(shards, run, 4), progress=False, stop_after=2)
+    state_file = next((run / "checkpoints").glob("step_*")) / "state.json"
+    state = json.loads(state_file.read_text())
+    state_file.write_text(json.dumps({**state, "data_position": [0, -1]}))
+    with pytest.raises(CheckpointError, match=r"state.json: bad data_position \[0, -1\] \(expected \[epoch, batch\]"):
+        train(_cfg(shards, run, 4), progress=False, resume=True)
 
 
 def test_resume_refuses_a_different_model(shards, tmp_path):
@@ -215,11 +245,59 @@ def test_overwrite_replaces_only_the_run(shards, tmp_path):
     res = train(_cfg(shards, run, 2), progress=False, overwrite=True)
     assert res.step == 2
     assert (run / "notes.txt").read_text() == "mine"
+    assert not (run / ".previous-run").exists()  # the new run checkpointed: the old one is gone
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["latest", "step_00000002"]
     steps = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2]
     with pytest.raises(CheckpointError, match="contradict"):
         train(_cfg(shards, run, 2), progress=False, overwrite=True, resume=True)
+
+
+def _snapshot_run(run: Path) -> dict:
+    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+
+
+def test_overwrite_puts_the_old_run_back_when_the_new_one_diverges_before_its_first_checkpoint(
+        shards, tmp_path, monkeypatch):
+    """--overwrite deleted the old run before the new one had anything: a run that diverged at
+    once left the user with neither. The old run now waits in .previous-run and comes back."""
+    run = tmp_path / "run"
+    train(_cfg(shards, run, 2), progress=False)
+    before = _snapshot_run(run)
+    loss_fn = M.loss_fn
+    monkeypatch.setattr(M, "loss_fn", lambda *a: (lambda loss, terms: (loss * jnp.nan, terms))(*loss_fn(*a)))
+    with pytest.raises(DivergedError, match=r"training diverged: the loss became nan at step 1 .* lower --lr \(now "
+                                            r"0.01\) or raise --warmup"):
+        train(_cfg(shards, run, 4, checkpoint_every=10), progress=False, overwrite=True)
+    assert _snapshot_run(run) == before and not (run / ".previous-run").exists()
+    # a run killed before its first checkpoint leaves the old run aside; a second --overwrite keeps it
+    # there and replaces the killed run's files, and the first checkpoint removes it
+    monkeypatch.setattr(M, "loss_fn", loss_fn)
+    (run / ".previous-run").mkdir()
+    for name in ("metrics.jsonl", "checkpoints", "best"):
+        (run / name).rename(run / ".previous-run" / name)
+    (run / "metrics.jsonl").write_text('{"step": 1, "loss": 1.0}\n')
+    with pytest.raises(DivergedError):
+        monkeypatch.setattr(M, "loss_fn", lambda *a: (lambda loss, terms: (loss * jnp.nan, terms))(*loss_fn(*a)))
+        train(_cfg(shards, run, 4, checkpoint_every=10), progress=False, overwrite=True)
+    assert _snapshot_run(run) == before  # the run before both is back
+    monkeypatch.setattr(M, "loss_fn", loss_fn)
+    train(_cfg(shards, run, 2), progress=False, overwrite=True)
+    assert not (run / ".previous-run").exists() and load_checkpoint(run)[1]["step"] == 2
+
+
+def test_train_cli_refuses_non_finite_numbers_and_a_diverged_run_is_one_line(shards, tmp_path, monkeypatch):
+    runner = CliRunner()
+    base = ["train", "--pfam-shards", str(shards), "--embedder", "none", "--steps", "2", "--batch-size", "2",
+            "--max-length", "64", "--no-progress", "--out", str(tmp_path / "run")]
+    for flag, value in (("--lr", "nan"), ("--lr", "inf"), ("--clip-norm", "nan"), ("--weight-decay", "-1"),
+                        ("--anchor", "nan"), ("--flank-ratio", "inf")):
+        res = runner.invoke(cli, [*base, flag, value])
+        assert res.exit_code == 2 and f"Invalid value for '{flag}'" in res.output, (flag, res.output)
+    assert not (tmp_path / "run").exists()
+    loss_fn = M.loss_fn
+    monkeypatch.setattr(M, "loss_fn", lambda *a: (lambda loss, terms: (loss * jnp.inf, terms))(*loss_fn(*a)))
+    assert_one_line_error(runner.invoke(cli, base), "training diverged: the loss became", "at step 1")
 
 
 def test_latest_pointer_outside_the_run_or_stale_falls_back(shards, tmp_path):
@@ -553,8 +631,9 @@ def test_overwrite_also_removes_the_previous_runs_best(shards, tmp_path):
     train(_cfg(shards, run, 2), progress=False)
     (run / "notes.txt").write_text("mine")
     assert (run / "best" / "state.json").is_file()
-    check_run_dir(run, resume=False, overwrite=True)
-    assert sorted(p.name for p in run.iterdir()) == ["notes.txt"]
+    assert check_run_dir(run, resume=False, overwrite=True)  # the run is kept aside until the new one checkpoints
+    assert sorted(p.name for p in run.iterdir()) == [".previous-run", "notes.txt"]
+    assert sorted(p.name for p in (run / ".previous-run").iterdir()) == ["best", "checkpoints", "metrics.jsonl"]
     (run / "best").mkdir()  # a best/ alone is a run's too
     with pytest.raises(OutputExistsError, match=r"already holds a training run \(best\)"):
         check_run_dir(run, resume=False, overwrite=False)

@@ -39,15 +39,16 @@ from sinkalign.utils import (
     shipped_path,
 )
 
-__all__ = ["BUCKETS", "METRICS", "check_model_output", "check_run_dir", "clean_leftovers", "export_model",
-           "find_latest_checkpoint", "load_checkpoint", "other_kind", "read_best", "rewrite_metrics", "save_best",
-           "save_checkpoint"]
+__all__ = ["BUCKETS", "METRICS", "PREVIOUS_RUN", "check_model_output", "check_run_dir", "clean_leftovers",
+           "discard_previous_run", "export_model", "find_latest_checkpoint", "load_checkpoint", "other_kind",
+           "read_best", "restore_previous_run", "rewrite_metrics", "save_best", "save_checkpoint"]
 
 log = logging.getLogger(__name__)
 
 #: Square padded lengths a run trains at; inference pads to the same buckets up to 1024.
 BUCKETS = (64, 128, 192, 256, 384, 512, 768, 1024)
 METRICS = "metrics.jsonl"
+PREVIOUS_RUN = ".previous-run"  # where --overwrite keeps the run it replaces until the first checkpoint
 LATEST = ALIGNER_LAYOUT.pointer
 _STEP_RE = ALIGNER_LAYOUT.step_name
 _MODEL_FILES = ALIGNER_LAYOUT.model_files
@@ -95,13 +96,15 @@ def clean_leftovers(run_dir: str | os.PathLike) -> list[Path]:
     return removed
 
 
-def check_run_dir(out: str | os.PathLike, *, resume: bool, overwrite: bool) -> None:
+def check_run_dir(out: str | os.PathLike, *, resume: bool, overwrite: bool) -> bool:
     """Refuse to start a fresh run over an existing one unless asked.
 
     A directory holding ``metrics.jsonl``, ``checkpoints/`` or ``best/`` is a run. Without
     ``resume`` or ``overwrite`` that raises :class:`OutputExistsError`; with ``overwrite`` the
-    run's own files (those three: a stale ``best/`` would pass for the new run's) are deleted,
-    anything else in the directory is left alone. A genome LM's run or model is refused either
+    run's own files (those three: a stale ``best/`` would pass for the new run's) are moved
+    into ``out/.previous-run`` (returns ``True``), which the new run deletes at its first
+    checkpoint (:func:`discard_previous_run`) or puts back if it fails before
+    (:func:`restore_previous_run`); anything else in the directory is left alone. A genome LM's run or model is refused either
     way (:func:`other_kind`), and so is a ``checkpoints/`` or ``best/`` holding anything a run
     does not write there (a user's own folder: the run would replace or delete it).
     """
@@ -124,19 +127,59 @@ def check_run_dir(out: str | os.PathLike, *, resume: bool, overwrite: bool) -> N
             shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
             raise OutputExistsError(f"{folder} holds what no aligner training run writes ({shown}); the run "
                                     f"would replace it: choose another --out")
+    aside = out / PREVIOUS_RUN
+    if aside.is_dir():
+        log.warning("%s holds the run an --overwrite replaced before it was stopped short of its first checkpoint; "
+                    "it is deleted at this run's first checkpoint (move it back by hand to keep it)", aside)
     if not existing or resume:
-        return
+        return False
     if not overwrite:
         latest = find_latest_checkpoint(out)
         what = f"checkpoint {latest.name}" if latest is not None else ", ".join(p.name for p in existing)
         raise OutputExistsError(f"{out} already holds a training run ({what}); pass --resume to continue it, "
                                 f"--overwrite to replace it, or choose another --out")
-    for p in existing:
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p)
-        else:
-            p.unlink()
-    log.warning("--overwrite: removed the previous run's %s in %s", ", ".join(p.name for p in existing), out)
+    if aside.is_dir():  # this run was itself an --overwrite that never checkpointed: the run before it stays aside
+        for p in existing:
+            _remove(p)
+    else:
+        aside.mkdir()
+        for p in existing:
+            p.rename(aside / p.name)
+    log.warning("--overwrite: the previous run's %s in %s are kept in %s until this run's first checkpoint",
+                ", ".join(p.name for p in existing), out, aside.name)
+    return True
+
+
+def discard_previous_run(out: str | os.PathLike) -> None:
+    """Delete the run an ``--overwrite`` kept aside (:func:`check_run_dir`): the new run has
+    written its first checkpoint."""
+    aside = Path(out) / PREVIOUS_RUN
+    if aside.is_dir():
+        shutil.rmtree(aside)
+        log.info("removed the previous run kept in %s", aside)
+
+
+def restore_previous_run(out: str | os.PathLike) -> None:
+    """Put back the run an ``--overwrite`` kept aside, in place of the new run's files: the new
+    run stopped (an error) before its first checkpoint."""
+    out = Path(out)
+    aside = out / PREVIOUS_RUN
+    if not aside.is_dir():
+        return
+    for name in (METRICS, "checkpoints", "best"):
+        if (out / name).exists() or (out / name).is_symlink():
+            _remove(out / name)
+    for p in aside.iterdir():
+        p.rename(out / p.name)
+    aside.rmdir()
+    log.warning("the run stopped before its first checkpoint: the previous run in %s is back in place", out)
+
+
+def _remove(p: Path) -> None:
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p)
+    else:
+        p.unlink()
 
 
 def _not_the_runs(folder: Path) -> list[str]:

@@ -47,15 +47,17 @@ from sinkalign.align.checkpoints import (
     METRICS,
     check_run_dir,
     clean_leftovers,
+    discard_previous_run,
     export_model,
     find_latest_checkpoint,
     load_checkpoint,
     read_best,
+    restore_previous_run,
     rewrite_metrics,
     save_best,
     save_checkpoint,
 )
-from sinkalign.errors import CheckpointError, InputError, Interrupted
+from sinkalign.errors import CheckpointError, DivergedError, InputError, Interrupted
 from sinkalign.utils import StopFlag, stop_on_signals
 
 __all__ = ["TrainConfig", "TrainResult", "train", "save_checkpoint", "load_checkpoint", "init_distributed",
@@ -97,8 +99,11 @@ class TrainConfig:
         for name in ("steps", "batch_size", "checkpoint_every", "eval_every", "keep_checkpoints"):
             if getattr(self, name) < 1:
                 raise InputError(f"{name}={getattr(self, name)} must be >= 1")
-        if self.lr <= 0:
-            raise InputError(f"lr={self.lr} must be positive")
+        for name in ("lr", "clip_norm"):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
+                raise InputError(f"{name}={getattr(self, name)} must be a finite number > 0")
+        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise InputError(f"weight_decay={self.weight_decay} must be a finite number >= 0")
         if not (math.isfinite(self.anchor) and self.anchor >= 0):
             raise InputError(f"anchor={self.anchor} must be a finite number >= 0")
         if self.max_length > BUCKETS[-1]:
@@ -281,11 +286,16 @@ def examples_to_batch(examples, config: M.AlignerConfig, size: int | None = None
     return M.make_batch(items, config, L, L)
 
 
-def _batches(dataset, cfg: TrainConfig, start_step: int):
-    """Deterministic stream of (step, examples): epoch e uses seed (cfg.seed, e)."""
-    per_epoch = max(1, len(dataset) // cfg.batch_size)
-    # skip whole epochs, then batches, to reach start_step without touching data
-    epoch, skip = divmod(start_step, per_epoch)
+def _batches(dataset, cfg: TrainConfig, start_step: int, position: tuple[int, int] | None = None):
+    """Deterministic stream of ``(step, examples, position)``: epoch e uses seed (cfg.seed, e);
+    ``position`` is ``(epoch, batch)`` of the batch after this one, what a checkpoint records
+    so that a resumed run reads on from there. A batch whose pairs are all longer than
+    ``max_length`` gives no step, so steps and batches drift apart: without a recorded
+    ``position`` (checkpoints before 2026-11-29) the start is found by counting every batch."""
+    if position is None:  # skip whole epochs, then batches, to reach start_step without touching data
+        epoch, skip = divmod(start_step, max(1, len(dataset) // cfg.batch_size))
+    else:
+        epoch, skip = position
     step = start_step
     while True:
         given = False  # an epoch that gives no batch would give none ever after: refuse, not spin
@@ -306,7 +316,7 @@ def _batches(dataset, cfg: TrainConfig, start_step: int):
             while len(items) < cfg.batch_size:  # keep shapes static: repeat to fill
                 items = items + items[: cfg.batch_size - len(items)]
             given = True
-            yield step, items
+            yield step, items, (epoch, n + 1)
             step += 1
         if not given and not skip:
             raise InputError(f"no training pair fits --max-length {cfg.max_length} (each has a longer side); pass "
@@ -463,108 +473,120 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
     if cfg.batch_size % n_dev:
         raise InputError(f"batch_size={cfg.batch_size} must be a multiple of the {n_dev} local devices")
     theta_0 = starting_params(cfg)  # a bad --init is an error before the run directory is touched
-    check_run_dir(out, resume=resume, overwrite=overwrite)  # after every input check: --overwrite deletes
-    out.mkdir(parents=True, exist_ok=True)
-    clean_leftovers(out)
-    mesh = Mesh(np.asarray(devices), ("data",))
-    data_sharding = NamedSharding(mesh, PartitionSpec("data"))
-    replicated = NamedSharding(mesh, PartitionSpec())
+    aside = check_run_dir(out, resume=resume, overwrite=overwrite)  # after every input check: --overwrite moves
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        clean_leftovers(out)
+        mesh = Mesh(np.asarray(devices), ("data",))
+        data_sharding = NamedSharding(mesh, PartitionSpec("data"))
+        replicated = NamedSharding(mesh, PartitionSpec())
 
-    tx, schedule = _optimizer(cfg)
-    params = theta_0
-    opt_state = tx.init(params)
-    start = 0
-    latest = find_latest_checkpoint(out) if resume else None
-    if latest is not None:
-        params, state, flat = load_checkpoint(latest)
-        run_model = M.AlignerConfig.from_dict(state.get("model") or {})  # flat (older) or nested form
-        if run_model != cfg.model:
-            raise CheckpointError(f"{latest}: the checkpoint's model config differs from this run's ("
-                                  f"{'; '.join(run_model.differences(cfg.model))}); resume with the run's settings "
-                                  "(`sinkalign train --resume` takes them when --config, --model-option and "
-                                  "--embedder are left out), or start a new run in another --out")
-        _check_resumed_settings(latest, state.get("train") or {}, cfg)
-        leaves, treedef = jax.tree_util.tree_flatten(opt_state)
-        if not isinstance(state.get("step"), int) or flat is None or len(flat) != len(leaves):
-            raise CheckpointError(f"{latest}: not a resumable training checkpoint (state.json needs 'step' and "
-                                  f"opt_state.safetensors {len(leaves)} optimiser leaves)")
-        opt_state = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(flat[f"{i:05d}"]) for i in range(len(leaves))])
-        start = int(state["step"])
-        log.info("resumed from %s (step %d)", latest, start)
-    elif resume:
-        log.warning("--resume: %s holds no complete checkpoint; starting from step 0", out)
-    params = jax.device_put(params, replicated)
-    opt_state = jax.device_put(opt_state, replicated)
-    theta_0 = jax.device_put(theta_0, replicated) if cfg.anchor else None
+        tx, schedule = _optimizer(cfg)
+        params = theta_0
+        opt_state = tx.init(params)
+        start, position = 0, None
+        latest = find_latest_checkpoint(out) if resume else None
+        if latest is not None:
+            params, state, flat = load_checkpoint(latest)
+            run_model = M.AlignerConfig.from_dict(state.get("model") or {})  # flat (older) or nested form
+            if run_model != cfg.model:
+                raise CheckpointError(f"{latest}: the checkpoint's model config differs from this run's ("
+                                      f"{'; '.join(run_model.differences(cfg.model))}); resume with the run's settings "
+                                      "(`sinkalign train --resume` takes them when --config, --model-option and "
+                                      "--embedder are left out), or start a new run in another --out")
+            _check_resumed_settings(latest, state.get("train") or {}, cfg)
+            leaves, treedef = jax.tree_util.tree_flatten(opt_state)
+            if not isinstance(state.get("step"), int) or flat is None or len(flat) != len(leaves):
+                raise CheckpointError(f"{latest}: not a resumable training checkpoint (state.json needs 'step' and "
+                                      f"opt_state.safetensors {len(leaves)} optimiser leaves)")
+            opt_state = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(flat[f"{i:05d}"]) for i in range(len(leaves))])
+            start = int(state["step"])
+            position = _data_position(latest, state)
+            log.info("resumed from %s (step %d)", latest, start)
+        elif resume:
+            log.warning("--resume: %s holds no complete checkpoint; starting from step 0", out)
+        params = jax.device_put(params, replicated)
+        opt_state = jax.device_put(opt_state, replicated)
+        theta_0 = jax.device_put(theta_0, replicated) if cfg.anchor else None
 
-    def objective(params, batch, theta_0):
-        loss, terms = M.loss_fn(params, batch, cfg.model)
-        if cfg.anchor:
-            drift = anchor_drift(params, theta_0, cfg.freeze)
-            loss, terms = loss + 0.5 * cfg.anchor * drift, {**terms, "anchor": drift}
-        return loss, terms
+        def objective(params, batch, theta_0):
+            loss, terms = M.loss_fn(params, batch, cfg.model)
+            if cfg.anchor:
+                drift = anchor_drift(params, theta_0, cfg.freeze)
+                loss, terms = loss + 0.5 * cfg.anchor * drift, {**terms, "anchor": drift}
+            return loss, terms
 
-    @jax.jit
-    def step_fn(params, opt_state, batch, theta_0):
-        (loss, terms), grads = jax.value_and_grad(objective, has_aux=True)(params, batch, theta_0)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss, terms, optax.tree.norm(grads)
+        @jax.jit
+        def step_fn(params, opt_state, batch, theta_0):
+            (loss, terms), grads = jax.value_and_grad(objective, has_aux=True)(params, batch, theta_0)
+            updates, opt_state = tx.update(grads, opt_state, params)
+            return optax.apply_updates(params, updates), opt_state, loss, terms, optax.tree.norm(grads)
 
-    stream = _batches(train_set, cfg, start)
-    stream = itertools.chain([next(stream)], stream)  # the first batch before any file: data giving none refused here
-    metrics_path = out / METRICS
-    rewrite_metrics(metrics_path, start)  # steps after the checkpoint are re-run: no duplicate lines
-    last: dict = {}
-    from tqdm import tqdm
+        stream = _batches(train_set, cfg, start, position)
+        stream = itertools.chain([next(stream)], stream)  # the first batch before any file: data giving none refused here
+        metrics_path = out / METRICS
+        rewrite_metrics(metrics_path, start)  # steps after the checkpoint are re-run: no duplicate lines
+        last: dict = {}
+        from tqdm import tqdm
 
-    best_f1 = _best_so_far(out, metrics_path, start) if resume else -math.inf
-    train_record = _train_dict(cfg)  # once: the shards' digest is the one this run started (or resumed) on
-    bar = tqdm(total=cfg.steps, initial=start, disable=not progress, desc="train", unit="step")
-    t_window, n_window = time.perf_counter(), 0
-    end = cfg.steps if stop_after is None else min(cfg.steps, start + stop_after)
-    step = start
-    with open(metrics_path, "a") as metrics_file, stop_on_signals(StopFlag(), repeat_aborts=True) as stop:
-        while step < end:
-            step, items = next(stream)
-            batch = examples_to_batch(items, cfg.model)
-            batch = jax.device_put(batch, data_sharding)
-            params, opt_state, loss, terms, gnorm = step_fn(params, opt_state, batch, theta_0)
-            step += 1
-            n_window += len(items)
-            record = {"step": step, "loss": float(loss), **{k: float(v) for k, v in terms.items()},
-                      "grad_norm": float(gnorm), "lr": float(schedule(step))}
-            if not math.isfinite(record["loss"]):
-                raise FloatingPointError(f"non-finite loss at step {step}: {record}")
-            if step % cfg.eval_every == 0 or step == end:
-                dt = time.perf_counter() - t_window
-                record["examples_per_s"] = n_window / dt if dt > 0 else None
-                t_window, n_window = time.perf_counter(), 0
-                if val_set is not None and len(val_set):
-                    record.update(evaluate_split(params, val_set, cfg.model, n_pairs=cfg.eval_pairs))
-            if cfg.certify_every and step % cfg.certify_every == 0:
-                sel = certified_depth(params, batch, cfg.model, tau=cfg.certify_tau)
-                if sel is not None:
-                    record["certified_depth"] = sel.depth
-                    record["certificate_norms"] = {str(k): v for k, v in sel.norms.items()}
-            if record.get("val_f1") is not None and math.isfinite(record["val_f1"]) and record["val_f1"] > best_f1:
-                best_f1 = record["val_f1"]
-                record["best"] = True
-                save_best(out, step, params, {"model": cfg.model.to_dict(), "train": train_record,
-                                              "val_f1": best_f1, "val_pairs": record.get("val_pairs")})
-            metrics_file.write(json.dumps(record) + "\n")
-            metrics_file.flush()
-            last = record
-            bar.update(1)
-            bar.set_postfix(loss=f"{record['loss']:.3f}")
-            if step % cfg.checkpoint_every == 0 or step == end or stop.signum:
-                saved = save_checkpoint(out, step, params, opt_state,
-                                        {"model": cfg.model.to_dict(), "train": train_record},
-                                        keep=cfg.keep_checkpoints)
-            if stop.signum:  # SIGINT / SIGTERM: this step is done and saved; stop before the next
-                bar.close()
-                raise Interrupted(stop.signum, step, saved)
-    bar.close()
-    return TrainResult(step, params, last, out)
+        best_f1 = _best_so_far(out, metrics_path, start) if resume else -math.inf
+        train_record = _train_dict(cfg)  # once: the shards' digest is the one this run started (or resumed) on
+        bar = tqdm(total=cfg.steps, initial=start, disable=not progress, desc="train", unit="step")
+        t_window, n_window = time.perf_counter(), 0
+        end = cfg.steps if stop_after is None else min(cfg.steps, start + stop_after)
+        step = start
+        with open(metrics_path, "a") as metrics_file, stop_on_signals(StopFlag(), repeat_aborts=True) as stop:
+            while step < end:
+                step, items, position = next(stream)
+                batch = examples_to_batch(items, cfg.model)
+                batch = jax.device_put(batch, data_sharding)
+                params, opt_state, loss, terms, gnorm = step_fn(params, opt_state, batch, theta_0)
+                step += 1
+                n_window += len(items)
+                record = {"step": step, "loss": float(loss), **{k: float(v) for k, v in terms.items()},
+                          "grad_norm": float(gnorm), "lr": float(schedule(step))}
+                if not math.isfinite(record["loss"]):
+                    raise DivergedError(f"training diverged: the loss became {record['loss']} at step {step} (gradient "
+                                        f"norm {record['grad_norm']:.3g}, learning rate {record['lr']:.3g}); lower --lr "
+                                        f"(now {cfg.lr:g}) or raise --warmup, and start again or "
+                                        "resume from an earlier checkpoint")
+                if step % cfg.eval_every == 0 or step == end:
+                    dt = time.perf_counter() - t_window
+                    record["examples_per_s"] = n_window / dt if dt > 0 else None
+                    t_window, n_window = time.perf_counter(), 0
+                    if val_set is not None and len(val_set):
+                        record.update(evaluate_split(params, val_set, cfg.model, n_pairs=cfg.eval_pairs))
+                if cfg.certify_every and step % cfg.certify_every == 0:
+                    sel = certified_depth(params, batch, cfg.model, tau=cfg.certify_tau)
+                    if sel is not None:
+                        record["certified_depth"] = sel.depth
+                        record["certificate_norms"] = {str(k): v for k, v in sel.norms.items()}
+                if record.get("val_f1") is not None and math.isfinite(record["val_f1"]) and record["val_f1"] > best_f1:
+                    best_f1 = record["val_f1"]
+                    record["best"] = True
+                    save_best(out, step, params, {"model": cfg.model.to_dict(), "train": train_record,
+                                                  "val_f1": best_f1, "val_pairs": record.get("val_pairs")})
+                metrics_file.write(json.dumps(record) + "\n")
+                metrics_file.flush()
+                last = record
+                bar.update(1)
+                bar.set_postfix(loss=f"{record['loss']:.3f}")
+                if step % cfg.checkpoint_every == 0 or step == end or stop.signum:
+                    saved = save_checkpoint(out, step, params, opt_state,
+                                            {"model": cfg.model.to_dict(), "train": train_record,
+                                             "data_position": list(position)}, keep=cfg.keep_checkpoints)
+                    if aside:  # the new run has a checkpoint: the run it replaced goes
+                        discard_previous_run(out)
+                        aside = False
+                if stop.signum:  # SIGINT / SIGTERM: this step is done and saved; stop before the next
+                    bar.close()
+                    raise Interrupted(stop.signum, step, saved)
+        bar.close()
+        return TrainResult(step, params, last, out)
+    except BaseException:
+        if aside:  # stopped before its first checkpoint: the run --overwrite replaced is put back
+            restore_previous_run(out)
+        raise
 
 
 # settings a resumed run must keep (the flag that sets each): they shape the optimisation, its
@@ -605,6 +627,19 @@ def _check_resumed_settings(checkpoint: Path, before: dict, cfg: TrainConfig) ->
         raise CheckpointError(f"{checkpoint}: the shards in {cfg.shards} are not the ones the run started with (their "
                               "index.json differs: rebuilt or replaced?), so its splits and validation pairs would "
                               "change mid-run; resume with those shards, or start a new run in another --out")
+
+
+def _data_position(checkpoint: Path, state: dict) -> tuple[int, int] | None:
+    """The ``(epoch, batch)`` a checkpoint's run reads on from (``None``: an older checkpoint
+    without one)."""
+    pos = state.get("data_position")
+    if pos is None:
+        return None
+    if (not isinstance(pos, list) or len(pos) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in pos)):
+        raise CheckpointError(f"{checkpoint}/state.json: bad data_position {pos!r} (expected [epoch, batch], "
+                              "two integers >= 0)")
+    return pos[0], pos[1]
 
 
 def _best_so_far(out: Path, metrics_path: Path, start: int) -> float:

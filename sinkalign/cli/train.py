@@ -6,7 +6,14 @@ from pathlib import Path
 
 import click
 
-from sinkalign.cli.options import ResumableCommand, model_options, progress_option, report_interrupted, show_progress
+from sinkalign.cli.options import (
+    FiniteFloatRange,
+    ResumableCommand,
+    model_options,
+    progress_option,
+    report_interrupted,
+    show_progress,
+)
 from sinkalign.errors import Interrupted
 
 
@@ -24,7 +31,11 @@ from sinkalign.errors import Interrupted
 @click.option("--steps", type=click.IntRange(min=1), default=1000, show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True,
               help="Global batch; split over all local devices.")
-@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=3e-3, show_default=True)
+@click.option("--lr", type=FiniteFloatRange(min=0, min_open=True), default=3e-3, show_default=True)
+@click.option("--weight-decay", type=FiniteFloatRange(min=0), default=1e-4, show_default=True,
+              help="AdamW's decoupled weight decay.")
+@click.option("--clip-norm", type=FiniteFloatRange(min=0, min_open=True), default=1.0, show_default=True,
+              help="Gradients are scaled down to this global norm.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/aligner"), show_default=True)
 @click.option("--resume", is_flag=True, help="Continue the run in --out from its newest complete checkpoint, with the "
                    "run's model (leave out --config, --model-option and --embedder) and the same training flags.")
@@ -48,24 +59,24 @@ from sinkalign.errors import Interrupted
                    "dna) or a model, checkpoint or run directory. The model keeps its own settings (no --config; "
                    "--model-option only where the parameters keep their shapes); default: the preset's initial "
                    "BLOSUM62 window.")
-@click.option("--anchor", type=click.FloatRange(min=0), default=0.0, show_default=True,
+@click.option("--anchor", type=FiniteFloatRange(min=0), default=0.0, show_default=True,
               help="Add anchor/2 * |weights - starting weights|^2 to the loss (L2-SP): with few training pairs, "
                    "stay near what the starting model knows.")
-@click.option("--flank", type=click.FloatRange(min=0, max=1), default=0.0, show_default=True,
+@click.option("--flank", type=FiniteFloatRange(min=0, max=1), default=0.0, show_default=True,
               help="Share of training pairs whose longer sequence is put inside stretches of other training "
                    "proteins (the added residues aligned to nothing), up to --flank-ratio times the shorter one: "
                    "pairs as a search of a domain against whole proteins meets them (BENCHMARKS.md, 'Training on "
                    "flanked pairs': better on such pairs, not confirmed on pairs as they are).")
-@click.option("--flank-ratio", type=click.FloatRange(min=1, min_open=True), default=8.0, show_default=True,
+@click.option("--flank-ratio", type=FiniteFloatRange(min=1, min_open=True), default=8.0, show_default=True,
               help="Largest length ratio of a --flank pair (drawn log-uniformly; pairs are cut to fit "
                    "--max-length).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--distributed", is_flag=True, help="Multi-host: call jax.distributed.initialize() first.")
 @progress_option("training steps")
 @click.pass_context
-def train(ctx, shards, preset_name, model_opts, embedder, steps, batch_size, lr, out, resume, overwrite,
-          checkpoint_every, eval_every, certify_every, max_length, crop, eval_pairs, warmup, freeze, init_model, anchor,
-          flank, flank_ratio, seed, distributed, progress):
+def train(ctx, shards, preset_name, model_opts, embedder, steps, batch_size, lr, weight_decay, clip_norm, out, resume,
+          overwrite, checkpoint_every, eval_every, certify_every, max_length, crop, eval_pairs, warmup, freeze, init_model,
+          anchor, flank, flank_ratio, seed, distributed, progress):
     """Train the aligner; metrics go to OUT/metrics.jsonl, checkpoints to OUT/checkpoints.
 
     An OUT that already holds a run needs --resume (continue) or --overwrite (start again).
@@ -135,7 +146,8 @@ def train(ctx, shards, preset_name, model_opts, embedder, steps, batch_size, lr,
         except InputError as exc:  # an unknown preset or a bad setting value (a bug keeps its traceback)
             raise click.BadParameter(str(exc), param_hint="--config / --model-option") from exc
     cfg = T.TrainConfig(shards=str(shards), out=str(out), model=model, steps=steps, batch_size=batch_size, lr=lr,
-                        seed=seed, checkpoint_every=checkpoint_every, eval_every=eval_every,
+                        weight_decay=weight_decay, clip_norm=clip_norm, seed=seed,
+                        checkpoint_every=checkpoint_every, eval_every=eval_every,
                         certify_every=certify_every, max_length=max_length, crop=crop, eval_pairs=eval_pairs,
                         warmup=warmup, freeze=tuple(freeze),
                         init=None if init_path is None else str(init_path), anchor=anchor, flank=flank,

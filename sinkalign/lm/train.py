@@ -63,7 +63,7 @@ import torch.distributed as dist
 from torch import nn
 from tqdm.auto import tqdm
 
-from sinkalign.errors import CheckpointError, InputError, Interrupted, MissingFileError, SinkalignError
+from sinkalign.errors import CheckpointError, DivergedError, InputError, Interrupted, MissingFileError, SinkalignError
 from sinkalign.lm.checkpoints import (
     LATEST,
     TRAINER_STATE,
@@ -1034,7 +1034,9 @@ def _train(config: TrainConfig, device: torch.device, rank: int, world: int, sto
             sched.step()
             opt.zero_grad(set_to_none=True)
             if not math.isfinite(loss_value := float(loss.detach())):
-                raise FloatingPointError(f"loss became {loss_value} at step {step + 1}")
+                raise DivergedError(f"training diverged: the loss became {loss_value} at step {step + 1}; lower --lr "
+                                    f"(now {config.lr:g}) or --grad-clip, or raise --warmup-steps, and start again or resume "
+                                    "from an earlier checkpoint")
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             interval_time += time.perf_counter() - t0
