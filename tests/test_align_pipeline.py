@@ -328,8 +328,11 @@ def test_mixed_file_is_an_alphabet_error_unless_a_model_is_given(files, caplog):
     assert align_fasta(files / "peptides.fa", files / "t.fa", output=files / "z.tsv") == 4
     # a protein record cannot meet the DNA model at all
     (files / "n.fa").write_text(">n2\nACGTTGCAAC\n")
-    with pytest.raises(AlphabetError, match=rf"DNA model and record 't1' \(#1\) of {files / 't.fa'} is protein"):
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="sinkalign.pipelines.align"), \
+            pytest.raises(AlphabetError, match=rf"DNA model and record 't1' \(#1\) of {files / 't.fa'} is protein"):
         align_fasta(files / "n.fa", files / "t.fa", output=files / "y.tsv", model=default_model_path("dna"))
+    assert caplog.text == ""  # the error alone: it was preceded by a warning saying the same
 
 
 def test_pair_list_alphabet_mismatch_names_the_record(files):

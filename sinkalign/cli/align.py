@@ -9,7 +9,15 @@ from pathlib import Path
 
 import click
 
-from sinkalign.cli.options import FiniteFloatRange, check_processes_option, esm_weights_option, progress_option, show_progress
+from sinkalign.cli.options import (
+    FiniteFloatRange,
+    OutputPath,
+    check_processes_option,
+    esm_weights_option,
+    os_error_message,
+    progress_option,
+    show_progress,
+)
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +80,7 @@ class _Band(click.ParamType):
                    "sinkalign's score. paf: "
                    "minimap2's PAF, with the CIGAR (cg:Z), score, mean confidence and E-value as tags. maf: UCSC's and "
                    "LAST's MAF, a block per pair (target first).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+@click.option("-o", "--output", type=OutputPath(dir_okay=False, allow_dash=True, path_type=Path),
               help="Output file, written atomically (temporary file renamed at the end). Default or '-': "
                    "standard output, written as pairs finish (not for bam; with --max-hits, a query's pairs "
                    "when its last is done).")
@@ -101,7 +109,7 @@ class _Band(click.ParamType):
                    "many cores (a pair's work holds Python's GIL much of the time; 3.2x on 16), a few seconds to "
                    "start, the same output. The default from 1,024 pairs (N: every CPU). Not with --threads, "
                    "--workers or --scheduler.")
-@click.option("--plan-out", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--plan-out", type=OutputPath(dir_okay=False, path_type=Path),
               help="Also write the transport plan (with dustbin row/column) of every pair written to this .npz "
                    "file (on the minus strand: the plan of the query's reverse complement), each named "
                    "query|target|index, with % and | in an id written %25 and %7C.")
@@ -143,7 +151,7 @@ class _Band(click.ParamType):
               help="Leave unaligned the columns whose calibrated confidence is below this (default: the model's "
                    "own threshold, 0.35 for the shipped protein model; 0 keeps every MEA column). Higher: fewer, "
                    "surer columns (precision up, recall down).")
-@click.option("--max-evalue", type=click.FloatRange(min=0),
+@click.option("--max-evalue", type=FiniteFloatRange(min=0),
               help="Write only the pairs whose E-value is at most this (e.g. 1e-3 in an all-vs-all run: the "
                    "likely homologs); needs a model with an E-value null (every shipped model has one).")
 @click.option("--db-size", type=_DbSize(), metavar="N|targets",
@@ -227,5 +235,6 @@ def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, 
         os.dup2(devnull, sys.stdout.fileno())
         ctx.exit(1)
     except OSError as exc:  # a file that is missing, unreadable or unwritable (SinkalignError: the group)
-        raise click.ClickException(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc)) from exc
+        stdout = output is None or str(output) == "-"
+        raise click.ClickException(os_error_message(exc, ["standard output" if stdout else output, plan_out])) from exc
     log.info("wrote %d pairs", n)

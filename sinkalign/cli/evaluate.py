@@ -10,7 +10,7 @@ import numpy as np
 from rich.console import Console
 
 from sinkalign.align.significance import MIX_GRID, PAIR_FEATURES
-from sinkalign.cli.options import embedder_options, esm_weights_option
+from sinkalign.cli.options import FiniteFloatRange, OutputPath, embedder_options, esm_weights_option
 from sinkalign.utils import atomic_write_text
 
 #: below these, `sinkalign calibrate` warns that its maps follow noise
@@ -32,7 +32,7 @@ def _reference_options(purpose: str, split: str):
                                          "(learned, blosum, dna). Default: the shipped protein model."),
             esm_weights_option(),
             click.option("--split", default=split, show_default=True, help="Split to read from shard directories."),
-            click.option("--min-tm", type=float, default=0.5, show_default=True,
+            click.option("--min-tm", type=FiniteFloatRange(0, 1), default=0.5, show_default=True,
                          help="TM-align pairs: keep min(tm1, tm2) >= this."),
             click.option("--max-pairs", type=click.IntRange(min=1),
                          help="Subsample each set to at most this many pairs."),
@@ -65,6 +65,20 @@ def _set_names(references, split: str) -> list[str]:
     return [f"{ref}{tag}" if names.count(name) > 1 else name for ref, tag, name in zip(references, tags, names)]
 
 
+def _check_not_run_best(out: Path) -> None:
+    """Refuse ``out`` where it is a training run's ``best/``: `sinkalign train` keeps there the
+    best weights with the step and validation F1 that ``--resume`` reads, which a model written
+    by another command would lack (or replace with unrelated weights)."""
+    from sinkalign.align.checkpoints import METRICS
+    from sinkalign.errors import OutputExistsError
+
+    folder = out.resolve()  # RUN/best/., a link to it
+    run = folder.parent
+    if folder.name == "best" and ((run / METRICS).is_file() or (run / "checkpoints").is_dir()):
+        raise OutputExistsError(f"{out} is the best model of the training run {run}, which only `sinkalign train` "
+                                "writes (--overwrite does not apply there); write the model elsewhere")
+
+
 def _json_ready(value):
     """``value`` with every non-finite float as ``None`` (JSON has no NaN)."""
     if isinstance(value, dict):
@@ -82,7 +96,7 @@ def _json_ready(value):
               help="Comma-separated subset of sinkalign,nw,sw,pairhmm (pairhmm: the affine-gap pair-HMM with "
                    "MAC decoding, the settings of BENCHMARKS.md; the slowest of the four).")
 @click.option("--backend", type=click.Choice(["reference", "pallas"]), default="reference", show_default=True)
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+@click.option("--json", "json_path", type=OutputPath(dir_okay=False, allow_dash=True, path_type=Path),
               help="Write results as JSON ('-': standard output; the tables then go to standard error).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --json file.")
 def evaluate(references, model, esm_weights, split, min_tm, max_pairs, methods, backend, json_path, overwrite):
@@ -99,7 +113,8 @@ def evaluate(references, model, esm_weights, split, min_tm, max_pairs, methods, 
     if unknown:  # before the references and the model are read
         raise click.BadParameter(f"unknown {', '.join(map(repr, unknown))}; choose from {','.join(METHODS)}",
                                  param_hint="--methods")
-    check_outputs([(json_path, "--json")], overwrite, [Path(r) for r in references])  # before any work
+    read = [f for r in references for f in (sorted(p for p in r.iterdir() if p.is_file()) if r.is_dir() else [r])]
+    check_outputs([(json_path, "--json")], overwrite, read)  # before any work; no file read is replaced
     sets = {}
     for ref, name in zip(references, _set_names(references, split)):
         sets[name] = load_reference_set(ref, min_tm=min_tm, max_pairs=max_pairs, split=split)
@@ -138,15 +153,15 @@ def evaluate(references, model, esm_weights, split, min_tm, max_pairs, methods, 
               show_default=True, help="What the column confidence is read from: the plan's local share, or a "
                                       "logistic model over column features (plan, substitution scores, agreement "
                                       "with NW/SW) fitted here.")
-@click.option("--min-confidence", type=click.FloatRange(min=0, max=1, max_open=True), default=0.0, show_default=True,
+@click.option("--min-confidence", type=FiniteFloatRange(min=0, max=1, max_open=True), default=0.0, show_default=True,
               help="Store this threshold with the calibration: `sinkalign align` leaves columns less confident "
                    "than it unaligned (choose it on validation pairs, not on these).")
-@click.option("--flank", type=click.FloatRange(min=0, max=1), default=0.0, show_default=True,
+@click.option("--flank", type=FiniteFloatRange(min=0, max=1), default=0.0, show_default=True,
               help="Also fit on flanked copies of this share of the pairs: the longer side put inside windows of "
                    "other families' sequences, up to --flank-ratio times the shorter side (log-uniform), the added "
                    "residues unaligned. Gives the confidences support for a domain against a whole protein "
                    "(BENCHMARKS.md, 'Calibrating on flanked pairs').")
-@click.option("--flank-ratio", type=click.FloatRange(min=1, min_open=True), default=64.0, show_default=True,
+@click.option("--flank-ratio", type=FiniteFloatRange(min=1, min_open=True), default=64.0, show_default=True,
               help="Largest length ratio of a --flank copy.")
 @click.option("--flank-max-length", type=click.IntRange(min=2), default=2048, show_default=True,
               help="Longest sequence of a --flank copy (a pair is cut first to fit its ratio).")
@@ -175,6 +190,7 @@ def calibrate(references, model, esm_weights, split, min_tm, max_pairs, max_leng
     from sinkalign.errors import InputError
 
     console = Console()
+    _check_not_run_best(out)
     check_model_output(out, overwrite=overwrite)  # refuse before the work, not after
     pairs = _fitting_pairs(references, split=split, min_tm=min_tm, max_pairs=max_pairs, max_length=max_length)
     if not pairs:
@@ -265,7 +281,7 @@ def calibrate(references, model, esm_weights, split, min_tm, max_pairs, max_leng
               help="Window pairs of the --null-fasta null.")
 @click.option("--null-lengths", type=(click.IntRange(min=1), click.IntRange(min=1)), default=(50, 1000),
               show_default=True, help="Shortest and longest window of the --null-fasta null (log-uniform).")
-@click.option("--alpha", type=click.FloatRange(min=0), default=None,
+@click.option("--alpha", type=FiniteFloatRange(min=0), default=None,
               help="Fix the statistic's multiple of expected correct columns (default: chosen from "
                    f"{', '.join(f'{a:g}' for a in MIX_GRID)} on the reference "
                    "pairs). 0: the local score alone, whose null holds at every length; the shipped DNA model's.")
@@ -291,6 +307,7 @@ def fit_evalues(references, model, esm_weights, split, min_tm, max_pairs, max_le
     from sinkalign.errors import InputError
 
     console = Console()
+    _check_not_run_best(out)
     check_model_output(out, overwrite=overwrite)  # refuse before the work, not after
     pairs = _fitting_pairs(references, split=split, min_tm=min_tm, max_pairs=max_pairs, max_length=max_length)
     if len(pairs) < 10:

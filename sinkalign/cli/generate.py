@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from sinkalign.cli.options import FiniteFloatRange, torch_threads_option
+from sinkalign.cli.options import FiniteFloatRange, OutputPath, torch_threads_option
 from sinkalign.utils import atomic_write_text
 
 # torch is an optional extra: nothing here imports it at module level (`sinkalign --help`
@@ -71,7 +71,7 @@ def _record_id(ctx: click.Context, param: click.Parameter, value: str | None) ->
                    "prompt).")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @torch_threads_option()
-@click.option("-o", "--output", default=None, type=click.Path(dir_okay=False, allow_dash=True),
+@click.option("-o", "--output", default=None, type=OutputPath(dir_okay=False, allow_dash=True),
               help="Output file (written atomically; '-' = stdout) [default: stdout].")
 @click.option("--overwrite", is_flag=True,
               help="Replace an existing --output file (when the run succeeds). Without it an existing file is an error.")

@@ -11,6 +11,7 @@ import click
 
 from sinkalign.cli.options import (
     FiniteFloatRange,
+    OutputPath,
     ResumableCommand,
     progress_option,
     report_interrupted,
@@ -45,7 +46,7 @@ def _int_tuple(ctx: click.Context, param: click.Parameter, value: str | None):
 
 @click.group("lm")
 def lm() -> None:
-    """Genome language models: train, evaluate (see also `sinkalign generate-dna`)."""
+    """Genome language models: train, eval (see also `sinkalign generate-dna`)."""
 
 
 @lm.command("train", cls=ResumableCommand)
@@ -203,7 +204,7 @@ def _init_settings(ctx: click.Context, init_model: str, **given):
                    "cdiph (C. diphtheriae only) [default: default].")
 @click.option("--fasta", required=True, type=click.Path(exists=True, dir_okay=False, readable=True, allow_dash=True),
               help="Genome FASTA (plain or gzip); '-': standard input.")
-@click.option("--json", "json_out", default=None, type=click.Path(dir_okay=False, allow_dash=True),
+@click.option("--json", "json_out", default=None, type=OutputPath(dir_okay=False, allow_dash=True),
               help="Write the full report as JSON here (atomically; '-' = stdout, the summary then goes to stderr).")
 @click.option("--overwrite", is_flag=True,
               help="Replace an existing --json file (when the run succeeds). Without it an existing file is an error.")

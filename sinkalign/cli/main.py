@@ -35,7 +35,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "generate-dna": ("sinkalign.cli.generate", "generate_dna",
                      "Continue --prompt by --length bases sampled from a DNA language model."),
     "lm": ("sinkalign.cli.lm", "lm",
-           "Genome language models: train, evaluate (see also `sinkalign generate-dna`)."),
+           "Genome language models: train, eval (see also `sinkalign generate-dna`)."),
     "msa": ("sinkalign.cli.msa", "msa", "Align the records of FASTA all together (a multiple alignment)."),
     "score-msa": ("sinkalign.cli.score_msa", "score_msa",
                   "Score the multiple alignment TEST against the REFERENCE alignment of the same sequences."),

@@ -9,7 +9,15 @@ from pathlib import Path
 
 import click
 
-from sinkalign.cli.options import FiniteFloatRange, check_processes_option, esm_weights_option, progress_option, show_progress
+from sinkalign.cli.options import (
+    FiniteFloatRange,
+    OutputPath,
+    check_processes_option,
+    esm_weights_option,
+    os_error_message,
+    progress_option,
+    show_progress,
+)
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +28,7 @@ _INPUT = click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path
 @click.argument("fasta", type=_INPUT, required=False)
 @click.option("--example", is_flag=True, help="Align the built-in example: human alpha and beta globin and "
               "myoglobin.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+@click.option("-o", "--output", type=OutputPath(dir_okay=False, allow_dash=True, path_type=Path),
               help="Alignment file, written atomically (temporary file renamed at the end). Default or '-': "
                    "standard output.")
 @click.option("--format", "fmt", type=click.Choice(["fasta", "clustal", "stockholm", "phylip"]), default=None,
@@ -29,12 +37,12 @@ _INPUT = click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path
               "its conservation line), Stockholm (with each "
               "residue's confidence, #=GR PP, and each column's, #=GC PP_cons, in HMMER's code: * for >= 0.95, "
               "else the nearest tenth: 8 for [0.75, 0.85)) or relaxed PHYLIP (Biopython's writers).")
-@click.option("--tree", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+@click.option("--tree", type=OutputPath(dir_okay=False, allow_dash=True, path_type=Path),
               help="Also write the guide tree (Newick; UPGMA on one minus each pair's expected accuracy).")
-@click.option("--column-scores", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+@click.option("--column-scores", type=OutputPath(dir_okay=False, allow_dash=True, path_type=Path),
               help="Also write each column's confidence (the mean calibrated probability of its residue pairs), "
                    "residue count and conservation mark as a tab-separated table, e.g. to trim unreliable columns.")
-@click.option("--sequence-scores", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+@click.option("--sequence-scores", type=OutputPath(dir_okay=False, allow_dash=True, path_type=Path),
               help="Also write each record's confidence (the mean calibrated probability of its residue pairs: the "
                    "records that fit the family worst score lowest) as a tab-separated table.")
 @click.option("--trim", type=FiniteFloatRange(0.0, 1.0), metavar="CONFIDENCE",
@@ -147,5 +155,7 @@ def msa(fasta, example, output, fmt, tree, column_scores, sequence_scores, trim,
         os.dup2(devnull, sys.stdout.fileno())
         raise SystemExit(1) from None
     except OSError as exc:
-        raise click.ClickException(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc)) from exc
+        stdout = output is None or str(output) == "-"
+        raise click.ClickException(os_error_message(exc, ["standard output" if stdout else output, tree, column_scores,
+                                                          sequence_scores])) from exc
     log.info("aligned %d records in %d columns", len(result.ids), result.n_columns)

@@ -7,8 +7,8 @@ import sys
 
 import click
 
-__all__ = ["FiniteFloatRange", "ResumableCommand", "embedder_options", "esm_weights_option", "model_options",
-           "parse_value", "progress_option", "report_interrupted", "show_progress"]
+__all__ = ["FiniteFloatRange", "OutputPath", "ResumableCommand", "embedder_options", "esm_weights_option", "model_options",
+           "os_error_message", "parse_value", "progress_option", "report_interrupted", "show_progress"]
 
 
 class FiniteFloatRange(click.FloatRange):
@@ -22,6 +22,33 @@ class FiniteFloatRange(click.FloatRange):
         if not math.isfinite(out):
             self.fail(f"{out} is not a finite number.", param, ctx)
         return out
+
+
+class OutputPath(click.Path):
+    """:class:`click.Path` of an output file that also refuses a name ending in a path separator
+    (``newdir/``): it names a folder, and ``pathlib`` would drop the slash and write a file
+    ``newdir``."""
+
+    def convert(self, value, param, ctx):
+        import os
+
+        if isinstance(value, str) and value.endswith(("/", os.sep)):
+            self.fail(f"{value!r} ends in {value[-1]!r}, so it names a folder: give a file name", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+def os_error_message(exc: OSError, outputs) -> str:
+    """One line for an ``OSError`` of a command: its file where it names one, else for a write
+    that failed past its open (a full disk, a quota, a file size limit) the ``outputs`` being
+    written (``None``: an output not asked for)."""
+    import errno
+
+    if exc.filename:
+        return f"{exc.strerror or exc}: {exc.filename}"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        names = [str(p) for p in outputs if p is not None]
+        return f"{exc.strerror} writing {' or '.join(names)}"
+    return str(exc)
 
 
 def parse_value(text: str):

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import click
 
+from sinkalign.cli.options import OutputPath
+
 _INPUT = click.Path(exists=True, path_type=Path)
-_OUTPUT = click.Path(dir_okay=False, allow_dash=True, path_type=Path)
+_OUTPUT = OutputPath(dir_okay=False, allow_dash=True, path_type=Path)
 
 
 def _fmt(value) -> str:

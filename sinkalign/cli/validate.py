@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import click
@@ -12,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from sinkalign.cli.options import FiniteFloatRange, OutputPath
 from sinkalign.kernels.cache import CHOICES as CACHE_CHOICES
 from sinkalign.utils import is_stdio, open_output
 
@@ -127,9 +127,9 @@ def _emit(result: dict, json_path: Path | None) -> None:
 
 _dtype_option = click.option("--dtype", type=click.Choice(["float64", "float32"]), default="float64",
                              show_default=True, help="Floating-point precision of the whole check.")
-_std_option = click.option("--qk-std", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+_std_option = click.option("--qk-std", type=FiniteFloatRange(min=0, min_open=True), default=1.0, show_default=True,
                            help="Standard deviation of the synthetic q and k entries (scores ~ N(0, std^4)).")
-_json_option = click.option("--json", "json_path", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+_json_option = click.option("--json", "json_path", type=OutputPath(dir_okay=False, allow_dash=True, path_type=Path),
                             help="Also write the table as JSON to this file (atomically; '-': standard output, the "
                                  "tables then go to standard error).")
 _overwrite_option = click.option("--overwrite", is_flag=True,
@@ -160,7 +160,7 @@ def _verdict(result: dict, tolerance: float, json_path: Path | None) -> None:
 
 
 _tolerance_option = click.option(
-    "--tolerance", type=click.FloatRange(min=0, min_open=True), default=None,
+    "--tolerance", type=FiniteFloatRange(min=0, min_open=True), default=None,
     help="Largest max_abs_deviation that passes (exit status 1 above it); default: per precision.")
 
 
@@ -212,11 +212,10 @@ def tail_depth(dtype: str, json_path: Path | None, overwrite: bool, qk_std: floa
 @_json_option
 @_overwrite_option
 @_std_option
-@click.option("--tau", type=float, default=1e-5, show_default=True, help="Certified-depth tolerance (max-abs).")
+@click.option("--tau", type=FiniteFloatRange(min=0, min_open=True), default=1e-5, show_default=True,
+              help="Certified-depth tolerance (max-abs).")
 def certificate(dtype: str, json_path: Path | None, overwrite: bool, qk_std: float, tau: float) -> None:
     """A-posteriori bias certificate residual and certified depth (L=128, d=8, T=15, W=128)."""
-    if not (math.isfinite(tau) and tau > 0):
-        raise click.BadParameter(f"{tau=} must be a finite positive number", param_hint="--tau")
     _json_output(json_path, overwrite)
     _enable_x64()
     from sinkalign.sinkhorn import validation
@@ -231,7 +230,8 @@ def certificate(dtype: str, json_path: Path | None, overwrite: bool, qk_std: flo
 
 
 @validate.command()
-@click.option("--dtype", type=click.Choice(["float64", "float32"]), default="float32", show_default=True)
+@click.option("--dtype", type=click.Choice(["float64", "float32"]), default="float32", show_default=True,
+              help="Floating-point precision of the whole check.")
 @_json_option
 @_overwrite_option
 @_std_option

@@ -541,15 +541,16 @@ def _check_alphabets(scan: _Scan, model_alphabet: str | None) -> str:
             raise AlphabetError(f"{problems[0]}; no single shipped model fits both (give --model to align "
                                 "them with one model anyway)")
         return "dna" if scan.kinds.all() == {"dna"} else "protein"
-    for problem in problems:
-        log.warning("%s; aligning with the given %s model anyway", problem, model_alphabet)
     other = "protein" if model_alphabet == "dna" else "dna"
     first = scan.kinds.first(other)
-    if first is not None and not problems:
-        log.warning("the given model is a %s model, but %s is %s", model_alphabet, first, other)
-    if model_alphabet == "dna" and first is not None:  # protein letters have no nucleotide code
+    # protein letters have no nucleotide code: an error, with no warning saying the same before it
+    if model_alphabet == "dna" and first is not None:
         raise AlphabetError(f"the given model is a DNA model and {first} is protein: it cannot be encoded "
                             "with the DNA alphabet")
+    for problem in problems:
+        log.warning("%s; aligning with the given %s model anyway", problem, model_alphabet)
+    if first is not None and not problems:
+        log.warning("the given model is a %s model, but %s is %s", model_alphabet, first, other)
     return model_alphabet
 
 

@@ -271,6 +271,9 @@ def align_chunk(spec: ModelSpec, chunk: list, batch_size: int, keep_plan: bool) 
 # inputs and outputs
 # --------------------------------------------------------------------------------------
 def check_output(path, overwrite: bool, inputs: list[Path], what: str) -> None:
+    if os.fspath(path).endswith(("/", os.sep)):  # Path() would drop the slash, and a file take the folder's name
+        raise InputError(f"{what} {os.fspath(path)} ends in {os.fspath(path)[-1]!r}, so it names a folder; give a "
+                         "file name")
     path = Path(path)
     if path.is_dir():
         raise InputError(f"{what} {path} is a directory; give a file name")

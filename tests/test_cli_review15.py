@@ -1,0 +1,168 @@
+"""What a review of the command-line options and outputs found (review 15): each case failed
+before its fix (a traceback, a run that failed late, a file lost or written under a wrong name)."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from sinkalign.cli.main import cli
+from sinkalign.errors import InputError
+from sinkalign.pipelines.runner import check_output
+from tests.cli_errors import assert_one_line_error
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "sinkalign" / "data" / "examples"
+FAMILY = ("# STOCKHOLM 1.0\n"
+          "a  MKVLAAGHWERTYLLKPQDESTRIVNG\n"
+          "b  MKILSAGHWERT-LLKPQDESTRIVNG\n"
+          "c  MKVLA-GHWERTYLLKPQD-STRIVNG\n"
+          "//\n")
+
+
+def _run(*args):
+    return CliRunner().invoke(cli, list(map(str, args)), catch_exceptions=False)
+
+
+@pytest.fixture()
+def refs(tmp_path):
+    folder = tmp_path / "refs"
+    folder.mkdir()
+    (folder / "b.sto").write_text(FAMILY)
+    return folder
+
+
+@pytest.mark.parametrize("args, option", [
+    (["evaluate", "--min-tm", "2", "--methods", "nw"], "--min-tm"),
+    (["evaluate", "--min-tm", "nan", "--methods", "nw"], "--min-tm"),
+    (["calibrate", "--min-tm", "nan", "-o", "{tmp}/m"], "--min-tm"),
+    (["fit-evalues", "--min-tm", "-1", "-o", "{tmp}/m"], "--min-tm"),
+    (["calibrate", "--min-confidence", "nan", "-o", "{tmp}/m"], "--min-confidence"),
+    (["calibrate", "--flank", "nan", "-o", "{tmp}/m"], "--flank"),
+    (["calibrate", "--flank-ratio", "inf", "-o", "{tmp}/m"], "--flank-ratio"),
+    (["fit-evalues", "--alpha", "nan", "-o", "{tmp}/m"], "--alpha"),
+    (["fit-evalues", "--alpha", "inf", "-o", "{tmp}/m"], "--alpha"),
+])
+def test_reference_commands_refuse_nonsense_numbers_as_usage_errors(refs, tmp_path, args, option):
+    res = _run(*[a.format(tmp=tmp_path) for a in args], "--reference", refs / "b.sto")
+    assert res.exit_code == 2 and f"Invalid value for '{option}'" in res.output, res.output
+    assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("args, option", [
+    (["validate", "tail-depth", "--qk-std", "nan"], "--qk-std"),
+    (["validate", "orbit", "--qk-std", "inf"], "--qk-std"),
+    (["validate", "certificate", "--qk-std", "nan"], "--qk-std"),
+    (["validate", "exactness", "--quick", "--tolerance", "nan"], "--tolerance"),
+    (["validate", "kernels", "--backend", "pallas", "--interpret", "--quick", "--tolerance", "nan"], "--tolerance"),
+    (["align", "--example", "--max-evalue", "nan"], "--max-evalue"),
+    (["align", "--example", "--max-evalue", "inf"], "--max-evalue"),
+])
+def test_nonsense_numbers_are_refused_before_any_work(args, option):
+    res = _run(*args)
+    assert res.exit_code == 2 and f"Invalid value for '{option}'" in res.output, res.output
+
+
+def test_evaluate_never_overwrites_a_reference_file_read_from_a_folder(refs):
+    target = refs / "b.sto"
+    res = _run("evaluate", "--reference", refs, "--methods", "nw", "--json", target, "--overwrite")
+    assert_one_line_error(res, str(target), "also an input")
+    assert target.read_text() == FAMILY
+
+
+@pytest.fixture()
+def run_dir(tmp_path):
+    """A training run as `sinkalign train` leaves it: metrics, checkpoints, best/."""
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "metrics.jsonl").write_text('{"step": 10}\n')
+    (run / "best").mkdir()
+    (run / "best" / "params.safetensors").write_bytes(b"weights")
+    (run / "best" / "state.json").write_text('{"step": 10, "val_f1": 0.5}')
+    return run
+
+
+@pytest.mark.parametrize("command", ["calibrate", "fit-evalues"])
+@pytest.mark.parametrize("out", ["best", "best/", "checkpoints/../best"])
+def test_model_writers_refuse_a_training_runs_best_folder(refs, run_dir, command, out):
+    before = {p.name: p.read_bytes() for p in (run_dir / "best").iterdir()}
+    res = _run(command, "--reference", refs / "b.sto", "--model", "blosum", "-o", f"{run_dir}/{out}", "--overwrite")
+    assert_one_line_error(res, "training run", "write the model elsewhere")
+    assert {p.name: p.read_bytes() for p in (run_dir / "best").iterdir()} == before
+
+
+def test_model_writers_refuse_a_runs_best_folder_not_yet_written(refs, tmp_path):
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)  # a run before its first validation
+    res = _run("calibrate", "--reference", refs / "b.sto", "-o", run / "best")
+    assert_one_line_error(res, "training run")
+    assert not (run / "best").exists()
+
+
+def test_a_folder_named_best_outside_a_run_is_a_model_folder_like_any(tmp_path):
+    from sinkalign.cli.evaluate import _check_not_run_best
+
+    _check_not_run_best(tmp_path / "models" / "best")  # no run around it: no error
+
+
+@pytest.mark.parametrize("option", ["-o", "--plan-out"])
+def test_align_refuses_an_output_name_ending_in_a_slash(tmp_path, option):
+    out = tmp_path / "newdir"
+    res = _run("align", "--example", option, f"{out}{os.sep}")
+    assert res.exit_code == 2 and "names a folder" in res.output, res.output
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("option", ["-o", "--tree", "--column-scores", "--sequence-scores"])
+def test_msa_refuses_an_output_name_ending_in_a_slash(tmp_path, option):
+    out = tmp_path / "newdir"
+    res = _run("msa", "--example", option, f"{out}/")
+    assert res.exit_code == 2 and "names a folder" in res.output, res.output
+    assert not out.exists()
+
+
+def test_check_output_refuses_a_name_ending_in_a_slash(tmp_path):
+    with pytest.raises(InputError, match="names a folder"):  # the Python API keeps the string as given
+        check_output(f"{tmp_path / 'newdir'}/", False, [], "output")
+
+
+def test_align_python_api_refuses_an_output_name_ending_in_a_slash(tmp_path):
+    from sinkalign.pipelines.align import align_fasta
+
+    out = tmp_path / "newdir"
+    with pytest.raises(InputError, match="names a folder"):
+        align_fasta(EXAMPLES / "globins_query.fasta", EXAMPLES / "globins_target.fasta", output=f"{out}/")
+    assert not out.exists()
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+@pytest.mark.parametrize("command", ["align", "msa"])
+def test_a_full_disk_names_the_output_file(command):
+    res = _run(command, "--example", "-o", "/dev/full")
+    assert_one_line_error(res, "No space left on device", "/dev/full")
+
+
+def test_help_names_the_lm_subcommands_as_they_are_called():
+    top = _run("--help").output
+    assert re.search(r"^\s+lm\s+Genome language models: train, eval \(", top, re.M), top
+    group = _run("lm", "--help").output
+    assert "train, eval (" in group and {"train", "eval"} <= set(re.findall(r"^  (\w+)\s", group, re.M)), group
+
+
+def test_validate_orbit_dtype_has_help():
+    out = _run("validate", "orbit", "--help").output
+    block = re.search(r"^  --dtype .*?(?=^  -)", out, re.M | re.S).group(0)
+    assert "precision" in block and "[default: float32]" in block, block
+
+
+@pytest.mark.parametrize("args", [["score-msa", "{ref}", "{ref}", "--json", "{out}/"],
+                                  ["score-msa", "{ref}", "{ref}", "--pairs", "{out}/"],
+                                  ["generate-dna", "--prompt", "ACGT", "--length", "5", "-o", "{out}/"]])
+def test_score_msa_and_generate_dna_refuse_an_output_name_ending_in_a_slash(refs, tmp_path, args):
+    out = tmp_path / "newdir"
+    res = _run(*(a.format(ref=refs / "b.sto", out=out) for a in args))
+    assert res.exit_code == 2 and "names a folder" in res.output, res.output
+    assert not out.exists()
