@@ -263,7 +263,7 @@ def test_tsv_png_report(tmp_path):
     assert "![GC profile](gc.png)" in text and "[gc.tsv](gc.tsv)" in text
     assert "| chrA | 5,000 |" in text and "| chrB | 1,100 |" in text
     s = p.summaries[0]  # 5,000 nt of random sequence: no origin/terminus call, and the report says why
-    assert f"| chrA | 5,000 | {s.gc:.4f} |" in text and (s.origin, s.terminus) == (None, None)
+    assert f"| chrA | 5,000 | circular | {s.gc:.4f} |" in text and (s.origin, s.terminus) == (None, None)
     assert "- chrA: no origin/terminus call: " in text
     assert sorted(x.name for x in (tmp_path / "out").iterdir()) == ["gc.png", "gc.tsv", "report.md"]  # no temp files
 
@@ -332,7 +332,7 @@ def test_cli_end_to_end(tmp_path, monkeypatch):
     res = runner.invoke(cli, ["gc-profile", "genome.fa", "--window", "500", "--step", "250",
                               "--overlay", "gen.fa", "-o", "out"])
     assert res.exit_code == 0, res.output
-    assert "wrote out/report.md" in res.output
+    assert "wrote out/report.md" in res.stderr and "wrote" not in res.stdout  # status on stderr
     out = Path("out")
     assert sorted(p.name for p in out.iterdir()) == [
         "gc_profile.png", "gc_profile.tsv", "overlay.png", "overlay.tsv", "report.md"]
@@ -477,7 +477,7 @@ def test_contig_on_one_replichore_names_no_origin_or_terminus(tmp_path):
     report = (tmp_path / "out" / "report.md").read_text()
     assert "the sequence lies on one replichore" in report
     row = next(line for line in report.splitlines() if line.startswith("| contig |"))
-    assert row.split("|")[8:10] == [" - ", " - "]  # predicted origin, predicted terminus
+    assert row.split("|")[9:11] == [" - ", " - "]  # predicted origin, predicted terminus
     (s,) = gc_profile([("contig", fa.read_text().split()[1])], window=1000).summaries
     assert s.origin is None and s.terminus is None and s.one_replichore
     assert s.skew_min_at == 0 and s.skew_max_at > 59_000
@@ -513,11 +513,15 @@ def test_low_gc_island_is_flagged_in_table_plot_and_report(tmp_path):
 
 def test_real_complete_chromosome_and_contig(shared_data, tmp_path):
     """C. diphtheriae's RefSeq chromosome starts near dnaA: the terminus is near the middle and the
-    skew minimum (the origin) at an end, which is reported as such; the E. coli draft contig never turns."""
-    res = run_gc_profile(shared_data / "genomes" / "GCF_001457455.1_NCTC11397_genomic.fna.gz", tmp_path / "cd",
-                         window=10_000)
+    skew minimum (the origin) at an end, where the circular curve turns (read as linear, it is
+    reported as at an end); the E. coli draft contig never turns."""
+    fa = shared_data / "genomes" / "GCF_001457455.1_NCTC11397_genomic.fna.gz"
+    res = run_gc_profile(fa, tmp_path / "cd", window=10_000)
     (s,) = res.profile.summaries
-    assert s.origin is None and s.skew_min_at > s.length - 30_000 and 1_100_000 < s.terminus < 1_350_000
+    assert s.origin == s.skew_min_at > s.length - 30_000 and 1_100_000 < s.terminus < 1_350_000
+    res = run_gc_profile(fa, tmp_path / "cdl", window=10_000, circular=False)
+    (lin,) = res.profile.summaries
+    assert lin.origin is None and lin.skew_min_at == s.skew_min_at and lin.terminus == s.terminus
     assert "the origin is there or beyond that end" in res.report.read_text()
     (e,) = run_gc_profile(shared_data / ECOLI, tmp_path / "ec", window=10_000).profile.summaries
     assert e.one_replichore
@@ -614,7 +618,7 @@ def test_no_call_reason_in_cli_output_and_report(tmp_path):
            "(30,000 nt" in res.output
     report = (tmp_path / "o" / "report.md").read_text()
     row = next(line for line in report.splitlines() if line.startswith("| contig |"))
-    assert row.split("|")[8:10] == [" - ", " - "]
+    assert row.split("|")[9:11] == [" - ", " - "]
     assert "- contig: no origin/terminus call: the record is too short for a chromosome (30,000 nt" in report
 
 
@@ -623,11 +627,11 @@ def _summaries(path, window):
 
 
 def test_real_genomes_keep_their_calls_and_mag_contigs_get_none(shared_data):
-    """S. pyogenes M1 (complete): terminus at 977,500 as before; Bathyarchaeota MAG contigs (5-28 kb),
-    which used to get origins and termini, get none."""
+    """S. pyogenes M1 (complete): terminus at 977,500 as before, and (circular) the origin at its start;
+    Bathyarchaeota MAG contigs (5-28 kb), which used to get origins and termini, get none."""
     multi = shared_data / "genomes" / "multi"
     (s,) = _summaries(multi / "Streptococcus_pyogenes__M1_GAS.fna.gz", window=10_000)
-    assert (s.origin, s.terminus) == (None, 977_500) and s.skew_range > 3 * s.skew_noise_range
+    assert (s.origin, s.terminus) == (0, 977_500) and s.skew_range > 3 * s.skew_noise_range
     mag = _summaries(multi / "Bathyarchaeota_archaeon_B26-1_MAG__GCA_001593925.1.fna.gz", window=1000)
     assert len(mag) == 124 and max(x.length for x in mag) < 30_000
     assert all(x.origin is None and x.terminus is None for x in mag)

@@ -52,18 +52,28 @@ def _positive(ctx: click.Context, param: click.Parameter, value: int | None) -> 
               help="Sliding window of the continuation GC trajectories (nt).")
 @click.option("-o", "--out-dir", required=True, type=click.Path(file_okay=False), callback=_out_dir,
               help="Output directory (created if needed); only gc_profile.tsv, gc_profile.png, report.md "
-                   "(and overlay.*) are written there. Not '-': the outputs are several files.")
+                   "(and overlay.*) are written there, through a hidden .gc-profile-*.tmp folder that holds them "
+                   "until all are written. Not '-': the outputs are several files.")
+@click.option("--circular/--linear", default=None,
+              help="Read every record as a circular chromosome (its cumulative skew may turn across the record's "
+                   "ends: the origin of a complete chromosome that starts at oriC, the usual convention) or as "
+                   "linear (a turning point only inside the record). Default: each record by its FASTA "
+                   "description: linear where it names a contig, scaffold, draft or whole genome shotgun piece, "
+                   "else circular.")
 @click.option("--overwrite", is_flag=True,
               help="Replace the outputs of an earlier run in --out-dir and remove those this run does not write "
-                   "(overlay.* without --overlay). Without it, a directory holding any of them is an error.")
+                   "(overlay.* without --overlay). Without it, a directory holding any of them is an error. An "
+                   "input (FASTA, --overlay) that is one of them is refused, --overwrite or not.")
 @progress_option("bases read")
 def gc_profile(fasta: str, window: int, step: int | None, island_threshold: float, overlay: str | None,
-               overlay_window: int, out_dir: str, overwrite: bool, progress: bool | None) -> None:
+               overlay_window: int, out_dir: str, circular: bool, overwrite: bool, progress: bool | None) -> None:
     """GC content, GC skew and cumulative skew of FASTA (plain or .gz) in windows.
 
     FASTA may be '-', standard input. Writes gc_profile.tsv, gc_profile.png and report.md
     into OUT_DIR (plus overlay.tsv and overlay.png with --overlay); an OUT_DIR that already
-    holds them needs --overwrite. Coordinates are 0-based half-open.
+    holds them needs --overwrite, and they replace the earlier run's files only once all of
+    them are written (an interrupted run leaves those as they were). Coordinates are 0-based
+    half-open.
 
     GC = (G + C) / (A + C + G + T): N is left out of the denominator, and so are the IUPAC
     ambiguity codes (R, Y, S, W, K, M, B, D, H, V; S too, though it is G or C) and X, which
@@ -79,9 +89,13 @@ def gc_profile(fasta: str, window: int, step: int | None, island_threshold: floa
     the evidence for them: informative windows spanning at least 10 window lengths of the
     record; a curve whose range exceeds 4 standard deviations of the random walk a sequence
     without strand bias gives (4 x sigma x sqrt(windows x window / step), sigma estimated from non-overlapping
-    neighbouring windows); a turning point inside the record; and a record of at least
-    100,000 nt. Otherwise they are '-' and the output line and report.md say why; a curve that
-    never turns is reported as one replichore.
+    neighbouring windows); a turning point (the curve moves away by 10% of its range on both
+    sides: inside the record, and on a record read as circular across its ends too); and a
+    record of at least 100,000 nt. Otherwise they are '-' and the output line and report.md
+    say why; a curve that never turns is reported as one replichore. The calls are meaningful
+    for complete circular chromosomes. Their positions are 0-based: the cumulative skew after
+    window i is placed at its midpoint + step/2 (the boundary with the next window; its end
+    when step = window), so they are good to one step; on a circular record the end is 0.
 
     Windows whose GC departs from the record's by more than --island-threshold are
     candidate islands. The plot shows the 4 longest records (stdout and report.md say so
@@ -96,7 +110,7 @@ def gc_profile(fasta: str, window: int, step: int | None, island_threshold: floa
                                  param_hint="'--step'")
     res = run_gc_profile(fasta, out_dir, window=window, step=step, overlay=overlay,
                          overlay_window=overlay_window, island_threshold=island_threshold,
-                         progress=show_progress(progress), overwrite=overwrite)
+                         progress=show_progress(progress), overwrite=overwrite, circular=circular)
     for s in res.profile.summaries:  # the same six fields on every line, then what explains a missing call
         notes = ["one replichore (no skew turning point)"] if s.one_replichore else []
         if s.no_call_reason:
@@ -111,4 +125,4 @@ def gc_profile(fasta: str, window: int, step: int | None, island_threshold: floa
         click.echo(f"plotted: the {len(res.plotted)} longest of {n} records in {res.png}")
     for path in res.removed:
         click.echo(f"removed {path} (from an earlier run)")
-    click.echo(f"wrote {res.report}")
+    click.echo(f"wrote {res.report}", err=True)  # status: stdout holds the results
