@@ -77,7 +77,8 @@ class _Band(click.ParamType):
                    "text: each pair's figures, its rows with a match line and its column confidences, to read "
                    "by eye. json: JSON Lines, one object per pair and line (read it line by line, or with "
                    "pandas.read_json(lines=True)). blast6: BLAST's tabular -outfmt 6 (m8), its last column "
-                   "sinkalign's score. paf: "
+                   "sinkalign's score, not bits (it depends on --band: rank hits by the evalue column). sam/bam: "
+                   "the E-value in ZE:f is float32 (below ~1e-45 it reads 0; the other formats print it). paf: "
                    "minimap2's PAF, with the CIGAR (cg:Z), score, mean confidence and E-value as tags. maf: UCSC's and "
                    "LAST's MAF, a block per pair (target first).")
 @click.option("-o", "--output", type=OutputPath(dir_okay=False, allow_dash=True, path_type=Path),

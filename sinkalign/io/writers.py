@@ -66,8 +66,10 @@ Formats (:data:`FORMATS`):
   are two runs, laid out as the FASTA output lays them out), positions 1-based and inclusive.
   ``evalue`` is the pair's E-value (``NA`` without a fitted null); the last column holds the
   pair's score (for the OT aligner the transport plan's match mass on the aligned pairs, a
-  ranking value of the model, not bits: the model has no bit score), so that sorting by it
-  still ranks the hits.
+  value of the model, not bits: the model has no bit score). The score depends on how the
+  pair was solved (dense, in a box or on a corridor: ``sinkalign align --band``, whose default
+  changes with the pair's lengths), so it is no ranking across pairs: rank hits by ``evalue``
+  (smaller first), as its own statistic is the same however a pair is solved.
 * ``paf``: minimap2's Pairwise mApping Format, no header, one line per pair with something
   aligned: ``qname qlen qstart qend strand tname tlen tstart tend nmatch alen mapq`` (0-based
   half-open spans, the query's on the query as given; ``nmatch`` the identical pairs, ``alen``
