@@ -166,3 +166,15 @@ def test_score_msa_and_generate_dna_refuse_an_output_name_ending_in_a_slash(refs
     res = _run(*(a.format(ref=refs / "b.sto", out=out) for a in args))
     assert res.exit_code == 2 and "names a folder" in res.output, res.output
     assert not out.exists()
+
+
+def test_align_help_gives_each_shipped_models_own_threshold():
+    """The --min-confidence help names the shipped thresholds; a refit that changes one must change it."""
+    import json
+
+    from sinkalign.align.aligner import default_model_path
+
+    text = " ".join(CliRunner().invoke(cli, ["align", "--help"], terminal_width=200).output.split())
+    for alphabet, name in (("protein", "protein model"), ("dna", "DNA model")):
+        state = json.loads((default_model_path(alphabet) / "state.json").read_text())
+        assert f"{state['calibration']['min_confidence']:g} for the shipped {name}" in text

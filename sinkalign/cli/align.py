@@ -150,8 +150,10 @@ class _Band(click.ParamType):
                    "the shipped protein model, none for the others); 0: none.")
 @click.option("--min-confidence", type=FiniteFloatRange(min=0, max=1, max_open=True),
               help="Leave unaligned the columns whose calibrated confidence is below this (default: the model's "
-                   "own threshold, 0.35 for the shipped protein model; 0 keeps every MEA column). Higher: fewer, "
-                   "surer columns (precision up, recall down).")
+                   "own threshold, 0.35 for the shipped protein model, 0 for the shipped DNA model; 0 keeps every MEA "
+                   "column). Higher: fewer, surer columns (precision up, recall down). DNA homologs inside "
+                   "unrelated flanking sequence: 0.5 keeps the alignment from running on into the flanks "
+                   "(BENCHMARKS.md, 'DNA homologs between unrelated flanks').")
 @click.option("--max-evalue", type=FiniteFloatRange(min=0),
               help="Write only the pairs whose E-value is at most this (e.g. 1e-3 in an all-vs-all run: the "
                    "likely homologs); needs a model with an E-value null (every shipped model has one).")
