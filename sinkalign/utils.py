@@ -245,6 +245,31 @@ def complete_checkpoints(root: str | os.PathLike, *, step_name: re.Pattern,
             if (m := step_name.fullmatch(p.name)) and p.is_dir() and not p.is_symlink() and complete(p)]
 
 
+def previous_complete_checkpoint(checkpoint: str | os.PathLike, *, step_name: re.Pattern,
+                                 complete: Callable[[Path], bool]) -> Path | None:
+    """The complete checkpoint of the same run with the highest step below ``checkpoint``'s
+    (``None``: there is none), which a resume falls back to once ``checkpoint`` is deleted."""
+    checkpoint = Path(checkpoint)
+    match = step_name.fullmatch(checkpoint.name)
+    if match is None or not checkpoint.parent.is_dir():
+        return None
+    step = int(match.group(1))
+    earlier = [item for item in complete_checkpoints(checkpoint.parent, step_name=step_name, complete=complete)
+               if item[0] < step]
+    return max(earlier)[1] if earlier else None
+
+
+def damaged_checkpoint_message(checkpoint: Path, problem: str, previous: Path | None) -> str:
+    """The message of a resume that cannot read ``checkpoint``: ``problem`` (which names the
+    damaged file) and what to do about it (``previous``: the checkpoint before it, if any)."""
+    if previous is not None:
+        todo = f"delete that folder to resume from the checkpoint before it ({previous.name})"
+    else:
+        todo = ("it is the run's only checkpoint: delete that folder and resume again to start the run over "
+                "from scratch, or train into another directory")
+    return f"{problem}; the checkpoint {checkpoint} is damaged: {todo}"
+
+
 def user_cache_dir(env: str, name: str) -> Path | None:
     """A cache directory of sinkalign's: ``$env`` when set (``0``, ``off``, ``false``, ``no``
     or empty: no cache, ``None``), else ``$XDG_CACHE_HOME/sinkalign/<name>`` (default

@@ -82,6 +82,23 @@ def test_resume_continues_exactly_when_batches_were_skipped(shards, tmp_path):
         np.testing.assert_allclose(np.asarray(resumed.params[name]), np.asarray(straight.params[name]), atol=1e-6)
 
 
+@pytest.mark.parametrize("damage", ["params", "opt_state"])
+def test_resume_from_a_damaged_checkpoint_says_which_folder_to_delete(shards, tmp_path, damage):
+    run = tmp_path / "b"
+    train(_cfg(shards, run, 4), progress=False)
+    last = run / "checkpoints" / "step_00000004"
+    path = last / f"{damage}.safetensors"
+    path.write_bytes(path.read_bytes()[:50])  # a torn write
+    with pytest.raises(CheckpointError, match=rf"{damage}.safetensors: cannot read.*; the checkpoint {last} is "
+                                              r"damaged: delete that folder to resume from the checkpoint before it "
+                                              r"\(step_00000002\)"):
+        train(_cfg(shards, run, 6), progress=False, resume=True)
+    import shutil
+
+    shutil.rmtree(last)
+    assert train(_cfg(shards, run, 6), progress=False, resume=True).step == 6  # as the message says
+
+
 def test_resume_refuses_a_bad_data_position(shards, tmp_path):
     run = tmp_path / "b"
     train(_cfg(shards, run, 4), progress=False, stop_after=2)

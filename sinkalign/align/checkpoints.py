@@ -36,12 +36,13 @@ from sinkalign.utils import (
     atomic_dir,
     atomic_write_text,
     newest_checkpoint,
+    previous_complete_checkpoint,
     shipped_path,
 )
 
 __all__ = ["BUCKETS", "METRICS", "PREVIOUS_RUN", "check_model_output", "check_run_dir", "clean_leftovers",
            "discard_previous_run", "export_model", "find_latest_checkpoint", "load_checkpoint", "other_kind",
-           "read_best", "restore_previous_run", "rewrite_metrics", "save_best", "save_checkpoint"]
+           "previous_checkpoint", "read_best", "restore_previous_run", "rewrite_metrics", "save_best", "save_checkpoint"]
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,11 @@ def find_latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
     """
     return newest_checkpoint(Path(run_dir) / "checkpoints", pointer=LATEST, pointed=str.strip, step_name=_STEP_RE,
                              complete=_is_complete)
+
+
+def previous_checkpoint(checkpoint: str | os.PathLike) -> Path | None:
+    """The complete checkpoint of the same run before ``checkpoint`` (``None``: there is none)."""
+    return previous_complete_checkpoint(checkpoint, step_name=_STEP_RE, complete=_is_complete)
 
 
 def clean_leftovers(run_dir: str | os.PathLike) -> list[Path]:

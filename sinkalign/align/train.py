@@ -51,6 +51,7 @@ from sinkalign.align.checkpoints import (
     export_model,
     find_latest_checkpoint,
     load_checkpoint,
+    previous_checkpoint,
     read_best,
     restore_previous_run,
     rewrite_metrics,
@@ -58,7 +59,7 @@ from sinkalign.align.checkpoints import (
     save_checkpoint,
 )
 from sinkalign.errors import CheckpointError, DivergedError, InputError, Interrupted
-from sinkalign.utils import StopFlag, stop_on_signals
+from sinkalign.utils import StopFlag, damaged_checkpoint_message, stop_on_signals
 
 __all__ = ["TrainConfig", "TrainResult", "train", "save_checkpoint", "load_checkpoint", "init_distributed",
            "evaluate_split", "export_model", "BUCKETS", "crop_example", "flank_example", "flanked_copies",
@@ -487,7 +488,10 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
         start, position = 0, None
         latest = find_latest_checkpoint(out) if resume else None
         if latest is not None:
-            params, state, flat = load_checkpoint(latest)
+            try:
+                params, state, flat = load_checkpoint(latest)
+            except CheckpointError as exc:  # a damaged file: say which checkpoint to delete to go on
+                raise CheckpointError(damaged_checkpoint_message(latest, str(exc), previous_checkpoint(latest))) from None
             run_model = M.AlignerConfig.from_dict(state.get("model") or {})  # flat (older) or nested form
             if run_model != cfg.model:
                 raise CheckpointError(f"{latest}: the checkpoint's model config differs from this run's ("
@@ -497,8 +501,9 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
             _check_resumed_settings(latest, state.get("train") or {}, cfg)
             leaves, treedef = jax.tree_util.tree_flatten(opt_state)
             if not isinstance(state.get("step"), int) or flat is None or len(flat) != len(leaves):
-                raise CheckpointError(f"{latest}: not a resumable training checkpoint (state.json needs 'step' and "
-                                      f"opt_state.safetensors {len(leaves)} optimiser leaves)")
+                raise CheckpointError(damaged_checkpoint_message(
+                    latest, f"{latest}: not a resumable training checkpoint (state.json needs 'step' and "
+                    f"opt_state.safetensors {len(leaves)} optimiser leaves)", previous_checkpoint(latest)))
             opt_state = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(flat[f"{i:05d}"]) for i in range(len(leaves))])
             start = int(state["step"])
             position = _data_position(latest, state)

@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-from sinkalign.utils import ALIGNER_LAYOUT, GENOME_LM_LAYOUT, complete_checkpoints, newest_checkpoint
+from sinkalign.utils import ALIGNER_LAYOUT, GENOME_LM_LAYOUT, newest_checkpoint, previous_complete_checkpoint
 
 __all__ = ["LATEST", "TRAINER_STATE", "aligner_layout", "find_latest_checkpoint", "not_a_genome_lm",
            "previous_checkpoint", "step_dir_name"]
@@ -48,14 +48,7 @@ def find_latest_checkpoint(out_dir: str | os.PathLike) -> Path | None:
 def previous_checkpoint(checkpoint: str | os.PathLike) -> Path | None:
     """The complete checkpoint of the same run with the highest step below ``checkpoint``'s
     (``None``: there is none), which a resume falls back to once ``checkpoint`` is deleted."""
-    checkpoint = Path(checkpoint)
-    match = _STEP_RE.fullmatch(checkpoint.name)
-    if match is None or not checkpoint.parent.is_dir():
-        return None
-    step = int(match.group(1))
-    earlier = [item for item in complete_checkpoints(checkpoint.parent, step_name=_STEP_RE, complete=_is_complete)
-               if item[0] < step]
-    return max(earlier)[1] if earlier else None
+    return previous_complete_checkpoint(checkpoint, step_name=_STEP_RE, complete=_is_complete)
 
 
 def aligner_layout(path: str | os.PathLike) -> str | None:

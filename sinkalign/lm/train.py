@@ -83,6 +83,7 @@ from sinkalign.utils import (
     StopFlag,
     atomic_write_bytes,
     atomic_write_text,
+    damaged_checkpoint_message,
     shipped_path,
     stop_on_signals,
     unguarded_main_call,
@@ -866,13 +867,7 @@ def check_out_dir(out_dir: str | os.PathLike, *, resume: bool, cli: bool = False
 def _damaged(latest: Path, problem: str) -> str:
     """The message of a resume that cannot read the checkpoint ``latest``: ``problem`` (which
     names the damaged file) and what to do about it."""
-    previous = previous_checkpoint(latest)
-    if previous is not None:
-        todo = f"delete that folder to resume from the checkpoint before it ({previous.name})"
-    else:
-        todo = ("it is the run's only checkpoint: delete that folder and resume again to start the run over "
-                "from scratch, or train into another directory")
-    return f"{problem}; the checkpoint {latest} is damaged: {todo}"
+    return damaged_checkpoint_message(latest, problem, previous_checkpoint(latest))
 
 
 _STATE_FIELDS = {"step": int, "tokens_seen": int, "world_size": int, "optimizer": dict, "scheduler": dict,
