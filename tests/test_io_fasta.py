@@ -80,10 +80,27 @@ def test_other_compressions_are_named_not_read_as_binary(tmp_path: Path, name, c
         read_genome_records(path)
 
 
+@pytest.mark.parametrize("kind", ["BAM", "CRAM"])
+def test_bam_and_cram_are_named_with_the_way_to_fasta(tmp_path: Path, kind) -> None:
+    """A BAM (BGZF-compressed, so it opened as gzip) was refused as a line that is not UTF-8."""
+    from sinkalign.lm.data import read_genome_records
+
+    path = tmp_path / f"reads.{kind.lower()}"
+    path.write_bytes(gzip.compress(b"BAM\x01" + b"\x00" * 40) if kind == "BAM" else b"CRAM\x03\x00" + b"\x00" * 20)
+    want = rf"{path}: a {kind} file \(binary alignments\), not text; for its reads as FASTA run `samtools fasta`"
+    with pytest.raises(SequenceFormatError, match=want):
+        list(read_fasta(path))
+    with pytest.raises(SequenceFormatError, match=want):
+        read_genome_records(path)
+
+
 @pytest.mark.parametrize("first,what", [
     ("# STOCKHOLM 1.0", "a Stockholm alignment"), ("CLUSTAL W (1.83) multiple sequence alignment", "a Clustal alignment"),
     ("@r1", "FASTQ reads"), ("@HD\tVN:1.6", "a SAM file"), ("LOCUS       NC_000913", "a GenBank record"),
     ("!!AA_MULTIPLE_ALIGNMENT 1.0", "an MSF alignment"), ("ID   X56734; SV 1;", "an EMBL record"),
+    ("HEADER    HYDROLASE                               01-JAN-00   1ABC", "a PDB structure"),
+    ("ATOM      1  N   MET A   1      11.104  13.207   2.100  1.00  0.00           N", "a PDB structure"),
+    ("data_1ABC", "an mmCIF structure"),
 ])
 def test_another_format_is_named(tmp_path: Path, first, what) -> None:
     from sinkalign.errors import FormatError

@@ -289,7 +289,18 @@ _OTHER_COMPRESSIONS = ((b"\xfd7zXZ\x00", "an xz", "xz -d"), (b"BZh", "a bzip2", 
 def _open_bytes(path: Path) -> tuple[IO[bytes], bool]:
     with open(path, "rb") as raw:
         magic = raw.read(6)
+    if magic.startswith(b"CRAM"):
+        raise SequenceFormatError(f"{path}: a CRAM file (binary alignments), not text; for its reads as FASTA run "
+                                  "`samtools fasta` on it", path=path)
     if magic[:2] == b"\x1f\x8b":
+        try:
+            with gzip.open(path, "rb") as peek:
+                bam = peek.read(4) == b"BAM\x01"
+        except (OSError, EOFError, zlib.error):  # a damaged gzip: named as such when it is read
+            bam = False
+        if bam:
+            raise SequenceFormatError(f"{path}: a BAM file (binary alignments), not text; for its reads as FASTA run "
+                                      "`samtools fasta` on it", path=path)
         return gzip.open(path, "rb"), True
     for head, name, undo in _OTHER_COMPRESSIONS:
         if magic.startswith(head):
@@ -306,7 +317,9 @@ def not_fasta_hint(line: str) -> str:
     for start, what in (("# STOCKHOLM", "a Stockholm alignment"), ("CLUSTAL", "a Clustal alignment"),
                         ("!!AA_MULTIPLE_ALIGNMENT", "an MSF alignment"), ("!!NA_MULTIPLE_ALIGNMENT", "an MSF alignment"),
                         ("PileUp", "an MSF alignment"), ("LOCUS ", "a GenBank record"), ("ID   ", "an EMBL record"),
-                        ("@HD\t", "a SAM file"), ("@SQ\t", "a SAM file"), ("@", "FASTQ reads")):
+                        ("@HD\t", "a SAM file"), ("@SQ\t", "a SAM file"), ("@", "FASTQ reads"),
+                        ("HEADER ", "a PDB structure"), ("ATOM  ", "a PDB structure"), ("HETATM", "a PDB structure"),
+                        ("CRYST1", "a PDB structure"), ("REMARK ", "a PDB structure"), ("data_", "an mmCIF structure")):
         if text.startswith(start):
             return f" ({what}, it seems, not FASTA)"
     return ""
