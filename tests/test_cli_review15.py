@@ -178,3 +178,20 @@ def test_align_help_gives_each_shipped_models_own_threshold():
     for alphabet, name in (("protein", "protein model"), ("dna", "DNA model")):
         state = json.loads((default_model_path(alphabet) / "state.json").read_text())
         assert f"{state['calibration']['min_confidence']:g} for the shipped {name}" in text
+
+
+def test_an_output_extension_that_names_no_format_is_said(caplog):
+    from sinkalign.io.formats import output_format
+
+    suffixes = {".tsv": "tsv", ".sam": "sam"}
+    with caplog.at_level("WARNING", logger="sinkalign.io.formats"):
+        assert output_format("hits.aln", None, "tsv", suffixes) == "tsv"
+        assert output_format("hits.txt.gz", None, "tsv", suffixes) == "tsv"
+    assert caplog.text.count("names no format: writing tsv") == 2
+    assert "extension .aln of hits.aln" in caplog.text and "extension .txt of hits.txt.gz" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="sinkalign.io.formats"):  # named, none, or asked for: nothing said
+        for output, fmt in (("hits.sam", None), ("hits.tsv.gz", None), ("hits", None), ("-", None), (".hidden", None),
+                            ("hits.aln", "tsv"), (None, None)):
+            output_format(output, fmt, "tsv", suffixes)
+    assert caplog.text == ""

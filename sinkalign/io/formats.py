@@ -9,11 +9,14 @@ is looked through (``hits.sam.gz`` is SAM, gzip-compressed).
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
 
 from sinkalign.errors import InputError
+
+log = logging.getLogger(__name__)
 
 __all__ = ["ALIGNMENT_SUFFIXES", "MSA_SUFFIXES", "MSA_UNWRITTEN", "output_format", "unwritten_msa_format"]
 
@@ -69,6 +72,11 @@ def output_format(output, fmt: str | None, default: str, suffixes: Mapping[str, 
     """
     named = suffix_format(output, suffixes)
     if fmt is None:
+        if named is None and output is not None and str(output) != "-" and not hasattr(output, "write"):
+            name = Path(output).name.lower().removesuffix(".gz")
+            if Path(name).suffix and not name.startswith("."):
+                log.warning("the extension %s of %s names no format: writing %s (--format, fmt= in Python, "
+                            "chooses another)", Path(name).suffix, output, default)
         return named or default
     if named is not None and named != fmt:
         raise InputError(f"the output {output} is named as a {named} file, and the format asked for is {fmt}: "
