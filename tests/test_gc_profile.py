@@ -644,7 +644,8 @@ def test_plot_of_many_records_says_which_are_shown(tmp_path):
     fa.write_text("".join(f">r{i}\n{_skewed(rng, n, 0.5, 0.0)}\n" for i, n in enumerate(lengths)))
     res = CliRunner().invoke(cli, ["gc-profile", str(fa), "--window", "200", "-o", str(tmp_path / "o")])
     assert res.exit_code == 0, res.output
-    assert f"plotted: the 4 longest of 5 records in {tmp_path / 'o' / 'gc_profile.png'}" in res.output
+    assert f"plotted: the 4 longest of 5 records in {tmp_path / 'o' / 'gc_profile.png'}" in res.stderr
+    assert "plotted:" not in res.stdout  # status on stderr: stdout holds a line per record
     report = (tmp_path / "o" / "report.md").read_text()
     assert "Plotted: the 4 longest of 5 records (r0, r2, r3, r4); the tables cover all of them." in report
     assert report.index("Plotted: the 4 longest") < report.index("![GC profile](gc_profile.png)")
@@ -710,8 +711,8 @@ def test_overwrite_replaces_outputs_and_removes_stale_overlay(tmp_path, monkeypa
     Path("out/other.png").write_bytes(b"not ours")
     res = runner.invoke(cli, ["gc-profile", "genome.fa", "--window", "1000", "-o", "out", "--overwrite"])
     assert res.exit_code == 0, res.output
-    assert "removed out/overlay.tsv (from an earlier run)" in res.output
-    assert "removed out/overlay.png (from an earlier run)" in res.output
+    assert "removed out/overlay.tsv (from an earlier run)" in res.stderr
+    assert "removed out/overlay.png (from an earlier run)" in res.stderr and "removed" not in res.stdout
     # only the new run's files and the user's own remain; no temporary files are left
     assert sorted(p.name for p in Path("out").iterdir()) == [
         "gc_profile.png", "gc_profile.tsv", "notes.txt", "other.png", "report.md"]

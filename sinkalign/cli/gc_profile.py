@@ -122,7 +122,7 @@ def gc_profile(fasta: str, window: int, step: int | None, island_threshold: floa
                               f"\tcandidate_islands={len(s.islands)}", *notes]))
     n = len(res.profile.summaries)
     if len(res.plotted) < n:
-        click.echo(f"plotted: the {len(res.plotted)} longest of {n} records in {res.png}")
+        click.echo(f"plotted: the {len(res.plotted)} longest of {n} records in {res.png}", err=True)
     for path in res.removed:
-        click.echo(f"removed {path} (from an earlier run)")
+        click.echo(f"removed {path} (from an earlier run)", err=True)
     click.echo(f"wrote {res.report}", err=True)  # status: stdout holds the results
