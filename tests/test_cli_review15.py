@@ -7,6 +7,7 @@ import os
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -195,3 +196,24 @@ def test_an_output_extension_that_names_no_format_is_said(caplog):
                             ("hits.aln", "tsv"), (None, None)):
             output_format(output, fmt, "tsv", suffixes)
     assert caplog.text == ""
+
+
+def test_a_reader_that_closes_the_pipe_ends_the_command_quietly_as_a_filter(tmp_path):
+    """`sinkalign align ... | head`: no traceback, no message, and status 141 (128 + SIGPIPE), what
+    the shell reports for a filter that SIGPIPE stopped (it was 1, a failure of the command).
+    (msa ends the same way, through the same function.)"""
+    import signal
+    import subprocess
+    import sys
+
+    rng = np.random.default_rng(0)
+    seqs = tmp_path / "seqs.fa"
+    seqs.write_text("".join(f">s{i}\n{''.join(rng.choice(list('ACDEFGHIKLMNPQRSTVWY'), 60))}\n" for i in range(40)))
+    # 1,600 pairs as text: far more than a pipe holds, so the writer is still at it when the reader goes
+    proc = subprocess.Popen([sys.executable, "-m", "sinkalign.cli.main", "align", str(seqs), str(seqs), "--format",
+                             "text"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.read(10)
+    proc.stdout.close()  # the reader goes, as `head -c 10` does
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signal.SIGPIPE, err.decode()
+    assert b"Traceback" not in err and b"Error" not in err, err.decode()

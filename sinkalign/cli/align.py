@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
-import sys
 from pathlib import Path
 
 import click
@@ -14,6 +12,7 @@ from sinkalign.cli.options import (
     OutputPath,
     check_processes_option,
     esm_weights_option,
+    exit_on_broken_pipe,
     os_error_message,
     progress_option,
     show_progress,
@@ -233,10 +232,8 @@ def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, 
                         band=band,
                         identity_weight=identity_weight, identity_min=identity_min, identity_gaps=identity_gaps,
                         identity_move_min=identity_move_min)
-    except BrokenPipeError:  # e.g. `sinkalign align ... | head`: stop quietly, as other filters do
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        ctx.exit(1)
+    except BrokenPipeError:  # e.g. `sinkalign align ... | head`
+        exit_on_broken_pipe()
     except OSError as exc:  # a file that is missing, unreadable or unwritable (SinkalignError: the group)
         stdout = output is None or str(output) == "-"
         raise click.ClickException(os_error_message(exc, ["standard output" if stdout else output, plan_out])) from exc

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
-import sys
 from pathlib import Path
 
 import click
@@ -14,6 +12,7 @@ from sinkalign.cli.options import (
     OutputPath,
     check_processes_option,
     esm_weights_option,
+    exit_on_broken_pipe,
     os_error_message,
     progress_option,
     show_progress,
@@ -150,10 +149,8 @@ def msa(fasta, example, output, fmt, tree, column_scores, sequence_scores, trim,
                            overwrite=overwrite, column_scores=column_scores, trim=trim,
                            sequence_scores=sequence_scores, add_to=add_to, keep_length=keep_length,
                            independent=independent, nearest=nearest, esm_weights=esm_weights)
-    except BrokenPipeError:  # e.g. `sinkalign msa ... | head`: stop quietly, as other filters do
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        raise SystemExit(1) from None
+    except BrokenPipeError:  # e.g. `sinkalign msa ... | head`
+        exit_on_broken_pipe()
     except OSError as exc:
         stdout = output is None or str(output) == "-"
         raise click.ClickException(os_error_message(exc, ["standard output" if stdout else output, tree, column_scores,

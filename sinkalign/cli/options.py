@@ -7,8 +7,9 @@ import sys
 
 import click
 
-__all__ = ["FiniteFloatRange", "OutputPath", "ResumableCommand", "embedder_options", "esm_weights_option", "model_options",
-           "os_error_message", "parse_value", "progress_option", "report_interrupted", "show_progress"]
+__all__ = ["FiniteFloatRange", "OutputPath", "ResumableCommand", "embedder_options", "esm_weights_option",
+           "exit_on_broken_pipe", "model_options", "os_error_message", "parse_value", "progress_option",
+           "report_interrupted", "show_progress"]
 
 
 class FiniteFloatRange(click.FloatRange):
@@ -49,6 +50,18 @@ def os_error_message(exc: OSError, outputs) -> str:
         names = [str(p) for p in outputs if p is not None]
         return f"{exc.strerror} writing {' or '.join(names)}"
     return str(exc)
+
+
+def exit_on_broken_pipe():
+    """End a command whose standard output was closed by its reader (``... | head``): no traceback
+    and no message, standard output sent to ``/dev/null`` (Python would complain flushing it at
+    exit), and status 141 (128 + SIGPIPE), what the shell reports for a filter SIGPIPE stopped."""
+    import os
+    import signal
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    raise SystemExit(128 + signal.SIGPIPE)
 
 
 def parse_value(text: str):
