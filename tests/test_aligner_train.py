@@ -47,7 +47,9 @@ def test_two_local_devices_shard_the_batch(shards, tmp_path):
     assert res.step == 2
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in lines] == [1, 2]
-    assert {"loss", "ce", "mono", "recon", "grad_norm", "lr", "examples_per_s", "val_f1", "val_ce"} <= set(lines[-1])
+    assert {"loss", "ce", "mono", "recon", "f1_loss", "grad_norm", "lr", "examples_per_s", "val_f1",
+            "val_ce"} <= set(lines[-1])
+    assert "f1" not in lines[-1]  # the loss term 1 - soft F1 is f1_loss, not an F1 beside val_f1
 
 
 def test_resume_continues_exactly(shards, tmp_path):
@@ -97,6 +99,27 @@ def test_resume_from_a_damaged_checkpoint_says_which_folder_to_delete(shards, tm
 
     shutil.rmtree(last)
     assert train(_cfg(shards, run, 6), progress=False, resume=True).step == 6  # as the message says
+
+
+def test_a_run_given_as_a_model_says_when_its_best_is_another_checkpoint(shards, tmp_path, caplog):
+    """A run directory is its newest checkpoint; a user who selected the run by its validation F1
+    means best/: a warning says which was used and where the best is."""
+    from sinkalign.align.aligner import Aligner
+
+    run = tmp_path / "run"
+    train(_cfg(shards, run, 4), progress=False)
+    best_state = run / "best" / "state.json"
+    state = json.loads(best_state.read_text())
+    best_state.write_text(json.dumps({**state, "step": 4}))
+    with caplog.at_level("WARNING", logger="sinkalign.align.aligner"):
+        Aligner.load(run)  # best is the newest: nothing to say
+        Aligner.load(run / "best")
+    assert caplog.text == ""
+    best_state.write_text(json.dumps({**state, "step": 2, "val_f1": 0.5}))
+    with caplog.at_level("WARNING", logger="sinkalign.align.aligner"):
+        Aligner.load(run)
+    assert f"{run} is a training run: its newest checkpoint (step 4) is used; its best on validation is " \
+           f"{run / 'best'} (step 2, F1 0.5000): give that to use it" in caplog.text
 
 
 def test_resume_refuses_a_bad_data_position(shards, tmp_path):
@@ -186,7 +209,9 @@ def test_a_signal_stops_training_with_a_checkpoint_and_the_printed_command_resum
 
 def test_train_cli_errors(shards, tmp_path):
     r = CliRunner().invoke(cli, ["train", "--pfam-shards", str(shards), "--embedder", "builtin", "--out", str(tmp_path)])
-    assert r.exit_code == 2 and "has no embeddings" in r.output
+    assert r.exit_code == 2 and f"has no embeddings; run `sinkalign shards embed {shards}`" in r.output
+    r = CliRunner().invoke(cli, ["train", "--pfam-shards", str(shards), "--embedder", "esm2", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and f"run `sinkalign shards embed --embedder esm2 {shards}`" in " ".join(r.output.split())
     r = CliRunner().invoke(cli, ["train", "--pfam-shards", str(shards), "--embedder", "none", "--config", "nope",
                                  "--out", str(tmp_path)])
     assert r.exit_code == 2 and "unknown preset 'nope'" in r.output
@@ -668,6 +693,10 @@ def test_resume_refuses_changed_settings_but_not_more_steps(shards, tmp_path):
                          ({"freeze": ("sub",)}, "--freeze")):
         with pytest.raises(CheckpointError, match=f"the run started with {flag} .*resume with the same {flag}"):
             train(dataclasses.replace(_cfg(shards, run, 4), **change), progress=False, resume=True)
+    # every changed setting at once, not one per attempt
+    with pytest.raises(CheckpointError, match=r"the run started with --batch-size 2, not 4; --lr 0.01, not 0.02; "
+                                              r"resume with the same --batch-size and --lr \(or start"):
+        train(dataclasses.replace(_cfg(shards, run, 4), lr=2e-2, batch_size=4), progress=False, resume=True)
     other = tmp_path / "other_shards"
     build_shards(make_families(tmp_path / "sto", n_families=5, n_seqs=5, length=30), other,
                  split=(0.5, 0.25, 0.25), seed=0, min_length=5)

@@ -50,7 +50,7 @@ import numpy as np
 from sinkalign.align import model as M
 from sinkalign.align.band import BandMatrix, band_mea, classical_guides, guide_corridor, identity_gain_band, local_corridor
 from sinkalign.align.calibration import Calibration, check_min_confidence
-from sinkalign.align.checkpoints import BUCKETS, load_checkpoint
+from sinkalign.align.checkpoints import BUCKETS, load_checkpoint, read_best
 from sinkalign.align.decode import alignment_of_pairs, identity_gain, keep_gaps, mea_batch, pair_identity, plan_posteriors
 from sinkalign.align.engine import NumpyEngine, engine_support
 from sinkalign.align.significance import Significance
@@ -240,6 +240,21 @@ _DATA = SHIPPED_DATA
 SHIPPED_MODELS = {"learned": "aligner_learned", "blosum": "aligner_blosum", "dna": "aligner_dna",
                   "default": "aligner_learned"}  # "default": the default protein model, by name
 _DEFAULT_MODELS = {"protein": "learned", "dna": "dna"}  # the shipped model an alphabet gets
+
+
+def _say_which_checkpoint(path: Path, state: dict) -> None:
+    """A training run given as a model is its newest checkpoint; where its best on validation
+    (``best/``, the one a user selected it by) is another step, a warning says so."""
+    if ALIGNER_LAYOUT.kind(path) != "run":
+        return
+    try:
+        best_step, best_f1 = read_best(path)
+    except CheckpointError:
+        return
+    if best_step is not None and best_step != state.get("step"):
+        log.warning("%s is a training run: its newest checkpoint (step %s) is used; its best on validation is "
+                    "%s (step %d, F1 %.4f): give that to use it", path, state.get("step"), path / "best", best_step,
+                    best_f1)
 
 
 def resolve_model(model: str | os.PathLike) -> Path:
@@ -467,6 +482,7 @@ class Aligner:
         :class:`Aligner` (``backend``, ``gap_weight``, ``embedder_options``, ``engine``, ...)."""
         path = resolve_model(path) if path is not None else default_model_path()
         params, state, _ = load_checkpoint(path)  # checked: a 'model' config matching the weights
+        _say_which_checkpoint(path, state)
         own_calibration = "calibration" in state and "calibration" not in kwargs
         if own_calibration:
             try:

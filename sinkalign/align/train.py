@@ -548,7 +548,9 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
                 params, opt_state, loss, terms, gnorm = step_fn(params, opt_state, batch, theta_0)
                 step += 1
                 n_window += len(items)
-                record = {"step": step, "loss": float(loss), **{k: float(v) for k, v in terms.items()},
+                # the loss term "f1" is 1 - soft F1: logged as f1_loss, not to be read as an F1 beside val_f1
+                record = {"step": step, "loss": float(loss),
+                          **{("f1_loss" if k == "f1" else k): float(v) for k, v in terms.items()},
                           "grad_norm": float(gnorm), "lr": float(schedule(step))}
                 if not math.isfinite(record["loss"]):
                     raise DivergedError(f"training diverged: the loss became {record['loss']} at step {step} (gradient "
@@ -610,6 +612,7 @@ def _check_resumed_settings(checkpoint: Path, before: dict, cfg: TrainConfig) ->
     checkpoint lacks is taken at its default). Shards are the same when their paths resolve
     to one directory or their ``index.json`` files are identical (the shards moved)."""
     fields = TrainConfig.__dataclass_fields__
+    changed = []  # every setting that differs, named at once (not one per attempt)
     for name, flag in _RESUME_FIXED:
         field_ = fields[name]
         default = field_.default if field_.default is not MISSING else (
@@ -625,8 +628,13 @@ def _check_resumed_settings(checkpoint: Path, before: dict, cfg: TrainConfig) ->
             if same:
                 continue
         if was != now:
-            raise CheckpointError(f"{checkpoint}: the run started with {flag} {was!r}, not {now!r}; resume with "
-                                  f"the same {flag} (or start a new run in another --out)")
+            changed.append((flag, was, now))
+    if changed:
+        was_now = "; ".join(f"{flag} {was!r}, not {now!r}" for flag, was, now in changed)
+        flags = [flag for flag, _, _ in changed]
+        same = flags[0] if len(flags) == 1 else f"{', '.join(flags[:-1])} and {flags[-1]}"
+        raise CheckpointError(f"{checkpoint}: the run started with {was_now}; resume with the same {same} (or "
+                              "start a new run in another --out)")
     was = before.get("shards_index_sha256")  # (checkpoints before 2026-11-29 lack it)
     if was is not None and _shards_digest(cfg.shards) != was:
         raise CheckpointError(f"{checkpoint}: the shards in {cfg.shards} are not the ones the run started with (their "

@@ -113,7 +113,8 @@ def train(ctx, shards, preset_name, model_opts, embedder, steps, batch_size, lr,
 
         emb = index.get("embeddings")
         if not emb:
-            raise click.BadParameter(f"{shards} has no embeddings; run `sinkalign shards embed {shards}`",
+            how = "" if embedder == "builtin" else f" --embedder {embedder}"
+            raise click.BadParameter(f"{shards} has no embeddings; run `sinkalign shards embed{how} {shards}`",
                                      param_hint="--pfam-shards")
         emb_config = json.loads(emb["name"])
         if emb_config.get("name") != embedder:
