@@ -217,3 +217,28 @@ def test_a_reader_that_closes_the_pipe_ends_the_command_quietly_as_a_filter(tmp_
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 128 + signal.SIGPIPE, err.decode()
     assert b"Traceback" not in err and b"Error" not in err, err.decode()
+
+
+def test_evalues_below_the_double_range_are_filtered_and_written_from_their_logs(tmp_path):
+    """A 2 kb DNA copy at 8% substitutions has E ~1e-794, 0.0 as a float: --max-evalue 0 kept it
+    (0 <= 0), and PAF wrote ZE:f:0; both now go by the E-value's log."""
+    rng = np.random.default_rng(1)
+    a = "".join(rng.choice(list("ACGT"), 2000))
+    b = "".join(c if rng.random() > 0.08 else rng.choice(list("ACGT")) for c in a)
+    (tmp_path / "q.fa").write_text(f">q\n{b}\n>r\n{''.join(rng.choice(list('ACGT'), 300))}\n")
+    (tmp_path / "t.fa").write_text(f">t\n{a}\n")
+
+    def rows(*extra):
+        res = _run("align", tmp_path / "q.fa", tmp_path / "t.fa", *extra)
+        assert res.exit_code == 0, res.output
+        return [line.split("\t") for line in res.stdout.splitlines()]
+
+    every = rows()
+    evalue = {r[0]: r[-2] for r in every[1:]}
+    exponent = int(evalue["q"].split("e-")[1])
+    assert exponent > 330 and float(evalue["r"]) > 1e-3  # q's E-value is no double; r's is no homolog
+    assert [r[0] for r in rows("--max-evalue", "0")[1:]] == []
+    assert [r[0] for r in rows("--max-evalue", "1e-300")[1:]] == ["q"]
+    assert sorted(r[0] for r in rows("--max-evalue", "1")[1:]) == ["q", "r"]
+    paf = {r[0]: r for r in rows("--format", "paf")}
+    assert f"ZE:f:{evalue['q']}" in paf["q"], paf["q"]

@@ -77,7 +77,8 @@ class _Band(click.ParamType):
                    "by eye. json: JSON Lines, one object per pair and line (read it line by line, or with "
                    "pandas.read_json(lines=True)). blast6: BLAST's tabular -outfmt 6 (m8), its last column "
                    "sinkalign's score, not bits (it depends on --band: rank hits by the evalue column). sam/bam: "
-                   "the E-value in ZE:f is float32 (below ~1e-45 it reads 0; the other formats print it). paf: "
+                   "the E-value in ZE:f is float32 (below ~1e-45 it reads 0; json adds log_evalue, its natural log; the other "
+                   "formats print it). paf: "
                    "minimap2's PAF, with the CIGAR (cg:Z), score, mean confidence and E-value as tags. maf: UCSC's and "
                    "LAST's MAF, a block per pair (target first).")
 @click.option("-o", "--output", type=OutputPath(dir_okay=False, allow_dash=True, path_type=Path),
@@ -155,7 +156,8 @@ class _Band(click.ParamType):
                    "(BENCHMARKS.md, 'DNA homologs between unrelated flanks').")
 @click.option("--max-evalue", type=FiniteFloatRange(min=0),
               help="Write only the pairs whose E-value is at most this (e.g. 1e-3 in an all-vs-all run: the "
-                   "likely homologs); needs a model with an E-value null (every shipped model has one).")
+                   "likely homologs); needs a model with an E-value null (every shipped model has one). Compared "
+                   "as logs, so E-values below the float range count; a value below ~1e-308 reads as 0.")
 @click.option("--db-size", type=_DbSize(), metavar="N|targets",
               help="Report E-values for a search of N comparisons per query (each pair's E-value times N, as "
                    "HMMER's -Z), or 'targets': the number of pairs of this run the query is in (the target count "
@@ -167,7 +169,9 @@ class _Band(click.ParamType):
 @click.option("--prefilter", type=click.IntRange(min=1), metavar="N",
               help="All-vs-all searches: align each query with only the N targets of best Smith-Waterman score "
                    "(in nats, less the log of the target's length; ~0.02 ms a pair), as BLAST's and MMseqs2's "
-                   "prefilters. E-values stay per comparison; --db-size targets counts every target searched.")
+                   "prefilters. E-values stay per comparison; --db-size targets counts every target searched. A "
+                   "query with more than N homologs keeps only N of them: make N at least the number of hits you "
+                   "want (BENCHMARKS.md, 'A search with --prefilter N').")
 @click.option("--strand", type=click.Choice(["plus", "minus", "both"]),
               help="Nucleotide pairs: align the query as given (plus), its reverse complement (minus) or both, "
                    "keeping the strand of smaller E-value (default: both, as BLAST; the E-value is doubled: two "

@@ -42,7 +42,8 @@ Formats (:data:`FORMATS`):
   known; as GraphMap and DIAMOND write it; a ``f`` tag is float32 in SAM and BAM, so below
   ~1e-45 it reads 0: the TSV, blast6 and text outputs print smaller E-values from their logs). A
   query with nothing aligned in any of its pairs is written once, unmapped (flag 4), after the
-  aligned records; a pair without aligned residues of a query aligned elsewhere is not written
+  aligned records (a query whose every pair a filter such as ``--max-evalue`` dropped never
+  reaches the writer, and has no line); a pair without aligned residues of a query aligned elsewhere is not written
   (SAM wants exactly one primary line per read). A query's best hit (smallest E-value; the first
   aligned record without E-values) is its primary alignment, the others secondary (flag 256):
   each run of a query's consecutive records (all its pairs all-vs-all, or with ``--max-hits``)
@@ -438,8 +439,8 @@ def _paf_row(rec: _Record, other_loci: float = 0.0) -> list[str] | None:
     row += _score_tags(rec.score)
     if math.isfinite(mean_post):
         row.append(f"XP:f:{mean_post:.6g}")
-    if rec.evalue is not None and math.isfinite(rec.evalue):
-        row.append(f"ZE:f:{rec.evalue:.3g}")
+    if rec.evalue is not None and math.isfinite(rec.evalue):  # from its log: 1e-426 is no 0 here
+        row.append(f"ZE:f:{format_evalue(rec.evalue, rec.log_evalue, '.3g')}")
     return row
 
 

@@ -46,6 +46,7 @@ import heapq
 import io
 import itertools
 import logging
+import math
 import os
 import shutil
 import sys
@@ -763,6 +764,7 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
         raise InputError(f"strand={strand!r} is not one of {STRANDS}")
     if max_evalue is not None and not max_evalue >= 0:
         raise InputError(f"max_evalue={max_evalue} must be >= 0")
+    max_log_evalue = None if max_evalue is None else math.log(max_evalue) if max_evalue > 0 else -math.inf
     if db_size is not None and db_size != "targets" and not (isinstance(db_size, int) and db_size >= 1):
         raise InputError(f"db_size={db_size!r} must be a whole number >= 1 or 'targets'")
     if max_hits is not None and not (isinstance(max_hits, int) and max_hits >= 1):
@@ -866,8 +868,8 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
                                            alphabet=alphabet)
                         if db_size is not None:
                             pair = pair.evalue_times(scan.comparisons(qid) if db_size == "targets" else db_size)
-                        if max_evalue is not None and not pair.evalue <= max_evalue:
-                            continue
+                        if max_evalue is not None and not pair.evalue_rank <= max_log_evalue:
+                            continue  # compared as logs: an E-value under 1e-308 is no 0 that passes --max-evalue 0
                         yield index - 1, plan, pair
                     bar.update(len(chunk))
                 if index != scan.total:  # every pair exactly once, checked before the output is kept
