@@ -361,6 +361,8 @@ def test_fit_evalues_cli(tmp_path):
     sig = Significance.from_dict(state["significance"])
     assert sig.weights[0] == 1.0 and sig.weights[1] in MIX_GRID
     assert "12 pairs of fam0.sto, fam1.sto" in state["provenance"] and "24 shuffled copies" in state["provenance"]
+    said = " ".join(r.output.split())  # rich wraps long lines
+    assert "warning: 24 null pairs are few for E-values" in said and "give at least 2,000" in said
     assert state["calibration"] == Aligner.load("blosum").calibration.to_dict()
     res = Aligner.load(out).align("MKVLAAGHWERTYLLKPQ", "MKILSAGHWERTLLKPQ")
     assert res.evalue is not None and np.isfinite(res.evalue)

@@ -16,6 +16,8 @@ from sinkalign.utils import atomic_write_text
 #: below these, `sinkalign calibrate` warns that its maps follow noise
 MIN_CALIBRATION_PAIRS = 50
 MIN_CALIBRATION_COLUMNS = 2000
+#: below this, `sinkalign fit-evalues` warns that its null's tail is not checked (0.1% of it: 2 pairs)
+MIN_NULL_PAIRS = 2000
 
 
 def _reference_options(purpose: str, split: str):
@@ -352,4 +354,8 @@ def fit_evalues(references, model, esm_weights, split, min_tm, max_pairs, max_le
     console.print(f"statistic: composition-adjusted local score (nats) + {sig.weights[1]:g} x expected correct columns")
     console.print(f"{len(pairs)} pairs, {len(null)} null pairs: E <= 1e-3 for {np.mean(e_real <= 1e-3):.1%} of the "
                   f"pairs and {np.mean(e_null <= 1e-3):.2%} of the null pairs (expected {-np.expm1(-1e-3):.2%})")
+    if len(null) < MIN_NULL_PAIRS:
+        console.print(f"warning: {len(null)} null pairs are few for E-values: the fit's tail, where E <= 1e-3 is "
+                      f"read, holds about {len(null) * 1e-3:.1g} of them and is not checked; give at least "
+                      f"{MIN_NULL_PAIRS:,} (more reference pairs, --shuffles, or --null-fasta with --null-pairs)")
     console.print(f"wrote {out}")
