@@ -349,7 +349,8 @@ def test_stockholm_self_pairs_fail_before_aligning(files, monkeypatch):
     calls = []
     monkeypatch.setattr(pipeline, "align_chunk", lambda *a: calls.append(a) or [])
     with pytest.raises(InputError, match=r"record 'q1' \(#1\) of .*q.fa \(all-vs-all\): pairs 'q1' with itself, "
-                                         r"and a Stockholm block needs two distinct sequence names"):
+                                         r"and a Stockholm block needs two distinct sequence names: give the "
+                                         r"pairs without self pairs \(--pairs FILE"):
         align_fasta(files / "q.fa", files / "q.fa", fmt="stockholm", output=files / "x.sto")
     (files / "same.fa").write_text(fasta(["t2", "q2", "t1"]))
     with pytest.raises(InputError, match=r"pair #2 .*: pairs 'q2' with itself"):

@@ -216,7 +216,8 @@ def _self_pair(fmt: str, qid: str, tid: str, where: str) -> None:
     if fmt == "stockholm" and qid == tid:
         raise InputError(
             f"{where}: pairs {qid!r} with itself, and a Stockholm block needs two distinct sequence names: "
-            "drop the self pairs or use another --format (tsv, fasta, json, sam, bam)"
+            "give the pairs without self pairs (--pairs FILE, two ids a line), or use another --format (tsv, fasta, "
+            "json, sam, bam)"
         )
 
 
