@@ -242,3 +242,27 @@ def test_evalues_below_the_double_range_are_filtered_and_written_from_their_logs
     assert sorted(r[0] for r in rows("--max-evalue", "1")[1:]) == ["q", "r"]
     paf = {r[0]: r for r in rows("--format", "paf")}
     assert f"ZE:f:{evalue['q']}" in paf["q"], paf["q"]
+
+
+def test_evaluate_pair_scores_are_what_the_tables_are_made_of(tmp_path):
+    """--pair-scores: a row per pair and method, from which the pooled figures are recounted (the
+    tables gave no per-pair numbers, so a user could not regroup them, e.g. by source)."""
+    import csv
+    import json
+
+    sto = tmp_path / "fam.sto"
+    sto.write_text(FAMILY)
+    res = _run("evaluate", "--reference", sto, "--methods", "nw,sw", "--pair-scores", tmp_path / "p.tsv", "--json",
+               tmp_path / "e.json")
+    assert res.exit_code == 0, res.output
+    rows = list(csv.DictReader((tmp_path / "p.tsv").open(), delimiter="\t"))
+    result = json.loads((tmp_path / "e.json").read_text())
+    (name, data), = result["sets"].items()
+    assert "pairs" not in data and all("pair_scores" not in m for m in data["methods"].values())  # JSON as before
+    for method in ("nw", "sw"):
+        mine = [r for r in rows if r["method"] == method]
+        assert len(mine) == data["n_pairs"] == 3 and {r["set"] for r in mine} == {name}
+        tp, pred, refs = (sum(int(r[k]) for r in mine) for k in ("tp", "predicted", "reference"))
+        assert data["methods"][method]["micro"]["f1"] == pytest.approx(2 * tp / (pred + refs), rel=1e-12)
+    res = _run("evaluate", "--reference", sto, "--methods", "nw", "--pair-scores", tmp_path / "p.tsv")
+    assert res.exit_code == 1 and "already exists" in res.output  # never replaced unasked

@@ -165,8 +165,11 @@ def check_reference_alphabet(pairs: Iterable[ReferencePair], alphabet: str, mode
 
 
 def evaluate_sets(sets: dict[str, list[ReferencePair]], aligner=None, *, methods: Iterable[str] = METHODS,
-                  progress: bool = False, n_boot: int = 1000) -> dict:
-    """Evaluate every method on every set; returns a JSON-ready dict (``sets`` -> tables)."""
+                  progress: bool = False, n_boot: int = 1000, per_pair: bool = False) -> dict:
+    """Evaluate every method on every set; returns a JSON-ready dict (``sets`` -> tables).
+    ``per_pair``: each set also gets ``pairs`` (family, ids, percent identity of each pair, in
+    the set's order) and each method ``pair_scores`` (its :class:`PairScores` of each pair, as
+    dicts): the numbers the tables are made of, to recount or group otherwise."""
     methods = tuple(methods)
     bad = set(methods) - set(METHODS)
     if bad:
@@ -209,9 +212,14 @@ def evaluate_sets(sets: dict[str, list[ReferencePair]], aligner=None, *, methods
                 "pairs_per_s": len(pairs) / seconds if seconds > 0 else None,
                 "mean_length": float(np.mean([(len(p.query_seq) + len(p.target_seq)) / 2 for p in pairs])),
             }
+            if per_pair:
+                per_method[method]["pair_scores"] = [sc.to_dict() for sc in scores]
             log.info("%s / %s: F1 %.3f", name, method, per_method[method]["micro"]["f1"])
         finite = identities[np.isfinite(identities)]  # (a pair whose reference aligns nothing has none)
         result["sets"][name] = {"n_pairs": len(pairs),
                                 "mean_identity": float(finite.mean()) if finite.size else None,
                                 "methods": per_method}
+        if per_pair:
+            result["sets"][name]["pairs"] = [{"family": p.family, "query": p.query_id, "target": p.target_id,
+                                              "identity": float(x)} for p, x in zip(pairs, identities)]
     return result

@@ -81,6 +81,20 @@ def _check_not_run_best(out: Path) -> None:
                                 "writes (--overwrite does not apply there); write the model elsewhere")
 
 
+def _pair_scores_tsv(result: dict) -> str:
+    """The ``--pair-scores`` table of an :func:`~sinkalign.align.evaluate.evaluate_sets` result
+    made with ``per_pair``: a row per pair and method (``nan`` where a ratio has no denominator)."""
+    rows = ["set\tfamily\tquery\ttarget\tidentity\tmethod\ttp\tpredicted\treference\tprecision\trecall\tf1"]
+    for name, data in result["sets"].items():
+        for method, m in data["methods"].items():
+            for pair, sc in zip(data["pairs"], m["pair_scores"]):
+                rows.append("\t".join([name, pair["family"] or "", pair["query"], pair["target"],
+                                       f"{pair['identity']:.2f}", method, str(sc["tp"]), str(sc["n_pred"]),
+                                       str(sc["n_ref"]), f"{sc['precision']:.6g}", f"{sc['recall']:.6g}",
+                                       f"{sc['f1']:.6g}"]))
+    return "\n".join(rows) + "\n"
+
+
 def _json_ready(value):
     """``value`` with every non-finite float as ``None`` (JSON has no NaN)."""
     if isinstance(value, dict):
@@ -100,8 +114,14 @@ def _json_ready(value):
 @click.option("--backend", type=click.Choice(["reference", "pallas"]), default="reference", show_default=True)
 @click.option("--json", "json_path", type=OutputPath(dir_okay=False, allow_dash=True, path_type=Path),
               help="Write results as JSON ('-': standard output; the tables then go to standard error).")
-@click.option("--overwrite", is_flag=True, help="Replace an existing --json file.")
-def evaluate(references, model, esm_weights, split, min_tm, max_pairs, methods, backend, json_path, overwrite):
+@click.option("--pair-scores", "pair_scores", type=OutputPath(dir_okay=False, allow_dash=True, path_type=Path),
+              help="Also write each pair's counts under each method as a tab-separated table (set, family, query, "
+                   "target, identity, method, tp, predicted, reference, precision, recall, f1; '-': standard "
+                   "output): what the tables are made of, to recount them or group the pairs otherwise (by family, "
+                   "by source).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --json or --pair-scores file.")
+def evaluate(references, model, esm_weights, split, min_tm, max_pairs, methods, backend, json_path, pair_scores,
+             overwrite):
     """Precision, recall and F1 per reference set, binned by percent identity."""
     from sinkalign.align.evaluate import METHODS, evaluate_sets, load_reference_set
     from sinkalign.align.metrics import render_table
@@ -116,7 +136,7 @@ def evaluate(references, model, esm_weights, split, min_tm, max_pairs, methods, 
         raise click.BadParameter(f"unknown {', '.join(map(repr, unknown))}; choose from {','.join(METHODS)}",
                                  param_hint="--methods")
     read = [f for r in references for f in (sorted(p for p in r.iterdir() if p.is_file()) if r.is_dir() else [r])]
-    check_outputs([(json_path, "--json")], overwrite, read)  # before any work; no file read is replaced
+    check_outputs([(json_path, "--json"), (pair_scores, "--pair-scores")], overwrite, read)  # before any work
     sets = {}
     for ref, name in zip(references, _set_names(references, split)):
         sets[name] = load_reference_set(ref, min_tm=min_tm, max_pairs=max_pairs, split=split)
@@ -129,16 +149,27 @@ def evaluate(references, model, esm_weights, split, min_tm, max_pairs, methods, 
         aligner = Aligner.load(model, backend=backend, strand="plus", **embedder_options(esm_weights))
         for pairs in sets.values():
             check_reference_alphabet(pairs, aligner.config.alphabet, model or "learned (the default)")
-    result = evaluate_sets(sets, aligner, methods=chosen)
-    to_stdout = json_path is not None and is_stdio(json_path)
+    result = evaluate_sets(sets, aligner, methods=chosen, per_pair=pair_scores is not None)
+    to_stdout = any(p is not None and is_stdio(p) for p in (json_path, pair_scores))
     console = Console(stderr=to_stdout)
     for name, data in result["sets"].items():
         for method, m in data["methods"].items():
             speed = "" if m["pairs_per_s"] is None else f", {m['pairs_per_s']:.1f} pairs/s"
             console.print(render_table(m["bins"], title=f"{name} ({data['n_pairs']} pairs): {method}, "
                                                         f"pooled F1 {m['micro']['f1']:.3f}{speed}"))
+    if pair_scores is not None:
+        table = _pair_scores_tsv(result)
+        for name, data in result["sets"].items():  # the table holds them; the JSON keeps its own shape
+            data.pop("pairs")
+            for m in data["methods"].values():
+                m.pop("pair_scores")
+        if is_stdio(pair_scores):
+            click.echo(table, nl=False)
+        else:
+            atomic_write_text(pair_scores, table)
+            console.print(f"wrote {pair_scores}")
     text = json.dumps(_json_ready(result), indent=2, allow_nan=False)  # NaN is no JSON (jq refuses it)
-    if to_stdout:
+    if json_path is not None and is_stdio(json_path):
         click.echo(text)
     elif json_path:
         atomic_write_text(json_path, text + "\n")
