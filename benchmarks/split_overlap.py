@@ -101,8 +101,11 @@ def main() -> None:
     from sinkalign.io.alignments import read_tmalign_pairs
 
     sets["tmalign"] = list(read_tmalign_pairs(args.tmalign, min_tm=0.5))
-    flags = {name: [max((index.overlap(s, args.kmer_share) or "") for s in (p.query_seq, p.target_seq)) or None
-                    for p in pairs] for name, pairs in sets.items()}
+    def pair_flag(p) -> str | None:  # the stronger of its two sequences' flags
+        found = {index.overlap(s, args.kmer_share) for s in (p.query_seq, p.target_seq)}
+        return "contained" if "contained" in found else "near" if "near" in found else None
+
+    flags = {name: [pair_flag(p) for p in pairs] for name, pairs in sets.items()}
     counts = {}
     print(f"{len(index.seqs)} distinct training sequences; k = {args.k}, k-mer share >= {args.kmer_share}")
     print("| set | source | pairs | a sequence contained in / containing a training one | near-identical (k-mers) |")

@@ -308,8 +308,9 @@ def test_overwrite_puts_the_old_run_back_when_the_new_one_diverges_before_its_fi
     before = _snapshot_run(run)
     loss_fn = M.loss_fn
     monkeypatch.setattr(M, "loss_fn", lambda *a: (lambda loss, terms: (loss * jnp.nan, terms))(*loss_fn(*a)))
-    with pytest.raises(DivergedError, match=r"training diverged: the loss became nan at step 1 .* lower --lr \(now "
-                                            r"0.01\) or raise --warmup"):
+    with pytest.raises(DivergedError, match=r"training diverged: the loss became nan at step 1 .* start again with a "
+                                            r"lower --lr \(now 0.01\) or a longer --warmup \(--overwrite\), or go on "
+                                            r"from a checkpoint before it with --init CHECKPOINT --out NEW"):
         train(_cfg(shards, run, 4, checkpoint_every=10), progress=False, overwrite=True)
     assert _snapshot_run(run) == before and not (run / ".previous-run").exists()
     # a run killed before its first checkpoint leaves the old run aside; a second --overwrite keeps it
@@ -326,6 +327,28 @@ def test_overwrite_puts_the_old_run_back_when_the_new_one_diverges_before_its_fi
     monkeypatch.setattr(M, "loss_fn", loss_fn)
     train(_cfg(shards, run, 2), progress=False, overwrite=True)
     assert not (run / ".previous-run").exists() and load_checkpoint(run)[1]["step"] == 2
+
+
+def test_a_run_set_aside_never_costs_a_run_that_checkpointed_since(shards, tmp_path):
+    """An --overwrite killed before its first checkpoint leaves the old run in .previous-run. A
+    run that then checkpoints there (a --resume) owns the folder: the next --overwrite sets it
+    aside in turn (it deleted it, keeping the older run), and the stale folder goes."""
+    from sinkalign.align.checkpoints import check_run_dir
+
+    run = tmp_path / "run"
+    train(_cfg(shards, run, 2), progress=False)
+    first = _snapshot_run(run)
+    assert check_run_dir(run, resume=False, overwrite=True)  # ... and the process is killed here
+    assert check_run_dir(run, resume=True, overwrite=False)  # a resume from step 0 owes the old run its checkpoint
+    train(_cfg(shards, run, 4, seed=1), progress=False, resume=True)  # checkpoints: .previous-run goes
+    assert not (run / ".previous-run").exists()
+    second = _snapshot_run(run)
+    assert second != first
+    # killed while moving the run aside: the next start puts the moved files back, whole
+    (run / ".previous-run-moving").mkdir()
+    (run / "metrics.jsonl").rename(run / ".previous-run-moving" / "metrics.jsonl")
+    assert check_run_dir(run, resume=False, overwrite=True)
+    assert _snapshot_run(run / ".previous-run") == second and not (run / ".previous-run-moving").exists()
 
 
 def test_train_cli_refuses_non_finite_numbers_and_a_diverged_run_is_one_line(shards, tmp_path, monkeypatch):

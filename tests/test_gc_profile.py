@@ -263,7 +263,7 @@ def test_tsv_png_report(tmp_path):
     assert "![GC profile](gc.png)" in text and "[gc.tsv](gc.tsv)" in text
     assert "| chrA | 5,000 |" in text and "| chrB | 1,100 |" in text
     s = p.summaries[0]  # 5,000 nt of random sequence: no origin/terminus call, and the report says why
-    assert f"| chrA | 5,000 | circular | {s.gc:.4f} |" in text and (s.origin, s.terminus) == (None, None)
+    assert f"| chrA | 5,000 | linear | {s.gc:.4f} |" in text  # a bare id says nothing of a whole molecule and (s.origin, s.terminus) == (None, None)
     assert "- chrA: no origin/terminus call: " in text
     assert sorted(x.name for x in (tmp_path / "out").iterdir()) == ["gc.png", "gc.tsv", "report.md"]  # no temp files
 

@@ -160,7 +160,7 @@ def test_origin_at_or_near_the_start_of_a_circular_chromosome_is_called(shift):
     oriC, got no origin."""
     n = 200_000
     seq = _chromosome(np.random.default_rng(2), n, shift)
-    (s,) = gc_profile([("chr", seq)], window=1000).summaries
+    (s,) = gc_profile([("chr", seq)], window=1000, circular=True).summaries
     want = -shift % n
     assert s.circular and min(abs(s.origin - want), n - abs(s.origin - want)) <= 1000
     assert abs(s.terminus - (want + n // 2) % n) <= 2000 and s.replichore_note() == ""
@@ -173,9 +173,9 @@ def test_circular_reading_keeps_contigs_on_one_replichore_and_random_sequence_un
     """Wrapping does not make a turn of a curve that climbs from end to end, and the range test
     still stops random sequence (the stated rate: below 1 in 1,000; 0 of 20 here)."""
     rng = np.random.default_rng(3)
-    (c,) = gc_profile([("contig", _skewed(rng, 120_000, 0.05))]).summaries
+    (c,) = gc_profile([("contig", _skewed(rng, 120_000, 0.05))], circular=True).summaries
     assert c.circular and c.one_replichore
-    calls = [s for k in range(20) for s in gc_profile([(f"r{k}", _skewed(rng, 120_000, 0.0))]).summaries
+    calls = [s for k in range(20) for s in gc_profile([(f"r{k}", _skewed(rng, 120_000, 0.0))], circular=True).summaries
              if s.origin is not None or s.terminus is not None]
     assert calls == []
 
@@ -230,11 +230,14 @@ def test_cli_circular_and_linear_choice(tmp_path):
 @pytest.mark.parametrize("description, circular", [
     ("NC_002737 Streptococcus pyogenes M1 GAS", True),
     ("NC_003450.3 Corynebacterium glutamicum ATCC 13032 chromosome, complete genome", True),
+    ("NC_020075.1 Candidatus Blochmannia chromaiodes str. 640, complete sequence", True),
+    ("1 length=2911421 depth=1.00x circular=true", True),  # Unicycler
     ("LUCD01000114.1 Candidatus Bathyarchaeota archaeon B26-1 scaffold10046, whole genome shotgun sequence", False),
     ("UHGG01000002.1 Streptococcus pneumoniae strain NCTC13755 genome assembly, contig: ERS1275658SCcontig000002",
      False),
     ("NZ_JNJU01000001.1 Mycoplasmoides alvi ATCC 29626 T383DRAFT_scaffold00001.1_C", False),
-    ("x partial sequence", False), ("", True)])
+    ("NODE_1_length_301123_cov_22.4", False), ("k141_7 flag=1 multi=12.0 len=301123", False),  # SPAdes, MEGAHIT
+    ("2 length=52011 depth=3.1x", False), ("x partial sequence", False), ("chr1", False), ("", False)])
 def test_reads_as_circular_by_the_description(description, circular):
     assert reads_as_circular(description) is circular
 

@@ -19,6 +19,7 @@ stale, pointing elsewhere) it takes the complete checkpoint with the highest ste
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -50,6 +51,7 @@ log = logging.getLogger(__name__)
 BUCKETS = (64, 128, 192, 256, 384, 512, 768, 1024)
 METRICS = "metrics.jsonl"
 PREVIOUS_RUN = ".previous-run"  # where --overwrite keeps the run it replaces until the first checkpoint
+_MOVING_ASIDE = ".previous-run-moving"  # ... and where the run's files go first, while they are moved
 LATEST = ALIGNER_LAYOUT.pointer
 _STEP_RE = ALIGNER_LAYOUT.step_name
 _MODEL_FILES = ALIGNER_LAYOUT.model_files
@@ -123,6 +125,7 @@ def check_run_dir(out: str | os.PathLike, *, resume: bool, overwrite: bool) -> b
     kind = other_kind(out)
     if kind is not None:
         raise OutputExistsError(f"{out} is {kind}, not an aligner training run; choose another --out")
+    _finish_moving_aside(out)
     existing = [p for p in (out / METRICS, out / "checkpoints", out / "best") if p.exists()]
     for folder in (p for p in existing if p.name != METRICS):
         if not folder.is_dir():
@@ -134,26 +137,46 @@ def check_run_dir(out: str | os.PathLike, *, resume: bool, overwrite: bool) -> b
             raise OutputExistsError(f"{folder} holds what no aligner training run writes ({shown}); the run "
                                     f"would replace it: choose another --out")
     aside = out / PREVIOUS_RUN
-    if aside.is_dir():
+    if aside.is_dir() and find_latest_checkpoint(out) is not None:  # a run has checkpointed here since: stale
+        log.warning("%s: removing %s, the run an --overwrite set aside before the run here checkpointed", out,
+                    aside.name)
+        shutil.rmtree(aside)
+    elif aside.is_dir():
         log.warning("%s holds the run an --overwrite replaced before it was stopped short of its first checkpoint; "
                     "it is deleted at this run's first checkpoint (move it back by hand to keep it)", aside)
-    if not existing or resume:
-        return False
+    if not existing or resume:  # a run from step 0 still owes the run set aside a checkpoint (or its return)
+        return aside.is_dir()
     if not overwrite:
         latest = find_latest_checkpoint(out)
         what = f"checkpoint {latest.name}" if latest is not None else ", ".join(p.name for p in existing)
         raise OutputExistsError(f"{out} already holds a training run ({what}); pass --resume to continue it, "
                                 f"--overwrite to replace it, or choose another --out")
-    if aside.is_dir():  # this run was itself an --overwrite that never checkpointed: the run before it stays aside
+    if aside.is_dir():  # the files here never checkpointed (else the run set aside went above): the older run stays
         for p in existing:
             _remove(p)
-    else:
-        aside.mkdir()
+    else:  # moved into a folder of another name first, which becomes .previous-run once all are in
+        moving = out / _MOVING_ASIDE
+        moving.mkdir()
         for p in existing:
-            p.rename(aside / p.name)
+            p.rename(moving / p.name)
+        moving.rename(aside)
     log.warning("--overwrite: the previous run's %s in %s are kept in %s until this run's first checkpoint",
                 ", ".join(p.name for p in existing), out, aside.name)
     return True
+
+
+def _finish_moving_aside(out: Path) -> None:
+    """Undo an ``--overwrite`` killed while it moved the old run aside (:func:`check_run_dir`):
+    the files it had moved go back beside the others, which makes the run whole again."""
+    moving = out / _MOVING_ASIDE
+    if not moving.is_dir():
+        return
+    for p in moving.iterdir():
+        if not (out / p.name).exists():
+            p.rename(out / p.name)
+    with contextlib.suppress(OSError):  # (not empty: a name both here and in the run; left for the user)
+        moving.rmdir()
+    log.warning("%s: put back the run an --overwrite was moving aside when it was stopped", out)
 
 
 def discard_previous_run(out: str | os.PathLike) -> None:

@@ -292,7 +292,8 @@ def _batches(dataset, cfg: TrainConfig, start_step: int, position: tuple[int, in
     ``position`` is ``(epoch, batch)`` of the batch after this one, what a checkpoint records
     so that a resumed run reads on from there. A batch whose pairs are all longer than
     ``max_length`` gives no step, so steps and batches drift apart: without a recorded
-    ``position`` (checkpoints before 2026-11-29) the start is found by counting every batch."""
+    ``position`` (checkpoints before 2026-11-29) the start is taken as one batch per step, which
+    is right only when no batch was skipped."""
     if position is None:  # skip whole epochs, then batches, to reach start_step without touching data
         epoch, skip = divmod(start_step, max(1, len(dataset) // cfg.batch_size))
     else:
@@ -554,9 +555,10 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
                           "grad_norm": float(gnorm), "lr": float(schedule(step))}
                 if not math.isfinite(record["loss"]):
                     raise DivergedError(f"training diverged: the loss became {record['loss']} at step {step} (gradient "
-                                        f"norm {record['grad_norm']:.3g}, learning rate {record['lr']:.3g}); lower --lr "
-                                        f"(now {cfg.lr:g}) or raise --warmup, and start again or "
-                                        "resume from an earlier checkpoint")
+                                        f"norm {record['grad_norm']:.3g}, learning rate {record['lr']:.3g}); start again "
+                                        f"with a lower --lr (now {cfg.lr:g}) or a longer --warmup (--overwrite), or "
+                                        "go on from a checkpoint before it with --init CHECKPOINT --out NEW (a "
+                                        "resume repeats the same steps)")
                 if step % cfg.eval_every == 0 or step == end:
                     dt = time.perf_counter() - t_window
                     record["examples_per_s"] = n_window / dt if dt > 0 else None

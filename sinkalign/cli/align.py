@@ -157,7 +157,7 @@ class _Band(click.ParamType):
 @click.option("--max-evalue", type=FiniteFloatRange(min=0),
               help="Write only the pairs whose E-value is at most this (e.g. 1e-3 in an all-vs-all run: the "
                    "likely homologs); needs a model with an E-value null (every shipped model has one). Compared "
-                   "as logs, so E-values below the float range count; a value below ~1e-308 reads as 0.")
+                   "as logs, so E-values below the float range count; a value below ~5e-324 reads as 0.")
 @click.option("--db-size", type=_DbSize(), metavar="N|targets",
               help="Report E-values for a search of N comparisons per query (each pair's E-value times N, as "
                    "HMMER's -Z), or 'targets': the number of pairs of this run the query is in (the target count "

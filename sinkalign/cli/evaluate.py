@@ -135,7 +135,7 @@ def evaluate(references, model, esm_weights, split, min_tm, max_pairs, methods, 
     if unknown:  # before the references and the model are read
         raise click.BadParameter(f"unknown {', '.join(map(repr, unknown))}; choose from {','.join(METHODS)}",
                                  param_hint="--methods")
-    read = [f for r in references for f in (sorted(p for p in r.iterdir() if p.is_file()) if r.is_dir() else [r])]
+    read = [f for r in references for f in (sorted(p for p in r.rglob("*") if p.is_file()) if r.is_dir() else [r])]
     check_outputs([(json_path, "--json"), (pair_scores, "--pair-scores")], overwrite, read)  # before any work
     sets = {}
     for ref, name in zip(references, _set_names(references, split)):

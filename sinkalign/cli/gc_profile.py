@@ -58,8 +58,9 @@ def _positive(ctx: click.Context, param: click.Parameter, value: int | None) -> 
               help="Read every record as a circular chromosome (its cumulative skew may turn across the record's "
                    "ends: the origin of a complete chromosome that starts at oriC, the usual convention) or as "
                    "linear (a turning point only inside the record). Default: each record by its FASTA "
-                   "description: linear where it names a contig, scaffold, draft or whole genome shotgun piece, "
-                   "else circular.")
+                   "description: circular where it says the molecule is whole (complete genome or sequence, "
+                   "chromosome, a RefSeq NC_ accession, circular=true) and names no piece of an assembly (contig, "
+                   "scaffold, draft, partial, fragment, shotgun, NODE_, length=); else linear.")
 @click.option("--overwrite", is_flag=True,
               help="Replace the outputs of an earlier run in --out-dir and remove those this run does not write "
                    "(overlay.* without --overlay). Without it, a directory holding any of them is an error. An "

@@ -40,7 +40,7 @@ Formats (:data:`FORMATS`):
   ``ZS:f``), ``XP:f`` (mean
   posterior), ``NM:i`` (mismatches + inserted + deleted residues), ``ZE:f`` (the E-value, when
   known; as GraphMap and DIAMOND write it; a ``f`` tag is float32 in SAM and BAM, so below
-  ~1e-45 it reads 0: the TSV, blast6 and text outputs print smaller E-values from their logs). A
+  ~1e-45 it reads 0: the TSV, blast6, PAF and text outputs print smaller E-values from their logs). A
   query with nothing aligned in any of its pairs is written once, unmapped (flag 4), after the
   aligned records (a query whose every pair a filter such as ``--max-evalue`` dropped never
   reaches the writer, and has no line); a pair without aligned residues of a query aligned elsewhere is not written

@@ -65,9 +65,9 @@ _DECODE_LUT = np.frombuffer(ALPHABET.encode("ascii"), dtype=np.uint8)
 
 
 def as_model_bases(seq: str) -> str:
-    """``seq`` uppercased, with the IUPAC ambiguity codes ``RYSWKMBDHV`` and a masked base ``X``
-    read as N, as :func:`read_genome` reads a genome (what is left outside ``ACGTN`` stays, for
-    the caller's error)."""
+    """``seq`` with its ASCII letters uppercased and the IUPAC ambiguity codes ``RYSWKMBDHV`` and
+    a masked base ``X`` read as N, as :func:`read_genome` reads a genome (what is left outside
+    ``ACGTN``, a non-ASCII letter too, stays, for the caller's error)."""
     return seq.translate(_TO_N)
 
 
@@ -126,7 +126,7 @@ def read_genome_records(path: str | os.PathLike) -> list[GenomeRecord]:
             # failed on it with an 'ascii' codec error naming neither record nor position)
             for title, raw in SimpleFastaParser(handle):
                 rec_id = title.split(None, 1)[0] if title.strip() else ""
-                seq = raw.translate(_TO_N)
+                seq = raw.replace("\t", "").translate(_TO_N)  # (SeqIO dropped tabs in sequence lines too)
                 if not seq:
                     raise FormatError(f"{path}: record {rec_id!r} is empty")
                 bad = _INVALID.search(seq)

@@ -1029,9 +1029,10 @@ def _train(config: TrainConfig, device: torch.device, rank: int, world: int, sto
             sched.step()
             opt.zero_grad(set_to_none=True)
             if not math.isfinite(loss_value := float(loss.detach())):
-                raise DivergedError(f"training diverged: the loss became {loss_value} at step {step + 1}; lower --lr "
-                                    f"(now {config.lr:g}) or --grad-clip, or raise --warmup-steps, and start again or resume "
-                                    "from an earlier checkpoint")
+                raise DivergedError(f"training diverged: the loss became {loss_value} at step {step + 1}; start again "
+                                    f"with a lower --lr (now {config.lr:g}) or --grad-clip, or a longer --warmup-steps, "
+                                    "or go on from a checkpoint before it with --init CHECKPOINT --out NEW (a resume "
+                                    "repeats the same steps)")
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             interval_time += time.perf_counter() - t0

@@ -340,16 +340,25 @@ class GCProfile:
         )
 
 
-#: words of a FASTA description that mark a piece of a draft assembly (NCBI's "whole genome shotgun
-#: sequence", "contig", "scaffold"), read as linear when circularity is not given
-_DRAFT_WORDS = re.compile(r"contig|scaffold|shotgun|draft|partial|fragment", re.IGNORECASE)
+#: a FASTA description that marks a piece of an assembly (NCBI's "whole genome shotgun sequence",
+#: "contig", "scaffold"; SPAdes' NODE_, MEGAHIT's k141_ names, assemblers' length= tags): linear
+_DRAFT_WORDS = re.compile(r"contig|scaffold|shotgun|draft|partial|fragment|\bNODE_|\bk\d+_\d|\blength=",
+                          re.IGNORECASE)
+#: one that marks a whole circular molecule: NCBI's "complete genome" / "complete sequence", a
+#: chromosome, a RefSeq NC_ accession, an assembler's circular=true
+_CIRCULAR_WORDS = re.compile(r"complete (genome|sequence)|\bchromosome\b|^NC_|\bcircular\b(?!=)", re.IGNORECASE)
+_CIRCULAR_TAG = re.compile(r"\bcircular=(true|yes|1)\b", re.IGNORECASE)
 
 
 def reads_as_circular(description: str) -> bool:
-    """Whether a record is read as a circular chromosome when ``circular`` is not given: unless its
-    FASTA description names it a piece of a draft assembly (contig, scaffold, whole genome
-    shotgun, draft, partial, fragment), as NCBI's descriptions of WGS records do."""
-    return _DRAFT_WORDS.search(description) is None
+    """Whether a record is read as a circular chromosome when ``circular`` is not given: only on
+    evidence in its FASTA description (``complete genome``, ``complete sequence``,
+    ``chromosome``, a RefSeq ``NC_`` accession, ``circular=true``), and never when it names a
+    piece of an assembly (contig, scaffold, draft, partial, fragment, whole genome shotgun, an
+    assembler's ``NODE_`` / ``k141_`` name or ``length=`` tag)."""
+    if _CIRCULAR_TAG.search(description):  # an assembler's own word (Unicycler), beside its length= tag
+        return True
+    return _DRAFT_WORDS.search(description) is None and _CIRCULAR_WORDS.search(description) is not None
 
 
 def _descriptions(records) -> list[str]:
@@ -540,9 +549,9 @@ def gc_profile(records, window: int = 1000, step: int | None = None, *, island_t
         circular: read every record as a circular chromosome: an extremum of the cumulative
             skew at or near a record's end may turn across the ends (the origin of a complete
             chromosome that starts at oriC); ``False``: only inside the record; ``None`` (the
-            default): each record by its FASTA description (:func:`reads_as_circular`: linear
-            where it names a contig, scaffold or whole-genome-shotgun piece; an ``(id, seq)``
-            pair, which has none, circular).
+            default): each record by its FASTA description (:func:`reads_as_circular`: circular
+            where it says so, e.g. ``complete genome`` or a RefSeq ``NC_`` accession, and names no
+            piece of an assembly; an ``(id, seq)`` pair, which has no description, linear).
         progress: show a tqdm bar (bases processed) on stderr.
 
     Returns:
@@ -986,8 +995,10 @@ def write_report(
         f"{MIN_SKEW_RECORD_LENGTH:,} nt; meaningful for complete circular chromosomes only. Their positions are "
         "0-based: the cumulative skew after each window is placed at the window's midpoint + step/2 (the "
         f"boundary with the next window), so they are good to {profile.step:,} nt (the step); a circular "
-        "record ends at position 0. A record is read as circular unless its FASTA description names a contig, "
-        "scaffold, draft or whole genome shotgun piece (or --circular/--linear said otherwise). Candidate "
+        "record ends at position 0. A record is read as circular where its FASTA description says it is whole "
+        "(complete genome or sequence, chromosome, a RefSeq NC_ accession, circular=true) and names no piece of "
+        "an assembly (contig, scaffold, draft, partial, fragment, shotgun, NODE_, length=), unless "
+        "--circular/--linear decided for all records. Candidate "
         f"islands: windows whose GC departs from the record's GC by more than {threshold:g}, merged where "
         "they overlap or touch and depart in the same direction (GC-rich or AT-rich).",
         "",
