@@ -302,3 +302,11 @@ def test_x_masked_dna_is_dna(tmp_path: Path) -> None:
     assert [s.seq for s in read_fasta(path, "auto")][0].count("X") == 10
     with pytest.raises(SequenceFormatError, match="'X'"):
         list(read_fasta(path, "dna", allow_ambiguous=False))
+
+
+def test_genome_records_drop_tabs_and_spaces_in_sequence_lines_as_seqio_did(tmp_path: Path) -> None:
+    from sinkalign.lm.data import read_genome_records
+
+    path = _write(tmp_path / "g.fa", ">chr1 Bug chromosome\nAC\tGT ac\ngt\r\n>chr2\nNNry\n")
+    assert [(r.id, r.description, r.seq) for r in read_genome_records(path)] == [
+        ("chr1", "chr1 Bug chromosome", "ACGTACGT"), ("chr2", "chr2", "NNNN")]
