@@ -118,6 +118,30 @@ def test_stale_staging_folder_is_removed_and_users_files_are_kept(earlier_run, c
     assert [p.name for p in res.removed] == ["overlay.tsv", "overlay.png"]
 
 
+def test_a_running_runs_staging_folder_is_left_to_it(earlier_run, caplog):
+    """Two runs into one folder: the second removed the first's staging folder as a killed run's.
+    A folder named with the id of a process still running is now left alone; a dead one's goes."""
+    import subprocess
+    import sys
+
+    tmp_path, before = earlier_run
+    out = tmp_path / "out"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        for pid in (int(dead.stdout), live.pid):
+            (out / f".gc-profile-new-{pid}-abc.tmp").mkdir()
+            (out / f".gc-profile-new-{pid}-abc.tmp" / "gc_profile.tsv").write_text("half")
+        run_gc_profile(tmp_path / "g.fa", out, window=2000, overwrite=True)
+        assert not (out / f".gc-profile-new-{int(dead.stdout)}-abc.tmp").exists()
+        assert (out / f".gc-profile-new-{live.pid}-abc.tmp" / "gc_profile.tsv").read_text() == "half"
+        assert f"is another gc-profile run's (process {live.pid}, still running): left to it" in caplog.text
+    finally:
+        live.kill()
+        live.wait()
+
+
 # ----------------------------------------------------------------------------- 2. an input that is an output
 
 

@@ -187,8 +187,8 @@ PLOT_MAX_RECORDS = 4
 OUTPUT_NAMES = ("gc_profile.tsv", "gc_profile.png", "report.md", "overlay.tsv", "overlay.png")
 #: hidden folders in the output directory: a run's staging folder ("new") and the earlier run's files set
 #: aside while the new ones move in ("old"); ``_SWAPPING`` in an "old" folder: all of them are set aside
-_WORK_PREFIX = {"new": ".gc-profile-new-", "old": ".gc-profile-old-"}
-_WORK_DIR = re.compile(r"\.gc-profile-(new|old)-\w+\.tmp")
+_WORK_PREFIX = {"new": ".gc-profile-new-", "old": ".gc-profile-old-"}  # then the writing process's id
+_WORK_DIR = re.compile(r"\.gc-profile-(new|old)-(?:(\d+)-)?\w+\.tmp")
 _SWAPPING = "swapping"
 _A, _C, _G, _T, _N = range(5)
 
@@ -1143,6 +1143,21 @@ def _discard(aside: Path) -> None:
     shutil.rmtree(aside, ignore_errors=True)
 
 
+def _running(pid: int) -> bool:
+    """Whether a process ``pid`` other than this one is running (on this machine)."""
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's
+        return True
+    except OSError:
+        return False
+    return True
+
+
 def _clean_up_killed_runs(out: Path) -> None:
     """Undo what a run killed in ``out`` left: its staging folder is removed, and the earlier
     run's files that its swap (:func:`_swap_in`) had set aside are put back (:func:`_put_back`)
@@ -1153,6 +1168,10 @@ def _clean_up_killed_runs(out: Path) -> None:
     for work in sorted(out.iterdir()):
         kind = _WORK_DIR.fullmatch(work.name)
         if kind is None or work.is_symlink() or not work.is_dir():
+            continue
+        if kind.group(2) is not None and _running(int(kind.group(2))):  # another run is writing here now
+            logger.warning("%s: %s is another gc-profile run's (process %s, still running): left to it", out,
+                           work.name, kind.group(2))
             continue
         if kind.group(1) == "new":
             logger.warning("%s: removing %s, left by an interrupted gc-profile run", out, work.name)
@@ -1173,7 +1192,7 @@ def _swap_in(out: Path, staging: Path, names: Sequence[str], earlier: Sequence[P
     (``report.md`` last) and only then the earlier ones removed. An exception on the way puts
     everything back; a kill leaves the set-aside folder, which the next run puts back
     (:func:`_clean_up_killed_runs`). Returns the earlier files that no new one replaced."""
-    aside = Path(tempfile.mkdtemp(prefix=_WORK_PREFIX["old"], suffix=".tmp", dir=out))
+    aside = Path(tempfile.mkdtemp(prefix=f"{_WORK_PREFIX['old']}{os.getpid()}-", suffix=".tmp", dir=out))
     try:
         for old in earlier:
             os.replace(old, aside / old.name)
@@ -1250,7 +1269,7 @@ def run_gc_profile(
         what = STDIN_NAME if is_stdio(overlay) else overlay
         raise InputError(f"{what} (against {source}): {exc}") from None
     out.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=_WORK_PREFIX["new"], suffix=".tmp", dir=out))
+    staging = Path(tempfile.mkdtemp(prefix=f"{_WORK_PREFIX['new']}{os.getpid()}-", suffix=".tmp", dir=out))
     try:  # the whole set is written before any earlier file is replaced
         write_tsv(profile, staging / "gc_profile.tsv")
         plot_profile(profile, staging / "gc_profile.png", max_records=PLOT_MAX_RECORDS)
