@@ -361,17 +361,8 @@ def reads_as_circular(description: str) -> bool:
     return _DRAFT_WORDS.search(description) is None and _CIRCULAR_WORDS.search(description) is not None
 
 
-def _descriptions(records) -> list[str]:
-    """The FASTA descriptions of ``records`` as :func:`_as_records` reads them ('' for a pair)."""
-    if isinstance(records, GenomeRecord):
-        return [records.description]
-    if isinstance(records, tuple) and len(records) == 2 and all(isinstance(x, str) for x in records):
-        return [""]
-    return [r.description if isinstance(r, GenomeRecord) else "" for r in records]
-
-
-def _as_records(records) -> list[tuple[str, str]]:
-    """Accept one ``(id, seq)`` / GenomeRecord or an iterable of them."""
+def _as_records(records) -> list[GenomeRecord]:
+    """Accept one ``(id, seq)`` / GenomeRecord or an iterable of them (a pair's description is '')."""
     if isinstance(records, (str, bytes)):
         raise InputError("records are (id, seq) pairs or GenomeRecords, not one sequence: give [(id, seq)], "
                          "e.g. gc_profile([('chr1', seq)])")
@@ -382,16 +373,16 @@ def _as_records(records) -> list[tuple[str, str]]:
     out = []
     for k, r in enumerate(records):
         if isinstance(r, GenomeRecord):
-            out.append((r.id, r.seq))
+            out.append(r)
             continue
         if isinstance(r, (str, bytes)) or not isinstance(r, (tuple, list)) or len(r) != 2 \
                 or not isinstance(r[1], str):
             raise InputError(f"record {k}: expected an (id, seq) pair or a GenomeRecord, got {type(r).__name__} "
                              f"{r!r:.40}")
-        out.append((str(r[0]), as_model_bases(r[1])))  # IUPAC codes and X as N, as a FASTA file is read
+        out.append(GenomeRecord(str(r[0]), "", as_model_bases(r[1])))  # IUPAC codes, X as N: as a FASTA is read
     if not out:
         raise InputError("no records given")
-    ids = [r[0] for r in out]
+    ids = [r.id for r in out]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
         raise InputError(f"duplicate record ids: {dupes}")
@@ -566,18 +557,14 @@ def gc_profile(records, window: int = 1000, step: int | None = None, *, island_t
         raise InputError(f"step={step} must not exceed window={window} (windows would leave gaps)")
     island_threshold = _check_island_threshold(island_threshold)
     need = _min_acgt(window)
-    if not isinstance(records, (GenomeRecord, tuple, str, bytes)):
-        records = list(records)  # (read twice: a generator once)
     recs = _as_records(records)
-    if circular is None:  # by each record's description
-        rings = [reads_as_circular(d) for d in _descriptions(records)]
-    else:
-        rings = [bool(circular)] * len(recs)
+    rings = [reads_as_circular(r.description) if circular is None else bool(circular) for r in recs]
     cols: dict[str, list[np.ndarray]] = {c: [] for c in TSV_COLUMNS}
     summaries = []
-    with tqdm(total=sum(len(s) for _, s in recs), unit="nt", unit_scale=True, disable=not progress,
+    with tqdm(total=sum(len(r.seq) for r in recs), unit="nt", unit_scale=True, disable=not progress,
               desc="GC profile") as bar:
-        for (chrom, seq), circular in zip(recs, rings):
+        for rec, circular in zip(recs, rings):
+            chrom, seq = rec.id, rec.seq
             if len(seq) == 0:
                 raise InputError(f"record {chrom!r} is empty")
             try:
@@ -608,9 +595,10 @@ def gc_profile(records, window: int = 1000, step: int | None = None, *, island_t
                 min_at, max_at = int(pos[np.argmin(curve)]), int(pos[np.argmax(curve)])
                 call = _skew_call(curve, added, informative, window=window, step=step, length=int(tokens.size),
                                   covered=_covered(starts, ends, informative), circular=circular)
-                wrap = tokens.size if circular else tokens.size + 1  # a circle's end is its position 0
-                origin = None if call.lo is None else int(pos[call.lo]) % wrap
-                terminus = None if call.hi is None else int(pos[call.hi]) % wrap
+                if circular:  # a circle's end is its position 0
+                    pos = np.where(pos == tokens.size, 0, pos)
+                origin = None if call.lo is None else int(pos[call.lo])
+                terminus = None if call.hi is None else int(pos[call.hi])
             n_acgt = tokens.size - total_n
             record_gc = total_gc / n_acgt if n_acgt else math.nan
             deviation = gc - record_gc
@@ -857,7 +845,7 @@ def compare_continuations(
     beyond the record, bad prompt tags, or fewer than ``window`` bases to compare.
     """
     window = _check_positive_int("window", window)
-    true = dict(_as_records(genome))
+    true = {r.id: r.seq for r in _as_records(genome)}
     out = []
     for rec in generated:
         try:
