@@ -475,7 +475,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
     if cfg.batch_size % n_dev:
         raise InputError(f"batch_size={cfg.batch_size} must be a multiple of the {n_dev} local devices")
     theta_0 = starting_params(cfg)  # a bad --init is an error before the run directory is touched
-    aside = check_run_dir(out, resume=resume, overwrite=overwrite)  # after every input check: --overwrite moves
+    # after every input check: --overwrite sets the old run aside (OUT/.previous-run) until the first checkpoint
+    check_run_dir(out, resume=resume, overwrite=overwrite)
     try:
         out.mkdir(parents=True, exist_ok=True)
         clean_leftovers(out)
@@ -584,17 +585,14 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
                     saved = save_checkpoint(out, step, params, opt_state,
                                             {"model": cfg.model.to_dict(), "train": train_record,
                                              "data_position": list(position)}, keep=cfg.keep_checkpoints)
-                    if aside:  # the new run has a checkpoint: the run it replaced goes
-                        discard_previous_run(out)
-                        aside = False
+                    discard_previous_run(out)  # (none once gone: the first checkpoint removes it)
                 if stop.signum:  # SIGINT / SIGTERM: this step is done and saved; stop before the next
                     bar.close()
                     raise Interrupted(stop.signum, step, saved)
         bar.close()
         return TrainResult(step, params, last, out)
-    except BaseException:
-        if aside:  # stopped before its first checkpoint: the run --overwrite replaced is put back
-            restore_previous_run(out)
+    except BaseException:  # stopped before its first checkpoint: a run set aside is put back (none after it)
+        restore_previous_run(out)
         raise
 
 
