@@ -30,6 +30,12 @@ __all__ = ["STDIO", "atomic_dir", "atomic_path", "atomic_write", "atomic_write_b
 STDIO = "-"
 
 
+def names_a_folder(path) -> bool:
+    """Whether an output's name ends in a path separator (``newdir/``): it names a folder, and
+    ``pathlib`` would drop the separator and write a file of the folder's name."""
+    return os.fspath(path).endswith(("/", os.sep))
+
+
 def is_stdio(path) -> bool:
     """Whether ``path`` is ``-``: standard input or output."""
     return path is not None and str(path) == STDIO

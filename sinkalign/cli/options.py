@@ -31,9 +31,9 @@ class OutputPath(click.Path):
     ``newdir``."""
 
     def convert(self, value, param, ctx):
-        import os
+        from sinkalign.utils import names_a_folder
 
-        if isinstance(value, str) and value.endswith(("/", os.sep)):
+        if isinstance(value, str) and names_a_folder(value):
             self.fail(f"{value!r} ends in {value[-1]!r}, so it names a folder: give a file name", param, ctx)
         return super().convert(value, param, ctx)
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from sinkalign.errors import InputError, OutputExistsError, SinkalignError, require
-from sinkalign.utils import STDIO, is_special, is_stdio, unguarded_main_call
+from sinkalign.utils import STDIO, is_special, is_stdio, names_a_folder, unguarded_main_call
 
 __all__ = ["AUTO_PROCESSES_MIN_PAIRS", "DEFAULT_CHUNK_SIZE", "STDIN_NAME", "STDIO", "ModelSpec", "align_chunk",
            "auto_processes", "check_output", "check_outputs", "check_processes",
@@ -271,7 +271,7 @@ def align_chunk(spec: ModelSpec, chunk: list, batch_size: int, keep_plan: bool) 
 # inputs and outputs
 # --------------------------------------------------------------------------------------
 def check_output(path, overwrite: bool, inputs: list[Path], what: str) -> None:
-    if os.fspath(path).endswith(("/", os.sep)):  # Path() would drop the slash, and a file take the folder's name
+    if names_a_folder(path):
         raise InputError(f"{what} {os.fspath(path)} ends in {os.fspath(path)[-1]!r}, so it names a folder; give a "
                          "file name")
     path = Path(path)
