@@ -426,3 +426,39 @@ def test_reference_files_are_read_by_content_where_the_suffix_does_not_say(tmp_p
     (tmp_path / "tm.txt").write_text(row)
     (tmp_path / "tm.tsv").write_text(row)
     assert len(load_reference_set(tmp_path / "tm.txt")) == len(load_reference_set(tmp_path / "tm.tsv")) == 1
+
+
+def test_evaluate_by_source_scores_each_collection_from_the_same_alignments(tmp_path):
+    """``evaluate --by-source``: a shard set built from two collections gets a pooled F1 per
+    collection and method (homstrad, sabre: the folder part of the family name), each
+    recounted exactly from the per-pair rows of --pair-scores; the collections' counts add up
+    to the set's. A set from one collection says that its tables are the set's."""
+    import csv
+
+    for coll, name, text in (("homstrad", "FAM1.ali", PIR), ("sabre", "set1", BENCH)):
+        (tmp_path / coll).mkdir()
+        (tmp_path / coll / name).write_text(text)
+    build_shards([tmp_path / "homstrad" / "FAM1.ali", tmp_path / "sabre" / "set1"], tmp_path / "sh",
+                 split=(1.0, 0.0, 0.0), min_length=1)
+    res = CliRunner().invoke(cli, ["evaluate", "--reference", str(tmp_path / "sh"), "--split", "train", "--methods",
+                                   "nw,sw", "--by-source", "--json", str(tmp_path / "e.json"), "--pair-scores",
+                                   str(tmp_path / "p.tsv")])
+    assert res.exit_code == 0, res.output
+    assert "by collection" in res.output
+    (data,) = json.loads((tmp_path / "e.json").read_text())["sets"].values()
+    assert {src: info["n_pairs"] for src, info in data["sources"].items()} == {"homstrad": 1, "sabre": 1}
+    rows = list(csv.DictReader((tmp_path / "p.tsv").open(), delimiter="\t"))
+    for method in ("nw", "sw"):
+        by_source = data["methods"][method]["by_source"]
+        for src in ("homstrad", "sabre"):
+            mine = [r for r in rows if r["method"] == method and r["family"].startswith(src + "/")]
+            tp, pred, ref = (sum(int(r[k]) for r in mine) for k in ("tp", "predicted", "reference"))
+            micro = by_source[src]["micro"]
+            assert (micro["tp"], micro["n_pred"], micro["n_ref"]) == (tp, pred, ref)
+            assert by_source[src]["bins"][-1]["n"] == len(mine) == 1
+        whole = data["methods"][method]["micro"]
+        assert whole["tp"] == sum(by_source[s]["micro"]["tp"] for s in by_source)
+    res = CliRunner().invoke(cli, ["evaluate", "--reference", str(tmp_path / "sabre"), "--methods", "nw",
+                                   "--by-source"])
+    assert res.exit_code == 0, res.output
+    assert "every pair is from one collection" in res.output

@@ -710,6 +710,37 @@ def test_mapq_counts_the_other_loci_of_a_query(tmp_path):
     assert best == {primary: sam[primary], ("one", "c3"): sam[("one", "c3")]}
 
 
+def test_a_query_whose_every_pair_max_evalue_drops_is_written_unmapped(tmp_path):
+    """SAM and BAM hold every read, as a mapper writes them: a query none of whose pairs passes
+    ``--max-evalue`` is one unmapped line (flag 4, its sequence as given, both strands tried),
+    after the aligned records, also with ``--max-hits``; the tabular formats have no line for it."""
+    from click.testing import CliRunner
+
+    from sinkalign.cli.main import cli
+
+    rng = np.random.default_rng(11)
+
+    def dna(n):
+        return "".join(rng.choice(list("ACGT"), n))
+
+    gene, stray = dna(300), dna(250)
+    (tmp_path / "t.fa").write_text(f">c1\n{dna(150)}{gene}{dna(150)}\n>c2\n{dna(500)}\n")
+    (tmp_path / "q.fa").write_text(f">stray\n{stray}\n>gene\n{gene}\n")
+    for fmt, extra in (("sam", []), ("bam", []), ("sam", ["--max-hits", "1"]), ("tsv", [])):
+        out = tmp_path / f"out{len(extra)}.{fmt}"
+        r = CliRunner().invoke(cli, ["align", str(tmp_path / "q.fa"), str(tmp_path / "t.fa"), "--max-evalue", "1e-3",
+                                     "-o", str(out), "--no-progress", *extra])
+        assert r.exit_code == 0, r.output
+        if fmt == "tsv":
+            rows = [line.split("\t") for line in out.read_text().splitlines() if not line.startswith("#")]
+            assert [row[:2] for row in rows[1:]] == [["gene", "c1"]]
+            continue
+        with pysam.AlignmentFile(str(out), check_sq=False) as handle:
+            segs = [(s.query_name, s.flag, s.reference_name, s.query_sequence) for s in handle]
+        assert segs == [("gene", segs[0][1], "c1", segs[0][3]), ("stray", 4, None, stray)], (fmt, extra)
+        assert not segs[0][1] & (4 | 256)
+
+
 def test_an_existing_file_is_kept_unless_overwrite(records, tmp_path):
     """As every command's outputs: an existing file is refused before any record is read (the
     generator is never started) and replaced with ``overwrite=True``."""

@@ -26,7 +26,7 @@ from sinkalign.io.alignments import (
     read_tmalign_pairs,
 )
 
-__all__ = ["load_reference_set", "evaluate_sets", "METHODS"]
+__all__ = ["load_reference_set", "evaluate_sets", "reference_source", "METHODS"]
 
 log = logging.getLogger(__name__)
 
@@ -164,12 +164,28 @@ def check_reference_alphabet(pairs: Iterable[ReferencePair], alphabet: str, mode
                                 f"{kind}, and the model {model} is for {alphabet}; give {hint}")
 
 
+def reference_source(pair: ReferencePair) -> str:
+    """The collection a reference pair belongs to: the folder part of a structural family's
+    name (``homstrad``, ``sabre``, ``prefab``, ``oxbench`` for ``sabre/sup_002``: see
+    :func:`~sinkalign.io.structural.family_name`, kept in shard directories), else the name of
+    the file it was read from (a Pfam Stockholm file, a TM-align table)."""
+    family = pair.family or ""
+    if "/" in family:
+        return family.split("/", 1)[0]
+    return Path(pair.source).name if pair.source else "-"
+
+
 def evaluate_sets(sets: dict[str, list[ReferencePair]], aligner=None, *, methods: Iterable[str] = METHODS,
-                  progress: bool = False, n_boot: int = 1000, per_pair: bool = False) -> dict:
+                  progress: bool = False, n_boot: int = 1000, per_pair: bool = False,
+                  by_source: bool = False) -> dict:
     """Evaluate every method on every set; returns a JSON-ready dict (``sets`` -> tables).
     ``per_pair``: each set also gets ``pairs`` (family, ids, percent identity of each pair, in
     the set's order) and each method ``pair_scores`` (its :class:`PairScores` of each pair, as
-    dicts): the numbers the tables are made of, to recount or group otherwise."""
+    dicts): the numbers the tables are made of, to recount or group otherwise.
+    ``by_source``: a set whose pairs come from more than one collection
+    (:func:`reference_source`) also gets ``sources`` (each one's pair count and mean identity)
+    and each method ``by_source`` (each collection's pooled counts and identity bins, from the
+    same alignments: nothing is aligned twice)."""
     methods = tuple(methods)
     bad = set(methods) - set(METHODS)
     if bad:
@@ -181,6 +197,12 @@ def evaluate_sets(sets: dict[str, list[ReferencePair]], aligner=None, *, methods
         if not pairs:
             raise InputError(f"reference set {name!r} holds no pairs")
         identities = np.array([percent_identity(p) for p in pairs])
+        groups: dict[str, list[int]] = {}
+        if by_source:
+            for i, p in enumerate(pairs):
+                groups.setdefault(reference_source(p), []).append(i)
+            if len(groups) < 2:  # one collection: its tables are the set's own
+                groups = {}
         per_method: dict = {}
         for method in methods:
             t0 = time.perf_counter()
@@ -212,14 +234,26 @@ def evaluate_sets(sets: dict[str, list[ReferencePair]], aligner=None, *, methods
                 "pairs_per_s": len(pairs) / seconds if seconds > 0 else None,
                 "mean_length": float(np.mean([(len(p.query_seq) + len(p.target_seq)) / 2 for p in pairs])),
             }
+            if groups:
+                per_method[method]["by_source"] = {
+                    src: {"micro": micro_average([scores[i] for i in idx]),
+                          "bins": binned_table([scores[i] for i in idx], identities[idx], n_boot=n_boot)}
+                    for src, idx in groups.items()}
             if per_pair:
                 per_method[method]["pair_scores"] = [sc.to_dict() for sc in scores]
             log.info("%s / %s: F1 %.3f", name, method, per_method[method]["micro"]["f1"])
-        finite = identities[np.isfinite(identities)]  # (a pair whose reference aligns nothing has none)
-        result["sets"][name] = {"n_pairs": len(pairs),
-                                "mean_identity": float(finite.mean()) if finite.size else None,
+        result["sets"][name] = {"n_pairs": len(pairs), "mean_identity": _mean_finite(identities),
                                 "methods": per_method}
+        if groups:
+            result["sets"][name]["sources"] = {src: {"n_pairs": len(idx), "mean_identity": _mean_finite(identities[idx])}
+                                               for src, idx in groups.items()}
         if per_pair:
             result["sets"][name]["pairs"] = [{"family": p.family, "query": p.query_id, "target": p.target_id,
                                               "identity": float(x)} for p, x in zip(pairs, identities)]
     return result
+
+
+def _mean_finite(identities: np.ndarray) -> float | None:
+    """The mean of the finite identities (a pair whose reference aligns nothing has none)."""
+    finite = identities[np.isfinite(identities)]
+    return float(finite.mean()) if finite.size else None

@@ -95,6 +95,28 @@ def _pair_scores_tsv(result: dict) -> str:
     return "\n".join(rows) + "\n"
 
 
+def _source_table(name: str, data: dict):
+    """A ``rich`` table of one set's collections (``evaluate --by-source``): pairs, mean
+    identity and each method's pooled F1, the best of each row in bold."""
+    from rich import box
+    from rich.table import Table
+
+    methods = list(data["methods"])
+    table = Table(title=f"{name} by collection: pooled F1", box=box.SIMPLE_HEAD)
+    table.add_column("collection", no_wrap=True)
+    table.add_column("pairs", justify="right")
+    table.add_column("mean identity", justify="right")
+    for method in methods:
+        table.add_column(method, justify="right")
+    for src, info in data["sources"].items():
+        f1 = [data["methods"][m]["by_source"][src]["micro"]["f1"] for m in methods]
+        best = max(f1)
+        identity = "-" if info["mean_identity"] is None else f"{info['mean_identity']:.1f}%"
+        table.add_row(src, str(info["n_pairs"]), identity,
+                      *(f"[bold]{x:.3f}[/bold]" if x == best else f"{x:.3f}" for x in f1))
+    return table
+
+
 def _json_ready(value):
     """``value`` with every non-finite float as ``None`` (JSON has no NaN)."""
     if isinstance(value, dict):
@@ -119,9 +141,14 @@ def _json_ready(value):
                    "target, identity, method, tp, predicted, reference, precision, recall, f1; '-': standard "
                    "output): what the tables are made of, to recount them or group the pairs otherwise (by family, "
                    "by source).")
+@click.option("--by-source", is_flag=True,
+              help="Also score each collection of a set on its own (homstrad, sabre, prefab, oxbench: the folder part "
+                   "of a structural family's name; else the file a pair was read from): a table of pooled F1 per "
+                   "collection and method, and in --json each one's identity bins. The same alignments: nothing is "
+                   "aligned twice.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --json or --pair-scores file.")
 def evaluate(references, model, esm_weights, split, min_tm, max_pairs, methods, backend, json_path, pair_scores,
-             overwrite):
+             by_source, overwrite):
     """Precision, recall and F1 per reference set, binned by percent identity."""
     from sinkalign.align.evaluate import METHODS, evaluate_sets, load_reference_set
     from sinkalign.align.metrics import render_table
@@ -149,7 +176,7 @@ def evaluate(references, model, esm_weights, split, min_tm, max_pairs, methods, 
         aligner = Aligner.load(model, backend=backend, strand="plus", **embedder_options(esm_weights))
         for pairs in sets.values():
             check_reference_alphabet(pairs, aligner.config.alphabet, model or "learned (the default)")
-    result = evaluate_sets(sets, aligner, methods=chosen, per_pair=pair_scores is not None)
+    result = evaluate_sets(sets, aligner, methods=chosen, per_pair=pair_scores is not None, by_source=by_source)
     to_stdout = any(p is not None and is_stdio(p) for p in (json_path, pair_scores))
     console = Console(stderr=to_stdout)
     for name, data in result["sets"].items():
@@ -157,6 +184,10 @@ def evaluate(references, model, esm_weights, split, min_tm, max_pairs, methods, 
             speed = "" if m["pairs_per_s"] is None else f", {m['pairs_per_s']:.1f} pairs/s"
             console.print(render_table(m["bins"], title=f"{name} ({data['n_pairs']} pairs): {method}, "
                                                         f"pooled F1 {m['micro']['f1']:.3f}{speed}"))
+        if "sources" in data:
+            console.print(_source_table(name, data))
+        elif by_source:
+            console.print(f"{name}: every pair is from one collection; its tables are the set's")
     if pair_scores is not None:
         table = _pair_scores_tsv(result)
         for name, data in result["sets"].items():  # the table holds them; the JSON keeps its own shape

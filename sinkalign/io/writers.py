@@ -42,8 +42,8 @@ Formats (:data:`FORMATS`):
   known; as GraphMap and DIAMOND write it; a ``f`` tag is float32 in SAM and BAM, so below
   ~1e-45 it reads 0: the TSV, blast6, PAF and text outputs print smaller E-values from their logs). A
   query with nothing aligned in any of its pairs is written once, unmapped (flag 4), after the
-  aligned records (a query whose every pair a filter such as ``--max-evalue`` dropped never
-  reaches the writer, and has no line); a pair without aligned residues of a query aligned elsewhere is not written
+  aligned records (``sinkalign align`` passes one such record for a query whose every pair
+  ``--max-evalue`` dropped); a pair without aligned residues of a query aligned elsewhere is not written
   (SAM wants exactly one primary line per read). A query's best hit (smallest E-value; the first
   aligned record without E-values) is its primary alignment, the others secondary (flag 256):
   each run of a query's consecutive records (all its pairs all-vs-all, or with ``--max-hits``)

@@ -714,7 +714,8 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
             (:class:`~sinkalign.align.aligner.Aligner`); ``None``: the model's own.
         max_evalue: write only the pairs whose E-value (as reported: see ``db_size``) is at
             most this (their plans too; a plan keeps its input index in its name); the model
-            must have an E-value null.
+            must have an E-value null. In ``sam`` and ``bam`` a query with no pair left is
+            written once, unmapped (flag 4), after the aligned records.
         db_size: report each pair's E-value for a search of this many comparisons (the
             per-comparison E-value times ``db_size``, HMMER's ``-Z``), or ``"targets"``: for
             the number of pairs of this run its query is in (the target count of an
@@ -858,19 +859,25 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
         with _plan_sink(plan_out) as plans, tqdm(total=scan.total, disable=not progress, unit="pair",
                                                   file=sys.stderr) as bar:
 
+            # SAM/BAM: a query whose every pair --max-evalue drops is still written, once and unmapped
+            # (flag 4), as every read is in a mapper's SAM; one dropped pair of each query is kept for it
+            dropped: dict[str, AlignedPair] | None = {} if fmt in ("sam", "bam") else None
+
             def hits():  # (input index, plan, pair) of the pairs that pass max_evalue
                 index = 0
                 for chunk, out in results:
                     for (qid, q, tid, t), (aln, plan, evalue, strand, log_evalue) in zip(chunk, out):
                         index += 1
-                        if strand == "-":
-                            q = reverse_complement(q)
-                        pair = AlignedPair(qid, q, tid, t, aln, aln.score, None, evalue, strand, log_evalue,
-                                           alphabet=alphabet)
+                        pair = AlignedPair(qid, reverse_complement(q) if strand == "-" else q, tid, t, aln,
+                                           aln.score, None, evalue, strand, log_evalue, alphabet=alphabet)
                         if db_size is not None:
                             pair = pair.evalue_times(scan.comparisons(qid) if db_size == "targets" else db_size)
                         if max_evalue is not None and not pair.evalue_rank <= max_log_evalue:
-                            continue  # compared as logs: an E-value under 1e-308 is no 0 that passes --max-evalue 0
+                            # compared as logs: an E-value under 1e-308 is no 0 that passes --max-evalue 0
+                            if dropped is not None and qid not in dropped:
+                                dropped[qid] = AlignedPair(qid, q, tid, t, np.zeros((0, 2), np.int64), 0.0,
+                                                           alphabet=alphabet)
+                            continue
                         yield index - 1, plan, pair
                     bar.update(len(chunk))
                 if index != scan.total:  # every pair exactly once, checked before the output is kept
@@ -880,10 +887,15 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
                 stream = hits()
                 if max_hits is not None:
                     stream = _best_per_query(stream, max_hits)
+                written = set()
                 for index, plan, pair in stream:
                     if plans is not None:
                         plans.add(plan_key(pair.query_id, pair.target_id, index), plan)
+                    if dropped is not None:
+                        written.add(pair.query_id)
                     yield pair
+                if dropped:  # after the aligned records, as the writer puts its unmapped lines
+                    yield from (pair for qid, pair in dropped.items() if qid not in written)
 
             target = sys.stdout if to_stdout else output
             try:
