@@ -792,6 +792,26 @@ def test_n_against_n_is_no_identity_in_any_output(tmp_path):
     assert prot.identity == pytest.approx(100 * 4 / 6) and prot.stats.n_identical == 4
 
 
+def test_a_peptide_of_nucleotide_letters_is_protein_when_told(tmp_path):
+    """A plain tuple carries no alphabet: the writers tell it from the letters, so a peptide of
+    only nucleotide codes (asparagine N against itself) read as DNA, an N-N pair no identity.
+    ``write_alignments(alphabet="protein")`` says what they are (a pair that carries its own
+    alphabet keeps it); a bad alphabet is refused."""
+    pep = "GATNNACAGT"
+    rec = ("p", pep, "t", pep, np.stack([np.arange(10)] * 2, 1), 8.0)
+    dna_pair = AlignedPair("d", "ACGTNNACGT", "e", "ACGTNNACGT", rec[4], 8.0, alphabet="dna")
+    for alphabet, expected in ((None, 80.0), ("protein", 100.0)):
+        out = tmp_path / f"{alphabet}.tsv"
+        write_alignments([rec, dna_pair], out, alphabet=alphabet)
+        rows = list(csv.DictReader(out.open(), delimiter="\t"))
+        assert [float(r["identity"]) for r in rows] == [pytest.approx(expected), pytest.approx(80.0)]
+    from sinkalign.errors import InputError
+
+    with pytest.raises(InputError, match="alphabet='rna'"):
+        write_alignments([rec], tmp_path / "x.tsv", alphabet="rna")
+    assert not (tmp_path / "x.tsv").exists()
+
+
 def test_sam_seq_of_a_dna_read_with_x_and_an_unmapped_read_as_given(tmp_path):
     """A nucleotide read with X (a masked base, read as N) lost its SEQ to '*' and XQ:Z; an
     unmapped minus-strand record was written reverse-complemented with flag 20 (minimap2 and BWA

@@ -203,15 +203,16 @@ class _Record(NamedTuple):
         return f"record {self.index} ({self.query_id} vs {self.target_id})"
 
 
-def _prepare(records: Iterable[Any]) -> Iterator[_Record]:
-    """Validate and normalise the input stream (InputError naming the record)."""
+def _prepare(records: Iterable[Any], default_alphabet: str | None = None) -> Iterator[_Record]:
+    """Validate and normalise the input stream (InputError naming the record); a record without
+    an alphabet of its own takes ``default_alphabet``, else the one its letters suggest."""
     for index, rec in enumerate(records):
-        evalue, strand, log_evalue, other_loci, alphabet = None, "+", None, None, None
+        evalue, strand, log_evalue, other_loci, alphabet = None, "+", None, None, default_alphabet
         try:
             if isinstance(rec, AlignedPair):  # its plan is not written
                 qid, q, tid, t, aln, *rest = rec[:6]
                 evalue, strand, log_evalue, other_loci = rec.evalue, rec.strand, rec.log_evalue, rec.other_loci
-                alphabet = rec.alphabet
+                alphabet = rec.alphabet or default_alphabet
             else:
                 qid, q, tid, t, aln, *rest = rec
         except (TypeError, ValueError):
@@ -254,7 +255,7 @@ def _prepare(records: Iterable[Any]) -> Iterator[_Record]:
             raise InputError(f"{where}: strand={strand!r} is not one of {STRAND_SIGNS}")
         if other_loci is not None and not 0.0 <= other_loci <= 1.0:
             raise InputError(f"{where}: other_loci={other_loci!r} is not a probability")
-        if alphabet not in ("dna", "protein"):  # a plain tuple: as the aligner tells it (a genome by its start)
+        if alphabet not in ("dna", "protein"):  # not said: as the aligner tells it (a genome by its start)
             alphabet = detect_alphabet(q + t[:2000])
         yield _Record(index, qid, q, tid, t, pairs, posterior, score, None if evalue is None else float(evalue),
                       strand, None if evalue is None or log_evalue is None else float(log_evalue),
@@ -763,6 +764,7 @@ def write_alignments(
     *,
     references: Iterable[tuple[str, int]] | None = None,
     overwrite: bool = False,
+    alphabet: str | None = None,
 ) -> int:
     """Write aligned pairs to ``path`` in ``fmt`` (one of :data:`FORMATS`); returns the count.
 
@@ -787,6 +789,12 @@ def write_alignments(
             another length, is an error.
         overwrite: replace an existing file ``path`` (when the writing succeeds); without it
             an existing file is an error, raised before any record is read.
+        alphabet: ``"protein"`` or ``"dna"``: the alphabet of the records that do not carry
+            one (plain tuples; an :class:`AlignedPair` from the aligner has its model's). It
+            decides what counts as an identity (a DNA ``N`` or a protein ``X`` against itself
+            is none; in a protein, ``N`` is asparagine) and SAM/BAM's ``SEQ``. ``None``
+            (default): told from each pair's letters, so a short peptide written only in
+            ``ACGTN`` reads as DNA.
 
     Raises:
         InputError (a ValueError): unknown ``fmt`` (listing the valid ones), a malformed
@@ -802,7 +810,9 @@ def write_alignments(
                                 "replaced only when the writing succeeds)")
     if references is not None and fmt not in ("sam", "bam"):
         raise InputError(f"references are for the sam and bam formats, not {fmt!r}")
-    recs = _prepare(records)
+    if alphabet not in (None, "dna", "protein"):
+        raise InputError(f"alphabet={alphabet!r} is not one of ('protein', 'dna', None)")
+    recs = _prepare(records, alphabet)
     if hasattr(path, "write"):
         if fmt == "bam":
             raise InputError("bam is binary and BGZF-compressed: write it to a file, not a text stream")
