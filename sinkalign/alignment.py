@@ -414,20 +414,45 @@ def format_text(query_id: str, query: str, target_id: str, target: str, alignmen
 
 
 def to_biopython(query_id: str, query: str, target_id: str, target: str, alignment: Any, *,
-                 score: float | None = None, evalue: float | None = None, log_evalue: float | None = None,
-                 strand: str = "+"):
-    """The pair as a Biopython ``Bio.Align.Alignment``: two ``SeqRecord`` (query first, then
-    target, named by their ids) and the coordinates of the global layout. Biopython then
-    prints it (``print(aln)``: rows with a ``|``/``.``/``-`` match line), counts it
-    (``aln.counts()``), gives its ``substitutions`` and writes it (``Bio.Align.write(aln,
-    path, "clustal")``, or ``"stockholm"``). ``aln.score`` is ``score`` (or ``alignment.score``)
-    when known; ``aln.annotations["comment"]`` says ``evalue=E`` when the E-value is known
-    (:func:`format_evalue`) and ``strand=-`` on the minus strand, where ``query`` is the
-    reverse complement of the query as given (Stockholm writes the comment as ``#=GF CC``;
-    a key of its own would stop Biopython's Stockholm writer); with posteriors (an
+                 score: float | None = None, strand: str = "+"):
+    """The pair as a Biopython ``Bio.Align.Alignment`` in Biopython's order: the target first
+    (``aln.target``, the reference of Biopython's SAM and PSL writers), then the query
+    (``aln.query``), two ``SeqRecord`` named by their ids, with the coordinates of the global
+    layout. Biopython then prints it (``print(aln)``: rows with a ``|``/``.``/``-`` match line),
+    counts it (``aln.counts()``), gives its ``substitutions`` and writes it (``Bio.Align.write(aln,
+    path, "clustal")``, ``"sam"``, ``"psl"``, ...). On the minus strand (``strand="-"``, where
+    ``query`` is the reverse complement of the query as given, as aligned) the query row holds
+    the query as given with descending coordinates, as Biopython marks a reverse-strand
+    alignment (its SAM writer sets flag 16, its PSL strand ``-``; ``aln[1]`` is the row as
+    aligned). ``aln.score`` is ``score`` (or ``alignment.score``) when known; with posteriors (an
     :class:`Alignment`), ``aln.column_annotations["consensus posterior probability"]`` holds
     :func:`posterior_digits` (written by Biopython's Stockholm writer as ``#=GC PP_cons``),
-    otherwise ``column_annotations`` is empty."""
+    otherwise ``column_annotations`` is empty. ``aln.annotations`` is empty: Biopython's SAM
+    writer writes each of them as a tag (the E-value is the pair's ``evalue``)."""
+    from Bio import Align
+    from Bio.Seq import Seq
+    from Bio.SeqRecord import SeqRecord
+
+    if strand not in STRAND_SIGNS:
+        raise ValueError(f"strand={strand!r} is not one of {STRAND_SIGNS}")
+    layout = biopython_layout(query_id, query, target_id, target, alignment, score=score)
+    coords = layout.coordinates[::-1].copy()  # target row first
+    if strand == "-":  # the query as given, read backwards
+        query = reverse_complement(query)
+        coords[1] = len(query) - coords[1]
+    aln = Align.Alignment([SeqRecord(Seq(target), id=target_id, description=""),
+                           SeqRecord(Seq(query), id=query_id, description="")], coords)
+    if hasattr(layout, "score"):
+        aln.score = layout.score
+    aln.column_annotations = layout.column_annotations
+    return aln
+
+
+def biopython_layout(query_id: str, query: str, target_id: str, target: str, alignment: Any, *,
+                      score: float | None = None):
+    """The pair's global layout as a Biopython ``Alignment``, query row first, both as aligned,
+    with the score and posterior digits of :func:`to_biopython`: the blocks of the writers'
+    Stockholm (a pair's query first) and MAF outputs."""
     from Bio import Align
     from Bio.Seq import Seq
     from Bio.SeqRecord import SeqRecord
@@ -439,11 +464,6 @@ def to_biopython(query_id: str, query: str, target_id: str, target: str, alignme
     score = getattr(alignment, "score", None) if score is None else score
     if score is not None and math.isfinite(score):
         aln.score = float(score)
-    if strand not in STRAND_SIGNS:
-        raise ValueError(f"strand={strand!r} is not one of {STRAND_SIGNS}")
-    notes = ([f"evalue={format_evalue(float(evalue), log_evalue)}"] if evalue is not None else []) + (
-        ["strand=-"] if strand == "-" else [])
-    aln.annotations = {"comment": " ".join(notes)} if notes else {}
     aln.column_annotations = ({"consensus posterior probability": posterior_digits(alignment)}
                               if isinstance(alignment, Alignment) else {})
     return aln
@@ -716,9 +736,9 @@ class AlignedPair(NamedTuple):
                            alphabet=self.alphabet)
 
     def to_biopython(self):
-        """This pair as a Biopython ``Bio.Align.Alignment`` (:func:`to_biopython`): ``print()``
-        it, count it, or write it in Biopython's alignment formats (on the minus strand the
-        query row is the query's reverse complement, as aligned)."""
+        """This pair as a Biopython ``Bio.Align.Alignment`` (:func:`to_biopython`), target row
+        first as Biopython orders a pair: ``print()`` it, count it, or write it in Biopython's
+        formats (on the minus strand the query row reads the query as given backwards)."""
         return to_biopython(self.query_id, self.query, self.target_id, self.target, self.alignment,
-                            score=self.score, evalue=self.evalue, log_evalue=self.log_evalue, strand=self.strand)
+                            score=self.score, strand=self.strand)
 

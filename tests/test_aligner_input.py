@@ -63,6 +63,24 @@ def test_bytes_biopython_seqs_and_a_trailing_stop_are_the_sequence(protein):
         protein.align("MKV*LAG", HBB)  # a stop inside is no residue
 
 
+def test_lower_case_is_the_same_sequence_and_is_written_upper_case(protein, tmp_path):
+    """Lower-case (soft-masked) letters are the residues they name, as the FASTA reader reads
+    them: the pair holds them upper case, so Biopython counts identities and a Stockholm file
+    written from it reads back aligned (a lower-case row was read as insertions: 0 aligned
+    pairs); plain tuples given to the writers likewise."""
+    upper = protein.align(HBA, HBB, query_id="a", target_id="b")
+    lower = protein.align(HBA.lower(), HBB, query_id="a", target_id="b")
+    assert lower.query == HBA and lower.pairs.tolist() == upper.pairs.tolist()
+    assert lower.to_biopython().counts().identities == upper.stats.n_identical > 0
+    for name, rec in (("pair", lower), ("tuple", ("a", HBA.lower(), "b", HBB.lower(), upper.pairs, 1.0))):
+        path = tmp_path / f"{name}.sto"
+        sa.write_alignments([rec], path)
+        msa = sa.read_alignment(path)
+        assert [row.replace("-", "") for row in msa.rows] == [HBA, HBB]
+        columns = [(a, b) for a, b in zip(*msa.rows) if a != "-" and b != "-"]
+        assert len(columns) == len(upper.pairs)
+
+
 def test_the_dna_model_refuses_protein_and_takes_rna(dna):
     with pytest.raises(AlphabetError, match=r"the query has 'L' at position 2 \(0-based\), no nucleotide code"):
         dna.align("MVLSPADKTNVKAAWGKVGAHAG", "ACGTACGTACGT")

@@ -12,6 +12,7 @@ import pysam
 import pytest
 from Bio import Align, SeqIO
 
+from sinkalign.align.aligner import Aligner
 from sinkalign.align.baselines import Scoring, align_pair
 from sinkalign.align.decode import Alignment, alignment_stats, cigar, mea_align, to_gapped
 from sinkalign.io.writers import FORMATS, TSV_COLUMNS, AlignedPair, write_alignments
@@ -304,9 +305,11 @@ def test_printing_a_pair_shows_the_text_layout(records):
 
 
 def test_to_biopython_is_the_same_alignment(records):
-    """AlignedPair.to_biopython: the rows, the aligned pairs (read back from Biopython's
-    indices), its counts, score, E-value and posterior digits; Biopython writes it as Clustal
-    and reads it back."""
+    """AlignedPair.to_biopython: Biopython's order (target row first: ``aln.target``,
+    ``aln.query``), the rows, the aligned pairs (read back from Biopython's indices), its
+    counts, score and posterior digits, no annotation (Biopython's SAM writer made the E-value
+    note an invalid ``comment`` tag); Biopython writes it as Clustal and reads it back, and its
+    SAM line is the query read against the target."""
     import io
 
     from sinkalign.alignment import posterior_digits
@@ -315,26 +318,48 @@ def test_to_biopython_is_the_same_alignment(records):
         pair = rec if isinstance(rec, AlignedPair) else AlignedPair(*rec[:5], *rec[5:], None, 1e-5 * k)
         aln = pair.to_biopython()
         pairs = as_pairs(rec)
-        assert [r.id for r in aln.sequences] == [rec[0], rec[2]]
-        assert (aln[0], aln[1]) == to_gapped(rec[1], rec[3], pairs)
+        assert [r.id for r in aln.sequences] == [rec[2], rec[0]] and (aln.target.id, aln.query.id) == (rec[2], rec[0])
+        assert (aln[1], aln[0]) == to_gapped(rec[1], rec[3], pairs)
         idx = aln.indices
         both = (idx[0] >= 0) & (idx[1] >= 0)
-        assert np.array_equal(idx[:, both].T, pairs.reshape(-1, 2))
+        assert np.array_equal(idx[::-1, both].T, pairs.reshape(-1, 2))
         assert aln.counts().identities == alignment_stats(rec[1], rec[3], pairs).n_identical
         score = score_of(rec)
         assert getattr(aln, "score", float("nan")) == score or math.isnan(score) and not hasattr(aln, "score")
-        if pair.evalue is not None:
-            assert aln.annotations == {"comment": f"evalue={pair.evalue:.3g}"}
-            buf = io.StringIO()
-            Align.write([aln], buf, "stockholm")  # a key of its own would stop Biopython's writer
-            assert f"#=GF CC   evalue={pair.evalue:.3g}" in buf.getvalue()
+        assert not getattr(aln, "annotations", None)
         buf = io.StringIO()
         Align.write([aln], buf, "clustal")
         back = Align.read(io.StringIO(buf.getvalue()), "clustal")
         assert (back[0], back[1]) == (aln[0], aln[1])
+        if len(pairs):
+            fields = aln.format("sam").split("\t")
+            assert fields[:3] == [rec[0], "0", rec[2]]  # the query is the read, on the target
     first = records[0].to_biopython()
     assert first.column_annotations["consensus posterior probability"] == posterior_digits(records[0].alignment)
     assert not getattr(records[1].to_biopython(), "column_annotations", None)
+
+
+def test_to_biopython_on_the_minus_strand_reads_the_query_as_given():
+    """A minus-strand hit: Biopython's query row is the query as given with descending
+    coordinates, so Biopython's SAM writer sets flag 16 and its PSL strand is ``-``, with the
+    span on the query as given that :attr:`AlignedPair.stats` reports; ``aln[1]`` is the row as
+    aligned (the reverse complement)."""
+    from Bio.Seq import reverse_complement as rc
+
+    gene = "ATGGCTAGCAAAGGAGAAGAACTTTTCACTGGAGTTGTCCCAATTCTTGTTGAATTAGATGGTGATGTTAATGGGCACAAATTTTC"
+    contig = "TTAGCATTCA" + rc(gene[10:80]) + "GCCATTAGGC"
+    hit = Aligner.load("dna").align(gene, contig, query_id="gene", target_id="contig")
+    assert hit.strand == "-"
+    aln = hit.to_biopython()
+    assert str(aln.query.seq) == gene and str(aln.target.seq) == contig
+    assert aln.coordinates[1, 0] > aln.coordinates[1, -1]
+    assert aln[1].replace("-", "") == hit.query and aln[0].replace("-", "") == contig
+    assert int(aln.format("sam").split("\t")[1]) & 16
+    psl = aln.format("psl").split("\t")
+    st = hit.stats
+    assert psl[8] == "-" and psl[9] == "gene" and psl[13] == "contig"
+    assert (int(psl[11]), int(psl[12])) == (st.query_start, st.query_end)
+    assert (int(psl[15]), int(psl[16])) == (st.target_start, st.target_end)
 
 
 def _with_evalues(records) -> list[AlignedPair]:

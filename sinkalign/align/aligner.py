@@ -81,9 +81,11 @@ def _malformed(k: int, what: str, item) -> tuple:
 
 def _as_text(item, alphabet: str, k: int):
     """A pair ``(query_id, query, target_id, target)`` with ``bytes`` and Biopython ``Seq``
-    sequences as ``str`` and a protein's one trailing stop ``*`` dropped (as the FASTA reader
-    drops it); anything else as given, for :meth:`Aligner._check` to refuse in turn (an item
-    that is no 4-tuple as :class:`_Malformed`, naming it as the ``k``-th)."""
+    sequences as ``str``, upper case (as the FASTA reader gives them: the results hold them, and a
+    lower-case row means insertions to Stockholm and A2M readers), a protein's one trailing stop
+    ``*`` dropped (as the FASTA reader drops it) and a nucleotide's U as T; anything else as
+    given, for :meth:`Aligner._check` to refuse in turn (an item that is no 4-tuple as
+    :class:`_Malformed`, naming it as the ``k``-th)."""
     if isinstance(item, (str, bytes)):
         return _malformed(k, "(query_id, query, target_id, target)", item)
     try:
@@ -93,6 +95,8 @@ def _as_text(item, alphabet: str, k: int):
     out = []
     for seq in (q, t):
         seq = sequence_text(seq)
+        if isinstance(seq, str) and seq.isascii():  # (other letters are refused as given, by _check)
+            seq = seq.upper()
         if isinstance(seq, str) and alphabet == "protein" and seq.endswith("*"):
             seq = seq[:-1]
         elif isinstance(seq, str) and alphabet == "dna":  # RNA as DNA: U is T for the model, identity, E-value

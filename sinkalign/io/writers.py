@@ -114,6 +114,7 @@ from sinkalign.alignment import (
     AlignedPair,
     Alignment,
     alignment_stats,
+    biopython_layout,
     check_pairs,
     cigar,
     count_identical,
@@ -123,7 +124,6 @@ from sinkalign.alignment import (
     other_loci,
     reverse_complement,
     stranded_stats,
-    to_biopython,
     to_gapped,
 )
 from sinkalign.alignment import format_number as _fmt
@@ -235,6 +235,9 @@ def _prepare(records: Iterable[Any], default_alphabet: str | None = None) -> Ite
                 raise InputError(
                     f"{where}: {name} sequence has {bad.group()!r} at position {bad.start()}; expected letters or '*'"
                 )
+        # upper case, as the aligner and the FASTA reader give them: identities compare letters,
+        # and a lower-case row is insertions to Stockholm, A2M and Biopython readers
+        q, t = q.upper(), t.upper()
         try:
             if isinstance(aln, Alignment):
                 if (aln.m, aln.n) != (len(q), len(t)):
@@ -543,10 +546,10 @@ def _json_to(records: Iterable[_Record], handle: IO[str]) -> int:
 
 
 def _biopython(rec: _Record):
-    """The record as a Biopython alignment, without the E-value note: Stockholm writes its own
-    annotations and MAF reads only the coordinates."""
-    return to_biopython(rec.query_id, rec.query, rec.target_id, rec.target,
-                        rec.pairs if rec.posterior is None else rec.posterior, score=rec.score)
+    """The record's global layout as a Biopython alignment, query row first, both as aligned
+    (Stockholm writes its own annotations; MAF reads the coordinates)."""
+    return biopython_layout(rec.query_id, rec.query, rec.target_id, rec.target,
+                             rec.pairs if rec.posterior is None else rec.posterior, score=rec.score)
 
 
 def _stockholm_to(records: Iterable[_Record], handle: IO[str]) -> int:
