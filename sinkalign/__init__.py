@@ -45,6 +45,7 @@ _EXPORTS: dict[str, str] = {
     "align_multiple": "sinkalign.align.msa",
     "add_to_alignment": "sinkalign.align.msa",
     "msa_fasta": "sinkalign.pipelines.msa",
+    "score_alignment": "sinkalign.align.msa_scores",
     # sequences and alignments on disk
     "read_fasta": "sinkalign.io.fasta",
     "read_alignment": "sinkalign.io.alignments",

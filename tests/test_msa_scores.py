@@ -367,3 +367,40 @@ def test_a_reference_of_one_row_says_so(tmp_path):
     refile.write_text(">a\nMKV\n")
     r = CliRunner().invoke(cli, ["score-msa", str(test), str(refile)])
     assert r.exit_code == 1 and "the reference holds one row (a): there is no pair of rows to score" in r.output
+
+
+def test_a_subset_of_the_reference_rows_and_an_alignment_built_in_memory(tmp_path):
+    """``subset=True`` (``score-msa --subset``) scores a test that aligned some of the family's
+    sequences against the reference's rows it holds: the same as scoring against a reference
+    cut to those rows by hand, TC over their columns; fewer than two shared rows is an error.
+    An alignment built in memory (``align_multiple``'s, with no source file) is scored as one
+    read from a file (it failed on the missing ``source``)."""
+    rng = np.random.default_rng(3)
+    seqs = ["".join(rng.choice(list(PROTEIN), n)) for n in (30, 34, 28, 31, 33)]
+    ref_rows = random_alignment(rng, seqs)
+    ref = msa("abcde", ref_rows)
+    test_rows = random_alignment(np.random.default_rng(4), [seqs[k] for k in (3, 0, 1)])
+    test = msa("dab", test_rows, source="part.afa")
+    with pytest.raises(InputError, match="no row 'c' of the reference.*subset=True"):
+        score_alignment(test, ref)
+    got = score_alignment(test, ref, subset=True)
+    cut = msa("abd", [ref_rows[0], ref_rows[1], ref_rows[3]])
+    want = score_alignment(test, cut)
+    assert got.overall == want.overall and got.tc == want.tc and got.overall["pairs"] == 3
+    tp, n_pred, n_ref = brute_scores(dict(zip("dab", test_rows)), "abd", cut.rows)
+    assert (got.overall["tp"], got.overall["n_pred"], got.overall["n_ref"]) == (tp, n_pred, n_ref)
+    with pytest.raises(InputError, match="holds 1 of the rows"):
+        score_alignment(msa("ax", ["MK", "MK"], source="t.afa"), ref, subset=True)
+    from sinkalign.align.msa import MultipleAlignment
+
+    built = MultipleAlignment(ids=("d", "a", "b"), rows=tuple(test_rows), tree="(d,(a,b));", score=0.0)
+    assert score_alignment(built, ref, subset=True).overall == got.overall
+    with pytest.raises(InputError, match="^the test alignment: no row 'c'"):
+        score_alignment(built, ref)
+    # the command line
+    _write(tmp_path / "ref.afa", "abcde", ref_rows)
+    _write(tmp_path / "part.afa", "dab", test_rows)
+    r = CliRunner().invoke(cli, ["score-msa", str(tmp_path / "part.afa"), str(tmp_path / "ref.afa"), "--subset",
+                                 "--json", str(tmp_path / "s.json")])
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "s.json").read_text())["overall"]["f1"] == pytest.approx(got.overall["f1"])

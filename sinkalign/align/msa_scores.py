@@ -20,6 +20,7 @@ files) to nothing. Scores are also given per identity bin of the reference pairs
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from dataclasses import dataclass, field
@@ -123,13 +124,20 @@ def _total_column(columns: dict[str, np.ndarray], reference: MSA) -> tuple[int, 
     return ok, total
 
 
-def _check_same_sequences(test: MSA, reference: MSA) -> tuple[str, ...]:
+def _name(msa) -> str:
+    """How messages name an alignment: the file it was read from, else ``the test alignment``
+    (one built in memory has no file)."""
+    return getattr(msa, "source", None) or "the test alignment"
+
+
+def _check_same_sequences(test, reference: MSA) -> tuple[str, ...]:
     names = set(test.ids)
     missing = [i for i in reference.ids if i not in names]
     if missing:
-        raise InputError(f"{test.source}: no row {missing[0]!r} of the reference {reference.source}"
+        raise InputError(f"{_name(test)}: no row {missing[0]!r} of the reference {reference.source}"
                          + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
-                         + "; the two alignments must hold the same sequences under the same names")
+                         + "; the two alignments must hold the same sequences under the same names (subset=True "
+                           "scores against the reference rows that the test holds)")
     by_name = dict(zip(test.ids, test.rows))
     for name, row in zip(reference.ids, reference.rows):
         want = "".join(c for c in row if c.isalpha()).upper()
@@ -139,26 +147,46 @@ def _check_same_sequences(test: MSA, reference: MSA) -> tuple[str, ...]:
             what = (f"residue {k} (0-based) is {got[k]!r} in the test and {want[k]!r} in the reference"
                     if k < min(len(got), len(want)) else f"it has {len(got)} residues in the test and {len(want)} "
                     "in the reference")
-            raise InputError(f"{test.source}: row {name!r} is not the reference's sequence ({reference.source}): "
+            raise InputError(f"{_name(test)}: row {name!r} is not the reference's sequence ({reference.source}): "
                              f"{what}")
     ref_names = set(reference.ids)
     return tuple(i for i in test.ids if i not in ref_names)
 
 
-def score_alignment(test: MSA, reference: MSA) -> MsaScores:
+def score_alignment(test, reference: MSA, *, subset: bool = False) -> MsaScores:
     """Score ``test`` against ``reference`` (module docstring). Every reference row must be in
     ``test`` under its name with the same residues (case and gaps aside); test rows the
     reference lacks are ignored (listed in ``extra``).
 
+    Args:
+        test: the alignment to score: an :class:`~sinkalign.io.alignments.MSA` (as
+            :func:`~sinkalign.io.alignments.read_alignment` reads it) or any alignment with
+            ``ids`` and gapped ``rows``, such as the
+            :class:`~sinkalign.align.msa.MultipleAlignment` that ``align_multiple`` returns.
+        reference: the reference alignment, read from a file.
+        subset: score against the reference's rows that ``test`` holds (at least two), for a
+            test that aligned some of the family's sequences (the reference's own columns
+            among those rows; TC over the columns where at least two of them have trusted
+            residues). Without it a reference row that ``test`` lacks is an error.
+
     Raises :class:`~sinkalign.errors.InputError` naming the row and the residue that differ.
     """
+    if subset:
+        held = set(test.ids)
+        keep = [k for k, name in enumerate(reference.ids) if name in held]
+        if len(keep) < 2:
+            raise InputError(f"{_name(test)} holds {len(keep)} of the rows of the reference {reference.source}: "
+                             "scoring a subset needs two of them, under the reference's names")
+        reference = dataclasses.replace(reference, ids=[reference.ids[k] for k in keep],
+                                        rows=[reference.rows[k] for k in keep])
     extra = _check_same_sequences(test, reference)
     columns = {name: residue_columns(row) for name, row in zip(test.ids, test.rows)}  # each row parsed once
     scored = [columns[name] for name in reference.ids]
     if len(scored) > 1 and all(c.size for c in scored) and not any((c >= 0).any() for c in scored):
         log.warning("%s: every residue of its rows is lower case, and in %s (the Pfam/HMMER convention) lower case "
                     "marks insert residues, aligned to nothing: it aligns no pair and scores 0; upper-case the rows "
-                    "if their case means nothing", test.source, "A2M" if test.format == "a2m" else "Stockholm")
+                    "if their case means nothing", _name(test),
+                    "A2M" if getattr(test, "format", None) == "a2m" else "Stockholm")
     refs: list[ReferencePair] = msa_to_pairs(reference) if len(reference) > 1 else []
     pairs = []
     for ref in refs:

@@ -70,9 +70,12 @@ def _matched(test: Path, reference: Path) -> list[tuple[str, Path, Path]]:
               "tab-separated table ('-': standard output).")
 @click.option("--families", "families_path", type=_OUTPUT, help="Also write each family's scores (folders) as a "
               "tab-separated table ('-': standard output).")
+@click.option("--subset", is_flag=True, help="Score against the reference's rows that TEST holds (at least two), "
+              "for a TEST that aligned some of a family's sequences; without it a reference row TEST lacks is an "
+              "error.")
 @click.option("--overwrite", is_flag=True, help="Replace existing --json / --pairs / --families files (without it "
               "an existing file is an error).")
-def score_msa(test, reference, json_path, pairs_path, families_path, overwrite):
+def score_msa(test, reference, json_path, pairs_path, families_path, subset, overwrite):
     """Score the multiple alignment TEST against the REFERENCE alignment of the same sequences.
 
     \b
@@ -114,7 +117,7 @@ def score_msa(test, reference, json_path, pairs_path, families_path, overwrite):
                 raise click.ClickException(why)
             console.print(f"note: {why}: family {name} adds nothing")
             continue
-        s = score_alignment(read_alignment(test_file), references[0])
+        s = score_alignment(read_alignment(test_file), references[0], subset=subset)
         if s.extra:
             console.print(f"note: {len(s.extra)} row{'s' if len(s.extra) > 1 else ''} of {test_file} "
                           f"{'are' if len(s.extra) > 1 else 'is'} not in the reference and not scored "
