@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from sinkalign.errors import InputError
+from sinkalign.utils import short_repr
 
 __all__ = [
     "AlignedPair",
@@ -674,6 +675,14 @@ class AlignedPair(NamedTuple):
     def pairs(self) -> np.ndarray:
         """Aligned residue pairs ``int64 [k, 2]`` (0-based)."""
         return as_pairs(self.alignment, len(self.query), len(self.target))
+
+    def __repr__(self) -> str:  # sequences and the plan shortened, to fit a notebook
+        plan = None if self.plan is None else f"<plan {' x '.join(map(str, np.shape(self.plan)))}>"
+        fields = [f"query_id={self.query_id!r}", f"query={short_repr(self.query)}", f"target_id={self.target_id!r}",
+                  f"target={short_repr(self.target)}", f"alignment={self.alignment!r}", f"score={self.score!r}",
+                  f"plan={plan}", f"evalue={self.evalue!r}", f"strand={self.strand!r}",
+                  f"log_evalue={self.log_evalue!r}", f"other_loci={self.other_loci!r}", f"alphabet={self.alphabet!r}"]
+        return f"AlignedPair({', '.join(fields)})"
 
     def transposed(self) -> AlignedPair:
         """The pair with query and target exchanged: ids, sequences, the alignment

@@ -30,6 +30,16 @@ __all__ = ["STDIO", "atomic_dir", "atomic_path", "atomic_write", "atomic_write_b
 STDIO = "-"
 
 
+def short_repr(seq: str, keep: int = 50) -> str:
+    """``repr(seq)`` for a notebook line: a sequence longer than ``keep`` letters as its first
+    and last ``keep // 2`` with ``...`` between and its length after
+    (``'MVLSPADKTN...HKLRVDPVNF' (142 letters)``)."""
+    if len(seq) <= keep:
+        return repr(seq)
+    half = keep // 2
+    return f"{seq[:half] + '...' + seq[-half:]!r} ({len(seq):,} letters)"
+
+
 def names_a_folder(path) -> bool:
     """Whether an output's name ends in a path separator (``newdir/``): it names a folder, and
     ``pathlib`` would drop the separator and write a file of the folder's name."""

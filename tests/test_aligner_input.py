@@ -139,6 +139,17 @@ def test_reprs_fit_a_notebook_line(protein):
     msa = sa.align_multiple(list("abcde"), seqs, protein, refine_rounds=0)
     text = repr(msa)
     assert text.startswith("MultipleAlignment(5 rows x ") and "'d', ...]" in text and HBA[:20] not in text
+    # a pair with its plan, a genome's record: a line each, not the whole sequence and plan (31 kB, 870 kB)
+    pair = protein.align(HBA * 4, HBB, keep_plan=True)
+    text = repr(pair)
+    assert len(text) < 600 and f"({4 * len(HBA)} letters)" in text and f"<plan {4 * len(HBA) + 1} x {len(HBB) + 1}>" in text, text
+    assert f"target={HBB[:25] + '...' + HBB[-25:]!r}" in text and "strand='+'" in text
+    assert repr(pair._replace(query="MKV")).count("'MKV'") == 1
+    from sinkalign.io.fasta import Sequence
+
+    record = Sequence("chr", "a genome", "ACGT" * 250_000, "dna")
+    assert repr(record) == ("Sequence(id='chr', description='a genome', seq='ACGTACGTACGTACGTACGTACGTA...TACGTACGTACGTACGT"
+                            "ACGTACGT' (1,000,000 letters), alphabet='dna')")
 
 
 def test_items_that_are_no_pairs_are_refused_in_turn_naming_their_index(protein):

@@ -50,7 +50,7 @@ from Bio import SeqIO
 from Bio.SeqRecord import SeqRecord
 
 from sinkalign.errors import FormatError, InputError, MissingFileError
-from sinkalign.utils import atomic_write
+from sinkalign.utils import atomic_write, short_repr
 
 __all__ = [
     "ALPHABETS",
@@ -140,6 +140,10 @@ class Sequence:
 
     def __len__(self) -> int:
         return len(self.seq)
+
+    def __repr__(self) -> str:  # a genome's record fits a notebook line
+        return (f"Sequence(id={self.id!r}, description={self.description!r}, seq={short_repr(self.seq)}, "
+                f"alphabet={self.alphabet!r})")
 
 
 class _CheckedText(io.TextIOWrapper):
