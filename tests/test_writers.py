@@ -478,8 +478,25 @@ def test_failure_keeps_previous_file_and_leaves_no_temp(tmp_path, records, fmt):
 
 def test_unknown_format():
     valid = r"\('fasta', 'tsv', 'sam', 'bam', 'stockholm', 'json', 'text', 'blast6', 'paf', 'maf'\)"
-    with pytest.raises(ValueError, match=rf"fmt='clustal' is not one of {valid}"):
+    with pytest.raises(ValueError, match=rf"format 'clustal' is not one of {valid}"):
         write_alignments([], "x.aln", "clustal")
+
+
+def test_format_names_in_any_case_and_m8(tmp_path, records):
+    """A format is named in any case, and ``m8`` (MMseqs2's and DIAMOND's name, the ``.m8``
+    suffix's format) is ``blast6``, in the writers and in ``align_fasta``: they were refused."""
+    from sinkalign.io.writers import format_name
+    from sinkalign.pipelines.align import align_fasta
+
+    assert [format_name(x) for x in ("SAM", "m8", "M8", "Blast6", "sto", None)] == \
+        ["sam", "blast6", "blast6", "blast6", "stockholm", None]
+    write_alignments(records, tmp_path / "a.txt", "m8")
+    write_alignments(records, tmp_path / "b.txt", "blast6")
+    assert (tmp_path / "a.txt").read_text() == (tmp_path / "b.txt").read_text()
+    write_alignments(records, tmp_path / "hits.sam", "SAM")  # the suffix agrees
+    (tmp_path / "q.fa").write_text(">q\nMVLSPADKTNVKAAWGKVGAHAGEYGAE\n")
+    assert align_fasta(tmp_path / "q.fa", tmp_path / "q.fa", output=tmp_path / "c.txt", fmt="M8") == 1
+    assert len((tmp_path / "c.txt").read_text().split("\t")) == 12
 
 
 @pytest.mark.parametrize(

@@ -760,6 +760,25 @@ _TEXT_WRITERS: dict[str, Callable[..., int]] = {
 }
 
 
+#: other names of :data:`FORMATS` (MMseqs2 and DIAMOND call BLAST's tabular output ``m8``)
+FORMAT_ALIASES = {"m8": "blast6", "sto": "stockholm", "jsonl": "json", "fa": "fasta"}
+
+
+def format_name(fmt: str | None) -> str | None:
+    """``fmt`` as one of :data:`FORMATS`: any case, or an alias of :data:`FORMAT_ALIASES`
+    (``"SAM"`` is ``"sam"``, ``"m8"`` is ``"blast6"``); ``None`` stays ``None``.
+
+    Raises:
+        InputError: a name that is none of them, listing the valid ones."""
+    if fmt is None:
+        return None
+    name = str(fmt).lower()
+    name = FORMAT_ALIASES.get(name, name)
+    if name not in FORMATS:
+        raise InputError(f"format {fmt!r} is not one of {FORMATS} (or their aliases {sorted(FORMAT_ALIASES)})")
+    return name
+
+
 def write_alignments(
     records: Iterable[Any],
     path: str | os.PathLike | IO[str],
@@ -782,7 +801,8 @@ def write_alignments(
         path: destination file, written atomically (temporary file beside it, renamed at the
             end; any previous file is kept on error), or an open text stream (e.g.
             ``sys.stdout``), written as records arrive; ``bam`` needs a file.
-        fmt: output format (see the module docstring); ``None`` (default): the one ``path``'s
+        fmt: output format (see the module docstring; any case, ``"m8"`` for ``"blast6"``:
+            :func:`format_name`); ``None`` (default): the one ``path``'s
             extension names (:data:`~sinkalign.io.formats.ALIGNMENT_SUFFIXES`: ``.sam``,
             ``.bam``, ``.paf``, ``.m8``, ...), else ``tsv``. A format the extension contradicts
             (``"tsv"`` to ``hits.bam``) is an error, as in ``sinkalign align``.
@@ -805,8 +825,7 @@ def write_alignments(
             another format.
         OutputExistsError (a FileExistsError): ``path`` is an existing file and not ``overwrite``.
     """
-    if fmt is not None and fmt not in FORMATS:
-        raise InputError(f"{fmt=} is not one of {FORMATS}")
+    fmt = format_name(fmt)
     fmt = output_format(path, fmt, "tsv", ALIGNMENT_SUFFIXES)
     if not hasattr(path, "write") and Path(path).is_file() and not overwrite:
         raise OutputExistsError(f"{path} already exists; remove it, or pass overwrite=True to replace it (it is "

@@ -65,7 +65,7 @@ from sinkalign.errors import (
 )
 from sinkalign.io.fasta import detect_alphabet, open_bytes, open_text, read_fasta, rna_as_dna, validate_residues
 from sinkalign.io.formats import ALIGNMENT_SUFFIXES, output_format
-from sinkalign.io.writers import FORMATS, check_name, write_alignments
+from sinkalign.io.writers import check_name, format_name, write_alignments
 from sinkalign.pipelines.runner import (
     DEFAULT_CHUNK_SIZE,
     STDIO,
@@ -699,7 +699,8 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
         pairs: a pair list (``query_id target_id`` per line, see the module docstring).
         output: output file (written atomically); ``None`` or ``-``: standard output,
             written as the pairs are done (not for ``bam``).
-        fmt: one of :data:`~sinkalign.io.writers.FORMATS`; ``None`` (default): the one
+        fmt: one of :data:`~sinkalign.io.writers.FORMATS` (any case, or ``m8``:
+            :func:`~sinkalign.io.writers.format_name`); ``None`` (default): the one
             ``output``'s extension names (:data:`~sinkalign.io.formats.ALIGNMENT_SUFFIXES`:
             ``.sam``, ``.bam``, ``.paf``, ``.m8``, ...), else ``tsv``. A format the extension
             contradicts is an error.
@@ -755,9 +756,7 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
         the file, record, line or option; all raised before the first pair is aligned, except
         a failure of the aligner itself.
     """
-    if fmt is not None and fmt not in FORMATS:
-        raise InputError(f"format {fmt!r} is not one of {FORMATS}")
-    fmt = output_format(output, fmt, "tsv", ALIGNMENT_SUFFIXES)
+    fmt = output_format(output, format_name(fmt), "tsv", ALIGNMENT_SUFFIXES)
     from sinkalign.align.aligner import ENGINES, STRANDS
 
     if engine not in ENGINES:
