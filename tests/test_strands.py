@@ -54,6 +54,24 @@ def test_default_strands(dna):
         Aligner.load("dna", strand="reverse")
 
 
+def test_strand_signs_name_the_strands(dna, seqs, tmp_path):
+    """``"+"`` and ``"-"``, the signs the results and SAM/PAF carry, name ``plus`` and
+    ``minus`` wherever a strand is asked for (they were refused)."""
+    from sinkalign.pipelines.align import align_fasta
+
+    query, _, rev = seqs
+    assert Aligner.load("dna", strand="-").strand == "minus"
+    by_sign, by_name = dna.align(query, rev, strand="-"), dna.align(query, rev, strand="minus")
+    assert by_sign.strand == "-" and by_sign.pairs.tolist() == by_name.pairs.tolist()
+    assert dna.align(query, rev, strand="+").strand == "+"
+    (tmp_path / "q.fa").write_text(f">q\n{query}\n")
+    (tmp_path / "t.fa").write_text(f">t\n{rev}\n")
+    align_fasta(tmp_path / "q.fa", tmp_path / "t.fa", output=tmp_path / "o.paf", strand="-")
+    assert (tmp_path / "o.paf").read_text().split("\t")[4] == "-"
+    with pytest.raises(InputError, match=r"is not one of \('plus', 'minus', 'both'\) \(or '\+', '-'\)"):
+        dna.align(query, rev, strand="*")
+
+
 def test_minus_aligns_the_reverse_complement_as_given(dna, seqs):
     """strand="minus" is the plus-strand alignment of the query's reverse complement, E-value
     included (one comparison), flagged "-"; its stats span the query as given. (A symmetric

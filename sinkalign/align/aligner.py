@@ -107,6 +107,19 @@ def _as_text(item, alphabet: str, k: int):
 BACKENDS = ("reference", "pallas")
 ENGINES = ("auto", "numpy", "jax")
 STRANDS = ("plus", "minus", "both")  # BLAST's -strand
+
+
+def strand_name(strand: str) -> str:
+    """``strand`` as one of :data:`STRANDS`: ``"+"`` and ``"-"`` (the strand signs of SAM,
+    PAF and :attr:`AlignedPair.strand`) are ``"plus"`` and ``"minus"``.
+
+    Raises:
+        InputError: anything else."""
+    name = {"+": "plus", "-": "minus"}.get(strand, strand) if isinstance(strand, str) else strand
+    if name not in STRANDS:
+        raise InputError(f"strand={strand!r} is not one of {STRANDS} (or '+', '-')")
+    return name
+
 # A dense plan is [m + 1, n + 1] per pair: at most MAX_CELLS residue pairs (8192 x 8192, as
 # before, when each sequence had that limit), so a short query may meet a long target (a gene
 # against a contig); and at most MAX_LENGTH residues per sequence (the encoder holds [L, 480]).
@@ -375,7 +388,8 @@ class Aligner:
             a box past it on that corridor inside it), on either engine. ``"dense"``: dense plans
             for every pair (up to :data:`MAX_CELLS`), as every pair of a model the numpy engine
             cannot run gets (:attr:`dense_only`).
-        strand: nucleotide models only: ``plus`` aligns the query as given, ``minus`` its
+        strand: nucleotide models only (``+`` and ``-`` name ``plus`` and ``minus``:
+            :func:`strand_name`): ``plus`` aligns the query as given, ``minus`` its
             reverse complement, ``both`` (the default for a nucleotide model, as BLAST and
             minimap2 search) each pair both ways, keeping the strand of smaller E-value (of
             larger score without E-values; the plus strand on a tie). Searching both strands
@@ -681,8 +695,7 @@ class Aligner:
         nucleotide = self.config.alphabet == "dna"
         if strand is None:
             return "both" if nucleotide else "plus"
-        if strand not in STRANDS:
-            raise InputError(f"strand={strand!r} is not one of {STRANDS}")
+        strand = strand_name(strand)
         if strand != "plus" and not nucleotide:
             raise InputError(f"strand={strand!r}: strands are for nucleotide models; a {self.config.alphabet} "
                              "model aligns the sequences as given")

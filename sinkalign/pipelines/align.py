@@ -757,12 +757,12 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
         a failure of the aligner itself.
     """
     fmt = output_format(output, format_name(fmt), "tsv", ALIGNMENT_SUFFIXES)
-    from sinkalign.align.aligner import ENGINES, STRANDS
+    from sinkalign.align.aligner import ENGINES, strand_name
 
     if engine not in ENGINES:
         raise InputError(f"engine={engine!r} is not one of {ENGINES}")
-    if strand is not None and strand not in STRANDS:
-        raise InputError(f"strand={strand!r} is not one of {STRANDS}")
+    if strand is not None:
+        strand = strand_name(strand)
     if max_evalue is not None and not max_evalue >= 0:
         raise InputError(f"max_evalue={max_evalue} must be >= 0")
     max_log_evalue = None if max_evalue is None else math.log(max_evalue) if max_evalue > 0 else -math.inf
