@@ -116,6 +116,13 @@ def test_align_multiple_refuses_gaps_and_reads_case_as_nothing(protein):
     np.testing.assert_array_equal(lower.confidence[0], upper.confidence[0])
 
 
+def test_align_multiple_without_an_aligner_says_what_it_takes():
+    """``align_multiple(ids, seqs, None)`` said the model had no calibration."""
+    for nothing in (None, 5):
+        with pytest.raises(InputError, match=f"come from an Aligner .* not {type(nothing).__name__}"):
+            sa.align_multiple(["a", "b"], [HBA, HBB], nothing)
+
+
 def test_add_to_alignment_independent_needs_no_consistency_argument(protein):
     base = sa.align_multiple(["a", "b"], [HBA, HBB], protein, refine_rounds=0)
     out = sa.add_to_alignment(base.ids, base.rows, ["c"], [HBA[5:60].lower()], protein, independent=True)

@@ -272,6 +272,9 @@ def library_aligner(aligner):
     aside; a copy when it changes), its decoding as it is (the identity tie-break of close pairs
     included: it places a close pair's indels, which consistency then spreads). Raises
     :class:`~sinkalign.errors.InputError` when it has no calibration."""
+    if not hasattr(aligner, "align_many"):
+        raise InputError(f"the posteriors of a multiple alignment come from an Aligner (sinkalign.Aligner.load()), "
+                         f"a function of two sequences or a dict of pairs' posteriors, not {type(aligner).__name__}")
     if getattr(aligner, "calibration", None) is None:
         raise InputError("a multiple alignment needs the aligner's calibrated column confidences: this model has "
                          "no calibration (fit one with `sinkalign calibrate`)")
