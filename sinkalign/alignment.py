@@ -536,8 +536,8 @@ class AlignmentStats:
 def alignment_stats(query: str, target: str, alignment: Any, *, alphabet: str | None = None) -> AlignmentStats:
     """:class:`AlignmentStats` of ``alignment`` (an :class:`Alignment`, object with ``.pairs``, or pairs).
 
-    ``alphabet`` (``"dna"``, ``"protein"``): an ambiguity code (N, ...) or X against itself is
-    not an identity; ``None``: every pair of equal letters is."""
+    ``alphabet`` (``"dna"``, ``"protein"``): an ambiguity code (N, ...; a protein's X, B, Z, J)
+    against itself is not an identity; ``None``: every pair of equal letters is."""
     _check_seqs(query, target)
     pairs = as_pairs(alignment, len(query), len(target))
     k = int(pairs.shape[0])
@@ -571,8 +571,9 @@ def stranded_stats(query: str, target: str, alignment: Any, strand: str = "+", *
 
 
 #: letters that are an identity when equal, by alphabet: a nucleotide ambiguity code (N, R, ...)
-#: or a protein's unknown X against itself is not (the SAM spec's NM, samtools calmd, minimap2)
-_IDENTITY_LETTERS = {"dna": "ACGTU", "protein": "ABCDEFGHIJKLMNOPQRSTUVWYZ"}
+#: or a protein's unknown X or ambiguity code (B: D or N, Z: E or Q, J: I or L) against itself
+#: is not (the SAM spec's NM, samtools calmd, minimap2): two such letters may be two residues
+_IDENTITY_LETTERS = {"dna": "ACGTU", "protein": "ACDEFGHIKLMNOPQRSTUVWY"}
 
 
 def count_identical(query: str, target: str, pairs: np.ndarray, alphabet: str | None = None) -> int:
@@ -598,8 +599,8 @@ def percent_identity(query: str, target: str, alignment: Any, *, alphabet: str |
 
     Only aligned residue pairs count (gaps are in neither the numerator nor the
     denominator); letters are compared case-insensitively. ``alphabet`` (``"dna"``,
-    ``"protein"``): an ambiguity code (N, R, ...) or X against itself is not identical, as in
-    the SAM spec's NM; ``None``: every pair of equal letters is.
+    ``"protein"``): an ambiguity code (N, R, ...; a protein's X, B, Z, J) against itself is not
+    identical, as in the SAM spec's NM; ``None``: every pair of equal letters is.
     """
     _check_seqs(query, target)
     pairs = as_pairs(alignment, len(query), len(target))
@@ -635,7 +636,7 @@ class AlignedPair(NamedTuple):
             hits it competes with are not written beside it (``sinkalign align --max-hits``
             sets it); ``None``: the writers weigh the hits they are given (SAM and PAF MAPQ).
         alphabet: ``"dna"`` or ``"protein"`` (the model's): a DNA ambiguity code (N, R, ...)
-            or a protein's X against itself is then no identity (:attr:`identity`, the writers'
+            or a protein's X, B, Z or J against itself is then no identity (:attr:`identity`, the writers'
             NM and identity); ``None``: the writers tell it from the letters, :attr:`identity`
             counts equal letters.
 

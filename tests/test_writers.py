@@ -832,6 +832,9 @@ def test_n_against_n_is_no_identity_in_any_output(tmp_path):
     assert f"identity={len(q) - 4}/{len(q)}" in text and "||||||||||||....||||||||||" in text
     prot = AlignedPair("p", "MKXXLV", "pt", "MKXXLV", np.stack([np.arange(6)] * 2, 1), 5.0, alphabet="protein")
     assert prot.identity == pytest.approx(100 * 4 / 6) and prot.stats.n_identical == 4
+    # B (D or N), Z (E or Q) and J (I or L) are ambiguity codes as X is; O and U are residues
+    codes = AlignedPair("c", "MBZJOUW", "ct", "MBZJOUW", np.stack([np.arange(7)] * 2, 1), 5.0, alphabet="protein")
+    assert codes.stats.n_identical == 4
 
 
 def test_a_peptide_of_nucleotide_letters_is_protein_when_told(tmp_path):

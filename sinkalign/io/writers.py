@@ -313,7 +313,7 @@ _AS_N = {c: ord("N") for c in range(128) if chr(c) not in _BAM_SEQ} | {ord("U"):
 def _nm(rec: _Record) -> int:
     """Edit distance of the local alignment: mismatched pairs + internal gap residues. As the SAM
     spec counts it (and samtools calmd), an ambiguity code against itself (N-N) is a mismatch
-    (X-X of a protein too)."""
+    (X-X, B-B, Z-Z and J-J of a protein too)."""
     p = rec.pairs
     mismatches = len(p) - count_identical(rec.query, rec.target, p, rec.alphabet)
     internal = int((p[-1, 0] - p[0, 0] + 1 - len(p)) + (p[-1, 1] - p[0, 1] + 1 - len(p)))
