@@ -45,6 +45,8 @@ _EXPORTS: dict[str, str] = {
     "align_multiple": "sinkalign.align.msa",
     "add_to_alignment": "sinkalign.align.msa",
     "msa_fasta": "sinkalign.pipelines.msa",
+    # genomes
+    "gc_profile": "sinkalign.pipelines.gc_profile",
     "score_alignment": "sinkalign.align.msa_scores",
     # sequences and alignments on disk
     "read_fasta": "sinkalign.io.fasta",

@@ -147,7 +147,8 @@ def test_bad_profile_inputs():
     assert iupac.summaries == plain.summaries and len(iupac) == 5
     with pytest.raises(ValueError, match=r"not one sequence: give \[\(id, seq\)\]"):
         gc_profile("ACGTACGT", window=4)
-    with pytest.raises(ValueError, match=r"record 1: expected an \(id, seq\) pair or a GenomeRecord, got str"):
+    with pytest.raises(ValueError, match=r"record 1: expected an \(id, seq\) pair or a record with \.id and \.seq, "
+                                         r"got str 'ACGT'"):
         gc_profile([("a", "ACGT"), "ACGT"], window=2)
     with pytest.raises(ValueError, match="record 'e' is empty"):
         gc_profile([("e", "")], window=2, step=1)

@@ -94,10 +94,9 @@ def test_generation_bad_inputs():
     with pytest.raises(ValueError, match=r"prompt is empty"):
         generate(model, "", 10)
     with pytest.raises(ValueError, match=r"prompt: invalid character 'Z' at 0-based position 4: allowed are A, C, "
-                                         r"G, T, N \(either case\); IUPAC ambiguity codes and X are read as N"):
+                                         r"G, T, N and U \(read as T\), either case; IUPAC ambiguity codes and X "
+                                         r"are read as N"):
         generate(model, "ACGTZACGT", 10)
-    with pytest.raises(ValueError, match=r"prompt: invalid character 'U' at 0-based position 0"):
-        generate(model, "UACG", 10)
     # a non-ASCII letter is refused where it stands ('ß'.upper() is 'SS': it was read as NN)
     with pytest.raises(ValueError, match=r"prompt: invalid character 'ß' at 0-based position 3"):
         generate(model, "ACGß", 5)
@@ -274,6 +273,11 @@ def test_cli_generate_dna(tmp_path):
     (rec,) = read_genome_records(out)
     assert rec.seq == "ACGTACGGTA" + plain.output.strip()
     assert parse_continuation_description(rec.description) == ("c", 0)
+    # an RNA prompt: the same bases (U read as T), and the file is DNA, which gc-profile reads
+    res = runner.invoke(cli, ["generate-dna", "--model", str(ck), "--prompt", "acguacgGUA", "--length", "70", "--seed",
+                              "4", "--format", "fasta", "--include-prompt", "-o", str(out), "--overwrite"])
+    assert res.exit_code == 0, res.output
+    assert read_genome_records(out)[0].seq == "ACGTACGGTA" + plain.output.strip()
 
 
 @pytest.mark.parametrize(

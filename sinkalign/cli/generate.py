@@ -36,7 +36,7 @@ def _record_id(ctx: click.Context, param: click.Parameter, value: str | None) ->
 
 @click.command("generate-dna")
 @click.option("--prompt", required=True, help="Bases to continue (A, C, G, T, N; either case; IUPAC "
-              "ambiguity codes and X are read as N, as lm eval reads a genome).")
+              "ambiguity codes and X are read as N, as lm eval reads a genome, and U as T).")
 @click.option("--length", required=True, type=int,
               help="Number of bases to generate (> 0, at most 1,000,000 per call).")
 @click.option("--temperature", default=1.0, show_default=True, type=FiniteFloatRange(min=0),
@@ -133,7 +133,9 @@ def generate_dna(prompt: str, length: int, temperature: float, top_k: int | None
         record_id = f"gen_{chrom}_{start}_{draw}" if chrom is not None else f"gen_{draw}"
     new = generate(ckpt.model, prompt, length, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                    progress=progress)
-    seq = prompt.upper() + new if include_prompt else new
+    from sinkalign.io.fasta import rna_as_dna
+
+    seq = rna_as_dna(prompt.upper()) + new if include_prompt else new  # DNA: an RNA prompt's U as T
     if fmt == "fasta":
         if chrom is not None:
             from sinkalign.pipelines.gc_profile import continuation_description

@@ -10,9 +10,25 @@ configured by :class:`LMConfig`) with a choice of attention (``LMConfig.attentio
 
 Every attention layer follows the interface documented in
 :mod:`sinkalign.lm.attention.base` (``forward(x, *, cache=None, return_cache=False)``).
-Tokens come from :class:`NucleotideTokenizer` (``A C G T N`` + ``<pad> <bos> <eos>``).
-Checkpoints are a directory with ``model.safetensors`` + ``config.json``
-(:func:`save_checkpoint` / :func:`load_checkpoint`).
+Tokens come from :class:`NucleotideTokenizer` (``A C G T N`` + ``<pad> <bos> <eos>``; ``U``
+is read as T). Checkpoints are a directory with ``model.safetensors`` + ``config.json``
+(:func:`save_checkpoint` / :func:`load_checkpoint`, which returns the model in eval mode).
+
+Generating DNA (what ``sinkalign generate-dna`` runs)::
+
+    from sinkalign.lm import generate_dna, load_model
+
+    ckpt = load_model("default")             # a shipped model (SHIPPED_MODELS), a checkpoint or a run
+    dna = generate_dna(ckpt, "ATGAAACGC", 200, temperature=1.0, seed=1)   # the 200 new bases
+
+:func:`load_model` resolves a shipped model's name (``"default"``, ``"cdiph"``), a checkpoint
+directory or a training run (its newest checkpoint), as ``generate-dna --model`` does, and
+returns the :class:`Checkpoint` in eval mode. :func:`generate_dna` is
+:func:`sinkalign.lm.generate.generate` under a name of its own (``sinkalign.lm.generate`` is
+the module); it takes the checkpoint or its ``.model``, and :func:`generate_batch` continues
+equal-length prompts together. Prompts are read as a genome is (either case, IUPAC codes and
+``X`` as N) and ``U`` as T. The GC profile of a sequence, generated or not, is
+:func:`sinkalign.pipelines.gc_profile.gc_profile`.
 """
 
 from __future__ import annotations
@@ -27,8 +43,12 @@ _EXPORTS = {
     "KVCache": "sinkalign.lm.attention",
     "RecurrentState": "sinkalign.lm.attention",
     "build_attention": "sinkalign.lm.attention",
+    "SHIPPED_MODELS": "sinkalign.lm.checkpoints",
     "ATTENTION_NAMES": "sinkalign.lm.config",
     "LMConfig": "sinkalign.lm.config",
+    "generate_batch": "sinkalign.lm.generate",
+    "generate_dna": "sinkalign.lm.generate",
+    "load_model": "sinkalign.lm.generate",
     "Checkpoint": "sinkalign.lm.model",
     "DNALanguageModel": "sinkalign.lm.model",
     "ModelCache": "sinkalign.lm.model",
@@ -46,7 +66,9 @@ __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # pragma: no cover
     from sinkalign.lm.attention import ATTENTIONS, KVCache, RecurrentState, build_attention
+    from sinkalign.lm.checkpoints import SHIPPED_MODELS
     from sinkalign.lm.config import ATTENTION_NAMES, LMConfig
+    from sinkalign.lm.generate import generate_batch, generate_dna, load_model
     from sinkalign.lm.model import (
         Checkpoint,
         DNALanguageModel,

@@ -1,8 +1,11 @@
-"""Where an LM training run keeps its checkpoints, and how the newest complete one is found.
+"""Where genome LM checkpoints are: the shipped models, and the newest complete one of a training run.
 
-Its own module so that loading a model (:mod:`sinkalign.lm.generate`) never imports the
-trainer. A run directory holds ``checkpoints/step-NNNNNNNN/`` (complete once its
-``trainer_state.json``, written last, exists) and ``checkpoints/latest.json`` naming the newest.
+Its own module (torch-free) so that loading a model (:mod:`sinkalign.lm.model`,
+:mod:`sinkalign.lm.generate`) never imports the trainer. A checkpoint is a directory holding
+:data:`CHECKPOINT_WEIGHTS` and :data:`CHECKPOINT_CONFIG`; the package ships some under the
+names of :data:`SHIPPED_MODELS` (:func:`shipped_model`). A run directory holds
+``checkpoints/step-NNNNNNNN/`` (complete once its ``trainer_state.json``, written last, exists)
+and ``checkpoints/latest.json`` naming the newest.
 
 The aligner's directories (:mod:`sinkalign.align.checkpoints`) look alike but are another kind:
 :func:`aligner_layout` tells them by their files, so that the LM commands refuse them by name.
@@ -10,18 +13,61 @@ The aligner's directories (:mod:`sinkalign.align.checkpoints`) look alike but ar
 
 from __future__ import annotations
 
+import importlib.resources
 import json
 import os
 from pathlib import Path
 
+from sinkalign.errors import InputError, MissingFileError
 from sinkalign.utils import ALIGNER_LAYOUT, GENOME_LM_LAYOUT, newest_checkpoint, previous_complete_checkpoint
 
-__all__ = ["LATEST", "TRAINER_STATE", "aligner_layout", "find_latest_checkpoint", "not_a_genome_lm",
-           "previous_checkpoint", "step_dir_name"]
+__all__ = ["CHECKPOINT_CONFIG", "CHECKPOINT_WEIGHTS", "DEFAULT_MODEL_DIR", "LATEST", "SHIPPED_MODELS", "TRAINER_STATE",
+           "aligner_layout", "default_model_path", "find_latest_checkpoint", "names_shipped_model", "not_a_genome_lm",
+           "previous_checkpoint", "shipped_model", "step_dir_name"]
 
+#: The two files of a checkpoint directory (:func:`sinkalign.lm.model.save_checkpoint`).
+CHECKPOINT_WEIGHTS = "model.safetensors"
+CHECKPOINT_CONFIG = "config.json"
+#: Package-relative location of the shipped default checkpoint.
+DEFAULT_MODEL_DIR = "data/lm_default"
+#: Checkpoints shipped inside the package, by the name ``--model NAME`` takes: ``default``
+#: (GOAT on 35 genomes, the default) and ``cdiph`` (GOAT on the C. diphtheriae chromosome only).
+SHIPPED_MODELS = {"default": DEFAULT_MODEL_DIR, "cdiph": "data/lm_cdiph"}
 TRAINER_STATE = "trainer_state.json"
 LATEST = GENOME_LM_LAYOUT.pointer
 _STEP_RE = GENOME_LM_LAYOUT.step_name
+
+
+def _package_path(rel: str) -> Path:
+    try:
+        return Path(str(importlib.resources.files("sinkalign").joinpath(rel)))
+    except NotADirectoryError:
+        # an editable install made before sinkalign/__init__.py existed exposes `sinkalign` as a
+        # namespace package, which importlib.resources cannot read; its subpackages are regular
+        return Path(str(importlib.resources.files("sinkalign.lm"))).parent / rel
+
+
+def default_model_path(name: str = "default") -> Path:
+    """Filesystem path of a shipped checkpoint: ``default`` (``sinkalign/data/lm_default``) or
+    another name of :data:`SHIPPED_MODELS` (``cdiph``)."""
+    if name not in SHIPPED_MODELS:
+        raise InputError(f"no shipped language model is named {name!r} (shipped: {', '.join(SHIPPED_MODELS)})")
+    return _package_path(SHIPPED_MODELS[name])
+
+
+def names_shipped_model(path: object) -> bool:
+    """Whether ``path`` is the name of a shipped model (:data:`SHIPPED_MODELS`): a ``str`` such as
+    ``"default"`` that is not also an existing path (a folder of that name is taken as given)."""
+    return isinstance(path, str) and path in SHIPPED_MODELS and not Path(path).exists()
+
+
+def shipped_model(name: str) -> Path:
+    """The checkpoint directory of the shipped model ``name`` (:func:`default_model_path`), checked:
+    :class:`~sinkalign.errors.MissingFileError` when the installation lacks it."""
+    path = default_model_path(name)
+    if not (path / CHECKPOINT_CONFIG).is_file():
+        raise MissingFileError(f"the shipped model {name!r} is missing from the installation: {path}")
+    return path
 
 
 def _is_complete(path: Path) -> bool:

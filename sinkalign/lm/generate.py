@@ -1,6 +1,15 @@
 """DNA generation with the language models: cached / recurrent decoding and sampling.
 
-``generate(model, prompt, length, ...)`` continues ``prompt`` by ``length`` bases. Decoding
+``generate(model, prompt, length, ...)`` continues ``prompt`` by ``length`` bases (``model`` a
+:class:`~sinkalign.lm.model.DNALanguageModel` or the :class:`~sinkalign.lm.model.Checkpoint`
+:func:`load_model` returns); :mod:`sinkalign.lm` exports it as ``generate_dna``, since the
+package's own attribute ``generate`` is this module::
+
+    from sinkalign.lm import generate_dna, load_model
+    dna = generate_dna(load_model("default"), "ATGAAACGC", 200, seed=1)
+
+The prompt is read as ``sinkalign lm eval`` reads a genome (either case, IUPAC ambiguity codes
+and ``X`` as N) and, as the aligner reads RNA, ``U`` as T. Decoding
 is incremental through :meth:`DNALanguageModel.step`: softmax attentions keep a KV cache
 and SLA a constant-size recurrent state, so each new base costs one single-token forward
 pass. ``use_cache=False`` recomputes the whole sequence for every base instead (the
@@ -30,7 +39,6 @@ directory (it follows ``checkpoints/latest.json``).
 
 from __future__ import annotations
 
-import importlib.resources
 import logging
 import os
 import sys
@@ -42,14 +50,19 @@ import torch
 from tqdm.auto import tqdm
 
 from sinkalign.errors import CheckpointError, InputError, MissingFileError
-from sinkalign.lm.checkpoints import aligner_layout, find_latest_checkpoint, not_a_genome_lm
-from sinkalign.lm.data import as_model_bases
-from sinkalign.lm.model import (
+from sinkalign.lm.checkpoints import (
     CHECKPOINT_CONFIG,
-    Checkpoint,
-    DNALanguageModel,
-    load_checkpoint,
+    DEFAULT_MODEL_DIR,
+    SHIPPED_MODELS,
+    aligner_layout,
+    default_model_path,
+    find_latest_checkpoint,
+    names_shipped_model,
+    not_a_genome_lm,
+    shipped_model,
 )
+from sinkalign.lm.data import as_model_bases
+from sinkalign.lm.model import Checkpoint, DNALanguageModel, load_checkpoint
 from sinkalign.lm.tokenizer import NucleotideTokenizer
 
 __all__ = [
@@ -60,39 +73,18 @@ __all__ = [
     "default_model_path",
     "generate",
     "generate_batch",
+    "generate_dna",
     "load_model",
     "resolve_model_path",
 ]
 
 logger = logging.getLogger(__name__)
 
-#: Package-relative location of the shipped default checkpoint.
-DEFAULT_MODEL_DIR = "data/lm_default"
-#: Checkpoints shipped inside the package, by the name ``--model NAME`` takes: ``default``
-#: (GOAT on 35 genomes, the default) and ``cdiph`` (GOAT on the C. diphtheriae chromosome only).
-SHIPPED_MODELS = {"default": DEFAULT_MODEL_DIR, "cdiph": "data/lm_cdiph"}
 _N_BASES = 4  # A, C, G, T: the ids that may be generated
 #: Most bases one call generates. Decoding is one forward pass per base (about 100 bases/s
 #: for the shipped model on one CPU core) and the KV cache grows with the length, so a
 #: longer request is refused up front instead of running for hours or exhausting memory.
 MAX_GENERATE_LENGTH = 1_000_000
-
-
-def _package_path(rel: str) -> Path:
-    try:
-        return Path(str(importlib.resources.files("sinkalign").joinpath(rel)))
-    except NotADirectoryError:
-        # an editable install made before sinkalign/__init__.py existed exposes `sinkalign` as a
-        # namespace package, which importlib.resources cannot read; its subpackages are regular
-        return Path(str(importlib.resources.files("sinkalign.lm"))).parent / rel
-
-
-def default_model_path(name: str = "default") -> Path:
-    """Filesystem path of a shipped checkpoint: ``default`` (``sinkalign/data/lm_default``) or
-    another name of :data:`SHIPPED_MODELS` (``cdiph``)."""
-    if name not in SHIPPED_MODELS:
-        raise InputError(f"no shipped language model is named {name!r} (shipped: {', '.join(SHIPPED_MODELS)})")
-    return _package_path(SHIPPED_MODELS[name])
 
 
 def resolve_model_path(path: str | os.PathLike | None) -> Path:
@@ -106,14 +98,8 @@ def resolve_model_path(path: str | os.PathLike | None) -> Path:
     :class:`~sinkalign.errors.CheckpointError` when ``path`` is an aligner's model or run
     directory (:func:`~sinkalign.lm.checkpoints.aligner_layout`), not a genome LM's.
     """
-    def shipped(name: str) -> Path:
-        p = default_model_path(name)
-        if not (p / CHECKPOINT_CONFIG).is_file():
-            raise MissingFileError(f"the shipped model {name!r} is missing from the installation: {p}")
-        return p
-
-    if path is None or (isinstance(path, str) and path in SHIPPED_MODELS and not Path(path).exists()):
-        return shipped("default" if path is None else path)
+    if path is None or names_shipped_model(path):
+        return shipped_model("default" if path is None else path)
     p = Path(path)
     if not p.exists():
         raise MissingFileError(f"model path not found: {p} (nor the name of a shipped model: "
@@ -137,7 +123,7 @@ def resolve_model_path(path: str | os.PathLike | None) -> Path:
                                    f"lm train --out {p} --resume` with its settings starts it again)")
         if str(path) in SHIPPED_MODELS:  # a user's folder named "default" does not hide the shipped model
             logger.warning("%s holds no genome LM: model %r is the shipped model", p.resolve(), str(path))
-            return shipped(str(path))
+            return shipped_model(str(path))
         raise MissingFileError(f"{p} holds no genome LM: give a checkpoint directory (config.json + "
                                f"model.safetensors), a run of `sinkalign lm train` or a shipped model's name "
                                f"({', '.join(SHIPPED_MODELS)})")
@@ -145,14 +131,15 @@ def resolve_model_path(path: str | os.PathLike | None) -> Path:
 
 
 def load_model(path: str | os.PathLike | None = None, *, device: str | torch.device = "cpu") -> Checkpoint:
-    """Load a checkpoint (see :func:`resolve_model_path`) in eval mode on ``device``.
+    """Load a genome LM in eval mode on ``device``: a checkpoint directory, a training run's newest
+    checkpoint or a shipped model by name (``None``: ``"default"``; see :func:`resolve_model_path`).
 
-    Raises :class:`~sinkalign.errors.MissingFileError` (a ``FileNotFoundError``) or
-    :class:`~sinkalign.errors.CheckpointError` (a ``ValueError``) naming the missing or corrupt path.
+    Returns the :class:`~sinkalign.lm.model.Checkpoint` (``.model``, ``.config``, ``.extra``), which
+    :func:`generate` takes as it is. Raises :class:`~sinkalign.errors.MissingFileError` (a
+    ``FileNotFoundError``) or :class:`~sinkalign.errors.CheckpointError` (a ``ValueError``) naming the
+    missing or corrupt path.
     """
-    ckpt = load_checkpoint(resolve_model_path(path), map_location=device)
-    ckpt.model.eval()
-    return ckpt
+    return load_checkpoint(resolve_model_path(path), map_location=device)
 
 
 def _check_sampling(length: int, temperature: float, top_k: int | None, top_p: float | None) -> None:
@@ -245,9 +232,9 @@ def _decode(model: DNALanguageModel, ids: torch.Tensor, length: int, sampling: S
     return out
 
 
-def generate_batch(model: DNALanguageModel, prompts: Sequence[str], length: int, *, temperature: float = 1.0,
-                   top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
-                   use_cache: bool = True, progress: bool = False) -> list[str]:
+def generate_batch(model: DNALanguageModel | Checkpoint, prompts: Sequence[str], length: int, *,
+                   temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+                   seed: int | None = None, use_cache: bool = True, progress: bool = False) -> list[str]:
     """Continue several equal-length prompts at once (one batch); see :func:`generate`.
 
     Returns the ``length`` new bases of each prompt, in input order. The draws for a given
@@ -259,8 +246,11 @@ def generate_batch(model: DNALanguageModel, prompts: Sequence[str], length: int,
     ids = [_encode_prompt(p, i if len(prompts) > 1 else None) for i, p in enumerate(prompts)]
     if len({t.numel() for t in ids}) != 1:
         raise InputError(f"prompts must have equal lengths, got {sorted({t.numel() for t in ids})}")
+    if isinstance(model, Checkpoint):  # what load_model returns
+        model = model.model
     if not isinstance(model, DNALanguageModel):
-        raise ValueError(f"model must be a DNALanguageModel, got {type(model).__name__}")
+        raise ValueError(f"model must be a DNALanguageModel or the Checkpoint load_model returns, got "
+                         f"{type(model).__name__}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63):
         raise InputError(f"seed={seed!r} must be an integer from 0 to 2**63 - 1 (a torch.Generator's seed), or None")
     device = next(model.parameters()).device
@@ -287,16 +277,17 @@ def generate_batch(model: DNALanguageModel, prompts: Sequence[str], length: int,
     return [tok.decode(row) for row in new.cpu()]
 
 
-def generate(model: DNALanguageModel, prompt: str, length: int, *, temperature: float = 1.0,
+def generate(model: DNALanguageModel | Checkpoint, prompt: str, length: int, *, temperature: float = 1.0,
              top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
              use_cache: bool = True, progress: bool = False) -> str:
     """Continue ``prompt`` by ``length`` bases; returns only the new bases (A/C/G/T).
 
     Args:
-        model: a :class:`DNALanguageModel` (evaluated in eval mode; its mode is restored).
+        model: a :class:`DNALanguageModel` (evaluated in eval mode; its mode is restored) or the
+            :class:`~sinkalign.lm.model.Checkpoint` that :func:`load_model` returns.
         prompt: the bases to continue, over ``ACGTN`` (either case; the IUPAC ambiguity codes
-            and ``X`` are read as N, as :func:`~sinkalign.lm.data.read_genome` reads them), at
-            least one.
+            and ``X`` are read as N, as :func:`~sinkalign.lm.data.read_genome` reads them, and
+            ``U`` as T, as the aligner reads RNA), at least one.
         length: number of bases to generate, > 0.
         temperature: softmax temperature; 0 = greedy (argmax, no randomness).
         top_k: keep the ``top_k`` most likely bases (None: all four).
@@ -313,6 +304,11 @@ def generate(model: DNALanguageModel, prompt: str, length: int, *, temperature: 
         InputError (a ValueError): empty prompt, a character outside ACGTN and those codes (naming it and
             its 0-based position), ``length <= 0`` or above :data:`MAX_GENERATE_LENGTH`, or
             bad sampling options.
+        ValueError: ``model`` is neither a model nor a checkpoint.
     """
     return generate_batch(model, [prompt], length, temperature=temperature, top_k=top_k, top_p=top_p,
                           seed=seed, use_cache=use_cache, progress=progress)[0]
+
+
+#: :func:`generate` under the name :mod:`sinkalign.lm` exports it by (there ``generate`` is this module).
+generate_dna = generate

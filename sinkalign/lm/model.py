@@ -37,6 +37,7 @@ from torch import nn
 
 from sinkalign.errors import CheckpointError, MissingFileError, OutputExistsError
 from sinkalign.lm.attention import AttentionCache, build_attention
+from sinkalign.lm.checkpoints import CHECKPOINT_CONFIG, CHECKPOINT_WEIGHTS, names_shipped_model, shipped_model
 from sinkalign.lm.config import LMConfig
 from sinkalign.utils import atomic_write_bytes, atomic_write_text
 
@@ -53,8 +54,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINT_WEIGHTS = "model.safetensors"
-CHECKPOINT_CONFIG = "config.json"
 _FORMAT = "sinkalign.lm/1"
 
 
@@ -272,11 +271,18 @@ def save_checkpoint(path_dir: str | os.PathLike, model: DNALanguageModel, config
     return path_dir
 
 
+def _checkpoint_dir(path_dir: str | os.PathLike) -> Path:
+    """``path_dir`` as a directory: a shipped model's name (``"default"``, ``"cdiph"``) that is not an
+    existing path gives that model's directory, as ``sinkalign generate-dna --model`` reads it."""
+    return shipped_model(path_dir) if names_shipped_model(path_dir) else Path(path_dir)
+
+
 def load_checkpoint_config(path_dir: str | os.PathLike) -> LMConfig:
-    """The :class:`LMConfig` of a directory written by :func:`save_checkpoint`, without loading
-    its weights (it checks that they are there, not what they hold: :func:`load_checkpoint`
-    does). Raises as :func:`load_checkpoint` does for the directory and ``config.json``."""
-    return _read_config(Path(path_dir))[0]
+    """The :class:`LMConfig` of a directory written by :func:`save_checkpoint` (or of a shipped
+    model by name, as :func:`load_checkpoint` reads it), without loading its weights (it checks
+    that they are there, not what they hold: :func:`load_checkpoint` does). Raises as
+    :func:`load_checkpoint` does for the directory and ``config.json``."""
+    return _read_config(_checkpoint_dir(path_dir))[0]
 
 
 def _read_config(path_dir: Path) -> tuple[LMConfig, dict[str, Any]]:
@@ -303,16 +309,22 @@ def _read_config(path_dir: Path) -> tuple[LMConfig, dict[str, Any]]:
 
 
 def load_checkpoint(path_dir: str | os.PathLike, *, map_location: str | torch.device = "cpu") -> Checkpoint:
-    """Load a directory written by :func:`save_checkpoint`.
+    """Load a directory written by :func:`save_checkpoint`, its model on ``map_location``.
+
+    ``path_dir`` may also name a shipped model (:data:`~sinkalign.lm.checkpoints.SHIPPED_MODELS`:
+    ``"default"``, ``"cdiph"``) where no path of that name exists, as ``sinkalign generate-dna
+    --model`` reads it; :func:`sinkalign.lm.generate.load_model` also follows a training run
+    directory to its newest checkpoint. The model comes back in eval mode (dropout off), ready to
+    generate or score; call ``.train()`` on it to train it.
 
     Raises:
-        MissingFileError: the directory, ``config.json`` or ``model.safetensors`` is missing
-            (a FileNotFoundError).
+        MissingFileError: the directory, ``config.json`` or ``model.safetensors`` is missing, or a
+            shipped model is missing from the installation (a FileNotFoundError).
         CheckpointError: either file is corrupt, the config is invalid, or the weights do not
             match the model the config describes (missing/unexpected keys, shapes); a
             ValueError. Every message names the offending path.
     """
-    path_dir = Path(path_dir)
+    path_dir = _checkpoint_dir(path_dir)
     config, meta = _read_config(path_dir)
     w_path = path_dir / CHECKPOINT_WEIGHTS
     try:
@@ -332,5 +344,6 @@ def load_checkpoint(path_dir: str | os.PathLike, *, map_location: str | torch.de
     model.to(dtype=tensors["embed.weight"].dtype)  # restore the saved precision
     model.load_state_dict(tensors, strict=True)
     model.to(map_location)
+    model.eval()
     extra = meta.get("extra", {})
     return Checkpoint(model=model, config=config, extra=extra if isinstance(extra, dict) else {})

@@ -8,10 +8,13 @@ The nucleotide ids are those of :mod:`sinkalign.lm.data` (``A=0 .. N=4``), so th
 windows produced there are already valid token ids (see :meth:`NucleotideTokenizer.from_data`).
 
 Input rules: ``encode`` accepts ``A C G T N`` in either case; lowercase (soft-masked
-repeats in genome FASTA) is uppercased, i.e. the mask is dropped. Anything else -- IUPAC
-ambiguity codes, gaps, ``U``, whitespace, non-ASCII -- raises ``ValueError`` naming the
-character and its 0-based position. (Callers that want IUPAC codes read as ``N`` should
-use :func:`sinkalign.lm.data.read_genome`, which does that mapping.)
+repeats in genome FASTA) is uppercased, i.e. the mask is dropped. ``U`` (either case) is read
+as ``T``, as the aligner reads RNA against DNA (:func:`sinkalign.io.fasta.rna_as_dna`), so
+``decode(encode("ACGU"))`` is ``"ACGT"``. Anything else -- IUPAC ambiguity codes, gaps,
+whitespace, non-ASCII -- raises ``ValueError`` naming the character and its 0-based position.
+(Callers that want IUPAC codes read as ``N`` should use
+:func:`sinkalign.lm.data.as_model_bases` first, the mapping :func:`sinkalign.lm.data.read_genome`
+applies.)
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ _LUT = np.full(256, -1, dtype=np.int64)
 for _i, _c in enumerate("ACGTN"):
     _LUT[ord(_c)] = _i
     _LUT[ord(_c.lower())] = _i
+_LUT[ord("U")] = _LUT[ord("u")] = _LUT[ord("T")]  # RNA: U is T
+_ALLOWED = "allowed are A, C, G, T, N and U (read as T), either case"
 
 
 class NucleotideTokenizer:
@@ -45,11 +50,17 @@ class NucleotideTokenizer:
     bos_id: int = BOS_ID
     eos_id: int = EOS_ID
 
+    def __repr__(self) -> str:
+        """``NucleotideTokenizer(vocab_size=8: A C G T N <pad> <bos> <eos>)``: the tokens by id."""
+        return f"NucleotideTokenizer(vocab_size={self.vocab_size}: {' '.join(self.vocab)})"
+
     def encode(self, seq: str, *, add_bos: bool = False, add_eos: bool = False) -> torch.Tensor:
         """Encode ``seq`` into ids ``[L]`` (``[L + add_bos + add_eos]``), dtype int64.
 
+        ``U`` / ``u`` (RNA) give the id of ``T``.
+
         Raises:
-            ValueError: a character outside ``ACGTNacgtn``, naming it and its 0-based position.
+            ValueError: a character outside ``ACGTNUacgtnu``, naming it and its 0-based position.
         """
         if not isinstance(seq, str):
             raise ValueError(f"encode expects a str, got {type(seq).__name__}")
@@ -57,16 +68,14 @@ class NucleotideTokenizer:
             raw = seq.encode("ascii")
         except UnicodeEncodeError as exc:
             raise ValueError(
-                f"invalid character {seq[exc.start]!r} at 0-based position {exc.start}: "
-                f"allowed are A, C, G, T, N (either case)"
+                f"invalid character {seq[exc.start]!r} at 0-based position {exc.start}: {_ALLOWED}"
             ) from None
         ids = _LUT[np.frombuffer(raw, dtype=np.uint8)]
         bad = np.flatnonzero(ids < 0)
         if bad.size:
             pos = int(bad[0])
             raise ValueError(
-                f"invalid character {seq[pos]!r} at 0-based position {pos}: "
-                f"allowed are A, C, G, T, N (either case)"
+                f"invalid character {seq[pos]!r} at 0-based position {pos}: {_ALLOWED}"
             )
         parts = [np.array([BOS_ID])] if add_bos else []
         parts.append(ids)

@@ -128,6 +128,7 @@ from matplotlib.figure import Figure  # no pyplot: a library must not switch the
 from tqdm.auto import tqdm
 
 from sinkalign.errors import InputError, OutputExistsError
+from sinkalign.io.fasta import rna_as_dna, sequence_text
 from sinkalign.lm.data import GenomeRecord, as_model_bases, encode, read_genome_records
 from sinkalign.lm.gc import gc_trajectory, trajectory_correlation
 from sinkalign.pipelines.runner import STDIN_NAME, check_output, stdin_spooled
@@ -156,6 +157,7 @@ __all__ = [
     "plot_profile",
     "profile_figure",
     "prompt_bases",
+    "read_records",
     "run_gc_profile",
     "trajectory_correlation",
     "window_bounds",
@@ -361,25 +363,76 @@ def reads_as_circular(description: str) -> bool:
     return _DRAFT_WORDS.search(description) is None and _CIRCULAR_WORDS.search(description) is not None
 
 
+_RECORDS = ("(id, seq) pairs, records with .id and .seq (GenomeRecord, sinkalign.read_fasta's Sequence, Bio "
+            "SeqRecord) or the path of a FASTA file")
+
+
+def read_records(path: str | os.PathLike) -> list[GenomeRecord]:
+    """The records of the FASTA file ``path`` (plain or gzip) as ``sinkalign gc-profile`` reads them
+    (:func:`~sinkalign.lm.data.read_genome_records`: uppercased, IUPAC codes and X as N, the whole
+    header kept as the description); ``-`` (standard input) and a named pipe are read through a
+    temporary copy (:func:`~sinkalign.pipelines.runner.stdin_spooled`)."""
+    with stdin_spooled([path]) as (spooled,):
+        return read_genome_records(spooled)
+
+
+def _as_record(r: object, k: int, what: str = "record") -> GenomeRecord:
+    """Record ``k`` as a GenomeRecord over ACGTN: IUPAC codes and X as N (as a FASTA file is read) and
+    U as T (as the aligner reads RNA). A pair's description is ''; a record object's is its
+    ``.description`` led by its id (a FASTA title: ``read_fasta`` keeps the rest of the header there)."""
+    if isinstance(r, GenomeRecord):
+        rec_id, description, seq = r.id, r.description, r.seq
+    elif isinstance(r, (tuple, list)) and len(r) == 2 and not hasattr(r, "seq"):
+        (rec_id, seq), description = r, ""
+    elif hasattr(r, "id") and hasattr(r, "seq") and not isinstance(r, (str, bytes)):
+        rec_id, seq = r.id, r.seq
+        description = getattr(r, "description", None)
+        description = description if isinstance(description, str) else ""
+        if description.split(None, 1)[:1] != [str(rec_id)]:
+            description = f"{rec_id} {description}".rstrip()
+    else:
+        raise InputError(f"{what} {k}: expected an (id, seq) pair or a record with .id and .seq, got "
+                         f"{type(r).__name__} {r!r:.40}")
+    seq = sequence_text(seq)  # a Bio Seq (SeqRecord.seq) or bytes as str
+    if not isinstance(seq, str):
+        raise InputError(f"{what} {k} ({rec_id!r}): the sequence must be a str, got {type(seq).__name__}")
+    return GenomeRecord(str(rec_id), description, rna_as_dna(as_model_bases(seq)))
+
+
+def _looks_like_a_record(records: object) -> bool:
+    """One record given alone: a pair of strs or an object with .id and .seq (a Bio SeqRecord
+    iterates over its letters, so it must be told apart before the records are iterated)."""
+    if isinstance(records, tuple) and len(records) == 2 and all(isinstance(x, str) for x in records):
+        return True
+    return hasattr(records, "id") and hasattr(records, "seq")
+
+
+def _is_a_path(text: str) -> bool:
+    """Whether the str ``text`` is read as a FASTA path: ``-``, an existing path, or anything but
+    letters alone (those, naming no file, are a sequence given where records were expected)."""
+    if is_stdio(text) or not text.isalpha():
+        return True
+    try:
+        return Path(text).exists()
+    except (OSError, ValueError):  # a name too long for the file system: a sequence
+        return False
+
+
 def _as_records(records) -> list[GenomeRecord]:
-    """Accept one ``(id, seq)`` / GenomeRecord or an iterable of them (a pair's description is '')."""
-    if isinstance(records, (str, bytes)):
-        raise InputError("records are (id, seq) pairs or GenomeRecords, not one sequence: give [(id, seq)], "
-                         "e.g. gc_profile([('chr1', seq)])")
-    if isinstance(records, GenomeRecord) or (
-        isinstance(records, tuple) and len(records) == 2 and all(isinstance(x, str) for x in records)
-    ):
-        records = [records]
-    out = []
-    for k, r in enumerate(records):
-        if isinstance(r, GenomeRecord):
-            out.append(r)
-            continue
-        if isinstance(r, (str, bytes)) or not isinstance(r, (tuple, list)) or len(r) != 2 \
-                or not isinstance(r[1], str):
-            raise InputError(f"record {k}: expected an (id, seq) pair or a GenomeRecord, got {type(r).__name__} "
-                             f"{r!r:.40}")
-        out.append(GenomeRecord(str(r[0]), "", as_model_bases(r[1])))  # IUPAC codes, X as N: as a FASTA is read
+    """Accept one record or an iterable of them (see :func:`gc_profile`), or a FASTA path."""
+    if isinstance(records, os.PathLike) or (isinstance(records, str) and _is_a_path(records)):
+        out = read_records(records)
+    elif isinstance(records, (str, bytes)):
+        raise InputError(f"no FASTA file {records!r:.40} exists, and records are {_RECORDS}, not one sequence: "
+                         "give [(id, seq)], e.g. gc_profile([('chr1', seq)])")
+    elif _looks_like_a_record(records):
+        out = [_as_record(records, 0)]
+    else:
+        try:
+            records = iter(records)
+        except TypeError:
+            raise InputError(f"records are {_RECORDS}, got {type(records).__name__} {records!r:.40}") from None
+        out = [_as_record(r, k) for k, r in enumerate(records)]
     if not out:
         raise InputError("no records given")
     ids = [r.id for r in out]
@@ -528,11 +581,18 @@ def _curve_positions(starts: np.ndarray, ends: np.ndarray, step: int, length: in
 
 def gc_profile(records, window: int = 1000, step: int | None = None, *, island_threshold: float = ISLAND_THRESHOLD,
                circular: bool | None = None, progress: bool = False) -> GCProfile:
-    """Windowed GC content and GC skew of ``records`` (one ``(id, seq)`` or many).
+    """Windowed GC content and GC skew of ``records`` (one record or many, or a FASTA file).
 
     Args:
-        records: ``(id, seq)`` pairs or :class:`~sinkalign.lm.data.GenomeRecord` s; seq
-            over ACGTN (any case).
+        records: one record or an iterable of them, in order: ``(id, seq)`` pairs or any
+            record with ``.id`` and ``.seq`` (and ``.description`` if it has one): a
+            :class:`~sinkalign.lm.data.GenomeRecord`, a :class:`~sinkalign.io.fasta.Sequence`
+            of :func:`sinkalign.read_fasta`, a Biopython ``SeqRecord`` (its ``Seq`` read as a
+            str); or the path (``str`` or ``os.PathLike``; ``-``: standard input) of a FASTA file,
+            plain or gzip, read as ``sinkalign gc-profile`` reads it (:func:`read_records`). A
+            sequence is over ACGTN in either case; the IUPAC ambiguity codes and ``X`` are read
+            as N (as in a FASTA file) and ``U`` as T (RNA, as the aligner reads it). A ``str``
+            of letters alone that names no file is a sequence, refused: put it in a pair.
         window: window length (bases), > 0.
         step: distance between window starts, ``0 < step <= window``; ``None``: half the window.
         island_threshold: flag windows whose GC departs from their record's GC by more
@@ -542,7 +602,9 @@ def gc_profile(records, window: int = 1000, step: int | None = None, *, island_t
             chromosome that starts at oriC); ``False``: only inside the record; ``None`` (the
             default): each record by its FASTA description (:func:`reads_as_circular`: circular
             where it says so, e.g. ``complete genome`` or a RefSeq ``NC_`` accession, and names no
-            piece of an assembly; an ``(id, seq)`` pair, which has no description, linear).
+            piece of an assembly): a record's ``.description`` led by its id, as in the FASTA
+            header (``read_fasta`` keeps only the rest there); an ``(id, seq)`` pair, which has no
+            description, is linear.
         progress: show a tqdm bar (bases processed) on stderr.
 
     Returns:
@@ -825,14 +887,16 @@ def _overall_gc(seq: str) -> float:
 
 
 def compare_continuations(
-    genome: Iterable, generated: Iterable[GenomeRecord], *, window: int = 25
+    genome: Iterable | str | os.PathLike, generated: Iterable | str | os.PathLike, *, window: int = 25
 ) -> list[ContinuationComparison]:
     """Compare generated continuations with the genome at the coordinates in their headers.
 
     Args:
-        genome: the true records (``(id, seq)`` pairs or GenomeRecords).
-        generated: GenomeRecords whose descriptions carry ``chrom=``/``start=`` tags (see
-            :func:`continuation_description`); ``chrom`` may be omitted for a
+        genome: the true records, or their FASTA file, as :func:`gc_profile` takes them.
+        generated: records whose descriptions carry ``chrom=``/``start=`` tags (see
+            :func:`continuation_description`; GenomeRecords, ``read_fasta`` Sequences, Bio
+            SeqRecords: any record with ``.id``, ``.seq`` and ``.description``), or their FASTA
+            file (``sinkalign generate-dna --format fasta``); ``chrom`` may be omitted for a
             single-record genome.
         window: sliding window of :func:`gc_trajectory`.
 
@@ -846,8 +910,10 @@ def compare_continuations(
     """
     window = _check_positive_int("window", window)
     true = {r.id: r.seq for r in _as_records(genome)}
+    if isinstance(generated, (str, os.PathLike)):
+        generated = read_records(generated)
     out = []
-    for rec in generated:
+    for rec in (_as_record(r, k, "generated record") for k, r in enumerate(generated)):
         try:
             chrom, start = parse_continuation_description(rec.description)
             skip = prompt_bases(rec.description)
