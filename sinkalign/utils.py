@@ -69,8 +69,7 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None 
         with open(path, mode, **kwargs) as handle:
             yield handle
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _temporary_beside(path)
     try:
         if gzip:
             with os.fdopen(fd, "wb") as raw:
@@ -93,6 +92,17 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None 
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def _temporary_beside(path: Path) -> tuple[int, str]:
+    """``(fd, name)`` of a new temporary file in ``path``'s folder (made if missing). A folder
+    that refuses it (no permission, read-only, full) raises the ``OSError`` naming ``path``, the
+    file asked for, not the temporary file's hidden name."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
 
 
 def is_special(path: str | os.PathLike) -> bool:
@@ -121,8 +131,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[str]:
     if is_special(path):  # /dev/null, a named pipe: written in place
         yield str(path)
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _temporary_beside(path)
     os.close(fd)
     try:
         yield tmp

@@ -759,6 +759,10 @@ def test_references_of_the_other_alphabet_are_refused(tmp_path, command):
         assert r.exit_code == 1, r.output
         assert "reference pair (" in r.output and all(w in r.output for w in words), r.output
         assert not out.exists() or not any(out.iterdir())
+    if command == "fit-evalues":  # the alphabet is named before the pairs are counted (6 pairs: too few)
+        few = make_families(tmp_path / "few", n_families=1, n_seqs=4, length=40)[0]
+        r = CliRunner().invoke(cli, [command, "--reference", str(few), "--model", "dna", "-o", str(tmp_path / "f")])
+        assert r.exit_code == 1 and "is protein" in r.output and "at least 10" not in r.output, r.output
 
 
 def test_the_simulated_dna_reference_holds_the_true_alignment(tmp_path):

@@ -657,3 +657,16 @@ def test_load_esm2_without_fair_esm_names_the_extra(monkeypatch, tmp_path):
     with pytest.raises(DependencyError, match=r"loading ESM-2 weights needs esm, which is not installed; "
                                               r"install the 'torch' extra"):
         load_esm2(weights)
+
+
+def test_esm2_without_torch_names_the_extra(monkeypatch, tmp_path):
+    """``shards embed --embedder esm2`` with no weights file given looks in torch's hub folder:
+    without torch that was a bare ModuleNotFoundError, now the 'torch' extra is named."""
+    import sys
+
+    from sinkalign.align.embed.esm2 import ESM2Embedder
+    from sinkalign.errors import DependencyError
+
+    monkeypatch.setitem(sys.modules, "torch", None)
+    with pytest.raises(DependencyError, match=r"ESM-2 embeddings \(--embedder esm2\) needs torch.*'torch' extra"):
+        ESM2Embedder()

@@ -539,6 +539,16 @@ def test_cli_info_and_embed_user_errors(tmp_path: Path, families: list[Path]) ->
     assert_one_line_error(runner.invoke(cli, ["shards", "embed", str(out)]),
                           f"{out} already has embeddings", "pass --overwrite")
     entry = read_index(out)["splits"]["train"]["shards"][0]
+    # embeddings deleted, pair shards there: said so, with the command that makes them again (training
+    # said the directory held no pair shards)
+    emb = out / entry["embeddings"]["file"]
+    saved = emb.read_bytes()
+    emb.unlink()
+    with pytest.raises(FileNotFoundError, match=rf"{emb}: the embeddings of pair shard {entry['file']}, listed in "
+                       rf"index.json but missing \(the pair shards are there\): embed again \(`sinkalign shards "
+                       rf"embed {out} --overwrite`\)"):
+        ShardDataset(out, "train")
+    emb.write_bytes(saved)
     victim = out / entry["file"]
     data = bytearray(victim.read_bytes())
     data[len(data) // 2] ^= 0xFF

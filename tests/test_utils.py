@@ -68,3 +68,24 @@ def test_open_output_writes_a_named_pipe_in_place(tmp_path: Path) -> None:
         handle.write("through the pipe\n")
     reader.join(timeout=10)
     assert got == ["through the pipe\n"] and [p.name for p in tmp_path.iterdir()] == ["pipe"]
+
+
+@pytest.mark.parametrize("opener", ["atomic_write", "atomic_path"])
+def test_a_folder_that_refuses_the_temporary_file_is_named_by_the_output(tmp_path: Path, monkeypatch, opener) -> None:
+    """A folder where no file may be made (``-o /sys/x.tsv``) was reported by the temporary
+    file's hidden name (``/sys/.x.tsv.pbul36w6.tmp``): the error names the output asked for."""
+    import errno
+    import tempfile
+
+    from sinkalign import utils
+
+    def refuse(prefix, suffix, dir):
+        raise PermissionError(errno.EACCES, "Permission denied", str(Path(dir) / f"{prefix}abc{suffix}"))
+
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    target = tmp_path / "x.tsv"
+    with pytest.raises(PermissionError) as info:
+        with getattr(utils, opener)(target):
+            pass
+    assert info.value.filename == str(target) and info.value.errno == errno.EACCES
+    assert "Permission denied" in str(info.value) and ".tmp" not in str(info.value)

@@ -136,8 +136,9 @@ def _check_same_sequences(test, reference: MSA) -> tuple[str, ...]:
     if missing:
         raise InputError(f"{_name(test)}: no row {missing[0]!r} of the reference {reference.source}"
                          + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
-                         + "; the two alignments must hold the same sequences under the same names (subset=True "
-                           "scores against the reference rows that the test holds)")
+                         + "; the two alignments must hold the same sequences under the same names (or score "
+                           "against the reference rows that the test holds: score-msa --subset, subset=True in "
+                           "Python)")
     by_name = dict(zip(test.ids, test.rows))
     for name, row in zip(reference.ids, reference.rows):
         want = "".join(c for c in row if c.isalpha()).upper()

@@ -430,14 +430,16 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, pr
             way finishes, is logged and checkpointed, then the run stops (``resume`` continues
             it from there). A second signal aborts at once.
     """
-    from sinkalign.io.shards import ShardDataset
+    from sinkalign.io.shards import INDEX_NAME, ShardDataset
 
     out = Path(cfg.out)
     if resume and overwrite:
         raise CheckpointError("--resume and --overwrite contradict each other; pass one")
     try:
         train_set = ShardDataset(cfg.shards, "train", load_embeddings=bool(cfg.model.feature_dim))
-    except FileNotFoundError as exc:  # the message says how to build them
+    except FileNotFoundError as exc:  # the message names the missing file and how to build (or embed) it
+        if (Path(cfg.shards) / INDEX_NAME).is_file():  # a shard or its embeddings gone: the message says which
+            raise
         raise InputError(f"{cfg.shards} holds no pair shards: {exc}") from exc
     if len(train_set) == 0:
         raise InputError(f"{cfg.shards}: the train split is empty")

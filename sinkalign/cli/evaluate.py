@@ -374,12 +374,12 @@ def fit_evalues(references, model, esm_weights, split, min_tm, max_pairs, max_le
     _check_not_run_best(out)
     check_model_output(out, overwrite=overwrite)  # refuse before the work, not after
     pairs = _fitting_pairs(references, split=split, min_tm=min_tm, max_pairs=max_pairs, max_length=max_length)
+    source = resolve_model(model) if model else default_model_path()
+    aligner = Aligner.load(source, significance=None, **embedder_options(esm_weights))
+    check_reference_alphabet(pairs, aligner.config.alphabet, str(model or source))  # before counting them
     if len(pairs) < 10:
         raise InputError(f"{len(pairs)} reference pairs of at most {max_length} residues in "
                          f"{[str(r) for r in references]}: E-values need at least 10")
-    source = resolve_model(model) if model else default_model_path()
-    aligner = Aligner.load(source, significance=None, **embedder_options(esm_weights))
-    check_reference_alphabet(pairs, aligner.config.alphabet, str(model or source))
     if aligner.calibration is None:
         raise InputError(f"{source} has no calibration: fit one with `sinkalign calibrate` first")
     kind = aligner.config.alphabet  # "protein" or "dna" (AlignerConfig checks it)

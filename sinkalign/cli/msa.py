@@ -30,7 +30,8 @@ _INPUT = click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path
 @click.option("-o", "--output", type=OutputPath(dir_okay=False, allow_dash=True, path_type=Path),
               help="Alignment file, written atomically (temporary file renamed at the end). Default or '-': "
                    "standard output.")
-@click.option("--format", "fmt", type=click.Choice(["fasta", "clustal", "stockholm", "phylip"]), default=None,
+@click.option("--format", "fmt", type=click.Choice(["fasta", "clustal", "stockholm", "phylip"], case_sensitive=False),
+              default=None,
               help="[default: the one the -o file's extension names (.afa/.fa/.fasta, .aln, .sto, .phy; through "
               ".gz), else fasta; a --format the extension contradicts is an error] Aligned FASTA, Clustal (with "
               "its conservation line), Stockholm (with each "

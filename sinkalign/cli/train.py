@@ -40,7 +40,9 @@ from sinkalign.errors import Interrupted
 @click.option("--resume", is_flag=True, help="Continue the run in --out from its newest complete checkpoint, with the "
                    "run's model (leave out --config, --model-option and --embedder) and the same training flags.")
 @click.option("--overwrite", is_flag=True,
-              help="Replace the run in --out (deletes its metrics.jsonl, checkpoints/ and best/, nothing else).")
+              help="Replace the run in --out: its metrics.jsonl, checkpoints/ and best/ (nothing else) are moved to "
+                   "OUT/.previous-run, deleted at the new run's first checkpoint and put back if the new run fails "
+                   "before it.")
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=100, show_default=True)
 @click.option("--eval-every", type=click.IntRange(min=1), default=100, show_default=True)
 @click.option("--certify-every", type=click.IntRange(min=0), default=500, show_default=True,

@@ -990,9 +990,13 @@ class ShardDataset:
         self.families: list[str] = list(info["families"])
         self._entries: list[dict] = list(info["shards"])
         for entry in self._entries:
-            for name in [entry["file"]] + ([entry["embeddings"]["file"]] if entry.get("embeddings") else []):
-                if not (self.directory / name).is_file():
-                    raise MissingFileError(f"{self.directory / name}: listed in {INDEX_NAME} but missing")
+            if not (self.directory / entry["file"]).is_file():
+                raise MissingFileError(f"{self.directory / entry['file']}: listed in {INDEX_NAME} but missing")
+            emb = entry.get("embeddings")
+            if emb and not (self.directory / emb["file"]).is_file():
+                raise MissingFileError(f"{self.directory / emb['file']}: the embeddings of pair shard {entry['file']}, "
+                                       f"listed in {INDEX_NAME} but missing (the pair shards are there): embed "
+                                       f"again (`sinkalign shards embed {self.directory} --overwrite`)")
         self.embeddings_info: dict | None = self.index.get("embeddings")
         self._load_embeddings = bool(load_embeddings and self.embeddings_info)
         self._starts = np.cumsum([0] + [int(e["n_pairs"]) for e in self._entries])

@@ -192,8 +192,7 @@ def _resolve_weights(options: ESM2Config) -> tuple[str, Path]:
                 "not start with 'esm2'; rename the file (e.g. esm2_t6_8M_UR50D.pt) or pass model='esm2_...'"
             )
         return name, path
-    import torch
-
+    torch = require("torch", "torch", "ESM-2 embeddings (--embedder esm2)")
     name = options.model or DEFAULT_ESM2_MODEL
     hub = Path(torch.hub.get_dir()) / "checkpoints"
     path = hub / f"{name}.pt"
