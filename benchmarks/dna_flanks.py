@@ -114,8 +114,11 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=40, help="windows per flank size and substitution rate")
     ap.add_argument("--substitutions", type=float, nargs="+", default=[0.1, 0.25])
     ap.add_argument("--indels", type=float, default=0.02)
+    ap.add_argument("--min-confidence", type=float, default=None,
+                    help="the aligner's threshold (default: the model's own, 0.1 for the DNA model since 2026-11-29; "
+                         "0 keeps every column, to score --thresholds)")
     ap.add_argument("--thresholds", default=None, help="also score the model's columns at these confidence "
-                    "thresholds (comma-separated; the model's own threshold must be 0)")
+                    "thresholds (comma-separated; with --min-confidence 0), the --reference pairs too")
     ap.add_argument("--write-reference", metavar="FILE", default=None,
                     help="write --pairs simulated pairs of the --split genera (windows 100-1000 bp, every flank size "
                          "and substitution rate of training_reference) as Stockholm for `sinkalign calibrate`, "
@@ -143,7 +146,11 @@ def main() -> None:
         return
     thresholds = [float(t) for t in args.thresholds.split(",")] if args.thresholds else []
     aligner = Aligner.load(args.model, strand="plus", identity_weight=args.identity_weight,
-                           identity_min=args.identity_min, identity_gaps=args.identity_gaps)
+                           identity_min=args.identity_min, identity_gaps=args.identity_gaps,
+                           min_confidence=args.min_confidence)
+    if thresholds and aligner.min_confidence > min(thresholds):
+        ap.error(f"--thresholds below the aligner's own threshold {aligner.min_confidence:g} cannot be scored: "
+                 "pass --min-confidence 0")
     scoring = Scoring.dna()
     payload = {"machine": machine(), "date": str(date.today()), "model": args.model, "split": args.split,
                "identity_weight": aligner.identity_weight, "identity_min": aligner.identity_min,
@@ -164,6 +171,11 @@ def main() -> None:
         print(f"{args.reference} ({len(pairs)} pairs): P / R / F1 {ref['precision']:.3f} / {ref['recall']:.3f} / "
               f"{ref['f1']:.3f}, mean confidence {ref['mean_confidence']:.3f} vs precision {ref['precision']:.3f}, "
               f"right / wrong {ref['conf_right']:.2f} / {ref['conf_wrong']:.2f}")
+        for t in thresholds:  # the columns a threshold t keeps
+            kept = [r.alignment.pairs[r.alignment.match_posterior >= t] for r in results]
+            at = micro_average([pair_scores(k, p.pairs) for k, p in zip(kept, pairs)])
+            payload["reference"][f"model@{t:g}"] = at
+            print(f"  at threshold {t:g}: P / R / F1 {at['precision']:.4f} / {at['recall']:.4f} / {at['f1']:.4f}")
     print("| flank <= | substitutions | model P / R / F1 | columns in the flanks | confidence right / wrong | "
           "mean confidence vs precision | SW P / R / F1 | NW P / R / F1 |")
     print("|---|---|---|---|---|---|---|---|")
@@ -192,8 +204,8 @@ def main() -> None:
         print("| threshold | pooled P / R / F1 over every row |")
         print("|---|---|")
         pooled = {}
-        for t in thresholds:
-            rows = [r[f"model@{t:g}"] for r in payload["rows"].values()]
+        for t in [aligner.min_confidence, *thresholds]:
+            rows = [r["model" if t == aligner.min_confidence else f"model@{t:g}"] for r in payload["rows"].values()]
             tp, n_pred, n_true = (sum(r[k] for r in rows) for k in ("tp", "n_pred", "n_ref"))
             pooled[t] = {"precision": tp / max(n_pred, 1), "recall": tp / max(n_true, 1)}
             p_, r_ = pooled[t]["precision"], pooled[t]["recall"]

@@ -421,9 +421,11 @@ def test_engine_option(fastas, tmp_path):
 def test_min_confidence_help_names_the_shipped_protein_threshold():
     """The help's figure is the shipped model's own threshold, not a copy that can go stale."""
     out = CliRunner().invoke(cli, ["align", "--help"], terminal_width=1000).output
-    stated = re.search(r"default: the model's own threshold, ([0-9.]+) for the shipped protein model", out)
+    stated = re.search(r"default: the model's own threshold, ([0-9.]+) for the shipped protein model, ([0-9.]+) for "
+                       r"the shipped DNA model", out)
     assert stated is not None, out
     assert float(stated.group(1)) == Aligner.load("learned").min_confidence
+    assert float(stated.group(2)) == Aligner.load("dna").min_confidence
 
 
 def test_band_option_aligns_on_corridors_or_densely_and_keeps_plans(fastas, tmp_path):

@@ -272,3 +272,20 @@ def test_x_masked_dna_aligns_with_the_dna_model(tmp_path):
     assert r.exit_code == 0, r.output
     header, row = r.output.splitlines()
     assert dict(zip(header.split("\t"), row.split("\t")))["cigar"] == "39M"
+
+
+@pytest.mark.parametrize("seed", [1, 6, 15, 33])
+def test_the_dna_model_leaves_near_zero_confidence_end_columns_unaligned(dna, seed):
+    """A 300 bp copy (10% substitutions) of the middle of 500 bp: MEA without a threshold pulled
+    an end base or two tens of bases away across a long gap (``1M83D299M``) at a confidence of
+    about 0.002; the DNA model's threshold (0.1 since 2026-11-29, chosen on flanked pairs of the
+    validation genera) leaves them unaligned, soft-clipped."""
+    rng = np.random.default_rng(seed)
+    target = "".join(rng.choice(list("ACGT"), 500))
+    query = "".join(c if rng.random() > 0.1 else rng.choice([x for x in "ACGT" if x != c]) for c in target[100:400])
+    plain = Aligner.load("dna", min_confidence=0.0).align(query, target, strand="plus")
+    assert re.search(r"\d{2}D", plain.cigar)  # the pathology, without the threshold
+    assert dna.min_confidence == pytest.approx(0.1)
+    hit = dna.align(query, target, strand="plus")
+    assert re.fullmatch(r"(\d+S)?\d+M(\d+S)?", hit.cigar), hit.cigar
+    assert 100 <= hit.stats.target_start and hit.stats.target_end <= 400

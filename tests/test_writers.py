@@ -497,6 +497,14 @@ def test_format_names_in_any_case_and_m8(tmp_path, records):
     (tmp_path / "q.fa").write_text(">q\nMVLSPADKTNVKAAWGKVGAHAGEYGAE\n")
     assert align_fasta(tmp_path / "q.fa", tmp_path / "q.fa", output=tmp_path / "c.txt", fmt="M8") == 1
     assert len((tmp_path / "c.txt").read_text().split("\t")) == 12
+    from click.testing import CliRunner
+
+    from sinkalign.cli.main import cli
+
+    for name in ("M8", "Blast6"):  # and on the command line
+        r = CliRunner().invoke(cli, ["align", str(tmp_path / "q.fa"), str(tmp_path / "q.fa"), "--format", name,
+                                     "--no-progress"])
+        assert r.exit_code == 0 and r.output == (tmp_path / "c.txt").read_text(), r.output
 
 
 @pytest.mark.parametrize(

@@ -69,14 +69,16 @@ class _Band(click.ParamType):
                    "further columns ignored, '#' comments), fetched from QUERY_FASTA (and TARGET_FASTA when "
                    "given) through a .fai index, built beside the FASTA when missing.")
 @click.option("--format", "fmt", type=click.Choice(["fasta", "tsv", "sam", "bam", "stockholm", "json", "text",
-                                                  "blast6", "paf", "maf"]),
+                                                  "blast6", "m8", "paf", "maf"], case_sensitive=False),
               default=None,
               help="[default: the one the -o file's extension names (.sam, .bam, .paf, .maf, .m8, .json, .sto, "
                    ".fa, .tsv; through .gz), else tsv; a --format the extension contradicts is an error] "
                    "text: each pair's figures, its rows with a match line and its column confidences, to read "
                    "by eye. json: JSON Lines, one object per pair and line (read it line by line, or with "
                    "pandas.read_json(lines=True)). blast6: BLAST's tabular -outfmt 6 (m8), its last column "
-                   "sinkalign's score, not bits (it depends on --band: rank hits by the evalue column). sam/bam: "
+                   "sinkalign's score, not bits (it depends on --band: rank hits by the evalue column). sam/bam: a "
+                   "protein read has SEQ '*' and its residues in an XQ:Z tag (BAM's SEQ holds nucleotide codes "
+                   "only); "
                    "the E-value in ZE:f is float32 (below ~1e-45 it reads 0; json adds log_evalue, its natural log; the other "
                    "formats print it). paf: "
                    "minimap2's PAF, with the CIGAR (cg:Z), score, mean confidence and E-value as tags. maf: UCSC's and "
@@ -94,7 +96,9 @@ class _Band(click.ParamType):
                    "input (DNA when every record is nucleotides, else learned; DNA against protein is an error).")
 @click.option("--embedder", type=str, help="Embedder name; must be the one the model was trained with.")
 @esm_weights_option()
-@click.option("--backend", type=click.Choice(["reference", "pallas"]), default="reference", show_default=True)
+@click.option("--backend", type=click.Choice(["reference", "pallas"]), default="reference", show_default=True,
+              help="The jax engine's dense solve: the pure-JAX operator, or the blockwise Pallas kernels (for a GPU; "
+                   "interpreted on a CPU, slow). The numpy engine has one of its own.")
 @click.option("--engine", type=click.Choice(["auto", "numpy", "jax"]), default="auto", show_default=True,
               help="numpy: float64 plans pair by pair on every CPU, nothing to compile. jax: batched JAX forward "
                    "passes of the dense pairs, on a GPU when JAX has one (pairs on a corridor or in a box, see "
@@ -114,7 +118,8 @@ class _Band(click.ParamType):
               help="Also write the transport plan (with dustbin row/column) of every pair written to this .npz "
                    "file (on the minus strand: the plan of the query's reverse complement), each named "
                    "query|target|index, with % and | in an id written %25 and %7C.")
-@click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Pairs per batch of the jax engine (padded to a common length; the numpy engine aligns pair by pair).")
 @click.option("--chunk-size", type=click.IntRange(min=1), default=256, show_default=True,
               help="Pairs per chunk: the unit of work sent to a cluster worker.")
 @click.option("--workers", type=click.IntRange(min=1),
@@ -129,8 +134,8 @@ class _Band(click.ParamType):
 @click.option("--identity-weight", type=FiniteFloatRange(min=0), metavar="TAU",
               help="Break near-ties of the decoding towards identical residues: TAU times each identical pair "
                    "is added to the MEA gain (posteriors and scores stay the model's). Default: the model's "
-                   "(the shipped protein model: 0.05 for pairs at least 80% identical, see --identity-min: a "
-                   "single deletion between close variants placed exactly in 238 of 240 pairs, 52 without; "
+                   "(the shipped protein model: 0.1 for pairs at least 80% identical, see --identity-min: a "
+                   "single deletion between close variants placed exactly in 240 of 240 pairs of 200-500 residues; "
                    "the DNA model: 0.05 for pairs at least 90% identical, moving gaps only, see --identity-gaps; "
                    "blosum: 0). 0 turns it off. "
                    "For every pair it costs accuracy on remote homologs (BENCHMARKS.md, 'Near-identical pairs with "
@@ -150,9 +155,9 @@ class _Band(click.ParamType):
                    "the shipped protein model, none for the others); 0: none.")
 @click.option("--min-confidence", type=FiniteFloatRange(min=0, max=1, max_open=True),
               help="Leave unaligned the columns whose calibrated confidence is below this (default: the model's "
-                   "own threshold, 0.35 for the shipped protein model, 0 for the shipped DNA model; 0 keeps every MEA "
-                   "column). Higher: fewer, surer columns (precision up, recall down). DNA homologs inside "
-                   "unrelated flanking sequence: 0.5 keeps the alignment from running on into the flanks "
+                   "own threshold, 0.35 for the shipped protein model, 0.1 for the shipped DNA model; 0 keeps every "
+                   "MEA column). Higher: fewer, surer columns (precision up, recall down). DNA homologs inside "
+                   "unrelated flanking sequence: 0.5 keeps more of the alignment from running on into the flanks "
                    "(BENCHMARKS.md, 'DNA homologs between unrelated flanks').")
 @click.option("--max-evalue", type=FiniteFloatRange(min=0),
               help="Write only the pairs whose E-value is at most this (e.g. 1e-3 in an all-vs-all run: the "

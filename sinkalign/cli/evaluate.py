@@ -133,7 +133,9 @@ def _json_ready(value):
 @click.option("--methods", default="sinkalign,nw,sw,pairhmm", show_default=True,
               help="Comma-separated subset of sinkalign,nw,sw,pairhmm (pairhmm: the affine-gap pair-HMM with "
                    "MAC decoding, the settings of BENCHMARKS.md; the slowest of the four).")
-@click.option("--backend", type=click.Choice(["reference", "pallas"]), default="reference", show_default=True)
+@click.option("--backend", type=click.Choice(["reference", "pallas"]), default="reference", show_default=True,
+              help="The jax engine's dense solve: the pure-JAX operator, or the blockwise Pallas kernels (for a GPU; "
+                   "interpreted on a CPU, slow). The numpy engine has one of its own.")
 @click.option("--json", "json_path", type=OutputPath(dir_okay=False, allow_dash=True, path_type=Path),
               help="Write results as JSON ('-': standard output; the tables then go to standard error).")
 @click.option("--pair-scores", "pair_scores", type=OutputPath(dir_okay=False, allow_dash=True, path_type=Path),

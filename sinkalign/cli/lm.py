@@ -75,9 +75,12 @@ def lm() -> None:
 @click.option("--seq-len", default=256, show_default=True, type=click.IntRange(min=2), help="Training context length.")
 @click.option("--lr", default=2e-3, show_default=True, type=FiniteFloatRange(min=0, min_open=True),
               help="Peak learning rate.")
-@click.option("--min-lr-ratio", default=0.1, show_default=True, type=FiniteFloatRange(0, 1))
-@click.option("--warmup-steps", default=100, show_default=True, type=_NON_NEGATIVE)
-@click.option("--weight-decay", default=0.1, show_default=True, type=FiniteFloatRange(min=0))
+@click.option("--min-lr-ratio", default=0.1, show_default=True, type=FiniteFloatRange(0, 1),
+              help="The cosine schedule's floor, a share of --lr, reached at --steps.")
+@click.option("--warmup-steps", default=100, show_default=True, type=_NON_NEGATIVE,
+              help="Steps of linear warm-up to --lr.")
+@click.option("--weight-decay", default=0.1, show_default=True, type=FiniteFloatRange(min=0),
+              help="AdamW's decoupled weight decay (matrices only).")
 @click.option("--grad-clip", default=1.0, show_default=True, type=FiniteFloatRange(min=0), help="0 disables clipping.")
 @click.option("--d-model", default=128, show_default=True, type=_POSITIVE)
 @click.option("--n-layers", default=4, show_default=True, type=_POSITIVE)
@@ -85,7 +88,9 @@ def lm() -> None:
 @click.option("--dropout", default=0.0, show_default=True, type=FiniteFloatRange(0, 1, max_open=True))
 @click.option("--model-option", "model_options", multiple=True, callback=_model_options,
               help="Further LMConfig field as KEY=VALUE, e.g. goat_init=alibi (repeatable).")
-@click.option("--val-fraction", default=0.1, show_default=True, type=_FRACTION)
+@click.option("--val-fraction", default=0.1, show_default=True, type=_FRACTION,
+              help="The last share of each record held out (the validation data; with --genome-split, "
+                   "its 'valid' genomes instead).")
 @click.option("--eval-every", default=500, show_default=True, type=_NON_NEGATIVE, help="0: only at the end.")
 @click.option("--eval-max-bases", default=None, type=_POSITIVE, help="Held-out bases per evaluation [default: all].")
 @click.option("--save-every", default=500, show_default=True, type=_NON_NEGATIVE,
@@ -208,7 +213,9 @@ def _init_settings(ctx: click.Context, init_model: str, **given):
               help="Write the full report as JSON here (atomically; '-' = stdout, the summary then goes to stderr).")
 @click.option("--overwrite", is_flag=True,
               help="Replace an existing --json file (when the run succeeds). Without it an existing file is an error.")
-@click.option("--val-fraction", default=0.1, show_default=True, type=_FRACTION)
+@click.option("--val-fraction", default=0.1, show_default=True, type=_FRACTION,
+              help="The last share of each record, held out as `lm train` held it out: what is scored (the rest "
+                   "fits the Markov baseline and gives the first windows their context).")
 @click.option("--context", default=None, type=_POSITIVE, help="Evaluation window [default: training length].")
 @click.option("--stride", default=None, type=_POSITIVE, help="New targets per window [default: context/2].")
 @click.option("--max-bases", default=None, type=_POSITIVE, help="Score only the first N held-out bases per record.")
@@ -237,7 +244,8 @@ def _init_settings(ctx: click.Context, init_model: str, **given):
 @click.option("--sections", default="heldout,extrapolation,passkey,completion", show_default=True,
               help="Comma-separated subset of the evaluation sections.")
 @click.option("--seed", default=0, show_default=True, type=_NON_NEGATIVE)
-@click.option("--batch-size", default=16, show_default=True, type=_POSITIVE)
+@click.option("--batch-size", default=16, show_default=True, type=_POSITIVE,
+              help="Windows scored per forward pass (memory, not results).")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @torch_threads_option()
 def eval_cmd(model_path, fasta, json_out, overwrite, val_fraction, context, stride, max_bases, markov_order,
