@@ -111,3 +111,12 @@ def test_solve_result_gives_output_plan_and_diagnostics_of_one_solve():
     want = np.where(qm, np.abs(rows - np.exp(la)), 0.0).max(-1)
     np.testing.assert_allclose(np.asarray(res.row_marginal_error), want, atol=1e-12)
     assert np.all(plan[1, -5:] == 0) and np.all(plan[0, :, 3] == 0)
+    # under jax.jit and jax.vmap (its support is static: the result held a non-JAX field that jit refused)
+    import jax
+
+    jitted = jax.jit(lambda q, k, v: sinkhorn_solve(q, k, v, **kw))(q, k, v)
+    np.testing.assert_allclose(np.asarray(jitted.plan()), plan, rtol=1e-12, atol=1e-15)  # (XLA fuses otherwise)
+    assert jitted.support == res.support
+    mapped = jax.vmap(lambda q, k, v: sinkhorn_solve(q, k, v, eps=0.8, n_iters=6, band=9, block=16))(q, k, v)
+    alone = sinkhorn_solve(q[1], k[1], v[1], eps=0.8, n_iters=6, band=9, block=16)
+    np.testing.assert_allclose(np.asarray(mapped.output[1]), np.asarray(alone.output), rtol=1e-12, atol=1e-14)

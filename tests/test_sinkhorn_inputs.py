@@ -181,3 +181,39 @@ def test_support_check_names_the_batch_index_the_user_gave():
     with pytest.raises(ValueError, match=r"^valid key position 0 has no active query at all"):
         check_support(np.zeros(3, bool), np.ones(5, bool), None)
     check_support(qv, np.ones((2, 3, 5), bool), 1)  # a valid problem passes
+
+
+def test_what_padding_holds_is_never_refused_nor_used():
+    """A NaN or infinity at a padded position (q, k, v, log_a, log_b) is not refused eagerly (it
+    was, while under jax.jit the same call ran: the check could not see it there), and reaches
+    neither the output nor a gradient; at a valid position it is still refused, naming it."""
+    import jax
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(2)
+    q, k, v = (rng.normal(size=s) for s in ((2, 1, 8, 4), (2, 1, 9, 4), (2, 1, 9, 3)))
+    qm, km = np.ones((2, 8), bool), np.ones((2, 9), bool)
+    qm[1, 6:] = km[0, 7:] = False
+    dirty = [x.copy() for x in (q, k, v)]
+    dirty[0][1, 0, 7, 1] = np.nan
+    dirty[1][0, 0, 8, 0] = np.inf
+    dirty[2][0, 0, 7, 2] = -np.inf
+    la, lb = np.zeros((2, 8)), np.zeros((2, 9))
+    la_dirty, lb_dirty = la.copy(), lb.copy()
+    la_dirty[1, 7], lb_dirty[0, 8] = np.nan, np.inf
+    cfg = SinkhornConfig(eps=1.0, n_iters=4, band=3)
+
+    def loss(q, k, v, la, lb):
+        return sinkhorn_attention(q, k, v, q_mask=qm, k_mask=km, log_a=la, log_b=lb, config=cfg).sum()
+
+    clean = jax.value_and_grad(loss, argnums=(0, 1, 2))(q, k, v, la, lb)
+    for run in (jax.value_and_grad(loss, argnums=(0, 1, 2)), jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2)))):
+        value, grads = run(*dirty, la_dirty, lb_dirty)
+        assert np.isfinite(value) and value == pytest.approx(float(clean[0]), rel=1e-12)
+        for g, want in zip(grads, clean[1]):
+            np.testing.assert_allclose(np.asarray(g), np.asarray(want), rtol=1e-12, atol=1e-15)
+    valid_nan = q.copy()
+    valid_nan[1, 0, 5, 0] = np.nan  # position 5 of batch 1 is valid
+    with pytest.raises(ValueError, match=r"q has a non-finite value at index \(1, 0, 5, 0\)"):
+        sinkhorn_attention(valid_nan, k, v, q_mask=qm, k_mask=km, config=cfg)
+    assert float(jnp.abs(sinkhorn_attention(*dirty, q_mask=qm, k_mask=km, config=cfg)[1, 0, 6:]).max()) == 0.0

@@ -432,9 +432,18 @@ def _norm_marginal(x, batch, length, name, dtype):
         raise ValueError(f"{name} of shape {tuple(x.shape)} does not broadcast to {batch + (length,)}") from None
 
 
-def _check_finite(name, x):
-    if _is_concrete(x) and not bool(np.all(np.isfinite(np.asarray(x, dtype=np.float64)))):
-        raise nonfinite(name, np.argwhere(~np.isfinite(np.asarray(x, dtype=np.float64)))[0])
+def _check_finite(name, x, valid=None):
+    """Refuse a NaN or infinity in a concrete ``x``, naming its first index; with ``valid`` (a
+    concrete NumPy mask over ``x``'s leading dims, ``[..., L]``) only at valid positions: padding
+    is zeroed before the solve, so what it holds matters to nothing (as under ``jax.jit``, where
+    nothing is checked)."""
+    if not _is_concrete(x):
+        return
+    bad = ~np.isfinite(np.asarray(x, dtype=np.float64))
+    if valid is not None:
+        bad &= np.asarray(valid, bool).reshape(valid.shape + (1,) * (bad.ndim - np.ndim(valid)))
+    if bad.any():
+        raise nonfinite(name, np.argwhere(bad)[0])
 
 
 def _concrete_mask(mask, batch, length):
@@ -463,19 +472,18 @@ def prepare(q, k, v, q_mask=None, k_mask=None, log_a=None, log_b=None, *, band=N
         raise ValueError(f"empty input: q {tuple(q.shape)}, k {tuple(k.shape)}")
     dtype = _compute_dtype(q, k, v)
     q, k, v = q.astype(dtype), k.astype(dtype), v.astype(dtype)
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        _check_finite(name, x)
     batch, lq, lk = q.shape[:-2], q.shape[-2], k.shape[-2]
     q_valid = _norm_mask(q_mask, batch, lq, "q_mask")
     k_valid = _norm_mask(k_mask, batch, lk, "k_mask")
     log_a = _norm_marginal(log_a, batch, lq, "log_a", dtype)
     log_b = _norm_marginal(log_b, batch, lk, "log_b", dtype)
-    _check_finite("log_a", log_a)
-    _check_finite("log_b", log_b)
-    if check_empty:  # on the masks as given: under jax.jit a closed-over mask is still concrete there
-        q_np, k_np = _concrete_mask(q_mask, batch, lq), _concrete_mask(k_mask, batch, lk)
-        if q_np is not None and k_np is not None:
-            check_support(q_np, k_np, band)
+    # on the masks as given: under jax.jit a closed-over mask is still concrete here (None: traced)
+    q_np, k_np = _concrete_mask(q_mask, batch, lq), _concrete_mask(k_mask, batch, lk)
+    for name, x, valid in (("q", q, q_np), ("k", k, k_np), ("v", v, k_np), ("log_a", log_a, q_np),
+                           ("log_b", log_b, k_np)):
+        _check_finite(name, x, valid)  # valid positions only, where the mask is known
+    if check_empty and q_np is not None and k_np is not None:
+        check_support(q_np, k_np, band)
     # padding is zeroed: whatever it holds (NaN under jit, where it is not checked) reaches neither
     # the output nor any gradient (dk = S_bar^T q would multiply it by 0)
     q = jnp.where(q_valid[..., None], q, 0)
@@ -535,6 +543,17 @@ def sinkhorn_attention(q, k, v, *, q_mask=None, k_mask=None, log_a=None, log_b=N
 
     Returns: O [..., Lq, dv] in float32 (float64 if any input is float64). Rows of
     padded queries are 0.
+
+    Gradients (q, k, v, log_a, log_b) are exact for the stopped-base surrogate: the
+    ``n_iters`` base steps are held constant and the ``tail`` refinement steps are
+    differentiated, so finite differences of the full solve (``jax.test_util.check_grads``)
+    differ from them by the base's own sensitivity, which the certificates bound. The custom
+    modes (``one_reference``, ``staircase``, ``direct``) are reverse mode only: ``jax.jvp``
+    and ``jax.jacfwd`` need ``backward="autodiff"``. ``eps``, ``n_iters``, ``tail`` and ``band``
+    are static (a :class:`SinkhornConfig` goes to ``jax.jit`` as a static argument or closed
+    over). Marginals of unequal total mass (unit masses with ``Lq != Lk``) admit no plan that
+    meets both: the last half-step makes the columns exact, and
+    :attr:`SinkhornResult.row_marginal_error` reports the rows'.
     """
     cfg = _config(config, overrides)
     q, k, v, qv, kv, la, lb = prepare(q, k, v, q_mask, k_mask, log_a, log_b, band=cfg.band)
@@ -543,9 +562,11 @@ def sinkhorn_attention(q, k, v, *, q_mask=None, k_mask=None, log_a=None, log_b=N
 
 
 def sinkhorn_solve(q, k, v, *, q_mask=None, k_mask=None, log_a=None, log_b=None, config=None, **overrides):
-    """Like :func:`sinkhorn_attention` but returns a :class:`SinkhornResult` (no gradient): the
-    output, the duals, the plan (:meth:`SinkhornResult.plan`) and the marginal diagnostics of
-    one solve."""
+    """Like :func:`sinkhorn_attention` but returns a :class:`SinkhornResult`: the output, the
+    duals, the plan (:meth:`SinkhornResult.plan`) and the marginal diagnostics of one solve. It
+    runs under ``jax.jit`` and ``jax.vmap`` (the support is static). Its gradient is JAX's
+    autodiff of the stopped-base surrogate (the base steps held constant, the tail unrolled:
+    what ``backward="autodiff"`` computes), in O(L W) memory per tail step."""
     cfg = _config(config, overrides)
     q, k, v, qv, kv, la, lb = prepare(q, k, v, q_mask, k_mask, log_a, log_b, band=cfg.band)
     support = Support.single(q.shape[-2], k.shape[-2], cfg.band, cfg.block)
@@ -562,7 +583,12 @@ def _solve_on(support, cfg, q, k, v, qv, kv, la, lb) -> SinkhornResult:
 
 
 def transport_plan(q, k, *, q_mask=None, k_mask=None, log_a=None, log_b=None, config=None, **overrides):
-    """The final plan P^(R,R) as a dense [..., Lq, Lk] array (for decoding small problems)."""
+    """The final plan P^(R,R) as a dense ``[..., Lq, Lk]`` array, zeros off the band and at
+    padded rows and columns, in float32 (float64 if ``q`` or ``k`` is): O(Lq Lk) memory, for
+    decoding and inspecting small problems (:meth:`SinkhornResult.plan` gives the same matrix
+    of a solve; :func:`sinkhorn_attention` never forms it). Arguments as
+    :func:`sinkhorn_attention`, without ``v``; its gradient is JAX's autodiff of the
+    stopped-base surrogate, as :func:`sinkhorn_solve`'s."""
     cfg = _config(config, overrides)
     v = jnp.zeros(jnp.asarray(k).shape[:-1] + (1,), jnp.asarray(k).dtype)
     q, k, v, qv, kv, la, lb = prepare(q, k, v, q_mask, k_mask, log_a, log_b, band=cfg.band)

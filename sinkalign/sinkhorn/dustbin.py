@@ -146,8 +146,11 @@ def dustbin_attention(q, k, v, q_dustbin, k_dustbin, v_dustbin=None, *, q_mask=N
 
 
 def dustbin_plan(q, k, q_dustbin, k_dustbin, *, q_mask=None, k_mask=None, config=None, dustbin=None):
-    """Dense final plan [..., Lq + 1, Lk + 1]: the last column is each query's gap mass
-    (sent to the key-side dustbin), the last row each key's gap mass. Fillers are dropped."""
+    """Dense final plan ``[..., Lq + 1, Lk + 1]``: the last column is each query's gap mass
+    (sent to the key-side dustbin), the last row each key's gap mass; the paper variant's
+    inactive fillers are dropped. Arguments as :func:`dustbin_attention` without ``v``; float32
+    (float64 if an input is), O(Lq Lk) memory, for decoding and inspecting small problems; its
+    gradient (to the dustbin tokens too) is JAX's autodiff of the stopped-base surrogate."""
     k = jnp.asarray(k)
     v = jnp.zeros(k.shape[:-1] + (1,), k.dtype)
     aug = augment(q, k, v, q_dustbin, k_dustbin, None, q_mask=q_mask, k_mask=k_mask,

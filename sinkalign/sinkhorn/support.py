@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -154,6 +155,7 @@ class Piece:
         return out[..., : self.nc, :]
 
 
+@jax.tree_util.register_static  # no arrays, all static: a solve's result passes through jit and vmap
 @dataclass(frozen=True)
 class Support:
     """A disjoint union of pieces over an ``lq x lk`` (augmented) score matrix."""
