@@ -429,7 +429,11 @@ def to_biopython(query_id: str, query: str, target_id: str, target: str, alignme
     :class:`Alignment`), ``aln.column_annotations["consensus posterior probability"]`` holds
     :func:`posterior_digits` (written by Biopython's Stockholm writer as ``#=GC PP_cons``),
     otherwise ``column_annotations`` is empty. ``aln.annotations`` is empty: Biopython's SAM
-    writer writes each of them as a tag (the E-value is the pair's ``evalue``)."""
+    writer writes each of them as a tag (the E-value is the pair's ``evalue``).
+
+    Changed 2026-11-29: the query row came first, the minus strand as the reverse complement
+    with ascending coordinates, and ``evalue=`` / ``log_evalue=`` went to a ``comment``
+    annotation (keywords no longer taken)."""
     from Bio import Align
     from Bio.Seq import Seq
     from Bio.SeqRecord import SeqRecord

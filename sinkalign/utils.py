@@ -98,8 +98,8 @@ def _temporary_beside(path: Path) -> tuple[int, str]:
     """``(fd, name)`` of a new temporary file in ``path``'s folder (made if missing). A folder
     that refuses it (no permission, read-only, full) raises the ``OSError`` naming ``path``, the
     file asked for, not the temporary file's hidden name."""
+    path.parent.mkdir(parents=True, exist_ok=True)  # (its own error names the folder)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         return tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
         raise OSError(exc.errno, exc.strerror, str(path)) from exc

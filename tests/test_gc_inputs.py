@@ -150,3 +150,18 @@ def test_gc_profile_is_part_of_the_top_level_api():
 
     assert "gc_profile" in sa.__all__ and sa.gc_profile is gc_profile
     assert np.allclose(sa.gc_profile([("x", "ACGU" * 100)], window=100).gc, 0.5)
+
+
+def test_one_pair_with_a_biopython_seq_an_empty_string_and_generated_sequences(tmp_path):
+    """A review: ``("x", Seq(...))`` alone was refused while ``[("x", Seq(...))]`` was read; ``""``
+    was read as the path "." ; compare_continuations took any str given as ``generated`` for a
+    path (a long sequence gave a bare OSError)."""
+    from sinkalign.errors import InputError
+
+    rng = np.random.default_rng(4)
+    seq = _random_dna(rng, 400)
+    _same(gc_profile(("x", Seq(seq)), window=100), gc_profile([("x", seq)], window=100))
+    with pytest.raises(InputError, match="not one sequence"):
+        gc_profile("")
+    with pytest.raises(InputError, match="not one sequence"):
+        compare_continuations([("chr1", seq)], "ACGT" * 100_000)

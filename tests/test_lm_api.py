@@ -46,8 +46,11 @@ def test_load_checkpoint_takes_a_shipped_name_and_returns_eval_mode(tmp_path, mo
     assert load_checkpoint("cdiph").config == load_checkpoint_config("cdiph") == load_checkpoint(
         default_model_path("cdiph")).config
     assert not lm.load_model("cdiph").model.training
-    # an existing folder of that name is taken as given, as generate-dna --model reads it
+    # a folder of that name holding no model is passed over, as load_model (generate-dna --model) passes it
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "default").mkdir()
+    assert load_checkpoint("default").config == reference.config == lm.load_model("default").config
+    # an existing folder of that name holding a model is taken as given, as generate-dna --model reads it
     save_checkpoint(tmp_path / "default", _tiny(dropout=0.1))
     mine = load_checkpoint("default")
     assert mine.config.d_model == 32 and not mine.model.training

@@ -789,6 +789,15 @@ def test_a_query_whose_every_pair_max_evalue_drops_is_written_unmapped(tmp_path)
             segs = [(s.query_name, s.flag, s.reference_name, s.query_sequence) for s in handle]
         assert segs == [("gene", segs[0][1], "c1", segs[0][3]), ("stray", 4, None, stray)], (fmt, extra)
         assert not segs[0][1] & (4 | 256)
+        assert r.output == "" and r.exit_code == 0
+    # every pair on the minus strand: none passes, each query one unmapped line with its sequence as given
+    # (not the reverse complement it was aligned as), in the order their pairs came; the count is the lines
+    from sinkalign.pipelines.align import align_fasta
+
+    out = tmp_path / "minus.sam"
+    assert align_fasta(tmp_path / "q.fa", tmp_path / "t.fa", output=out, max_evalue=1e-3, strand="minus") == 2
+    with pysam.AlignmentFile(str(out), check_sq=False) as handle:
+        assert [(s.query_name, s.flag, s.query_sequence) for s in handle] == [("stray", 4, stray), ("gene", 4, gene)]
 
 
 def test_an_existing_file_is_kept_unless_overwrite(records, tmp_path):

@@ -89,8 +89,8 @@ def lm() -> None:
 @click.option("--model-option", "model_options", multiple=True, callback=_model_options,
               help="Further LMConfig field as KEY=VALUE, e.g. goat_init=alibi (repeatable).")
 @click.option("--val-fraction", default=0.1, show_default=True, type=_FRACTION,
-              help="The last share of each record held out (the validation data; with --genome-split, "
-                   "its 'valid' genomes instead).")
+              help="The last share of each record, held out of training; the held-out shares are the validation "
+                   "data (with --genome-split, those of its 'valid' genomes).")
 @click.option("--eval-every", default=500, show_default=True, type=_NON_NEGATIVE, help="0: only at the end.")
 @click.option("--eval-max-bases", default=None, type=_POSITIVE, help="Held-out bases per evaluation [default: all].")
 @click.option("--save-every", default=500, show_default=True, type=_NON_NEGATIVE,

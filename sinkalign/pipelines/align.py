@@ -689,7 +689,8 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
                 prefilter: int | None = None, band: int | str | None = None, identity_weight: float | None = None,
                 identity_min: float | None = None, identity_gaps: str | None = None,
                 identity_move_min: float | None = None, processes: int | None = None, _task=None) -> int:
-    """Align pairs of sequences and write them in ``fmt``; returns the number of pairs written.
+    """Align pairs of sequences and write them in ``fmt``; returns the number of records written
+    (in SAM and BAM, lines: a query's unmapped line included).
 
     Args:
         query_fasta, target_fasta: FASTA files (``-``: standard input). Without ``pairs``,
@@ -886,15 +887,12 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
                 stream = hits()
                 if max_hits is not None:
                     stream = _best_per_query(stream, max_hits)
-                written = set()
                 for index, plan, pair in stream:
                     if plans is not None:
                         plans.add(plan_key(pair.query_id, pair.target_id, index), plan)
-                    if dropped is not None:
-                        written.add(pair.query_id)
                     yield pair
-                if dropped:  # after the aligned records, as the writer puts its unmapped lines
-                    yield from (pair for qid, pair in dropped.items() if qid not in written)
+                # last, as the writer puts its unmapped lines: it writes none for a query aligned elsewhere
+                yield from dropped.values() if dropped else ()
 
             target = sys.stdout if to_stdout else output
             try:

@@ -402,14 +402,17 @@ def _as_record(r: object, k: int, what: str = "record") -> GenomeRecord:
 def _looks_like_a_record(records: object) -> bool:
     """One record given alone: a pair of strs or an object with .id and .seq (a Bio SeqRecord
     iterates over its letters, so it must be told apart before the records are iterated)."""
-    if isinstance(records, tuple) and len(records) == 2 and all(isinstance(x, str) for x in records):
-        return True
+    if isinstance(records, tuple) and len(records) == 2 and isinstance(records[0], str) \
+            and not isinstance(records[1], (tuple, list)) and not hasattr(records[1], "id"):
+        return True  # (id, seq), the seq a str, bytes or a Bio Seq
     return hasattr(records, "id") and hasattr(records, "seq")
 
 
 def _is_a_path(text: str) -> bool:
     """Whether the str ``text`` is read as a FASTA path: ``-``, an existing path, or anything but
     letters alone (those, naming no file, are a sequence given where records were expected)."""
+    if not text:
+        return False
     if is_stdio(text) or not text.isalpha():
         return True
     try:
@@ -418,13 +421,22 @@ def _is_a_path(text: str) -> bool:
         return False
 
 
-def _as_records(records) -> list[GenomeRecord]:
-    """Accept one record or an iterable of them (see :func:`gc_profile`), or a FASTA path."""
+def _read_if_a_path(records):
+    """``records`` read from their FASTA file when they name one (:func:`read_records`), else as
+    given; a str or bytes that names no file (a sequence given alone) is refused."""
     if isinstance(records, os.PathLike) or (isinstance(records, str) and _is_a_path(records)):
-        out = read_records(records)
-    elif isinstance(records, (str, bytes)):
+        return read_records(records)
+    if isinstance(records, (str, bytes)):
         raise InputError(f"no FASTA file {records!r:.40} exists, and records are {_RECORDS}, not one sequence: "
                          "give [(id, seq)], e.g. gc_profile([('chr1', seq)])")
+    return records
+
+
+def _as_records(records) -> list[GenomeRecord]:
+    """Accept one record or an iterable of them (see :func:`gc_profile`), or a FASTA path."""
+    records = _read_if_a_path(records)
+    if isinstance(records, list) and all(isinstance(r, GenomeRecord) for r in records) and records:
+        out = records
     elif _looks_like_a_record(records):
         out = [_as_record(records, 0)]
     else:
@@ -589,10 +601,11 @@ def gc_profile(records, window: int = 1000, step: int | None = None, *, island_t
             :class:`~sinkalign.lm.data.GenomeRecord`, a :class:`~sinkalign.io.fasta.Sequence`
             of :func:`sinkalign.read_fasta`, a Biopython ``SeqRecord`` (its ``Seq`` read as a
             str); or the path (``str`` or ``os.PathLike``; ``-``: standard input) of a FASTA file,
-            plain or gzip, read as ``sinkalign gc-profile`` reads it (:func:`read_records`). A
-            sequence is over ACGTN in either case; the IUPAC ambiguity codes and ``X`` are read
-            as N (as in a FASTA file) and ``U`` as T (RNA, as the aligner reads it). A ``str``
-            of letters alone that names no file is a sequence, refused: put it in a pair.
+            plain or gzip, read as ``sinkalign gc-profile`` reads it (:func:`read_records`: DNA,
+            a ``U`` there is refused). A sequence is over ACGTN in either case; the IUPAC
+            ambiguity codes and ``X`` are read as N (as in a FASTA file) and, in a record given in
+            memory, ``U`` as T (RNA, as the aligner reads it). A ``str`` of letters alone that
+            names no file is a sequence, refused: put it in a pair.
         window: window length (bases), > 0.
         step: distance between window starts, ``0 < step <= window``; ``None``: half the window.
         island_threshold: flag windows whose GC departs from their record's GC by more
@@ -910,8 +923,7 @@ def compare_continuations(
     """
     window = _check_positive_int("window", window)
     true = {r.id: r.seq for r in _as_records(genome)}
-    if isinstance(generated, (str, os.PathLike)):
-        generated = read_records(generated)
+    generated = _read_if_a_path(generated)
     out = []
     for rec in (_as_record(r, k, "generated record") for k, r in enumerate(generated)):
         try:
