@@ -145,5 +145,5 @@ def test_verbose_logs_sinkalign_and_very_verbose_jax_too():
     args = ["align", "--example", "--model", "blosum", "--engine", "jax"]  # the jax engine starts JAX's backends
     info = subprocess.run([*base, "-v", *args], capture_output=True, text=True, check=True).stderr
     debug = subprocess.run([*base, "-vv", *args], capture_output=True, text=True, check=True).stderr
-    assert "INFO sinkalign.cli.align: wrote 2 pairs" in info
+    assert "INFO sinkalign.cli.align: wrote 2 records" in info
     assert "jax" not in info and "DEBUG jax" in debug

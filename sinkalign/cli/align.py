@@ -246,4 +246,4 @@ def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, 
     except OSError as exc:  # a file that is missing, unreadable or unwritable (SinkalignError: the group)
         stdout = output is None or str(output) == "-"
         raise click.ClickException(os_error_message(exc, ["standard output" if stdout else output, plan_out])) from exc
-    log.info("wrote %d pairs", n)
+    log.info("wrote %d records", n)  # (SAM/BAM: lines, a query's unmapped line included)
