@@ -53,8 +53,9 @@ def test_nan_in_padding_reaches_no_gradient_under_jit(mode):
         assert np.all(np.isfinite(g))  # dk was NaN for every key
         np.testing.assert_allclose(g, g0, rtol=0, atol=1e-13)
     assert np.all(grads[0][0, 4:] == 0) and np.all(grads[1][0, 5:] == 0) and np.all(grads[2][0, 5:] == 0)
-    with pytest.raises(ValueError, match="non-finite"):  # eager: refused, as documented
-        loss(qn, kn, vn)
+    # eager: the same (it was refused eagerly while it ran under jit; a valid position is still refused,
+    # tests/test_sinkhorn_inputs.py)
+    assert float(loss(qn, kn, vn)) == pytest.approx(float(value), abs=1e-13)
 
 
 def test_eps_as_a_jax_value_is_refused_saying_it_is_static():
