@@ -32,7 +32,7 @@ from _common import machine, write_json
 from sinkalign.align.aligner import Aligner
 from sinkalign.align.baselines import Scoring, align_pair
 from sinkalign.align.decode import mea_from_posteriors, plan_posteriors
-from sinkalign.align.evaluate import load_reference_set
+from sinkalign.align.evaluate import load_reference_set, reference_source
 from sinkalign.align.metrics import core_pair_scores, micro_average
 from sinkalign.align.pairhmm import match_posteriors, pairhmm_align
 from sinkalign.io.alignments import percent_identity, read_tmalign_pairs
@@ -42,8 +42,9 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def source_of(pair) -> str:
-    fam = pair.family or ""
-    return fam.split("/", 1)[0] if "/" in fam else "pfam"
+    """The structural collection of a pair (:func:`~sinkalign.align.evaluate.reference_source`,
+    the library's rule), every Pfam family pooled as ``"pfam"``."""
+    return reference_source(pair) if "/" in (pair.family or "") else "pfam"
 
 
 def posterior_hmm_align(plan, *, weight: float, gap_open: float, gap_extend: float, floor: float = 1e-4):

@@ -35,6 +35,7 @@ import tempfile
 from pathlib import Path
 
 from _common import machine, write_json
+from aligner_learned import source_of
 
 from sinkalign.io.shards import ShardDataset
 
@@ -66,11 +67,6 @@ class TrainIndex:
         if kmers and hits and hits.most_common(1)[0][1] >= share * len(kmers):
             return "near"
         return None
-
-
-def source_of(pair) -> str:
-    fam = pair.family or ""
-    return fam.split("/", 1)[0] if "/" in fam else "pfam"
 
 
 def build_shards(out: Path) -> Path:
