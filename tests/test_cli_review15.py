@@ -61,6 +61,8 @@ def test_reference_commands_refuse_nonsense_numbers_as_usage_errors(refs, tmp_pa
     (["validate", "kernels", "--backend", "pallas", "--interpret", "--quick", "--tolerance", "nan"], "--tolerance"),
     (["align", "--example", "--max-evalue", "nan"], "--max-evalue"),
     (["align", "--example", "--max-evalue", "inf"], "--max-evalue"),
+    (["align", "--example", "--max-evalue", "-1e-3"], "--max-evalue"),
+    (["align", "--example", "--max-evalue", "1e-3x"], "--max-evalue"),
 ])
 def test_nonsense_numbers_are_refused_before_any_work(args, option):
     res = _run(*args)
@@ -240,6 +242,9 @@ def test_evalues_below_the_double_range_are_filtered_and_written_from_their_logs
     assert [r[0] for r in rows("--max-evalue", "0")[1:]] == []
     assert [r[0] for r in rows("--max-evalue", "1e-300")[1:]] == ["q"]
     assert sorted(r[0] for r in rows("--max-evalue", "1")[1:]) == ["q", "r"]
+    # thresholds below the double range are read exactly (float read 1e-700 as 0: nothing kept)
+    assert [r[0] for r in rows("--max-evalue", f"1e-{exponent - 10}")[1:]] == ["q"]
+    assert [r[0] for r in rows("--max-evalue", f"1e-{exponent + 10}")[1:]] == []
     paf = {r[0]: r for r in rows("--format", "paf")}
     assert f"ZE:f:{evalue['q']}" in paf["q"], paf["q"]
 
@@ -266,3 +271,17 @@ def test_evaluate_pair_scores_are_what_the_tables_are_made_of(tmp_path):
         assert data["methods"][method]["micro"]["f1"] == pytest.approx(2 * tp / (pred + refs), rel=1e-12)
     res = _run("evaluate", "--reference", sto, "--methods", "nw", "--pair-scores", tmp_path / "p.tsv")
     assert res.exit_code == 1 and "already exists" in res.output  # never replaced unasked
+
+
+def test_log_evalue_threshold_reads_strings_exactly_and_refuses_nonsense():
+    import math
+
+    from sinkalign.errors import InputError
+    from sinkalign.pipelines.align import log_evalue_threshold
+
+    assert log_evalue_threshold("1e-400") == pytest.approx(-400 * math.log(10), rel=1e-15)
+    assert log_evalue_threshold(1e-3) == math.log(1e-3)
+    assert log_evalue_threshold("0") == log_evalue_threshold(0) == -math.inf
+    for bad in ("nan", "inf", "-1", "abc", -1.0, float("nan"), True):
+        with pytest.raises(InputError, match="max_evalue"):
+            log_evalue_threshold(bad)

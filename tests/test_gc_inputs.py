@@ -117,6 +117,48 @@ def test_rna_is_read_as_dna_as_the_aligner_reads_it():
     assert a.pearson_r == pytest.approx(1.0) and a.true_gc == b.true_gc == a.generated_gc
 
 
+def test_an_rna_fasta_file_is_read_as_records_in_memory_are(tmp_path, monkeypatch):
+    """A FASTA file with U (and u) was refused ("invalid character 'U'") by gc_profile(path), '-'
+    and ``sinkalign gc-profile`` while the same records given in memory read U as T: one rule
+    now (as_model_bases(..., rna=True)); other letters are still refused, naming file, record and
+    position; the LM's own reader (rna=False) still refuses U."""
+    from click.testing import CliRunner
+
+    from sinkalign.cli.main import cli
+    from sinkalign.errors import FormatError
+
+    rng = np.random.default_rng(8)
+    seqs = {"chr1": _random_dna(rng, 3000), "chr2": _random_dna(rng, 1200)}
+    dna, rna = tmp_path / "dna.fa", tmp_path / "rna.fa"
+    dna.write_text("".join(f">{k}\n{v}\n" for k, v in seqs.items()))
+    rna.write_text(f">chr1\n{seqs['chr1'].replace('T', 'U')}\n>chr2\n{seqs['chr2'].lower().replace('t', 'u')}\n")
+    ref = gc_profile(dna, window=500)
+    for records in (rna, str(rna), [(k, v.replace("T", "U")) for k, v in seqs.items()]):
+        _same(gc_profile(records, window=500), ref)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(rna.read_bytes())))
+    _same(gc_profile("-", window=500), ref)
+    # the CLI, the overlay read by the same rule
+    gen = tmp_path / "gen.fa"
+    gen.write_text(f">{continuation_description('g', 'chr1', 1000)}\n{seqs['chr1'][1000:1400].replace('T', 'U')}\n")
+    for name, genome in (("dna", dna), ("rna", rna)):
+        res = CliRunner().invoke(cli, ["gc-profile", str(genome), "--window", "500", "--overlay", str(gen),
+                                       "-o", str(tmp_path / name), "--no-progress"])
+        assert res.exit_code == 0, res.output
+    for name in ("gc_profile.tsv", "overlay.tsv"):
+        assert (tmp_path / "rna" / name).read_text() == (tmp_path / "dna" / name).read_text()
+    # a letter that is no nucleotide: the file, the record and the position
+    bad = tmp_path / "bad.fa"
+    bad.write_text(">r1\nACGU\n>r2\nACGUAEU\n")
+    with pytest.raises(FormatError, match=r"bad\.fa: record 'r2' has invalid character 'E' at 0-based position 5 "
+                                          r"\(allowed: ACGTN, U \(read as T\) and IUPAC codes"):
+        gc_profile(bad, window=4)
+    res = CliRunner().invoke(cli, ["gc-profile", str(bad), "-o", str(tmp_path / "out")])
+    assert res.exit_code == 1 and "bad.fa: record 'r2' has invalid character 'E' at 0-based position 5" in res.output
+    with pytest.raises(FormatError, match=r"record 'r1' has invalid character 'U' at 0-based position 3 "
+                                          r"\(allowed: ACGTN and IUPAC"):
+        read_genome_records(bad)
+
+
 def test_compare_continuations_takes_seqrecords_and_files(tmp_path):
     rng = np.random.default_rng(4)
     seq = _random_dna(rng, 1000)

@@ -212,6 +212,43 @@ def test_model_paths_that_hold_no_model_say_what_they_are(tmp_path, monkeypatch,
     assert resolve_model_path(run / "checkpoints") == resolve_model_path(run) == run / "checkpoints" / "step-00000002"
 
 
+def test_a_folder_named_like_a_shipped_model_by_one_rule_two_tests(tmp_path, monkeypatch):
+    """``names_shipped_model`` is the one rule (it was written twice, in lm.model and
+    lm.checkpoints), each reader passing its test of the path: load_model/resolve_model_path
+    (any existing path is taken: it follows a run named ``default`` to its newest checkpoint) and
+    load_checkpoint (only a checkpoint directory is taken: it reads no runs)."""
+    from sinkalign.lm.checkpoints import holds_checkpoint, names_shipped_model
+    from sinkalign.lm.model import load_checkpoint_config
+
+    monkeypatch.chdir(tmp_path)
+    shipped = default_model_path("default")
+    shipped_config = load_checkpoint_config(shipped)
+    # no such folder: the shipped model, for both
+    assert names_shipped_model("default") and names_shipped_model("default", taken_as_path=holds_checkpoint)
+    assert resolve_model_path("default") == shipped and load_checkpoint_config("default") == shipped_config
+    assert not names_shipped_model(tmp_path / "default") and not names_shipped_model("elsewhere")
+    # ./default holding nothing usable: taken as a path by the first rule (resolve_model_path then
+    # passes it over with a warning), not by the second; both give the shipped model
+    (tmp_path / "default").mkdir()
+    assert not names_shipped_model("default")
+    assert names_shipped_model("default", taken_as_path=holds_checkpoint)
+    assert resolve_model_path("default") == shipped and load_checkpoint_config("default") == shipped_config
+    # ./default holding a run: load_model follows it; load_checkpoint, which reads no runs, does not
+    step = tmp_path / "default" / "checkpoints" / "step-00000003"
+    save_checkpoint(step, tiny_model("alibi", dtype=torch.float32))
+    (step / "trainer_state.json").write_text("{}")  # complete
+    (tmp_path / "default" / "checkpoints" / "latest.json").write_text(json.dumps({"dir": step.name}))
+    assert not names_shipped_model("default")
+    assert names_shipped_model("default", taken_as_path=holds_checkpoint)
+    assert resolve_model_path("default").resolve() == step.resolve()
+    assert load_model("default").config.attention == "alibi"
+    assert load_checkpoint_config("default") == shipped_config
+    # ./default holding a checkpoint: taken as given by both
+    save_checkpoint(tmp_path / "default", tiny_model("rope", dtype=torch.float32))
+    assert not names_shipped_model("default", taken_as_path=holds_checkpoint)
+    assert load_checkpoint_config("default").attention == load_model("default").config.attention == "rope"
+
+
 def test_cli_generate_dna_shipped_models():
     """`generate-dna` without --model uses the multi-genome default; `--model cdiph` the old one."""
     runner = CliRunner()

@@ -116,6 +116,39 @@ def test_config_from_dict_errors():
         LMConfig(8, 32, 2, 2, "nope", 16)  # keyword-only
 
 
+def test_config_defaults_are_those_of_lm_train_and_build_a_model():
+    """LMConfig had no defaults for its core fields (a Python user passed every one): they are now
+    ``sinkalign lm train``'s, which reads them from LMConfig, and ``LMConfig(attention=...)`` runs.
+    A saved config is still read as saved: it holds every field, and the core ones stay required."""
+    import dataclasses
+
+    from sinkalign.cli.lm import train as train_cmd
+    from sinkalign.lm.checkpoints import default_model_path
+    from sinkalign.lm.train import TrainConfig
+
+    cfg = LMConfig(attention="goat")
+    tok = NucleotideTokenizer()
+    assert (cfg.vocab_size, cfg.pad_id) == (tok.vocab_size, PAD_ID)
+    cli_defaults = {p.name: p.default for p in train_cmd.params}
+    assert (cli_defaults["d_model"], cli_defaults["n_layers"], cli_defaults["n_heads"], cli_defaults["seq_len"],
+            cli_defaults["dropout"]) == (cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.max_train_len, cfg.dropout) \
+        == (128, 4, 4, 256, 0.0)
+    tokens = tok.encode("ACGTTGCAAGGCTTAN")[None]  # [1, 16]
+    for attention in ATTENTION_NAMES:
+        default = LMConfig(attention=attention)
+        assert TrainConfig(fasta="genome.fa", attention=attention).model_config() == default  # lm train's model
+        torch.manual_seed(0)
+        logits = DNALanguageModel(default).eval()(tokens)
+        assert logits.shape == (1, 16, tok.vocab_size) and torch.isfinite(logits).all(), attention
+    for name in ("default", "cdiph"):
+        saved = json.loads((default_model_path(name) / CHECKPOINT_CONFIG).read_text())["config"]
+        assert set(saved) == {f.name for f in dataclasses.fields(LMConfig)}
+        assert load_checkpoint_config(name).to_dict() == saved
+    for key in ("vocab_size", "d_model", "n_layers", "n_heads", "attention", "max_train_len"):
+        with pytest.raises(ValueError, match=rf"LMConfig is missing required keys \['{key}'\]"):
+            LMConfig.from_dict({k: v for k, v in cfg.to_dict().items() if k != key})
+
+
 # ----------------------------------------------------------------------------- model
 
 def test_forward_shapes_loss_and_parameter_count():

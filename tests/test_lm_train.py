@@ -387,6 +387,26 @@ def test_cli_train_option_errors_name_the_option(fasta, tmp_path, option, value,
     assert not (tmp_path / "x").exists()
 
 
+def test_standard_input_is_refused_as_a_training_genome_with_the_reason(fasta, tmp_path, monkeypatch):
+    """`lm train --fasta -` said "Path '-' does not exist" (or trained on a file named '-'): a run
+    reads its genomes again to resume and its checkpoints name them by path, so standard input is
+    refused, saying why and what to do (as a named pipe is: "not a regular file")."""
+    why = ("'-' (standard input) cannot be a training genome (fasta / --fasta): a run reads its genomes again to "
+           "resume, and its checkpoints name them by path; save them to a file and give that")
+    for sources in ("-", (str(fasta), "-")):
+        with pytest.raises(ValueError, match=re.escape(why)):
+            TrainConfig(fasta=sources, attention="rope", out_dir=str(tmp_path / "run"))
+    monkeypatch.chdir(tmp_path)
+    Path("-").write_text(fasta.read_text())  # a file of that name is not what '-' means (it was trained on)
+    for extra in ([], ["--fasta", str(fasta)]):
+        res = CliRunner().invoke(cli, ["lm", "train", "--fasta", "-", *extra, "--attention", "rope", "--steps", "2",
+                                       "--batch-size", "2", "--seq-len", "16", "--d-model", "16", "--n-layers", "1",
+                                       "--n-heads", "2", "--out", str(tmp_path / "run"), "--no-progress"],
+                                 input=fasta.read_text())
+        assert res.exit_code == 2 and why in " ".join(res.output.split()), res.output
+        assert not (tmp_path / "run").exists()
+
+
 def test_cli_train_manifest_naming_a_missing_genome_is_a_clean_error(tmp_path):
     man = tmp_path / "genomes.tsv"
     man.write_text("file\tspecies\nabsent.fa\tnobody\n")

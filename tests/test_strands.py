@@ -64,11 +64,12 @@ def test_strand_signs_name_the_strands(dna, seqs, tmp_path):
     by_sign, by_name = dna.align(query, rev, strand="-"), dna.align(query, rev, strand="minus")
     assert by_sign.strand == "-" and by_sign.pairs.tolist() == by_name.pairs.tolist()
     assert dna.align(query, rev, strand="+").strand == "+"
+    assert Aligner.load("dna", strand="Minus").strand == "minus"  # any case, as the CLI reads it
     (tmp_path / "q.fa").write_text(f">q\n{query}\n")
     (tmp_path / "t.fa").write_text(f">t\n{rev}\n")
     align_fasta(tmp_path / "q.fa", tmp_path / "t.fa", output=tmp_path / "o.paf", strand="-")
     assert (tmp_path / "o.paf").read_text().split("\t")[4] == "-"
-    with pytest.raises(InputError, match=r"is not one of \('plus', 'minus', 'both'\) \(or '\+', '-'\)"):
+    with pytest.raises(InputError, match=r"is not one of \('plus', 'minus', 'both'\) \(or '\+', '-'; any case\)"):
         dna.align(query, rev, strand="*")
 
 
@@ -256,6 +257,36 @@ def test_cli_strand_option(tmp_path, seqs):
     np.testing.assert_allclose(plan, expect.astype(np.float32))
     r = CliRunner().invoke(cli, ["align", str(tmp_path / "p.fa"), str(tmp_path / "p.fa"), "--strand", "minus"])
     assert r.exit_code == 1 and "--strand minus: strands are for nucleotide sequences" in r.output
+
+
+def test_cli_strand_option_takes_the_signs_in_any_case(tmp_path, seqs):
+    """``--strand`` reads what :func:`strand_name` reads (``+``, ``-``) in any case: ``-`` as a
+    separate value and after ``=`` (it was refused: only plus/minus/both, lower case)."""
+    query, fwd, rev = seqs
+    (tmp_path / "q.fa").write_text(f">q\n{query}\n")
+    (tmp_path / "t.fa").write_text(f">fwd\n{fwd}\n>rev\n{rev}\n")
+
+    def run(*strand):
+        r = CliRunner().invoke(cli, ["align", str(tmp_path / "q.fa"), str(tmp_path / "t.fa"), *strand,
+                                     "--no-progress"])
+        assert r.exit_code == 0, r.output
+        return r.output
+
+    minus, plus = run("--strand", "minus"), run("--strand", "plus")
+    assert minus != plus
+    for strand in (["--strand", "-"], ["--strand=-"], ["--strand", "MINUS"]):
+        assert run(*strand) == minus, strand
+    for strand in (["--strand", "+"], ["--strand=+"], ["--strand", "Plus"]):
+        assert run(*strand) == plus, strand
+    assert run("--strand", "BOTH") == run()
+    r = CliRunner().invoke(cli, ["align", "--help"])
+    assert "--strand [plus|minus|both|+|-]" in r.output
+    from sinkalign.align.aligner import STRANDS
+    from sinkalign.cli.options import Strand
+
+    assert Strand.CHOICES == (*STRANDS, "+", "-")  # the help's copy (the aligner is too heavy for --help)
+    r = CliRunner().invoke(cli, ["align", str(tmp_path / "q.fa"), str(tmp_path / "t.fa"), "--strand", "rev"])
+    assert r.exit_code == 2 and "'rev' is not a strand: plus|minus|both|+|- (any case)" in r.output
 
 
 def test_x_masked_dna_aligns_with_the_dna_model(tmp_path):

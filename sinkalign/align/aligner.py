@@ -110,14 +110,14 @@ STRANDS = ("plus", "minus", "both")  # BLAST's -strand
 
 
 def strand_name(strand: str) -> str:
-    """``strand`` as one of :data:`STRANDS`: ``"+"`` and ``"-"`` (the strand signs of SAM,
-    PAF and :attr:`AlignedPair.strand`) are ``"plus"`` and ``"minus"``.
+    """``strand`` as one of :data:`STRANDS`, in any case: ``"+"`` and ``"-"`` (the strand signs
+    of SAM, PAF and :attr:`AlignedPair.strand`) are ``"plus"`` and ``"minus"``.
 
     Raises:
         InputError: anything else."""
-    name = {"+": "plus", "-": "minus"}.get(strand, strand) if isinstance(strand, str) else strand
+    name = {"+": "plus", "-": "minus"}.get(strand, strand.lower()) if isinstance(strand, str) else strand
     if name not in STRANDS:
-        raise InputError(f"strand={strand!r} is not one of {STRANDS} (or '+', '-')")
+        raise InputError(f"strand={strand!r} is not one of {STRANDS} (or '+', '-'; any case)")
     return name
 
 # A dense plan is [m + 1, n + 1] per pair: at most MAX_CELLS residue pairs (8192 x 8192, as

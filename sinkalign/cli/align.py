@@ -8,8 +8,10 @@ from pathlib import Path
 import click
 
 from sinkalign.cli.options import (
+    EValueThreshold,
     FiniteFloatRange,
     OutputPath,
+    Strand,
     check_processes_option,
     esm_weights_option,
     exit_on_broken_pipe,
@@ -159,10 +161,10 @@ class _Band(click.ParamType):
                    "MEA column). Higher: fewer, surer columns (precision up, recall down). DNA homologs inside "
                    "unrelated flanking sequence: 0.5 keeps more of the alignment from running on into the flanks "
                    "(BENCHMARKS.md, 'DNA homologs between unrelated flanks').")
-@click.option("--max-evalue", type=FiniteFloatRange(min=0),
+@click.option("--max-evalue", type=EValueThreshold(), metavar="E",
               help="Write only the pairs whose E-value is at most this (e.g. 1e-3 in an all-vs-all run: the "
                    "likely homologs); needs a model with an E-value null (every shipped model has one). Compared "
-                   "as logs, so E-values below the float range count; a value below ~5e-324 reads as 0.")
+                   "as logs and read exactly, so E-values and thresholds below the float range count (1e-400).")
 @click.option("--db-size", type=_DbSize(), metavar="N|targets",
               help="Report E-values for a search of N comparisons per query (each pair's E-value times N, as "
                    "HMMER's -Z), or 'targets': the number of pairs of this run the query is in (the target count "
@@ -177,11 +179,11 @@ class _Band(click.ParamType):
                    "prefilters. E-values stay per comparison; --db-size targets counts every target searched. A "
                    "query with more than N homologs keeps only N of them: make N at least the number of hits you "
                    "want (BENCHMARKS.md, 'A search with --prefilter N').")
-@click.option("--strand", type=click.Choice(["plus", "minus", "both"]),
-              help="Nucleotide pairs: align the query as given (plus), its reverse complement (minus) or both, "
-                   "keeping the strand of smaller E-value (default: both, as BLAST; the E-value is doubled: two "
-                   "comparisons). A minus-strand pair is written as SAM writes a reverse-strand read (flag 16, the "
-                   "reverse complement as SEQ), with query spans on the query as given (TSV, JSON, blast6).")
+@click.option("--strand", type=Strand(),
+              help="Nucleotide pairs: align the query as given (plus or +), its reverse complement (minus or -) "
+                   "or both, keeping the strand of smaller E-value (default: both, as BLAST; the E-value is doubled: "
+                   "two comparisons); any case. A minus-strand pair is written as SAM writes a reverse-strand read "
+                   "(flag 16, the reverse complement as SEQ), with query spans on the query as given (TSV, JSON, blast6).")
 @click.option("--band", type=_Band(), metavar="R|dense",
               help="Solve every pair on a corridor of R residues around its Needleman-Wunsch and Smith-Waterman "
                    "alignments (O((m + n) R) instead of O(m n)); 'dense': every pair's plan dense (up to 8192 x "

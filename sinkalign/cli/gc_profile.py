@@ -78,7 +78,8 @@ def gc_profile(fasta: str, window: int, step: int | None, island_threshold: floa
 
     GC = (G + C) / (A + C + G + T): N is left out of the denominator, and so are the IUPAC
     ambiguity codes (R, Y, S, W, K, M, B, D, H, V; S too, though it is G or C) and X, which
-    are read as N. Soft-masked (lowercase) bases count like uppercase ones.
+    are read as N. Soft-masked (lowercase) bases count like uppercase ones; U (RNA) is read
+    as T.
 
     A window with fewer A/C/G/T bases than half the window length (mostly N, or the short
     tail window of a record) is NA: empty GC and skew (nan in the TSV, a gap in the plot),

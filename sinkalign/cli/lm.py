@@ -50,9 +50,12 @@ def lm() -> None:
 
 
 @lm.command("train", cls=ResumableCommand)
-@click.option("--fasta", "fasta", required=True, multiple=True, type=click.Path(exists=True, readable=True),
+# allow_dash: '-' reaches TrainConfig, which says why a run cannot train on standard input
+@click.option("--fasta", "fasta", required=True, multiple=True,
+              type=click.Path(exists=True, readable=True, allow_dash=True),
               help="Genomes: a FASTA file (plain or gzip), a directory of them, or a genome manifest (.tsv with "
-                   "a 'file' column); repeat for more. Each file is one genome.")
+                   "a 'file' column); repeat for more. Each file is one genome. Not '-': a run reads its genomes "
+                   "again to --resume.")
 @click.option("--genome-split", default=None, type=click.Path(exists=True, dir_okay=False),
               help="Split by whole genera (e.g. data_manifests/genomes_multi_split.json): 'valid' genomes are the "
                    "validation data, 'test' genomes are not read.")
@@ -72,7 +75,8 @@ def lm() -> None:
               help="Run directory: metrics.jsonl and checkpoints/.")
 @click.option("--steps", default=2000, show_default=True, type=_POSITIVE)
 @click.option("--batch-size", default=16, show_default=True, type=_POSITIVE, help="Windows per step per process.")
-@click.option("--seq-len", default=256, show_default=True, type=click.IntRange(min=2), help="Training context length.")
+@click.option("--seq-len", default=LMConfig.max_train_len, show_default=True, type=click.IntRange(min=2),
+              help="Training context length.")
 @click.option("--lr", default=2e-3, show_default=True, type=FiniteFloatRange(min=0, min_open=True),
               help="Peak learning rate.")
 @click.option("--min-lr-ratio", default=0.1, show_default=True, type=FiniteFloatRange(0, 1),
@@ -82,10 +86,11 @@ def lm() -> None:
 @click.option("--weight-decay", default=0.1, show_default=True, type=FiniteFloatRange(min=0),
               help="AdamW's decoupled weight decay (matrices only).")
 @click.option("--grad-clip", default=1.0, show_default=True, type=FiniteFloatRange(min=0), help="0 disables clipping.")
-@click.option("--d-model", default=128, show_default=True, type=_POSITIVE)
-@click.option("--n-layers", default=4, show_default=True, type=_POSITIVE)
-@click.option("--n-heads", default=4, show_default=True, type=_POSITIVE)
-@click.option("--dropout", default=0.0, show_default=True, type=FiniteFloatRange(0, 1, max_open=True))
+# the model's defaults are LMConfig's (a dataclass field's default is its class attribute)
+@click.option("--d-model", default=LMConfig.d_model, show_default=True, type=_POSITIVE)
+@click.option("--n-layers", default=LMConfig.n_layers, show_default=True, type=_POSITIVE)
+@click.option("--n-heads", default=LMConfig.n_heads, show_default=True, type=_POSITIVE)
+@click.option("--dropout", default=LMConfig.dropout, show_default=True, type=FiniteFloatRange(0, 1, max_open=True))
 @click.option("--model-option", "model_options", multiple=True, callback=_model_options,
               help="Further LMConfig field as KEY=VALUE, e.g. goat_init=alibi (repeatable).")
 @click.option("--val-fraction", default=0.1, show_default=True, type=_FRACTION,
@@ -120,7 +125,7 @@ def train(ctx, fasta, attention, out_dir, steps, batch_size, seq_len, lr, min_lr
     torch = require("torch", "torch", "sinkalign lm train")
     from sinkalign.lm.train import TrainConfig, TrainingInterrupted, check_out_dir, train_lm, train_lm_ddp
 
-    mlp_ratio = 4.0
+    mlp_ratio = LMConfig.mlp_ratio
     if init_model is not None:
         attention, d_model, n_layers, n_heads, seq_len, mlp_ratio, model_options = _init_settings(
             ctx, init_model, attention=attention, d_model=d_model, n_layers=n_layers, n_heads=n_heads,

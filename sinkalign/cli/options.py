@@ -7,8 +7,8 @@ import sys
 
 import click
 
-__all__ = ["FiniteFloatRange", "OutputPath", "ResumableCommand", "embedder_options", "esm_weights_option",
-           "exit_on_broken_pipe", "model_options", "os_error_message", "parse_value", "progress_option",
+__all__ = ["EValueThreshold", "FiniteFloatRange", "OutputPath", "ResumableCommand", "Strand", "embedder_options",
+           "esm_weights_option", "exit_on_broken_pipe", "model_options", "os_error_message", "parse_value", "progress_option",
            "report_interrupted", "show_progress"]
 
 
@@ -25,6 +25,27 @@ class FiniteFloatRange(click.FloatRange):
         return out
 
 
+class EValueThreshold(click.ParamType):
+    """An E-value threshold read exactly as a :class:`decimal.Decimal`: ``1e-400`` stays
+    1e-400 (``float`` reads it as 0), for thresholds compared as logs. Refuses negatives,
+    ``nan`` and ``inf``."""
+
+    name = "evalue"
+
+    def convert(self, value, param, ctx):
+        import decimal
+
+        if isinstance(value, decimal.Decimal):
+            return value
+        try:
+            out = decimal.Decimal(str(value).strip())
+        except decimal.InvalidOperation:
+            self.fail(f"{value!r} is not a number.", param, ctx)
+        if not out.is_finite() or out < 0:
+            self.fail(f"{value!r} is not a finite number >= 0.", param, ctx)
+        return out
+
+
 class OutputPath(click.Path):
     """:class:`click.Path` of an output file that also refuses a name ending in a path separator
     (``newdir/``): it names a folder, and ``pathlib`` would drop the slash and write a file
@@ -36,6 +57,29 @@ class OutputPath(click.Path):
         if isinstance(value, str) and names_a_folder(value):
             self.fail(f"{value!r} ends in {value[-1]!r}, so it names a folder: give a file name", param, ctx)
         return super().convert(value, param, ctx)
+
+
+class Strand(click.ParamType):
+    """A strand, in any case, as :func:`sinkalign.align.aligner.strand_name` reads it: one of
+    :data:`~sinkalign.align.aligner.STRANDS` or the signs ``+`` and ``-``; converted to its name
+    (``plus``, ``minus``, ``both``). ``--strand -`` and ``--strand=-`` both parse as ``minus``.
+    The aligner (which pulls in JAX) is imported only when a value is converted, so ``--help``
+    shows :data:`CHOICES`, a copy of those names that a test holds to ``STRANDS``."""
+
+    name = "strand"
+    CHOICES = ("plus", "minus", "both", "+", "-")
+
+    def get_metavar(self, param, ctx=None):  # click >= 8.2 passes ctx
+        return f"[{'|'.join(self.CHOICES)}]"
+
+    def convert(self, value, param, ctx):
+        from sinkalign.align.aligner import strand_name
+        from sinkalign.errors import InputError
+
+        try:
+            return strand_name(value)
+        except InputError:
+            self.fail(f"{value!r} is not a strand: {'|'.join(self.CHOICES)} (any case)", param, ctx)
 
 
 def os_error_message(exc: OSError, outputs) -> str:

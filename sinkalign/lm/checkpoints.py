@@ -16,13 +16,15 @@ from __future__ import annotations
 import importlib.resources
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from sinkalign.errors import InputError, MissingFileError
 from sinkalign.utils import ALIGNER_LAYOUT, GENOME_LM_LAYOUT, newest_checkpoint, previous_complete_checkpoint
 
 __all__ = ["CHECKPOINT_CONFIG", "CHECKPOINT_WEIGHTS", "DEFAULT_MODEL_DIR", "LATEST", "SHIPPED_MODELS", "TRAINER_STATE",
-           "aligner_layout", "default_model_path", "find_latest_checkpoint", "names_shipped_model", "not_a_genome_lm",
+           "aligner_layout", "default_model_path", "find_latest_checkpoint", "holds_checkpoint", "names_shipped_model",
+           "not_a_genome_lm",
            "previous_checkpoint", "shipped_model", "step_dir_name"]
 
 #: The two files of a checkpoint directory (:func:`sinkalign.lm.model.save_checkpoint`).
@@ -55,10 +57,21 @@ def default_model_path(name: str = "default") -> Path:
     return _package_path(SHIPPED_MODELS[name])
 
 
-def names_shipped_model(path: object) -> bool:
+def holds_checkpoint(path: str | os.PathLike) -> bool:
+    """Whether the directory ``path`` holds a checkpoint's :data:`CHECKPOINT_CONFIG`."""
+    return (Path(path) / CHECKPOINT_CONFIG).is_file()
+
+
+def names_shipped_model(path: object, *, taken_as_path: Callable[[Path], bool] = Path.exists) -> bool:
     """Whether ``path`` is the name of a shipped model (:data:`SHIPPED_MODELS`): a ``str`` such as
-    ``"default"`` that is not also an existing path (a folder of that name is taken as given)."""
-    return isinstance(path, str) and path in SHIPPED_MODELS and not Path(path).exists()
+    ``"default"`` unless ``taken_as_path(Path(path))``, where the path of that name is taken as given.
+
+    The test is the caller's, as each reads a path: by default any existing path is taken
+    (:func:`sinkalign.lm.generate.resolve_model_path`, which then follows a run folder named
+    ``default`` to its newest checkpoint and passes over a folder holding neither); with
+    :func:`holds_checkpoint` only a checkpoint directory is
+    (:func:`sinkalign.lm.model.load_checkpoint`, which reads no runs)."""
+    return isinstance(path, str) and path in SHIPPED_MODELS and not taken_as_path(Path(path))
 
 
 def shipped_model(name: str) -> Path:

@@ -25,6 +25,10 @@ _GOAT_INITS = ("uniform", "alibi", "alibi_sink")
 _BAM_INITS = ("uniform", "alibi")
 _BAM_IMPLS = ("auto", "chunked", "flex")
 _SLA_BACKBONES = ("gla", "retnet")
+# The fields every saved config.json has held since the first checkpoint format: from_dict refuses
+# a config without them (their defaults are for building a model in Python: a saved model is read
+# as saved, never completed from defaults that a later version may change).
+_SAVED_REQUIRED = ("vocab_size", "d_model", "n_layers", "n_heads", "attention", "max_train_len")
 
 
 def _check_int(name: str, value: Any, minimum: int) -> None:
@@ -57,6 +61,10 @@ def _check_bool(name: str, value: Any) -> None:
 @dataclass(frozen=True, kw_only=True)
 class LMConfig:
     """Configuration of :class:`sinkalign.lm.DNALanguageModel`.
+
+    Every field but ``attention`` has a default: those of ``sinkalign lm train``, which reads
+    them from here (``LMConfig(attention="goat")`` is the model that command trains by default,
+    dropout and all). :meth:`from_dict` reads a saved config as saved.
 
     Core:
         vocab_size: token ids are ``0 .. vocab_size - 1`` (8 for :class:`NucleotideTokenizer`).
@@ -99,18 +107,18 @@ class LMConfig:
     RoPE: ``rope_base``.
     """
 
-    vocab_size: int
-    d_model: int
-    n_layers: int
-    n_heads: int
-    attention: str
-    max_train_len: int
+    vocab_size: int = 8  # NucleotideTokenizer's (sinkalign.lm.tokenizer imports torch; a test ties the two)
+    d_model: int = 128
+    n_layers: int = 4
+    n_heads: int = 4
+    attention: str  # required (keyword-only fields may follow defaults)
+    max_train_len: int = 256  # sinkalign lm train --seq-len
     mlp_ratio: float = 4.0
     dropout: float = 0.0
     tie_embeddings: bool = True
     norm_eps: float = 1e-5
     init_std: float = 0.02
-    pad_id: int | None = 5
+    pad_id: int | None = 5  # NucleotideTokenizer's PAD_ID
     input_kmer: int = 1
     # GOAT
     goat_n_freqs: int = 4
@@ -207,16 +215,17 @@ class LMConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LMConfig:
-        """Inverse of :meth:`to_dict`; unknown or missing keys raise ``ValueError``."""
+        """Inverse of :meth:`to_dict`; unknown keys raise ``ValueError``, and so does a missing key
+        of the fields every saved config holds (``vocab_size``, ``d_model``, ``n_layers``,
+        ``n_heads``, ``attention``, ``max_train_len``): their defaults never fill a saved config. A
+        field added later (``input_kmer``) takes its default, which is what older models were."""
         if not isinstance(data, Mapping):
             raise InputError(f"LMConfig.from_dict expects a mapping, got {type(data).__name__}")
         fields = {f.name: f for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - set(fields))
         if unknown:
             raise InputError(f"unknown LMConfig keys {unknown}; valid keys: {sorted(fields)}")
-        required = [n for n, f in fields.items()
-                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
-        missing = [n for n in required if n not in data]
+        missing = [n for n in _SAVED_REQUIRED if n not in data]
         if missing:
             raise InputError(f"LMConfig is missing required keys {missing}")
         kwargs = dict(data)

@@ -29,7 +29,7 @@ import numpy as np
 from Bio.SeqIO.FastaIO import SimpleFastaParser
 
 from sinkalign.errors import FormatError, InputError, MissingFileError
-from sinkalign.io.fasta import not_fasta_hint, open_text
+from sinkalign.io.fasta import not_fasta_hint, open_text, rna_as_dna
 
 __all__ = [
     "ALPHABET",
@@ -64,11 +64,13 @@ for _i, _c in enumerate(ALPHABET):
 _DECODE_LUT = np.frombuffer(ALPHABET.encode("ascii"), dtype=np.uint8)
 
 
-def as_model_bases(seq: str) -> str:
+def as_model_bases(seq: str, *, rna: bool = False) -> str:
     """``seq`` with its ASCII letters uppercased and the IUPAC ambiguity codes ``RYSWKMBDHV`` and
     a masked base ``X`` read as N, as :func:`read_genome` reads a genome (what is left outside
-    ``ACGTN``, a non-ASCII letter too, stays, for the caller's error)."""
-    return seq.translate(_TO_N)
+    ``ACGTN``, a non-ASCII letter too, stays, for the caller's error); with ``rna``, ``U`` (either
+    case) as T too (:func:`sinkalign.io.fasta.rna_as_dna`, as the aligner reads RNA)."""
+    bases = seq.translate(_TO_N)
+    return rna_as_dna(bases) if rna else bases
 
 
 @dataclass(frozen=True)
@@ -99,13 +101,13 @@ def _first_line_is_a_header(handle, path: Path) -> None:
     handle.seek(pos)
 
 
-def read_genome_records(path: str | os.PathLike) -> list[GenomeRecord]:
+def read_genome_records(path: str | os.PathLike, *, rna: bool = False) -> list[GenomeRecord]:
     """Read every record of a FASTA file (plain or gzip), validated, in file order.
 
-    Sequences are uppercased; the IUPAC ambiguity codes ``RYSWKMBDHV`` and a masked base ``X``
-    become ``N``.
-    Any other character (gap ``-``, stop ``*``, ``U``, digits, ...) raises ``ValueError``
-    naming the file, the record and the 0-based position in that record.
+    Sequences are read by :func:`as_model_bases`: uppercased; the IUPAC ambiguity codes
+    ``RYSWKMBDHV`` and a masked base ``X`` become ``N``; with ``rna``, ``U`` becomes ``T``.
+    Any other character (gap ``-``, stop ``*``, ``U`` without ``rna``, digits, ...) raises
+    ``ValueError`` naming the file, the record and the 0-based position in that record.
 
     Raises:
         MissingFileError (a FileNotFoundError): ``path`` does not exist.
@@ -126,15 +128,15 @@ def read_genome_records(path: str | os.PathLike) -> list[GenomeRecord]:
             # failed on it with an 'ascii' codec error naming neither record nor position)
             for title, raw in SimpleFastaParser(handle):
                 rec_id = title.split(None, 1)[0] if title.strip() else ""
-                seq = raw.replace("\t", "").translate(_TO_N)  # (SeqIO dropped tabs in sequence lines too)
+                seq = as_model_bases(raw.replace("\t", ""), rna=rna)  # (SeqIO dropped tabs in sequence lines too)
                 if not seq:
                     raise FormatError(f"{path}: record {rec_id!r} is empty")
                 bad = _INVALID.search(seq)
                 if bad is not None:
                     raise FormatError(
                         f"{path}: record {rec_id!r} has invalid character {bad.group()!r} at "
-                        f"0-based position {bad.start()} (allowed: ACGTN and IUPAC codes "
-                        f"{_IUPAC_AMBIGUOUS}, which are read as N)"
+                        f"0-based position {bad.start()} (allowed: ACGTN{', U (read as T)' if rna else ''} and "
+                        f"IUPAC codes {_IUPAC_AMBIGUOUS}, which are read as N)"
                     )
                 if rec_id in seen:
                     raise FormatError(f"{path}: duplicate record id {rec_id!r}")

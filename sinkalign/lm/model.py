@@ -37,7 +37,7 @@ from torch import nn
 
 from sinkalign.errors import CheckpointError, MissingFileError, OutputExistsError
 from sinkalign.lm.attention import AttentionCache, build_attention
-from sinkalign.lm.checkpoints import CHECKPOINT_CONFIG, CHECKPOINT_WEIGHTS, SHIPPED_MODELS, shipped_model
+from sinkalign.lm.checkpoints import CHECKPOINT_CONFIG, CHECKPOINT_WEIGHTS, holds_checkpoint, names_shipped_model, shipped_model
 from sinkalign.lm.config import LMConfig
 from sinkalign.utils import atomic_write_bytes, atomic_write_text
 
@@ -272,9 +272,10 @@ def save_checkpoint(path_dir: str | os.PathLike, model: DNALanguageModel, config
 
 
 def _checkpoint_dir(path_dir: str | os.PathLike) -> Path:
-    """``path_dir`` as a directory: a shipped model's name (``"default"``, ``"cdiph"``) that is not an
-    existing path gives that model's directory, as ``sinkalign generate-dna --model`` reads it."""
-    if isinstance(path_dir, str) and path_dir in SHIPPED_MODELS and not (Path(path_dir) / CHECKPOINT_CONFIG).is_file():
+    """``path_dir`` as a directory: a shipped model's name (``"default"``, ``"cdiph"``) where no
+    checkpoint directory of that name exists gives that model's directory, as ``sinkalign
+    generate-dna --model`` reads it (:func:`~sinkalign.lm.checkpoints.names_shipped_model`)."""
+    if names_shipped_model(path_dir, taken_as_path=holds_checkpoint):
         return shipped_model(path_dir)  # also past a folder of that name holding no model, as load_model reads it
     return Path(path_dir)
 

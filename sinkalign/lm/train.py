@@ -84,6 +84,7 @@ from sinkalign.utils import (
     atomic_write_bytes,
     atomic_write_text,
     damaged_checkpoint_message,
+    is_stdio,
     shipped_path,
     stop_on_signals,
     unguarded_main_call,
@@ -147,7 +148,8 @@ class TrainConfig:
 
     Data: ``fasta``: one source or a tuple of them, each a FASTA file (plain or gzip), a
     directory of them or a genome manifest (:func:`sinkalign.lm.data.genome_files`); every file
-    is one genome. ``val_fraction`` is held out at the end of every record. ``genome_split``: a
+    is one genome; not ``-`` (standard input: a run reads its genomes again to resume, and its
+    checkpoints name them by path). ``val_fraction`` is held out at the end of every record. ``genome_split``: a
     JSON split by whole genera (``data_manifests/genomes_multi_split.json``: ``genomes`` maps a
     file name to its ``split``); genomes of its ``valid`` split are not trained on and their
     records' last ``val_fraction`` is the validation data (after their first part as
@@ -194,7 +196,7 @@ class TrainConfig:
     out_dir: str = "runs/lm"
     steps: int = 2000
     batch_size: int = 16
-    seq_len: int = 256
+    seq_len: int = LMConfig.max_train_len  # the model's defaults are LMConfig's (its class attributes)
     lr: float = 2e-3
     min_lr_ratio: float = 0.1
     warmup_steps: int = 100
@@ -202,11 +204,11 @@ class TrainConfig:
     beta1: float = 0.9
     beta2: float = 0.95
     grad_clip: float = 1.0
-    d_model: int = 128
-    n_layers: int = 4
-    n_heads: int = 4
-    mlp_ratio: float = 4.0
-    dropout: float = 0.0
+    d_model: int = LMConfig.d_model
+    n_layers: int = LMConfig.n_layers
+    n_heads: int = LMConfig.n_heads
+    mlp_ratio: float = LMConfig.mlp_ratio
+    dropout: float = LMConfig.dropout
     model_options: tuple[tuple[str, Any], ...] = ()
     val_fraction: float = 0.1
     max_n_fraction: float = 0.05
@@ -234,6 +236,10 @@ class TrainConfig:
                 raise InputError(f"fasta={self.fasta!r} must be a non-empty path string or tuple of them")
         elif not isinstance(self.fasta, str) or not self.fasta:
             raise InputError(f"fasta={self.fasta!r} must be a non-empty path string")
+        if any(is_stdio(f) for f in (self.fasta if isinstance(self.fasta, tuple) else (self.fasta,))):
+            raise InputError("'-' (standard input) cannot be a training genome (fasta / --fasta): a run reads its "
+                             "genomes again to resume, and its checkpoints name them by path; save them to a file "
+                             "and give that")
         if self.balance not in ("length", "genome"):
             raise InputError(f"balance={self.balance!r} is not one of ('length', 'genome')")
         if not isinstance(self.reverse_complement, bool):

@@ -42,11 +42,13 @@ from __future__ import annotations
 import array
 import contextlib
 import dataclasses
+import decimal
 import heapq
 import io
 import itertools
 import logging
 import math
+import numbers
 import os
 import shutil
 import sys
@@ -678,10 +680,27 @@ def _best_per_query(stream, max_hits: int):
             del plan
 
 
+def log_evalue_threshold(value: float | str | decimal.Decimal) -> float:
+    """The natural log of an E-value threshold, ``-inf`` for 0. A string or
+    :class:`decimal.Decimal` is read exactly, so a threshold below the double range
+    (``"1e-400"``, which ``float`` reads as 0) keeps its meaning: E-values are compared as logs."""
+    if isinstance(value, (str, decimal.Decimal)):
+        try:
+            exact = decimal.Decimal(value.strip() if isinstance(value, str) else value)
+        except decimal.InvalidOperation:
+            raise InputError(f"max_evalue={value!r} is not a number") from None
+        if not exact.is_finite() or exact < 0:
+            raise InputError(f"max_evalue={value!r} must be a finite number >= 0")
+        return float(exact.ln()) if exact > 0 else -math.inf
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value >= 0 or not math.isfinite(value):
+        raise InputError(f"max_evalue={value!r} must be a finite number >= 0")
+    return math.log(float(value)) if value > 0 else -math.inf
+
+
 def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt: str | None = None,
                 pairing: str = "all", model=None, embedder: str | None = None, esm_weights=None,
                 backend: str = "reference", plan_out=None, batch_size: int = 8, gap_weight: float | None = None,
-                min_confidence: float | None = None, max_evalue: float | None = None,
+                min_confidence: float | None = None, max_evalue: float | str | None = None,
                 db_size: int | str | None = None, max_hits: int | None = None,
                 progress: bool = False, overwrite: bool = False,
                 workers: int | None = None, engine: str = "auto", threads: int | None = None,
@@ -716,7 +735,8 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
             (:class:`~sinkalign.align.aligner.Aligner`); ``None``: the model's own.
         max_evalue: write only the pairs whose E-value (as reported: see ``db_size``) is at
             most this (their plans too; a plan keeps its input index in its name); the model
-            must have an E-value null. In ``sam`` and ``bam`` a query with no pair left is
+            must have an E-value null. A string (``"1e-400"``) or Decimal is read exactly, below
+            the double range too (:func:`log_evalue_threshold`). In ``sam`` and ``bam`` a query with no pair left is
             written once, unmapped (flag 4), after the aligned records.
         db_size: report each pair's E-value for a search of this many comparisons (the
             per-comparison E-value times ``db_size``, HMMER's ``-Z``), or ``"targets"``: for
@@ -764,9 +784,7 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
         raise InputError(f"engine={engine!r} is not one of {ENGINES}")
     if strand is not None:
         strand = strand_name(strand)
-    if max_evalue is not None and not max_evalue >= 0:
-        raise InputError(f"max_evalue={max_evalue} must be >= 0")
-    max_log_evalue = None if max_evalue is None else math.log(max_evalue) if max_evalue > 0 else -math.inf
+    max_log_evalue = None if max_evalue is None else log_evalue_threshold(max_evalue)
     if db_size is not None and db_size != "targets" and not (isinstance(db_size, int) and db_size >= 1):
         raise InputError(f"db_size={db_size!r} must be a whole number >= 1 or 'targets'")
     if max_hits is not None and not (isinstance(max_hits, int) and max_hits >= 1):

@@ -12,7 +12,8 @@ Definitions (per window, counts taken over the window's bases):
   reader (:func:`~sinkalign.lm.data.read_genome_records`) uppercases every base, so
   soft-masked (lowercase) bases count like the others, and reads the IUPAC ambiguity codes
   ``RYSWKMBDHV`` and ``X`` as N: they count as N everywhere (``n_fraction``, the half-window
-  rule below), even ``S`` (G or C), which is not added to G + C.
+  rule below), even ``S`` (G or C), which is not added to G + C; ``U`` (RNA) is read as T, in
+  a file as in a record given in memory.
 * ``gc_skew = (G - C) / (G + C)``; NaN when the window has no G or C.
 * ``cumulative_gc_skew``: running sum over the windows of one record, in order, of
   ``gc_skew * acgt / window`` (Grigoriev 1998; as in GenSkew). A full window without N adds
@@ -128,7 +129,7 @@ from matplotlib.figure import Figure  # no pyplot: a library must not switch the
 from tqdm.auto import tqdm
 
 from sinkalign.errors import InputError, OutputExistsError
-from sinkalign.io.fasta import rna_as_dna, sequence_text
+from sinkalign.io.fasta import sequence_text
 from sinkalign.lm.data import GenomeRecord, as_model_bases, encode, read_genome_records
 from sinkalign.lm.gc import gc_trajectory, trajectory_correlation
 from sinkalign.pipelines.runner import STDIN_NAME, check_output, stdin_spooled
@@ -369,11 +370,13 @@ _RECORDS = ("(id, seq) pairs, records with .id and .seq (GenomeRecord, sinkalign
 
 def read_records(path: str | os.PathLike) -> list[GenomeRecord]:
     """The records of the FASTA file ``path`` (plain or gzip) as ``sinkalign gc-profile`` reads them
-    (:func:`~sinkalign.lm.data.read_genome_records`: uppercased, IUPAC codes and X as N, the whole
-    header kept as the description); ``-`` (standard input) and a named pipe are read through a
-    temporary copy (:func:`~sinkalign.pipelines.runner.stdin_spooled`)."""
+    (:func:`~sinkalign.lm.data.read_genome_records`: uppercased, IUPAC codes and X as N, U as T as
+    in a record given in memory (:func:`_as_record`), the whole header kept as the description);
+    ``-`` (standard input) and a named pipe are read through a temporary copy
+    (:func:`~sinkalign.pipelines.runner.stdin_spooled`) and named as given in errors (``-``:
+    :data:`~sinkalign.pipelines.runner.STDIN_NAME`)."""
     with stdin_spooled([path]) as (spooled,):
-        return read_genome_records(spooled)
+        return read_genome_records(spooled, rna=True)
 
 
 def _as_record(r: object, k: int, what: str = "record") -> GenomeRecord:
@@ -396,7 +399,7 @@ def _as_record(r: object, k: int, what: str = "record") -> GenomeRecord:
     seq = sequence_text(seq)  # a Bio Seq (SeqRecord.seq) or bytes as str
     if not isinstance(seq, str):
         raise InputError(f"{what} {k} ({rec_id!r}): the sequence must be a str, got {type(seq).__name__}")
-    return GenomeRecord(str(rec_id), description, rna_as_dna(as_model_bases(seq)))
+    return GenomeRecord(str(rec_id), description, as_model_bases(seq, rna=True))
 
 
 def _looks_like_a_record(records: object) -> bool:
@@ -601,11 +604,11 @@ def gc_profile(records, window: int = 1000, step: int | None = None, *, island_t
             :class:`~sinkalign.lm.data.GenomeRecord`, a :class:`~sinkalign.io.fasta.Sequence`
             of :func:`sinkalign.read_fasta`, a Biopython ``SeqRecord`` (its ``Seq`` read as a
             str); or the path (``str`` or ``os.PathLike``; ``-``: standard input) of a FASTA file,
-            plain or gzip, read as ``sinkalign gc-profile`` reads it (:func:`read_records`: DNA,
-            a ``U`` there is refused). A sequence is over ACGTN in either case; the IUPAC
-            ambiguity codes and ``X`` are read as N (as in a FASTA file) and, in a record given in
-            memory, ``U`` as T (RNA, as the aligner reads it). A ``str`` of letters alone that
-            names no file is a sequence, refused: put it in a pair.
+            plain or gzip, read as ``sinkalign gc-profile`` reads it (:func:`read_records`). A
+            sequence is over ACGTN in either case, in a file or in memory alike
+            (:func:`~sinkalign.lm.data.as_model_bases` with ``rna=True``): the IUPAC ambiguity
+            codes and ``X`` are read as N and ``U`` as T (RNA, as the aligner reads it). A ``str``
+            of letters alone that names no file is a sequence, refused: put it in a pair.
         window: window length (bases), > 0.
         step: distance between window starts, ``0 < step <= window``; ``None``: half the window.
         island_threshold: flag windows whose GC departs from their record's GC by more
@@ -1324,9 +1327,8 @@ def run_gc_profile(
     _clean_up_killed_runs(out)
     _earlier_outputs(out, overwrite, inputs)  # refuse before the work, not after
     source = STDIN_NAME if is_stdio(fasta) else str(fasta)
-    with stdin_spooled([fasta, overlay]) as (fasta_path, overlay_path):  # messages name '-' <stdin>
-        records = read_genome_records(fasta_path)
-        generated = read_genome_records(overlay_path) if overlay_path is not None else None
+    records = read_records(fasta)  # '-' or a pipe through a copy; messages name '-' <stdin>
+    generated = read_records(overlay) if overlay is not None else None
     profile = gc_profile(records, window, step, island_threshold=island_threshold, circular=circular,
                          progress=progress)
     try:
