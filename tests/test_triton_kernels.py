@@ -14,6 +14,7 @@ import functools
 import importlib.util
 import math
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -214,6 +215,85 @@ def make_dustbin_inputs(case: DustbinCase, seed: int = 0):
         q_mask[-1] = False
     kwargs = dict(q_mask=q_mask, k_mask=k_mask, eps=case.eps, n_iters=case.n_iters, band=case.band, **case.options)
     return (q, k, v, *tokens), kwargs, randn(case.B, case.H, case.Lq, case.dv)
+
+
+# What padding holds (NaN, infinity) is not refused and reaches nothing: padded rows of q, k, v
+# (and padded log masses) are zeroed before the solve, the rule of sinkalign.sinkhorn.core.prepare.
+# B=2, H=1, Lq=7, Lk=9, d=4, dv=3, band 2: batch 0 loses its first query and an inner key,
+# batch 1 its last two queries and three keys.
+_PADDED_SETTINGS = dict(eps=0.8, n_iters=3, tail=2, band=2)
+F32_MAX = float(torch.finfo(torch.float32).max)  # a padding sentinel
+_PADDED_SETTINGS_DUSTBIN = dict(eps=0.8, n_iters=3, band=2)
+
+
+def _padding_masks(device="cpu"):
+    q_mask = torch.ones(2, 7, dtype=torch.bool)
+    k_mask = torch.ones(2, 9, dtype=torch.bool)
+    q_mask[0, 0] = k_mask[0, 4] = False
+    q_mask[1, 5:] = k_mask[1, 6:] = False
+    return {"q_mask": q_mask.to(device), "k_mask": k_mask.to(device)}
+
+
+def _padded_problem(fill: float | None, dtype=torch.float64, device="cpu", seed=0):
+    """Inputs by name (q, k, v, log_a, log_b), masks and dL/dO; ``fill`` in every padded row of
+    q, k, v and every padded log mass (None: zeros there)."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen, dtype=torch.float64)
+
+    masks = _padding_masks()
+    x = {"q": randn(2, 1, 7, 4), "k": randn(2, 1, 9, 4), "v": randn(2, 1, 9, 3), "log_a": 0.3 * randn(2, 7),
+         "log_b": 0.3 * randn(2, 9)}
+    grad_out = randn(2, 1, 7, 3)
+    x = {name: _fill_padding(t, masks, name, fill).to(device=device, dtype=dtype) for name, t in x.items()}
+    return x, _padding_masks(device), grad_out.to(device=device, dtype=dtype)
+
+
+def _padded_dustbin_problem(fill: float | None, dtype=torch.float64, device="cpu", seed=0):
+    """As :func:`_padded_problem` with the three dustbin tokens instead of the log masses."""
+    x, masks, grad_out = _padded_problem(fill, dtype, device, seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    tokens = {name: torch.randn(n, generator=gen, dtype=torch.float64).to(device=device, dtype=dtype)
+              for name, n in (("q_dustbin", 4), ("k_dustbin", 4), ("v_dustbin", 3))}
+    return {"q": x["q"], "k": x["k"], "v": x["v"], **tokens}, masks, grad_out
+
+
+# the inputs (and gradients) whose positions follow the query / key mask
+_PAD_SIDE = {"q": "q_mask", "log_a": "q_mask", "O": "q_mask", "k": "k_mask", "v": "k_mask", "log_b": "k_mask"}
+
+
+def _padding_of(name: str, t: torch.Tensor, masks: dict) -> torch.Tensor | None:
+    """Boolean mask of ``t``'s padded entries (broadcastable to ``t``); None: none are."""
+    side = _PAD_SIDE.get(name.removeprefix("d"))  # a gradient "dq" follows its input "q"
+    if side is None:
+        return None
+    pad = ~masks[side].to(t.device)
+    return pad if t.ndim == 2 else pad[:, None, :, None]
+
+
+def _fill_padding(t: torch.Tensor, masks: dict, name: str, fill: float | None) -> torch.Tensor:
+    return t.masked_fill(_padding_of(name, t, masks), 0.0 if fill is None else fill)
+
+
+def _with_grads(fn, leaves: dict, grad_out, **kwargs) -> dict:
+    """{"O": fn(**leaves, **kwargs), "d<name>": d<O, grad_out>/d leaf for every leaf}."""
+    leaves = {name: t.detach().clone().requires_grad_() for name, t in leaves.items()}
+    out = fn(**leaves, **kwargs)
+    grads = torch.autograd.grad(out, list(leaves.values()), grad_out.to(out.dtype))
+    return {"O": out.detach(), **{"d" + name: g for name, g in zip(leaves, grads)}}
+
+
+def _assert_padding_reaches_nothing(dirty: dict, clean: dict, masks: dict) -> None:
+    """Every result of the run with NaN / inf padding equals that with zero padding (the same
+    numbers go into the solve), and is 0 at the padded positions."""
+    assert dirty.keys() == clean.keys()
+    for name, want in clean.items():
+        got = dirty[name]
+        torch.testing.assert_close(got, want, rtol=0, atol=0, msg=lambda m, name=name: f"{name}: {m}")
+        pad = _padding_of(name, got, masks)
+        if pad is not None:
+            assert bool((got.masked_select(pad.expand_as(got)) == 0).all()), f"{name} is not 0 at padded positions"
 
 
 # --------------------------------------------------------------------------- kernel suite
@@ -421,6 +501,30 @@ class KernelSuite:
         for name, g, r in zip(NAMES, got, ref):
             assert torch.isfinite(g).all(), name
             assert _max_err(g, r) <= 1e-4 * float(r.abs().max()), name
+
+    @pytest.mark.parametrize("fill", [math.nan, math.inf, F32_MAX], ids=["nan", "inf", "f32max"])
+    def test_what_padding_holds_reaches_nothing(self, fill):
+        """A NaN or infinity in every padded row of q, k, v and padded log mass is not refused
+        (as in JAX, where the rule is what jax.jit gives) and changes no output or gradient: the
+        same numbers as zeros there, gradients 0 at the padded positions. Refused before. A finite
+        sentinel (float32's largest value) was accepted but overflowed G V^T in the backward:
+        NaN in dq, dk and the log mass gradients."""
+        clean, masks, grad_out = _padded_problem(None, torch.float32, self.DEVICE)
+        dirty, _, _ = _padded_problem(fill, torch.float32, self.DEVICE)
+        run = functools.partial(_with_grads, sinkhorn_attention_triton, grad_out=grad_out, **masks,
+                                **_PADDED_SETTINGS, **self.launch)
+        _assert_padding_reaches_nothing(run(dirty), run(clean), masks)
+
+    @pytest.mark.parametrize("variant,fill", [("banded", math.nan), ("paper", math.inf), ("banded", F32_MAX)],
+                             ids=["banded-nan", "paper-inf", "banded-f32max"])
+    def test_what_padding_holds_reaches_nothing_dustbin(self, variant, fill):
+        """The same with dustbins, for q, k, v (the dustbin tokens are always valid)."""
+        options = dict(variant=variant, mass="length" if variant == "banded" else "unit", filler=3)
+        clean, masks, grad_out = _padded_dustbin_problem(None, torch.float32, self.DEVICE)
+        dirty, _, _ = _padded_dustbin_problem(fill, torch.float32, self.DEVICE)
+        run = functools.partial(_with_grads, sinkhorn_dustbin_attention_triton, grad_out=grad_out, **masks,
+                                **_PADDED_SETTINGS_DUSTBIN, **options, **self.launch)
+        _assert_padding_reaches_nothing(run(dirty), run(clean), masks)
 
 
 @pytest.mark.skipif(MODE is not True, reason="triton is not in interpreter mode in this process "
@@ -1158,6 +1262,114 @@ def test_dustbin_reference_accepts_rows_without_band_partners():
     c = out[:, :, 5, :1] / vd[0].double()
     assert bool((c > 0).all()) and torch.isfinite(out).all()
     assert _max_err(out[:, :, 5], c * vd.double()) <= 1e-12
+
+
+# --------------------------------------------------------------------------- what padding holds
+
+
+@pytest.mark.parametrize("fill", [math.nan, math.inf, -math.inf], ids=["nan", "inf", "-inf"])
+def test_reference_what_padding_holds_reaches_nothing(fill):
+    """The torch reference (float64) takes a NaN or infinity in every padded row of q, k, v and
+    every padded log mass (it refused one in q, k, v, while JAX took it) and gives the numbers of
+    zero padding: output and gradients by autograd (tail 2 and 3), the explicit backwards, the
+    duals and scores; 0 at the padded positions."""
+    clean, masks, grad_out = _padded_problem(None)
+    dirty, _, _ = _padded_problem(fill)
+    for tail in (2, 3):
+        run = functools.partial(_with_grads, sinkhorn_attention_ref, grad_out=grad_out, **masks,
+                                **{**_PADDED_SETTINGS, "tail": tail})
+        _assert_padding_reaches_nothing(run(dirty), run(clean), masks)
+    no_tail = {name: value for name, value in _PADDED_SETTINGS.items() if name != "tail"}
+    for explicit, settings in ((direct_backward_ref, _PADDED_SETTINGS), (one_reference_backward_ref, no_tail)):
+        got, want = ({name: getattr(explicit(x["q"], x["k"], x["v"], grad_out, log_a=x["log_a"], log_b=x["log_b"],
+                                             **masks, **settings), name) for name in ("dq", "dk", "dv")}
+                     for x in (dirty, clean))
+        _assert_padding_reaches_nothing(got, want, masks)
+    got, want = (sinkhorn_tail_duals_ref(x["q"], x["k"], log_a=x["log_a"], log_b=x["log_b"], **masks,
+                                         **_PADDED_SETTINGS) for x in (dirty, clean))
+    for a, b in zip((*got.u, *got.v, got.scores), (*want.u, *want.v, want.scores)):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("variant", ["banded", "paper"])
+@pytest.mark.parametrize("fill", [math.nan, math.inf], ids=["nan", "inf"])
+def test_dustbin_reference_what_padding_holds_reaches_nothing(variant, fill):
+    """The same for the dustbin reference, in q, k, v and the three (always valid) dustbin tokens."""
+    options = dict(variant=variant, mass="length" if variant == "banded" else "unit", filler=3)
+    clean, masks, grad_out = _padded_dustbin_problem(None)
+    dirty, _, _ = _padded_dustbin_problem(fill)
+    run = functools.partial(_with_grads, sinkhorn_dustbin_attention_ref, grad_out=grad_out, **masks,
+                            **_PADDED_SETTINGS_DUSTBIN, **options)
+    _assert_padding_reaches_nothing(run(dirty), run(clean), masks)
+
+
+_VALID_NON_FINITE = [("q", (1, 0, 3, 2)), ("k", (1, 0, 2, 0)), ("v", (1, 0, 1, 1))]
+_PADDING_OPS = {
+    "ref": (sinkhorn_attention_ref, _padded_problem, _PADDED_SETTINGS),
+    "triton": (sinkhorn_attention_triton, _padded_problem, _PADDED_SETTINGS),
+    "dustbin_ref": (sinkhorn_dustbin_attention_ref, _padded_dustbin_problem, _PADDED_SETTINGS_DUSTBIN),
+    "dustbin_triton": (sinkhorn_dustbin_attention_triton, _padded_dustbin_problem, _PADDED_SETTINGS_DUSTBIN),
+}
+
+
+@pytest.mark.parametrize("impl", list(_PADDING_OPS))
+@pytest.mark.parametrize("name,index", _VALID_NON_FINITE, ids=[n for n, _ in _VALID_NON_FINITE])
+def test_a_non_finite_value_at_a_valid_position_is_still_refused(impl, name, index, monkeypatch):
+    """A NaN at a valid position is refused before any launch, naming the tensor and that index,
+    although NaN padding comes before it in memory order (batch 0's padded query / key)."""
+    from sinkalign.kernels.triton import op
+
+    fn, problem, settings = _PADDING_OPS[impl]
+    if "triton" in impl and MODE is None:
+        pytest.skip("triton unusable in this process")
+
+    def no_launch(*_args, **_kw):
+        raise AssertionError("a kernel was launched")
+
+    monkeypatch.setattr(op._Launch, "kernel", no_launch)
+    x, masks, _ = problem(math.nan, torch.float32 if "triton" in impl else torch.float64)
+    x[name][index] = math.nan
+    with pytest.raises(ValueError, match=re.escape(f"{name} has a non-finite value at index {index}") + "$"):
+        fn(**x, **masks, **settings)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sinkalign.sinkhorn") is None, reason="sinkalign.sinkhorn absent")
+def test_reference_agrees_with_jax_operator_when_padding_holds_nan():
+    """NaN padding, which both now take: the torch references and the JAX operators give the same
+    output and gradients (q, k, v, log_a, log_b; with dustbins q, k, v and the tokens), float64."""
+    import jax
+    import jax.numpy as jnp
+
+    from sinkalign.sinkhorn import DustbinConfig, SinkhornConfig, sinkhorn_attention
+    from sinkalign.sinkhorn.dustbin import dustbin_attention
+
+    def compare(ref: dict, fn, x: dict, grad_out):
+        g = jnp.asarray(grad_out.numpy())
+
+        def loss(*xs):
+            out = fn(*xs)
+            return jnp.sum(out * g), out
+
+        (_, out), grads = jax.value_and_grad(loss, argnums=tuple(range(len(x))), has_aux=True)(
+            *(jnp.asarray(t.numpy()) for t in x.values()))
+        assert out.dtype == jnp.float64
+        for name, j in zip(ref, (out, *grads)):
+            r = ref[name]
+            j = np.asarray(j).reshape(r.shape)  # log mass gradients: [B, 1, L] in JAX
+            err = float(np.max(np.abs(j - r.numpy())))
+            assert err <= 1e-10 * max(1.0, float(r.abs().max())), f"{name}: {err:.3e}"
+
+    dirty, masks, grad_out = _padded_problem(math.nan)
+    config = SinkhornConfig(**_PADDED_SETTINGS)
+    jmasks = {name: jnp.asarray(m.numpy()) for name, m in masks.items()}
+    ref = _with_grads(sinkhorn_attention_ref, dirty, grad_out, **masks, **_PADDED_SETTINGS)
+    compare(ref, lambda q, k, v, la, lb: sinkhorn_attention(q, k, v, log_a=la[:, None], log_b=lb[:, None],
+                                                              config=config, **jmasks), dirty, grad_out)
+    dirty, masks, grad_out = _padded_dustbin_problem(math.nan)
+    options = dict(variant="banded", mass="length", filler=3)
+    ref = _with_grads(sinkhorn_dustbin_attention_ref, dirty, grad_out, **masks, **_PADDED_SETTINGS, **options)
+    compare(ref, lambda *xs: dustbin_attention(*xs, config=config, dustbin=DustbinConfig(**options), **jmasks),
+            dirty, grad_out)
 
 
 def test_triton_takes_the_operators_config_objects():

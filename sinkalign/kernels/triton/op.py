@@ -585,19 +585,23 @@ def sinkhorn_attention_triton(q, k, v, *, q_mask=None, k_mask=None, log_a=None, 
 
     Returns:
         O = P^(2,2) V [B, H, Lq, dv] in v's dtype; rows of padded queries are 0.
-        Differentiable in q, k, v and the log marginals (not in masks).
+        Differentiable in q, k, v and the log marginals (not in masks); the gradient is 0 at
+        padded positions.
 
     Raises:
         ValueError: before any kernel launch, on bad shapes, dtypes, devices, eps, band,
-            n_iters, tail != 2, non-finite inputs, or a valid query row / key column with no
-            active entry (message names the batch index and position).
+            n_iters, tail != 2, a NaN or infinity at a valid position of q, k, v, log_a or log_b
+            (message names the tensor and the index), or a valid query row / key column with no
+            active entry (message names the batch index and position). What padded positions
+            hold is not checked: they are zeroed before the solve, so a NaN or infinity there
+            reaches neither the output nor any gradient (the rule of the JAX operator).
     """
     eps, n_iters, tail, band = _solver(config, eps, n_iters, tail, band).values()
     if tail != 2 or isinstance(tail, bool):
         raise ValueError(f"tail={tail!r}: the Triton operator implements the R = 2 one-reference backward only; "
                          "use sinkhorn_attention_ref for other tail depths")
-    q_mask, k_mask, log_a, log_b = prepare_inputs(q, k, v, q_mask=q_mask, k_mask=k_mask, log_a=log_a, log_b=log_b,
-                                                  eps=eps, n_iters=n_iters, tail=tail, band=band)
+    q, k, v, q_mask, k_mask, log_a, log_b = prepare_inputs(q, k, v, q_mask=q_mask, k_mask=k_mask, log_a=log_a,
+                                                           log_b=log_b, eps=eps, n_iters=n_iters, tail=tail, band=band)
     interpret, block_m, block_n, num_warps, num_stages = _kernel_setup(
         q, v, interpret, block_m, block_n, "sinkhorn_attention_ref", precision, num_warps, num_stages)
     lc = _Launch(q, k, v, band, float(eps), interpret, block_m, block_n, precision, num_warps, num_stages,
@@ -651,11 +655,14 @@ def sinkhorn_dustbin_attention_triton(q, k, v, q_dustbin, k_dustbin, v_dustbin=N
 
     Returns:
         O [B, H, Lq, dv] in v's dtype (padded query rows 0), differentiable in q, k, v and the
-        three dustbin tokens.
+        three dustbin tokens (the gradient is 0 at padded positions).
 
     Raises:
         ValueError: before any kernel launch, on bad options (variant, mass, filler), shapes,
-            dtypes, devices, eps, band, n_iters or non-finite inputs.
+            dtypes, devices, eps, band, n_iters, or a NaN or infinity in a dustbin token or at a
+            valid position of q, k, v (message names the tensor and the index). Padded
+            positions are not checked: they are zeroed before the solve, so a NaN or infinity
+            there reaches nothing, as in :func:`sinkhorn_attention_triton`.
     """
     solver = _solver(config, eps, n_iters, _UNSET, band)
     if solver["tail"] != 2:

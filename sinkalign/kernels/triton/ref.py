@@ -17,7 +17,10 @@ Operator (``shared/design/sinkhorn_tail.md``):
   ``c = mean of u over valid queries; u -= c; v += c``, all under ``torch.no_grad``;
 * tail: ``tail`` raw steps ``u^(t) = row(v^(t-1)), v^(t) = col(u^(t))`` from the stopped
   ``v^(0)``, differentiable;
-* output ``O = P^(R,R) V`` with ``P^(a,b)_ij = exp(S_ij + u^(a)_i + v^(b)_j)`` on ``Omega``.
+* output ``O = P^(R,R) V`` with ``P^(a,b)_ij = exp(S_ij + u^(a)_i + v^(b)_j)`` on ``Omega``;
+* inputs (:func:`prepare_inputs`): a NaN or infinity is refused at valid positions only;
+  padded rows of q, k, v and padded log masses are zeroed before the solve, so what they
+  hold reaches neither O nor a gradient (0 there), as in ``sinkalign.sinkhorn.core.prepare``.
 
 Dustbins: :func:`sinkhorn_dustbin_attention_ref` runs the same dense solve on the augmented
 support of ``sinkalign.sinkhorn.dustbin`` (:func:`prepare_dustbin` builds the augmented
@@ -43,6 +46,7 @@ from sinkalign.sinkhorn.config import DustbinConfig, SinkhornConfig
 __all__ = [
     "DustbinProblem",
     "OneReferenceGrads",
+    "PreparedInputs",
     "TailDuals",
     "band_support",
     "check_dustbin_options",
@@ -125,11 +129,12 @@ def _check_log_marginal(name: str, log_m, mask: torch.Tensor, device) -> torch.T
     if log_m.device != device:
         raise ValueError(f"{name} is on {log_m.device}, expected {device} like q")
     bad = mask & ~torch.isfinite(log_m)
-    if bool(bad.any()):
+    refused, dirty = torch.stack([bad.any(), ((log_m != 0) & ~mask).any()]).tolist()
+    if refused:
         b, i = (int(x) for x in bad.nonzero()[0])
         raise ValueError(f"{name} is not finite at batch {b}, position {i} ({float(log_m[b, i])}); "
                          "valid positions need finite log masses")
-    return log_m
+    return torch.where(mask, log_m, 0) if dirty else log_m  # padding zeroed, as q, k, v (_zero_padding)
 
 
 def check_support(q_mask: torch.Tensor, k_mask: torch.Tensor, band: int | None) -> None:
@@ -163,13 +168,62 @@ def _host(t: torch.Tensor):
         return t.detach().cpu().numpy()
 
 
+def _zero_padding(name: str, t: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """``t`` [B, H, L, E] with its padded rows (``valid`` [B, L] False) zeroed, after refusing a
+    NaN or infinity at a valid position (:func:`~sinkalign.sinkhorn.checks.nonfinite`: the
+    tensor's name and the first such index).
+
+    The solve then sees exactly what the JAX operator sees (``core.prepare`` zeroes padding),
+    whatever the padding held, and the gradient at padded rows is 0 (``torch.where``'s). It is
+    the inputs that are zeroed, not only the masked scores: a masked score built from a NaN key
+    still reaches dq through the matmul's backward (dq = Sbar k, 0 * NaN = NaN), and a finite but
+    huge padded value (a ``finfo.max`` sentinel) overflows ``Z = G V^T`` to inf in the Triton
+    backward, where ``Sbar = P * (Z - ...)`` gives 0 * inf = NaN.
+
+    Fast path: ``t`` itself, no copy, when its padding is already zero (or there is none), the
+    usual case, where zeroing would change nothing. Finding out costs one more elementwise
+    reduction beside the finiteness check, in the same host sync.
+    """
+    valid = valid[:, None, :, None]  # [B, 1, L, 1]
+    nonfinite = ~torch.isfinite(t)
+    refused, dirty = torch.stack([(nonfinite & valid).any(), ((t != 0) & ~valid).any()]).tolist()  # NaN != 0
+    if refused:
+        raise checks.nonfinite(name, (nonfinite & valid).nonzero()[0].tolist())
+    return torch.where(valid, t, 0) if dirty else t
+
+
+class PreparedInputs(NamedTuple):
+    """The operator's inputs, checked and filled in (:func:`prepare_inputs`).
+
+    ``q`` [B, H, Lq, d], ``k`` [B, H, Lk, d], ``v`` [B, H, Lk, dv] with their padded rows zeroed
+    (the tensors given where those already were zero); ``q_mask`` [B, Lq], ``k_mask`` [B, Lk]
+    (bool; all True where none was given); ``log_a`` [B, Lq], ``log_b`` [B, Lk] (zeros, float32,
+    where none was given), padded entries zeroed likewise.
+    """
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    q_mask: torch.Tensor
+    k_mask: torch.Tensor
+    log_a: torch.Tensor
+    log_b: torch.Tensor
+
+
 @torch.compiler.disable  # host-side checks: under torch.compile they run eagerly (one graph break)
-def prepare_inputs(q, k, v, *, q_mask, k_mask, log_a, log_b, eps, n_iters, tail, band, check_empty=True):
-    """Validate the operator's inputs; return ``(q_mask, k_mask, log_a, log_b)`` filled in.
+def prepare_inputs(q, k, v, *, q_mask, k_mask, log_a, log_b, eps, n_iters, tail, band,
+                   check_empty=True) -> PreparedInputs:
+    """Validate the operator's inputs; return them as :class:`PreparedInputs`, filled in.
 
     Shapes: q [B, H, Lq, d], k [B, H, Lk, d], v [B, H, Lk, dv], q_mask/log_a [B, Lq],
     k_mask/log_b [B, Lk]. Missing masks become all-True, missing log marginals zeros
     (float32). Raises ``ValueError`` naming the bad value; nothing is computed before.
+    A NaN or infinity is refused at valid positions only (naming the tensor and the index);
+    padded positions are not checked but zeroed in the returned q, k, v, log_a, log_b, so
+    what they held (NaN, infinity, a huge sentinel) reaches neither the output nor any
+    gradient, and the gradient there is 0: the rule of the JAX operator
+    (``sinkalign.sinkhorn.core.prepare``; under ``jax.jit`` nothing can be checked). Every
+    computation must use the returned tensors, not the ones given.
     ``check_empty=False`` skips :func:`check_support` (the dustbin problems, where every
     valid token reaches the other side's dustbin whatever the band).
     """
@@ -191,17 +245,16 @@ def prepare_inputs(q, k, v, *, q_mask, k_mask, log_a, log_b, eps, n_iters, tail,
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
     checks.check_settings(eps=eps, n_iters=n_iters, tail=tail, band=band)
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        finite = torch.isfinite(t)
-        if not bool(finite.all()):
-            raise checks.nonfinite(name, (~finite).nonzero()[0].tolist())
     q_mask = _check_mask("q_mask", q_mask, batch, lq, q.device)
     k_mask = _check_mask("k_mask", k_mask, batch, lk, q.device)
+    q = _zero_padding("q", q, q_mask)
+    k = _zero_padding("k", k, k_mask)
+    v = _zero_padding("v", v, k_mask)
     log_a = _check_log_marginal("log_a", log_a, q_mask, q.device)
     log_b = _check_log_marginal("log_b", log_b, k_mask, q.device)
     if check_empty:
         check_support(q_mask, k_mask, band)
-    return q_mask, k_mask, log_a, log_b
+    return PreparedInputs(q, k, v, q_mask, k_mask, log_a, log_b)
 
 
 # --------------------------------------------------------------------------- operator
@@ -241,8 +294,9 @@ def sinkhorn_tail_duals_ref(q, k, *, q_mask=None, k_mask=None, log_a=None, log_b
     """
     if not _validated:
         v_dummy = k[..., :1]
-        q_mask, k_mask, log_a, log_b = prepare_inputs(q, k, v_dummy, q_mask=q_mask, k_mask=k_mask, log_a=log_a,
-                                                      log_b=log_b, eps=eps, n_iters=n_iters, tail=tail, band=band)
+        q, k, _, q_mask, k_mask, log_a, log_b = prepare_inputs(q, k, v_dummy, q_mask=q_mask, k_mask=k_mask,
+                                                               log_a=log_a, log_b=log_b, eps=eps, n_iters=n_iters,
+                                                               tail=tail, band=band)
     return _duals_on(q, k, band_support(q_mask, k_mask, band), log_a, log_b, eps, n_iters, tail)
 
 
@@ -309,8 +363,8 @@ def sinkhorn_attention_ref(q, k, v, *, q_mask=None, k_mask=None, log_a=None, log
     """
     eps, n_iters, tail, band = _from_config(config, SinkhornConfig, {"eps": eps, "n_iters": n_iters, "tail": tail,
                                                                      "band": band}).values()
-    q_mask, k_mask, log_a, log_b = prepare_inputs(q, k, v, q_mask=q_mask, k_mask=k_mask, log_a=log_a, log_b=log_b,
-                                                  eps=eps, n_iters=n_iters, tail=tail, band=band)
+    q, k, v, q_mask, k_mask, log_a, log_b = prepare_inputs(q, k, v, q_mask=q_mask, k_mask=k_mask, log_a=log_a,
+                                                           log_b=log_b, eps=eps, n_iters=n_iters, tail=tail, band=band)
     duals = sinkhorn_tail_duals_ref(q, k, q_mask=q_mask, k_mask=k_mask, log_a=log_a, log_b=log_b, eps=eps,
                                     n_iters=n_iters, tail=tail, band=band, _validated=True)
     return _plan(duals, tail, tail) @ v
@@ -380,12 +434,14 @@ def prepare_dustbin(q, k, v, q_dustbin, k_dustbin, v_dustbin=None, *, q_mask=Non
                     n_iters=15, tail=2, band=None, variant="banded", mass="length", filler=128) -> DustbinProblem:
     """Validate the dustbin operator's inputs and build the augmented problem (``augment``).
 
-    Raises ``ValueError`` on bad options, shapes, dtypes, devices or non-finite values. A
-    valid token whose band holds no partner is allowed: it still reaches the dustbin.
+    Raises ``ValueError`` on bad options, shapes, dtypes, devices or a non-finite value in a
+    dustbin token (always valid) or at a valid position of q, k, v; padded rows of q, k, v go
+    into the augmented problem zeroed (:func:`prepare_inputs`), so what they held reaches
+    nothing. A valid token whose band holds no partner is allowed: it still reaches the dustbin.
     """
     check_dustbin_options(variant, mass, filler)
-    q_mask, k_mask, _, _ = prepare_inputs(q, k, v, q_mask=q_mask, k_mask=k_mask, log_a=None, log_b=None, eps=eps,
-                                          n_iters=n_iters, tail=tail, band=band, check_empty=False)
+    q, k, v, q_mask, k_mask, _, _ = prepare_inputs(q, k, v, q_mask=q_mask, k_mask=k_mask, log_a=None, log_b=None,
+                                                   eps=eps, n_iters=n_iters, tail=tail, band=band, check_empty=False)
     batch, heads, lq, dim = q.shape
     lk, dv = k.shape[2], v.shape[3]
     qd = _dustbin_token("q_dustbin", q_dustbin, q, dim)
@@ -483,8 +539,8 @@ def direct_backward_ref(q, k, v, grad_out, *, q_mask=None, k_mask=None, log_a=No
     (``vbar / b``, ``ubar / a``; see :func:`one_reference_backward_ref`). Returns dq, dk, dv
     and the vector cotangents.
     """
-    q_mask, k_mask, log_a, log_b = prepare_inputs(q, k, v, q_mask=q_mask, k_mask=k_mask, log_a=log_a, log_b=log_b,
-                                                  eps=eps, n_iters=n_iters, tail=tail, band=band)
+    q, k, v, q_mask, k_mask, log_a, log_b = prepare_inputs(q, k, v, q_mask=q_mask, k_mask=k_mask, log_a=log_a,
+                                                           log_b=log_b, eps=eps, n_iters=n_iters, tail=tail, band=band)
     with torch.no_grad():
         d = sinkhorn_tail_duals_ref(q, k, q_mask=q_mask, k_mask=k_mask, log_a=log_a, log_b=log_b, eps=eps,
                                     n_iters=n_iters, tail=tail, band=band, _validated=True)
@@ -523,8 +579,8 @@ def one_reference_backward_ref(q, k, v, grad_out, *, q_mask=None, k_mask=None, l
     (the design note's formulas are the unit-mass case a = b = 1).
     ``grad_out`` [B, H, Lq, dv]. Returns dq, dk, dv and the vector cotangents.
     """
-    q_mask, k_mask, log_a, log_b = prepare_inputs(q, k, v, q_mask=q_mask, k_mask=k_mask, log_a=log_a, log_b=log_b,
-                                                  eps=eps, n_iters=n_iters, tail=2, band=band)
+    q, k, v, q_mask, k_mask, log_a, log_b = prepare_inputs(q, k, v, q_mask=q_mask, k_mask=k_mask, log_a=log_a,
+                                                           log_b=log_b, eps=eps, n_iters=n_iters, tail=2, band=band)
     with torch.no_grad():
         d = sinkhorn_tail_duals_ref(q, k, q_mask=q_mask, k_mask=k_mask, log_a=log_a, log_b=log_b, eps=eps,
                                     n_iters=n_iters, tail=2, band=band, _validated=True)
