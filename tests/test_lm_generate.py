@@ -334,6 +334,8 @@ def test_cli_generate_dna(tmp_path):
         (["--prompt", "ACGT", "--length", "5", "--format", "fasta", "--id", "a b"],
          "Invalid value for '--id': 'a b' contains whitespace; it must be one word, as FASTA reads ids (e.g. 'a_b')"),
         (["--prompt", "ACGT", "--length", "5", "--format", "fasta", "--id", ""], "Invalid value for '--id': must not be empty"),
+        (["--prompt", "ACGT", "--length", "5", "--format", "fasta", "--id", ">x"],  # was written as '>>x'
+         "Invalid value for '--id': '>x' starts with '>', which the FASTA header puts before the id itself; give 'x'"),
         (["--prompt", "ACGT", "--length", "5", "--format", "fasta", "--chrom", "x y", "--start", "4"],
          "Invalid value for '--chrom': 'x y' contains whitespace"),
         (["--prompt", "ACGT", "--length", "5", "--format", "fasta", "--chrom", "", "--start", "4"],
@@ -368,6 +370,51 @@ def test_cli_generate_dna_does_not_replace_an_existing_file_unasked(tmp_path):
     new = tmp_path / "new.fa"
     res = runner.invoke(cli, [*base[:-1], str(new), "--overwrite"])  # --overwrite with no file there: fine
     assert res.exit_code == 0 and read_genome_records(new)[0].seq == rec.seq
+
+
+def test_cli_generate_dna_output_format_follows_the_file_name(tmp_path):
+    """As `align` and `msa` -o: the extension names the format (.fa/.fasta/.fna/.fas FASTA,
+    .txt plain), a --format it contradicts is refused before any work, and a name ending .gz is
+    gzip-compressed. Before, -o b.fa wrote bare bases, -o g.fa.gz plain text and -o x.fasta
+    --format plain was taken."""
+    import gzip
+
+    from Bio import SeqIO
+
+    ck = tmp_path / "ck"
+    save_checkpoint(ck, tiny_model("sla", dtype=torch.float32))
+    runner = CliRunner()
+    base = ["generate-dna", "--model", str(ck), "--prompt", "ACGTACGGTA", "--length", "30", "--seed", "4"]
+    bases = runner.invoke(cli, base).output.strip()  # standard output: plain, as before
+    assert len(bases) == 30 and set(bases) <= set("ACGT")
+    res = runner.invoke(cli, [*base, "-o", str(tmp_path / "b.fa")])
+    assert res.exit_code == 0, res.output
+    (rec,) = SeqIO.parse(tmp_path / "b.fa", "fasta")
+    assert rec.id == "gen_s4" and str(rec.seq) == bases
+    res = runner.invoke(cli, [*base, "--chrom", "c", "--start", "10", "-o", str(tmp_path / "c.fna")])
+    assert res.exit_code == 0, res.output  # --chrom/--start go with FASTA, which the name asks for
+    assert parse_continuation_description(read_genome_records(tmp_path / "c.fna")[0].description) == ("c", 10)
+    res = runner.invoke(cli, [*base, "--format", "fasta", "-o", str(tmp_path / "g.fa.gz")])
+    assert res.exit_code == 0, res.output
+    with gzip.open(tmp_path / "g.fa.gz", "rt") as handle:
+        (rec,) = SeqIO.parse(handle, "fasta")
+    assert str(rec.seq) == bases
+    res = runner.invoke(cli, [*base, "-o", str(tmp_path / "p.txt.gz")])
+    assert res.exit_code == 0, res.output
+    assert gzip.open(tmp_path / "p.txt.gz", "rt").read() == bases + "\n"
+    res = runner.invoke(cli, [*base, "-o", str(tmp_path / "p.txt")])
+    assert res.exit_code == 0 and (tmp_path / "p.txt").read_text() == bases + "\n"
+    for name, fmt, named in (("x.fasta", "plain", "fasta"), ("y.txt", "fasta", "plain"), ("z.FAS.gz", "plain", "fasta")):
+        res = runner.invoke(cli, [*base, "--format", fmt, "-o", str(tmp_path / name)])
+        assert_one_line_error(res, f"the output {tmp_path / name} is named as a {named} file, and the format asked for "
+                                   f"is {fmt}: leave the format out or give {named} (--format {named}")
+        assert not (tmp_path / name).exists()
+    res = runner.invoke(cli, [*base, "--id", "g", "-o", str(tmp_path / "q.txt")])
+    assert res.exit_code == 2 and "--id names the FASTA record" in res.output and not (tmp_path / "q.txt").exists()
+    # an existing file is still kept unless --overwrite, whatever its name says
+    res = runner.invoke(cli, [*base, "-o", str(tmp_path / "b.fa")])
+    assert res.exit_code == 1 and "already exists" in res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.fa", "c.fna", "ck", "g.fa.gz", "p.txt", "p.txt.gz"]
 
 
 def test_cli_generate_dna_missing_or_corrupt_model(tmp_path):

@@ -45,6 +45,7 @@ from sinkalign.align.msa import (
     refine,
     sum_of_pairs,
 )
+from sinkalign.errors import InputError
 
 EXAMPLES = Path(sinkalign.__file__).resolve().parent / "data" / "examples"
 PROTEIN = "ACDEFGHIKLMNPQRSTVWY"
@@ -1113,8 +1114,28 @@ def test_unrelated_records_are_those_with_no_small_evalue():
     from sinkalign.align.msa import unrelated_records
 
     evalues = {(0, 1): 1e-20, (0, 2): 0.5, (1, 2): 0.2, (0, 3): 1e-3, (1, 3): 0.4, (2, 3): 0.09}
-    assert unrelated_records(4, evalues) == []  # 2's best is 0.09 < 0.1: it has a likely homolog
-    assert unrelated_records(4, evalues, threshold=0.05) == [(2, 0.09, 3)]
-    assert unrelated_records(4, {**evalues, (2, 3): 0.3}) == [(2, 0.2, 1)]
+    assert unrelated_records(4, evalues) == []  # 2's best is 0.09, 0.27 as a search of 3: < 0.3, a likely homolog
+    assert unrelated_records(4, evalues, threshold=0.05) == [(2, pytest.approx(0.27), 3)]
+    assert unrelated_records(4, {**evalues, (2, 3): 0.3}) == [(2, pytest.approx(0.6), 1)]
+    assert unrelated_records(4, evalues, 0.05, rule="per comparison") == [(2, 0.09, 3)]  # the rule until 2026-11-29
+    assert unrelated_records(4, evalues, 0.1, rule="per comparison") == []
     assert unrelated_records(2, {(0, 1): 5.0}) == []  # two records: nothing to compare against
     assert unrelated_records(4, {**evalues, (1, 2): None}) == []  # a model without a null
+    with pytest.raises(InputError, match="rule='bonferroni'"):
+        unrelated_records(4, evalues, rule="bonferroni")
+
+
+def test_an_unrelated_record_is_flagged_whatever_the_family_size():
+    """A chance hit at E = 0.05 is what an unrelated record has among a few others (it was kept:
+    no warning among 3 records nor among 10); as a search of the others it is 0.1 among 3
+    (a likely homolog) and 0.45 among 10 (none): the more records, the more chance hits."""
+    from sinkalign.align.msa import unrelated_records
+
+    def family(n):
+        evalues = {(x, y): 1e-30 for x in range(1, n) for y in range(x + 1, n)}  # 1 .. n-1: a family
+        evalues.update({(0, y): 0.05 if y == 1 else 5.0 for y in range(1, n)})  # 0: one chance hit at 0.05
+        return evalues
+
+    assert unrelated_records(3, family(3)) == []
+    assert unrelated_records(10, family(10)) == [(0, pytest.approx(0.45), 1)]
+    assert unrelated_records(10, family(10), 0.1, rule="per comparison") == []  # the old rule: kept at any size

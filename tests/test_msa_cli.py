@@ -378,7 +378,7 @@ def test_close_variants_get_their_indels_exactly(tmp_path):
 
 
 def test_an_unrelated_record_is_named_in_a_warning(tmp_path, caplog):
-    """A record with no likely homolog among the others (E-value >= 0.1 against each) is
+    """A record with no likely homolog among the others (E-value >= 0.3 as a search of them) is
     aligned all the same, with a warning naming it; the family's members are not named."""
     import logging
 

@@ -825,24 +825,34 @@ def _rows(seqs: Sequence[str], cols: dict[int, np.ndarray], width: int | None = 
     return tuple(rows)
 
 
-#: a record whose E-value against every other record is at least this has no likely homolog among them
-UNRELATED_EVALUE = 0.1
+#: a record whose E-value as a search of the other records (its smallest E-value against them
+#: times their number) is at least this has no likely homolog among them
+UNRELATED_EVALUE = 0.3
+#: the two rules of :func:`unrelated_records`
+UNRELATED_RULES = ("search", "per comparison")
 
 
-def unrelated_records(n: int, evalues: Mapping[tuple[int, int], float | None],
-                      threshold: float = UNRELATED_EVALUE) -> list[tuple[int, float, int]]:
+def unrelated_records(n: int, evalues: Mapping[tuple[int, int], float | None], threshold: float = UNRELATED_EVALUE,
+                      *, rule: str = "search") -> list[tuple[int, float, int]]:
     """The records of a family of ``n`` (``n >= 3``) with no likely homolog among the others:
-    ``(record, smallest E-value, the record it is against)`` for each whose E-value against
-    every other record (``evalues[(x, y)]``, ``x < y``, per comparison) is at least
-    ``threshold``. The multiple alignment places such a record's residues all the same, with
-    confidences that assume it belongs to the family; ``[]`` without E-values."""
+    ``(record, E-value, the record of its smallest E-value)`` for each whose E-value is at least
+    ``threshold``. ``rule="search"``: the E-value of a search of the ``n - 1`` others for the
+    record, its smallest per-comparison E-value (``evalues[(x, y)]``, ``x < y``) times ``n - 1``,
+    so that a chance hit among many records counts as one among few (per comparison, an
+    unrelated record among 39 others had a hit below 0.1 98% of the time); ``"per comparison"``:
+    the smallest E-value itself (the rule until 2026-11-29). The multiple alignment places such a
+    record's residues all the same, with confidences that assume it belongs to the family;
+    ``[]`` without E-values."""
+    if rule not in UNRELATED_RULES:
+        raise InputError(f"rule={rule!r} is not one of {UNRELATED_RULES}")
     if n < 3 or not evalues or any(e is None for e in evalues.values()):
         return []
     best = [(math.inf, -1)] * n
     for (x, y), e in evalues.items():
         best[x] = min(best[x], (e, y))
         best[y] = min(best[y], (e, x))
-    return [(k, e, other) for k, (e, other) in enumerate(best) if other >= 0 and e >= threshold]
+    times = n - 1 if rule == "search" else 1
+    return [(k, e * times, other) for k, (e, other) in enumerate(best) if other >= 0 and e * times >= threshold]
 
 
 def _as_sequence(name, seq, protein: bool) -> str:

@@ -8,7 +8,8 @@ import sys
 import click
 
 from sinkalign.cli.options import FiniteFloatRange, OutputPath, torch_threads_option
-from sinkalign.utils import atomic_write_text
+from sinkalign.io.formats import GENERATED_SUFFIXES, output_format
+from sinkalign.utils import open_output
 
 # torch is an optional extra: nothing here imports it at module level (`sinkalign --help`
 # must work without it); the command imports it when it runs.
@@ -25,13 +26,22 @@ def _fasta(header: str, seq: str) -> str:
 
 
 def _record_id(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """A FASTA id (or the chrom= tag): one word, as the first word of a header is read back."""
+    """A FASTA id (or the chrom= tag): one word, as the first word of a header is read back;
+    the id without the header's ``>`` (``--id '>x'`` was written ``>>x``, read back as ``>x``)."""
     if value is not None and not value:
         raise click.BadParameter("must not be empty", ctx=ctx, param=param)
     if value is not None and any(c.isspace() for c in value):
         raise click.BadParameter(f"{value!r} contains whitespace; it must be one word, as FASTA reads ids (e.g. "
                                  f"{'_'.join(value.split())!r})", ctx=ctx, param=param)
+    if param.name == "record_id" and value is not None and value.startswith(">"):
+        bare = value.lstrip(">")
+        raise click.BadParameter(f"{value!r} starts with '>', which the FASTA header puts before the id itself"
+                                 + (f"; give {bare!r}" if bare else ""), ctx=ctx, param=param)
     return value
+
+
+_FASTA_NAMES = ", ".join(ext for ext, name in GENERATED_SUFFIXES.items() if name == "fasta")
+_PLAIN_NAMES = ", ".join(ext for ext, name in GENERATED_SUFFIXES.items() if name == "plain")
 
 
 @click.command("generate-dna")
@@ -55,12 +65,16 @@ def _record_id(ctx: click.Context, param: click.Parameter, value: str | None) ->
               help="Checkpoint directory, training run directory or a shipped model by name: default (GOAT "
                    "trained on 35 bacterial and archaeal genomes), cdiph (GOAT trained on the C. diphtheriae "
                    "chromosome only) [default: default].")
-@click.option("--format", "fmt", type=click.Choice(["plain", "fasta"]), default="plain", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["plain", "fasta"]), default=None,
+              help="plain: the bases alone on one line; fasta: one record, 60 bases a line, with the header "
+                   "described above [default: the one the -o file's extension names "
+                   f"({_FASTA_NAMES}: fasta; {_PLAIN_NAMES}: plain; through .gz), else plain (standard output "
+                   "too); a --format the extension contradicts is an error].")
 @click.option("--id", "record_id", default=None, callback=_record_id,
-              help="FASTA record id (one word) [default: gen_<chrom>_<start>_s<seed> with --chrom/--start, else "
-                   "gen_s<seed>; 'greedy' in place of s<seed> for --temperature 0]. Runs that differ only in other "
-                   "settings (temperature, top-k, model) get the same default id: give each its own --id to "
-                   "overlay them together.")
+              help="FASTA record id (one word, without the header's '>') [default: gen_<chrom>_<start>_s<seed> "
+                   "with --chrom/--start, else gen_s<seed>; 'greedy' in place of s<seed> for --temperature 0]. "
+                   "Runs that differ only in other settings (temperature, top-k, model) get the same default id: "
+                   "give each its own --id to overlay them together.")
 @click.option("--chrom", default=None, callback=_record_id,
               help="FASTA: the record the prompt comes from (header tag chrom=, for gc-profile --overlay).")
 @click.option("--start", default=None, type=int,
@@ -72,7 +86,8 @@ def _record_id(ctx: click.Context, param: click.Parameter, value: str | None) ->
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @torch_threads_option()
 @click.option("-o", "--output", default=None, type=OutputPath(dir_okay=False, allow_dash=True),
-              help="Output file (written atomically; '-' = stdout) [default: stdout].")
+              help="Output file (written atomically; gzip-compressed when its name ends .gz; its extension "
+                   "names the --format; '-' = stdout) [default: stdout].")
 @click.option("--overwrite", is_flag=True,
               help="Replace an existing --output file (when the run succeeds). Without it an existing file is an error.")
 @click.option("--progress/--no-progress", default=None,
@@ -84,9 +99,10 @@ def generate_dna(prompt: str, length: int, temperature: float, top_k: int | None
     """Continue --prompt by --length bases sampled from a DNA language model.
 
     Decoding uses the KV cache (softmax attentions) or the recurrent state (SLA). Only the
-    new bases are written unless --include-prompt is given. With --format fasta and
-    --chrom/--start the header follows the gc-profile overlay convention
-    ">ID chrom=<id> start=<0-based>", followed by length=, prompt_length=,
+    new bases are written unless --include-prompt is given. The -o file's extension names the
+    format, as for align and msa (gen.fa: FASTA, gen.txt: plain, gen.fa.gz: FASTA,
+    gzip-compressed). With FASTA output and --chrom/--start the header follows the gc-profile
+    overlay convention ">ID chrom=<id> start=<0-based>", followed by length=, prompt_length=,
     prompt_included=true|false and seed= (given or drawn; none for a greedy run without
     --seed).
     """
@@ -100,11 +116,14 @@ def generate_dna(prompt: str, length: int, temperature: float, top_k: int | None
                                  param_hint="'--start'")
     if length <= 0:
         raise click.BadParameter(f"must be a positive integer, got {length}", param_hint="'--length'")
-    if fmt == "plain" and chrom is not None:
-        raise click.UsageError("--chrom/--start only apply to --format fasta")
-    if fmt == "plain" and record_id is not None:
-        raise click.UsageError("--id names the FASTA record: it only applies to --format fasta")
     to_stdout = output is None or output == "-"
+    # the format as align's and msa's -o tell it: the file name's, refused where --format contradicts it
+    fmt = output_format(None if to_stdout else output, fmt, "plain", GENERATED_SUFFIXES)
+    fasta_output = f"FASTA output (--format fasta, or an -o file ending {_FASTA_NAMES})"
+    if fmt == "plain" and chrom is not None:
+        raise click.UsageError(f"--chrom/--start only apply to {fasta_output}")
+    if fmt == "plain" and record_id is not None:
+        raise click.UsageError(f"--id names the FASTA record: it only applies to {fasta_output}")
     if not to_stdout:  # before any work: an existing file is replaced only with --overwrite
         from sinkalign.pipelines.runner import check_output
 
@@ -151,7 +170,5 @@ def generate_dna(prompt: str, length: int, temperature: float, top_k: int | None
         text = seq + "\n"
         if drawn:
             click.echo(f"generate-dna: seed {seed} (--seed {seed} reproduces this run)", err=True)
-    if to_stdout:
-        sys.stdout.write(text)
-    else:
-        atomic_write_text(output, text)
+    with open_output("-" if to_stdout else output) as handle:  # a file atomically, gzip-compressed for .gz
+        handle.write(text)

@@ -1,9 +1,10 @@
 """An output's format from its file name, as samtools and Biopython users expect.
 
-``sinkalign align -o hits.sam`` writes SAM and ``sinkalign msa -o family.sto`` Stockholm
-without a ``--format``; a ``--format`` that another format's extension contradicts (``-o
-hits.bam --format tsv``) is an error, not a text file under a binary format's name. A name
-whose extension says nothing (``out``, ``hits.txt``) takes the command's default. A ``.gz``
+``sinkalign align -o hits.sam`` writes SAM, ``sinkalign msa -o family.sto`` Stockholm and
+``sinkalign generate-dna -o gen.fa`` FASTA without a ``--format``; a ``--format`` that another
+format's extension contradicts (``-o hits.bam --format tsv``) is an error, not a text file under
+a binary format's name. A name whose extension says nothing (``out``, ``hits.txt`` for
+``align``) takes the command's default. A ``.gz``
 is looked through (``hits.sam.gz`` is SAM, gzip-compressed).
 """
 
@@ -18,7 +19,7 @@ from sinkalign.errors import InputError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ALIGNMENT_SUFFIXES", "MSA_SUFFIXES", "MSA_UNWRITTEN", "output_format", "unwritten_msa_format"]
+__all__ = ["ALIGNMENT_SUFFIXES", "GENERATED_SUFFIXES", "MSA_SUFFIXES", "MSA_UNWRITTEN", "output_format", "unwritten_msa_format"]
 
 #: extension -> pairwise output format (``sinkalign align``, :func:`sinkalign.io.writers.write_alignments`)
 ALIGNMENT_SUFFIXES = {
@@ -34,6 +35,10 @@ MSA_SUFFIXES = {
     ".clustal": "clustal", ".clw": "clustal", ".sto": "stockholm", ".stk": "stockholm", ".sth": "stockholm",
     ".stockholm": "stockholm", ".phy": "phylip", ".phylip": "phylip",
 }
+
+#: extension -> generated-sequence output format (``sinkalign generate-dna``): FASTA, or ``plain``
+#: (the bases alone on one line)
+GENERATED_SUFFIXES = {".fa": "fasta", ".fasta": "fasta", ".fna": "fasta", ".fas": "fasta", ".txt": "plain"}
 
 
 #: extensions of multiple-alignment formats ``sinkalign msa`` does not write: refused, not

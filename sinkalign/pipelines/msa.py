@@ -310,9 +310,10 @@ def _msa(fastas: list, paths: list, add_to, output, fmt, tree, model, consistenc
         result = align_multiple(ids, seqs, posteriors, consistency=consistency, refine_rounds=refine, seed=seed,
                                 progress=bar.update, evalues=evalues)
     for k, evalue, other in unrelated_records(n, evalues):
-        log.warning("record %s has no likely homolog among the others (its smallest E-value, against %s, is %.2g): "
-                    "the alignment places its residues all the same, with confidences that assume it belongs to the "
-                    "family; --sequence-scores shows how it fits, or leave it out", ids[k], ids[other], evalue)
+        log.warning("record %s has no likely homolog among the others (its E-value as a search of the other %d "
+                    "records is %.2g, best against %s): the alignment places its residues all the same, with "
+                    "confidences that assume it belongs to the family; --sequence-scores shows how it fits, or leave "
+                    "it out", ids[k], n - 1, evalue, ids[other])
     why = (f"one record ({ids[0]}): nothing aligned to it, so no residue has a confidence" if n == 1 else
            f"the model has no multiple-alignment calibration for {consistency} consistency rounds")
     return _write(result, {r.id: r.description for r in records}, alphabet, fmt, output, tree, column_scores,
@@ -393,12 +394,14 @@ def _add(existing, ids: list, seqs: list, aligner, consistency: int, keep_length
     for (a, b), e in evalues.items():  # (a row or record, a record)
         if a in row_ids and best.get(b, ()) is not None:
             best[b] = None if e is None else min(best.get(b, (math.inf, a)), (e, a))
+    searched = len(row_ids)  # every row is searched (with --nearest, the prefilter ranks them all)
     for name in ids:  # as a fresh msa warns of a record unrelated to the others (unrelated_records)
-        if best.get(name) is not None and best[name][0] >= UNRELATED_EVALUE:
+        if best.get(name) is not None and best[name][0] * searched >= UNRELATED_EVALUE:
             evalue, row = best[name]
-            log.warning("record %s has no likely homolog among the rows of %s (its smallest E-value, against %s, is "
-                        "%.2g): it is placed all the same, with confidences that assume it belongs to the family; "
-                        "--sequence-scores shows how it fits, or leave it out", name, existing.source, row, evalue)
+            log.warning("record %s has no likely homolog among the rows of %s (its E-value as a search of the %d rows "
+                        "is %.2g, best against %s): it is placed all the same, with confidences that assume it "
+                        "belongs to the family; --sequence-scores shows how it fits, or leave it out", name,
+                        existing.source, searched, evalue * searched, row)
     if keep_length:
         dropped = {i: len(s) - sum(c != "-" for c in row) for i, s, row in zip(ids, seqs, result.rows[len(existing):])}
         cut = {i: d for i, d in dropped.items() if d}
