@@ -326,6 +326,32 @@ def test_evaluate_cli_keeps_existing_files_and_its_reference(tmp_path):
     assert r.exit_code == 2 and "--methods" in r.output and "name at least one" in r.output
 
 
+def test_evaluate_reads_a_reference_from_a_pipe(tmp_path):
+    """``--reference <(...)``: the pipe is read once, through a copy (the format was sniffed on one
+    open and the pairs read on another, which found the pipe empty), and scores as the file."""
+    import os
+    import shlex
+    import subprocess
+    import sys
+
+    from tests.aligner_fixtures import write_family
+
+    sto = write_family(tmp_path / "fam.sto", "famX", 4, 40, seed=3)
+    run = ["--methods", "nw", "--json"]
+    r = CliRunner().invoke(cli, ["evaluate", "--reference", str(sto), *run, str(tmp_path / "file.json")])
+    assert r.exit_code == 0, r.output
+    code = "import sys; sys.argv[0] = 'sinkalign'; from sinkalign.cli.main import main; main()"  # the console script
+    script = (f"{shlex.join([sys.executable, '-c', code, 'evaluate', '--reference'])} <(cat {shlex.quote(str(sto))}) "
+              f"{shlex.join([*run, str(tmp_path / 'pipe.json')])}")
+    res = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert res.returncode == 0, res.stdout + res.stderr
+    (file_set,) = json.loads((tmp_path / "file.json").read_text())["sets"].values()
+    (pipe_set,) = json.loads((tmp_path / "pipe.json").read_text())["sets"].values()
+    assert pipe_set["n_pairs"] == file_set["n_pairs"] == 6
+    assert pipe_set["methods"]["nw"]["micro"] == file_set["methods"]["nw"]["micro"]
+
+
 def test_model_by_shipped_name(tmp_path):
     """--model takes a shipped model's name; a name that is neither a path nor shipped is one line."""
     from click.testing import CliRunner

@@ -298,6 +298,59 @@ def test_pair_list_index_that_cannot_be_built_or_is_stale(files, monkeypatch):
         align_fasta(files / "all.fa", pairs=pairs, output=files / "x.tsv")
 
 
+def test_pair_list_fasta_with_whitespace_in_a_sequence_line_names_it(files):
+    """Whitespace inside a sequence line (read as nothing all-vs-all) cannot be indexed: htslib
+    counts it, or fetches it as a residue, or fails on the line widths it breaks. The error names
+    record, line and column and how to fix it, not an index that "does not match" (which this run
+    built) or a line width."""
+    pairs = files / "pairs.tsv"
+    pairs.write_text("q1\tt1\n")
+    ws = files / "ws.fa"
+    ws.write_text(f">q1\nMKVLAAGHWE\nRTY LLKPQ\n>t1\n{SEQS['t1']}\n")  # htslib indexes it: 18 residues
+    for _ in range(2):  # the index this run built is removed with the error: the second run says the same
+        r = CliRunner().invoke(cli, ["align", "--pairs", str(pairs), str(ws), "--no-progress"])
+        assert r.exit_code == 1, r.output
+        assert (f"{ws}: line 3, column 4: record 'q1' has a space inside its sequence" in r.output
+                and "seqkit seq -g -w 60" in r.output and "does not match" not in r.output), r.output
+        assert not (files / "ws.fa.fai").exists()
+    # in a line before the last (htslib fails on the line widths it breaks), a tab at every line's end
+    for text, where in ((">q1\nMKVLA\nAG HW\nERTYL\nLKPQ\n>t1\nMKV\n", "line 3, column 3: record 'q1' has a space"),
+                        (">t1\nMKV\n>q1\nMKVLA\t\nAGHWE\t\nRT\t\n", "line 4, column 6: record 'q1' has a tab")):
+        ws.write_text(text)
+        with pytest.raises(FormatError, match=rf"{ws}: {where} inside its sequence; --pairs reads the FASTA through "
+                                              r"a \.fai index.*seqkit seq -g -w 60"):
+            align_fasta(ws, pairs=pairs, output=files / "x.tsv")
+    # an index that samtools faidx built before (htslib indexes the first file) is no excuse either
+    ws.write_text(f">q1\nMKVLAAGHWE\nRTY LLKPQ\n>t1\n{SEQS['t1']}\n")
+    verbosity = pysam.set_verbosity(0)
+    try:
+        pysam.faidx(str(ws))
+    finally:
+        pysam.set_verbosity(verbosity)
+    with pytest.raises(FormatError, match=rf"{ws}: line 3, column 4: record 'q1' has a space"):
+        align_fasta(ws, pairs=pairs, output=files / "x.tsv")
+    assert (files / "ws.fa.fai").exists()  # the user's: it stays
+
+
+def test_pair_list_fasta_with_a_byte_order_mark_or_cr_line_ends_is_refused_saying_so(files):
+    """A UTF-8 byte-order mark and classic Mac (CR-only) line ends are read all-vs-all, but a
+    .fai index cannot hold them: the error names them and the fix, not a line width."""
+    pairs = files / "pairs.tsv"
+    pairs.write_text("q1\tt1\n")
+    bom = files / "bom.fa"
+    bom.write_bytes(b"\xef\xbb\xbf" + fasta(["q1", "t1"]).encode())
+    r = CliRunner().invoke(cli, ["align", "--pairs", str(pairs), str(bom), "--no-progress"])
+    assert r.exit_code == 1, r.output
+    assert (f"{bom}: starts with a UTF-8 byte-order mark (BOM" in r.output and "sed -i" in r.output
+            and "line width" not in r.output), r.output
+    cr = files / "cr.fa"
+    cr.write_bytes(fasta(["q1", "t1"]).replace("\n", "\r").encode())
+    with pytest.raises(FormatError, match=rf"{cr}: its lines end in CR alone \(classic Mac line ends\).*"
+                                          r"tr '\\r' '\\n'"):
+        align_fasta(cr, pairs=pairs, output=files / "x.tsv")
+    assert not (files / "bom.fa.fai").exists() and not (files / "cr.fa.fai").exists()
+
+
 def test_pairs_cli_usage(files):
     runner = CliRunner()
     (files / "pairs.tsv").write_text("q1\tt1\n")
@@ -362,6 +415,42 @@ def test_stockholm_self_pairs_fail_before_aligning(files, monkeypatch):
     monkeypatch.undo()
     # the same self comparison in another format works
     assert align_fasta(files / "q.fa", files / "q.fa", fmt="json", output=files / "x.json") == 9
+
+
+def test_stockholm_two_records_sharing_an_id_are_not_called_a_self_pair(files, monkeypatch):
+    """Two different sequences under one id (one in each file) cannot share a Stockholm block
+    either, but that is not a record paired with itself: the error says they share the id and
+    differ, and how to go on; a real self pair keeps its own message."""
+    calls = []
+    monkeypatch.setattr(pipeline, "align_chunk", lambda *a: calls.append(a) or [])
+    (files / "other.fa").write_text(f">q2\n{SEQS['t1']}\n>q1\n{SEQS['t2']}\n")
+    def share(rid):
+        return (rf"share the id '{rid}' but are different sequences, and a Stockholm block needs two distinct "
+                r"sequence names: rename one of them, or use a format without that limit \(--format tsv, sam")
+
+    r = CliRunner().invoke(cli, ["align", str(files / "q.fa"), str(files / "other.fa"), "-o", str(files / "x.sto"),
+                                 "--no-progress"])
+    assert r.exit_code == 1, r.output
+    msg = " ".join(r.output.split())
+    assert (f"record 'q1' (#1) of {files / 'q.fa'} and record 'q1' (#2) of {files / 'other.fa'} share the id 'q1' "
+            "but are different sequences" in msg and "with itself" not in msg), r.output
+    with pytest.raises(InputError, match=rf"pair #2 \({files / 'q.fa'} x {files / 'same.fa'}\): the query and the target "
+                                         rf"{share('q2')}"):
+        (files / "same.fa").write_text(f">t1\n{SEQS['t1']}\n>q2\n{SEQS['t2']}\n>t2\n{SEQS['t2']}\n")
+        align_fasta(files / "q.fa", files / "same.fa", pairing="zip", fmt="stockholm", output=files / "x.sto")
+    (files / "pairs.tsv").write_text("q1 q2\nq1 q1\n")
+    with pytest.raises(InputError, match=rf"pairs.tsv: line 2: query 'q1' of {files / 'q.fa'} and target 'q1' of "
+                                         rf"{files / 'other.fa'} {share('q1')}"):
+        align_fasta(files / "q.fa", files / "other.fa", pairs=files / "pairs.tsv", fmt="stockholm",
+                    output=files / "x.sto")
+    # the same sequence under its own id in both files is a self pair
+    (files / "copy.fa").write_text(fasta(["q1", "q2"]))
+    with pytest.raises(InputError, match=r"pairs.tsv: line 2: pairs 'q1' with itself"):
+        align_fasta(files / "q.fa", files / "copy.fa", pairs=files / "pairs.tsv", fmt="stockholm",
+                    output=files / "x.sto")
+    with pytest.raises(InputError, match=r"\(all-vs-all\): pairs 'q1' with itself"):
+        align_fasta(files / "q.fa", files / "copy.fa", fmt="stockholm", output=files / "x.sto")
+    assert calls == [] and not (files / "x.sto").exists()
 
 
 def test_zip_counts_and_lengths_fail_before_aligning(files, monkeypatch):

@@ -519,8 +519,21 @@ def test_format_names_in_any_case_and_m8(tmp_path, records):
         (("q", "MK", "t", "MK", [[0, 0]], "high"), "json", r"score='high' is not a number"),
         (("q", "MK"), "json", r"record 0: expected \(query_id, query, target_id, target, alignment\[, score\]\)"),
         (("q", "MK", "q", "MK", [[0, 0]]), "stockholm", r"Stockholm needs distinct sequence names"),
+        (("q", "MK", "q", "MA", [[0, 0]]), "stockholm", r"record 0 \(q vs q\): the query and the target share the "
+                                                         r"id 'q' but are different sequences.* rename one.*tsv"),
         (("q@x", "MK", "t", "MK", [[0, 0]]), "sam", r"query_id is not a valid SAM QNAME"),
         (("q", "MK", "*t", "MK", [[0, 0]]), "bam", r"target_id is not a valid SAM reference name"),
+        # which is wrong: the length against SAM's 254, or the character and its position
+        (("q" * 300, "MK", "t", "MK", [[0, 0]]), "sam",
+         r"query_id is not a valid SAM QNAME \(\[!-\?A-~\]\{1,254\}\): 'q{25}\.\.\.q{25}' is 300 characters long, "
+         r"and SAM allows at most 254; shorten it or use another --format"),
+        (("q@x", "MK", "t", "MK", [[0, 0]]), "bam",
+         r"query_id is not a valid SAM QNAME \(\[!-\?A-~\]\{1,254\}\): 'q@x' has '@' at 0-based position 1, "
+         r"which SAM does not allow there; rename it"),
+        (("q", "MK", "*t", "MK", [[0, 0]]), "sam",
+         r"target_id is not a valid SAM reference name \(.*\): '\*t' starts with '\*', which SAM does not allow first"),
+        (("q", "MK", "t\"x", "MK", [[0, 0]]), "sam",
+         r"target_id is not a valid SAM reference name \(.*\): 't\"x' has '\"' at 0-based position 1, which SAM"),
     ],
 )
 def test_bad_records(tmp_path, record, fmt, match):
@@ -901,3 +914,49 @@ def test_sam_seq_of_a_dna_read_with_x_and_an_unmapped_read_as_given(tmp_path):
         (seg,) = list(handle)
     assert seg.query_sequence == q[:10] and not seg.has_tag("AS") and seg.get_tag("ZS") == pytest.approx(2.0**31, rel=1e-5)
     assert "AS:i" not in (tmp_path / "u.paf").read_text() and "ZS:f:2.14748e+09" in (tmp_path / "u.paf").read_text()
+
+
+def test_sam_seq_follows_the_pair_alphabet_not_its_letters(tmp_path):
+    """A protein read whose residues all happen to be IUPAC nucleotide codes (M, K, V, D, H, W,
+    S, R, ...) went into SEQ as nucleotides; the pair's alphabet (its own, else
+    ``write_alignments(alphabet=)``) decides, the letters only when nothing says."""
+    pep = "MKVDHWSAAGTKRHVDAGKMS"  # every letter is in =ACMGRSVTWYHKDBN
+    pairs = np.stack([np.arange(len(pep))] * 2, 1)
+    told = [AlignedPair("pep", pep, "t", pep, pairs, 5.0, alphabet="protein"),
+            AlignedPair("dna", "ACGTACGTAC", "t2", "ACGTACGTAC", pairs[:10], 5.0, alphabet="dna")]
+    for name in ("o.sam", "o.bam"):
+        write_alignments(told, tmp_path / name)
+        with pysam.AlignmentFile(str(tmp_path / name)) as handle:
+            prot, dna = list(handle)
+        assert prot.query_sequence is None and prot.get_tag("XQ") == pep
+        assert dna.query_sequence == "ACGTACGTAC" and not dna.has_tag("XQ")
+    # plain tuples: alphabet= says what they are; without it their letters do (a short DNA-like read is DNA)
+    tup = [("pep", pep, "t", pep, pairs, 5.0)]
+    write_alignments(tup, tmp_path / "told.sam", alphabet="protein")
+    write_alignments([("d", "GATNNACAGT", "e", "GATNNACAGT", pairs[:10], 5.0)], tmp_path / "untold.sam")
+    with pysam.AlignmentFile(str(tmp_path / "told.sam")) as handle:
+        (seg,) = list(handle)
+    assert seg.query_sequence is None and seg.get_tag("XQ") == pep
+    with pysam.AlignmentFile(str(tmp_path / "untold.sam")) as handle:
+        (seg,) = list(handle)
+    assert seg.query_sequence == "GATNNACAGT" and not seg.has_tag("XQ")
+
+
+def test_cli_sam_of_protein_reads_keeps_every_read_in_xq(tmp_path):
+    """`sinkalign align` of peptides against a protein: pepA (all IUPAC nucleotide letters) had
+    SEQ MKVD... while pepB had SEQ '*' and XQ:Z, as the README promises for every protein read."""
+    from click.testing import CliRunner
+
+    from sinkalign.cli.main import cli
+
+    (tmp_path / "pep.fa").write_text(">pepA\nMKVDHWSAAGTKRHVDAGKMS\n>pepB\nMKVLEEFQ\n")
+    (tmp_path / "t.fa").write_text(">tgt\nMKVLDHWSAAGTKRHVEEFQDAGKMSLLKV\n")
+    out = tmp_path / "pep.sam"
+    r = CliRunner().invoke(cli, ["align", str(tmp_path / "pep.fa"), str(tmp_path / "t.fa"), "-o", str(out),
+                                 "--min-confidence", "0", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    with pysam.AlignmentFile(str(out)) as handle:
+        segs = {seg.query_name: seg for seg in handle}
+    assert sorted(segs) == ["pepA", "pepB"]
+    for name, seq in (("pepA", "MKVDHWSAAGTKRHVDAGKMS"), ("pepB", "MKVLEEFQ")):
+        assert segs[name].query_sequence is None and segs[name].get_tag("XQ") == seq

@@ -73,9 +73,11 @@ def _reference_kind(path: Path) -> str:
 
 
 def load_reference_set(path: str | Path, *, min_tm: float | None = 0.5, max_pairs: int | None = None,
-                       seed: int = 0, split: str = "test") -> list[ReferencePair]:
+                       seed: int = 0, split: str = "test", name: str | None = None) -> list[ReferencePair]:
     """Reference pairs from a Stockholm / aligned FASTA / A2M / MSF file, a TM-align TSV, or a
-    shard directory (its ``split``). ``max_pairs`` subsamples deterministically."""
+    shard directory (its ``split``). ``max_pairs`` subsamples deterministically. ``name``: what
+    the pairs of a file name as their ``source`` (and family, where it is the file's) instead of
+    ``path``, for a copy of a pipe or of standard input (the pipe as given)."""
     path = Path(path)
     rng = np.random.default_rng(seed)
     kind = None if path.is_dir() else _reference_kind(path)
@@ -115,10 +117,24 @@ def load_reference_set(path: str | Path, *, min_tm: float | None = 0.5, max_pair
         else:
             why = "its alignments hold fewer than two rows each: a reference pair needs two"
         raise InputError(f"{path}: no reference pairs: {why}")
+    if name is not None and not path.is_dir():
+        pairs = _renamed(pairs, path, name)
     if max_pairs is not None and len(pairs) > max_pairs:
         keep = np.sort(rng.choice(len(pairs), size=max_pairs, replace=False))
         pairs = [pairs[i] for i in keep]
     return pairs
+
+
+def _renamed(pairs: list[ReferencePair], path: Path, name: str) -> list[ReferencePair]:
+    """``pairs`` read from ``path`` with ``name`` for their source, and for a family named after
+    the file (:func:`~sinkalign.io.structural.family_name`; a Stockholm ``#=GF ID`` stays)."""
+    from dataclasses import replace
+
+    from sinkalign.io.structural import family_name
+
+    family = family_name(path)
+    return [replace(p, source=name if p.source == str(path) else p.source,
+                    family=family_name(name) if p.family == family else p.family) for p in pairs]
 
 
 def _baseline_pair(pair: ReferencePair) -> tuple[bool, str, str]:

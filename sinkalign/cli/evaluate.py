@@ -29,7 +29,7 @@ def _reference_options(purpose: str, split: str):
                          type=click.Path(exists=True, path_type=Path),
                          help=f"Reference set {purpose}: Stockholm/aligned FASTA/A2M/MSF file, TM-align TSV, "
                               "structure-based PIR file (HOMSTRAD) or folder of them or of bench1.0 aligned FASTA "
-                              "(SABRE, PREFAB, OXBench), or shard directory. Repeatable."),
+                              "(SABRE, PREFAB, OXBench), or shard directory; a pipe (<(...)) is read as a file. Repeatable."),
             click.option("--model", help="Model directory, checkpoint or run, or a shipped model by name "
                                          "(learned, blosum, dna). Default: the shipped protein model."),
             esm_weights_option(),
@@ -45,12 +45,22 @@ def _reference_options(purpose: str, split: str):
     return wrap
 
 
+def _reference_sets(references, **options) -> list[list]:
+    """Each ``--reference``'s pairs (:func:`~sinkalign.align.evaluate.load_reference_set` with
+    ``options``). A pipe (``<(...)``) is read once, through a copy (its format is told on one
+    open and its pairs read on another, which would find it empty), and named as given."""
+    from sinkalign.align.evaluate import load_reference_set
+    from sinkalign.pipelines.runner import stdin_spooled
+
+    with stdin_spooled(list(references)) as paths:
+        return [load_reference_set(path, name=None if path == Path(ref) else str(ref), **options)
+                for ref, path in zip(references, paths)]
+
+
 def _fitting_pairs(references, *, split, min_tm, max_pairs, max_length) -> list:
     """The reference pairs of every ``--reference`` with both sequences at most ``max_length``."""
-    from sinkalign.align.evaluate import load_reference_set
-
-    return [p for ref in references for p in load_reference_set(ref, min_tm=min_tm, max_pairs=max_pairs, split=split)
-            if max(len(p.query_seq), len(p.target_seq)) <= max_length]
+    return [p for pairs in _reference_sets(references, min_tm=min_tm, max_pairs=max_pairs, split=split)
+            for p in pairs if max(len(p.query_seq), len(p.target_seq)) <= max_length]
 
 
 def _set_names(references, split: str) -> list[str]:
@@ -152,7 +162,7 @@ def _json_ready(value):
 def evaluate(references, model, esm_weights, split, min_tm, max_pairs, methods, backend, json_path, pair_scores,
              by_source, overwrite):
     """Precision, recall and F1 per reference set, binned by percent identity."""
-    from sinkalign.align.evaluate import METHODS, evaluate_sets, load_reference_set
+    from sinkalign.align.evaluate import METHODS, evaluate_sets
     from sinkalign.align.metrics import render_table
     from sinkalign.pipelines.runner import check_outputs
     from sinkalign.utils import is_stdio
@@ -166,9 +176,8 @@ def evaluate(references, model, esm_weights, split, min_tm, max_pairs, methods, 
                                  param_hint="--methods")
     read = [f for r in references for f in (sorted(p for p in r.rglob("*") if p.is_file()) if r.is_dir() else [r])]
     check_outputs([(json_path, "--json"), (pair_scores, "--pair-scores")], overwrite, read)  # before any work
-    sets = {}
-    for ref, name in zip(references, _set_names(references, split)):
-        sets[name] = load_reference_set(ref, min_tm=min_tm, max_pairs=max_pairs, split=split)
+    names = _set_names(references, split)
+    sets = dict(zip(names, _reference_sets(references, min_tm=min_tm, max_pairs=max_pairs, split=split)))
     aligner = None
     if "sinkalign" in chosen:
         from sinkalign.align.aligner import Aligner

@@ -10,7 +10,7 @@ import click
 
 from sinkalign.cli.options import OutputPath
 
-_INPUT = click.Path(exists=True, path_type=Path)
+_INPUT = click.Path(exists=True, allow_dash=True, path_type=Path)
 _OUTPUT = OutputPath(dir_okay=False, allow_dash=True, path_type=Path)
 
 
@@ -37,7 +37,17 @@ def _wrote(console, path: Path) -> None:
 
 def _matched(test: Path, reference: Path) -> list[tuple[str, Path, Path]]:
     """``(family, test file, reference file)``: one pair of files, or every reference file of a
-    folder with the test file of the same name (suffixes aside) in the test folder."""
+    folder with the test file of the same name (suffixes aside) in the test folder. ``-``
+    (standard input) is a file, for one of the two."""
+    from sinkalign.utils import is_stdio
+
+    if is_stdio(test) and is_stdio(reference):
+        raise click.UsageError("TEST and REFERENCE are both '-': standard input holds one file; give the other as a "
+                               "file, or as a pipe: <(...)")
+    if is_stdio(test) or is_stdio(reference):
+        if (reference if is_stdio(test) else test).is_dir():
+            raise click.UsageError("give TEST and REFERENCE both as files or both as folders")
+        return [(_stem(reference), test, reference)]
     if test.is_dir() != reference.is_dir():
         raise click.UsageError("give TEST and REFERENCE both as files or both as folders")
     if not test.is_dir():
@@ -89,8 +99,9 @@ def score_msa(test, reference, json_path, pairs_path, families_path, subset, ove
     pairs. A structure-based reference (HOMSTRAD PIR, bench1.0 aligned FASTA with a lower-case
     untrusted region) counts its trusted core only. Either file may be aligned FASTA, A2M,
     Stockholm, Clustal, MSF, PIR or relaxed PHYLIP (told by content); rows are matched by name
-    and must hold the same residues. Given two folders, each reference file is scored against
-    the test file of the same name (suffixes aside) and the pairs of every family pooled.
+    and must hold the same residues. Either file may be '-' (standard input) or a pipe
+    (<(...)). Given two folders, each reference file is scored against the test file of the
+    same name (suffixes aside) and the pairs of every family pooled.
     """
     from rich.console import Console
     from rich.table import Table
@@ -98,17 +109,22 @@ def score_msa(test, reference, json_path, pairs_path, families_path, subset, ove
     from sinkalign.align.msa_scores import pooled, score_alignment
     from sinkalign.io.alignments import read_alignment
     from sinkalign.io.structural import read_reference_alignment
-    from sinkalign.pipelines.runner import check_outputs
+    from sinkalign.pipelines.runner import check_outputs, stdin_spooled
     from sinkalign.utils import is_stdio, open_output
 
     jobs = _matched(test, reference)
-    inputs = [p for _, t, r in jobs for p in (t, r)]
+    inputs = [p for _, t, r in jobs for p in (t, r) if not is_stdio(p)]
     outputs = ((json_path, "--json"), (pairs_path, "--pairs"), (families_path, "--families"))
     check_outputs(outputs, overwrite, inputs)
     per_family = []
     console = Console(stderr=any(is_stdio(path) for path, _ in outputs))  # stdout: the machine-readable file's
     for name, test_file, ref_file in jobs:
-        references = read_reference_alignment(ref_file)
+        # '-' and pipes are read through a copy (a pipe would be read empty by a second open, after
+        # its format is sniffed); errors raised here name them as given
+        with stdin_spooled([test_file, ref_file]) as (test_read, ref_read):
+            references = read_reference_alignment(ref_read)
+            if len(references) == 1 and len(references[0]) >= 2:
+                s = score_alignment(read_alignment(test_read), references[0], subset=subset)
         if len(references) != 1:
             raise click.ClickException(f"{ref_file}: holds {len(references)} alignments; give a file of one")
         if len(references[0]) < 2:
@@ -117,7 +133,6 @@ def score_msa(test, reference, json_path, pairs_path, families_path, subset, ove
                 raise click.ClickException(why)
             console.print(f"note: {why}: family {name} adds nothing")
             continue
-        s = score_alignment(read_alignment(test_file), references[0], subset=subset)
         if s.extra:
             console.print(f"note: {len(s.extra)} row{'s' if len(s.extra) > 1 else ''} of {test_file} "
                           f"{'are' if len(s.extra) > 1 else 'is'} not in the reference and not scored "

@@ -48,9 +48,10 @@ Formats (:data:`FORMATS`):
   aligned record without E-values) is its primary alignment, the others secondary (flag 256):
   each run of a query's consecutive records (all its pairs all-vs-all, or with ``--max-hits``)
   is held until it ends; a query met again after other queries keeps the primary it has. BAM
-  stores SEQ in a 4-bit nucleotide code, so a query that is not entirely in
-  ``=ACMGRSVTWYHKDBN`` (a protein) gets SEQ ``*`` and its residues in the ``XQ:Z`` tag (same
-  rule in SAM so the two round-trip identically). SAM and BAM need every reference before the
+  stores SEQ in a 4-bit nucleotide code, so a protein read gets SEQ ``*`` and its residues in
+  the ``XQ:Z`` tag (same rule in SAM so the two round-trip identically), even one whose
+  residues are all IUPAC nucleotide codes (``MKVDHWS``): the pair's alphabet decides (its
+  own, else ``alphabet=``, else told from the pair's letters). SAM and BAM need every reference before the
   first record: these two formats read the whole stream unless the references are given.
 * ``stockholm``: each pair as a 2-sequence Stockholm block (Biopython ``Bio.Align``), ``#=GF
   ID <query>_vs_<target>``, ``#=GF CC score=... [evalue=...]``, and, when posteriors are known, ``#=GC
@@ -153,24 +154,51 @@ TSV_COLUMNS = (
     "strand",
 )
 _BAD_SEQ_RE = re.compile(r"[^A-Za-z*]")
-_QNAME_RE = re.compile(r"[!-?A-~]{1,254}")
+_QNAME_MAX = 254  # BAM stores a read name's length, with its NUL, in one byte
+_QNAME_RE = re.compile(rf"[!-?A-~]{{1,{_QNAME_MAX}}}")
 _RNAME_RE = re.compile(r"[0-9A-Za-z!#$%&+./:;?@^_|~-][0-9A-Za-z!#$%&*+./:;=?@^_|~-]*")
 
 _BAM_SEQ = frozenset("=ACMGRSVTWYHKDBN")
 _MAX_MAPQ = 60
 
 
+def _sam_name_fault(name: str, role: str) -> str | None:
+    """What keeps ``name`` from being a SAM QNAME (``role="query"``) or RNAME (a target): its
+    length (a QNAME has at most 254 characters) or its first offending character and its
+    0-based position; ``None`` when it is valid."""
+    shown = repr(name) if len(name) <= 60 else repr(name[:25] + "..." + name[-25:])
+    if role == "query":
+        if _QNAME_RE.fullmatch(name):
+            return None
+        bad = re.search(r"[^!-?A-~]", name)
+        if bad is None:  # only the length is wrong (the records are never empty here)
+            return (f"{shown} is {len(name):,} characters long, and SAM allows at most {_QNAME_MAX}; shorten it or "
+                    "use another --format")
+    else:
+        if _RNAME_RE.fullmatch(name):
+            return None
+        if name and name[0] in "*=":
+            return f"{shown} starts with {name[0]!r}, which SAM does not allow first; rename it or use another --format"
+        bad = re.search(r"[^0-9A-Za-z!#$%&*+./:;=?@^_|~-]", name)
+        if bad is None:  # pragma: no cover - an empty name is refused before
+            return f"{shown}; rename it or use another --format"
+    return (f"{shown} has {bad.group()!r} at 0-based position {bad.start()}, which SAM does not allow there; "
+            "rename it or use another --format")
+
+
 def check_name(fmt: str, name: str, role: str, where: str) -> None:
     """:class:`InputError` if the record name ``name`` (a ``"query"`` or ``"target"``) cannot be
-    written in ``fmt``: SAM/BAM's QNAME and RNAME grammars, and a Stockholm row name starting
+    written in ``fmt``: SAM/BAM's QNAME and RNAME grammars (the message says what is wrong: the
+    length, or the character and its 0-based position), and a Stockholm row name starting
     with ``#`` (a comment or markup line to every reader) or ``//`` (the end of the alignment).
     The pipelines run it on every record before the first pair, so that nothing is half
     written; the SAM/BAM writer runs it on each record it writes."""
     if fmt in ("sam", "bam"):
-        ok, grammar = ((_QNAME_RE, "a valid SAM QNAME ([!-?A-~]{1,254})") if role == "query" else
-                       (_RNAME_RE, "a valid SAM reference name"))
-        if not ok.fullmatch(name):
-            raise InputError(f"{where}: {role}_id is not {grammar}: {name!r}; rename it or use another --format")
+        fault = _sam_name_fault(name, role)
+        if fault is not None:
+            grammar = (f"a valid SAM QNAME ({_QNAME_RE.pattern})" if role == "query" else
+                       f"a valid SAM reference name ({_RNAME_RE.pattern})")
+            raise InputError(f"{where}: {role}_id is not {grammar}: {fault}")
     elif fmt == "stockholm" and (name.startswith("#") or name.startswith("//")):
         raise InputError(f"{where}: a Stockholm row named {name!r} would be read as "
                          f"{'markup' if name.startswith('#') else 'the end of the alignment'}; rename it or use "
@@ -561,6 +589,11 @@ def _stockholm_to(records: Iterable[_Record], handle: IO[str]) -> int:
         nonlocal count
         for rec in records:
             if rec.query_id == rec.target_id:
+                if rec.query != rec.target and not (rec.strand == "-" and reverse_complement(rec.query) == rec.target):
+                    raise InputError(f"{rec.where}: the query and the target share the id {rec.query_id!r} but are "
+                                     "different sequences, and a Stockholm block needs two distinct sequence names: "
+                                     "rename one of them, or use a format without that limit (tsv, sam, bam, fasta, "
+                                     "json)")
                 raise InputError(f"{rec.where}: Stockholm needs distinct sequence names within a block")
             block = _biopython(rec)
             block.annotations = {
@@ -613,8 +646,11 @@ def _references_of(records: list[_Record]) -> list[tuple[str, int]]:
 def _check_references(references: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
     refs, seen = [], set()
     for name, length in references:
-        if not isinstance(name, str) or not _RNAME_RE.fullmatch(name):
-            raise InputError(f"reference {name!r} is not a valid SAM reference name")
+        if not isinstance(name, str) or not name:
+            raise InputError(f"reference {name!r} is not a valid SAM reference name ({_RNAME_RE.pattern})")
+        fault = _sam_name_fault(name, "target")
+        if fault is not None:
+            raise InputError(f"reference {name!r} is not a valid SAM reference name ({_RNAME_RE.pattern}): {fault}")
         if name in seen:
             raise InputError(f"reference {name!r} is listed twice")
         if int(length) < 1:
@@ -682,9 +718,11 @@ def _segment(rec: _Record, header, ref_index: dict[str, int], seqs: dict[str, st
     empty = rec.pairs.shape[0] == 0
     # an unmapped read is written as given (flag 4 alone), as minimap2 and BWA write it
     query = reverse_complement(rec.query) if empty and rec.strand == "-" else rec.query
+    # the pair's alphabet decides, not the letters: a protein read of M, K, V, D, H, W, S... alone
+    # is no nucleotide read (the alphabet is told from the letters only where nothing said it)
     if rec.alphabet == "dna" and not set(query) <= _BAM_SEQ:  # X (a masked base) is N there, as read
         query = query.upper().translate(_AS_N)
-    if set(query) <= _BAM_SEQ:
+    if rec.alphabet == "dna" and set(query) <= _BAM_SEQ:
         seg.query_sequence = query
     else:
         seg.query_sequence = None

@@ -23,8 +23,10 @@ per pair), a ``-`` input (standard input) is first copied to a temporary file, a
 Every input is checked before the first pair is aligned: records (errors name file, record and
 position), equal record counts for ``zip``, every pair-list id present in the FASTA (the error
 names the line), a sequence paired with itself under its own name for Stockholm (a block needs
-two distinct names), and alphabets. Without ``model`` the shipped model for the input is used
-(DNA when every record is nucleotides, else protein); DNA against protein, or a file mixing
+two distinct names; two different records sharing an id are told apart from that), what a
+pair list's ``.fai`` index cannot hold (whitespace inside a sequence line, a byte-order mark,
+CR line ends: named with the fix), and alphabets. Without ``model`` the shipped model for the
+input is used (DNA when every record is nucleotides, else protein); DNA against protein, or a file mixing
 the two, is an :class:`~sinkalign.errors.AlphabetError` naming file and record. With an
 explicit ``model`` such a mismatch is only logged as a warning.
 
@@ -43,6 +45,7 @@ import array
 import contextlib
 import dataclasses
 import decimal
+import hashlib
 import heapq
 import io
 import itertools
@@ -50,6 +53,7 @@ import logging
 import math
 import numbers
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -214,13 +218,27 @@ def _check_cells(query: tuple[str, int], target: tuple[str, int], context: str =
     return cells
 
 
-def _self_pair(fmt: str, qid: str, tid: str, where: str) -> None:
+def _self_pair(fmt: str, qid: str, tid: str, where: str, *, differ: str | None = None) -> None:
+    """Refuse a pair under one name for Stockholm (a block needs two): ``where`` names the pair;
+    ``differ``, where given, names its two records, which are different sequences under one id
+    (not a record paired with itself)."""
+    if fmt == "stockholm" and qid == tid and differ is not None:
+        raise InputError(
+            f"{where + ': ' if where else ''}{differ} share the id {qid!r} but are different sequences, and a "
+            "Stockholm block needs two distinct sequence names: rename one of them, or use a format without that "
+            "limit (--format tsv, sam, bam, fasta, json)"
+        )
     if fmt == "stockholm" and qid == tid:
         raise InputError(
             f"{where}: pairs {qid!r} with itself, and a Stockholm block needs two distinct sequence names: "
             "give the pairs without self pairs (--pairs FILE, two ids a line), or use another --format (tsv, fasta, "
             "json, sam, bam)"
         )
+
+
+def _digest(seq: str) -> bytes:
+    """A short digest of a record's residues: whether two records under one id are one sequence."""
+    return hashlib.blake2b(seq.encode(), digest_size=16).digest()
 
 
 class _FastaPairs:
@@ -251,11 +269,11 @@ class _FastaPairs:
             check_name(fmt, rec.id, "target" if path == self.target else "query", f"record #{n} of {path}")
 
         if self.pairing == "all":  # the targets are held anyway; the queries are streamed
-            tids = set()
+            tids: dict[str, tuple[int, bytes]] = {}  # id -> (record number, digest of its residues)
             longest_target = ("", 0)
             for n, t in enumerate(read_fasta(self.target, alphabet="auto"), 1):
                 note(self.target, t, n)
-                tids.add(t.id)
+                tids[t.id] = (n, _digest(t.seq))
                 if len(t) > longest_target[1]:
                     longest_target = (f"record {t.id!r} (#{n}) of {self.target}", len(t))
                 if sam:
@@ -269,7 +287,12 @@ class _FastaPairs:
                                                               self.dense))
                 queries.add(q.id)
                 if q.id in tids:
-                    _self_pair(fmt, q.id, q.id, f"record {q.id!r} (#{n}) of {self.query} (all-vs-all)")
+                    tn, digest = tids[q.id]
+                    if digest == _digest(q.seq):
+                        _self_pair(fmt, q.id, q.id, f"record {q.id!r} (#{n}) of {self.query} (all-vs-all)")
+                    else:
+                        _self_pair(fmt, q.id, q.id, "", differ=f"record {q.id!r} (#{n}) of {self.query} and record "
+                                                                f"{q.id!r} (#{tn}) of {self.target}")
                 scan.total += n_targets if self.prefilter is None else min(self.prefilter, n_targets)
             queries.check()
             return scan
@@ -289,7 +312,8 @@ class _FastaPairs:
                 if sam:
                     refs.setdefault(t.id, len(t))
             if q is not None and t is not None:
-                _self_pair(fmt, q.id, t.id, f"pair #{nq} ({self.query} x {self.target})")
+                _self_pair(fmt, q.id, t.id, f"pair #{nq} ({self.query} x {self.target})",
+                           differ=None if q.seq == t.seq else "the query and the target")
                 scan.largest = max(scan.largest, _check_cells((f"record {q.id!r} (#{nq}) of {self.query}", len(q)),
                                                               (f"record {t.id!r} (#{nt}) of {self.target}", len(t)),
                                                               dense=self.dense))
@@ -353,14 +377,16 @@ class _IndexedFasta:
                                  f"elsewhere (copy the FASTA to a writable directory, or run samtools faidx "
                                  f"there) and give that copy")
             built = True
+        head = _unindexable_head(path)  # a byte-order mark, CR line ends: htslib's error would not say so
+        if head is not None:
+            raise FormatError(f"{path}: {head}")
         old = pysam.set_verbosity(0)  # htslib's own messages (a duplicate name's warning) stay off stderr
         try:
             self._fa = pysam.FastaFile(str(path))
         except (OSError, ValueError) as exc:
             where = _line_width_problem(path)
             if where is not None:  # htslib's message (off) named the line; so does this one
-                raise FormatError(f"{path}: {where}; --pairs reads the FASTA through a .fai index, which needs "
-                                  "every line of a record but its last to have one width: rewrap it") from exc
+                raise FormatError(f"{path}: {where}") from exc
             raise FormatError(f"{path}: cannot read or index it as FASTA for --pairs ({exc}); the index needs "
                               "the same line width within each record") from exc
         finally:
@@ -382,6 +408,12 @@ class _IndexedFasta:
             if rid is not None:
                 found.append((rid, length, start))
 
+        def refuse(message: str):
+            self._fa.close()
+            if remove_index:
+                Path(f"{self.path}.fai").unlink(missing_ok=True)
+            raise FormatError(f"{self.path}: {message}")
+
         rid, length, start, offset = None, 0, 0, 0
         with open_bytes(self.path) as fh:
             for n, line in enumerate(fh, 1):
@@ -390,14 +422,16 @@ class _IndexedFasta:
                     text = line[1:].decode("utf-8", "replace")
                     rid = text.split(maxsplit=1)[0] if text.strip() else ""
                     if rid in seen:
-                        self._fa.close()
-                        if remove_index:
-                            Path(f"{self.path}.fai").unlink(missing_ok=True)
-                        raise FormatError(f"{self.path}: line {n}: duplicate record id {rid!r}")
+                        refuse(f"line {n}: duplicate record id {rid!r}")
                     seen.add(rid)
                     length, start = 0, offset + len(line)
                 else:
-                    length += len(line.rstrip(b"\r\n"))
+                    body = line.rstrip(b"\r\n")
+                    if rid is not None and _SPACE.search(body):  # htslib counts it, or fetches it as a residue
+                        if body.strip():
+                            refuse(_whitespace_problem(self.path, body.decode("utf-8", "replace"), n, rid))
+                        body = b""  # a line of whitespace alone: a blank line
+                    length += len(body)
                 offset += len(line)
         close(rid, length, start)
         self._check_index(found)
@@ -431,27 +465,79 @@ class _IndexedFasta:
         return self._fa.fetch(rid).upper()
 
 
+_WIDTHS = ("--pairs reads the FASTA through a .fai index, which needs every line of a record but its last to "
+           "have one width: rewrap it")
+#: ASCII whitespace but a line's end (in bytes, in text): a .fai index cannot skip it inside a sequence line
+_SPACE = re.compile(rb"[ \t\v\f\r]")
+_SPACE_TEXT = re.compile(r"[ \t\v\f\r]")
+
+
 def _line_width_problem(path: Path) -> str | None:
     """Where ``path`` breaks the rule of a ``.fai`` index, every line of a record but its last of
-    one width (``line N: record 'id' ...``), or ``None``."""
+    one width, or holds whitespace inside a sequence line: ``line N: record 'id' ...`` and what
+    to do, or ``None``. (Whitespace breaks the widths too; it is named as what it is.)"""
     with open_text(path) as fh:
         rid, width, short = None, None, None
         for n, line in enumerate(fh, 1):
             if line.startswith(">"):
                 rid, width, short = (line[1:].split(maxsplit=1) or [""])[0], None, None
                 continue
-            size = len(line.rstrip("\n"))
+            body = line.rstrip("\n")
+            if rid is not None and _SPACE_TEXT.search(body):
+                if body.strip():
+                    return _whitespace_problem(path, body, n, rid)
+                body = ""  # a line of whitespace alone: a blank line
+            size = len(body)
             if rid is None or (short is not None and not size):
                 continue
             if short is not None:
-                return f"line {n}: record {rid!r} goes on after line {short}, which is shorter"
+                return f"line {n}: record {rid!r} goes on after line {short}, which is shorter; {_WIDTHS}"
             if width is None and size:
                 width = size
             elif not size or size < width:
                 short = n
             elif size > width:
-                return f"line {n}: record {rid!r} has a line longer than its first ({width} characters)"
+                return f"line {n}: record {rid!r} has a line longer than its first ({width} characters); {_WIDTHS}"
     return None
+
+
+def _whitespace_problem(path: Path, body: str, n: int, rid: str | None) -> str:
+    """What to say of whitespace inside sequence line ``n`` (``body``, its end stripped) of
+    record ``rid`` of ``path``: where (1-based column), why ``--pairs`` cannot read it, how to
+    fix it."""
+    column = _SPACE_TEXT.search(body).start() + 1
+    char = body[column - 1]
+    what = {" ": "a space", "\t": "a tab", "\r": "a carriage return (CR)"}.get(char, f"whitespace {char!r}")
+    return (f"line {n}, column {column}: record {rid!r} has {what} inside its sequence; --pairs reads the FASTA "
+            "through a .fai index, which cannot skip whitespace there (it would fetch the wrong residues; "
+            f"all-vs-all reading drops it): remove it and rewrap the records, e.g. `seqkit seq -g -w 60 {path} > "
+            "fixed.fa` (-g drops spaces, tabs and gap characters)")
+
+
+def _unindexable_head(path: Path) -> str | None:
+    """What at the start of ``path`` (decompressed) a ``.fai`` index cannot read, with the fix: a
+    UTF-8 byte-order mark, or classic Mac line ends (CR alone); ``None`` where neither. Both are
+    read all-vs-all, but htslib cannot skip a BOM (its first byte is no '>') and takes a file of
+    CR line ends for one line."""
+    with open_bytes(path) as fh:
+        head = fh.read(1 << 16)
+    if head.startswith(b"\xef\xbb\xbf"):
+        return ("starts with a UTF-8 byte-order mark (BOM, the bytes EF BB BF some Windows editors write); --pairs "
+                "reads the FASTA through a .fai index, which cannot skip it (all-vs-all reading does): remove it, "
+                f"e.g. `sed -i '1s/^\\xEF\\xBB\\xBF//' {path}`"
+                + (" on the decompressed file, compressed again with bgzip" if _compressed(path) else ""))
+    cr = head.find(b"\r")
+    if 0 <= cr < len(head) - 1 and head[cr + 1:cr + 2] != b"\n" and b"\n" not in head[:cr]:
+        return ("its lines end in CR alone (classic Mac line ends); --pairs reads the FASTA through a .fai index, "
+                "which needs LF (or CRLF) line ends (all-vs-all reading takes CR): convert them, e.g. "
+                f"`tr '\\r' '\\n' < {path} > fixed.fa` (or mac2unix)"
+                + (" on the decompressed file, compressed again with bgzip" if _compressed(path) else ""))
+    return None
+
+
+def _compressed(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        return fh.read(2) == b"\x1f\x8b"
 
 
 def _protein_stop(seq: str, alphabet: str) -> str:
@@ -504,7 +590,11 @@ class _ListedPairs:
                     _check_length(len(seq), where, limit)
                     checked[id(fa), rid] = len(seq)
                     scan.kinds.add(fa.path, kind, where, len(seq))
-            _self_pair(fmt, qid, tid, f"{self.path}: line {n}")
+            differ = None
+            if fmt == "stockholm" and qid == tid and self.tfa is not self.qfa \
+                    and self.qfa.fetch(qid) != self.tfa.fetch(tid):  # one id in two files, two sequences
+                differ = f"query {qid!r} of {self.qfa.path} and target {tid!r} of {self.tfa.path}"
+            _self_pair(fmt, qid, tid, f"{self.path}: line {n}", differ=differ)
             check_name(fmt, qid, "query", f"{self.path}: line {n}")
             check_name(fmt, tid, "target", f"{self.path}: line {n}")
             scan.largest = max(scan.largest, _check_cells(
