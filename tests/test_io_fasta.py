@@ -234,6 +234,21 @@ def test_auto_alphabet_per_record(tmp_path: Path) -> None:
     assert detect_alphabet("") == "protein"
 
 
+def test_a_trailing_stop_makes_a_record_a_peptide(tmp_path: Path) -> None:
+    """``GATTACA*`` is a translation (no nucleotide sequence ends in a stop): read as protein,
+    its stop dropped; it was taken for DNA and refused ('*' illegal for alphabet 'dna')."""
+    from sinkalign.io.fasta import record_alphabet
+
+    path = _write(tmp_path / "p.fa", ">stop\nGATTACA*\n>dna\nGATTACA\n>two\nACGT**\n")
+    with pytest.raises(SequenceFormatError, match=r"record 'two' .*stop '\*' inside the sequence .* position 4"):
+        list(read_fasta(path, "auto"))
+    path = _write(tmp_path / "q.fa", ">stop\nGATTACA*\n>dna\nGATTACA\n")
+    got = {s.id: (s.alphabet, s.seq) for s in read_fasta(path, "auto")}
+    assert got == {"stop": ("protein", "GATTACA"), "dna": ("dna", "GATTACA")}
+    assert [record_alphabet(x) for x in ("ACGT*", "ACGT", "acgu*", "*", "MKV")] == \
+        ["protein", "dna", "protein", "protein", "protein"]
+
+
 def test_sequence_validation() -> None:
     with pytest.raises(ValueError, match="id='a b' must be a non-empty string without whitespace"):
         Sequence(id="a b", description="", seq="MK", alphabet="protein")

@@ -60,6 +60,7 @@ __all__ = [
     "Sequence",
     "SequenceFormatError",
     "detect_alphabet",
+    "record_alphabet",
     "not_fasta_hint",
     "open_bytes",
     "open_text",
@@ -359,6 +360,16 @@ def detect_alphabet(seq: str) -> str:
     return "protein"
 
 
+def record_alphabet(seq: str) -> str:
+    """The alphabet of one record's residues, as the readers tell it: ``"protein"`` when it ends
+    in a stop ``*`` (a translation; no nucleotide sequence has one), else :func:`detect_alphabet`
+    (``GATTACA*`` is a peptide, ``GATTACA`` DNA)."""
+    stripped = seq.rstrip("*")
+    if stripped and len(stripped) < len(seq):
+        return "protein"
+    return detect_alphabet(stripped)
+
+
 def validate_residues(
     seq: str,
     alphabet: str,
@@ -533,7 +544,7 @@ def _check_record(
                     char=c,
                 )
     seq = seq.upper()
-    resolved = detect_alphabet(seq.rstrip("*")) if alphabet == "auto" else alphabet
+    resolved = record_alphabet(seq) if alphabet == "auto" else alphabet
     if resolved == "protein" and seq.endswith("*"):
         seq = seq[:-1]
         if not seq:

@@ -69,7 +69,14 @@ from sinkalign.errors import (
     InputError,
     require,
 )
-from sinkalign.io.fasta import detect_alphabet, open_bytes, open_text, read_fasta, rna_as_dna, validate_residues
+from sinkalign.io.fasta import (
+    open_bytes,
+    open_text,
+    read_fasta,
+    record_alphabet,
+    rna_as_dna,
+    validate_residues,
+)
 from sinkalign.io.formats import ALIGNMENT_SUFFIXES, output_format
 from sinkalign.io.writers import check_name, format_name, write_alignments
 from sinkalign.pipelines.runner import (
@@ -584,7 +591,7 @@ class _ListedPairs:
                 if (id(fa), rid) not in checked:
                     raw = fa.fetch(rid)
                     where = f"record {rid!r} of {fa.path}"
-                    kind = detect_alphabet(raw.rstrip("*"))
+                    kind = record_alphabet(raw)
                     seq = _protein_stop(raw, kind)
                     validate_residues(seq, kind, where=f"{fa.path}: record {rid!r}", path=fa.path, record_id=rid)
                     _check_length(len(seq), where, limit)

@@ -14,7 +14,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from sinkalign.errors import AlphabetError, InputError
-from sinkalign.io.fasta import Sequence, detect_alphabet, validate_residues
+from sinkalign.io.fasta import Sequence, record_alphabet, validate_residues
 from sinkalign.utils import atomic_write, atomic_write_text, user_cache_dir
 
 __all__ = [
@@ -104,7 +104,7 @@ def as_records(
             where = f"{embedder} input sequence #{k} (0-based)"
             if not residues:
                 raise InputError(f"{where} is empty")
-            alphabet = detect_alphabet(residues.rstrip("*") or residues) if default_alphabet == "auto" \
+            alphabet = record_alphabet(residues) if default_alphabet == "auto" \
                 else default_alphabet
         else:
             raise ValueError(f"{embedder} input sequence #{k} (0-based) is a {type(item).__name__}, not a string")
