@@ -392,3 +392,18 @@ def test_an_unrelated_record_is_named_in_a_warning(tmp_path, caplog):
     assert res.exit_code == 0, res.output
     warned = [r.getMessage() for r in caplog.records if "no likely homolog" in r.getMessage()]
     assert len(warned) == 1 and warned[0].startswith("record odd has no likely homolog"), warned
+
+
+def test_one_record_is_written_as_one_row_with_a_warning(tmp_path, caplog):
+    """`sinkalign msa` of a file of one record writes it as a one-row alignment, as other
+    aligners do, and says nothing was aligned (it wrote the row without a word)."""
+    import logging
+
+    (tmp_path / "one.fasta").write_text(">solo\nMKVLAAGIVGLLLAQ\n")
+    with caplog.at_level(logging.WARNING, logger="sinkalign.pipelines.msa"):
+        res = _run("msa", str(tmp_path / "one.fasta"), "-o", str(tmp_path / "out.afa"))
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "out.afa").read_text().split() == [">solo", "MKVLAAGIVGLLLAQ"]
+    warned = [r.getMessage() for r in caplog.records if "one record" in r.getMessage()]
+    assert warned == [f"{tmp_path / 'one.fasta'} holds one record (solo): nothing to align it to; it is written as "
+                      "a one-row alignment"], caplog.text

@@ -292,6 +292,9 @@ def _msa(fastas: list, paths: list, add_to, output, fmt, tree, model, consistenc
             else None
         return _write(result, descriptions, alphabet, fmt, output, tree, column_scores, sequence_scores, trim,
                       f"the model has no calibration for records added with {consistency} consistency rounds", markup)
+    if n == 1:  # written as its one row, as other aligners do; said, since nothing was aligned
+        log.warning("%s holds one record (%s): nothing to align it to; it is written as a one-row alignment", where,
+                    ids[0])
     log.info("aligning %d records: %d pairs, %d consistency rounds", n, n * (n - 1) // 2, consistency)
     evalues: dict = {}
     with tqdm(total=n * (n - 1) // 2, disable=not progress, unit="pair", desc="pairwise") as bar:
