@@ -26,7 +26,7 @@ from _common import machine, write_json
 from msa_families import families
 
 from sinkalign.align.aligner import Aligner
-from sinkalign.align.msa import UNRELATED_EVALUE, unrelated_records
+from sinkalign.align.msa import UNRELATED_EVALUE, is_unrelated, unrelated_records
 
 SIZES = ((3, 5), (6, 10), (11, 40))
 
@@ -37,7 +37,7 @@ def shares(records, rule: str, t: float) -> float | None:
     smallest E-value times the comparisons, the E-value of a search of the others, >= t)."""
     if not records:
         return None
-    return float(np.mean([(e * c if rule == "search" else e) >= t for _, e, c in records]))
+    return float(np.mean([is_unrelated(e, c if rule == "search" else 1, t) for _, e, c in records]))
 
 
 def random_records(n: int, length: int, families: int, aligner, seed: int) -> list:

@@ -281,6 +281,8 @@ def test_log_evalue_threshold_reads_strings_exactly_and_refuses_nonsense():
 
     assert log_evalue_threshold("1e-400") == pytest.approx(-400 * math.log(10), rel=1e-15)
     assert log_evalue_threshold(1e-3) == math.log(1e-3)
+    for text in ("0.01", "0.1", "1e-3", "1e-300"):  # a string in the double range: as its float (same pairs kept)
+        assert log_evalue_threshold(text) == math.log(float(text)), text
     assert log_evalue_threshold("0") == log_evalue_threshold(0) == -math.inf
     for bad in ("nan", "inf", "-1", "abc", -1.0, float("nan"), True):
         with pytest.raises(InputError, match="max_evalue"):

@@ -212,7 +212,7 @@ def test_model_paths_that_hold_no_model_say_what_they_are(tmp_path, monkeypatch,
     assert resolve_model_path(run / "checkpoints") == resolve_model_path(run) == run / "checkpoints" / "step-00000002"
 
 
-def test_a_folder_named_like_a_shipped_model_by_one_rule_two_tests(tmp_path, monkeypatch):
+def test_a_folder_named_like_a_shipped_model_by_one_rule_two_tests(tmp_path, monkeypatch, caplog):
     """``names_shipped_model`` is the one rule (it was written twice, in lm.model and
     lm.checkpoints), each reader passing its test of the path: load_model/resolve_model_path
     (any existing path is taken: it follows a run named ``default`` to its newest checkpoint) and
@@ -242,7 +242,10 @@ def test_a_folder_named_like_a_shipped_model_by_one_rule_two_tests(tmp_path, mon
     assert names_shipped_model("default", taken_as_path=holds_checkpoint)
     assert resolve_model_path("default").resolve() == step.resolve()
     assert load_model("default").config.attention == "alibi"
-    assert load_checkpoint_config("default") == shipped_config
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="sinkalign.lm.model"):
+        assert load_checkpoint_config("default") == shipped_config
+    assert "holds no checkpoint directory: model 'default' is the shipped model" in caplog.text  # said, not silent
     # ./default holding a checkpoint: taken as given by both
     save_checkpoint(tmp_path / "default", tiny_model("rope", dtype=torch.float32))
     assert not names_shipped_model("default", taken_as_path=holds_checkpoint)

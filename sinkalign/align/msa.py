@@ -69,6 +69,8 @@ __all__ = [
     "guide_tree",
     "library_aligner",
     "unrelated_records",
+    "is_unrelated",
+    "search_evalue",
     "library_entry",
     "pp_code",
     "progressive",
@@ -832,6 +834,19 @@ UNRELATED_EVALUE = 0.3
 UNRELATED_RULES = ("search", "per comparison")
 
 
+def search_evalue(smallest: float, searched: int) -> float:
+    """The E-value of a search of ``searched`` sequences for a record whose smallest
+    per-comparison E-value among them is ``smallest`` (as ``sinkalign align --db-size``
+    scales one): what :func:`unrelated_records` compares with its threshold."""
+    return smallest * searched
+
+
+def is_unrelated(smallest: float, searched: int, threshold: float = UNRELATED_EVALUE) -> bool:
+    """Whether a record whose smallest E-value against ``searched`` sequences is ``smallest``
+    has no likely homolog among them (:func:`search_evalue` at least ``threshold``)."""
+    return search_evalue(smallest, searched) >= threshold
+
+
 def unrelated_records(n: int, evalues: Mapping[tuple[int, int], float | None], threshold: float = UNRELATED_EVALUE,
                       *, rule: str = "search") -> list[tuple[int, float, int]]:
     """The records of a family of ``n`` (``n >= 3``) with no likely homolog among the others:
@@ -851,8 +866,9 @@ def unrelated_records(n: int, evalues: Mapping[tuple[int, int], float | None], t
     for (x, y), e in evalues.items():
         best[x] = min(best[x], (e, y))
         best[y] = min(best[y], (e, x))
-    times = n - 1 if rule == "search" else 1
-    return [(k, e * times, other) for k, (e, other) in enumerate(best) if other >= 0 and e * times >= threshold]
+    searched = n - 1 if rule == "search" else 1
+    return [(k, search_evalue(e, searched), other) for k, (e, other) in enumerate(best)
+            if other >= 0 and is_unrelated(e, searched, threshold)]
 
 
 def _as_sequence(name, seq, protein: bool) -> str:

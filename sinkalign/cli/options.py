@@ -35,15 +35,16 @@ class EValueThreshold(click.ParamType):
     def convert(self, value, param, ctx):
         import decimal
 
+        from sinkalign.errors import InputError
+        from sinkalign.pipelines.align import log_evalue_threshold
+
         if isinstance(value, decimal.Decimal):
             return value
         try:
-            out = decimal.Decimal(str(value).strip())
-        except decimal.InvalidOperation:
-            self.fail(f"{value!r} is not a number.", param, ctx)
-        if not out.is_finite() or out < 0:
-            self.fail(f"{value!r} is not a finite number >= 0.", param, ctx)
-        return out
+            log_evalue_threshold(str(value))  # the library's rule, its message
+        except InputError as err:
+            self.fail(str(err).replace("max_evalue=", ""), param, ctx)
+        return decimal.Decimal(str(value).strip())
 
 
 class OutputPath(click.Path):

@@ -276,6 +276,9 @@ def _checkpoint_dir(path_dir: str | os.PathLike) -> Path:
     checkpoint directory of that name exists gives that model's directory, as ``sinkalign
     generate-dna --model`` reads it (:func:`~sinkalign.lm.checkpoints.names_shipped_model`)."""
     if names_shipped_model(path_dir, taken_as_path=holds_checkpoint):
+        if Path(path_dir).exists():  # a folder of that name holding no model (a run is not read here), said
+            logger.warning("%s holds no checkpoint directory: model %r is the shipped model (load_model reads a "
+                           "training run)", Path(path_dir).resolve(), str(path_dir))
         return shipped_model(path_dir)  # also past a folder of that name holding no model, as load_model reads it
     return Path(path_dir)
 

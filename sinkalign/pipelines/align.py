@@ -276,11 +276,13 @@ class _FastaPairs:
             check_name(fmt, rec.id, "target" if path == self.target else "query", f"record #{n} of {path}")
 
         if self.pairing == "all":  # the targets are held anyway; the queries are streamed
-            tids: dict[str, tuple[int, bytes]] = {}  # id -> (record number, digest of its residues)
+            # id -> (record number, digest of its residues: Stockholm's self-pair check alone needs it)
+            tids: dict[str, tuple[int, bytes | None]] = {}
+            stockholm = fmt == "stockholm"
             longest_target = ("", 0)
             for n, t in enumerate(read_fasta(self.target, alphabet="auto"), 1):
                 note(self.target, t, n)
-                tids[t.id] = (n, _digest(t.seq))
+                tids[t.id] = (n, _digest(t.seq) if stockholm else None)
                 if len(t) > longest_target[1]:
                     longest_target = (f"record {t.id!r} (#{n}) of {self.target}", len(t))
                 if sam:
@@ -293,7 +295,7 @@ class _FastaPairs:
                                                               longest_target, " (all-vs-all aligns every pair)",
                                                               self.dense))
                 queries.add(q.id)
-                if q.id in tids:
+                if stockholm and q.id in tids:
                     tn, digest = tids[q.id]
                     if digest == _digest(q.seq):
                         _self_pair(fmt, q.id, q.id, f"record {q.id!r} (#{n}) of {self.query} (all-vs-all)")
@@ -780,7 +782,9 @@ def _best_per_query(stream, max_hits: int):
 def log_evalue_threshold(value: float | str | decimal.Decimal) -> float:
     """The natural log of an E-value threshold, ``-inf`` for 0. A string or
     :class:`decimal.Decimal` is read exactly, so a threshold below the double range
-    (``"1e-400"``, which ``float`` reads as 0) keeps its meaning: E-values are compared as logs."""
+    (``"1e-400"``, which ``float`` reads as 0) keeps its meaning: E-values are compared as logs.
+    Within the double range it gives what the same number as a float gives (``"0.01"`` and
+    ``0.01`` keep the same pairs)."""
     if isinstance(value, (str, decimal.Decimal)):
         try:
             exact = decimal.Decimal(value.strip() if isinstance(value, str) else value)
@@ -788,7 +792,10 @@ def log_evalue_threshold(value: float | str | decimal.Decimal) -> float:
             raise InputError(f"max_evalue={value!r} is not a number") from None
         if not exact.is_finite() or exact < 0:
             raise InputError(f"max_evalue={value!r} must be a finite number >= 0")
-        return float(exact.ln()) if exact > 0 else -math.inf
+        if exact == 0:
+            return -math.inf
+        near = float(exact)  # within the double range, the log of the double the API would be given
+        return math.log(near) if sys.float_info.min <= near < math.inf else float(exact.ln())
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value >= 0 or not math.isfinite(value):
         raise InputError(f"max_evalue={value!r} must be a finite number >= 0")
     return math.log(float(value)) if value > 0 else -math.inf

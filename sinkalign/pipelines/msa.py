@@ -361,7 +361,7 @@ def _add(existing, ids: list, seqs: list, aligner, consistency: int, keep_length
     Dask cluster (as ``sinkalign align``; the same alignment as one process)."""
     from tqdm import tqdm
 
-    from sinkalign.align.msa import UNRELATED_EVALUE, add_to_alignment, library_entry, nearest_rows
+    from sinkalign.align.msa import add_to_alignment, is_unrelated, library_entry, nearest_rows, search_evalue
 
     n = len(ids)
     k = sum(any(c.isalpha() for c in row) for row in existing.rows)  # the rows with residues
@@ -399,12 +399,12 @@ def _add(existing, ids: list, seqs: list, aligner, consistency: int, keep_length
             best[b] = None if e is None else min(best.get(b, (math.inf, a)), (e, a))
     searched = len(row_ids)  # every row is searched (with --nearest, the prefilter ranks them all)
     for name in ids:  # as a fresh msa warns of a record unrelated to the others (unrelated_records)
-        if best.get(name) is not None and best[name][0] * searched >= UNRELATED_EVALUE:
+        if best.get(name) is not None and is_unrelated(best[name][0], searched):
             evalue, row = best[name]
             log.warning("record %s has no likely homolog among the rows of %s (its E-value as a search of the %d rows "
                         "is %.2g, best against %s): it is placed all the same, with confidences that assume it "
                         "belongs to the family; --sequence-scores shows how it fits, or leave it out", name,
-                        existing.source, searched, evalue * searched, row)
+                        existing.source, searched, search_evalue(evalue, searched), row)
     if keep_length:
         dropped = {i: len(s) - sum(c != "-" for c in row) for i, s, row in zip(ids, seqs, result.rows[len(existing):])}
         cut = {i: d for i, d in dropped.items() if d}

@@ -168,7 +168,7 @@ def _host(t: torch.Tensor):
         return t.detach().cpu().numpy()
 
 
-def _zero_padding(name: str, t: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+def _zero_padding(name: str, t: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
     """``t`` [B, H, L, E] with its padded rows (``valid`` [B, L] False) zeroed, after refusing a
     NaN or infinity at a valid position (:func:`~sinkalign.sinkhorn.checks.nonfinite`: the
     tensor's name and the first such index).
@@ -180,10 +180,16 @@ def _zero_padding(name: str, t: torch.Tensor, valid: torch.Tensor) -> torch.Tens
     huge padded value (a ``finfo.max`` sentinel) overflows ``Z = G V^T`` to inf in the Triton
     backward, where ``Sbar = P * (Z - ...)`` gives 0 * inf = NaN.
 
+    ``valid`` ``None`` (no mask given): nothing is padded; every value is checked, in one pass.
     Fast path: ``t`` itself, no copy, when its padding is already zero (or there is none), the
     usual case, where zeroing would change nothing. Finding out costs one more elementwise
     reduction beside the finiteness check, in the same host sync.
     """
+    if valid is None:  # no mask given: no padding, every position checked (one pass, as before the rule)
+        finite = torch.isfinite(t)
+        if not bool(finite.all()):
+            raise checks.nonfinite(name, (~finite).nonzero()[0].tolist())
+        return t
     valid = valid[:, None, :, None]  # [B, 1, L, 1]
     nonfinite = ~torch.isfinite(t)
     refused, dirty = torch.stack([(nonfinite & valid).any(), ((t != 0) & ~valid).any()]).tolist()  # NaN != 0
@@ -245,11 +251,12 @@ def prepare_inputs(q, k, v, *, q_mask, k_mask, log_a, log_b, eps, n_iters, tail,
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
     checks.check_settings(eps=eps, n_iters=n_iters, tail=tail, band=band)
+    given_q, given_k = q_mask, k_mask
     q_mask = _check_mask("q_mask", q_mask, batch, lq, q.device)
     k_mask = _check_mask("k_mask", k_mask, batch, lk, q.device)
-    q = _zero_padding("q", q, q_mask)
-    k = _zero_padding("k", k, k_mask)
-    v = _zero_padding("v", v, k_mask)
+    q = _zero_padding("q", q, None if given_q is None else q_mask)  # no mask given: nothing padded
+    k = _zero_padding("k", k, None if given_k is None else k_mask)
+    v = _zero_padding("v", v, None if given_k is None else k_mask)
     log_a = _check_log_marginal("log_a", log_a, q_mask, q.device)
     log_b = _check_log_marginal("log_b", log_b, k_mask, q.device)
     if check_empty:
