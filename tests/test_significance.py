@@ -553,6 +553,14 @@ def test_align_max_hits_keeps_each_querys_best_pairs(tmp_path):
                                  "-o", str(tmp_path / "s.tsv"), "--no-progress"])
     assert r.exit_code == 1 and "line 3: query 'hba' again after other queries" in r.output
     assert not (tmp_path / "s.tsv").exists()
+    # SAM, BAM and PAF weigh a query's hits together (its primary line, MAPQ): a scattered list is
+    # refused there too (the second group of a query got a primary line of its own); TSV takes it
+    for fmt in ("sam", "bam", "paf"):
+        r = CliRunner().invoke(cli, ["align", "--pairs", str(tmp_path / "scattered.tsv"), str(both),
+                                     "-o", str(tmp_path / f"s.{fmt}"), "--no-progress"])
+        assert r.exit_code == 1 and f"{fmt.upper()} marks each query's best hit primary" in r.output, r.output
+        assert "line 3: query 'hba' again after other queries" in r.output and not (tmp_path / f"s.{fmt}").exists()
+    assert len(run("--pairs", tmp_path / "scattered.tsv", both)) == 3
     r = CliRunner().invoke(cli, ["align", str(queries), str(targets), "--max-hits", "0"])
     assert r.exit_code == 2
 

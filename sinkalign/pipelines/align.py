@@ -962,6 +962,10 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
         if max_hits is not None and scan.scattered is not None:
             raise InputError(f"--max-hits keeps the best pairs of each query, which must be consecutive: "
                              f"{scan.scattered}; sort the pair list by query (e.g. sort -s -k1,1)")
+        if fmt in ("sam", "bam", "paf") and scan.scattered is not None:  # a second group would get a primary too
+            raise InputError(f"{fmt.upper()} marks each query's best hit primary and weighs its MAPQ against the "
+                             f"query's other hits, so a query's pairs must be consecutive: {scan.scattered}; sort the "
+                             "pair list by query (e.g. sort -s -k1,1)")
         for option, value in (("--max-evalue", max_evalue), ("--db-size", db_size), ("--max-hits", max_hits)):
             if value is not None and load_aligner(spec).significance is None:
                 raise InputError(f"{option}: the model {spec.path or 'shipped for ' + alphabet} has no E-value null "
