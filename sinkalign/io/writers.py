@@ -186,6 +186,14 @@ def _sam_name_fault(name: str, role: str) -> str | None:
             "rename it or use another --format")
 
 
+def shared_id_message(records: str, name: str, option: str = "") -> str:
+    """Why ``records`` (two different sequences sharing the id ``name``) cannot be one Stockholm
+    block, and what to do; ``option``: what names a format (``"--format "`` on the command line)."""
+    return (f"{records} share the id {name!r} but are different sequences, and a Stockholm block needs two distinct "
+            f"sequence names: rename one of them, or use a format without that limit ({option}tsv, sam, bam, "
+            "fasta, json)")
+
+
 def check_name(fmt: str, name: str, role: str, where: str) -> None:
     """:class:`InputError` if the record name ``name`` (a ``"query"`` or ``"target"``) cannot be
     written in ``fmt``: SAM/BAM's QNAME and RNAME grammars (the message says what is wrong: the
@@ -590,10 +598,7 @@ def _stockholm_to(records: Iterable[_Record], handle: IO[str]) -> int:
         for rec in records:
             if rec.query_id == rec.target_id:
                 if rec.query != rec.target and not (rec.strand == "-" and reverse_complement(rec.query) == rec.target):
-                    raise InputError(f"{rec.where}: the query and the target share the id {rec.query_id!r} but are "
-                                     "different sequences, and a Stockholm block needs two distinct sequence names: "
-                                     "rename one of them, or use a format without that limit (tsv, sam, bam, fasta, "
-                                     "json)")
+                    raise InputError(f"{rec.where}: {shared_id_message('the query and the target', rec.query_id)}")
                 raise InputError(f"{rec.where}: Stockholm needs distinct sequence names within a block")
             block = _biopython(rec)
             block.annotations = {

@@ -45,6 +45,7 @@ import array
 import contextlib
 import dataclasses
 import decimal
+import gzip
 import hashlib
 import heapq
 import io
@@ -78,7 +79,7 @@ from sinkalign.io.fasta import (
     validate_residues,
 )
 from sinkalign.io.formats import ALIGNMENT_SUFFIXES, output_format
-from sinkalign.io.writers import check_name, format_name, write_alignments
+from sinkalign.io.writers import check_name, format_name, shared_id_message, write_alignments
 from sinkalign.pipelines.runner import (
     DEFAULT_CHUNK_SIZE,
     STDIO,
@@ -230,11 +231,7 @@ def _self_pair(fmt: str, qid: str, tid: str, where: str, *, differ: str | None =
     ``differ``, where given, names its two records, which are different sequences under one id
     (not a record paired with itself)."""
     if fmt == "stockholm" and qid == tid and differ is not None:
-        raise InputError(
-            f"{where + ': ' if where else ''}{differ} share the id {qid!r} but are different sequences, and a "
-            "Stockholm block needs two distinct sequence names: rename one of them, or use a format without that "
-            "limit (--format tsv, sam, bam, fasta, json)"
-        )
+        raise InputError(f"{where + ': ' if where else ''}{shared_id_message(differ, qid, '--format ')}")
     if fmt == "stockholm" and qid == tid:
         raise InputError(
             f"{where}: pairs {qid!r} with itself, and a Stockholm block needs two distinct sequence names: "
@@ -530,23 +527,17 @@ def _unindexable_head(path: Path) -> str | None:
     CR line ends for one line."""
     with open_bytes(path) as fh:
         head = fh.read(1 << 16)
+        again = " on the decompressed file, compressed again with bgzip" if isinstance(fh, gzip.GzipFile) else ""
     if head.startswith(b"\xef\xbb\xbf"):
         return ("starts with a UTF-8 byte-order mark (BOM, the bytes EF BB BF some Windows editors write); --pairs "
                 "reads the FASTA through a .fai index, which cannot skip it (all-vs-all reading does): remove it, "
-                f"e.g. `sed -i '1s/^\\xEF\\xBB\\xBF//' {path}`"
-                + (" on the decompressed file, compressed again with bgzip" if _compressed(path) else ""))
+                f"e.g. `sed -i '1s/^\\xEF\\xBB\\xBF//' {path}`{again}")
     cr = head.find(b"\r")
     if 0 <= cr < len(head) - 1 and head[cr + 1:cr + 2] != b"\n" and b"\n" not in head[:cr]:
         return ("its lines end in CR alone (classic Mac line ends); --pairs reads the FASTA through a .fai index, "
                 "which needs LF (or CRLF) line ends (all-vs-all reading takes CR): convert them, e.g. "
-                f"`tr '\\r' '\\n' < {path} > fixed.fa` (or mac2unix)"
-                + (" on the decompressed file, compressed again with bgzip" if _compressed(path) else ""))
+                f"`tr '\\r' '\\n' < {path} > fixed.fa` (or mac2unix){again}")
     return None
-
-
-def _compressed(path: Path) -> bool:
-    with open(path, "rb") as fh:
-        return fh.read(2) == b"\x1f\x8b"
 
 
 def _protein_stop(seq: str, alphabet: str) -> str:
@@ -959,13 +950,13 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
             spec = dataclasses.replace(spec, processes=n_auto)
         if shipped and scheduler is None and workers is None:
             load_aligner(spec)  # the shipped model, loaded before the first pair
-        if max_hits is not None and scan.scattered is not None:
-            raise InputError(f"--max-hits keeps the best pairs of each query, which must be consecutive: "
-                             f"{scan.scattered}; sort the pair list by query (e.g. sort -s -k1,1)")
-        if fmt in ("sam", "bam", "paf") and scan.scattered is not None:  # a second group would get a primary too
-            raise InputError(f"{fmt.upper()} marks each query's best hit primary and weighs its MAPQ against the "
-                             f"query's other hits, so a query's pairs must be consecutive: {scan.scattered}; sort the "
-                             "pair list by query (e.g. sort -s -k1,1)")
+        # what weighs a query's pairs together reads them as one run (in SAM, BAM and PAF a second
+        # run of a query would get a primary line and a MAPQ of its own)
+        if scan.scattered is not None and (max_hits is not None or fmt in ("sam", "bam", "paf")):
+            why = ("--max-hits keeps the best pairs of each query, which must be consecutive" if max_hits is not None
+                   else f"{fmt.upper()} marks each query's best hit primary and weighs its MAPQ against the query's "
+                        "other hits, so a query's pairs must be consecutive")
+            raise InputError(f"{why}: {scan.scattered}; sort the pair list by query (e.g. sort -s -k1,1)")
         for option, value in (("--max-evalue", max_evalue), ("--db-size", db_size), ("--max-hits", max_hits)):
             if value is not None and load_aligner(spec).significance is None:
                 raise InputError(f"{option}: the model {spec.path or 'shipped for ' + alphabet} has no E-value null "
