@@ -81,8 +81,9 @@ def measure(aligner_plain: Aligner, aligner: Aligner, jobs, max_run: int, min_ga
         ends = pulled_ends(np.asarray(aln.pairs), max_run, min_gap)
         if ends:
             pulled += 1
-            confidences.extend(float(aln.match_posterior[i]) for end in ends for i in end)
-            cigars.append(plain.cigar)
+            mine = [float(aln.match_posterior[i]) for end in ends for i in end]
+            confidences.extend(mine)
+            cigars.append({"cigar": plain.cigar, "pulled_confidences": mine})
         hit = aligner.align(query, target, strand="plus")
         still += bool(pulled_ends(np.asarray(hit.alignment.pairs), max_run, min_gap))
     return {"pairs": len(jobs), "pulled_without_floor": pulled, "pulled_with_floor": still,
@@ -115,6 +116,10 @@ def main() -> None:
         conf = ("-" if r["pulled_confidence_mean"] is None
                 else f"{r['pulled_confidence_mean']:.4f} / {r['pulled_confidence_max']:.4f}")
         print(f"| {kind} | {r['pairs']} | {r['pulled_without_floor']} | {conf} | {r['pulled_with_floor']} |")
+    for kind, r in results.items():
+        shown = ", ".join(f"{e['cigar']} ({' / '.join(f'{c:.4f}' for c in e['pulled_confidences'])})"
+                          for e in r["example_cigars"])
+        print(f"{kind}, the first pulled pairs without a floor (confidence of the pulled columns): {shown}")
     if args.json:
         write_json(args.json, {"date": str(date.today()), "machine": machine(), "args": vars(args),
                                "min_confidence": floored.min_confidence, "results": results})
