@@ -218,7 +218,7 @@ def test_the_format_follows_the_output_name(fastas, tmp_path, name, fmt):
         assert text[0].startswith("query\ttarget\tscore") and len(text) == 3
     else:  # blast6 and paf: a line per pair, query first, no header
         assert [line.split("\t")[0] for line in text] == ["q1", "q2"]
-        assert len(text[0].split("\t")) == (12 if fmt == "blast6" else 17)  # 12, cg, AS, ZS, XP, ZE
+        assert len(text[0].split("\t")) == (12 if fmt == "blast6" else 18)  # 12, tp, cg, AS, ZS, XP, ZE
 
 
 def test_a_format_the_output_name_contradicts_is_refused(fastas, tmp_path):

@@ -584,20 +584,27 @@ def test_max_hits_holds_only_the_best_pairs_of_a_query():
     rng = np.random.default_rng(0)
     evalues = {q: rng.random(500) for q in ("a", "b")}
 
+    # two parts of the query: hits of even index align its residues 0-5, odd ones 4-9 (an overlap of
+    # 2, no more than half of the shorter span): the parts of a chimeric query, not rivals
+    halves = [np.stack([np.arange(6), np.arange(6)], 1), np.stack([np.arange(4, 10), np.arange(6)], 1)]
+
     def stream():
         k = 0
         for q in ("a", "b"):
             for e in evalues[q]:
-                yield k, Plan(), AlignedPair(q, "", f"t{k}", "", np.zeros((0, 2), int), evalue=float(e),
+                yield k, Plan(), AlignedPair(q, "ACDEFGHIKL", f"t{k}", "ACDEFG", halves[k % 2], evalue=float(e),
                                              log_evalue=float(np.log(e)))
                 k += 1
 
     kept = [pair for _, _, pair in _best_per_query(stream(), 3)]
     got = [(pair.query_id, pair.evalue) for pair in kept]
     assert got == [(q, float(e)) for q in ("a", "b") for e in np.sort(evalues[q])[:3]]
-    for q in ("a", "b"):  # each kept hit's chance that the query belongs to another hit, over all 500
-        w = 1 / evalues[q]
-        want = [1 - 1 / e / w.sum() for e in np.sort(evalues[q])[:3]]
+    for q, first in (("a", 0), ("b", 500)):  # each kept hit's chance that the query belongs to another
+        index = {float(e): first + k for k, e in enumerate(evalues[q])}  # hit of its part, over all 250
+        want = []
+        for e in np.sort(evalues[q])[:3]:
+            w = 1 / evalues[q][index[float(e)] % 2 :: 2]
+            want.append(1 - 1 / e / w.sum())
         np.testing.assert_allclose([p.other_loci for p in kept if p.query_id == q], want, rtol=1e-12)
     # the best 3, the pair being compared, the one groupby has read ahead, the last one taken
     # here (a whole query's 500 before the selection was bounded)

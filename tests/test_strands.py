@@ -184,7 +184,7 @@ def test_every_format_reports_the_minus_strand(dna, seqs, tmp_path):
     # PAF: the query span as given, strand -, the CIGAR along the reverse complement (no clips)
     paf = _written(pair, "paf").rstrip("\n").split("\t")
     assert paf[2:5] == [str(st.query_start), str(st.query_end), "-"]
-    assert paf[7:9] == [str(st.target_start), str(st.target_end)] and paf[12] == "cg:Z:" + re.sub(r"^\d+S|\d+S$", "", pair.cigar)
+    assert paf[7:9] == [str(st.target_start), str(st.target_end)] and paf[12:14] == ["tp:A:P", "cg:Z:" + re.sub(r"^\d+S|\d+S$", "", pair.cigar)]
     # MAF: the query line on the minus strand, read back by Biopython onto the query as given
     from Bio import Align
 

@@ -773,6 +773,115 @@ def test_mapq_counts_the_other_loci_of_a_query(tmp_path):
     assert best == {primary: sam[primary], ("one", "c3"): sam[("one", "c3")]}
 
 
+def test_query_parts_and_their_rivals():
+    """minimap2's rule for one query's hits: two hits compete for the query when their spans on it
+    overlap by more than half of the shorter; taken best first, a hit that competes with the best
+    hit of a part already taken is its rival, any other starts a part (of a chimeric read). The
+    MAPQ's other loci are weighed over a hit's rivals alone, each row on its own scale (no
+    underflow when the query's best part is far better than this one)."""
+    from sinkalign.alignment import other_loci, query_parts, query_span
+
+    # on the minus strand the pairs read the reverse complement: its residues 0-9 are 20-29 of a 30-mer
+    pairs = np.stack([np.arange(10), np.arange(10)], 1)
+    assert query_span(pairs, 30, "+") == (0, 10) and query_span(pairs, 30, "-") == (20, 30)
+    assert query_span(np.zeros((0, 2), int), 30) is None
+    # with confidences, the span of the columns at 0.5 or more (all of them when none is)
+    conf = np.array([0.1, 0.6, 0.9, 0.5, 0.2, 0.1, 0.3, 0.1, 0.2, 0.1])
+    assert query_span(pairs, 30, "+", conf) == (1, 4) and query_span(pairs, 30, "-", conf) == (26, 29)
+    assert query_span(pairs, 30, "+", np.full(10, 0.3)) == (0, 10)
+
+    spans = [(0, 100), (0, 100), (100, 200), (40, 140), (90, 200), (50, 150), None]
+    ranks = [-50.0, -40.0, -45.0, -30.0, -20.0, -10.0, 0.0]
+    # 1 and 3 overlap 0 by more than 50; 4 overlaps 0 by 10 and 2 by 100; 5 shares exactly half of
+    # 0 and of 2 (no more): a part of its own; the empty hit competes with none
+    assert query_parts(ranks, spans) == [0, 0, 2, 0, 2, 5, 6]
+    assert query_parts([0.0] * 3, [(0, 10), (0, 10), (10, 20)]) == [0, 0, 2]  # ties: input order
+
+    def brute(logs, spans, k):
+        def competes(a, b):
+            if a is None or b is None:
+                return False
+            shorter = min(a[1] - a[0], b[1] - b[0])
+            return min(a[1], b[1]) - max(a[0], b[0]) > 0.5 * shorter
+        w = {j: math.exp(-logs[j]) for j in range(len(logs)) if j == k or competes(spans[k], spans[j])}
+        return 1 - w[k] / sum(w.values())
+
+    got = other_loci(ranks, spans=spans)
+    np.testing.assert_allclose(got, [brute(ranks, spans, k) for k in range(len(spans))], rtol=1e-12, atol=1e-15)
+    assert got[6] == 0.0 and got[2] < 1e-6 < got[5]  # the empty hit: rival of none; 5 rivals 3 (overlap 90)
+    np.testing.assert_allclose(other_loci(ranks, [3, 0], spans=spans), [got[3], got[0]], rtol=1e-15)
+    # a part at log E -2000 does not underflow the weights of another part's two even rivals
+    far = other_loci([-2000.0, -10.0, -10.0], spans=[(0, 50), (60, 100), (60, 100)])
+    assert far == [0.0, 0.5, 0.5]
+    # without spans every hit is a rival of every other (as before: a repeat's copies)
+    np.testing.assert_allclose(other_loci([-10.0, -10.0, -10.0 + math.log(2)]), [0.6, 0.6, 0.8], rtol=1e-12)
+    assert other_loci([-10.0, math.nan], spans=[(0, 5), (6, 9)]) is None
+
+
+def _dna(rng, n):
+    return "".join(rng.choice(list("ACGT"), n))
+
+
+def test_a_chimeric_read_gets_a_supplementary_line(tmp_path):
+    """A read whose halves come from two contigs is no repeat: its best hit is primary, the best
+    hit of its other half supplementary (flag 2048), each with an ``SA:Z`` tag naming the other
+    (position, strand, CIGAR, MAPQ and NM as that line has them), and neither MAPQ counts the other
+    half as a rival (the worse half was secondary with MAPQ 0-1). A second copy of one half
+    elsewhere is that half's rival: secondary, without an SA tag. PAF agrees (``tp:A:P`` for
+    the parts, ``S`` for the rival, the same MAPQs), also with ``--max-hits``."""
+    from click.testing import CliRunner
+
+    from sinkalign.cli.main import cli
+
+    rng = np.random.default_rng(7)
+    a, b = _dna(rng, 150), _dna(rng, 150)
+    contigs = {"c1": _dna(rng, 200) + a + _dna(rng, 150), "c2": _dna(rng, 100) + b + _dna(rng, 250),
+               "c3": _dna(rng, 120) + a + _dna(rng, 230), "c4": _dna(rng, 500)}
+    (tmp_path / "q.fa").write_text(f">chim\n{a + b}\n")
+
+    def run(names, fmt, *extra):
+        (tmp_path / "t.fa").write_text("".join(f">{k}\n{contigs[k]}\n" for k in names))
+        out = tmp_path / f"out{len(names)}{len(extra)}.{fmt}"
+        r = CliRunner().invoke(cli, ["align", str(tmp_path / "q.fa"), str(tmp_path / "t.fa"), "--max-evalue", "1e-3",
+                                     "-o", str(out), "--no-progress", "--overwrite", *extra])
+        assert r.exit_code == 0, r.output
+        if fmt == "paf":
+            return {f[5]: (int(f[11]), f[12]) for f in (line.split("\t") for line in out.read_text().splitlines())}
+        with pysam.AlignmentFile(str(out)) as handle:
+            return {s.reference_name: s for s in handle}
+
+    def sa_entry(seg):
+        return (f"{seg.reference_name},{seg.reference_start + 1},{'-' if seg.is_reverse else '+'},{seg.cigarstring},"
+                f"{seg.mapping_quality},{seg.get_tag('NM')};")
+
+    for fmt in ("sam", "bam"):
+        segs = run(["c1", "c2", "c4"], fmt)
+        assert set(segs) == {"c1", "c2"}
+        assert sorted(s.flag for s in segs.values()) == [0, 2048]
+        for here, there in (("c1", "c2"), ("c2", "c1")):
+            assert segs[here].get_tag("SA") == sa_entry(segs[there])
+            assert segs[here].mapping_quality >= 5
+            assert segs[here].query_sequence == a + b  # soft clips: the whole read on each line
+        assert run(["c1", "c2", "c4"], "paf") == {k: (s.mapping_quality, "tp:A:P") for k, s in segs.items()}
+
+    paf = run(["c1", "c2", "c3", "c4"], "paf")
+    segs = run(["c1", "c2", "c3", "c4"], "sam")
+    assert set(segs) == {"c1", "c2", "c3"}
+    # the better copy of a takes its part, by E-value (ZE:f of SAM is float32: 1e-71 reads 0 there)
+    evalues = {f[5]: float(f[-1].removeprefix("ZE:f:")) for f in (line.split("\t") for line in
+                                                               (tmp_path / "out40.paf").read_text().splitlines())}
+    copy, rival = sorted(("c1", "c3"), key=evalues.get)
+    assert segs[rival].flag == 256 and not segs[rival].has_tag("SA")
+    assert sorted([segs[copy].flag, segs["c2"].flag]) == [0, 2048]
+    assert segs[copy].get_tag("SA") == sa_entry(segs["c2"]) and segs["c2"].get_tag("SA") == sa_entry(segs[copy])
+    assert segs[rival].mapping_quality < segs["c2"].mapping_quality and segs[copy].mapping_quality < segs["c2"].mapping_quality
+    assert paf == {k: (s.mapping_quality, "tp:A:S" if k == rival else "tp:A:P") for k, s in segs.items()}
+    # --max-hits 2 keeps the two best (the two parts, not the rival), MAPQs weighed before it dropped one
+    best = run(["c1", "c2", "c3", "c4"], "sam", "--max-hits", "2")
+    assert {k: (s.flag, s.mapping_quality) for k, s in best.items()} == {
+        k: (segs[k].flag, segs[k].mapping_quality) for k in (copy, "c2")}
+
+
 def test_a_query_whose_every_pair_max_evalue_drops_is_written_unmapped(tmp_path):
     """SAM and BAM hold every read, as a mapper writes them: a query none of whose pairs passes
     ``--max-evalue`` is one unmapped line (flag 4, its sequence as given, both strands tried),

@@ -32,7 +32,10 @@ Formats (:data:`FORMATS`):
   POS = first aligned target residue, CIGAR local with soft clips, MAPQ =
   ``min(60, round(-10 log10 P(wrong)))``, ``P(wrong) = 1 - (1 - o) * mean posterior``, where
   ``o`` is the chance that the query belongs to another of its hits in the same run of
-  records, the hits weighed by ``1 / E`` (a repeat's two copies get MAPQ 3 each; ``o = 0``
+  records that competes with this one for its part of the query (their spans on the query
+  overlap by more than half of the shorter, minimap2's ``--mask-level``; a span runs from the
+  first to the last column of confidence >= 0.5), the hits weighed by ``1 / E`` (a repeat's
+  two copies get MAPQ 3 each, the two halves of a chimeric read keep theirs; ``o = 0``
   without E-values; a query met again after other queries, as a ``--pairs`` list may, is
   weighed on that later run's hits alone), and 255 = unavailable when the posterior is
   unknown; tags ``AS``
@@ -45,9 +48,14 @@ Formats (:data:`FORMATS`):
   aligned records (``sinkalign align`` passes one such record for a query whose every pair
   ``--max-evalue`` dropped); a pair without aligned residues of a query aligned elsewhere is not written
   (SAM wants exactly one primary line per read). A query's best hit (smallest E-value; the first
-  aligned record without E-values) is its primary alignment, the others secondary (flag 256):
-  each run of a query's consecutive records (all its pairs all-vs-all, or with ``--max-hits``)
-  is held until it ends; a query met again after other queries keeps the primary it has. BAM
+  aligned record without E-values) is its primary alignment; taken best first, a hit that
+  competes (as above) with none taken so far starts another part of the query, written
+  supplementary (flag 2048), as minimap2 and BWA write a chimeric read, and the others are
+  secondary (flag 256). The primary and supplementary lines each carry ``SA:Z`` with the
+  other parts (``rname,pos,strand,CIGAR,mapQ,NM;``, best first), and all keep their soft clips
+  and whole SEQ (as minimap2 ``-Y``). Each run of a query's consecutive records (all its pairs
+  all-vs-all, or with ``--max-hits``) is held until it ends; a query met again after other
+  queries keeps the primary it has (its later lines are all secondary). BAM
   stores SEQ in a 4-bit nucleotide code, so a protein read gets SEQ ``*`` and its residues in
   the ``XQ:Z`` tag (same rule in SAM so the two round-trip identically), even one whose
   residues are all IUPAC nucleotide codes (``MKVDHWS``): the pair's alphabet decides (its
@@ -76,7 +84,8 @@ Formats (:data:`FORMATS`):
   aligned: ``qname qlen qstart qend strand tname tlen tstart tend nmatch alen mapq`` (0-based
   half-open spans, the query's on the query as given; ``nmatch`` the identical pairs, ``alen``
   the local alignment's columns as blast6 counts them, ``mapq`` as the SAM output's), then the
-  tags ``cg:Z`` (the CIGAR from the first to the last aligned pair, no clips; on the minus
+  tags ``tp:A`` (``P`` for the SAM output's primary and supplementary lines, ``S`` for its
+  secondary ones, as minimap2 writes it), ``cg:Z`` (the CIGAR from the first to the last aligned pair, no clips; on the minus
   strand along the query's reverse complement, as minimap2 writes it), ``AS`` (the score, as
   in SAM), ``XP:f`` (mean posterior, when known) and ``ZE:f`` (the E-value, when known).
 * ``maf``: the Multiple Alignment Format of UCSC, LAST and LASTZ (Biopython's writer), one
@@ -123,6 +132,8 @@ from sinkalign.alignment import (
     format_evalue,
     format_text,
     other_loci,
+    query_parts,
+    query_span,
     reverse_complement,
     stranded_stats,
     to_gapped,
@@ -318,16 +329,43 @@ def _mapq(mean_posterior: float, other_loci: float = 0.0) -> int:
     return int(min(_MAX_MAPQ, max(0, round(-10.0 * math.log10(err)))))
 
 
-def _other_loci(records: list[_Record]) -> list[float]:
+def _other_loci(records: list[_Record], spans: list[tuple[int, int] | None]) -> list[float]:
     """For each of one query's aligned records, the chance that the query belongs to one of the
-    others instead (:func:`~sinkalign.alignment.other_loci`): a hit with a paralog as good gets
-    about 0.5 (MAPQ 3), a unique one 0 (MAPQ from its confidences alone). All 0 when a log
-    E-value is unknown (a model without a fitted null). Records that carry ``other_loci``
-    (weighed by ``sinkalign align --max-hits`` over every hit, before it kept the best) keep it."""
+    others that compete with it for its part of the query (``spans``, their
+    :func:`~sinkalign.alignment.query_span`: hits sharing more than half of the shorter span;
+    :func:`~sinkalign.alignment.other_loci`): a hit with a paralog as good gets about 0.5
+    (MAPQ 3), a unique one 0 (MAPQ from its confidences alone), and so does each part of a
+    chimeric read. All 0 when a log E-value is unknown (a model without a fitted null). Records
+    that carry ``other_loci`` (weighed by ``sinkalign align --max-hits`` over every hit, before
+    it kept the best) keep it."""
     if records and all(rec.other_loci is not None for rec in records):  # weighed before hits were dropped
         return [rec.other_loci for rec in records]
-    shares = other_loci([math.nan if rec.log_evalue is None else rec.log_evalue for rec in records])
+    logs = [math.nan if rec.log_evalue is None else rec.log_evalue for rec in records]
+    shares = other_loci(logs, spans=spans)
     return [0.0] * len(records) if shares is None else shares
+
+
+_PRIMARY, _SUPPLEMENTARY, _SECONDARY = 0, 2048, 256  # SAM's flags for a query's lines
+
+
+def _hit_roles(aligned: list[_Record], placed: bool) -> tuple[list[int], list[float]]:
+    """For one run of one query's aligned records, each one's SAM flag (of primary,
+    supplementary and secondary) and its ``other_loci`` (the MAPQ's). The parts of the query
+    (:func:`~sinkalign.alignment.query_parts`: hits that share at most half of the shorter span)
+    each have one best hit, primary for the best part (smallest E-value by its log; ties and
+    models without E-values in input order) and supplementary for the others, as minimap2 and
+    BWA write a chimeric read; the rest are secondary, and so is every line of a query whose
+    primary was written in an earlier run (``placed``)."""
+    spans = [query_span(rec.pairs, len(rec.query), rec.strand,
+                        None if rec.posterior is None else rec.posterior.match_posterior) for rec in aligned]
+    others = _other_loci(aligned, spans)
+    if placed:
+        return [_SECONDARY] * len(aligned), others
+    ranks = [evalue_rank(rec.evalue, rec.log_evalue) for rec in aligned]
+    parts = query_parts(ranks, spans)
+    best = min(range(len(aligned)), key=lambda k: (ranks[k], k))
+    flags = [_PRIMARY if k == best else _SUPPLEMENTARY if parts[k] == k else _SECONDARY for k in range(len(aligned))]
+    return flags, others
 
 
 def _score_tags(score: float) -> list[str]:
@@ -464,7 +502,7 @@ def _blast6_to(records: Iterable[_Record], handle: IO[str]) -> int:
 _CLIPS_RE = re.compile(r"^\d+S|\d+S$")
 
 
-def _paf_row(rec: _Record, other_loci: float = 0.0) -> list[str] | None:
+def _paf_row(rec: _Record, other_loci: float = 0.0, secondary: bool = False) -> list[str] | None:
     """One PAF line (see the module docstring); ``None`` when nothing is aligned."""
     st = stranded_stats(rec.query, rec.target, rec.pairs, rec.strand, alphabet=rec.alphabet)
     k = st.aligned_length
@@ -474,7 +512,7 @@ def _paf_row(rec: _Record, other_loci: float = 0.0) -> list[str] | None:
     mean_post = _mean_posterior(rec)
     row = [rec.query_id, str(len(rec.query)), str(st.query_start), str(st.query_end), rec.strand,
            rec.target_id, str(len(rec.target)), str(st.target_start), str(st.target_end), str(st.n_identical),
-           str(length), str(_mapq(mean_post, other_loci)),
+           str(length), str(_mapq(mean_post, other_loci)), f"tp:A:{'S' if secondary else 'P'}",
            "cg:Z:" + _CLIPS_RE.sub("", cigar(rec.pairs, len(rec.query), len(rec.target), local=True))]
     row += _score_tags(rec.score)
     if math.isfinite(mean_post):
@@ -486,12 +524,17 @@ def _paf_row(rec: _Record, other_loci: float = 0.0) -> list[str] | None:
 
 def _paf_to(records: Iterable[_Record], handle: IO[str]) -> int:
     """Each run of one query's consecutive records is held until it ends: its hits compete
-    for the query in the MAPQ (:func:`_other_loci`), as in SAM."""
+    for their parts of the query in the MAPQ and ``tp:A`` (:func:`_hit_roles`), as in SAM."""
     count = 0
-    for _, run in itertools.groupby(records, key=lambda rec: rec.query_id):
+    placed: set[str] = set()
+    for query_id, run in itertools.groupby(records, key=lambda rec: rec.query_id):
         aligned = [rec for rec in run if rec.pairs.shape[0]]  # as minimap2, an unmapped query has no line
-        for rec, other in zip(aligned, _other_loci(aligned)):
-            row = _paf_row(rec, other)
+        if not aligned:
+            continue
+        flags, others = _hit_roles(aligned, query_id in placed)
+        placed.add(query_id)
+        for rec, flag, other in zip(aligned, flags, others):
+            row = _paf_row(rec, other, secondary=flag == _SECONDARY)
             if row is not None:
                 handle.write("\t".join(row) + "\n")
                 count += 1
@@ -673,8 +716,10 @@ def _segments(records: Iterable[_Record], header, ref_index: dict[str, int]):
 
     Each run of consecutive records of one query (all of a query's pairs all-vs-all) is held
     until it ends, so that its primary line is its best hit: the smallest E-value (by its log),
-    ties and models without E-values in input order; the others are secondary (flag 256), and
-    so is every line of a query whose primary was written in an earlier run."""
+    ties and models without E-values in input order; the best hit of each other part of the
+    query is supplementary (flag 2048, with ``SA:Z`` tags), the rest secondary (flag 256), and
+    so is every line of a query whose primary was written in an earlier run
+    (:func:`_hit_roles`)."""
     primary: set[str] = set()  # queries whose primary alignment is written
     unmapped: dict[str, Any] = {}  # the first empty record of each query not aligned so far
     seqs: dict[str, str] = {}
@@ -690,16 +735,29 @@ def _segments(records: Iterable[_Record], header, ref_index: dict[str, int]):
                 aligned.append((rec, seg))
         if not aligned:
             continue
-        best = None if query_id in primary else min(
-            range(len(aligned)), key=lambda k: (evalue_rank(aligned[k][0].evalue, aligned[k][0].log_evalue), k))
-        others = _other_loci([rec for rec, _ in aligned])
-        for k, (rec, seg) in enumerate(aligned):
-            seg.flag |= 0 if k == best else 256
-            seg.mapping_quality = _mapq(_mean_posterior(rec), others[k])
-            yield seg
+        flags, others = _hit_roles([rec for rec, _ in aligned], query_id in primary)
+        for (rec, seg), flag, other in zip(aligned, flags, others):
+            seg.flag |= flag
+            seg.mapping_quality = _mapq(_mean_posterior(rec), other)
+        _split_tags([seg for _, seg in aligned], flags, [evalue_rank(rec.evalue, rec.log_evalue) for rec, _ in aligned])
+        yield from (seg for _, seg in aligned)
         primary.add(query_id)
         unmapped.pop(query_id, None)
     yield from unmapped.values()
+
+
+def _split_tags(segs: list, flags: list[int], ranks: list[float]) -> None:
+    """The ``SA:Z`` tag of a query's primary and supplementary lines, when it has both: each
+    lists the other parts (``rname,pos,strand,CIGAR,mapQ,NM;``, the SAM spec's form), best hit
+    first, so that a supplementary line's first entry is the primary (as BWA and minimap2
+    write it)."""
+    parts = sorted((k for k, flag in enumerate(flags) if flag != _SECONDARY), key=lambda k: (ranks[k], k))
+    if len(parts) < 2:
+        return
+    entries = {k: f"{segs[k].reference_name},{segs[k].reference_start + 1},{'-' if segs[k].is_reverse else '+'},"
+                  f"{segs[k].cigarstring},{segs[k].mapping_quality},{segs[k].get_tag('NM')};" for k in parts}
+    for k in parts:
+        segs[k].set_tag("SA", "".join(entries[j] for j in parts if j != k), "Z")
 
 
 def _segment(rec: _Record, header, ref_index: dict[str, int], seqs: dict[str, str], lengths: dict[str, int]):

@@ -63,7 +63,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sinkalign.alignment import AlignedPair, other_loci, reverse_complement
+from sinkalign.alignment import AlignedPair, Alignment, other_loci, query_span, reverse_complement
 from sinkalign.errors import (
     AlphabetError,
     FormatError,
@@ -749,20 +749,25 @@ def _best_per_query(stream, max_hits: int):
     ``(index, plan, AlignedPair)``), best first (by the E-value's log: E-values that underflow
     to 0 keep their order), ties in input order. At most ``max_hits`` items
     (and their plans) are held at a time, however many targets a query has. Each kept pair
-    carries ``other_loci`` weighed over all the query's hits (the MAPQ of SAM and PAF), so
-    that dropping a repeat's second copy does not make the first look unique."""
+    carries ``other_loci`` weighed over all the query's hits that compete with it for its part
+    of the query (the MAPQ of SAM and PAF, :func:`~sinkalign.alignment.other_loci`), so that
+    dropping a repeat's second copy does not make the first look unique."""
     for _, group in itertools.groupby(stream, key=lambda item: item[2].query_id):
         ranks: list[float] = []
+        spans: list[tuple[int, int] | None] = []
 
         def ranked(items):
-            for item in items:
-                ranks.append(item[2].evalue_rank)
-                yield item
+            for position, item in enumerate(items):
+                pair = item[2]
+                ranks.append(pair.evalue_rank)
+                confidence = pair.alignment.match_posterior if isinstance(pair.alignment, Alignment) else None
+                spans.append(query_span(pair.pairs, len(pair.query), pair.strand, confidence))
+                yield position, item
 
-        kept = heapq.nsmallest(max_hits, ranked(group), key=lambda item: (item[2].evalue_rank, item[0]))
-        shares = other_loci(ranks, [item[2].evalue_rank for item in kept])
+        kept = heapq.nsmallest(max_hits, ranked(group), key=lambda hit: (hit[1][2].evalue_rank, hit[1][0]))
+        shares = other_loci(ranks, [position for position, _ in kept], spans=spans)
         for k in range(len(kept)):
-            index, plan, pair = kept[k]
+            index, plan, pair = kept[k][1]
             kept[k] = None  # handed on: no plan outlives its turn here
             if shares is not None:
                 pair = pair._replace(other_loci=shares[k])
