@@ -26,7 +26,8 @@ INPUTS = {
 
 
 def _normalise(text: str) -> str:
-    return re.sub(r"(@PG\t.*\tVN:)\S+", r"\1<version>", text)  # the version is not the model's output
+    text = re.sub(r"(@PG\t.*\tVN:)\S+", r"\1<version>", text)  # the version is not the model's output
+    return re.sub(r"(@PG\t.*)\tCL:[^\t\n]*", r"\1", text)  # nor the command line (a temporary -o path)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -702,6 +702,38 @@ def test_tabular_ids_are_written_as_they_are(tmp_path, fmt):
     assert row[:2] == ['q"1,a', "t'2"]
 
 
+def test_sam_header_records_the_command_line(tmp_path):
+    """``sinkalign align`` writes its command line to the SAM and BAM header as ``@PG CL:``
+    (as samtools and minimap2 record theirs), quoted for a shell; a character a header field
+    cannot hold (a tab, a non-ASCII letter of a file name) as its escape; no CL from the library
+    unless given, and none asked of a format without a header."""
+    import shlex
+
+    from click.testing import CliRunner
+
+    from sinkalign.cli.main import cli
+
+    (tmp_path / "q\tx.fa").write_text(f">q\n{PROT_Q}\n")
+    (tmp_path / "t é.fa").write_text(f">t\n{PROT_T}\n")
+    for fmt in ("sam", "bam"):
+        out = tmp_path / f"o.{fmt}"
+        args = ["align", str(tmp_path / "q\tx.fa"), str(tmp_path / "t é.fa"), "-o", str(out), "--no-progress"]
+        r = CliRunner().invoke(cli, args)
+        assert r.exit_code == 0, r.output
+        with pysam.AlignmentFile(str(out)) as handle:
+            (pg,) = handle.header.to_dict()["PG"]
+        assert pg["ID"] == "sinkalign"
+        want = shlex.join(["sinkalign", *args]).replace("\t", "\\t").replace("é", "\\xe9")
+        assert pg["CL"] == want and all(" " <= c <= "~" for c in pg["CL"])
+    rec = [("q", PROT_Q, "t", PROT_T, align_pair(PROT_Q, PROT_T, "nw").pairs)]
+    write_alignments(rec, tmp_path / "lib.sam")
+    assert "CL:" not in (tmp_path / "lib.sam").read_text()
+    write_alignments(rec, tmp_path / "cl.sam", command_line="my pipeline step 3")
+    assert "\tCL:my pipeline step 3\n" in (tmp_path / "cl.sam").read_text()
+    with pytest.raises(ValueError, match="command_line is for the sam and bam formats, not 'tsv'"):
+        write_alignments(rec, tmp_path / "x.tsv", command_line="x")
+
+
 def test_sam_of_no_pairs_is_a_header_without_a_blank_line(tmp_path):
     """No pairs, so no @SQ lines: pysam's header text then ends in a blank line, which SAM
     readers take for an empty record; the file holds the header lines alone."""

@@ -11,10 +11,12 @@ from sinkalign.cli.options import (
     EValueThreshold,
     FiniteFloatRange,
     OutputPath,
+    RecordedCommand,
     Strand,
     check_processes_option,
     esm_weights_option,
     exit_on_broken_pipe,
+    given_command,
     os_error_message,
     progress_option,
     show_progress,
@@ -59,7 +61,7 @@ class _Band(click.ParamType):
             self.fail(f"{value!r} is not a whole number >= 0 or 'dense'", param, ctx)
 
 
-@click.command()
+@click.command(cls=RecordedCommand)
 @click.argument("query_fasta", type=_INPUT, required=False)
 @click.argument("target_fasta", type=_INPUT, required=False)
 @click.option("--example", is_flag=True, help="Align the built-in example (human alpha globin and myoglobin "
@@ -242,7 +244,7 @@ def align(ctx, query_fasta, target_fasta, example, pairing, pairs, fmt, output, 
                         engine=engine, threads=threads, processes=processes, strand=strand, prefilter=prefilter,
                         band=band,
                         identity_weight=identity_weight, identity_min=identity_min, identity_gaps=identity_gaps,
-                        identity_move_min=identity_move_min)
+                        identity_move_min=identity_move_min, command_line=given_command())
     except BrokenPipeError:  # e.g. `sinkalign align ... | head`
         exit_on_broken_pipe()
     except OSError as exc:  # a file that is missing, unreadable or unwritable (SinkalignError: the group)

@@ -12,7 +12,7 @@ import click
 from sinkalign.cli.options import (
     FiniteFloatRange,
     OutputPath,
-    ResumableCommand,
+    RecordedCommand,
     progress_option,
     report_interrupted,
     resume_command,
@@ -49,7 +49,7 @@ def lm() -> None:
     """Genome language models: train, eval (see also `sinkalign generate-dna`)."""
 
 
-@lm.command("train", cls=ResumableCommand)
+@lm.command("train", cls=RecordedCommand)
 # allow_dash: '-' reaches TrainConfig, which says why a run cannot train on standard input
 @click.option("--fasta", "fasta", required=True, multiple=True,
               type=click.Path(exists=True, readable=True, allow_dash=True),

@@ -7,9 +7,9 @@ import sys
 
 import click
 
-__all__ = ["EValueThreshold", "FiniteFloatRange", "OutputPath", "ResumableCommand", "Strand", "embedder_options",
-           "esm_weights_option", "exit_on_broken_pipe", "model_options", "os_error_message", "parse_value", "progress_option",
-           "report_interrupted", "show_progress"]
+__all__ = ["EValueThreshold", "FiniteFloatRange", "OutputPath", "RecordedCommand", "Strand", "embedder_options",
+           "esm_weights_option", "exit_on_broken_pipe", "given_command", "model_options", "os_error_message",
+           "parse_value", "progress_option", "report_interrupted", "show_progress"]
 
 
 class FiniteFloatRange(click.FloatRange):
@@ -168,9 +168,10 @@ def show_progress(flag: bool | None) -> bool:
     return bool(isatty and isatty())
 
 
-class ResumableCommand(click.Command):
-    """A training command that keeps the command line it was given (``ctx.meta``), so that
-    :func:`report_interrupted` can print the command that resumes it."""
+class RecordedCommand(click.Command):
+    """A command that keeps the command line it was given (``ctx.meta``): a training command
+    prints the command that resumes it (:func:`report_interrupted`), ``align`` writes it to a
+    SAM header (:func:`given_command`)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         ctx.meta["sinkalign.args"] = list(args)
@@ -186,18 +187,25 @@ def report_interrupted(ctx: click.Context, exc, saved: bool) -> None:
     ctx.exit(exc.exit_status)
 
 
-def resume_command(ctx: click.Context) -> str:
-    """The command line that resumes this run: the one given, with ``--resume``."""
+def given_command(ctx: click.Context | None = None, extra: tuple[str, ...] = ()) -> str:
+    """The command line of a :class:`RecordedCommand` as given (``ctx``: the current one),
+    quoted for a shell, with ``extra`` arguments added that it lacks; the group's own options
+    (``-v``) aside."""
     import shlex
 
+    ctx = ctx or click.get_current_context()
     args = ctx.meta.get("sinkalign.args", [])
-    if "--resume" not in args:
-        args = [*args, "--resume"]
+    args = [*args, *(arg for arg in extra if arg not in args)]
     names, c = [], ctx
     while c.parent is not None:  # the subcommands, whatever name the program ran under
         names.insert(0, c.info_name)
         c = c.parent
     return shlex.join(["sinkalign", *names, *args])
+
+
+def resume_command(ctx: click.Context) -> str:
+    """The command line that resumes this run: the one given, with ``--resume``."""
+    return given_command(ctx, ("--resume",))
 
 
 def torch_threads_option():

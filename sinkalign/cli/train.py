@@ -8,7 +8,7 @@ import click
 
 from sinkalign.cli.options import (
     FiniteFloatRange,
-    ResumableCommand,
+    RecordedCommand,
     model_options,
     progress_option,
     report_interrupted,
@@ -17,7 +17,7 @@ from sinkalign.cli.options import (
 from sinkalign.errors import Interrupted
 
 
-@click.command(cls=ResumableCommand)
+@click.command(cls=RecordedCommand)
 @click.option("--pfam-shards", "shards", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="Shard directory from `sinkalign shards build` (with `sinkalign shards embed` for features).")
 @click.option("--config", "preset_name", default="default", show_default=True,

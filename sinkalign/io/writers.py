@@ -28,7 +28,9 @@ Formats (:data:`FORMATS`):
   ``target_start``); the E-value (:mod:`sinkalign.align.significance`) when the model has a
   fitted null; ``*`` / ``NA`` when nothing is aligned or a value is unknown.
 * ``sam`` / ``bam`` (pysam): targets are the references (``@SQ`` with their lengths, in
-  first-seen order; one id must always carry the same sequence), the query is the read.
+  first-seen order; one id must always carry the same sequence), the query is the read;
+  ``@PG`` names sinkalign, its version and the command (``CL``, when given:
+  ``sinkalign align`` gives its own).
   POS = first aligned target residue, CIGAR local with soft clips, MAPQ =
   ``min(60, round(-10 log10 P(wrong)))``, ``P(wrong) = 1 - (1 - o) * mean posterior``, where
   ``o`` is the chance that the query belongs to another of its hits in the same run of
@@ -666,7 +668,22 @@ def _text_to(records: Iterable[_Record], handle: IO[str]) -> int:
     return count
 
 
-def _sam_header(references: Iterable[tuple[str, int]]) -> tuple[dict[str, Any], dict[str, int]]:
+class _SamOptions(NamedTuple):
+    """What a SAM or BAM header is made from besides the records (:func:`write_alignments`)."""
+
+    references: Iterable[tuple[str, int]] | None = None
+    command_line: str | None = None
+
+
+def _header_text(text: str) -> str:
+    """``text`` as a header field value may hold it (printable ASCII, ``[ -~]+``): any other
+    character (a tab, a newline, a non-ASCII letter of a file name) written as its Python
+    escape (``\\t``, ``\\xe9``)."""
+    return "".join(c if " " <= c <= "~" else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def _sam_header(references: Iterable[tuple[str, int]],
+                command_line: str | None = None) -> tuple[dict[str, Any], dict[str, int]]:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -679,6 +696,8 @@ def _sam_header(references: Iterable[tuple[str, int]]) -> tuple[dict[str, Any], 
         "SQ": [{"SN": name, "LN": int(length)} for name, length in refs],
         "PG": [{"ID": "sinkalign", "PN": "sinkalign", "VN": vn}],
     }
+    if command_line:
+        header["PG"][0]["CL"] = _header_text(command_line)
     return header, {name: k for k, (name, _) in enumerate(refs)}
 
 
@@ -813,20 +832,21 @@ def _segment(rec: _Record, header, ref_index: dict[str, int], seqs: dict[str, st
     return seg
 
 
-def _sam_setup(records: Iterable[_Record], references):
-    """``(records, header dict, ref_index)``: the header from ``references`` (streaming) or
+def _sam_setup(records: Iterable[_Record], sam: _SamOptions):
+    """``(records, header dict, ref_index)``: the header from ``sam.references`` (streaming) or
     from the whole stream, read into memory first (``references=None``)."""
+    references = sam.references
     if references is None:
         records = list(records)
         references = _references_of(records)
-    header, ref_index = _sam_header(_check_references(references))
+    header, ref_index = _sam_header(_check_references(references), sam.command_line)
     return records, header, ref_index
 
 
-def _sam_to(records: Iterable[_Record], handle: IO[str], references=None) -> int:
+def _sam_to(records: Iterable[_Record], handle: IO[str], sam: _SamOptions = _SamOptions()) -> int:
     import pysam
 
-    records, header_dict, ref_index = _sam_setup(records, references)
+    records, header_dict, ref_index = _sam_setup(records, sam)
     header = pysam.AlignmentHeader.from_dict(header_dict)
     handle.write(str(header).rstrip("\n") + "\n")  # without @SQ lines pysam adds a blank line, which readers refuse
     count = 0
@@ -836,10 +856,10 @@ def _sam_to(records: Iterable[_Record], handle: IO[str], references=None) -> int
     return count
 
 
-def _write_bam(records: Iterable[_Record], path: Path, references=None) -> int:
+def _write_bam(records: Iterable[_Record], path: Path, sam: _SamOptions = _SamOptions()) -> int:
     import pysam
 
-    records, header_dict, ref_index = _sam_setup(records, references)
+    records, header_dict, ref_index = _sam_setup(records, sam)
     count = 0
     with atomic_path(path) as tmp, pysam.AlignmentFile(tmp, "wb", header=header_dict) as out:
         for seg in _segments(records, out.header, ref_index):
@@ -849,15 +869,15 @@ def _write_bam(records: Iterable[_Record], path: Path, references=None) -> int:
 
 
 _TEXT_WRITERS: dict[str, Callable[..., int]] = {
-    "fasta": lambda recs, handle, refs: _fasta_to(recs, handle),
-    "tsv": lambda recs, handle, refs: _tsv_to(recs, handle),
+    "fasta": lambda recs, handle, sam: _fasta_to(recs, handle),
+    "tsv": lambda recs, handle, sam: _tsv_to(recs, handle),
     "sam": _sam_to,
-    "stockholm": lambda recs, handle, refs: _stockholm_to(recs, handle),
-    "json": lambda recs, handle, refs: _json_to(recs, handle),
-    "text": lambda recs, handle, refs: _text_to(recs, handle),
-    "blast6": lambda recs, handle, refs: _blast6_to(recs, handle),
-    "paf": lambda recs, handle, refs: _paf_to(recs, handle),
-    "maf": lambda recs, handle, refs: _maf_to(recs, handle),
+    "stockholm": lambda recs, handle, sam: _stockholm_to(recs, handle),
+    "json": lambda recs, handle, sam: _json_to(recs, handle),
+    "text": lambda recs, handle, sam: _text_to(recs, handle),
+    "blast6": lambda recs, handle, sam: _blast6_to(recs, handle),
+    "paf": lambda recs, handle, sam: _paf_to(recs, handle),
+    "maf": lambda recs, handle, sam: _maf_to(recs, handle),
 }
 
 
@@ -888,6 +908,7 @@ def write_alignments(
     references: Iterable[tuple[str, int]] | None = None,
     overwrite: bool = False,
     alphabet: str | None = None,
+    command_line: str | None = None,
 ) -> int:
     """Write aligned pairs to ``path`` in ``fmt`` (one of :data:`FORMATS`); returns the count.
 
@@ -919,6 +940,10 @@ def write_alignments(
             is none; in a protein, ``N`` is asparagine) and SAM/BAM's ``SEQ``. ``None``
             (default): told from each pair's letters, so a short peptide written only in
             ``ACGTN`` reads as DNA.
+        command_line: SAM/BAM only: the command that made the alignments, as the header's
+            ``@PG CL:`` (samtools and minimap2 record theirs there; ``sinkalign align`` passes
+            its own); characters a header cannot hold (tabs, newlines, non-ASCII) are written
+            as Python escapes. ``None``: no ``CL``.
 
     Raises:
         InputError (a ValueError): unknown ``fmt`` (listing the valid ones), a malformed
@@ -933,20 +958,23 @@ def write_alignments(
                                 "replaced only when the writing succeeds)")
     if references is not None and fmt not in ("sam", "bam"):
         raise InputError(f"references are for the sam and bam formats, not {fmt!r}")
+    if command_line is not None and fmt not in ("sam", "bam"):
+        raise InputError(f"command_line is for the sam and bam formats, not {fmt!r}")
+    sam = _SamOptions(references, command_line)
     if alphabet not in (None, "dna", "protein"):
         raise InputError(f"alphabet={alphabet!r} is not one of ('protein', 'dna', None)")
     recs = _prepare(records, alphabet)
     if hasattr(path, "write"):
         if fmt == "bam":
             raise InputError("bam is binary and BGZF-compressed: write it to a file, not a text stream")
-        count = _TEXT_WRITERS[fmt](recs, path, references)
+        count = _TEXT_WRITERS[fmt](recs, path, sam)
         where = getattr(path, "name", "a stream")
     elif fmt == "bam":
-        count = _write_bam(recs, Path(path), references)
+        count = _write_bam(recs, Path(path), sam)
         where = path
     else:
         with atomic_write(path, "w", gzip=wants_gzip(path)) as handle:
-            count = _TEXT_WRITERS[fmt](recs, handle, references)
+            count = _TEXT_WRITERS[fmt](recs, handle, sam)
         where = path
     logger.info("wrote %d alignments to %s (%s)", count, where, fmt)
     return count

@@ -807,7 +807,8 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
                 scheduler: str | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE, strand: str | None = None,
                 prefilter: int | None = None, band: int | str | None = None, identity_weight: float | None = None,
                 identity_min: float | None = None, identity_gaps: str | None = None,
-                identity_move_min: float | None = None, processes: int | None = None, _task=None) -> int:
+                identity_move_min: float | None = None, processes: int | None = None,
+                command_line: str | None = None, _task=None) -> int:
     """Align pairs of sequences and write them in ``fmt``; returns the number of records written
     (in SAM and BAM, lines: a query's unmapped line included).
 
@@ -828,6 +829,9 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
             ``.npz``, ``{query_id}|{target_id}|{index}`` per pair (see :func:`plan_key`).
         overwrite: replace an existing ``output`` / ``plan_out`` (default: refuse, before
             anything is aligned).
+        command_line: the command that asked for the run, written to a SAM or BAM header as
+            ``@PG CL:`` (:func:`~sinkalign.io.writers.write_alignments`; ignored by the other
+            formats, which have no header for it); ``sinkalign align`` passes its own.
         workers, scheduler: run the chunks on a local Dask cluster of ``workers`` processes,
             or on the cluster whose scheduler is at ``scheduler`` (needs the ``cluster`` extra).
         chunk_size: pairs per chunk (per cluster task); ``batch_size``: pairs per aligner batch.
@@ -1018,7 +1022,8 @@ def align_fasta(query_fasta, target_fasta=None, *, pairs=None, output=None, fmt:
 
             target = sys.stdout if to_stdout else output
             try:
-                n = write_alignments(records(), target, fmt, references=scan.references, overwrite=overwrite)
+                n = write_alignments(records(), target, fmt, references=scan.references, overwrite=overwrite,
+                                     command_line=command_line if fmt in ("sam", "bam") else None)
             finally:
                 results.close()
             if to_stdout:
