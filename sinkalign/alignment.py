@@ -310,28 +310,62 @@ MASK_LEVEL = 0.5
 
 _SHARE_CELLS = 1 << 22  # hit pairs compared at a time by other_loci (a query's run may hold thousands)
 
-
-#: The confidence from which a column places the query (more likely right than wrong): a hit's
-#: span on the query for :data:`MASK_LEVEL` runs between its first and last such column.
+#: A column placing the query more likely right than wrong: the X-drop of :func:`confident_core`
+#: scores each column by its log-odds against this confidence.
 PLACING_CONFIDENCE = 0.5
+#: How far (in log-odds) the X-drop of :func:`confident_core` lets the running score fall below
+#: its best before it stops: about five columns at 0.1, or ten at 0.27, in a row.
+CORE_DROP = 10.0
+_CORE_SEED = 5  # columns of the window the core grows from
+
+
+def confident_core(confidence, threshold: float = PLACING_CONFIDENCE, drop: float = CORE_DROP) -> tuple[int, int] | None:
+    """The first and last column (inclusive) of an alignment's confident core, by X-drop on the
+    columns' log-odds ``s = logit(c) - logit(threshold)``: from the best column of the window of
+    5 columns (all of them when fewer) of the largest sum, extended each way while the running
+    sum stays within ``drop`` of its best, and kept up to that best (gaps between columns count
+    nothing; a lone sure column among unlikely ones seeds nothing unless its window wins).
+    A local alignment may reach past its homologous segment with a trail of unlikely columns
+    (the DNA model: 10-12 columns at 0.1-0.4 over up to 300 bp of a chimeric read's other
+    half), which the core leaves out. ``None`` for no column."""
+    c = np.clip(np.asarray(confidence, dtype=np.float64).reshape(-1), 1e-12, 1.0 - 1e-12)
+    n = c.size
+    if n == 0:
+        return None
+    t = min(max(float(threshold), 1e-12), 1.0 - 1e-12)
+    s = np.log(c) - np.log1p(-c) - (math.log(t) - math.log1p(-t))
+    width = min(_CORE_SEED, n)
+    sums = np.lib.stride_tricks.sliding_window_view(s, width).sum(1)  # (each window summed on its own)
+    start = int(np.argmax(sums))  # the first window of the largest sum
+
+    def reach(steps: np.ndarray) -> int:
+        """How many of ``steps`` (outwards from the seed) the core takes."""
+        if steps.size == 0:
+            return 0
+        run = np.cumsum(steps)
+        best = np.maximum.accumulate(np.maximum(run, 0.0))
+        fallen = np.flatnonzero(run < best - drop)
+        stop = int(fallen[0]) if fallen.size else run.size
+        top = int(np.argmax(run[:stop])) if stop else -1
+        return top + 1 if stop and run[top] > 0 else 0
+
+    seed = start + int(np.argmax(s[start : start + width]))
+    return seed - reach(s[:seed][::-1]), seed + reach(s[seed + 1 :])
 
 
 def query_span(pairs: np.ndarray, query_length: int, strand: str = "+",
                confidence: np.ndarray | None = None) -> tuple[int, int] | None:
     """A hit's 0-based half-open span on the query as given, from its first to its last aligned
-    residue (``pairs`` as aligned: on the minus strand they read the reverse complement);
-    ``None`` when nothing is aligned. With ``confidence`` (each pair's posterior), from its
-    first to its last pair of confidence at least :data:`PLACING_CONFIDENCE`, where it has one:
-    a local alignment may reach past its homologous segment with a trail of unlikely columns
-    (on DNA, 14 columns at 0.1-0.35 across 100 residues of a chimeric read's other part), which
-    do not place that part of the query."""
+    residue (``pairs`` as aligned, in path order: on the minus strand they read the reverse
+    complement); ``None`` when nothing is aligned. With ``confidence`` (each pair's
+    posterior), the span of its :func:`confident_core`: a trail of unlikely columns past the
+    homologous segment does not place that part of the query."""
     if len(pairs) == 0:
         return None
     rows = pairs[:, 0]
     if confidence is not None:
-        sure = np.asarray(confidence) >= PLACING_CONFIDENCE
-        if sure.any():
-            rows = rows[sure]
+        first, last = confident_core(confidence)
+        rows = rows[first : last + 1]
     first, last = int(rows.min()), int(rows.max()) + 1
     return (query_length - last, query_length - first) if strand == "-" else (first, last)
 
@@ -345,69 +379,104 @@ def _span_array(spans) -> np.ndarray:
     return out
 
 
-def _competing(spans: np.ndarray, rows: np.ndarray, mask_level: float) -> np.ndarray:
-    """bool ``[len(rows), n]``: hit ``rows[i]`` and hit ``j`` compete for the query, their spans
-    overlapping by more than ``mask_level`` of the shorter (an empty span competes with none)."""
-    length = spans[:, 1] - spans[:, 0]
+def _competing(spans: np.ndarray, rows: np.ndarray, mask_level: float, others: np.ndarray | None = None,
+               uncovered: np.ndarray | None = None) -> np.ndarray:
+    """bool ``[len(rows), len(others)]``: hit ``rows[i]`` and hit ``others[j]`` (default: every
+    hit) compete for the query, minimap2's ``mm_set_parent``: their spans overlap by more than
+    ``mask_level`` of the shorter, less the share of the longer that ``uncovered`` (per row:
+    its residues no part taken so far holds; default 0) makes up. An empty span competes with
+    none."""
+    theirs = spans if others is None else spans[others]
     mine = spans[rows]
-    overlap = np.minimum(mine[:, 1, None], spans[None, :, 1]) - np.maximum(mine[:, 0, None], spans[None, :, 0])
-    shorter = np.minimum(length[rows, None], length[None, :])
-    return (overlap > mask_level * shorter) & (shorter > 0)
+    length, their_length = mine[:, 1] - mine[:, 0], theirs[:, 1] - theirs[:, 0]
+    overlap = np.minimum(mine[:, 1, None], theirs[None, :, 1]) - np.maximum(mine[:, 0, None], theirs[None, :, 0])
+    shorter = np.minimum(length[:, None], their_length[None, :])
+    share = overlap / np.maximum(shorter, 1)
+    if uncovered is not None:
+        share = share - uncovered[:, None] / np.maximum(np.maximum(length[:, None], their_length[None, :]), 1)
+    return (share > mask_level) & (overlap > 0) & (shorter > 0)
 
 
-def other_loci(log_evalues, of=None, *, spans=None, mask_level: float = MASK_LEVEL) -> list[float] | None:
+def other_loci(log_evalues, *, of=None, spans=None, mask_level: float = MASK_LEVEL) -> list[float] | None:
     """For each hit ``k`` of one query in ``of`` (indices into ``log_evalues``, natural logs of
     the E-values of all its hits; default all of them), the chance that the query belongs to
     another of its hits instead: the hits weighed by ``1 / E`` (by Karlin-Altschul,
     ``e^{lambda S}`` per search space), ``1 - w_k / sum_j w_j``. A hit with a paralog as good
     gets about 0.5, a unique one 0. With ``spans`` (each hit's :func:`query_span`, ``None`` for
     an empty one), ``j`` runs over ``k`` and the hits that compete with it for its part of the
-    query (spans overlapping by more than ``mask_level`` of the shorter, minimap2's rule): the
-    other part of a chimeric read or a second domain does not make a hit less certain. ``None``
-    when an E-value is unknown (not finite) or there is no hit."""
-    logs = np.asarray(log_evalues, dtype=np.float64)
+    query (spans overlapping by more than ``mask_level`` of the shorter, minimap2's mask
+    level): the other part of a chimeric read or a second domain does not make a hit less
+    certain. ``None`` when an E-value is unknown (not finite) or there is no hit."""
+    logs = np.asarray(log_evalues, dtype=np.float64).reshape(-1)
     if not logs.size or not np.all(np.isfinite(logs)):
         return None
-    rows = np.arange(logs.size) if of is None else np.asarray(of, dtype=np.int64).reshape(-1)
+    rows = np.arange(logs.size)
+    if of is not None:
+        rows = np.asarray(of).reshape(-1)
+        if rows.size and (rows.dtype.kind not in "iu" or rows.min() < 0 or rows.max() >= logs.size):
+            raise ValueError(f"of must hold indices of hits in [0, {logs.size}), got {of!r}")
+        rows = rows.astype(np.int64)
+    with np.errstate(over="ignore"):  # a hit beyond the double range of the best weighs 0
+        weights = np.exp(logs.min() - logs)  # the best hit weighs 1
     if spans is None:
-        best = logs.min()
-        total = float(np.exp(best - logs).sum())  # the best hit weighs 1
-        return [float((total - w) / total) for w in np.exp(best - logs[rows])]
+        total = float(weights.sum())
+        return [float((total - w) / total) for w in weights[rows]]
     span_arr = _span_array(spans)
     if span_arr.shape[0] != logs.size:
         raise ValueError(f"{span_arr.shape[0]} spans for {logs.size} hits")
-    shares: list[float] = []
+    by_start = np.argsort(span_arr[:, 0], kind="stable")
+    starts = span_arr[by_start, 0]
+    todo = np.unique(rows)
+    todo = todo[np.argsort(span_arr[todo, 0], kind="stable")]  # neighbours on the query together
+    share = np.empty(logs.size)
     step = max(1, _SHARE_CELLS // logs.size)
-    for start in range(0, rows.size, step):
-        chunk = rows[start : start + step]
-        rivals = _competing(span_arr, chunk, mask_level)
-        rivals[np.arange(chunk.size), chunk] = True  # a hit weighs itself, even an empty one
-        best = np.where(rivals, logs[None, :], np.inf).min(1)  # each row's best rival weighs 1
-        total = np.exp(np.where(rivals, best[:, None] - logs[None, :], -np.inf)).sum(1)
-        mine = np.exp(best - logs[chunk])
-        shares.extend(float(v) for v in (total - mine) / total)
-    return shares
+    for begin in range(0, todo.size, step):
+        chunk = todo[begin : begin + step]
+        # only hits that overlap the chunk's stretch of the query can compete with one of its rows
+        near = by_start[: np.searchsorted(starts, span_arr[chunk, 1].max(), side="left")]
+        near = near[span_arr[near, 1] > span_arr[chunk, 0].min()]
+        rivals = _competing(span_arr, chunk, mask_level, near)
+        total = rivals.astype(np.float64) @ weights[near]
+        mine = weights[chunk].copy()
+        empty = span_arr[chunk, 1] <= span_arr[chunk, 0]
+        total[empty] += mine[empty]  # a hit weighs itself, even an empty one (which competes with none)
+        for i in np.flatnonzero(total < 1e-280):  # every rival far below the query's best part: weighed
+            own = logs[chunk[i : i + 1]] if empty[i] else logs[near[rivals[i]]]  # on the row's own scale
+            total[i] = np.exp(own.min() - own).sum()
+            mine[i] = math.exp(own.min() - logs[chunk[i]])
+        share[chunk] = (total - mine) / total
+    return [float(share[k]) for k in rows]
 
 
 def query_parts(ranks, spans, mask_level: float = MASK_LEVEL) -> list[int]:
     """For each of one query's aligned hits (``ranks``: their :func:`evalue_rank`, smaller
-    better; ``spans``: their :func:`query_span`), the hit whose part of the query it is: itself
-    for the best hit of a part (minimap2's primary chains: taken best first, ties in input
-    order, each starting a part unless it competes with the best hit of one already taken), else
-    that part's best hit, of which it is a rival (SAM's secondary). The part of the best hit is
-    the query's primary line, the others its supplementary lines."""
+    better; ``spans``: their :func:`query_span`), the hit whose part of the query it is, as
+    minimap2's ``mm_set_parent`` finds primary chains: taken best first (ties in input order),
+    a hit starts a part unless it competes (:func:`_competing`, with its residues that no part
+    taken so far holds) with the best hit of a part already taken, whose rival it is then
+    (SAM's secondary). The part of the best hit is the query's primary line, the others its
+    supplementary lines."""
     span_arr = _span_array(spans)
     order = sorted(range(len(ranks)), key=lambda k: (ranks[k], k))
-    heads: list[int] = []
+    heads = np.empty(len(ranks), dtype=np.int64)  # the parts' best hits, in the order taken
+    n_heads = 0
+    covered = np.zeros(int(span_arr[:, 1].max(initial=0)) + 1, dtype=bool)  # residues the parts hold
     part = [0] * len(ranks)
     for k in order:
-        hit = None
-        if heads:
-            compete = _competing(span_arr, np.asarray([k]), mask_level)[0]
-            hit = next((h for h in heads if compete[h]), None)
-        if hit is None:
-            heads.append(k)
-            hit = k
+        lo, hi = span_arr[k]
+        hit = k
+        if n_heads:
+            taken = heads[:n_heads]
+            near = taken[(span_arr[taken, 0] < hi) & (span_arr[taken, 1] > lo)]  # those it overlaps
+            if near.size:
+                uncovered = np.asarray([(hi - lo) - int(np.count_nonzero(covered[lo:hi]))])
+                compete = _competing(span_arr, np.asarray([k]), mask_level, near, uncovered)[0]
+                if compete.any():
+                    hit = int(near[int(np.argmax(compete))])  # the first taken, as heads are in order
+        if hit == k:
+            heads[n_heads] = k
+            n_heads += 1
+            covered[lo:hi] = True
         part[k] = hit
     return part
 

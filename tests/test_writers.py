@@ -807,8 +807,9 @@ def test_mapq_counts_the_other_loci_of_a_query(tmp_path):
 
 def test_query_parts_and_their_rivals():
     """minimap2's rule for one query's hits: two hits compete for the query when their spans on it
-    overlap by more than half of the shorter; taken best first, a hit that competes with the best
-    hit of a part already taken is its rival, any other starts a part (of a chimeric read). The
+    overlap by more than half of the shorter (less the share of the longer that lies where no part
+    is yet); taken best first, a hit that competes with the best hit of a part already taken is its
+    rival, any other starts a part (of a chimeric read). The
     MAPQ's other loci are weighed over a hit's rivals alone, each row on its own scale (no
     underflow when the query's best part is far better than this one)."""
     from sinkalign.alignment import other_loci, query_parts, query_span
@@ -817,10 +818,10 @@ def test_query_parts_and_their_rivals():
     pairs = np.stack([np.arange(10), np.arange(10)], 1)
     assert query_span(pairs, 30, "+") == (0, 10) and query_span(pairs, 30, "-") == (20, 30)
     assert query_span(np.zeros((0, 2), int), 30) is None
-    # with confidences, the span of the columns at 0.5 or more (all of them when none is)
+    # with confidences, the span of the confident core (a column at 0.5 adds nothing: not taken)
     conf = np.array([0.1, 0.6, 0.9, 0.5, 0.2, 0.1, 0.3, 0.1, 0.2, 0.1])
-    assert query_span(pairs, 30, "+", conf) == (1, 4) and query_span(pairs, 30, "-", conf) == (26, 29)
-    assert query_span(pairs, 30, "+", np.full(10, 0.3)) == (0, 10)
+    assert query_span(pairs, 30, "+", conf) == (1, 3) and query_span(pairs, 30, "-", conf) == (27, 29)
+    assert query_span(pairs, 30, "+", np.full(10, 0.3)) == (0, 1)  # nothing sure: the seed column alone
 
     spans = [(0, 100), (0, 100), (100, 200), (40, 140), (90, 200), (50, 150), None]
     ranks = [-50.0, -40.0, -45.0, -30.0, -20.0, -10.0, 0.0]
@@ -828,6 +829,11 @@ def test_query_parts_and_their_rivals():
     # 0 and of 2 (no more): a part of its own; the empty hit competes with none
     assert query_parts(ranks, spans) == [0, 0, 2, 0, 2, 5, 6]
     assert query_parts([0.0] * 3, [(0, 10), (0, 10), (10, 20)]) == [0, 0, 2]  # ties: input order
+    # minimap2's uncovered term: (30, 230) shares 70 of the first part's 100, but 130 of its 200
+    # residues lie where no part is: 0.7 - 130 / 200 is not above 0.5, a part of its own
+    assert query_parts([0.0, 1.0], [(0, 100), (30, 230)]) == [0, 1]
+    assert query_parts([0.0, 1.0], [(0, 100), (10, 110)]) == [0, 0]  # 0.9 - 10 / 100
+    assert query_parts([0.0, 1.0], [(0, 100), (30, 130)]) == [0, 1]  # 0.7 - 30 / 100
 
     def brute(logs, spans, k):
         def competes(a, b):
@@ -841,13 +847,93 @@ def test_query_parts_and_their_rivals():
     got = other_loci(ranks, spans=spans)
     np.testing.assert_allclose(got, [brute(ranks, spans, k) for k in range(len(spans))], rtol=1e-12, atol=1e-15)
     assert got[6] == 0.0 and got[2] < 1e-6 < got[5]  # the empty hit: rival of none; 5 rivals 3 (overlap 90)
-    np.testing.assert_allclose(other_loci(ranks, [3, 0], spans=spans), [got[3], got[0]], rtol=1e-15)
+    np.testing.assert_allclose(other_loci(ranks, of=[3, 0], spans=spans), [got[3], got[0]], rtol=1e-15)
+    for bad in ([-3.0], [7], [-1]):  # values, not indices; out of range
+        with pytest.raises(ValueError, match="of must hold indices of hits in"):
+            other_loci(ranks, of=bad, spans=spans)
     # a part at log E -2000 does not underflow the weights of another part's two even rivals
     far = other_loci([-2000.0, -10.0, -10.0], spans=[(0, 50), (60, 100), (60, 100)])
     assert far == [0.0, 0.5, 0.5]
     # without spans every hit is a rival of every other (as before: a repeat's copies)
     np.testing.assert_allclose(other_loci([-10.0, -10.0, -10.0 + math.log(2)]), [0.6, 0.6, 0.8], rtol=1e-12)
     assert other_loci([-10.0, math.nan], spans=[(0, 5), (6, 9)]) is None
+
+
+def _core_reference(conf, threshold=0.5, drop=10.0):
+    """confident_core as a plain loop: seed at the best column of the best 5-column window
+    (first of ties), then per side add columns while the running log-odds stays within drop of
+    its best, keeping up to the (first) best, taken only when it gains."""
+    def logit(p):
+        p = min(max(p, 1e-12), 1 - 1e-12)
+        return math.log(p) - math.log1p(-p)
+
+    s = [logit(float(c)) - logit(threshold) for c in conf]
+    n, width = len(s), min(5, len(s))
+    sums = [sum(s[i : i + width]) for i in range(n - width + 1)]
+    start = sums.index(max(sums))
+    window = s[start : start + width]
+    seed = start + window.index(max(window))
+    ends = []
+    for side in (range(seed - 1, -1, -1), range(seed + 1, n)):
+        run = best = 0.0
+        end = seed
+        for j in side:
+            run += s[j]
+            if run > best:
+                best, end = run, j
+            if run < best - drop:
+                break
+        ends.append(end)
+    return ends[0], ends[1]
+
+
+def test_split_query_from_the_library_and_a_semicolon_reference(tmp_path, caplog):
+    """Plain records without E-values or posteriors: the parts are taken in input order by their
+    spans (the first hit primary, a hit on another stretch of the query supplementary, one on the
+    first's stretch secondary), MAPQ 255 (unknown) inside SA as on the line; a reference name with
+    ';' (SAM allows it) makes SA ambiguous: warned of once, the file written all the same."""
+    q = PROT_Q + PROT_T
+    first = np.stack([np.arange(30), np.arange(30)], 1)
+    second = np.stack([np.arange(len(PROT_Q), len(PROT_Q) + 30), np.arange(30)], 1)
+    recs = [("q", q, "a;1", PROT_Q, first), ("q", q, "b", PROT_T, second), ("q", q, "c", PROT_Q, first + [0, 1]),
+            ("q2", q, "a;1", PROT_Q, first), ("q2", q, "b", PROT_T, second)]
+    path = tmp_path / "x.sam"
+    with caplog.at_level("WARNING", logger="sinkalign"):
+        write_alignments(recs, path)
+    with pysam.AlignmentFile(str(path)) as handle:
+        segs = [(s.query_name, s.reference_name, s.flag, s.mapping_quality, s.get_tag("SA") if s.has_tag("SA") else None)
+                for s in handle]
+    assert segs == [("q", "a;1", 0, 255, "b,1,+,66S30M33S,255,0;"), ("q", "b", 2048, 255, "a;1,1,+,30M99S,255,0;"),
+                    ("q", "c", 256, 255, None),
+                    ("q2", "a;1", 0, 255, "b,1,+,66S30M33S,255,0;"), ("q2", "b", 2048, 255, "a;1,1,+,30M99S,255,0;")]
+    said = [r.getMessage() for r in caplog.records if "';'" in r.getMessage()]
+    assert len(said) == 1 and "reference 'a;1'" in said[0]
+
+
+def test_confident_core_against_a_plain_loop():
+    """The vectorised X-drop core equals a plain loop on random confidences (long and short,
+    with ties, exact 0, 0.5 and 1, all unlikely), and leaves out a trail of unlikely columns and
+    a sure island far beyond it, but keeps a short dip inside the core."""
+    from sinkalign.alignment import confident_core
+
+    rng = np.random.default_rng(0)
+    for trial in range(400):
+        n = int(rng.integers(1, 80))
+        kind = trial % 4
+        if kind == 0:
+            conf = rng.random(n)
+        elif kind == 1:
+            conf = rng.choice([0.0, 0.1, 0.5, 0.9, 1.0], n)
+        elif kind == 2:
+            conf = rng.uniform(0.0, 0.45, n)
+        else:
+            conf = np.concatenate([rng.uniform(0.9, 1.0, n), rng.uniform(0.05, 0.4, n // 2 + 1)])
+        assert confident_core(conf) == _core_reference(conf), conf
+        assert confident_core(conf, 0.7, 3.0) == _core_reference(conf, 0.7, 3.0), conf
+    assert confident_core([]) is None
+    sure, trail = [0.99] * 50, [0.2, 0.3, 0.15, 0.25, 0.1, 0.3, 0.2, 0.35, 0.2]
+    assert confident_core(sure + trail + [0.99] * 3) == (0, 49)  # 9 columns of ~-1.3 each: over 10 down
+    assert confident_core(sure + [0.2, 0.2] + sure) == (0, 101)  # a dip of 2.8: bridged
 
 
 def _dna(rng, n):

@@ -35,8 +35,9 @@ Formats (:data:`FORMATS`):
   ``min(60, round(-10 log10 P(wrong)))``, ``P(wrong) = 1 - (1 - o) * mean posterior``, where
   ``o`` is the chance that the query belongs to another of its hits in the same run of
   records that competes with this one for its part of the query (their spans on the query
-  overlap by more than half of the shorter, minimap2's ``--mask-level``; a span runs from the
-  first to the last column of confidence >= 0.5), the hits weighed by ``1 / E`` (a repeat's
+  overlap by more than half of the shorter, minimap2's ``--mask-level``; a span is that of the
+  alignment's confident core, :func:`~sinkalign.alignment.confident_core`, so that a trail of
+  unlikely columns past the homologous segment places nothing), the hits weighed by ``1 / E`` (a repeat's
   two copies get MAPQ 3 each, the two halves of a chimeric read keep theirs; ``o = 0``
   without E-values; a query met again after other queries, as a ``--pairs`` list may, is
   weighed on that later run's hits alone), and 255 = unavailable when the posterior is
@@ -51,11 +52,15 @@ Formats (:data:`FORMATS`):
   ``--max-evalue`` dropped); a pair without aligned residues of a query aligned elsewhere is not written
   (SAM wants exactly one primary line per read). A query's best hit (smallest E-value; the first
   aligned record without E-values) is its primary alignment; taken best first, a hit that
-  competes (as above) with none taken so far starts another part of the query, written
-  supplementary (flag 2048), as minimap2 and BWA write a chimeric read, and the others are
-  secondary (flag 256). The primary and supplementary lines each carry ``SA:Z`` with the
-  other parts (``rname,pos,strand,CIGAR,mapQ,NM;``, best first), and all keep their soft clips
-  and whole SEQ (as minimap2 ``-Y``). Each run of a query's consecutive records (all its pairs
+  competes with none of the parts taken so far starts another part of the query (minimap2's
+  ``mm_set_parent``: as above, less the share of the longer span that lies where no part is
+  yet), written supplementary (flag 2048), as minimap2 and BWA write a chimeric read, and the
+  others are secondary (flag 256). The primary and supplementary lines each carry ``SA:Z``
+  with the other parts (``rname,pos,strand,CIGAR,mapQ,NM;``, best first; a reference name
+  with ``;`` makes it ambiguous and is warned of). Every line keeps its soft clips and whole
+  SEQ (minimap2 ``-Y`` writes supplementary lines so; its secondary lines have SEQ ``*``).
+  A pair is one alignment, so two parts on one reference (an inversion, a long deletion) are
+  no supplementary lines. Each run of a query's consecutive records (all its pairs
   all-vs-all, or with ``--max-hits``) is held until it ends; a query met again after other
   queries keeps the primary it has (its later lines are all secondary). BAM
   stores SEQ in a 4-bit nucleotide code, so a protein read gets SEQ ``*`` and its residues in
@@ -337,13 +342,12 @@ def _other_loci(records: list[_Record], spans: list[tuple[int, int] | None]) -> 
     :func:`~sinkalign.alignment.query_span`: hits sharing more than half of the shorter span;
     :func:`~sinkalign.alignment.other_loci`): a hit with a paralog as good gets about 0.5
     (MAPQ 3), a unique one 0 (MAPQ from its confidences alone), and so does each part of a
-    chimeric read. All 0 when a log E-value is unknown (a model without a fitted null). Records
+    chimeric read. All 0 when an E-value is unknown (a model without a fitted null). Records
     that carry ``other_loci`` (weighed by ``sinkalign align --max-hits`` over every hit, before
     it kept the best) keep it."""
     if records and all(rec.other_loci is not None for rec in records):  # weighed before hits were dropped
         return [rec.other_loci for rec in records]
-    logs = [math.nan if rec.log_evalue is None else rec.log_evalue for rec in records]
-    shares = other_loci(logs, spans=spans)
+    shares = other_loci([evalue_rank(rec.evalue, rec.log_evalue) for rec in records], spans=spans)
     return [0.0] * len(records) if shares is None else shares
 
 
@@ -353,11 +357,11 @@ _PRIMARY, _SUPPLEMENTARY, _SECONDARY = 0, 2048, 256  # SAM's flags for a query's
 def _hit_roles(aligned: list[_Record], placed: bool) -> tuple[list[int], list[float]]:
     """For one run of one query's aligned records, each one's SAM flag (of primary,
     supplementary and secondary) and its ``other_loci`` (the MAPQ's). The parts of the query
-    (:func:`~sinkalign.alignment.query_parts`: hits that share at most half of the shorter span)
-    each have one best hit, primary for the best part (smallest E-value by its log; ties and
-    models without E-values in input order) and supplementary for the others, as minimap2 and
-    BWA write a chimeric read; the rest are secondary, and so is every line of a query whose
-    primary was written in an earlier run (``placed``)."""
+    (:func:`~sinkalign.alignment.query_parts`, minimap2's rule) each have one best hit,
+    primary for the best part (smallest E-value by its log; ties and models without E-values
+    in input order) and supplementary for the others, as minimap2 and BWA write a chimeric
+    read; the rest are secondary, and so is every line of a query whose primary was written
+    in an earlier run (``placed``)."""
     spans = [query_span(rec.pairs, len(rec.query), rec.strand,
                         None if rec.posterior is None else rec.posterior.match_posterior) for rec in aligned]
     others = _other_loci(aligned, spans)
@@ -740,6 +744,7 @@ def _segments(records: Iterable[_Record], header, ref_index: dict[str, int]):
     so is every line of a query whose primary was written in an earlier run
     (:func:`_hit_roles`)."""
     primary: set[str] = set()  # queries whose primary alignment is written
+    warned: set[str] = set()  # reference names with ';' said to make SA:Z tags ambiguous
     unmapped: dict[str, Any] = {}  # the first empty record of each query not aligned so far
     seqs: dict[str, str] = {}
     lengths = {name: header.get_reference_length(name) for name in ref_index}
@@ -758,21 +763,28 @@ def _segments(records: Iterable[_Record], header, ref_index: dict[str, int]):
         for (rec, seg), flag, other in zip(aligned, flags, others):
             seg.flag |= flag
             seg.mapping_quality = _mapq(_mean_posterior(rec), other)
-        _split_tags([seg for _, seg in aligned], flags, [evalue_rank(rec.evalue, rec.log_evalue) for rec, _ in aligned])
+        _split_tags([seg for _, seg in aligned], flags, [evalue_rank(rec.evalue, rec.log_evalue) for rec, _ in aligned],
+                    warned)
         yield from (seg for _, seg in aligned)
         primary.add(query_id)
         unmapped.pop(query_id, None)
     yield from unmapped.values()
 
 
-def _split_tags(segs: list, flags: list[int], ranks: list[float]) -> None:
+def _split_tags(segs: list, flags: list[int], ranks: list[float], warned: set[str]) -> None:
     """The ``SA:Z`` tag of a query's primary and supplementary lines, when it has both: each
     lists the other parts (``rname,pos,strand,CIGAR,mapQ,NM;``, the SAM spec's form), best hit
     first, so that a supplementary line's first entry is the primary (as BWA and minimap2
-    write it)."""
+    write it). A reference name with ``;`` (SAM allows it) makes the tag ambiguous to its
+    readers: said once per name (``warned``), the tag written all the same."""
     parts = sorted((k for k, flag in enumerate(flags) if flag != _SECONDARY), key=lambda k: (ranks[k], k))
     if len(parts) < 2:
         return
+    for name in {segs[k].reference_name for k in parts} - warned:
+        if ";" in name:
+            warned.add(name)
+            logger.warning("reference %r has a ';', which the SA:Z tag of a split query's lines uses to part "
+                           "its entries: readers of that tag will misread the entries naming it", name)
     entries = {k: f"{segs[k].reference_name},{segs[k].reference_start + 1},{'-' if segs[k].is_reverse else '+'},"
                   f"{segs[k].cigarstring},{segs[k].mapping_quality},{segs[k].get_tag('NM')};" for k in parts}
     for k in parts:

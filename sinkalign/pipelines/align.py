@@ -765,7 +765,7 @@ def _best_per_query(stream, max_hits: int):
                 yield position, item
 
         kept = heapq.nsmallest(max_hits, ranked(group), key=lambda hit: (hit[1][2].evalue_rank, hit[1][0]))
-        shares = other_loci(ranks, [position for position, _ in kept], spans=spans)
+        shares = other_loci(ranks, of=[position for position, _ in kept], spans=spans)
         for k in range(len(kept)):
             index, plan, pair = kept[k][1]
             kept[k] = None  # handed on: no plan outlives its turn here
