@@ -16,11 +16,17 @@ its right and its wrong columns, and its mean confidence against its precision (
 model has them equal).
 
     python benchmarks/dna_flanks.py --json benchmarks/results/dna_flanks_valid.json
+
+``--end-trims 5,10,20`` also scores the model's columns trimmed to their confident core (an
+X-drop end trim, :func:`sinkalign.alignment.confident_core`, not shipped: BENCHMARKS.md) at each
+drop, with ``--end-trim-confidence``, on the same alignments (the trim keeps a stretch of the
+columns the threshold kept).
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 from datetime import date
 
 import numpy as np
@@ -31,6 +37,7 @@ from homology_evalues_dna import contigs, genomes
 from sinkalign.align.aligner import Aligner
 from sinkalign.align.baselines import Scoring, align_pair
 from sinkalign.align.metrics import micro_average, pair_scores
+from sinkalign.alignment import confident_core
 
 
 def cases(per_genome: list[list[str]], flank: float, n: int, lengths, sub: float, indels: float, rng):
@@ -119,6 +126,10 @@ def main() -> None:
                          "0 keeps every column, to score --thresholds)")
     ap.add_argument("--thresholds", default=None, help="also score the model's columns at these confidence "
                     "thresholds (comma-separated; with --min-confidence 0), the --reference pairs too")
+    ap.add_argument("--end-trims", default=None, help="also score the model's columns under the X-drop end trim at "
+                    "these drops (comma-separated; sinkalign.alignment.confident_core on the same alignments), the "
+                    "--reference pairs too")
+    ap.add_argument("--end-trim-confidence", type=float, default=0.5, help="the end trim's t (default 0.5)")
     ap.add_argument("--write-reference", metavar="FILE", default=None,
                     help="write --pairs simulated pairs of the --split genera (windows 100-1000 bp, every flank size "
                          "and substitution rate of training_reference) as Stockholm for `sinkalign calibrate`, "
@@ -148,6 +159,19 @@ def main() -> None:
     aligner = Aligner.load(args.model, strand="plus", identity_weight=args.identity_weight,
                            identity_min=args.identity_min, identity_gaps=args.identity_gaps,
                            min_confidence=args.min_confidence)
+    trims = [float(x) for x in args.end_trims.split(",")] if args.end_trims else []
+    trim_seconds = [0.0, 0]  # time spent trimming, alignments trimmed
+
+    def trimmed(results, drop):
+        t0 = time.perf_counter()
+        out = []
+        for r in results:
+            core = confident_core(r.alignment.match_posterior, args.end_trim_confidence, drop)
+            out.append(r.alignment.pairs if core is None else r.alignment.pairs[core[0] : core[1] + 1])
+        trim_seconds[0] += time.perf_counter() - t0
+        trim_seconds[1] += len(results)
+        return out
+
     if thresholds and aligner.min_confidence > min(thresholds):
         ap.error(f"--thresholds below the aligner's own threshold {aligner.min_confidence:g} cannot be scored: "
                  "pass --min-confidence 0")
@@ -156,7 +180,8 @@ def main() -> None:
                "identity_weight": aligner.identity_weight, "identity_min": aligner.identity_min,
                "identity_gaps": aligner.identity_gaps,
                "lengths": list(args.lengths), "indels": args.indels, "threshold": aligner.min_confidence,
-               "rows": {}}
+               "end_trims": trims, "end_trim_confidence": args.end_trim_confidence, "rows": {}}
+    model_seconds = [0.0, 0]
     print(f"{args.model} (threshold {aligner.min_confidence}): windows of {args.lengths[0]}-{args.lengths[1]} bp of "
           f"the {args.split} genera, unrelated DNA on both sides, indels {args.indels} per base, {args.pairs} pairs a "
           "row")
@@ -164,7 +189,10 @@ def main() -> None:
         from sinkalign.align.evaluate import load_reference_set
 
         pairs = load_reference_set(args.reference, max_pairs=args.reference_pairs)
+        t0 = time.perf_counter()
         results = list(aligner.align_many([(p.query_id, p.query_seq, p.target_id, p.target_seq) for p in pairs]))
+        model_seconds[0] += time.perf_counter() - t0
+        model_seconds[1] += len(results)
         ref = model_row(results, [p.pairs for p in pairs], [((0, len(p.query_seq)), (0, len(p.target_seq)))
                                                              for p in pairs])
         payload["reference"] = {"path": str(args.reference), "pairs": len(pairs), **ref}
@@ -176,6 +204,10 @@ def main() -> None:
             at = micro_average([pair_scores(k, p.pairs) for k, p in zip(kept, pairs)])
             payload["reference"][f"model@{t:g}"] = at
             print(f"  at threshold {t:g}: P / R / F1 {at['precision']:.4f} / {at['recall']:.4f} / {at['f1']:.4f}")
+        for x in trims:  # the columns the end trim at drop x keeps
+            at = micro_average([pair_scores(k, p.pairs) for k, p in zip(trimmed(results, x), pairs)])
+            payload["reference"][f"trim@{x:g}"] = at
+            print(f"  end trim X={x:g}: P / R / F1 {at['precision']:.4f} / {at['recall']:.4f} / {at['f1']:.4f}")
     print("| flank <= | substitutions | model P / R / F1 | columns in the flanks | confidence right / wrong | "
           "mean confidence vs precision | SW P / R / F1 | NW P / R / F1 |")
     print("|---|---|---|---|---|---|---|---|")
@@ -183,8 +215,13 @@ def main() -> None:
         for k, sub in enumerate(args.substitutions):
             rng = np.random.default_rng([f_index, k, 7])
             jobs, truth, cores = cases(per_genome, flank, args.pairs, args.lengths, sub, args.indels, rng)
+            t0 = time.perf_counter()
             results = list(aligner.align_many(jobs))
+            model_seconds[0] += time.perf_counter() - t0
+            model_seconds[1] += len(results)
             row = {"model": model_row(results, truth, cores)}
+            for x in trims:  # the columns the end trim at drop x keeps
+                row[f"trim@{x:g}"] = micro_average([pair_scores(p, tr) for p, tr in zip(trimmed(results, x), truth)])
             for t in thresholds:  # the columns a threshold t keeps: those of confidence >= t
                 kept = [r.alignment.pairs[r.alignment.match_posterior >= t] for r in results]
                 row[f"model@{t:g}"] = micro_average([pair_scores(p, tr) for p, tr in zip(kept, truth)])
@@ -212,6 +249,27 @@ def main() -> None:
             pooled[t]["f1"] = 2 * p_ * r_ / max(p_ + r_, 1e-12)
             print(f"| {t:g} | {p_:.4f} / {r_:.4f} / {pooled[t]['f1']:.4f} |")
         payload["pooled"] = {f"{t:g}": v for t, v in pooled.items()}
+    if trims:
+        print(f"| flank <= | substitutions | model F1 (threshold {aligner.min_confidence:g}) | "
+              + " | ".join(f"trim X={x:g}" for x in trims) + " | NW | SW |")
+        print("|---|---|---|" + "---|" * len(trims) + "---|---|")
+        for key, row in payload["rows"].items():
+            flank, sub = (v.split("=")[1] for v in key.split(", "))
+            print(f"| {flank} | {sub} | {row['model']['f1']:.4f} | "
+                  + " | ".join(f"{row[f'trim@{x:g}']['f1']:.4f}" for x in trims)
+                  + f" | {row['NW']['f1']:.4f} | {row['SW']['f1']:.4f} |")
+        pooled = {}
+        for name in ["model", *(f"trim@{x:g}" for x in trims)]:
+            rows = [r[name] for r in payload["rows"].values()]
+            tp, n_pred, n_true = (sum(r[k] for r in rows) for k in ("tp", "n_pred", "n_ref"))
+            p_, r_ = tp / max(n_pred, 1), tp / max(n_true, 1)
+            pooled[name] = {"precision": p_, "recall": r_, "f1": 2 * p_ * r_ / max(p_ + r_, 1e-12)}
+        print("| pooled | | " + " | ".join(f"{pooled[n]['f1']:.4f}" for n in pooled) + " | | |")
+        payload["pooled_trims"] = pooled
+        payload["seconds_per_pair"] = {"model": model_seconds[0] / max(model_seconds[1], 1),
+                                       "end_trim": trim_seconds[0] / max(trim_seconds[1], 1)}
+        print(f"seconds per pair: model {payload['seconds_per_pair']['model']:.4f}, end trim alone "
+              f"{payload['seconds_per_pair']['end_trim']:.2e}")
     if args.json:
         write_json(args.json, payload)
         print(f"wrote {args.json}")

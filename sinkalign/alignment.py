@@ -397,7 +397,8 @@ def _competing(spans: np.ndarray, rows: np.ndarray, mask_level: float, others: n
     return (share > mask_level) & (overlap > 0) & (shorter > 0)
 
 
-def other_loci(log_evalues, *, of=None, spans=None, mask_level: float = MASK_LEVEL) -> list[float] | None:
+def other_loci(log_evalues, *, of=None, spans=None, target_lengths=None,
+               mask_level: float = MASK_LEVEL) -> list[float] | None:
     """For each hit ``k`` of one query in ``of`` (indices into ``log_evalues``, natural logs of
     the E-values of all its hits; default all of them), the chance that the query belongs to
     another of its hits instead: the hits weighed by ``1 / E`` (by Karlin-Altschul,
@@ -406,10 +407,20 @@ def other_loci(log_evalues, *, of=None, spans=None, mask_level: float = MASK_LEV
     an empty one), ``j`` runs over ``k`` and the hits that compete with it for its part of the
     query (spans overlapping by more than ``mask_level`` of the shorter, minimap2's mask
     level): the other part of a chimeric read or a second domain does not make a hit less
-    certain. ``None`` when an E-value is unknown (not finite) or there is no hit."""
+    certain. With ``target_lengths``, each hit's E-value is taken per residue of its target
+    (``E / n``: Karlin-Altschul's ``e^{-lambda S}`` in one search space, as a database search's
+    E-values have it), so that a repeat's copies in contigs of other lengths weigh alike (a
+    pair's E-value grows with its target's length: a random hit is likelier in a longer one,
+    which says nothing of where the query belongs). ``None`` when an E-value is unknown (not
+    finite) or there is no hit."""
     logs = np.asarray(log_evalues, dtype=np.float64).reshape(-1)
     if not logs.size or not np.all(np.isfinite(logs)):
         return None
+    if target_lengths is not None:
+        lengths = np.asarray(target_lengths, dtype=np.float64).reshape(-1)
+        if lengths.shape != logs.shape or not np.all(lengths >= 1):
+            raise ValueError(f"target_lengths must be {logs.size} lengths >= 1, got {target_lengths!r}")
+        logs = logs - np.log(lengths)
     rows = np.arange(logs.size)
     if of is not None:
         rows = np.asarray(of).reshape(-1)

@@ -854,6 +854,14 @@ def test_query_parts_and_their_rivals():
     # a part at log E -2000 does not underflow the weights of another part's two even rivals
     far = other_loci([-2000.0, -10.0, -10.0], spans=[(0, 50), (60, 100), (60, 100)])
     assert far == [0.0, 0.5, 0.5]
+    # per residue of the target: a copy in a contig twice as long, its E-value twice as large,
+    # weighs alike; a hit shorter than 1 residue or a length per hit missing is refused
+    np.testing.assert_allclose(other_loci([-10.0, -10.0 + math.log(2)], target_lengths=[500, 1000]), [0.5, 0.5],
+                               rtol=1e-12)
+    np.testing.assert_allclose(other_loci([-10.0, -10.0], target_lengths=[500, 1000]), [2 / 3, 1 / 3], rtol=1e-12)
+    for bad in ([500], [500, 0]):
+        with pytest.raises(ValueError, match="target_lengths must be 2 lengths >= 1"):
+            other_loci([-10.0, -10.0], target_lengths=bad)
     # without spans every hit is a rival of every other (as before: a repeat's copies)
     np.testing.assert_allclose(other_loci([-10.0, -10.0, -10.0 + math.log(2)]), [0.6, 0.6, 0.8], rtol=1e-12)
     assert other_loci([-10.0, math.nan], spans=[(0, 5), (6, 9)]) is None

@@ -37,7 +37,9 @@ Formats (:data:`FORMATS`):
   records that competes with this one for its part of the query (their spans on the query
   overlap by more than half of the shorter, minimap2's ``--mask-level``; a span is that of the
   alignment's confident core, :func:`~sinkalign.alignment.confident_core`, so that a trail of
-  unlikely columns past the homologous segment places nothing), the hits weighed by ``1 / E`` (a repeat's
+  unlikely columns past the homologous segment places nothing), the hits weighed by ``1 / E``
+  per residue of their targets (:func:`~sinkalign.alignment.other_loci`: in one search space,
+  as a database search's E-values are) (a repeat's
   two copies get MAPQ 3 each, the two halves of a chimeric read keep theirs; ``o = 0``
   without E-values; a query met again after other queries, as a ``--pairs`` list may, is
   weighed on that later run's hits alone), and 255 = unavailable when the posterior is
@@ -347,7 +349,8 @@ def _other_loci(records: list[_Record], spans: list[tuple[int, int] | None]) -> 
     it kept the best) keep it."""
     if records and all(rec.other_loci is not None for rec in records):  # weighed before hits were dropped
         return [rec.other_loci for rec in records]
-    shares = other_loci([evalue_rank(rec.evalue, rec.log_evalue) for rec in records], spans=spans)
+    shares = other_loci([evalue_rank(rec.evalue, rec.log_evalue) for rec in records], spans=spans,
+                        target_lengths=[max(len(rec.target), 1) for rec in records])
     return [0.0] * len(records) if shares is None else shares
 
 

@@ -755,17 +755,19 @@ def _best_per_query(stream, max_hits: int):
     for _, group in itertools.groupby(stream, key=lambda item: item[2].query_id):
         ranks: list[float] = []
         spans: list[tuple[int, int] | None] = []
+        lengths: list[int] = []
 
         def ranked(items):
             for position, item in enumerate(items):
                 pair = item[2]
                 ranks.append(pair.evalue_rank)
+                lengths.append(max(len(pair.target), 1))
                 confidence = pair.alignment.match_posterior if isinstance(pair.alignment, Alignment) else None
                 spans.append(query_span(pair.pairs, len(pair.query), pair.strand, confidence))
                 yield position, item
 
         kept = heapq.nsmallest(max_hits, ranked(group), key=lambda hit: (hit[1][2].evalue_rank, hit[1][0]))
-        shares = other_loci(ranks, of=[position for position, _ in kept], spans=spans)
+        shares = other_loci(ranks, of=[position for position, _ in kept], spans=spans, target_lengths=lengths)
         for k in range(len(kept)):
             index, plan, pair = kept[k][1]
             kept[k] = None  # handed on: no plan outlives its turn here
