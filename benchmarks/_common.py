@@ -151,3 +151,20 @@ def export_with_msa_calibration(source, out, cal, start: str, sentence: str) -> 
                  calibration=source.calibration.to_dict(),
                  significance=None if source.significance is None else source.significance.to_dict(),
                  msa_calibration=cal.to_dict())
+
+
+DNA_LETTERS = "ACGT"
+
+
+def random_dna(rng, n: int) -> str:
+    """``n`` uniform random bases from ``rng`` (a numpy Generator)."""
+    return "".join(rng.choice(list(DNA_LETTERS), n))
+
+
+def substitute_bases(rng, seq: str, rate: float) -> str:
+    """``seq`` with each base replaced, with probability ``rate``, by one of the three others."""
+    out = list(seq)
+    for k, c in enumerate(out):
+        if rng.random() < rate:
+            out[k] = rng.choice([b for b in DNA_LETTERS if b != c])
+    return "".join(out)

@@ -30,25 +30,11 @@ import time
 from datetime import date
 
 import numpy as np
-from _common import machine, write_json
+from _common import machine, random_dna, substitute_bases, write_json
 
 from sinkalign.align.aligner import Aligner, default_model_path
 from sinkalign.align.baselines import Scoring, align_pair
 from sinkalign.alignment import confident_core
-
-LETTERS = np.array(list("ACGT"))
-
-
-def random_dna(rng, n: int) -> str:
-    return "".join(rng.choice(LETTERS, n))
-
-
-def mutate(rng, s: str, rate: float) -> str:
-    out = list(s)
-    for k, c in enumerate(out):
-        if rng.random() < rate:
-            out[k] = rng.choice([b for b in "ACGT" if b != c])
-    return "".join(out)
 
 
 def diagonal(qs: int, ts: int, n: int) -> np.ndarray:
@@ -74,7 +60,7 @@ def substituted_pairs(rng, reads: int, rates: tuple[float, float]) -> list[dict]
         x, y = random_dna(rng, int(rng.integers(400, 1201))), random_dna(rng, int(rng.integers(400, 1201)))
         la, lb = int(rng.integers(100, 201)), int(rng.integers(100, 201))
         oa, ob = int(rng.integers(0, len(x) - la + 1)), int(rng.integers(0, len(y) - lb + 1))
-        seg = mutate(rng, x[oa:oa + la], float(rng.uniform(*rates)))
+        seg = substitute_bases(rng, x[oa:oa + la], float(rng.uniform(*rates)))
         read, qs = (seg + y[ob:ob + lb], 0) if r % 2 == 0 else (y[ob:ob + lb] + seg, lb)
         out.append(dict(set="substituted", q=read, t=x, qs=qs, qe=qs + la, ts=oa, te=oa + la,
                         true=diagonal(qs, oa, la)))
