@@ -136,7 +136,9 @@ class Alignment:
             (partner or gap) is correct, ``(2 * sum(match_posterior) + sum of the gap
             posteriors of the unaligned residues) / (m + n)``; in ``[0, 1]``.
         score: the maximised objective ``sum(match_posterior) + gap_weight * (sum of gap
-            posteriors of unaligned residues)``.
+            posteriors of unaligned residues)`` over the posteriors the decoding saw: for the
+            aligner's results the raw plan's, before calibration replaced ``match_posterior``
+            with calibrated confidences (so ``score`` is not the sum of the confidences shown).
     """
 
     pairs: np.ndarray
@@ -604,7 +606,9 @@ def to_biopython(query_id: str, query: str, target_id: str, target: str, alignme
     :class:`Alignment`), ``aln.column_annotations["consensus posterior probability"]`` holds
     :func:`posterior_digits` (written by Biopython's Stockholm writer as ``#=GC PP_cons``),
     otherwise ``column_annotations`` is empty. ``aln.annotations`` is empty: Biopython's SAM
-    writer writes each of them as a tag (the E-value is the pair's ``evalue``).
+    writer writes each of them as a tag (the E-value is the pair's ``evalue``). Biopython's SAM
+    is the global layout (POS 1, deletions before the first pair, MAPQ 255):
+    :func:`sinkalign.write_alignments` writes the local alignment with soft clips, MAPQ and tags.
 
     Changed 2026-11-29: the query row came first, the minus strand as the reverse complement
     with ascending coordinates, and ``evalue=`` / ``log_evalue=`` went to a ``comment``
@@ -796,8 +800,9 @@ class AlignedPair(NamedTuple):
         query_id, query, target_id, target: the two records (ids and sequences).
         alignment: an :class:`Alignment` (with posteriors), an object with ``.pairs`` (e.g. a
             baseline's result) or a pair array ``[k, 2]`` of 0-based aligned residue indices.
-        score: the pair's score; ``None`` takes ``alignment.score`` where there is one. For the
-            OT aligner it is the sum of the raw match posteriors over aligned pairs.
+        score: the pair's score; ``None`` (kept as given) makes ``str()``, :meth:`to_biopython`
+            and the writers take ``alignment.score`` where there is one. For the OT aligner it
+            is the sum of the raw match posteriors over aligned pairs.
         plan: the transport plan ``[m + 1, n + 1]`` (last row and column: the dustbins) when
             it was asked for (``keep_plan=True``), else ``None``.
         evalue: how many shuffled pairs of these lengths would be expected to align at least

@@ -6,7 +6,7 @@ a bug and keeps its traceback. Most are also :class:`ValueError` (or the matchin
 so code written against the plain built-ins keeps working::
 
     try:
-        records = sa.read_fasta("query.fasta")
+        records = list(sa.read_fasta("query.fasta"))  # read_fasta is lazy: list() reads it here
     except sa.InputError as err:      # also a ValueError
         print(err)                     # names file, record and position
 """

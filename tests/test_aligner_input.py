@@ -177,6 +177,22 @@ def test_items_that_are_no_pairs_are_refused_in_turn_naming_their_index(protein)
         list(dna.align_many([("a", "ACGTACGT", "ACGTACGT")]))
 
 
+def test_batch_size_is_a_whole_number_and_record_pairs_point_to_align_pairs(protein):
+    """align_many's batch_size is refused unless a whole number >= 1 (a string, a fraction, a
+    bool), before any pair is aligned; a pair of Biopython records given to align_many is refused
+    with the method that takes them."""
+    from Bio.SeqRecord import SeqRecord
+
+    for bad in ("2", 3.5, True, 0):
+        with pytest.raises(InputError, match=rf"batch_size={bad!r} must be a whole number >= 1"):
+            protein.align_many([("a", HBA, "b", HBB)], batch_size=bad)
+    assert next(protein.align_many([("a", HBA, "b", HBB)], batch_size=np.int64(2))).query_id == "a"
+    records = (SeqRecord(Seq(HBA), id="a"), SeqRecord(Seq(HBB), id="b"))
+    with pytest.raises(InputError, match=r"pair 0: .*a pair of Biopython records: Aligner.align_pairs takes those"):
+        list(protein.align_many([records]))
+    assert next(protein.align_pairs([records])).target_id == "b"
+
+
 def test_ids_must_be_strings_and_weights_finite(protein):
     for qid in (None, 5, ""):
         with pytest.raises(InputError, match=r"query_id=.* must be a non-empty string"):

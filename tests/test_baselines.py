@@ -18,6 +18,7 @@ from sinkalign.align.baselines import (
     score_pairs,
 )
 from sinkalign.align.decode import check_pairs
+from sinkalign.errors import InputError
 
 AMINO = "ARNDCQEGHILKMFPSTWYV"
 
@@ -198,10 +199,10 @@ def test_errors():
         align_pair("A", "A", "blast")
     with pytest.raises(ValueError, match=r"backend='ssw' is not one of \('parasail', 'biopython'\)"):
         align_pair("A", "A", backend="ssw")
-    with pytest.raises(ValueError, match=r"target has 'J' at position 2, outside the protein alphabet"):
-        align_pair("ACD", "ACJ")
-    with pytest.raises(ValueError, match=r"query has 'R' at position 1, outside the dna alphabet 'ACGTN'"):
-        align_pair("ARG", "ACG", scoring=Scoring.dna())
+    with pytest.raises(InputError, match=r"target has '1' at position 2, outside the protein alphabet"):
+        align_pair("ACD", "AC1")
+    with pytest.raises(InputError, match=r"query has 'E' at position 1, outside the dna alphabet 'ACGTN'"):
+        align_pair("AEG", "ACG", scoring=Scoring.dna())
     with pytest.raises(ValueError, match="query must be a str"):
         align_pair(b"ACD", "ACD")
     with pytest.raises(ValueError, match=r"pair 1: target has '1' at position 0"):
@@ -220,6 +221,20 @@ def test_errors():
         measure_throughput([("A", "A")], repeats=0)
     with pytest.raises(ValueError, match="pairs is empty"):
         measure_throughput([])
+
+
+def test_letters_without_a_row_are_read_as_another():
+    """The baselines take what the FASTA reader and the aligner take: a protein's U
+    (selenocysteine), O (pyrrolysine) and J score as X; a nucleotide's U as T and its IUPAC
+    ambiguity codes as N (the scores of the letters they are read as, any case)."""
+    for method in ("nw", "sw"):
+        for odd, read in (("MKUVLO", "MKXVLX"), ("ACJDE", "ACXDE")):
+            assert align_pair(odd, "MKCVLK", method).score == align_pair(read, "MKCVLK", method).score
+        dna = Scoring.dna()
+        assert align_pair("acgu", "ACGT", method, scoring=dna).score == align_pair("ACGT", "ACGT", method,
+                                                                                   scoring=dna).score
+        assert align_pair("ACRYKMSWBDHVG", "ACGTACGTACGTG", method, scoring=dna).score == align_pair(
+            "ACNNNNNNNNNNG", "ACGTACGTACGTG", method, scoring=dna).score
 
 
 def test_default_scoring_of_each_kind():

@@ -196,7 +196,7 @@ def test_dna_scoring():
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda: pairhmm_posteriors("ACDJ", "ACD"), "query has 'J' at position 3"),
+        (lambda: pairhmm_posteriors("ACD#", "ACD"), "query has '#' at position 3"),
         (lambda: pairhmm_posteriors("ACD", "AC1"), "target has '1' at position 2"),
         (lambda: pairhmm_posteriors("ACD", "ACD", lam=0.0), "lam=0.0 must be finite and > 0"),
         (lambda: match_posteriors(np.zeros(3), 1.0, 1.0), r"scores must be \[m, n\]"),

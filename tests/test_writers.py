@@ -895,6 +895,30 @@ def _core_reference(conf, threshold=0.5, drop=10.0):
     return ends[0], ends[1]
 
 
+def test_one_pair_is_refused_for_a_list_and_sam_names_stop_the_stream(tmp_path):
+    """write_alignments takes an iterable of pairs: one pair (a tuple itself) is refused saying
+    so, not read field by field; SAM without references holds the stream for its header, so a
+    name SAM refuses stops it at that record, not after every pair was made (and aligned)."""
+    nw = align_pair(PROT_Q, PROT_T, "nw").pairs
+    one = AlignedPair("q", PROT_Q, "t", PROT_T, nw)
+    for pair in (one, ("q", PROT_Q, "t", PROT_T, nw)):
+        with pytest.raises(ValueError, match=r"expected an iterable of pairs, got one pair: wrap it in a list"):
+            write_alignments(pair, tmp_path / "x.tsv")
+    assert not (tmp_path / "x.tsv").exists()
+    made = []
+
+    def stream():
+        for k, qid in enumerate(["q0", "q\u00df1", "q2", "q3"]):
+            made.append(k)
+            yield AlignedPair(qid, PROT_Q, "t", PROT_T, nw)
+
+    for fmt in ("sam", "bam"):
+        made.clear()
+        with pytest.raises(ValueError, match=r"record 1 \(q\u00df1 vs t\): query_id is not a valid SAM QNAME"):
+            write_alignments(stream(), tmp_path / f"x.{fmt}")
+        assert made == [0, 1] and not (tmp_path / f"x.{fmt}").exists()
+
+
 def test_split_query_from_the_library_and_a_semicolon_reference(tmp_path, caplog):
     """Plain records without E-values or posteriors: the parts are taken in input order by their
     spans (the first hit primary, a hit on another stretch of the query supplementary, one on the

@@ -91,6 +91,10 @@ def _as_text(item, alphabet: str, k: int):
     try:
         qid, q, tid, t = item
     except (TypeError, ValueError):
+        if isinstance(item, (tuple, list)) and len(item) == 2 and all(hasattr(r, "seq") and hasattr(r, "id")
+                                                                       for r in item):
+            return _malformed(k, "(query_id, query, target_id, target) (a pair of Biopython records: "
+                              "Aligner.align_pairs takes those)", item)
         return _malformed(k, "(query_id, query, target_id, target)", item)
     out = []
     for seq in (q, t):
@@ -551,7 +555,20 @@ class Aligner:
     # ---------------------------------------------------------------- public API
     def align(self, query: str, target: str, *, query_id: str = "query", target_id: str = "target",
               keep_plan: bool = False, strand: str | None = None) -> AlignedPair:
-        """Align one pair of sequences."""
+        """Align one pair of sequences: ``query`` and ``target`` as ``str``, ``bytes`` or a
+        Biopython ``Seq`` (a nucleotide model reads U as T; a protein's trailing ``*`` is
+        dropped), named ``query_id`` and ``target_id`` in the result and its outputs (ids without
+        whitespace; SAM, BAM and PAF want more of them: :func:`sinkalign.io.writers.check_name`).
+
+        Returns an :class:`~sinkalign.alignment.AlignedPair`: the aligned residue pairs with
+        their calibrated confidences (``pair.alignment``), the score, the E-value where the
+        model has a fitted null, the strand (``strand``: ``plus``, ``minus`` or ``both`` for a
+        nucleotide model, default the aligner's) and, with ``keep_plan``, the transport plan
+        ``[m + 1, n + 1]`` (last row and column: the dustbins). Raises
+        :class:`~sinkalign.errors.InputError` (a ``ValueError``) for an empty sequence, a letter
+        outside the model's alphabet (naming its position) or a pair too long
+        (:data:`MAX_LENGTH`, :data:`MAX_CELLS`). Many pairs: :meth:`align_many` (tuples of ids and
+        sequences) or :meth:`align_pairs` (pairs of Biopython records)."""
         return next(self.align_many([(query_id, query, target_id, target)], keep_plan=keep_plan, strand=strand))
 
     def align_many(self, pairs: Iterable[tuple[str, str, str, str]], *, batch_size: int = 8,
@@ -567,9 +584,10 @@ class Aligner:
         bounded memory. A bad pair (an empty sequence, one longer than ``MAX_LENGTH``, more
         than ``MAX_CELLS`` residue pairs)
         raises ``ValueError`` naming it, after the results of the pairs before it.
+        ``batch_size`` is the ``jax`` engine's (the ``numpy`` engine's tasks hold 16 pairs).
         """
-        if batch_size < 1:
-            raise InputError(f"{batch_size=} must be >= 1")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+            raise InputError(f"batch_size={batch_size!r} must be a whole number >= 1")
         strand = self.strand if strand is None else self._resolve_strand(strand)
         pairs = (_as_text(item, self.config.alphabet, k) for k, item in enumerate(pairs))  # checked in _check
 

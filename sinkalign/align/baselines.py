@@ -17,6 +17,10 @@ than blastn's 5 + 2g; use ``Scoring.from_blast("dna", 5, 2)`` for blastn's exact
 End gaps are charged in global mode (standard Needleman-Wunsch; parasail ``nw`` and
 Biopython ``mode="global"`` agree). Alignments are returned as aligned residue ``pairs``
 ``[k, 2]`` (0-based, strictly increasing), the representation used across sinkalign.
+
+Letters without a row of their own in the scores are read as another: a protein's U
+(selenocysteine), O (pyrrolysine) and J as X; a nucleotide's U as T and its IUPAC ambiguity
+codes as N. Other letters are an :class:`~sinkalign.errors.InputError` naming the position.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from functools import cache
 from typing import Any
 
 import numpy as np
+
+from sinkalign.errors import InputError
 
 __all__ = [
     "BACKENDS",
@@ -78,17 +84,17 @@ class Scoring:
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
-            raise ValueError(f"kind={self.kind!r} is not one of {KINDS}")
+            raise InputError(f"kind={self.kind!r} is not one of {KINDS}")
         for name in ("gap_open", "gap_extend", "match", "mismatch"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-                raise ValueError(f"{name}={value!r} must be an integer")
+                raise InputError(f"{name}={value!r} must be an integer")
         if self.gap_open < 0:
-            raise ValueError(f"gap_open={self.gap_open} must be >= 0")
+            raise InputError(f"gap_open={self.gap_open} must be >= 0")
         if self.gap_extend < 0:
-            raise ValueError(f"gap_extend={self.gap_extend} must be >= 0")
+            raise InputError(f"gap_extend={self.gap_extend} must be >= 0")
         if self.kind == "dna" and not self.match > 0 > self.mismatch:
-            raise ValueError(f"match={self.match} and mismatch={self.mismatch} must satisfy match > 0 > mismatch")
+            raise InputError(f"match={self.match} and mismatch={self.mismatch} must satisfy match > 0 > mismatch")
 
     @classmethod
     def protein(cls, gap_open: int = 11, gap_extend: int = 1) -> Scoring:
@@ -104,7 +110,7 @@ class Scoring:
     def default(cls, kind: str) -> Scoring:
         """The standard scoring of ``kind``: :meth:`protein` or :meth:`dna` with their defaults."""
         if kind not in KINDS:
-            raise ValueError(f"kind={kind!r} is not one of {KINDS}")
+            raise InputError(f"kind={kind!r} is not one of {KINDS}")
         return cls.protein() if kind == "protein" else cls.dna()
 
     @classmethod
@@ -153,18 +159,26 @@ class BaselineAlignment:
 
 def _check_method(method: str) -> None:
     if method not in METHODS:
-        raise ValueError(f"{method=} is not one of {METHODS}")
+        raise InputError(f"{method=} is not one of {METHODS}")
+
+
+#: letters with no row of their own in the scores, read as another: a protein's selenocysteine
+#: U, pyrrolysine O and J (I or L) as the unknown X; a nucleotide's U as T and its ambiguity codes
+#: as N (as the aligner's own baselines read them)
+_PROTEIN_READ_AS = str.maketrans({"U": "X", "O": "X", "J": "X"})
+_DNA_READ_AS = str.maketrans({"U": "T", **{c: "N" for c in "RYKMSWBDHV"}})
 
 
 def _clean(seq: Any, name: str, scoring: Scoring) -> str:
-    """Upper-cased sequence; ValueError naming the first letter outside the alphabet."""
+    """Upper-cased sequence (letters without a row of their own read as :data:`_PROTEIN_READ_AS`
+    and :data:`_DNA_READ_AS` say); InputError naming the first letter outside the alphabet."""
     if not isinstance(seq, str):
-        raise ValueError(f"{name} must be a str, got {type(seq).__name__}")
-    up = seq.upper()
+        raise InputError(f"{name} must be a str, got {type(seq).__name__}")
+    up = seq.upper().translate(_PROTEIN_READ_AS if scoring.kind == "protein" else _DNA_READ_AS)
     alphabet = scoring.alphabet
     if set(up) - set(alphabet):
         pos = next(p for p, letter in enumerate(up) if letter not in alphabet)
-        raise ValueError(
+        raise InputError(
             f"{name} has {seq[pos]!r} at position {pos}, outside the {scoring.kind} alphabet {alphabet!r}"
         )
     return up
@@ -337,10 +351,10 @@ def align_pair(
     """
     _check_method(method)
     if backend not in BACKENDS:
-        raise ValueError(f"{backend=} is not one of {BACKENDS}")
+        raise InputError(f"{backend=} is not one of {BACKENDS}")
     scoring = scoring or Scoring()
     if not isinstance(scoring, Scoring):
-        raise ValueError(f"scoring must be a Scoring, got {type(scoring).__name__}")
+        raise InputError(f"scoring must be a Scoring, got {type(scoring).__name__}")
     q = _clean(query, "query", scoring)
     t = _clean(target, "target", scoring)
     if not q or not t:
@@ -420,11 +434,11 @@ def align_pairs(
         try:
             query, target = item
         except (TypeError, ValueError):
-            raise ValueError(f"pair {idx} must be a (query, target) tuple of strings") from None
+            raise InputError(f"pair {idx} must be a (query, target) tuple of strings") from None
         try:
             out.append(align_pair(query, target, method, scoring=scoring, backend=backend))
         except ValueError as err:
-            raise ValueError(f"pair {idx}: {err}") from None
+            raise InputError(f"pair {idx}: {err}") from None
     return out
 
 
@@ -449,10 +463,10 @@ def measure_throughput(
 ) -> Throughput:
     """Best-of-``repeats`` wall time of :func:`align_pairs` on ``pairs`` (after one warm-up)."""
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"{repeats=} must be a positive integer")
+        raise InputError(f"{repeats=} must be a positive integer")
     pairs = list(pairs)
     if not pairs:
-        raise ValueError("pairs is empty: nothing to time")
+        raise InputError("pairs is empty: nothing to time")
     align_pairs(pairs[:1], method, scoring=scoring, backend=backend)
     best = float("inf")
     for _ in range(repeats):

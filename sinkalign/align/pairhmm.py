@@ -30,6 +30,7 @@ import numpy as np
 
 from sinkalign.align.baselines import Scoring, _clean, _residue_indices, _score_lookup
 from sinkalign.align.decode import Alignment, alignment_of_pairs, mea_from_posteriors
+from sinkalign.errors import InputError
 
 __all__ = ["BLOSUM62_LAMBDA", "MAX_LENGTH", "log_partition", "match_posteriors", "pairhmm_align", "pairhmm_posteriors"]
 
@@ -89,7 +90,7 @@ _value_and_grad = jax.jit(jax.value_and_grad(_log_partition))
 def _check_gaps(gap_open: float, gap_extend: float) -> None:
     for name, v in (("gap_open", gap_open), ("gap_extend", gap_extend)):
         if not np.isfinite(v) or v < 0:
-            raise ValueError(f"{name}={v} must be finite and >= 0")
+            raise InputError(f"{name}={v} must be finite and >= 0")
 
 
 def _padded(scores: np.ndarray) -> tuple[np.ndarray, int, int, bool]:
@@ -108,11 +109,11 @@ def _padded(scores: np.ndarray) -> tuple[np.ndarray, int, int, bool]:
 def _check_scores(scores) -> np.ndarray:
     s = np.asarray(scores, dtype=np.float64)
     if s.ndim != 2:
-        raise ValueError(f"scores must be [m, n], got shape {s.shape}")
+        raise InputError(f"scores must be [m, n], got shape {s.shape}")
     if max(s.shape) > MAX_LENGTH:
-        raise ValueError(f"scores have shape {s.shape}; sequences longer than {MAX_LENGTH} are not supported")
+        raise InputError(f"scores have shape {s.shape}; sequences longer than {MAX_LENGTH} are not supported")
     if not np.all(np.isfinite(s)):
-        raise ValueError(f"scores must be finite, found {int((~np.isfinite(s)).sum())} non-finite values")
+        raise InputError(f"scores must be finite, found {int((~np.isfinite(s)).sum())} non-finite values")
     return s
 
 
@@ -164,7 +165,7 @@ def _scores(q: str, t: str, scoring: Scoring) -> np.ndarray:
 
 def _check_lam(lam: float) -> float:
     if not np.isfinite(lam) or lam <= 0:
-        raise ValueError(f"lam={lam} must be finite and > 0")
+        raise InputError(f"lam={lam} must be finite and > 0")
     return float(lam)
 
 
@@ -191,7 +192,7 @@ def pairhmm_align(query: str, target: str, *, scoring: Scoring | None = None,
     The score and posteriors reported are the plain ones (``sum P_ij`` over the pairs).
     """
     if not (np.isfinite(threshold) and 0.0 <= threshold < 1.0):
-        raise ValueError(f"{threshold=} must be in [0, 1)")
+        raise InputError(f"{threshold=} must be in [0, 1)")
     post = pairhmm_posteriors(query, target, scoring=scoring, lam=lam)
     qg, tg = 1.0 - post.sum(1), 1.0 - post.sum(0)
     if threshold == 0.0:

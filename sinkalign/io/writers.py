@@ -262,6 +262,8 @@ class _Record(NamedTuple):
 def _prepare(records: Iterable[Any], default_alphabet: str | None = None) -> Iterator[_Record]:
     """Validate and normalise the input stream (InputError naming the record); a record without
     an alphabet of its own takes ``default_alphabet``, else the one its letters suggest."""
+    if isinstance(records, AlignedPair) or (isinstance(records, tuple) and records and isinstance(records[0], str)):
+        raise InputError("expected an iterable of pairs, got one pair: wrap it in a list ([pair])")
     for index, rec in enumerate(records):
         evalue, strand, log_evalue, other_loci, alphabet = None, "+", None, None, default_alphabet
         try:
@@ -852,7 +854,12 @@ def _sam_setup(records: Iterable[_Record], sam: _SamOptions):
     from the whole stream, read into memory first (``references=None``)."""
     references = sam.references
     if references is None:
-        records = list(records)
+        held = []
+        for rec in records:  # names checked as they come: a bad one stops the stream (and its aligner) there
+            check_name("sam", rec.query_id, "query", rec.where)
+            check_name("sam", rec.target_id, "target", rec.where)
+            held.append(rec)
+        records = held
         references = _references_of(records)
     header, ref_index = _sam_header(_check_references(references), sam.command_line)
     return records, header, ref_index
