@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
 
 try:
     __version__ = version("sinkalign")
@@ -64,6 +65,37 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]
+
+if TYPE_CHECKING:  # pragma: no cover - what type checkers and editors read; at run time, __getattr__
+    from sinkalign.align.aligner import Aligner
+    from sinkalign.align.msa import MultipleAlignment, add_to_alignment, align_multiple
+    from sinkalign.align.msa_scores import score_alignment
+    from sinkalign.alignment import AlignedPair, Alignment
+    from sinkalign.errors import (
+        AlphabetError,
+        CheckpointError,
+        DependencyError,
+        FormatError,
+        InputError,
+        MissingFileError,
+        OutputExistsError,
+        SinkalignError,
+    )
+    from sinkalign.io.alignments import read_alignment
+    from sinkalign.io.fasta import read_fasta
+    from sinkalign.io.writers import write_alignments
+    from sinkalign.pipelines.align import align_fasta
+    from sinkalign.pipelines.gc_profile import gc_profile
+    from sinkalign.pipelines.msa import msa_fasta
+    from sinkalign.sinkhorn import (
+        DustbinConfig,
+        SinkhornConfig,
+        SinkhornResult,
+        sinkhorn_attention,
+        sinkhorn_solve,
+        transport_plan,
+    )
+    from sinkalign.sinkhorn.dustbin import dustbin_attention, dustbin_plan
 
 
 def __getattr__(name: str):

@@ -123,6 +123,20 @@ def reverse_complement(seq: str) -> str:
     return (rna if "U" in upper and "T" not in upper else dna)(seq)
 
 
+def _same(a: Any, b: Any) -> bool:
+    """Equality of two fields of a result: arrays by shape and values (NaN equal to NaN),
+    anything else by ``==`` (NaN equal to NaN)."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)) or a.shape != b.shape:
+            return False
+        if a.dtype.kind in "fc" or b.dtype.kind in "fc":
+            return bool(np.array_equal(a, b, equal_nan=True))
+        return bool(np.array_equal(a, b))
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return bool(a == b)
+
+
 @dataclass(frozen=True, eq=False)
 class Alignment:
     """An MEA alignment with its posteriors.
@@ -165,6 +179,17 @@ class Alignment:
         object.__setattr__(self, "target_gap_posterior", tg)
         object.__setattr__(self, "expected_accuracy", float(self.expected_accuracy))
         object.__setattr__(self, "score", float(self.score))
+
+    def __eq__(self, other: object) -> bool:
+        """Equal pairs and posteriors (NaN equal to NaN), expected accuracy and score."""
+        if not isinstance(other, Alignment):
+            return NotImplemented
+        return (_same(self.pairs, other.pairs) and _same(self.match_posterior, other.match_posterior)
+                and _same(self.query_gap_posterior, other.query_gap_posterior)
+                and _same(self.target_gap_posterior, other.target_gap_posterior)
+                and _same(self.expected_accuracy, other.expected_accuracy) and _same(self.score, other.score))
+
+    __hash__ = None  # type: ignore[assignment]  # (mutable arrays inside)
 
     @property
     def m(self) -> int:
@@ -868,6 +893,19 @@ class AlignedPair(NamedTuple):
                   f"plan={plan}", f"evalue={self.evalue!r}", f"strand={self.strand!r}",
                   f"log_evalue={self.log_evalue!r}", f"other_loci={self.other_loci!r}", f"alphabet={self.alphabet!r}"]
         return f"AlignedPair({', '.join(fields)})"
+
+    def __eq__(self, other: object) -> bool:
+        """Field by field, arrays (an alignment given as pairs, a plan) by their values: two
+        results of the same pair are equal (a plain tuple of the same fields too)."""
+        if not isinstance(other, tuple) or len(other) != len(self):
+            return NotImplemented
+        return all(_same(a, b) for a, b in zip(self, other))
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = None  # type: ignore[assignment]  # (arrays inside)
 
     def transposed(self) -> AlignedPair:
         """The pair with query and target exchanged: ids, sequences, the alignment

@@ -4,6 +4,7 @@ model, silently)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import numpy as np
@@ -191,6 +192,24 @@ def test_batch_size_is_a_whole_number_and_record_pairs_point_to_align_pairs(prot
     with pytest.raises(InputError, match=r"pair 0: .*a pair of Biopython records: Aligner.align_pairs takes those"):
         list(protein.align_many([records]))
     assert next(protein.align_pairs([records])).target_id == "b"
+
+
+def test_results_compare_by_value(protein):
+    """Two results of the same pair are equal (their alignments, posteriors, plans by value), a
+    pair built from a pair array equals one built from a copy of it (no 'truth value of an array
+    is ambiguous'), and any field differing makes them unequal; NaN equals NaN in a field."""
+    a, b = (protein.align(HBA[:40], HBB[:40], keep_plan=True) for _ in range(2))
+    assert a == b and not a != b and a.alignment == b.alignment
+    assert a != a._replace(plan=None) and a != a._replace(score=a.score + 1e-12)
+    moved = a.alignment.match_posterior.copy()
+    moved[0] += 1e-9
+    assert a.alignment != dataclasses.replace(a.alignment, match_posterior=moved)
+    arr = np.array([[0, 0], [1, 1]])
+    p = sa.AlignedPair("x", "MKV", "y", "MKV", arr, float("nan"))
+    assert p == sa.AlignedPair("x", "MKV", "y", "MKV", arr.copy(), float("nan")) == tuple(p)
+    assert p != p._replace(alignment=arr[:1]) and p != p._replace(query_id="z")
+    with pytest.raises(TypeError):
+        hash(p)
 
 
 def test_ids_must_be_strings_and_weights_finite(protein):

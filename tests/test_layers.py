@@ -148,3 +148,19 @@ def test_the_checker_sees_a_wrong_import(tmp_path):
     path = tmp_path / "x.py"
     path.write_text("def f():\n    from sinkalign.cli.main import cli\n")
     assert ("sinkalign.cli.main", False) in _imports("sinkalign.io.x", path)
+
+
+@pytest.mark.parametrize("package", ["sinkalign", "sinkalign.lm"])
+def test_type_checkers_see_every_lazy_export(package):
+    """A package that exports its names lazily (``_EXPORTS``, loaded by ``__getattr__``) also
+    imports each of them under ``if TYPE_CHECKING:`` from the module ``_EXPORTS`` names, so that
+    editors and type checkers see them (``py.typed``), and no other."""
+    import importlib
+
+    path = MODULES[package]
+    seen = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            seen |= {(a.name, n.module) for n in ast.walk(node) if isinstance(n, ast.ImportFrom) for a in n.names}
+    exports = importlib.import_module(package)._EXPORTS
+    assert seen == set(exports.items()), seen ^ set(exports.items())
