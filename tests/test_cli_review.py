@@ -111,7 +111,11 @@ def test_outputs_named_gz_are_gzip_compressed(tmp_path, command, fmt):
     for out in (plain, packed):
         assert _run(command, "--example", "--format", fmt, "-o", out).exit_code == 0
     assert packed.read_bytes()[:2] == b"\x1f\x8b"
-    assert gzip.decompress(packed.read_bytes()) == plain.read_bytes()
+    unpacked, written = gzip.decompress(packed.read_bytes()), plain.read_bytes()
+    if fmt == "sam":  # the @PG line's command names each run's own -o file
+        assert f" -o {packed}".encode() in unpacked and f" -o {plain}".encode() in written
+        unpacked, written = unpacked.replace(str(packed).encode(), b"OUT"), written.replace(str(plain).encode(), b"OUT")
+    assert unpacked == written
     assert not list(tmp_path.glob(".*.tmp"))
 
 
