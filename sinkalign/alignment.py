@@ -329,13 +329,11 @@ def evalue_rank(evalue: float | None, log_evalue: float | None = None) -> float:
     return math.log(evalue) if evalue > 0 else -math.inf
 
 
-#: How much of the shorter of two hits' spans on the query they must share to compete for that
-#: part of the query (minimap2's ``--mask-level`` default): hits that share less are parts of
-#: one chimeric or split query (two domains of one protein, a read across a junction), which
-#: SAM writes as supplementary lines, not as rivals.
+#: How much of the lesser of two hits' confidence on the query they must share to compete for
+#: that part of the query (minimap2's ``--mask-level`` default, on confidence mass): hits that
+#: share less are parts of one chimeric or split query (two domains of one protein, a read
+#: across a junction), which SAM writes as supplementary lines, not as rivals.
 MASK_LEVEL = 0.5
-
-_SHARE_CELLS = 1 << 22  # hit pairs compared at a time by other_loci (a query's run may hold thousands)
 
 #: A column placing the query more likely right than wrong: the X-drop of :func:`confident_core`
 #: scores each column by its log-odds against this confidence.
@@ -351,11 +349,13 @@ def confident_core(confidence, threshold: float = PLACING_CONFIDENCE, drop: floa
     columns' log-odds ``s = logit(c) - logit(threshold)``: from the best column of the window of
     5 columns (all of them when fewer) of the largest sum, extended each way while the running
     sum stays within ``drop`` of its best, and kept up to that best (gaps between columns count
-    nothing; a lone sure column among unlikely ones seeds nothing unless its window wins).
-    A local alignment may reach past its homologous segment with a trail of unlikely columns
-    (the DNA model: 10-12 columns at 0.1-0.4 over up to 300 bp of a chimeric read's other
-    half), which the core leaves out. ``None`` for no column."""
-    c = np.clip(np.asarray(confidence, dtype=np.float64).reshape(-1), 1e-12, 1.0 - 1e-12)
+    nothing; a lone sure column among unlikely ones seeds nothing unless its window wins; an
+    unknown, NaN, confidence counts as none). A local alignment may reach past its homologous
+    segment with a trail of unlikely columns (the DNA model: 10-12 columns at 0.1-0.4 over up to
+    300 bp of a chimeric read's other half), which the core leaves out (BENCHMARKS.md measures
+    it as an end trim). ``None`` for no column."""
+    c = np.asarray(confidence, dtype=np.float64).reshape(-1)
+    c = np.clip(np.where(np.isnan(c), 0.0, c), 1e-12, 1.0 - 1e-12)
     n = c.size
     if n == 0:
         return None
@@ -380,60 +380,95 @@ def confident_core(confidence, threshold: float = PLACING_CONFIDENCE, drop: floa
     return seed - reach(s[:seed][::-1]), seed + reach(s[seed + 1 :])
 
 
-def query_span(pairs: np.ndarray, query_length: int, strand: str = "+",
-               confidence: np.ndarray | None = None) -> tuple[int, int] | None:
-    """A hit's 0-based half-open span on the query as given, from its first to its last aligned
-    residue (``pairs`` as aligned, in path order: on the minus strand they read the reverse
-    complement); ``None`` when nothing is aligned. With ``confidence`` (each pair's
-    posterior), the span of its :func:`confident_core`: a trail of unlikely columns past the
-    homologous segment does not place that part of the query."""
-    if len(pairs) == 0:
-        return None
-    rows = pairs[:, 0]
-    if confidence is not None:
-        first, last = confident_core(confidence)
-        rows = rows[first : last + 1]
-    first, last = int(rows.min()), int(rows.max()) + 1
-    return (query_length - last, query_length - first) if strand == "-" else (first, last)
+class Footprint(NamedTuple):
+    """Where a hit places its query: the query positions it aligns (0-based, on the query as
+    given) and the confidence of each (1 where unknown); :func:`query_footprint`."""
+
+    positions: np.ndarray
+    mass: np.ndarray
+
+    @property
+    def total(self) -> float:
+        return float(self.mass.sum())
 
 
-def _span_array(spans) -> np.ndarray:
-    """``[n, 2]`` int64 from spans (``None``: the empty span ``(0, 0)``)."""
-    out = np.zeros((len(spans), 2), dtype=np.int64)
-    for k, span in enumerate(spans):
-        if span is not None:
-            out[k] = span
-    return out
+def query_footprint(pairs: np.ndarray, query_length: int, strand: str = "+",
+                    confidence: np.ndarray | None = None) -> Footprint:
+    """A hit's :class:`Footprint`: the query residues of its ``pairs`` (as aligned: on the minus
+    strand they read the reverse complement, turned back onto the query as given) with their
+    confidences (``confidence``, each pair's posterior; 1 each without it). A trail of unlikely
+    columns past a homologous segment weighs little in it."""
+    pairs = np.asarray(pairs).reshape(-1, 2)
+    rows = pairs[:, 0].astype(np.int64)
+    if strand == "-":
+        rows = query_length - 1 - rows
+    if confidence is None:
+        mass = np.ones(rows.size)
+    else:
+        mass = np.nan_to_num(np.asarray(confidence, dtype=np.float64).reshape(-1), nan=0.0)
+        if mass.shape != rows.shape:
+            raise ValueError(f"confidence must hold one value per pair ({rows.size}), got {mass.size}")
+    return Footprint(rows, np.clip(mass, 0.0, 1.0))
 
 
-def _competing(spans: np.ndarray, rows: np.ndarray, mask_level: float, others: np.ndarray | None = None,
-               uncovered: np.ndarray | None = None) -> np.ndarray:
-    """bool ``[len(rows), len(others)]``: hit ``rows[i]`` and hit ``others[j]`` (default: every
-    hit) compete for the query, minimap2's ``mm_set_parent``: their spans overlap by more than
-    ``mask_level`` of the shorter, less the share of the longer that ``uncovered`` (per row:
-    its residues no part taken so far holds; default 0) makes up. An empty span competes with
-    none."""
-    theirs = spans if others is None else spans[others]
-    mine = spans[rows]
-    length, their_length = mine[:, 1] - mine[:, 0], theirs[:, 1] - theirs[:, 0]
-    overlap = np.minimum(mine[:, 1, None], theirs[None, :, 1]) - np.maximum(mine[:, 0, None], theirs[None, :, 0])
-    shorter = np.minimum(length[:, None], their_length[None, :])
-    share = overlap / np.maximum(shorter, 1)
-    if uncovered is not None:
-        share = share - uncovered[:, None] / np.maximum(np.maximum(length[:, None], their_length[None, :]), 1)
-    return (share > mask_level) & (overlap > 0) & (shorter > 0)
+#: query residues per stretch that :func:`shared_confidence` compares two footprints on
+FOOTPRINT_BIN = 16
 
 
-def other_loci(log_evalues, *, of=None, spans=None, target_lengths=None,
-               mask_level: float = MASK_LEVEL) -> list[float] | None:
+def _binned(foot: Footprint) -> tuple[np.ndarray, np.ndarray]:
+    """The footprint's confidence summed per stretch of :data:`FOOTPRINT_BIN` query residues:
+    ``(stretch indices, sums)``, the indices sorted."""
+    stretches, inverse = np.unique(foot.positions // FOOTPRINT_BIN, return_inverse=True)
+    return stretches, np.bincount(inverse.reshape(-1), weights=foot.mass, minlength=stretches.size)
+
+
+def shared_confidence(a: Footprint, b: Footprint) -> float:
+    """The share of the lesser of two footprints' confidence that they hold on the same stretches
+    of the query: ``sum over stretches of min(a, b) / min(total a, total b)``, the confidence
+    summed per stretch of :data:`FOOTPRINT_BIN` residues (two weak alignments of one homolog
+    pair different residues of a stretch, yet place it alike); 0 for an empty footprint. Two
+    copies of a repeat share about all of it; the two halves of a chimeric read, each with a
+    trail of unlikely columns over the other, about none."""
+    smaller = min(a.total, b.total)
+    if smaller <= 0:
+        return 0.0
+    (sa, ma), (sb, mb) = _binned(a), _binned(b)
+    common, ia, ib = np.intersect1d(sa, sb, assume_unique=True, return_indices=True)
+    return float(np.minimum(ma[ia], mb[ib]).sum() / smaller) if common.size else 0.0
+
+
+def query_parts(ranks, footprints, mask_level: float = MASK_LEVEL) -> list[int]:
+    """For each of one query's aligned hits (``ranks``: their :func:`evalue_rank`, smaller
+    better; ``footprints``: their :func:`query_footprint`), the hit whose part of the query it
+    is, as minimap2 finds primary chains (``mm_set_parent``, on confidence mass): taken best
+    first (ties in input order), a hit starts a part unless it shares more than ``mask_level``
+    (:func:`shared_confidence`) with the best hit of a part already taken, whose rival it is then
+    (SAM's secondary; the first such part). The part of the best hit is the query's primary
+    line, the others its supplementary lines."""
+    order = sorted(range(len(ranks)), key=lambda k: (ranks[k], k))
+    heads: list[int] = []
+    ranges: list[tuple[int, int]] = []
+    part = [0] * len(ranks)
+    for k in order:
+        mine = footprints[k]
+        lo, hi = (int(mine.positions.min()), int(mine.positions.max())) if mine.positions.size else (0, -1)
+        hit = next((h for h, (a, b) in zip(heads, ranges) if a <= hi and lo <= b
+                    and shared_confidence(mine, footprints[h]) > mask_level), k)
+        if hit == k:
+            heads.append(k)
+            ranges.append((lo, hi))
+        part[k] = hit
+    return part
+
+
+def other_loci(log_evalues, *, of=None, parts=None, target_lengths=None) -> list[float] | None:
     """For each hit ``k`` of one query in ``of`` (indices into ``log_evalues``, natural logs of
     the E-values of all its hits; default all of them), the chance that the query belongs to
     another of its hits instead: the hits weighed by ``1 / E`` (by Karlin-Altschul,
     ``e^{lambda S}`` per search space), ``1 - w_k / sum_j w_j``. A hit with a paralog as good
-    gets about 0.5, a unique one 0. With ``spans`` (each hit's :func:`query_span`, ``None`` for
-    an empty one), ``j`` runs over ``k`` and the hits that compete with it for its part of the
-    query (spans overlapping by more than ``mask_level`` of the shorter, minimap2's mask
-    level): the other part of a chimeric read or a second domain does not make a hit less
+    gets about 0.5, a unique one 0. With ``parts`` (each hit's part of the query,
+    :func:`query_parts`), ``j`` runs over the hits of ``k``'s part (its best hit and its
+    rivals): the other part of a chimeric read or a second domain does not make a hit less
     certain. With ``target_lengths``, each hit's E-value is taken per residue of its target
     (``E / n``: Karlin-Altschul's ``e^{-lambda S}`` in one search space, as a database search's
     E-values have it), so that a repeat's copies in contigs of other lengths weigh alike (a
@@ -454,69 +489,18 @@ def other_loci(log_evalues, *, of=None, spans=None, target_lengths=None,
         if rows.size and (rows.dtype.kind not in "iu" or rows.min() < 0 or rows.max() >= logs.size):
             raise ValueError(f"of must hold indices of hits in [0, {logs.size}), got {of!r}")
         rows = rows.astype(np.int64)
-    with np.errstate(over="ignore"):  # a hit beyond the double range of the best weighs 0
-        weights = np.exp(logs.min() - logs)  # the best hit weighs 1
-    if spans is None:
-        total = float(weights.sum())
-        return [float((total - w) / total) for w in weights[rows]]
-    span_arr = _span_array(spans)
-    if span_arr.shape[0] != logs.size:
-        raise ValueError(f"{span_arr.shape[0]} spans for {logs.size} hits")
-    by_start = np.argsort(span_arr[:, 0], kind="stable")
-    starts = span_arr[by_start, 0]
-    todo = np.unique(rows)
-    todo = todo[np.argsort(span_arr[todo, 0], kind="stable")]  # neighbours on the query together
-    share = np.empty(logs.size)
-    step = max(1, _SHARE_CELLS // logs.size)
-    for begin in range(0, todo.size, step):
-        chunk = todo[begin : begin + step]
-        # only hits that overlap the chunk's stretch of the query can compete with one of its rows
-        near = by_start[: np.searchsorted(starts, span_arr[chunk, 1].max(), side="left")]
-        near = near[span_arr[near, 1] > span_arr[chunk, 0].min()]
-        rivals = _competing(span_arr, chunk, mask_level, near)
-        total = rivals.astype(np.float64) @ weights[near]
-        mine = weights[chunk].copy()
-        empty = span_arr[chunk, 1] <= span_arr[chunk, 0]
-        total[empty] += mine[empty]  # a hit weighs itself, even an empty one (which competes with none)
-        for i in np.flatnonzero(total < 1e-280):  # every rival far below the query's best part: weighed
-            own = logs[chunk[i : i + 1]] if empty[i] else logs[near[rivals[i]]]  # on the row's own scale
-            total[i] = np.exp(own.min() - own).sum()
-            mine[i] = math.exp(own.min() - logs[chunk[i]])
-        share[chunk] = (total - mine) / total
-    return [float(share[k]) for k in rows]
-
-
-def query_parts(ranks, spans, mask_level: float = MASK_LEVEL) -> list[int]:
-    """For each of one query's aligned hits (``ranks``: their :func:`evalue_rank`, smaller
-    better; ``spans``: their :func:`query_span`), the hit whose part of the query it is, as
-    minimap2's ``mm_set_parent`` finds primary chains: taken best first (ties in input order),
-    a hit starts a part unless it competes (:func:`_competing`, with its residues that no part
-    taken so far holds) with the best hit of a part already taken, whose rival it is then
-    (SAM's secondary). The part of the best hit is the query's primary line, the others its
-    supplementary lines."""
-    span_arr = _span_array(spans)
-    order = sorted(range(len(ranks)), key=lambda k: (ranks[k], k))
-    heads = np.empty(len(ranks), dtype=np.int64)  # the parts' best hits, in the order taken
-    n_heads = 0
-    covered = np.zeros(int(span_arr[:, 1].max(initial=0)) + 1, dtype=bool)  # residues the parts hold
-    part = [0] * len(ranks)
-    for k in order:
-        lo, hi = span_arr[k]
-        hit = k
-        if n_heads:
-            taken = heads[:n_heads]
-            near = taken[(span_arr[taken, 0] < hi) & (span_arr[taken, 1] > lo)]  # those it overlaps
-            if near.size:
-                uncovered = np.asarray([(hi - lo) - int(np.count_nonzero(covered[lo:hi]))])
-                compete = _competing(span_arr, np.asarray([k]), mask_level, near, uncovered)[0]
-                if compete.any():
-                    hit = int(near[int(np.argmax(compete))])  # the first taken, as heads are in order
-        if hit == k:
-            heads[n_heads] = k
-            n_heads += 1
-            covered[lo:hi] = True
-        part[k] = hit
-    return part
+    group = np.zeros(logs.size, dtype=np.int64)
+    if parts is not None:
+        group = np.asarray(parts).reshape(-1)
+        if group.shape != logs.shape or group.dtype.kind not in "iu":
+            raise ValueError(f"parts must hold one part index per hit ({logs.size}), got {parts!r}")
+        group = np.unique(group, return_inverse=True)[1].reshape(-1)
+    best = np.full(group.max() + 1, np.inf)
+    np.minimum.at(best, group, logs)  # each part's best hit weighs 1: no underflow across parts
+    with np.errstate(over="ignore"):  # a hit beyond the double range of its part's best weighs 0
+        weights = np.exp(best[group] - logs)
+    total = np.bincount(group, weights=weights)
+    return [float((total[group[k]] - weights[k]) / total[group[k]]) for k in rows]
 
 
 def format_evalue(evalue: float, log_evalue: float | None = None, spec: str = ".3g") -> str:
@@ -850,7 +834,9 @@ class AlignedPair(NamedTuple):
             counts equal letters.
 
     A plain 6-tuple ``(query_id, query, target_id, target, alignment, score)`` is accepted
-    wherever an ``AlignedPair`` is.
+    wherever an ``AlignedPair`` is. Pairs compare by value, field by field (arrays by their
+    values), and, holding arrays, are not hashable (changed 2026-11-29: a pair holding an
+    :class:`Alignment` hashed by its identity before): key a dict by ``(query_id, target_id)``.
     """
 
     query_id: str

@@ -584,15 +584,15 @@ def test_max_hits_holds_only_the_best_pairs_of_a_query():
     rng = np.random.default_rng(0)
     evalues = {q: rng.random(500) for q in ("a", "b")}
 
-    # two parts of the query: hits of even index align its residues 0-5, odd ones 4-9 (an overlap of
-    # 2, no more than half of the shorter span): the parts of a chimeric query, not rivals
-    halves = [np.stack([np.arange(6), np.arange(6)], 1), np.stack([np.arange(4, 10), np.arange(6)], 1)]
+    # two parts of the query: hits of even index align its residues 0-5, odd ones 40-45 (no shared
+    # stretch): the parts of a chimeric query, not rivals
+    halves = [np.stack([np.arange(6), np.arange(6)], 1), np.stack([np.arange(40, 46), np.arange(6)], 1)]
 
     def stream():
         k = 0
         for q in ("a", "b"):
             for e in evalues[q]:
-                yield k, Plan(), AlignedPair(q, "ACDEFGHIKL", f"t{k}", "ACDEFG", halves[k % 2], evalue=float(e),
+                yield k, Plan(), AlignedPair(q, "ACDEFGHIKL" * 5, f"t{k}", "ACDEFG", halves[k % 2], evalue=float(e),
                                              log_evalue=float(np.log(e)))
                 k += 1
 

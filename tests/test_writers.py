@@ -806,53 +806,69 @@ def test_mapq_counts_the_other_loci_of_a_query(tmp_path):
 
 
 def test_query_parts_and_their_rivals():
-    """minimap2's rule for one query's hits: two hits compete for the query when their spans on it
-    overlap by more than half of the shorter (less the share of the longer that lies where no part
-    is yet); taken best first, a hit that competes with the best hit of a part already taken is its
-    rival, any other starts a part (of a chimeric read). The
-    MAPQ's other loci are weighed over a hit's rivals alone, each row on its own scale (no
-    underflow when the query's best part is far better than this one)."""
-    from sinkalign.alignment import other_loci, query_parts, query_span
+    """minimap2's rule for one query's hits, on confidence mass: two hits compete for the query
+    when they hold more than half of the lesser one's confidence on the same query residues; taken
+    best first, a hit that competes with the best hit of a part already taken is its rival, any
+    other starts a part (of a chimeric read). The MAPQ's other loci are weighed over a hit's part
+    alone, each part on its own scale (no underflow when the query's best part is far better)."""
+    from sinkalign.alignment import Footprint, other_loci, query_footprint, query_parts, shared_confidence
 
-    # on the minus strand the pairs read the reverse complement: its residues 0-9 are 20-29 of a 30-mer
+    # on the minus strand the pairs read the reverse complement: its residues 0-9 are 29-20 of a 30-mer
     pairs = np.stack([np.arange(10), np.arange(10)], 1)
-    assert query_span(pairs, 30, "+") == (0, 10) and query_span(pairs, 30, "-") == (20, 30)
-    assert query_span(np.zeros((0, 2), int), 30) is None
-    # with confidences, the span of the confident core (a column at 0.5 adds nothing: not taken)
-    conf = np.array([0.1, 0.6, 0.9, 0.5, 0.2, 0.1, 0.3, 0.1, 0.2, 0.1])
-    assert query_span(pairs, 30, "+", conf) == (1, 3) and query_span(pairs, 30, "-", conf) == (27, 29)
-    assert query_span(pairs, 30, "+", np.full(10, 0.3)) == (0, 1)  # nothing sure: the seed column alone
+    plus, minus = query_footprint(pairs, 30), query_footprint(pairs, 30, "-")
+    assert plus.positions.tolist() == list(range(10)) and minus.positions.tolist() == list(range(29, 19, -1))
+    assert plus.mass.tolist() == [1.0] * 10 and query_footprint(np.zeros((0, 2), int), 30).total == 0.0
+    conf = np.linspace(0.1, 1.0, 10)
+    assert query_footprint(pairs, 30, "+", conf).mass.tolist() == conf.tolist()
+    with pytest.raises(ValueError, match="confidence must hold one value per pair"):
+        query_footprint(pairs, 30, "+", conf[:3])
 
-    spans = [(0, 100), (0, 100), (100, 200), (40, 140), (90, 200), (50, 150), None]
+    def foot(runs):  # [(first, last, confidence)] -> a Footprint
+        pos = np.concatenate([np.arange(a, b + 1) for a, b, _ in runs])
+        return Footprint(pos, np.concatenate([np.full(b - a + 1, c) for a, b, c in runs]))
+
+    a = foot([(0, 99, 0.95)])
+    trail = foot([(0, 99, 0.95), (110, 160, 0.25)])  # a half with a trail over the other half
+    other = foot([(100, 199, 0.95)])
+    def shared(x, y):  # per stretch of 16 query residues, as a plain loop
+        def sums(f):
+            out = {}
+            for p, m in zip(f.positions.tolist(), f.mass.tolist()):
+                out[p // 16] = out.get(p // 16, 0.0) + m
+            return out
+        sx, sy = sums(x), sums(y)
+        return sum(min(sx[b], sy[b]) for b in sx.keys() & sy.keys()) / min(x.total, y.total)
+
+    assert shared_confidence(a, a) == pytest.approx(1.0) and shared_confidence(a, foot([(112, 199, 0.9)])) == 0.0
+    for x, y in ((a, other), (trail, other), (other, trail)):
+        assert shared_confidence(x, y) == pytest.approx(shared(x, y), rel=1e-12) and shared(x, y) < 0.2
+    assert shared_confidence(a, Footprint(np.zeros(0, np.int64), np.zeros(0))) == 0.0
+    weak = foot([(0, 99, 0.4)])
+    feet = [a, foot([(0, 99, 0.9)]), other, trail, weak, foot([(150, 260, 0.9)]), foot([(300, 320, 0.9)])]
     ranks = [-50.0, -40.0, -45.0, -30.0, -20.0, -10.0, 0.0]
-    # 1 and 3 overlap 0 by more than 50; 4 overlaps 0 by 10 and 2 by 100; 5 shares exactly half of
-    # 0 and of 2 (no more): a part of its own; the empty hit competes with none
-    assert query_parts(ranks, spans) == [0, 0, 2, 0, 2, 5, 6]
-    assert query_parts([0.0] * 3, [(0, 10), (0, 10), (10, 20)]) == [0, 0, 2]  # ties: input order
-    # minimap2's uncovered term: (30, 230) shares 70 of the first part's 100, but 130 of its 200
-    # residues lie where no part is: 0.7 - 130 / 200 is not above 0.5, a part of its own
-    assert query_parts([0.0, 1.0], [(0, 100), (30, 230)]) == [0, 1]
-    assert query_parts([0.0, 1.0], [(0, 100), (10, 110)]) == [0, 0]  # 0.9 - 10 / 100
-    assert query_parts([0.0, 1.0], [(0, 100), (30, 130)]) == [0, 1]  # 0.7 - 30 / 100
+    # the copy and the weak paralog share all of the lesser confidence with the first part; the trail
+    # holds a little of the second part; (150, 260) shares 50 of 111 residues with the second part
+    # (no more than half): a part of its own, as the stretch nothing else covers
+    assert query_parts(ranks, feet) == [0, 0, 2, 0, 0, 5, 6]
+    assert query_parts([0.0] * 3, [a, a, other]) == [0, 0, 2]  # ties: input order
+    assert query_parts([0.0, 1.0], [trail, other]) == [0, 1]  # a chimera's halves, each with its trail
 
-    def brute(logs, spans, k):
-        def competes(a, b):
-            if a is None or b is None:
-                return False
-            shorter = min(a[1] - a[0], b[1] - b[0])
-            return min(a[1], b[1]) - max(a[0], b[0]) > 0.5 * shorter
-        w = {j: math.exp(-logs[j]) for j in range(len(logs)) if j == k or competes(spans[k], spans[j])}
-        return 1 - w[k] / sum(w.values())
-
-    got = other_loci(ranks, spans=spans)
-    np.testing.assert_allclose(got, [brute(ranks, spans, k) for k in range(len(spans))], rtol=1e-12, atol=1e-15)
-    assert got[6] == 0.0 and got[2] < 1e-6 < got[5]  # the empty hit: rival of none; 5 rivals 3 (overlap 90)
-    np.testing.assert_allclose(other_loci(ranks, of=[3, 0], spans=spans), [got[3], got[0]], rtol=1e-15)
+    parts = query_parts(ranks, feet)
+    got = other_loci(ranks, parts=parts)
+    want = []
+    for k in range(len(feet)):
+        w = {j: math.exp(-ranks[j]) for j in range(len(feet)) if parts[j] == parts[k]}
+        want.append(1 - w[k] / sum(w.values()))
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+    assert got[6] == 0.0 and got[2] == 0.0 and got[0] > 0  # alone in their parts; the first has rivals
+    np.testing.assert_allclose(other_loci(ranks, of=[3, 0], parts=parts), [got[3], got[0]], rtol=1e-15)
     for bad in ([-3.0], [7], [-1]):  # values, not indices; out of range
         with pytest.raises(ValueError, match="of must hold indices of hits in"):
-            other_loci(ranks, of=bad, spans=spans)
+            other_loci(ranks, of=bad, parts=parts)
+    with pytest.raises(ValueError, match="parts must hold one part index per hit"):
+        other_loci(ranks, parts=parts[:3])
     # a part at log E -2000 does not underflow the weights of another part's two even rivals
-    far = other_loci([-2000.0, -10.0, -10.0], spans=[(0, 50), (60, 100), (60, 100)])
+    far = other_loci([-2000.0, -10.0, -10.0], parts=[0, 1, 1])
     assert far == [0.0, 0.5, 0.5]
     # per residue of the target: a copy in a contig twice as long, its E-value twice as large,
     # weighs alike; a hit shorter than 1 residue or a length per hit missing is refused
@@ -862,9 +878,9 @@ def test_query_parts_and_their_rivals():
     for bad in ([500], [500, 0]):
         with pytest.raises(ValueError, match="target_lengths must be 2 lengths >= 1"):
             other_loci([-10.0, -10.0], target_lengths=bad)
-    # without spans every hit is a rival of every other (as before: a repeat's copies)
+    # without parts every hit is a rival of every other (as before: a repeat's copies)
     np.testing.assert_allclose(other_loci([-10.0, -10.0, -10.0 + math.log(2)]), [0.6, 0.6, 0.8], rtol=1e-12)
-    assert other_loci([-10.0, math.nan], spans=[(0, 5), (6, 9)]) is None
+    assert other_loci([-10.0, math.nan], parts=[0, 1]) is None
 
 
 def _core_reference(conf, threshold=0.5, drop=10.0):
@@ -920,15 +936,21 @@ def test_one_pair_is_refused_for_a_list_and_sam_names_stop_the_stream(tmp_path):
 
 
 def test_split_query_from_the_library_and_a_semicolon_reference(tmp_path, caplog):
-    """Plain records without E-values or posteriors: the parts are taken in input order by their
-    spans (the first hit primary, a hit on another stretch of the query supplementary, one on the
-    first's stretch secondary), MAPQ 255 (unknown) inside SA as on the line; a reference name with
-    ';' (SAM allows it) makes SA ambiguous: warned of once, the file written all the same."""
+    """Records without posteriors: the parts are taken by E-value (the best hit primary, a hit on
+    another stretch of the query supplementary, one on the first's stretch secondary), MAPQ 255
+    (unknown) inside SA as on the line; without E-values no part is sure to be one (a chance hit
+    would make it), so the rest are secondary; a reference name with ';' (SAM allows it) makes SA
+    ambiguous: warned of once, the file written all the same."""
     q = PROT_Q + PROT_T
     first = np.stack([np.arange(30), np.arange(30)], 1)
     second = np.stack([np.arange(len(PROT_Q), len(PROT_Q) + 30), np.arange(30)], 1)
-    recs = [("q", q, "a;1", PROT_Q, first), ("q", q, "b", PROT_T, second), ("q", q, "c", PROT_Q, first + [0, 1]),
-            ("q2", q, "a;1", PROT_Q, first), ("q2", q, "b", PROT_T, second)]
+    def hit(qid, tid, t, pairs, log_e):
+        return AlignedPair(qid, q, tid, t, pairs, None, None, math.exp(log_e), "+", log_e)
+
+    recs = [hit("q", "a;1", PROT_Q, first, -30.0), hit("q", "b", PROT_T, second, -20.0),
+            hit("q", "c", PROT_Q, first + [0, 1], -10.0), hit("q2", "a;1", PROT_Q, first, -30.0),
+            hit("q2", "b", PROT_T, second, -20.0),
+            ("q3", q, "a;1", PROT_Q, first), ("q3", q, "b", PROT_T, second)]
     path = tmp_path / "x.sam"
     with caplog.at_level("WARNING", logger="sinkalign"):
         write_alignments(recs, path)
@@ -937,7 +959,8 @@ def test_split_query_from_the_library_and_a_semicolon_reference(tmp_path, caplog
                 for s in handle]
     assert segs == [("q", "a;1", 0, 255, "b,1,+,66S30M33S,255,0;"), ("q", "b", 2048, 255, "a;1,1,+,30M99S,255,0;"),
                     ("q", "c", 256, 255, None),
-                    ("q2", "a;1", 0, 255, "b,1,+,66S30M33S,255,0;"), ("q2", "b", 2048, 255, "a;1,1,+,30M99S,255,0;")]
+                    ("q2", "a;1", 0, 255, "b,1,+,66S30M33S,255,0;"), ("q2", "b", 2048, 255, "a;1,1,+,30M99S,255,0;"),
+                    ("q3", "a;1", 0, 255, None), ("q3", "b", 256, 255, None)]  # no E-values: no part is sure
     said = [r.getMessage() for r in caplog.records if "';'" in r.getMessage()]
     assert len(said) == 1 and "reference 'a;1'" in said[0]
 
@@ -1030,6 +1053,31 @@ def test_a_chimeric_read_gets_a_supplementary_line(tmp_path):
     best = run(["c1", "c2", "c3", "c4"], "sam", "--max-hits", "2")
     assert {k: (s.flag, s.mapping_quality) for k, s in best.items()} == {
         k: (segs[k].flag, segs[k].mapping_quality) for k in (copy, "c2")}
+
+
+def test_a_chance_hit_is_no_supplementary_line(tmp_path):
+    """Without --max-evalue every pair is written: a read half of which is novel gets chance hits
+    on that half from unrelated contigs, which no better hit covers. They are no part of a split
+    read (E-value above 1e-3): secondary, without SA tags, the primary's SA empty, and their MAPQ
+    low (a chance hit of E-value E is wrong with probability 1 - e^-E at least)."""
+    from click.testing import CliRunner
+
+    from sinkalign.cli.main import cli
+
+    rng = np.random.default_rng(3)
+    x = _dna(rng, 600)
+    contigs = {"X": x, **{f"U{k}": _dna(rng, 600) for k in range(6)}}
+    (tmp_path / "t.fa").write_text("".join(f">{k}\n{v}\n" for k, v in contigs.items()))
+    (tmp_path / "q.fa").write_text(f">read\n{x[200:400] + _dna(rng, 200)}\n")
+    r = CliRunner().invoke(cli, ["align", str(tmp_path / "q.fa"), str(tmp_path / "t.fa"), "-o", str(tmp_path / "o.sam"),
+                                 "--no-progress"])
+    assert r.exit_code == 0, r.output
+    with pysam.AlignmentFile(str(tmp_path / "o.sam")) as handle:
+        segs = {s.reference_name: s for s in handle}
+    assert segs["X"].flag & 0x900 == 0 and not segs["X"].has_tag("SA")
+    chance = [s for name, s in segs.items() if name != "X"]
+    assert chance and all(s.flag & 0x900 == 256 and not s.has_tag("SA") for s in chance)
+    assert all(s.get_tag("ZE") > 1e-3 and s.mapping_quality < min(segs["X"].mapping_quality, 6) for s in chance)
 
 
 def test_a_query_whose_every_pair_max_evalue_drops_is_written_unmapped(tmp_path):

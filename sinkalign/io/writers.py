@@ -32,14 +32,12 @@ Formats (:data:`FORMATS`):
   ``@PG`` names sinkalign, its version and the command (``CL``, when given:
   ``sinkalign align`` gives its own).
   POS = first aligned target residue, CIGAR local with soft clips, MAPQ =
-  ``min(60, round(-10 log10 P(wrong)))``, ``P(wrong) = 1 - (1 - o) * mean posterior``, where
-  ``o`` is the chance that the query belongs to another of its hits in the same run of
-  records that competes with this one for its part of the query (their spans on the query
-  overlap by more than half of the shorter, minimap2's ``--mask-level``; a span is that of the
-  alignment's confident core, :func:`~sinkalign.alignment.confident_core`, so that a trail of
-  unlikely columns past the homologous segment places nothing), the hits weighed by ``1 / E``
-  per residue of their targets (:func:`~sinkalign.alignment.other_loci`: in one search space,
-  as a database search's E-values are) (a repeat's
+  ``min(60, round(-10 log10 P(wrong)))``, ``P(wrong) = 1 - (1 - o) * mean posterior * e^-E``
+  (``e^-E``: the chance that no unrelated pair scores as well; 1 without an E-value), where
+  ``o`` is the chance that the query belongs to another hit of its part of the query (below)
+  in the same run of records, the hits weighed by ``1 / E`` per residue of their targets
+  (:func:`~sinkalign.alignment.other_loci`: in one search space, as a database search's
+  E-values are) (a repeat's
   two copies get MAPQ 3 each, the two halves of a chimeric read keep theirs; ``o = 0``
   without E-values; a query met again after other queries, as a ``--pairs`` list may, is
   weighed on that later run's hits alone), and 255 = unavailable when the posterior is
@@ -53,11 +51,15 @@ Formats (:data:`FORMATS`):
   aligned records (``sinkalign align`` passes one such record for a query whose every pair
   ``--max-evalue`` dropped); a pair without aligned residues of a query aligned elsewhere is not written
   (SAM wants exactly one primary line per read). A query's best hit (smallest E-value; the first
-  aligned record without E-values) is its primary alignment; taken best first, a hit that
-  competes with none of the parts taken so far starts another part of the query (minimap2's
-  ``mm_set_parent``: as above, less the share of the longer span that lies where no part is
-  yet), written supplementary (flag 2048), as minimap2 and BWA write a chimeric read, and the
-  others are secondary (flag 256). The primary and supplementary lines each carry ``SA:Z``
+  aligned record without E-values) is its primary alignment. Taken best first, a hit competes
+  with a part already taken when it holds more than half of the lesser one's confidence on the
+  same stretches of the query as the part's best hit does (minimap2's ``mm_set_parent`` and
+  ``--mask-level`` 0.5, on confidence mass: :func:`~sinkalign.alignment.query_parts`, so that a
+  trail of unlikely columns past a homologous segment places nothing); a hit that competes with
+  none starts another part, written supplementary (flag 2048) when its E-value is at most
+  :data:`SUPPLEMENTARY_EVALUE` (1e-3; a chance hit on a stretch no better hit covers stays
+  secondary), as minimap2 and BWA write a chimeric read, and the others are secondary (flag
+  256). The primary and supplementary lines each carry ``SA:Z``
   with the other parts (``rname,pos,strand,CIGAR,mapQ,NM;``, best first; a reference name
   with ``;`` makes it ambiguous and is warned of). Every line keeps its soft clips and whole
   SEQ (minimap2 ``-Y`` writes supplementary lines so; its secondary lines have SEQ ``*``).
@@ -141,8 +143,8 @@ from sinkalign.alignment import (
     format_evalue,
     format_text,
     other_loci,
+    query_footprint,
     query_parts,
-    query_span,
     reverse_complement,
     stranded_stats,
     to_gapped,
@@ -330,31 +332,21 @@ def _mean_posterior(rec: _Record) -> float:
     return rec.posterior.mean_posterior if rec.posterior is not None else float("nan")
 
 
-def _mapq(mean_posterior: float, other_loci: float = 0.0) -> int:
-    """``-10 log10 P(wrong)``, capped at 60: the alignment is right when the read belongs
-    here (``1 - other_loci``, :func:`_other_loci`) and its columns are (the mean posterior);
-    255 when the posterior is unknown."""
+def _mapq(mean_posterior: float, other_loci: float = 0.0, evalue: float | None = None) -> int:
+    """``-10 log10 P(wrong)``, capped at 60: the alignment is right when the hit is no chance
+    one (``e^{-E}``, the chance that no unrelated pair scores as well; 1 without an E-value),
+    the read belongs here (``1 - other_loci``, :func:`_hit_roles`) and its columns are right
+    (the mean posterior); 255 when the posterior is unknown."""
     if not math.isfinite(mean_posterior):
         return 255
-    err = max(1.0 - (1.0 - other_loci) * mean_posterior, 10 ** (-_MAX_MAPQ / 10))
+    real = 1.0 if evalue is None or math.isnan(evalue) else math.exp(-evalue)
+    err = max(1.0 - (1.0 - other_loci) * mean_posterior * real, 10 ** (-_MAX_MAPQ / 10))
     return int(min(_MAX_MAPQ, max(0, round(-10.0 * math.log10(err)))))
 
 
-def _other_loci(records: list[_Record], spans: list[tuple[int, int] | None]) -> list[float]:
-    """For each of one query's aligned records, the chance that the query belongs to one of the
-    others that compete with it for its part of the query (``spans``, their
-    :func:`~sinkalign.alignment.query_span`: hits sharing more than half of the shorter span;
-    :func:`~sinkalign.alignment.other_loci`): a hit with a paralog as good gets about 0.5
-    (MAPQ 3), a unique one 0 (MAPQ from its confidences alone), and so does each part of a
-    chimeric read. All 0 when an E-value is unknown (a model without a fitted null). Records
-    that carry ``other_loci`` (weighed by ``sinkalign align --max-hits`` over every hit, before
-    it kept the best) keep it."""
-    if records and all(rec.other_loci is not None for rec in records):  # weighed before hits were dropped
-        return [rec.other_loci for rec in records]
-    shares = other_loci([evalue_rank(rec.evalue, rec.log_evalue) for rec in records], spans=spans,
-                        target_lengths=[max(len(rec.target), 1) for rec in records])
-    return [0.0] * len(records) if shares is None else shares
-
+#: a hit starts a part of the query of its own (a supplementary line) only with an E-value at most
+#: this: a chance hit on a stretch that no better hit covers stays secondary, out of the SA tags
+SUPPLEMENTARY_EVALUE = 1e-3
 
 _PRIMARY, _SUPPLEMENTARY, _SECONDARY = 0, 2048, 256  # SAM's flags for a query's lines
 
@@ -364,18 +356,28 @@ def _hit_roles(aligned: list[_Record], placed: bool) -> tuple[list[int], list[fl
     supplementary and secondary) and its ``other_loci`` (the MAPQ's). The parts of the query
     (:func:`~sinkalign.alignment.query_parts`, minimap2's rule) each have one best hit,
     primary for the best part (smallest E-value by its log; ties and models without E-values
-    in input order) and supplementary for the others, as minimap2 and BWA write a chimeric
-    read; the rest are secondary, and so is every line of a query whose primary was written
-    in an earlier run (``placed``)."""
-    spans = [query_span(rec.pairs, len(rec.query), rec.strand,
-                        None if rec.posterior is None else rec.posterior.match_posterior) for rec in aligned]
-    others = _other_loci(aligned, spans)
+    in input order) and supplementary for the others of E-value at most
+    :data:`SUPPLEMENTARY_EVALUE`, as minimap2 and BWA write a chimeric read; the rest are
+    secondary, and so is every line of a query whose primary was written in an earlier run
+    (``placed``). ``other_loci`` weighs the hits of each one's part
+    (:func:`~sinkalign.alignment.other_loci`, per residue of their targets); records that carry
+    it (weighed by ``sinkalign align --max-hits`` over every hit, before it kept the best) keep
+    it; 0 without E-values."""
+    footprints = [query_footprint(rec.pairs, len(rec.query), rec.strand,
+                                  None if rec.posterior is None else rec.posterior.match_posterior) for rec in aligned]
+    ranks = [evalue_rank(rec.evalue, rec.log_evalue) for rec in aligned]
+    parts = query_parts(ranks, footprints)
+    if aligned and all(rec.other_loci is not None for rec in aligned):  # weighed before hits were dropped
+        others = [rec.other_loci for rec in aligned]
+    else:
+        shares = other_loci(ranks, parts=parts, target_lengths=[max(len(rec.target), 1) for rec in aligned])
+        others = [0.0] * len(aligned) if shares is None else shares
     if placed:
         return [_SECONDARY] * len(aligned), others
-    ranks = [evalue_rank(rec.evalue, rec.log_evalue) for rec in aligned]
-    parts = query_parts(ranks, spans)
     best = min(range(len(aligned)), key=lambda k: (ranks[k], k))
-    flags = [_PRIMARY if k == best else _SUPPLEMENTARY if parts[k] == k else _SECONDARY for k in range(len(aligned))]
+    sure = math.log(SUPPLEMENTARY_EVALUE)
+    flags = [_PRIMARY if k == best else _SUPPLEMENTARY if parts[k] == k and ranks[k] <= sure else _SECONDARY
+             for k in range(len(aligned))]
     return flags, others
 
 
@@ -523,7 +525,7 @@ def _paf_row(rec: _Record, other_loci: float = 0.0, secondary: bool = False) -> 
     mean_post = _mean_posterior(rec)
     row = [rec.query_id, str(len(rec.query)), str(st.query_start), str(st.query_end), rec.strand,
            rec.target_id, str(len(rec.target)), str(st.target_start), str(st.target_end), str(st.n_identical),
-           str(length), str(_mapq(mean_post, other_loci)), f"tp:A:{'S' if secondary else 'P'}",
+           str(length), str(_mapq(mean_post, other_loci, rec.evalue)), f"tp:A:{'S' if secondary else 'P'}",
            "cg:Z:" + _CLIPS_RE.sub("", cigar(rec.pairs, len(rec.query), len(rec.target), local=True))]
     row += _score_tags(rec.score)
     if math.isfinite(mean_post):
@@ -767,7 +769,7 @@ def _segments(records: Iterable[_Record], header, ref_index: dict[str, int]):
         flags, others = _hit_roles([rec for rec, _ in aligned], query_id in primary)
         for (rec, seg), flag, other in zip(aligned, flags, others):
             seg.flag |= flag
-            seg.mapping_quality = _mapq(_mean_posterior(rec), other)
+            seg.mapping_quality = _mapq(_mean_posterior(rec), other, rec.evalue)
         _split_tags([seg for _, seg in aligned], flags, [evalue_rank(rec.evalue, rec.log_evalue) for rec, _ in aligned],
                     warned)
         yield from (seg for _, seg in aligned)

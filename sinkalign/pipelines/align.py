@@ -63,7 +63,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sinkalign.alignment import AlignedPair, Alignment, other_loci, query_span, reverse_complement
+from sinkalign.alignment import AlignedPair, Alignment, other_loci, query_footprint, query_parts, reverse_complement
 from sinkalign.errors import (
     AlphabetError,
     FormatError,
@@ -754,7 +754,7 @@ def _best_per_query(stream, max_hits: int):
     dropping a repeat's second copy does not make the first look unique."""
     for _, group in itertools.groupby(stream, key=lambda item: item[2].query_id):
         ranks: list[float] = []
-        spans: list[tuple[int, int] | None] = []
+        footprints: list = []
         lengths: list[int] = []
 
         def ranked(items):
@@ -763,11 +763,12 @@ def _best_per_query(stream, max_hits: int):
                 ranks.append(pair.evalue_rank)
                 lengths.append(max(len(pair.target), 1))
                 confidence = pair.alignment.match_posterior if isinstance(pair.alignment, Alignment) else None
-                spans.append(query_span(pair.pairs, len(pair.query), pair.strand, confidence))
+                footprints.append(query_footprint(pair.pairs, len(pair.query), pair.strand, confidence))
                 yield position, item
 
         kept = heapq.nsmallest(max_hits, ranked(group), key=lambda hit: (hit[1][2].evalue_rank, hit[1][0]))
-        shares = other_loci(ranks, of=[position for position, _ in kept], spans=spans, target_lengths=lengths)
+        parts = query_parts(ranks, footprints)
+        shares = other_loci(ranks, of=[position for position, _ in kept], parts=parts, target_lengths=lengths)
         for k in range(len(kept)):
             index, plan, pair = kept[k][1]
             kept[k] = None  # handed on: no plan outlives its turn here
