@@ -132,7 +132,7 @@ def _same(a: Any, b: Any) -> bool:
         if a.dtype.kind in "fc" or b.dtype.kind in "fc":
             return bool(np.array_equal(a, b, equal_nan=True))
         return bool(np.array_equal(a, b))
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+    if isinstance(a, (float, np.floating)) and isinstance(b, (float, np.floating)) and math.isnan(a) and math.isnan(b):
         return True
     return bool(a == b)
 

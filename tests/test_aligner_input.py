@@ -210,6 +210,12 @@ def test_results_compare_by_value(protein):
     assert p != p._replace(alignment=arr[:1]) and p != p._replace(query_id="z")
     with pytest.raises(TypeError):
         hash(p)
+    # a baseline's result compares by value too, and a float32 NaN score equals itself
+    from sinkalign.align.baselines import align_pair
+
+    nw = [sa.AlignedPair("x", HBA, "y", HBB, align_pair(HBA, HBB, "nw"), np.float32("nan")) for _ in range(2)]
+    assert nw[0] == nw[1] and nw[0].alignment == nw[1].alignment
+    assert nw[0].alignment != align_pair(HBA, HBB, "sw") and nw[0] != nw[1]._replace(score=np.float32(1))
 
 
 def test_ids_must_be_strings_and_weights_finite(protein):

@@ -153,6 +153,15 @@ class BaselineAlignment:
     def __repr__(self) -> str:
         return f"BaselineAlignment(method={self.method!r}, k={self.pairs.shape[0]}, score={self.score:g})"
 
+    def __eq__(self, other: object) -> bool:
+        """Equal pairs, score, method and scoring (two runs of one pair are equal)."""
+        if not isinstance(other, BaselineAlignment):
+            return NotImplemented
+        return (np.array_equal(self.pairs, other.pairs) and self.score == other.score and self.method == other.method
+                and self.scoring == other.scoring)
+
+    __hash__ = None  # type: ignore[assignment]  # (an array inside)
+
 
 # --------------------------------------------------------------------------- helpers
 
