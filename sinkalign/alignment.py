@@ -24,7 +24,7 @@ Conventions (used everywhere in sinkalign):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -123,6 +123,11 @@ def reverse_complement(seq: str) -> str:
     return (rna if "U" in upper and "T" not in upper else dna)(seq)
 
 
+def same_fields(a: Any, b: Any) -> bool:
+    """Whether two results of one dataclass type hold equal fields (:func:`_same` each)."""
+    return all(_same(getattr(a, f.name), getattr(b, f.name)) for f in fields(a))
+
+
 def _same(a: Any, b: Any) -> bool:
     """Equality of two fields of a result: arrays by shape and values (NaN equal to NaN),
     anything else by ``==`` (NaN equal to NaN)."""
@@ -184,10 +189,7 @@ class Alignment:
         """Equal pairs and posteriors (NaN equal to NaN), expected accuracy and score."""
         if not isinstance(other, Alignment):
             return NotImplemented
-        return (_same(self.pairs, other.pairs) and _same(self.match_posterior, other.match_posterior)
-                and _same(self.query_gap_posterior, other.query_gap_posterior)
-                and _same(self.target_gap_posterior, other.target_gap_posterior)
-                and _same(self.expected_accuracy, other.expected_accuracy) and _same(self.score, other.score))
+        return same_fields(self, other)
 
     __hash__ = None  # type: ignore[assignment]  # (mutable arrays inside)
 
@@ -501,6 +503,15 @@ def other_loci(log_evalues, *, of=None, parts=None, target_lengths=None) -> list
         weights = np.exp(best[group] - logs)
     total = np.bincount(group, weights=weights)
     return [float((total[group[k]] - weights[k]) / total[group[k]]) for k in rows]
+
+
+def place_hits(ranks, footprints, target_lengths, *, of=None) -> tuple[list[int], list[float] | None]:
+    """One query's hits placed on it: their parts (:func:`query_parts`) and, for the hits of
+    ``of`` (default all), the chance that the query belongs to another hit of the same part
+    (:func:`other_loci`, per residue of their targets; ``None`` without E-values). What the
+    SAM and PAF writers weigh, and ``sinkalign align --max-hits`` before it drops hits."""
+    parts = query_parts(ranks, footprints)
+    return parts, other_loci(ranks, of=of, parts=parts, target_lengths=target_lengths)
 
 
 def format_evalue(evalue: float, log_evalue: float | None = None, spec: str = ".3g") -> str:

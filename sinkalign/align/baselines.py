@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from sinkalign.alignment import same_fields
 from sinkalign.errors import InputError
 
 __all__ = [
@@ -157,8 +158,7 @@ class BaselineAlignment:
         """Equal pairs, score, method and scoring (two runs of one pair are equal)."""
         if not isinstance(other, BaselineAlignment):
             return NotImplemented
-        return (np.array_equal(self.pairs, other.pairs) and self.score == other.score and self.method == other.method
-                and self.scoring == other.scoring)
+        return same_fields(self, other)
 
     __hash__ = None  # type: ignore[assignment]  # (an array inside)
 

@@ -142,9 +142,8 @@ from sinkalign.alignment import (
     evalue_rank,
     format_evalue,
     format_text,
-    other_loci,
+    place_hits,
     query_footprint,
-    query_parts,
     reverse_complement,
     stranded_stats,
     to_gapped,
@@ -351,7 +350,7 @@ SUPPLEMENTARY_EVALUE = 1e-3
 _PRIMARY, _SUPPLEMENTARY, _SECONDARY = 0, 2048, 256  # SAM's flags for a query's lines
 
 
-def _hit_roles(aligned: list[_Record], placed: bool) -> tuple[list[int], list[float]]:
+def _hit_roles(aligned: list[_Record], placed: bool) -> tuple[list[int], list[float], list[float]]:
     """For one run of one query's aligned records, each one's SAM flag (of primary,
     supplementary and secondary) and its ``other_loci`` (the MAPQ's). The parts of the query
     (:func:`~sinkalign.alignment.query_parts`, minimap2's rule) each have one best hit,
@@ -360,25 +359,24 @@ def _hit_roles(aligned: list[_Record], placed: bool) -> tuple[list[int], list[fl
     :data:`SUPPLEMENTARY_EVALUE`, as minimap2 and BWA write a chimeric read; the rest are
     secondary, and so is every line of a query whose primary was written in an earlier run
     (``placed``). ``other_loci`` weighs the hits of each one's part
-    (:func:`~sinkalign.alignment.other_loci`, per residue of their targets); records that carry
-    it (weighed by ``sinkalign align --max-hits`` over every hit, before it kept the best) keep
-    it; 0 without E-values."""
+    (:func:`~sinkalign.alignment.place_hits`); records that carry it (weighed by ``sinkalign
+    align --max-hits`` over every hit, before it kept the best) keep it; 0 without E-values.
+    Also returns the records' :func:`~sinkalign.alignment.evalue_rank`."""
     footprints = [query_footprint(rec.pairs, len(rec.query), rec.strand,
                                   None if rec.posterior is None else rec.posterior.match_posterior) for rec in aligned]
     ranks = [evalue_rank(rec.evalue, rec.log_evalue) for rec in aligned]
-    parts = query_parts(ranks, footprints)
+    parts, shares = place_hits(ranks, footprints, [max(len(rec.target), 1) for rec in aligned])
     if aligned and all(rec.other_loci is not None for rec in aligned):  # weighed before hits were dropped
         others = [rec.other_loci for rec in aligned]
     else:
-        shares = other_loci(ranks, parts=parts, target_lengths=[max(len(rec.target), 1) for rec in aligned])
         others = [0.0] * len(aligned) if shares is None else shares
     if placed:
-        return [_SECONDARY] * len(aligned), others
+        return [_SECONDARY] * len(aligned), others, ranks
     best = min(range(len(aligned)), key=lambda k: (ranks[k], k))
     sure = math.log(SUPPLEMENTARY_EVALUE)
     flags = [_PRIMARY if k == best else _SUPPLEMENTARY if parts[k] == k and ranks[k] <= sure else _SECONDARY
              for k in range(len(aligned))]
-    return flags, others
+    return flags, others, ranks
 
 
 def _score_tags(score: float) -> list[str]:
@@ -544,7 +542,7 @@ def _paf_to(records: Iterable[_Record], handle: IO[str]) -> int:
         aligned = [rec for rec in run if rec.pairs.shape[0]]  # as minimap2, an unmapped query has no line
         if not aligned:
             continue
-        flags, others = _hit_roles(aligned, query_id in placed)
+        flags, others, _ = _hit_roles(aligned, query_id in placed)
         placed.add(query_id)
         for rec, flag, other in zip(aligned, flags, others):
             row = _paf_row(rec, other, secondary=flag == _SECONDARY)
@@ -766,12 +764,11 @@ def _segments(records: Iterable[_Record], header, ref_index: dict[str, int]):
                 aligned.append((rec, seg))
         if not aligned:
             continue
-        flags, others = _hit_roles([rec for rec, _ in aligned], query_id in primary)
+        flags, others, ranks = _hit_roles([rec for rec, _ in aligned], query_id in primary)
         for (rec, seg), flag, other in zip(aligned, flags, others):
             seg.flag |= flag
             seg.mapping_quality = _mapq(_mean_posterior(rec), other, rec.evalue)
-        _split_tags([seg for _, seg in aligned], flags, [evalue_rank(rec.evalue, rec.log_evalue) for rec, _ in aligned],
-                    warned)
+        _split_tags([seg for _, seg in aligned], flags, ranks, warned)
         yield from (seg for _, seg in aligned)
         primary.add(query_id)
         unmapped.pop(query_id, None)
@@ -804,9 +801,7 @@ def _segment(rec: _Record, header, ref_index: dict[str, int], seqs: dict[str, st
     (flag 4) when nothing is aligned."""
     import pysam
 
-    check_name("sam", rec.query_id, "query", rec.where)
-    check_name("sam", rec.target_id, "target", rec.where)
-    if rec.target_id not in ref_index:
+    if rec.target_id not in ref_index:  # (its names checked as the stream came: _sam_named)
         raise InputError(f"{rec.where}: target_id {rec.target_id!r} is not one of the header's references")
     if lengths[rec.target_id] != len(rec.target):
         raise InputError(f"{rec.where}: target_id {rec.target_id!r} is {len(rec.target)} letters long, and the "
@@ -851,17 +846,21 @@ def _segment(rec: _Record, header, ref_index: dict[str, int], seqs: dict[str, st
     return seg
 
 
+def _sam_named(records: Iterable[_Record]) -> Iterator[_Record]:
+    """The records, each one's ids checked as SAM names as it comes (:func:`check_name`)."""
+    for rec in records:
+        check_name("sam", rec.query_id, "query", rec.where)
+        check_name("sam", rec.target_id, "target", rec.where)
+        yield rec
+
+
 def _sam_setup(records: Iterable[_Record], sam: _SamOptions):
     """``(records, header dict, ref_index)``: the header from ``sam.references`` (streaming) or
     from the whole stream, read into memory first (``references=None``)."""
     references = sam.references
+    records = _sam_named(records)
     if references is None:
-        held = []
-        for rec in records:  # names checked as they come: a bad one stops the stream (and its aligner) there
-            check_name("sam", rec.query_id, "query", rec.where)
-            check_name("sam", rec.target_id, "target", rec.where)
-            held.append(rec)
-        records = held
+        records = list(records)  # (a bad name stops the stream, and its aligner, at that record)
         references = _references_of(records)
     header, ref_index = _sam_header(_check_references(references), sam.command_line)
     return records, header, ref_index

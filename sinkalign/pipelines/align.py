@@ -63,7 +63,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sinkalign.alignment import AlignedPair, Alignment, other_loci, query_footprint, query_parts, reverse_complement
+from sinkalign.alignment import AlignedPair, Alignment, place_hits, query_footprint, reverse_complement
 from sinkalign.errors import (
     AlphabetError,
     FormatError,
@@ -767,8 +767,7 @@ def _best_per_query(stream, max_hits: int):
                 yield position, item
 
         kept = heapq.nsmallest(max_hits, ranked(group), key=lambda hit: (hit[1][2].evalue_rank, hit[1][0]))
-        parts = query_parts(ranks, footprints)
-        shares = other_loci(ranks, of=[position for position, _ in kept], parts=parts, target_lengths=lengths)
+        _, shares = place_hits(ranks, footprints, lengths, of=[position for position, _ in kept])
         for k in range(len(kept)):
             index, plan, pair = kept[k][1]
             kept[k] = None  # handed on: no plan outlives its turn here
